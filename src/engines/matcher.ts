@@ -1,0 +1,138 @@
+/**
+ * The one matching interface every engine implements (CPU reference, fast CPU, R-tree, GPU), and
+ * a base class that owns validation so each engine only implements the mutations and the match.
+ * Mutations are synchronous and atomic: input is validated whole before anything changes.
+ */
+import { AmbitError, ValidationError, show } from '../model/errors.js';
+import {
+  type Limits,
+  type NEvent,
+  type NSubscription,
+  checkId,
+  checkLat,
+  checkLon,
+  resolveLimits,
+  validateEvent,
+  validatePositions,
+  validateSubscription,
+} from '../model/limits.js';
+import type { Event, PositionUpdate, Subscription } from '../model/types.js';
+
+export interface MatcherStats {
+  engine: string;
+  subscriptions: number;
+  filters: number;
+  constraints: number;
+  /** Devices with a known position. */
+  devices: number;
+  /** Estimate of the memory the engine's own structures hold, in bytes. */
+  memoryBytes: number;
+  /** Engine-specific figures (index sizes, GPU buffers, which path served, ...). */
+  extra?: Record<string, number | string | boolean>;
+}
+
+export interface Matcher {
+  readonly name: string;
+  readonly limits: Limits;
+  /** Adds a subscription. ALREADY_EXISTS if the id is taken; INVALID_ARGUMENT naming the field. */
+  add(sub: Subscription): void;
+  /** Replaces an existing subscription as one step (owner and filters may change). NOT_FOUND if absent. */
+  replace(sub: Subscription): void;
+  /** Removes a subscription; false when there was none. */
+  remove(id: string): boolean;
+  has(id: string): boolean;
+  /** The stored (validated, normalised) subscription. */
+  get(id: string): NSubscription | undefined;
+  /** Sets a device's position; every filter anchored to it moves. */
+  updatePosition(device: string, lat: number, lon: number): void;
+  /** Applies a batch of positions in order; a bad entry rejects the whole batch. */
+  updatePositions(updates: readonly PositionUpdate[]): void;
+  /** Forgets a device's position (its anchored filters match nothing until the next update). */
+  removeDevice(device: string): boolean;
+  /** Ids of the subscriptions matching the event, each once, in no particular order. */
+  match(event: Event): Promise<string[]>;
+  /** match() for many events; a bad event rejects the whole batch. */
+  matchBatch(events: readonly Event[]): Promise<string[][]>;
+  stats(): MatcherStats;
+  /** Releases resources; the matcher must not be used afterwards. */
+  close(): Promise<void>;
+}
+
+export interface MatcherOptions {
+  limits?: Partial<Limits>;
+}
+
+/** Validation and dispatch shared by the synchronous (CPU) engines. */
+export abstract class CpuMatcher implements Matcher {
+  abstract readonly name: string;
+  readonly limits: Limits;
+
+  constructor(options: MatcherOptions = {}) {
+    this.limits = resolveLimits(options.limits);
+  }
+
+  protected abstract insert(sub: NSubscription): void;
+  protected abstract delete(id: string): boolean;
+  /** Position of a device, already validated. */
+  protected abstract move(device: string, lat: number, lon: number): void;
+  protected abstract forget(device: string): boolean;
+  /** True when `device` is a device whose position is known (its id was validated on entry). */
+  protected abstract knows(device: string): boolean;
+  abstract has(id: string): boolean;
+  abstract get(id: string): NSubscription | undefined;
+  /** Match an already validated event. */
+  abstract matchValid(event: NEvent): string[];
+  abstract stats(): MatcherStats;
+
+  add(sub: Subscription): void {
+    const n = validateSubscription(sub, this.limits);
+    if (this.has(n.id)) throw new AmbitError('ALREADY_EXISTS', `subscription ${show(n.id)} already exists`, 'subscription.id');
+    this.insert(n);
+  }
+
+  replace(sub: Subscription): void {
+    const n = validateSubscription(sub, this.limits);
+    if (!this.has(n.id)) throw new AmbitError('NOT_FOUND', `subscription ${show(n.id)} does not exist`, 'subscription.id');
+    this.delete(n.id);
+    this.insert(n);
+  }
+
+  remove(id: string): boolean {
+    return this.delete(checkId('id', id, this.limits));
+  }
+
+  updatePosition(device: string, lat: number, lon: number): void {
+    // Hot path: a known device's id was validated when it first arrived.
+    if (typeof device !== 'string' || !this.knows(device)) checkId('device', device, this.limits);
+    this.move(device, checkLat('lat', lat), checkLon('lon', lon));
+  }
+
+  updatePositions(updates: readonly PositionUpdate[]): void {
+    const valid = validatePositions(updates, this.limits);
+    for (let i = 0; i < valid.length; i++) this.move(valid[i].device, valid[i].lat, valid[i].lon);
+  }
+
+  removeDevice(device: string): boolean {
+    return this.forget(checkId('device', device, this.limits));
+  }
+
+  match(event: Event): Promise<string[]> {
+    try {
+      return Promise.resolve(this.matchValid(validateEvent(event, this.limits)));
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  matchBatch(events: readonly Event[]): Promise<string[][]> {
+    try {
+      if (!Array.isArray(events)) throw new ValidationError('events', `must be an array, got ${show(events)}`);
+      const valid = events.map((e, i) => validateEvent(e, this.limits, `events[${i}]`));
+      return Promise.resolve(valid.map((e) => this.matchValid(e)));
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  async close(): Promise<void> {}
+}

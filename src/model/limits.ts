@@ -1,0 +1,278 @@
+/**
+ * Limits and validation: the one place that decides what input is acceptable. Every engine
+ * validates through here before it changes anything, so a rejected subscription leaves no trace.
+ * Validation returns a normalised copy (the caller's objects are never retained).
+ */
+import { ValidationError, show } from './errors.js';
+import type { Constraint, Event, Filter, LatLon, Op, Subscription, Value, ValueType } from './types.js';
+
+export interface Limits {
+  /** Largest filter radius in metres (smallest is anything > 0). */
+  maxRadiusM: number;
+  /** Largest event area radius in metres (0 = a point). */
+  maxEventRadiusM: number;
+  /** Attribute/constraint name length in UTF-8 bytes (at least 1). */
+  maxNameBytes: number;
+  /** String value length in UTF-8 bytes. */
+  maxStringBytes: number;
+  maxConstraintsPerFilter: number;
+  maxFiltersPerSubscription: number;
+  maxAttributesPerEvent: number;
+  /** Subscription, device and event id length in UTF-8 bytes (at least 1). */
+  maxIdBytes: number;
+}
+
+export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
+  maxRadiusM: 1_000_000,
+  maxEventRadiusM: 1_000_000,
+  maxNameBytes: 64,
+  maxStringBytes: 1024,
+  maxConstraintsPerFilter: 32,
+  maxFiltersPerSubscription: 64,
+  maxAttributesPerEvent: 64,
+  maxIdBytes: 128,
+});
+
+// Hard ceilings: engines size their encodings on these (e.g. the 8-bit constraint counters of CLCB §4).
+const CEILINGS: Readonly<Limits> = Object.freeze({
+  maxRadiusM: 2_000_000,
+  maxEventRadiusM: 2_000_000,
+  maxNameBytes: 1024,
+  maxStringBytes: 65_536,
+  maxConstraintsPerFilter: 255,
+  maxFiltersPerSubscription: 4096,
+  maxAttributesPerEvent: 1024,
+  maxIdBytes: 1024,
+});
+
+/** Merges `partial` over the defaults, checking each value; unknown keys are errors. */
+export function resolveLimits(partial: Partial<Limits> = {}): Limits {
+  const out: Limits = { ...DEFAULT_LIMITS };
+  for (const [key, value] of Object.entries(partial)) {
+    if (!(key in DEFAULT_LIMITS)) throw new ValidationError(`limits.${key}`, 'unknown limit');
+    if (value === undefined) continue;
+    const k = key as keyof Limits;
+    const ceiling = CEILINGS[k];
+    const integral = k !== 'maxRadiusM' && k !== 'maxEventRadiusM';
+    if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0 || value > ceiling || (integral && !Number.isInteger(value))) {
+      throw new ValidationError(`limits.${key}`, `must be ${integral ? 'an integer' : 'a number'} in (0, ${ceiling}], got ${show(value)}`);
+    }
+    out[k] = value;
+  }
+  return out;
+}
+
+// ---- normalised forms, what engines store ----
+
+export interface NConstraint {
+  readonly name: string;
+  readonly op: Op;
+  /** The value's type; null for `exists`. */
+  readonly type: ValueType | null;
+  readonly value: Value | null;
+}
+
+export interface NArea {
+  readonly radiusM: number;
+  /** Fixed centre, or null when anchored to the owner's position. */
+  readonly center: LatLon | null;
+}
+
+export interface NFilter {
+  readonly constraints: readonly NConstraint[];
+  readonly area: NArea | null;
+}
+
+export interface NSubscription {
+  readonly id: string;
+  readonly owner: string;
+  readonly filters: readonly NFilter[];
+}
+
+export interface NEvent {
+  readonly id: string;
+  readonly lat: number;
+  readonly lon: number;
+  readonly radiusM: number;
+  readonly names: readonly string[];
+  readonly values: readonly Value[];
+}
+
+// ---- helpers ----
+
+export function utf8Bytes(s: string): number {
+  return Buffer.byteLength(s, 'utf8');
+}
+
+// String.prototype.isWellFormed is in Node 20 (V8 11.3); ES2024 typings are not in our lib.
+const isWellFormed = (s: string): boolean => (s as unknown as { isWellFormed(): boolean }).isWellFormed();
+
+function checkString(field: string, v: unknown, minBytes: number, maxBytes: number): string {
+  if (typeof v !== 'string') throw new ValidationError(field, `must be a string, got ${typeof v === 'object' ? show(v) : typeof v}`);
+  // UTF-16 length bounds the UTF-8 length within a factor of 3: reject huge strings before measuring.
+  if (v.length > maxBytes) throw new ValidationError(field, `must be at most ${maxBytes} UTF-8 bytes, got ${v.length > 3 * maxBytes ? 'more' : utf8Bytes(v)}`);
+  if (!isWellFormed(v)) throw new ValidationError(field, 'must be well-formed Unicode (no lone surrogates)');
+  const n = utf8Bytes(v);
+  if (n < minBytes) throw new ValidationError(field, `must be at least ${minBytes} UTF-8 byte${minBytes === 1 ? '' : 's'}, got ${n}`);
+  if (n > maxBytes) throw new ValidationError(field, `must be at most ${maxBytes} UTF-8 bytes, got ${n}`);
+  return v;
+}
+
+export function checkId(field: string, v: unknown, limits: Limits): string {
+  return checkString(field, v, 1, limits.maxIdBytes);
+}
+
+function checkFiniteIn(field: string, v: unknown, lo: number, hi: number, loOpen = false): number {
+  if (typeof v !== 'number') throw new ValidationError(field, `must be a number, got ${typeof v === 'object' ? show(v) : typeof v}`);
+  if (!Number.isFinite(v)) throw new ValidationError(field, `must be finite, got ${show(v)}`);
+  if (v < lo || v > hi || (loOpen && v === lo)) {
+    throw new ValidationError(field, `must be within ${loOpen ? '(' : '['}${lo}, ${hi}], got ${show(v)}`);
+  }
+  return v;
+}
+
+export function checkLat(field: string, v: unknown): number {
+  return checkFiniteIn(field, v, -90, 90);
+}
+
+export function checkLon(field: string, v: unknown): number {
+  return checkFiniteIn(field, v, -180, 180);
+}
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  if (v === null || typeof v !== 'object' || Array.isArray(v)) return false;
+  const proto = Object.getPrototypeOf(v);
+  return proto === Object.prototype || proto === null;
+}
+
+function checkObject(field: string, v: unknown): Record<string, unknown> {
+  if (!isPlainObject(v)) throw new ValidationError(field, `must be an object, got ${show(v)}`);
+  return v;
+}
+
+function checkArray(field: string, v: unknown, min: number, max: number, what: string): unknown[] {
+  if (!Array.isArray(v)) throw new ValidationError(field, `must be an array, got ${show(v)}`);
+  if (v.length < min) throw new ValidationError(field, `must have at least ${min} ${what}, got ${v.length}`);
+  if (v.length > max) throw new ValidationError(field, `must have at most ${max} ${what}, got ${v.length}`);
+  return v;
+}
+
+/** The type of a value, or throws naming `field`. Numbers must be finite. */
+export function checkValue(field: string, v: unknown, limits: Limits): { type: ValueType; value: Value } {
+  switch (typeof v) {
+    case 'number':
+      if (!Number.isFinite(v)) throw new ValidationError(field, `number must be finite, got ${show(v)}`);
+      return { type: 'number', value: v };
+    case 'boolean':
+      return { type: 'bool', value: v };
+    case 'string':
+      return { type: 'string', value: checkString(field, v, 0, limits.maxStringBytes) };
+    default:
+      throw new ValidationError(field, `must be a number, string or bool, got ${show(v)}`);
+  }
+}
+
+export function checkLatLon(field: string, v: unknown): LatLon {
+  const o = checkObject(field, v);
+  return { lat: checkLat(`${field}.lat`, o.lat), lon: checkLon(`${field}.lon`, o.lon) };
+}
+
+const OP_TYPES: Record<Op, readonly ValueType[]> = {
+  eq: ['number', 'bool', 'string'],
+  ne: ['number', 'bool', 'string'],
+  lt: ['number', 'bool'],
+  le: ['number', 'bool'],
+  gt: ['number', 'bool'],
+  ge: ['number', 'bool'],
+  prefix: ['string'],
+  suffix: ['string'],
+  contains: ['string'],
+  exists: [],
+};
+
+export function validateConstraint(field: string, c: unknown, limits: Limits): NConstraint {
+  const o = checkObject(field, c);
+  const name = checkString(`${field}.name`, o.name, 1, limits.maxNameBytes);
+  const op = o.op;
+  if (typeof op !== 'string' || !Object.prototype.hasOwnProperty.call(OP_TYPES, op)) {
+    throw new ValidationError(`${field}.op`, `must be one of ${Object.keys(OP_TYPES).join(', ')}, got ${show(op)}`);
+  }
+  const allowed = OP_TYPES[op as Op];
+  if (op === 'exists') {
+    if (o.value !== undefined && o.value !== null) throw new ValidationError(`${field}.value`, `must be absent for op exists, got ${show(o.value)}`);
+    return { name, op, type: null, value: null };
+  }
+  if (o.value === undefined || o.value === null) throw new ValidationError(`${field}.value`, `is required for op ${op}`);
+  const { type, value } = checkValue(`${field}.value`, o.value, limits);
+  if (!allowed.includes(type)) {
+    throw new ValidationError(`${field}.value`, `op ${op} takes a ${allowed.join(' or ')} value, got a ${type}`);
+  }
+  return { name, op: op as Op, type, value };
+}
+
+export function validateFilter(field: string, f: unknown, limits: Limits): NFilter {
+  const o = checkObject(field, f);
+  const cs = checkArray(`${field}.constraints`, o.constraints ?? [], 0, limits.maxConstraintsPerFilter, 'constraints');
+  const constraints = cs.map((c, i) => validateConstraint(`${field}.constraints[${i}]`, c, limits));
+  let area: NArea | null = null;
+  if (o.area !== undefined && o.area !== null) {
+    const a = checkObject(`${field}.area`, o.area);
+    const radiusM = checkFiniteIn(`${field}.area.radiusM`, a.radiusM, 0, limits.maxRadiusM, true);
+    const center = a.center === undefined || a.center === null ? null : checkLatLon(`${field}.area.center`, a.center);
+    area = { radiusM, center };
+  }
+  return { constraints, area };
+}
+
+/** Validates a whole subscription; throws on the first violation, naming its field. */
+export function validateSubscription(s: unknown, limits: Limits, field = 'subscription'): NSubscription {
+  const o = checkObject(field, s);
+  const id = checkId(`${field}.id`, o.id, limits);
+  const owner = checkId(`${field}.owner`, o.owner, limits);
+  const fs = checkArray(`${field}.filters`, o.filters, 1, limits.maxFiltersPerSubscription, 'filters');
+  const filters = fs.map((f, i) => validateFilter(`${field}.filters[${i}]`, f, limits));
+  return { id, owner, filters };
+}
+
+export function validateEvent(e: unknown, limits: Limits, field = 'event'): NEvent {
+  const o = checkObject(field, e);
+  const id = checkId(`${field}.id`, o.id, limits);
+  const lat = checkLat(`${field}.lat`, o.lat);
+  const lon = checkLon(`${field}.lon`, o.lon);
+  const radiusM = o.radiusM === undefined || o.radiusM === null ? 0 : checkFiniteIn(`${field}.radiusM`, o.radiusM, 0, limits.maxEventRadiusM);
+  const attrs = checkObject(`${field}.attributes`, o.attributes);
+  const names = Object.keys(attrs);
+  if (names.length > limits.maxAttributesPerEvent) {
+    throw new ValidationError(`${field}.attributes`, `must have at most ${limits.maxAttributesPerEvent} attributes, got ${names.length}`);
+  }
+  const values: Value[] = new Array(names.length);
+  for (let i = 0; i < names.length; i++) {
+    const name = names[i];
+    checkString(`${field}.attributes[${show(name)}]`, name, 1, limits.maxNameBytes);
+    values[i] = checkValue(`${field}.attributes[${show(name)}]`, attrs[name], limits).value;
+  }
+  return { id, lat, lon, radiusM: radiusM === 0 ? 0 : radiusM, names, values };
+}
+
+export interface NPosition {
+  readonly device: string;
+  readonly lat: number;
+  readonly lon: number;
+}
+
+export function validatePosition(device: unknown, lat: unknown, lon: unknown, limits: Limits, field = 'position'): NPosition {
+  return { device: checkId(`${field}.device`, device, limits), lat: checkLat(`${field}.lat`, lat), lon: checkLon(`${field}.lon`, lon) };
+}
+
+/** Validates a whole batch before any of it is applied. */
+export function validatePositions(updates: unknown, limits: Limits, field = 'positions'): NPosition[] {
+  if (!Array.isArray(updates)) throw new ValidationError(field, `must be an array, got ${show(updates)}`);
+  const out: NPosition[] = new Array(updates.length);
+  for (let i = 0; i < updates.length; i++) {
+    const o = checkObject(`${field}[${i}]`, updates[i]);
+    out[i] = validatePosition(o.device, o.lat, o.lon, limits, `${field}[${i}]`);
+  }
+  return out;
+}
+
+export type { Constraint, Event, Filter, Subscription };
