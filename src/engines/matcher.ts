@@ -31,6 +31,18 @@ export interface MatcherStats {
   extra?: Record<string, number | string | boolean>;
 }
 
+/**
+ * A device's position, resolved once for a caller that updates it often (a device's stream): each
+ * update then skips the id lookup. Valid until released; the device's slot is kept while open.
+ */
+export interface DeviceHandle {
+  readonly device: string;
+  /** Same as updatePosition(device, lat, lon). */
+  update(lat: number, lon: number): void;
+  /** Ends the handle; update() afterwards is an error. Idempotent. */
+  release(): void;
+}
+
 export interface Matcher {
   readonly name: string;
   readonly limits: Limits;
@@ -47,6 +59,8 @@ export interface Matcher {
   updatePosition(device: string, lat: number, lon: number): void;
   /** Applies a batch of positions in order; a bad entry rejects the whole batch. */
   updatePositions(updates: readonly PositionUpdate[]): void;
+  /** A handle for repeated updates of one device's position. */
+  openDevice(device: string): DeviceHandle;
   /** Forgets a device's position (its anchored filters match nothing until the next update). */
   removeDevice(device: string): boolean;
   /** Ids of the subscriptions matching the event, each once, in no particular order. */
@@ -112,6 +126,11 @@ export abstract class CpuMatcher implements Matcher {
     for (let i = 0; i < valid.length; i++) this.move(valid[i].device, valid[i].lat, valid[i].lon);
   }
 
+  openDevice(device: string): DeviceHandle {
+    const id = checkId('device', device, this.limits);
+    return new GenericDeviceHandle(this, id);
+  }
+
   removeDevice(device: string): boolean {
     return this.forget(checkId('device', device, this.limits));
   }
@@ -135,4 +154,19 @@ export abstract class CpuMatcher implements Matcher {
   }
 
   async close(): Promise<void> {}
+}
+
+/** The fallback handle: every update goes through the matcher's validating path. */
+class GenericDeviceHandle implements DeviceHandle {
+  private open = true;
+  constructor(private readonly matcher: Matcher, readonly device: string) {}
+
+  update(lat: number, lon: number): void {
+    if (!this.open) throw new AmbitError('NOT_FOUND', `device handle for ${show(this.device)} was released`, 'device');
+    this.matcher.updatePosition(this.device, lat, lon);
+  }
+
+  release(): void {
+    this.open = false;
+  }
 }

@@ -1,0 +1,939 @@
+/**
+ * The fast CPU engine: what Ambit runs without a GPU. It mirrors CLCB's struct-of-arrays layout
+ * (CLCB §4.2: FPos, SqDist, BF, FCount) in typed arrays and adds the indexing a CPU needs:
+ *
+ * - Position slots. Every anchored filter refers to its owner's slot, so a location update writes
+ *   the slot's coordinates once, whatever the number of filters (CLCB's "copy of 2 floats").
+ * - A multi-level grid over the unit sphere in 3-D (ECEF metres). Level L has cubic cells of side
+ *   s_L = minCell·2^L and holds the slots that own filters with radius in (s_L/2, s_L]. Cells in 3-D
+ *   have no antimeridian and no poles, and a move only touches the grid when the slot changes cell.
+ *   An event visits, per populated level, the cells within s_L + r_e of it (chord <= arc, so this is
+ *   a superset), then applies the Bloom test (CLCB S1a), the exact float64 haversine (S1b) and the
+ *   constraints.
+ * - Content-only filters (no area) use CCM's counting algorithm over per-name posting lists.
+ *
+ * Distances use the reference haversine, so this engine agrees with the reference exactly.
+ */
+import { EARTH_RADIUS_M, haversineM } from '../model/geo.js';
+import type { NArea, NConstraint, NEvent, NFilter, NSubscription } from '../model/limits.js';
+import type { Op } from '../model/types.js';
+import { AmbitError, show } from '../model/errors.js';
+import { checkLat, checkLon } from '../model/limits.js';
+import { CpuMatcher, type DeviceHandle, type MatcherOptions, type MatcherStats } from './matcher.js';
+
+export interface FastMatcherOptions extends MatcherOptions {
+  /** Cell side of the finest grid level, metres (>= 64: cell keys must fit in 53 bits). */
+  minCellM?: number;
+}
+
+const OP_CODE: Record<Op, number> = { eq: 0, ne: 1, lt: 2, le: 3, gt: 4, ge: 5, prefix: 6, suffix: 7, contains: 8, exists: 9 };
+const OP_NAME: Op[] = ['eq', 'ne', 'lt', 'le', 'gt', 'ge', 'prefix', 'suffix', 'contains', 'exists'];
+const T_NUM = 0;
+const T_STR = 1;
+const T_BOOL = 2;
+const T_ANY = 3; // exists
+
+const NONE = -1;
+const SLOT_DEVICE = 1;
+const SLOT_FIXED = 2;
+const MAX_LEVELS = 16;
+
+/** One grid level: cubic cells of side `size` metres, holding position slots. */
+interface Level {
+  readonly size: number;
+  readonly inv: number;
+  readonly off: number;
+  readonly k: number;
+  readonly cells: Map<number, number[]>;
+  /** Cell key of each slot at this level (NaN = not in this level's grid). */
+  cellOf: Float64Array;
+  /** Index of the slot inside its cell's array. */
+  idx: Int32Array;
+  /** Number of the slot's filters that live at this level. */
+  count: Uint16Array;
+}
+
+function growF64(a: Float64Array, n: number, fill = 0): Float64Array<ArrayBuffer> {
+  const b = new Float64Array(n);
+  b.set(a);
+  if (fill !== 0) b.fill(fill, a.length);
+  return b;
+}
+function growI32(a: Int32Array, n: number, fill = 0): Int32Array<ArrayBuffer> {
+  const b = new Int32Array(n);
+  b.set(a);
+  if (fill !== 0) b.fill(fill, a.length);
+  return b;
+}
+function growU32(a: Uint32Array, n: number): Uint32Array<ArrayBuffer> {
+  const b = new Uint32Array(n);
+  b.set(a);
+  return b;
+}
+function growU16(a: Uint16Array, n: number): Uint16Array<ArrayBuffer> {
+  const b = new Uint16Array(n);
+  b.set(a);
+  return b;
+}
+function growU8(a: Uint8Array, n: number): Uint8Array<ArrayBuffer> {
+  const b = new Uint8Array(n);
+  b.set(a);
+  return b;
+}
+
+/** Bloom bit of an interned name id (64-bit filter, one hash: a pre-filter only, CLCB §4.2). */
+function bloomBit(id: number): number {
+  return Math.imul(id + 1, 0x9e3779b1) >>> 26;
+}
+
+export class FastMatcher extends CpuMatcher {
+  readonly name = 'fast';
+  private readonly minCell: number;
+
+  // ---- names (interned, ref-counted so unused ids are recycled) ----
+  private readonly nameIds = new Map<string, number>();
+  private nameOf: string[] = [];
+  private nameRefs = new Int32Array(64);
+  private readonly nameFree: number[] = [];
+  /** Posting lists of content-only filters' constraints, per name id (CCM's Constraints table). */
+  private postings: number[][] = [];
+
+  // ---- subscriptions ----
+  private readonly subIndex = new Map<string, number>();
+  private subId: (string | null)[] = [];
+  private subOwner: (string | null)[] = [];
+  private subHead = new Int32Array(1024).fill(NONE);
+  private subStamp = new Uint32Array(1024);
+  private readonly subFree: number[] = [];
+  private subTop = 0;
+
+  // ---- filters (struct of arrays) ----
+  private fCap = 1024;
+  private fTop = 0;
+  private readonly fFree: number[] = [];
+  private fSub = new Int32Array(this.fCap);
+  private fNextInSub = new Int32Array(this.fCap);
+  private fSlot = new Int32Array(this.fCap); // NONE = content-only
+  private fRadius = new Float64Array(this.fCap);
+  private fLevel = new Uint8Array(this.fCap);
+  private fBloomLo = new Uint32Array(this.fCap);
+  private fBloomHi = new Uint32Array(this.fCap);
+  private fCStart = new Int32Array(this.fCap);
+  private fCCount = new Uint16Array(this.fCap);
+  private fNext = new Int32Array(this.fCap); // doubly linked list of a slot's filters
+  private fPrev = new Int32Array(this.fCap);
+  private fCounter = new Uint16Array(this.fCap); // counting algorithm, content-only filters
+  private fAlwaysPos = new Int32Array(this.fCap); // index in `always`, or NONE
+  /** Content-only filters without constraints: they match every event. */
+  private readonly always: number[] = [];
+
+  // ---- constraints (pooled in power-of-two blocks) ----
+  private cCap = 4096;
+  private cTop = 0;
+  private readonly cFree = new Map<number, number[]>();
+  private cName = new Int32Array(this.cCap);
+  private cOp = new Uint8Array(this.cCap);
+  private cType = new Uint8Array(this.cCap);
+  private cNum = new Float64Array(this.cCap);
+  private cStr: (string | null)[] = [];
+  private cFilter = new Int32Array(this.cCap);
+  private cPostingPos = new Int32Array(this.cCap);
+
+  // ---- position slots ----
+  private sCap = 1024;
+  private sTop = 0;
+  private readonly sFree: number[] = [];
+  private readonly deviceSlot = new Map<string, number>();
+  private sDevice: (string | null)[] = [];
+  private sKind = new Uint8Array(this.sCap);
+  private sHasPos = new Uint8Array(this.sCap);
+  private sDirty = new Uint8Array(this.sCap);
+  /** Slots moved since the last match (each once: sDirty). */
+  private readonly dirty: number[] = [];
+  private sLat = new Float64Array(this.sCap);
+  private sLon = new Float64Array(this.sCap);
+  private sXYZ = new Float64Array(3 * this.sCap);
+  private sHead = new Int32Array(this.sCap).fill(NONE);
+  private sFilters = new Int32Array(this.sCap);
+  private sPins = new Uint16Array(this.sCap); // open DeviceHandles keep a device's slot
+  private sLevels = new Uint16Array(this.sCap); // bit L set: the slot has filters at level L
+  private positioned = 0;
+
+  private readonly levels: (Level | null)[] = new Array(MAX_LEVELS).fill(null);
+
+  // ---- per-event scratch ----
+  private stamp = 0;
+  private attrStamp = new Uint32Array(64);
+  private attrIndex = new Int32Array(64);
+  private eType = new Uint8Array(64);
+  private eNum = new Float64Array(64);
+  private eStr: string[] = [];
+  private readonly touched: number[] = [];
+  private constraintsTotal = 0;
+  private filtersTotal = 0;
+
+  constructor(options: FastMatcherOptions = {}) {
+    super(options);
+    const minCell = options.minCellM ?? 64;
+    if (!Number.isFinite(minCell) || minCell < 64 || minCell > 1_000_000) {
+      throw new RangeError(`fast: minCellM must be in [64, 1000000] m, got ${minCell}`);
+    }
+    this.minCell = minCell;
+    const a = Math.max(this.limits.maxAttributesPerEvent, 1);
+    this.eType = new Uint8Array(a);
+    this.eNum = new Float64Array(a);
+  }
+
+  // =============================== names ===============================
+
+  private intern(name: string): number {
+    let id = this.nameIds.get(name);
+    if (id === undefined) {
+      id = this.nameFree.length > 0 ? this.nameFree.pop()! : this.nameOf.length;
+      this.nameIds.set(name, id);
+      this.nameOf[id] = name;
+      if (id >= this.nameRefs.length) {
+        const n = Math.max(id + 1, this.nameRefs.length * 2);
+        this.nameRefs = growI32(this.nameRefs, n);
+        this.attrStamp = growU32(this.attrStamp, n);
+        this.attrIndex = growI32(this.attrIndex, n);
+      }
+      this.postings[id] = [];
+      this.nameRefs[id] = 0;
+    }
+    this.nameRefs[id]++;
+    return id;
+  }
+
+  private release(id: number): void {
+    if (--this.nameRefs[id] === 0) {
+      this.nameIds.delete(this.nameOf[id]);
+      this.postings[id] = [];
+      this.nameFree.push(id);
+    }
+  }
+
+  // =============================== levels ===============================
+
+  private levelFor(radius: number): number {
+    let l = 0;
+    let s = this.minCell;
+    while (s < radius && l < MAX_LEVELS - 1) {
+      s *= 2;
+      l++;
+    }
+    return l;
+  }
+
+  private level(l: number): Level {
+    let lv = this.levels[l];
+    if (lv === null) {
+      const size = this.minCell * 2 ** l;
+      const off = Math.ceil(EARTH_RADIUS_M / size) + 2;
+      const k = 2 * off + 1;
+      // Cell keys ix·k² + iy·k + iz must stay exact integers in a float64.
+      if (k * k * k >= 2 ** 53) throw new Error(`fast: grid level ${l} (${size} m) has too many cells for 53-bit keys`);
+      lv = {
+        size,
+        inv: 1 / size,
+        off,
+        k,
+        cells: new Map(),
+        cellOf: new Float64Array(this.sCap).fill(NaN),
+        idx: new Int32Array(this.sCap),
+        count: new Uint16Array(this.sCap),
+      };
+      this.levels[l] = lv;
+    }
+    return lv;
+  }
+
+  private cellKey(lv: Level, s: number): number {
+    const o = 3 * s;
+    const ix = Math.floor(this.sXYZ[o] * lv.inv) + lv.off;
+    const iy = Math.floor(this.sXYZ[o + 1] * lv.inv) + lv.off;
+    const iz = Math.floor(this.sXYZ[o + 2] * lv.inv) + lv.off;
+    return (ix * lv.k + iy) * lv.k + iz;
+  }
+
+  private gridInsert(lv: Level, s: number, key: number): void {
+    let cell = lv.cells.get(key);
+    if (cell === undefined) {
+      cell = [];
+      lv.cells.set(key, cell);
+    }
+    lv.cellOf[s] = key;
+    lv.idx[s] = cell.length;
+    cell.push(s);
+  }
+
+  private gridRemove(lv: Level, s: number): void {
+    const key = lv.cellOf[s];
+    const cell = lv.cells.get(key)!;
+    const i = lv.idx[s];
+    const last = cell.pop()!;
+    if (last !== s) {
+      cell[i] = last;
+      lv.idx[last] = i;
+    }
+    if (cell.length === 0) lv.cells.delete(key);
+    lv.cellOf[s] = NaN;
+  }
+
+  // =============================== slots ===============================
+
+  private growSlots(): void {
+    const n = this.sCap * 2;
+    this.sKind = growU8(this.sKind, n);
+    this.sHasPos = growU8(this.sHasPos, n);
+    this.sDirty = growU8(this.sDirty, n);
+    this.sLat = growF64(this.sLat, n);
+    this.sLon = growF64(this.sLon, n);
+    this.sXYZ = growF64(this.sXYZ, 3 * n);
+    this.sHead = growI32(this.sHead, n, NONE);
+    this.sFilters = growI32(this.sFilters, n);
+    this.sPins = growU16(this.sPins, n);
+    this.sLevels = growU16(this.sLevels, n);
+    for (const lv of this.levels) {
+      if (lv === null) continue;
+      lv.cellOf = growF64(lv.cellOf, n, NaN);
+      lv.idx = growI32(lv.idx, n);
+      lv.count = growU16(lv.count, n);
+    }
+    this.sCap = n;
+  }
+
+  private newSlot(kind: number, device: string | null): number {
+    let s: number;
+    if (this.sFree.length > 0) s = this.sFree.pop()!;
+    else {
+      if (this.sTop === this.sCap) this.growSlots();
+      s = this.sTop++;
+    }
+    this.sKind[s] = kind;
+    this.sDevice[s] = device;
+    this.sHasPos[s] = 0;
+    this.sHead[s] = NONE;
+    this.sFilters[s] = 0;
+    this.sPins[s] = 0;
+    this.sLevels[s] = 0;
+    if (device !== null) this.deviceSlot.set(device, s);
+    return s;
+  }
+
+  private freeSlotIfUnused(s: number): void {
+    if (this.sFilters[s] !== 0 || this.sPins[s] !== 0 || (this.sKind[s] === SLOT_DEVICE && this.sHasPos[s] === 1)) return;
+    const d = this.sDevice[s];
+    if (d !== null) this.deviceSlot.delete(d);
+    this.sDevice[s] = null;
+    this.sKind[s] = 0;
+    this.sHasPos[s] = 0;
+    this.sFree.push(s);
+  }
+
+  /**
+   * Writes a slot's position: the whole cost of a location update (CLCB's two-float write). The
+   * grid is brought up to date lazily, by `flush()` before the next match, so a device that moves
+   * many times between events is re-filed once.
+   */
+  private place(s: number, lat: number, lon: number): void {
+    this.sLat[s] = lat;
+    this.sLon[s] = lon;
+    if (this.sHasPos[s] === 0) {
+      this.sHasPos[s] = 1;
+      if (this.sKind[s] === SLOT_DEVICE) this.positioned++;
+    }
+    if (this.sDirty[s] === 0) {
+      this.sDirty[s] = 1;
+      this.dirty.push(s);
+    }
+  }
+
+  /** Recomputes a moved slot's 3-D point and moves it between cells where its cell changed. */
+  private sync(s: number): void {
+    this.sDirty[s] = 0;
+    if (this.sHasPos[s] === 0) return; // forgotten since it moved; unplace() left the grid already
+    const phi = (this.sLat[s] * Math.PI) / 180;
+    const lam = (this.sLon[s] * Math.PI) / 180;
+    const c = Math.cos(phi) * EARTH_RADIUS_M;
+    const o = 3 * s;
+    this.sXYZ[o] = c * Math.cos(lam);
+    this.sXYZ[o + 1] = c * Math.sin(lam);
+    this.sXYZ[o + 2] = Math.sin(phi) * EARTH_RADIUS_M;
+    let mask = this.sLevels[s];
+    while (mask !== 0) {
+      const l = 31 - Math.clz32(mask);
+      mask &= ~(1 << l);
+      const lv = this.levels[l]!;
+      const key = this.cellKey(lv, s);
+      const cur = lv.cellOf[s];
+      if (cur === key) continue;
+      if (cur === cur) this.gridRemove(lv, s); // not NaN: filed elsewhere
+      this.gridInsert(lv, s, key);
+    }
+  }
+
+  /** Files every slot moved since the last match. */
+  private flush(): void {
+    const dirty = this.dirty;
+    for (let i = 0; i < dirty.length; i++) this.sync(dirty[i]);
+    dirty.length = 0;
+  }
+
+  private unplace(s: number): void {
+    if (this.sHasPos[s] === 0) return;
+    let mask = this.sLevels[s];
+    while (mask !== 0) {
+      const l = 31 - Math.clz32(mask);
+      mask &= ~(1 << l);
+      const lv = this.levels[l]!;
+      if (lv.cellOf[s] === lv.cellOf[s]) this.gridRemove(lv, s);
+    }
+    this.sHasPos[s] = 0;
+    if (this.sKind[s] === SLOT_DEVICE) this.positioned--;
+  }
+
+  private attach(f: number, s: number, l: number): void {
+    const head = this.sHead[s];
+    this.fNext[f] = head;
+    this.fPrev[f] = NONE;
+    if (head !== NONE) this.fPrev[head] = f;
+    this.sHead[s] = f;
+    this.sFilters[s]++;
+    const lv = this.level(l);
+    if (lv.count[s]++ === 0) {
+      this.sLevels[s] |= 1 << l;
+      // A moved slot is filed by the next flush; a settled one has a valid 3-D point now.
+      if (this.sHasPos[s] === 1 && this.sDirty[s] === 0) this.gridInsert(lv, s, this.cellKey(lv, s));
+    }
+  }
+
+  private detach(f: number): void {
+    const s = this.fSlot[f];
+    const next = this.fNext[f];
+    const prev = this.fPrev[f];
+    if (prev !== NONE) this.fNext[prev] = next;
+    else this.sHead[s] = next;
+    if (next !== NONE) this.fPrev[next] = prev;
+    this.sFilters[s]--;
+    const l = this.fLevel[f];
+    const lv = this.levels[l]!;
+    if (--lv.count[s] === 0) {
+      this.sLevels[s] &= ~(1 << l);
+      if (lv.cellOf[s] === lv.cellOf[s]) this.gridRemove(lv, s);
+    }
+    this.freeSlotIfUnused(s);
+  }
+
+  // =============================== constraints ===============================
+
+  private static blockSize(n: number): number {
+    let b = 1;
+    while (b < n) b *= 2;
+    return b;
+  }
+
+  private allocConstraints(n: number): number {
+    if (n === 0) return 0;
+    const b = FastMatcher.blockSize(n);
+    const free = this.cFree.get(b);
+    if (free !== undefined && free.length > 0) return free.pop()!;
+    while (this.cTop + b > this.cCap) {
+      const m = this.cCap * 2;
+      this.cName = growI32(this.cName, m);
+      this.cOp = growU8(this.cOp, m);
+      this.cType = growU8(this.cType, m);
+      this.cNum = growF64(this.cNum, m);
+      this.cFilter = growI32(this.cFilter, m);
+      this.cPostingPos = growI32(this.cPostingPos, m);
+      this.cCap = m;
+    }
+    const start = this.cTop;
+    this.cTop += b;
+    return start;
+  }
+
+  private freeConstraints(start: number, n: number): void {
+    if (n === 0) return;
+    const b = FastMatcher.blockSize(n);
+    for (let i = start; i < start + n; i++) this.cStr[i] = null;
+    let free = this.cFree.get(b);
+    if (free === undefined) this.cFree.set(b, (free = []));
+    free.push(start);
+  }
+
+  // =============================== filters ===============================
+
+  private growFilters(): void {
+    const n = this.fCap * 2;
+    this.fSub = growI32(this.fSub, n);
+    this.fNextInSub = growI32(this.fNextInSub, n);
+    this.fSlot = growI32(this.fSlot, n);
+    this.fRadius = growF64(this.fRadius, n);
+    this.fLevel = growU8(this.fLevel, n);
+    this.fBloomLo = growU32(this.fBloomLo, n);
+    this.fBloomHi = growU32(this.fBloomHi, n);
+    this.fCStart = growI32(this.fCStart, n);
+    this.fCCount = growU16(this.fCCount, n);
+    this.fNext = growI32(this.fNext, n);
+    this.fPrev = growI32(this.fPrev, n);
+    this.fCounter = growU16(this.fCounter, n);
+    this.fAlwaysPos = growI32(this.fAlwaysPos, n);
+    this.fCap = n;
+  }
+
+  private addFilter(si: number, owner: string, flt: NFilter): number {
+    let f: number;
+    if (this.fFree.length > 0) f = this.fFree.pop()!;
+    else {
+      if (this.fTop === this.fCap) this.growFilters();
+      f = this.fTop++;
+    }
+    this.fSub[f] = si;
+    this.fAlwaysPos[f] = NONE;
+    const n = flt.constraints.length;
+    const start = this.allocConstraints(n);
+    this.fCStart[f] = start;
+    this.fCCount[f] = n;
+    let lo = 0;
+    let hi = 0;
+    for (let i = 0; i < n; i++) {
+      const c = flt.constraints[i];
+      const ci = start + i;
+      const id = this.intern(c.name);
+      this.cName[ci] = id;
+      this.cOp[ci] = OP_CODE[c.op];
+      this.cFilter[ci] = f;
+      const bit = bloomBit(id);
+      if (bit < 32) lo |= 1 << bit;
+      else hi |= 1 << (bit - 32);
+      if (c.type === null) {
+        this.cType[ci] = T_ANY;
+      } else if (c.type === 'string') {
+        this.cType[ci] = T_STR;
+        this.cStr[ci] = c.value as string;
+      } else {
+        this.cType[ci] = c.type === 'number' ? T_NUM : T_BOOL;
+        this.cNum[ci] = c.type === 'number' ? (c.value as number) : c.value ? 1 : 0;
+      }
+    }
+    this.fBloomLo[f] = lo >>> 0;
+    this.fBloomHi[f] = hi >>> 0;
+    this.constraintsTotal += n;
+    this.filtersTotal++;
+
+    const area = flt.area;
+    if (area === null) {
+      this.fSlot[f] = NONE;
+      this.fRadius[f] = 0;
+      if (n === 0) {
+        this.fAlwaysPos[f] = this.always.length;
+        this.always.push(f);
+      } else {
+        for (let i = 0; i < n; i++) {
+          const ci = start + i;
+          const list = this.postings[this.cName[ci]];
+          this.cPostingPos[ci] = list.length;
+          list.push(ci);
+        }
+      }
+      return f;
+    }
+    let s: number;
+    if (area.center !== null) {
+      s = this.newSlot(SLOT_FIXED, null);
+      this.place(s, area.center.lat, area.center.lon);
+      this.sync(s);
+    } else {
+      const existing = this.deviceSlot.get(owner);
+      s = existing ?? this.newSlot(SLOT_DEVICE, owner);
+    }
+    const l = this.levelFor(area.radiusM);
+    this.fSlot[f] = s;
+    this.fRadius[f] = area.radiusM;
+    this.fLevel[f] = l;
+    this.attach(f, s, l);
+    return f;
+  }
+
+  private removeFilter(f: number): void {
+    const n = this.fCCount[f];
+    const start = this.fCStart[f];
+    if (this.fSlot[f] === NONE) {
+      if (n === 0) {
+        const i = this.fAlwaysPos[f];
+        const last = this.always.pop()!;
+        if (last !== f) {
+          this.always[i] = last;
+          this.fAlwaysPos[last] = i;
+        }
+      } else {
+        for (let k = 0; k < n; k++) {
+          const ci = start + k;
+          const list = this.postings[this.cName[ci]];
+          const i = this.cPostingPos[ci];
+          const last = list.pop()!;
+          if (last !== ci) {
+            list[i] = last;
+            this.cPostingPos[last] = i;
+          }
+        }
+      }
+    } else {
+      this.detach(f);
+    }
+    for (let k = 0; k < n; k++) this.release(this.cName[start + k]);
+    this.freeConstraints(start, n);
+    this.constraintsTotal -= n;
+    this.filtersTotal--;
+    this.fSlot[f] = NONE;
+    this.fFree.push(f);
+  }
+
+  // =============================== Matcher ===============================
+
+  protected insert(sub: NSubscription): void {
+    let si: number;
+    if (this.subFree.length > 0) si = this.subFree.pop()!;
+    else {
+      si = this.subTop++;
+      if (si >= this.subHead.length) {
+        this.subHead = growI32(this.subHead, this.subHead.length * 2, NONE);
+        this.subStamp = growU32(this.subStamp, this.subStamp.length * 2);
+      }
+    }
+    this.subIndex.set(sub.id, si);
+    this.subId[si] = sub.id;
+    this.subOwner[si] = sub.owner;
+    let head = NONE;
+    // Insert in reverse so the list keeps the subscription's filter order.
+    for (let i = sub.filters.length - 1; i >= 0; i--) {
+      const f = this.addFilter(si, sub.owner, sub.filters[i]);
+      this.fNextInSub[f] = head;
+      head = f;
+    }
+    this.subHead[si] = head;
+  }
+
+  protected delete(id: string): boolean {
+    const si = this.subIndex.get(id);
+    if (si === undefined) return false;
+    let f = this.subHead[si];
+    while (f !== NONE) {
+      const next = this.fNextInSub[f];
+      this.removeFilter(f);
+      f = next;
+    }
+    this.subIndex.delete(id);
+    this.subHead[si] = NONE;
+    this.subId[si] = null;
+    this.subOwner[si] = null;
+    this.subFree.push(si);
+    return true;
+  }
+
+  protected move(device: string, lat: number, lon: number): void {
+    const s = this.deviceSlot.get(device) ?? this.newSlot(SLOT_DEVICE, device);
+    this.place(s, lat, lon);
+  }
+
+  protected forget(device: string): boolean {
+    const s = this.deviceSlot.get(device);
+    if (s === undefined || this.sHasPos[s] === 0) return false;
+    this.unplace(s);
+    this.freeSlotIfUnused(s);
+    return true;
+  }
+
+  protected knows(device: string): boolean {
+    return this.deviceSlot.has(device);
+  }
+
+  has(id: string): boolean {
+    return this.subIndex.has(id);
+  }
+
+  /** Rebuilds the normalised subscription from the arrays (nothing else is retained). */
+  get(id: string): NSubscription | undefined {
+    const si = this.subIndex.get(id);
+    if (si === undefined) return undefined;
+    const filters: NFilter[] = [];
+    for (let f = this.subHead[si]; f !== NONE; f = this.fNextInSub[f]) {
+      const constraints: NConstraint[] = [];
+      for (let ci = this.fCStart[f], end = ci + this.fCCount[f]; ci < end; ci++) {
+        const t = this.cType[ci];
+        constraints.push({
+          name: this.nameOf[this.cName[ci]],
+          op: OP_NAME[this.cOp[ci]],
+          type: t === T_ANY ? null : t === T_STR ? 'string' : t === T_NUM ? 'number' : 'bool',
+          value: t === T_ANY ? null : t === T_STR ? this.cStr[ci]! : t === T_NUM ? this.cNum[ci] : this.cNum[ci] === 1,
+        });
+      }
+      const s = this.fSlot[f];
+      let area: NArea | null = null;
+      if (s !== NONE) {
+        area = {
+          radiusM: this.fRadius[f],
+          center: this.sKind[s] === SLOT_FIXED ? { lat: this.sLat[s], lon: this.sLon[s] } : null,
+        };
+      }
+      filters.push({ constraints, area });
+    }
+    return { id, owner: this.subOwner[si]!, filters };
+  }
+
+  override updatePosition(device: string, lat: number, lon: number): void {
+    // Hot path: a known device and in-range coordinates (NaN fails the comparisons) cost one map
+    // lookup and two writes; anything else takes the validating path for its exact error.
+    const s = typeof device === 'string' ? this.deviceSlot.get(device) : undefined;
+    if (s !== undefined && lat >= -90 && lat <= 90 && lon >= -180 && lon <= 180 && typeof lat === 'number' && typeof lon === 'number') {
+      this.place(s, lat, lon);
+      return;
+    }
+    super.updatePosition(device, lat, lon);
+  }
+
+  override openDevice(device: string): DeviceHandle {
+    super.openDevice(device); // validates the id
+    const s = this.deviceSlot.get(device) ?? this.newSlot(SLOT_DEVICE, device);
+    if (this.sPins[s] === 0xffff) throw new AmbitError('RESOURCE_EXHAUSTED', `too many open handles for device ${show(device)}`, 'device');
+    this.sPins[s]++;
+    return new FastDeviceHandle(this, device, s);
+  }
+
+  /** @internal FastDeviceHandle's write: coordinates already validated. */
+  placeSlot(s: number, lat: number, lon: number): void {
+    this.place(s, lat, lon);
+  }
+
+  /** @internal */
+  unpin(s: number): void {
+    this.sPins[s]--;
+    this.freeSlotIfUnused(s);
+  }
+
+  matchValid(e: NEvent): string[] {
+    this.flush();
+    // Stamps make per-event resets O(touched) (the role of CLCB's FCount reset in Loc).
+    const stamp = this.nextStamp();
+    let lo = 0;
+    let hi = 0;
+    const nAttr = e.names.length;
+    for (let i = 0; i < nAttr; i++) {
+      const id = this.nameIds.get(e.names[i]);
+      if (id === undefined) continue; // no constraint uses this name
+      this.attrStamp[id] = stamp;
+      this.attrIndex[id] = i;
+      const bit = bloomBit(id);
+      if (bit < 32) lo |= 1 << bit;
+      else hi |= 1 << (bit - 32);
+      const v = e.values[i];
+      if (typeof v === 'number') {
+        this.eType[i] = T_NUM;
+        this.eNum[i] = v;
+      } else if (typeof v === 'string') {
+        this.eType[i] = T_STR;
+        this.eStr[i] = v;
+      } else {
+        this.eType[i] = T_BOOL;
+        this.eNum[i] = v ? 1 : 0;
+      }
+    }
+    const notLo = ~lo;
+    const notHi = ~hi;
+    const out: string[] = [];
+
+    // Content-only filters without constraints match everything.
+    for (let i = 0; i < this.always.length; i++) this.hit(this.fSub[this.always[i]], stamp, out);
+
+    // Content-only filters: CCM counting over the event's names.
+    const touched = this.touched;
+    for (let i = 0; i < nAttr; i++) {
+      const id = this.nameIds.get(e.names[i]);
+      if (id === undefined) continue;
+      const list = this.postings[id];
+      for (let j = 0; j < list.length; j++) {
+        const ci = list[j];
+        if (!this.sat(ci, i)) continue;
+        const f = this.cFilter[ci];
+        const cnt = this.fCounter[f];
+        if (cnt === 0) touched.push(f);
+        this.fCounter[f] = cnt + 1;
+        if (cnt + 1 === this.fCCount[f]) this.hit(this.fSub[f], stamp, out);
+      }
+    }
+    for (let i = 0; i < touched.length; i++) this.fCounter[touched[i]] = 0;
+    touched.length = 0;
+
+    // Filters with an area: grid candidates, then Bloom, distance and constraints.
+    const phi = (e.lat * Math.PI) / 180;
+    const lam = (e.lon * Math.PI) / 180;
+    const c = Math.cos(phi) * EARTH_RADIUS_M;
+    const ex = c * Math.cos(lam);
+    const ey = c * Math.sin(lam);
+    const ez = Math.sin(phi) * EARTH_RADIUS_M;
+    for (let l = 0; l < MAX_LEVELS; l++) {
+      const lv = this.levels[l];
+      if (lv === null || lv.cells.size === 0) continue;
+      // Any filter here has r <= size, so candidates lie within size + r_e (chord <= arc).
+      const h = (lv.size + e.radiusM) * (1 + 1e-9) + 1e-3;
+      const x0 = Math.floor((ex - h) * lv.inv);
+      const x1 = Math.floor((ex + h) * lv.inv);
+      const y0 = Math.floor((ey - h) * lv.inv);
+      const y1 = Math.floor((ey + h) * lv.inv);
+      const z0 = Math.floor((ez - h) * lv.inv);
+      const z1 = Math.floor((ez + h) * lv.inv);
+      const nCells = (x1 - x0 + 1) * (y1 - y0 + 1) * (z1 - z0 + 1);
+      if (nCells > lv.cells.size) {
+        // The query box holds more cells than the level has: walk the level instead.
+        for (const cell of lv.cells.values()) this.scanCell(cell, l, e, notLo, notHi, stamp, out);
+        continue;
+      }
+      const k = lv.k;
+      const off = lv.off;
+      for (let ix = x0; ix <= x1; ix++) {
+        for (let iy = y0; iy <= y1; iy++) {
+          const base = ((ix + off) * k + (iy + off)) * k + off;
+          for (let iz = z0; iz <= z1; iz++) {
+            const cell = lv.cells.get(base + iz);
+            if (cell !== undefined) this.scanCell(cell, l, e, notLo, notHi, stamp, out);
+          }
+        }
+      }
+    }
+    return out;
+  }
+
+  private scanCell(cell: number[], l: number, e: NEvent, notLo: number, notHi: number, stamp: number, out: string[]): void {
+    for (let j = 0; j < cell.length; j++) {
+      const s = cell[j];
+      let d = -1;
+      for (let f = this.sHead[s]; f !== NONE; f = this.fNext[f]) {
+        if (this.fLevel[f] !== l) continue;
+        // S1a: names of the filter ⊆ names of the event (Bloom inclusion).
+        if ((this.fBloomLo[f] & notLo) !== 0 || (this.fBloomHi[f] & notHi) !== 0) continue;
+        const si = this.fSub[f];
+        if (this.subStamp[si] === stamp) continue; // subscription already matched
+        // S1b: exact float64 great-circle distance, computed once per slot.
+        if (d < 0) d = haversineM(this.sLat[s], this.sLon[s], e.lat, e.lon);
+        if (!(d <= this.fRadius[f] + e.radiusM)) continue;
+        if (this.contentOk(f)) this.hit(si, stamp, out);
+      }
+    }
+  }
+
+  private contentOk(f: number): boolean {
+    const stamp = this.stamp;
+    for (let ci = this.fCStart[f], end = ci + this.fCCount[f]; ci < end; ci++) {
+      const id = this.cName[ci];
+      if (this.attrStamp[id] !== stamp) return false;
+      if (!this.sat(ci, this.attrIndex[id])) return false;
+    }
+    return true;
+  }
+
+  /** Constraint `ci` against event attribute `i` (docs/semantics.md). */
+  private sat(ci: number, i: number): boolean {
+    const t = this.cType[ci];
+    if (t === T_ANY) return true;
+    if (this.eType[i] !== t) return false;
+    const op = this.cOp[ci];
+    if (t === T_STR) {
+      const a = this.eStr[i];
+      const c = this.cStr[ci]!;
+      switch (op) {
+        case 0: return a === c;
+        case 1: return a !== c;
+        case 6: return a.startsWith(c);
+        case 7: return a.endsWith(c);
+        case 8: return a.includes(c);
+        default: return false;
+      }
+    }
+    const a = this.eNum[i];
+    const c = this.cNum[ci];
+    switch (op) {
+      case 0: return a === c;
+      case 1: return a !== c;
+      case 2: return a < c;
+      case 3: return a <= c;
+      case 4: return a > c;
+      case 5: return a >= c;
+      default: return false;
+    }
+  }
+
+  private hit(si: number, stamp: number, out: string[]): void {
+    if (this.subStamp[si] === stamp) return;
+    this.subStamp[si] = stamp;
+    out.push(this.subId[si]!);
+  }
+
+  private nextStamp(): number {
+    if (++this.stamp === 0xffffffff) {
+      this.stamp = 1;
+      this.subStamp.fill(0);
+      this.attrStamp.fill(0);
+    }
+    return this.stamp;
+  }
+
+  stats(): MatcherStats {
+    let cells = 0;
+    let cellEntries = 0;
+    let levels = 0;
+    let levelBytes = 0;
+    for (const lv of this.levels) {
+      if (lv === null) continue;
+      levels++;
+      cells += lv.cells.size;
+      for (const c of lv.cells.values()) cellEntries += c.length;
+      levelBytes += lv.cellOf.byteLength + lv.idx.byteLength + lv.count.byteLength;
+    }
+    const typed =
+      this.fSub.byteLength + this.fNextInSub.byteLength + this.fSlot.byteLength + this.fRadius.byteLength +
+      this.fLevel.byteLength + this.fBloomLo.byteLength + this.fBloomHi.byteLength + this.fCStart.byteLength +
+      this.fCCount.byteLength + this.fNext.byteLength + this.fPrev.byteLength + this.fCounter.byteLength +
+      this.fAlwaysPos.byteLength + this.cName.byteLength + this.cOp.byteLength + this.cType.byteLength +
+      this.cNum.byteLength + this.cFilter.byteLength + this.cPostingPos.byteLength + this.sKind.byteLength +
+      this.sHasPos.byteLength + this.sDirty.byteLength + this.sLat.byteLength + this.sLon.byteLength + this.sXYZ.byteLength +
+      this.sHead.byteLength + this.sFilters.byteLength + this.sPins.byteLength + this.sLevels.byteLength + this.subHead.byteLength +
+      this.subStamp.byteLength + levelBytes;
+    // Maps and arrays of references: ~ 8 bytes a slot plus ~ 60 bytes per map entry (V8 estimates).
+    const refs = 8 * (this.cStr.length + this.subId.length + this.subOwner.length + this.sDevice.length) +
+      60 * (this.subIndex.size + this.deviceSlot.size + cells) + 8 * cellEntries;
+    return {
+      engine: this.name,
+      subscriptions: this.subIndex.size,
+      filters: this.filtersTotal,
+      constraints: this.constraintsTotal,
+      devices: this.positioned,
+      memoryBytes: typed + refs,
+      extra: { gridLevels: levels, gridCells: cells, gridEntries: cellEntries, names: this.nameIds.size, contentOnlyAlways: this.always.length, pendingMoves: this.dirty.length },
+    };
+  }
+}
+
+
+/** A device's slot, pinned while the handle is open: an update is two writes and a dirty mark. */
+class FastDeviceHandle implements DeviceHandle {
+  private slot: number;
+  constructor(private readonly engine: FastMatcher, readonly device: string, slot: number) {
+    this.slot = slot;
+  }
+
+  update(lat: number, lon: number): void {
+    if (this.slot < 0) throw new AmbitError('NOT_FOUND', `device handle for ${show(this.device)} was released`, 'device');
+    if (!(lat >= -90 && lat <= 90 && lon >= -180 && lon <= 180 && typeof lat === 'number' && typeof lon === 'number')) {
+      checkLat('lat', lat);
+      checkLon('lon', lon);
+    }
+    this.engine.placeSlot(this.slot, lat, lon);
+  }
+
+  release(): void {
+    if (this.slot < 0) return;
+    this.engine.unpin(this.slot);
+    this.slot = -1;
+  }
+}
