@@ -1,0 +1,343 @@
+/**
+ * The CPU benchmark: the registered engines on seeded workloads shaped like CLCB's evaluation (§5).
+ *
+ *   default  Table 1 scenario: load, per-event latency, throughput, location updates, memory
+ *   grid     Fig. 3/4: latency vs subscriptions × area of relevance, uniform and zipf placement
+ *   update   Fig. 5: update time vs subscriptions
+ *
+ * Tables go to stdout, progress to stderr, everything measured to a JSON file (bench/out/ by
+ * default) from which `npm run bench:report` builds the result documents.
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { ENGINES } from '../src/engines/index.js';
+import { DEFAULT_WORKLOAD, type SpatialKind, type WorkloadOptions, resolveWorkloadOptions } from '../src/workload/index.js';
+import { type Job, type JobResult, runJob } from './lib/cases.js';
+import { childExecArgv, childMain, runInChild } from './lib/fork.js';
+import { count, pct } from './lib/format.js';
+import { describeMachine, machineInfo } from './lib/machine.js';
+import { note } from './lib/progress.js';
+import { type BenchConfig, type BenchFile, type DefaultResult, type GridResult, SCHEMA, SUITES, type Skip, type SuiteName, type UpdateResult } from './lib/schema.js';
+import { sinkValue } from './lib/sink.js';
+import { summarize } from './lib/stats.js';
+import { defaultTables, gridTables, updateTables } from './lib/tables.js';
+
+const ENTRY = fileURLToPath(import.meta.url);
+const REPO = path.resolve(path.dirname(ENTRY), '..', '..');
+
+const HELP = `Usage: node dist/bench/cpu.js [options]     (npm run bench -- [options])
+
+  --suite LIST      default,grid,update (default: all)
+  --engines LIST    engines from the registry (default: all registered except reference;
+                    reference runs only when named, and only up to 10k subscriptions)
+  --quick           small sizes: a 1–2 minute smoke run
+  --seed N          workload seed (default ${DEFAULT_WORKLOAD.seed})
+  --subs N          default suite: subscriptions (default 250000, quick 10000)
+  --events N        default suite: events (default 1000, quick 200)
+  --reps N          default suite: passes over the events (default 3, quick 2)
+  --updates N       individually timed location updates per measurement (default 10000, quick 2000)
+  --sizes LIST      grid and update suites: subscription counts (default 1000,10000,100000,250000,1000000)
+  --areas LIST      grid suite: areas in percent of the region (default 0.001,0.01,0.1,1)
+  --spatial LIST    grid and update suites: uniform,zipf (default both)
+  --grid-events N   grid suite: events per point (default 200, quick 100)
+  --out PATH        result file (default bench/out/<name>-<timestamp>.json)
+  --name NAME       result name (default cpu, quick: cpu-quick)
+  --no-fork         run jobs in this process (no per-job process isolation)
+  --help`;
+
+function fail(msg: string): never {
+  process.stderr.write(`bench: ${msg}\n\n${HELP}\n`);
+  process.exit(2);
+}
+
+interface Args {
+  [key: string]: string | boolean | undefined;
+}
+
+const FLAGS = new Set(['quick', 'no-fork', 'help', 'child']);
+const VALUED = new Set(['suite', 'engines', 'seed', 'subs', 'events', 'reps', 'updates', 'sizes', 'areas', 'spatial', 'grid-events', 'out', 'name']);
+
+function parseArgs(argv: readonly string[]): Args {
+  const out: Args = {};
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    if (!a.startsWith('--')) fail(`unexpected argument ${JSON.stringify(a)}`);
+    const eq = a.indexOf('=');
+    const key = eq < 0 ? a.slice(2) : a.slice(2, eq);
+    if (FLAGS.has(key)) {
+      if (eq >= 0) fail(`--${key} takes no value`);
+      out[key] = true;
+    } else if (VALUED.has(key)) {
+      const v = eq >= 0 ? a.slice(eq + 1) : argv[++i];
+      if (v === undefined || v.startsWith('--')) fail(`--${key} needs a value`);
+      out[key] = v;
+    } else fail(`unknown option --${key}`);
+  }
+  return out;
+}
+
+function intArg(args: Args, key: string, fallback: number, min = 1): number {
+  const v = args[key];
+  if (v === undefined) return fallback;
+  const n = Number(String(v).replace(/_/g, ''));
+  if (!Number.isInteger(n) || n < min) fail(`--${key} must be an integer >= ${min}, got ${JSON.stringify(v)}`);
+  return n;
+}
+
+function listArg(args: Args, key: string): string[] | undefined {
+  const v = args[key];
+  if (v === undefined) return undefined;
+  const items = String(v).split(',').map((s) => s.trim()).filter((s) => s !== '');
+  if (items.length === 0) fail(`--${key} needs at least one item`);
+  return items;
+}
+
+function sizesArg(args: Args, fallback: number[]): number[] {
+  const items = listArg(args, 'sizes');
+  if (items === undefined) return fallback;
+  return items.map((s) => {
+    const m = /^(\d+(?:\.\d+)?)([kKmM]?)$/.exec(s.replace(/_/g, ''));
+    const n = m === null ? NaN : Number(m[1]) * (m[2] === '' ? 1 : m[2].toLowerCase() === 'k' ? 1e3 : 1e6);
+    if (!Number.isInteger(n) || n < 1) fail(`--sizes: ${JSON.stringify(s)} is not a subscription count (e.g. 1000, 10k, 1M)`);
+    return n;
+  });
+}
+
+function areasArg(args: Args, fallback: number[]): number[] {
+  const items = listArg(args, 'areas');
+  if (items === undefined) return fallback;
+  return items.map((s) => {
+    const p = Number(s.replace(/%$/, ''));
+    if (!(p > 0 && p <= 100)) fail(`--areas: ${JSON.stringify(s)} is not a percentage in (0, 100]`);
+    return p / 100;
+  });
+}
+
+/** What a timed call costs with nothing inside: the floor of every per-call figure. */
+function timerOverheadNs(): number {
+  const ns = new Float64Array(20_000);
+  for (let i = 0; i < ns.length; i++) {
+    const t0 = process.hrtime.bigint();
+    ns[i] = Number(process.hrtime.bigint() - t0);
+  }
+  return summarize(ns).median;
+}
+
+function buildConfig(args: Args): BenchConfig {
+  const quick = args.quick === true;
+  const registered = Object.keys(ENGINES);
+  const requested = listArg(args, 'engines');
+  const engines = requested ?? registered.filter((e) => e !== 'reference');
+  for (const e of engines) if (!registered.includes(e)) fail(`--engines: ${JSON.stringify(e)} is not registered (registered: ${registered.join(', ')})`);
+  if (engines.length === 0) fail('no engines to run');
+  const spatial = (listArg(args, 'spatial') ?? ['uniform', 'zipf']) as SpatialKind[];
+  for (const s of spatial) if (s !== 'uniform' && s !== 'zipf') fail(`--spatial: ${JSON.stringify(s)} is not uniform or zipf`);
+  const updates = intArg(args, 'updates', quick ? 2000 : 10_000);
+  const sizes = sizesArg(args, quick ? [1000, 10_000] : [1000, 10_000, 100_000, 250_000, 1_000_000]);
+  return {
+    engines,
+    seed: intArg(args, 'seed', DEFAULT_WORKLOAD.seed, 0),
+    referenceMaxSubscriptions: 10_000,
+    default: {
+      subscriptions: intArg(args, 'subs', quick ? 10_000 : DEFAULT_WORKLOAD.subscriptions),
+      events: intArg(args, 'events', quick ? 200 : DEFAULT_WORKLOAD.events),
+      reps: intArg(args, 'reps', quick ? 2 : 3),
+      warmupEvents: quick ? 50 : 200,
+      updates,
+      bulkUpdates: updates * 10,
+      mixedRounds: quick ? 50 : 500,
+      updatesPerEvent: 100,
+    },
+    grid: {
+      sizes,
+      areas: areasArg(args, [1e-5, 1e-4, 1e-3, 1e-2]),
+      spatial,
+      events: intArg(args, 'grid-events', quick ? 100 : 200),
+      warmupEvents: quick ? 20 : 50,
+    },
+    update: {
+      sizes: listArg(args, 'sizes') !== undefined ? sizes : quick ? [1000, 10_000, 100_000] : [1000, 10_000, 100_000, 250_000, 1_000_000],
+      spatial,
+      updates,
+      bulkUpdates: updates * 10,
+    },
+  };
+}
+
+async function main(): Promise<void> {
+  const args = parseArgs(process.argv.slice(2));
+  if (args.child === true) return childMain();
+  if (args.help === true) {
+    process.stdout.write(`${HELP}\n`);
+    return;
+  }
+  const config = buildConfig(args);
+  const suites = (listArg(args, 'suite') ?? [...SUITES]) as SuiteName[];
+  for (const s of suites) if (!SUITES.includes(s)) fail(`--suite: ${JSON.stringify(s)} is not one of ${SUITES.join(', ')}`);
+  const fork = args['no-fork'] !== true;
+  const quick = args.quick === true;
+  const name = typeof args.name === 'string' ? args.name : quick ? 'cpu-quick' : 'cpu';
+  if (!/^[\w.-]+$/.test(name)) fail(`--name must be letters, digits, '.', '_' or '-', got ${JSON.stringify(name)}`);
+  const startedAt = new Date();
+  const outPath = typeof args.out === 'string' ? path.resolve(args.out) : path.join(REPO, 'bench', 'out', `${name}-${startedAt.toISOString().replace(/[:.]/g, '-')}.json`);
+  const workload: Partial<WorkloadOptions> = { seed: config.seed };
+  const params = resolveWorkloadOptions({ ...workload, subscriptions: config.default.subscriptions, events: config.default.events });
+
+  const machine = machineInfo(fork ? childExecArgv() : process.execArgv);
+  const file: BenchFile = {
+    schema: SCHEMA,
+    name,
+    startedAt: startedAt.toISOString(),
+    finishedAt: '',
+    quick,
+    argv: process.argv.slice(2),
+    machine,
+    config,
+    workload: { ...params, regionInfo: { ...params.regionInfo } } as unknown as Record<string, unknown>,
+    suites: {},
+    skipped: [],
+    timerOverheadNs: timerOverheadNs(),
+    sink: 0,
+  };
+  let sinkTotal = 0;
+
+  const out = (s = ''): void => {
+    process.stdout.write(`${s}\n`);
+  };
+  const save = (): void => {
+    file.finishedAt = new Date().toISOString();
+    file.sink = (sinkTotal + sinkValue()) | 0;
+    mkdirSync(path.dirname(outPath), { recursive: true });
+    writeFileSync(outPath, `${JSON.stringify(file, null, 2)}\n`);
+  };
+
+  out(`Ambit CPU benchmark${quick ? ' (quick)' : ''}`);
+  out(`machine: ${describeMachine(machine)}`);
+  out(`engines: ${config.engines.join(', ')}; suites: ${suites.join(', ')}; seed ${config.seed}; ${fork ? 'one process per job' : 'in-process'}; timer overhead ${file.timerOverheadNs} ns per timed call`);
+  out(
+    `workload: CLCB Table 1 — ${params.filtersPerSub} filters/sub, ${params.constraintsMin}–${params.constraintsMax} constraints, ` +
+      `${params.attributesMin}–${params.attributesMax} attributes, ${params.names} names, ${params.values} values, ` +
+      `target selectivity ${pct(params.selectivity)}, region ${params.regionInfo.name} (${params.regionInfo.areaKm2} km²), area ${pct(params.areaFraction)} = ${params.filterRadiusM.toFixed(0)} m`,
+  );
+  out();
+
+  const skip = (s: Skip): void => {
+    note(`[${s.suite}] ${s.engine} ${s.detail}: skipped (${s.reason})`);
+    file.skipped.push(s);
+  };
+  const refTooBig = (engine: string, n: number): boolean => engine === 'reference' && n > config.referenceMaxSubscriptions;
+  const refReason = `the reference engine is O(n) per event; it runs up to ${count(config.referenceMaxSubscriptions)} subscriptions`;
+
+  // Jobs per suite, for "[grid 3/40]" progress notes.
+  const sizeCount = (sizes: number[]): number => config.engines.reduce((a, e) => a + sizes.filter((n) => !refTooBig(e, n)).length, 0);
+  const planned: Record<SuiteName, number> = {
+    default: sizeCount([config.default.subscriptions]),
+    grid: config.grid.spatial.length * sizeCount(config.grid.sizes),
+    update: config.update.spatial.length * sizeCount(config.update.sizes),
+  };
+  const done: Record<SuiteName, number> = { default: 0, grid: 0, update: 0 };
+  const run = async (job: Job, skipSuite: SuiteName, detail: string): Promise<JobResult | null> => {
+    note(`[${skipSuite} ${++done[skipSuite]}/${planned[skipSuite]}] ${detail}`);
+    try {
+      if (!fork) return await runJob(job);
+      const { result, sink } = await runInChild(ENTRY, job);
+      sinkTotal = (sinkTotal + sink) | 0;
+      return result;
+    } catch (err) {
+      const reason = err instanceof Error ? err.message.split('\n')[0] : String(err);
+      note(`  failed: ${reason}`);
+      file.skipped.push({ suite: skipSuite, engine: job.engine, detail, reason });
+      return null;
+    }
+  };
+  if (suites.includes('default')) {
+    const c = config.default;
+    const results: DefaultResult[] = [];
+    for (const engine of config.engines) {
+      if (refTooBig(engine, c.subscriptions)) {
+        skip({ suite: 'default', engine, detail: `${count(c.subscriptions)} subscriptions`, reason: refReason });
+        continue;
+      }
+      const r = await run({ kind: 'default', engine, workload, config: c }, 'default', `${engine}: ${count(c.subscriptions)} subscriptions, ${c.events} events`);
+      if (r !== null) results.push(r as DefaultResult);
+    }
+    file.suites.default = results;
+    save();
+    out('## Default scenario (CLCB Table 1)');
+    out();
+    out(defaultTables(results));
+    out();
+  }
+
+  if (suites.includes('grid')) {
+    const g = config.grid;
+    const results: GridResult[] = [];
+    for (const spatial of g.spatial) {
+      for (const n of g.sizes) {
+        for (const engine of config.engines) {
+          if (refTooBig(engine, n)) {
+            skip({ suite: 'grid', engine, detail: `${spatial} ${count(n)}`, reason: refReason });
+            continue;
+          }
+          const r = await run(
+            { kind: 'grid', engine, workload, spatial, subscriptions: n, areas: g.areas, events: g.events, warmupEvents: g.warmupEvents },
+            'grid',
+            `${engine}: ${spatial}, ${count(n)} subscriptions, areas ${g.areas.map(pct).join(' ')}`,
+          );
+          if (r !== null) results.push(r as GridResult);
+        }
+        file.suites.grid = results;
+        save();
+      }
+    }
+    file.suites.grid = results;
+    save();
+    out(`## Matching time vs subscriptions and area (CLCB Fig. 3/4), ${g.events} events per point`);
+    out();
+    out(gridTables(results));
+    out();
+  }
+
+  if (suites.includes('update')) {
+    const u = config.update;
+    const results: UpdateResult[] = [];
+    for (const spatial of u.spatial) {
+      for (const n of u.sizes) {
+        for (const engine of config.engines) {
+          if (refTooBig(engine, n)) {
+            skip({ suite: 'update', engine, detail: `${spatial} ${count(n)}`, reason: refReason });
+            continue;
+          }
+          const r = await run(
+            { kind: 'update', engine, workload, spatial, subscriptions: n, updates: u.updates, bulkUpdates: u.bulkUpdates },
+            'update',
+            `${engine}: ${spatial}, ${count(n)} subscriptions`,
+          );
+          if (r !== null) results.push(r as UpdateResult);
+        }
+        file.suites.update = results;
+        save();
+      }
+    }
+    file.suites.update = results;
+    save();
+    out(`## Location update time vs subscriptions (CLCB Fig. 5), ${u.updates} timed updates per point`);
+    out();
+    out(updateTables(results));
+    out();
+  }
+
+  if (file.skipped.length > 0) {
+    out('Skipped:');
+    for (const s of file.skipped) out(`- [${s.suite}] ${s.engine} ${s.detail}: ${s.reason}`);
+    out();
+  }
+  save();
+  out(`results: ${path.relative(process.cwd(), outPath) || outPath} (sink ${file.sink})`);
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,340 @@
+/**
+ * The measurements. Each job runs in a fresh process (see fork.ts) so that one engine's garbage,
+ * JIT state and heap growth never bill another; inside a job: generate (untimed), warm up, measure.
+ * Only the Matcher interface is used.
+ */
+import { ENGINES, type Matcher, type MatcherOptions } from '../../src/engines/index.js';
+import type { Event, Subscription } from '../../src/model/types.js';
+import {
+  type Device,
+  RandomWaypoint,
+  type SpatialKind,
+  type WorkloadOptions,
+  WorkloadSource,
+  radiusForAreaFraction,
+} from '../../src/workload/index.js';
+import { pct } from './format.js';
+import { Progress } from './progress.js';
+import type { DefaultConfig, DefaultResult, GridPoint, GridResult, MemoryFigures, UpdateFigures, UpdateResult } from './schema.js';
+import { sink, sinkNumber } from './sink.js';
+import { summarize } from './stats.js';
+
+export type Job =
+  | { kind: 'default'; engine: string; workload: Partial<WorkloadOptions>; config: DefaultConfig }
+  | { kind: 'grid'; engine: string; workload: Partial<WorkloadOptions>; spatial: SpatialKind; subscriptions: number; areas: number[]; events: number; warmupEvents: number }
+  | { kind: 'update'; engine: string; workload: Partial<WorkloadOptions>; spatial: SpatialKind; subscriptions: number; updates: number; bulkUpdates: number };
+
+export type JobResult = DefaultResult | GridResult | UpdateResult;
+
+const gc: (() => void) | undefined = (globalThis as { gc?: () => void }).gc;
+
+function collect(): void {
+  if (gc !== undefined) {
+    gc();
+    gc();
+  }
+}
+
+const now = (): bigint => process.hrtime.bigint();
+
+export function createEngine(name: string, options?: MatcherOptions): Matcher {
+  const make = (ENGINES as Record<string, ((o?: MatcherOptions) => Matcher) | undefined>)[name];
+  if (make === undefined) throw new Error(`bench: unknown engine ${JSON.stringify(name)} (registered: ${Object.keys(ENGINES).join(', ')})`);
+  return make(options);
+}
+
+export async function runJob(job: Job): Promise<JobResult> {
+  switch (job.kind) {
+    case 'default': return runDefault(job);
+    case 'grid': return runGrid(job);
+    case 'update': return runUpdate(job);
+  }
+}
+
+// ---- building blocks ----
+
+function materialize(src: WorkloadSource, count: number, label: string): { subs: Subscription[]; ms: number } {
+  const p = new Progress(`${label}: generate ${count} subscriptions`, count);
+  const subs: Subscription[] = new Array(count);
+  let i = 0;
+  for (const s of src.subscriptions(count)) {
+    subs[i++] = s;
+    p.tick();
+  }
+  return { subs, ms: p.end() };
+}
+
+function load(m: Matcher, subs: readonly Subscription[], label: string): number {
+  const p = new Progress(`${label}: add ${subs.length} subscriptions`, subs.length);
+  const t0 = now();
+  for (let i = 0; i < subs.length; i++) {
+    m.add(subs[i]);
+    p.tick();
+  }
+  const ms = Number(now() - t0) / 1e6;
+  p.end();
+  return ms;
+}
+
+function place(m: Matcher, devices: readonly Device[]): number {
+  const t0 = now();
+  for (let i = 0; i < devices.length; i++) m.updatePosition(devices[i].id, devices[i].lat, devices[i].lon);
+  return Number(now() - t0) / 1e6;
+}
+
+/**
+ * Changes every filter's radius in place (the bench owns these objects; engines copy on add), so
+ * one generated workload serves every area of the Fig. 3/4 grid with identical content.
+ */
+function setRadius(subs: readonly Subscription[], radiusM: number): void {
+  const anchored = Object.freeze({ radiusM });
+  for (const s of subs) {
+    for (const f of s.filters) {
+      if (f.area === undefined) continue;
+      if (f.area.center === undefined) f.area = anchored;
+      else f.area = { radiusM, center: f.area.center };
+    }
+  }
+}
+
+/** Per-event latency (ns), each event awaited on its own; `warmup` events first, untimed. */
+async function timeEvents(m: Matcher, events: readonly Event[], warmup: number, reps: number, label: string): Promise<Float64Array> {
+  for (let i = 0; i < Math.min(warmup, events.length); i++) sink(await m.match(events[i]));
+  const out = new Float64Array(events.length * reps);
+  const p = new Progress(`${label}: match ${events.length} events${reps > 1 ? ` x${reps}` : ''}`, out.length);
+  let k = 0;
+  for (let r = 0; r < reps; r++) {
+    for (let i = 0; i < events.length; i++) {
+      const t0 = now();
+      const ids = await m.match(events[i]);
+      out[k++] = Number(now() - t0);
+      sink(ids);
+      p.tick();
+    }
+  }
+  p.end();
+  return out;
+}
+
+/** FNV-1a over each event's sorted ids: equal checksums = identical answers. */
+function checksum(results: readonly (readonly string[])[]): { checksum: string; avgMatches: number } {
+  let h = 0x811c9dc5;
+  let total = 0;
+  for (const ids of results) {
+    total += ids.length;
+    const sorted = [...ids].sort();
+    for (const id of sorted) {
+      for (let i = 0; i < id.length; i++) h = Math.imul(h ^ id.charCodeAt(i), 0x01000193);
+      h = Math.imul(h ^ 0x2c, 0x01000193);
+    }
+    h = Math.imul(h ^ 0x0a, 0x01000193);
+  }
+  return { checksum: (h >>> 0).toString(16).padStart(8, '0'), avgMatches: results.length === 0 ? 0 : total / results.length };
+}
+
+interface UpdateList {
+  idx: Int32Array;
+  ids: string[];
+  lat: Float64Array;
+  lon: Float64Array;
+}
+
+/** Precomputes random-waypoint moves (random device each step, 1 s ticks, 1–15 m/s: moves of 1–15 m). */
+function makeUpdates(rw: RandomWaypoint, n: number): UpdateList {
+  const idx = new Int32Array(n);
+  const ids: string[] = new Array(n);
+  const lat = new Float64Array(n);
+  const lon = new Float64Array(n);
+  for (let k = 0; k < n; k++) {
+    const i = rw.nextIndex();
+    rw.advance(i);
+    idx[k] = i;
+    ids[k] = rw.ids[i];
+    lat[k] = rw.lat[i];
+    lon[k] = rw.lon[i];
+  }
+  return { idx, ids, lat, lon };
+}
+
+function timeUpdates(m: Matcher, rw: RandomWaypoint, count: number, bulk: number, label: string): { plain: UpdateFigures; handle: UpdateFigures | null } {
+  const warm = makeUpdates(rw, Math.max(100, Math.floor(count / 10)));
+  for (let k = 0; k < warm.ids.length; k++) m.updatePosition(warm.ids[k], warm.lat[k], warm.lon[k]);
+  const p = new Progress(`${label}: ${count} + ${bulk} updates`, 2 * (count + bulk));
+
+  const timed = makeUpdates(rw, count);
+  const ns = new Float64Array(count);
+  for (let k = 0; k < count; k++) {
+    const t0 = now();
+    m.updatePosition(timed.ids[k], timed.lat[k], timed.lon[k]);
+    ns[k] = Number(now() - t0);
+    p.tick();
+  }
+  const many = makeUpdates(rw, bulk);
+  let t0 = now();
+  for (let k = 0; k < bulk; k++) m.updatePosition(many.ids[k], many.lat[k], many.lon[k]);
+  const bulkNs = Number(now() - t0);
+  p.tick(bulk);
+  const plain: UpdateFigures = { perCall: summarize(ns, 1e-3), perSec: bulk / (bulkNs / 1e9) };
+
+  // The same kind of moves through device handles (the hot path for a device's own stream).
+  let handle: UpdateFigures | null = null;
+  if (typeof m.openDevice === 'function') {
+    const timed2 = makeUpdates(rw, count);
+    const many2 = makeUpdates(rw, bulk);
+    const handles = new Map<number, ReturnType<Matcher['openDevice']>>();
+    const hs = (list: UpdateList): ReturnType<Matcher['openDevice']>[] =>
+      Array.from(list.idx, (i, k) => {
+        let h = handles.get(i);
+        if (h === undefined) handles.set(i, (h = m.openDevice(list.ids[k])));
+        return h;
+      });
+    const h1 = hs(timed2);
+    const h2 = hs(many2);
+    const ns2 = new Float64Array(count);
+    for (let k = 0; k < count; k++) {
+      const t = now();
+      h1[k].update(timed2.lat[k], timed2.lon[k]);
+      ns2[k] = Number(now() - t);
+      p.tick();
+    }
+    t0 = now();
+    for (let k = 0; k < bulk; k++) h2[k].update(many2.lat[k], many2.lon[k]);
+    const bulk2 = Number(now() - t0);
+    p.tick(bulk);
+    for (const h of handles.values()) h.release();
+    handle = { perCall: summarize(ns2, 1e-3), perSec: bulk / (bulk2 / 1e9) };
+  }
+  p.end();
+  return { plain, handle };
+}
+
+function memory(m: Matcher, before: NodeJS.MemoryUsage | null): MemoryFigures {
+  collect();
+  const after = process.memoryUsage();
+  return {
+    engineBytes: m.stats().memoryBytes,
+    heapDeltaBytes: before === null ? null : after.heapUsed - before.heapUsed,
+    externalDeltaBytes: before === null ? null : after.external - before.external,
+    rssBytes: after.rss,
+  };
+}
+
+// ---- suites ----
+
+/** CLCB Table 1: load, per-event latency, throughput, updates, memory. */
+async function runDefault(job: Extract<Job, { kind: 'default' }>): Promise<DefaultResult> {
+  const c = job.config;
+  const label = `default ${job.engine}`;
+  const src = new WorkloadSource({ ...job.workload, subscriptions: c.subscriptions, events: c.events });
+  const events = src.events();
+  const devices = src.devices();
+  collect();
+  const before = gc === undefined ? null : process.memoryUsage();
+
+  let subs: Subscription[] | null = null;
+  let generateMs = 0;
+  ({ subs, ms: generateMs } = materialize(src, c.subscriptions, label));
+  const m = createEngine(job.engine);
+  const loadMs = load(m, subs, label);
+  const filters = src.stats.filters;
+  const constraints = src.stats.constraints;
+  subs = null;
+  const positionsMs = place(m, devices);
+  const mem = memory(m, before);
+
+  const ns = await timeEvents(m, events, c.warmupEvents, c.reps, label);
+
+  // Throughput: the whole event set per matchBatch call.
+  const batches = Math.max(3, c.reps);
+  const batchNs = new Float64Array(batches);
+  let answers: string[][] = [];
+  for (let b = 0; b < batches; b++) {
+    const t0 = now();
+    answers = await m.matchBatch(events);
+    batchNs[b] = Number(now() - t0);
+    sinkNumber(answers.length);
+  }
+  const batch = summarize(batchNs, 1e-6);
+  const sum = checksum(answers);
+
+  const rw = new RandomWaypoint(devices, { space: src.space, seed: src.params.seed, order: 'random' });
+  const upd = timeUpdates(m, rw, c.updates, c.bulkUpdates, label);
+
+  // Mixed: updates then one event, repeatedly.
+  const mixMatch = new Float64Array(c.mixedRounds);
+  const mixUpd = new Float64Array(c.mixedRounds);
+  for (let r = 0; r < c.mixedRounds; r++) {
+    const list = makeUpdates(rw, c.updatesPerEvent);
+    let t0 = now();
+    for (let k = 0; k < c.updatesPerEvent; k++) m.updatePosition(list.ids[k], list.lat[k], list.lon[k]);
+    mixUpd[r] = Number(now() - t0) / Math.max(1, c.updatesPerEvent);
+    const e = events[r % events.length];
+    t0 = now();
+    sink(await m.match(e));
+    mixMatch[r] = Number(now() - t0);
+  }
+
+  const result: DefaultResult = {
+    engine: job.engine,
+    subscriptions: c.subscriptions,
+    filters,
+    constraints,
+    events: events.length,
+    generateMs,
+    load: { totalMs: loadMs, perSubUs: (loadMs * 1000) / Math.max(1, c.subscriptions) },
+    positions: { totalMs: positionsMs, perDeviceUs: (positionsMs * 1000) / Math.max(1, devices.length) },
+    match: summarize(ns, 1e-6),
+    throughput: { eventsPerSec: events.length / (batch.median / 1000), batchMs: batch },
+    update: upd.plain,
+    handleUpdate: upd.handle,
+    mixed: { updatesPerEvent: c.updatesPerEvent, match: summarize(mixMatch, 1e-6), updatesUs: summarize(mixUpd, 1e-3) },
+    memory: mem,
+    avgMatches: sum.avgMatches,
+    checksum: sum.checksum,
+    stats: m.stats(),
+  };
+  await m.close();
+  return result;
+}
+
+/** CLCB Fig. 3/4: per-event latency over subscriptions × area, for one spatial distribution. */
+async function runGrid(job: Extract<Job, { kind: 'grid' }>): Promise<GridResult> {
+  const label = `grid ${job.engine} ${job.spatial} ${job.subscriptions}`;
+  const src = new WorkloadSource({ ...job.workload, spatial: job.spatial, subscriptions: job.subscriptions, events: job.events });
+  const events = src.events();
+  const devices = src.devices();
+  const gen = materialize(src, job.subscriptions, label);
+  const points: GridPoint[] = [];
+  for (const area of job.areas) {
+    const radiusM = radiusForAreaFraction(area, src.params.regionInfo);
+    setRadius(gen.subs, radiusM);
+    collect();
+    const l = `${label} area ${pct(area)}`;
+    const m = createEngine(job.engine);
+    const loadMs = load(m, gen.subs, l);
+    place(m, devices);
+    const ns = await timeEvents(m, events, job.warmupEvents, 1, l);
+    const sum = checksum(await m.matchBatch(events));
+    points.push({ areaFraction: area, radiusM, loadMs, match: summarize(ns, 1e-6), avgMatches: sum.avgMatches, checksum: sum.checksum });
+    await m.close();
+  }
+  return { engine: job.engine, spatial: job.spatial, subscriptions: job.subscriptions, generateMs: gen.ms, points };
+}
+
+/** CLCB Fig. 5: update time over subscriptions. */
+async function runUpdate(job: Extract<Job, { kind: 'update' }>): Promise<UpdateResult> {
+  const label = `update ${job.engine} ${job.spatial} ${job.subscriptions}`;
+  const src = new WorkloadSource({ ...job.workload, spatial: job.spatial, subscriptions: job.subscriptions, events: 0 });
+  const devices = src.devices();
+  let subs: Subscription[] | null = null;
+  ({ subs } = materialize(src, job.subscriptions, label));
+  const m = createEngine(job.engine);
+  const loadMs = load(m, subs, label);
+  subs = null;
+  place(m, devices);
+  collect();
+  const rw = new RandomWaypoint(devices, { space: src.space, seed: src.params.seed, order: 'random' });
+  const upd = timeUpdates(m, rw, job.updates, job.bulkUpdates, label);
+  await m.close();
+  return { engine: job.engine, spatial: job.spatial, subscriptions: job.subscriptions, loadMs, update: upd.plain, handleUpdate: upd.handle };
+}
