@@ -1,0 +1,533 @@
+/**
+ * The GPU engine's state in host memory, laid out exactly as the GPU buffers (gpu/match.wgsl):
+ * struct-of-arrays with 4-byte elements (CLCB §4.2: FPos, SqDist, BF, FCount; CCM's Constraints).
+ * This host mirror is what uploads read from and what rebuilds the GPU after a device loss.
+ *
+ * Per filter (24 B): fBloom, fMeta (count | area | live), fPos (position slot), fRad, fCon (first
+ * constraint), fSub. Per constraint (12 B): cHead (name | op | type), cValA, cValB. Per position
+ * slot (16 B): unit vector + known flag. A filter with 4 constraints costs 72 B plus its share of
+ * the owner's position and of the strings.
+ */
+import type { NEvent, NFilter, NSubscription } from '../src/model/limits.js';
+import type { Op } from '../src/model/types.js';
+
+export const FILTER_BYTES = 24;
+export const CONSTRAINT_BYTES = 12;
+export const POSITION_BYTES = 16;
+/** Words per event header (EventHdr) and per attribute (Attr) in match.wgsl. */
+export const EVENT_WORDS = 8;
+export const ATTR_WORDS = 4;
+
+export const META_AREA = 0x100;
+export const META_LIVE = 0x200;
+const NAME_BITS = 20;
+const MAX_NAMES = 1 << NAME_BITS;
+
+const OP_CODE: Record<Op, number> = { eq: 0, ne: 1, lt: 2, le: 3, gt: 4, ge: 5, prefix: 6, suffix: 7, contains: 8, exists: 9 };
+export const T_NUM = 0;
+export const T_STR = 1;
+export const T_BOOL = 2;
+export const T_ANY = 3;
+
+const RAD = Math.PI / 180;
+
+/** A half-open range of array elements that changed since the last upload. */
+export class Dirty {
+  lo = Infinity;
+  hi = 0;
+  all = false;
+  mark(i: number, n = 1): void {
+    if (i < this.lo) this.lo = i;
+    if (i + n > this.hi) this.hi = i + n;
+  }
+  clear(): void {
+    this.lo = Infinity;
+    this.hi = 0;
+    this.all = false;
+  }
+  get empty(): boolean {
+    return !this.all && this.hi <= this.lo;
+  }
+}
+
+// Order-preserving 64-bit keys: the IEEE-754 bits with the sign flipped for positives and all
+// bits flipped for negatives compare as unsigned integers exactly as the doubles compare.
+const f64 = new Float64Array(1);
+const w32 = new Uint32Array(f64.buffer);
+export function numberKey(v: number, out: Uint32Array, o: number): void {
+  f64[0] = v === 0 ? 0 : v; // -0 == 0
+  let lo = w32[0];
+  let hi = w32[1];
+  if (hi & 0x80000000) {
+    hi = ~hi >>> 0;
+    lo = ~lo >>> 0;
+  } else {
+    hi = (hi | 0x80000000) >>> 0;
+  }
+  out[o] = hi;
+  out[o + 1] = lo;
+}
+
+/** 32-bit Bloom bit of an interned name (CLCB §4.2: 32 bits suffice for a pre-filter). */
+export function bloomBit(id: number): number {
+  return Math.imul(id + 1, 0x9e3779b1) >>> 27;
+}
+
+function grown<T extends Uint32Array | Float32Array | Float64Array | Uint8Array>(a: T, n: number): T {
+  const b = new (a.constructor as new (n: number) => T)(n);
+  b.set(a);
+  return b;
+}
+
+const encoder = new TextEncoder();
+const KEY = new Uint32Array(2);
+
+export class GpuLayout {
+  // names
+  private readonly nameIds = new Map<string, number>();
+  private nameRefs: number[] = [];
+  private readonly nameFree: number[] = [];
+
+  // subscriptions
+  private readonly subIndex = new Map<string, number>();
+  subId: (string | null)[] = [];
+  private subFilters: number[][] = [];
+  private readonly subFree: number[] = [];
+  subTop = 0;
+
+  // filters
+  fCap = 1024;
+  fTop = 0;
+  private readonly fFree: number[] = [];
+  fBloom = new Uint32Array(this.fCap);
+  fMeta = new Uint32Array(this.fCap);
+  fPos = new Uint32Array(this.fCap);
+  fRad = new Float32Array(this.fCap);
+  fCon = new Uint32Array(this.fCap);
+  fSub = new Uint32Array(this.fCap);
+  readonly fDirty = new Dirty();
+  liveFilters = 0;
+
+  // constraints (power-of-two blocks with free lists)
+  cCap = 4096;
+  cTop = 0;
+  private readonly cFree = new Map<number, number[]>();
+  cHead = new Uint32Array(this.cCap);
+  cValA = new Uint32Array(this.cCap);
+  cValB = new Uint32Array(this.cCap);
+  readonly cDirty = new Dirty();
+  liveConstraints = 0;
+
+  // constraint strings (word-aligned, power-of-two blocks of words)
+  sCap = 1024;
+  sTop = 0;
+  private readonly sFree = new Map<number, number[]>();
+  cStr = new Uint32Array(this.sCap);
+  readonly sDirty = new Dirty();
+
+  // position slots
+  pCap = 1024;
+  pTop = 0;
+  private readonly pFree: number[] = [];
+  readonly deviceSlot = new Map<string, number>();
+  private pDevice: (string | null)[] = [];
+  private pRefs = new Uint32Array(this.pCap); // filters + open handles + (1 if a device with a position)
+  pLat = new Float64Array(this.pCap);
+  pLon = new Float64Array(this.pCap);
+  pKnown = new Uint8Array(this.pCap);
+  pos = new Float32Array(4 * this.pCap);
+  /** Slots whose position changed since the last upload. */
+  moved: number[] = [];
+  private pMoved = new Uint8Array(this.pCap);
+  /** The whole position buffer must be re-sent (growth, rebuild). */
+  posAll = true;
+
+  /** Bumped whenever a host array is reallocated: GPU buffers must follow. */
+  generation = 0;
+
+  // ---------------------------------------------------------------- names
+
+  private intern(name: string): number {
+    let id = this.nameIds.get(name);
+    if (id === undefined) {
+      id = this.nameFree.length > 0 ? this.nameFree.pop()! : this.nameRefs.length;
+      if (id >= MAX_NAMES) throw new Error(`gpu: more than ${MAX_NAMES} distinct constraint names`);
+      this.nameIds.set(name, id);
+      this.nameRefs[id] = 0;
+    }
+    this.nameRefs[id]++;
+    return id;
+  }
+
+  private release(name: string): void {
+    const id = this.nameIds.get(name)!;
+    if (--this.nameRefs[id] === 0) {
+      this.nameIds.delete(name);
+      this.nameFree.push(id);
+    }
+  }
+
+  nameId(name: string): number | undefined {
+    return this.nameIds.get(name);
+  }
+
+  // ---------------------------------------------------------------- positions
+
+  private newSlot(device: string | null): number {
+    let s: number;
+    if (this.pFree.length > 0) s = this.pFree.pop()!;
+    else {
+      if (this.pTop === this.pCap) {
+        const n = this.pCap * 2;
+        this.pRefs = grown(this.pRefs, n);
+        this.pLat = grown(this.pLat, n);
+        this.pLon = grown(this.pLon, n);
+        this.pKnown = grown(this.pKnown, n);
+        this.pos = grown(this.pos, 4 * n);
+        this.pMoved = grown(this.pMoved, n);
+        this.pCap = n;
+        this.posAll = true;
+        this.generation++;
+      }
+      s = this.pTop++;
+    }
+    this.pDevice[s] = device;
+    this.pRefs[s] = 0;
+    this.pKnown[s] = 0;
+    this.touchSlot(s);
+    if (device !== null) this.deviceSlot.set(device, s);
+    return s;
+  }
+
+  private unref(s: number): void {
+    if (--this.pRefs[s] !== 0) return;
+    const d = this.pDevice[s];
+    if (d !== null) this.deviceSlot.delete(d);
+    this.pDevice[s] = null;
+    this.pKnown[s] = 0;
+    this.touchSlot(s);
+    this.pFree.push(s);
+  }
+
+  private touchSlot(s: number): void {
+    if (this.pMoved[s] === 0) {
+      this.pMoved[s] = 1;
+      this.moved.push(s);
+    }
+  }
+
+  /** Slot of a device, created (with no position) if needed. */
+  deviceSlotOf(device: string): number {
+    return this.deviceSlot.get(device) ?? this.newSlot(device);
+  }
+
+  pin(s: number): void {
+    this.pRefs[s]++;
+  }
+
+  unpin(s: number): void {
+    this.unref(s);
+  }
+
+  /** A location update: the slot's coordinates and a mark; the unit vector is made at upload. */
+  place(s: number, lat: number, lon: number): void {
+    if (this.pKnown[s] === 0) {
+      this.pKnown[s] = 1;
+      if (this.pDevice[s] !== null) this.pRefs[s]++; // a device with a known position stays
+    }
+    this.pLat[s] = lat;
+    this.pLon[s] = lon;
+    if (this.pMoved[s] === 0) {
+      this.pMoved[s] = 1;
+      this.moved.push(s);
+    }
+  }
+
+  move(device: string, lat: number, lon: number): void {
+    this.place(this.deviceSlotOf(device), lat, lon);
+  }
+
+  forget(device: string): void {
+    const s = this.deviceSlot.get(device);
+    if (s === undefined || this.pKnown[s] === 0) return;
+    this.pKnown[s] = 0;
+    this.touchSlot(s);
+    this.unref(s);
+  }
+
+  /** Writes the unit vectors of moved slots into `pos`; returns them (and clears the list). */
+  takeMoved(): number[] {
+    const moved = this.moved;
+    for (let i = 0; i < moved.length; i++) {
+      const s = moved[i];
+      this.pMoved[s] = 0;
+      const o = 4 * s;
+      if (this.pKnown[s] === 1) {
+        const phi = this.pLat[s] * RAD;
+        const lam = this.pLon[s] * RAD;
+        const c = Math.cos(phi);
+        this.pos[o] = c * Math.cos(lam);
+        this.pos[o + 1] = c * Math.sin(lam);
+        this.pos[o + 2] = Math.sin(phi);
+        this.pos[o + 3] = 1;
+      } else {
+        this.pos[o] = 0;
+        this.pos[o + 1] = 0;
+        this.pos[o + 2] = 0;
+        this.pos[o + 3] = 0;
+      }
+    }
+    this.moved = [];
+    return moved;
+  }
+
+  // ---------------------------------------------------------------- constraints and strings
+
+  private static block(n: number): number {
+    let b = 1;
+    while (b < n) b *= 2;
+    return b;
+  }
+
+  private allocConstraints(n: number): number {
+    if (n === 0) return 0;
+    const b = GpuLayout.block(n);
+    const free = this.cFree.get(b);
+    if (free !== undefined && free.length > 0) return free.pop()!;
+    while (this.cTop + b > this.cCap) {
+      const m = this.cCap * 2;
+      this.cHead = grown(this.cHead, m);
+      this.cValA = grown(this.cValA, m);
+      this.cValB = grown(this.cValB, m);
+      this.cCap = m;
+      this.cDirty.all = true;
+      this.generation++;
+    }
+    const start = this.cTop;
+    this.cTop += b;
+    return start;
+  }
+
+  private freeBlock(map: Map<number, number[]>, start: number, n: number): void {
+    if (n === 0) return;
+    const b = GpuLayout.block(n);
+    let list = map.get(b);
+    if (list === undefined) map.set(b, (list = []));
+    list.push(start);
+  }
+
+  private allocString(s: string): [number, number] {
+    const bytes = encoder.encode(s);
+    const words = Math.max(1, Math.ceil(bytes.length / 4));
+    const b = GpuLayout.block(words);
+    let start: number;
+    const free = this.sFree.get(b);
+    if (free !== undefined && free.length > 0) start = free.pop()!;
+    else {
+      while (this.sTop + b > this.sCap) {
+        this.cStr = grown(this.cStr, this.sCap * 2);
+        this.sCap *= 2;
+        this.sDirty.all = true;
+        this.generation++;
+      }
+      start = this.sTop;
+      this.sTop += b;
+    }
+    this.cStr.fill(0, start, start + b);
+    new Uint8Array(this.cStr.buffer, this.cStr.byteOffset + start * 4, bytes.length).set(bytes);
+    this.sDirty.mark(start, b);
+    return [start, bytes.length];
+  }
+
+  // ---------------------------------------------------------------- filters and subscriptions
+
+  private newFilter(): number {
+    if (this.fFree.length > 0) return this.fFree.pop()!;
+    if (this.fTop === this.fCap) {
+      const n = this.fCap * 2;
+      this.fBloom = grown(this.fBloom, n);
+      this.fMeta = grown(this.fMeta, n);
+      this.fPos = grown(this.fPos, n);
+      this.fRad = grown(this.fRad, n);
+      this.fCon = grown(this.fCon, n);
+      this.fSub = grown(this.fSub, n);
+      this.fCap = n;
+      this.fDirty.all = true;
+      this.generation++;
+    }
+    return this.fTop++;
+  }
+
+  private addFilter(si: number, owner: string, flt: NFilter): number {
+    const f = this.newFilter();
+    const n = flt.constraints.length;
+    const c0 = this.allocConstraints(n);
+    let bloom = 0;
+    for (let k = 0; k < n; k++) {
+      const c = flt.constraints[k];
+      const ci = c0 + k;
+      const id = this.intern(c.name);
+      bloom |= 1 << bloomBit(id);
+      const type = c.type === null ? T_ANY : c.type === 'string' ? T_STR : c.type === 'number' ? T_NUM : T_BOOL;
+      this.cHead[ci] = id | (OP_CODE[c.op] << NAME_BITS) | (type << 24);
+      if (type === T_STR) {
+        const [off, len] = this.allocString(c.value as string);
+        this.cValA[ci] = off;
+        this.cValB[ci] = len;
+      } else if (type !== T_ANY) {
+        numberKey(type === T_NUM ? (c.value as number) : c.value ? 1 : 0, KEY, 0);
+        this.cValA[ci] = KEY[0];
+        this.cValB[ci] = KEY[1];
+      } else {
+        this.cValA[ci] = 0;
+        this.cValB[ci] = 0;
+      }
+    }
+    if (n > 0) this.cDirty.mark(c0, n);
+    let meta = n | META_LIVE;
+    let slot = 0;
+    if (flt.area !== null) {
+      meta |= META_AREA;
+      if (flt.area.center !== null) {
+        slot = this.newSlot(null);
+        this.place(slot, flt.area.center.lat, flt.area.center.lon);
+      } else {
+        slot = this.deviceSlotOf(owner);
+      }
+      this.pRefs[slot]++;
+    }
+    this.fBloom[f] = bloom >>> 0;
+    this.fMeta[f] = meta;
+    this.fPos[f] = slot;
+    this.fRad[f] = flt.area === null ? 0 : flt.area.radiusM;
+    this.fCon[f] = c0;
+    this.fSub[f] = si;
+    this.fDirty.mark(f);
+    this.liveFilters++;
+    this.liveConstraints += n;
+    return f;
+  }
+
+  private removeFilter(f: number, flt: NFilter): void {
+    const n = this.fMeta[f] & 0xff;
+    const c0 = this.fCon[f];
+    for (let k = 0; k < n; k++) {
+      const ci = c0 + k;
+      if (((this.cHead[ci] >>> 24) & 3) === T_STR) this.freeBlock(this.sFree, this.cValA[ci], Math.max(1, Math.ceil(this.cValB[ci] / 4)));
+      this.release(flt.constraints[k].name);
+    }
+    this.freeBlock(this.cFree, c0, n);
+    if (this.fMeta[f] & META_AREA) {
+      const s = this.fPos[f];
+      if (this.pDevice[s] === null) {
+        // A fixed centre: its slot goes with the filter.
+        this.pKnown[s] = 0;
+        this.touchSlot(s);
+      }
+      this.unref(s);
+    }
+    this.fMeta[f] = 0; // not live: Loc skips it
+    this.fDirty.mark(f);
+    this.fFree.push(f);
+    this.liveFilters--;
+    this.liveConstraints -= n;
+  }
+
+  insert(sub: NSubscription): void {
+    let si: number;
+    if (this.subFree.length > 0) si = this.subFree.pop()!;
+    else si = this.subTop++;
+    this.subIndex.set(sub.id, si);
+    this.subId[si] = sub.id;
+    this.subFilters[si] = sub.filters.map((f) => this.addFilter(si, sub.owner, f));
+  }
+
+  remove(sub: NSubscription): void {
+    const si = this.subIndex.get(sub.id)!;
+    const fs = this.subFilters[si];
+    for (let i = 0; i < fs.length; i++) this.removeFilter(fs[i], sub.filters[i]);
+    this.subIndex.delete(sub.id);
+    this.subId[si] = null;
+    this.subFilters[si] = [];
+    this.subFree.push(si);
+  }
+
+  /** Words of one event's subscription bit vector. */
+  get subWords(): number {
+    return Math.max(1, Math.ceil(this.subTop / 32));
+  }
+
+  /** Host memory of the mirror, bytes. */
+  get hostBytes(): number {
+    return (
+      this.fBloom.byteLength * 6 + this.cHead.byteLength * 3 + this.cStr.byteLength +
+      this.pos.byteLength + this.pLat.byteLength * 2 + this.pRefs.byteLength + this.pKnown.byteLength * 2
+    );
+  }
+
+  // ---------------------------------------------------------------- events
+
+  /**
+   * Encodes a batch of events into the input arrays of match.wgsl: headers, attributes and the
+   * UTF-8 of string attributes. Attributes whose name no constraint uses are left out.
+   */
+  encodeEvents(events: readonly NEvent[]): { hdr: Uint32Array; attrs: Uint32Array; str: Uint32Array } {
+    let nAttr = 0;
+    let strWords = 0;
+    for (const e of events) {
+      for (let i = 0; i < e.names.length; i++) {
+        if (!this.nameIds.has(e.names[i])) continue;
+        nAttr++;
+        const v = e.values[i];
+        if (typeof v === 'string') strWords += Math.ceil((v.length * 3) / 4) + 1;
+      }
+    }
+    const hdr = new Uint32Array(Math.max(1, events.length) * EVENT_WORDS);
+    const hdrF = new Float32Array(hdr.buffer);
+    const attrs = new Uint32Array(Math.max(1, nAttr) * ATTR_WORDS);
+    const str = new Uint32Array(Math.max(1, strWords));
+    const strBytes = new Uint8Array(str.buffer);
+    let a = 0;
+    let sw = 0;
+    for (let k = 0; k < events.length; k++) {
+      const e = events[k];
+      const o = k * EVENT_WORDS;
+      const phi = e.lat * RAD;
+      const lam = e.lon * RAD;
+      const c = Math.cos(phi);
+      hdrF[o] = c * Math.cos(lam);
+      hdrF[o + 1] = c * Math.sin(lam);
+      hdrF[o + 2] = Math.sin(phi);
+      hdrF[o + 3] = e.radiusM;
+      let bloom = 0;
+      const start = a;
+      for (let i = 0; i < e.names.length; i++) {
+        const id = this.nameIds.get(e.names[i]);
+        if (id === undefined) continue;
+        bloom |= 1 << bloomBit(id);
+        const ao = a * ATTR_WORDS;
+        attrs[ao] = id;
+        const v = e.values[i];
+        if (typeof v === 'string') {
+          const r = encoder.encodeInto(v, strBytes.subarray(sw * 4));
+          attrs[ao + 1] = T_STR;
+          attrs[ao + 2] = sw;
+          attrs[ao + 3] = r.written;
+          sw += Math.ceil(r.written / 4) || 0;
+        } else if (typeof v === 'number') {
+          attrs[ao + 1] = T_NUM;
+          numberKey(v, attrs, ao + 2);
+        } else {
+          attrs[ao + 1] = T_BOOL;
+          numberKey(v ? 1 : 0, attrs, ao + 2);
+        }
+        a++;
+      }
+      hdr[o + 4] = bloom >>> 0;
+      hdr[o + 5] = start;
+      hdr[o + 6] = a - start;
+      hdr[o + 7] = 0;
+    }
+    return { hdr, attrs, str };
+  }
+}

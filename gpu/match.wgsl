@@ -1,0 +1,268 @@
+// CLCB on WebGPU: the Loc, Cont and Zip stages (CLCB §4, Algorithm 1; CCM §4, Algorithm 1).
+// Layout is owned by gpu/layout.ts; every array has 4-byte elements so no binding passes 2 GiB.
+//
+// Loc  (x: filters, y: event in batch): Bloom inclusion of constraint names (S1a), then the
+//      distance test on unit vectors (S1b); survivors are compacted into the event's candidate
+//      list with one global atomic per workgroup.
+// Cont (x: workgroups striding over candidates, y: event): evaluates each candidate's constraints
+//      exactly (numbers as order-preserving 64-bit keys, strings on UTF-8 bytes) and sets the
+//      subscription's bit in the event's bit vector.
+// Zip  (x: bit-vector words, y: event): compacts set bits into (event, subscription) pairs with
+//      one global atomic per workgroup, clearing the bits for the next batch.
+
+override WG: u32 = 128;
+
+struct Params {
+  filterCount: u32,
+  eventCount: u32,
+  candCap: u32,      // candidates per event
+  subWords: u32,     // words of the per-event subscription bit vector
+  outCap: u32,       // (event, subscription) pairs this batch can return
+  contGroups: u32,   // Cont workgroups per event (grid-stride)
+  rowStride: u32,    // workgroups per row when a dimension is split into 2-D (x = gx + gy * rowStride)
+  pad: u32,
+};
+
+// One event of the batch: unit vector, area, Bloom of its names, its attribute range.
+struct EventHdr {
+  x: f32, y: f32, z: f32,
+  radiusM: f32,
+  bloom: u32,
+  attrStart: u32,
+  attrCount: u32,
+  pad: u32,
+};
+
+// An event attribute: interned name, type (0 number, 1 string, 2 bool), value words
+// (number/bool: order-preserving key hi/lo; string: word offset in evStr / byte length).
+struct Attr {
+  name: u32,
+  kind: u32,
+  a: u32,
+  b: u32,
+};
+
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> events: array<EventHdr>;
+@group(0) @binding(2) var<storage, read> attrs: array<Attr>;
+@group(0) @binding(3) var<storage, read> evStr: array<u32>;
+// filters (struct of arrays)
+@group(0) @binding(4) var<storage, read> fBloom: array<u32>;
+@group(0) @binding(5) var<storage, read> fMeta: array<u32>;   // bits 0-7 constraint count, bit 8 has area, bit 9 live
+@group(0) @binding(6) var<storage, read> fPos: array<u32>;    // position slot
+@group(0) @binding(7) var<storage, read> fRad: array<f32>;    // radius, metres
+@group(0) @binding(8) var<storage, read> pos: array<vec4<f32>>; // unit vector, w = 1 when known
+@group(0) @binding(9) var<storage, read_write> cand: array<u32>;
+@group(0) @binding(10) var<storage, read_write> counts: array<atomic<u32>>; // [0..E) candidates per event, [E] output pairs
+
+const EARTH_RADIUS_M: f32 = 6371008.8;
+
+var<workgroup> wgCount: atomic<u32>;
+var<workgroup> wgBase: u32;
+
+@compute @workgroup_size(WG)
+fn loc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  // y of the dispatch is the event; x (possibly split over x and z) covers the filters.
+  let e = wid.y;
+  let f = (wid.x + wid.z * P.rowStride) * WG + lid;
+  if (lid == 0u) { atomicStore(&wgCount, 0u); }
+  workgroupBarrier();
+  var keep = false;
+  var slot = 0u;
+  if (f < P.filterCount) {
+    let ev = events[e];
+    let fm = fMeta[f];
+    let bf = fBloom[f];
+    if ((fm & 0x200u) != 0u && (bf & ~ev.bloom) == 0u) {
+      if ((fm & 0x100u) == 0u) {
+        keep = true; // no area: matches anywhere
+      } else {
+        let p = pos[fPos[f]];
+        if (p.w != 0.0) {
+          // Chord between unit vectors against the chord of the arc r_f + r_e.
+          let d = p.xyz - vec3<f32>(ev.x, ev.y, ev.z);
+          let half = min((fRad[f] + ev.radiusM) / (2.0 * EARTH_RADIUS_M), 1.5707963);
+          let c = 2.0 * sin(half);
+          keep = dot(d, d) <= c * c;
+        }
+      }
+    }
+  }
+  if (keep) { slot = atomicAdd(&wgCount, 1u); }
+  workgroupBarrier();
+  if (lid == 0u) {
+    let n = atomicLoad(&wgCount);
+    if (n > 0u) { wgBase = atomicAdd(&counts[e], n); }
+  }
+  workgroupBarrier();
+  if (keep) {
+    let i = wgBase + slot;
+    if (i < P.candCap) { cand[e * P.candCap + i] = f; }
+  }
+}
+
+// ---------------------------------------------------------------- Cont
+@group(0) @binding(11) var<storage, read> fCon: array<u32>;   // first constraint of the filter
+@group(0) @binding(12) var<storage, read> fSub: array<u32>;   // subscription index
+@group(0) @binding(13) var<storage, read> cHead: array<u32>;  // bits 0-19 name, 20-23 op, 24-25 type
+@group(0) @binding(14) var<storage, read> cValA: array<u32>;  // number: key hi; string: word offset in cStr
+@group(0) @binding(15) var<storage, read> cValB: array<u32>;  // number: key lo; string: byte length
+@group(0) @binding(16) var<storage, read> cStr: array<u32>;   // constraint strings, UTF-8, 4 bytes a word
+@group(0) @binding(17) var<storage, read_write> subBits: array<atomic<u32>>;
+
+const T_NUM: u32 = 0u;
+const T_STR: u32 = 1u;
+const T_ANY: u32 = 3u;
+
+fn eByte(off: u32, i: u32) -> u32 {
+  return (evStr[off + (i >> 2u)] >> ((i & 3u) * 8u)) & 0xffu;
+}
+
+fn cByte(off: u32, i: u32) -> u32 {
+  return (cStr[off + (i >> 2u)] >> ((i & 3u) * 8u)) & 0xffu;
+}
+
+// The first n bytes of both strings are equal; both start on a word boundary, so whole words
+// compare at once and only the tail is masked.
+fn headEqual(aOff: u32, cOff: u32, n: u32) -> bool {
+  let words = n >> 2u;
+  for (var w = 0u; w < words; w++) {
+    if (evStr[aOff + w] != cStr[cOff + w]) { return false; }
+  }
+  let rem = n & 3u;
+  if (rem != 0u) {
+    let mask = (1u << (rem * 8u)) - 1u;
+    if ((evStr[aOff + words] & mask) != (cStr[cOff + words] & mask)) { return false; }
+  }
+  return true;
+}
+
+// Bytes of the attribute from byte `at` equal the constraint's bytes.
+fn equalAt(aOff: u32, at: u32, cOff: u32, n: u32) -> bool {
+  for (var i = 0u; i < n; i++) {
+    if (eByte(aOff, at + i) != cByte(cOff, i)) { return false; }
+  }
+  return true;
+}
+
+fn stringOp(op: u32, aOff: u32, la: u32, cOff: u32, lc: u32) -> bool {
+  switch op {
+    case 0u: { return la == lc && headEqual(aOff, cOff, lc); }
+    case 1u: { return !(la == lc && headEqual(aOff, cOff, lc)); }
+    case 6u: { return lc <= la && headEqual(aOff, cOff, lc); }
+    case 7u: { return lc <= la && equalAt(aOff, la - lc, cOff, lc); }
+    case 8u: {
+      if (lc > la) { return false; }
+      for (var s = 0u; s <= la - lc; s++) {
+        if (equalAt(aOff, s, cOff, lc)) { return true; }
+      }
+      return false;
+    }
+    default: { return false; }
+  }
+}
+
+// Numbers and bools compare as order-preserving 64-bit keys (hi, lo): exact float64 order.
+fn numberOp(op: u32, ah: u32, al: u32, ch: u32, cl: u32) -> bool {
+  var c = 0;
+  if (ah < ch) { c = -1; } else if (ah > ch) { c = 1; } else if (al < cl) { c = -1; } else if (al > cl) { c = 1; }
+  switch op {
+    case 0u: { return c == 0; }
+    case 1u: { return c != 0; }
+    case 2u: { return c < 0; }
+    case 3u: { return c <= 0; }
+    case 4u: { return c > 0; }
+    case 5u: { return c >= 0; }
+    default: { return false; }
+  }
+}
+
+fn filterOk(f: u32, ev: EventHdr) -> bool {
+  let n = fMeta[f] & 0xffu;
+  let c0 = fCon[f];
+  for (var k = 0u; k < n; k++) {
+    let h = cHead[c0 + k];
+    let name = h & 0xfffffu;
+    let op = (h >> 20u) & 0xfu;
+    let ty = (h >> 24u) & 3u;
+    var j = 0u;
+    loop {
+      if (j >= ev.attrCount || attrs[ev.attrStart + j].name == name) { break; }
+      j++;
+    }
+    if (j >= ev.attrCount) { return false; }
+    if (ty == T_ANY) { continue; }
+    let a = attrs[ev.attrStart + j];
+    if (a.kind != ty) { return false; }
+    if (ty == T_STR) {
+      if (!stringOp(op, a.a, a.b, cValA[c0 + k], cValB[c0 + k])) { return false; }
+    } else if (!numberOp(op, a.a, a.b, cValA[c0 + k], cValB[c0 + k])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+@compute @workgroup_size(WG)
+fn cont(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let e = wid.y;
+  let n = min(atomicLoad(&counts[e]), P.candCap);
+  let ev = events[e];
+  for (var i = wid.x * WG + lid; i < n; i += P.contGroups * WG) {
+    let f = cand[e * P.candCap + i];
+    if (filterOk(f, ev)) {
+      let s = fSub[f];
+      atomicOr(&subBits[e * P.subWords + (s >> 5u)], 1u << (s & 31u));
+    }
+  }
+}
+
+// ---------------------------------------------------------------- Zip
+@group(0) @binding(18) var<storage, read_write> outPairs: array<vec2<u32>>;
+
+@compute @workgroup_size(WG)
+fn zip(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let e = wid.y;
+  let w = (wid.x + wid.z * P.rowStride) * WG + lid;
+  if (lid == 0u) { atomicStore(&wgCount, 0u); }
+  workgroupBarrier();
+  var bits = 0u;
+  var slot = 0u;
+  if (w < P.subWords) {
+    let idx = e * P.subWords + w;
+    bits = atomicLoad(&subBits[idx]);
+    if (bits != 0u) {
+      atomicStore(&subBits[idx], 0u); // ready for the next batch (CLCB Zip, line 29)
+      slot = atomicAdd(&wgCount, countOneBits(bits));
+    }
+  }
+  workgroupBarrier();
+  if (lid == 0u) {
+    let n = atomicLoad(&wgCount);
+    if (n > 0u) { wgBase = atomicAdd(&counts[P.eventCount], n); }
+  }
+  workgroupBarrier();
+  var k = wgBase + slot;
+  while (bits != 0u) {
+    let b = firstTrailingBit(bits);
+    bits &= bits - 1u;
+    if (k < P.outCap) { outPairs[k] = vec2<u32>(e, w * 32u + b); }
+    k++;
+  }
+}
+
+// ---------------------------------------------------------------- position scatter
+// A batch of moved position slots: (slot, x, y, z) records written into `pos` in one dispatch.
+@group(0) @binding(19) var<storage, read> moves: array<vec4<f32>>;
+@group(0) @binding(20) var<storage, read_write> posOut: array<vec4<f32>>;
+
+@compute @workgroup_size(WG)
+fn scatter(@builtin(global_invocation_id) gid: vec3<u32>) {
+  let i = gid.x;
+  if (i >= P.filterCount) { return; } // filterCount carries the number of moves here
+  let m = moves[i];
+  let slot = bitcast<u32>(m.w);
+  // w of a move holds the slot; a slot whose position is forgotten gets w = 0 (NaN-free zero vector).
+  let known = select(1.0, 0.0, m.x == 0.0 && m.y == 0.0 && m.z == 0.0);
+  posOut[slot] = vec4<f32>(m.xyz, known);
+}

@@ -1,0 +1,711 @@
+/**
+ * The GPU engine: CLCB (Loc, Cont, Zip; gpu/match.wgsl) on WebGPU, behind the `Matcher` interface.
+ *
+ * - Every mutation goes to a fast CPU engine (validation, `get`, the small-scale path and the
+ *   fallback) and to the host mirror of the GPU buffers (gpu/layout.ts); changed ranges are
+ *   uploaded before the next dispatch, so a location update costs two host writes and a mark, and
+ *   all moves since the last batch go up as one upload plus one scatter dispatch.
+ * - Events are matched in batches. `match()` queues its event; while fewer than `inFlight` batches
+ *   run, the queue is dispatched at once (a lone event goes alone: low latency), and under load the
+ *   events that arrive meanwhile form the next batch (throughput). Each batch has its own readback
+ *   ring slot, so the host encodes batch k+1 while the GPU runs batch k (CLCB's stream idea).
+ * - Below `cpuBelowFilters` live filters the CPU engine answers: a dispatch and readback has a
+ *   fixed cost that small workloads do not repay (CLCB §5: ~4000 filters).
+ * - Overflow of the candidate or output buffers is detected from the counters; the affected events
+ *   are answered by the CPU engine and the buffers grow, so results are always complete.
+ * - On device loss every event in flight is answered by the CPU engine, later events too, while a
+ *   new device is opened and rebuilt from the host mirror.
+ */
+import { FastMatcher } from '../src/engines/fast.js';
+import type { DeviceHandle, Matcher, MatcherOptions, MatcherStats } from '../src/engines/matcher.js';
+import { AmbitError, ValidationError, show } from '../src/model/errors.js';
+import { type NEvent, type NSubscription, validateEvent } from '../src/model/limits.js';
+import type { Event, PositionUpdate, Subscription } from '../src/model/types.js';
+import { GpuContext, type GpuOptions } from './device.js';
+import { ATTR_WORDS, EVENT_WORDS, GpuLayout } from './layout.js';
+
+export interface GpuMatcherOptions extends MatcherOptions {
+  /** Device options (backend, allowSoftware, ...). */
+  gpu?: Partial<GpuOptions>;
+  /** Below this many live filters the CPU engine answers. */
+  cpuBelowFilters?: number;
+  /** Most events in one dispatch. */
+  maxBatch?: number;
+  /** Batches in flight at once (readback ring size). */
+  inFlight?: number;
+  /** Threads per workgroup (capped by the device). */
+  workgroupSize?: number;
+  /** Cont workgroups per event (grid-stride over the candidates). */
+  contGroups?: number;
+  /** Record per-stage GPU time with timestamp queries when the device has them. */
+  profile?: boolean;
+}
+
+export const defaultGpuMatcherOptions = Object.freeze({
+  cpuBelowFilters: 4096,
+  maxBatch: 256,
+  inFlight: 3,
+  workgroupSize: 128,
+  contGroups: 64,
+  profile: false,
+});
+
+/** Per-stage GPU time of the last profiled batch, in milliseconds. */
+export interface StageTimes {
+  loc: number;
+  cont: number;
+  zip: number;
+}
+
+const MIN_CAND = 1024;
+const MIN_OUT = 4096;
+
+interface Pending {
+  event: NEvent;
+  resolve: (ids: string[]) => void;
+  reject: (err: unknown) => void;
+}
+
+/** One readback slot: the batch's counters and output pairs, and the staging buffer they go to. */
+interface Slot {
+  counts: GPUBuffer;
+  out: GPUBuffer;
+  outCap: number;
+  staging: GPUBuffer;
+  stagingBytes: number;
+  groups: { version: number; loc: GPUBindGroup; cont: GPUBindGroup; zip: GPUBindGroup } | null;
+  busy: boolean;
+}
+
+function checkInt(name: string, v: unknown, lo: number, hi: number): number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < lo || v > hi) {
+    throw new ValidationError(`gpu.${name}`, `must be an integer in [${lo}, ${hi}], got ${show(v)}`);
+  }
+  return v;
+}
+
+export class GpuMatcher implements Matcher {
+  readonly name = 'gpu';
+  readonly limits;
+  private readonly cpu: FastMatcher;
+  private readonly layout = new GpuLayout();
+  private readonly opts: Required<Omit<GpuMatcherOptions, 'gpu' | 'limits'>> & { gpu: Partial<GpuOptions> };
+  private ctx: GpuContext | null = null;
+  private gpuState: GpuBuffers | null = null;
+  private readonly queue: Pending[] = [];
+  private running = 0;
+  private closed = false;
+  private reopening: Promise<void> | null = null;
+  private readonly counters = { gpuEvents: 0, cpuEvents: 0, batches: 0, overflowEvents: 0, fallbackEvents: 0, deviceLosses: 0, rebuilds: 0 };
+  private lastStages: StageTimes | null = null;
+
+  private constructor(options: GpuMatcherOptions) {
+    this.cpu = new FastMatcher({ limits: options.limits });
+    this.limits = this.cpu.limits;
+    const o = { ...defaultGpuMatcherOptions, ...options };
+    this.opts = {
+      cpuBelowFilters: checkInt('cpuBelowFilters', o.cpuBelowFilters, 0, 2 ** 31),
+      maxBatch: checkInt('maxBatch', o.maxBatch, 1, 65535),
+      inFlight: checkInt('inFlight', o.inFlight, 1, 16),
+      workgroupSize: checkInt('workgroupSize', o.workgroupSize, 1, 1024),
+      contGroups: checkInt('contGroups', o.contGroups, 1, 65535),
+      profile: o.profile === true,
+      gpu: options.gpu ?? {},
+    };
+  }
+
+  /** Opens a GPU device and returns the engine. Throws `gpu: ...` when no usable adapter exists. */
+  static async create(options: GpuMatcherOptions = {}): Promise<GpuMatcher> {
+    const m = new GpuMatcher(options);
+    await m.open();
+    return m;
+  }
+
+  /** The device in use (for tests and stats); null while none is. */
+  get context(): GpuContext | null {
+    return this.ctx;
+  }
+
+  private async open(): Promise<void> {
+    const ctx = await GpuContext.open(this.opts.gpu);
+    try {
+      this.gpuState = await GpuBuffers.build(ctx, this.layout, this.opts);
+    } catch (err) {
+      ctx.destroy();
+      throw err;
+    }
+    this.ctx = ctx;
+    ctx.onLost((info) => {
+      if (this.ctx !== ctx) return;
+      this.ctx = null;
+      this.gpuState = null;
+      if (info.reason === 'destroyed' && this.closed) return;
+      this.counters.deviceLosses++;
+      // Serve from the CPU engine meanwhile; rebuild on a new device from the host mirror.
+      this.reopening ??= this.reopen();
+    });
+  }
+
+  private async reopen(): Promise<void> {
+    for (let attempt = 0; attempt < 5 && !this.closed; attempt++) {
+      try {
+        this.layout.fDirty.all = this.layout.cDirty.all = this.layout.sDirty.all = true;
+        this.layout.posAll = true;
+        await this.open();
+        this.counters.rebuilds++;
+        break;
+      } catch {
+        await new Promise((r) => setTimeout(r, 200 * 2 ** attempt));
+      }
+    }
+    this.reopening = null;
+  }
+
+  /** Resolves once a lost device has been replaced (or replacing it has been given up). */
+  async recovered(): Promise<void> {
+    while (this.reopening !== null) await this.reopening;
+  }
+
+  // ---------------------------------------------------------------- mutations
+
+  add(sub: Subscription): void {
+    this.cpu.add(sub);
+    this.layout.insert(this.cpu.get(sub.id)!);
+  }
+
+  replace(sub: Subscription): void {
+    const old = this.cpu.get(typeof sub?.id === 'string' ? sub.id : '');
+    this.cpu.replace(sub);
+    this.layout.remove(old!);
+    this.layout.insert(this.cpu.get(sub.id)!);
+  }
+
+  remove(id: string): boolean {
+    const old = typeof id === 'string' ? this.cpu.get(id) : undefined;
+    if (!this.cpu.remove(id)) return false;
+    this.layout.remove(old!);
+    return true;
+  }
+
+  has(id: string): boolean {
+    return this.cpu.has(id);
+  }
+
+  get(id: string): NSubscription | undefined {
+    return this.cpu.get(id);
+  }
+
+  updatePosition(device: string, lat: number, lon: number): void {
+    this.cpu.updatePosition(device, lat, lon);
+    this.layout.move(device, lat, lon);
+  }
+
+  updatePositions(updates: readonly PositionUpdate[]): void {
+    this.cpu.updatePositions(updates); // validates the whole batch first
+    for (let i = 0; i < updates.length; i++) this.layout.move(updates[i].device, updates[i].lat, updates[i].lon);
+  }
+
+  openDevice(device: string): DeviceHandle {
+    const cpuHandle = this.cpu.openDevice(device);
+    const slot = this.layout.deviceSlotOf(device);
+    this.layout.pin(slot);
+    return new GpuDeviceHandle(this.layout, cpuHandle, slot);
+  }
+
+  removeDevice(device: string): boolean {
+    const had = this.cpu.removeDevice(device);
+    if (had) this.layout.forget(device);
+    return had;
+  }
+
+  // ---------------------------------------------------------------- matching
+
+  /** Which path the next event takes. */
+  get path(): 'gpu' | 'cpu' {
+    return this.gpuState !== null && this.layout.liveFilters >= this.opts.cpuBelowFilters ? 'gpu' : 'cpu';
+  }
+
+  match(event: Event): Promise<string[]> {
+    let e: NEvent;
+    try {
+      e = validateEvent(event, this.limits);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return this.matchValid(e);
+  }
+
+  matchBatch(events: readonly Event[]): Promise<string[][]> {
+    try {
+      if (!Array.isArray(events)) throw new ValidationError('events', `must be an array, got ${show(events)}`);
+      const valid = events.map((e, i) => validateEvent(e, this.limits, `events[${i}]`));
+      if (this.closed || this.path === 'cpu') return Promise.all(valid.map((e) => this.matchValid(e)));
+      const all = valid.map((event) => new Promise<string[]>((resolve, reject) => this.queue.push({ event, resolve, reject })));
+      this.pump();
+      return Promise.all(all);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  private matchValid(e: NEvent): Promise<string[]> {
+    if (this.closed) return Promise.reject(new AmbitError('UNAVAILABLE', 'gpu: matcher is closed'));
+    if (this.path === 'cpu') {
+      this.counters.cpuEvents++;
+      return Promise.resolve(this.cpu.matchValid(e));
+    }
+    return new Promise((resolve, reject) => {
+      this.queue.push({ event: e, resolve, reject });
+      this.pump();
+    });
+  }
+
+  private pump(): void {
+    while (this.queue.length > 0 && this.running < this.opts.inFlight) {
+      const batch = this.queue.splice(0, this.opts.maxBatch);
+      this.running++;
+      this.runBatch(batch).finally(() => {
+        this.running--;
+        this.pump();
+      });
+    }
+  }
+
+  private async runBatch(batch: Pending[]): Promise<void> {
+    const state = this.gpuState;
+    const events = batch.map((p) => p.event);
+    let results: (string[] | null)[];
+    try {
+      if (state === null) throw new Error('no device');
+      results = await state.run(events);
+      this.counters.batches++;
+    } catch {
+      // The device was lost (or never came back): the CPU engine answers, nothing is dropped.
+      results = events.map(() => null);
+      this.counters.fallbackEvents += events.length;
+    }
+    if (state !== null) {
+      this.counters.overflowEvents += state.lastOverflow;
+      if (state.lastStages !== null) this.lastStages = state.lastStages;
+    }
+    for (let i = 0; i < batch.length; i++) {
+      try {
+        let ids = results[i];
+        if (ids === null) {
+          ids = this.cpu.matchValid(events[i]);
+          this.counters.cpuEvents++;
+        } else {
+          this.counters.gpuEvents++;
+        }
+        batch[i].resolve(ids);
+      } catch (err) {
+        batch[i].reject(err);
+      }
+    }
+  }
+
+  /** GPU time per stage of the last profiled batch (profile option and timestamp-query needed). */
+  get stageTimes(): StageTimes | null {
+    return this.lastStages;
+  }
+
+  stats(): MatcherStats {
+    const s = this.cpu.stats();
+    const gpuBytes = this.gpuState?.bytes ?? 0;
+    return {
+      engine: this.name,
+      subscriptions: s.subscriptions,
+      filters: s.filters,
+      constraints: s.constraints,
+      devices: s.devices,
+      memoryBytes: s.memoryBytes + this.layout.hostBytes,
+      extra: {
+        path: this.path,
+        adapter: this.ctx?.name ?? 'none',
+        gpuBytes,
+        gpuBytesPerFilter: this.layout.liveFilters > 0 ? gpuBytes / this.layout.liveFilters : 0,
+        cpuBelowFilters: this.opts.cpuBelowFilters,
+        ...this.counters,
+      },
+    };
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    while (this.running > 0 || this.queue.length > 0) {
+      await new Promise((r) => setTimeout(r, 1));
+    }
+    const ctx = this.ctx;
+    this.ctx = null;
+    this.gpuState = null;
+    if (ctx !== null) await ctx.close();
+    await this.cpu.close();
+  }
+}
+
+class GpuDeviceHandle implements DeviceHandle {
+  private slot: number;
+  constructor(private readonly layout: GpuLayout, private readonly cpu: DeviceHandle, slot: number) {
+    this.slot = slot;
+  }
+
+  get device(): string {
+    return this.cpu.device;
+  }
+
+  update(lat: number, lon: number): void {
+    this.cpu.update(lat, lon); // validates, and throws once released
+    this.layout.place(this.slot, lat, lon);
+  }
+
+  release(): void {
+    if (this.slot < 0) return;
+    this.cpu.release();
+    this.layout.unpin(this.slot);
+    this.slot = -1;
+  }
+}
+
+const STORAGE = () => GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
+
+/** The GPU side: buffers mirroring the layout, pipelines, and the batch runner. */
+class GpuBuffers {
+  private readonly device: GPUDevice;
+  private readonly wg: number;
+  private readonly pipelines: { loc: GPUComputePipeline; cont: GPUComputePipeline; zip: GPUComputePipeline; scatter: GPUComputePipeline };
+  private bufs = new Map<string, GPUBuffer>();
+  /** Buffers created since their last full upload. */
+  private readonly fresh = new Set<string>();
+  private bindVersion = 0;
+  private candCap = MIN_CAND;
+  private slots: Slot[] = [];
+  private readonly params: GPUBuffer;
+  private readonly zipParams: GPUBuffer;
+  private readonly scatterParams: GPUBuffer;
+  private readonly query: { set: GPUQuerySet; resolve: GPUBuffer } | null;
+  lastOverflow = 0;
+  lastStages: StageTimes | null = null;
+  private recentPairs = 64;
+
+  private constructor(
+    private readonly ctx: GpuContext,
+    private readonly layout: GpuLayout,
+    private readonly opts: { maxBatch: number; inFlight: number; contGroups: number; profile: boolean },
+    wg: number,
+    pipelines: GpuBuffers['pipelines'],
+  ) {
+    this.device = ctx.device;
+    this.wg = wg;
+    this.pipelines = pipelines;
+    this.params = ctx.createBuffer('ambit.params', 32, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
+    this.zipParams = ctx.createBuffer('ambit.params.zip', 32, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
+    this.scatterParams = ctx.createBuffer('ambit.scatter.params', 32, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
+    this.query = opts.profile && ctx.features.has('timestamp-query')
+      ? {
+          set: this.device.createQuerySet({ label: 'ambit.stages', type: 'timestamp', count: 6 }),
+          resolve: ctx.createBuffer('ambit.stages.resolve', 48, GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC),
+        }
+      : null;
+  }
+
+  static async build(ctx: GpuContext, layout: GpuLayout, opts: { maxBatch: number; inFlight: number; contGroups: number; profile: boolean; workgroupSize: number }): Promise<GpuBuffers> {
+    const wg = Math.min(opts.workgroupSize, ctx.limits.maxComputeWorkgroupSizeX, ctx.limits.maxComputeInvocationsPerWorkgroup);
+    const module = await ctx.compileShader('match');
+    const make = (entryPoint: string) =>
+      ctx.withValidation(`pipeline ${entryPoint}`, () =>
+        ctx.device.createComputePipeline({ label: `ambit.${entryPoint}`, layout: 'auto', compute: { module, entryPoint, constants: { WG: wg } } }),
+      );
+    const pipelines = { loc: await make('loc'), cont: await make('cont'), zip: await make('zip'), scatter: await make('scatter') };
+    const b = new GpuBuffers(ctx, layout, opts, wg, pipelines);
+    b.sync();
+    return b;
+  }
+
+  /** GPU memory held, bytes. */
+  get bytes(): number {
+    let n = 0;
+    for (const buf of this.bufs.values()) n += buf.size;
+    for (const s of this.slots) n += s.counts.size + s.out.size + s.staging.size;
+    return n;
+  }
+
+  /** The named buffer, at least `bytes` long; a new one (zeroed) when it had to grow. */
+  private buffer(name: string, bytes: number): GPUBuffer {
+    const size = Math.max(16, Math.ceil(bytes / 4) * 4);
+    let b = this.bufs.get(name);
+    if (b === undefined || b.size < size) {
+      b?.destroy();
+      b = this.ctx.createBuffer(`ambit.${name}`, size, STORAGE());
+      this.bufs.set(name, b);
+      this.fresh.add(name);
+      this.bindVersion++; // cached bind groups refer to the old buffer
+    }
+    return b;
+  }
+
+  private upload(name: string, arr: Uint32Array | Float32Array, lo: number, hi: number, all: boolean): void {
+    const buf = this.buffer(name, arr.byteLength);
+    if (all || this.fresh.delete(name)) this.ctx.writeBuffer(buf, 0, arr);
+    else if (hi > lo) this.ctx.writeBuffer(buf, lo * 4, arr.subarray(lo, hi));
+  }
+
+  /** Sends every change of the host mirror since the last call. */
+  private sync(): void {
+    const L = this.layout;
+    const fAll = L.fDirty.all;
+    const f = L.fDirty;
+    this.upload('fBloom', L.fBloom, f.lo, f.hi, fAll);
+    this.upload('fMeta', L.fMeta, f.lo, f.hi, fAll);
+    this.upload('fPos', L.fPos, f.lo, f.hi, fAll);
+    this.upload('fRad', L.fRad, f.lo, f.hi, fAll);
+    this.upload('fCon', L.fCon, f.lo, f.hi, fAll);
+    this.upload('fSub', L.fSub, f.lo, f.hi, fAll);
+    f.clear();
+    const c = L.cDirty;
+    const cAll = c.all;
+    this.upload('cHead', L.cHead, c.lo, c.hi, cAll);
+    this.upload('cValA', L.cValA, c.lo, c.hi, cAll);
+    this.upload('cValB', L.cValB, c.lo, c.hi, cAll);
+    c.clear();
+    const s = L.sDirty;
+    this.upload('cStr', L.cStr, s.lo, s.hi, s.all);
+    s.clear();
+    // Positions: the whole array after growth; else one scatter of the moved slots.
+    const moved = L.takeMoved();
+    const posBuf = this.buffer('pos', L.pos.byteLength);
+    if (L.posAll || this.fresh.delete('pos')) {
+      this.ctx.writeBuffer(posBuf, 0, L.pos);
+      L.posAll = false;
+    } else if (moved.length > 0 && moved.length <= 4) {
+      for (const slot of moved) this.ctx.writeBuffer(posBuf, slot * 16, L.pos.subarray(slot * 4, slot * 4 + 4));
+    } else if (moved.length > 0) {
+      const rec = new Float32Array(moved.length * 4);
+      const recU = new Uint32Array(rec.buffer);
+      for (let i = 0; i < moved.length; i++) {
+        const slot = moved[i];
+        rec[4 * i] = L.pos[4 * slot];
+        rec[4 * i + 1] = L.pos[4 * slot + 1];
+        rec[4 * i + 2] = L.pos[4 * slot + 2];
+        recU[4 * i + 3] = slot;
+      }
+      const movesBuf = this.buffer('moves', rec.byteLength);
+      this.ctx.writeBuffer(movesBuf, 0, rec);
+      this.ctx.writeBuffer(this.scatterParams, 0, new Uint32Array([moved.length, 0, 0, 0, 0, 0, 65535, 0]));
+      const enc = this.device.createCommandEncoder({ label: 'ambit.scatter' });
+      const pass = enc.beginComputePass({ label: 'ambit.scatter' });
+      pass.setPipeline(this.pipelines.scatter);
+      pass.setBindGroup(0, this.device.createBindGroup({
+        label: 'ambit.scatter',
+        layout: this.pipelines.scatter.getBindGroupLayout(0),
+        entries: [
+          { binding: 0, resource: { buffer: this.scatterParams } },
+          { binding: 19, resource: { buffer: movesBuf } },
+          { binding: 20, resource: { buffer: posBuf } },
+        ],
+      }));
+      pass.dispatchWorkgroups(Math.ceil(moved.length / this.wg));
+      pass.end();
+      this.ctx.queue.submit([enc.finish()]);
+    }
+  }
+
+  private slot(): Slot {
+    let s = this.slots.find((x) => !x.busy);
+    if (s === undefined) {
+      s = {
+        counts: this.ctx.createBuffer('ambit.counts', 4 * (this.opts.maxBatch + 1), STORAGE()),
+        out: this.ctx.createBuffer('ambit.out', 8 * MIN_OUT, STORAGE()),
+        outCap: MIN_OUT,
+        staging: this.ctx.createBuffer('ambit.staging', 4 * (this.opts.maxBatch + 1) + 8 * MIN_OUT, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST),
+        stagingBytes: 4 * (this.opts.maxBatch + 1) + 8 * MIN_OUT,
+        groups: null,
+        busy: false,
+      };
+      this.slots.push(s);
+    }
+    return s;
+  }
+
+  private growOut(s: Slot, pairs: number): void {
+    let cap = s.outCap;
+    while (cap < pairs) cap *= 2;
+    s.out.destroy();
+    s.out = this.ctx.createBuffer('ambit.out', 8 * cap, STORAGE());
+    s.outCap = cap;
+    s.groups = null;
+  }
+
+  private groups(s: Slot): { loc: GPUBindGroup; cont: GPUBindGroup; zip: GPUBindGroup } {
+    if (s.groups === null || s.groups.version !== this.bindVersion) {
+      s.groups = { version: this.bindVersion, loc: this.group(s, 'loc'), cont: this.group(s, 'cont'), zip: this.group(s, 'zip') };
+    }
+    return s.groups;
+  }
+
+  private group(s: Slot, kernel: 'loc' | 'cont' | 'zip'): GPUBindGroup {
+    const b = (n: string) => ({ buffer: this.bufs.get(n)! });
+    const inputs = { events: this.bufs.get('events')!, attrs: this.bufs.get('attrs')!, str: this.bufs.get('evstr')! };
+    const entries: GPUBindGroupEntry[] = [{ binding: 0, resource: { buffer: kernel === 'zip' ? this.zipParams : this.params } }];
+    if (kernel === 'loc') {
+      entries.push(
+        { binding: 1, resource: { buffer: inputs.events } },
+        { binding: 4, resource: b('fBloom') },
+        { binding: 5, resource: b('fMeta') },
+        { binding: 6, resource: b('fPos') },
+        { binding: 7, resource: b('fRad') },
+        { binding: 8, resource: b('pos') },
+        { binding: 9, resource: b('cand') },
+        { binding: 10, resource: { buffer: s.counts } },
+      );
+    } else if (kernel === 'cont') {
+      entries.push(
+        { binding: 1, resource: { buffer: inputs.events } },
+        { binding: 2, resource: { buffer: inputs.attrs } },
+        { binding: 3, resource: { buffer: inputs.str } },
+        { binding: 5, resource: b('fMeta') },
+        { binding: 9, resource: b('cand') },
+        { binding: 10, resource: { buffer: s.counts } },
+        { binding: 11, resource: b('fCon') },
+        { binding: 12, resource: b('fSub') },
+        { binding: 13, resource: b('cHead') },
+        { binding: 14, resource: b('cValA') },
+        { binding: 15, resource: b('cValB') },
+        { binding: 16, resource: b('cStr') },
+        { binding: 17, resource: b('subBits') },
+      );
+    } else {
+      entries.push(
+        { binding: 10, resource: { buffer: s.counts } },
+        { binding: 17, resource: b('subBits') },
+        { binding: 18, resource: { buffer: s.out } },
+      );
+    }
+    return this.device.createBindGroup({ label: `ambit.${kernel}`, layout: this.pipelines[kernel].getBindGroupLayout(0), entries });
+  }
+
+  /** Splits `groups` workgroups over x and z (each at most the device's per-dimension limit). */
+  private split(groups: number): [number, number] {
+    const max = this.ctx.limits.maxComputeWorkgroupsPerDimension;
+    if (groups <= max) return [Math.max(1, groups), 1];
+    const z = Math.ceil(groups / max);
+    return [Math.ceil(groups / z), z];
+  }
+
+  /**
+   * Matches a batch. Returns, per event, its subscription ids, or null where the event must be
+   * answered by the CPU engine (its candidates overflowed the buffer).
+   */
+  async run(events: readonly NEvent[]): Promise<(string[] | null)[]> {
+    const L = this.layout;
+    const E = events.length;
+    this.sync();
+    const subWords = L.subWords;
+    this.buffer('subBits', 4 * subWords * this.opts.maxBatch);
+    this.buffer('cand', 4 * this.candCap * this.opts.maxBatch);
+    const enc = L.encodeEvents(events);
+    // Inputs live in persistent buffers: queue order keeps batch k's data until its passes ran.
+    this.ctx.writeBuffer(this.buffer('events', enc.hdr.byteLength), 0, enc.hdr);
+    this.ctx.writeBuffer(this.buffer('attrs', enc.attrs.byteLength), 0, enc.attrs);
+    this.ctx.writeBuffer(this.buffer('evstr', enc.str.byteLength), 0, enc.str);
+
+    const s = this.slot();
+    s.busy = true;
+    try {
+      const filterCount = L.fTop;
+      const [fx, fz] = this.split(Math.ceil(filterCount / this.wg));
+      const [zx, zz] = this.split(Math.ceil(subWords / this.wg));
+      const params = (rowStride: number) => new Uint32Array([filterCount, E, this.candCap, subWords, s.outCap, this.opts.contGroups, rowStride, 0]);
+      this.ctx.writeBuffer(this.params, 0, params(fx));
+      this.ctx.writeBuffer(this.zipParams, 0, params(zx));
+      const g = this.groups(s);
+      const cmd = this.device.createCommandEncoder({ label: 'ambit.match' });
+      cmd.clearBuffer(s.counts, 0, Math.ceil((4 * (E + 1)) / 4) * 4);
+      const q = this.query;
+      const ts = (i: number): GPUComputePassTimestampWrites | undefined =>
+        q === null ? undefined : { querySet: q.set, beginningOfPassWriteIndex: 2 * i, endOfPassWriteIndex: 2 * i + 1 };
+
+      let pass = cmd.beginComputePass({ label: 'ambit.loc', timestampWrites: ts(0) });
+      pass.setPipeline(this.pipelines.loc);
+      pass.setBindGroup(0, g.loc);
+      pass.dispatchWorkgroups(fx, E, fz);
+      pass.end();
+      pass = cmd.beginComputePass({ label: 'ambit.cont', timestampWrites: ts(1) });
+      pass.setPipeline(this.pipelines.cont);
+      pass.setBindGroup(0, g.cont);
+      pass.dispatchWorkgroups(this.opts.contGroups, E, 1);
+      pass.end();
+      pass = cmd.beginComputePass({ label: 'ambit.zip', timestampWrites: ts(2) });
+      pass.setPipeline(this.pipelines.zip);
+      pass.setBindGroup(0, g.zip);
+      pass.dispatchWorkgroups(zx, E, zz);
+      pass.end();
+      if (q !== null) cmd.resolveQuerySet(q.set, 0, 6, q.resolve, 0);
+
+      // Counters, then as many pairs as recent batches needed (more are read in a second trip).
+      const countBytes = 4 * (E + 1);
+      const countBytesAligned = Math.ceil(countBytes / 8) * 8;
+      const prefixPairs = Math.min(s.outCap, Math.max(64, 2 * this.recentPairs));
+      const want = countBytesAligned + 8 * prefixPairs + (q !== null ? 48 : 0);
+      if (s.stagingBytes < want) {
+        s.staging.destroy();
+        s.stagingBytes = want * 2;
+        s.staging = this.ctx.createBuffer('ambit.staging', s.stagingBytes, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
+      }
+      cmd.copyBufferToBuffer(s.counts, 0, s.staging, 0, countBytes);
+      cmd.copyBufferToBuffer(s.out, 0, s.staging, countBytesAligned, 8 * prefixPairs);
+      if (q !== null) cmd.copyBufferToBuffer(q.resolve, 0, s.staging, countBytesAligned + 8 * prefixPairs, 48);
+      this.ctx.queue.submit([cmd.finish()]);
+
+      await s.staging.mapAsync(GPUMapMode.READ, 0, want);
+      const mapped = s.staging.getMappedRange(0, want);
+      const counts = new Uint32Array(mapped, 0, E + 1).slice();
+      const total = counts[E];
+      const got = Math.min(total, prefixPairs, s.outCap);
+      const pairs = new Uint32Array(mapped, countBytesAligned, 2 * got).slice();
+      if (q !== null) {
+        const t = new BigUint64Array(mapped.slice(countBytesAligned + 8 * prefixPairs, countBytesAligned + 8 * prefixPairs + 48));
+        const ms = (i: number) => Number(t[2 * i + 1] - t[2 * i]) / 1e6;
+        this.lastStages = { loc: ms(0), cont: ms(1), zip: ms(2) };
+      }
+      s.staging.unmap();
+
+      this.recentPairs = Math.max(32, Math.round(0.8 * this.recentPairs + 0.2 * total));
+      if (total > s.outCap) {
+        // Output overflowed: which events lost pairs is unknown, so the CPU answers the batch.
+        this.growOut(s, total);
+        this.lastOverflow = E;
+        return events.map(() => null);
+      }
+      let all = pairs;
+      if (total > got) {
+        const rest = await this.ctx.readBuffer(s.out, 8 * got, 8 * (total - got));
+        all = new Uint32Array(2 * total);
+        all.set(pairs);
+        all.set(new Uint32Array(rest), 2 * got);
+      }
+      const results: (string[] | null)[] = events.map(() => []);
+      let overflow = 0;
+      let maxCand = 0;
+      for (let e = 0; e < E; e++) {
+        if (counts[e] > this.candCap) {
+          results[e] = null;
+          overflow++;
+          if (counts[e] > maxCand) maxCand = counts[e];
+        }
+      }
+      for (let i = 0; i < total; i++) {
+        const r = results[all[2 * i]];
+        if (r !== null) r.push(L.subId[all[2 * i + 1]]!);
+      }
+      if (maxCand > 0) {
+        const most = Math.floor(this.ctx.limits.maxStorageBufferBindingSize / (4 * this.opts.maxBatch));
+        while (this.candCap < maxCand && this.candCap * 2 <= most) this.candCap *= 2;
+      }
+      this.lastOverflow = overflow;
+      return results;
+    } finally {
+      s.busy = false;
+    }
+  }
+}
