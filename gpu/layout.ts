@@ -16,6 +16,8 @@ export const CONSTRAINT_BYTES = 12;
 export const POSITION_BYTES = 16;
 /** Words per event header (EventHdr) and per attribute (Attr) in match.wgsl. */
 export const EVENT_WORDS = 8;
+/** Parameter words at the head of the batch input. */
+export const PARAM_WORDS = 16;
 export const ATTR_WORDS = 4;
 
 export const META_AREA = 0x100;
@@ -468,10 +470,11 @@ export class GpuLayout {
   // ---------------------------------------------------------------- events
 
   /**
-   * Encodes a batch of events into the input arrays of match.wgsl: headers, attributes and the
-   * UTF-8 of string attributes. Attributes whose name no constraint uses are left out.
+   * Encodes a batch of events into the one input buffer of match.wgsl: 16 parameter words (the
+   * caller fills words 0-7), event headers, attributes and the UTF-8 of string attributes.
+   * Attributes whose name no constraint uses are left out.
    */
-  encodeEvents(events: readonly NEvent[]): { hdr: Uint32Array; attrs: Uint32Array; str: Uint32Array } {
+  encodeEvents(events: readonly NEvent[]): Uint32Array {
     let nAttr = 0;
     let strWords = 0;
     for (const e of events) {
@@ -482,52 +485,52 @@ export class GpuLayout {
         if (typeof v === 'string') strWords += Math.ceil((v.length * 3) / 4) + 1;
       }
     }
-    const hdr = new Uint32Array(Math.max(1, events.length) * EVENT_WORDS);
-    const hdrF = new Float32Array(hdr.buffer);
-    const attrs = new Uint32Array(Math.max(1, nAttr) * ATTR_WORDS);
-    const str = new Uint32Array(Math.max(1, strWords));
-    const strBytes = new Uint8Array(str.buffer);
+    const evOff = PARAM_WORDS;
+    const attrOff = evOff + events.length * EVENT_WORDS;
+    const strOff = attrOff + nAttr * ATTR_WORDS;
+    const inp = new Uint32Array(strOff + strWords + 1);
+    const inpF = new Float32Array(inp.buffer);
+    const strBytes = new Uint8Array(inp.buffer, strOff * 4);
+    inp[8] = evOff;
+    inp[9] = attrOff;
+    inp[10] = strOff;
     let a = 0;
     let sw = 0;
     for (let k = 0; k < events.length; k++) {
       const e = events[k];
-      const o = k * EVENT_WORDS;
+      const o = evOff + k * EVENT_WORDS;
       const phi = e.lat * RAD;
       const lam = e.lon * RAD;
       const c = Math.cos(phi);
-      hdrF[o] = c * Math.cos(lam);
-      hdrF[o + 1] = c * Math.sin(lam);
-      hdrF[o + 2] = Math.sin(phi);
-      hdrF[o + 3] = e.radiusM;
+      inpF[o] = c * Math.cos(lam);
+      inpF[o + 1] = c * Math.sin(lam);
+      inpF[o + 2] = Math.sin(phi);
+      inpF[o + 3] = e.radiusM;
       let bloom = 0;
       const start = a;
       for (let i = 0; i < e.names.length; i++) {
         const id = this.nameIds.get(e.names[i]);
         if (id === undefined) continue;
         bloom |= 1 << bloomBit(id);
-        const ao = a * ATTR_WORDS;
-        attrs[ao] = id;
+        const ao = attrOff + a * ATTR_WORDS;
+        inp[ao] = id;
         const v = e.values[i];
         if (typeof v === 'string') {
           const r = encoder.encodeInto(v, strBytes.subarray(sw * 4));
-          attrs[ao + 1] = T_STR;
-          attrs[ao + 2] = sw;
-          attrs[ao + 3] = r.written;
-          sw += Math.ceil(r.written / 4) || 0;
-        } else if (typeof v === 'number') {
-          attrs[ao + 1] = T_NUM;
-          numberKey(v, attrs, ao + 2);
+          inp[ao + 1] = T_STR;
+          inp[ao + 2] = sw;
+          inp[ao + 3] = r.written;
+          sw += Math.ceil(r.written / 4);
         } else {
-          attrs[ao + 1] = T_BOOL;
-          numberKey(v ? 1 : 0, attrs, ao + 2);
+          inp[ao + 1] = typeof v === 'number' ? T_NUM : T_BOOL;
+          numberKey(typeof v === 'number' ? v : v ? 1 : 0, inp, ao + 2);
         }
         a++;
       }
-      hdr[o + 4] = bloom >>> 0;
-      hdr[o + 5] = start;
-      hdr[o + 6] = a - start;
-      hdr[o + 7] = 0;
+      inp[o + 4] = bloom >>> 0;
+      inp[o + 5] = start;
+      inp[o + 6] = a - start;
     }
-    return { hdr, attrs, str };
+    return inp;
   }
 }

@@ -12,29 +12,34 @@
 
 override WG: u32 = 128;
 
-struct Params {
-  filterCount: u32,
-  eventCount: u32,
-  candCap: u32,      // candidates per event
-  subWords: u32,     // words of the per-event subscription bit vector
-  outCap: u32,       // (event, subscription) pairs this batch can return
-  contGroups: u32,   // Cont workgroups per event (grid-stride)
-  rowStride: u32,    // workgroups per row when a dimension is split into 2-D (x = gx + gy * rowStride)
-  pad: u32,
-};
+// The batch input, one buffer written with one writeBuffer per batch (u32 words):
+//   [0, 16)   parameters (below)
+//   [evOff)   8 words per event: x, y, z (unit vector, f32), radius m (f32), Bloom, attrStart, attrCount, 0
+//   [attrOff) 4 words per attribute: name, type (0 number, 1 string, 2 bool), value a, value b
+//             (number/bool: order-preserving key hi/lo; string: word offset from strOff / byte length)
+//   [strOff)  UTF-8 of string attributes, 4 bytes a word, each string word-aligned
+@group(0) @binding(1) var<storage, read> inp: array<u32>;
 
-// One event of the batch: unit vector, area, Bloom of its names, its attribute range.
+const P_FILTERS: u32 = 0u;
+const P_EVENTS: u32 = 1u;
+const P_CANDCAP: u32 = 2u;
+const P_SUBWORDS: u32 = 3u;
+const P_OUTCAP: u32 = 4u;
+const P_CONTGROUPS: u32 = 5u;
+const P_LOCSTRIDE: u32 = 6u;   // workgroups per row when Loc's x is split over x and z
+const P_ZIPSTRIDE: u32 = 7u;   // same for Zip
+const P_EVOFF: u32 = 8u;
+const P_ATTROFF: u32 = 9u;
+const P_STROFF: u32 = 10u;
+
 struct EventHdr {
-  x: f32, y: f32, z: f32,
+  p: vec3<f32>,
   radiusM: f32,
   bloom: u32,
   attrStart: u32,
   attrCount: u32,
-  pad: u32,
 };
 
-// An event attribute: interned name, type (0 number, 1 string, 2 bool), value words
-// (number/bool: order-preserving key hi/lo; string: word offset in evStr / byte length).
 struct Attr {
   name: u32,
   kind: u32,
@@ -42,10 +47,18 @@ struct Attr {
   b: u32,
 };
 
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> events: array<EventHdr>;
-@group(0) @binding(2) var<storage, read> attrs: array<Attr>;
-@group(0) @binding(3) var<storage, read> evStr: array<u32>;
+fn eventHdr(e: u32) -> EventHdr {
+  let o = inp[P_EVOFF] + e * 8u;
+  return EventHdr(
+    vec3<f32>(bitcast<f32>(inp[o]), bitcast<f32>(inp[o + 1u]), bitcast<f32>(inp[o + 2u])),
+    bitcast<f32>(inp[o + 3u]), inp[o + 4u], inp[o + 5u], inp[o + 6u]);
+}
+
+fn attr(j: u32) -> Attr {
+  let o = inp[P_ATTROFF] + j * 4u;
+  return Attr(inp[o], inp[o + 1u], inp[o + 2u], inp[o + 3u]);
+}
+
 // filters (struct of arrays)
 @group(0) @binding(4) var<storage, read> fBloom: array<u32>;
 @group(0) @binding(5) var<storage, read> fMeta: array<u32>;   // bits 0-7 constraint count, bit 8 has area, bit 9 live
@@ -64,13 +77,14 @@ var<workgroup> wgBase: u32;
 fn loc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   // y of the dispatch is the event; x (possibly split over x and z) covers the filters.
   let e = wid.y;
-  let f = (wid.x + wid.z * P.rowStride) * WG + lid;
+  let f = (wid.x + wid.z * inp[P_LOCSTRIDE]) * WG + lid;
+  let candCap = inp[P_CANDCAP];
   if (lid == 0u) { atomicStore(&wgCount, 0u); }
   workgroupBarrier();
   var keep = false;
   var slot = 0u;
-  if (f < P.filterCount) {
-    let ev = events[e];
+  if (f < inp[P_FILTERS]) {
+    let ev = eventHdr(e);
     let fm = fMeta[f];
     let bf = fBloom[f];
     if ((fm & 0x200u) != 0u && (bf & ~ev.bloom) == 0u) {
@@ -80,7 +94,7 @@ fn loc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) l
         let p = pos[fPos[f]];
         if (p.w != 0.0) {
           // Chord between unit vectors against the chord of the arc r_f + r_e.
-          let d = p.xyz - vec3<f32>(ev.x, ev.y, ev.z);
+          let d = p.xyz - ev.p;
           let half = min((fRad[f] + ev.radiusM) / (2.0 * EARTH_RADIUS_M), 1.5707963);
           let c = 2.0 * sin(half);
           keep = dot(d, d) <= c * c;
@@ -97,7 +111,7 @@ fn loc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) l
   workgroupBarrier();
   if (keep) {
     let i = wgBase + slot;
-    if (i < P.candCap) { cand[e * P.candCap + i] = f; }
+    if (i < candCap) { cand[e * candCap + i] = f; }
   }
 }
 
@@ -114,8 +128,12 @@ const T_NUM: u32 = 0u;
 const T_STR: u32 = 1u;
 const T_ANY: u32 = 3u;
 
+fn eWord(off: u32, w: u32) -> u32 {
+  return inp[inp[P_STROFF] + off + w];
+}
+
 fn eByte(off: u32, i: u32) -> u32 {
-  return (evStr[off + (i >> 2u)] >> ((i & 3u) * 8u)) & 0xffu;
+  return (eWord(off, i >> 2u) >> ((i & 3u) * 8u)) & 0xffu;
 }
 
 fn cByte(off: u32, i: u32) -> u32 {
@@ -127,12 +145,12 @@ fn cByte(off: u32, i: u32) -> u32 {
 fn headEqual(aOff: u32, cOff: u32, n: u32) -> bool {
   let words = n >> 2u;
   for (var w = 0u; w < words; w++) {
-    if (evStr[aOff + w] != cStr[cOff + w]) { return false; }
+    if (eWord(aOff, w) != cStr[cOff + w]) { return false; }
   }
   let rem = n & 3u;
   if (rem != 0u) {
     let mask = (1u << (rem * 8u)) - 1u;
-    if ((evStr[aOff + words] & mask) != (cStr[cOff + words] & mask)) { return false; }
+    if ((eWord(aOff, words) & mask) != (cStr[cOff + words] & mask)) { return false; }
   }
   return true;
 }
@@ -187,12 +205,12 @@ fn filterOk(f: u32, ev: EventHdr) -> bool {
     let ty = (h >> 24u) & 3u;
     var j = 0u;
     loop {
-      if (j >= ev.attrCount || attrs[ev.attrStart + j].name == name) { break; }
+      if (j >= ev.attrCount || attr(ev.attrStart + j).name == name) { break; }
       j++;
     }
     if (j >= ev.attrCount) { return false; }
     if (ty == T_ANY) { continue; }
-    let a = attrs[ev.attrStart + j];
+    let a = attr(ev.attrStart + j);
     if (a.kind != ty) { return false; }
     if (ty == T_STR) {
       if (!stringOp(op, a.a, a.b, cValA[c0 + k], cValB[c0 + k])) { return false; }
@@ -206,13 +224,15 @@ fn filterOk(f: u32, ev: EventHdr) -> bool {
 @compute @workgroup_size(WG)
 fn cont(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let e = wid.y;
-  let n = min(atomicLoad(&counts[e]), P.candCap);
-  let ev = events[e];
-  for (var i = wid.x * WG + lid; i < n; i += P.contGroups * WG) {
-    let f = cand[e * P.candCap + i];
+  let candCap = inp[P_CANDCAP];
+  let n = min(atomicLoad(&counts[e]), candCap);
+  let ev = eventHdr(e);
+  let subWords = inp[P_SUBWORDS];
+  for (var i = wid.x * WG + lid; i < n; i += inp[P_CONTGROUPS] * WG) {
+    let f = cand[e * candCap + i];
     if (filterOk(f, ev)) {
       let s = fSub[f];
-      atomicOr(&subBits[e * P.subWords + (s >> 5u)], 1u << (s & 31u));
+      atomicOr(&subBits[e * subWords + (s >> 5u)], 1u << (s & 31u));
     }
   }
 }
@@ -223,13 +243,15 @@ fn cont(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 @compute @workgroup_size(WG)
 fn zip(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let e = wid.y;
-  let w = (wid.x + wid.z * P.rowStride) * WG + lid;
+  let w = (wid.x + wid.z * inp[P_ZIPSTRIDE]) * WG + lid;
+  let subWords = inp[P_SUBWORDS];
+  let outCap = inp[P_OUTCAP];
   if (lid == 0u) { atomicStore(&wgCount, 0u); }
   workgroupBarrier();
   var bits = 0u;
   var slot = 0u;
-  if (w < P.subWords) {
-    let idx = e * P.subWords + w;
+  if (w < subWords) {
+    let idx = e * subWords + w;
     bits = atomicLoad(&subBits[idx]);
     if (bits != 0u) {
       atomicStore(&subBits[idx], 0u); // ready for the next batch (CLCB Zip, line 29)
@@ -239,28 +261,29 @@ fn zip(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) l
   workgroupBarrier();
   if (lid == 0u) {
     let n = atomicLoad(&wgCount);
-    if (n > 0u) { wgBase = atomicAdd(&counts[P.eventCount], n); }
+    if (n > 0u) { wgBase = atomicAdd(&counts[inp[P_EVENTS]], n); }
   }
   workgroupBarrier();
   var k = wgBase + slot;
   while (bits != 0u) {
     let b = firstTrailingBit(bits);
     bits &= bits - 1u;
-    if (k < P.outCap) { outPairs[k] = vec2<u32>(e, w * 32u + b); }
+    if (k < outCap) { outPairs[k] = vec2<u32>(e, w * 32u + b); }
     k++;
   }
 }
 
 // ---------------------------------------------------------------- position scatter
 // A batch of moved position slots: (slot, x, y, z) records written into `pos` in one dispatch.
+// moves[0].x holds the number of records (as u32 bits); records follow from moves[1].
 @group(0) @binding(19) var<storage, read> moves: array<vec4<f32>>;
 @group(0) @binding(20) var<storage, read_write> posOut: array<vec4<f32>>;
 
 @compute @workgroup_size(WG)
 fn scatter(@builtin(global_invocation_id) gid: vec3<u32>) {
   let i = gid.x;
-  if (i >= P.filterCount) { return; } // filterCount carries the number of moves here
-  let m = moves[i];
+  if (i >= bitcast<u32>(moves[0].x)) { return; }
+  let m = moves[i + 1u];
   let slot = bitcast<u32>(m.w);
   // w of a move holds the slot; a slot whose position is forgotten gets w = 0 (NaN-free zero vector).
   let known = select(1.0, 0.0, m.x == 0.0 && m.y == 0.0 && m.z == 0.0);

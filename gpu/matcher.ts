@@ -22,7 +22,7 @@ import { AmbitError, ValidationError, show } from '../src/model/errors.js';
 import { type NEvent, type NSubscription, validateEvent } from '../src/model/limits.js';
 import type { Event, PositionUpdate, Subscription } from '../src/model/types.js';
 import { GpuContext, type GpuOptions } from './device.js';
-import { ATTR_WORDS, EVENT_WORDS, GpuLayout } from './layout.js';
+import { GpuLayout } from './layout.js';
 
 export interface GpuMatcherOptions extends MatcherOptions {
   /** Device options (backend, allowSoftware, ...). */
@@ -380,9 +380,6 @@ class GpuBuffers {
   private bindVersion = 0;
   private candCap = MIN_CAND;
   private slots: Slot[] = [];
-  private readonly params: GPUBuffer;
-  private readonly zipParams: GPUBuffer;
-  private readonly scatterParams: GPUBuffer;
   private readonly query: { set: GPUQuerySet; resolve: GPUBuffer } | null;
   lastOverflow = 0;
   lastStages: StageTimes | null = null;
@@ -398,9 +395,6 @@ class GpuBuffers {
     this.device = ctx.device;
     this.wg = wg;
     this.pipelines = pipelines;
-    this.params = ctx.createBuffer('ambit.params', 32, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
-    this.zipParams = ctx.createBuffer('ambit.params.zip', 32, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
-    this.scatterParams = ctx.createBuffer('ambit.scatter.params', 32, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
     this.query = opts.profile && ctx.features.has('timestamp-query')
       ? {
           set: this.device.createQuerySet({ label: 'ambit.stages', type: 'timestamp', count: 6 }),
@@ -480,18 +474,20 @@ class GpuBuffers {
     } else if (moved.length > 0 && moved.length <= 4) {
       for (const slot of moved) this.ctx.writeBuffer(posBuf, slot * 16, L.pos.subarray(slot * 4, slot * 4 + 4));
     } else if (moved.length > 0) {
-      const rec = new Float32Array(moved.length * 4);
+      // One upload of (x, y, z, slot) records, one scatter dispatch (record 0 holds the count).
+      const rec = new Float32Array((moved.length + 1) * 4);
       const recU = new Uint32Array(rec.buffer);
+      recU[0] = moved.length;
       for (let i = 0; i < moved.length; i++) {
         const slot = moved[i];
-        rec[4 * i] = L.pos[4 * slot];
-        rec[4 * i + 1] = L.pos[4 * slot + 1];
-        rec[4 * i + 2] = L.pos[4 * slot + 2];
-        recU[4 * i + 3] = slot;
+        const o = 4 * (i + 1);
+        rec[o] = L.pos[4 * slot];
+        rec[o + 1] = L.pos[4 * slot + 1];
+        rec[o + 2] = L.pos[4 * slot + 2];
+        recU[o + 3] = slot;
       }
       const movesBuf = this.buffer('moves', rec.byteLength);
       this.ctx.writeBuffer(movesBuf, 0, rec);
-      this.ctx.writeBuffer(this.scatterParams, 0, new Uint32Array([moved.length, 0, 0, 0, 0, 0, 65535, 0]));
       const enc = this.device.createCommandEncoder({ label: 'ambit.scatter' });
       const pass = enc.beginComputePass({ label: 'ambit.scatter' });
       pass.setPipeline(this.pipelines.scatter);
@@ -499,7 +495,6 @@ class GpuBuffers {
         label: 'ambit.scatter',
         layout: this.pipelines.scatter.getBindGroupLayout(0),
         entries: [
-          { binding: 0, resource: { buffer: this.scatterParams } },
           { binding: 19, resource: { buffer: movesBuf } },
           { binding: 20, resource: { buffer: posBuf } },
         ],
@@ -545,11 +540,9 @@ class GpuBuffers {
 
   private group(s: Slot, kernel: 'loc' | 'cont' | 'zip'): GPUBindGroup {
     const b = (n: string) => ({ buffer: this.bufs.get(n)! });
-    const inputs = { events: this.bufs.get('events')!, attrs: this.bufs.get('attrs')!, str: this.bufs.get('evstr')! };
-    const entries: GPUBindGroupEntry[] = [{ binding: 0, resource: { buffer: kernel === 'zip' ? this.zipParams : this.params } }];
+    const entries: GPUBindGroupEntry[] = [{ binding: 1, resource: b('input') }];
     if (kernel === 'loc') {
       entries.push(
-        { binding: 1, resource: { buffer: inputs.events } },
         { binding: 4, resource: b('fBloom') },
         { binding: 5, resource: b('fMeta') },
         { binding: 6, resource: b('fPos') },
@@ -560,9 +553,6 @@ class GpuBuffers {
       );
     } else if (kernel === 'cont') {
       entries.push(
-        { binding: 1, resource: { buffer: inputs.events } },
-        { binding: 2, resource: { buffer: inputs.attrs } },
-        { binding: 3, resource: { buffer: inputs.str } },
         { binding: 5, resource: b('fMeta') },
         { binding: 9, resource: b('cand') },
         { binding: 10, resource: { buffer: s.counts } },
@@ -603,11 +593,8 @@ class GpuBuffers {
     const subWords = L.subWords;
     this.buffer('subBits', 4 * subWords * this.opts.maxBatch);
     this.buffer('cand', 4 * this.candCap * this.opts.maxBatch);
-    const enc = L.encodeEvents(events);
-    // Inputs live in persistent buffers: queue order keeps batch k's data until its passes ran.
-    this.ctx.writeBuffer(this.buffer('events', enc.hdr.byteLength), 0, enc.hdr);
-    this.ctx.writeBuffer(this.buffer('attrs', enc.attrs.byteLength), 0, enc.attrs);
-    this.ctx.writeBuffer(this.buffer('evstr', enc.str.byteLength), 0, enc.str);
+    const inp = L.encodeEvents(events);
+    const input = this.buffer('input', inp.byteLength);
 
     const s = this.slot();
     s.busy = true;
@@ -615,9 +602,9 @@ class GpuBuffers {
       const filterCount = L.fTop;
       const [fx, fz] = this.split(Math.ceil(filterCount / this.wg));
       const [zx, zz] = this.split(Math.ceil(subWords / this.wg));
-      const params = (rowStride: number) => new Uint32Array([filterCount, E, this.candCap, subWords, s.outCap, this.opts.contGroups, rowStride, 0]);
-      this.ctx.writeBuffer(this.params, 0, params(fx));
-      this.ctx.writeBuffer(this.zipParams, 0, params(zx));
+      inp.set([filterCount, E, this.candCap, subWords, s.outCap, this.opts.contGroups, fx, zx], 0);
+      // The batch's only upload; queue order keeps it intact until this batch's passes have run.
+      this.ctx.writeBuffer(input, 0, inp);
       const g = this.groups(s);
       const cmd = this.device.createCommandEncoder({ label: 'ambit.match' });
       cmd.clearBuffer(s.counts, 0, Math.ceil((4 * (E + 1)) / 4) * 4);
@@ -625,17 +612,23 @@ class GpuBuffers {
       const ts = (i: number): GPUComputePassTimestampWrites | undefined =>
         q === null ? undefined : { querySet: q.set, beginningOfPassWriteIndex: 2 * i, endOfPassWriteIndex: 2 * i + 1 };
 
+      // One pass with three dispatches (Dawn orders them with barriers); three passes only when
+      // timestamps are written around each stage.
       let pass = cmd.beginComputePass({ label: 'ambit.loc', timestampWrites: ts(0) });
       pass.setPipeline(this.pipelines.loc);
       pass.setBindGroup(0, g.loc);
       pass.dispatchWorkgroups(fx, E, fz);
-      pass.end();
-      pass = cmd.beginComputePass({ label: 'ambit.cont', timestampWrites: ts(1) });
+      if (q !== null) {
+        pass.end();
+        pass = cmd.beginComputePass({ label: 'ambit.cont', timestampWrites: ts(1) });
+      }
       pass.setPipeline(this.pipelines.cont);
       pass.setBindGroup(0, g.cont);
       pass.dispatchWorkgroups(this.opts.contGroups, E, 1);
-      pass.end();
-      pass = cmd.beginComputePass({ label: 'ambit.zip', timestampWrites: ts(2) });
+      if (q !== null) {
+        pass.end();
+        pass = cmd.beginComputePass({ label: 'ambit.zip', timestampWrites: ts(2) });
+      }
       pass.setPipeline(this.pipelines.zip);
       pass.setBindGroup(0, g.zip);
       pass.dispatchWorkgroups(zx, E, zz);
