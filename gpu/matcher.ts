@@ -19,7 +19,7 @@
 import { FastMatcher } from '../src/engines/fast.js';
 import type { DeviceHandle, Matcher, MatcherOptions, MatcherStats } from '../src/engines/matcher.js';
 import { AmbitError, ValidationError, show } from '../src/model/errors.js';
-import { type NEvent, type NSubscription, validateEvent } from '../src/model/limits.js';
+import { type NEvent, type NSubscription, validateEvent, validateEvents } from '../src/model/limits.js';
 import type { Event, PositionUpdate, Subscription } from '../src/model/types.js';
 import { GpuContext, type GpuOptions } from './device.js';
 import { GpuLayout } from './layout.js';
@@ -39,6 +39,10 @@ export interface GpuMatcherOptions extends MatcherOptions {
   contGroups?: number;
   /** Record per-stage GPU time with timestamp queries when the device has them. */
   profile?: boolean;
+  /** Initial candidate capacity per event (grows on overflow). */
+  initialCandidates?: number;
+  /** Initial (event, subscription) pairs per batch (grows on overflow). */
+  initialOutputs?: number;
 }
 
 export const defaultGpuMatcherOptions = Object.freeze({
@@ -48,6 +52,8 @@ export const defaultGpuMatcherOptions = Object.freeze({
   workgroupSize: 128,
   contGroups: 64,
   profile: false,
+  initialCandidates: 1024,
+  initialOutputs: 4096,
 });
 
 /** Per-stage GPU time of the last profiled batch, in milliseconds. */
@@ -57,8 +63,6 @@ export interface StageTimes {
   zip: number;
 }
 
-const MIN_CAND = 1024;
-const MIN_OUT = 4096;
 
 interface Pending {
   event: NEvent;
@@ -99,6 +103,8 @@ export class GpuMatcher implements Matcher {
   private readonly counters = { gpuEvents: 0, cpuEvents: 0, batches: 0, overflowEvents: 0, fallbackEvents: 0, deviceLosses: 0, rebuilds: 0 };
   private lastStages: StageTimes | null = null;
 
+  private ownsContext = true;
+
   private constructor(options: GpuMatcherOptions) {
     this.cpu = new FastMatcher({ limits: options.limits });
     this.limits = this.cpu.limits;
@@ -110,14 +116,26 @@ export class GpuMatcher implements Matcher {
       workgroupSize: checkInt('workgroupSize', o.workgroupSize, 1, 1024),
       contGroups: checkInt('contGroups', o.contGroups, 1, 65535),
       profile: o.profile === true,
+      initialCandidates: checkInt('initialCandidates', o.initialCandidates, 1, 2 ** 24),
+      initialOutputs: checkInt('initialOutputs', o.initialOutputs, 1, 2 ** 24),
       gpu: options.gpu ?? {},
     };
   }
 
-  /** Opens a GPU device and returns the engine. Throws `gpu: ...` when no usable adapter exists. */
+  /** Opens a GPU device of its own and returns the engine. Throws `gpu: ...` when no usable adapter exists. */
   static async create(options: GpuMatcherOptions = {}): Promise<GpuMatcher> {
     const m = new GpuMatcher(options);
     await m.open();
+    return m;
+  }
+
+  /**
+   * An engine on a device that is already open, sharing its compiled kernels (many engines, one
+   * device). close() leaves the device open; after a device loss the engine opens one of its own.
+   */
+  static attach(kernels: GpuKernels, options: GpuMatcherOptions = {}): GpuMatcher {
+    const m = new GpuMatcher({ ...options, gpu: options.gpu ?? kernels.ctx.options });
+    m.install(kernels.ctx, kernels, false);
     return m;
   }
 
@@ -129,18 +147,24 @@ export class GpuMatcher implements Matcher {
   private async open(): Promise<void> {
     const ctx = await GpuContext.open(this.opts.gpu);
     try {
-      this.gpuState = await GpuBuffers.build(ctx, this.layout, this.opts);
+      this.install(ctx, await GpuKernels.compile(ctx, this.opts.workgroupSize), true);
     } catch (err) {
       ctx.destroy();
       throw err;
     }
+  }
+
+  private install(ctx: GpuContext, kernels: GpuKernels, owned: boolean): void {
+    this.gpuState = new GpuBuffers(ctx, this.layout, this.opts, kernels);
     this.ctx = ctx;
+    this.ownsContext = owned;
     ctx.onLost((info) => {
       if (this.ctx !== ctx) return;
       this.ctx = null;
       this.gpuState = null;
-      if (info.reason === 'destroyed' && this.closed) return;
+      if (this.closed) return;
       this.counters.deviceLosses++;
+      void info;
       // Serve from the CPU engine meanwhile; rebuild on a new device from the host mirror.
       this.reopening ??= this.reopen();
     });
@@ -237,8 +261,7 @@ export class GpuMatcher implements Matcher {
 
   matchBatch(events: readonly Event[]): Promise<string[][]> {
     try {
-      if (!Array.isArray(events)) throw new ValidationError('events', `must be an array, got ${show(events)}`);
-      const valid = events.map((e, i) => validateEvent(e, this.limits, `events[${i}]`));
+      const valid = validateEvents(events, this.limits);
       if (this.closed || this.path === 'cpu') return Promise.all(valid.map((e) => this.matchValid(e)));
       const all = valid.map((event) => new Promise<string[]>((resolve, reject) => this.queue.push({ event, resolve, reject })));
       this.pump();
@@ -337,9 +360,17 @@ export class GpuMatcher implements Matcher {
       await new Promise((r) => setTimeout(r, 1));
     }
     const ctx = this.ctx;
+    const state = this.gpuState;
     this.ctx = null;
     this.gpuState = null;
-    if (ctx !== null) await ctx.close();
+    if (this.reopening !== null) await this.reopening;
+    if (ctx !== null && !ctx.isLost) {
+      if (this.ownsContext) await ctx.close();
+      else state?.destroy();
+    }
+    // A device opened by a rebuild that finished after close() began.
+    const late = this.ctx as GpuContext | null;
+    if (late !== null && late !== ctx) await late.close();
     await this.cpu.close();
   }
 }
@@ -369,51 +400,77 @@ class GpuDeviceHandle implements DeviceHandle {
 
 const STORAGE = () => GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
 
+/** The compiled Loc, Cont, Zip and scatter pipelines of one device; shareable between matchers. */
+export class GpuKernels {
+  private constructor(
+    readonly ctx: GpuContext,
+    readonly wg: number,
+    readonly loc: GPUComputePipeline,
+    readonly cont: GPUComputePipeline,
+    readonly zip: GPUComputePipeline,
+    readonly scatter: GPUComputePipeline,
+  ) {}
+
+  static async compile(ctx: GpuContext, workgroupSize: number = defaultGpuMatcherOptions.workgroupSize): Promise<GpuKernels> {
+    checkInt('workgroupSize', workgroupSize, 1, 1024);
+    const wg = Math.min(workgroupSize, ctx.limits.maxComputeWorkgroupSizeX, ctx.limits.maxComputeInvocationsPerWorkgroup);
+    const module = await ctx.compileShader('match');
+    const make = (entryPoint: string) =>
+      ctx.withValidation(`pipeline ${entryPoint}`, () =>
+        ctx.device.createComputePipeline({ label: `ambit.${entryPoint}`, layout: 'auto', compute: { module, entryPoint, constants: { WG: wg } } }),
+      );
+    return new GpuKernels(ctx, wg, await make('loc'), await make('cont'), await make('zip'), await make('scatter'));
+  }
+}
+
 /** The GPU side: buffers mirroring the layout, pipelines, and the batch runner. */
 class GpuBuffers {
   private readonly device: GPUDevice;
   private readonly wg: number;
-  private readonly pipelines: { loc: GPUComputePipeline; cont: GPUComputePipeline; zip: GPUComputePipeline; scatter: GPUComputePipeline };
+  private readonly pipelines: GpuKernels;
   private bufs = new Map<string, GPUBuffer>();
   /** Buffers created since their last full upload. */
   private readonly fresh = new Set<string>();
   private bindVersion = 0;
-  private candCap = MIN_CAND;
+  private candCap: number;
   private slots: Slot[] = [];
   private readonly query: { set: GPUQuerySet; resolve: GPUBuffer } | null;
   lastOverflow = 0;
   lastStages: StageTimes | null = null;
   private recentPairs = 64;
 
-  private constructor(
+  constructor(
     private readonly ctx: GpuContext,
     private readonly layout: GpuLayout,
-    private readonly opts: { maxBatch: number; inFlight: number; contGroups: number; profile: boolean },
-    wg: number,
-    pipelines: GpuBuffers['pipelines'],
+    private readonly opts: { maxBatch: number; inFlight: number; contGroups: number; profile: boolean; initialCandidates: number; initialOutputs: number },
+    kernels: GpuKernels,
   ) {
+    this.candCap = opts.initialCandidates;
+    if (kernels.ctx !== ctx) throw new Error('gpu: kernels were compiled for another device');
     this.device = ctx.device;
-    this.wg = wg;
-    this.pipelines = pipelines;
+    this.wg = kernels.wg;
+    this.pipelines = kernels;
     this.query = opts.profile && ctx.features.has('timestamp-query')
       ? {
           set: this.device.createQuerySet({ label: 'ambit.stages', type: 'timestamp', count: 6 }),
           resolve: ctx.createBuffer('ambit.stages.resolve', 48, GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC),
         }
       : null;
+    this.sync();
   }
 
-  static async build(ctx: GpuContext, layout: GpuLayout, opts: { maxBatch: number; inFlight: number; contGroups: number; profile: boolean; workgroupSize: number }): Promise<GpuBuffers> {
-    const wg = Math.min(opts.workgroupSize, ctx.limits.maxComputeWorkgroupSizeX, ctx.limits.maxComputeInvocationsPerWorkgroup);
-    const module = await ctx.compileShader('match');
-    const make = (entryPoint: string) =>
-      ctx.withValidation(`pipeline ${entryPoint}`, () =>
-        ctx.device.createComputePipeline({ label: `ambit.${entryPoint}`, layout: 'auto', compute: { module, entryPoint, constants: { WG: wg } } }),
-      );
-    const pipelines = { loc: await make('loc'), cont: await make('cont'), zip: await make('zip'), scatter: await make('scatter') };
-    const b = new GpuBuffers(ctx, layout, opts, wg, pipelines);
-    b.sync();
-    return b;
+  /** Frees this matcher's buffers (the device may be shared). */
+  destroy(): void {
+    for (const b of this.bufs.values()) b.destroy();
+    for (const s of this.slots) {
+      s.counts.destroy();
+      s.out.destroy();
+      s.staging.destroy();
+    }
+    this.query?.set.destroy();
+    this.query?.resolve.destroy();
+    this.bufs.clear();
+    this.slots = [];
   }
 
   /** GPU memory held, bytes. */
@@ -510,10 +567,10 @@ class GpuBuffers {
     if (s === undefined) {
       s = {
         counts: this.ctx.createBuffer('ambit.counts', 4 * (this.opts.maxBatch + 1), STORAGE()),
-        out: this.ctx.createBuffer('ambit.out', 8 * MIN_OUT, STORAGE()),
-        outCap: MIN_OUT,
-        staging: this.ctx.createBuffer('ambit.staging', 4 * (this.opts.maxBatch + 1) + 8 * MIN_OUT, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST),
-        stagingBytes: 4 * (this.opts.maxBatch + 1) + 8 * MIN_OUT,
+        out: this.ctx.createBuffer('ambit.out', 8 * this.opts.initialOutputs, STORAGE()),
+        outCap: this.opts.initialOutputs,
+        staging: this.ctx.createBuffer('ambit.staging', 4 * (this.opts.maxBatch + 2) + 8 * this.opts.initialOutputs, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST),
+        stagingBytes: 4 * (this.opts.maxBatch + 2) + 8 * this.opts.initialOutputs,
         groups: null,
         busy: false,
       };
@@ -638,7 +695,7 @@ class GpuBuffers {
       // Counters, then as many pairs as recent batches needed (more are read in a second trip).
       const countBytes = 4 * (E + 1);
       const countBytesAligned = Math.ceil(countBytes / 8) * 8;
-      const prefixPairs = Math.min(s.outCap, Math.max(64, 2 * this.recentPairs));
+      const prefixPairs = Math.min(s.outCap, Math.max(Math.min(64, s.outCap), 2 * this.recentPairs));
       const want = countBytesAligned + 8 * prefixPairs + (q !== null ? 48 : 0);
       if (s.stagingBytes < want) {
         s.staging.destroy();

@@ -3,7 +3,7 @@
  * a base class that owns validation so each engine only implements the mutations and the match.
  * Mutations are synchronous and atomic: input is validated whole before anything changes.
  */
-import { AmbitError, ValidationError, show } from '../model/errors.js';
+import { AmbitError, show } from '../model/errors.js';
 import {
   type Limits,
   type NEvent,
@@ -13,6 +13,7 @@ import {
   checkLon,
   resolveLimits,
   validateEvent,
+  validateEvents,
   validatePositions,
   validateSubscription,
 } from '../model/limits.js';
@@ -145,8 +146,7 @@ export abstract class CpuMatcher implements Matcher {
 
   matchBatch(events: readonly Event[]): Promise<string[][]> {
     try {
-      if (!Array.isArray(events)) throw new ValidationError('events', `must be an array, got ${show(events)}`);
-      const valid = events.map((e, i) => validateEvent(e, this.limits, `events[${i}]`));
+      const valid = validateEvents(events, this.limits);
       return Promise.resolve(valid.map((e) => this.matchValid(e)));
     } catch (err) {
       return Promise.reject(err);

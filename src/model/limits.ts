@@ -47,9 +47,12 @@ const CEILINGS: Readonly<Limits> = Object.freeze({
 
 /** Merges `partial` over the defaults, checking each value; unknown keys are errors. */
 export function resolveLimits(partial: Partial<Limits> = {}): Limits {
+  if (partial === null || typeof partial !== 'object' || Array.isArray(partial)) {
+    throw new ValidationError('limits', `must be an object, got ${show(partial)}`);
+  }
   const out: Limits = { ...DEFAULT_LIMITS };
   for (const [key, value] of Object.entries(partial)) {
-    if (!(key in DEFAULT_LIMITS)) throw new ValidationError(`limits.${key}`, 'unknown limit');
+    if (!Object.prototype.hasOwnProperty.call(DEFAULT_LIMITS, key)) throw new ValidationError(`limits.${key}`, 'unknown limit');
     if (value === undefined) continue;
     const k = key as keyof Limits;
     const ceiling = CEILINGS[k];
@@ -213,7 +216,9 @@ export function validateConstraint(field: string, c: unknown, limits: Limits): N
 export function validateFilter(field: string, f: unknown, limits: Limits): NFilter {
   const o = checkObject(field, f);
   const cs = checkArray(`${field}.constraints`, o.constraints ?? [], 0, limits.maxConstraintsPerFilter, 'constraints');
-  const constraints = cs.map((c, i) => validateConstraint(`${field}.constraints[${i}]`, c, limits));
+  // Index loops, not map(): map() skips the holes of a sparse array, which must be rejected.
+  const constraints: NConstraint[] = new Array(cs.length);
+  for (let i = 0; i < cs.length; i++) constraints[i] = validateConstraint(`${field}.constraints[${i}]`, cs[i], limits);
   let area: NArea | null = null;
   if (o.area !== undefined && o.area !== null) {
     const a = checkObject(`${field}.area`, o.area);
@@ -230,7 +235,8 @@ export function validateSubscription(s: unknown, limits: Limits, field = 'subscr
   const id = checkId(`${field}.id`, o.id, limits);
   const owner = checkId(`${field}.owner`, o.owner, limits);
   const fs = checkArray(`${field}.filters`, o.filters, 1, limits.maxFiltersPerSubscription, 'filters');
-  const filters = fs.map((f, i) => validateFilter(`${field}.filters[${i}]`, f, limits));
+  const filters: NFilter[] = new Array(fs.length);
+  for (let i = 0; i < fs.length; i++) filters[i] = validateFilter(`${field}.filters[${i}]`, fs[i], limits);
   return { id, owner, filters };
 }
 
@@ -265,6 +271,14 @@ export function validatePosition(device: unknown, lat: unknown, lon: unknown, li
 }
 
 /** Validates a whole batch before any of it is applied. */
+/** Validates every event of a batch (holes included) before any is matched. */
+export function validateEvents(events: unknown, limits: Limits, field = 'events'): NEvent[] {
+  if (!Array.isArray(events)) throw new ValidationError(field, `must be an array, got ${show(events)}`);
+  const out: NEvent[] = new Array(events.length);
+  for (let i = 0; i < events.length; i++) out[i] = validateEvent(events[i], limits, `${field}[${i}]`);
+  return out;
+}
+
 export function validatePositions(updates: unknown, limits: Limits, field = 'positions'): NPosition[] {
   if (!Array.isArray(updates)) throw new ValidationError(field, `must be an array, got ${show(updates)}`);
   const out: NPosition[] = new Array(updates.length);

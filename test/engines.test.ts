@@ -1,0 +1,70 @@
+/**
+ * Every registered engine other than the reference runs the shared contract and the differential
+ * suite against the reference. CPU engines must agree exactly (X1); engines that judge distance
+ * in float32 (GPU engines: a registered name containing "gpu") get the band (X2).
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { ENGINES } from '../src/engines/index.js';
+import type { Matcher, MatcherOptions } from '../src/engines/matcher.js';
+import { AmbitError } from '../src/model/errors.js';
+import { runContract } from './support/contract.js';
+import { runDifferential } from './support/differential.js';
+
+type Make = (options?: MatcherOptions) => Matcher;
+const engines = Object.entries(ENGINES as Record<string, Make>).filter(([name]) => name !== 'reference');
+
+/** Engines whose distance is float32 (GPU engines): they may differ from the reference inside the band only. */
+const isBandEngine = (name: string): boolean => /gpu/i.test(name);
+
+/** Engine-specific configurations worth a second differential run (different index shapes). */
+const EXTRA: Record<string, Array<[string, Record<string, unknown>]>> = {
+  fast: [['coarse grid, minCellM = 1000 km', { minCellM: 1_000_000 }], ['finest grid, minCellM = 64 m', { minCellM: 64 }]],
+  rtree: [['deep tree, maxEntries = 4', { maxEntries: 4 }]],
+};
+
+describe('engine registry', () => {
+  it('[X1] registers the CPU engines fast and rtree next to the reference', () => {
+    const names = Object.keys(ENGINES);
+    for (const n of ['reference', 'fast', 'rtree']) assert.ok(names.includes(n), `ENGINES lacks '${n}' (has ${names.join(', ')})`);
+  });
+
+  it('[L9] every registered engine builds, names itself and closes', async () => {
+    for (const [name, make] of Object.entries(ENGINES as Record<string, Make>)) {
+      let m: Matcher;
+      try {
+        m = make();
+      } catch (e) {
+        if (e instanceof AmbitError && e.code === 'UNAVAILABLE') continue;
+        throw e;
+      }
+      assert.equal(m.name, name, 'an engine reports the name it is registered under');
+      assert.equal(m.stats().engine, name);
+      await m.close();
+    }
+  });
+});
+
+for (const [name, make] of engines) {
+  // An engine that needs hardware this machine lacks says so with UNAVAILABLE; skip, giving the reason.
+  let unavailable: string | undefined;
+  try {
+    const probe = make();
+    void probe.close();
+  } catch (e) {
+    if (e instanceof AmbitError && e.code === 'UNAVAILABLE') unavailable = e.message;
+    else throw e;
+  }
+  if (unavailable !== undefined) {
+    describe(`engine ${name}`, () => {
+      it('contract and differential', { skip: `engine unavailable here: ${unavailable}` }, () => {});
+    });
+    continue;
+  }
+  const band = isBandEngine(name);
+  runContract(name, make, { band });
+  runDifferential(name, make, { band });
+  for (const [label, extra] of EXTRA[name] ?? []) {
+    runDifferential(`${name} (${label})`, (o) => make({ ...o, ...extra } as MatcherOptions), { band });
+  }
+}

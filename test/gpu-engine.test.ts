@@ -1,0 +1,348 @@
+/**
+ * The GPU engine (CLCB Loc/Cont/Zip on WebGPU) against the shared contract and the differential
+ * suite with the float32 band (docs/semantics.md X2, X3), plus what only a GPU engine has: size
+ * sweeps around the workgroup size, buffer growth, candidate and output overflow, batching of
+ * concurrent events, the move scatter, the CPU crossover, and device loss mid-stream.
+ *
+ * Runs wherever WebGPU finds an adapter; in CI that is Mesa's llvmpipe. Finding none is a failure.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { ReferenceMatcher, attributeMap, contentMatches, filterDistance } from '../src/engines/reference.js';
+import { toleranceM } from '../src/model/geo.js';
+import { validateEvent, DEFAULT_LIMITS } from '../src/model/limits.js';
+import type { MatcherOptions } from '../src/engines/matcher.js';
+import type { Event, Subscription } from '../src/model/types.js';
+import { GpuContext } from '../gpu/device.js';
+import { GpuKernels, GpuMatcher, type GpuMatcherOptions } from '../gpu/matcher.js';
+import { runContract } from './support/contract.js';
+import { runDifferential } from './support/differential.js';
+import { Rng } from './support/rng.js';
+
+// An adapter is required: open() throws (failing this file) when there is none.
+const ctx = await GpuContext.open({ allowSoftware: true });
+const kernels = await GpuKernels.compile(ctx);
+after(() => ctx.close());
+
+/** The GPU path always (cpuBelowFilters 0), on the shared device. */
+const make = (o?: MatcherOptions & GpuMatcherOptions) => GpuMatcher.attach(kernels, { cpuBelowFilters: 0, ...o });
+
+describe('gpu engine: device', () => {
+  it('runs on an adapter with the limits the kernels need', () => {
+    assert.ok(ctx.adapterInfo.device.length > 0 || ctx.adapterInfo.description.length > 0);
+    assert.ok(ctx.limits.maxStorageBuffersPerShaderStage >= 13, 'Cont binds 13 storage buffers');
+    assert.ok(kernels.wg >= 1);
+  });
+});
+
+runContract('gpu', make, { band: true });
+runDifferential('gpu', make, { band: true });
+
+// ---------------------------------------------------------------- helpers
+
+const sorted = (ids: string[]) => [...ids].sort();
+
+function randomWorkload(seed: number, subs: number, filtersPer = 2) {
+  const rng = new Rng(seed);
+  const names = ['a', 'b', 'c', 'd'];
+  const out: Subscription[] = [];
+  for (let i = 0; i < subs; i++) {
+    const filters = [];
+    for (let f = 0; f < filtersPer; f++) {
+      const constraints = [];
+      const n = rng.int(3);
+      for (let k = 0; k < n; k++) constraints.push({ name: names[rng.int(4)], op: 'lt' as const, value: rng.int(11) });
+      filters.push({ constraints, area: rng.next() < 0.8 ? { radiusM: 50 + rng.next() * 2000 } : undefined });
+    }
+    out.push({ id: `s${i}`, owner: `d${i % Math.max(1, Math.floor(subs / 2))}`, filters });
+  }
+  return out;
+}
+
+function randomEvent(rng: Rng, i: number): Event {
+  return {
+    id: `e${i}`,
+    lat: 45.45 + rng.next() * 0.03,
+    lon: 9.17 + rng.next() * 0.04,
+    attributes: { a: rng.int(11), b: rng.int(11), c: rng.int(11) },
+  };
+}
+
+/** Loads the same subscriptions and positions into the engine and a reference. */
+function twin(m: GpuMatcher | ReferenceMatcher, subs: Subscription[], seed: number): void {
+  const rng = new Rng(seed);
+  const devices = new Set(subs.map((s) => s.owner));
+  for (const d of devices) m.updatePosition(d, 45.45 + rng.next() * 0.03, 9.17 + rng.next() * 0.04);
+  for (const s of subs) m.add(s);
+}
+
+/**
+ * Whether the band explains a disagreement on subscription `id` (X3): returned only by the GPU,
+ * some content-matching filter has r < d <= r + tol(r); returned only by the reference, every
+ * filter the reference matched has r - tol(r) <= d <= r.
+ */
+function explained(ref: ReferenceMatcher, event: Event, id: string, onlyGpu: boolean): boolean {
+  const e = validateEvent(event, DEFAULT_LIMITS);
+  const attrs = attributeMap(e);
+  const sub = ref.get(id)!;
+  const pos = ref.position(sub.owner);
+  let any = false;
+  for (const f of sub.filters) {
+    if (!contentMatches(f, attrs)) continue;
+    const d = filterDistance(f, pos, e);
+    if (d === undefined) continue;
+    if (d === null) {
+      if (!onlyGpu) return false; // a content-only match cannot be a band case
+      continue;
+    }
+    const r = f.area!.radiusM + e.radiusM;
+    const tol = toleranceM(r);
+    if (onlyGpu && d > r && d <= r + tol) any = true;
+    if (!onlyGpu && d <= r) {
+      if (d < r - tol) return false;
+      any = true;
+    }
+  }
+  return any;
+}
+
+/** Asserts agreement on `n` events, up to disagreements the float32 band explains. */
+async function agree(m: GpuMatcher, ref: ReferenceMatcher, seed: number, n: number): Promise<number> {
+  const rng = new Rng(seed);
+  let matched = 0;
+  for (let i = 0; i < n; i++) {
+    const e = randomEvent(rng, i);
+    const want = new Set(await ref.match(e));
+    const got = new Set(await m.match(e));
+    assert.equal(got.size, (await m.match(e)).length, 'each subscription once');
+    for (const id of got) if (!want.has(id)) assert.ok(explained(ref, e, id, true), `event ${i}: ${id} returned by the GPU only, outside the band`);
+    for (const id of want) if (!got.has(id)) assert.ok(explained(ref, e, id, false), `event ${i}: ${id} missed by the GPU, outside the band`);
+    matched += want.size;
+  }
+  return matched;
+}
+
+// ---------------------------------------------------------------- sizes and growth
+
+describe('gpu engine: sizes around the workgroup, growth', () => {
+  for (const filters of [0, 1, kernels.wg - 1, kernels.wg, kernels.wg + 1, 1000, 2 * 1024 + 3]) {
+    it(`${filters} filters agree with the reference, with no GPU error`, async () => {
+      const before = ctx.uncapturedErrors.count;
+      const subs = randomWorkload(filters + 7, filters, 1);
+      const m = make();
+      const ref = new ReferenceMatcher();
+      try {
+        twin(m, subs, 3);
+        twin(ref, subs, 3);
+        await agree(m, ref, 11, 12);
+        assert.equal(m.stats().filters, filters);
+        assert.equal(ctx.uncapturedErrors.count, before, `GPU errors: ${ctx.uncapturedErrors.last}`);
+      } finally {
+        await m.close();
+      }
+    });
+  }
+
+  it('grows every buffer while serving, and removal frees filters for reuse', async () => {
+    const m = make();
+    const ref = new ReferenceMatcher();
+    try {
+      const subs = randomWorkload(5, 3000, 2);
+      // Interleave growth with matching so growth happens between batches.
+      for (let i = 0; i < subs.length; i += 500) {
+        const chunk = subs.slice(i, i + 500);
+        twin(m, chunk, i);
+        twin(ref, chunk, i);
+        await agree(m, ref, i, 4);
+      }
+      const before = m.stats().extra!.gpuBytes as number;
+      for (let i = 0; i < subs.length; i += 2) {
+        m.remove(subs[i].id);
+        ref.remove(subs[i].id);
+      }
+      await agree(m, ref, 99, 8);
+      // Re-adding reuses freed slots: GPU memory does not grow.
+      for (let i = 0; i < subs.length; i += 2) {
+        m.add(subs[i]);
+        ref.add(subs[i]);
+      }
+      await agree(m, ref, 98, 8);
+      assert.equal(m.stats().extra!.gpuBytes, before);
+    } finally {
+      await m.close();
+    }
+  });
+});
+
+// ---------------------------------------------------------------- overflow and batching
+
+describe('gpu engine: overflow and batching', () => {
+  it('candidate overflow: the CPU answers those events, then the buffer grows', async () => {
+    const m = make({ initialCandidates: 4 });
+    const ref = new ReferenceMatcher();
+    try {
+      const subs = randomWorkload(21, 300, 2);
+      twin(m, subs, 1);
+      twin(ref, subs, 1);
+      const matched = await agree(m, ref, 5, 10);
+      assert.ok(matched > 20, `workload must overflow 4 candidates (matched ${matched})`);
+      assert.ok((m.stats().extra!.overflowEvents as number) > 0, 'an overflow was detected');
+      const overflowAfterGrowth = m.stats().extra!.overflowEvents;
+      await agree(m, ref, 6, 10);
+      assert.ok((m.stats().extra!.gpuEvents as number) > 0);
+      assert.ok((m.stats().extra!.overflowEvents as number) - (overflowAfterGrowth as number) <= 10);
+    } finally {
+      await m.close();
+    }
+  });
+
+  it('output overflow: the batch is answered by the CPU and the output grows', async () => {
+    const m = make({ initialOutputs: 2 });
+    const ref = new ReferenceMatcher();
+    try {
+      const subs = randomWorkload(22, 200, 1);
+      twin(m, subs, 2);
+      twin(ref, subs, 2);
+      await agree(m, ref, 7, 10);
+      assert.ok((m.stats().extra!.overflowEvents as number) > 0);
+      await agree(m, ref, 8, 10);
+    } finally {
+      await m.close();
+    }
+  });
+
+  it('concurrent match() calls are batched and each gets its own answer', async () => {
+    const m = make({ maxBatch: 16, inFlight: 2 });
+    const ref = new ReferenceMatcher();
+    try {
+      const subs = randomWorkload(23, 400, 2);
+      twin(m, subs, 3);
+      twin(ref, subs, 3);
+      const rng = new Rng(4);
+      const events = Array.from({ length: 100 }, (_, i) => randomEvent(rng, i));
+      const got = await Promise.all(events.map((e) => m.match(e)));
+      const batched = await m.matchBatch(events);
+      for (let i = 0; i < events.length; i++) {
+        const want = new Set(await ref.match(events[i]));
+        for (const res of [got[i], batched[i]]) {
+          for (const id of res) if (!want.has(id)) assert.ok(explained(ref, events[i], id, true), `event ${i}: extra ${id}`);
+          for (const id of want) if (!res.includes(id)) assert.ok(explained(ref, events[i], id, false), `event ${i}: missing ${id}`);
+        }
+        // Single and batched answers come from the same kernels: identical sets.
+        assert.deepEqual(sorted(got[i]), sorted(batched[i]), `event ${i}: single and batched agree`);
+      }
+      const s = m.stats().extra!;
+      assert.ok((s.batches as number) < 2 * events.length, `events were batched (${s.batches} batches for ${2 * events.length} events)`);
+    } finally {
+      await m.close();
+    }
+  });
+});
+
+// ---------------------------------------------------------------- moves
+
+describe('gpu engine: location updates', () => {
+  for (const moves of [1, 4, 5, 300]) {
+    it(`${moves} moves between events (single writes up to 4, one scatter above)`, async () => {
+      const m = make();
+      const ref = new ReferenceMatcher();
+      try {
+        const subs = randomWorkload(31, 400, 2);
+        twin(m, subs, 5);
+        twin(ref, subs, 5);
+        const handles = [...new Set(subs.map((s) => s.owner))].map((d) => m.openDevice(d));
+        const rng = new Rng(moves);
+        for (let round = 0; round < 5; round++) {
+          for (let k = 0; k < moves; k++) {
+            const h = handles[rng.int(handles.length)];
+            const lat = 45.45 + rng.next() * 0.03;
+            const lon = 9.17 + rng.next() * 0.04;
+            h.update(lat, lon);
+            ref.updatePosition(h.device, lat, lon);
+          }
+          await agree(m, ref, round, 5);
+        }
+        for (const h of handles) h.release();
+        // Forgetting a device takes its anchored filters out of the GPU's view too.
+        for (let i = 0; i < 20; i++) {
+          m.removeDevice(`d${i}`);
+          ref.removeDevice(`d${i}`);
+        }
+        await agree(m, ref, 77, 5);
+      } finally {
+        await m.close();
+      }
+    });
+  }
+});
+
+// ---------------------------------------------------------------- crossover
+
+describe('gpu engine: CPU below the crossover', () => {
+  it('answers on the CPU below cpuBelowFilters and on the GPU above, visibly in stats', async () => {
+    const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 100 });
+    const ref = new ReferenceMatcher();
+    try {
+      const subs = randomWorkload(41, 80, 1);
+      twin(m, subs.slice(0, 40), 1);
+      twin(ref, subs.slice(0, 40), 1);
+      assert.equal(m.path, 'cpu');
+      await agree(m, ref, 1, 3);
+      assert.equal(m.stats().extra!.path, 'cpu');
+      assert.equal(m.stats().extra!.gpuEvents, 0);
+      const more = randomWorkload(42, 120, 1).map((s) => ({ ...s, id: `t${s.id}` }));
+      twin(m, more, 2);
+      twin(ref, more, 2);
+      assert.equal(m.path, 'gpu');
+      await agree(m, ref, 2, 3);
+      assert.ok((m.stats().extra!.gpuEvents as number) > 0);
+    } finally {
+      await m.close();
+    }
+  });
+
+  it('rejects bad options with the option named', () => {
+    assert.throws(() => GpuMatcher.attach(kernels, { maxBatch: 0 }), /gpu\.maxBatch: must be an integer in \[1, 65535\], got 0/);
+    assert.throws(() => GpuMatcher.attach(kernels, { cpuBelowFilters: Number.NaN }), /gpu\.cpuBelowFilters/);
+  });
+});
+
+// ---------------------------------------------------------------- device loss
+
+describe('gpu engine: device loss', () => {
+  let own: GpuMatcher;
+  before(async () => {
+    own = await GpuMatcher.create({ gpu: { allowSoftware: true }, cpuBelowFilters: 0 });
+  });
+  after(() => own.close());
+
+  it('loses no event when the device is destroyed mid-stream, then rebuilds on a new device', async () => {
+    const ref = new ReferenceMatcher();
+    const subs = randomWorkload(51, 500, 2);
+    twin(own, subs, 9);
+    twin(ref, subs, 9);
+    const rng = new Rng(10);
+    const events = Array.from({ length: 60 }, (_, i) => randomEvent(rng, i));
+    const first = own.context!;
+    const pending = events.map((e) => own.match(e));
+    first.device.destroy(); // the loss lands while batches are in flight
+    const got = await Promise.all(pending);
+    for (let i = 0; i < events.length; i++) {
+      const want = new Set(await ref.match(events[i]));
+      for (const id of got[i]) if (!want.has(id)) assert.ok(explained(ref, events[i], id, true), `event ${i}: extra ${id}`);
+      for (const id of want) if (!got[i].includes(id)) assert.ok(explained(ref, events[i], id, false), `event ${i}: missing ${id}`);
+    }
+    // Mutations during the outage reach the rebuilt device.
+    own.remove(subs[0].id);
+    ref.remove(subs[0].id);
+    await own.recovered();
+    const s = own.stats().extra!;
+    assert.equal(s.deviceLosses, 1);
+    assert.equal(s.rebuilds, 1);
+    assert.notEqual(own.context, first);
+    assert.equal(own.path, 'gpu');
+    const gpuBefore = s.gpuEvents as number;
+    await agree(own, ref, 12, 10);
+    assert.ok((own.stats().extra!.gpuEvents as number) > gpuBefore, 'the rebuilt device serves again');
+  });
+});

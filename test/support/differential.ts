@@ -1,0 +1,263 @@
+/**
+ * Differential testing against the reference (docs/semantics.md X1-X3). A candidate engine and a
+ * ReferenceMatcher receive the same operation sequence (test/support/workloads.ts); every
+ * outcome is compared: errors (code and field), return values, match results as sets, and after
+ * each step the statistics and the stored form of every subscription the step touched.
+ *
+ * With `band: false` the sets must be equal. With `band: true` (float32 distance engines) a
+ * disagreement is accepted only when X3 explains it, using the reference's own per-filter
+ * decision (`filterDistance`, `contentMatches`):
+ *   - returned only by the candidate: some filter has matching content, a known area and
+ *     r < d <= r + tol(r);
+ *   - returned only by the reference: every filter the reference matched has an area and
+ *     r - tol(r) <= d <= r.
+ * r = r_f + r_e and tol = toleranceM(r) exactly; nothing wider.
+ *
+ * Replay and exploration: AMBIT_DIFF_SEED=<n> runs every variant with that seed only;
+ * AMBIT_DIFF_SEEDS=<k> runs k seeds per variant (default 1).
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import type { Matcher } from '../../src/engines/matcher.js';
+import { ReferenceMatcher, attributeMap, contentMatches, filterDistance, filterMatches } from '../../src/engines/reference.js';
+import { AmbitError } from '../../src/model/errors.js';
+import { toleranceM } from '../../src/model/geo.js';
+import { validateEvent } from '../../src/model/limits.js';
+import type { Event } from '../../src/model/types.js';
+import type { MakeMatcher } from './contract.js';
+import { type Op, type Scenario, VARIANTS, type Variant, generate, variantSeed } from './workloads.js';
+
+export interface DiffOptions {
+  /** Accept disagreements inside the float32 tolerance band (X2, X3). */
+  band: boolean;
+}
+
+export interface DiffReport {
+  failures: string[];
+  /** Events matched (single and batched). */
+  events: number;
+  /** Sum of the reference's result sizes: a workload that matches nothing proves nothing. */
+  matched: number;
+  /** Disagreements accepted because the band explains them (always 0 with band: false). */
+  explained: number;
+  /** Operations that failed (identically) in both engines. */
+  errors: number;
+}
+
+type Outcome = { ok: true; value: unknown } | { ok: false; code: string; field: string | undefined; message: string };
+
+async function attempt(fn: () => unknown): Promise<Outcome> {
+  try {
+    return { ok: true, value: await fn() };
+  } catch (e) {
+    if (e instanceof AmbitError) return { ok: false, code: e.code, field: e.field, message: e.message };
+    return { ok: false, code: `non-AmbitError ${(e as Error)?.name}`, field: undefined, message: String((e as Error)?.stack ?? e) };
+  }
+}
+
+const MAX_FAILURES = 12;
+
+function fmt(x: number | null | undefined): string {
+  if (x === null) return 'none';
+  if (x === undefined) return 'unknown';
+  return Number.isInteger(x) ? String(x) : x.toPrecision(17);
+}
+
+/** Runs one scenario through both engines; collects every discrepancy (up to a cap). */
+export async function runScenario(scn: Scenario, cand: Matcher, ref: ReferenceMatcher, { band }: DiffOptions): Promise<DiffReport> {
+  const report: DiffReport = { failures: [], events: 0, matched: 0, explained: 0, errors: 0 };
+  const fail = (ctx: string, msg: string): void => {
+    if (report.failures.length < MAX_FAILURES) report.failures.push(`${ctx}: ${msg}`);
+    else if (report.failures.length === MAX_FAILURES) report.failures.push('… more failures omitted');
+  };
+
+  const sameOutcome = (ctx: string, c: Outcome, r: Outcome): void => {
+    if (c.ok !== r.ok) {
+      fail(ctx, c.ok ? `candidate succeeded where the reference failed with ${r.ok ? '' : r.message}` : `candidate failed (${c.code} ${c.message}) where the reference succeeded`);
+      return;
+    }
+    if (!c.ok && !r.ok) {
+      report.errors++;
+      if (c.code !== r.code || c.field !== r.field) fail(ctx, `error differs: candidate ${c.code} at ${c.field} (${c.message}), reference ${r.code} at ${r.field} (${r.message})`);
+      return;
+    }
+    if (c.ok && r.ok && c.value !== r.value && !(c.value === undefined && r.value === undefined)) {
+      fail(ctx, `return value differs: candidate ${String(c.value)}, reference ${String(r.value)}`);
+    }
+  };
+
+  /** Why (or why not) the reference matches `id` for this event, filter by filter. */
+  const anatomy = (id: string, event: Event): string => {
+    const s = ref.get(id);
+    if (s === undefined) return 'no such subscription in the reference';
+    const ne = validateEvent(event, ref.limits);
+    const attrs = attributeMap(ne);
+    const pos = ref.position(s.owner);
+    return s.filters
+      .map((f, j) => {
+        const d = filterDistance(f, pos, ne);
+        const content = contentMatches(f, attrs);
+        if (d === null || d === undefined) return `filter[${j}] content=${content} area=${d === null ? 'none' : 'anchored to an unknown position'}`;
+        const r = f.area!.radiusM + ne.radiusM;
+        const tol = toleranceM(r);
+        return `filter[${j}] content=${content} d=${fmt(d)} r=${fmt(r)} (r_f=${fmt(f.area!.radiusM)} r_e=${fmt(ne.radiusM)}) d-r=${fmt(d - r)} = ${((d - r) / tol).toFixed(4)} tol (tol=${fmt(tol)})`;
+      })
+      .join('; ');
+  };
+
+  /** X3: is a one-sided result explained by the band? */
+  const explains = (id: string, event: Event, onlyCandidate: boolean): boolean => {
+    const s = ref.get(id);
+    if (s === undefined) return false;
+    const ne = validateEvent(event, ref.limits);
+    const attrs = attributeMap(ne);
+    const pos = ref.position(s.owner);
+    if (onlyCandidate) {
+      return s.filters.some((f) => {
+        if (!contentMatches(f, attrs)) return false;
+        const d = filterDistance(f, pos, ne);
+        if (d === null || d === undefined) return false;
+        const r = f.area!.radiusM + ne.radiusM;
+        return r < d && d <= r + toleranceM(r);
+      });
+    }
+    const matching = s.filters.filter((f) => filterMatches(f, pos, ne, attrs));
+    return (
+      matching.length > 0 &&
+      matching.every((f) => {
+        const d = filterDistance(f, pos, ne);
+        if (d === null || d === undefined) return false;
+        const r = f.area!.radiusM + ne.radiusM;
+        return r - toleranceM(r) <= d && d <= r;
+      })
+    );
+  };
+
+  const compareSets = (ctx: string, event: Event, got: readonly string[], want: readonly string[]): void => {
+    report.events++;
+    report.matched += want.length;
+    const g = new Set(got);
+    if (g.size !== got.length) fail(ctx, `candidate returned duplicate ids (R3): ${JSON.stringify(got.filter((x, i) => got.indexOf(x) !== i))}`);
+    const w = new Set(want);
+    const ectx = `${ctx} event ${event.id} at (${event.lat}, ${event.lon}) r_e=${event.radiusM ?? 0}`;
+    for (const id of g) {
+      if (w.has(id)) continue;
+      if (band && explains(id, event, true)) report.explained++;
+      else fail(ectx, `subscription ${JSON.stringify(id)} returned only by the candidate; ${anatomy(id, event)}`);
+    }
+    for (const id of w) {
+      if (g.has(id)) continue;
+      if (band && explains(id, event, false)) report.explained++;
+      else fail(ectx, `subscription ${JSON.stringify(id)} returned only by the reference; ${anatomy(id, event)}`);
+    }
+  };
+
+  const handleOps = (m: Matcher, op: Extract<Op, { kind: 'handle' }>): Promise<Outcome> =>
+    attempt(() => {
+      const h = m.openDevice(op.device);
+      assert.equal(h.device, op.device);
+      for (const p of op.points) h.update(p.lat, p.lon);
+      h.release();
+      h.release(); // idempotent
+      if (op.useAfterRelease) h.update(0, 0);
+    });
+
+  for (let si = 0; si < scn.steps.length; si++) {
+    const touched = new Set<string>();
+    const ops = scn.steps[si].ops;
+    for (let oi = 0; oi < ops.length; oi++) {
+      const op = ops[oi];
+      const ctx = `variant=${scn.variant} seed=${scn.seed} step=${si} op=${oi} (${op.kind})`;
+      switch (op.kind) {
+        case 'add':
+          touched.add(op.sub.id);
+          sameOutcome(ctx, await attempt(() => cand.add(op.sub)), await attempt(() => ref.add(op.sub)));
+          break;
+        case 'replace':
+          touched.add(op.sub.id);
+          sameOutcome(ctx, await attempt(() => cand.replace(op.sub)), await attempt(() => ref.replace(op.sub)));
+          break;
+        case 'remove':
+          touched.add(op.id);
+          sameOutcome(ctx, await attempt(() => cand.remove(op.id)), await attempt(() => ref.remove(op.id)));
+          break;
+        case 'move':
+          sameOutcome(ctx, await attempt(() => cand.updatePosition(op.device, op.lat, op.lon)), await attempt(() => ref.updatePosition(op.device, op.lat, op.lon)));
+          break;
+        case 'moves':
+          sameOutcome(ctx, await attempt(() => cand.updatePositions(op.updates)), await attempt(() => ref.updatePositions(op.updates)));
+          break;
+        case 'handle':
+          sameOutcome(ctx, await handleOps(cand, op), await handleOps(ref, op));
+          break;
+        case 'forget':
+          sameOutcome(ctx, await attempt(() => cand.removeDevice(op.device)), await attempt(() => ref.removeDevice(op.device)));
+          break;
+        case 'match': {
+          const c = await attempt(() => cand.match(op.event));
+          const r = await attempt(() => ref.match(op.event));
+          if (c.ok && r.ok) compareSets(ctx, op.event, c.value as string[], r.value as string[]);
+          else sameOutcome(ctx, c, r);
+          break;
+        }
+        case 'batch': {
+          const c = await attempt(() => cand.matchBatch(op.events));
+          const r = await attempt(() => ref.matchBatch(op.events));
+          if (c.ok && r.ok) {
+            const cv = c.value as string[][];
+            const rv = r.value as string[][];
+            if (!Array.isArray(cv) || cv.length !== rv.length) fail(ctx, `matchBatch returned ${Array.isArray(cv) ? cv.length : typeof cv} results for ${rv.length} events`);
+            else for (let k = 0; k < rv.length; k++) compareSets(`${ctx} [${k}]`, op.events[k], cv[k], rv[k]);
+          } else sameOutcome(ctx, c, r);
+          break;
+        }
+      }
+    }
+    // After each step: counts, and the stored form of everything the step touched (L6, L7).
+    const ctx = `variant=${scn.variant} seed=${scn.seed} after step ${si}`;
+    const cs = cand.stats();
+    const rs = ref.stats();
+    for (const k of ['subscriptions', 'filters', 'constraints', 'devices'] as const) {
+      if (cs[k] !== rs[k]) fail(ctx, `stats.${k}: candidate ${cs[k]}, reference ${rs[k]}`);
+    }
+    for (const id of touched) {
+      if (cand.has(id) !== ref.has(id)) fail(ctx, `has(${JSON.stringify(id)}): candidate ${cand.has(id)}, reference ${ref.has(id)}`);
+      const cg = JSON.stringify(cand.get(id));
+      const rg = JSON.stringify(ref.get(id));
+      if (cg !== rg) fail(ctx, `get(${JSON.stringify(id)}) differs:\n  candidate ${cg}\n  reference ${rg}`);
+    }
+  }
+  return report;
+}
+
+/** Seeds to run per variant: AMBIT_DIFF_SEED pins one, AMBIT_DIFF_SEEDS asks for more. */
+export function seedsFor(v: Variant): number[] {
+  const pinned = process.env.AMBIT_DIFF_SEED;
+  if (pinned !== undefined && pinned !== '') return [Number(pinned) >>> 0];
+  const k = Math.max(1, Number(process.env.AMBIT_DIFF_SEEDS ?? 1) | 0);
+  return Array.from({ length: k }, (_, i) => variantSeed(v.name, i));
+}
+
+/** Registers one test per workload variant: the candidate against a fresh reference. */
+export function runDifferential(name: string, make: MakeMatcher, opts: DiffOptions): void {
+  describe(`differential: ${name} vs reference${opts.band ? ' (float32 band)' : ' (exact)'}`, () => {
+    for (const v of VARIANTS) {
+      for (const seed of seedsFor(v)) {
+        it(`${opts.band ? '[X2][X3]' : '[X1]'} ${v.name} seed ${seed}`, async () => {
+          const scn = generate(v, seed);
+          const cand = make();
+          const ref = new ReferenceMatcher({ limits: cand.limits });
+          try {
+            const rep = await runScenario(scn, cand, ref, opts);
+            assert.deepEqual(rep.failures, [], `${name} disagrees with the reference (replay: AMBIT_DIFF_SEED=${seed}):\n${rep.failures.join('\n')}`);
+            assert.ok(rep.events >= 100, `workload too small: ${rep.events} events`);
+            assert.ok(rep.matched > 0, 'vacuous workload: the reference matched nothing');
+          } finally {
+            await cand.close();
+            await ref.close();
+          }
+        });
+      }
+    }
+  });
+}
