@@ -126,6 +126,7 @@ export class GpuLayout {
   private readonly sFree = new Map<number, number[]>();
   cStr = new Uint32Array(this.sCap);
   readonly sDirty = new Dirty();
+  private readonly strings = new Map<string, { off: number; len: number; refs: number }>();
 
   // position slots
   pCap = 1024;
@@ -285,17 +286,12 @@ export class GpuLayout {
 
   // ---------------------------------------------------------------- constraints and strings
 
-  private static block(n: number): number {
-    let b = 1;
-    while (b < n) b *= 2;
-    return b;
-  }
-
+  /** n consecutive constraint slots: a freed run of exactly n, else the end of the array. */
   private allocConstraints(n: number): number {
     if (n === 0) return 0;
-    const b = GpuLayout.block(n);
-    const free = this.cFree.get(b);
+    const free = this.cFree.get(n);
     if (free !== undefined && free.length > 0) return free.pop()!;
+    const b = n;
     while (this.cTop + b > this.cCap) {
       const m = this.cCap * 2;
       this.cHead = grown(this.cHead, m);
@@ -310,18 +306,22 @@ export class GpuLayout {
     return start;
   }
 
-  private freeBlock(map: Map<number, number[]>, start: number, n: number): void {
+  private freeRun(map: Map<number, number[]>, start: number, n: number): void {
     if (n === 0) return;
-    const b = GpuLayout.block(n);
-    let list = map.get(b);
-    if (list === undefined) map.set(b, (list = []));
+    let list = map.get(n);
+    if (list === undefined) map.set(n, (list = []));
     list.push(start);
   }
 
+  /** Constraint strings are interned: values repeat across filters (CCM: 100 values per name). */
   private allocString(s: string): [number, number] {
+    const known = this.strings.get(s);
+    if (known !== undefined) {
+      known.refs++;
+      return [known.off, known.len];
+    }
     const bytes = encoder.encode(s);
-    const words = Math.max(1, Math.ceil(bytes.length / 4));
-    const b = GpuLayout.block(words);
+    const b = Math.max(1, Math.ceil(bytes.length / 4));
     let start: number;
     const free = this.sFree.get(b);
     if (free !== undefined && free.length > 0) start = free.pop()!;
@@ -338,7 +338,15 @@ export class GpuLayout {
     this.cStr.fill(0, start, start + b);
     new Uint8Array(this.cStr.buffer, this.cStr.byteOffset + start * 4, bytes.length).set(bytes);
     this.sDirty.mark(start, b);
+    this.strings.set(s, { off: start, len: bytes.length, refs: 1 });
     return [start, bytes.length];
+  }
+
+  private releaseString(s: string): void {
+    const e = this.strings.get(s)!;
+    if (--e.refs > 0) return;
+    this.strings.delete(s);
+    this.freeRun(this.sFree, e.off, Math.max(1, Math.ceil(e.len / 4)));
   }
 
   // ---------------------------------------------------------------- filters and subscriptions
@@ -414,11 +422,11 @@ export class GpuLayout {
     const n = this.fMeta[f] & 0xff;
     const c0 = this.fCon[f];
     for (let k = 0; k < n; k++) {
-      const ci = c0 + k;
-      if (((this.cHead[ci] >>> 24) & 3) === T_STR) this.freeBlock(this.sFree, this.cValA[ci], Math.max(1, Math.ceil(this.cValB[ci] / 4)));
-      this.release(flt.constraints[k].name);
+      const c = flt.constraints[k];
+      if (c.type === 'string') this.releaseString(c.value as string);
+      this.release(c.name);
     }
-    this.freeBlock(this.cFree, c0, n);
+    this.freeRun(this.cFree, c0, n);
     if (this.fMeta[f] & META_AREA) {
       const s = this.fPos[f];
       if (this.pDevice[s] === null) {

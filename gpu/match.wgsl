@@ -70,48 +70,81 @@ fn attr(j: u32) -> Attr {
 
 const EARTH_RADIUS_M: f32 = 6371008.8;
 
+// sin() of WGSL promises only ~2^-11 absolute error (NVIDIA's is that coarse), metres at these
+// angles; half-angles here are at most (2 x 2000 km) / (2 R) = 0.314 rad, where four Taylor terms
+// are exact to float32 rounding (the next term is < 1e-10).
+fn sinSmall(x: f32) -> f32 {
+  let x2 = x * x;
+  return x * (1.0 - x2 / 6.0 * (1.0 - x2 / 20.0 * (1.0 - x2 / 42.0)));
+}
+
 var<workgroup> wgCount: atomic<u32>;
 var<workgroup> wgBase: u32;
 
+// Events staged in workgroup memory per tile: each thread reads its filter once per batch and
+// tests it against every event of the batch (the batch shares the filter reads).
+const EV_TILE: u32 = 64u;
+var<workgroup> tileP: array<vec4<f32>, EV_TILE>; // unit vector, radius
+var<workgroup> tileBloom: array<u32, EV_TILE>;
+var<workgroup> wgEvents: u32;
+
 @compute @workgroup_size(WG)
 fn loc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-  // y of the dispatch is the event; x (possibly split over x and z) covers the filters.
-  let e = wid.y;
   let f = (wid.x + wid.z * inp[P_LOCSTRIDE]) * WG + lid;
   let candCap = inp[P_CANDCAP];
-  if (lid == 0u) { atomicStore(&wgCount, 0u); }
-  workgroupBarrier();
-  var keep = false;
-  var slot = 0u;
+  if (lid == 0u) { wgEvents = inp[P_EVENTS]; }
+  let nEvents = workgroupUniformLoad(&wgEvents);
+  var live = false;
+  var area = false;
+  var bf = 0u;
   if (f < inp[P_FILTERS]) {
-    let ev = eventHdr(e);
     let fm = fMeta[f];
-    let bf = fBloom[f];
-    if ((fm & 0x200u) != 0u && (bf & ~ev.bloom) == 0u) {
-      if ((fm & 0x100u) == 0u) {
-        keep = true; // no area: matches anywhere
-      } else {
-        let p = pos[fPos[f]];
-        if (p.w != 0.0) {
-          // Chord between unit vectors against the chord of the arc r_f + r_e.
-          let d = p.xyz - ev.p;
-          let half = min((fRad[f] + ev.radiusM) / (2.0 * EARTH_RADIUS_M), 1.5707963);
-          let c = 2.0 * sin(half);
-          keep = dot(d, d) <= c * c;
+    live = (fm & 0x200u) != 0u;
+    area = (fm & 0x100u) != 0u;
+    bf = fBloom[f];
+  }
+  // The position (a gather through fPos) and radius are read only once some event passes the
+  // Bloom test: for a lone event almost no filter gets that far.
+  var loaded = false;
+  var p = vec3<f32>(0.0);
+  var rad = 0.0;
+  for (var base = 0u; base < nEvents; base += EV_TILE) {
+    workgroupBarrier();
+    for (var k = lid; k < EV_TILE && base + k < nEvents; k += WG) {
+      let ev = eventHdr(base + k);
+      tileP[k] = vec4<f32>(ev.p, ev.radiusM);
+      tileBloom[k] = ev.bloom;
+    }
+    workgroupBarrier();
+    // No early continue: the barriers above must stay in uniform control flow.
+    if (live) {
+      let n = min(EV_TILE, nEvents - base);
+      for (var k = 0u; k < n; k++) {
+        // S1a: the filter's constraint names must all be among the event's (Bloom inclusion).
+        if ((bf & ~tileBloom[k]) != 0u) { continue; }
+        var keep = true;
+        if (area) {
+          if (!loaded) {
+            loaded = true;
+            let q = pos[fPos[f]];
+            p = q.xyz;
+            rad = fRad[f];
+            live = q.w != 0.0; // anchored to a device with no known position: matches nothing
+          }
+          // S1b: chord between unit vectors against the chord of the arc r_f + r_e.
+          let t = tileP[k];
+          let d = p - t.xyz;
+          let c = 2.0 * sinSmall((rad + t.w) / (2.0 * EARTH_RADIUS_M));
+          keep = live && dot(d, d) <= c * c;
+        }
+        if (keep) {
+          // Hits are sparse (Bloom and area prune almost everything): one atomic per hit.
+          let e = base + k;
+          let i = atomicAdd(&counts[e], 1u);
+          if (i < candCap) { cand[e * candCap + i] = f; }
         }
       }
     }
-  }
-  if (keep) { slot = atomicAdd(&wgCount, 1u); }
-  workgroupBarrier();
-  if (lid == 0u) {
-    let n = atomicLoad(&wgCount);
-    if (n > 0u) { wgBase = atomicAdd(&counts[e], n); }
-  }
-  workgroupBarrier();
-  if (keep) {
-    let i = wgBase + slot;
-    if (i < candCap) { cand[e * candCap + i] = f; }
   }
 }
 

@@ -64,6 +64,8 @@ export interface StageTimes {
 }
 
 
+const NO_QUANTIZATION = 'disable-dawn-features=timestamp_quantization';
+
 interface Pending {
   event: NEvent;
   resolve: (ids: string[]) => void;
@@ -145,7 +147,10 @@ export class GpuMatcher implements Matcher {
   }
 
   private async open(): Promise<void> {
-    const ctx = await GpuContext.open(this.opts.gpu);
+    // Dawn quantizes timestamps by default (a browser privacy measure); profiling needs them raw.
+    const flags = this.opts.gpu.dawnFlags ?? [];
+    const gpu = this.opts.profile && !flags.includes(NO_QUANTIZATION) ? { ...this.opts.gpu, dawnFlags: [...flags, NO_QUANTIZATION] } : this.opts.gpu;
+    const ctx = await GpuContext.open(gpu);
     try {
       this.install(ctx, await GpuKernels.compile(ctx, this.opts.workgroupSize), true);
     } catch (err) {
@@ -348,6 +353,9 @@ export class GpuMatcher implements Matcher {
         gpuBytes,
         gpuBytesPerFilter: this.layout.liveFilters > 0 ? gpuBytes / this.layout.liveFilters : 0,
         cpuBelowFilters: this.opts.cpuBelowFilters,
+        hostEncodeUs: Math.round(this.gpuState?.timing.encodeUs ?? 0),
+        gpuWaitUs: Math.round(this.gpuState?.timing.waitUs ?? 0),
+        parseUs: Math.round(this.gpuState?.timing.parseUs ?? 0),
         ...this.counters,
       },
     };
@@ -437,7 +445,11 @@ class GpuBuffers {
   private readonly query: { set: GPUQuerySet; resolve: GPUBuffer } | null;
   lastOverflow = 0;
   lastStages: StageTimes | null = null;
+  /** Moving averages (µs) of where a batch's time goes on the host side. */
+  readonly timing = { encodeUs: 0, waitUs: 0, parseUs: 0 };
   private recentPairs = 64;
+  /** Moving maximum of candidates per event: sizes Cont's grid-stride dispatch. */
+  private recentCand = 0;
 
   constructor(
     private readonly ctx: GpuContext,
@@ -495,10 +507,16 @@ class GpuBuffers {
     return b;
   }
 
-  private upload(name: string, arr: Uint32Array | Float32Array, lo: number, hi: number, all: boolean): void {
-    const buf = this.buffer(name, arr.byteLength);
-    if (all || this.fresh.delete(name)) this.ctx.writeBuffer(buf, 0, arr);
-    else if (hi > lo) this.ctx.writeBuffer(buf, lo * 4, arr.subarray(lo, hi));
+  /**
+   * Sends elements [lo, hi) of a host array, or all of [0, used) after growth. GPU buffers are
+   * sized to the used part plus a quarter, not to the host array's doubling capacity.
+   */
+  private upload(name: string, arr: Uint32Array | Float32Array, lo: number, hi: number, all: boolean, used: number): void {
+    const have = this.bufs.get(name);
+    const need = 4 * Math.max(used, 1);
+    const buf = have !== undefined && have.size >= need ? have : this.buffer(name, Math.min(arr.byteLength, Math.ceil(need * 1.25)));
+    if (all || this.fresh.delete(name)) this.ctx.writeBuffer(buf, 0, arr.subarray(0, Math.min(arr.length, buf.size / 4)));
+    else if (hi > lo) this.ctx.writeBuffer(buf, lo * 4, arr.subarray(lo, Math.min(hi, used)));
   }
 
   /** Sends every change of the host mirror since the last call. */
@@ -506,27 +524,29 @@ class GpuBuffers {
     const L = this.layout;
     const fAll = L.fDirty.all;
     const f = L.fDirty;
-    this.upload('fBloom', L.fBloom, f.lo, f.hi, fAll);
-    this.upload('fMeta', L.fMeta, f.lo, f.hi, fAll);
-    this.upload('fPos', L.fPos, f.lo, f.hi, fAll);
-    this.upload('fRad', L.fRad, f.lo, f.hi, fAll);
-    this.upload('fCon', L.fCon, f.lo, f.hi, fAll);
-    this.upload('fSub', L.fSub, f.lo, f.hi, fAll);
+    this.upload('fBloom', L.fBloom, f.lo, f.hi, fAll, L.fTop);
+    this.upload('fMeta', L.fMeta, f.lo, f.hi, fAll, L.fTop);
+    this.upload('fPos', L.fPos, f.lo, f.hi, fAll, L.fTop);
+    this.upload('fRad', L.fRad, f.lo, f.hi, fAll, L.fTop);
+    this.upload('fCon', L.fCon, f.lo, f.hi, fAll, L.fTop);
+    this.upload('fSub', L.fSub, f.lo, f.hi, fAll, L.fTop);
     f.clear();
     const c = L.cDirty;
     const cAll = c.all;
-    this.upload('cHead', L.cHead, c.lo, c.hi, cAll);
-    this.upload('cValA', L.cValA, c.lo, c.hi, cAll);
-    this.upload('cValB', L.cValB, c.lo, c.hi, cAll);
+    this.upload('cHead', L.cHead, c.lo, c.hi, cAll, L.cTop);
+    this.upload('cValA', L.cValA, c.lo, c.hi, cAll, L.cTop);
+    this.upload('cValB', L.cValB, c.lo, c.hi, cAll, L.cTop);
     c.clear();
     const s = L.sDirty;
-    this.upload('cStr', L.cStr, s.lo, s.hi, s.all);
+    this.upload('cStr', L.cStr, s.lo, s.hi, s.all, L.sTop);
     s.clear();
     // Positions: the whole array after growth; else one scatter of the moved slots.
     const moved = L.takeMoved();
-    const posBuf = this.buffer('pos', L.pos.byteLength);
+    const havePos = this.bufs.get('pos');
+    const posNeed = 16 * Math.max(L.pTop, 1);
+    const posBuf = havePos !== undefined && havePos.size >= posNeed ? havePos : this.buffer('pos', Math.min(L.pos.byteLength, Math.ceil(posNeed * 1.25)));
     if (L.posAll || this.fresh.delete('pos')) {
-      this.ctx.writeBuffer(posBuf, 0, L.pos);
+      this.ctx.writeBuffer(posBuf, 0, L.pos.subarray(0, Math.min(L.pos.length, posBuf.size / 4)));
       L.posAll = false;
     } else if (moved.length > 0 && moved.length <= 4) {
       for (const slot of moved) this.ctx.writeBuffer(posBuf, slot * 16, L.pos.subarray(slot * 4, slot * 4 + 4));
@@ -644,6 +664,7 @@ class GpuBuffers {
    * answered by the CPU engine (its candidates overflowed the buffer).
    */
   async run(events: readonly NEvent[]): Promise<(string[] | null)[]> {
+    const t0 = performance.now();
     const L = this.layout;
     const E = events.length;
     this.sync();
@@ -659,7 +680,10 @@ class GpuBuffers {
       const filterCount = L.fTop;
       const [fx, fz] = this.split(Math.ceil(filterCount / this.wg));
       const [zx, zz] = this.split(Math.ceil(subWords / this.wg));
-      inp.set([filterCount, E, this.candCap, subWords, s.outCap, this.opts.contGroups, fx, zx], 0);
+      // Cont's grid strides over the candidates, so any group count is correct; size it to recent
+      // candidate counts (a lone sparse event needs one group, not contGroups).
+      const contGroups = Math.max(1, Math.min(this.opts.contGroups, Math.ceil(this.recentCand / this.wg)));
+      inp.set([filterCount, E, this.candCap, subWords, s.outCap, contGroups, fx, zx], 0);
       // The batch's only upload; queue order keeps it intact until this batch's passes have run.
       this.ctx.writeBuffer(input, 0, inp);
       const g = this.groups(s);
@@ -674,14 +698,14 @@ class GpuBuffers {
       let pass = cmd.beginComputePass({ label: 'ambit.loc', timestampWrites: ts(0) });
       pass.setPipeline(this.pipelines.loc);
       pass.setBindGroup(0, g.loc);
-      pass.dispatchWorkgroups(fx, E, fz);
+      pass.dispatchWorkgroups(fx, 1, fz);
       if (q !== null) {
         pass.end();
         pass = cmd.beginComputePass({ label: 'ambit.cont', timestampWrites: ts(1) });
       }
       pass.setPipeline(this.pipelines.cont);
       pass.setBindGroup(0, g.cont);
-      pass.dispatchWorkgroups(this.opts.contGroups, E, 1);
+      pass.dispatchWorkgroups(contGroups, E, 1);
       if (q !== null) {
         pass.end();
         pass = cmd.beginComputePass({ label: 'ambit.zip', timestampWrites: ts(2) });
@@ -706,8 +730,9 @@ class GpuBuffers {
       cmd.copyBufferToBuffer(s.out, 0, s.staging, countBytesAligned, 8 * prefixPairs);
       if (q !== null) cmd.copyBufferToBuffer(q.resolve, 0, s.staging, countBytesAligned + 8 * prefixPairs, 48);
       this.ctx.queue.submit([cmd.finish()]);
-
+      const t1 = performance.now();
       await s.staging.mapAsync(GPUMapMode.READ, 0, want);
+      const t2 = performance.now();
       const mapped = s.staging.getMappedRange(0, want);
       const counts = new Uint32Array(mapped, 0, E + 1).slice();
       const total = counts[E];
@@ -737,7 +762,9 @@ class GpuBuffers {
       const results: (string[] | null)[] = events.map(() => []);
       let overflow = 0;
       let maxCand = 0;
+      let most = 0;
       for (let e = 0; e < E; e++) {
+        if (counts[e] > most) most = counts[e];
         if (counts[e] > this.candCap) {
           results[e] = null;
           overflow++;
@@ -748,11 +775,17 @@ class GpuBuffers {
         const r = results[all[2 * i]];
         if (r !== null) r.push(L.subId[all[2 * i + 1]]!);
       }
+      this.recentCand = Math.max(most, Math.round(0.9 * this.recentCand));
       if (maxCand > 0) {
-        const most = Math.floor(this.ctx.limits.maxStorageBufferBindingSize / (4 * this.opts.maxBatch));
-        while (this.candCap < maxCand && this.candCap * 2 <= most) this.candCap *= 2;
+        const fit = Math.floor(this.ctx.limits.maxStorageBufferBindingSize / (4 * this.opts.maxBatch));
+        while (this.candCap < maxCand && this.candCap * 2 <= fit) this.candCap *= 2;
       }
       this.lastOverflow = overflow;
+      const t3 = performance.now();
+      const a = 0.05;
+      this.timing.encodeUs += a * ((t1 - t0) * 1e3 - this.timing.encodeUs);
+      this.timing.waitUs += a * ((t2 - t1) * 1e3 - this.timing.waitUs);
+      this.timing.parseUs += a * ((t3 - t2) * 1e3 - this.timing.parseUs);
       return results;
     } finally {
       s.busy = false;
