@@ -437,6 +437,7 @@ export class GpuLayout {
       this.unref(s);
     }
     this.fMeta[f] = 0; // not live: Loc skips it
+    this.fBloom[f] = 0xffffffff; // and its Bloom word almost never passes, so Loc rarely looks
     this.fDirty.mark(f);
     this.fFree.push(f);
     this.liveFilters--;

@@ -94,18 +94,13 @@ fn loc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) l
   let candCap = inp[P_CANDCAP];
   if (lid == 0u) { wgEvents = inp[P_EVENTS]; }
   let nEvents = workgroupUniformLoad(&wgEvents);
+  // Only the Bloom word is read up front (4 bytes a filter, coalesced); a removed filter's word is
+  // all ones, so it almost never passes, and its meta (read on first pass) says it is dead.
+  var bf = 0xffffffffu;
+  if (f < inp[P_FILTERS]) { bf = fBloom[f]; }
+  var loaded = false;
   var live = false;
   var area = false;
-  var bf = 0u;
-  if (f < inp[P_FILTERS]) {
-    let fm = fMeta[f];
-    live = (fm & 0x200u) != 0u;
-    area = (fm & 0x100u) != 0u;
-    bf = fBloom[f];
-  }
-  // The position (a gather through fPos) and radius are read only once some event passes the
-  // Bloom test: for a lone event almost no filter gets that far.
-  var loaded = false;
   var p = vec3<f32>(0.0);
   var rad = 0.0;
   for (var base = 0u; base < nEvents; base += EV_TILE) {
@@ -117,25 +112,30 @@ fn loc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) l
     }
     workgroupBarrier();
     // No early continue: the barriers above must stay in uniform control flow.
-    if (live) {
+    if (f < inp[P_FILTERS]) {
       let n = min(EV_TILE, nEvents - base);
       for (var k = 0u; k < n; k++) {
         // S1a: the filter's constraint names must all be among the event's (Bloom inclusion).
         if ((bf & ~tileBloom[k]) != 0u) { continue; }
-        var keep = true;
-        if (area) {
-          if (!loaded) {
-            loaded = true;
+        if (!loaded) {
+          loaded = true;
+          let fm = fMeta[f];
+          live = (fm & 0x200u) != 0u;
+          area = (fm & 0x100u) != 0u;
+          if (live && area) {
             let q = pos[fPos[f]];
             p = q.xyz;
             rad = fRad[f];
             live = q.w != 0.0; // anchored to a device with no known position: matches nothing
           }
+        }
+        var keep = live;
+        if (live && area) {
           // S1b: chord between unit vectors against the chord of the arc r_f + r_e.
           let t = tileP[k];
           let d = p - t.xyz;
           let c = 2.0 * sinSmall((rad + t.w) / (2.0 * EARTH_RADIUS_M));
-          keep = live && dot(d, d) <= c * c;
+          keep = dot(d, d) <= c * c;
         }
         if (keep) {
           // Hits are sparse (Bloom and area prune almost everything): one atomic per hit.

@@ -19,7 +19,7 @@
 import { FastMatcher } from '../src/engines/fast.js';
 import type { DeviceHandle, Matcher, MatcherOptions, MatcherStats } from '../src/engines/matcher.js';
 import { AmbitError, ValidationError, show } from '../src/model/errors.js';
-import { type NEvent, type NSubscription, validateEvent, validateEvents } from '../src/model/limits.js';
+import { type NEvent, type NSubscription, validateEvent, validateEvents, validateSubscription } from '../src/model/limits.js';
 import type { Event, PositionUpdate, Subscription } from '../src/model/types.js';
 import { GpuContext, type GpuOptions } from './device.js';
 import { GpuLayout } from './layout.js';
@@ -198,15 +198,17 @@ export class GpuMatcher implements Matcher {
   // ---------------------------------------------------------------- mutations
 
   add(sub: Subscription): void {
-    this.cpu.add(sub);
-    this.layout.insert(this.cpu.get(sub.id)!);
+    const n = validateSubscription(sub, this.limits);
+    this.cpu.addValid(n);
+    this.layout.insert(n);
   }
 
   replace(sub: Subscription): void {
-    const old = this.cpu.get(typeof sub?.id === 'string' ? sub.id : '');
-    this.cpu.replace(sub);
+    const n = validateSubscription(sub, this.limits);
+    const old = this.cpu.get(n.id);
+    this.cpu.replaceValid(n);
     this.layout.remove(old!);
-    this.layout.insert(this.cpu.get(sub.id)!);
+    this.layout.insert(n);
   }
 
   remove(id: string): boolean {
@@ -251,7 +253,15 @@ export class GpuMatcher implements Matcher {
 
   /** Which path the next event takes. */
   get path(): 'gpu' | 'cpu' {
-    return this.gpuState !== null && this.layout.liveFilters >= this.opts.cpuBelowFilters ? 'gpu' : 'cpu';
+    return this.gpuState !== null && this.layout.liveFilters >= this.opts.cpuBelowFilters && this.gpuState.fits() ? 'gpu' : 'cpu';
+  }
+
+  /** Why the CPU answers, when it does. */
+  get cpuReason(): string {
+    if (this.gpuState === null) return this.closed ? 'closed' : 'no device (lost or rebuilding)';
+    if (this.layout.liveFilters < this.opts.cpuBelowFilters) return `below ${this.opts.cpuBelowFilters} filters`;
+    if (!this.gpuState.fits()) return `state exceeds the device's ${this.gpuState.bindingLimit}-byte storage binding`;
+    return '';
   }
 
   match(event: Event): Promise<string[]> {
@@ -349,6 +359,9 @@ export class GpuMatcher implements Matcher {
       memoryBytes: s.memoryBytes + this.layout.hostBytes,
       extra: {
         path: this.path,
+        cpuReason: this.cpuReason,
+        gpuErrors: this.gpuState?.errors ?? 0,
+        lastGpuError: this.gpuState?.lastError ?? '',
         adapter: this.ctx?.name ?? 'none',
         gpuBytes,
         gpuBytesPerFilter: this.layout.liveFilters > 0 ? gpuBytes / this.layout.liveFilters : 0,
@@ -445,6 +458,9 @@ class GpuBuffers {
   private readonly query: { set: GPUQuerySet; resolve: GPUBuffer } | null;
   lastOverflow = 0;
   lastStages: StageTimes | null = null;
+  /** GPU errors caught around batches (each sent its batch to the CPU). */
+  errors = 0;
+  lastError = '';
   /** Moving averages (µs) of where a batch's time goes on the host side. */
   readonly timing = { encodeUs: 0, waitUs: 0, parseUs: 0 };
   private recentPairs = 64;
@@ -469,6 +485,17 @@ class GpuBuffers {
         }
       : null;
     this.sync();
+  }
+
+  get bindingLimit(): number {
+    return this.ctx.limits.maxStorageBufferBindingSize;
+  }
+
+  /** Whether every array the kernels bind fits in one storage binding of this device. */
+  fits(): boolean {
+    const L = this.layout;
+    const most = Math.max(4 * L.fTop, 4 * L.cTop, 4 * L.sTop, 16 * L.pTop, 4 * L.subWords * this.opts.maxBatch, 4 * this.candCap * this.opts.maxBatch);
+    return most <= this.bindingLimit;
   }
 
   /** Frees this matcher's buffers (the device may be shared). */
@@ -664,6 +691,27 @@ class GpuBuffers {
    * answered by the CPU engine (its candidates overflowed the buffer).
    */
   async run(events: readonly NEvent[]): Promise<(string[] | null)[]> {
+    if (!this.fits()) return events.map(() => null);
+    // Any GPU error in this batch (validation, out of memory) sends the batch to the CPU: never
+    // an empty answer from a command buffer the device refused.
+    this.device.pushErrorScope('out-of-memory');
+    this.device.pushErrorScope('validation');
+    let scoped: Promise<GPUError | null>[] = [];
+    try {
+      return await this.runScoped(events, () => {
+        scoped = [this.device.popErrorScope(), this.device.popErrorScope()];
+        return scoped;
+      });
+    } finally {
+      if (scoped.length === 0) {
+        // runScoped threw before submitting: close the scopes.
+        void this.device.popErrorScope().catch(() => null);
+        void this.device.popErrorScope().catch(() => null);
+      }
+    }
+  }
+
+  private async runScoped(events: readonly NEvent[], closeScopes: () => Promise<GPUError | null>[]): Promise<(string[] | null)[]> {
     const t0 = performance.now();
     const L = this.layout;
     const E = events.length;
@@ -730,9 +778,17 @@ class GpuBuffers {
       cmd.copyBufferToBuffer(s.out, 0, s.staging, countBytesAligned, 8 * prefixPairs);
       if (q !== null) cmd.copyBufferToBuffer(q.resolve, 0, s.staging, countBytesAligned + 8 * prefixPairs, 48);
       this.ctx.queue.submit([cmd.finish()]);
+      const scopes = closeScopes();
       const t1 = performance.now();
-      await s.staging.mapAsync(GPUMapMode.READ, 0, want);
+      const [, validation, oom] = await Promise.all([s.staging.mapAsync(GPUMapMode.READ, 0, want), ...scopes]);
       const t2 = performance.now();
+      const fault = validation ?? oom;
+      if (fault !== null) {
+        s.staging.unmap();
+        this.errors++;
+        this.lastError = fault.message;
+        return events.map(() => null);
+      }
       const mapped = s.staging.getMappedRange(0, want);
       const counts = new Uint32Array(mapped, 0, E + 1).slice();
       const total = counts[E];

@@ -100,13 +100,21 @@ export abstract class CpuMatcher implements Matcher {
   abstract stats(): MatcherStats;
 
   add(sub: Subscription): void {
-    const n = validateSubscription(sub, this.limits);
+    this.addValid(validateSubscription(sub, this.limits));
+  }
+
+  replace(sub: Subscription): void {
+    this.replaceValid(validateSubscription(sub, this.limits));
+  }
+
+  /** add() of a subscription validateSubscription() has already normalised (engines built on this one). */
+  addValid(n: NSubscription): void {
     if (this.has(n.id)) throw new AmbitError('ALREADY_EXISTS', `subscription ${show(n.id)} already exists`, 'subscription.id');
     this.insert(n);
   }
 
-  replace(sub: Subscription): void {
-    const n = validateSubscription(sub, this.limits);
+  /** replace() of an already validated subscription. */
+  replaceValid(n: NSubscription): void {
     if (!this.has(n.id)) throw new AmbitError('NOT_FOUND', `subscription ${show(n.id)} does not exist`, 'subscription.id');
     this.delete(n.id);
     this.insert(n);
