@@ -22,7 +22,7 @@ function fail(msg: string): never {
   process.exit(1);
 }
 
-function parse(argv: readonly string[]): { files: string[]; dir: string } {
+function parse(argv: readonly string[]): { files: string[]; dir: string; scanned: boolean } {
   let dir = path.join(REPO, 'bench', 'results');
   const files: string[] = [];
   for (let i = 0; i < argv.length; i++) {
@@ -36,14 +36,15 @@ function parse(argv: readonly string[]): { files: string[]; dir: string } {
     } else if (argv[i].startsWith('--')) fail(`unknown option ${argv[i]}`);
     else files.push(path.resolve(argv[i]));
   }
-  if (files.length === 0) {
+  const scanned = files.length === 0;
+  if (scanned) {
     if (!existsSync(dir)) fail(`no directory ${path.relative(process.cwd(), dir)}`);
     for (const f of readdirSync(dir).filter((f) => f.endsWith('.json')).sort()) files.push(path.join(dir, f));
   }
   if (files.length === 0) {
     fail(`no result files in ${path.relative(process.cwd(), dir) || dir} (run e.g. \`npm run bench -- --out bench/results/cpu.json\`, or copy a file from bench/out/)`);
   }
-  return { files, dir };
+  return { files, dir, scanned };
 }
 
 function load(file: string): BenchFile {
@@ -56,6 +57,16 @@ function load(file: string): BenchFile {
   const f = data as Partial<BenchFile>;
   if (f === null || typeof f !== 'object' || f.schema !== SCHEMA) fail(`${file}: not a ${SCHEMA} result file (schema ${JSON.stringify(f?.schema)})`);
   return f as BenchFile;
+}
+
+/** True unless the file is JSON of another schema (unreadable files are left to load() to report). */
+function isCpuResult(file: string): boolean {
+  try {
+    const schema = (JSON.parse(readFileSync(file, 'utf8')) as { schema?: unknown } | null)?.schema;
+    return schema === SCHEMA || typeof schema !== 'string';
+  } catch {
+    return true;
+  }
 }
 
 /** Fig. 3/4: one plot per spatial distribution, median latency vs subscriptions, a line per engine × area. */
@@ -162,9 +173,12 @@ function section(file: string, f: BenchFile, outDir: string): string {
 }
 
 function main(): void {
-  const { files, dir } = parse(process.argv.slice(2));
+  const { files, dir, scanned } = parse(process.argv.slice(2));
   mkdirSync(dir, { recursive: true });
-  const docs = files.map((f) => section(f, load(f), dir));
+  // A scanned directory may also hold GPU results (ambit-bench-gpu/1): gpu-report.ts renders those.
+  const cpuFiles = scanned ? files.filter((f) => isCpuResult(f)) : files;
+  if (cpuFiles.length === 0) fail(`no ${SCHEMA} result files in ${path.relative(process.cwd(), dir) || dir}`);
+  const docs = cpuFiles.map((f) => section(f, load(f), dir));
   const head = [
     '# Benchmarks',
     '',
