@@ -419,6 +419,11 @@ class GpuDeviceHandle implements DeviceHandle {
   }
 }
 
+/** Bytes to allocate for `need`: 1/16 more (at least 4 KiB), so growth re-uploads rarely. */
+function headroom(need: number): number {
+  return need + Math.max(4096, Math.ceil(need / 16));
+}
+
 const STORAGE = () => GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
 
 /** The compiled Loc, Cont, Zip and scatter pipelines of one device; shareable between matchers. */
@@ -464,6 +469,8 @@ class GpuBuffers {
   /** Moving averages (µs) of where a batch's time goes on the host side. */
   readonly timing = { encodeUs: 0, waitUs: 0, parseUs: 0 };
   private recentPairs = 64;
+  /** Most events in one batch so far. */
+  private widest = 1;
   /** Moving maximum of candidates per event: sizes Cont's grid-stride dispatch. */
   private recentCand = 0;
 
@@ -494,7 +501,7 @@ class GpuBuffers {
   /** Whether every array the kernels bind fits in one storage binding of this device. */
   fits(): boolean {
     const L = this.layout;
-    const most = Math.max(4 * L.fTop, 4 * L.cTop, 4 * L.sTop, 16 * L.pTop, 4 * L.subWords * this.opts.maxBatch, 4 * this.candCap * this.opts.maxBatch);
+    const most = Math.max(4 * L.fTop, 4 * L.cTop, 4 * L.sTop, 16 * L.pTop, 4 * L.subWords * this.widest, 4 * this.candCap * this.widest);
     return most <= this.bindingLimit;
   }
 
@@ -536,12 +543,12 @@ class GpuBuffers {
 
   /**
    * Sends elements [lo, hi) of a host array, or all of [0, used) after growth. GPU buffers are
-   * sized to the used part plus a quarter, not to the host array's doubling capacity.
+   * sized to the used part plus 1/16, not to the host array's doubling capacity.
    */
   private upload(name: string, arr: Uint32Array | Float32Array, lo: number, hi: number, all: boolean, used: number): void {
     const have = this.bufs.get(name);
     const need = 4 * Math.max(used, 1);
-    const buf = have !== undefined && have.size >= need ? have : this.buffer(name, Math.min(arr.byteLength, Math.ceil(need * 1.25)));
+    const buf = have !== undefined && have.size >= need ? have : this.buffer(name, Math.min(arr.byteLength, headroom(need)));
     if (all || this.fresh.delete(name)) this.ctx.writeBuffer(buf, 0, arr.subarray(0, Math.min(arr.length, buf.size / 4)));
     else if (hi > lo) this.ctx.writeBuffer(buf, lo * 4, arr.subarray(lo, Math.min(hi, used)));
   }
@@ -571,7 +578,7 @@ class GpuBuffers {
     const moved = L.takeMoved();
     const havePos = this.bufs.get('pos');
     const posNeed = 16 * Math.max(L.pTop, 1);
-    const posBuf = havePos !== undefined && havePos.size >= posNeed ? havePos : this.buffer('pos', Math.min(L.pos.byteLength, Math.ceil(posNeed * 1.25)));
+    const posBuf = havePos !== undefined && havePos.size >= posNeed ? havePos : this.buffer('pos', Math.min(L.pos.byteLength, headroom(posNeed)));
     if (L.posAll || this.fresh.delete('pos')) {
       this.ctx.writeBuffer(posBuf, 0, L.pos.subarray(0, Math.min(L.pos.length, posBuf.size / 4)));
       L.posAll = false;
@@ -717,8 +724,13 @@ class GpuBuffers {
     const E = events.length;
     this.sync();
     const subWords = L.subWords;
-    this.buffer('subBits', 4 * subWords * this.opts.maxBatch);
-    this.buffer('cand', 4 * this.candCap * this.opts.maxBatch);
+    // Per-event scratch sized to the largest batch so far, not maxBatch: a service that sends
+    // lone events never pays for 256 bit vectors.
+    if (E > this.widest) this.widest = E;
+    if (this.bufs.get('subBits') === undefined || this.bufs.get('subBits')!.size < 4 * subWords * this.widest) {
+      this.buffer('subBits', 4 * subWords * this.widest + 4 * Math.max(1024, Math.ceil((subWords * this.widest) / 16)));
+    }
+    this.buffer('cand', 4 * this.candCap * this.widest);
     const inp = L.encodeEvents(events);
     const input = this.buffer('input', inp.byteLength);
 

@@ -135,7 +135,12 @@ export class FastMatcher extends CpuMatcher {
   private cOp = new Uint8Array(this.cCap);
   private cType = new Uint8Array(this.cCap);
   private cNum = new Float64Array(this.cCap);
-  private cStr: (string | null)[] = [];
+  // String values are interned: a constraint holds a 32-bit id in cNum's place. (A JS array indexed
+  // by constraint would also hit V8's ~2^27 element limit near 100M constraints.)
+  private readonly strIds = new Map<string, number>();
+  private strOf: (string | null)[] = [];
+  private strRefs = new Int32Array(64);
+  private readonly strFree: number[] = [];
   private cFilter = new Int32Array(this.cCap);
   private cPostingPos = new Int32Array(this.cCap);
 
@@ -210,6 +215,27 @@ export class FastMatcher extends CpuMatcher {
       this.nameIds.delete(this.nameOf[id]);
       this.postings[id] = [];
       this.nameFree.push(id);
+    }
+  }
+
+  private internString(v: string): number {
+    let id = this.strIds.get(v);
+    if (id === undefined) {
+      id = this.strFree.length > 0 ? this.strFree.pop()! : this.strOf.length;
+      this.strIds.set(v, id);
+      this.strOf[id] = v;
+      if (id >= this.strRefs.length) this.strRefs = growI32(this.strRefs, Math.max(id + 1, this.strRefs.length * 2));
+      this.strRefs[id] = 0;
+    }
+    this.strRefs[id]++;
+    return id;
+  }
+
+  private releaseString(id: number): void {
+    if (--this.strRefs[id] === 0) {
+      this.strIds.delete(this.strOf[id]!);
+      this.strOf[id] = null;
+      this.strFree.push(id);
     }
   }
 
@@ -456,7 +482,9 @@ export class FastMatcher extends CpuMatcher {
   private freeConstraints(start: number, n: number): void {
     if (n === 0) return;
     const b = FastMatcher.blockSize(n);
-    for (let i = start; i < start + n; i++) this.cStr[i] = null;
+    for (let i = start; i < start + n; i++) {
+      if (this.cType[i] === T_STR) this.releaseString(this.cNum[i]);
+    }
     let free = this.cFree.get(b);
     if (free === undefined) this.cFree.set(b, (free = []));
     free.push(start);
@@ -511,7 +539,7 @@ export class FastMatcher extends CpuMatcher {
         this.cType[ci] = T_ANY;
       } else if (c.type === 'string') {
         this.cType[ci] = T_STR;
-        this.cStr[ci] = c.value as string;
+        this.cNum[ci] = this.internString(c.value as string);
       } else {
         this.cType[ci] = c.type === 'number' ? T_NUM : T_BOOL;
         this.cNum[ci] = c.type === 'number' ? (c.value as number) : c.value ? 1 : 0;
@@ -666,7 +694,7 @@ export class FastMatcher extends CpuMatcher {
           name: this.nameOf[this.cName[ci]],
           op: OP_NAME[this.cOp[ci]],
           type: t === T_ANY ? null : t === T_STR ? 'string' : t === T_NUM ? 'number' : 'bool',
-          value: t === T_ANY ? null : t === T_STR ? this.cStr[ci]! : t === T_NUM ? this.cNum[ci] : this.cNum[ci] === 1,
+          value: t === T_ANY ? null : t === T_STR ? this.strOf[this.cNum[ci]]! : t === T_NUM ? this.cNum[ci] : this.cNum[ci] === 1,
         });
       }
       const s = this.fSlot[f];
@@ -840,7 +868,7 @@ export class FastMatcher extends CpuMatcher {
     const op = this.cOp[ci];
     if (t === T_STR) {
       const a = this.eStr[i];
-      const c = this.cStr[ci]!;
+      const c = this.strOf[this.cNum[ci]]!;
       switch (op) {
         case 0: return a === c;
         case 1: return a !== c;
@@ -900,7 +928,7 @@ export class FastMatcher extends CpuMatcher {
       this.sHead.byteLength + this.sFilters.byteLength + this.sPins.byteLength + this.sLevels.byteLength + this.subHead.byteLength +
       this.subStamp.byteLength + levelBytes;
     // Maps and arrays of references: ~ 8 bytes a slot plus ~ 60 bytes per map entry (V8 estimates).
-    const refs = 8 * (this.cStr.length + this.subId.length + this.subOwner.length + this.sDevice.length) +
+    const refs = 8 * (this.strOf.length + this.subId.length + this.subOwner.length + this.sDevice.length) +
       60 * (this.subIndex.size + this.deviceSlot.size + cells) + 8 * cellEntries;
     return {
       engine: this.name,
