@@ -195,7 +195,7 @@ function buildConfig(args: Args): GpuBenchConfig {
   const gridSizes = countsArg(args, 'grid-sizes', q([1000, 10_000, 100_000, 250_000, 1_000_000], [1000, 5000]));
   const gridJobsArg = args['grid-jobs'];
   const gridJobs = gridJobsArg === undefined || gridJobsArg === 'auto' ? autoJobs(areas.length * spatial.length, gridSizes[gridSizes.length - 1]) : countArg(args, 'grid-jobs', 1);
-  const gpuOptions: Record<string, number | boolean> = { cpuBelowFilters: 0 };
+  const gpuOptions: Record<string, number | boolean | string> = { cpuBelowFilters: 0, select: 'gpu' };
   if (args['max-batch'] !== undefined) gpuOptions.maxBatch = countArg(args, 'max-batch', 1);
   if (args['in-flight'] !== undefined) gpuOptions.inFlight = countArg(args, 'in-flight', 1);
   return {
@@ -390,7 +390,7 @@ async function main(): Promise<void> {
       ? `gpu: ${file.gpu.adapter}${file.gpu.software ? ' — SOFTWARE adapter: correctness smoke run, timings mean nothing' : ''}; features ${file.gpu.features.join(', ') || 'none'}; maxBufferSize ${sig(file.gpu.maxBufferSize / 2 ** 30)} GiB, maxStorageBufferBindingSize ${sig(file.gpu.maxStorageBufferBindingSize / 2 ** 30)} GiB`
       : `gpu: none (${gpuWhy})`,
   );
-  out(`GpuMatcher: cpuBelowFilters 0 (always the GPU path), maxBatch ${config.gpuOptions.maxBatch ?? defaultGpuMatcherOptions.maxBatch}, inFlight ${config.gpuOptions.inFlight ?? defaultGpuMatcherOptions.inFlight}`);
+  out(`GpuMatcher: cpuBelowFilters 0, select gpu (always the GPU path), maxBatch ${config.gpuOptions.maxBatch ?? defaultGpuMatcherOptions.maxBatch}, inFlight ${config.gpuOptions.inFlight ?? defaultGpuMatcherOptions.inFlight}`);
   out(`suites: ${suites.join(', ')}; seed ${config.seed}; timer overhead ${file.timerOverheadNs} ns per timed call; node ${process.execArgv.join(' ')}`);
   out(
     `workload: CLCB Table 1 — ${params.filtersPerSub} filters/sub, ${params.constraintsMin}–${params.constraintsMax} constraints, ${params.attributesMin}–${params.attributesMax} attributes, ` +

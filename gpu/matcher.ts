@@ -29,6 +29,12 @@ export interface GpuMatcherOptions extends MatcherOptions {
   gpu?: Partial<GpuOptions>;
   /** Below this many live filters the CPU engine answers. */
   cpuBelowFilters?: number;
+  /**
+   * Who answers above that: 'adaptive' (default) sends events that arrive under load to the GPU
+   * and a lone event to whichever path has been cheaper per event lately, probing the other one
+   * every 32nd time; 'gpu' and 'cpu' force a path (benchmarks, tests).
+   */
+  select?: 'adaptive' | 'gpu' | 'cpu';
   /** Most events in one dispatch. */
   maxBatch?: number;
   /** Batches in flight at once (readback ring size). */
@@ -47,6 +53,7 @@ export interface GpuMatcherOptions extends MatcherOptions {
 
 export const defaultGpuMatcherOptions = Object.freeze({
   cpuBelowFilters: 4096,
+  select: 'adaptive' as 'adaptive' | 'gpu' | 'cpu',
   maxBatch: 256,
   inFlight: 3,
   workgroupSize: 128,
@@ -63,6 +70,10 @@ export interface StageTimes {
   zip: number;
 }
 
+
+function ewma(avg: number, x: number): number {
+  return avg === 0 ? x : avg + 0.1 * (x - avg);
+}
 
 const NO_QUANTIZATION = 'disable-dawn-features=timestamp_quantization';
 
@@ -81,6 +92,11 @@ interface Slot {
   stagingBytes: number;
   groups: { version: number; loc: GPUBindGroup; cont: GPUBindGroup; zip: GPUBindGroup } | null;
   busy: boolean;
+}
+
+function checkSelect(v: unknown): 'adaptive' | 'gpu' | 'cpu' {
+  if (v !== 'adaptive' && v !== 'gpu' && v !== 'cpu') throw new ValidationError('gpu.select', `must be adaptive, gpu or cpu, got ${show(v)}`);
+  return v;
 }
 
 function checkInt(name: string, v: unknown, lo: number, hi: number): number {
@@ -102,7 +118,14 @@ export class GpuMatcher implements Matcher {
   private running = 0;
   private closed = false;
   private reopening: Promise<void> | null = null;
-  private readonly counters = { gpuEvents: 0, cpuEvents: 0, batches: 0, overflowEvents: 0, fallbackEvents: 0, deviceLosses: 0, rebuilds: 0 };
+  /** Moving averages of the cost of one event on each path, µs (adaptive selection). */
+  private cpuCostUs = 0;
+  private gpuCostUs = 0;
+  private lone = 0;
+  /** match() calls in this synchronous run: more than one is a burst, i.e. load. */
+  private burst = 0;
+  private burstReset = false;
+  private readonly counters = { adaptiveCpu: 0, adaptiveGpu: 0, gpuEvents: 0, cpuEvents: 0, batches: 0, overflowEvents: 0, fallbackEvents: 0, deviceLosses: 0, rebuilds: 0 };
   private lastStages: StageTimes | null = null;
 
   private ownsContext = true;
@@ -113,6 +136,7 @@ export class GpuMatcher implements Matcher {
     const o = { ...defaultGpuMatcherOptions, ...options };
     this.opts = {
       cpuBelowFilters: checkInt('cpuBelowFilters', o.cpuBelowFilters, 0, 2 ** 31),
+      select: checkSelect(o.select),
       maxBatch: checkInt('maxBatch', o.maxBatch, 1, 65535),
       inFlight: checkInt('inFlight', o.inFlight, 1, 16),
       workgroupSize: checkInt('workgroupSize', o.workgroupSize, 1, 1024),
@@ -277,7 +301,7 @@ export class GpuMatcher implements Matcher {
   matchBatch(events: readonly Event[]): Promise<string[][]> {
     try {
       const valid = validateEvents(events, this.limits);
-      if (this.closed || this.path === 'cpu') return Promise.all(valid.map((e) => this.matchValid(e)));
+      if (this.closed || this.path === 'cpu' || this.opts.select === 'cpu') return Promise.all(valid.map((e) => this.matchValid(e)));
       const all = valid.map((event) => new Promise<string[]>((resolve, reject) => this.queue.push({ event, resolve, reject })));
       this.pump();
       return Promise.all(all);
@@ -286,12 +310,40 @@ export class GpuMatcher implements Matcher {
     }
   }
 
+  /** Whether a lone event (nothing queued or running) goes to the CPU under adaptive selection. */
+  private loneOnCpu(): boolean {
+    if (this.opts.select !== 'adaptive') return this.opts.select === 'cpu';
+    // A CPU answer is synchronous, so a burst of calls never queues: count the calls made in one
+    // synchronous run (the count resets in a microtask, which runs before an awaiting caller's
+    // next call, so sequential awaited calls stay lone events).
+    if (++this.burst === 1 && !this.burstReset) {
+      this.burstReset = true;
+      queueMicrotask(() => {
+        this.burst = 0;
+        this.burstReset = false;
+      });
+    }
+    if (this.queue.length > 0 || this.running > 0 || this.burst > 1) return false; // load: batch on the GPU
+    const probe = ++this.lone % 32 === 0;
+    // Until both paths have been measured, measure them; then the cheaper, probing the other.
+    const cpuCheaper = this.cpuCostUs === 0 || (this.gpuCostUs !== 0 && this.cpuCostUs <= this.gpuCostUs);
+    const onCpu = probe ? !cpuCheaper : cpuCheaper;
+    if (onCpu) this.counters.adaptiveCpu++;
+    else this.counters.adaptiveGpu++;
+    return onCpu;
+  }
+
+  private matchOnCpu(e: NEvent): string[] {
+    const t = performance.now();
+    const ids = this.cpu.matchValid(e);
+    this.cpuCostUs = ewma(this.cpuCostUs, (performance.now() - t) * 1e3);
+    this.counters.cpuEvents++;
+    return ids;
+  }
+
   private matchValid(e: NEvent): Promise<string[]> {
     if (this.closed) return Promise.reject(new AmbitError('UNAVAILABLE', 'gpu: matcher is closed'));
-    if (this.path === 'cpu') {
-      this.counters.cpuEvents++;
-      return Promise.resolve(this.cpu.matchValid(e));
-    }
+    if (this.path === 'cpu' || this.loneOnCpu()) return Promise.resolve(this.matchOnCpu(e));
     return new Promise((resolve, reject) => {
       this.queue.push({ event: e, resolve, reject });
       this.pump();
@@ -315,7 +367,10 @@ export class GpuMatcher implements Matcher {
     let results: (string[] | null)[];
     try {
       if (state === null) throw new Error('no device');
+      const t = performance.now();
       results = await state.run(events);
+      // Adaptive selection compares lone events, so only batches of one feed the GPU's cost.
+      if (events.length === 1) this.gpuCostUs = ewma(this.gpuCostUs, (performance.now() - t) * 1e3);
       this.counters.batches++;
     } catch {
       // The device was lost (or never came back): the CPU engine answers, nothing is dropped.
@@ -330,8 +385,7 @@ export class GpuMatcher implements Matcher {
       try {
         let ids = results[i];
         if (ids === null) {
-          ids = this.cpu.matchValid(events[i]);
-          this.counters.cpuEvents++;
+          ids = this.matchOnCpu(events[i]);
         } else {
           this.counters.gpuEvents++;
         }
@@ -366,6 +420,9 @@ export class GpuMatcher implements Matcher {
         gpuBytes,
         gpuBytesPerFilter: this.layout.liveFilters > 0 ? gpuBytes / this.layout.liveFilters : 0,
         cpuBelowFilters: this.opts.cpuBelowFilters,
+        select: this.opts.select,
+        cpuCostUs: Math.round(this.cpuCostUs),
+        gpuCostUs: Math.round(this.gpuCostUs),
         hostEncodeUs: Math.round(this.gpuState?.timing.encodeUs ?? 0),
         gpuWaitUs: Math.round(this.gpuState?.timing.waitUs ?? 0),
         parseUs: Math.round(this.gpuState?.timing.parseUs ?? 0),

@@ -24,8 +24,8 @@ const ctx = await GpuContext.open({ allowSoftware: true });
 const kernels = await GpuKernels.compile(ctx);
 after(() => ctx.close());
 
-/** The GPU path always (cpuBelowFilters 0), on the shared device. */
-const make = (o?: MatcherOptions & GpuMatcherOptions) => GpuMatcher.attach(kernels, { cpuBelowFilters: 0, ...o });
+/** The GPU path always (cpuBelowFilters 0, select gpu), on the shared device. */
+const make = (o?: MatcherOptions & GpuMatcherOptions) => GpuMatcher.attach(kernels, { cpuBelowFilters: 0, select: 'gpu', ...o });
 
 describe('gpu engine: device', () => {
   it('runs on an adapter with the limits the kernels need', () => {
@@ -280,7 +280,7 @@ describe('gpu engine: location updates', () => {
 
 describe('gpu engine: CPU below the crossover', () => {
   it('answers on the CPU below cpuBelowFilters and on the GPU above, visibly in stats', async () => {
-    const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 100 });
+    const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 100, select: 'gpu' });
     const ref = new ReferenceMatcher();
     try {
       const subs = randomWorkload(41, 80, 1);
@@ -301,7 +301,36 @@ describe('gpu engine: CPU below the crossover', () => {
     }
   });
 
+  it('adaptive: lone events go to the cheaper path, probing the other; load goes to the GPU', async () => {
+    const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0 });
+    const ref = new ReferenceMatcher();
+    try {
+      const subs = randomWorkload(43, 300, 2);
+      twin(m, subs, 3);
+      twin(ref, subs, 3);
+      await agree(m, ref, 3, 96);
+      const x = m.stats().extra!;
+      // agree() awaits each call: none of them is load, so all were decided as lone events.
+      assert.equal((x.adaptiveCpu as number) + (x.adaptiveGpu as number), 2 * 96, 'sequential awaited calls are lone events');
+      assert.equal(x.select, 'adaptive');
+      assert.ok((x.cpuCostUs as number) > 0 && (x.gpuCostUs as number) > 0, 'both paths measured');
+      const cheaper = (x.cpuCostUs as number) <= (x.gpuCostUs as number) ? 'cpu' : 'gpu';
+      const onCheaper = cheaper === 'cpu' ? (x.adaptiveCpu as number) : (x.adaptiveGpu as number);
+      const onOther = cheaper === 'cpu' ? (x.adaptiveGpu as number) : (x.adaptiveCpu as number);
+      assert.ok(onCheaper > onOther, `most lone events on the cheaper path (${cheaper}: ${onCheaper} vs ${onOther})`);
+      assert.ok(onOther >= 2, 'the other path is probed');
+      // Concurrent events are load: batched on the GPU whichever path is cheaper alone.
+      const before = x.gpuEvents as number;
+      const rng = new Rng(8);
+      await Promise.all(Array.from({ length: 40 }, (_, i) => m.match(randomEvent(rng, i))));
+      assert.ok((m.stats().extra!.gpuEvents as number) - before >= 30, 'events under load go to the GPU');
+    } finally {
+      await m.close();
+    }
+  });
+
   it('rejects bad options with the option named', () => {
+    assert.throws(() => GpuMatcher.attach(kernels, { select: 'fastest' as 'gpu' }), /gpu\.select: must be adaptive, gpu or cpu, got "fastest"/);
     assert.throws(() => GpuMatcher.attach(kernels, { maxBatch: 0 }), /gpu\.maxBatch: must be an integer in \[1, 65535\], got 0/);
     assert.throws(() => GpuMatcher.attach(kernels, { cpuBelowFilters: Number.NaN }), /gpu\.cpuBelowFilters/);
   });

@@ -66,7 +66,7 @@ export const PROFILE_DAWN_FLAGS: readonly string[] = ['disable-dawn-features=tim
 /** The GPU engine on its GPU path at every size; the CPU engines from the registry. */
 export async function makeEngine(name: string, env: GpuEnv, profile = false): Promise<Matcher> {
   if (name === 'gpu') {
-    return GpuMatcher.create({ ...env.gpuOptions, gpu: { allowSoftware: env.allowSoftware, ...(profile ? { dawnFlags: PROFILE_DAWN_FLAGS } : {}) }, cpuBelowFilters: 0, profile });
+    return GpuMatcher.create({ ...env.gpuOptions, gpu: { allowSoftware: env.allowSoftware, ...(profile ? { dawnFlags: PROFILE_DAWN_FLAGS } : {}) }, cpuBelowFilters: 0, select: 'gpu', profile });
   }
   return createEngine(name);
 }

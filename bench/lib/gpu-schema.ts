@@ -269,7 +269,7 @@ export interface GpuBenchConfig {
   seed: number;
   allowSoftware: boolean;
   /** GpuMatcher options besides allowSoftware (cpuBelowFilters is always 0: the GPU path is measured). */
-  gpuOptions: Record<string, number | boolean>;
+  gpuOptions: Record<string, number | boolean | string>;
   rtreeMaxSubs: number;
   default: { engines: string[]; subscriptions: number; events: number; reps: number; warmupEvents: number };
   grid: { engines: string[]; sizes: number[]; areas: number[]; spatial: SpatialKind[]; events: number; warmupEvents: number; jobs: number };
