@@ -22,6 +22,7 @@ import { type BenchConfig, type BenchFile, type DefaultResult, type GridResult, 
 import { sinkValue } from './lib/sink.js';
 import { summarize } from './lib/stats.js';
 import { defaultTables, gridTables, updateTables } from './lib/tables.js';
+import { type Args, parseArgs as parseFlags } from './lib/args.js';
 
 const ENTRY = fileURLToPath(import.meta.url);
 const REPO = path.resolve(path.dirname(ENTRY), '..', '..');
@@ -51,30 +52,12 @@ function fail(msg: string): never {
   process.exit(2);
 }
 
-interface Args {
-  [key: string]: string | boolean | undefined;
-}
 
 const FLAGS = new Set(['quick', 'no-fork', 'help', 'child']);
 const VALUED = new Set(['suite', 'engines', 'seed', 'subs', 'events', 'reps', 'updates', 'sizes', 'areas', 'spatial', 'grid-events', 'out', 'name']);
 
 function parseArgs(argv: readonly string[]): Args {
-  const out: Args = {};
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i];
-    if (!a.startsWith('--')) fail(`unexpected argument ${JSON.stringify(a)}`);
-    const eq = a.indexOf('=');
-    const key = eq < 0 ? a.slice(2) : a.slice(2, eq);
-    if (FLAGS.has(key)) {
-      if (eq >= 0) fail(`--${key} takes no value`);
-      out[key] = true;
-    } else if (VALUED.has(key)) {
-      const v = eq >= 0 ? a.slice(eq + 1) : argv[++i];
-      if (v === undefined || v.startsWith('--')) fail(`--${key} needs a value`);
-      out[key] = v;
-    } else fail(`unknown option --${key}`);
-  }
-  return out;
+  return parseFlags(argv, FLAGS, VALUED, fail);
 }
 
 function intArg(args: Args, key: string, fallback: number, min = 1): number {

@@ -48,6 +48,7 @@ import { describeMachine, machineInfo } from './lib/machine.js';
 import { note } from './lib/progress.js';
 import { sinkValue } from './lib/sink.js';
 import { summarize } from './lib/stats.js';
+import { type Args, parseArgs as parseFlags } from './lib/args.js';
 
 const ENTRY = fileURLToPath(import.meta.url);
 const REPO = path.resolve(path.dirname(ENTRY), '..', '..');
@@ -87,7 +88,6 @@ function fail(msg: string): never {
   process.exit(2);
 }
 
-type Args = Record<string, string | boolean | undefined>;
 
 const FLAGS = new Set(['quick', 'allow-software', 'help', 'grid-child']);
 const VALUED = new Set([
@@ -97,22 +97,7 @@ const VALUED = new Set([
 ]);
 
 function parseArgs(argv: readonly string[]): Args {
-  const out: Args = {};
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i];
-    if (!a.startsWith('--')) fail(`unexpected argument ${JSON.stringify(a)}`);
-    const eq = a.indexOf('=');
-    const key = eq < 0 ? a.slice(2) : a.slice(2, eq);
-    if (FLAGS.has(key)) {
-      if (eq >= 0) fail(`--${key} takes no value`);
-      out[key] = true;
-    } else if (VALUED.has(key)) {
-      const v = eq >= 0 ? a.slice(eq + 1) : argv[++i];
-      if (v === undefined || v.startsWith('--')) fail(`--${key} needs a value`);
-      out[key] = v;
-    } else fail(`unknown option --${key}`);
-  }
-  return out;
+  return parseFlags(argv, FLAGS, VALUED, fail);
 }
 
 /** 1000, 10k, 2.5M, 1_000_000 → integers. */

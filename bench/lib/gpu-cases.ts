@@ -36,6 +36,7 @@ import type {
 import { Progress, note } from './progress.js';
 import { sink, sinkNumber } from './sink.js';
 import { type Summary, summarize } from './stats.js';
+import { checksum } from './args.js';
 
 const gc: (() => void) | undefined = (globalThis as { gc?: () => void }).gc;
 
@@ -265,21 +266,6 @@ export async function timeEvents(m: Matcher, events: readonly Event[], warmup: n
   return { ns, answers };
 }
 
-/** FNV-1a over each event's sorted ids: equal checksums = identical answers. */
-export function checksum(results: readonly (readonly string[])[]): { checksum: string; avgMatches: number } {
-  let h = 0x811c9dc5;
-  let total = 0;
-  for (const ids of results) {
-    total += ids.length;
-    const sorted = [...ids].sort();
-    for (const id of sorted) {
-      for (let i = 0; i < id.length; i++) h = Math.imul(h ^ id.charCodeAt(i), 0x01000193);
-      h = Math.imul(h ^ 0x2c, 0x01000193);
-    }
-    h = Math.imul(h ^ 0x0a, 0x01000193);
-  }
-  return { checksum: (h >>> 0).toString(16).padStart(8, '0'), avgMatches: results.length === 0 ? 0 : total / results.length };
-}
 
 /** Events whose id sets differ. */
 export function differing(a: readonly (readonly string[])[], b: readonly (readonly string[])[]): number {

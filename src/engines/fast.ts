@@ -174,6 +174,8 @@ export class FastMatcher extends CpuMatcher {
   private eNum = new Float64Array(64);
   private eStr: string[] = [];
   private readonly touched: number[] = [];
+  /** Event point (x, y, z, metres) and squared reach of the level being scanned. */
+  private readonly query = new Float64Array(4);
   private constraintsTotal = 0;
   private filtersTotal = 0;
 
@@ -812,9 +814,14 @@ export class FastMatcher extends CpuMatcher {
       const z0 = Math.floor((ez - h) * lv.inv);
       const z1 = Math.floor((ez + h) * lv.inv);
       const nCells = (x1 - x0 + 1) * (y1 - y0 + 1) * (z1 - z0 + 1);
+      const q = this.query;
+      q[0] = ex;
+      q[1] = ey;
+      q[2] = ez;
+      q[3] = h * h; // chord <= arc, and h already carries a rounding margin
       if (nCells > lv.cells.size) {
         // The query box holds more cells than the level has: walk the level instead.
-        for (const cell of lv.cells.values()) this.scanCell(cell, l, e, notLo, notHi, stamp, out);
+        for (const cell of lv.cells.values()) this.scanCell(cell, l, e, notLo, notHi, stamp, out, q);
         continue;
       }
       const k = lv.k;
@@ -824,7 +831,7 @@ export class FastMatcher extends CpuMatcher {
           const base = ((ix + off) * k + (iy + off)) * k + off;
           for (let iz = z0; iz <= z1; iz++) {
             const cell = lv.cells.get(base + iz);
-            if (cell !== undefined) this.scanCell(cell, l, e, notLo, notHi, stamp, out);
+            if (cell !== undefined) this.scanCell(cell, l, e, notLo, notHi, stamp, out, q);
           }
         }
       }
@@ -832,9 +839,18 @@ export class FastMatcher extends CpuMatcher {
     return out;
   }
 
-  private scanCell(cell: number[], l: number, e: NEvent, notLo: number, notHi: number, stamp: number, out: string[]): void {
+  private scanCell(cell: number[], l: number, e: NEvent, notLo: number, notHi: number, stamp: number, out: string[], q: Float64Array): void {
+    const xyz = this.sXYZ;
+    const reach2 = q[3];
     for (let j = 0; j < cell.length; j++) {
       const s = cell[j];
+      // A slot whose chord to the event exceeds this level's reach (largest radius + r_e) has no
+      // filter that can match: skip it before touching any filter's cache lines.
+      const o = 3 * s;
+      const dx = xyz[o] - q[0];
+      const dy = xyz[o + 1] - q[1];
+      const dz = xyz[o + 2] - q[2];
+      if (dx * dx + dy * dy + dz * dz > reach2) continue;
       let d = -1;
       for (let f = this.sHead[s]; f !== NONE; f = this.fNext[f]) {
         if (this.fLevel[f] !== l) continue;
