@@ -8,7 +8,7 @@
  * left to report.ts). Suites may come from several runs (a long benchmark split over several
  * calls): each suite is taken from the newest file that has it, full runs before quick ones.
  */
-import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { count, pct, sig, table } from './lib/format.js';
@@ -16,6 +16,7 @@ import { GPU_SCHEMA, GPU_SUITES, type GpuBenchFile, type GpuGridPoint, type GpuS
 import { batchTables, defaultTable, gridTable, memoryTable, scaleTable, stagesTable, updatesTables } from './lib/gpu-tables.js';
 import { describeMachine } from './lib/machine.js';
 import { DASHES, MARKERS, type Series, engineColor, linePlot } from './lib/svg.js';
+import { parseReportArgs } from './lib/args.js';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 
@@ -25,25 +26,8 @@ function fail(msg: string): never {
 }
 
 function parse(argv: readonly string[]): { files: string[]; dir: string; scanned: boolean } {
-  let dir = path.join(REPO, 'bench', 'results');
-  const files: string[] = [];
-  for (let i = 0; i < argv.length; i++) {
-    if (argv[i] === '--dir') {
-      const v = argv[++i];
-      if (v === undefined) fail('--dir needs a value');
-      dir = path.resolve(v);
-    } else if (argv[i] === '--help') {
-      process.stdout.write('Usage: node dist/bench/gpu-report.js [FILE.json ...] [--dir DIR]   (default DIR: bench/results)\n');
-      process.exit(0);
-    } else if (argv[i].startsWith('--')) fail(`unknown option ${argv[i]}`);
-    else files.push(path.resolve(argv[i]));
-  }
-  const scanned = files.length === 0;
-  if (scanned) {
-    if (!existsSync(dir)) fail(`no directory ${path.relative(process.cwd(), dir)}`);
-    for (const f of readdirSync(dir).filter((f) => f.endsWith('.json')).sort()) files.push(path.join(dir, f));
-  }
-  return { files, dir, scanned };
+  const r = parseReportArgs(argv, path.join(REPO, 'bench', 'results'), 'Usage: node dist/bench/gpu-report.js [FILE.json ...] [--dir DIR]   (default DIR: bench/results)', fail);
+  return r;
 }
 
 function read(file: string): unknown {

@@ -6,7 +6,7 @@
  *
  * Without files, every *.json in the directory is read (in name order).
  */
-import { readFileSync, readdirSync, writeFileSync, existsSync, mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { count, pct, table } from './lib/format.js';
@@ -14,6 +14,7 @@ import { describeMachine } from './lib/machine.js';
 import { type BenchFile, type GridResult, SCHEMA, type UpdateResult } from './lib/schema.js';
 import { DASHES, MARKERS, type Series, engineColor, linePlot } from './lib/svg.js';
 import { defaultTables, gridTables, updateTables } from './lib/tables.js';
+import { parseReportArgs } from './lib/args.js';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 
@@ -23,28 +24,11 @@ function fail(msg: string): never {
 }
 
 function parse(argv: readonly string[]): { files: string[]; dir: string; scanned: boolean } {
-  let dir = path.join(REPO, 'bench', 'results');
-  const files: string[] = [];
-  for (let i = 0; i < argv.length; i++) {
-    if (argv[i] === '--dir') {
-      const v = argv[++i];
-      if (v === undefined) fail('--dir needs a value');
-      dir = path.resolve(v);
-    } else if (argv[i] === '--help') {
-      process.stdout.write('Usage: node dist/bench/report.js [FILE.json ...] [--dir DIR]   (default DIR: bench/results)\n');
-      process.exit(0);
-    } else if (argv[i].startsWith('--')) fail(`unknown option ${argv[i]}`);
-    else files.push(path.resolve(argv[i]));
+  const r = parseReportArgs(argv, path.join(REPO, 'bench', 'results'), 'Usage: node dist/bench/report.js [FILE.json ...] [--dir DIR]   (default DIR: bench/results)', fail);
+  if (r.files.length === 0) {
+    fail(`no result files in ${path.relative(process.cwd(), r.dir) || r.dir} (run e.g. \`npm run bench -- --out bench/results/cpu.json\`, or copy a file from bench/out/)`);
   }
-  const scanned = files.length === 0;
-  if (scanned) {
-    if (!existsSync(dir)) fail(`no directory ${path.relative(process.cwd(), dir)}`);
-    for (const f of readdirSync(dir).filter((f) => f.endsWith('.json')).sort()) files.push(path.join(dir, f));
-  }
-  if (files.length === 0) {
-    fail(`no result files in ${path.relative(process.cwd(), dir) || dir} (run e.g. \`npm run bench -- --out bench/results/cpu.json\`, or copy a file from bench/out/)`);
-  }
-  return { files, dir, scanned };
+  return r;
 }
 
 function load(file: string): BenchFile {
