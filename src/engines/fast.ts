@@ -51,6 +51,17 @@ interface Level {
   idx: Int32Array;
   /** Number of the slot's filters that live at this level. */
   count: Uint16Array;
+  /** Occupied cells per hash bucket: most of a query's 27 cells are empty and skip the Map. */
+  occ: Uint32Array;
+}
+
+const OCC_BITS = 16;
+
+/** Bucket of a cell key (an integer below 2^53) in a level's occupancy table. */
+function occHash(key: number): number {
+  const lo = key % 4294967296;
+  const hi = (key - lo) / 4294967296;
+  return (Math.imul(lo | 0, 0x9e3779b1) ^ Math.imul(hi | 0, 0x85ebca6b)) >>> (32 - OCC_BITS);
 }
 
 function growF64(a: Float64Array, n: number, fill = 0): Float64Array<ArrayBuffer> {
@@ -270,6 +281,7 @@ export class FastMatcher extends CpuMatcher {
         cellOf: new Float64Array(this.sCap).fill(NaN),
         idx: new Int32Array(this.sCap),
         count: new Uint16Array(this.sCap),
+        occ: new Uint32Array(1 << OCC_BITS),
       };
       this.levels[l] = lv;
     }
@@ -289,6 +301,7 @@ export class FastMatcher extends CpuMatcher {
     if (cell === undefined) {
       cell = [];
       lv.cells.set(key, cell);
+      lv.occ[occHash(key)]++;
     }
     lv.cellOf[s] = key;
     lv.idx[s] = cell.length;
@@ -304,7 +317,10 @@ export class FastMatcher extends CpuMatcher {
       cell[i] = last;
       lv.idx[last] = i;
     }
-    if (cell.length === 0) lv.cells.delete(key);
+    if (cell.length === 0) {
+      lv.cells.delete(key);
+      lv.occ[occHash(key)]--;
+    }
     lv.cellOf[s] = NaN;
   }
 
@@ -830,6 +846,7 @@ export class FastMatcher extends CpuMatcher {
         for (let iy = y0; iy <= y1; iy++) {
           const base = ((ix + off) * k + (iy + off)) * k + off;
           for (let iz = z0; iz <= z1; iz++) {
+            if (lv.occ[occHash(base + iz)] === 0) continue;
             const cell = lv.cells.get(base + iz);
             if (cell !== undefined) this.scanCell(cell, l, e, notLo, notHi, stamp, out, q);
           }
