@@ -71,8 +71,18 @@ export interface StageTimes {
 }
 
 
-function ewma(avg: number, x: number): number {
-  return avg === 0 ? x : avg + 0.1 * (x - avg);
+/**
+ * Moving average of one path's per-event cost. The first two samples are skipped (they carry
+ * one-off work: re-filing every initial position, the first full upload) and later samples are
+ * clamped to 4x the average, so one GC pause or rebuild does not flip the choice for long.
+ */
+class CostAverage {
+  private seen = 0;
+  add(avg: number, x: number): number {
+    if (++this.seen <= 2) return avg;
+    if (avg === 0) return x;
+    return avg + 0.1 * (Math.min(x, 4 * avg) - avg);
+  }
 }
 
 const NO_QUANTIZATION = 'disable-dawn-features=timestamp_quantization';
@@ -122,6 +132,7 @@ export class GpuMatcher implements Matcher {
   private cpuCostUs = 0;
   private gpuCostUs = 0;
   private lone = 0;
+  private readonly costs = { cpu: new CostAverage(), gpu: new CostAverage() };
   /** match() calls in this synchronous run: more than one is a burst, i.e. load. */
   private burst = 0;
   private burstReset = false;
@@ -336,7 +347,7 @@ export class GpuMatcher implements Matcher {
   private matchOnCpu(e: NEvent): string[] {
     const t = performance.now();
     const ids = this.cpu.matchValid(e);
-    this.cpuCostUs = ewma(this.cpuCostUs, (performance.now() - t) * 1e3);
+    this.cpuCostUs = this.costs.cpu.add(this.cpuCostUs, (performance.now() - t) * 1e3);
     this.counters.cpuEvents++;
     return ids;
   }
@@ -354,14 +365,25 @@ export class GpuMatcher implements Matcher {
     while (this.queue.length > 0 && this.running < this.opts.inFlight) {
       const batch = this.queue.splice(0, this.opts.maxBatch);
       this.running++;
-      this.runBatch(batch).finally(() => {
-        this.running--;
-        this.pump();
-      });
+      // runBatch lowers `running` before it resolves the callers, so a caller's next match()
+      // does not mistake this finished batch for load.
+      void this.runBatch(batch).finally(() => this.pump());
     }
   }
 
   private async runBatch(batch: Pending[]): Promise<void> {
+    let counted = true;
+    try {
+      await this.runBatchCounted(batch, () => {
+        this.running--;
+        counted = false;
+      });
+    } finally {
+      if (counted) this.running--;
+    }
+  }
+
+  private async runBatchCounted(batch: Pending[], done: () => void): Promise<void> {
     const state = this.gpuState;
     const events = batch.map((p) => p.event);
     let results: (string[] | null)[];
@@ -370,7 +392,7 @@ export class GpuMatcher implements Matcher {
       const t = performance.now();
       results = await state.run(events);
       // Adaptive selection compares lone events, so only batches of one feed the GPU's cost.
-      if (events.length === 1) this.gpuCostUs = ewma(this.gpuCostUs, (performance.now() - t) * 1e3);
+      if (events.length === 1) this.gpuCostUs = this.costs.gpu.add(this.gpuCostUs, (performance.now() - t) * 1e3);
       this.counters.batches++;
     } catch {
       // The device was lost (or never came back): the CPU engine answers, nothing is dropped.
@@ -381,6 +403,7 @@ export class GpuMatcher implements Matcher {
       this.counters.overflowEvents += state.lastOverflow;
       if (state.lastStages !== null) this.lastStages = state.lastStages;
     }
+    done();
     for (let i = 0; i < batch.length; i++) {
       try {
         let ids = results[i];
