@@ -19,6 +19,7 @@ import type { DefaultConfig, DefaultResult, GridPoint, GridResult, MemoryFigures
 import { sink, sinkNumber } from './sink.js';
 import { summarize } from './stats.js';
 import { checksum } from './args.js';
+import { type UpdateList, makeUpdates } from './moves.js';
 
 export type Job =
   | { kind: 'default'; engine: string; workload: Partial<WorkloadOptions>; config: DefaultConfig }
@@ -126,30 +127,6 @@ async function timeEvents(m: Matcher, events: readonly Event[], warmup: number, 
   return out;
 }
 
-
-interface UpdateList {
-  idx: Int32Array;
-  ids: string[];
-  lat: Float64Array;
-  lon: Float64Array;
-}
-
-/** Precomputes random-waypoint moves (random device each step, 1 s ticks, 1–15 m/s: moves of 1–15 m). */
-function makeUpdates(rw: RandomWaypoint, n: number): UpdateList {
-  const idx = new Int32Array(n);
-  const ids: string[] = new Array(n);
-  const lat = new Float64Array(n);
-  const lon = new Float64Array(n);
-  for (let k = 0; k < n; k++) {
-    const i = rw.nextIndex();
-    rw.advance(i);
-    idx[k] = i;
-    ids[k] = rw.ids[i];
-    lat[k] = rw.lat[i];
-    lon[k] = rw.lon[i];
-  }
-  return { idx, ids, lat, lon };
-}
 
 function timeUpdates(m: Matcher, rw: RandomWaypoint, count: number, bulk: number, label: string): { plain: UpdateFigures; handle: UpdateFigures | null } {
   const warm = makeUpdates(rw, Math.max(100, Math.floor(count / 10)));

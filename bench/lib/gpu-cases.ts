@@ -37,6 +37,7 @@ import { Progress, note } from './progress.js';
 import { sink, sinkNumber } from './sink.js';
 import { type Summary, summarize } from './stats.js';
 import { checksum } from './args.js';
+import { makeUpdates } from './moves.js';
 
 const gc: (() => void) | undefined = (globalThis as { gc?: () => void }).gc;
 
@@ -562,27 +563,6 @@ export interface UpdatesSuiteConfig {
   rtreeMaxSubs: number;
 }
 
-interface Moves {
-  idx: Int32Array;
-  lat: Float64Array;
-  lon: Float64Array;
-}
-
-/** Random-waypoint moves of random devices (1 s steps at 1–15 m/s), precomputed so timing sees only the calls. */
-function makeMoves(rw: RandomWaypoint, n: number): Moves {
-  const idx = new Int32Array(n);
-  const lat = new Float64Array(n);
-  const lon = new Float64Array(n);
-  for (let k = 0; k < n; k++) {
-    const i = rw.nextIndex();
-    rw.advance(i);
-    idx[k] = i;
-    lat[k] = rw.lat[i];
-    lon[k] = rw.lon[i];
-  }
-  return { idx, lat, lon };
-}
-
 function distinct(idx: Int32Array, devices: number): number {
   const seen = new Uint8Array(devices);
   let n = 0;
@@ -637,10 +617,10 @@ export async function runUpdatesSuite(c: UpdatesSuiteConfig, env: GpuEnv, skip: 
       const openHandlesMs = msSince(t0);
 
       const p = new Progress(`${label}: ${c.timed} timed + ${c.loop} looped handle updates`, c.timed + c.loop);
-      const warm = makeMoves(rw, Math.max(100, Math.floor(c.timed / 10)));
+      const warm = makeUpdates(rw, Math.max(100, Math.floor(c.timed / 10)));
       for (let k = 0; k < warm.idx.length; k++) handles[warm.idx[k]].update(warm.lat[k], warm.lon[k]);
       sink(await m.match(ev));
-      const timed = makeMoves(rw, c.timed);
+      const timed = makeUpdates(rw, c.timed);
       const perCall = new Float64Array(c.timed);
       for (let k = 0; k < c.timed; k++) {
         const h = handles[timed.idx[k]];
@@ -650,7 +630,7 @@ export async function runUpdatesSuite(c: UpdatesSuiteConfig, env: GpuEnv, skip: 
         p.tick();
       }
       sink(await m.match(ev));
-      const loop = makeMoves(rw, c.loop);
+      const loop = makeUpdates(rw, c.loop);
       t0 = now();
       for (let k = 0; k < c.loop; k++) handles[loop.idx[k]].update(loop.lat[k], loop.lon[k]);
       const loopNs = Number(now() - t0);
@@ -670,7 +650,7 @@ export async function runUpdatesSuite(c: UpdatesSuiteConfig, env: GpuEnv, skip: 
         }
         const lists: PositionUpdate[][] = [];
         for (let r = 0; r < reps + 1; r++) {
-          const mv = makeMoves(rw, size);
+          const mv = makeUpdates(rw, size);
           lists.push(Array.from(mv.idx, (i, k) => ({ device: devices[i].id, lat: mv.lat[k], lon: mv.lon[k] })));
         }
         m.updatePositions(lists[0]); // warm-up
@@ -699,7 +679,7 @@ export async function runUpdatesSuite(c: UpdatesSuiteConfig, env: GpuEnv, skip: 
         const matchMs = new Float64Array(c.movesReps);
         let dist = 0;
         for (let r = 0; r < c.movesReps; r++) {
-          const mv = makeMoves(rw, n);
+          const mv = makeUpdates(rw, n);
           dist = distinct(mv.idx, devices.length);
           t0 = now();
           for (let k = 0; k < n; k++) handles[mv.idx[k]].update(mv.lat[k], mv.lon[k]);
