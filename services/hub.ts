@@ -1,0 +1,137 @@
+/**
+ * The port between the gRPC edge (gateway) and wherever state, matching and delivery live. Two
+ * implementations: `EmbeddedHub` (one process, memory only) and `RedisHub` (gateways and a
+ * matcher process sharing Redis). The edge validates requests and names fields; a Hub receives
+ * only validated input and throws AmbitError (NOT_FOUND, ALREADY_EXISTS, RESOURCE_EXHAUSTED,
+ * UNAVAILABLE) for what depends on state.
+ */
+import type { Event, PositionUpdate, Subscription } from '../src/model/types.js';
+
+/** One notification as stored for a device. `deliveryId` orders a device's notifications. */
+export interface Delivery {
+  /** "<ms>-<seq>", increasing per device (Redis stream id format in both hubs). */
+  deliveryId: string;
+  event: Event;
+  /** The device's subscriptions the event matched (the device's own ids). */
+  subscriptionIds: string[];
+  /** Milliseconds since the epoch when the event was accepted. */
+  publishedAtMs: number;
+}
+
+/** A device's subscription as the device names it (owner implied). */
+export interface DeviceSubscription {
+  id: string;
+  filters: Subscription['filters'];
+}
+
+export interface PublishResult {
+  eventId: string;
+  /** Subscriptions the event matched. */
+  reached: number;
+}
+
+/** The hot path of a device stream: a coalescing writer of one device's position. */
+export interface LocationWriter {
+  /** Takes an already range-checked position; never blocks, never throws for load. */
+  update(lat: number, lon: number): void;
+  /** Flushes what is pending and ends the writer. */
+  close(): Promise<void>;
+}
+
+/**
+ * A device's notifications from a resume point on. Pull-based so a device that does not read
+ * leaves its backlog in the store (bounded by retention), not in gateway memory.
+ */
+export interface Inbox {
+  /** Delivery resumes after this id ('' = from the oldest retained). */
+  readonly resumeToken: string;
+  /** Notifications known to be lost between the resume point and the oldest retained one. */
+  readonly missed: number;
+  /** Resolves with 1..max notifications after the last pulled one, waiting for them; [] once closed. */
+  pull(max: number): Promise<Delivery[]>;
+  /** Records that the device has processed everything up to and including `deliveryId`. */
+  ack(deliveryId: string): Promise<void>;
+  /** Ends the inbox; a pending pull resolves with []. */
+  close(): void;
+}
+
+export interface HubStats {
+  mode: 'embedded' | 'redis';
+  engine: string;
+  engineDetail: string;
+  subscriptions: number;
+  filters: number;
+  devices: number;
+  eventsPublished: number;
+  notifications: number;
+  locationUpdates: number;
+  notificationsDropped: number;
+  engineMemoryBytes: number;
+  /** Engine-specific figures (GPU memory, path, ...). */
+  extra: Record<string, number | string | boolean>;
+}
+
+export interface DeviceInfo {
+  subscriptions: DeviceSubscription[];
+  location: { lat: number; lon: number } | null;
+}
+
+export interface Hub {
+  readonly mode: 'embedded' | 'redis';
+  /** ALREADY_EXISTS when the device has a subscription with that id. */
+  addSubscription(device: string, sub: DeviceSubscription): Promise<void>;
+  /** NOT_FOUND when the device has no subscription with that id. */
+  replaceSubscription(device: string, sub: DeviceSubscription): Promise<void>;
+  /** NOT_FOUND when the device has no subscription with that id. */
+  removeSubscription(device: string, subscriptionId: string): Promise<void>;
+  listSubscriptions(device: string): Promise<DeviceSubscription[]>;
+  deviceInfo(device: string): Promise<DeviceInfo>;
+  /** Applies validated positions; resolves once they are accepted (durable in Redis mode). */
+  updateLocations(updates: readonly PositionUpdate[]): Promise<void>;
+  locationWriter(device: string): LocationWriter;
+  /** Matches and stores notifications; resolves once every event's notifications are stored. */
+  publish(events: readonly Event[]): Promise<PublishResult[]>;
+  /** Opens the device's inbox after `resumeAfter` (null: after the last acknowledged). */
+  openInbox(device: string, resumeAfter: string | null): Promise<Inbox>;
+  stats(): Promise<HubStats>;
+  close(): Promise<void>;
+}
+
+// ---- delivery ids ----
+
+const ID_RE = /^(\d{1,16})-(\d{1,16})$/;
+
+/** Parses "<ms>-<seq>"; null when malformed. */
+export function parseDeliveryId(id: string): [number, number] | null {
+  const m = ID_RE.exec(id);
+  if (m === null) return null;
+  const a = Number(m[1]);
+  const b = Number(m[2]);
+  return Number.isSafeInteger(a) && Number.isSafeInteger(b) ? [a, b] : null;
+}
+
+/** Orders two well-formed delivery ids ('' sorts first). */
+export function compareDeliveryIds(a: string, b: string): number {
+  if (a === b) return 0;
+  if (a === '') return -1;
+  if (b === '') return 1;
+  const x = parseDeliveryId(a);
+  const y = parseDeliveryId(b);
+  if (x === null || y === null) throw new Error(`hub: malformed delivery id ${JSON.stringify(x === null ? a : b)}`);
+  return x[0] - y[0] || x[1] - y[1];
+}
+
+// ---- engine-side subscription keys ----
+
+/**
+ * Subscriptions are per device at the API and global in the engine: the engine id is the pair,
+ * JSON-encoded so no choice of ids can collide.
+ */
+export function subscriptionKey(device: string, subscriptionId: string): string {
+  return JSON.stringify([device, subscriptionId]);
+}
+
+export function splitSubscriptionKey(key: string): [device: string, subscriptionId: string] {
+  const v = JSON.parse(key) as [string, string];
+  return v;
+}

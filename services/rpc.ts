@@ -1,0 +1,67 @@
+/**
+ * The bridge between protobuf-es descriptors (generated from proto/, the only API definition) and
+ * @grpc/grpc-js, which wants a ServiceDefinition of paths and (de)serialisers. Also the package
+ * definition @grpc/reflection reads: the serialized FileDescriptorProtos of our files and imports.
+ */
+import * as grpc from '@grpc/grpc-js';
+import { fromBinary, toBinary, type DescFile, type DescMessage, type DescService, type MessageShape } from '@bufbuild/protobuf';
+import { FileDescriptorProtoSchema } from '@bufbuild/protobuf/wkt';
+import { DeviceService } from './gen/ambit/v1/device_pb.js';
+import { OpsService } from './gen/ambit/v1/ops_pb.js';
+import { PublisherService } from './gen/ambit/v1/publisher_pb.js';
+
+export const SERVICES: readonly DescService[] = [DeviceService, PublisherService, OpsService];
+
+/** A grpc-js ServiceDefinition for a protobuf-es service descriptor. */
+export function grpcDefinition(service: DescService): grpc.ServiceDefinition {
+  const def: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
+  for (const m of service.methods) {
+    def[m.localName] = {
+      path: `/${service.typeName}/${m.name}`,
+      originalName: m.name,
+      requestStream: m.methodKind === 'client_streaming' || m.methodKind === 'bidi_streaming',
+      responseStream: m.methodKind === 'server_streaming' || m.methodKind === 'bidi_streaming',
+      requestSerialize: serializer(m.input),
+      requestDeserialize: deserializer(m.input),
+      responseSerialize: serializer(m.output),
+      responseDeserialize: deserializer(m.output),
+    };
+  }
+  return def as grpc.ServiceDefinition;
+}
+
+function serializer<D extends DescMessage>(schema: D): (value: unknown) => Buffer {
+  return (value) => {
+    const bytes = toBinary(schema, value as MessageShape<D>);
+    return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  };
+}
+
+function deserializer<D extends DescMessage>(schema: D): (bytes: Buffer) => MessageShape<D> {
+  // fromBinary throws on malformed input; grpc-js turns that into an INTERNAL status on the server.
+  // Requests are decoded inside the handler's stream instead so the error says INVALID_ARGUMENT.
+  return (bytes) => fromBinary(schema, bytes);
+}
+
+/** A client constructor for a service (for the SDK, tests and benchmarks). */
+export function grpcClient(service: DescService): grpc.ServiceClientConstructor {
+  return grpc.makeGenericClientConstructor(grpcDefinition(service), service.typeName);
+}
+
+/** The package definition @grpc/reflection expects: every file our services use, serialized. */
+export function reflectionPackage(services: readonly DescService[] = SERVICES): Record<string, { fileDescriptorProtos: Buffer[] }> {
+  const files = new Map<string, DescFile>();
+  const visit = (f: DescFile): void => {
+    if (files.has(f.name)) return;
+    files.set(f.name, f);
+    for (const d of f.dependencies) visit(d);
+  };
+  for (const s of services) visit(s.file);
+  const protos = [...files.values()].map((f) => {
+    const bytes = toBinary(FileDescriptorProtoSchema, f.proto);
+    return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  });
+  const pkg: Record<string, { fileDescriptorProtos: Buffer[] }> = {};
+  for (const s of services) pkg[s.typeName] = { fileDescriptorProtos: protos };
+  return pkg;
+}
