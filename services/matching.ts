@@ -9,6 +9,8 @@ import type { DeviceHandle } from '../src/engines/matcher.js';
 import type { Event, PositionUpdate } from '../src/model/types.js';
 import { type DeviceSubscription, splitSubscriptionKey, subscriptionKey } from './hub.js';
 
+export const DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE = 1000;
+
 export interface Recipient {
   device: string;
   subscriptionIds: string[];
@@ -27,7 +29,11 @@ export class MatchCore {
   private subscriptionCount = 0;
   locationUpdates = 0;
 
-  constructor(readonly engine: Matcher) {}
+  /** `maxPerDevice`: subscriptions one device may hold (RESOURCE_EXHAUSTED beyond). */
+  constructor(
+    readonly engine: Matcher,
+    readonly maxPerDevice = DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE,
+  ) {}
 
   /** Adds or replaces (mode) one device subscription; the engine validates again, as a guard. */
   put(device: string, sub: DeviceSubscription, mode: 'add' | 'replace' | 'upsert'): void {
@@ -35,6 +41,9 @@ export class MatchCore {
     const exists = mine?.has(sub.id) ?? false;
     if (mode === 'add' && exists) throw new AmbitError('ALREADY_EXISTS', `device already has subscription ${show(sub.id)}`, 'subscription.id');
     if (mode === 'replace' && !exists) throw new AmbitError('NOT_FOUND', `device has no subscription ${show(sub.id)}`, 'subscription.id');
+    if (!exists && mode !== 'upsert' && (mine?.size ?? 0) >= this.maxPerDevice) {
+      throw new AmbitError('RESOURCE_EXHAUSTED', `device already has ${this.maxPerDevice} subscriptions, the most allowed`, 'subscription');
+    }
     const engineSub = { id: subscriptionKey(device, sub.id), owner: device, filters: sub.filters };
     if (exists) this.engine.replace(engineSub);
     else this.engine.add(engineSub);

@@ -1,0 +1,120 @@
+/**
+ * Device and publisher tokens: compact JWTs (RFC 7519) signed with HMAC-SHA256 under a shared
+ * secret, carrying the subject (device id or publisher name), scopes and an expiry. JWT keeps the
+ * format familiar and inspectable; HS256 and a handful of claims are all Ambit needs, so this is
+ * written against node:crypto rather than pulling in a JOSE library.
+ */
+import { createHmac, timingSafeEqual } from 'node:crypto';
+
+/** What a token may do. */
+export const SCOPES = Object.freeze({
+  /** Update its own position, manage its own subscriptions, receive its notifications. */
+  device: 'device',
+  /** Update any device's position (fleet back ends using UpdateLocations). */
+  locationAny: 'location:any',
+  publish: 'publish',
+  ops: 'ops',
+});
+
+export type Scope = (typeof SCOPES)[keyof typeof SCOPES];
+
+const KNOWN_SCOPES = new Set<string>(Object.values(SCOPES));
+
+export interface Principal {
+  subject: string;
+  scopes: ReadonlySet<string>;
+  /** Seconds since the epoch. */
+  expiresAt: number;
+}
+
+export class AuthError extends Error {
+  constructor(
+    readonly code: 'UNAUTHENTICATED' | 'PERMISSION_DENIED',
+    message: string,
+  ) {
+    super(message);
+    this.name = 'AuthError';
+  }
+}
+
+export interface IssueOptions {
+  subject: string;
+  scopes: readonly string[];
+  /** Lifetime in seconds (default one day). */
+  ttlSeconds?: number;
+}
+
+const HEADER = b64url(Buffer.from(JSON.stringify({ alg: 'HS256', typ: 'JWT' })));
+const MAX_TOKEN_CHARS = 4096;
+
+export class TokenAuthority {
+  private readonly key: Buffer;
+
+  /** `secret`: at least 32 bytes (RFC 7518 §3.2 asks for a key as long as the hash). */
+  constructor(secret: string | Buffer, private readonly now: () => number = () => Date.now() / 1000) {
+    this.key = typeof secret === 'string' ? Buffer.from(secret, 'utf8') : Buffer.from(secret);
+    if (this.key.length < 32) throw new Error(`auth: token secret must be at least 32 bytes, got ${this.key.length}`);
+  }
+
+  issue(o: IssueOptions): string {
+    if (typeof o.subject !== 'string' || o.subject.length === 0 || Buffer.byteLength(o.subject) > 128) {
+      throw new Error('auth: subject must be 1 to 128 UTF-8 bytes');
+    }
+    for (const s of o.scopes) if (!KNOWN_SCOPES.has(s)) throw new Error(`auth: unknown scope ${JSON.stringify(s)}, expected one of ${[...KNOWN_SCOPES].join(', ')}`);
+    const ttl = o.ttlSeconds ?? 86_400;
+    if (!Number.isFinite(ttl) || ttl <= 0) throw new Error(`auth: ttlSeconds must be > 0, got ${ttl}`);
+    const iat = Math.floor(this.now());
+    const payload = b64url(Buffer.from(JSON.stringify({ sub: o.subject, scope: o.scopes.join(' '), iat, exp: iat + Math.ceil(ttl) })));
+    return `${HEADER}.${payload}.${this.sign(`${HEADER}.${payload}`)}`;
+  }
+
+  /** The principal a token names; AuthError(UNAUTHENTICATED) when it is malformed, forged or expired. */
+  verify(token: string): Principal {
+    if (typeof token !== 'string' || token.length > MAX_TOKEN_CHARS) throw new AuthError('UNAUTHENTICATED', 'token is malformed');
+    const parts = token.split('.');
+    if (parts.length !== 3) throw new AuthError('UNAUTHENTICATED', 'token is malformed (expected header.payload.signature)');
+    const [h, p, sig] = parts;
+    const want = Buffer.from(this.sign(`${h}.${p}`));
+    const got = Buffer.from(sig);
+    if (got.length !== want.length || !timingSafeEqual(got, want)) throw new AuthError('UNAUTHENTICATED', 'token signature is invalid');
+    let header: unknown;
+    let claims: unknown;
+    try {
+      header = JSON.parse(Buffer.from(h, 'base64url').toString('utf8'));
+      claims = JSON.parse(Buffer.from(p, 'base64url').toString('utf8'));
+    } catch {
+      throw new AuthError('UNAUTHENTICATED', 'token is malformed (not JSON)');
+    }
+    if (!isRecord(header) || header.alg !== 'HS256') throw new AuthError('UNAUTHENTICATED', 'token algorithm must be HS256');
+    if (!isRecord(claims) || typeof claims.sub !== 'string' || claims.sub === '' || typeof claims.exp !== 'number' || typeof claims.scope !== 'string') {
+      throw new AuthError('UNAUTHENTICATED', 'token claims are malformed (need sub, scope, exp)');
+    }
+    if (claims.exp <= this.now()) throw new AuthError('UNAUTHENTICATED', 'token has expired');
+    return { subject: claims.sub, scopes: new Set(claims.scope.split(' ').filter((s) => s !== '')), expiresAt: claims.exp };
+  }
+
+  private sign(data: string): string {
+    return b64url(createHmac('sha256', this.key).update(data).digest());
+  }
+}
+
+/** PERMISSION_DENIED unless the principal holds `scope`. */
+export function requireScope(p: Principal, scope: Scope): void {
+  if (!p.scopes.has(scope)) throw new AuthError('PERMISSION_DENIED', `token lacks the ${scope} scope`);
+}
+
+/** The bearer token of an `authorization` metadata value. */
+export function bearer(value: unknown): string {
+  if (typeof value !== 'string' || value === '') throw new AuthError('UNAUTHENTICATED', 'missing authorization metadata (expected "Bearer <token>")');
+  const m = /^Bearer +(\S+)$/i.exec(value);
+  if (m === null) throw new AuthError('UNAUTHENTICATED', 'authorization metadata must be "Bearer <token>"');
+  return m[1];
+}
+
+function b64url(b: Buffer): string {
+  return b.toString('base64url');
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
