@@ -56,6 +56,11 @@ export class TokenAuthority {
     if (this.key.length < 32) throw new Error(`auth: token secret must be at least 32 bytes, got ${this.key.length}`);
   }
 
+  /** The secret, for dev mode's printout only (a made-up secret the demo needs to mint device tokens). */
+  secretForDev(): string {
+    return this.key.toString('utf8');
+  }
+
   issue(o: IssueOptions): string {
     if (typeof o.subject !== 'string' || o.subject.length === 0 || Buffer.byteLength(o.subject) > 128) {
       throw new Error('auth: subject must be 1 to 128 UTF-8 bytes');

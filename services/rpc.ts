@@ -4,7 +4,7 @@
  * definition @grpc/reflection reads: the serialized FileDescriptorProtos of our files and imports.
  */
 import * as grpc from '@grpc/grpc-js';
-import { fromBinary, toBinary, type DescFile, type DescMessage, type DescService, type MessageShape } from '@bufbuild/protobuf';
+import { create, fromBinary, isMessage, toBinary, type DescFile, type DescMessage, type DescService, type MessageShape } from '@bufbuild/protobuf';
 import { FileDescriptorProtoSchema } from '@bufbuild/protobuf/wkt';
 import { DeviceService } from './gen/ambit/v1/device_pb.js';
 import { OpsService } from './gen/ambit/v1/ops_pb.js';
@@ -13,6 +13,38 @@ import { PublisherService } from './gen/ambit/v1/publisher_pb.js';
 export const SERVICES: readonly DescService[] = [DeviceService, PublisherService, OpsService];
 
 /** A grpc-js ServiceDefinition for a protobuf-es service descriptor. */
+/**
+ * A request the server could not decode. grpc-js answers a throwing deserializer with INTERNAL;
+ * handing the handler this marker instead lets it answer INVALID_ARGUMENT, as for any bad input.
+ */
+export interface Malformed {
+  readonly malformed: true;
+  readonly reason: string;
+}
+
+export function isMalformed(v: unknown): v is Malformed {
+  return typeof v === 'object' && v !== null && (v as { malformed?: unknown }).malformed === true;
+}
+
+/** The server side: requests that fail to decode arrive as `Malformed`. */
+export function grpcServerDefinition(service: DescService): grpc.ServiceDefinition {
+  const def = grpcDefinition(service) as Record<string, grpc.MethodDefinition<unknown, unknown>>;
+  for (const m of service.methods) {
+    const decode = def[m.localName].requestDeserialize;
+    def[m.localName] = {
+      ...def[m.localName],
+      requestDeserialize: (bytes: Buffer) => {
+        try {
+          return decode(bytes);
+        } catch (err) {
+          return { malformed: true, reason: `malformed ${m.input.typeName} message: ${err instanceof Error ? err.message : String(err)}` } satisfies Malformed;
+        }
+      },
+    };
+  }
+  return def as grpc.ServiceDefinition;
+}
+
 export function grpcDefinition(service: DescService): grpc.ServiceDefinition {
   const def: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
   for (const m of service.methods) {
@@ -31,15 +63,16 @@ export function grpcDefinition(service: DescService): grpc.ServiceDefinition {
 }
 
 function serializer<D extends DescMessage>(schema: D): (value: unknown) => Buffer {
+  // Accepts a message or a plain init object (as protobuf-es `create` does), so callers may write
+  // `{ message: { case: 'location', value: { lat, lon } } }` without wrapping each level.
   return (value) => {
-    const bytes = toBinary(schema, value as MessageShape<D>);
+    const msg = isMessage(value, schema) ? value : create(schema, value as never);
+    const bytes = toBinary(schema, msg as MessageShape<D>);
     return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   };
 }
 
 function deserializer<D extends DescMessage>(schema: D): (bytes: Buffer) => MessageShape<D> {
-  // fromBinary throws on malformed input; grpc-js turns that into an INTERNAL status on the server.
-  // Requests are decoded inside the handler's stream instead so the error says INVALID_ARGUMENT.
   return (bytes) => fromBinary(schema, bytes);
 }
 

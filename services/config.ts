@@ -1,0 +1,105 @@
+/**
+ * Process configuration, from the environment (and flags in main.ts), validated whole with exact
+ * errors before anything starts.
+ */
+import { readFileSync } from 'node:fs';
+import { DEFAULT_RETENTION, type Retention } from './embedded.js';
+import { ENGINE_CHOICES, type EngineChoice } from './engine.js';
+import { LOG_LEVELS } from './log.js';
+
+export type Role = 'all' | 'gateway' | 'matcher';
+
+export interface ServerConfig {
+  role: Role;
+  host: string;
+  /** gRPC port; 0 picks a free one. */
+  port: number;
+  /** Prometheus /metrics port; 0 picks a free one, null turns it off. */
+  metricsPort: number | null;
+  /** Redis connection URL; null runs the embedded, memory-only hub (role 'all' only). */
+  redisUrl: string | null;
+  /** Prefix of every Redis key, so several deployments can share one Redis. */
+  redisPrefix: string;
+  engine: EngineChoice;
+  /** HMAC secret for tokens (≥ 32 bytes); null only in dev mode, which makes one up. */
+  tokenSecret: string | null;
+  /** Dev mode: a made-up secret when none is set, and ready tokens printed at start. */
+  dev: boolean;
+  tls: { cert: Buffer; key: Buffer } | null;
+  retention: Retention;
+  logLevel: string;
+  /** Seconds to wait for calls to finish on shutdown before cutting them. */
+  shutdownGraceS: number;
+}
+
+export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
+  role: 'all',
+  host: '127.0.0.1',
+  port: 50051,
+  metricsPort: 9464,
+  redisUrl: null,
+  redisPrefix: 'ambit:',
+  engine: 'auto',
+  tokenSecret: null,
+  dev: false,
+  tls: null,
+  retention: DEFAULT_RETENTION,
+  logLevel: 'info',
+  shutdownGraceS: 10,
+});
+
+/** Reads AMBIT_* (and REDIS_URL) variables over the defaults; throws naming the variable. */
+export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfig {
+  const c: ServerConfig = { ...DEFAULT_CONFIG, retention: { ...DEFAULT_RETENTION } };
+  const str = (name: string): string | undefined => {
+    const v = env[name];
+    return v === undefined || v === '' ? undefined : v;
+  };
+  const int = (name: string, lo: number, hi: number): number | undefined => {
+    const v = str(name);
+    if (v === undefined) return undefined;
+    const n = Number(v);
+    if (!/^\d+$/.test(v) || !Number.isSafeInteger(n) || n < lo || n > hi) throw new Error(`config: ${name} must be an integer in [${lo}, ${hi}], got ${JSON.stringify(v)}`);
+    return n;
+  };
+  const role = str('AMBIT_ROLE');
+  if (role !== undefined) {
+    if (role !== 'all' && role !== 'gateway' && role !== 'matcher') throw new Error(`config: AMBIT_ROLE must be all, gateway or matcher, got ${JSON.stringify(role)}`);
+    c.role = role;
+  }
+  c.host = str('AMBIT_HOST') ?? c.host;
+  c.port = int('AMBIT_PORT', 0, 65535) ?? c.port;
+  const mp = str('AMBIT_METRICS_PORT');
+  c.metricsPort = mp === 'off' ? null : (int('AMBIT_METRICS_PORT', 0, 65535) ?? c.metricsPort);
+  c.redisUrl = str('REDIS_URL') ?? null;
+  if (c.redisUrl !== null && !/^rediss?:\/\//.test(c.redisUrl)) throw new Error(`config: REDIS_URL must start with redis:// or rediss://, got ${JSON.stringify(c.redisUrl)}`);
+  c.redisPrefix = str('AMBIT_REDIS_PREFIX') ?? c.redisPrefix;
+  const engine = str('AMBIT_ENGINE');
+  if (engine !== undefined) {
+    if (!(ENGINE_CHOICES as readonly string[]).includes(engine)) throw new Error(`config: AMBIT_ENGINE must be one of ${ENGINE_CHOICES.join(', ')}, got ${JSON.stringify(engine)}`);
+    c.engine = engine as EngineChoice;
+  }
+  c.tokenSecret = str('AMBIT_TOKEN_SECRET') ?? null;
+  c.dev = str('AMBIT_DEV') === '1' || str('AMBIT_DEV') === 'true';
+  const cert = str('AMBIT_TLS_CERT');
+  const key = str('AMBIT_TLS_KEY');
+  if ((cert === undefined) !== (key === undefined)) throw new Error('config: AMBIT_TLS_CERT and AMBIT_TLS_KEY must be set together');
+  if (cert !== undefined && key !== undefined) c.tls = { cert: readFileSync(cert), key: readFileSync(key) };
+  c.retention.maxPerDevice = int('AMBIT_RETENTION_MAX', 1, 10_000_000) ?? c.retention.maxPerDevice;
+  const hours = int('AMBIT_RETENTION_HOURS', 1, 24 * 365);
+  if (hours !== undefined) c.retention.maxAgeMs = hours * 3600_000;
+  const level = str('AMBIT_LOG_LEVEL');
+  if (level !== undefined) {
+    if (!(LOG_LEVELS as readonly string[]).includes(level)) throw new Error(`config: AMBIT_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(level)}`);
+    c.logLevel = level;
+  }
+  c.shutdownGraceS = int('AMBIT_SHUTDOWN_GRACE_S', 0, 3600) ?? c.shutdownGraceS;
+  return c;
+}
+
+/** Checks a whole config (also one built in code, e.g. by tests). */
+export function checkConfig(c: ServerConfig): void {
+  if (c.role !== 'all' && c.redisUrl === null) throw new Error(`config: role ${c.role} needs REDIS_URL (only role all runs without Redis)`);
+  if (c.tokenSecret === null && !c.dev && c.role !== 'matcher') throw new Error('config: AMBIT_TOKEN_SECRET is required (at least 32 bytes), or AMBIT_DEV=1 for a made-up one');
+  if (c.tokenSecret !== null && Buffer.byteLength(c.tokenSecret) < 32) throw new Error(`config: AMBIT_TOKEN_SECRET must be at least 32 bytes, got ${Buffer.byteLength(c.tokenSecret)}`);
+}

@@ -1,0 +1,192 @@
+/**
+ * Between the wire (protobuf-es messages of proto/ambit/v1) and the model (src/model), and from
+ * errors to gRPC statuses. Conversion checks what the wire can express but the model cannot
+ * (unset oneofs, unknown enum numbers, a missing position); the model's validation does the rest,
+ * so every rule lives in one place and every error names its field.
+ */
+import * as grpc from '@grpc/grpc-js';
+import { create } from '@bufbuild/protobuf';
+import { timestampFromMs } from '@bufbuild/protobuf/wkt';
+import { AmbitError, ValidationError, show } from '../src/model/errors.js';
+import { type Limits, checkLat, checkLon, validateEvent, validateSubscription } from '../src/model/limits.js';
+import type { Constraint as MConstraint, Event as MEvent, Filter as MFilter, Op as MOp, Value as MValue } from '../src/model/types.js';
+import { AuthError } from './auth.js';
+import type { Delivery, DeviceSubscription } from './hub.js';
+import {
+  type Constraint,
+  type Event,
+  type Filter,
+  type LatLon,
+  type Notification,
+  NotificationSchema,
+  Op,
+  type Subscription,
+  SubscriptionSchema,
+  type Value,
+  EventSchema,
+  ValueSchema,
+  RequestStatusSchema,
+  type RequestStatus,
+} from './gen/ambit/v1/types_pb.js';
+
+const OPS: Record<number, MOp> = {
+  [Op.EQ]: 'eq',
+  [Op.NE]: 'ne',
+  [Op.LT]: 'lt',
+  [Op.LE]: 'le',
+  [Op.GT]: 'gt',
+  [Op.GE]: 'ge',
+  [Op.PREFIX]: 'prefix',
+  [Op.SUFFIX]: 'suffix',
+  [Op.CONTAINS]: 'contains',
+  [Op.EXISTS]: 'exists',
+};
+const OP_NUMBERS = new Map<MOp, Op>(Object.entries(OPS).map(([k, v]) => [v, Number(k) as Op]));
+
+export function position(field: string, p: LatLon | undefined): { lat: number; lon: number } {
+  if (p === undefined) throw new ValidationError(field, 'is required');
+  return { lat: checkLat(`${field}.lat`, p.lat), lon: checkLon(`${field}.lon`, p.lon) };
+}
+
+function value(field: string, v: Value | undefined): MValue | undefined {
+  if (v === undefined || v.kind.case === undefined) return undefined;
+  return v.kind.value;
+}
+
+function constraint(field: string, c: Constraint): MConstraint {
+  const op = OPS[c.op];
+  if (op === undefined) {
+    throw new ValidationError(`${field}.op`, c.op === Op.UNSPECIFIED ? 'must be set' : `unknown operator ${c.op}`);
+  }
+  const out: MConstraint = { name: c.name, op };
+  const v = value(`${field}.value`, c.value);
+  if (v !== undefined) out.value = v;
+  return out;
+}
+
+function filter(field: string, f: Filter, limits: Limits): MFilter {
+  if (f.constraints.length > limits.maxConstraintsPerFilter) {
+    throw new ValidationError(`${field}.constraints`, `must have at most ${limits.maxConstraintsPerFilter} constraints, got ${f.constraints.length}`);
+  }
+  const out: MFilter = { constraints: f.constraints.map((c, i) => constraint(`${field}.constraints[${i}]`, c)) };
+  if (f.area !== undefined) {
+    out.area = { radiusM: f.area.radiusM };
+    if (f.area.center !== undefined) out.area.center = { lat: f.area.center.lat, lon: f.area.center.lon };
+  }
+  return out;
+}
+
+/** A device's subscription from the wire, validated under the API limits (owner = the device). */
+export function toSubscription(field: string, device: string, s: Subscription | undefined, limits: Limits): DeviceSubscription {
+  if (s === undefined) throw new ValidationError(field, 'is required');
+  if (s.filters.length > limits.maxFiltersPerSubscription) {
+    throw new ValidationError(`${field}.filters`, `must have at most ${limits.maxFiltersPerSubscription} filters, got ${s.filters.length}`);
+  }
+  const model = { id: s.id, owner: device, filters: s.filters.map((f, i) => filter(`${field}.filters[${i}]`, f, limits)) };
+  validateSubscription(model, limits, field);
+  return { id: model.id, filters: model.filters };
+}
+
+/** An event from the wire, validated; `id` is filled in by the caller when empty. */
+export function toEvent(field: string, e: Event | undefined, limits: Limits, newId: () => string): MEvent {
+  if (e === undefined) throw new ValidationError(field, 'is required');
+  const { lat, lon } = position(`${field}.position`, e.position);
+  const keys = Object.keys(e.attributes);
+  if (keys.length > limits.maxAttributesPerEvent) {
+    throw new ValidationError(`${field}.attributes`, `must have at most ${limits.maxAttributesPerEvent} attributes, got ${keys.length}`);
+  }
+  const attributes: Record<string, MValue> = Object.create(null) as Record<string, MValue>;
+  for (const k of keys) {
+    const v = value(`${field}.attributes[${show(k)}]`, e.attributes[k]);
+    if (v === undefined) throw new ValidationError(`${field}.attributes[${show(k)}]`, 'value must be set');
+    attributes[k] = v;
+  }
+  const model: MEvent = { id: e.id === '' ? newId() : e.id, lat, lon, radiusM: e.radiusM, attributes };
+  validateEvent({ ...model, attributes: { ...attributes } }, limits, field);
+  return model;
+}
+
+// ---- model → wire ----
+
+function toValue(v: MValue): Value {
+  if (typeof v === 'number') return create(ValueSchema, { kind: { case: 'number', value: v } });
+  if (typeof v === 'string') return create(ValueSchema, { kind: { case: 'text', value: v } });
+  return create(ValueSchema, { kind: { case: 'flag', value: v } });
+}
+
+export function fromSubscription(s: DeviceSubscription): Subscription {
+  return create(SubscriptionSchema, {
+    id: s.id,
+    filters: s.filters.map((f) => ({
+      constraints: f.constraints.map((c) => ({ name: c.name, op: OP_NUMBERS.get(c.op)!, value: c.value === undefined || c.value === null ? undefined : toValue(c.value) })),
+      area: f.area === undefined || f.area === null ? undefined : { radiusM: f.area.radiusM, center: f.area.center ?? undefined },
+    })),
+  });
+}
+
+export function fromEvent(e: MEvent): Event {
+  const attributes: Record<string, Value> = {};
+  for (const [k, v] of Object.entries(e.attributes)) attributes[k] = toValue(v);
+  return create(EventSchema, { id: e.id, position: { lat: e.lat, lon: e.lon }, radiusM: e.radiusM ?? 0, attributes });
+}
+
+export function fromDelivery(d: Delivery): Notification {
+  return create(NotificationSchema, {
+    deliveryId: d.deliveryId,
+    event: fromEvent(d.event),
+    subscriptionIds: d.subscriptionIds,
+    publishedAt: timestampFromMs(d.publishedAtMs),
+  });
+}
+
+// ---- errors ----
+
+const CODES: Record<string, grpc.status> = {
+  INVALID_ARGUMENT: grpc.status.INVALID_ARGUMENT,
+  NOT_FOUND: grpc.status.NOT_FOUND,
+  ALREADY_EXISTS: grpc.status.ALREADY_EXISTS,
+  RESOURCE_EXHAUSTED: grpc.status.RESOURCE_EXHAUSTED,
+  UNAVAILABLE: grpc.status.UNAVAILABLE,
+  UNAUTHENTICATED: grpc.status.UNAUTHENTICATED,
+  PERMISSION_DENIED: grpc.status.PERMISSION_DENIED,
+  FAILED_PRECONDITION: grpc.status.FAILED_PRECONDITION,
+  DEADLINE_EXCEEDED: grpc.status.DEADLINE_EXCEEDED,
+};
+
+export interface StatusInfo {
+  code: grpc.status;
+  message: string;
+  field: string;
+  /** True for errors the client caused (no error log). */
+  expected: boolean;
+}
+
+/** What an error means on the wire. Anything unexpected is INTERNAL with a generic message. */
+export function statusOf(err: unknown): StatusInfo {
+  if (err instanceof AmbitError) return { code: CODES[err.code] ?? grpc.status.UNKNOWN, message: err.message, field: err.field ?? '', expected: err.code !== 'UNAVAILABLE' };
+  if (err instanceof AuthError) return { code: CODES[err.code], message: err.message, field: '', expected: true };
+  if (err instanceof ApiError) return { code: err.code, message: err.message, field: err.field, expected: true };
+  return { code: grpc.status.INTERNAL, message: 'internal error', field: '', expected: false };
+}
+
+/** An error the edge raises itself (failed preconditions, malformed requests). */
+export class ApiError extends Error {
+  constructor(
+    readonly code: grpc.status,
+    message: string,
+    readonly field = '',
+  ) {
+    super(field === '' ? message : `${field}: ${message}`);
+    this.name = 'ApiError';
+  }
+}
+
+export function toServiceError(s: StatusInfo): Partial<grpc.StatusObject> {
+  const metadata = new grpc.Metadata();
+  if (s.field !== '') metadata.set('ambit-field', s.field);
+  return { code: s.code, details: s.message, metadata };
+}
+
+export function requestStatus(s: StatusInfo | null): RequestStatus {
+  return s === null ? create(RequestStatusSchema, { code: 0 }) : create(RequestStatusSchema, { code: s.code, message: s.message, field: s.field });
+}

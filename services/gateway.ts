@@ -1,0 +1,479 @@
+/**
+ * The gRPC edge: authenticates every call, validates every request (errors name the field and
+ * change nothing), and turns calls into Hub operations. One device stream carries location
+ * updates (the hot path: a range check and two writes), subscription requests answered in order,
+ * and notifications pulled from the hub as fast as HTTP/2 flow control lets them drain.
+ */
+import { randomUUID } from 'node:crypto';
+import * as grpc from '@grpc/grpc-js';
+import { create } from '@bufbuild/protobuf';
+import { type Limits, checkId } from '../src/model/limits.js';
+import type { PositionUpdate } from '../src/model/types.js';
+import { AuthError, type Principal, SCOPES, type Scope, type TokenAuthority, bearer, requireScope } from './auth.js';
+import {
+  ApiError,
+  type StatusInfo,
+  fromDelivery,
+  fromSubscription,
+  position,
+  requestStatus,
+  statusOf,
+  toEvent,
+  toServiceError,
+  toSubscription,
+} from './convert.js';
+import {
+  type ConnectRequest,
+  type ConnectResponse,
+  ConnectResponseSchema,
+  ListSubscriptionsResponseSchema,
+  type UpdateLocationRequest,
+  UpdateLocationResponseSchema,
+  type UpdateLocationsRequest,
+  UpdateLocationsResponseSchema,
+} from './gen/ambit/v1/device_pb.js';
+import { GetDeviceSubscriptionsResponseSchema, type GetDeviceSubscriptionsRequest, GetStatsResponseSchema } from './gen/ambit/v1/ops_pb.js';
+import { type BulkPublishRequest, BulkPublishResponseSchema, type PublishRequest, PublishResponseSchema } from './gen/ambit/v1/publisher_pb.js';
+import { type Hub, type Inbox, type LocationWriter, compareDeliveryIds, parseDeliveryId } from './hub.js';
+import type { Logger } from './log.js';
+import type { Metrics } from './metrics.js';
+import { isMalformed } from './rpc.js';
+
+export interface GatewayOptions {
+  /** Notifications pulled from the hub per read. */
+  sendBatch: number;
+  /** Events in one BulkPublish message. */
+  maxEventsPerMessage: number;
+  /** Updates in one UpdateLocations message. */
+  maxUpdatesPerMessage: number;
+}
+
+export const DEFAULT_GATEWAY_OPTIONS: Readonly<GatewayOptions> = Object.freeze({ sendBatch: 64, maxEventsPerMessage: 1000, maxUpdatesPerMessage: 10_000 });
+
+type Handler = grpc.UntypedHandleCall;
+
+interface Session {
+  close(status: StatusInfo): void;
+}
+
+export class Gateway {
+  private readonly sessions = new Map<string, Session>();
+  private readonly opts: GatewayOptions;
+  private readonly startedAt = Date.now();
+  private draining = false;
+
+  constructor(
+    private readonly hub: Hub,
+    private readonly authority: TokenAuthority,
+    private readonly limits: Limits,
+    private readonly metrics: Metrics,
+    private readonly log: Logger,
+    options: Partial<GatewayOptions> = {},
+  ) {
+    this.opts = { ...DEFAULT_GATEWAY_OPTIONS, ...options };
+  }
+
+  /** Implementations keyed by the services' method local names. */
+  handlers(): { device: Record<string, Handler>; publisher: Record<string, Handler>; ops: Record<string, Handler> } {
+    return {
+      device: {
+        connect: (call: grpc.ServerDuplexStream<ConnectRequest, ConnectResponse>) => this.connect(call),
+        updateLocation: this.unary<UpdateLocationRequest>(SCOPES.device, async (req, p) => {
+          const { lat, lon } = position('location', req.location);
+          await this.hub.updateLocations([{ device: this.deviceOf(p), lat, lon }]);
+          this.metrics.counters.locationUpdatesUnary++;
+          return create(UpdateLocationResponseSchema);
+        }),
+        updateLocations: (call: grpc.ServerReadableStream<UpdateLocationsRequest, unknown>, cb: grpc.sendUnaryData<unknown>) => this.updateLocations(call, cb),
+        listSubscriptions: this.unary(SCOPES.device, async (_req, p) => {
+          const subs = await this.hub.listSubscriptions(this.deviceOf(p));
+          return create(ListSubscriptionsResponseSchema, { subscriptions: subs.map(fromSubscription) });
+        }),
+      },
+      publisher: {
+        publish: this.unary<PublishRequest>(SCOPES.publish, async (req, _p, call) => {
+          const event = toEvent('event', req.event, this.limits, randomUUID);
+          if (call.cancelled) throw new ApiError(grpc.status.CANCELLED, 'call ended before the event was published');
+          const t0 = performance.now();
+          const [r] = await this.hub.publish([event]);
+          this.metrics.publishSeconds.observe((performance.now() - t0) / 1000);
+          this.metrics.counters.eventsPublished++;
+          this.metrics.counters.subscriptionsReached += r.reached;
+          return create(PublishResponseSchema, { eventId: r.eventId, reached: BigInt(r.reached) });
+        }),
+        bulkPublish: (call: grpc.ServerReadableStream<BulkPublishRequest, unknown>, cb: grpc.sendUnaryData<unknown>) => this.bulkPublish(call, cb),
+      },
+      ops: {
+        getStats: this.unary(SCOPES.ops, async () => {
+          const s = await this.hub.stats();
+          return create(GetStatsResponseSchema, {
+            engine: s.engine,
+            engineDetail: s.engineDetail,
+            mode: s.mode,
+            subscriptions: BigInt(s.subscriptions),
+            filters: BigInt(s.filters),
+            devices: BigInt(s.devices),
+            connectedDevices: BigInt(this.sessions.size),
+            eventsPublished: BigInt(s.eventsPublished),
+            notifications: BigInt(s.notifications),
+            locationUpdates: BigInt(s.locationUpdates),
+            notificationsDropped: BigInt(s.notificationsDropped),
+            engineMemoryBytes: BigInt(Math.max(0, Math.round(s.engineMemoryBytes))),
+            uptimeSeconds: BigInt(Math.floor((Date.now() - this.startedAt) / 1000)),
+          });
+        }),
+        getDeviceSubscriptions: this.unary<GetDeviceSubscriptionsRequest>(SCOPES.ops, async (req) => {
+          const device = checkId('device_id', req.deviceId, this.limits);
+          const info = await this.hub.deviceInfo(device);
+          return create(GetDeviceSubscriptionsResponseSchema, {
+            subscriptions: info.subscriptions.map(fromSubscription),
+            location: info.location ?? undefined,
+            connected: this.sessions.has(device),
+          });
+        }),
+      },
+    };
+  }
+
+  get connectedDevices(): number {
+    return this.sessions.size;
+  }
+
+  /** Ends every device stream with UNAVAILABLE so clients reconnect elsewhere; new ones are refused. */
+  drain(): void {
+    this.draining = true;
+    const status: StatusInfo = { code: grpc.status.UNAVAILABLE, message: 'server is shutting down; reconnect', field: '', expected: true };
+    for (const s of [...this.sessions.values()]) s.close(status);
+  }
+
+  // ---- plumbing ----
+
+  private authenticate(metadata: grpc.Metadata, scope: Scope): Principal {
+    const values = metadata.get('authorization');
+    if (values.length > 1) throw new AuthError('UNAUTHENTICATED', 'more than one authorization metadata value');
+    const principal = this.authority.verify(bearer(values[0]));
+    requireScope(principal, scope);
+    return principal;
+  }
+
+  private deviceOf(p: Principal): string {
+    return checkId('token.sub', p.subject, this.limits);
+  }
+
+  private reject(err: unknown, what: string): StatusInfo {
+    const s = statusOf(err);
+    if (s.expected) this.metrics.counters.rejectedRequests++;
+    else this.log.error({ err, call: what }, 'request failed');
+    return s;
+  }
+
+  private unary<Req>(scope: Scope, run: (req: Req, p: Principal, call: grpc.ServerUnaryCall<Req, unknown>) => Promise<unknown>): Handler {
+    return (call: grpc.ServerUnaryCall<Req, unknown>, cb: grpc.sendUnaryData<unknown>) => {
+      let p: Principal;
+      try {
+        p = this.authenticate(call.metadata, scope);
+        if (isMalformed(call.request)) throw new ApiError(grpc.status.INVALID_ARGUMENT, call.request.reason, 'request');
+      } catch (err) {
+        cb(toServiceError(this.reject(err, call.getPath())));
+        return;
+      }
+      run(call.request, p, call).then(
+        (res) => cb(null, res),
+        (err: unknown) => cb(toServiceError(this.reject(err, call.getPath()))),
+      );
+    };
+  }
+
+  private updateLocations(call: grpc.ServerReadableStream<UpdateLocationsRequest, unknown>, cb: grpc.sendUnaryData<unknown>): void {
+    let p: Principal;
+    try {
+      p = this.authenticate(call.metadata, SCOPES.device);
+    } catch (err) {
+      cb(toServiceError(this.reject(err, 'UpdateLocations')));
+      call.destroy();
+      return;
+    }
+    const own = p.subject;
+    const any = p.scopes.has(SCOPES.locationAny);
+    let accepted = 0;
+    let failed = false;
+    let chain = Promise.resolve();
+    const fail = (err: unknown) => {
+      if (failed) return;
+      failed = true;
+      cb(toServiceError(this.reject(err, 'UpdateLocations')));
+    };
+    call.on('data', (req: UpdateLocationsRequest) => {
+      if (failed) return;
+      let batch: PositionUpdate[];
+      try {
+        if (isMalformed(req)) throw new ApiError(grpc.status.INVALID_ARGUMENT, req.reason, 'request');
+        if (req.updates.length > this.opts.maxUpdatesPerMessage) {
+          throw new ApiError(grpc.status.RESOURCE_EXHAUSTED, `at most ${this.opts.maxUpdatesPerMessage} updates per message, got ${req.updates.length}`, 'updates');
+        }
+        // Whole message checked before any of it is applied.
+        batch = req.updates.map((u, i) => {
+          const device = u.deviceId === '' ? own : checkId(`updates[${i}].device_id`, u.deviceId, this.limits);
+          if (device !== own && !any) throw new AuthError('PERMISSION_DENIED', `updates[${i}].device_id: token may only update its own device (needs the ${SCOPES.locationAny} scope)`);
+          return { device, ...position(`updates[${i}].location`, u.location) };
+        });
+      } catch (err) {
+        fail(err);
+        return;
+      }
+      call.pause();
+      chain = chain
+        .then(() => this.hub.updateLocations(batch))
+        .then(() => {
+          accepted += batch.length;
+          this.metrics.counters.locationUpdatesUnary += batch.length;
+          call.resume();
+        }, fail);
+    });
+    call.on('end', () => {
+      void chain.then(() => {
+        if (!failed) cb(null, create(UpdateLocationsResponseSchema, { accepted: BigInt(accepted) }));
+      });
+    });
+    call.on('error', () => {
+      failed = true;
+    });
+  }
+
+  private bulkPublish(call: grpc.ServerReadableStream<BulkPublishRequest, unknown>, cb: grpc.sendUnaryData<unknown>): void {
+    try {
+      this.authenticate(call.metadata, SCOPES.publish);
+    } catch (err) {
+      cb(toServiceError(this.reject(err, 'BulkPublish')));
+      call.destroy();
+      return;
+    }
+    let accepted = 0;
+    let reached = 0;
+    let failed = false;
+    let chain = Promise.resolve();
+    const fail = (err: unknown) => {
+      if (failed) return;
+      failed = true;
+      cb(toServiceError(this.reject(err, 'BulkPublish')));
+    };
+    call.on('data', (req: BulkPublishRequest) => {
+      if (failed) return;
+      let events;
+      try {
+        if (isMalformed(req)) throw new ApiError(grpc.status.INVALID_ARGUMENT, req.reason, 'request');
+        if (req.events.length > this.opts.maxEventsPerMessage) {
+          throw new ApiError(grpc.status.RESOURCE_EXHAUSTED, `at most ${this.opts.maxEventsPerMessage} events per message, got ${req.events.length}`, 'events');
+        }
+        events = req.events.map((e, i) => toEvent(`events[${i}]`, e, this.limits, randomUUID));
+      } catch (err) {
+        fail(err);
+        return;
+      }
+      call.pause();
+      chain = chain
+        .then(async () => {
+          const t0 = performance.now();
+          const rs = await this.hub.publish(events);
+          this.metrics.publishSeconds.observe((performance.now() - t0) / 1000);
+          accepted += rs.length;
+          for (const r of rs) reached += r.reached;
+          this.metrics.counters.eventsPublished += rs.length;
+          call.resume();
+        })
+        .catch(fail);
+    });
+    call.on('end', () => {
+      void chain.then(() => {
+        this.metrics.counters.subscriptionsReached += reached;
+        if (!failed) cb(null, create(BulkPublishResponseSchema, { accepted: BigInt(accepted), reached: BigInt(reached) }));
+      });
+    });
+    call.on('error', () => {
+      failed = true;
+    });
+  }
+
+  // ---- the device stream ----
+
+  private connect(call: grpc.ServerDuplexStream<ConnectRequest, ConnectResponse>): void {
+    let device: string;
+    try {
+      if (this.draining) throw new ApiError(grpc.status.UNAVAILABLE, 'server is shutting down; reconnect');
+      device = this.deviceOf(this.authenticate(call.metadata, SCOPES.device));
+    } catch (err) {
+      call.emit('error', toServiceError(this.reject(err, 'Connect')));
+      return;
+    }
+    const log = this.log;
+    const counters = this.metrics.counters;
+    const limits = this.limits;
+    const hub = this.hub;
+    let phase: 'hello' | 'opening' | 'open' | 'closed' = 'hello';
+    let writer: LocationWriter | null = null;
+    let inbox: Inbox | null = null;
+    let lastSent = '';
+    let chain = Promise.resolve();
+    let drainWaiter: (() => void) | null = null;
+
+    const session: Session = {
+      close: (status) => {
+        if (phase === 'closed') return;
+        finish();
+        call.emit('error', toServiceError(status));
+      },
+    };
+    // The newest stream of a device wins: a phone that reconnected leaves a half-open one behind.
+    const previous = this.sessions.get(device);
+    this.sessions.set(device, session);
+    previous?.close({ code: grpc.status.ABORTED, message: 'superseded by a newer stream of this device', field: '', expected: true });
+    counters.connectedDevices = this.sessions.size;
+
+    const finish = () => {
+      if (phase === 'closed') return;
+      phase = 'closed';
+      if (this.sessions.get(device) === session) this.sessions.delete(device);
+      counters.connectedDevices = this.sessions.size;
+      inbox?.close();
+      drainWaiter?.();
+      if (writer !== null) void writer.close().catch((err: unknown) => log.warn({ err }, 'location flush failed on stream end'));
+    };
+    const write = (m: ConnectResponse): boolean => (phase === 'closed' ? true : call.write(m));
+    const reply = (requestId: string, s: StatusInfo | null) => write(create(ConnectResponseSchema, { message: { case: 'reply', value: { requestId, status: requestStatus(s) } } }));
+    const failStream = (err: unknown) => {
+      const s = this.reject(err, 'Connect');
+      finish();
+      call.emit('error', toServiceError(s));
+    };
+
+    const deliver = async (box: Inbox) => {
+      while (phase === 'open') {
+        const batch = await box.pull(this.opts.sendBatch);
+        if (batch.length === 0) return;
+        for (const d of batch) {
+          if (phase !== 'open') return;
+          lastSent = d.deliveryId;
+          counters.notificationsSent++;
+          if (!write(create(ConnectResponseSchema, { message: { case: 'notification', value: fromDelivery(d) } }))) {
+            // HTTP/2 flow control: stop pulling until the client reads; the backlog stays in the hub.
+            counters.sendQueue++;
+            await new Promise<void>((resolve) => {
+              drainWaiter = resolve;
+              call.once('drain', resolve);
+            });
+            drainWaiter = null;
+            counters.sendQueue--;
+          }
+        }
+      }
+    };
+
+    const hello = async (resumeToken: string) => {
+      if (resumeToken !== '' && parseDeliveryId(resumeToken) === null) {
+        throw new ApiError(grpc.status.INVALID_ARGUMENT, `must be a delivery id ("<ms>-<seq>"), got ${JSON.stringify(resumeToken.slice(0, 40))}`, 'hello.resume_token');
+      }
+      const box = await hub.openInbox(device, resumeToken === '' ? null : resumeToken);
+      if (phase !== 'opening') {
+        box.close();
+        return;
+      }
+      inbox = box;
+      writer = hub.locationWriter(device);
+      phase = 'open';
+      lastSent = box.resumeToken;
+      write(create(ConnectResponseSchema, { message: { case: 'welcome', value: { deviceId: device, resumeToken: box.resumeToken, missed: BigInt(box.missed) } } }));
+      deliver(box).catch(failStream);
+    };
+
+    const request = async (kind: 'subscribe' | 'replace' | 'unsubscribe', requestId: string, run: () => Promise<void>) => {
+      try {
+        await run();
+        reply(requestId, null);
+      } catch (err) {
+        const s = this.reject(err, `Connect.${kind}`);
+        if (!s.expected) return failStream(err);
+        if (s.field === '') return void reply(requestId, s);
+        // Name the field from the stream message down: "subscribe.subscription.filters[0]...".
+        const rule = s.message.startsWith(`${s.field}: `) ? s.message.slice(s.field.length + 2) : s.message;
+        reply(requestId, { ...s, field: `${kind}.${s.field}`, message: `${kind}.${s.field}: ${rule}` });
+      }
+    };
+
+    call.on('data', (req: ConnectRequest) => {
+      if (phase === 'closed') return;
+      if (isMalformed(req)) return failStream(new ApiError(grpc.status.INVALID_ARGUMENT, req.reason, 'request'));
+      const m = req.message;
+      if (phase === 'hello') {
+        if (m.case !== 'hello') return failStream(new ApiError(grpc.status.FAILED_PRECONDITION, 'the first message of a stream must be hello', 'hello'));
+        phase = 'opening';
+        // Requests sent right behind hello queue on the chain behind it.
+        chain = chain.then(() => hello(m.value.resumeToken)).catch(failStream);
+        return;
+      }
+      switch (m.case) {
+        case 'location': {
+          // The hot path: no allocation beyond the decoded message, no promise.
+          const lat = m.value.lat;
+          const lon = m.value.lon;
+          if (lat >= -90 && lat <= 90 && lon >= -180 && lon <= 180) {
+            if (writer !== null) writer.update(lat, lon);
+            else chain = chain.then(() => writer?.update(lat, lon));
+            counters.locationUpdatesStream++;
+          } else {
+            reply('', this.reject(latLonError(lat, lon), 'Connect.location'));
+          }
+          return;
+        }
+        case 'subscribe': {
+          const { requestId, subscription } = m.value;
+          chain = chain.then(() => request('subscribe', requestId, async () => hub.addSubscription(device, toSubscription('subscription', device, subscription, limits))));
+          return;
+        }
+        case 'replace': {
+          const { requestId, subscription } = m.value;
+          chain = chain.then(() => request('replace', requestId, async () => hub.replaceSubscription(device, toSubscription('subscription', device, subscription, limits))));
+          return;
+        }
+        case 'unsubscribe': {
+          const { requestId, subscriptionId } = m.value;
+          chain = chain.then(() =>
+            request('unsubscribe', requestId, async () => hub.removeSubscription(device, checkId('subscription_id', subscriptionId, limits))),
+          );
+          return;
+        }
+        case 'ack': {
+          const id = m.value.deliveryId;
+          chain = chain.then(async () => {
+            if (parseDeliveryId(id) === null) return void reply('', this.reject(new ApiError(grpc.status.INVALID_ARGUMENT, `must be a delivery id, got ${JSON.stringify(id.slice(0, 40))}`, 'ack.delivery_id'), 'Connect.ack'));
+            if (lastSent === '' || compareDeliveryIds(id, lastSent) > 0) {
+              return void reply('', this.reject(new ApiError(grpc.status.INVALID_ARGUMENT, `acknowledges ${id}, which was not delivered on this stream (last ${lastSent || 'none'})`, 'ack.delivery_id'), 'Connect.ack'));
+            }
+            await inbox?.ack(id);
+          });
+          chain = chain.catch(failStream);
+          return;
+        }
+        case 'hello':
+          return failStream(new ApiError(grpc.status.FAILED_PRECONDITION, 'hello was already sent on this stream', 'hello'));
+        default:
+          return failStream(new ApiError(grpc.status.INVALID_ARGUMENT, 'message must be set (an unknown or empty oneof)', 'message'));
+      }
+    });
+    call.on('end', () => {
+      // The client half-closed: answer what it asked, then end the stream.
+      void chain.then(() => {
+        if (phase === 'closed') return;
+        finish();
+        call.end();
+      });
+    });
+    call.on('cancelled', finish);
+    call.on('error', finish);
+    call.on('close', finish);
+  }
+}
+
+function latLonError(lat: number, lon: number): ApiError {
+  const bad = !(lat >= -90 && lat <= 90) ? ['location.lat', lat, '[-90, 90]'] : ['location.lon', lon, '[-180, 180]'];
+  return new ApiError(grpc.status.INVALID_ARGUMENT, `must be within ${bad[2]}, got ${String(bad[1])}`, String(bad[0]));
+}

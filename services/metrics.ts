@@ -1,0 +1,150 @@
+/**
+ * Prometheus metrics of one process, on their own registry (tests run several servers in one
+ * process). Hot paths bump plain numbers; the registry reads them at scrape time through
+ * `collect`, so a location update costs an increment, not a prom-client call.
+ */
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import client from 'prom-client';
+import type { Hub, HubStats } from './hub.js';
+
+/** Counters the gateway bumps directly. */
+export class Counters {
+  locationUpdatesStream = 0;
+  locationUpdatesUnary = 0;
+  eventsPublished = 0;
+  subscriptionsReached = 0;
+  notificationsSent = 0;
+  connectedDevices = 0;
+  /** Notifications written to device streams and not yet drained by HTTP/2 flow control. */
+  sendQueue = 0;
+  rejectedRequests = 0;
+}
+
+export class Metrics {
+  readonly registry = new client.Registry();
+  readonly counters = new Counters();
+  readonly publishSeconds: client.Histogram;
+  private hubStats: HubStats | null = null;
+  private http: Server | null = null;
+  private refresh: () => Promise<void> = async () => {};
+
+  constructor(private readonly hub: Hub | null, role: string) {
+    const r = this.registry;
+    r.setDefaultLabels({ role });
+    client.collectDefaultMetrics({ register: r, prefix: 'ambit_process_' });
+    const c = this.counters;
+    const counter = (name: string, help: string, read: () => number) => {
+      let last = 0;
+      return new client.Counter({
+        name,
+        help,
+        registers: [r],
+        collect() {
+          const v = read();
+          if (v > last) this.inc(v - last);
+          last = v;
+        },
+      });
+    };
+    // One metric with a path label needs both series in one collect.
+    let lastStream = 0;
+    let lastUnary = 0;
+    new client.Counter({
+      name: 'ambit_location_updates_total',
+      help: 'Location updates accepted, by path (device stream or the unary/batch endpoint)',
+      labelNames: ['path'],
+      registers: [r],
+      collect() {
+        this.inc({ path: 'stream' }, c.locationUpdatesStream - lastStream);
+        this.inc({ path: 'endpoint' }, c.locationUpdatesUnary - lastUnary);
+        lastStream = c.locationUpdatesStream;
+        lastUnary = c.locationUpdatesUnary;
+      },
+    });
+    counter('ambit_events_published_total', 'Events accepted from publishers on this process', () => c.eventsPublished);
+    counter('ambit_matches_total', 'Subscriptions reached by published events', () => c.subscriptionsReached);
+    counter('ambit_notifications_sent_total', 'Notifications written to device streams', () => c.notificationsSent);
+    counter('ambit_requests_rejected_total', 'Requests answered with a client error', () => c.rejectedRequests);
+    new client.Gauge({ name: 'ambit_connected_devices', help: 'Open device streams', registers: [r], collect() { this.set(c.connectedDevices); } });
+    new client.Gauge({ name: 'ambit_send_queue', help: 'Notifications waiting for device streams to drain', registers: [r], collect() { this.set(c.sendQueue); } });
+    this.publishSeconds = new client.Histogram({
+      name: 'ambit_publish_seconds',
+      help: 'Publish to notifications stored (match latency as publishers see it)',
+      buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5],
+      registers: [r],
+    });
+    if (hub !== null) {
+      // prom-client collects all metrics concurrently, so the hub's figures are read once per
+      // scrape, before the registry (see scrape()).
+      const readTime = new client.Gauge({ name: 'ambit_stats_read_seconds', help: 'Time this scrape took to read the engine figures', registers: [r] });
+      this.refresh = async () => {
+        const t0 = performance.now();
+        this.hubStats = await hub.stats().catch(() => this.hubStats);
+        readTime.set((performance.now() - t0) / 1000);
+        const s = this.hubStats;
+        if (s === null) return;
+        for (const [g, read] of gauges) g.set(read(s));
+        info.reset();
+        info.set({ engine: s.engine, mode: s.mode, path: String(s.extra.path ?? '') }, 1);
+      };
+      const gauges: [client.Gauge, (s: HubStats) => number][] = [
+        [new client.Gauge({ name: 'ambit_subscriptions', help: 'Subscriptions held by the engine', registers: [r] }), (s) => s.subscriptions],
+        [new client.Gauge({ name: 'ambit_filters', help: 'Filters held by the engine', registers: [r] }), (s) => s.filters],
+        [new client.Gauge({ name: 'ambit_devices', help: 'Devices with a known position', registers: [r] }), (s) => s.devices],
+        [new client.Gauge({ name: 'ambit_engine_memory_bytes', help: 'Memory of the engine structures', registers: [r] }), (s) => s.engineMemoryBytes],
+        [new client.Gauge({ name: 'ambit_gpu_memory_bytes', help: 'GPU buffer memory of the engine (0 without a GPU)', registers: [r] }), (s) => num(s.extra.gpuBytes)],
+        [new client.Gauge({ name: 'ambit_notifications_dropped', help: 'Notifications dropped by retention (oldest first)', registers: [r] }), (s) => s.notificationsDropped],
+        [new client.Gauge({ name: 'ambit_location_updates_applied', help: 'Location updates the engine has applied', registers: [r] }), (s) => s.locationUpdates],
+      ];
+      const info = new client.Gauge({ name: 'ambit_engine_info', help: 'The engine in use (value 1)', labelNames: ['engine', 'mode', 'path'], registers: [r] });
+    }
+  }
+
+  /** The exposition text, with the hub's figures read now. */
+  async scrape(): Promise<string> {
+    await this.refresh();
+    return this.registry.metrics();
+  }
+
+  /** Serves /metrics (and /healthz) on `port` (0 = any free port); resolves with the port. */
+  async listen(host: string, port: number): Promise<number> {
+    const http = createServer((req, res) => {
+      if (req.url === '/metrics') {
+        this.scrape().then(
+          (body) => {
+            res.writeHead(200, { 'content-type': this.registry.contentType });
+            res.end(body);
+          },
+          (err: unknown) => {
+            res.writeHead(500, { 'content-type': 'text/plain' });
+            res.end(`metrics: ${err instanceof Error ? err.message : String(err)}\n`);
+          },
+        );
+      } else if (req.url === '/healthz') {
+        res.writeHead(200, { 'content-type': 'text/plain' });
+        res.end('ok\n');
+      } else {
+        res.writeHead(404, { 'content-type': 'text/plain' });
+        res.end('not found: try /metrics\n');
+      }
+    });
+    this.http = http;
+    await new Promise<void>((resolve, reject) => {
+      http.once('error', reject);
+      http.listen(port, host, () => resolve());
+    });
+    return (http.address() as AddressInfo).port;
+  }
+
+  async close(): Promise<void> {
+    const http = this.http;
+    this.http = null;
+    if (http !== null) await new Promise<void>((resolve) => http.close(() => resolve()));
+    this.registry.clear();
+  }
+}
+
+function num(v: unknown): number {
+  return typeof v === 'number' && Number.isFinite(v) ? v : 0;
+}

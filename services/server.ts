@@ -1,0 +1,132 @@
+/**
+ * Starts one Ambit process in its role: 'all' (gateway and matcher in one process; embedded
+ * memory-only hub without Redis), 'gateway' (device and publisher streams over a Redis hub) or
+ * 'matcher' (the engine, fed from Redis). Shutdown drains streams, flushes, closes Redis and
+ * releases the GPU.
+ */
+import { randomBytes } from 'node:crypto';
+import * as grpc from '@grpc/grpc-js';
+import { ReflectionService } from '@grpc/reflection';
+import { HealthImplementation } from 'grpc-health-check';
+import { DEFAULT_LIMITS } from '../src/model/limits.js';
+import { TokenAuthority } from './auth.js';
+import { type ServerConfig, DEFAULT_CONFIG, checkConfig } from './config.js';
+import { EmbeddedHub } from './embedded.js';
+import { openEngine } from './engine.js';
+import { Gateway } from './gateway.js';
+import type { Hub } from './hub.js';
+import { type Logger, silentLogger } from './log.js';
+import { MatchCore } from './matching.js';
+import { Metrics } from './metrics.js';
+import { SERVICES, grpcServerDefinition, reflectionPackage } from './rpc.js';
+import { DeviceService } from './gen/ambit/v1/device_pb.js';
+import { OpsService } from './gen/ambit/v1/ops_pb.js';
+import { PublisherService } from './gen/ambit/v1/publisher_pb.js';
+
+export interface RunningServer {
+  readonly config: ServerConfig;
+  /** The gRPC port (null for a matcher, which serves no gRPC). */
+  readonly port: number | null;
+  readonly metricsPort: number | null;
+  readonly authority: TokenAuthority | null;
+  readonly hub: Hub | null;
+  /** Engine in use and why (matcher-holding roles). */
+  readonly engineDetail: string;
+  stop(): Promise<void>;
+}
+
+interface RedisRoles {
+  startMatcherRole(config: ServerConfig, log: Logger): Promise<{ engineDetail: string; stop(): Promise<void> }>;
+  connectGatewayHub(config: ServerConfig, log: Logger): Promise<Hub>;
+}
+
+export async function startServer(partial: Partial<ServerConfig> = {}, log: Logger = silentLogger()): Promise<RunningServer> {
+  const config: ServerConfig = { ...DEFAULT_CONFIG, ...partial };
+  checkConfig(config);
+  const cleanups: (() => Promise<void>)[] = [];
+  const cleanup = async () => {
+    for (const f of cleanups.splice(0).reverse()) await f().catch((err: unknown) => log.error({ err }, 'shutdown step failed'));
+  };
+  try {
+    let hub: Hub | null = null;
+    let engineDetail = '';
+    if (config.redisUrl === null) {
+      const { engine, detail } = await openEngine(config.engine);
+      engineDetail = detail;
+      hub = new EmbeddedHub(new MatchCore(engine), { retention: config.retention, engineDetail: detail });
+      const h = hub;
+      cleanups.push(() => h.close());
+      log.child({ component: 'matcher' }).info({ engine: engine.name, detail, mode: 'embedded', durable: false }, `engine ${engine.name}: ${detail}; embedded mode keeps all state in memory (not durable)`);
+    } else {
+      const rolesModule = './redis/roles.js';
+      const redis = (await import(rolesModule)) as RedisRoles;
+      if (config.role !== 'gateway') {
+        const m = await redis.startMatcherRole(config, log.child({ component: 'matcher' }));
+        engineDetail = m.engineDetail;
+        cleanups.push(() => m.stop());
+      }
+      if (config.role !== 'matcher') {
+        const h = await redis.connectGatewayHub(config, log.child({ component: 'hub' }));
+        hub = h;
+        cleanups.push(() => h.close());
+      }
+    }
+
+    const metrics = new Metrics(hub, config.role);
+    cleanups.push(() => metrics.close());
+    const metricsPort = config.metricsPort === null ? null : await metrics.listen(config.host, config.metricsPort);
+
+    let authority: TokenAuthority | null = null;
+    let port: number | null = null;
+    if (hub !== null) {
+      const secret = config.tokenSecret ?? randomBytes(32).toString('base64url');
+      authority = new TokenAuthority(secret);
+      const gateway = new Gateway(hub, authority, DEFAULT_LIMITS, metrics, log.child({ component: 'gateway' }));
+      const server = new grpc.Server({
+        // A client that never reads must not hold memory: keepalive finds dead peers.
+        'grpc.keepalive_time_ms': 30_000,
+        'grpc.keepalive_timeout_ms': 10_000,
+        'grpc.http2.max_ping_strikes': 5,
+        'grpc.max_receive_message_length': 4 * 1024 * 1024,
+      });
+      const h = gateway.handlers();
+      server.addService(grpcServerDefinition(DeviceService), h.device);
+      server.addService(grpcServerDefinition(PublisherService), h.publisher);
+      server.addService(grpcServerDefinition(OpsService), h.ops);
+      const health = new HealthImplementation({ '': 'SERVING', ...Object.fromEntries(SERVICES.map((s) => [s.typeName, 'SERVING' as const])) });
+      health.addToServer(server);
+      new ReflectionService(reflectionPackage() as never).addToServer(server);
+      const creds = config.tls === null ? grpc.ServerCredentials.createInsecure() : grpc.ServerCredentials.createSsl(null, [{ cert_chain: config.tls.cert, private_key: config.tls.key }], false);
+      port = await new Promise<number>((resolve, reject) => server.bindAsync(`${config.host.includes(':') ? `[${config.host}]` : config.host}:${config.port}`, creds, (err, p) => (err ? reject(err) : resolve(p))));
+      cleanups.push(async () => {
+        health.setStatus('', 'NOT_SERVING');
+        for (const s of SERVICES) health.setStatus(s.typeName, 'NOT_SERVING');
+        gateway.drain();
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(() => {
+            server.forceShutdown();
+            resolve();
+          }, config.shutdownGraceS * 1000);
+          server.tryShutdown(() => {
+            clearTimeout(timer);
+            resolve();
+          });
+        });
+      });
+      log.child({ component: 'server' }).info({ port, metricsPort, tls: config.tls !== null, role: config.role }, `listening on ${config.host}:${port}`);
+    }
+    let stopped: Promise<void> | null = null;
+    return {
+      config,
+      port,
+      metricsPort,
+      authority,
+      hub,
+      engineDetail,
+      stop: () => (stopped ??= cleanup()),
+    };
+  } catch (err) {
+    await cleanup();
+    throw err;
+  }
+}
