@@ -142,6 +142,12 @@ export class GpuLayout {
   /** Slots whose position changed since the last upload. */
   moved: number[] = [];
   private pMoved = new Uint8Array(this.pCap);
+  /**
+   * Slots placed since the CPU mirror last caught up. The mirror (the fast engine that answers
+   * small loads, lone events and fallbacks) is updated lazily, so a move costs one slot write here.
+   */
+  stale: number[] = [];
+  pStale = new Uint8Array(this.pCap);
   /** The whole position buffer must be re-sent (growth, rebuild). */
   posAll = true;
 
@@ -188,6 +194,7 @@ export class GpuLayout {
         this.pKnown = grown(this.pKnown, n);
         this.pos = grown(this.pos, 4 * n);
         this.pMoved = grown(this.pMoved, n);
+        this.pStale = grown(this.pStale, n);
         this.pCap = n;
         this.posAll = true;
         this.generation++;
@@ -244,6 +251,23 @@ export class GpuLayout {
       this.pMoved[s] = 1;
       this.moved.push(s);
     }
+    if (this.pStale[s] === 0) {
+      this.pStale[s] = 1;
+      this.stale.push(s);
+    }
+  }
+
+  /** Device of a slot (null for a fixed centre's slot). */
+  deviceOf(s: number): string | null {
+    return this.pDevice[s];
+  }
+
+  /** Hands the stale slots to the caller (the CPU mirror's catch-up) and clears the list. */
+  takeStale(): number[] {
+    const st = this.stale;
+    for (let i = 0; i < st.length; i++) this.pStale[st[i]] = 0;
+    this.stale = [];
+    return st;
   }
 
   move(device: string, lat: number, lon: number): void {

@@ -19,7 +19,7 @@
 import { FastMatcher } from '../src/engines/fast.js';
 import type { DeviceHandle, Matcher, MatcherOptions, MatcherStats } from '../src/engines/matcher.js';
 import { AmbitError, ValidationError, show } from '../src/model/errors.js';
-import { type NEvent, type NSubscription, validateEvent, validateEvents, validateSubscription } from '../src/model/limits.js';
+import { type NEvent, type NSubscription, checkId, checkLat, checkLon, validateEvent, validateEvents, validatePositions, validateSubscription } from '../src/model/limits.js';
 import type { Event, PositionUpdate, Subscription } from '../src/model/types.js';
 import { GpuContext, type GpuOptions } from './device.js';
 import { GpuLayout } from './layout.js';
@@ -261,14 +261,29 @@ export class GpuMatcher implements Matcher {
     return this.cpu.get(id);
   }
 
+  // Moves go to the GPU layout only; the CPU mirror catches up (syncCpu) before it next answers.
+
   updatePosition(device: string, lat: number, lon: number): void {
-    this.cpu.updatePosition(device, lat, lon);
-    this.layout.move(device, lat, lon);
+    if (typeof device !== 'string' || !this.layout.deviceSlot.has(device)) checkId('device', device, this.limits);
+    this.layout.move(device, checkLat('lat', lat), checkLon('lon', lon));
   }
 
   updatePositions(updates: readonly PositionUpdate[]): void {
-    this.cpu.updatePositions(updates); // validates the whole batch first
-    for (let i = 0; i < updates.length; i++) this.layout.move(updates[i].device, updates[i].lat, updates[i].lon);
+    const valid = validatePositions(updates, this.limits); // the whole batch first
+    for (let i = 0; i < valid.length; i++) this.layout.move(valid[i].device, valid[i].lat, valid[i].lon);
+  }
+
+  /** Brings the CPU mirror's positions up to date with the moves since it last answered. */
+  private syncCpu(): void {
+    const L = this.layout;
+    if (L.stale.length === 0) return;
+    const stale = L.takeStale();
+    for (let i = 0; i < stale.length; i++) {
+      const s = stale[i];
+      const device = L.deviceOf(s);
+      // A forgotten device was removed from the mirror when it was forgotten.
+      if (device !== null && L.pKnown[s] === 1) this.cpu.updatePosition(device, L.pLat[s], L.pLon[s]);
+    }
   }
 
   openDevice(device: string): DeviceHandle {
@@ -279,6 +294,7 @@ export class GpuMatcher implements Matcher {
   }
 
   removeDevice(device: string): boolean {
+    this.syncCpu(); // a position only the layout has yet still counts as known
     const had = this.cpu.removeDevice(device);
     if (had) this.layout.forget(device);
     return had;
@@ -346,6 +362,7 @@ export class GpuMatcher implements Matcher {
 
   private matchOnCpu(e: NEvent): string[] {
     const t = performance.now();
+    this.syncCpu();
     const ids = this.cpu.matchValid(e);
     this.cpuCostUs = this.costs.cpu.add(this.cpuCostUs, (performance.now() - t) * 1e3);
     this.counters.cpuEvents++;
@@ -425,6 +442,7 @@ export class GpuMatcher implements Matcher {
   }
 
   stats(): MatcherStats {
+    this.syncCpu();
     const s = this.cpu.stats();
     const gpuBytes = this.gpuState?.bytes ?? 0;
     return {
@@ -487,7 +505,12 @@ class GpuDeviceHandle implements DeviceHandle {
   }
 
   update(lat: number, lon: number): void {
-    this.cpu.update(lat, lon); // validates, and throws once released
+    if (this.slot < 0) throw new AmbitError('NOT_FOUND', `device handle for ${show(this.device)} was released`, 'device');
+    if (!(lat >= -90 && lat <= 90 && lon >= -180 && lon <= 180 && typeof lat === 'number' && typeof lon === 'number')) {
+      checkLat('lat', lat);
+      checkLon('lon', lon);
+    }
+    // The CPU mirror catches up lazily (GpuMatcher.syncCpu).
     this.layout.place(this.slot, lat, lon);
   }
 

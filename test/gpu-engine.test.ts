@@ -276,6 +276,52 @@ describe('gpu engine: location updates', () => {
   }
 });
 
+describe('gpu engine: the CPU mirror catches up with moves it did not see', () => {
+  it('moves applied on the GPU side only are seen by CPU answers, stats and removals', async () => {
+    // select 'gpu' then 'cpu' on one state: moves land in the layout only, the CPU mirror syncs lazily.
+    const m = make();
+    const cpuOnly = make({ select: 'cpu' });
+    const ref = new ReferenceMatcher();
+    try {
+      const subs = randomWorkload(53, 300, 2);
+      twin(m, subs, 5);
+      twin(cpuOnly, subs, 5);
+      twin(ref, subs, 5);
+      const devices = [...new Set(subs.map((s) => s.owner))];
+      const handles = devices.map((d) => m.openDevice(d));
+      const rng = new Rng(9);
+      for (let round = 0; round < 4; round++) {
+        for (let k = 0; k < 200; k++) {
+          const i = rng.int(devices.length);
+          const lat = 45.45 + rng.next() * 0.03;
+          const lon = 9.17 + rng.next() * 0.04;
+          if (k % 3 === 0) m.updatePosition(devices[i], lat, lon);
+          else handles[i].update(lat, lon);
+          if (k % 5 === 0) cpuOnly.updatePositions([{ device: devices[i], lat, lon }]);
+          else cpuOnly.updatePosition(devices[i], lat, lon);
+          ref.updatePosition(devices[i], lat, lon);
+        }
+        await agree(m, ref, 100 + round, 4);
+        await agree(cpuOnly, ref, 200 + round, 4);
+        assert.equal(m.stats().devices, ref.stats().devices);
+      }
+      // A device known only through a layout-side move is still removable (true), once.
+      m.updatePosition('fresh', 45.46, 9.18);
+      ref.updatePosition('fresh', 45.46, 9.18);
+      assert.equal(m.removeDevice('fresh'), true);
+      assert.equal(m.removeDevice('fresh'), false);
+      ref.removeDevice('fresh');
+      for (const h of handles) h.release();
+      assert.throws(() => handles[0].update(45, 9), /released/);
+      assert.throws(() => m.updatePosition(devices[0], 91, 9), /lat: must be within \[-90, 90\], got 91/);
+      await agree(m, ref, 300, 4);
+    } finally {
+      await m.close();
+      await cpuOnly.close();
+    }
+  });
+});
+
 // ---------------------------------------------------------------- crossover
 
 describe('gpu engine: CPU below the crossover', () => {
