@@ -18,6 +18,8 @@ export const POSITION_BYTES = 16;
 export const EVENT_WORDS = 8;
 /** Parameter words at the head of the batch input. */
 export const PARAM_WORDS = 16;
+/** Grid header in the batch input: min x y z (f32), 1/cell size (f32), nx ny nz, max event radius (f32). */
+export const GRID_HEADER_WORDS = 8;
 export const ATTR_WORDS = 4;
 
 export const META_AREA = 0x100;
@@ -507,7 +509,13 @@ export class GpuLayout {
    * caller fills words 0-7), event headers, attributes and the UTF-8 of string attributes.
    * Attributes whose name no constraint uses are left out.
    */
-  encodeEvents(events: readonly NEvent[]): Uint32Array {
+  /**
+   * The batch input (layout in match.wgsl). With `grid`, the events are also binned into a grid of
+   * cubic cells over their unit vectors' bounding box (cell start offsets + event indices, a
+   * counting sort), so Loc scans only the cells within a filter's reach instead of every event.
+   * Unit vectors need no antimeridian or pole cases.
+   */
+  encodeEvents(events: readonly NEvent[], grid = false): Uint32Array {
     let nAttr = 0;
     let strWords = 0;
     for (const e of events) {
@@ -521,7 +529,9 @@ export class GpuLayout {
     const evOff = PARAM_WORDS;
     const attrOff = evOff + events.length * EVENT_WORDS;
     const strOff = attrOff + nAttr * ATTR_WORDS;
-    const inp = new Uint32Array(strOff + strWords + 1);
+    const gridOff = strOff + strWords + 1;
+    const gridWords = grid ? GRID_HEADER_WORDS + 4 * events.length + 2 + events.length : 0;
+    const inp = new Uint32Array(gridOff + gridWords);
     const inpF = new Float32Array(inp.buffer);
     const strBytes = new Uint8Array(inp.buffer, strOff * 4);
     inp[8] = evOff;
@@ -563,7 +573,64 @@ export class GpuLayout {
       inp[o + 4] = bloom >>> 0;
       inp[o + 5] = start;
       inp[o + 6] = a - start;
+      inp[12] |= bloom;
     }
+    inp[12] >>>= 0;
+    if (grid && events.length > 0) this.encodeGrid(inp, inpF, evOff, events.length, gridOff);
     return inp;
+  }
+
+  /** Bins the events into cells (see encodeEvents); writes the grid at `off` and its offset to word 11. */
+  private encodeGrid(inp: Uint32Array, inpF: Float32Array, evOff: number, n: number, off: number): void {
+    const lo = [Infinity, Infinity, Infinity];
+    const hi = [-Infinity, -Infinity, -Infinity];
+    let maxR = 0;
+    for (let k = 0; k < n; k++) {
+      const o = evOff + k * EVENT_WORDS;
+      for (let a = 0; a < 3; a++) {
+        const v = inpF[o + a];
+        if (v < lo[a]) lo[a] = v;
+        if (v > hi[a]) hi[a] = v;
+      }
+      if (inpF[o + 3] > maxR) maxR = inpF[o + 3];
+    }
+    // About 2 cells per event (at most 4n): cubic cells sized on the largest extent, so a city's
+    // batch (a flat slab) gets a 2-D grid and a world-wide batch a coarse 3-D one.
+    const ext = [hi[0] - lo[0], hi[1] - lo[1], hi[2] - lo[2]];
+    const target = 2 * n;
+    let size = Math.max(ext[0], ext[1], ext[2]) / Math.max(1, Math.ceil(Math.sqrt(target)));
+    if (!(size > 0)) size = 1; // every event at one point: one cell
+    let dims = [1, 1, 1];
+    for (;;) {
+      dims = ext.map((e) => Math.max(1, Math.ceil(e / size)));
+      if (dims[0] * dims[1] * dims[2] <= 4 * n) break;
+      size *= 1.5;
+    }
+    const inv = Math.fround(1 / size);
+    const cells = dims[0] * dims[1] * dims[2];
+    const gf = new Float32Array(inp.buffer, off * 4, GRID_HEADER_WORDS);
+    gf[0] = lo[0];
+    gf[1] = lo[1];
+    gf[2] = lo[2];
+    gf[3] = inv;
+    inp[off + 4] = dims[0];
+    inp[off + 5] = dims[1];
+    inp[off + 6] = dims[2];
+    gf[7] = maxR;
+    // Counting sort of events by cell (x fastest, so a row of cells is one index range).
+    const startAt = off + GRID_HEADER_WORDS;
+    const idxAt = startAt + cells + 1;
+    const cellOf = new Uint32Array(n);
+    const cell = (v: number, a: number) => Math.min(dims[a] - 1, Math.max(0, Math.floor((v - Math.fround(lo[a])) * inv)));
+    for (let k = 0; k < n; k++) {
+      const o = evOff + k * EVENT_WORDS;
+      const c = cell(inpF[o], 0) + dims[0] * (cell(inpF[o + 1], 1) + dims[1] * cell(inpF[o + 2], 2));
+      cellOf[k] = c;
+      inp[startAt + c + 1]++;
+    }
+    for (let c = 0; c < cells; c++) inp[startAt + c + 1] += inp[startAt + c];
+    const fill = inp.slice(startAt, startAt + cells);
+    for (let k = 0; k < n; k++) inp[idxAt + fill[cellOf[k]]++] = k;
+    inp[11] = off;
   }
 }

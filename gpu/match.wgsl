@@ -18,6 +18,8 @@ override WG: u32 = 128;
 //   [attrOff) 4 words per attribute: name, type (0 number, 1 string, 2 bool), value a, value b
 //             (number/bool: order-preserving key hi/lo; string: word offset from strOff / byte length)
 //   [strOff)  UTF-8 of string attributes, 4 bytes a word, each string word-aligned
+//   [gridOff) optional: min x y z (f32), 1/cell (f32), nx, ny, nz, max event radius m (f32), then
+//             nx*ny*nz + 1 cell start offsets (x fastest), then event indices sorted by cell
 @group(0) @binding(1) var<storage, read> inp: array<u32>;
 
 const P_FILTERS: u32 = 0u;
@@ -31,6 +33,8 @@ const P_ZIPSTRIDE: u32 = 7u;   // same for Zip
 const P_EVOFF: u32 = 8u;
 const P_ATTROFF: u32 = 9u;
 const P_STROFF: u32 = 10u;
+const P_GRIDOFF: u32 = 11u;    // 0: no grid (Loc tests every event)
+const P_BLOOMOR: u32 = 12u;    // OR of the batch's event Bloom words
 
 struct EventHdr {
   p: vec3<f32>,
@@ -87,68 +91,130 @@ const EV_TILE: u32 = 64u;
 var<workgroup> tileP: array<vec4<f32>, EV_TILE>; // unit vector, radius
 var<workgroup> tileBloom: array<u32, EV_TILE>;
 var<workgroup> wgEvents: u32;
+var<workgroup> wgAll: atomic<u32>;
+
+// A filter's way through the batch: no event can match, scan the grid cells within its reach, or
+// test every event (no area, no grid, or a reach spanning too many cells).
+const MODE_NONE: u32 = 0u;
+const MODE_CELLS: u32 = 1u;
+const MODE_ALL: u32 = 2u;
+// Beyond this many rows of cells, the tiled scan of every event is cheaper.
+const MAX_ROWS: u32 = 48u;
+
+// S1b: chord between unit vectors against the chord of the arc r_f + r_e.
+fn near(p: vec3<f32>, rad: f32, q: vec3<f32>, qr: f32) -> bool {
+  let d = p - q;
+  let c = 2.0 * sinSmall((rad + qr) / (2.0 * EARTH_RADIUS_M));
+  return dot(d, d) <= c * c;
+}
+
+fn hit(e: u32, f: u32, candCap: u32) {
+  // Hits are sparse (Bloom and area prune almost everything): one atomic per hit.
+  let i = atomicAdd(&counts[e], 1u);
+  if (i < candCap) { cand[e * candCap + i] = f; }
+}
 
 @compute @workgroup_size(WG)
 fn loc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let f = (wid.x + wid.z * inp[P_LOCSTRIDE]) * WG + lid;
   let candCap = inp[P_CANDCAP];
-  if (lid == 0u) { wgEvents = inp[P_EVENTS]; }
+  if (lid == 0u) {
+    wgEvents = inp[P_EVENTS];
+    atomicStore(&wgAll, 0u);
+  }
   let nEvents = workgroupUniformLoad(&wgEvents);
-  // Only the Bloom word is read up front (4 bytes a filter, coalesced); a removed filter's word is
-  // all ones, so it almost never passes, and its meta (read on first pass) says it is dead.
+  let gridOff = inp[P_GRIDOFF];
+  var mode = MODE_NONE;
   var bf = 0xffffffffu;
-  if (f < inp[P_FILTERS]) { bf = fBloom[f]; }
-  var loaded = false;
-  var live = false;
-  var area = false;
   var p = vec3<f32>(0.0);
   var rad = 0.0;
-  for (var base = 0u; base < nEvents; base += EV_TILE) {
-    workgroupBarrier();
-    for (var k = lid; k < EV_TILE && base + k < nEvents; k += WG) {
-      let ev = eventHdr(base + k);
-      tileP[k] = vec4<f32>(ev.p, ev.radiusM);
-      tileBloom[k] = ev.bloom;
+  var hasArea = false;
+  var lo = vec3<i32>(0);
+  var hi = vec3<i32>(-1);
+  // S1a for the whole batch first: names no event of the batch has rule the filter out (a removed
+  // filter's Bloom word is all ones, so it stops here too, before any other read).
+  if (f < inp[P_FILTERS]) {
+    bf = fBloom[f];
+    if ((bf & ~inp[P_BLOOMOR]) == 0u) {
+      let fm = fMeta[f];
+      let live = (fm & 0x200u) != 0u;
+      let area = (fm & 0x100u) != 0u;
+      hasArea = area;
+      if (live && !area) {
+        mode = MODE_ALL;
+      } else if (live) {
+        let q = pos[fPos[f]];
+        p = q.xyz;
+        rad = fRad[f];
+        // Anchored to a device with no known position: matches nothing.
+        if (q.w != 0.0) { mode = MODE_ALL; }
+      }
+      if (mode == MODE_ALL && area && gridOff != 0u) {
+        // The cells within reach: the chord of r_f plus the batch's largest event radius, with a
+        // margin well above float32 rounding of unit vectors (~1e-7), so no event within reach is
+        // missed; the exact test below decides.
+        let gmin = vec3<f32>(bitcast<f32>(inp[gridOff]), bitcast<f32>(inp[gridOff + 1u]), bitcast<f32>(inp[gridOff + 2u]));
+        let inv = bitcast<f32>(inp[gridOff + 3u]);
+        let dims = vec3<i32>(i32(inp[gridOff + 4u]), i32(inp[gridOff + 5u]), i32(inp[gridOff + 6u]));
+        let reach = 2.0 * sinSmall((rad + bitcast<f32>(inp[gridOff + 7u])) / (2.0 * EARTH_RADIUS_M)) * 1.00001 + 2e-6;
+        let a = floor((p - reach - gmin) * inv);
+        let b = floor((p + reach - gmin) * inv);
+        if (any(b < vec3<f32>(0.0)) || any(a > vec3<f32>(dims - 1))) {
+          mode = MODE_NONE;
+        } else {
+          lo = clamp(vec3<i32>(a), vec3<i32>(0), dims - 1);
+          hi = clamp(vec3<i32>(b), vec3<i32>(0), dims - 1);
+          let rows = u32(hi.y - lo.y + 1) * u32(hi.z - lo.z + 1);
+          if (rows <= MAX_ROWS) { mode = MODE_CELLS; }
+        }
+      }
     }
-    workgroupBarrier();
-    // No early continue: the barriers above must stay in uniform control flow.
-    if (f < inp[P_FILTERS]) {
-      let n = min(EV_TILE, nEvents - base);
-      for (var k = 0u; k < n; k++) {
-        // S1a: the filter's constraint names must all be among the event's (Bloom inclusion).
-        if ((bf & ~tileBloom[k]) != 0u) { continue; }
-        if (!loaded) {
-          loaded = true;
-          let fm = fMeta[f];
-          live = (fm & 0x200u) != 0u;
-          area = (fm & 0x100u) != 0u;
-          if (live && area) {
-            let q = pos[fPos[f]];
-            p = q.xyz;
-            rad = fRad[f];
-            live = q.w != 0.0; // anchored to a device with no known position: matches nothing
-          }
-        }
-        var keep = live;
-        if (live && area) {
-          // S1b: chord between unit vectors against the chord of the arc r_f + r_e.
+  }
+  if (mode == MODE_ALL) { atomicStore(&wgAll, 1u); }
+  // Uniform: the whole workgroup runs the tiled scan when any of its filters needs every event.
+  if (workgroupUniformLoad(&wgAll) != 0u) {
+    for (var base = 0u; base < nEvents; base += EV_TILE) {
+      workgroupBarrier();
+      for (var k = lid; k < EV_TILE && base + k < nEvents; k += WG) {
+        let ev = eventHdr(base + k);
+        tileP[k] = vec4<f32>(ev.p, ev.radiusM);
+        tileBloom[k] = ev.bloom;
+      }
+      workgroupBarrier();
+      // No early continue: the barriers above must stay in uniform control flow.
+      if (mode == MODE_ALL) {
+        let n = min(EV_TILE, nEvents - base);
+        for (var k = 0u; k < n; k++) {
+          // S1a: the filter's constraint names must all be among the event's (Bloom inclusion).
+          if ((bf & ~tileBloom[k]) != 0u) { continue; }
           let t = tileP[k];
-          let d = p - t.xyz;
-          let c = 2.0 * sinSmall((rad + t.w) / (2.0 * EARTH_RADIUS_M));
-          keep = dot(d, d) <= c * c;
+          // No area: content decides.
+          if (!hasArea || near(p, rad, t.xyz, t.w)) { hit(base + k, f, candCap); }
         }
-        if (keep) {
-          // Hits are sparse (Bloom and area prune almost everything): one atomic per hit.
-          let e = base + k;
-          let i = atomicAdd(&counts[e], 1u);
-          if (i < candCap) { cand[e * candCap + i] = f; }
+      }
+    }
+  }
+  if (mode == MODE_CELLS) {
+    let dims = vec3<i32>(i32(inp[gridOff + 4u]), i32(inp[gridOff + 5u]), i32(inp[gridOff + 6u]));
+    let starts = gridOff + 8u;
+    let idx = starts + u32(dims.x * dims.y * dims.z) + 1u;
+    let evOff = inp[P_EVOFF];
+    for (var z = lo.z; z <= hi.z; z++) {
+      for (var y = lo.y; y <= hi.y; y++) {
+        let row = u32((z * dims.y + y) * dims.x);
+        let end = inp[starts + row + u32(hi.x) + 1u];
+        for (var i = inp[starts + row + u32(lo.x)]; i < end; i++) {
+          let e = inp[idx + i];
+          let o = evOff + e * 8u;
+          if ((bf & ~inp[o + 4u]) != 0u) { continue; }
+          let q = vec3<f32>(bitcast<f32>(inp[o]), bitcast<f32>(inp[o + 1u]), bitcast<f32>(inp[o + 2u]));
+          if (near(p, rad, q, bitcast<f32>(inp[o + 3u]))) { hit(e, f, candCap); }
         }
       }
     }
   }
 }
 
-// ---------------------------------------------------------------- Cont
 @group(0) @binding(11) var<storage, read> fCon: array<u32>;   // first constraint of the filter
 @group(0) @binding(12) var<storage, read> fSub: array<u32>;   // subscription index
 @group(0) @binding(13) var<storage, read> cHead: array<u32>;  // bits 0-19 name, 20-23 op, 24-25 type

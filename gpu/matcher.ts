@@ -49,6 +49,11 @@ export interface GpuMatcherOptions extends MatcherOptions {
   initialCandidates?: number;
   /** Initial (event, subscription) pairs per batch (grows on overflow). */
   initialOutputs?: number;
+  /**
+   * Batches of at least this many events are binned into a grid of cells so Loc scans only the
+   * cells within each filter's reach (smaller batches: every filter tests every event).
+   */
+  gridMinEvents?: number;
 }
 
 export const defaultGpuMatcherOptions = Object.freeze({
@@ -61,6 +66,7 @@ export const defaultGpuMatcherOptions = Object.freeze({
   profile: false,
   initialCandidates: 1024,
   initialOutputs: 4096,
+  gridMinEvents: 16,
 });
 
 /** Per-stage GPU time of the last profiled batch, in milliseconds. */
@@ -155,6 +161,7 @@ export class GpuMatcher implements Matcher {
       profile: o.profile === true,
       initialCandidates: checkInt('initialCandidates', o.initialCandidates, 1, 2 ** 24),
       initialOutputs: checkInt('initialOutputs', o.initialOutputs, 1, 2 ** 24),
+      gridMinEvents: checkInt('gridMinEvents', o.gridMinEvents, 1, 2 ** 31),
       gpu: options.gpu ?? {},
     };
   }
@@ -580,7 +587,7 @@ class GpuBuffers {
   constructor(
     private readonly ctx: GpuContext,
     private readonly layout: GpuLayout,
-    private readonly opts: { maxBatch: number; inFlight: number; contGroups: number; profile: boolean; initialCandidates: number; initialOutputs: number },
+    private readonly opts: { maxBatch: number; inFlight: number; contGroups: number; profile: boolean; initialCandidates: number; initialOutputs: number; gridMinEvents: number },
     kernels: GpuKernels,
   ) {
     this.candCap = opts.initialCandidates;
@@ -834,7 +841,7 @@ class GpuBuffers {
       this.buffer('subBits', 4 * subWords * this.widest + 4 * Math.max(1024, Math.ceil((subWords * this.widest) / 16)));
     }
     this.buffer('cand', 4 * this.candCap * this.widest);
-    const inp = L.encodeEvents(events);
+    const inp = L.encodeEvents(events, E >= this.opts.gridMinEvents);
     const input = this.buffer('input', inp.byteLength);
 
     const s = this.slot();

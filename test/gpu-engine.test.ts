@@ -37,6 +37,9 @@ describe('gpu engine: device', () => {
 
 runContract('gpu', make, { band: true });
 runDifferential('gpu', make, { band: true });
+// Every batch (lone events too) through Loc's cell grid, and none through it: both scans agree.
+runDifferential('gpu (grid on every batch)', (o) => make({ ...o, gridMinEvents: 1 }), { band: true });
+runDifferential('gpu (no grid)', (o) => make({ ...o, gridMinEvents: 1_000_000 }), { band: true });
 
 // ---------------------------------------------------------------- helpers
 
