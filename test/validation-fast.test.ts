@@ -1,0 +1,76 @@
+/**
+ * validateEvent's fast check must agree with the explaining check on every input: the same
+ * normalised event when valid, and a refusal whenever the explaining check throws (whose error,
+ * naming the field, is what callers then see). Seeded random events with edge values mutated in.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { DEFAULT_LIMITS, explainEvent, quickEvent, resolveLimits, validateEvents } from '../src/model/limits.js';
+import { Rng } from './support/rng.js';
+import { NUMBER_EDGES, STRING_EDGES } from './support/values.js';
+
+const ODD: unknown[] = [
+  NaN, Infinity, -Infinity, 91, -91, 181, -180.0000001, 90, -90, 180, -180, -0, null, undefined, '1', true, {}, [], 1n,
+  '', 'x'.repeat(128), 'x'.repeat(129), 'é'.repeat(64), 'é'.repeat(65), '\ud800', 'a\udc00b', '😀'.repeat(32), '😀'.repeat(33),
+  ...NUMBER_EDGES, ...STRING_EDGES,
+];
+
+function randomEvent(rng: Rng): Record<string, unknown> {
+  const attributes: Record<string, unknown> = {};
+  const n = rng.int(6);
+  for (let i = 0; i < n; i++) {
+    const name = rng.next() < 0.8 ? `a${rng.int(50)}` : String(STRING_EDGES[rng.int(STRING_EDGES.length)]);
+    attributes[name] = rng.next() < 0.4 ? rng.next() * 100 : rng.next() < 0.5 ? STRING_EDGES[rng.int(STRING_EDGES.length)] : rng.next() < 0.5;
+  }
+  const e: Record<string, unknown> = { id: `e${rng.int(1000)}`, lat: -90 + rng.next() * 180, lon: -180 + rng.next() * 360, attributes };
+  if (rng.next() < 0.3) e.radiusM = rng.next() * 5000;
+  return e;
+}
+
+function mutate(rng: Rng, e: Record<string, unknown>): unknown {
+  const odd = () => ODD[rng.int(ODD.length)];
+  switch (rng.int(9)) {
+    case 0: return { ...e, id: odd() };
+    case 1: return { ...e, lat: odd() };
+    case 2: return { ...e, lon: odd() };
+    case 3: return { ...e, radiusM: odd() };
+    case 4: return { ...e, attributes: { ...(e.attributes as object), [String(odd())]: 1 } };
+    case 5: return { ...e, attributes: { ...(e.attributes as object), k: odd() } };
+    case 6: return { ...e, attributes: odd() };
+    case 7: return odd();
+    default: return Object.assign(Object.create({ inherited: 1 }) as object, e);
+  }
+}
+
+describe('validateEvent: the fast check agrees with the explaining check', () => {
+  for (const [label, limits] of [['default limits', DEFAULT_LIMITS], ['tight limits', resolveLimits({ maxIdBytes: 3, maxNameBytes: 2, maxStringBytes: 4, maxAttributesPerEvent: 2, maxEventRadiusM: 100 })]] as const) {
+    it(`${label}: 20000 seeded events, valid and mutated`, () => {
+      const rng = new Rng(label.length);
+      let valid = 0;
+      for (let i = 0; i < 20_000; i++) {
+        const base = randomEvent(rng);
+        const input = rng.next() < 0.5 ? base : mutate(rng, base);
+        let explained: unknown;
+        let threw = false;
+        try {
+          explained = explainEvent(input, limits);
+        } catch {
+          threw = true;
+        }
+        const quick = quickEvent(input, limits);
+        if (threw) assert.equal(quick, null, `fast check accepted what the explaining check refuses: ${JSON.stringify(input, (_, v) => (typeof v === 'bigint' ? `${v}n` : v))}`);
+        else {
+          valid++;
+          // The fast check may refuse only what is invalid; a valid input must come out identical.
+          assert.deepEqual(quick, explained, 'same normalised event');
+          assert.ok(Object.is((quick as { radiusM: number }).radiusM, (explained as { radiusM: number }).radiusM), '-0 radius normalised alike');
+        }
+      }
+      assert.ok(valid > (limits === DEFAULT_LIMITS ? 5000 : 100), `enough valid events exercised (${valid})`);
+    });
+  }
+
+  it('a batch still names the offending event and field', () => {
+    assert.throws(() => validateEvents([{ id: 'a', lat: 1, lon: 1, attributes: {} }, { id: 'b', lat: 91, lon: 1, attributes: {} }], DEFAULT_LIMITS), /^ValidationError: events\[1\]\.lat: must be within \[-90, 90\], got 91$/);
+  });
+});
