@@ -150,6 +150,8 @@ export class GpuLayout {
    */
   stale: number[] = [];
   pStale = new Uint8Array(this.pCap);
+  /** Name ids of a batch's attributes, reused across batches by encodeEvents. */
+  private scratchIds = new Int32Array(1024);
   /** The whole position buffer must be re-sent (growth, rebuild). */
   posAll = true;
 
@@ -516,11 +518,24 @@ export class GpuLayout {
    * Unit vectors need no antimeridian or pole cases.
    */
   encodeEvents(events: readonly NEvent[], grid = false): Uint32Array {
+    // One name lookup per attribute: the first pass keeps the ids (-1: a name no filter uses,
+    // so no constraint can test it and it is left out).
+    let total = 0;
+    for (let k = 0; k < events.length; k++) total += events[k].names.length;
+    if (this.scratchIds.length < total) this.scratchIds = new Int32Array(Math.max(total, 2 * this.scratchIds.length));
+    const ids = this.scratchIds;
     let nAttr = 0;
     let strWords = 0;
-    for (const e of events) {
-      for (let i = 0; i < e.names.length; i++) {
-        if (!this.nameIds.has(e.names[i])) continue;
+    let j = 0;
+    for (let k = 0; k < events.length; k++) {
+      const e = events[k];
+      for (let i = 0; i < e.names.length; i++, j++) {
+        const id = this.nameIds.get(e.names[i]);
+        if (id === undefined) {
+          ids[j] = -1;
+          continue;
+        }
+        ids[j] = id;
         nAttr++;
         const v = e.values[i];
         if (typeof v === 'string') strWords += Math.ceil((v.length * 3) / 4) + 1;
@@ -539,6 +554,7 @@ export class GpuLayout {
     inp[10] = strOff;
     let a = 0;
     let sw = 0;
+    j = 0;
     for (let k = 0; k < events.length; k++) {
       const e = events[k];
       const o = evOff + k * EVENT_WORDS;
@@ -551,9 +567,9 @@ export class GpuLayout {
       inpF[o + 3] = e.radiusM;
       let bloom = 0;
       const start = a;
-      for (let i = 0; i < e.names.length; i++) {
-        const id = this.nameIds.get(e.names[i]);
-        if (id === undefined) continue;
+      for (let i = 0; i < e.names.length; i++, j++) {
+        const id = ids[j];
+        if (id < 0) continue;
         bloom |= 1 << bloomBit(id);
         const ao = attrOff + a * ATTR_WORDS;
         inp[ao] = id;
