@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import { DEFAULT_RETENTION, type Retention } from './embedded.js';
 import { ENGINE_CHOICES, type EngineChoice } from './engine.js';
 import { LOG_LEVELS } from './log.js';
+import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE } from './matching.js';
 
 export type Role = 'all' | 'gateway' | 'matcher';
 
@@ -27,6 +28,8 @@ export interface ServerConfig {
   dev: boolean;
   tls: { cert: Buffer; key: Buffer } | null;
   retention: Retention;
+  /** Subscriptions one device may hold; one more is RESOURCE_EXHAUSTED. */
+  maxSubscriptionsPerDevice: number;
   logLevel: string;
   /** Seconds to wait for calls to finish on shutdown before cutting them. */
   shutdownGraceS: number;
@@ -44,6 +47,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   dev: false,
   tls: null,
   retention: DEFAULT_RETENTION,
+  maxSubscriptionsPerDevice: DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE,
   logLevel: 'info',
   shutdownGraceS: 10,
 });
@@ -80,11 +84,13 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
     c.engine = engine as EngineChoice;
   }
   c.tokenSecret = str('AMBIT_TOKEN_SECRET') ?? null;
-  c.dev = str('AMBIT_DEV') === '1' || str('AMBIT_DEV') === 'true';
+  const dev = str('AMBIT_DEV');
+  if (dev !== undefined && !['0', '1', 'true', 'false'].includes(dev)) throw new Error(`config: AMBIT_DEV must be 0, 1, true or false, got ${JSON.stringify(dev)}`);
+  c.dev = dev === '1' || dev === 'true';
   const cert = str('AMBIT_TLS_CERT');
   const key = str('AMBIT_TLS_KEY');
   if ((cert === undefined) !== (key === undefined)) throw new Error('config: AMBIT_TLS_CERT and AMBIT_TLS_KEY must be set together');
-  if (cert !== undefined && key !== undefined) c.tls = { cert: readFileSync(cert), key: readFileSync(key) };
+  if (cert !== undefined && key !== undefined) c.tls = { cert: readPem('AMBIT_TLS_CERT', cert), key: readPem('AMBIT_TLS_KEY', key) };
   c.retention.maxPerDevice = int('AMBIT_RETENTION_MAX', 1, 10_000_000) ?? c.retention.maxPerDevice;
   const hours = int('AMBIT_RETENTION_HOURS', 1, 24 * 365);
   if (hours !== undefined) c.retention.maxAgeMs = hours * 3600_000;
@@ -97,9 +103,20 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
   return c;
 }
 
+/** A PEM file named by `name`; a read error names the variable (ENOENT alone does not say which). */
+function readPem(name: string, path: string): Buffer {
+  try {
+    return readFileSync(path);
+  } catch (err) {
+    throw new Error(`config: ${name} names a file that cannot be read (${JSON.stringify(path)}): ${err instanceof Error ? err.message : String(err)}`);
+  }
+}
+
 /** Checks a whole config (also one built in code, e.g. by tests). */
 export function checkConfig(c: ServerConfig): void {
   if (c.role !== 'all' && c.redisUrl === null) throw new Error(`config: role ${c.role} needs REDIS_URL (only role all runs without Redis)`);
   if (c.tokenSecret === null && !c.dev && c.role !== 'matcher') throw new Error('config: AMBIT_TOKEN_SECRET is required (at least 32 bytes), or AMBIT_DEV=1 for a made-up one');
   if (c.tokenSecret !== null && Buffer.byteLength(c.tokenSecret) < 32) throw new Error(`config: AMBIT_TOKEN_SECRET must be at least 32 bytes, got ${Buffer.byteLength(c.tokenSecret)}`);
+  const cap = c.maxSubscriptionsPerDevice;
+  if (!Number.isSafeInteger(cap) || cap < 1) throw new Error(`config: maxSubscriptionsPerDevice must be an integer >= 1, got ${String(cap)}`);
 }

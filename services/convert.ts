@@ -83,7 +83,7 @@ export function toSubscription(field: string, device: string, s: Subscription | 
     throw new ValidationError(`${field}.filters`, `must have at most ${limits.maxFiltersPerSubscription} filters, got ${s.filters.length}`);
   }
   const model = { id: s.id, owner: device, filters: s.filters.map((f, i) => filter(`${field}.filters[${i}]`, f, limits)) };
-  validateSubscription(model, limits, field);
+  wireNames(() => validateSubscription(model, limits, field));
   return { id: model.id, filters: model.filters };
 }
 
@@ -102,8 +102,24 @@ export function toEvent(field: string, e: Event | undefined, limits: Limits, new
     attributes[k] = v;
   }
   const model: MEvent = { id: e.id === '' ? newId() : e.id, lat, lon, radiusM: e.radiusM, attributes };
-  validateEvent({ ...model, attributes: { ...attributes } }, limits, field);
+  wireNames(() => validateEvent({ ...model, attributes: { ...attributes } }, limits, field));
   return model;
+}
+
+/**
+ * The model names its one two-word field `radiusM`; on the wire (and in every path an API error
+ * names) it is the proto field `radius_m`. Every other field the model can report here has the
+ * same name in both.
+ */
+function wireNames<T>(validate: () => T): T {
+  try {
+    return validate();
+  } catch (err) {
+    if (err instanceof ValidationError && err.field !== undefined && err.field.endsWith('.radiusM')) {
+      throw new ValidationError(`${err.field.slice(0, -'radiusM'.length)}radius_m`, err.rule);
+    }
+    throw err;
+  }
 }
 
 // ---- model → wire ----
@@ -183,8 +199,17 @@ export class ApiError extends Error {
 
 export function toServiceError(s: StatusInfo): Partial<grpc.StatusObject> {
   const metadata = new grpc.Metadata();
-  if (s.field !== '') metadata.set('ambit-field', s.field);
+  if (s.field !== '') metadata.set('ambit-field', asciiField(s.field));
   return { code: s.code, details: s.message, metadata };
+}
+
+/**
+ * Metadata values must be printable ASCII (grpc-js throws on anything else, which here would be an
+ * unhandled rejection: a client could crash the process with an attribute named "é"). Other
+ * characters of a field path go as JSON `\uXXXX` escapes, so a quoted name stays a JSON string.
+ */
+export function asciiField(field: string): string {
+  return field.replace(/[^\x20-\x7e]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }
 
 export function requestStatus(s: StatusInfo | null): RequestStatus {

@@ -173,6 +173,9 @@ export class Gateway {
       try {
         p = this.authenticate(call.metadata, scope);
         if (isMalformed(call.request)) throw new ApiError(grpc.status.INVALID_ARGUMENT, call.request.reason, 'request');
+        // grpc-js runs the handler before its own deadline timer fires, so a call whose deadline
+        // had passed on arrival would still take effect after the caller was told it failed.
+        if (deadlineMs(call.getDeadline()) <= Date.now()) throw new ApiError(grpc.status.DEADLINE_EXCEEDED, 'the call\'s deadline passed before it was handled');
       } catch (err) {
         cb(toServiceError(this.reject(err, call.getPath())));
         return;
@@ -214,7 +217,9 @@ export class Gateway {
         // Whole message checked before any of it is applied.
         batch = req.updates.map((u, i) => {
           const device = u.deviceId === '' ? own : checkId(`updates[${i}].device_id`, u.deviceId, this.limits);
-          if (device !== own && !any) throw new AuthError('PERMISSION_DENIED', `updates[${i}].device_id: token may only update its own device (needs the ${SCOPES.locationAny} scope)`);
+          if (device !== own && !any) {
+            throw new ApiError(grpc.status.PERMISSION_DENIED, `token may only update its own device (needs the ${SCOPES.locationAny} scope)`, `updates[${i}].device_id`);
+          }
           return { device, ...position(`updates[${i}].location`, u.location) };
         });
       } catch (err) {
@@ -277,15 +282,18 @@ export class Gateway {
           const rs = await this.hub.publish(events);
           this.metrics.publishSeconds.observe((performance.now() - t0) / 1000);
           accepted += rs.length;
-          for (const r of rs) reached += r.reached;
+          let n = 0;
+          for (const r of rs) n += r.reached;
+          reached += n;
+          // Counted per message with the events, so a call that fails later still counts its matches.
           this.metrics.counters.eventsPublished += rs.length;
+          this.metrics.counters.subscriptionsReached += n;
           call.resume();
         })
         .catch(fail);
     });
     call.on('end', () => {
       void chain.then(() => {
-        this.metrics.counters.subscriptionsReached += reached;
         if (!failed) cb(null, create(BulkPublishResponseSchema, { accepted: BigInt(accepted), reached: BigInt(reached) }));
       });
     });
@@ -298,9 +306,11 @@ export class Gateway {
 
   private connect(call: grpc.ServerDuplexStream<ConnectRequest, ConnectResponse>): void {
     let device: string;
+    let principal: Principal;
     try {
       if (this.draining) throw new ApiError(grpc.status.UNAVAILABLE, 'server is shutting down; reconnect');
-      device = this.deviceOf(this.authenticate(call.metadata, SCOPES.device));
+      principal = this.authenticate(call.metadata, SCOPES.device);
+      device = this.deviceOf(principal);
     } catch (err) {
       call.emit('error', toServiceError(this.reject(err, 'Connect')));
       return;
@@ -329,9 +339,17 @@ export class Gateway {
     previous?.close({ code: grpc.status.ABORTED, message: 'superseded by a newer stream of this device', field: '', expected: true });
     counters.connectedDevices = this.sessions.size;
 
+    // A stream lives no longer than its token: at expiry it ends UNAUTHENTICATED and the client
+    // reconnects with a fresh token (resuming where it left off).
+    const expiry = setTimeout(
+      () => session.close({ code: grpc.status.UNAUTHENTICATED, message: 'token has expired; reconnect with a fresh token', field: '', expected: true }),
+      Math.min(2 ** 31 - 1, Math.max(0, principal.expiresAt * 1000 - Date.now())),
+    );
+    expiry.unref();
     const finish = () => {
       if (phase === 'closed') return;
       phase = 'closed';
+      clearTimeout(expiry);
       if (this.sessions.get(device) === session) this.sessions.delete(device);
       counters.connectedDevices = this.sessions.size;
       inbox?.close();
@@ -339,7 +357,18 @@ export class Gateway {
       if (writer !== null) void writer.close().catch((err: unknown) => log.warn({ err }, 'location flush failed on stream end'));
     };
     const write = (m: ConnectResponse): boolean => (phase === 'closed' ? true : call.write(m));
-    const reply = (requestId: string, s: StatusInfo | null) => write(create(ConnectResponseSchema, { message: { case: 'reply', value: { requestId, status: requestStatus(s) } } }));
+    let readsPaused = false;
+    const reply = (requestId: string, s: StatusInfo | null) => {
+      if (write(create(ConnectResponseSchema, { message: { case: 'reply', value: { requestId, status: requestStatus(s) } } })) || readsPaused) return;
+      // The client is not reading its replies: stop reading its requests until it does, so HTTP/2
+      // flow control holds it back instead of this process buffering a reply per request.
+      readsPaused = true;
+      call.pause();
+      call.once('drain', () => {
+        readsPaused = false;
+        if (phase !== 'closed') call.resume();
+      });
+    };
     const failStream = (err: unknown) => {
       const s = this.reject(err, 'Connect');
       finish();
@@ -386,6 +415,9 @@ export class Gateway {
     };
 
     const request = async (kind: 'subscribe' | 'replace' | 'unsubscribe', requestId: string, run: () => Promise<void>) => {
+      // Queued behind a hello that failed, or behind the stream's end: the client was told the
+      // stream failed, so the request must not take effect.
+      if (phase === 'closed') return;
       try {
         await run();
         reply(requestId, null);
@@ -444,6 +476,7 @@ export class Gateway {
         case 'ack': {
           const id = m.value.deliveryId;
           chain = chain.then(async () => {
+            if (phase === 'closed') return;
             if (parseDeliveryId(id) === null) return void reply('', this.reject(new ApiError(grpc.status.INVALID_ARGUMENT, `must be a delivery id, got ${JSON.stringify(id.slice(0, 40))}`, 'ack.delivery_id'), 'Connect.ack'));
             if (lastSent === '' || compareDeliveryIds(id, lastSent) > 0) {
               return void reply('', this.reject(new ApiError(grpc.status.INVALID_ARGUMENT, `acknowledges ${id}, which was not delivered on this stream (last ${lastSent || 'none'})`, 'ack.delivery_id'), 'Connect.ack'));
@@ -471,6 +504,10 @@ export class Gateway {
     call.on('error', finish);
     call.on('close', finish);
   }
+}
+
+function deadlineMs(d: grpc.Deadline): number {
+  return d instanceof Date ? d.getTime() : d;
 }
 
 function latLonError(lat: number, lon: number): ApiError {

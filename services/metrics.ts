@@ -32,7 +32,7 @@ export class Metrics {
   constructor(private readonly hub: Hub | null, role: string) {
     const r = this.registry;
     r.setDefaultLabels({ role });
-    client.collectDefaultMetrics({ register: r, prefix: 'ambit_process_' });
+    client.collectDefaultMetrics({ register: r, prefix: 'ambit_' }); // ambit_process_*, ambit_nodejs_*
     const c = this.counters;
     const counter = (name: string, help: string, read: () => number) => {
       let last = 0;

@@ -1,0 +1,166 @@
+/**
+ * Configuration and the API definition's hygiene: configFromEnv's exact errors for each bad
+ * AMBIT_* value (and what good values become), checkConfig's rules (also applied by startServer),
+ * `buf lint` clean on proto/, and services/gen/ byte for byte what `buf generate` makes today.
+ */
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, relative } from 'node:path';
+import { describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { DEFAULT_CONFIG, type ServerConfig, checkConfig, configFromEnv } from '../../services/config.js';
+import { DEFAULT_RETENTION } from '../../services/embedded.js';
+import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE } from '../../services/matching.js';
+import { startServer } from '../../services/server.js';
+
+// dist/test/service/x.js → the repository root.
+const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
+
+describe('api config: configFromEnv', () => {
+  const bad: [Record<string, string>, string][] = [
+    [{ AMBIT_ROLE: 'edge' }, 'config: AMBIT_ROLE must be all, gateway or matcher, got "edge"'],
+    [{ AMBIT_PORT: 'http' }, 'config: AMBIT_PORT must be an integer in [0, 65535], got "http"'],
+    [{ AMBIT_PORT: '-1' }, 'config: AMBIT_PORT must be an integer in [0, 65535], got "-1"'],
+    [{ AMBIT_PORT: '65536' }, 'config: AMBIT_PORT must be an integer in [0, 65535], got "65536"'],
+    [{ AMBIT_PORT: '80.5' }, 'config: AMBIT_PORT must be an integer in [0, 65535], got "80.5"'],
+    [{ AMBIT_PORT: ' 80' }, 'config: AMBIT_PORT must be an integer in [0, 65535], got " 80"'],
+    [{ AMBIT_PORT: '1e3' }, 'config: AMBIT_PORT must be an integer in [0, 65535], got "1e3"'],
+    [{ AMBIT_METRICS_PORT: 'none' }, 'config: AMBIT_METRICS_PORT must be an integer in [0, 65535], got "none"'],
+    [{ REDIS_URL: 'http://localhost:6379' }, 'config: REDIS_URL must start with redis:// or rediss://, got "http://localhost:6379"'],
+    [{ AMBIT_ENGINE: 'cuda' }, 'config: AMBIT_ENGINE must be one of auto, gpu, fast, rtree, reference, got "cuda"'],
+    [{ AMBIT_DEV: 'yes' }, 'config: AMBIT_DEV must be 0, 1, true or false, got "yes"'],
+    [{ AMBIT_TLS_CERT: '/etc/cert.pem' }, 'config: AMBIT_TLS_CERT and AMBIT_TLS_KEY must be set together'],
+    [{ AMBIT_TLS_KEY: '/etc/key.pem' }, 'config: AMBIT_TLS_CERT and AMBIT_TLS_KEY must be set together'],
+    [{ AMBIT_RETENTION_MAX: '0' }, 'config: AMBIT_RETENTION_MAX must be an integer in [1, 10000000], got "0"'],
+    [{ AMBIT_RETENTION_MAX: '10000001' }, 'config: AMBIT_RETENTION_MAX must be an integer in [1, 10000000], got "10000001"'],
+    [{ AMBIT_RETENTION_HOURS: '0' }, 'config: AMBIT_RETENTION_HOURS must be an integer in [1, 8760], got "0"'],
+    [{ AMBIT_RETENTION_HOURS: '1.5' }, 'config: AMBIT_RETENTION_HOURS must be an integer in [1, 8760], got "1.5"'],
+    [{ AMBIT_LOG_LEVEL: 'verbose' }, 'config: AMBIT_LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent, got "verbose"'],
+    [{ AMBIT_SHUTDOWN_GRACE_S: '3601' }, 'config: AMBIT_SHUTDOWN_GRACE_S must be an integer in [0, 3600], got "3601"'],
+    [{ AMBIT_PORT: '99999999999999999999' }, 'config: AMBIT_PORT must be an integer in [0, 65535], got "99999999999999999999"'],
+  ];
+  for (const [env, message] of bad) {
+    it(`${Object.entries(env).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(' ')} → ${JSON.stringify(message)}`, () => {
+      assert.throws(() => configFromEnv(env), { message });
+    });
+  }
+
+  it('a TLS file that cannot be read is named by its variable', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ambit-config-'));
+    try {
+      writeFileSync(join(dir, 'cert.pem'), 'CERT');
+      const missing = join(dir, 'nope.pem');
+      assert.throws(() => configFromEnv({ AMBIT_TLS_CERT: join(dir, 'cert.pem'), AMBIT_TLS_KEY: missing }), (err: Error) => {
+        assert.ok(err.message.startsWith(`config: AMBIT_TLS_KEY names a file that cannot be read (${JSON.stringify(missing)}): ENOENT`), err.message);
+        return true;
+      });
+      const c = configFromEnv({ AMBIT_TLS_CERT: join(dir, 'cert.pem'), AMBIT_TLS_KEY: join(dir, 'cert.pem') });
+      assert.equal(c.tls?.cert.toString(), 'CERT');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('no variables: the defaults; empty values count as unset', () => {
+    assert.deepEqual(configFromEnv({}), { ...DEFAULT_CONFIG, retention: { ...DEFAULT_RETENTION } });
+    assert.deepEqual(configFromEnv({ AMBIT_PORT: '', AMBIT_ROLE: '', AMBIT_ENGINE: '', REDIS_URL: '' }), configFromEnv({}));
+    assert.equal(DEFAULT_CONFIG.maxSubscriptionsPerDevice, DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE);
+  });
+
+  it('good values land where they belong, and the defaults are not changed by them', () => {
+    const c = configFromEnv({
+      AMBIT_ROLE: 'gateway',
+      AMBIT_HOST: '0.0.0.0',
+      AMBIT_PORT: '0',
+      AMBIT_METRICS_PORT: 'off',
+      REDIS_URL: 'rediss://cache:6380/2',
+      AMBIT_REDIS_PREFIX: 'staging:',
+      AMBIT_ENGINE: 'rtree',
+      AMBIT_TOKEN_SECRET: 's'.repeat(32),
+      AMBIT_DEV: 'true',
+      AMBIT_RETENTION_MAX: '5',
+      AMBIT_RETENTION_HOURS: '2',
+      AMBIT_LOG_LEVEL: 'debug',
+      AMBIT_SHUTDOWN_GRACE_S: '0',
+    });
+    assert.deepEqual(c, {
+      ...DEFAULT_CONFIG,
+      role: 'gateway',
+      host: '0.0.0.0',
+      port: 0,
+      metricsPort: null,
+      redisUrl: 'rediss://cache:6380/2',
+      redisPrefix: 'staging:',
+      engine: 'rtree',
+      tokenSecret: 's'.repeat(32),
+      dev: true,
+      retention: { maxPerDevice: 5, maxAgeMs: 2 * 3600_000 },
+      logLevel: 'debug',
+      shutdownGraceS: 0,
+    } satisfies ServerConfig);
+    assert.deepEqual(DEFAULT_RETENTION, { maxPerDevice: 10_000, maxAgeMs: 24 * 3600_000 });
+    assert.equal(configFromEnv({ AMBIT_METRICS_PORT: '9100' }).metricsPort, 9100);
+    assert.equal(configFromEnv({ AMBIT_DEV: '0' }).dev, false);
+    assert.equal(configFromEnv({ AMBIT_DEV: '1' }).dev, true);
+  });
+});
+
+describe('api config: checkConfig', () => {
+  const base: ServerConfig = { ...DEFAULT_CONFIG, dev: true };
+  const bad: [string, Partial<ServerConfig>, string][] = [
+    ['gateway without Redis', { role: 'gateway' }, 'config: role gateway needs REDIS_URL (only role all runs without Redis)'],
+    ['matcher without Redis', { role: 'matcher' }, 'config: role matcher needs REDIS_URL (only role all runs without Redis)'],
+    ['no secret outside dev mode', { dev: false }, 'config: AMBIT_TOKEN_SECRET is required (at least 32 bytes), or AMBIT_DEV=1 for a made-up one'],
+    ['a short secret', { tokenSecret: 'short' }, 'config: AMBIT_TOKEN_SECRET must be at least 32 bytes, got 5'],
+    ['a secret of 31 bytes in 16 characters', { tokenSecret: `${'é'.repeat(15)}x` }, 'config: AMBIT_TOKEN_SECRET must be at least 32 bytes, got 31'],
+    ['a zero subscription cap', { maxSubscriptionsPerDevice: 0 }, 'config: maxSubscriptionsPerDevice must be an integer >= 1, got 0'],
+    ['a fractional subscription cap', { maxSubscriptionsPerDevice: 2.5 }, 'config: maxSubscriptionsPerDevice must be an integer >= 1, got 2.5'],
+  ];
+  for (const [label, patch, message] of bad) {
+    it(`${label} → ${JSON.stringify(message)}`, () => {
+      assert.throws(() => checkConfig({ ...base, ...patch }), { message });
+    });
+  }
+
+  it('accepted: dev mode without a secret, a secret of 32 bytes in 16 characters, a matcher with Redis and no secret', () => {
+    checkConfig(base);
+    checkConfig({ ...base, dev: false, tokenSecret: 'é'.repeat(16) });
+    checkConfig({ ...base, dev: false, role: 'matcher', redisUrl: 'redis://r:6379' });
+  });
+
+  it('startServer applies the same checks before it opens anything', async () => {
+    await assert.rejects(startServer({ port: 0, metricsPort: 0, engine: 'fast', tokenSecret: 'short' }), { message: 'config: AMBIT_TOKEN_SECRET must be at least 32 bytes, got 5' });
+    await assert.rejects(startServer({ port: 0, metricsPort: 0, engine: 'fast', dev: true, maxSubscriptionsPerDevice: -1 }), { message: 'config: maxSubscriptionsPerDevice must be an integer >= 1, got -1' });
+  });
+});
+
+describe('api config: proto/ and services/gen/', () => {
+  const bin = join(ROOT, 'node_modules/.bin');
+  const buf = join(bin, 'buf');
+  const env = { ...process.env, PATH: `${bin}:${process.env.PATH ?? ''}` };
+  const skip = existsSync(buf) ? false : `${buf} is not installed (npm install adds @bufbuild/buf)`;
+
+  it('buf lint is clean', { skip }, () => {
+    execFileSync(buf, ['lint'], { cwd: ROOT, env, stdio: 'pipe' });
+  });
+
+  it('services/gen is exactly what buf generate makes from proto/ now', { skip }, () => {
+    const out = mkdtempSync(join(tmpdir(), 'ambit-gen-'));
+    try {
+      execFileSync(buf, ['generate', '--template', 'buf.gen.yaml', '-o', out], { cwd: ROOT, env, stdio: 'pipe' });
+      const files = (dir: string): string[] =>
+        readdirSync(dir).flatMap((n) => (statSync(join(dir, n)).isDirectory() ? files(join(dir, n)) : [join(dir, n)]));
+      const fresh = join(out, 'services/gen');
+      const committed = join(ROOT, 'services/gen');
+      const names = (dir: string) => files(dir).map((f) => relative(dir, f)).sort();
+      assert.deepEqual(names(committed), names(fresh), 'the same files (none stale, none missing)');
+      for (const f of names(fresh)) {
+        assert.ok(readFileSync(join(committed, f)).equals(readFileSync(join(fresh, f))), `services/gen/${f} is out of date: run npm run proto`);
+      }
+    } finally {
+      rmSync(out, { recursive: true, force: true });
+    }
+  });
+});
