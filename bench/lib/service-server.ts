@@ -1,0 +1,128 @@
+/**
+ * The server under test, as a child process (`node dist/services/main.js`), so its CPU time is its
+ * own: read from /proc/<pid>/stat (utime + stime) before and after each measured window.
+ */
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import net from 'node:net';
+import { fileURLToPath } from 'node:url';
+import { SCOPES, TokenAuthority } from '../../services/auth.js';
+import { AmbitOps } from '../../sdk/index.js';
+
+export interface ChildServer {
+  address: string;
+  pid: number;
+  authority: TokenAuthority;
+  ops: AmbitOps;
+  /** CPU seconds the process has used (user + system). */
+  cpuSeconds(): number;
+  /** Resident set size in bytes. */
+  rssBytes(): number;
+  stop(): Promise<void>;
+}
+
+let clkTck = 0;
+
+function ticksPerSecond(): number {
+  if (clkTck === 0) {
+    try {
+      clkTck = Number(execFileSync('getconf', ['CLK_TCK'], { stdio: ['ignore', 'pipe', 'ignore'] }).toString().trim()) || 100;
+    } catch {
+      clkTck = 100;
+    }
+  }
+  return clkTck;
+}
+
+/** utime + stime of a process in seconds (Linux /proc). */
+export function processCpuSeconds(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  // The command name may hold spaces and parentheses: fields are counted after the last ')'.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / ticksPerSecond();
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** `nodeArgs`: extra Node flags of the server process (e.g. --cpu-prof). */
+export async function startChildServer(engine: string, nodeArgs: readonly string[] = []): Promise<ChildServer> {
+  if (process.platform !== 'linux') throw new Error('bench/service: measuring the server process needs Linux /proc');
+  const secret = randomBytes(32).toString('base64url');
+  const port = await freePort();
+  const main = fileURLToPath(new URL('../../services/main.js', import.meta.url));
+  const child: ChildProcess = spawn(process.execPath, [...nodeArgs, main], {
+    env: {
+      ...process.env,
+      AMBIT_TOKEN_SECRET: secret,
+      AMBIT_HOST: '127.0.0.1',
+      AMBIT_PORT: String(port),
+      AMBIT_METRICS_PORT: 'off',
+      AMBIT_ENGINE: engine,
+      AMBIT_LOG_LEVEL: 'warn',
+      AMBIT_DEV: '',
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  const keep = (b: Buffer) => {
+    output = (output + b.toString()).slice(-4000);
+  };
+  child.stdout!.on('data', keep);
+  child.stderr!.on('data', keep);
+  let exited: string | null = null;
+  child.once('exit', (code, signal) => {
+    exited = signal ?? `code ${code}`;
+  });
+  const killOnExit = () => child.kill('SIGKILL');
+  process.once('exit', killOnExit);
+
+  const authority = new TokenAuthority(secret);
+  const address = `127.0.0.1:${port}`;
+  const ops = new AmbitOps(address, authority.issue({ subject: 'bench-ops', scopes: [SCOPES.ops] }), { deadlineMs: 2000 });
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    if (exited !== null) throw new Error(`bench/service: server exited (${exited}) before it was ready:\n${output}`);
+    try {
+      await ops.stats();
+      break;
+    } catch (err) {
+      if (Date.now() > deadline) {
+        child.kill('SIGKILL');
+        throw new Error(`bench/service: server not ready after 20 s (${err instanceof Error ? err.message : String(err)}):\n${output}`);
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+  const pid = child.pid!;
+  return {
+    address,
+    pid,
+    authority,
+    ops,
+    cpuSeconds: () => processCpuSeconds(pid),
+    rssBytes: () => {
+      const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+      return m === null ? NaN : Number(m[1]) * 1024;
+    },
+    stop: async () => {
+      ops.close();
+      if (exited !== null) return;
+      const done = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+      child.kill('SIGTERM');
+      const t = setTimeout(() => child.kill('SIGKILL'), 5000);
+      await done;
+      clearTimeout(t);
+      process.off('exit', killOnExit);
+    },
+  };
+}

@@ -1,0 +1,54 @@
+/**
+ * The one error type of the SDK: a gRPC status code, the server's message and the offending field
+ * (the server's `RequestStatus.field` on a device stream, or the `ambit-field` trailer of a call).
+ */
+import * as grpc from '@grpc/grpc-js';
+
+/** gRPC status codes (google.rpc.Code), e.g. `StatusCode.INVALID_ARGUMENT === 3`. */
+export const StatusCode = grpc.status;
+
+const NAMES: Record<number, string> = Object.fromEntries(
+  Object.entries(grpc.status)
+    .filter(([, v]) => typeof v === 'number')
+    .map(([k, v]) => [v as number, k]),
+);
+
+export function statusName(code: number): string {
+  return NAMES[code] ?? `CODE_${code}`;
+}
+
+export class AmbitError extends Error {
+  /** gRPC status code (3 INVALID_ARGUMENT, 5 NOT_FOUND, 6 ALREADY_EXISTS, 14 UNAVAILABLE, ...). */
+  readonly code: number;
+  /** The status code's name, e.g. "INVALID_ARGUMENT". */
+  readonly codeName: string;
+  /** The server's (or the SDK's) message, without the code. */
+  readonly details: string;
+  /** Path of the offending input, e.g. "subscribe.subscription.filters[0].area.radius_m"; '' when none. */
+  readonly field: string;
+
+  constructor(code: number, details: string, field = '', options?: { cause?: unknown }) {
+    super(`${statusName(code)}: ${details}`, options);
+    this.name = 'AmbitError';
+    this.code = code;
+    this.codeName = statusName(code);
+    this.details = details;
+    this.field = field;
+  }
+
+  /** From a grpc-js call error (or status object); anything else becomes UNKNOWN. */
+  static from(err: unknown): AmbitError {
+    if (err instanceof AmbitError) return err;
+    if (typeof err === 'object' && err !== null && typeof (err as { code?: unknown }).code === 'number') {
+      const e = err as Partial<grpc.StatusObject> & { message?: string };
+      const field = e.metadata?.get('ambit-field')[0];
+      return new AmbitError(e.code!, e.details ?? e.message ?? '', typeof field === 'string' ? field : '', { cause: err });
+    }
+    return new AmbitError(grpc.status.UNKNOWN, err instanceof Error ? err.message : String(err), '', { cause: err });
+  }
+}
+
+/** A local check failed before anything was sent: INVALID_ARGUMENT naming the field. */
+export function invalid(field: string, rule: string): AmbitError {
+  return new AmbitError(grpc.status.INVALID_ARGUMENT, `${field}: ${rule}`, field);
+}

@@ -1,0 +1,29 @@
+/**
+ * The Ambit client SDK: devices (AmbitDevice), publishers (AmbitPublisher), fleet back ends
+ * (AmbitFleet) and operators (AmbitOps), over gRPC, with plain TypeScript types.
+ *
+ *   const device = await AmbitDevice.connect('localhost:50051', deviceToken);
+ *   await device.subscribe({ id: 'accidents', filters: [{ constraints: [{ name: 'severity', op: 'gt', value: 2 }], area: { radiusM: 500 } }] });
+ *   device.updateLocation(45.4642, 9.19);
+ *   for await (const n of device.notifications()) console.log(n.event.attributes);
+ */
+export { AmbitDevice, encodeLocation, type DeviceCounters, type DeviceEventMap, type DeviceOptions, type DeviceState } from './device.js';
+export { AmbitPublisher, PublishStream, MAX_EVENTS_PER_MESSAGE, type BulkPublishResult, type PublishResult } from './publisher.js';
+export { AmbitOps, type DeviceInfo, type ServerStats } from './ops.js';
+export { AmbitFleet, MAX_UPDATES_PER_MESSAGE, type LocationUpdate } from './fleet.js';
+export { AmbitError, StatusCode, statusName } from './errors.js';
+export { DEFAULT_BACKOFF, backoffDelay, resolveBackoff, type BackoffOptions } from './backoff.js';
+export type { ClientOptions, TlsOptions, TokenSource } from './transport.js';
+export {
+  compareDeliveryIds,
+  type AmbitEvent,
+  type Area,
+  type AttributeValue,
+  type Constraint,
+  type EventInput,
+  type Filter,
+  type LatLon,
+  type Notification,
+  type Op,
+  type Subscription,
+} from './types.js';

@@ -1,0 +1,80 @@
+/** Operators' calls (the `ops` scope): server totals and one device's state. */
+import type * as grpc from '@grpc/grpc-js';
+import type { GetDeviceSubscriptionsResponse, GetStatsResponse } from '../services/gen/ambit/v1/ops_pb.js';
+import { OpsService } from '../services/gen/ambit/v1/ops_pb.js';
+import { type ClientOptions, type TokenSource, channelOptions, checkAddress, clientFor, credentials, unary } from './transport.js';
+import { type LatLon, type Subscription, fromWireSubscription } from './types.js';
+
+export interface ServerStats {
+  /** Matching engine in use ("gpu", "fast", ...) and why. */
+  engine: string;
+  engineDetail: string;
+  /** "embedded" or "redis". */
+  mode: string;
+  subscriptions: number;
+  filters: number;
+  devices: number;
+  connectedDevices: number;
+  eventsPublished: number;
+  notifications: number;
+  locationUpdates: number;
+  notificationsDropped: number;
+  engineMemoryBytes: number;
+  uptimeSeconds: number;
+}
+
+export interface DeviceInfo {
+  subscriptions: Subscription[];
+  /** Last known position, or null. */
+  location: LatLon | null;
+  connected: boolean;
+}
+
+let OpsClient: grpc.ServiceClientConstructor | null = null;
+
+export class AmbitOps {
+  private readonly client: grpc.Client;
+  private readonly deadlineMs: number;
+
+  constructor(
+    address: string,
+    private readonly token: TokenSource,
+    options: ClientOptions = {},
+  ) {
+    OpsClient ??= clientFor(OpsService);
+    this.client = new OpsClient(checkAddress(address), credentials(options.tls), channelOptions(options));
+    this.deadlineMs = options.deadlineMs ?? 30_000;
+  }
+
+  async stats(): Promise<ServerStats> {
+    const s = await unary<GetStatsResponse>(this.client, 'getStats', {}, this.token, this.deadlineMs);
+    return {
+      engine: s.engine,
+      engineDetail: s.engineDetail,
+      mode: s.mode,
+      subscriptions: Number(s.subscriptions),
+      filters: Number(s.filters),
+      devices: Number(s.devices),
+      connectedDevices: Number(s.connectedDevices),
+      eventsPublished: Number(s.eventsPublished),
+      notifications: Number(s.notifications),
+      locationUpdates: Number(s.locationUpdates),
+      notificationsDropped: Number(s.notificationsDropped),
+      engineMemoryBytes: Number(s.engineMemoryBytes),
+      uptimeSeconds: Number(s.uptimeSeconds),
+    };
+  }
+
+  async deviceSubscriptions(deviceId: string): Promise<DeviceInfo> {
+    const r = await unary<GetDeviceSubscriptionsResponse>(this.client, 'getDeviceSubscriptions', { deviceId }, this.token, this.deadlineMs);
+    return {
+      subscriptions: r.subscriptions.map(fromWireSubscription),
+      location: r.location === undefined ? null : { lat: r.location.lat, lon: r.location.lon },
+      connected: r.connected,
+    };
+  }
+
+  close(): void {
+    this.client.close();
+  }
+}

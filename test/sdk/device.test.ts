@@ -1,0 +1,258 @@
+/**
+ * AmbitDevice against a real in-process server over loopback gRPC: delivery to exactly the right
+ * devices, error replies naming fields, reconnect and resume (superseded stream, network cut
+ * through a proxy) without loss or repeats, and location coalescing.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import * as grpc from '@grpc/grpc-js';
+import { DeviceService } from '../../services/gen/ambit/v1/device_pb.js';
+import { grpcClient } from '../../services/rpc.js';
+import { AmbitDevice, AmbitError, compareDeliveryIds, AmbitOps, AmbitPublisher, type DeviceEventMap, type Notification, StatusCode, type Subscription } from '../../sdk/index.js';
+import { TcpProxy, type TestServer, next, startTestServer, waitFor } from './support.js';
+
+const P = { lat: 45.4642, lon: 9.19 };
+/** Degrees of latitude per metre. */
+const M = 1 / 111_195;
+const FAST = { backoff: { initialMs: 30, maxMs: 200, resetAfterMs: 60_000 } };
+
+const accidents: Subscription = {
+  id: 'accidents',
+  filters: [{ constraints: [{ name: 'type', op: 'eq', value: 'accident' }, { name: 'severity', op: 'gt', value: 2 }], area: { radiusM: 500 } }],
+};
+const deals: Subscription = { id: 'deals', filters: [{ constraints: [{ name: 'type', op: 'eq', value: 'deal' }, { name: 'price', op: 'lt', value: 50 }], area: { radiusM: 1000 } }] };
+/** Matches pings anywhere: a marker that everything before it has been delivered. */
+const ping: Subscription = { id: 'ping', filters: [{ constraints: [{ name: 'type', op: 'eq', value: 'ping' }] }] };
+
+let t: TestServer;
+let ops: AmbitOps;
+let pub: AmbitPublisher;
+const open: AmbitDevice[] = [];
+
+async function device(name: string, options = {}): Promise<AmbitDevice> {
+  const d = await AmbitDevice.connect(t.address, t.token(name), { ...FAST, ...options });
+  open.push(d);
+  return d;
+}
+
+async function placed(name: string, d: AmbitDevice, lat: number, lon: number): Promise<void> {
+  d.updateLocation(lat, lon);
+  await waitFor(`${name} at ${lat},${lon}`, async () => {
+    const loc = (await ops.deviceSubscriptions(name)).location;
+    return loc !== null && loc.lat === lat && loc.lon === lon;
+  });
+}
+
+const label = (n: Notification) => `${String(n.event.attributes.type)}:${n.event.id}:${n.subscriptionIds.join('+')}`;
+
+before(async () => {
+  t = await startTestServer();
+  ops = new AmbitOps(t.address, t.opsToken);
+  pub = new AmbitPublisher(t.address, t.publishToken);
+});
+
+after(async () => {
+  await Promise.all(open.map((d) => d.close()));
+  ops.close();
+  pub.close();
+  await t.stop();
+});
+
+describe('AmbitDevice', () => {
+  test('subscribe, move, publish: notifications reach exactly the matching devices', async () => {
+    const [a, b, c] = await Promise.all([device('rcpt-a'), device('rcpt-b'), device('rcpt-c')]);
+    await Promise.all([a.subscribe(accidents), a.subscribe(ping), b.subscribe(accidents), b.subscribe(ping), c.subscribe(deals), c.subscribe(ping)]);
+    await Promise.all([placed('rcpt-a', a, P.lat, P.lon), placed('rcpt-b', b, P.lat + 2000 * M, P.lon), placed('rcpt-c', c, P.lat, P.lon)]);
+
+    const near = { lat: P.lat + 100 * M, lon: P.lon };
+    assert.equal((await pub.publish({ id: 'acc1', ...near, attributes: { type: 'accident', severity: 4 } })).reached, 1);
+    assert.equal((await pub.publish({ id: 'ping1', ...P, attributes: { type: 'ping' } })).reached, 3);
+
+    await placed('rcpt-b', b, P.lat, P.lon);
+    assert.deepEqual(await pub.publish({ id: 'acc2', ...near, attributes: { type: 'accident', severity: 3 } }), { eventId: 'acc2', reached: 2 });
+    assert.equal((await pub.publish({ id: 'acc-minor', ...near, attributes: { type: 'accident', severity: 2 } })).reached, 0);
+    assert.equal((await pub.publish({ id: 'deal1', ...near, attributes: { type: 'deal', price: 30 } })).reached, 1);
+    assert.equal((await pub.publish({ id: 'ping2', ...P, attributes: { type: 'ping' } })).reached, 3);
+
+    const read = async (d: AmbitDevice, n: number) => {
+      const it = d.notifications();
+      const out: string[] = [];
+      for (let i = 0; i < n; i++) out.push(label(await next(it)));
+      return out;
+    };
+    assert.deepEqual(await read(a, 4), ['accident:acc1:accidents', 'ping:ping1:ping', 'accident:acc2:accidents', 'ping:ping2:ping']);
+    assert.deepEqual(await read(b, 3), ['ping:ping1:ping', 'accident:acc2:accidents', 'ping:ping2:ping']);
+    assert.deepEqual(await read(c, 3), ['ping:ping1:ping', 'deal:deal1:deals', 'ping:ping2:ping']);
+
+    // The notification carries the event as published.
+    const it = a.notifications();
+    await pub.publish({ id: 'acc3', ...near, radiusM: 50, attributes: { type: 'accident', severity: 5, road: 'A4', closed: true } });
+    const n = await next(it);
+    assert.deepEqual(n.event, { id: 'acc3', lat: near.lat, lon: near.lon, radiusM: 50, attributes: { type: 'accident', severity: 5, road: 'A4', closed: true } });
+    assert.ok(Math.abs(n.publishedAtMs - Date.now()) < 5000);
+  });
+
+  test('error replies carry the gRPC code, message and field; the stream stays usable', async () => {
+    const d = await device('errors');
+    const rejects = async (p: Promise<unknown>, code: number, field: string, re: RegExp) => {
+      await assert.rejects(p, (err: unknown) => {
+        assert.ok(err instanceof AmbitError, String(err));
+        assert.equal(err.code, code, err.message);
+        assert.equal(err.field, field);
+        assert.match(err.message, re);
+        return true;
+      });
+    };
+    await rejects(d.subscribe({ id: 'bad', filters: [{ area: { radiusM: -5 } }] }), StatusCode.INVALID_ARGUMENT, 'subscribe.subscription.filters[0].area.radius_m', /^INVALID_ARGUMENT: .*got -5/);
+    await rejects(
+      d.subscribe({ id: 'bad', filters: [{ constraints: [{ name: 'price', op: 'lt', value: 'cheap' }] }] }),
+      StatusCode.INVALID_ARGUMENT,
+      'subscribe.subscription.filters[0].constraints[0].value',
+      /takes a number/,
+    );
+    await d.subscribe(deals);
+    await rejects(d.subscribe(deals), StatusCode.ALREADY_EXISTS, 'subscribe.subscription.id', /already has subscription "deals"/);
+    await rejects(d.unsubscribe('nope'), StatusCode.NOT_FOUND, 'unsubscribe.subscription_id', /no subscription "nope"/);
+    await rejects(d.replace({ id: 'nope', filters: [{}] }), StatusCode.NOT_FOUND, 'replace.subscription.id', /no subscription "nope"/);
+    // Caught by the SDK before anything is sent.
+    await rejects(d.subscribe({ id: 'x', filters: [{ constraints: [{ name: 'a', op: 'like' as never, value: 1 }] }] }), StatusCode.INVALID_ARGUMENT, 'subscribe.subscription.filters[0].constraints[0].op', /must be one of/);
+    assert.throws(() => d.updateLocation(91, 0), (err: unknown) => err instanceof AmbitError && err.field === 'location.lat' && /\[-90, 90\], got 91/.test(err.message));
+    assert.throws(() => d.updateLocation(0, Number.NaN), (err: unknown) => err instanceof AmbitError && err.field === 'location.lon');
+
+    await d.replace({ id: 'deals', filters: [{ constraints: [{ name: 'price', op: 'le', value: 10 }] }] });
+    assert.deepEqual(await d.listSubscriptions(), [{ id: 'deals', filters: [{ constraints: [{ name: 'price', op: 'le', value: 10 }] }] }]);
+    await d.unsubscribe('deals');
+    assert.deepEqual((await ops.deviceSubscriptions('errors')).subscriptions, []);
+    assert.equal(d.state, 'connected');
+  });
+
+  test('a superseded stream reconnects and resumes after the last processed notification, without repeats', async () => {
+    const d = await device('resume', { backoff: { initialMs: 150, maxMs: 300 } });
+    const log: string[] = [];
+    d.on('disconnected', (e: DeviceEventMap['disconnected']) => log.push(`disconnected:${e.error.codeName}:${e.willReconnect}`));
+    d.on('reconnecting', () => log.push('reconnecting'));
+    d.on('connected', (e) => log.push(`connected:${e.reconnect}`));
+    await d.subscribe(ping);
+    for (let i = 1; i <= 5; i++) await pub.publish({ id: `e${i}`, ...P, attributes: { type: 'ping' } });
+    await waitFor('5 notifications buffered', () => d.stats.notifications === 5);
+    const it = d.notifications();
+    const seen: Notification[] = [];
+    for (let i = 0; i < 3; i++) seen.push(await next(it));
+    await new Promise((r) => setImmediate(r)); // lets the ack go out
+
+    // A second stream of the same device: the server ends the SDK's stream with ABORTED.
+    const Dev = grpcClient(DeviceService);
+    const raw = new Dev(t.address, grpc.credentials.createInsecure());
+    const md = new grpc.Metadata();
+    md.set('authorization', `Bearer ${t.token('resume')}`);
+    const s = raw.connect(md) as grpc.ClientDuplexStream<unknown, unknown>;
+    s.on('data', () => {});
+    s.on('error', () => {});
+    s.write({ message: { case: 'hello', value: { resumeToken: '' } } });
+    await waitFor('disconnect', () => log.includes('disconnected:ABORTED:true'));
+    for (let i = 6; i <= 7; i++) await pub.publish({ id: `e${i}`, ...P, attributes: { type: 'ping' } });
+    await waitFor('reconnect', () => d.state === 'connected' && d.stats.reconnects === 1);
+    for (let i = 0; i < 4; i++) seen.push(await next(it));
+    raw.close();
+
+    assert.deepEqual(
+      seen.map((n) => n.event.id),
+      ['e1', 'e2', 'e3', 'e4', 'e5', 'e6', 'e7'],
+    );
+    for (let i = 1; i < seen.length; i++) assert.ok(compareDeliveryIds(seen[i - 1].deliveryId, seen[i].deliveryId) < 0);
+    // Resumed after e2 (e3 was taken but not yet processed): e3..e5 came again and were dropped.
+    assert.equal(d.stats.duplicates, 3);
+    assert.deepEqual(log, ['disconnected:ABORTED:true', 'reconnecting', 'connected:true']);
+
+    // close() acknowledges what was taken: a new stream of the device resumes after e7.
+    await d.close();
+    const again = await device('resume');
+    assert.equal(again.resumeToken, seen[6].deliveryId);
+    await pub.publish({ id: 'e8', ...P, attributes: { type: 'ping' } });
+    assert.equal((await next(again.notifications())).event.id, 'e8');
+  });
+
+  test('location updates coalesce: the newest wins while connected and while the network is down', async () => {
+    const proxy = await TcpProxy.start(t.server.port!);
+    try {
+      const d = await device('mover');
+      d.updateLocation(P.lat, P.lon);
+      await d.subscribe(ping);
+      await waitFor('first position', async () => (await ops.deviceSubscriptions('mover')).location !== null);
+
+      // 1000 updates in one turn of the event loop: one message.
+      let s0 = await ops.stats();
+      for (let i = 1; i <= 1000; i++) d.updateLocation(P.lat + i * M, P.lon);
+      await waitFor('last position', async () => (await ops.deviceSubscriptions('mover')).location?.lat === P.lat + 1000 * M);
+      let s1 = await ops.stats();
+      assert.equal(s1.locationUpdates - s0.locationUpdates, 1);
+      assert.equal(d.stats.locationsCoalesced, 999);
+      await d.close();
+
+      // Through the proxy: cut the network, move while disconnected, publish meanwhile.
+      const via = await AmbitDevice.connect(proxy.address, t.token('mover'), { backoff: { initialMs: 40, maxMs: 80 } });
+      open.push(via);
+      const it = via.notifications();
+      await pub.publish({ id: 'p1', ...P, attributes: { type: 'ping' } });
+      assert.equal((await next(it)).event.id, 'p1');
+      proxy.refuse = true;
+      proxy.cut();
+      await waitFor('disconnected', () => via.state !== 'connected');
+      await pub.publish({ id: 'p2', ...P, attributes: { type: 'ping' } });
+      s0 = await ops.stats();
+      for (let i = 1; i <= 500; i++) via.updateLocation(P.lat - i * M, P.lon);
+      await new Promise((r) => setTimeout(r, 250)); // a few refused reconnects
+      assert.equal(via.state, 'reconnecting');
+      assert.equal((await ops.stats()).locationUpdates, s0.locationUpdates);
+      proxy.refuse = false;
+      await waitFor('reconnected', () => via.state === 'connected');
+      await waitFor('position after reconnect', async () => (await ops.deviceSubscriptions('mover')).location?.lat === P.lat - 500 * M);
+      s1 = await ops.stats();
+      assert.equal(s1.locationUpdates - s0.locationUpdates, 1);
+      assert.equal((await next(it)).event.id, 'p2');
+      // p1 was taken but not yet processed when the network went: delivered again, dropped.
+      assert.equal(via.stats.duplicates, 1);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  test('close() answers what was asked, ends notifications and refuses new requests', async () => {
+    const d = await device('closer');
+    const it = d.notifications();
+    const pending = it.next();
+    const sub = d.subscribe(ping);
+    await d.close();
+    await sub; // answered before the stream ended
+    assert.deepEqual(await pending, { value: undefined, done: true });
+    assert.equal(d.state, 'closed');
+    await assert.rejects(d.subscribe(deals), (err: unknown) => err instanceof AmbitError && err.code === StatusCode.CANCELLED);
+    assert.throws(() => d.updateLocation(0, 0), AmbitError);
+    assert.equal((await ops.deviceSubscriptions('closer')).connected, false);
+  });
+
+  test('errors not worth retrying fail connect() at once', async () => {
+    const started = Date.now();
+    await assert.rejects(AmbitDevice.connect(t.address, 'not.a.token', FAST), (err: unknown) => err instanceof AmbitError && err.code === StatusCode.UNAUTHENTICATED);
+    await assert.rejects(AmbitDevice.connect(t.address, t.token('pub', ['publish']), FAST), (err: unknown) => err instanceof AmbitError && err.code === StatusCode.PERMISSION_DENIED);
+    assert.ok(Date.now() - started < 2000);
+    // Nothing listening: retried until the connect timeout.
+    await assert.rejects(AmbitDevice.connect('127.0.0.1:1', t.token('x'), { ...FAST, connectTimeoutMs: 300 }), (err: unknown) => err instanceof AmbitError && err.code === StatusCode.DEADLINE_EXCEEDED);
+  });
+
+  test('explicit acks: nothing is acknowledged until ack() is called', async () => {
+    const d = await device('manual', { autoAck: false });
+    await d.subscribe(ping);
+    const it = d.notifications();
+    await pub.publish({ id: 'm1', ...P, attributes: { type: 'ping' } });
+    await pub.publish({ id: 'm2', ...P, attributes: { type: 'ping' } });
+    const m1 = await next(it);
+    await next(it);
+    d.ack(m1);
+    assert.throws(() => d.ack('9999999999999-1'), AmbitError);
+    await d.close();
+    const again = await device('manual', { autoAck: false });
+    assert.equal(again.resumeToken, m1.deliveryId);
+    assert.equal((await next(again.notifications())).event.id, 'm2');
+  });
+});
