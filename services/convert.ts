@@ -146,10 +146,18 @@ export function fromEvent(e: MEvent): Event {
   return create(EventSchema, { id: e.id, position: { lat: e.lat, lon: e.lon }, radiusM: e.radiusM ?? 0, attributes });
 }
 
+/** Wire form of each event, built once however many devices it reaches (the embedded hub shares the object). */
+const wireEvents = new WeakMap<MEvent, Event>();
+
 export function fromDelivery(d: Delivery): Notification {
+  let event = wireEvents.get(d.event);
+  if (event === undefined) {
+    event = fromEvent(d.event);
+    wireEvents.set(d.event, event);
+  }
   return create(NotificationSchema, {
     deliveryId: d.deliveryId,
-    event: fromEvent(d.event),
+    event,
     subscriptionIds: d.subscriptionIds,
     publishedAt: timestampFromMs(d.publishedAtMs),
   });
