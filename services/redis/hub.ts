@@ -1,0 +1,685 @@
+/**
+ * The gateway side of the Redis deployment: a `Hub` whose state lives in Redis and whose matching
+ * happens in a separate matcher process (matcher.ts). Every state change and every publish is one
+ * entry of the command stream `{p}in`, so the matcher sees them in one total order; subscription
+ * changes are checked and queued by one Lua script, so the stored subscriptions and the stream
+ * never disagree. Notifications are read from the device's own stream; a device that does not read
+ * leaves its backlog in Redis (trimmed by retention), never in this process.
+ *
+ * Connections: `cmd` carries this hub's writes in order (location flushes, subscription scripts,
+ * publishes), `read` the inbox traffic, `sub` the pub/sub channels (publish replies, doorbells).
+ */
+import { randomBytes } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import type { Logger } from 'pino';
+import { AmbitError, type ErrorCode, show } from '../../src/model/errors.js';
+import { type Limits, resolveLimits, validateEvents, validateSubscription } from '../../src/model/limits.js';
+import type { Event, PositionUpdate } from '../../src/model/types.js';
+import {
+  type Delivery,
+  type DeviceInfo,
+  type DeviceSubscription,
+  type Hub,
+  type HubStats,
+  type Inbox,
+  type LocationWriter,
+  type PublishResult,
+  compareDeliveryIds,
+  parseDeliveryId,
+  subscriptionKey,
+} from '../hub.js';
+import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE } from '../matching.js';
+import { type LocColumns, decodePosition, encodeLocations, encodePositionsHset, splitStoredSubscription } from './codec.js';
+import { DEFAULT_REDIS, RawCommand, type RedisSource, closeConnection, connectAll, intOption, openConnection, prefixOption, queueCommand } from './connection.js';
+import { DEFAULT_PREFIX, Keys } from './keys.js';
+import { defineScripts, runScript } from './scripts.js';
+
+const COMPONENT = 'redis hub';
+
+/** The engine's own limits (services/engine.ts): engine ids are JSON (device, id) pairs, so longer. */
+export const ENGINE_SIDE_LIMITS: Readonly<Partial<Limits>> = Object.freeze({ maxIdBytes: 1024 });
+
+export interface RedisHubOptions {
+  /** URL or ioredis options; default redis://127.0.0.1:6379. */
+  redis?: RedisSource;
+  /** Key prefix of the deployment; default "ambit:". */
+  prefix?: string;
+  /** This gateway's id (its reply channel); default random. */
+  gatewayId?: string;
+  log?: Logger;
+  /** Location writers are flushed this often (ms); default 5. */
+  flushMs?: number;
+  /** ... or as soon as this many writers are dirty; also the most updates per `loc` entry. Default 1024. */
+  flushSize?: number;
+  /** Flushes in flight before writers only coalesce (backpressure); default 4. */
+  maxInFlightFlushes?: number;
+  /** How long publish() waits for the matcher; default 10 000 ms. */
+  publishTimeoutMs?: number;
+  /** A waiting pull re-reads its stream this often even without a doorbell; default 5000 ms. */
+  pollMs?: number;
+  /** Approximate cap of `{p}in` (XADD MAXLEN ~); default 100 000 entries. */
+  inMaxLen?: number;
+  maxSubscriptionsPerDevice?: number;
+  /** Limits the matcher's engine applies, checked here so a bad request fails at the caller. */
+  engineLimits?: Partial<Limits>;
+}
+
+interface PendingPublish {
+  resolve(reached: number[]): void;
+  reject(err: Error): void;
+  timer: NodeJS.Timeout;
+}
+
+/** What the matcher publishes on a gateway's reply channel. */
+export interface PublishReply {
+  c: string;
+  /** Reached count per event, in order. */
+  r?: number[];
+  error?: { code: ErrorCode; message: string };
+}
+
+/** The matcher's figures, as stored in `{p}matcher:stats`. */
+export interface MatcherStatsRecord {
+  matcherId: string;
+  engine: string;
+  engineDetail: string;
+  subscriptions: number;
+  filters: number;
+  devices: number;
+  memoryBytes: number;
+  offset: string;
+  locationsApplied: number;
+  extra: Record<string, number | string | boolean>;
+}
+
+export class RedisHub implements Hub {
+  readonly mode = 'redis' as const;
+  readonly gatewayId: string;
+  readonly keys: Keys;
+  private readonly log: Logger | undefined;
+  private readonly cmd: Redis;
+  private readonly read: Redis;
+  private readonly sub: Redis;
+  private readonly limits: Limits;
+  private readonly cap: number;
+  private readonly inMaxLen: number;
+  private readonly publishTimeoutMs: number;
+  /** @internal read by inboxes */
+  readonly pollMs: number;
+  private readonly replyChannel: string;
+  private readonly batcher: LocationBatcher;
+  private readonly pending = new Map<string, PendingPublish>();
+  private corrSeq = 0;
+  /** Open inboxes by device; a device's doorbell channel is subscribed while its set is non-empty. */
+  private readonly doorbells = new Map<string, Set<RedisInbox>>();
+  private closed = false;
+  private closing: Promise<void> | null = null;
+
+  /** Connects, subscribes to this gateway's reply channel and returns a ready hub. */
+  static async connect(options: RedisHubOptions = {}): Promise<RedisHub> {
+    const hub = new RedisHub(options);
+    try {
+      await hub.start();
+    } catch (err) {
+      hub.crash();
+      throw err;
+    }
+    return hub;
+  }
+
+  private constructor(options: RedisHubOptions) {
+    const source = options.redis ?? DEFAULT_REDIS;
+    this.keys = new Keys(prefixOption(COMPONENT, options.prefix, DEFAULT_PREFIX));
+    this.gatewayId = options.gatewayId ?? randomBytes(8).toString('hex');
+    if (typeof this.gatewayId !== 'string' || this.gatewayId.length === 0 || this.gatewayId.length > 128) {
+      throw new Error(`${COMPONENT}: gatewayId must be a string of 1 to 128 characters, got ${show(this.gatewayId)}`);
+    }
+    this.log = options.log;
+    const flushMs = intOption(COMPONENT, 'flushMs', options.flushMs, 5, 1, 1000);
+    const flushSize = intOption(COMPONENT, 'flushSize', options.flushSize, 1024, 1, 65_536);
+    const maxInFlight = intOption(COMPONENT, 'maxInFlightFlushes', options.maxInFlightFlushes, 4, 1, 1024);
+    this.publishTimeoutMs = intOption(COMPONENT, 'publishTimeoutMs', options.publishTimeoutMs, 10_000, 1, 600_000);
+    this.pollMs = intOption(COMPONENT, 'pollMs', options.pollMs, 5000, 10, 600_000);
+    this.inMaxLen = intOption(COMPONENT, 'inMaxLen', options.inMaxLen, 100_000, 100, 1e9);
+    this.cap = intOption(COMPONENT, 'maxSubscriptionsPerDevice', options.maxSubscriptionsPerDevice, DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE, 1, 1e6);
+    this.limits = resolveLimits({ ...ENGINE_SIDE_LIMITS, ...options.engineLimits });
+    this.replyChannel = this.keys.reply(this.gatewayId);
+    // A caller waits for at most a few reconnect attempts, then gets UNAVAILABLE (and may retry).
+    const fail = { maxRetriesPerRequest: 3 };
+    this.cmd = openConnection(source, `gateway-${this.gatewayId}`, COMPONENT, this.log, {}, fail);
+    this.read = openConnection(source, `gateway-${this.gatewayId}-read`, COMPONENT, this.log, {}, fail);
+    this.sub = openConnection(source, `gateway-${this.gatewayId}-sub`, COMPONENT, this.log);
+    this.batcher = new LocationBatcher((cols) => this.sendLocations(cols, flushSize), flushMs, flushSize, maxInFlight, this.log);
+  }
+
+  private async start(): Promise<void> {
+    await connectAll(COMPONENT, [this.cmd, this.read, this.sub]);
+    defineScripts(this.cmd);
+    defineScripts(this.read);
+    this.sub.on('message', (channel: string, message: string) => this.onMessage(channel, message));
+    // After a reconnect doorbells may have been missed: every waiting pull looks again.
+    this.sub.on('ready', () => {
+      for (const set of this.doorbells.values()) for (const inbox of set) inbox.ring();
+    });
+    await this.sub.subscribe(this.replyChannel);
+  }
+
+  // ---- subscriptions ----
+
+  addSubscription(device: string, sub: DeviceSubscription): Promise<void> {
+    return this.putSubscription(device, sub, 'add');
+  }
+
+  replaceSubscription(device: string, sub: DeviceSubscription): Promise<void> {
+    return this.putSubscription(device, sub, 'replace');
+  }
+
+  private async putSubscription(device: string, sub: DeviceSubscription, mode: 'add' | 'replace'): Promise<void> {
+    this.checkOpen();
+    // The engine's own check, here, so a request it would refuse fails at the caller, not in the matcher.
+    validateSubscription({ id: subscriptionKey(device, sub.id), owner: device, filters: sub.filters }, this.limits);
+    this.batcher.flush(); // this device's earlier positions go first
+    const json = JSON.stringify({ id: sub.id, filters: sub.filters });
+    const k = this.keys;
+    const r = await this.redis(() => runScript(this.cmd, 'ambitSub', k.subs(device), k.in, k.subDevices, mode, device, sub.id, json, this.cap, this.inMaxLen));
+    if (r === 'ALREADY_EXISTS') throw new AmbitError('ALREADY_EXISTS', `device already has subscription ${show(sub.id)}`, 'subscription.id');
+    if (r === 'NOT_FOUND') throw new AmbitError('NOT_FOUND', `device has no subscription ${show(sub.id)}`, 'subscription.id');
+    if (r === 'RESOURCE_EXHAUSTED') throw new AmbitError('RESOURCE_EXHAUSTED', `device already has ${this.cap} subscriptions, the most allowed`, 'subscription');
+  }
+
+  async removeSubscription(device: string, subscriptionId: string): Promise<void> {
+    this.checkOpen();
+    this.batcher.flush();
+    const k = this.keys;
+    const r = await this.redis(() => runScript(this.cmd, 'ambitUnsub', k.subs(device), k.in, k.subDevices, device, subscriptionId, this.inMaxLen));
+    if (r === 'NOT_FOUND') throw new AmbitError('NOT_FOUND', `device has no subscription ${show(subscriptionId)}`, 'subscription_id');
+  }
+
+  /** The device's subscriptions, ordered by id. */
+  async listSubscriptions(device: string): Promise<DeviceSubscription[]> {
+    this.checkOpen();
+    const stored = await this.redis(() => this.cmd.hgetall(this.keys.subs(device)));
+    const out: DeviceSubscription[] = [];
+    for (const value of Object.values(stored)) out.push(JSON.parse(splitStoredSubscription(value).json) as DeviceSubscription);
+    return out.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  }
+
+  async deviceInfo(device: string): Promise<DeviceInfo> {
+    this.checkOpen();
+    this.batcher.flush(); // read after this hub's own pending positions
+    const [subscriptions, pos] = await Promise.all([this.listSubscriptions(device), this.redis(() => this.cmd.hgetBuffer(this.keys.pos, device))]);
+    return { subscriptions, location: decodePosition(pos) };
+  }
+
+  // ---- locations ----
+
+  async updateLocations(updates: readonly PositionUpdate[]): Promise<void> {
+    this.checkOpen();
+    if (updates.length === 0) return;
+    this.batcher.flush(); // after the writers' pending positions, like any later write
+    const n = updates.length;
+    const cols: LocColumns = { devices: new Array<Buffer>(n), lat: new Float64Array(n), lon: new Float64Array(n), n };
+    for (let i = 0; i < n; i++) {
+      (cols.devices as Buffer[])[i] = Buffer.from(updates[i].device, 'utf8');
+      (cols.lat as Float64Array)[i] = updates[i].lat;
+      (cols.lon as Float64Array)[i] = updates[i].lon;
+    }
+    await this.redis(() => this.sendLocations(cols, this.batcher.flushSize));
+  }
+
+  /** Sends every writer's pending position and resolves once Redis has them (UNAVAILABLE if not). */
+  async flush(): Promise<void> {
+    this.checkOpen();
+    await this.redis(() => this.batcher.drain());
+  }
+
+  locationWriter(device: string): LocationWriter {
+    this.checkOpen();
+    return new Writer(this.batcher, Buffer.from(device, 'utf8'));
+  }
+
+  /**
+   * One MULTI: the positions into `{p}pos` and the same updates as `loc` entries of `{p}in`
+   * (at most `chunk` per entry), so the stored positions and the stream agree.
+   */
+  private async sendLocations(cols: LocColumns, chunk: number): Promise<void> {
+    const m = this.cmd.multi();
+    for (let from = 0; from < cols.n; from += chunk) {
+      const to = Math.min(cols.n, from + chunk);
+      const batch = encodeLocations(cols, from, to);
+      m.xadd(this.keys.in, 'MAXLEN', '~', this.inMaxLen, '*', 't', 'loc', 'data', batch.blob);
+      queueCommand(m, new RawCommand('hset', this.keys.pos, encodePositionsHset(this.keys.pos, cols, from, to, batch)));
+    }
+    m.hincrby(this.keys.stats, 'locations', cols.n);
+    checkResults(await m.exec());
+  }
+
+  // ---- publish ----
+
+  async publish(events: readonly Event[]): Promise<PublishResult[]> {
+    this.checkOpen();
+    if (events.length === 0) return [];
+    validateEvents(events, this.limits);
+    this.batcher.flush(); // the events see this hub's latest positions
+    const corr = String(++this.corrSeq);
+    const payload = JSON.stringify(events.map(plainEvent));
+    const reached = new Promise<number[]>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pending.delete(corr);
+        reject(
+          new AmbitError(
+            'UNAVAILABLE',
+            `${COMPONENT}: ${events.length === 1 ? 'the event is' : `the ${events.length} events are`} queued but not matched within ${this.publishTimeoutMs} ms (is a matcher running?); notifications follow when it catches up`,
+          ),
+        );
+      }, this.publishTimeoutMs);
+      this.pending.set(corr, { resolve, reject, timer });
+    });
+    reached.catch(() => {}); // observed below; keeps an early rejection from being reported as unhandled
+    try {
+      await this.redis(() => this.cmd.xadd(this.keys.in, 'MAXLEN', '~', this.inMaxLen, '*', 't', 'pub', 'corr', corr, 'gw', this.gatewayId, 'events', payload));
+    } catch (err) {
+      const p = this.pending.get(corr);
+      if (p !== undefined) {
+        clearTimeout(p.timer);
+        this.pending.delete(corr);
+      }
+      throw err;
+    }
+    const counts = await reached;
+    return events.map((e, i) => ({ eventId: e.id, reached: counts[i] ?? 0 }));
+  }
+
+  private onMessage(channel: string, message: string): void {
+    if (channel === this.replyChannel) {
+      let reply: PublishReply;
+      try {
+        reply = JSON.parse(message) as PublishReply;
+      } catch {
+        this.log?.warn({ channel }, `${COMPONENT}: malformed publish reply ignored`);
+        return;
+      }
+      const p = this.pending.get(reply.c);
+      if (p === undefined) return; // timed out, or a replay after a matcher restart
+      this.pending.delete(reply.c);
+      clearTimeout(p.timer);
+      if (reply.error !== undefined) p.reject(new AmbitError(reply.error.code, reply.error.message));
+      else p.resolve(reply.r ?? []);
+      return;
+    }
+    if (channel.startsWith(this.keys.wakePrefix)) {
+      const set = this.doorbells.get(channel.slice(this.keys.wakePrefix.length));
+      if (set !== undefined) for (const inbox of set) inbox.ring();
+    }
+  }
+
+  // ---- inbox ----
+
+  async openInbox(device: string, resumeAfter: string | null): Promise<Inbox> {
+    this.checkOpen();
+    if (resumeAfter !== null && resumeAfter !== '' && parseDeliveryId(resumeAfter) === null) {
+      throw new AmbitError('INVALID_ARGUMENT', `must be a delivery id ("<ms>-<seq>") or empty, got ${show(resumeAfter)}`, 'resume_token');
+    }
+    const inbox = new RedisInbox(this, device);
+    // Listen before reading, so a notification stored after our first read still rings.
+    await this.watch(inbox);
+    try {
+      const k = this.keys;
+      const [acked, seqText, oldest] = (await this.redis(() =>
+        runScript(this.read, 'ambitOpen', k.notes(device), k.nseq, k.acked, k.stats, k.config, k.nlast, device, resumeAfter === null ? 'acked' : 'token', resumeAfter ?? ''),
+      )) as [string, string, string];
+      const last = Number(seqText);
+      let start = acked;
+      // A resume point this device was never given (its state was lost): start from the oldest.
+      if (start !== '' && parseDeliveryId(start)![1] > last) start = '';
+      const from = start === '' ? 0 : parseDeliveryId(start)![1];
+      const oldestOrdinal = oldest === '' ? last + 1 : parseDeliveryId(oldest)![1];
+      inbox.begin(start, Math.max(0, oldestOrdinal - 1 - from));
+      return inbox;
+    } catch (err) {
+      inbox.close();
+      throw err;
+    }
+  }
+
+  private async watch(inbox: RedisInbox): Promise<void> {
+    let set = this.doorbells.get(inbox.device);
+    if (set === undefined) {
+      set = new Set();
+      this.doorbells.set(inbox.device, set);
+    }
+    set.add(inbox);
+    // Every open subscribes (SUBSCRIBE is idempotent) so each one waits until listening.
+    await this.redis(() => this.sub.subscribe(this.keys.wake(inbox.device)));
+  }
+
+  /** @internal */
+  unwatch(inbox: RedisInbox): void {
+    const set = this.doorbells.get(inbox.device);
+    if (set === undefined || !set.delete(inbox)) return;
+    if (set.size === 0) {
+      this.doorbells.delete(inbox.device);
+      if (!this.closed) this.sub.unsubscribe(this.keys.wake(inbox.device)).catch(() => {});
+    }
+  }
+
+  /** @internal XRANGE after `cursor` (exclusive; '' = from the start). */
+  async range(device: string, cursor: string, max: number): Promise<Delivery[]> {
+    const rows = await this.redis(() => this.read.xrange(this.keys.notes(device), cursor === '' ? '-' : `(${cursor}`, '+', 'COUNT', max));
+    const out: Delivery[] = new Array(rows.length);
+    for (let i = 0; i < rows.length; i++) {
+      const [id, f] = rows[i];
+      let event: Event | undefined;
+      let subscriptionIds: string[] = [];
+      let publishedAtMs = 0;
+      for (let j = 0; j + 1 < f.length; j += 2) {
+        if (f[j] === 'e') event = JSON.parse(f[j + 1]) as Event;
+        else if (f[j] === 's') subscriptionIds = JSON.parse(f[j + 1]) as string[];
+        else if (f[j] === 'p') publishedAtMs = Number(f[j + 1]);
+      }
+      if (event === undefined) throw new AmbitError('UNAVAILABLE', `${COMPONENT}: notification ${id} of ${show(device)} has no event`);
+      out[i] = { deliveryId: id, event, subscriptionIds, publishedAtMs };
+    }
+    return out;
+  }
+
+  /** @internal */
+  async ackDelivery(device: string, deliveryId: string): Promise<void> {
+    await this.redis(() => runScript(this.read, 'ambitAck', this.keys.acked, device, deliveryId));
+  }
+
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  // ---- stats, lifecycle ----
+
+  async stats(): Promise<HubStats> {
+    this.checkOpen();
+    const [m, s] = await this.redis(() => Promise.all([this.cmd.get(this.keys.matcherStats), this.cmd.hgetall(this.keys.stats)]));
+    const num = (k: string) => Number(s[k] ?? 0);
+    const matcher = m === null ? null : (JSON.parse(m) as MatcherStatsRecord);
+    return {
+      mode: 'redis',
+      engine: matcher?.engine ?? 'none',
+      engineDetail: matcher?.engineDetail ?? 'no matcher alive (its stats key has expired)',
+      subscriptions: matcher?.subscriptions ?? 0,
+      filters: matcher?.filters ?? 0,
+      devices: matcher?.devices ?? 0,
+      eventsPublished: num('events'),
+      notifications: num('notifications'),
+      locationUpdates: num('locations'),
+      notificationsDropped: num('dropped'),
+      engineMemoryBytes: matcher?.memoryBytes ?? 0,
+      extra: {
+        ...(matcher?.extra ?? {}),
+        matcherAlive: matcher !== null,
+        matcherId: matcher?.matcherId ?? '',
+        matcherOffset: matcher?.offset ?? '',
+        gatewayId: this.gatewayId,
+      },
+    };
+  }
+
+  /** Flushes pending positions, ends every inbox and pending publish, and quits the connections. */
+  close(): Promise<void> {
+    return (this.closing ??= this.shutdown());
+  }
+
+  private async shutdown(): Promise<void> {
+    try {
+      await this.batcher.drain();
+    } catch (err) {
+      this.log?.warn({ err }, `${COMPONENT}: positions not flushed at close`);
+    }
+    this.closed = true;
+    this.batcher.stop();
+    this.endWaiters();
+    await Promise.all([closeConnection(this.cmd), closeConnection(this.read), closeConnection(this.sub)]);
+  }
+
+  /**
+   * Test hook: the process dies. Connections drop without flushing or unsubscribing; what Redis
+   * did not receive is lost, as in a crash.
+   * @internal
+   */
+  crash(): void {
+    this.closed = true;
+    this.closing ??= Promise.resolve();
+    this.batcher.stop();
+    this.endWaiters();
+    this.cmd.disconnect();
+    this.read.disconnect();
+    this.sub.disconnect();
+  }
+
+  private endWaiters(): void {
+    for (const p of this.pending.values()) {
+      clearTimeout(p.timer);
+      p.reject(new AmbitError('UNAVAILABLE', `${COMPONENT}: closed before the matcher answered; the events stay queued`));
+    }
+    this.pending.clear();
+    for (const set of this.doorbells.values()) for (const inbox of set) inbox.close();
+    this.doorbells.clear();
+  }
+
+  private checkOpen(): void {
+    if (this.closed || this.closing !== null) throw new AmbitError('UNAVAILABLE', `${COMPONENT}: closed`);
+  }
+
+  /** Runs a Redis call; a failure of Redis itself becomes UNAVAILABLE for the caller. */
+  private async redis<T>(f: () => Promise<T>): Promise<T> {
+    try {
+      return await f();
+    } catch (err) {
+      if (err instanceof AmbitError) throw err;
+      throw new AmbitError('UNAVAILABLE', `${COMPONENT}: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  }
+}
+
+// ---- location writers ----
+
+/** One device stream's position: coalesced, so a flush sends the latest and costs one slot per device. */
+class Writer implements LocationWriter {
+  lat = 0;
+  lon = 0;
+  dirty = false;
+  private closed = false;
+
+  constructor(
+    private readonly batcher: LocationBatcher,
+    readonly deviceBytes: Buffer,
+  ) {}
+
+  update(lat: number, lon: number): void {
+    if (this.closed) return;
+    this.lat = lat;
+    this.lon = lon;
+    if (!this.dirty) {
+      this.dirty = true;
+      this.batcher.mark(this);
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.batcher.drain();
+  }
+}
+
+/**
+ * The shared dirty list of a hub's writers: flushed every `flushMs`, or at once when `flushSize`
+ * writers are dirty and fewer than `maxInFlight` flushes are outstanding. When Redis is slow the
+ * list only coalesces (one slot per writer), so memory stays bounded by the number of writers.
+ * A failed flush marks its writers dirty again (their latest positions are retried, later).
+ */
+class LocationBatcher {
+  private dirty: Writer[] = [];
+  private timer: NodeJS.Timeout | null = null;
+  private readonly inFlight = new Set<Promise<void>>();
+  private stopped = false;
+  private lastErrorLog = 0;
+
+  constructor(
+    private readonly send: (cols: LocColumns) => Promise<void>,
+    private readonly flushMs: number,
+    readonly flushSize: number,
+    private readonly maxInFlight: number,
+    private readonly log: Logger | undefined,
+  ) {}
+
+  mark(w: Writer): void {
+    if (this.stopped) return;
+    this.dirty.push(w);
+    if (this.dirty.length >= this.flushSize && this.inFlight.size < this.maxInFlight) this.flush();
+    else if (this.timer === null) this.timer = setTimeout(this.onTimer, this.flushMs);
+  }
+
+  private readonly onTimer = (): void => {
+    this.timer = null;
+    this.flush();
+  };
+
+  /** Sends what is dirty now (in this connection's order, before any command issued after it). */
+  flush(): void {
+    if (this.timer !== null) {
+      clearTimeout(this.timer);
+      this.timer = null;
+    }
+    const batch = this.dirty;
+    if (batch.length === 0 || this.stopped) return;
+    this.dirty = [];
+    const n = batch.length;
+    const devices = new Array<Buffer>(n);
+    const lat = new Float64Array(n);
+    const lon = new Float64Array(n);
+    for (let i = 0; i < n; i++) {
+      const w = batch[i];
+      devices[i] = w.deviceBytes;
+      lat[i] = w.lat;
+      lon[i] = w.lon;
+      w.dirty = false;
+    }
+    const p: Promise<void> = this.send({ devices, lat, lon, n }).then(
+      () => {
+        this.inFlight.delete(p);
+        if (this.dirty.length > 0 && this.timer === null && !this.stopped) this.timer = setTimeout(this.onTimer, this.flushMs);
+      },
+      (err: unknown) => {
+        this.inFlight.delete(p);
+        const now = Date.now();
+        if (now - this.lastErrorLog > 5000) {
+          this.lastErrorLog = now;
+          this.log?.error({ err, positions: n }, `${COMPONENT}: location flush failed; positions are retried`);
+        }
+        if (this.stopped) return;
+        for (const w of batch) {
+          if (!w.dirty) {
+            w.dirty = true;
+            this.dirty.push(w);
+          }
+        }
+        if (this.timer === null) this.timer = setTimeout(this.onTimer, Math.max(this.flushMs, 250));
+        throw err;
+      },
+    );
+    p.catch(() => {}); // drain() reports it; the batch is already queued again
+    this.inFlight.add(p);
+  }
+
+  /** Flushes and waits for every flush in flight; rejects when one failed. */
+  async drain(): Promise<void> {
+    this.flush();
+    await Promise.all([...this.inFlight]);
+  }
+
+  stop(): void {
+    this.stopped = true;
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
+    this.dirty = [];
+  }
+}
+
+// ---- inbox ----
+
+class RedisInbox implements Inbox {
+  resumeToken = '';
+  missed = 0;
+  private cursor = '';
+  private closed = false;
+  private rung = false;
+  private waiter: (() => void) | null = null;
+
+  constructor(
+    private readonly hub: RedisHub,
+    readonly device: string,
+  ) {}
+
+  /** @internal */
+  begin(start: string, missed: number): void {
+    this.resumeToken = start;
+    this.cursor = start;
+    this.missed = missed;
+  }
+
+  /** @internal the device's stream has something new (or may have). */
+  ring(): void {
+    this.rung = true;
+    this.waiter?.();
+  }
+
+  async pull(max: number): Promise<Delivery[]> {
+    for (;;) {
+      if (this.closed || this.hub.isClosed) return [];
+      this.rung = false;
+      const out = await this.hub.range(this.device, this.cursor, Math.max(1, max));
+      if (this.closed || this.hub.isClosed) return [];
+      if (out.length > 0) {
+        this.cursor = out[out.length - 1].deliveryId;
+        return out;
+      }
+      if (this.rung) continue;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, this.hub.pollMs);
+        this.waiter = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.waiter = null;
+    }
+  }
+
+  async ack(deliveryId: string): Promise<void> {
+    if (this.hub.isClosed) throw new AmbitError('UNAVAILABLE', `${COMPONENT}: closed`);
+    if (parseDeliveryId(deliveryId) === null) throw new Error(`${COMPONENT}: malformed delivery id ${JSON.stringify(deliveryId)}`);
+    // An ack at or before the resume point changes nothing (the ack point only moves forward).
+    if (this.resumeToken !== '' && compareDeliveryIds(deliveryId, this.resumeToken) <= 0) return;
+    await this.hub.ackDelivery(this.device, deliveryId);
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.hub.unwatch(this);
+    this.waiter?.();
+  }
+}
+
+// ---- helpers ----
+
+/** Only the Event fields, so nothing else a caller attached travels through Redis. */
+function plainEvent(e: Event): Event {
+  const out: Event = { id: e.id, lat: e.lat, lon: e.lon, attributes: e.attributes };
+  if (e.radiusM !== undefined) out.radiusM = e.radiusM;
+  return out;
+}
+
+/** A MULTI's EXEC answer: null when aborted; each command's error rethrown. */
+function checkResults(results: [Error | null, unknown][] | null): void {
+  if (results === null) throw new Error(`${COMPONENT}: transaction aborted`);
+  for (const [err] of results) if (err !== null) throw err;
+}

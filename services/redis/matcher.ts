@@ -1,0 +1,498 @@
+/**
+ * The matcher role of the Redis deployment: one process owns the engine, rebuilt from Redis at
+ * start, and consumes the command stream `{p}in` in order: subscription changes and location
+ * batches change the engine, publishes are matched and their notifications stored in each
+ * recipient's stream, then the gateway that published gets the reached counts.
+ *
+ * Guarantees: a batch's notifications are stored before the offset that covers it is written, so a
+ * crash replays at least what was not finished; the deliver script's per-device marker (last
+ * in-entry id and event index) turns that replay into at most one copy per device. Matching a
+ * replayed publish sees the state rebuilt at restart, not the state of its first run (see
+ * `rebuild`).
+ */
+import { randomBytes } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import type { Logger } from 'pino';
+import { AmbitError, type ErrorCode } from '../../src/model/errors.js';
+import type { DeviceHandle, Matcher } from '../../src/engines/matcher.js';
+import type { Event } from '../../src/model/types.js';
+import { DEFAULT_RETENTION, type Retention } from '../embedded.js';
+import { type EngineChoice, openEngine } from '../engine.js';
+import type { DeviceSubscription } from '../hub.js';
+import { MatchCore, type Recipient } from '../matching.js';
+import { compareStreamIds, decodeLocations, decodePosition, splitStoredSubscription, streamIdMs } from './codec.js';
+import { DEFAULT_REDIS, type RedisSource, closeConnection, connectAll, intOption, openConnection, prefixOption, sleep } from './connection.js';
+import type { MatcherStatsRecord, PublishReply } from './hub.js';
+import { DEFAULT_PREFIX, Keys } from './keys.js';
+import { defineScripts, queueScript } from './scripts.js';
+
+const COMPONENT = 'redis matcher';
+
+export interface RedisMatcherOptions {
+  /** URL or ioredis options; default redis://127.0.0.1:6379. */
+  redis?: RedisSource;
+  prefix?: string;
+  /** An engine to own (closed by stop()), or which one to open; default 'auto'. */
+  engine?: Matcher | EngineChoice;
+  /** Why this engine, for stats (set from openEngine when `engine` is a choice). */
+  engineDetail?: string;
+  log?: Logger;
+  /** Per-device notification retention, applied when storing (and read by gateways from `{p}config`). */
+  retention?: Partial<Retention>;
+  /** Entries per XREAD; default 256. */
+  readCount?: number;
+  /** XREAD BLOCK timeout (ms); default 1000. */
+  blockMs?: number;
+  /** Stats/liveness key refresh (ms); the key lives 3× this. Default 1000. */
+  statsMs?: number;
+  /** @internal test and benchmark hooks */
+  hooks?: MatcherHooks;
+}
+
+/** @internal */
+export interface MatcherHooks {
+  /** After a batch's notifications are stored, before its offset is written. */
+  afterDeliver?(): void | Promise<void>;
+  /** After each batch: entries, location updates applied and how long applying took. */
+  onBatch?(b: { entries: number; locations: number; ms: number }): void;
+}
+
+interface PubEntry {
+  id: string;
+  ms: number;
+  corr: string;
+  gw: string;
+  events: Event[] | null;
+  error: PublishReply['error'];
+}
+
+export class RedisMatcher {
+  readonly matcherId = randomBytes(6).toString('hex');
+  readonly keys: Keys;
+  readonly core: MatchCore;
+  readonly engineDetail: string;
+  private readonly log: Logger | undefined;
+  private readonly cmd: Redis;
+  private readonly blocking: Redis;
+  private readonly retention: Retention;
+  private readonly readCount: number;
+  private readonly blockMs: number;
+  private readonly statsMs: number;
+  private readonly hooks: MatcherHooks;
+  private blockingId = -1;
+  /** Where the next XREAD starts. */
+  private lastId = '0-0';
+  /** The offset stored in Redis. */
+  private committed = '0-0';
+  private stopping = false;
+  private crashed = false;
+  private loopDone: Promise<void> = Promise.resolve();
+  private statsTimer: NodeJS.Timeout | null = null;
+  private ended: Promise<void> | null = null;
+  private applied = 0;
+  /** Engine handles of the devices with a position (see `move`). */
+  private readonly handles = new Map<string, DeviceHandle>();
+  private eventsMatched = 0;
+  private invalid = 0;
+
+  /** Opens the engine (when given a choice), connects, rebuilds from Redis and starts consuming. */
+  static async start(options: RedisMatcherOptions = {}): Promise<RedisMatcher> {
+    let engine: Matcher;
+    let detail = options.engineDetail ?? '';
+    if (typeof options.engine === 'object' && options.engine !== null) engine = options.engine;
+    else {
+      const opened = await openEngine(options.engine ?? 'auto');
+      engine = opened.engine;
+      detail = options.engineDetail ?? opened.detail;
+    }
+    const m = new RedisMatcher(options, engine, detail);
+    try {
+      await m.open();
+    } catch (err) {
+      await m.crash();
+      throw err;
+    }
+    return m;
+  }
+
+  private constructor(options: RedisMatcherOptions, engine: Matcher, detail: string) {
+    const source = options.redis ?? DEFAULT_REDIS;
+    this.keys = new Keys(prefixOption(COMPONENT, options.prefix, DEFAULT_PREFIX));
+    this.log = options.log;
+    const r = { ...DEFAULT_RETENTION, ...options.retention };
+    this.retention = {
+      maxPerDevice: intOption(COMPONENT, 'retention.maxPerDevice', r.maxPerDevice, DEFAULT_RETENTION.maxPerDevice, 1, 1e8),
+      maxAgeMs: intOption(COMPONENT, 'retention.maxAgeMs', r.maxAgeMs, DEFAULT_RETENTION.maxAgeMs, 1, 10 * 365 * 24 * 3600 * 1000),
+    };
+    this.readCount = intOption(COMPONENT, 'readCount', options.readCount, 256, 1, 100_000);
+    this.blockMs = intOption(COMPONENT, 'blockMs', options.blockMs, 1000, 1, 60_000);
+    this.statsMs = intOption(COMPONENT, 'statsMs', options.statsMs, 1000, 10, 60_000);
+    this.hooks = options.hooks ?? {};
+    this.core = new MatchCore(engine);
+    this.engineDetail = detail;
+    this.cmd = openConnection(source, `matcher-${this.matcherId}`, COMPONENT, this.log);
+    // Blocking reads wait as long as it takes for Redis to come back.
+    this.blocking = openConnection(source, `matcher-${this.matcherId}-read`, COMPONENT, this.log, { maxRetriesPerRequest: null });
+  }
+
+  /** Last `{p}in` entry whose effects are stored. */
+  get offset(): string {
+    return this.committed;
+  }
+
+  /** Location updates applied from the stream since start (the snapshot not included). */
+  get locationsApplied(): number {
+    return this.applied;
+  }
+
+  private async open(): Promise<void> {
+    await connectAll(COMPONENT, [this.cmd, this.blocking]);
+    defineScripts(this.cmd);
+    this.blockingId = Number(await this.blocking.client('ID'));
+    await this.cmd.hset(this.keys.config, 'maxPerDevice', this.retention.maxPerDevice, 'maxAgeMs', this.retention.maxAgeMs);
+    await this.rebuild();
+    await this.writeStats();
+    this.statsTimer = setInterval(() => {
+      this.writeStats().catch((err: unknown) => this.log?.warn({ err }, `${COMPONENT}: stats not written`));
+    }, this.statsMs);
+    this.statsTimer.unref();
+    this.loopDone = this.loop();
+  }
+
+  /**
+   * The engine from Redis: every stored subscription and position, then the stream after the
+   * stored offset is replayed (idempotent: upserts, moves, unsubscribing a missing one is a no-op).
+   * A subscription written by a command still in the replay is left to that command, so publishes
+   * replayed before it do not see it. What the replay cannot restore: a subscription removed or
+   * replaced after a replayed publish is seen by it as it is now, and positions are the latest.
+   */
+  private async rebuild(): Promise<void> {
+    const t0 = performance.now();
+    const k = this.keys;
+    const offset = await this.cmd.get(k.matcherOffset);
+    const from = offset ?? '0-0';
+    const trimmedTo = await this.maxDeletedId();
+    if (compareStreamIds(trimmedTo, from) > 0) {
+      this.log?.warn(
+        { offset: from, trimmedTo },
+        `${COMPONENT}: ${k.in} was trimmed past the stored offset: commands up to ${trimmedTo} were never matched (their publishes are lost; subscriptions and positions come from the snapshot)`,
+      );
+    }
+    let subs = 0;
+    let deferred = 0;
+    let cursor = '0';
+    do {
+      const [next, devices] = await this.cmd.sscan(k.subDevices, cursor, 'COUNT', 500);
+      cursor = next;
+      if (devices.length === 0) continue;
+      const p = this.cmd.pipeline();
+      for (const d of devices) p.hgetall(k.subs(d));
+      const results = (await p.exec()) ?? [];
+      for (let i = 0; i < devices.length; i++) {
+        const [err, stored] = results[i];
+        if (err !== null) throw err;
+        for (const value of Object.values(stored as Record<string, string>)) {
+          const { version, json } = splitStoredSubscription(value);
+          if (compareStreamIds(version, from) > 0 && compareStreamIds(version, trimmedTo) > 0) {
+            deferred++; // its own command is in the replay
+            continue;
+          }
+          try {
+            this.core.put(devices[i], JSON.parse(json) as DeviceSubscription, 'upsert');
+            subs++;
+          } catch (err) {
+            this.log?.warn({ err, device: devices[i] }, `${COMPONENT}: stored subscription refused by the engine, skipped`);
+          }
+        }
+      }
+    } while (cursor !== '0');
+    let positions = 0;
+    cursor = '0';
+    do {
+      const [next, flat] = await this.cmd.hscanBuffer(k.pos, cursor, 'COUNT', 10_000);
+      cursor = next.toString();
+      for (let i = 0; i + 1 < flat.length; i += 2) {
+        const p = decodePosition(flat[i + 1]);
+        if (p === null) continue;
+        this.move(flat[i].toString('utf8'), p.lat, p.lon);
+        positions++;
+      }
+    } while (cursor !== '0');
+    this.lastId = this.committed = from;
+    this.log?.info(
+      { subscriptions: subs, deferred, positions, offset: from, ms: Math.round(performance.now() - t0) },
+      `${COMPONENT}: rebuilt ${subs} subscriptions and ${positions} positions; replaying ${k.in} after ${from}`,
+    );
+  }
+
+  /** Highest id trimmed from `{p}in` ('0-0' when none, or no stream yet). */
+  private async maxDeletedId(): Promise<string> {
+    let info: unknown;
+    try {
+      info = await this.cmd.call('XINFO', 'STREAM', this.keys.in);
+    } catch {
+      return '0-0'; // no stream yet
+    }
+    const flat = info as unknown[];
+    for (let i = 0; i + 1 < flat.length; i += 2) if (flat[i] === 'max-deleted-entry-id') return String(flat[i + 1]);
+    return '0-0';
+  }
+
+  private async loop(): Promise<void> {
+    const k = this.keys;
+    while (!this.stopping) {
+      let reply: [Buffer, [Buffer, Buffer[]][]][] | null;
+      try {
+        reply = (await this.blocking.xreadBuffer('COUNT', this.readCount, 'BLOCK', this.blockMs, 'STREAMS', k.in, this.lastId)) as typeof reply;
+      } catch (err) {
+        if (this.stopping) break;
+        this.log?.warn({ err }, `${COMPONENT}: read failed; retrying`);
+        await sleep(500);
+        continue;
+      }
+      if (reply === null || reply.length === 0 || this.crashed) continue;
+      try {
+        await this.process(reply[0][1]);
+      } catch (err) {
+        if (this.crashed) break;
+        this.log?.error({ err }, `${COMPONENT}: batch failed; replaying it from ${this.committed}`);
+        this.lastId = this.committed;
+        await sleep(1000);
+      }
+    }
+  }
+
+  /** Applies one read batch in stream order; consecutive publishes are matched as one engine batch. */
+  private async process(entries: [Buffer, Buffer[]][]): Promise<void> {
+    const t0 = performance.now();
+    const applied0 = this.applied;
+    const flights: Promise<void>[] = [];
+    let pubs: PubEntry[] = [];
+    for (const [idBuf, fields] of entries) {
+      const id = idBuf.toString('latin1');
+      const type = field(fields, 't')?.toString('latin1');
+      if (type === 'pub') {
+        pubs.push(parsePub(id, fields));
+        continue;
+      }
+      if (pubs.length > 0) {
+        flights.push((await this.matchPubs(pubs)).done);
+        pubs = [];
+      }
+      try {
+        if (type === 'loc') this.applied += decodeLocations(field(fields, 'data')!, this.move);
+        else if (type === 'sub') {
+          const sub = JSON.parse(field(fields, 'sub')!.toString('utf8')) as DeviceSubscription;
+          this.core.put(field(fields, 'dev')!.toString('utf8'), sub, 'upsert');
+        } else if (type === 'unsub') this.core.remove(field(fields, 'dev')!.toString('utf8'), field(fields, 'id')!.toString('utf8'));
+        else throw new Error(`unknown command type ${JSON.stringify(type)}`);
+      } catch (err) {
+        this.log?.warn({ err, entry: id }, `${COMPONENT}: command ${id} skipped`);
+      }
+    }
+    if (pubs.length > 0) flights.push((await this.matchPubs(pubs)).done);
+    const applyMs = performance.now() - t0;
+    await Promise.all(flights);
+    if (this.crashed) throw new Error(`${COMPONENT}: crashed`);
+    await this.hooks.afterDeliver?.();
+    if (this.crashed) throw new Error(`${COMPONENT}: crashed`);
+    const last = entries[entries.length - 1][0].toString('latin1');
+    await this.cmd.set(this.keys.matcherOffset, last);
+    this.lastId = this.committed = last;
+    this.hooks.onBatch?.({ entries: entries.length, locations: this.applied - applied0, ms: applyMs });
+  }
+
+  /**
+   * The hot path of a loc batch: positions were range-checked by the gateway; a bad one is skipped.
+   * Moves go straight to the engine's device handle, not through MatchCore.move (which also keeps
+   * a copy of each position): at a million updates a second, the extra object per update is a
+   * cache miss that costs a third of the throughput. Positions are read from `{p}pos` instead.
+   */
+  private readonly move = (device: string, lat: number, lon: number): void => {
+    if (!(lat >= -90 && lat <= 90 && lon >= -180 && lon <= 180)) {
+      this.invalid++;
+      return;
+    }
+    let h = this.handles.get(device);
+    if (h === undefined) {
+      try {
+        h = this.core.engine.openDevice(device);
+      } catch {
+        this.invalid++; // a device id the engine refuses
+        return;
+      }
+      this.handles.set(device, h);
+    }
+    h.update(lat, lon);
+  };
+
+  /**
+   * Matches publishes (the engine is awaited, so later commands see the state it matched) and
+   * queues their notifications; the returned `done` settles once they are stored and the
+   * publishers answered. One bad event fails only its own publish.
+   */
+  private async matchPubs(pubs: PubEntry[]): Promise<{ done: Promise<void> }> {
+    const all: Event[] = [];
+    for (const p of pubs) if (p.events !== null) all.push(...p.events);
+    const results = new Map<PubEntry, Recipient[][]>();
+    try {
+      const flat = await this.core.match(all);
+      let i = 0;
+      for (const p of pubs) {
+        if (p.events === null) continue;
+        results.set(p, flat.slice(i, i + p.events.length));
+        i += p.events.length;
+      }
+    } catch {
+      for (const p of pubs) {
+        if (p.events === null) continue;
+        try {
+          results.set(p, await this.core.match(p.events));
+        } catch (err) {
+          p.error = errorReply(err);
+          this.log?.warn({ err, entry: p.id }, `${COMPONENT}: publish ${p.id} refused by the engine`);
+        }
+      }
+    }
+    const k = this.keys;
+    const { maxPerDevice, maxAgeMs } = this.retention;
+    const deliveries = this.cmd.pipeline();
+    let queued = 0;
+    const replies: [channel: string, reply: string][] = [];
+    let events = 0;
+    for (const p of pubs) {
+      const matched = results.get(p);
+      if (matched === undefined || p.events === null) {
+        replies.push([k.reply(p.gw), JSON.stringify({ c: p.corr, error: p.error } satisfies PublishReply)]);
+        continue;
+      }
+      const reached: number[] = [];
+      for (let e = 0; e < p.events.length; e++) {
+        const recipients = matched[e];
+        let n = 0;
+        if (recipients.length > 0) {
+          const json = JSON.stringify(p.events[e]);
+          for (const r of recipients) {
+            n += r.subscriptionIds.length;
+            queueScript(deliveries, 'ambitDeliver', k.notes(r.device), k.nseq, k.nlast, k.stats, r.device, p.id, e, p.ms, json, JSON.stringify(r.subscriptionIds), maxPerDevice, maxAgeMs, k.wake(r.device));
+            queued++;
+          }
+        }
+        reached.push(n);
+      }
+      events += p.events.length;
+      replies.push([k.reply(p.gw), JSON.stringify({ c: p.corr, r: reached } satisfies PublishReply)]);
+    }
+    this.eventsMatched += events;
+    const done = (async () => {
+      if (queued > 0) checkResults(await deliveries.exec());
+      const answer = this.cmd.pipeline();
+      // Counted before the replies, so a publisher's stats() after its publish includes it.
+      if (events > 0) answer.hincrby(k.stats, 'events', events);
+      for (const [channel, reply] of replies) answer.publish(channel, reply);
+      checkResults(await answer.exec());
+    })();
+    done.catch(() => {}); // awaited by process(); this keeps an early failure from being reported as unhandled
+    return { done };
+  }
+
+  private async writeStats(): Promise<void> {
+    const s = this.core.stats();
+    const record: MatcherStatsRecord = {
+      matcherId: this.matcherId,
+      engine: s.engine,
+      engineDetail: this.engineDetail,
+      subscriptions: this.core.subscriptions,
+      filters: s.filters,
+      devices: this.handles.size,
+      memoryBytes: s.memoryBytes,
+      offset: this.committed,
+      locationsApplied: this.applied,
+      extra: { ...(s.extra ?? {}), eventsMatched: this.eventsMatched, locationsApplied: this.applied, invalidUpdates: this.invalid },
+    };
+    await this.cmd.set(this.keys.matcherStats, JSON.stringify(record), 'PX', this.statsMs * 3);
+  }
+
+  /** Devices with a position in the engine. */
+  get devices(): number {
+    return this.handles.size;
+  }
+
+  private async closeEngine(): Promise<void> {
+    for (const h of this.handles.values()) h.release();
+    this.handles.clear();
+    await this.core.close();
+  }
+
+  /** Finishes the current batch (its offset written), then closes the engine and connections. */
+  stop(): Promise<void> {
+    return (this.ended ??= this.shutdown());
+  }
+
+  private async shutdown(): Promise<void> {
+    this.stopping = true;
+    if (this.statsTimer !== null) clearInterval(this.statsTimer);
+    // Wake the blocked XREAD; repeated because it may reach Redis before the XREAD it should end.
+    let exited = false;
+    void this.loopDone.then(() => (exited = true));
+    while (!exited) {
+      await this.cmd.client('UNBLOCK', this.blockingId).catch(() => {});
+      await Promise.race([this.loopDone, sleep(50)]);
+    }
+    await this.cmd.del(this.keys.matcherStats).catch(() => {});
+    await this.closeEngine();
+    await Promise.all([closeConnection(this.cmd), closeConnection(this.blocking)]);
+    this.log?.info({ offset: this.committed }, `${COMPONENT}: stopped at ${this.committed}`);
+  }
+
+  /**
+   * Test hook: the process dies mid-batch. Connections drop at once, nothing more is stored and
+   * the offset stays where it was; the returned promise settles when the loop has ended.
+   * @internal
+   */
+  crash(): Promise<void> {
+    if (this.ended !== null) return this.ended;
+    this.crashed = true;
+    this.stopping = true;
+    if (this.statsTimer !== null) clearInterval(this.statsTimer);
+    this.cmd.disconnect();
+    this.blocking.disconnect();
+    return (this.ended = this.loopDone.then(() => this.closeEngine()));
+  }
+}
+
+// ---- helpers ----
+
+function field(fields: Buffer[], name: string): Buffer | undefined {
+  for (let i = 0; i + 1 < fields.length; i += 2) if (fields[i].length === name.length && fields[i].toString('latin1') === name) return fields[i + 1];
+  return undefined;
+}
+
+function parsePub(id: string, fields: Buffer[]): PubEntry {
+  const p: PubEntry = {
+    id,
+    ms: streamIdMs(id),
+    corr: field(fields, 'corr')?.toString('utf8') ?? '',
+    gw: field(fields, 'gw')?.toString('utf8') ?? '',
+    events: null,
+    error: undefined,
+  };
+  try {
+    const events = JSON.parse(field(fields, 'events')?.toString('utf8') ?? 'null') as unknown;
+    if (!Array.isArray(events)) throw new Error('events must be an array');
+    p.events = events as Event[];
+  } catch (err) {
+    p.error = { code: 'INVALID_ARGUMENT', message: `${COMPONENT}: malformed publish entry ${id}: ${err instanceof Error ? err.message : String(err)}` };
+  }
+  return p;
+}
+
+function errorReply(err: unknown): { code: ErrorCode; message: string } {
+  if (err instanceof AmbitError) return { code: err.code, message: err.message };
+  return { code: 'UNAVAILABLE', message: `${COMPONENT}: ${err instanceof Error ? err.message : String(err)}` };
+}
+
+function checkResults(results: [Error | null, unknown][] | null): void {
+  if (results === null) throw new Error(`${COMPONENT}: pipeline aborted`);
+  for (const [err] of results) if (err !== null) throw err;
+}

@@ -1,0 +1,26 @@
+/**
+ * The process roles server.ts starts when REDIS_URL is set: the matcher (engine fed from Redis)
+ * and the gateway's hub. Thin: options come from the validated ServerConfig.
+ */
+import type { Logger } from 'pino';
+import type { ServerConfig } from '../config.js';
+import type { Hub } from '../hub.js';
+import { RedisHub } from './hub.js';
+import { RedisMatcher } from './matcher.js';
+
+function redisUrl(config: ServerConfig): string {
+  if (config.redisUrl === null) throw new Error('redis roles: REDIS_URL is not set');
+  return config.redisUrl;
+}
+
+export async function startMatcherRole(config: ServerConfig, log: Logger): Promise<{ engineDetail: string; stop(): Promise<void> }> {
+  const m = await RedisMatcher.start({ redis: redisUrl(config), prefix: config.redisPrefix, engine: config.engine, retention: config.retention, log });
+  log.info({ engine: m.core.engine.name, detail: m.engineDetail, mode: 'redis', offset: m.offset }, `engine ${m.core.engine.name}: ${m.engineDetail}`);
+  return { engineDetail: m.engineDetail, stop: () => m.stop() };
+}
+
+export async function connectGatewayHub(config: ServerConfig, log: Logger): Promise<Hub> {
+  const hub = await RedisHub.connect({ redis: redisUrl(config), prefix: config.redisPrefix, log, maxSubscriptionsPerDevice: config.maxSubscriptionsPerDevice });
+  log.info({ gatewayId: hub.gatewayId }, `redis hub connected as gateway ${hub.gatewayId}`);
+  return hub;
+}

@@ -1,0 +1,360 @@
+/**
+ * The contract every `Hub` runs (services/hub.ts), through its interface only: subscription
+ * lifecycle and its errors, matching with exact recipients and reached counts, per-device order
+ * and ids, acknowledgements and resume points, retention with an exact `missed`, and pulls that
+ * wait and end. Like the engines' contract.ts, one suite, several implementations:
+ *
+ *   runHubContract('embedded', async (setup) => ({ hub: new EmbeddedHub(...), dispose: ... }));
+ *
+ * "Nothing else arrived" is asserted without timing: each device holds a `ping` subscription that
+ * only its own ping event matches; a drain publishes that ping and pulls until it arrives, so what
+ * came before it is exactly what the device was sent.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { AmbitError, type ErrorCode } from '../../src/model/errors.js';
+import type { Event, Filter, Value } from '../../src/model/types.js';
+import type { Retention } from '../../services/embedded.js';
+import { type Delivery, type DeviceSubscription, type Hub, type Inbox, compareDeliveryIds, parseDeliveryId } from '../../services/hub.js';
+
+export interface HubSetup {
+  retention?: Partial<Retention>;
+  maxSubscriptionsPerDevice?: number;
+}
+
+export interface HubFixture {
+  hub: Hub;
+  /** Ends whatever the fixture started (the hub too, if still open). */
+  dispose(): Promise<void>;
+}
+
+export type MakeHub = (setup: HubSetup) => Promise<HubFixture>;
+
+// ---- places (Milan) and builders ----
+
+/** Degrees of latitude per metre (spherical Earth, R = 6371 km). */
+const DEG_PER_M = 180 / (Math.PI * 6_371_000);
+export const P = { lat: 45.4642, lon: 9.19 };
+/** About 11 km north of P. */
+export const Q = { lat: 45.5642, lon: 9.19 };
+export const north = (p: { lat: number; lon: number }, m: number) => ({ lat: p.lat + m * DEG_PER_M, lon: p.lon });
+
+let seq = 0;
+export function event(attributes: Record<string, Value>, at: { lat: number; lon: number } = P, id = `ev${++seq}`): Event {
+  return { id, lat: at.lat, lon: at.lon, attributes };
+}
+
+export const eq = (name: string, value: Value) => ({ name, op: 'eq' as const, value });
+export const anchored = (radiusM: number, ...constraints: Filter['constraints']): Filter => ({ constraints, area: { radiusM } });
+export const fixed = (radiusM: number, center: { lat: number; lon: number }, ...constraints: Filter['constraints']): Filter => ({ constraints, area: { radiusM, center } });
+export const anywhere = (...constraints: Filter['constraints']): Filter => ({ constraints });
+export const sub = (id: string, ...filters: Filter[]): DeviceSubscription => ({ id, filters });
+
+// ---- helpers ----
+
+export async function rejectsWith(p: Promise<unknown>, code: ErrorCode, what: string): Promise<void> {
+  await assert.rejects(p, (err: unknown) => {
+    assert.ok(err instanceof AmbitError, `${what}: expected an AmbitError, got ${String(err)}`);
+    assert.equal(err.code, code, `${what}: ${err.message}`);
+    return true;
+  });
+}
+
+/** Gives `device` its ping subscription (see the file comment). */
+export async function addPing(hub: Hub, device: string): Promise<void> {
+  await hub.addSubscription(device, sub('ping', anywhere(eq('ping', device))));
+}
+
+/** Pulls until `n` notifications arrived (each pull may return fewer). */
+export async function pullN(inbox: Inbox, n: number): Promise<Delivery[]> {
+  const out: Delivery[] = [];
+  while (out.length < n) {
+    const got = await inbox.pull(n - out.length);
+    assert.ok(got.length > 0, `pull ended after ${out.length} of ${n} notifications`);
+    out.push(...got);
+  }
+  return out;
+}
+
+/** Everything the device was sent up to now: publishes its ping and pulls until it arrives. */
+export async function drain(hub: Hub, inbox: Inbox, device: string): Promise<Delivery[]> {
+  const ping = event({ ping: device }, P, `ping-${device}-${++seq}`);
+  const [r] = await hub.publish([ping]);
+  assert.equal(r.reached, 1, `the ping of ${device} reaches its ping subscription only`);
+  const out: Delivery[] = [];
+  for (;;) {
+    const got = await inbox.pull(100);
+    assert.ok(got.length > 0, `inbox of ${device} ended before its ping`);
+    for (const d of got) {
+      if (d.event.id === ping.id) return out;
+      out.push(d);
+    }
+  }
+}
+
+/** [event id, subscription ids] of each delivery: the shape the assertions compare. */
+const shape = (ds: readonly Delivery[]) => ds.map((d) => [d.event.id, d.subscriptionIds] as [string, string[]]);
+
+function assertIncreasing(ds: readonly Delivery[]): void {
+  for (let i = 0; i < ds.length; i++) {
+    assert.ok(parseDeliveryId(ds[i].deliveryId) !== null, `delivery id ${ds[i].deliveryId} is "<ms>-<seq>"`);
+    if (i > 0) assert.ok(compareDeliveryIds(ds[i - 1].deliveryId, ds[i].deliveryId) < 0, `ids increase: ${ds[i - 1].deliveryId} < ${ds[i].deliveryId}`);
+  }
+}
+
+/** 'pending' when the promise has not settled within `ms`. */
+async function settledWithin<T>(p: Promise<T>, ms: number): Promise<T | 'pending'> {
+  let timer: NodeJS.Timeout | undefined;
+  const t = new Promise<'pending'>((resolve) => (timer = setTimeout(() => resolve('pending'), ms)));
+  try {
+    return await Promise.race([p, t]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+// ---- the suite ----
+
+export function runHubContract(name: string, makeHub: MakeHub, options: { timeoutMs?: number } = {}): void {
+  const timeout = options.timeoutMs ?? 15_000;
+  const withHub = async (setup: HubSetup, body: (hub: Hub) => Promise<void>) => {
+    const f = await makeHub(setup);
+    try {
+      await body(f.hub);
+    } finally {
+      await f.dispose();
+    }
+  };
+
+  describe(`hub contract: ${name}`, { timeout }, () => {
+    it('adds, replaces, lists and removes subscriptions; ALREADY_EXISTS and NOT_FOUND', () =>
+      withHub({}, async (hub) => {
+        const a = sub('a', anywhere(eq('kind', 'food')));
+        const b = sub('b', anchored(100, eq('kind', 'fuel')));
+        await hub.addSubscription('dev1', a);
+        await hub.addSubscription('dev1', b);
+        await rejectsWith(hub.addSubscription('dev1', sub('a', anywhere())), 'ALREADY_EXISTS', 'add of a taken id');
+        await rejectsWith(hub.replaceSubscription('dev1', sub('c', anywhere())), 'NOT_FOUND', 'replace of a missing id');
+        await rejectsWith(hub.removeSubscription('dev1', 'c'), 'NOT_FOUND', 'remove of a missing id');
+        const a2 = sub('a', fixed(250, P, eq('kind', 'food'), eq('open', true)));
+        await hub.replaceSubscription('dev1', a2);
+        const byId = (s: DeviceSubscription[]) => [...s].sort((x, y) => (x.id < y.id ? -1 : 1));
+        assert.deepEqual(byId(await hub.listSubscriptions('dev1')), [a2, b]);
+        // Ids are per device: another device may use the same ones.
+        await hub.addSubscription('dev2', a);
+        await hub.removeSubscription('dev1', 'b');
+        await rejectsWith(hub.removeSubscription('dev1', 'b'), 'NOT_FOUND', 'second remove');
+        assert.deepEqual(await hub.listSubscriptions('dev1'), [a2]);
+        assert.deepEqual(await hub.listSubscriptions('dev2'), [a]);
+        assert.deepEqual(await hub.listSubscriptions('nobody'), []);
+        assert.deepEqual(await hub.deviceInfo('dev1'), { subscriptions: [a2], location: null });
+      }));
+
+    it('refuses a subscription beyond the per-device cap with RESOURCE_EXHAUSTED', () =>
+      withHub({ maxSubscriptionsPerDevice: 3 }, async (hub) => {
+        for (const id of ['s1', 's2', 's3']) await hub.addSubscription('dev', sub(id, anywhere()));
+        await rejectsWith(hub.addSubscription('dev', sub('s4', anywhere())), 'RESOURCE_EXHAUSTED', 'fourth subscription');
+        await hub.replaceSubscription('dev', sub('s3', anywhere(eq('x', 1)))); // replacing is not adding
+        await hub.addSubscription('other', sub('s4', anywhere())); // the cap is per device
+        await hub.removeSubscription('dev', 's1');
+        await hub.addSubscription('dev', sub('s4', anywhere()));
+        assert.deepEqual((await hub.listSubscriptions('dev')).map((s) => s.id).sort(), ['s2', 's3', 's4']);
+      }));
+
+    it('matches anchored areas that follow the device, fixed areas and content, with exact recipients', () =>
+      withHub({}, async (hub) => {
+        for (const d of ['anna', 'bob', 'carl']) await addPing(hub, d);
+        await hub.addSubscription('anna', sub('near', anchored(500, eq('kind', 'food'))));
+        await hub.addSubscription('anna', sub('cheap', anywhere({ name: 'price', op: 'le', value: 5 }), anchored(200, eq('kind', 'fuel'))));
+        await hub.addSubscription('bob', sub('fixed', fixed(1000, P, { name: 'price', op: 'lt', value: 10 })));
+        await hub.addSubscription('bob', sub('prefix', anchored(2000, { name: 'name', op: 'prefix', value: 'pi' })));
+        await hub.addSubscription('carl', sub('any', anywhere(eq('kind', 'food'))));
+        await hub.updateLocations([
+          { device: 'anna', lat: P.lat, lon: P.lon },
+          { device: 'bob', lat: Q.lat, lon: Q.lon },
+        ]);
+        assert.deepEqual((await hub.deviceInfo('bob')).location, Q);
+
+        const e1 = event({ kind: 'food', price: 5 }, north(P, 50));
+        const e2 = event({ kind: 'food', price: 20, name: 'pizza' }, Q);
+        assert.deepEqual(await hub.publish([e1, e2]), [
+          { eventId: e1.id, reached: 4 },
+          { eventId: e2.id, reached: 2 },
+        ]);
+
+        // anna moves to Q on her stream: her anchored areas go with her.
+        const w = hub.locationWriter('anna');
+        w.update(north(P, 3000).lat, P.lon);
+        w.update(Q.lat, Q.lon);
+        const e3 = event({ kind: 'fuel', price: 7 }, north(Q, 100));
+        assert.deepEqual(await hub.publish([e3]), [{ eventId: e3.id, reached: 1 }]);
+        assert.deepEqual((await hub.deviceInfo('anna')).location, Q);
+        const e4 = event({ kind: 'food' }, P);
+        assert.deepEqual(await hub.publish([e4]), [{ eventId: e4.id, reached: 1 }]);
+        const e5 = event({ kind: 'toys' }, P);
+        assert.deepEqual(await hub.publish([e5]), [{ eventId: e5.id, reached: 0 }]);
+        await w.close();
+
+        const boxes = await Promise.all(['anna', 'bob', 'carl'].map((d) => hub.openInbox(d, null)));
+        const [anna, bob, carl] = await Promise.all(['anna', 'bob', 'carl'].map((d, i) => drain(hub, boxes[i], d)));
+        assert.deepEqual(shape(anna), [
+          [e1.id, ['cheap', 'near']],
+          [e3.id, ['cheap']],
+        ]);
+        assert.deepEqual(shape(bob), [
+          [e1.id, ['fixed']],
+          [e2.id, ['prefix']],
+        ]);
+        assert.deepEqual(shape(carl), [
+          [e1.id, ['any']],
+          [e2.id, ['any']],
+          [e4.id, ['any']],
+        ]);
+        assert.deepEqual(anna[0].event, e1, 'the event arrives as published');
+        for (const b of boxes) b.close();
+      }));
+
+    it('delivers in publish order per device, with increasing delivery ids', () =>
+      withHub({}, async (hub) => {
+        await hub.addSubscription('dora', sub('all', anywhere({ name: 'n', op: 'exists' })));
+        const events: Event[] = [];
+        for (let i = 0; i < 3; i++) {
+          const e = event({ n: i });
+          events.push(e);
+          await hub.publish([e]);
+        }
+        const batch = [4, 5, 6, 7].map((i) => event({ n: i }));
+        events.push(...batch);
+        await hub.publish(batch);
+        const inbox = await hub.openInbox('dora', null);
+        assert.equal(inbox.resumeToken, '');
+        assert.equal(inbox.missed, 0);
+        const got = await pullN(inbox, events.length);
+        assert.deepEqual(shape(got), events.map((e) => [e.id, ['all']]));
+        assertIncreasing(got);
+        for (let i = 1; i < got.length; i++) assert.ok(got[i].publishedAtMs >= got[i - 1].publishedAtMs);
+        assert.ok(Math.abs(got[0].publishedAtMs - Date.now()) < 60_000, 'publishedAtMs is a wall-clock time');
+        inbox.close();
+      }));
+
+    it('resumes after the last acknowledged delivery; the ack point only moves forward', () =>
+      withHub({}, async (hub) => {
+        await hub.addSubscription('eve', sub('all', anywhere()));
+        const events = [1, 2, 3, 4, 5].map((i) => event({ i }));
+        await hub.publish(events);
+        const first = await hub.openInbox('eve', null);
+        const got = await pullN(first, 5);
+        await first.ack(got[2].deliveryId);
+        await first.ack(got[0].deliveryId); // older: ignored
+        first.close();
+        const again = await hub.openInbox('eve', null);
+        assert.equal(again.resumeToken, got[2].deliveryId);
+        assert.equal(again.missed, 0);
+        const rest = await pullN(again, 2);
+        assert.deepEqual(rest.map((d) => d.deliveryId), [got[3].deliveryId, got[4].deliveryId]);
+        // Later notifications continue the same order.
+        const e6 = event({ i: 6 });
+        await hub.publish([e6]);
+        const [sixth] = await again.pull(10);
+        assert.equal(sixth.event.id, e6.id);
+        assert.ok(compareDeliveryIds(got[4].deliveryId, sixth.deliveryId) < 0);
+        again.close();
+      }));
+
+    it('resumes after an explicit token; an empty one starts at the oldest, an unknown one is reset', () =>
+      withHub({}, async (hub) => {
+        await hub.addSubscription('fay', sub('all', anywhere()));
+        await hub.publish([1, 2, 3, 4].map((i) => event({ i })));
+        const all = await pullN(await hub.openInbox('fay', null), 4);
+        const after1 = await hub.openInbox('fay', all[1].deliveryId);
+        assert.equal(after1.resumeToken, all[1].deliveryId);
+        assert.deepEqual((await pullN(after1, 2)).map((d) => d.deliveryId), [all[2].deliveryId, all[3].deliveryId]);
+        after1.close();
+        const fromStart = await hub.openInbox('fay', '');
+        assert.equal(fromStart.resumeToken, '');
+        assert.deepEqual((await pullN(fromStart, 4)).map((d) => d.deliveryId), all.map((d) => d.deliveryId));
+        fromStart.close();
+        // A token this device was never given (its ordinal is ahead of the log): start from the oldest.
+        const future = await hub.openInbox('fay', `${Date.now() + 1000}-999999`);
+        assert.equal(future.resumeToken, '');
+        assert.equal(future.missed, 0);
+        assert.equal((await future.pull(1))[0].deliveryId, all[0].deliveryId);
+        future.close();
+      }));
+
+    it('keeps the newest maxPerDevice notifications and counts exactly what a resume missed', () =>
+      withHub({ retention: { maxPerDevice: 3 } }, async (hub) => {
+        await hub.addSubscription('gus', sub('all', anywhere()));
+        await hub.publish([event({ i: 1 })]);
+        const box = await hub.openInbox('gus', null);
+        const [one] = await box.pull(10);
+        await box.ack(one.deliveryId);
+        box.close();
+        const later = [2, 3, 4, 5, 6].map((i) => event({ i }));
+        for (const e of later) await hub.publish([e]);
+        // Ordinals 2..6 were stored, 4..6 kept: after the ack at 1, ordinals 2 and 3 are missed.
+        const resumed = await hub.openInbox('gus', null);
+        assert.equal(resumed.resumeToken, one.deliveryId);
+        assert.equal(resumed.missed, 2);
+        assert.deepEqual((await pullN(resumed, 3)).map((d) => d.event.id), later.slice(2).map((e) => e.id));
+        resumed.close();
+        const fromOldest = await hub.openInbox('gus', '');
+        assert.equal(fromOldest.missed, 3);
+        fromOldest.close();
+        const s = await hub.stats();
+        assert.equal(s.notificationsDropped, 3);
+        assert.equal(s.notifications, 6);
+        assert.equal(s.eventsPublished, 6);
+      }));
+
+    it('a pull waits until a publish reaches the device', () =>
+      withHub({}, async (hub) => {
+        await hub.addSubscription('hal', sub('all', anywhere()));
+        const inbox = await hub.openInbox('hal', null);
+        const pending = inbox.pull(10);
+        assert.equal(await settledWithin(pending, 100), 'pending');
+        const e = event({ x: 1 });
+        await hub.publish([e]);
+        const got = await pending;
+        assert.deepEqual(shape(got), [[e.id, ['all']]]);
+        inbox.close();
+      }));
+
+    it('closing an inbox or the hub ends a pending pull with []', () =>
+      withHub({}, async (hub) => {
+        const a = await hub.openInbox('ivy', null);
+        const pa = a.pull(10);
+        assert.equal(await settledWithin(pa, 50), 'pending');
+        a.close();
+        assert.deepEqual(await pa, []);
+        const b = await hub.openInbox('ivy', null);
+        const pb = b.pull(10);
+        assert.equal(await settledWithin(pb, 50), 'pending');
+        await hub.close();
+        assert.deepEqual(await pb, []);
+        assert.deepEqual(await b.pull(10), []);
+      }));
+
+    it('reports its figures in stats()', () =>
+      withHub({}, async (hub) => {
+        await hub.addSubscription('jo', sub('s', anywhere(), anchored(10)));
+        await hub.updateLocations([{ device: 'jo', lat: P.lat, lon: P.lon }]);
+        await hub.publish([event({})]);
+        // Engine figures may lag (a Redis matcher refreshes them on a timer): wait for them.
+        let s = await hub.stats();
+        for (const until = Date.now() + 5000; s.subscriptions !== 1 || s.devices !== 1; ) {
+          assert.ok(Date.now() < until, `stats never showed the subscription and device: ${JSON.stringify(s)}`);
+          await new Promise((r) => setTimeout(r, 20));
+          s = await hub.stats();
+        }
+        assert.equal(s.mode, hub.mode);
+        assert.equal(s.subscriptions, 1);
+        assert.equal(s.filters, 2);
+        assert.equal(s.eventsPublished, 1);
+        assert.equal(s.notifications, 1);
+        assert.equal(s.locationUpdates, 1);
+        assert.equal(s.devices, 1);
+        assert.ok(s.engine.length > 0);
+      }));
+  });
+}
