@@ -169,6 +169,14 @@ describe('cluster: two gateways and a matcher on one Redis', { skip: redisServer
     assert.deepEqual(seqs, [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]);
     dev.stream.cancel();
   });
+
+  it('every process wrote only JSON log lines to stdout, none at error level', () => {
+    for (const p of [matcher, gwA, gwB]) {
+      assert.deepEqual(p.logs.filter((l) => 'nonJson' in l), [], 'stdout is the JSON log stream');
+      assert.deepEqual(p.logs.filter((l) => typeof l.level === 'number' && l.level >= 50), [], 'no error logs');
+      assert.ok(p.logs.every((l) => typeof l.component === 'string' || typeof l.signal === 'string' || l.msg === 'stopped'), 'every line names its component');
+    }
+  });
 });
 
 function meta(token: string): grpc.Metadata {
