@@ -29,7 +29,8 @@ export class Metrics {
   private http: Server | null = null;
   private refresh: () => Promise<void> = async () => {};
 
-  constructor(private readonly hub: Hub | null, role: string) {
+  /** `hub`: whatever reports the engine figures (a Hub, or the matcher in a matcher-only process). */
+  constructor(private readonly hub: Pick<Hub, 'stats'> | null, role: string) {
     const r = this.registry;
     r.setDefaultLabels({ role });
     client.collectDefaultMetrics({ register: r, prefix: 'ambit_' }); // ambit_process_*, ambit_nodejs_*

@@ -14,7 +14,7 @@ import { type ServerConfig, DEFAULT_CONFIG, checkConfig } from './config.js';
 import { EmbeddedHub } from './embedded.js';
 import { openEngine } from './engine.js';
 import { Gateway } from './gateway.js';
-import type { Hub } from './hub.js';
+import type { Hub, HubStats } from './hub.js';
 import { type Logger, silentLogger } from './log.js';
 import { MatchCore } from './matching.js';
 import { Metrics } from './metrics.js';
@@ -36,7 +36,7 @@ export interface RunningServer {
 }
 
 interface RedisRoles {
-  startMatcherRole(config: ServerConfig, log: Logger): Promise<{ engineDetail: string; stop(): Promise<void> }>;
+  startMatcherRole(config: ServerConfig, log: Logger): Promise<{ engineDetail: string; stats(): Promise<HubStats>; stop(): Promise<void> }>;
   connectGatewayHub(config: ServerConfig, log: Logger): Promise<Hub>;
 }
 
@@ -50,6 +50,8 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
   try {
     let hub: Hub | null = null;
     let engineDetail = '';
+    // What /metrics reads engine figures from: the hub, or in a matcher-only process the matcher.
+    let statsSource: { stats(): Promise<HubStats> } | null = null;
     if (config.redisUrl === null) {
       const { engine, detail } = await openEngine(config.engine);
       engineDetail = detail;
@@ -63,6 +65,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
       if (config.role !== 'gateway') {
         const m = await redis.startMatcherRole(config, log.child({ component: 'matcher' }));
         engineDetail = m.engineDetail;
+        statsSource = m;
         cleanups.push(() => m.stop());
       }
       if (config.role !== 'matcher') {
@@ -72,7 +75,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
       }
     }
 
-    const metrics = new Metrics(hub, config.role);
+    const metrics = new Metrics(hub ?? statsSource, config.role);
     cleanups.push(() => metrics.close());
     const metricsPort = config.metricsPort === null ? null : await metrics.listen(config.host, config.metricsPort);
 
@@ -115,6 +118,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
       });
       log.child({ component: 'server' }).info({ port, metricsPort, tls: config.tls !== null, role: config.role }, `listening on ${config.host}:${port}`);
     }
+    if (hub === null) log.child({ component: 'server' }).info({ port: null, metricsPort, role: config.role }, `matcher ready${metricsPort === null ? '' : `; metrics on ${config.host}:${metricsPort}`}`);
     let stopped: Promise<void> | null = null;
     return {
       config,

@@ -413,6 +413,11 @@ export class RedisMatcher {
     await this.cmd.set(this.keys.matcherStats, JSON.stringify(record), 'PX', this.statsMs * 3);
   }
 
+  /** Events matched since start. */
+  get eventsMatchedCount(): number {
+    return this.eventsMatched;
+  }
+
   /** Devices with a position in the engine. */
   get devices(): number {
     return this.handles.size;

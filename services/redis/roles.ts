@@ -4,7 +4,7 @@
  */
 import type { Logger } from 'pino';
 import type { ServerConfig } from '../config.js';
-import type { Hub } from '../hub.js';
+import type { Hub, HubStats } from '../hub.js';
 import { RedisHub } from './hub.js';
 import { RedisMatcher } from './matcher.js';
 
@@ -13,10 +13,34 @@ function redisUrl(config: ServerConfig): string {
   return config.redisUrl;
 }
 
-export async function startMatcherRole(config: ServerConfig, log: Logger): Promise<{ engineDetail: string; stop(): Promise<void> }> {
+export interface MatcherRole {
+  engineDetail: string;
+  /** The matcher's own figures, for its /metrics. */
+  stats(): Promise<HubStats>;
+  stop(): Promise<void>;
+}
+
+export async function startMatcherRole(config: ServerConfig, log: Logger): Promise<MatcherRole> {
   const m = await RedisMatcher.start({ redis: redisUrl(config), prefix: config.redisPrefix, engine: config.engine, retention: config.retention, log });
   log.info({ engine: m.core.engine.name, detail: m.engineDetail, mode: 'redis', offset: m.offset }, `engine ${m.core.engine.name}: ${m.engineDetail}`);
-  return { engineDetail: m.engineDetail, stop: () => m.stop() };
+  const stats = async (): Promise<HubStats> => {
+    const s = m.core.stats();
+    return {
+      mode: 'redis',
+      engine: s.engine,
+      engineDetail: m.engineDetail,
+      subscriptions: s.subscriptions,
+      filters: s.filters,
+      devices: m.devices,
+      eventsPublished: m.eventsMatchedCount,
+      notifications: 0,
+      locationUpdates: m.locationsApplied,
+      notificationsDropped: 0,
+      engineMemoryBytes: s.memoryBytes,
+      extra: s.extra ?? {},
+    };
+  };
+  return { engineDetail: m.engineDetail, stats, stop: () => m.stop() };
 }
 
 export async function connectGatewayHub(config: ServerConfig, log: Logger): Promise<Hub> {

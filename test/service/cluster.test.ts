@@ -37,7 +37,7 @@ describe('cluster: two gateways and a matcher on one Redis', { skip: redisServer
     AMBIT_ENGINE: 'fast',
     AMBIT_LOG_LEVEL: 'info',
   });
-  const startMatcher = () => startAmbit(env('matcher'), [], 30_000);
+  const startMatcher = () => startAmbit({ ...env('matcher'), AMBIT_METRICS_PORT: '0' }, [], 30_000);
   const startGateway = () => startAmbit(env('gateway'));
   const clientsOf = (p: AmbitProcess) => new Clients(`127.0.0.1:${p.port}`, grpc.credentials.createInsecure());
   const publish = (c: Clients, ev: unknown, deadlineMs = 10_000) =>
@@ -89,6 +89,12 @@ describe('cluster: two gateways and a matcher on one Redis', { skip: redisServer
     assert.deepEqual([...n2.subscriptionIds].sort(), ['close', 'strict']);
     near.stream.ack(n2.deliveryId);
     await near.stream.sync();
+    // The matcher process's own /metrics: its engine and what it holds.
+    assert.ok(matcher.metricsPort !== null, 'the matcher serves metrics');
+    const m = await (await fetch(`http://127.0.0.1:${matcher.metricsPort}/metrics`)).text();
+    assert.match(m, /^ambit_engine_info\{engine="fast",mode="redis",path="",role="matcher"\} 1$/m);
+    assert.match(m, /^ambit_subscriptions\{role="matcher"\} 3$/m);
+    assert.match(m, /^ambit_devices\{role="matcher"\} 2$/m);
     near.stream.cancel();
     far.stream.cancel();
   });

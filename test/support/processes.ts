@@ -89,7 +89,7 @@ export async function startAmbit(env: Record<string, string>, args: string[] = [
     });
   };
   const role = env.AMBIT_ROLE ?? 'all';
-  const ready = await waitForLog((l) => (role === 'matcher' ? l.component === 'matcher' && l.mode === 'redis' : typeof l.port === 'number' && l.component === 'server'), readyTimeoutMs);
+  const ready = await waitForLog((l) => l.component === 'server' && (role === 'matcher' ? l.role === 'matcher' : typeof l.port === 'number'), readyTimeoutMs);
   return {
     pid: child.pid!,
     port: typeof ready.port === 'number' ? ready.port : null,
