@@ -3,11 +3,10 @@
  * many devices over one client stream (UpdateLocations; other devices need the `location:any`
  * scope, as a fleet back end has).
  */
-import type * as grpc from '@grpc/grpc-js';
 import type { UpdateLocationsResponse } from '../services/gen/ambit/v1/device_pb.js';
 import { DeviceService } from '../services/gen/ambit/v1/device_pb.js';
 import { invalid } from './errors.js';
-import { type ClientOptions, type TokenSource, channelOptions, checkAddress, clientFor, clientStream, credentials, unary } from './transport.js';
+import { type ClientOptions, ServiceClient, type TokenSource, clientStream, unary } from './transport.js';
 import { checkLatLon } from './types.js';
 
 /** The most updates the server takes in one UpdateLocations message. */
@@ -20,20 +19,10 @@ export interface LocationUpdate {
   lon: number;
 }
 
-let Client: grpc.ServiceClientConstructor | null = null;
 
-export class AmbitFleet {
-  private readonly client: grpc.Client;
-  private readonly deadlineMs: number;
-
-  constructor(
-    address: string,
-    private readonly token: TokenSource,
-    options: ClientOptions = {},
-  ) {
-    Client ??= clientFor(DeviceService);
-    this.client = new Client(checkAddress(address), credentials(options.tls), channelOptions(options));
-    this.deadlineMs = options.deadlineMs ?? 30_000;
+export class AmbitFleet extends ServiceClient {
+  constructor(address: string, token: TokenSource, options: ClientOptions = {}) {
+    super(DeviceService, address, token, options);
   }
 
   /** The token's own device's position; resolves once accepted. */
@@ -71,7 +60,4 @@ export class AmbitFleet {
     return Number(res.accepted);
   }
 
-  close(): void {
-    this.client.close();
-  }
 }

@@ -1,8 +1,7 @@
 /** Operators' calls (the `ops` scope): server totals and one device's state. */
-import type * as grpc from '@grpc/grpc-js';
 import type { GetDeviceSubscriptionsResponse, GetStatsResponse } from '../services/gen/ambit/v1/ops_pb.js';
 import { OpsService } from '../services/gen/ambit/v1/ops_pb.js';
-import { type ClientOptions, type TokenSource, channelOptions, checkAddress, clientFor, credentials, unary } from './transport.js';
+import { type ClientOptions, ServiceClient, type TokenSource, unary } from './transport.js';
 import { type LatLon, type Subscription, fromWireSubscription } from './types.js';
 
 export interface ServerStats {
@@ -30,20 +29,10 @@ export interface DeviceInfo {
   connected: boolean;
 }
 
-let OpsClient: grpc.ServiceClientConstructor | null = null;
 
-export class AmbitOps {
-  private readonly client: grpc.Client;
-  private readonly deadlineMs: number;
-
-  constructor(
-    address: string,
-    private readonly token: TokenSource,
-    options: ClientOptions = {},
-  ) {
-    OpsClient ??= clientFor(OpsService);
-    this.client = new OpsClient(checkAddress(address), credentials(options.tls), channelOptions(options));
-    this.deadlineMs = options.deadlineMs ?? 30_000;
+export class AmbitOps extends ServiceClient {
+  constructor(address: string, token: TokenSource, options: ClientOptions = {}) {
+    super(OpsService, address, token, options);
   }
 
   async stats(): Promise<ServerStats> {
@@ -74,7 +63,4 @@ export class AmbitOps {
     };
   }
 
-  close(): void {
-    this.client.close();
-  }
 }

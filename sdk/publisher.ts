@@ -9,7 +9,7 @@ import * as grpc from '@grpc/grpc-js';
 import type { BulkPublishResponse, PublishResponse } from '../services/gen/ambit/v1/publisher_pb.js';
 import { PublisherService } from '../services/gen/ambit/v1/publisher_pb.js';
 import { AmbitError, invalid } from './errors.js';
-import { type ClientOptions, type TokenSource, channelOptions, checkAddress, clientFor, clientStream, credentials, metadataFor, unary } from './transport.js';
+import { type ClientOptions, ServiceClient, type TokenSource, clientStream, metadataFor, unary } from './transport.js';
 import { type EventInput, toWireEvent } from './types.js';
 
 /** The most events the server takes in one BulkPublish message. */
@@ -26,21 +26,11 @@ export interface BulkPublishResult {
   reached: number;
 }
 
-let PublisherClient: grpc.ServiceClientConstructor | null = null;
 
-export class AmbitPublisher {
-  private readonly client: grpc.Client;
-  private readonly deadlineMs: number;
-
+export class AmbitPublisher extends ServiceClient {
   /** `token` needs the `publish` scope. Connects lazily, on the first call. */
-  constructor(
-    address: string,
-    private readonly token: TokenSource,
-    options: ClientOptions = {},
-  ) {
-    PublisherClient ??= clientFor(PublisherService);
-    this.client = new PublisherClient(checkAddress(address), credentials(options.tls), channelOptions(options));
-    this.deadlineMs = options.deadlineMs ?? 30_000;
+  constructor(address: string, token: TokenSource, options: ClientOptions = {}) {
+    super(PublisherService, address, token, options);
   }
 
   async publish(event: EventInput): Promise<PublishResult> {
@@ -85,9 +75,6 @@ export class AmbitPublisher {
     return new PublishStream(this.client, md);
   }
 
-  close(): void {
-    this.client.close();
-  }
 }
 
 type BulkCall = grpc.ClientWritableStream<unknown>;

@@ -68,6 +68,36 @@ export function clientFor(service: DescService): grpc.ServiceClientConstructor {
   return grpc.makeGenericClientConstructor(def as grpc.ServiceDefinition, service.typeName);
 }
 
+const constructors = new Map<string, grpc.ServiceClientConstructor>();
+
+/**
+ * What the publisher, ops and fleet clients share: one channel to one service, the caller's token
+ * and a default deadline. Connects lazily, on the first call.
+ */
+export abstract class ServiceClient {
+  protected readonly client: grpc.Client;
+  protected readonly deadlineMs: number;
+
+  constructor(
+    service: DescService,
+    address: string,
+    protected readonly token: TokenSource,
+    options: ClientOptions = {},
+  ) {
+    let ctor = constructors.get(service.typeName);
+    if (ctor === undefined) {
+      ctor = clientFor(service);
+      constructors.set(service.typeName, ctor);
+    }
+    this.client = new ctor(checkAddress(address), credentials(options.tls), channelOptions(options));
+    this.deadlineMs = options.deadlineMs ?? 30_000;
+  }
+
+  close(): void {
+    this.client.close();
+  }
+}
+
 type UnaryMethod = (req: unknown, md: grpc.Metadata, opts: grpc.CallOptions, cb: (err: grpc.ServiceError | null, res?: unknown) => void) => grpc.ClientUnaryCall;
 
 /** One unary call as a promise; failures become AmbitError. */
