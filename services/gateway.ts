@@ -187,57 +187,51 @@ export class Gateway {
     };
   }
 
-  private updateLocations(call: grpc.ServerReadableStream<UpdateLocationsRequest, unknown>, cb: grpc.sendUnaryData<unknown>): void {
+  /**
+   * A client-streaming call: each message is checked whole (`check` throws naming the field) and
+   * then applied (`apply`) in order, reading paused while it runs; the reply (`done`) goes once the
+   * client half-closes. The first failure answers the call; nothing after it is applied.
+   */
+  private clientStream<Req, Work>(
+    call: grpc.ServerReadableStream<Req, unknown>,
+    cb: grpc.sendUnaryData<unknown>,
+    name: string,
+    scope: Scope,
+    check: (req: Req, p: Principal) => Work,
+    apply: (work: Work) => Promise<void>,
+    done: () => unknown,
+  ): void {
     let p: Principal;
     try {
-      p = this.authenticate(call.metadata, SCOPES.device);
+      p = this.authenticate(call.metadata, scope);
     } catch (err) {
-      cb(toServiceError(this.reject(err, 'UpdateLocations')));
+      cb(toServiceError(this.reject(err, name)));
       call.destroy();
       return;
     }
-    const own = p.subject;
-    const any = p.scopes.has(SCOPES.locationAny);
-    let accepted = 0;
     let failed = false;
     let chain = Promise.resolve();
     const fail = (err: unknown) => {
       if (failed) return;
       failed = true;
-      cb(toServiceError(this.reject(err, 'UpdateLocations')));
+      cb(toServiceError(this.reject(err, name)));
     };
-    call.on('data', (req: UpdateLocationsRequest) => {
+    call.on('data', (req: Req) => {
       if (failed) return;
-      let batch: PositionUpdate[];
+      let work: Work;
       try {
         if (isMalformed(req)) throw new ApiError(grpc.status.INVALID_ARGUMENT, req.reason, 'request');
-        if (req.updates.length > this.opts.maxUpdatesPerMessage) {
-          throw new ApiError(grpc.status.RESOURCE_EXHAUSTED, `at most ${this.opts.maxUpdatesPerMessage} updates per message, got ${req.updates.length}`, 'updates');
-        }
-        // Whole message checked before any of it is applied.
-        batch = req.updates.map((u, i) => {
-          const device = u.deviceId === '' ? own : checkId(`updates[${i}].device_id`, u.deviceId, this.limits);
-          if (device !== own && !any) {
-            throw new ApiError(grpc.status.PERMISSION_DENIED, `token may only update its own device (needs the ${SCOPES.locationAny} scope)`, `updates[${i}].device_id`);
-          }
-          return { device, ...position(`updates[${i}].location`, u.location) };
-        });
+        work = check(req, p);
       } catch (err) {
         fail(err);
         return;
       }
       call.pause();
-      chain = chain
-        .then(() => this.hub.updateLocations(batch))
-        .then(() => {
-          accepted += batch.length;
-          this.metrics.counters.locationUpdatesUnary += batch.length;
-          call.resume();
-        }, fail);
+      chain = chain.then(() => apply(work)).then(() => void call.resume(), fail);
     });
     call.on('end', () => {
       void chain.then(() => {
-        if (!failed) cb(null, create(UpdateLocationsResponseSchema, { accepted: BigInt(accepted) }));
+        if (!failed) cb(null, done());
       });
     });
     call.on('error', () => {
@@ -245,61 +239,63 @@ export class Gateway {
     });
   }
 
+  private updateLocations(call: grpc.ServerReadableStream<UpdateLocationsRequest, unknown>, cb: grpc.sendUnaryData<unknown>): void {
+    let accepted = 0;
+    this.clientStream(
+      call,
+      cb,
+      'UpdateLocations',
+      SCOPES.device,
+      (req, p): PositionUpdate[] => {
+        if (req.updates.length > this.opts.maxUpdatesPerMessage) {
+          throw new ApiError(grpc.status.RESOURCE_EXHAUSTED, `at most ${this.opts.maxUpdatesPerMessage} updates per message, got ${req.updates.length}`, 'updates');
+        }
+        const any = p.scopes.has(SCOPES.locationAny);
+        return req.updates.map((u, i) => {
+          const device = u.deviceId === '' ? p.subject : checkId(`updates[${i}].device_id`, u.deviceId, this.limits);
+          if (device !== p.subject && !any) {
+            throw new ApiError(grpc.status.PERMISSION_DENIED, `token may only update its own device (needs the ${SCOPES.locationAny} scope)`, `updates[${i}].device_id`);
+          }
+          return { device, ...position(`updates[${i}].location`, u.location) };
+        });
+      },
+      async (batch) => {
+        await this.hub.updateLocations(batch);
+        accepted += batch.length;
+        this.metrics.counters.locationUpdatesUnary += batch.length;
+      },
+      () => create(UpdateLocationsResponseSchema, { accepted: BigInt(accepted) }),
+    );
+  }
+
   private bulkPublish(call: grpc.ServerReadableStream<BulkPublishRequest, unknown>, cb: grpc.sendUnaryData<unknown>): void {
-    try {
-      this.authenticate(call.metadata, SCOPES.publish);
-    } catch (err) {
-      cb(toServiceError(this.reject(err, 'BulkPublish')));
-      call.destroy();
-      return;
-    }
     let accepted = 0;
     let reached = 0;
-    let failed = false;
-    let chain = Promise.resolve();
-    const fail = (err: unknown) => {
-      if (failed) return;
-      failed = true;
-      cb(toServiceError(this.reject(err, 'BulkPublish')));
-    };
-    call.on('data', (req: BulkPublishRequest) => {
-      if (failed) return;
-      let events;
-      try {
-        if (isMalformed(req)) throw new ApiError(grpc.status.INVALID_ARGUMENT, req.reason, 'request');
+    this.clientStream(
+      call,
+      cb,
+      'BulkPublish',
+      SCOPES.publish,
+      (req) => {
         if (req.events.length > this.opts.maxEventsPerMessage) {
           throw new ApiError(grpc.status.RESOURCE_EXHAUSTED, `at most ${this.opts.maxEventsPerMessage} events per message, got ${req.events.length}`, 'events');
         }
-        events = req.events.map((e, i) => toEvent(`events[${i}]`, e, this.limits, randomUUID));
-      } catch (err) {
-        fail(err);
-        return;
-      }
-      call.pause();
-      chain = chain
-        .then(async () => {
-          const t0 = performance.now();
-          const rs = await this.hub.publish(events);
-          this.metrics.publishSeconds.observe((performance.now() - t0) / 1000);
-          accepted += rs.length;
-          let n = 0;
-          for (const r of rs) n += r.reached;
-          reached += n;
-          // Counted per message with the events, so a call that fails later still counts its matches.
-          this.metrics.counters.eventsPublished += rs.length;
-          this.metrics.counters.subscriptionsReached += n;
-          call.resume();
-        })
-        .catch(fail);
-    });
-    call.on('end', () => {
-      void chain.then(() => {
-        if (!failed) cb(null, create(BulkPublishResponseSchema, { accepted: BigInt(accepted), reached: BigInt(reached) }));
-      });
-    });
-    call.on('error', () => {
-      failed = true;
-    });
+        return req.events.map((e, i) => toEvent(`events[${i}]`, e, this.limits, randomUUID));
+      },
+      async (events) => {
+        const t0 = performance.now();
+        const rs = await this.hub.publish(events);
+        this.metrics.publishSeconds.observe((performance.now() - t0) / 1000);
+        accepted += rs.length;
+        let n = 0;
+        for (const r of rs) n += r.reached;
+        reached += n;
+        // Counted per message with the events, so a call that fails later still counts its matches.
+        this.metrics.counters.eventsPublished += rs.length;
+        this.metrics.counters.subscriptionsReached += n;
+      },
+      () => create(BulkPublishResponseSchema, { accepted: BigInt(accepted), reached: BigInt(reached) }),
+    );
   }
 
   // ---- the device stream ----
