@@ -43,11 +43,12 @@ function load(file: string): BenchFile {
   return f as BenchFile;
 }
 
-/** True unless the file is JSON of another schema (unreadable files are left to load() to report). */
+/** True unless the file is JSON of another schema or kind (unreadable files are left to load() to report). */
 function isCpuResult(file: string): boolean {
   try {
-    const schema = (JSON.parse(readFileSync(file, 'utf8')) as { schema?: unknown } | null)?.schema;
-    return schema === SCHEMA || typeof schema !== 'string';
+    const o = JSON.parse(readFileSync(file, 'utf8')) as { schema?: unknown; kind?: unknown } | null;
+    if (typeof o?.kind === 'string') return false; // another benchmark's file (service results)
+    return o?.schema === SCHEMA || typeof o?.schema !== 'string';
   } catch {
     return true;
   }

@@ -22,7 +22,7 @@ import { startChildServer } from './lib/service-server.js';
 import { sinkValue } from './lib/sink.js';
 import type { Summary } from './lib/stats.js';
 
-const USAGE = `usage: node dist/bench/service.js [--quick] [--out PATH] [--engine fast|rtree|auto] [--seed N]
+const USAGE = `usage: node dist/bench/service.js [--quick] [--out PATH] [--engine fast|rtree|auto] [--redis URL] [--seed N]
   [--devices N] [--subs-per-device N] [--kinds N] [--rate EVENTS_PER_S] [--seconds S] [--connections N]
   [--publish stream,unary] [--movers N] [--rounds N] [--round-seconds S] [--fleet N] [--batch N] [--batch-streams N]
   [--skip latency,streams,batches] [--server-node-args cpu-prof,cpu-prof-dir=DIR]
@@ -40,7 +40,7 @@ function fail(msg: string): never {
 const args = parseArgs(
   process.argv.slice(2),
   new Set(['quick', 'help']),
-  new Set(['out', 'engine', 'seed', 'devices', 'subs-per-device', 'rate', 'seconds', 'connections', 'movers', 'rounds', 'round-seconds', 'fleet', 'batch', 'batch-streams', 'skip', 'publish', 'kinds', 'server-node-args']),
+  new Set(['out', 'engine', 'redis', 'seed', 'devices', 'subs-per-device', 'rate', 'seconds', 'connections', 'movers', 'rounds', 'round-seconds', 'fleet', 'batch', 'batch-streams', 'skip', 'publish', 'kinds', 'server-node-args']),
   fail,
 );
 if (args.help === true) {
@@ -66,6 +66,8 @@ const seed = int('seed', 1, 0, 0xffffffff);
 // Flags without their leading dashes, comma-separated (the shared parser takes no value that starts with --).
 const serverNodeArgs = typeof args['server-node-args'] === 'string' ? args['server-node-args'].split(',').filter((a) => a !== '').map((a) => `--${a.replace(/^-+/, '')}`) : [];
 const engine = typeof args.engine === 'string' ? args.engine : 'fast';
+const redisUrl = typeof args.redis === 'string' ? args.redis : null;
+if (redisUrl !== null && !/^rediss?:\/\//.test(redisUrl)) fail(`--redis must be a redis:// URL, got ${JSON.stringify(redisUrl)}`);
 const publishModes: PublishMode[] = typeof args.publish === 'string' ? (args.publish.split(',') as PublishMode[]) : ['stream', 'unary'];
 for (const m of publishModes) if (m !== 'stream' && m !== 'unary') fail(`--publish takes stream, unary; got ${JSON.stringify(m)}`);
 const skip = new Set(typeof args.skip === 'string' ? args.skip.split(',') : []);
@@ -107,7 +109,7 @@ async function main(): Promise<void> {
   const loadBefore = os.loadavg();
   out(`server: node dist/services/main.js (role all, embedded hub, engine ${engine}) as a child process; client: this process, SDK over loopback`);
   const t0 = performance.now();
-  const server = await startChildServer(engine, serverNodeArgs);
+  const server = await startChildServer(engine, serverNodeArgs, redisUrl);
   const results: Record<string, unknown> = {};
   try {
     const s0 = await server.ops.stats();
@@ -146,7 +148,7 @@ async function main(): Promise<void> {
   } finally {
     await server.stop();
   }
-  const file = { kind: 'service', startedAt, seconds: (performance.now() - t0) / 1000, quick, seed, engine, serverNodeArgs, machine, loadAverage: { before: loadBefore, after: os.loadavg() }, results, sink: sinkValue() };
+  const file = { kind: 'service', startedAt, seconds: (performance.now() - t0) / 1000, quick, seed, engine, mode: redisUrl === null ? 'embedded' : 'redis', serverNodeArgs, machine, loadAverage: { before: loadBefore, after: os.loadavg() }, results, sink: sinkValue() };
   mkdirSync(path.dirname(outPath), { recursive: true });
   writeFileSync(outPath, `${JSON.stringify(file, null, 2)}\n`);
   out('');

@@ -54,8 +54,12 @@ async function freePort(): Promise<number> {
   });
 }
 
-/** `nodeArgs`: extra Node flags of the server process (e.g. --cpu-prof). */
-export async function startChildServer(engine: string, nodeArgs: readonly string[] = []): Promise<ChildServer> {
+/**
+ * `nodeArgs`: extra Node flags of the server process (e.g. --cpu-prof). `redisUrl`: run it on
+ * Redis (gateway and matcher in the one process, state and delivery through Redis) under a fresh
+ * key prefix, instead of the embedded hub.
+ */
+export async function startChildServer(engine: string, nodeArgs: readonly string[] = [], redisUrl: string | null = null): Promise<ChildServer> {
   if (process.platform !== 'linux') throw new Error('bench/service: measuring the server process needs Linux /proc');
   const secret = randomBytes(32).toString('base64url');
   const port = await freePort();
@@ -70,6 +74,7 @@ export async function startChildServer(engine: string, nodeArgs: readonly string
       AMBIT_ENGINE: engine,
       AMBIT_LOG_LEVEL: 'warn',
       AMBIT_DEV: '',
+      ...(redisUrl === null ? {} : { REDIS_URL: redisUrl, AMBIT_REDIS_PREFIX: `bench-${randomBytes(4).toString('hex')}:` }),
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -146,8 +146,10 @@ export class RedisHub implements Hub {
     this.replyChannel = this.keys.reply(this.gatewayId);
     // A caller waits for at most a few reconnect attempts, then gets UNAVAILABLE (and may retry).
     const fail = { maxRetriesPerRequest: 3 };
-    this.cmd = openConnection(source, `gateway-${this.gatewayId}`, COMPONENT, this.log, {}, fail);
-    this.read = openConnection(source, `gateway-${this.gatewayId}-read`, COMPONENT, this.log, {}, fail);
+    // Auto-pipelining: the commands many device streams issue in one tick (inbox reads, acks,
+    // subscription scripts) go out in one socket write instead of one write each.
+    this.cmd = openConnection(source, `gateway-${this.gatewayId}`, COMPONENT, this.log, { enableAutoPipelining: true }, fail);
+    this.read = openConnection(source, `gateway-${this.gatewayId}-read`, COMPONENT, this.log, { enableAutoPipelining: true }, fail);
     this.sub = openConnection(source, `gateway-${this.gatewayId}-sub`, COMPONENT, this.log);
     this.batcher = new LocationBatcher((cols) => this.sendLocations(cols, flushSize), flushMs, flushSize, maxInFlight, this.log);
   }
@@ -635,7 +637,14 @@ class RedisInbox implements Inbox {
     for (;;) {
       if (this.closed || this.hub.isClosed) return [];
       this.rung = false;
-      const out = await this.hub.range(this.device, this.cursor, Math.max(1, max));
+      let out: Delivery[];
+      try {
+        out = await this.hub.range(this.device, this.cursor, Math.max(1, max));
+      } catch (err) {
+        // A read cut short by closing (it may still sit in the auto-pipeline) ends the pull quietly.
+        if (this.closed || this.hub.isClosed) return [];
+        throw err;
+      }
       if (this.closed || this.hub.isClosed) return [];
       if (out.length > 0) {
         this.cursor = out[out.length - 1].deliveryId;
