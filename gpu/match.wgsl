@@ -1,9 +1,11 @@
 // CLCB on WebGPU: the Loc, Cont and Zip stages (CLCB §4, Algorithm 1; CCM §4, Algorithm 1).
 // Layout is owned by gpu/layout.ts; every array has 4-byte elements so no binding passes 2 GiB.
 //
-// Loc  (x: filters, y: event in batch): Bloom inclusion of constraint names (S1a), then the
-//      distance test on unit vectors (S1b); survivors are compacted into the event's candidate
-//      list with one global atomic per workgroup.
+// Loc  (x: filters): Bloom inclusion of constraint names (S1a), then the distance test on unit
+//      vectors (S1b), per (filter, event) pair; survivors are appended to the event's candidate
+//      list. With a grid in the batch input, a filter scans only the cells within its reach;
+//      otherwise (no area, no grid, a reach over many cells) it tests every event, staged in
+//      workgroup memory. A batch-wide Bloom OR drops most filters after one 4-byte read.
 // Cont (x: workgroups striding over candidates, y: event): evaluates each candidate's constraints
 //      exactly (numbers as order-preserving 64-bit keys, strings on UTF-8 bytes) and sets the
 //      subscription's bit in the event's bit vector.

@@ -1,10 +1,13 @@
 /**
  * The GPU engine: CLCB (Loc, Cont, Zip; gpu/match.wgsl) on WebGPU, behind the `Matcher` interface.
  *
- * - Every mutation goes to a fast CPU engine (validation, `get`, the small-scale path and the
+ * - Subscription changes go to a fast CPU engine (validation, `get`, the small-scale path and the
  *   fallback) and to the host mirror of the GPU buffers (gpu/layout.ts); changed ranges are
- *   uploaded before the next dispatch, so a location update costs two host writes and a mark, and
- *   all moves since the last batch go up as one upload plus one scatter dispatch.
+ *   uploaded before the next dispatch. A location update costs two host writes and a mark in the
+ *   mirror only: all moves since the last batch go up as one upload plus one scatter dispatch, and
+ *   the CPU engine replays the marked slots only when it next answers (syncCpu).
+ * - Batches of `gridMinEvents` or more are binned into a grid of cells (layout.encodeEvents), so
+ *   Loc scans only the cells within each filter's reach.
  * - Events are matched in batches. `match()` queues its event; while fewer than `inFlight` batches
  *   run, the queue is dispatched at once (a lone event goes alone: low latency), and under load the
  *   events that arrive meanwhile form the next batch (throughput). Each batch has its own readback
