@@ -3,6 +3,7 @@
  * the right): a group per x label, a bar per series, optional whiskers (e.g. min–max), marker-only
  * series (e.g. max) and horizontal reference lines (targets). No dependencies; deterministic output.
  */
+import { type Axis as BaseAxis, esc, logAxis as baseLogAxis, num } from './svg.js';
 
 export interface BarSeries {
   name: string;
@@ -48,31 +49,14 @@ export interface BarPlotOptions {
   yFormat?: (y: number) => string;
 }
 
-function esc(s: string): string {
-  return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
-}
-
-function num(x: number): string {
-  return String(Math.round(x * 10) / 10);
-}
-
-interface Axis {
-  map: (v: number) => number;
-  ticks: { v: number; major: boolean }[];
+interface Axis extends BaseAxis {
+  /** The axis value bars grow from. */
   bottom: number;
 }
 
 function logAxis(lo: number, hi: number, a: number, b: number): Axis {
-  let d0 = Math.floor(Math.log10(lo));
-  const d1 = Math.ceil(Math.log10(hi));
-  if (d0 === d1) d0 -= 1;
-  const map = (v: number): number => a + ((Math.log10(v) - d0) / (d1 - d0)) * (b - a);
-  const ticks: { v: number; major: boolean }[] = [];
-  for (let d = d0; d <= d1; d++) {
-    ticks.push({ v: 10 ** d, major: true });
-    if (d < d1 && d1 - d0 <= 3) for (const m of [2, 5]) ticks.push({ v: m * 10 ** d, major: false });
-  }
-  return { map, ticks, bottom: 10 ** d0 };
+  const axis = baseLogAxis(lo, hi, a, b);
+  return { ...axis, bottom: axis.ticks[0].v };
 }
 
 function linAxis(hi: number, a: number, b: number): Axis {

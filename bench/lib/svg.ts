@@ -36,20 +36,23 @@ export function engineColor(engine: string, index: number): string {
 export const DASHES = ['', '7 4', '2 3', '9 3 2 3', '4 2'];
 export const MARKERS: readonly NonNullable<Series['marker']>[] = ['circle', 'square', 'triangle', 'diamond'];
 
-function esc(s: string): string {
+/** Escapes text for SVG. */
+export function esc(s: string): string {
   return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
 }
 
-function num(x: number): string {
+/** A coordinate rounded to 0.1. */
+export function num(x: number): string {
   return String(Math.round(x * 10) / 10);
 }
 
-interface Axis {
+export interface Axis {
   map: (v: number) => number;
   ticks: { v: number; major: boolean }[];
 }
 
-function logAxis(lo: number, hi: number, a: number, b: number): Axis {
+/** A log axis over whole decades from lo to hi, mapped onto [a, b]. */
+export function logAxis(lo: number, hi: number, a: number, b: number): Axis {
   let d0 = Math.floor(Math.log10(lo));
   let d1 = Math.ceil(Math.log10(hi));
   if (d0 === d1) {
