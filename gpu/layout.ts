@@ -549,6 +549,7 @@ export class GpuLayout {
     const inp = new Uint32Array(gridOff + gridWords);
     const inpF = new Float32Array(inp.buffer);
     const strBytes = new Uint8Array(inp.buffer, strOff * 4);
+    const strBuf = Buffer.from(inp.buffer, strOff * 4);
     inp[8] = evOff;
     inp[9] = attrOff;
     inp[10] = strOff;
@@ -575,11 +576,23 @@ export class GpuLayout {
         inp[ao] = id;
         const v = e.values[i];
         if (typeof v === 'string') {
-          const r = encoder.encodeInto(v, strBytes.subarray(sw * 4));
+          // ASCII (the usual attribute value) is copied byte by byte; anything else is encoded
+          // natively straight into the buffer (no view or result object per string).
+          const at = sw * 4;
+          const n = v.length;
+          let written = n;
+          for (let c = 0; c < n; c++) {
+            const code = v.charCodeAt(c);
+            if (code > 0x7f) {
+              written = strBuf.write(v, at, 'utf8');
+              break;
+            }
+            strBytes[at + c] = code;
+          }
           inp[ao + 1] = T_STR;
           inp[ao + 2] = sw;
-          inp[ao + 3] = r.written;
-          sw += Math.ceil(r.written / 4);
+          inp[ao + 3] = written;
+          sw += Math.ceil(written / 4);
         } else {
           inp[ao + 1] = typeof v === 'number' ? T_NUM : T_BOOL;
           numberKey(typeof v === 'number' ? v : v ? 1 : 0, inp, ao + 2);
