@@ -475,6 +475,7 @@ export class GpuMatcher implements Matcher {
         cpuCostUs: Math.round(this.cpuCostUs),
         gpuCostUs: Math.round(this.gpuCostUs),
         hostEncodeUs: Math.round(this.gpuState?.timing.encodeUs ?? 0),
+        eventEncodeUs: Math.round(this.gpuState?.timing.eventsUs ?? 0),
         gpuWaitUs: Math.round(this.gpuState?.timing.waitUs ?? 0),
         parseUs: Math.round(this.gpuState?.timing.parseUs ?? 0),
         ...this.counters,
@@ -580,7 +581,8 @@ class GpuBuffers {
   errors = 0;
   lastError = '';
   /** Moving averages (µs) of where a batch's time goes on the host side. */
-  readonly timing = { encodeUs: 0, waitUs: 0, parseUs: 0 };
+  /** Moving averages per batch, µs: host encoding (of which the event input), GPU wait, result parsing. */
+  readonly timing = { encodeUs: 0, eventsUs: 0, waitUs: 0, parseUs: 0 };
   private recentPairs = 64;
   /** Most events in one batch so far. */
   private widest = 1;
@@ -844,7 +846,9 @@ class GpuBuffers {
       this.buffer('subBits', 4 * subWords * this.widest + 4 * Math.max(1024, Math.ceil((subWords * this.widest) / 16)));
     }
     this.buffer('cand', 4 * this.candCap * this.widest);
+    const te = performance.now();
     const inp = L.encodeEvents(events, E >= this.opts.gridMinEvents);
+    this.timing.eventsUs += 0.05 * ((performance.now() - te) * 1e3 - this.timing.eventsUs);
     const input = this.buffer('input', inp.byteLength);
 
     const s = this.slot();
