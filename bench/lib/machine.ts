@@ -35,7 +35,13 @@ export function machineInfo(execArgv: string[] = process.execArgv): MachineInfo 
   };
 }
 
+/**
+ * The checkout's commit (+dirty). AMBIT_BENCH_COMMIT overrides it, for a copy of the tree whose
+ * .git is not the one the build came from (a machine the tree was carried to).
+ */
 function gitCommit(): string | null {
+  const given = process.env.AMBIT_BENCH_COMMIT;
+  if (given !== undefined && given !== '') return given;
   try {
     const head = execFileSync('git', ['rev-parse', '--short=12', 'HEAD'], { stdio: ['ignore', 'pipe', 'ignore'] }).toString().trim();
     const dirty = execFileSync('git', ['status', '--porcelain', '--untracked-files=no'], { stdio: ['ignore', 'pipe', 'ignore'] }).toString().trim() !== '';
