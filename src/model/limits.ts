@@ -155,7 +155,7 @@ function checkObject(field: string, v: unknown): Record<string, unknown> {
 
 function checkArray(field: string, v: unknown, min: number, max: number, what: string): unknown[] {
   if (!Array.isArray(v)) throw new ValidationError(field, `must be an array, got ${show(v)}`);
-  if (v.length < min) throw new ValidationError(field, `must have at least ${min} ${what}, got ${v.length}`);
+  if (v.length < min) throw new ValidationError(field, min === 1 ? `must have at least one ${what.replace(/s$/, '')}, got none` : `must have at least ${min} ${what}, got ${v.length}`);
   if (v.length > max) throw new ValidationError(field, `must have at most ${max} ${what}, got ${v.length}`);
   return v;
 }
