@@ -42,7 +42,7 @@ export class AmbitError extends Error {
     if (typeof err === 'object' && err !== null && typeof (err as { code?: unknown }).code === 'number') {
       const e = err as Partial<grpc.StatusObject> & { message?: string };
       const field = e.metadata?.get('ambit-field')[0];
-      return new AmbitError(e.code!, e.details ?? e.message ?? '', typeof field === 'string' ? field : '', { cause: err });
+      return new AmbitError(e.code!, e.details ?? e.message ?? '', typeof field === 'string' ? fieldFromTrailer(field) : '', { cause: err });
     }
     return new AmbitError(grpc.status.UNKNOWN, err instanceof Error ? err.message : String(err), '', { cause: err });
   }
@@ -51,4 +51,14 @@ export class AmbitError extends Error {
 /** A local check failed before anything was sent: INVALID_ARGUMENT naming the field. */
 export function invalid(field: string, rule: string): AmbitError {
   return new AmbitError(grpc.status.INVALID_ARGUMENT, `${field}: ${rule}`, field);
+}
+
+/**
+ * The `ambit-field` trailer carries non-ASCII characters as `\uXXXX` (metadata must be ASCII);
+ * this restores them. A `\u` preceded by an odd number of backslashes is text, not an escape.
+ */
+export function fieldFromTrailer(v: string): string {
+  return v.replace(/(\\*)\\u([0-9a-f]{4})/g, (all: string, slashes: string, hex: string) =>
+    slashes.length % 2 === 0 ? slashes + String.fromCharCode(parseInt(hex, 16)) : all,
+  );
 }

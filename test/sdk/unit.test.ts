@@ -54,3 +54,13 @@ describe('sdk conversion', () => {
     assert.throws(() => resolveBackoff({ initialMs: 10, maxMs: 5 }), /backoff\.maxMs/);
   });
 });
+
+describe('sdk: the ambit-field trailer', () => {
+  test('restores the non-ASCII characters the server escapes, and leaves escaped backslashes alone', async () => {
+    const { fieldFromTrailer } = await import('../../sdk/errors.js');
+    const { asciiField } = await import('../../services/convert.js');
+    for (const f of ['event.attributes["é"]', 'events[3].attributes["😀x"]', 'event.attributes["a\\\\u0041"]', 'subscribe.subscription.filters[0].area.radius_m']) {
+      assert.equal(fieldFromTrailer(asciiField(f)), f);
+    }
+  });
+});
