@@ -141,7 +141,8 @@ export function fromSubscription(s: DeviceSubscription): Subscription {
 }
 
 export function fromEvent(e: MEvent): Event {
-  const attributes: Record<string, Value> = {};
+  // Built without a prototype: an attribute may be called "__proto__".
+  const attributes: Record<string, Value> = Object.create(null) as Record<string, Value>;
   for (const [k, v] of Object.entries(e.attributes)) attributes[k] = toValue(v);
   return create(EventSchema, { id: e.id, position: { lat: e.lat, lon: e.lon }, radiusM: e.radiusM ?? 0, attributes });
 }

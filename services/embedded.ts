@@ -107,6 +107,7 @@ export class EmbeddedHub implements Hub {
   private notifications = 0;
   private dropped = 0;
   private closed = false;
+  private readonly sweeper: NodeJS.Timeout;
 
   constructor(
     private readonly core: MatchCore,
@@ -114,6 +115,9 @@ export class EmbeddedHub implements Hub {
   ) {
     this.retention = { ...DEFAULT_RETENTION, ...options.retention };
     this.now = options.now ?? Date.now;
+    // Age retention also for devices that no longer connect or receive: a periodic sweep.
+    this.sweeper = setInterval(() => this.sweep(), Math.max(1000, Math.min(60_000, this.retention.maxAgeMs / 4)));
+    this.sweeper.unref();
   }
 
   async addSubscription(device: string, sub: DeviceSubscription): Promise<void> {
@@ -197,6 +201,7 @@ export class EmbeddedHub implements Hub {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    clearInterval(this.sweeper);
     for (const log of this.logs.values()) {
       for (const w of log.waiters) w();
       log.waiters.clear();
@@ -206,6 +211,11 @@ export class EmbeddedHub implements Hub {
 
   get isClosed(): boolean {
     return this.closed;
+  }
+
+  /** Applies age retention to every device's log (idle ones included). */
+  sweep(): void {
+    for (const log of this.logs.values()) if (log.size > 0) this.expire(log);
   }
 
   /** Drops what retention no longer keeps. */

@@ -228,6 +228,11 @@ export class Gateway {
       if (running) return;
       running = true;
       while (queued.length > 0 && !failed) {
+        if (call.cancelled || deadlineMs(call.getDeadline()) <= Date.now()) {
+          failed = true;
+          queued.length = 0;
+          break;
+        }
         const works = queued.splice(0);
         queuedItems = 0;
         if (paused) {
@@ -264,9 +269,13 @@ export class Gateway {
       ended = true;
       if (!running && !failed) cb(null, done());
     });
-    call.on('error', () => {
+    // Cancelled or past its deadline: the caller was told it failed, so nothing queued applies.
+    const abandon = () => {
       failed = true;
-    });
+      queued.length = 0;
+    };
+    call.on('cancelled', abandon);
+    call.on('error', abandon);
   }
 
   private updateLocations(call: grpc.ServerReadableStream<UpdateLocationsRequest, unknown>, cb: grpc.sendUnaryData<unknown>): void {
@@ -281,9 +290,10 @@ export class Gateway {
           throw new ApiError(grpc.status.RESOURCE_EXHAUSTED, `at most ${this.opts.maxUpdatesPerMessage} updates per message, got ${req.updates.length}`, 'updates');
         }
         const any = p.scopes.has(SCOPES.locationAny);
+        const own = this.deviceOf(p);
         return req.updates.map((u, i) => {
-          const device = u.deviceId === '' ? p.subject : checkId(`updates[${i}].device_id`, u.deviceId, this.limits);
-          if (device !== p.subject && !any) {
+          const device = u.deviceId === '' ? own : checkId(`updates[${i}].device_id`, u.deviceId, this.limits);
+          if (device !== own && !any) {
             throw new ApiError(grpc.status.PERMISSION_DENIED, `token may only update its own device (needs the ${SCOPES.locationAny} scope)`, `updates[${i}].device_id`);
           }
           return { device, ...position(`updates[${i}].location`, u.location) };
@@ -369,11 +379,18 @@ export class Gateway {
 
     // A stream lives no longer than its token: at expiry it ends UNAUTHENTICATED and the client
     // reconnects with a fresh token (resuming where it left off).
-    const expiry = setTimeout(
-      () => session.close({ code: grpc.status.UNAUTHENTICATED, message: 'token has expired; reconnect with a fresh token', field: '', expected: true }),
-      Math.min(2 ** 31 - 1, Math.max(0, principal.expiresAt * 1000 - Date.now())),
-    );
-    expiry.unref();
+    // Timers cap at 2^31-1 ms (~24.8 days): a longer-lived token re-arms until it really expires.
+    let expiry: NodeJS.Timeout;
+    const armExpiry = () => {
+      const left = principal.expiresAt * 1000 - Date.now();
+      if (left > 0) {
+        expiry = setTimeout(armExpiry, Math.min(2 ** 31 - 1, left));
+        expiry.unref();
+        return;
+      }
+      session.close({ code: grpc.status.UNAUTHENTICATED, message: 'token has expired; reconnect with a fresh token', field: '', expected: true });
+    };
+    armExpiry();
     const finish = () => {
       if (phase === 'closed') return;
       phase = 'closed';

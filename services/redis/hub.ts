@@ -541,6 +541,9 @@ class LocationBatcher {
 
   private readonly onTimer = (): void => {
     this.timer = null;
+    // A slow Redis must not pile up flushes: writers stay dirty (and keep coalescing) until a
+    // flush in flight completes, which re-arms the timer.
+    if (this.inFlight.size >= this.maxInFlight) return;
     this.flush();
   };
 

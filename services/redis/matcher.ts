@@ -438,15 +438,27 @@ export class RedisMatcher {
     this.stopping = true;
     if (this.statsTimer !== null) clearInterval(this.statsTimer);
     // Wake the blocked XREAD; repeated because it may reach Redis before the XREAD it should end.
+    // With Redis unreachable neither the UNBLOCK nor the XREAD ever answers: after a bounded
+    // wait the blocking connection is dropped, which rejects the XREAD and ends the loop (the
+    // batch in progress, if any, was already stored or will be replayed from the offset).
     let exited = false;
     void this.loopDone.then(() => (exited = true));
+    const giveUp = Date.now() + 3000;
     while (!exited) {
-      await this.cmd.client('UNBLOCK', this.blockingId).catch(() => {});
+      if (Date.now() > giveUp || this.blocking.status !== 'ready') {
+        this.blocking.disconnect();
+        await Promise.race([this.loopDone, sleep(1000)]);
+        break;
+      }
+      await Promise.race([this.cmd.client('UNBLOCK', this.blockingId).catch(() => {}), sleep(200)]);
       await Promise.race([this.loopDone, sleep(50)]);
     }
-    await this.cmd.del(this.keys.matcherStats).catch(() => {});
+    const reachable = this.cmd.status === 'ready';
+    if (reachable) await Promise.race([this.cmd.del(this.keys.matcherStats).catch(() => {}), sleep(1000)]);
     await this.closeEngine();
-    await Promise.all([closeConnection(this.cmd), closeConnection(this.blocking)]);
+    if (reachable) await Promise.race([Promise.all([closeConnection(this.cmd), closeConnection(this.blocking)]), sleep(2000)]);
+    this.cmd.disconnect();
+    this.blocking.disconnect();
     this.log?.info({ offset: this.committed }, `${COMPONENT}: stopped at ${this.committed}`);
   }
 

@@ -1,4 +1,7 @@
 /** The hub contract on the embedded, memory-only hub (the Redis hub runs it in redis-hub.test.ts). */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { fromEvent } from '../../services/convert.js';
 import { ENGINES } from '../../src/engines/index.js';
 import { EmbeddedHub } from '../../services/embedded.js';
 import { MatchCore } from '../../services/matching.js';
@@ -8,4 +11,33 @@ runHubContract('embedded', async (setup) => {
   const core = new MatchCore(ENGINES.fast({ limits: { maxIdBytes: 1024 } }), setup.maxSubscriptionsPerDevice);
   const hub = new EmbeddedHub(core, { retention: setup.retention });
   return { hub, dispose: () => hub.close() };
+});
+
+
+describe('embedded hub: retention of devices that went quiet', () => {
+  it('a sweep drops (and counts) aged notifications of devices that neither connect nor receive', async () => {
+    let now = 1_000_000;
+    const core = new MatchCore(ENGINES.fast({ limits: { maxIdBytes: 1024 } }));
+    const hub = new EmbeddedHub(core, { retention: { maxPerDevice: 100, maxAgeMs: 60_000 }, now: () => now });
+    try {
+      for (let d = 0; d < 20; d++) await hub.addSubscription(`d${d}`, { id: 's', filters: [{ constraints: [{ name: 'k', op: 'exists' }] }] });
+      for (let i = 0; i < 5; i++) await hub.publish([{ id: `e${i}`, lat: 0, lon: 0, attributes: { k: i } }]);
+      assert.equal((await hub.stats()).notifications, 100);
+      now += 61_000; // every notification is past its age; nobody reads or receives anything
+      hub.sweep();
+      assert.equal((await hub.stats()).notificationsDropped, 100);
+      const box = await hub.openInbox('d3', null);
+      assert.equal(box.missed, 5);
+      box.close();
+    } finally {
+      await hub.close();
+    }
+  });
+});
+
+describe('wire conversion', () => {
+  it('keeps an attribute named __proto__ in a notification', () => {
+    const e = fromEvent({ id: 'x', lat: 1, lon: 2, attributes: JSON.parse('{"__proto__": 5, "a": "b"}') as Record<string, number | string> });
+    assert.deepEqual(Object.keys(e.attributes), ['__proto__', 'a']);
+  });
 });

@@ -404,3 +404,35 @@ describe('redis hub', { skip: missing ?? false, timeout: 30_000 }, () => {
     }
   });
 });
+
+describe('redis: Redis itself goes away', { skip: missing ?? false }, () => {
+  it('the matcher still stops (SIGTERM does not hang on a dead Redis), and a hub writing locations to a paused Redis keeps its flushes bounded', async () => {
+    const own = await startRedisServer();
+    try {
+      const prefix = freshPrefix();
+      const hub = await RedisHub.connect({ redis: own.url, prefix, flushMs: 2, maxInFlightFlushes: 4, publishTimeoutMs: 1000 });
+      // Paused Redis: timer-driven flushes must not pile up beyond maxInFlightFlushes.
+      const admin = new Redis(own.url, { lazyConnect: true });
+      await admin.connect();
+      await admin.call('CLIENT', 'PAUSE', '800', 'ALL');
+      const writers = Array.from({ length: 200 }, (_, i) => hub.locationWriter(`w${i}`));
+      const t0 = Date.now();
+      while (Date.now() - t0 < 500) {
+        for (const w of writers) w.update(45 + Math.random() / 100, 9 + Math.random() / 100);
+        await new Promise((r) => setTimeout(r, 5));
+      }
+      const inFlight = (hub as unknown as { batcher: { inFlight: Set<unknown> } }).batcher.inFlight.size;
+      assert.ok(inFlight <= 4, `flushes in flight ${inFlight} <= 4`);
+      await admin.quit();
+      await hub.close();
+
+      const matcher = await RedisMatcher.start({ redis: own.url, prefix, engine: ENGINES.fast({ limits: { maxIdBytes: 1024 } }), engineDetail: 'fast (test)', statsMs: 100 });
+      await own.stop();
+      const t1 = Date.now();
+      await matcher.stop();
+      assert.ok(Date.now() - t1 < 10_000, `stopped in ${Date.now() - t1} ms`);
+    } finally {
+      await own.stop();
+    }
+  });
+});
