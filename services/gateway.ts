@@ -219,6 +219,8 @@ export class Gateway {
     let ended = false;
     let running = false;
     let paused = false;
+    /** A message that failed its check: the ones before it still apply, then the call fails. */
+    let refused: unknown = null;
     const fail = (err: unknown) => {
       if (failed) return;
       failed = true;
@@ -246,17 +248,20 @@ export class Gateway {
         }
       }
       running = false;
-      if (ended && !failed) cb(null, done());
+      if (refused !== null) fail(refused);
+      else if (ended && !failed) cb(null, done());
     };
     call.on('data', (req: Req) => {
-      if (failed) return;
+      if (failed || refused !== null) return;
       try {
         if (isMalformed(req)) throw new ApiError(grpc.status.INVALID_ARGUMENT, req.reason, 'request');
         const work = check(req, p);
         queued.push(work);
         queuedItems += work.length;
       } catch (err) {
-        fail(err);
+        if (!running) return fail(err);
+        refused = err; // answered once the messages queued before it are applied
+        call.pause();
         return;
       }
       if (queuedItems >= maxQueuedItems && !paused) {
@@ -267,7 +272,7 @@ export class Gateway {
     });
     call.on('end', () => {
       ended = true;
-      if (!running && !failed) cb(null, done());
+      if (!running && !failed && refused === null) cb(null, done());
     });
     // Cancelled or past its deadline: the caller was told it failed, so nothing queued applies.
     const abandon = () => {

@@ -323,9 +323,9 @@ export class RedisHub implements Hub {
       throw new AmbitError('INVALID_ARGUMENT', `must be a delivery id ("<ms>-<seq>") or empty, got ${show(resumeAfter)}`, 'resume_token');
     }
     const inbox = new RedisInbox(this, device);
-    // Listen before reading, so a notification stored after our first read still rings.
-    await this.watch(inbox);
     try {
+      // Listen before reading, so a notification stored after our first read still rings.
+      await this.watch(inbox);
       const k = this.keys;
       const [acked, seqText, oldest] = (await this.redis(() =>
         runScript(this.read, 'ambitOpen', k.notes(device), k.nseq, k.acked, k.stats, k.config, k.nlast, device, resumeAfter === null ? 'acked' : 'token', resumeAfter ?? ''),
