@@ -8,7 +8,6 @@
  * Tables go to stdout, progress to stderr, everything measured to a JSON file (bench/out/ by
  * default) from which `npm run bench:report` builds the result documents.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ENGINES } from '../src/engines/index.js';
@@ -23,6 +22,7 @@ import { sinkValue } from './lib/sink.js';
 import { summarize } from './lib/stats.js';
 import { defaultTables, gridTables, updateTables } from './lib/tables.js';
 import { type Args, parseArgs as parseFlags } from './lib/args.js';
+import { writeResultFile } from './lib/result-file.js';
 
 const ENTRY = fileURLToPath(import.meta.url);
 const REPO = path.resolve(path.dirname(ENTRY), '..', '..');
@@ -191,8 +191,7 @@ async function main(): Promise<void> {
   const save = (): void => {
     file.finishedAt = new Date().toISOString();
     file.sink = (sinkTotal + sinkValue()) | 0;
-    mkdirSync(path.dirname(outPath), { recursive: true });
-    writeFileSync(outPath, `${JSON.stringify(file, null, 2)}\n`);
+    writeResultFile(outPath, file);
   };
 
   out(`Ambit CPU benchmark${quick ? ' (quick)' : ''}`);

@@ -15,7 +15,6 @@
  * Tables go to stdout, progress to stderr. `node dist/bench/gpu-report.js` builds the document.
  */
 import { spawn } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -49,6 +48,7 @@ import { note } from './lib/progress.js';
 import { sinkValue } from './lib/sink.js';
 import { summarize } from './lib/stats.js';
 import { type Args, parseArgs as parseFlags } from './lib/args.js';
+import { writeResultFile } from './lib/result-file.js';
 
 const ENTRY = fileURLToPath(import.meta.url);
 const REPO = path.resolve(path.dirname(ENTRY), '..', '..');
@@ -348,8 +348,7 @@ async function main(): Promise<void> {
   const save = (): void => {
     file.finishedAt = new Date().toISOString();
     file.sink = (sinkTotal + sinkValue()) | 0;
-    mkdirSync(path.dirname(outPath), { recursive: true });
-    writeFileSync(outPath, `${JSON.stringify(file, null, 2)}\n`);
+    writeResultFile(outPath, file);
   };
   const addNote = (s: string): void => {
     file.notes.push(s);

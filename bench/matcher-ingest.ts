@@ -13,7 +13,6 @@
  *
  *   node dist/bench/matcher-ingest.js [--devices 100000] [--updates 1000000] [--reps 5] ...
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -28,6 +27,7 @@ import { type Args, parseArgs as parseFlags } from './lib/args.js';
 import { describeMachine, machineInfo } from './lib/machine.js';
 import { sinkNumber, sinkValue } from './lib/sink.js';
 import { summarize } from './lib/stats.js';
+import { writeResultFile } from './lib/result-file.js';
 
 const ENTRY = fileURLToPath(import.meta.url);
 const REPO = path.resolve(path.dirname(ENTRY), '..', '..');
@@ -239,8 +239,7 @@ async function main(): Promise<void> {
       reps: results,
       sink: sinkValue(),
     };
-    mkdirSync(path.dirname(out), { recursive: true });
-    writeFileSync(out, `${JSON.stringify(doc, null, 2)}\n`);
+    writeResultFile(out, doc);
     process.stdout.write(`wrote ${path.relative(process.cwd(), out)}\n`);
   } finally {
     for (const h of hubs) await h.close().catch(() => {});

@@ -11,7 +11,6 @@
  *   npm run bench:service -- --quick          < 30 s
  *   node dist/bench/service.js --help
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from './lib/args.js';
@@ -21,6 +20,7 @@ import { type BatchParams, type LatencyParams, type PublishMode, type RateResult
 import { startChildServer } from './lib/service-server.js';
 import { sinkValue } from './lib/sink.js';
 import type { Summary } from './lib/stats.js';
+import { writeResultFile } from './lib/result-file.js';
 
 const USAGE = `usage: node dist/bench/service.js [--quick] [--out PATH] [--engine fast|rtree|auto] [--redis URL] [--seed N]
   [--devices N] [--subs-per-device N] [--kinds N] [--rate EVENTS_PER_S] [--seconds S] [--connections N]
@@ -149,8 +149,7 @@ async function main(): Promise<void> {
     await server.stop();
   }
   const file = { kind: 'service', startedAt, seconds: (performance.now() - t0) / 1000, quick, seed, engine, mode: redisUrl === null ? 'embedded' : 'redis', serverNodeArgs, machine, loadAverage: { before: loadBefore, after: os.loadavg() }, results, sink: sinkValue() };
-  mkdirSync(path.dirname(outPath), { recursive: true });
-  writeFileSync(outPath, `${JSON.stringify(file, null, 2)}\n`);
+  writeResultFile(outPath, file);
   out('');
   out(`wrote ${path.relative(process.cwd(), outPath)} (${f((performance.now() - t0) / 1000, 1)} s)`);
   process.exit(0);

@@ -20,7 +20,7 @@
  *   new device is opened and rebuilt from the host mirror.
  */
 import { FastMatcher } from '../src/engines/fast.js';
-import type { DeviceHandle, Matcher, MatcherOptions, MatcherStats } from '../src/engines/matcher.js';
+import { type DeviceHandle, type Matcher, type MatcherOptions, type MatcherStats, checkHandleUpdate } from '../src/engines/matcher.js';
 import { AmbitError, ValidationError, show } from '../src/model/errors.js';
 import { type NEvent, type NSubscription, checkId, checkLat, checkLon, validateEvent, validateEvents, validatePositions, validateSubscription } from '../src/model/limits.js';
 import type { Event, PositionUpdate, Subscription } from '../src/model/types.js';
@@ -274,8 +274,13 @@ export class GpuMatcher implements Matcher {
   // Moves go to the GPU layout only; the CPU mirror catches up (syncCpu) before it next answers.
 
   updatePosition(device: string, lat: number, lon: number): void {
-    if (typeof device !== 'string' || !this.layout.deviceSlot.has(device)) checkId('device', device, this.limits);
-    this.layout.move(device, checkLat('lat', lat), checkLon('lon', lon));
+    // One slot lookup: a known device's id was validated when it first arrived.
+    let slot = typeof device === 'string' ? this.layout.deviceSlot.get(device) : undefined;
+    if (slot === undefined) checkId('device', device, this.limits);
+    checkLat('lat', lat);
+    checkLon('lon', lon);
+    slot ??= this.layout.deviceSlotOf(device);
+    this.layout.place(slot, lat, lon);
   }
 
   updatePositions(updates: readonly PositionUpdate[]): void {
@@ -516,11 +521,7 @@ class GpuDeviceHandle implements DeviceHandle {
   }
 
   update(lat: number, lon: number): void {
-    if (this.slot < 0) throw new AmbitError('NOT_FOUND', `device handle for ${show(this.device)} was released`, 'device');
-    if (!(lat >= -90 && lat <= 90 && lon >= -180 && lon <= 180 && typeof lat === 'number' && typeof lon === 'number')) {
-      checkLat('lat', lat);
-      checkLon('lon', lon);
-    }
+    checkHandleUpdate(this.slot >= 0, this.device, lat, lon);
     // The CPU mirror catches up lazily (GpuMatcher.syncCpu).
     this.layout.place(this.slot, lat, lon);
   }

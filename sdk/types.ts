@@ -16,27 +16,11 @@ import {
   type Value as WireValue,
   type ValueSchema,
 } from '../services/gen/ambit/v1/types_pb.js';
+import type { Constraint, LatLon, Op, Value as AttributeValue } from '../src/model/types.js';
 import { invalid } from './errors.js';
 
-/** An attribute or constraint value. */
-export type AttributeValue = number | string | boolean;
-
-/** Constraint operators (docs/semantics.md): numbers and flags eq ne lt le gt ge; text eq ne prefix suffix contains; any: exists. */
-export type Op = 'eq' | 'ne' | 'lt' | 'le' | 'gt' | 'ge' | 'prefix' | 'suffix' | 'contains' | 'exists';
-
-export interface LatLon {
-  /** WGS84 degrees, [-90, 90]. */
-  lat: number;
-  /** WGS84 degrees, [-180, 180]. */
-  lon: number;
-}
-
-/** One condition on an event attribute; `value` is required except for 'exists'. */
-export interface Constraint {
-  name: string;
-  op: Op;
-  value?: AttributeValue;
-}
+// The value, operator, position and constraint shapes are the model's own (src/model/types.ts).
+export type { AttributeValue, Constraint, LatLon, Op };
 
 /** A circle of `radiusM` metres; without `center` it follows the device. */
 export interface Area {

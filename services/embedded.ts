@@ -147,11 +147,7 @@ export class EmbeddedHub implements Hub {
   }
 
   locationWriter(device: string): LocationWriter {
-    const core = this.core;
-    return {
-      update: (lat, lon) => core.move(device, lat, lon),
-      close: async () => {},
-    };
+    return { update: this.core.writer(device), close: async () => {} };
   }
 
   async publish(events: readonly Event[]): Promise<PublishResult[]> {

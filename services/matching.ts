@@ -82,11 +82,28 @@ export class MatchCore {
 
   /** Positions are range-checked by the caller. */
   move(device: string, lat: number, lon: number): void {
+    this.place(this.record(device), lat, lon);
+  }
+
+  /**
+   * The hot path of one device's stream: its record is resolved on the first update, so each
+   * update after that is two writes and the engine handle's, with no lookup by id.
+   */
+  writer(device: string): (lat: number, lon: number) => void {
+    let p: Position | null = null;
+    return (lat, lon) => this.place((p ??= this.record(device)), lat, lon);
+  }
+
+  private record(device: string): Position {
     let p = this.positions.get(device);
     if (p === undefined) {
-      p = { lat, lon, handle: this.engine.openDevice(device) };
+      p = { lat: 0, lon: 0, handle: this.engine.openDevice(device) };
       this.positions.set(device, p);
     }
+    return p;
+  }
+
+  private place(p: Position, lat: number, lon: number): void {
     p.lat = lat;
     p.lon = lon;
     p.handle!.update(lat, lon);

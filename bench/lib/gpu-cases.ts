@@ -73,6 +73,16 @@ export async function makeEngine(name: string, env: GpuEnv, profile = false): Pr
   return createEngine(name);
 }
 
+/** makeEngine, or null after recording why the engine is skipped (no adapter, ...). */
+async function engineOrSkip(name: string, env: GpuEnv, skip: SkipFn, what: string): Promise<Matcher | null> {
+  try {
+    return await makeEngine(name, env);
+  } catch (err) {
+    skip(name, what, errText(err));
+    return null;
+  }
+}
+
 export function gpuInfo(m: Matcher): GpuInfo | null {
   if (!(m instanceof GpuMatcher) || m.context === null) return null;
   const c = m.context;
@@ -373,13 +383,8 @@ export async function runDefaultSuite(c: DefaultSuiteConfig, env: GpuEnv, skip: 
     const label = `default ${name}`;
     collect();
     const before = process.memoryUsage();
-    let m: Matcher;
-    try {
-      m = await makeEngine(name, env);
-    } catch (err) {
-      skip(name, `${count(c.subscriptions)} subscriptions`, errText(err));
-      continue;
-    }
+    const m = await engineOrSkip(name, env, skip, `${count(c.subscriptions)} subscriptions`);
+    if (m === null) continue;
     try {
       const p = new Progress(`${label}: add ${count(c.subscriptions)} subscriptions`, c.subscriptions);
       let t0 = now();
@@ -583,13 +588,8 @@ export async function runUpdatesSuite(c: UpdatesSuiteConfig, env: GpuEnv, skip: 
       skip(name, `${count(c.subscriptions)} subscriptions`, `rtree runs up to ${count(c.rtreeMaxSubs)} subscriptions (--rtree-max-subs)`);
       continue;
     }
-    let m: Matcher;
-    try {
-      m = await makeEngine(name, env);
-    } catch (err) {
-      skip(name, `${count(c.subscriptions)} subscriptions`, errText(err));
-      continue;
-    }
+    const m = await engineOrSkip(name, env, skip, `${count(c.subscriptions)} subscriptions`);
+    if (m === null) continue;
     try {
       const src = new WorkloadSource({ seed: env.seed, subscriptions: c.subscriptions, events: 20 });
       const events = src.events();
@@ -886,13 +886,8 @@ export async function runBatchSuite(c: BatchSuiteConfig, env: GpuEnv, skip: Skip
   const result: GpuBatchResult = { subscriptions: c.subscriptions, filters: 0, engines: [] };
   for (const name of c.engines) {
     const label = `batch ${name}`;
-    let m: Matcher;
-    try {
-      m = await makeEngine(name, env);
-    } catch (err) {
-      skip(name, `${count(c.subscriptions)} subscriptions`, errText(err));
-      continue;
-    }
+    const m = await engineOrSkip(name, env, skip, `${count(c.subscriptions)} subscriptions`);
+    if (m === null) continue;
     try {
       const loader = new Loader(src, c.subscriptions);
       loader.add(name, m);

@@ -18,8 +18,7 @@ import { EARTH_RADIUS_M, haversineM } from '../model/geo.js';
 import type { NArea, NConstraint, NEvent, NFilter, NSubscription } from '../model/limits.js';
 import type { Op } from '../model/types.js';
 import { AmbitError, show } from '../model/errors.js';
-import { checkLat, checkLon } from '../model/limits.js';
-import { CpuMatcher, type DeviceHandle, type MatcherOptions, type MatcherStats } from './matcher.js';
+import { CpuMatcher, type DeviceHandle, type MatcherOptions, type MatcherStats, checkHandleUpdate } from './matcher.js';
 
 export interface FastMatcherOptions extends MatcherOptions {
   /** Cell side of the finest grid level, metres (>= 64: cell keys must fit in 53 bits). */
@@ -984,11 +983,7 @@ class FastDeviceHandle implements DeviceHandle {
   }
 
   update(lat: number, lon: number): void {
-    if (this.slot < 0) throw new AmbitError('NOT_FOUND', `device handle for ${show(this.device)} was released`, 'device');
-    if (!(lat >= -90 && lat <= 90 && lon >= -180 && lon <= 180 && typeof lat === 'number' && typeof lon === 'number')) {
-      checkLat('lat', lat);
-      checkLon('lon', lon);
-    }
+    checkHandleUpdate(this.slot >= 0, this.device, lat, lon);
     this.engine.placeSlot(this.slot, lat, lon);
   }
 

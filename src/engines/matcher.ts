@@ -165,6 +165,18 @@ export abstract class CpuMatcher implements Matcher {
 }
 
 /** The fallback handle: every update goes through the matcher's validating path. */
+/**
+ * What every DeviceHandle.update checks before it writes: still open, and a position in range
+ * (one comparison chain on the hot path; the explaining checks only when it fails).
+ */
+export function checkHandleUpdate(open: boolean, device: string, lat: number, lon: number): void {
+  if (!open) throw new AmbitError('NOT_FOUND', `device handle for ${show(device)} was released`, 'device');
+  if (!(lat >= -90 && lat <= 90 && lon >= -180 && lon <= 180 && typeof lat === 'number' && typeof lon === 'number')) {
+    checkLat('lat', lat);
+    checkLon('lon', lon);
+  }
+}
+
 class GenericDeviceHandle implements DeviceHandle {
   private open = true;
   constructor(private readonly matcher: Matcher, readonly device: string) {}
