@@ -78,10 +78,21 @@ const HELP = `Usage: node dist/bench/gpu.js [options]
   memory:   --memory-sizes LIST (10k,100k,250k,500k,1M; quick 1000,2000,5000)
   batch:    --batch-subs N (250000; quick 5000)  --batch-sizes LIST (1,16,64,256,1024; quick 1,16,64)
             --concurrency LIST (16,256,1024; quick 16,64)
+            --streams LIST  SIZExDEPTH: matchBatch calls of SIZE kept DEPTH in flight (1024x4,4096x2,16384x2; quick 64x2)
   scale:    --scale-subs N (10000000; quick 5000)  --scale-events N (200; quick 20)
             --scale-max-load-s S  stop loading after S seconds and measure what is resident (0 = no limit)
   GPU engine: --max-batch N  --in-flight N   (default: the engine's, ${defaultGpuMatcherOptions.maxBatch} and ${defaultGpuMatcherOptions.inFlight})
   --help`;
+
+function streamsArg(args: Args, fallback: string): { size: number; depth: number }[] {
+  const v = args.streams ?? fallback;
+  if (typeof v !== 'string') fail('--streams needs a value such as 1024x4,4096x2');
+  return v.split(',').map((item) => {
+    const m = /^(\d+)x(\d+)$/.exec(item.trim());
+    if (m === null || Number(m[1]) < 1 || Number(m[2]) < 1) fail(`--streams: ${JSON.stringify(item)} is not SIZExDEPTH (e.g. 1024x4)`);
+    return { size: Number(m[1]), depth: Number(m[2]) };
+  });
+}
 
 function fail(msg: string): never {
   process.stderr.write(`bench:gpu: ${msg}\n\n${HELP}\n`);
@@ -92,7 +103,7 @@ function fail(msg: string): never {
 const FLAGS = new Set(['quick', 'allow-software', 'help', 'grid-child']);
 const VALUED = new Set([
   'suite', 'engines', 'seed', 'out', 'name', 'subs', 'events', 'reps', 'grid-sizes', 'areas', 'spatial', 'grid-events', 'grid-jobs', 'rtree-max-subs',
-  'update-subs', 'moves', 'max-move-seconds', 'stage-sizes', 'stage-events', 'memory-sizes', 'batch-subs', 'batch-sizes', 'concurrency',
+  'update-subs', 'moves', 'max-move-seconds', 'stage-sizes', 'stage-events', 'memory-sizes', 'batch-subs', 'batch-sizes', 'concurrency', 'streams',
   'scale-subs', 'scale-events', 'scale-max-load-s', 'max-batch', 'in-flight',
 ]);
 
@@ -229,6 +240,7 @@ function buildConfig(args: Args): GpuBenchConfig {
       subscriptions: countArg(args, 'batch-subs', q(250_000, 5000)),
       sizes: countsArg(args, 'batch-sizes', q([1, 16, 64, 256, 1024], [1, 16, 64])),
       concurrency: countsArg(args, 'concurrency', q([16, 256, 1024], [16, 64])),
+      streams: streamsArg(args, q('1024x4,4096x2,16384x2', '64x2')),
       events: q(4096, 128),
       cpuEvents: q(512, 48),
     },
@@ -481,7 +493,7 @@ async function main(): Promise<void> {
       }
       case 'batch': {
         const c = config.batch;
-        const r = await runBatchSuite({ ...c, engines: withoutGpu(c.engines) }, env, skip);
+        const r = await runBatchSuite({ ...c, streams: c.streams ?? [], engines: withoutGpu(c.engines) }, env, skip);
         file.suites.batch = r;
         out('## Batched throughput');
         out();

@@ -18,8 +18,11 @@ export const POSITION_BYTES = 16;
 export const EVENT_WORDS = 8;
 /** Parameter words at the head of the batch input. */
 export const PARAM_WORDS = 16;
-/** Grid header in the batch input: min x y z (f32), 1/cell size (f32), nx ny nz, max event radius (f32). */
-export const GRID_HEADER_WORDS = 8;
+/**
+ * Grid header in the batch input: min x y z (f32), 1/cell size (f32), nx ny nz, max event radius
+ * (f32), then the grid's frame: rows u, v, w (9 f32).
+ */
+export const GRID_HEADER_WORDS = 17;
 export const ATTR_WORDS = 4;
 
 export const META_AREA = 0x100;
@@ -75,6 +78,23 @@ export function numberKey(v: number, out: Uint32Array, o: number): void {
 /** 32-bit Bloom bit of an interned name (CLCB §4.2: 32 bits suffice for a pre-filter). */
 export function bloomBit(id: number): number {
   return Math.imul(id + 1, 0x9e3779b1) >>> 27;
+}
+
+/**
+ * An orthonormal frame (rows u, v, w; 9 numbers) with w along (x, y, z), the sum of a batch's unit
+ * vectors; the identity when the sum is too short to point anywhere (a batch spread over the globe).
+ */
+export function gridFrame(x: number, y: number, z: number): number[] {
+  const len = Math.hypot(x, y, z);
+  if (!(len > 1e-9)) return [1, 0, 0, 0, 1, 0, 0, 0, 1];
+  const w = [x / len, y / len, z / len];
+  // u: perpendicular to w and to the axis w is least aligned with.
+  const axis = Math.abs(w[2]) < 0.9 ? [0, 0, 1] : [1, 0, 0];
+  let u = [axis[1] * w[2] - axis[2] * w[1], axis[2] * w[0] - axis[0] * w[2], axis[0] * w[1] - axis[1] * w[0]];
+  const ul = Math.hypot(u[0], u[1], u[2]);
+  u = [u[0] / ul, u[1] / ul, u[2] / ul];
+  const v = [w[1] * u[2] - w[2] * u[1], w[2] * u[0] - w[0] * u[2], w[0] * u[1] - w[1] * u[0]];
+  return [...u, ...v, ...w];
 }
 
 function grown<T extends Uint32Array | Float32Array | Float64Array | Uint8Array>(a: T, n: number): T {
@@ -609,22 +629,46 @@ export class GpuLayout {
     return inp;
   }
 
-  /** Bins the events into cells (see encodeEvents); writes the grid at `off` and its offset to word 11. */
+  /**
+   * Bins the events into cells (see encodeEvents); writes the grid at `off` and its offset to word
+   * 11. Cells are cubes in a frame turned so that w points at the batch's centre: a batch within a
+   * city is a flat patch of the sphere, so it lies in the u-v plane one cell deep and a filter's
+   * reach spans a few rows of cells instead of a box of them. A rotation keeps distances, so the
+   * kernel's reach box in that frame misses no event.
+   */
   private encodeGrid(inp: Uint32Array, inpF: Float32Array, evOff: number, n: number, off: number): void {
-    const lo = [Infinity, Infinity, Infinity];
-    const hi = [-Infinity, -Infinity, -Infinity];
+    let sx = 0;
+    let sy = 0;
+    let sz = 0;
     let maxR = 0;
     for (let k = 0; k < n; k++) {
       const o = evOff + k * EVENT_WORDS;
+      sx += inpF[o];
+      sy += inpF[o + 1];
+      sz += inpF[o + 2];
+      if (inpF[o + 3] > maxR) maxR = inpF[o + 3];
+    }
+    const frame = gridFrame(sx, sy, sz);
+    const gf = new Float32Array(inp.buffer, off * 4, GRID_HEADER_WORDS);
+    for (let i = 0; i < 9; i++) gf[8 + i] = frame[i];
+    const f = gf.subarray(8, 17); // as the kernel reads it (float32)
+    const rot = new Float64Array(3 * n);
+    const lo = [Infinity, Infinity, Infinity];
+    const hi = [-Infinity, -Infinity, -Infinity];
+    for (let k = 0; k < n; k++) {
+      const o = evOff + k * EVENT_WORDS;
+      const x = inpF[o];
+      const y = inpF[o + 1];
+      const z = inpF[o + 2];
       for (let a = 0; a < 3; a++) {
-        const v = inpF[o + a];
+        const v = f[3 * a] * x + f[3 * a + 1] * y + f[3 * a + 2] * z;
+        rot[3 * k + a] = v;
         if (v < lo[a]) lo[a] = v;
         if (v > hi[a]) hi[a] = v;
       }
-      if (inpF[o + 3] > maxR) maxR = inpF[o + 3];
     }
     // About 2 cells per event (at most 4n): cubic cells sized on the largest extent, so a city's
-    // batch (a flat slab) gets a 2-D grid and a world-wide batch a coarse 3-D one.
+    // batch gets a 2-D grid and a world-wide batch a coarse 3-D one.
     const ext = [hi[0] - lo[0], hi[1] - lo[1], hi[2] - lo[2]];
     const target = 2 * n;
     let size = Math.max(ext[0], ext[1], ext[2]) / Math.max(1, Math.ceil(Math.sqrt(target)));
@@ -637,7 +681,6 @@ export class GpuLayout {
     }
     const inv = Math.fround(1 / size);
     const cells = dims[0] * dims[1] * dims[2];
-    const gf = new Float32Array(inp.buffer, off * 4, GRID_HEADER_WORDS);
     gf[0] = lo[0];
     gf[1] = lo[1];
     gf[2] = lo[2];
@@ -652,8 +695,7 @@ export class GpuLayout {
     const cellOf = new Uint32Array(n);
     const cell = (v: number, a: number) => Math.min(dims[a] - 1, Math.max(0, Math.floor((v - Math.fround(lo[a])) * inv)));
     for (let k = 0; k < n; k++) {
-      const o = evOff + k * EVENT_WORDS;
-      const c = cell(inpF[o], 0) + dims[0] * (cell(inpF[o + 1], 1) + dims[1] * cell(inpF[o + 2], 2));
+      const c = cell(rot[3 * k], 0) + dims[0] * (cell(rot[3 * k + 1], 1) + dims[1] * cell(rot[3 * k + 2], 2));
       cellOf[k] = c;
       inp[startAt + c + 1]++;
     }

@@ -3,14 +3,20 @@
 //
 // Loc  (x: filters): Bloom inclusion of constraint names (S1a), then the distance test on unit
 //      vectors (S1b), per (filter, event) pair; survivors are appended to the event's candidate
-//      list. With a grid in the batch input, a filter scans only the cells within its reach;
-//      otherwise (no area, no grid, a reach over many cells) it tests every event, staged in
-//      workgroup memory. A batch-wide Bloom OR drops most filters after one 4-byte read.
+//      list. Two entry points: `locFew` for batches without a grid (a lone event, a few events):
+//      no workgroup memory and no barrier, so a filter the batch-wide Bloom OR rules out costs
+//      one 4-byte read and its thread is done; `loc` for batches with a grid: a filter scans only
+//      the cells within its reach, or (no area, a reach over many cells) every event, staged in
+//      workgroup memory.
 // Cont (x: workgroups striding over candidates, y: event): evaluates each candidate's constraints
-//      exactly (numbers as order-preserving 64-bit keys, strings on UTF-8 bytes) and sets the
-//      subscription's bit in the event's bit vector.
-// Zip  (x: bit-vector words, y: event): compacts set bits into (event, subscription) pairs with
-//      one global atomic per workgroup, clearing the bits for the next batch.
+//      exactly (numbers as order-preserving 64-bit keys, strings on UTF-8 bytes) against the
+//      event's attributes, staged in workgroup memory, and overwrites the candidate with its
+//      subscription index, or NO_MATCH.
+// Zip  (same grid as Cont): compacts the marked candidates into (event, subscription) pairs with
+//      one global atomic per workgroup round. A subscription whose several filters match one
+//      event appears once per filter here; the host keeps the first (CLCB's per-event bit vector
+//      would cost subscriptions / 8 bytes per event of the batch, and its clearing pass as much
+//      traffic, where duplicates are rare and cost the host one array read each).
 
 override WG: u32 = 128;
 
@@ -20,18 +26,21 @@ override WG: u32 = 128;
 //   [attrOff) 4 words per attribute: name, type (0 number, 1 string, 2 bool), value a, value b
 //             (number/bool: order-preserving key hi/lo; string: word offset from strOff / byte length)
 //   [strOff)  UTF-8 of string attributes, 4 bytes a word, each string word-aligned
-//   [gridOff) optional: min x y z (f32), 1/cell (f32), nx, ny, nz, max event radius m (f32), then
-//             nx*ny*nz + 1 cell start offsets (x fastest), then event indices sorted by cell
+//   [gridOff) optional: min x y z (f32), 1/cell (f32), nx, ny, nz, max event radius m (f32),
+//             the grid's frame (3 orthonormal rows u, v, w, f32: a batch within a city lies in
+//             the u-v plane, one cell deep in w), then nx*ny*nz + 1 cell start offsets (x
+//             fastest), then event indices sorted by cell. Cell coordinates are (u.p, v.p, w.p);
+//             a rotation keeps distances, so the reach box is exact up to rounding (margin below).
 @group(0) @binding(1) var<storage, read> inp: array<u32>;
 
 const P_FILTERS: u32 = 0u;
 const P_EVENTS: u32 = 1u;
 const P_CANDCAP: u32 = 2u;
-const P_SUBWORDS: u32 = 3u;
+// word 3: unused
 const P_OUTCAP: u32 = 4u;
 const P_CONTGROUPS: u32 = 5u;
 const P_LOCSTRIDE: u32 = 6u;   // workgroups per row when Loc's x is split over x and z
-const P_ZIPSTRIDE: u32 = 7u;   // same for Zip
+// word 7: unused
 const P_EVOFF: u32 = 8u;
 const P_ATTROFF: u32 = 9u;
 const P_STROFF: u32 = 10u;
@@ -103,6 +112,21 @@ const MODE_ALL: u32 = 2u;
 // Beyond this many rows of cells, the tiled scan of every event is cheaper.
 const MAX_ROWS: u32 = 48u;
 
+const GRID_HEADER: u32 = 17u;
+
+// The grid's frame as a matrix whose rows are u, v, w: frame * p = (u.p, v.p, w.p).
+fn gridFrame(g: u32) -> mat3x3<f32> {
+  let f = array<f32, 9>(
+    bitcast<f32>(inp[g + 8u]), bitcast<f32>(inp[g + 9u]), bitcast<f32>(inp[g + 10u]),
+    bitcast<f32>(inp[g + 11u]), bitcast<f32>(inp[g + 12u]), bitcast<f32>(inp[g + 13u]),
+    bitcast<f32>(inp[g + 14u]), bitcast<f32>(inp[g + 15u]), bitcast<f32>(inp[g + 16u]));
+  // mat3x3 is column-major: column j holds the j-th components of u, v, w.
+  return mat3x3<f32>(
+    vec3<f32>(f[0], f[3], f[6]),
+    vec3<f32>(f[1], f[4], f[7]),
+    vec3<f32>(f[2], f[5], f[8]));
+}
+
 // S1b: chord between unit vectors against the chord of the arc r_f + r_e.
 fn near(p: vec3<f32>, rad: f32, q: vec3<f32>, qr: f32) -> bool {
   let d = p - q;
@@ -159,8 +183,9 @@ fn loc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) l
         let inv = bitcast<f32>(inp[gridOff + 3u]);
         let dims = vec3<i32>(i32(inp[gridOff + 4u]), i32(inp[gridOff + 5u]), i32(inp[gridOff + 6u]));
         let reach = 2.0 * sinSmall((rad + bitcast<f32>(inp[gridOff + 7u])) / (2.0 * EARTH_RADIUS_M)) * 1.00001 + 2e-6;
-        let a = floor((p - reach - gmin) * inv);
-        let b = floor((p + reach - gmin) * inv);
+        let r = gridFrame(gridOff) * p;
+        let a = floor((r - reach - gmin) * inv);
+        let b = floor((r + reach - gmin) * inv);
         if (any(b < vec3<f32>(0.0)) || any(a > vec3<f32>(dims - 1))) {
           mode = MODE_NONE;
         } else {
@@ -198,7 +223,7 @@ fn loc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) l
   }
   if (mode == MODE_CELLS) {
     let dims = vec3<i32>(i32(inp[gridOff + 4u]), i32(inp[gridOff + 5u]), i32(inp[gridOff + 6u]));
-    let starts = gridOff + 8u;
+    let starts = gridOff + GRID_HEADER;
     let idx = starts + u32(dims.x * dims.y * dims.z) + 1u;
     let evOff = inp[P_EVOFF];
     for (var z = lo.z; z <= hi.z; z++) {
@@ -217,13 +242,48 @@ fn loc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) l
   }
 }
 
+// Loc for batches without a grid: each thread tests its filter against every event of the batch,
+// read straight from the input (the same words for every thread: broadcast loads). No workgroup
+// memory and no barrier, so a thread whose filter the batch's Bloom OR rules out is done at once.
+@compute @workgroup_size(WG)
+fn locFew(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let f = (wid.x + wid.z * inp[P_LOCSTRIDE]) * WG + lid;
+  if (f >= inp[P_FILTERS]) { return; }
+  let bf = fBloom[f];
+  // A removed filter's Bloom word is all ones: it stops here.
+  if ((bf & ~inp[P_BLOOMOR]) != 0u) { return; }
+  let fm = fMeta[f];
+  if ((fm & 0x200u) == 0u) { return; }
+  let area = (fm & 0x100u) != 0u;
+  var p = vec3<f32>(0.0);
+  var rad = 0.0;
+  if (area) {
+    let q = pos[fPos[f]];
+    // Anchored to a device with no known position: matches nothing.
+    if (q.w == 0.0) { return; }
+    p = q.xyz;
+    rad = fRad[f];
+  }
+  let candCap = inp[P_CANDCAP];
+  let n = inp[P_EVENTS];
+  let evOff = inp[P_EVOFF];
+  for (var e = 0u; e < n; e++) {
+    let o = evOff + e * 8u;
+    if ((bf & ~inp[o + 4u]) != 0u) { continue; }
+    if (area) {
+      let q = vec3<f32>(bitcast<f32>(inp[o]), bitcast<f32>(inp[o + 1u]), bitcast<f32>(inp[o + 2u]));
+      if (!near(p, rad, q, bitcast<f32>(inp[o + 3u]))) { continue; }
+    }
+    hit(e, f, candCap);
+  }
+}
+
 @group(0) @binding(11) var<storage, read> fCon: array<u32>;   // first constraint of the filter
 @group(0) @binding(12) var<storage, read> fSub: array<u32>;   // subscription index
 @group(0) @binding(13) var<storage, read> cHead: array<u32>;  // bits 0-19 name, 20-23 op, 24-25 type
 @group(0) @binding(14) var<storage, read> cValA: array<u32>;  // number: key hi; string: word offset in cStr
 @group(0) @binding(15) var<storage, read> cValB: array<u32>;  // number: key lo; string: byte length
 @group(0) @binding(16) var<storage, read> cStr: array<u32>;   // constraint strings, UTF-8, 4 bytes a word
-@group(0) @binding(17) var<storage, read_write> subBits: array<atomic<u32>>;
 
 const T_NUM: u32 = 0u;
 const T_STR: u32 = 1u;
@@ -296,7 +356,19 @@ fn numberOp(op: u32, ah: u32, al: u32, ch: u32, cl: u32) -> bool {
   }
 }
 
-fn filterOk(f: u32, ev: EventHdr) -> bool {
+// Cont's event attributes in workgroup memory (one workgroup serves one event), when they fit.
+const ATTR_TILE: u32 = 64u;
+var<workgroup> wgAttr: array<vec4<u32>, ATTR_TILE>;
+
+fn eventAttr(ev: EventHdr, j: u32, staged: bool) -> Attr {
+  if (staged) {
+    let a = wgAttr[j];
+    return Attr(a.x, a.y, a.z, a.w);
+  }
+  return attr(ev.attrStart + j);
+}
+
+fn filterOk(f: u32, ev: EventHdr, staged: bool) -> bool {
   let n = fMeta[f] & 0xffu;
   let c0 = fCon[f];
   for (var k = 0u; k < n; k++) {
@@ -306,12 +378,12 @@ fn filterOk(f: u32, ev: EventHdr) -> bool {
     let ty = (h >> 24u) & 3u;
     var j = 0u;
     loop {
-      if (j >= ev.attrCount || attr(ev.attrStart + j).name == name) { break; }
+      if (j >= ev.attrCount || eventAttr(ev, j, staged).name == name) { break; }
       j++;
     }
     if (j >= ev.attrCount) { return false; }
     if (ty == T_ANY) { continue; }
-    let a = attr(ev.attrStart + j);
+    let a = eventAttr(ev, j, staged);
     if (a.kind != ty) { return false; }
     if (ty == T_STR) {
       if (!stringOp(op, a.a, a.b, cValA[c0 + k], cValB[c0 + k])) { return false; }
@@ -322,55 +394,66 @@ fn filterOk(f: u32, ev: EventHdr) -> bool {
   return true;
 }
 
+@group(0) @binding(18) var<storage, read_write> outPairs: array<vec2<u32>>;
+
+const NO_MATCH: u32 = 0xffffffffu;
+
 @compute @workgroup_size(WG)
 fn cont(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let e = wid.y;
+  let ev = eventHdr(e);
+  let staged = ev.attrCount <= ATTR_TILE;
+  if (staged) {
+    for (var j = lid; j < ev.attrCount; j += WG) {
+      let a = attr(ev.attrStart + j);
+      wgAttr[j] = vec4<u32>(a.name, a.kind, a.a, a.b);
+    }
+  }
+  workgroupBarrier();
   let candCap = inp[P_CANDCAP];
   let n = min(atomicLoad(&counts[e]), candCap);
-  let ev = eventHdr(e);
-  let subWords = inp[P_SUBWORDS];
   for (var i = wid.x * WG + lid; i < n; i += inp[P_CONTGROUPS] * WG) {
-    let f = cand[e * candCap + i];
-    if (filterOk(f, ev)) {
-      let s = fSub[f];
-      atomicOr(&subBits[e * subWords + (s >> 5u)], 1u << (s & 31u));
-    }
+    let at = e * candCap + i;
+    let f = cand[at];
+    var mark = NO_MATCH;
+    if (filterOk(f, ev, staged)) { mark = fSub[f]; }
+    cand[at] = mark;
   }
 }
 
 // ---------------------------------------------------------------- Zip
-@group(0) @binding(18) var<storage, read_write> outPairs: array<vec2<u32>>;
+var<workgroup> wgCand: u32;
 
 @compute @workgroup_size(WG)
 fn zip(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let e = wid.y;
-  let w = (wid.x + wid.z * inp[P_ZIPSTRIDE]) * WG + lid;
-  let subWords = inp[P_SUBWORDS];
+  let candCap = inp[P_CANDCAP];
+  if (lid == 0u) { wgCand = min(atomicLoad(&counts[e]), candCap); }
+  let n = workgroupUniformLoad(&wgCand);
   let outCap = inp[P_OUTCAP];
-  if (lid == 0u) { atomicStore(&wgCount, 0u); }
-  workgroupBarrier();
-  var bits = 0u;
-  var slot = 0u;
-  if (w < subWords) {
-    let idx = e * subWords + w;
-    bits = atomicLoad(&subBits[idx]);
-    if (bits != 0u) {
-      atomicStore(&subBits[idx], 0u); // ready for the next batch (CLCB Zip, line 29)
-      slot = atomicAdd(&wgCount, countOneBits(bits));
+  let pairsAt = inp[P_EVENTS];
+  let stride = inp[P_CONTGROUPS] * WG;
+  // Rounds of WG marks with uniform bounds (the barriers stay in uniform control flow); each
+  // round appends its matches with one global atomic (CLCB Zip).
+  for (var base = wid.x * WG; base < n; base += stride) {
+    let i = base + lid;
+    var s = NO_MATCH;
+    if (i < n) { s = cand[e * candCap + i]; }
+    let matched = s != NO_MATCH;
+    if (lid == 0u) { atomicStore(&wgCount, 0u); }
+    workgroupBarrier();
+    var slot = 0u;
+    if (matched) { slot = atomicAdd(&wgCount, 1u); }
+    workgroupBarrier();
+    if (lid == 0u) {
+      let k = atomicLoad(&wgCount);
+      if (k > 0u) { wgBase = atomicAdd(&counts[pairsAt], k); }
     }
-  }
-  workgroupBarrier();
-  if (lid == 0u) {
-    let n = atomicLoad(&wgCount);
-    if (n > 0u) { wgBase = atomicAdd(&counts[inp[P_EVENTS]], n); }
-  }
-  workgroupBarrier();
-  var k = wgBase + slot;
-  while (bits != 0u) {
-    let b = firstTrailingBit(bits);
-    bits &= bits - 1u;
-    if (k < outCap) { outPairs[k] = vec2<u32>(e, w * 32u + b); }
-    k++;
+    workgroupBarrier();
+    if (matched) {
+      let k = wgBase + slot;
+      if (k < outCap) { outPairs[k] = vec2<u32>(e, s); }
+    }
   }
 }
 

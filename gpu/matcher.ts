@@ -72,6 +72,19 @@ export const defaultGpuMatcherOptions = Object.freeze({
   gridMinEvents: 16,
 });
 
+/**
+ * Where the host's time went in one batch, µs: `submitUs` from the start of the batch to its
+ * submission (uploads, event encoding `encodeEventsUs`, recording), `waitUs` from submission to the
+ * results mapped in host memory, `parseUs` from there to ids.
+ */
+export interface BatchTiming {
+  events: number;
+  submitUs: number;
+  encodeEventsUs: number;
+  waitUs: number;
+  parseUs: number;
+}
+
 /** Per-stage GPU time of the last profiled batch, in milliseconds. */
 export interface StageTimes {
   loc: number;
@@ -96,10 +109,33 @@ class CostAverage {
 
 const NO_QUANTIZATION = 'disable-dawn-features=timestamp_quantization';
 
-interface Pending {
-  event: NEvent;
-  resolve: (ids: string[]) => void;
-  reject: (err: unknown) => void;
+/**
+ * Events waiting for the GPU: one match() call's event or one matchBatch() call's events. A
+ * batch takes events from the head of the queue, so a large job spans several batches (which
+ * then run pipelined) and small jobs share one; the job settles when its last event is answered.
+ */
+class Job {
+  readonly results: string[][];
+  /** Events handed to batches so far. */
+  taken = 0;
+  /** Events not answered yet. */
+  left: number;
+  failed = false;
+  constructor(
+    readonly events: readonly NEvent[],
+    readonly resolve: (results: string[][]) => void,
+    readonly reject: (err: unknown) => void,
+  ) {
+    this.results = new Array(events.length);
+    this.left = events.length;
+  }
+}
+
+/** The part [from, to) of a job's events that one batch carries. */
+interface Segment {
+  job: Job;
+  from: number;
+  to: number;
 }
 
 /** One readback slot: the batch's counters and output pairs, and the staging buffer they go to. */
@@ -109,7 +145,7 @@ interface Slot {
   outCap: number;
   staging: GPUBuffer;
   stagingBytes: number;
-  groups: { version: number; loc: GPUBindGroup; cont: GPUBindGroup; zip: GPUBindGroup } | null;
+  groups: { version: number; loc: GPUBindGroup; locFew: GPUBindGroup; cont: GPUBindGroup; zip: GPUBindGroup } | null;
   busy: boolean;
 }
 
@@ -133,7 +169,7 @@ export class GpuMatcher implements Matcher {
   private readonly opts: Required<Omit<GpuMatcherOptions, 'gpu' | 'limits'>> & { gpu: Partial<GpuOptions> };
   private ctx: GpuContext | null = null;
   private gpuState: GpuBuffers | null = null;
-  private readonly queue: Pending[] = [];
+  private readonly queue: Job[] = [];
   private running = 0;
   private closed = false;
   private reopening: Promise<void> | null = null;
@@ -344,9 +380,12 @@ export class GpuMatcher implements Matcher {
     try {
       const valid = validateEvents(events, this.limits);
       if (this.closed || this.path === 'cpu' || this.opts.select === 'cpu') return Promise.all(valid.map((e) => this.matchValid(e)));
-      const all = valid.map((event) => new Promise<string[]>((resolve, reject) => this.queue.push({ event, resolve, reject })));
-      this.pump();
-      return Promise.all(all);
+      if (valid.length === 0) return Promise.resolve([]);
+      // One job for the whole call: no promise per event.
+      return new Promise((resolve, reject) => {
+        this.queue.push(new Job(valid, resolve, reject));
+        this.pump();
+      });
     } catch (err) {
       return Promise.reject(err);
     }
@@ -388,25 +427,36 @@ export class GpuMatcher implements Matcher {
     if (this.closed) return Promise.reject(new AmbitError('UNAVAILABLE', 'gpu: matcher is closed'));
     if (this.path === 'cpu' || this.loneOnCpu()) return Promise.resolve(this.matchOnCpu(e));
     return new Promise((resolve, reject) => {
-      this.queue.push({ event: e, resolve, reject });
+      this.queue.push(new Job([e], (r) => resolve(r[0]), reject));
       this.pump();
     });
   }
 
   private pump(): void {
+    const max = this.opts.maxBatch;
     while (this.queue.length > 0 && this.running < this.opts.inFlight) {
-      const batch = this.queue.splice(0, this.opts.maxBatch);
+      const segments: Segment[] = [];
+      const events: NEvent[] = [];
+      while (events.length < max && this.queue.length > 0) {
+        const job = this.queue[0];
+        const from = job.taken;
+        const to = Math.min(job.events.length, from + max - events.length);
+        for (let i = from; i < to; i++) events.push(job.events[i]);
+        segments.push({ job, from, to });
+        job.taken = to;
+        if (to === job.events.length) this.queue.shift();
+      }
       this.running++;
       // runBatch lowers `running` before it resolves the callers, so a caller's next match()
       // does not mistake this finished batch for load.
-      void this.runBatch(batch).finally(() => this.pump());
+      void this.runBatch(segments, events).finally(() => this.pump());
     }
   }
 
-  private async runBatch(batch: Pending[]): Promise<void> {
+  private async runBatch(segments: Segment[], events: NEvent[]): Promise<void> {
     let counted = true;
     try {
-      await this.runBatchCounted(batch, () => {
+      await this.runBatchCounted(segments, events, () => {
         this.running--;
         counted = false;
       });
@@ -415,9 +465,8 @@ export class GpuMatcher implements Matcher {
     }
   }
 
-  private async runBatchCounted(batch: Pending[], done: () => void): Promise<void> {
+  private async runBatchCounted(segments: Segment[], events: NEvent[], done: () => void): Promise<void> {
     const state = this.gpuState;
-    const events = batch.map((p) => p.event);
     let results: (string[] | null)[];
     try {
       if (state === null) throw new Error('no device');
@@ -436,19 +485,32 @@ export class GpuMatcher implements Matcher {
       if (state.lastStages !== null) this.lastStages = state.lastStages;
     }
     done();
-    for (let i = 0; i < batch.length; i++) {
-      try {
-        let ids = results[i];
-        if (ids === null) {
-          ids = this.matchOnCpu(events[i]);
-        } else {
-          this.counters.gpuEvents++;
+    let k = 0;
+    for (const { job, from, to } of segments) {
+      for (let i = from; i < to; i++, k++) {
+        if (job.failed) continue;
+        try {
+          let ids = results[k];
+          if (ids === null) {
+            ids = this.matchOnCpu(events[k]);
+          } else {
+            this.counters.gpuEvents++;
+          }
+          job.results[i] = ids;
+        } catch (err) {
+          job.failed = true;
+          job.reject(err);
         }
-        batch[i].resolve(ids);
-      } catch (err) {
-        batch[i].reject(err);
       }
+      job.left -= to - from;
+      if (job.left === 0 && !job.failed) job.resolve(job.results);
     }
+  }
+
+  /** Host-side figures of the last batch the GPU answered (null before the first). */
+  get lastBatchTiming(): Readonly<BatchTiming> | null {
+    const t = this.gpuState?.last;
+    return t !== undefined && t.events > 0 ? t : null;
   }
 
   /** GPU time per stage of the last profiled batch (profile option and timestamp-query needed). */
@@ -547,6 +609,7 @@ export class GpuKernels {
     readonly ctx: GpuContext,
     readonly wg: number,
     readonly loc: GPUComputePipeline,
+    readonly locFew: GPUComputePipeline,
     readonly cont: GPUComputePipeline,
     readonly zip: GPUComputePipeline,
     readonly scatter: GPUComputePipeline,
@@ -560,7 +623,7 @@ export class GpuKernels {
       ctx.withValidation(`pipeline ${entryPoint}`, () =>
         ctx.device.createComputePipeline({ label: `ambit.${entryPoint}`, layout: 'auto', compute: { module, entryPoint, constants: { WG: wg } } }),
       );
-    return new GpuKernels(ctx, wg, await make('loc'), await make('cont'), await make('zip'), await make('scatter'));
+    return new GpuKernels(ctx, wg, await make('loc'), await make('locFew'), await make('cont'), await make('zip'), await make('scatter'));
   }
 }
 
@@ -584,7 +647,14 @@ class GpuBuffers {
   /** Moving averages (µs) of where a batch's time goes on the host side. */
   /** Moving averages per batch, µs: host encoding (of which the event input), GPU wait, result parsing. */
   readonly timing = { encodeUs: 0, eventsUs: 0, waitUs: 0, parseUs: 0 };
+  /** The last batch's own figures, µs (benchmarks read them per event). */
+  readonly last: BatchTiming = { events: 0, submitUs: 0, encodeEventsUs: 0, waitUs: 0, parseUs: 0 };
   private recentPairs = 64;
+  /** Moving maximum of (event, subscription) pairs per event: sizes the output ahead of a batch. */
+  private pairsPerEvent = 0;
+  /** Per subscription index: the stamp of the last event it was listed for (collect). */
+  private seen = new Uint32Array(1024);
+  private stamp = 0;
   /** Most events in one batch so far. */
   private widest = 1;
   /** Moving maximum of candidates per event: sizes Cont's grid-stride dispatch. */
@@ -617,7 +687,7 @@ class GpuBuffers {
   /** Whether every array the kernels bind fits in one storage binding of this device. */
   fits(): boolean {
     const L = this.layout;
-    const most = Math.max(4 * L.fTop, 4 * L.cTop, 4 * L.sTop, 16 * L.pTop, 4 * L.subWords * this.widest, 4 * this.candCap * this.widest);
+    const most = Math.max(4 * L.fTop, 4 * L.cTop, 4 * L.sTop, 16 * L.pTop, 4 * this.candCap * this.widest);
     return most <= this.bindingLimit;
   }
 
@@ -750,25 +820,27 @@ class GpuBuffers {
   }
 
   private growOut(s: Slot, pairs: number): void {
+    const most = Math.floor(this.ctx.limits.maxStorageBufferBindingSize / 8);
     let cap = s.outCap;
-    while (cap < pairs) cap *= 2;
+    while (cap < pairs && cap * 2 <= most) cap *= 2;
+    if (cap === s.outCap) return;
     s.out.destroy();
     s.out = this.ctx.createBuffer('ambit.out', 8 * cap, STORAGE());
     s.outCap = cap;
     s.groups = null;
   }
 
-  private groups(s: Slot): { loc: GPUBindGroup; cont: GPUBindGroup; zip: GPUBindGroup } {
+  private groups(s: Slot): { loc: GPUBindGroup; locFew: GPUBindGroup; cont: GPUBindGroup; zip: GPUBindGroup } {
     if (s.groups === null || s.groups.version !== this.bindVersion) {
-      s.groups = { version: this.bindVersion, loc: this.group(s, 'loc'), cont: this.group(s, 'cont'), zip: this.group(s, 'zip') };
+      s.groups = { version: this.bindVersion, loc: this.group(s, 'loc'), locFew: this.group(s, 'locFew'), cont: this.group(s, 'cont'), zip: this.group(s, 'zip') };
     }
     return s.groups;
   }
 
-  private group(s: Slot, kernel: 'loc' | 'cont' | 'zip'): GPUBindGroup {
+  private group(s: Slot, kernel: 'loc' | 'locFew' | 'cont' | 'zip'): GPUBindGroup {
     const b = (n: string) => ({ buffer: this.bufs.get(n)! });
     const entries: GPUBindGroupEntry[] = [{ binding: 1, resource: b('input') }];
-    if (kernel === 'loc') {
+    if (kernel === 'loc' || kernel === 'locFew') {
       entries.push(
         { binding: 4, resource: b('fBloom') },
         { binding: 5, resource: b('fMeta') },
@@ -789,16 +861,53 @@ class GpuBuffers {
         { binding: 14, resource: b('cValA') },
         { binding: 15, resource: b('cValB') },
         { binding: 16, resource: b('cStr') },
-        { binding: 17, resource: b('subBits') },
       );
     } else {
       entries.push(
+        { binding: 9, resource: b('cand') },
         { binding: 10, resource: { buffer: s.counts } },
-        { binding: 17, resource: b('subBits') },
         { binding: 18, resource: { buffer: s.out } },
       );
     }
     return this.device.createBindGroup({ label: `ambit.${kernel}`, layout: this.pipelines[kernel].getBindGroupLayout(0), entries });
+  }
+
+  /**
+   * Appends each pair's subscription id to its event's result, once: a subscription with several
+   * filters matching one event comes in one pair per filter. Pairs of different events interleave,
+   * so they are grouped by event first (counting sort), then deduplicated with a stamp per event.
+   */
+  private collect(pairs: Uint32Array, total: number, results: (string[] | null)[]): void {
+    const subId = this.layout.subId;
+    if (total === 1) {
+      const r = results[pairs[0]];
+      if (r !== null) r.push(subId[pairs[1]]!);
+      return;
+    }
+    const E = results.length;
+    const start = new Uint32Array(E + 1);
+    for (let i = 0; i < total; i++) start[pairs[2 * i] + 1]++;
+    for (let e = 0; e < E; e++) start[e + 1] += start[e];
+    const at = start.slice(0, E);
+    const flat = new Uint32Array(total);
+    for (let i = 0; i < total; i++) flat[at[pairs[2 * i]]++] = pairs[2 * i + 1];
+    if (this.seen.length < subId.length) this.seen = new Uint32Array(Math.max(subId.length, 2 * this.seen.length));
+    const seen = this.seen;
+    for (let e = 0; e < E; e++) {
+      const r = results[e];
+      if (r === null || start[e] === start[e + 1]) continue;
+      if (this.stamp === 0xffffffff) {
+        seen.fill(0);
+        this.stamp = 0;
+      }
+      const stamp = ++this.stamp;
+      for (let k = start[e]; k < start[e + 1]; k++) {
+        const sub = flat[k];
+        if (seen[sub] === stamp) continue;
+        seen[sub] = stamp;
+        r.push(subId[sub]!);
+      }
+    }
   }
 
   /** Splits `groups` workgroups over x and z (each at most the device's per-dimension limit). */
@@ -839,29 +948,29 @@ class GpuBuffers {
     const L = this.layout;
     const E = events.length;
     this.sync();
-    const subWords = L.subWords;
     // Per-event scratch sized to the largest batch so far, not maxBatch: a service that sends
-    // lone events never pays for 256 bit vectors.
+    // lone events never pays for 256 candidate lists.
     if (E > this.widest) this.widest = E;
-    if (this.bufs.get('subBits') === undefined || this.bufs.get('subBits')!.size < 4 * subWords * this.widest) {
-      this.buffer('subBits', 4 * subWords * this.widest + 4 * Math.max(1024, Math.ceil((subWords * this.widest) / 16)));
-    }
     this.buffer('cand', 4 * this.candCap * this.widest);
     const te = performance.now();
-    const inp = L.encodeEvents(events, E >= this.opts.gridMinEvents);
-    this.timing.eventsUs += 0.05 * ((performance.now() - te) * 1e3 - this.timing.eventsUs);
+    const grid = E >= this.opts.gridMinEvents;
+    const inp = L.encodeEvents(events, grid);
+    this.last.encodeEventsUs = (performance.now() - te) * 1e3;
+    this.timing.eventsUs += 0.05 * (this.last.encodeEventsUs - this.timing.eventsUs);
     const input = this.buffer('input', inp.byteLength);
 
     const s = this.slot();
     s.busy = true;
     try {
+      // Room for twice the pairs recent events had: an overflow sends the whole batch to the CPU.
+      const expect = Math.ceil(2 * E * this.pairsPerEvent);
+      if (expect > s.outCap) this.growOut(s, expect);
       const filterCount = L.fTop;
       const [fx, fz] = this.split(Math.ceil(filterCount / this.wg));
-      const [zx, zz] = this.split(Math.ceil(subWords / this.wg));
       // Cont's grid strides over the candidates, so any group count is correct; size it to recent
       // candidate counts (a lone sparse event needs one group, not contGroups).
       const contGroups = Math.max(1, Math.min(this.opts.contGroups, Math.ceil(this.recentCand / this.wg)));
-      inp.set([filterCount, E, this.candCap, subWords, s.outCap, contGroups, fx, zx], 0);
+      inp.set([filterCount, E, this.candCap, 0, s.outCap, contGroups, fx, 0], 0);
       // The batch's only upload; queue order keeps it intact until this batch's passes have run.
       this.ctx.writeBuffer(input, 0, inp);
       const g = this.groups(s);
@@ -874,8 +983,8 @@ class GpuBuffers {
       // One pass with three dispatches (Dawn orders them with barriers); three passes only when
       // timestamps are written around each stage.
       let pass = cmd.beginComputePass({ label: 'ambit.loc', timestampWrites: ts(0) });
-      pass.setPipeline(this.pipelines.loc);
-      pass.setBindGroup(0, g.loc);
+      pass.setPipeline(grid ? this.pipelines.loc : this.pipelines.locFew);
+      pass.setBindGroup(0, grid ? g.loc : g.locFew);
       pass.dispatchWorkgroups(fx, 1, fz);
       if (q !== null) {
         pass.end();
@@ -890,7 +999,7 @@ class GpuBuffers {
       }
       pass.setPipeline(this.pipelines.zip);
       pass.setBindGroup(0, g.zip);
-      pass.dispatchWorkgroups(zx, E, zz);
+      pass.dispatchWorkgroups(contGroups, E, 1);
       pass.end();
       if (q !== null) cmd.resolveQuerySet(q.set, 0, 6, q.resolve, 0);
 
@@ -932,6 +1041,7 @@ class GpuBuffers {
       s.staging.unmap();
 
       this.recentPairs = Math.max(32, Math.round(0.8 * this.recentPairs + 0.2 * total));
+      this.pairsPerEvent = Math.max(total / E, 0.95 * this.pairsPerEvent);
       if (total > s.outCap) {
         // Output overflowed: which events lost pairs is unknown, so the CPU answers the batch.
         this.growOut(s, total);
@@ -957,10 +1067,7 @@ class GpuBuffers {
           if (counts[e] > maxCand) maxCand = counts[e];
         }
       }
-      for (let i = 0; i < total; i++) {
-        const r = results[all[2 * i]];
-        if (r !== null) r.push(L.subId[all[2 * i + 1]]!);
-      }
+      this.collect(all, total, results);
       this.recentCand = Math.max(most, Math.round(0.9 * this.recentCand));
       if (maxCand > 0) {
         const fit = Math.floor(this.ctx.limits.maxStorageBufferBindingSize / (4 * this.opts.maxBatch));
@@ -969,6 +1076,10 @@ class GpuBuffers {
       this.lastOverflow = overflow;
       const t3 = performance.now();
       const a = 0.05;
+      this.last.events = E;
+      this.last.submitUs = (t1 - t0) * 1e3;
+      this.last.waitUs = (t2 - t1) * 1e3;
+      this.last.parseUs = (t3 - t2) * 1e3;
       this.timing.encodeUs += a * ((t1 - t0) * 1e3 - this.timing.encodeUs);
       this.timing.waitUs += a * ((t2 - t1) * 1e3 - this.timing.waitUs);
       this.timing.parseUs += a * ((t3 - t2) * 1e3 - this.timing.parseUs);

@@ -242,6 +242,88 @@ describe('gpu engine: overflow and batching', () => {
   });
 });
 
+describe('gpu engine: Cont and Zip edge cases', () => {
+  it('an event with more attributes than Cont stages in workgroup memory matches on any of them', async () => {
+    const limits = { maxAttributesPerEvent: 200 };
+    const m = make({ limits });
+    const ref = new ReferenceMatcher({ limits });
+    try {
+      const subs: Subscription[] = [];
+      for (const k of [0, 63, 64, 65, 150, 199]) {
+        subs.push({ id: `n${k}`, owner: 'd', filters: [{ constraints: [{ name: `a${k}`, op: 'eq', value: k }] }] });
+        subs.push({ id: `s${k}`, owner: 'd', filters: [{ constraints: [{ name: `a${k}`, op: 'eq', value: k + 1 }, { name: 'a0', op: 'exists' }] }] });
+      }
+      for (const sub of subs) {
+        m.add(sub);
+        ref.add(sub);
+      }
+      for (const n of [64, 65, 200]) {
+        const attributes: Record<string, number> = {};
+        for (let k = 0; k < n; k++) attributes[`a${k}`] = k;
+        const e: Event = { id: `e${n}`, lat: 45.46, lon: 9.18, attributes };
+        const [got] = await m.matchBatch([e]);
+        assert.deepEqual(sorted(got), sorted(await ref.match(e)), `${n} attributes`);
+        assert.deepEqual(sorted(await m.match(e)), sorted(got));
+      }
+      assert.equal(m.stats().extra!.cpuEvents, 0, 'the GPU answered');
+    } finally {
+      await m.close();
+    }
+  });
+
+  it('a subscription whose many filters all match one event is listed once', async () => {
+    const m = make();
+    try {
+      const filters = Array.from({ length: 64 }, (_, i) => ({ constraints: [{ name: 'a', op: 'ge' as const, value: i % 3 }] }));
+      m.add({ id: 'many', owner: 'd', filters });
+      m.add({ id: 'one', owner: 'd', filters: [{ constraints: [{ name: 'a', op: 'ge', value: 0 }] }] });
+      const events = Array.from({ length: 40 }, (_, i) => ({ id: `e${i}`, lat: 45.46, lon: 9.18, attributes: { a: 5 } }));
+      const got = await m.matchBatch(events);
+      for (const ids of got) assert.deepEqual(sorted(ids), ['many', 'one']);
+      assert.deepEqual(sorted(await m.match(events[0])), ['many', 'one']);
+      assert.equal(m.stats().extra!.cpuEvents, 0, 'the GPU answered');
+    } finally {
+      await m.close();
+    }
+  });
+
+  it('matchBatch calls and match() calls in flight together each get their own answers', async () => {
+    const m = make({ maxBatch: 7, inFlight: 2 });
+    const ref = new ReferenceMatcher();
+    try {
+      const subs = randomWorkload(31, 200, 2);
+      twin(m, subs, 5);
+      twin(ref, subs, 5);
+      const rng = new Rng(9);
+      const events = Array.from({ length: 60 }, (_, i) => randomEvent(rng, i));
+      const calls: Promise<string[][]>[] = [];
+      const spans: [number, number][] = [];
+      for (let i = 0; i < events.length; ) {
+        const n = 1 + (i % 11);
+        const part = events.slice(i, i + n);
+        calls.push(n === 1 ? m.match(part[0]).then((r) => [r]) : m.matchBatch(part));
+        spans.push([i, i + part.length]);
+        i += part.length;
+      }
+      calls.push(m.matchBatch([]));
+      const got = await Promise.all(calls);
+      assert.deepEqual(got[got.length - 1], []);
+      for (let c = 0; c < spans.length; c++) {
+        const [from, to] = spans[c];
+        assert.equal(got[c].length, to - from);
+        for (let i = from; i < to; i++) {
+          const want = new Set(await ref.match(events[i]));
+          const res = got[c][i - from];
+          for (const id of res) if (!want.has(id)) assert.ok(explained(ref, events[i], id, true), `event ${i}: extra ${id}`);
+          for (const id of want) if (!res.includes(id)) assert.ok(explained(ref, events[i], id, false), `event ${i}: missing ${id}`);
+        }
+      }
+    } finally {
+      await m.close();
+    }
+  });
+});
+
 // ---------------------------------------------------------------- moves
 
 describe('gpu engine: location updates', () => {
@@ -372,7 +454,7 @@ describe('gpu engine: CPU below the crossover', () => {
       const before = x.gpuEvents as number;
       const rng = new Rng(8);
       await Promise.all(Array.from({ length: 40 }, (_, i) => m.match(randomEvent(rng, i))));
-      assert.ok((m.stats().extra!.gpuEvents as number) - before >= 30, 'events under load go to the GPU');
+      assert.ok((m.stats().extra!.gpuEvents as number) - before >= 30, `events under load go to the GPU: ${JSON.stringify(m.stats().extra)}`);
     } finally {
       await m.close();
     }

@@ -875,6 +875,8 @@ export interface BatchSuiteConfig {
   subscriptions: number;
   sizes: number[];
   concurrency: number[];
+  /** matchBatch calls of `size` events kept `depth` in flight (a publisher feed): sustained rate. */
+  streams: { size: number; depth: number }[];
   /** Events per batch size (at least 3 calls) for the GPU; cpuEvents for CPU engines. */
   events: number;
   cpuEvents: number;
@@ -901,7 +903,7 @@ export async function runBatchSuite(c: BatchSuiteConfig, env: GpuEnv, skip: Skip
         for (let i = 0; i < k; i++) out[i] = pool[cursor++ % pool.length];
         return out;
       };
-      const engine: GpuBatchEngine = { engine: name, batches: [], concurrent: [], health: null };
+      const engine: GpuBatchEngine = { engine: name, batches: [], concurrent: [], streams: [], health: null };
       for (const size of c.sizes) {
         const calls = Math.max(3, Math.ceil(target / size));
         const lists = Array.from({ length: calls }, () => take(size));
@@ -919,6 +921,33 @@ export async function runBatchSuite(c: BatchSuiteConfig, env: GpuEnv, skip: Skip
         const wall = msSince(t0);
         p.end();
         engine.batches.push({ batchSize: size, calls, batchMs: summarize(ms), eventsPerSec: (calls * size) / (wall / 1000) });
+      }
+      // A feed: matchBatch calls kept `depth` in flight, each issued as soon as one returns (GPU
+      // only: a CPU engine answers a call before the next can be issued).
+      if (name === 'gpu') {
+        for (const { size, depth } of c.streams) {
+          const calls = Math.max(4 * depth, Math.ceil((4 * target) / size));
+          const lists = Array.from({ length: Math.min(calls, 64) }, () => take(size));
+          for (let w = 0; w < depth; w++) sinkNumber((await m.matchBatch(lists[w % lists.length])).length);
+          const ms = new Float64Array(calls);
+          const p = new Progress(`${label}: ${calls} batches of ${size}, ${depth} in flight`, calls);
+          let issued = 0;
+          const t0 = now();
+          const lane = async (): Promise<void> => {
+            while (issued < calls) {
+              const k = issued++;
+              const t = now();
+              const res = await m.matchBatch(lists[k % lists.length]);
+              ms[k] = msSince(t);
+              sinkNumber(res.length);
+              p.tick();
+            }
+          };
+          await Promise.all(Array.from({ length: depth }, lane));
+          const wall = msSince(t0);
+          p.end();
+          engine.streams!.push({ batchSize: size, depth, calls, callMs: summarize(ms), eventsPerSec: (calls * size) / (wall / 1000) });
+        }
       }
       // Many match() calls in flight at once: the engine forms its own batches (GPU only; CPU
       // engines answer synchronously, so concurrency changes nothing there).

@@ -225,7 +225,18 @@ export interface GpuBatchEngine {
   engine: string;
   batches: GpuBatchPoint[];
   concurrent: GpuConcurrentPoint[];
+  /** matchBatch calls kept `depth` in flight (absent in files written before it was measured). */
+  streams?: GpuStreamPoint[];
   health: GpuHealth | null;
+}
+
+export interface GpuStreamPoint {
+  batchSize: number;
+  depth: number;
+  calls: number;
+  /** Call → results, per call. */
+  callMs: Summary;
+  eventsPerSec: number;
 }
 
 export interface GpuBatchResult {
@@ -289,7 +300,7 @@ export interface GpuBenchConfig {
   /** dawnFlags: what the profiled engine's Dawn instance is created with (timestamp rounding off). */
   stages: { sizes: number[]; events: number; warmupEvents: number; variants: StageVariant[]; dawnFlags: string[] };
   memory: { sizes: number[] };
-  batch: { engines: string[]; subscriptions: number; sizes: number[]; concurrency: number[]; events: number; cpuEvents: number };
+  batch: { engines: string[]; subscriptions: number; sizes: number[]; concurrency: number[]; streams?: { size: number; depth: number }[]; events: number; cpuEvents: number };
   scale: { subscriptions: number; checkpoints: number[]; events: number; warmupEvents: number; maxLoadS: number };
 }
 

@@ -163,10 +163,15 @@ export function batchTables(r: GpuBatchResult): string {
   for (const e of r.engines) {
     for (const c of e.concurrent) conc.push([e.engine, String(c.concurrency), String(c.rounds), sig(c.latencyMs.median), sig(c.latencyMs.p99), sig(c.eventsPerSec)]);
   }
+  const streams: string[][] = [];
+  for (const e of r.engines) {
+    for (const x of e.streams ?? []) streams.push([e.engine, String(x.batchSize), String(x.depth), String(x.calls), sig(x.callMs.median), sig(x.callMs.p99), sig(x.eventsPerSec)]);
+  }
   return [
     `${count(r.subscriptions)} subscriptions (${count(r.filters)} filters). matchBatch of N events:`,
     '',
     table(['engine', 'batch', 'calls', 'min ms', 'median ms', 'p99 ms', 'µs/event (median)', 'events/s'], rows),
+    ...(streams.length > 0 ? ['', 'A feed: matchBatch calls of N events kept D in flight (each issued as one returns); sustained rate:', '', table(['engine', 'batch', 'in flight', 'calls', 'call median ms', 'call p99 ms', 'events/s'], streams)] : []),
     ...(conc.length > 0 ? ['', 'N match() calls in flight at once (the engine forms its own batches); latency = call → ids:', '', table(['engine', 'in flight', 'rounds', 'latency median ms', 'p99 ms', 'events/s'], conc)] : []),
   ].join('\n');
 }

@@ -1,0 +1,254 @@
+/**
+ * Where a lone event's time goes on the GPU path: a ladder of round trips through dawn.node, each
+ * rung adding one piece of what the engine does per batch, then the engine itself (its lone-event
+ * time split into submit, wait and parse) at a few sizes, beside the fast CPU engine.
+ *
+ *   node dist/bench/gpu-latency.js [--reps N] [--sizes 10000,250000] [--out FILE] [--quick] [--software]
+ *
+ * Rungs (each awaited alone, `reps` times after a warm-up):
+ *   submit      an empty command buffer, then queue.onSubmittedWorkDone()
+ *   map         copy 8 bytes into a staging buffer, submit, mapAsync, read, unmap
+ *   +write      a 256-byte queue.writeBuffer first (the batch input)
+ *   +1 pass     one compute dispatch (64 threads) before the copy
+ *   +3 passes   three dispatches in one pass (Loc, Cont, Zip)
+ *   +scopes     all of that inside two error scopes, popped and awaited with the map
+ * The engine rows use subscriptions of 10 filters from the default workload.
+ */
+import { GpuContext } from '../gpu/device.js';
+import { GpuMatcher } from '../gpu/matcher.js';
+import { FastMatcher } from '../src/engines/fast.js';
+import type { Event } from '../src/model/types.js';
+import { WorkloadSource } from '../src/workload/index.js';
+import { type Args, parseArgs } from './lib/args.js';
+import { count, sig, table } from './lib/format.js';
+import { Loader, collect, gpuInfo, loadWithProgress } from './lib/gpu-cases.js';
+import { describeMachine, machineInfo } from './lib/machine.js';
+import { note } from './lib/progress.js';
+import { writeResultFile } from './lib/result-file.js';
+import { sinkNumber } from './lib/sink.js';
+import { type Summary, summarize } from './lib/stats.js';
+
+const HELP = `Usage: node dist/bench/gpu-latency.js [options]
+  --reps N       round trips per rung and events per engine row (default 2000; quick 200)
+  --sizes LIST   subscriptions (x10 filters) for the engine rows (default 10000,250000; quick 1000)
+  --out FILE     JSON output (default bench/results/gpu-latency.json)
+  --seed N       workload seed (default 1)
+  --software     allow a software adapter (llvmpipe): for trying the benchmark, not for figures
+  --quick        small run
+`;
+
+const TINY = `
+@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) g: vec3<u32>) {
+  buf[g.x] = buf[g.x] + 1u;
+}`;
+
+interface Rung {
+  rung: string;
+  us: Summary;
+}
+
+interface EngineRow {
+  subscriptions: number;
+  filters: number;
+  engine: 'gpu' | 'fast';
+  totalUs: Summary;
+  submitUs: Summary | null;
+  encodeEventsUs: Summary | null;
+  waitUs: Summary | null;
+  parseUs: Summary | null;
+  matchesPerEvent: number;
+}
+
+function fail(msg: string): never {
+  process.stderr.write(`gpu-latency: ${msg}\n${HELP}`);
+  process.exit(2);
+}
+
+const us = (t0: number): number => (performance.now() - t0) * 1e3;
+
+async function ladder(ctx: GpuContext, reps: number): Promise<Rung[]> {
+  const d = ctx.device;
+  const q = ctx.queue;
+  const module = await ctx.compileShader('latency-tiny', TINY);
+  const pipeline = await ctx.withValidation('tiny', () => d.createComputePipeline({ layout: 'auto', compute: { module, entryPoint: 'main' } }));
+  const work = ctx.createBuffer('tiny.work', 256, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST);
+  const input = ctx.createBuffer('tiny.input', 256, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST);
+  const staging = ctx.createBuffer('tiny.staging', 8, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
+  const group = d.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries: [{ binding: 0, resource: { buffer: work } }] });
+  const data = new Uint32Array(64);
+  type Step = { write: boolean; passes: number; scopes: boolean; map: boolean };
+  const once = async (s: Step): Promise<void> => {
+    if (s.scopes) {
+      d.pushErrorScope('out-of-memory');
+      d.pushErrorScope('validation');
+    }
+    if (s.write) ctx.writeBuffer(input, 0, data);
+    const enc = d.createCommandEncoder();
+    if (s.passes > 0) {
+      const pass = enc.beginComputePass();
+      for (let i = 0; i < s.passes; i++) {
+        pass.setPipeline(pipeline);
+        pass.setBindGroup(0, group);
+        pass.dispatchWorkgroups(1);
+      }
+      pass.end();
+    }
+    if (s.map) enc.copyBufferToBuffer(work, 0, staging, 0, 8);
+    q.submit([enc.finish()]);
+    const scopes = s.scopes ? [d.popErrorScope(), d.popErrorScope()] : [];
+    if (s.map) {
+      await Promise.all([staging.mapAsync(GPUMapMode.READ), ...scopes]);
+      sinkNumber(new Uint32Array(staging.getMappedRange(0, 8))[0]);
+      staging.unmap();
+    } else {
+      await Promise.all([q.onSubmittedWorkDone(), ...scopes]);
+    }
+  };
+  const rungs: [string, Step][] = [
+    ['submit', { write: false, passes: 0, scopes: false, map: false }],
+    ['map', { write: false, passes: 0, scopes: false, map: true }],
+    ['+write', { write: true, passes: 0, scopes: false, map: true }],
+    ['+1 pass', { write: true, passes: 1, scopes: false, map: true }],
+    ['+3 passes', { write: true, passes: 3, scopes: false, map: true }],
+    ['+scopes', { write: true, passes: 3, scopes: true, map: true }],
+  ];
+  const out: Rung[] = [];
+  for (const [name, step] of rungs) {
+    for (let i = 0; i < Math.min(200, reps); i++) await once(step);
+    const t = new Float64Array(reps);
+    for (let i = 0; i < reps; i++) {
+      const t0 = performance.now();
+      await once(step);
+      t[i] = us(t0);
+    }
+    out.push({ rung: name, us: summarize(t) });
+    note(`  ${name}: median ${sig(out[out.length - 1].us.median)} µs`);
+  }
+  work.destroy();
+  input.destroy();
+  staging.destroy();
+  return out;
+}
+
+async function engineRows(subs: number, reps: number, seed: number, software: boolean): Promise<EngineRow[]> {
+  const src = new WorkloadSource({ seed, subscriptions: subs, events: 1000 });
+  const events: Event[] = src.events();
+  const gpu = await GpuMatcher.create({ gpu: { allowSoftware: software }, cpuBelowFilters: 0, select: 'gpu' });
+  const fast = new FastMatcher();
+  const rows: EngineRow[] = [];
+  try {
+    const loader = new Loader(src, subs);
+    loader.add('gpu', gpu);
+    loader.add('fast', fast);
+    loadWithProgress(loader, subs, `latency ${count(subs)}`);
+    collect();
+    for (const [name, m] of [['gpu', gpu], ['fast', fast]] as const) {
+      for (let i = 0; i < 200; i++) sinkNumber((await m.match(events[i % events.length])).length);
+      const total = new Float64Array(reps);
+      const parts = { submitUs: new Float64Array(reps), encodeEventsUs: new Float64Array(reps), waitUs: new Float64Array(reps), parseUs: new Float64Array(reps) };
+      let matches = 0;
+      for (let i = 0; i < reps; i++) {
+        const e = events[i % events.length];
+        const t0 = performance.now();
+        const ids = await m.match(e);
+        total[i] = us(t0);
+        matches += ids.length;
+        if (m instanceof GpuMatcher) {
+          const t = m.lastBatchTiming!;
+          parts.submitUs[i] = t.submitUs;
+          parts.encodeEventsUs[i] = t.encodeEventsUs;
+          parts.waitUs[i] = t.waitUs;
+          parts.parseUs[i] = t.parseUs;
+        }
+      }
+      const isGpu = name === 'gpu';
+      rows.push({
+        subscriptions: subs,
+        filters: src.stats.filters,
+        engine: name,
+        totalUs: summarize(total),
+        submitUs: isGpu ? summarize(parts.submitUs) : null,
+        encodeEventsUs: isGpu ? summarize(parts.encodeEventsUs) : null,
+        waitUs: isGpu ? summarize(parts.waitUs) : null,
+        parseUs: isGpu ? summarize(parts.parseUs) : null,
+        matchesPerEvent: matches / reps,
+      });
+      note(`  ${name} ${count(subs)}: median ${sig(rows[rows.length - 1].totalUs.median)} µs`);
+    }
+    const served = gpu.stats().extra ?? {};
+    if (Number(served.cpuEvents ?? 0) > 0) note(`  gpu ${count(subs)}: ${served.cpuEvents} events answered by the CPU`);
+  } finally {
+    await gpu.close();
+    await fast.close();
+  }
+  return rows;
+}
+
+async function main(): Promise<void> {
+  const args: Args = parseArgs(process.argv.slice(2), new Set(['quick', 'software', 'help']), new Set(['reps', 'sizes', 'out', 'seed']), fail);
+  if (args.help === true) {
+    process.stdout.write(HELP);
+    return;
+  }
+  const quick = args.quick === true;
+  const int = (v: string | boolean | undefined, d: number, what: string): number => {
+    if (v === undefined) return d;
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < 1) fail(`--${what} must be a positive integer, got ${String(v)}`);
+    return n;
+  };
+  const reps = int(args.reps, quick ? 200 : 2000, 'reps');
+  const seed = int(args.seed, 1, 'seed');
+  const sizes = typeof args.sizes === 'string' ? args.sizes.split(',').map((x) => int(x, 0, 'sizes')) : quick ? [1000] : [10_000, 250_000];
+  const out = typeof args.out === 'string' ? args.out : 'bench/results/gpu-latency.json';
+  const software = args.software === true;
+
+  const machine = machineInfo();
+  const ctx = await GpuContext.open({ allowSoftware: software });
+  let rungs: Rung[];
+  let gpu;
+  try {
+    note(`gpu-latency: ${ctx.name}; ${reps} round trips per rung`);
+    rungs = await ladder(ctx, reps);
+  } finally {
+    await ctx.close();
+  }
+  const rows: EngineRow[] = [];
+  for (const n of sizes) rows.push(...(await engineRows(n, reps, seed, software)));
+  {
+    // Adapter details from an engine of its own (the ladder's context is closed).
+    const m = await GpuMatcher.create({ gpu: { allowSoftware: software } });
+    gpu = gpuInfo(m);
+    await m.close();
+  }
+  const file = { schema: 'ambit.bench.gpu-latency/1', date: new Date().toISOString(), command: `node ${process.argv.slice(1).join(' ')}`, machine, gpu, reps, seed, rungs, engines: rows };
+  writeResultFile(out, file);
+  process.stdout.write(`Machine: ${describeMachine(machine)}\nGPU: ${gpu?.adapter ?? 'none'}\n\n`);
+  process.stdout.write(`${latencyTables(file)}\n`);
+  note(`gpu-latency: wrote ${out}`);
+}
+
+export function latencyTables(f: { rungs: Rung[]; engines: EngineRow[]; reps: number }): string {
+  const u = (s: Summary | null) => (s === null ? '–' : sig(s.median));
+  const a = table(
+    ['rung', 'min µs', 'median µs', 'p99 µs', 'median step µs'],
+    f.rungs.map((r, i) => [r.rung, sig(r.us.min), sig(r.us.median), sig(r.us.p99), i === 0 ? '–' : sig(r.us.median - f.rungs[i - 1].us.median)]),
+  );
+  const b = table(
+    ['subscriptions', 'filters', 'engine', 'min µs', 'median µs', 'p99 µs', 'submit µs', 'of which encode µs', 'wait µs', 'parse µs', 'matches/event'],
+    f.engines.map((r) => [count(r.subscriptions), count(r.filters), r.engine, sig(r.totalUs.min), sig(r.totalUs.median), sig(r.totalUs.p99), u(r.submitUs), u(r.encodeEventsUs), u(r.waitUs), u(r.parseUs), sig(r.matchesPerEvent)]),
+  );
+  return `${a}\n\n${b}`;
+}
+
+if (process.argv[1]?.endsWith('gpu-latency.js')) {
+  main().then(
+    () => process.exit(0),
+    (err) => {
+      process.stderr.write(`gpu-latency: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+      process.exit(1);
+    },
+  );
+}
