@@ -47,6 +47,8 @@ fn main(@builtin(global_invocation_id) g: vec3<u32>) {
 interface Rung {
   rung: string;
   us: Summary;
+  /** The synchronous part: recording and queue.submit, until the wait begins. */
+  callUs: Summary;
 }
 
 interface EngineRow {
@@ -55,7 +57,10 @@ interface EngineRow {
   engine: 'gpu' | 'fast';
   totalUs: Summary;
   submitUs: Summary | null;
+  syncUs: Summary | null;
   encodeEventsUs: Summary | null;
+  recordUs: Summary | null;
+  submitCallUs: Summary | null;
   waitUs: Summary | null;
   parseUs: Summary | null;
   matchesPerEvent: number;
@@ -79,7 +84,9 @@ async function ladder(ctx: GpuContext, reps: number): Promise<Rung[]> {
   const group = d.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries: [{ binding: 0, resource: { buffer: work } }] });
   const data = new Uint32Array(64);
   type Step = { write: boolean; passes: number; scopes: boolean; map: boolean };
+  let callUs = 0;
   const once = async (s: Step): Promise<void> => {
+    const t0 = performance.now();
     if (s.scopes) {
       d.pushErrorScope('out-of-memory');
       d.pushErrorScope('validation');
@@ -98,6 +105,7 @@ async function ladder(ctx: GpuContext, reps: number): Promise<Rung[]> {
     if (s.map) enc.copyBufferToBuffer(work, 0, staging, 0, 8);
     q.submit([enc.finish()]);
     const scopes = s.scopes ? [d.popErrorScope(), d.popErrorScope()] : [];
+    callUs = us(t0);
     if (s.map) {
       await Promise.all([staging.mapAsync(GPUMapMode.READ), ...scopes]);
       sinkNumber(new Uint32Array(staging.getMappedRange(0, 8))[0]);
@@ -118,12 +126,14 @@ async function ladder(ctx: GpuContext, reps: number): Promise<Rung[]> {
   for (const [name, step] of rungs) {
     for (let i = 0; i < Math.min(200, reps); i++) await once(step);
     const t = new Float64Array(reps);
+    const call = new Float64Array(reps);
     for (let i = 0; i < reps; i++) {
       const t0 = performance.now();
       await once(step);
       t[i] = us(t0);
+      call[i] = callUs;
     }
-    out.push({ rung: name, us: summarize(t) });
+    out.push({ rung: name, us: summarize(t), callUs: summarize(call) });
     note(`  ${name}: median ${sig(out[out.length - 1].us.median)} µs`);
   }
   work.destroy();
@@ -147,7 +157,8 @@ async function engineRows(subs: number, reps: number, seed: number, software: bo
     for (const [name, m] of [['gpu', gpu], ['fast', fast]] as const) {
       for (let i = 0; i < 200; i++) sinkNumber((await m.match(events[i % events.length])).length);
       const total = new Float64Array(reps);
-      const parts = { submitUs: new Float64Array(reps), encodeEventsUs: new Float64Array(reps), waitUs: new Float64Array(reps), parseUs: new Float64Array(reps) };
+      const keys = ['submitUs', 'syncUs', 'encodeEventsUs', 'recordUs', 'submitCallUs', 'waitUs', 'parseUs'] as const;
+      const parts = Object.fromEntries(keys.map((k) => [k, new Float64Array(reps)])) as Record<(typeof keys)[number], Float64Array>;
       let matches = 0;
       for (let i = 0; i < reps; i++) {
         const e = events[i % events.length];
@@ -157,10 +168,7 @@ async function engineRows(subs: number, reps: number, seed: number, software: bo
         matches += ids.length;
         if (m instanceof GpuMatcher) {
           const t = m.lastBatchTiming!;
-          parts.submitUs[i] = t.submitUs;
-          parts.encodeEventsUs[i] = t.encodeEventsUs;
-          parts.waitUs[i] = t.waitUs;
-          parts.parseUs[i] = t.parseUs;
+          for (const k of keys) parts[k][i] = t[k];
         }
       }
       const isGpu = name === 'gpu';
@@ -170,7 +178,10 @@ async function engineRows(subs: number, reps: number, seed: number, software: bo
         engine: name,
         totalUs: summarize(total),
         submitUs: isGpu ? summarize(parts.submitUs) : null,
+        syncUs: isGpu ? summarize(parts.syncUs) : null,
         encodeEventsUs: isGpu ? summarize(parts.encodeEventsUs) : null,
+        recordUs: isGpu ? summarize(parts.recordUs) : null,
+        submitCallUs: isGpu ? summarize(parts.submitCallUs) : null,
         waitUs: isGpu ? summarize(parts.waitUs) : null,
         parseUs: isGpu ? summarize(parts.parseUs) : null,
         matchesPerEvent: matches / reps,
@@ -233,12 +244,12 @@ async function main(): Promise<void> {
 export function latencyTables(f: { rungs: Rung[]; engines: EngineRow[]; reps: number }): string {
   const u = (s: Summary | null) => (s === null ? '–' : sig(s.median));
   const a = table(
-    ['rung', 'min µs', 'median µs', 'p99 µs', 'median step µs'],
-    f.rungs.map((r, i) => [r.rung, sig(r.us.min), sig(r.us.median), sig(r.us.p99), i === 0 ? '–' : sig(r.us.median - f.rungs[i - 1].us.median)]),
+    ['rung', 'min µs', 'median µs', 'p99 µs', 'median step µs', 'of which record + submit µs (median)'],
+    f.rungs.map((r, i) => [r.rung, sig(r.us.min), sig(r.us.median), sig(r.us.p99), i === 0 ? '–' : sig(r.us.median - f.rungs[i - 1].us.median), sig(r.callUs.median)]),
   );
   const b = table(
-    ['subscriptions', 'filters', 'engine', 'min µs', 'median µs', 'p99 µs', 'submit µs', 'of which encode µs', 'wait µs', 'parse µs', 'matches/event'],
-    f.engines.map((r) => [count(r.subscriptions), count(r.filters), r.engine, sig(r.totalUs.min), sig(r.totalUs.median), sig(r.totalUs.p99), u(r.submitUs), u(r.encodeEventsUs), u(r.waitUs), u(r.parseUs), sig(r.matchesPerEvent)]),
+    ['subscriptions', 'filters', 'engine', 'min µs', 'median µs', 'p99 µs', 'submit µs', 'sync', 'encode', 'record', 'submit call', 'wait µs', 'parse µs', 'matches/event'],
+    f.engines.map((r) => [count(r.subscriptions), count(r.filters), r.engine, sig(r.totalUs.min), sig(r.totalUs.median), sig(r.totalUs.p99), u(r.submitUs), u(r.syncUs), u(r.encodeEventsUs), u(r.recordUs), u(r.submitCallUs), u(r.waitUs), u(r.parseUs), sig(r.matchesPerEvent)]),
   );
   return `${a}\n\n${b}`;
 }

@@ -97,6 +97,42 @@ export function gridFrame(x: number, y: number, z: number): number[] {
   return [...u, ...v, ...w];
 }
 
+/**
+ * Writes the UTF-8 of `v` into `bytes` from `at`; returns the end. Strings reaching here were
+ * validated well-formed; a lone surrogate would become U+FFFD, as Buffer.write does.
+ */
+export function utf8Into(bytes: Uint8Array, at: number, v: string): number {
+  const n = v.length;
+  for (let c = 0; c < n; c++) {
+    let code = v.charCodeAt(c);
+    if (code < 0x80) {
+      bytes[at++] = code;
+    } else if (code < 0x800) {
+      bytes[at++] = 0xc0 | (code >> 6);
+      bytes[at++] = 0x80 | (code & 0x3f);
+    } else if (code >= 0xd800 && code <= 0xdfff) {
+      const lo = c + 1 < n ? v.charCodeAt(c + 1) : 0;
+      if (code <= 0xdbff && lo >= 0xdc00 && lo <= 0xdfff) {
+        code = 0x10000 + ((code - 0xd800) << 10) + (lo - 0xdc00);
+        c++;
+        bytes[at++] = 0xf0 | (code >> 18);
+        bytes[at++] = 0x80 | ((code >> 12) & 0x3f);
+        bytes[at++] = 0x80 | ((code >> 6) & 0x3f);
+        bytes[at++] = 0x80 | (code & 0x3f);
+      } else {
+        bytes[at++] = 0xef;
+        bytes[at++] = 0xbf;
+        bytes[at++] = 0xbd;
+      }
+    } else {
+      bytes[at++] = 0xe0 | (code >> 12);
+      bytes[at++] = 0x80 | ((code >> 6) & 0x3f);
+      bytes[at++] = 0x80 | (code & 0x3f);
+    }
+  }
+  return at;
+}
+
 function grown<T extends Uint32Array | Float32Array | Float64Array | Uint8Array>(a: T, n: number): T {
   const b = new (a.constructor as new (n: number) => T)(n);
   b.set(a);
@@ -170,6 +206,8 @@ export class GpuLayout {
    */
   stale: number[] = [];
   pStale = new Uint8Array(this.pCap);
+  /** The batch input's memory, reused by encodeEvents (its result is valid until the next call). */
+  private scratchInput = new ArrayBuffer(4096);
   /** Name ids of a batch's attributes, reused across batches by encodeEvents. */
   private scratchIds = new Int32Array(1024);
   /** The whole position buffer must be re-sent (growth, rebuild). */
@@ -538,6 +576,7 @@ export class GpuLayout {
    * Unit vectors need no antimeridian or pole cases.
    */
   encodeEvents(events: readonly NEvent[], grid = false): Uint32Array {
+    // The result is a view of scratch memory: valid until the next call.
     // One name lookup per attribute: the first pass keeps the ids (-1: a name no filter uses,
     // so no constraint can test it and it is left out).
     let total = 0;
@@ -566,10 +605,12 @@ export class GpuLayout {
     const strOff = attrOff + nAttr * ATTR_WORDS;
     const gridOff = strOff + strWords + 1;
     const gridWords = grid ? GRID_HEADER_WORDS + 4 * events.length + 2 + events.length : 0;
-    const inp = new Uint32Array(gridOff + gridWords);
-    const inpF = new Float32Array(inp.buffer);
-    const strBytes = new Uint8Array(inp.buffer, strOff * 4);
-    const strBuf = Buffer.from(inp.buffer, strOff * 4);
+    const words = gridOff + gridWords;
+    if (this.scratchInput.byteLength < 4 * words) this.scratchInput = new ArrayBuffer(Math.max(4 * words, 2 * this.scratchInput.byteLength));
+    const inp = new Uint32Array(this.scratchInput, 0, words);
+    inp.fill(0);
+    const inpF = new Float32Array(this.scratchInput, 0, words);
+    const strBytes = new Uint8Array(this.scratchInput, strOff * 4, strWords * 4);
     inp[8] = evOff;
     inp[9] = attrOff;
     inp[10] = strOff;
@@ -596,19 +637,10 @@ export class GpuLayout {
         inp[ao] = id;
         const v = e.values[i];
         if (typeof v === 'string') {
-          // ASCII (the usual attribute value) is copied byte by byte; anything else is encoded
-          // natively straight into the buffer (no view or result object per string).
+          // UTF-8 straight into the buffer, in JS: a native encode per short string costs more
+          // than the string (no view or result object per string either).
           const at = sw * 4;
-          const n = v.length;
-          let written = n;
-          for (let c = 0; c < n; c++) {
-            const code = v.charCodeAt(c);
-            if (code > 0x7f) {
-              written = strBuf.write(v, at, 'utf8');
-              break;
-            }
-            strBytes[at + c] = code;
-          }
+          const written = utf8Into(strBytes, at, v) - at;
           inp[ao + 1] = T_STR;
           inp[ao + 2] = sw;
           inp[ao + 3] = written;

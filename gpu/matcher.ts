@@ -74,13 +74,18 @@ export const defaultGpuMatcherOptions = Object.freeze({
 
 /**
  * Where the host's time went in one batch, µs: `submitUs` from the start of the batch to its
- * submission (uploads, event encoding `encodeEventsUs`, recording), `waitUs` from submission to the
- * results mapped in host memory, `parseUs` from there to ids.
+ * submission, made of `syncUs` (uploads of changed state and moves), `encodeEventsUs`, `recordUs`
+ * (the input upload, buffers, command recording) and `submitCallUs` (queue.submit and closing the
+ * error scopes); `waitUs` from submission to the results mapped in host memory, `parseUs` from
+ * there to ids.
  */
 export interface BatchTiming {
   events: number;
   submitUs: number;
+  syncUs: number;
   encodeEventsUs: number;
+  recordUs: number;
+  submitCallUs: number;
   waitUs: number;
   parseUs: number;
 }
@@ -648,7 +653,7 @@ class GpuBuffers {
   /** Moving averages per batch, µs: host encoding (of which the event input), GPU wait, result parsing. */
   readonly timing = { encodeUs: 0, eventsUs: 0, waitUs: 0, parseUs: 0 };
   /** The last batch's own figures, µs (benchmarks read them per event). */
-  readonly last: BatchTiming = { events: 0, submitUs: 0, encodeEventsUs: 0, waitUs: 0, parseUs: 0 };
+  readonly last: BatchTiming = { events: 0, submitUs: 0, syncUs: 0, encodeEventsUs: 0, recordUs: 0, submitCallUs: 0, waitUs: 0, parseUs: 0 };
   private recentPairs = 64;
   /** Moving maximum of (event, subscription) pairs per event: sizes the output ahead of a batch. */
   private pairsPerEvent = 0;
@@ -948,6 +953,7 @@ class GpuBuffers {
     const L = this.layout;
     const E = events.length;
     this.sync();
+    const tSync = performance.now();
     // Per-event scratch sized to the largest batch so far, not maxBatch: a service that sends
     // lone events never pays for 256 candidate lists.
     if (E > this.widest) this.widest = E;
@@ -1016,9 +1022,14 @@ class GpuBuffers {
       cmd.copyBufferToBuffer(s.counts, 0, s.staging, 0, countBytes);
       cmd.copyBufferToBuffer(s.out, 0, s.staging, countBytesAligned, 8 * prefixPairs);
       if (q !== null) cmd.copyBufferToBuffer(q.resolve, 0, s.staging, countBytesAligned + 8 * prefixPairs, 48);
-      this.ctx.queue.submit([cmd.finish()]);
+      const finished = cmd.finish();
+      const tRec = performance.now();
+      this.ctx.queue.submit([finished]);
       const scopes = closeScopes();
       const t1 = performance.now();
+      this.last.syncUs = (tSync - t0) * 1e3;
+      this.last.recordUs = (tRec - te) * 1e3 - this.last.encodeEventsUs;
+      this.last.submitCallUs = (t1 - tRec) * 1e3;
       const [, validation, oom] = await Promise.all([s.staging.mapAsync(GPUMapMode.READ, 0, want), ...scopes]);
       const t2 = performance.now();
       const fault = validation ?? oom;

@@ -1,0 +1,53 @@
+/** Host-side encoding of the GPU engine's batch input (gpu/layout.ts): UTF-8 and the grid frame. */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { gridFrame, utf8Into } from '../gpu/layout.js';
+import { Rng } from './support/rng.js';
+
+describe('gpu layout: utf8Into', () => {
+  const pieces = ['a', 'Z', '~', '\u007f', '\u0080', 'é', '\u07ff', '\u0800', '€', '\uffff', '😀', '\u{10ffff}', '\u{10000}', '中'];
+
+  it('writes what Buffer writes, for every kind of code point', () => {
+    const rng = new Rng(5);
+    for (let t = 0; t < 2000; t++) {
+      let v = '';
+      const n = rng.int(12);
+      for (let i = 0; i < n; i++) v += pieces[rng.int(pieces.length)];
+      const want = Buffer.from(v, 'utf8');
+      const bytes = new Uint8Array(want.length + 8).fill(0xaa);
+      const end = utf8Into(bytes, 3, v);
+      assert.equal(end - 3, want.length, JSON.stringify(v));
+      assert.deepEqual(Buffer.from(bytes.subarray(3, end)), want, JSON.stringify(v));
+      assert.equal(bytes[2], 0xaa, 'nothing before');
+      assert.equal(bytes[end], 0xaa, 'nothing after');
+    }
+  });
+
+  it('a lone surrogate becomes U+FFFD, as Buffer makes it', () => {
+    for (const v of ['\ud800', 'a\udc00b', '\ud83d', '\ud83dx', '\ude00\ud83d']) {
+      const want = Buffer.from(v, 'utf8');
+      const bytes = new Uint8Array(want.length);
+      assert.equal(utf8Into(bytes, 0, v), want.length);
+      assert.deepEqual(Buffer.from(bytes), want, JSON.stringify(v));
+    }
+  });
+});
+
+describe('gpu layout: gridFrame', () => {
+  it('is orthonormal with w along the given direction, and the identity for no direction', () => {
+    assert.deepEqual(gridFrame(0, 0, 0), [1, 0, 0, 0, 1, 0, 0, 0, 1]);
+    const rng = new Rng(6);
+    const dirs = [[0, 0, 1], [0, 0, -1], [1, 0, 0], [0.1, 0.2, 0.97]];
+    for (let i = 0; i < 200; i++) dirs.push([rng.next() - 0.5, rng.next() - 0.5, rng.next() - 0.5]);
+    for (const [x, y, z] of dirs) {
+      const f = gridFrame(x, y, z);
+      const row = (r: number) => f.slice(3 * r, 3 * r + 3);
+      const dot = (a: number[], b: number[]) => a[0] * b[0] + a[1] * b[1] + a[2] * b[2];
+      for (let a = 0; a < 3; a++) {
+        for (let b = 0; b < 3; b++) assert.ok(Math.abs(dot(row(a), row(b)) - (a === b ? 1 : 0)) < 1e-12, `rows ${a}, ${b} of ${[x, y, z]}`);
+      }
+      const len = Math.hypot(x, y, z);
+      assert.ok(Math.abs(dot(row(2), [x / len, y / len, z / len]) - 1) < 1e-12, 'w points along the batch');
+    }
+  });
+});
