@@ -128,7 +128,9 @@ async function agree(m: GpuMatcher, ref: ReferenceMatcher, seed: number, n: numb
 // ---------------------------------------------------------------- sizes and growth
 
 describe('gpu engine: sizes around the workgroup, growth', () => {
-  for (const filters of [0, 1, kernels.wg - 1, kernels.wg, kernels.wg + 1, 1000, 2 * 1024 + 3]) {
+  // Sizes around several workgroups too (a kernel may take more than one filter a thread).
+  const few = 8 * kernels.wg;
+  for (const filters of [0, 1, kernels.wg - 1, kernels.wg, kernels.wg + 1, 1000, few - 1, few + 1, 2 * 1024 + 3, 3 * few + 5]) {
     it(`${filters} filters agree with the reference, with no GPU error`, async () => {
       const before = ctx.uncapturedErrors.count;
       const subs = randomWorkload(filters + 7, filters, 1);

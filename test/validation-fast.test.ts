@@ -12,6 +12,8 @@ import { NUMBER_EDGES, STRING_EDGES } from './support/values.js';
 const ODD: unknown[] = [
   NaN, Infinity, -Infinity, 91, -91, 181, -180.0000001, 90, -90, 180, -180, -0, null, undefined, '1', true, {}, [], 1n,
   '', 'x'.repeat(128), 'x'.repeat(129), 'é'.repeat(64), 'é'.repeat(65), '\ud800', 'a\udc00b', '😀'.repeat(32), '😀'.repeat(33),
+  // 3-byte characters at the limits, a pair split by the end, and strings past 256 units (measured natively).
+  '€'.repeat(42), '€'.repeat(43), '€'.repeat(341), '€'.repeat(342), 'é'.repeat(512), 'é'.repeat(513), 'x'.repeat(300) + '\ud800', 'ab\ud83d', '\ud83d\ud83d\ude00',
   ...NUMBER_EDGES, ...STRING_EDGES,
 ];
 

@@ -248,21 +248,33 @@ export function validateEvent(e: unknown, limits: Limits, field = 'event'): NEve
   return quickEvent(e, limits) ?? explainEvent(e, limits, field);
 }
 
-/** A string of `min`..`max` UTF-8 bytes, well-formed; ASCII (the common case) without a native call. */
+/**
+ * A string of `min`..`max` UTF-8 bytes, well-formed. Short strings (attribute values, names, ids)
+ * are measured in one JS pass that also finds lone surrogates: two native calls cost more.
+ */
 function okString(v: unknown, min: number, max: number): v is string {
   if (typeof v !== 'string') return false;
   const n = v.length;
   if (n > max) return false;
-  let ascii = true;
+  if (n > 256) {
+    if (!isWellFormed(v)) return false;
+    const b = utf8Bytes(v);
+    return b >= min && b <= max;
+  }
+  let b = n;
   for (let i = 0; i < n; i++) {
-    if (v.charCodeAt(i) > 0x7f) {
-      ascii = false;
-      break;
+    const c = v.charCodeAt(i);
+    if (c < 0x80) continue;
+    if (c < 0x800) b += 1;
+    else if (c < 0xd800 || c > 0xdfff) b += 2;
+    else {
+      // A high surrogate followed by a low one: 4 bytes for the pair (2 units counted so far).
+      const lo = i + 1 < n ? v.charCodeAt(i + 1) : 0;
+      if (c > 0xdbff || lo < 0xdc00 || lo > 0xdfff) return false;
+      b += 2;
+      i++;
     }
   }
-  if (ascii) return n >= min;
-  if (!isWellFormed(v)) return false;
-  const b = utf8Bytes(v);
   return b >= min && b <= max;
 }
 
