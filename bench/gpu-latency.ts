@@ -20,13 +20,14 @@ import { FastMatcher } from '../src/engines/fast.js';
 import type { Event } from '../src/model/types.js';
 import { WorkloadSource } from '../src/workload/index.js';
 import { type Args, parseArgs } from './lib/args.js';
-import { count, sig, table } from './lib/format.js';
+import { type EngineRow, LATENCY_SCHEMA, type LatencyFile, type Rung, latencyTables } from './lib/gpu-latency-schema.js';
+import { count, sig } from './lib/format.js';
 import { Loader, collect, gpuInfo, loadWithProgress } from './lib/gpu-cases.js';
 import { describeMachine, machineInfo } from './lib/machine.js';
 import { note } from './lib/progress.js';
 import { writeResultFile } from './lib/result-file.js';
 import { sinkNumber } from './lib/sink.js';
-import { type Summary, summarize } from './lib/stats.js';
+import { summarize } from './lib/stats.js';
 
 const HELP = `Usage: node dist/bench/gpu-latency.js [options]
   --reps N       round trips per rung and events per engine row (default 2000; quick 200)
@@ -43,28 +44,6 @@ const TINY = `
 fn main(@builtin(global_invocation_id) g: vec3<u32>) {
   buf[g.x] = buf[g.x] + 1u;
 }`;
-
-interface Rung {
-  rung: string;
-  us: Summary;
-  /** The synchronous part: recording and queue.submit, until the wait begins. */
-  callUs: Summary;
-}
-
-interface EngineRow {
-  subscriptions: number;
-  filters: number;
-  engine: 'gpu' | 'fast';
-  totalUs: Summary;
-  submitUs: Summary | null;
-  syncUs: Summary | null;
-  encodeEventsUs: Summary | null;
-  recordUs: Summary | null;
-  submitCallUs: Summary | null;
-  waitUs: Summary | null;
-  parseUs: Summary | null;
-  matchesPerEvent: number;
-}
 
 function fail(msg: string): never {
   process.stderr.write(`gpu-latency: ${msg}\n${HELP}`);
@@ -234,24 +213,11 @@ async function main(): Promise<void> {
     gpu = gpuInfo(m);
     await m.close();
   }
-  const file = { schema: 'ambit.bench.gpu-latency/1', date: new Date().toISOString(), command: `node ${process.argv.slice(1).join(' ')}`, machine, gpu, reps, seed, rungs, engines: rows };
+  const file: LatencyFile = { schema: LATENCY_SCHEMA, date: new Date().toISOString(), command: `node ${process.argv.slice(1).join(' ')}`, machine, gpu, reps, seed, rungs, engines: rows };
   writeResultFile(out, file);
   process.stdout.write(`Machine: ${describeMachine(machine)}\nGPU: ${gpu?.adapter ?? 'none'}\n\n`);
   process.stdout.write(`${latencyTables(file)}\n`);
   note(`gpu-latency: wrote ${out}`);
-}
-
-export function latencyTables(f: { rungs: Rung[]; engines: EngineRow[]; reps: number }): string {
-  const u = (s: Summary | null) => (s === null ? '–' : sig(s.median));
-  const a = table(
-    ['rung', 'min µs', 'median µs', 'p99 µs', 'median step µs', 'of which record + submit µs (median)'],
-    f.rungs.map((r, i) => [r.rung, sig(r.us.min), sig(r.us.median), sig(r.us.p99), i === 0 ? '–' : sig(r.us.median - f.rungs[i - 1].us.median), sig(r.callUs.median)]),
-  );
-  const b = table(
-    ['subscriptions', 'filters', 'engine', 'min µs', 'median µs', 'p99 µs', 'submit µs', 'sync', 'encode', 'record', 'submit call', 'wait µs', 'parse µs', 'matches/event'],
-    f.engines.map((r) => [count(r.subscriptions), count(r.filters), r.engine, sig(r.totalUs.min), sig(r.totalUs.median), sig(r.totalUs.p99), u(r.submitUs), u(r.syncUs), u(r.encodeEventsUs), u(r.recordUs), u(r.submitCallUs), u(r.waitUs), u(r.parseUs), sig(r.matchesPerEvent)]),
-  );
-  return `${a}\n\n${b}`;
 }
 
 if (process.argv[1]?.endsWith('gpu-latency.js')) {

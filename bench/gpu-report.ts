@@ -17,6 +17,8 @@ import { batchTables, defaultTable, gridTable, memoryTable, scaleTable, stagesTa
 import { describeMachine } from './lib/machine.js';
 import { DASHES, MARKERS, type Series, engineColor, linePlot } from './lib/svg.js';
 import { parseReportArgs } from './lib/args.js';
+import { barPlot } from './lib/svg-bars.js';
+import { LATENCY_SCHEMA, type LatencyFile, latencyTables } from './lib/gpu-latency-schema.js';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 
@@ -178,11 +180,48 @@ function section(suite: GpuSuiteName, f: GpuBenchFile, src: string, outDir: stri
   return lines;
 }
 
+/** The lone event's round trip, rung by rung (bench/gpu-latency.ts). */
+function latencySection(f: LatencyFile, src: string, dir: string): string[] {
+  const plot = barPlot({
+    title: 'One round trip through dawn.node, piece by piece (median)',
+    yLabel: 'µs',
+    series: [
+      { name: 'record + submit', color: '#1f77b4' },
+      { name: 'wait for the GPU and the map', color: '#ff7f0e' },
+    ],
+    groups: [
+      ...f.rungs.map((r) => ({ label: [r.rung], values: [{ y: r.callUs.median }, { y: Math.max(0, r.us.median - r.callUs.median) }] })),
+      ...f.engines
+        .filter((e) => e.engine === 'gpu' && e.submitUs !== null && e.waitUs !== null)
+        .map((e) => ({ label: ['engine', `${count(e.filters)} filters`], values: [{ y: e.submitUs!.median }, { y: e.waitUs!.median }] })),
+    ],
+    valueLabels: true,
+  });
+  writeFileSync(path.join(dir, 'gpu-latency.svg'), plot);
+  return [
+    '## A lone event: where the time goes',
+    '',
+    `From \`${src}\`, ${f.date.slice(0, 16).replace('T', ' ')}; ${describeMachine(f.machine)}; GPU ${f.gpu?.adapter ?? 'none'}. Produced by \`node dist/bench/gpu-latency.js\` (bench/gpu-latency.ts), ${f.reps} round trips per row.`,
+    '',
+    'The rungs add one piece each of what the engine does for a lone event: an empty submission awaited with onSubmittedWorkDone; a copy into a staging buffer and mapAsync; a 256-byte writeBuffer; one, then three dispatches; two error scopes. The engine rows split its own lone event into submit (sync of changed state, event encoding, recording, the submit call) and wait (submission → results mapped), beside the fast CPU engine.',
+    '',
+    '![Round trip](gpu-latency.svg)',
+    '',
+    latencyTables(f),
+    '',
+  ];
+}
+
 function main(): void {
   const { files, dir, scanned } = parse(process.argv.slice(2));
   const docs: { file: string; f: GpuBenchFile }[] = [];
+  const latency: { file: string; f: LatencyFile }[] = [];
   for (const file of files) {
     const data = read(file) as Partial<GpuBenchFile> | null;
+    if (data !== null && typeof data === 'object' && (data as { schema?: string }).schema === LATENCY_SCHEMA) {
+      latency.push({ file, f: data as unknown as LatencyFile });
+      continue;
+    }
     if (data === null || typeof data !== 'object' || data.schema !== GPU_SCHEMA) {
       if (scanned) continue; // CPU results (report.ts) and other files
       fail(`${file}: not a ${GPU_SCHEMA} result file (schema ${JSON.stringify(data?.schema)})`);
@@ -227,6 +266,8 @@ function main(): void {
   if (unused.length > 0) lines.push(`- Not used (a newer or full run has the same suites): ${unused.map((d) => `\`${rel(d.file)}\``).join(', ')}`);
   lines.push('');
   for (const [suite, d] of chosen) lines.push(...section(suite, d.f, rel(d.file), dir));
+  const lat = latency.sort((a, b) => b.f.date.localeCompare(a.f.date))[0];
+  if (lat !== undefined) lines.push(...latencySection(lat.f, rel(lat.file), dir));
   const out = path.join(dir, 'GPU-BENCHMARKS.md');
   writeFileSync(out, `${lines.join('\n').trimEnd()}\n`);
   process.stdout.write(`bench:gpu-report: ${used.length} result file${used.length === 1 ? '' : 's'} → ${path.relative(process.cwd(), out) || out}\n`);

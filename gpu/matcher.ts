@@ -62,7 +62,7 @@ export interface GpuMatcherOptions extends MatcherOptions {
 export const defaultGpuMatcherOptions = Object.freeze({
   cpuBelowFilters: 4096,
   select: 'adaptive' as 'adaptive' | 'gpu' | 'cpu',
-  maxBatch: 256,
+  maxBatch: 1024,
   inFlight: 3,
   workgroupSize: 128,
   contGroups: 64,
