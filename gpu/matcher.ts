@@ -63,7 +63,7 @@ export const defaultGpuMatcherOptions = Object.freeze({
   cpuBelowFilters: 4096,
   select: 'adaptive' as 'adaptive' | 'gpu' | 'cpu',
   maxBatch: 1024,
-  inFlight: 3,
+  inFlight: 4,
   workgroupSize: 128,
   contGroups: 64,
   profile: false,
