@@ -546,7 +546,31 @@ export class GpuLayout {
     this.subIndex.delete(sub.id);
     this.subId[si] = null;
     this.subFilters[si] = [];
-    this.subFree.push(si);
+    // A batch in flight may still name this index in its results: another subscription must not
+    // take it until every batch submitted so far has been read (releaseHeld).
+    if (this.batchesInFlight > 0) this.subHeld.push(si, this.submitted);
+    else this.subFree.push(si);
+  }
+
+  /** Batches submitted so far (serials), and how many of them are not read yet: set by the GPU side. */
+  submitted = 0;
+  batchesInFlight = 0;
+  /** Removed subscription indices held back: (index, last serial submitted at removal) pairs. */
+  private subHeld: number[] = [];
+
+  /** Frees the held indices that no batch still in flight can name (all with serial >= oldest). */
+  releaseHeld(oldestInFlight: number): void {
+    const h = this.subHeld;
+    if (h.length === 0) return;
+    let w = 0;
+    for (let i = 0; i < h.length; i += 2) {
+      if (h[i + 1] < oldestInFlight) this.subFree.push(h[i]);
+      else {
+        h[w++] = h[i];
+        h[w++] = h[i + 1];
+      }
+    }
+    h.length = w;
   }
 
   /** Words of one event's subscription bit vector. */

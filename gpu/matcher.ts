@@ -606,6 +606,9 @@ function headroom(need: number): number {
   return need + Math.max(4096, Math.ceil(need / 16));
 }
 
+/** Most (event, subscription) pairs an output buffer is sized for ahead of a batch (8 MiB; more only after an overflow). */
+const MAX_OUT_PAIRS = 1024 * 1024;
+
 const STORAGE = () => GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
 
 /** The compiled Loc, Cont, Zip and scatter pipelines of one device; shareable between matchers. */
@@ -655,6 +658,8 @@ class GpuBuffers {
   /** The last batch's own figures, µs (benchmarks read them per event). */
   readonly last: BatchTiming = { events: 0, submitUs: 0, syncUs: 0, encodeEventsUs: 0, recordUs: 0, submitCallUs: 0, waitUs: 0, parseUs: 0 };
   private recentPairs = 64;
+  /** Serials of the batches submitted and not read yet. */
+  private readonly serials = new Set<number>();
   /** Moving maximum of (event, subscription) pairs per event: sizes the output ahead of a batch. */
   private pairsPerEvent = 0;
   /** Per subscription index: the stamp of the last event it was listed for (collect). */
@@ -825,9 +830,14 @@ class GpuBuffers {
   }
 
   private growOut(s: Slot, pairs: number): void {
-    const most = Math.floor(this.ctx.limits.maxStorageBufferBindingSize / 8);
     let cap = s.outCap;
-    while (cap < pairs && cap * 2 <= most) cap *= 2;
+    while (cap < pairs) cap *= 2;
+    this.resizeOut(s, cap);
+  }
+
+  /** Replaces the slot's output buffer with one of `pairs` pairs (within the binding limit). */
+  private resizeOut(s: Slot, pairs: number): void {
+    const cap = Math.max(1, Math.min(pairs, Math.floor(this.ctx.limits.maxStorageBufferBindingSize / 8)));
     if (cap === s.outCap) return;
     s.out.destroy();
     s.out = this.ctx.createBuffer('ambit.out', 8 * cap, STORAGE());
@@ -884,9 +894,12 @@ class GpuBuffers {
    */
   private collect(pairs: Uint32Array, total: number, results: (string[] | null)[]): void {
     const subId = this.layout.subId;
+    // A null id: the subscription was removed after the batch was submitted (its index is held
+    // back from reuse until the batch is read, so an index never names another subscription).
     if (total === 1) {
       const r = results[pairs[0]];
-      if (r !== null) r.push(subId[pairs[1]]!);
+      const id = subId[pairs[1]];
+      if (r !== null && id !== null) r.push(id);
       return;
     }
     const E = results.length;
@@ -910,7 +923,8 @@ class GpuBuffers {
         const sub = flat[k];
         if (seen[sub] === stamp) continue;
         seen[sub] = stamp;
-        r.push(subId[sub]!);
+        const id = subId[sub];
+        if (id !== null) r.push(id);
       }
     }
   }
@@ -929,6 +943,22 @@ class GpuBuffers {
    */
   async run(events: readonly NEvent[]): Promise<(string[] | null)[]> {
     if (!this.fits()) return events.map(() => null);
+    const L = this.layout;
+    const serial = ++L.submitted;
+    this.serials.add(serial);
+    L.batchesInFlight++;
+    try {
+      return await this.runGuarded(events);
+    } finally {
+      this.serials.delete(serial);
+      L.batchesInFlight--;
+      let oldest = Infinity;
+      for (const x of this.serials) if (x < oldest) oldest = x;
+      L.releaseHeld(oldest);
+    }
+  }
+
+  private async runGuarded(events: readonly NEvent[]): Promise<(string[] | null)[]> {
     // Any GPU error in this batch (validation, out of memory) sends the batch to the CPU: never
     // an empty answer from a command buffer the device refused.
     this.device.pushErrorScope('out-of-memory');
@@ -957,7 +987,9 @@ class GpuBuffers {
     // Per-event scratch sized to the largest batch so far, not maxBatch: a service that sends
     // lone events never pays for 256 candidate lists.
     if (E > this.widest) this.widest = E;
-    this.buffer('cand', 4 * this.candCap * this.widest);
+    // The capacity this batch runs with: a batch finishing meanwhile may grow this.candCap.
+    const candCap = this.candCap;
+    this.buffer('cand', 4 * candCap * this.widest);
     const te = performance.now();
     const grid = E >= this.opts.gridMinEvents;
     const inp = L.encodeEvents(events, grid);
@@ -968,15 +1000,16 @@ class GpuBuffers {
     const s = this.slot();
     s.busy = true;
     try {
-      // Room for twice the pairs recent events had: an overflow sends the whole batch to the CPU.
-      const expect = Math.ceil(2 * E * this.pairsPerEvent);
-      if (expect > s.outCap) this.growOut(s, expect);
+      // Room for twice the pairs recent events had (an overflow sends the whole batch to the CPU),
+      // within a bound; a buffer four times too large shrinks back.
+      const room = Math.min(MAX_OUT_PAIRS, Math.max(this.opts.initialOutputs, Math.ceil(2 * E * this.pairsPerEvent)));
+      if (room > s.outCap || 4 * room < s.outCap) this.resizeOut(s, room);
       const filterCount = L.fTop;
       const [fx, fz] = this.split(Math.ceil(filterCount / this.wg));
       // Cont's grid strides over the candidates, so any group count is correct; size it to recent
       // candidate counts (a lone sparse event needs one group, not contGroups).
       const contGroups = Math.max(1, Math.min(this.opts.contGroups, Math.ceil(this.recentCand / this.wg)));
-      inp.set([filterCount, E, this.candCap, 0, s.outCap, contGroups, fx, 0], 0);
+      inp.set([filterCount, E, candCap, 0, s.outCap, contGroups, fx, 0], 0);
       // The batch's only upload; queue order keeps it intact until this batch's passes have run.
       this.ctx.writeBuffer(input, 0, inp);
       const g = this.groups(s);
@@ -1035,6 +1068,9 @@ class GpuBuffers {
       const fault = validation ?? oom;
       if (fault !== null) {
         s.staging.unmap();
+        // A buffer the device refused (out of memory) must not stay in the slot.
+        s.outCap = 0;
+        this.resizeOut(s, this.opts.initialOutputs);
         this.errors++;
         this.lastError = fault.message;
         return events.map(() => null);
@@ -1052,7 +1088,7 @@ class GpuBuffers {
       s.staging.unmap();
 
       this.recentPairs = Math.max(32, Math.round(0.8 * this.recentPairs + 0.2 * total));
-      this.pairsPerEvent = Math.max(total / E, 0.95 * this.pairsPerEvent);
+      this.pairsPerEvent = Math.max(total / E, 0.8 * this.pairsPerEvent);
       if (total > s.outCap) {
         // Output overflowed: which events lost pairs is unknown, so the CPU answers the batch.
         this.growOut(s, total);
@@ -1072,7 +1108,7 @@ class GpuBuffers {
       let most = 0;
       for (let e = 0; e < E; e++) {
         if (counts[e] > most) most = counts[e];
-        if (counts[e] > this.candCap) {
+        if (counts[e] > candCap) {
           results[e] = null;
           overflow++;
           if (counts[e] > maxCand) maxCand = counts[e];

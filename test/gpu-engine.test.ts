@@ -289,6 +289,41 @@ describe('gpu engine: Cont and Zip edge cases', () => {
     }
   });
 
+  it('candidate capacity growing while batches are in flight cuts no event short', async () => {
+    const m = make({ initialCandidates: 16, maxBatch: 4, inFlight: 3 });
+    try {
+      for (let i = 0; i < 100; i++) m.add({ id: `s${i}`, owner: 'd', filters: [{ constraints: [{ name: 'x', op: 'exists' }] }] });
+      const events = Array.from({ length: 12 }, (_, i) => ({ id: `e${i}`, lat: 45.46, lon: 9.18, attributes: { x: i } }));
+      const got = await m.matchBatch(events);
+      assert.deepEqual(got.map((ids) => ids.length), events.map(() => 100));
+    } finally {
+      await m.close();
+    }
+  });
+
+  it('a subscription removed while a batch is in flight is not listed, and its index names no other', async () => {
+    const m = make();
+    try {
+      const e = { id: 'e', lat: 45.46, lon: 9.18, attributes: { x: 1 } };
+      m.add({ id: 'a', owner: 'd', filters: [{ constraints: [{ name: 'x', op: 'exists' }] }] });
+      const first = m.matchBatch([e]);
+      m.remove('a');
+      // Would take a's index if it were free at once; y is not in the event, so b cannot match.
+      m.add({ id: 'b', owner: 'd', filters: [{ constraints: [{ name: 'y', op: 'exists' }] }] });
+      m.add({ id: 'c', owner: 'd', filters: [{ constraints: [{ name: 'x', op: 'exists' }] }] });
+      const second = m.match(e);
+      m.remove('c');
+      assert.deepEqual(await first, [[]]);
+      assert.deepEqual(await second, []);
+      // Once nothing is in flight the indices are reused, and answers stay right.
+      m.add({ id: 'd', owner: 'd', filters: [{ constraints: [{ name: 'x', op: 'exists' }] }] });
+      m.add({ id: 'f', owner: 'd', filters: [{ constraints: [{ name: 'x', op: 'exists' }] }] });
+      assert.deepEqual(sorted(await m.match(e)), ['d', 'f']);
+    } finally {
+      await m.close();
+    }
+  });
+
   it('matchBatch calls and match() calls in flight together each get their own answers', async () => {
     const m = make({ maxBatch: 7, inFlight: 2 });
     const ref = new ReferenceMatcher();
