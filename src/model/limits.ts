@@ -345,7 +345,6 @@ export function validatePosition(device: unknown, lat: unknown, lon: unknown, li
   return { device: checkId(`${field}.device`, device, limits), lat: checkLat(`${field}.lat`, lat), lon: checkLon(`${field}.lon`, lon) };
 }
 
-/** Validates a whole batch before any of it is applied. */
 /** Validates every event of a batch (holes included) before any is matched. */
 export function validateEvents(events: unknown, limits: Limits, field = 'events'): NEvent[] {
   if (!Array.isArray(events)) throw new ValidationError(field, `must be an array, got ${show(events)}`);
@@ -358,7 +357,16 @@ export function validatePositions(updates: unknown, limits: Limits, field = 'pos
   if (!Array.isArray(updates)) throw new ValidationError(field, `must be an array, got ${show(updates)}`);
   const out: NPosition[] = new Array(updates.length);
   for (let i = 0; i < updates.length; i++) {
-    const o = checkObject(`${field}[${i}]`, updates[i]);
+    const u = updates[i];
+    // The hot path: no field path is built unless the update is refused.
+    if (isPlainObject(u)) {
+      const { device, lat, lon } = u;
+      if (okString(device, 1, limits.maxIdBytes) && typeof lat === 'number' && lat >= -90 && lat <= 90 && typeof lon === 'number' && lon >= -180 && lon <= 180) {
+        out[i] = { device, lat, lon };
+        continue;
+      }
+    }
+    const o = checkObject(`${field}[${i}]`, u);
     out[i] = validatePosition(o.device, o.lat, o.lon, limits, `${field}[${i}]`);
   }
   return out;
