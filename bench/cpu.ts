@@ -10,7 +10,7 @@
  */
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ENGINES } from '../src/engines/index.js';
+import { CPU_ENGINES } from '../src/engines/index.js';
 import { DEFAULT_WORKLOAD, type SpatialKind, type WorkloadOptions, resolveWorkloadOptions } from '../src/workload/index.js';
 import { type Job, type JobResult, runJob } from './lib/cases.js';
 import { childExecArgv, childMain, runInChild } from './lib/fork.js';
@@ -109,7 +109,7 @@ function timerOverheadNs(): number {
 
 function buildConfig(args: Args): BenchConfig {
   const quick = args.quick === true;
-  const registered = Object.keys(ENGINES);
+  const registered = Object.keys(CPU_ENGINES);
   const requested = listArg(args, 'engines');
   const engines = requested ?? registered.filter((e) => e !== 'reference');
   for (const e of engines) if (!registered.includes(e)) fail(`--engines: ${JSON.stringify(e)} is not registered (registered: ${registered.join(', ')})`);

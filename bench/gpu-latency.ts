@@ -14,8 +14,8 @@
  *   +scopes     all of that inside two error scopes, popped and awaited with the map
  * The engine rows use subscriptions of 10 filters from the default workload.
  */
-import { GpuContext } from '../gpu/device.js';
-import { GpuMatcher } from '../gpu/matcher.js';
+import { GpuContext } from '../src/engines/gpu/device.js';
+import { GpuMatcher } from '../src/engines/gpu/matcher.js';
 import { FastMatcher } from '../src/engines/fast.js';
 import type { Event } from '../src/model/types.js';
 import { WorkloadSource } from '../src/workload/index.js';

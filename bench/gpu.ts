@@ -19,8 +19,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import v8 from 'node:v8';
-import { defaultGpuMatcherOptions } from '../gpu/matcher.js';
-import { ENGINES } from '../src/engines/index.js';
+import { defaultGpuMatcherOptions } from '../src/engines/gpu/matcher.js';
+import { CPU_ENGINES } from '../src/engines/index.js';
 import { DEFAULT_WORKLOAD, type SpatialKind, resolveWorkloadOptions } from '../src/workload/index.js';
 import { childExecArgv, heapLimitMb } from './lib/fork.js';
 import { count, pct, sig } from './lib/format.js';
@@ -147,7 +147,7 @@ function numArg(args: Args, key: string, fallback: number, min = 0): number {
 
 function enginesArg(args: Args, fallback: string[]): string[] {
   const list = listArg(args, 'engines') ?? fallback;
-  const known = ['gpu', ...Object.keys(ENGINES)];
+  const known = ['gpu', ...Object.keys(CPU_ENGINES)];
   for (const e of list) if (!known.includes(e)) fail(`--engines: ${JSON.stringify(e)} is not one of ${known.join(', ')}`);
   return list;
 }

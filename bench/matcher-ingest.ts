@@ -16,12 +16,12 @@
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ENGINES } from '../src/engines/index.js';
+import { CPU_ENGINES } from '../src/engines/index.js';
 import { Prng } from '../src/workload/prng.js';
 import type { Filter } from '../src/model/types.js';
-import { RedisHub } from '../services/redis/hub.js';
-import { RedisMatcher } from '../services/redis/matcher.js';
-import type { LocationWriter } from '../services/hub.js';
+import { RedisHub } from '../services/hub/redis.js';
+import { RedisMatcher } from '../services/matcher/redis.js';
+import type { LocationWriter } from '../services/hub/port.js';
 import { type RedisServer, startRedisServer } from '../test/support/redis-server.js';
 import { type Args, parseArgs as parseFlags } from './lib/args.js';
 import { describeMachine, machineInfo } from './lib/machine.js';
@@ -173,7 +173,7 @@ async function main(): Promise<void> {
     };
     const untilApplied = (target: number) => (applied >= target ? Promise.resolve() : new Promise<void>((resolve) => (waiter = { target, resolve })));
     const startMatcher = async () => {
-      const engine = ENGINES.fast({ limits: { maxIdBytes: 1024 } });
+      const engine = CPU_ENGINES.fast({ limits: { maxIdBytes: 1024 } });
       const t0 = performance.now();
       const m = await RedisMatcher.start({ redis: url, prefix: PREFIX, engine, engineDetail: 'fast (bench)', readCount, hooks });
       return { m, rebuildMs: performance.now() - t0 };

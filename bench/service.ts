@@ -1,5 +1,5 @@
 /**
- * The service over loopback gRPC, through the SDK, against `node dist/services/main.js` in a child
+ * The service over loopback gRPC, through the SDK, against `node dist/services/process/main.js` in a child
  * process whose CPU time is read from /proc:
  *   (a) publish → notification latency and events/s at a fixed open-loop publish rate, with
  *       subscriptions created through device streams by connected devices;
@@ -107,7 +107,7 @@ async function main(): Promise<void> {
   const startedAt = new Date().toISOString();
   out(`machine: ${describeMachine(machine)}; load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')} before the run (other processes share these cores)`);
   const loadBefore = os.loadavg();
-  out(`server: node dist/services/main.js (role all, embedded hub, engine ${engine}) as a child process; client: this process, SDK over loopback`);
+  out(`server: node dist/services/process/main.js (role all, embedded hub, engine ${engine}) as a child process; client: this process, SDK over loopback`);
   const t0 = performance.now();
   const server = await startChildServer(engine, serverNodeArgs, redisUrl);
   const results: Record<string, unknown> = {};

@@ -11,9 +11,9 @@
  * delivery id, which increases per device, so the application sees each one once, in order.
  */
 import * as grpc from '@grpc/grpc-js';
-import type { ConnectResponse, ListSubscriptionsResponse, Reply, Welcome } from '../services/gen/ambit/v1/device_pb.js';
-import { DeviceService } from '../services/gen/ambit/v1/device_pb.js';
-import type { Notification as WireNotification } from '../services/gen/ambit/v1/types_pb.js';
+import type { ConnectResponse, ListSubscriptionsResponse, Reply, Welcome } from '../api/gen/ambit/v1/device_pb.js';
+import { DeviceService } from '../api/gen/ambit/v1/device_pb.js';
+import type { Notification as WireNotification } from '../api/gen/ambit/v1/types_pb.js';
 import { type BackoffOptions, backoffDelay, resolveBackoff } from './backoff.js';
 import { AmbitError, invalid } from './errors.js';
 import { type ClientOptions, type TokenSource, channelOptions, checkAddress, clientFor, credentials, metadataFor, unary } from './transport.js';

@@ -3,8 +3,8 @@
  * many devices over one client stream (UpdateLocations; other devices need the `location:any`
  * scope, as a fleet back end has).
  */
-import type { UpdateLocationsResponse } from '../services/gen/ambit/v1/device_pb.js';
-import { DeviceService } from '../services/gen/ambit/v1/device_pb.js';
+import type { UpdateLocationsResponse } from '../api/gen/ambit/v1/device_pb.js';
+import { DeviceService } from '../api/gen/ambit/v1/device_pb.js';
 import { invalid } from './errors.js';
 import { type ClientOptions, ServiceClient, type TokenSource, clientStream, unary } from './transport.js';
 import { checkLatLon } from './types.js';

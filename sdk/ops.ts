@@ -1,6 +1,6 @@
 /** Operators' calls (the `ops` scope): server totals and one device's state. */
-import type { GetDeviceSubscriptionsResponse, GetStatsResponse } from '../services/gen/ambit/v1/ops_pb.js';
-import { OpsService } from '../services/gen/ambit/v1/ops_pb.js';
+import type { GetDeviceSubscriptionsResponse, GetStatsResponse } from '../api/gen/ambit/v1/ops_pb.js';
+import { OpsService } from '../api/gen/ambit/v1/ops_pb.js';
 import { type ClientOptions, ServiceClient, type TokenSource, unary } from './transport.js';
 import { type LatLon, type Subscription, fromWireSubscription } from './types.js';
 

@@ -6,8 +6,8 @@
  * CPU and the latency tail; a message on an open stream does not.
  */
 import * as grpc from '@grpc/grpc-js';
-import type { BulkPublishResponse, PublishResponse } from '../services/gen/ambit/v1/publisher_pb.js';
-import { PublisherService } from '../services/gen/ambit/v1/publisher_pb.js';
+import type { BulkPublishResponse, PublishResponse } from '../api/gen/ambit/v1/publisher_pb.js';
+import { PublisherService } from '../api/gen/ambit/v1/publisher_pb.js';
 import { AmbitError, invalid } from './errors.js';
 import { type ClientOptions, ServiceClient, type TokenSource, clientStream, metadataFor, unary } from './transport.js';
 import { type EventInput, toWireEvent } from './types.js';

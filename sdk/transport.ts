@@ -5,7 +5,7 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import type { DescService } from '@bufbuild/protobuf';
-import { grpcDefinition } from '../services/rpc.js';
+import { grpcDefinition } from '../api/rpc.js';
 import { AmbitError } from './errors.js';
 
 /** A bearer token, or a function returning a fresh one (called for every call and reconnect). */

@@ -15,7 +15,7 @@ import {
   type SubscriptionSchema,
   type Value as WireValue,
   type ValueSchema,
-} from '../services/gen/ambit/v1/types_pb.js';
+} from '../api/gen/ambit/v1/types_pb.js';
 import type { Constraint, LatLon, Op, Value as AttributeValue } from '../src/model/types.js';
 import { invalid } from './errors.js';
 

@@ -5,14 +5,14 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { ENGINES } from '../src/engines/index.js';
+import { CPU_ENGINES } from '../src/engines/index.js';
 import type { Matcher, MatcherOptions } from '../src/engines/matcher.js';
 import { AmbitError } from '../src/model/errors.js';
 import { runContract } from './support/contract.js';
 import { runDifferential } from './support/differential.js';
 
 type Make = (options?: MatcherOptions) => Matcher;
-const engines = Object.entries(ENGINES as Record<string, Make>).filter(([name]) => name !== 'reference');
+const engines = Object.entries(CPU_ENGINES as Record<string, Make>).filter(([name]) => name !== 'reference');
 
 /** Engines whose distance is float32 (GPU engines): they may differ from the reference inside the band only. */
 const isBandEngine = (name: string): boolean => /gpu/i.test(name);
@@ -25,12 +25,12 @@ const EXTRA: Record<string, Array<[string, Record<string, unknown>]>> = {
 
 describe('engine registry', () => {
   it('[X1] registers the CPU engines fast and rtree next to the reference', () => {
-    const names = Object.keys(ENGINES);
-    for (const n of ['reference', 'fast', 'rtree']) assert.ok(names.includes(n), `ENGINES lacks '${n}' (has ${names.join(', ')})`);
+    const names = Object.keys(CPU_ENGINES);
+    for (const n of ['reference', 'fast', 'rtree']) assert.ok(names.includes(n), `CPU_ENGINES lacks '${n}' (has ${names.join(', ')})`);
   });
 
   it('[L9] every registered engine builds, names itself and closes', async () => {
-    for (const [name, make] of Object.entries(ENGINES as Record<string, Make>)) {
+    for (const [name, make] of Object.entries(CPU_ENGINES as Record<string, Make>)) {
       let m: Matcher;
       try {
         m = make();

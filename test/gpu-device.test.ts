@@ -8,8 +8,8 @@ import { execFile } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import { GpuContext, GpuError, REQUESTED_LIMITS, defaultGpuOptions, loadShader } from '../gpu/device.js';
-import { ProbeKernel, runProbe } from '../gpu/probe.js';
+import { GpuContext, GpuError, REQUESTED_LIMITS, defaultGpuOptions, loadShader } from '../src/engines/gpu/device.js';
+import { ProbeKernel, runProbe } from '../src/engines/gpu/probe.js';
 
 const SIZES = [0, 1, 63, 64, 65, 1000, 65537];
 
@@ -195,8 +195,8 @@ describe('gpu device layer', { timeout: 20_000 }, () => {
   });
 
   test('a process that used, closed, collected and reopened contexts exits by itself, with nothing of Dawn on stdout', async () => {
-    const device = new URL('../gpu/device.js', import.meta.url).href;
-    const probe = new URL('../gpu/probe.js', import.meta.url).href;
+    const device = new URL('../src/engines/gpu/device.js', import.meta.url).href;
+    const probe = new URL('../src/engines/gpu/probe.js', import.meta.url).href;
     // gc() between the two contexts: with webgpu 0.6.2, collecting a Dawn instance whose adapter
     // or device is still reachable crashes the process; the device layer must pin its instances.
     const script = `

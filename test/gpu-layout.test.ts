@@ -1,7 +1,7 @@
-/** Host-side encoding of the GPU engine's batch input (gpu/layout.ts): UTF-8 and the grid frame. */
+/** Host-side encoding of the GPU engine's batch input (src/engines/gpu/layout.ts): UTF-8 and the grid frame. */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { gridFrame, utf8Into } from '../gpu/layout.js';
+import { gridFrame, utf8Into } from '../src/engines/gpu/layout.js';
 import { Rng } from './support/rng.js';
 
 describe('gpu layout: utf8Into', () => {

@@ -3,7 +3,7 @@
  * JIT state and heap growth never bill another; inside a job: generate (untimed), warm up, measure.
  * Only the Matcher interface is used.
  */
-import { ENGINES, type Matcher, type MatcherOptions } from '../../src/engines/index.js';
+import { CPU_ENGINES, type Matcher, type MatcherOptions } from '../../src/engines/index.js';
 import type { Event, Subscription } from '../../src/model/types.js';
 import {
   type Device,
@@ -40,8 +40,8 @@ function collect(): void {
 const now = (): bigint => process.hrtime.bigint();
 
 export function createEngine(name: string, options?: MatcherOptions): Matcher {
-  const make = (ENGINES as Record<string, ((o?: MatcherOptions) => Matcher) | undefined>)[name];
-  if (make === undefined) throw new Error(`bench: unknown engine ${JSON.stringify(name)} (registered: ${Object.keys(ENGINES).join(', ')})`);
+  const make = (CPU_ENGINES as Record<string, ((o?: MatcherOptions) => Matcher) | undefined>)[name];
+  if (make === undefined) throw new Error(`bench: unknown engine ${JSON.stringify(name)} (registered: ${Object.keys(CPU_ENGINES).join(', ')})`);
   return make(options);
 }
 

@@ -7,7 +7,7 @@
  * and never held whole; a workload of n subscriptions is a prefix of one of m > n (generator.ts),
  * so suites that sweep sizes grow one engine from size to size instead of reloading.
  */
-import { type GpuMatcherOptions, GpuMatcher } from '../../gpu/matcher.js';
+import { type GpuMatcherOptions, GpuMatcher } from '../../src/engines/gpu/matcher.js';
 import { attributeMap, contentMatches, filterDistance, filterMatches } from '../../src/engines/reference.js';
 import type { Matcher } from '../../src/engines/index.js';
 import { toleranceM } from '../../src/model/geo.js';

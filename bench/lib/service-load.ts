@@ -5,8 +5,8 @@
  * UpdateLocations batches. Seeded: the same seed gives the same devices, subscriptions and events.
  */
 import { create, toBinary } from '@bufbuild/protobuf';
-import { SCOPES } from '../../services/auth.js';
-import { UpdateLocationsRequestSchema } from '../../services/gen/ambit/v1/device_pb.js';
+import { SCOPES } from '../../services/edge/auth.js';
+import { UpdateLocationsRequestSchema } from '../../api/gen/ambit/v1/device_pb.js';
 import { AmbitDevice, AmbitFleet, AmbitPublisher, type DeviceOptions, type Subscription } from '../../sdk/index.js';
 import { Prng } from '../../src/workload/prng.js';
 import { RandomWaypoint } from '../../src/workload/mobility.js';

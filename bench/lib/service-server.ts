@@ -1,5 +1,5 @@
 /**
- * The server under test, as a child process (`node dist/services/main.js`), so its CPU time is its
+ * The server under test, as a child process (`node dist/services/process/main.js`), so its CPU time is its
  * own: read from /proc/<pid>/stat (utime + stime) before and after each measured window.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import { fileURLToPath } from 'node:url';
-import { SCOPES, TokenAuthority } from '../../services/auth.js';
+import { SCOPES, TokenAuthority } from '../../services/edge/auth.js';
 import { AmbitOps } from '../../sdk/index.js';
 
 export interface ChildServer {
@@ -63,7 +63,7 @@ export async function startChildServer(engine: string, nodeArgs: readonly string
   if (process.platform !== 'linux') throw new Error('bench/service: measuring the server process needs Linux /proc');
   const secret = randomBytes(32).toString('base64url');
   const port = await freePort();
-  const main = fileURLToPath(new URL('../../services/main.js', import.meta.url));
+  const main = fileURLToPath(new URL('../../services/process/main.js', import.meta.url));
   const child: ChildProcess = spawn(process.execPath, [...nodeArgs, main], {
     env: {
       ...process.env,

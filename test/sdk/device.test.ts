@@ -6,8 +6,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
-import { DeviceService } from '../../services/gen/ambit/v1/device_pb.js';
-import { grpcClient } from '../../services/rpc.js';
+import { DeviceService } from '../../api/gen/ambit/v1/device_pb.js';
+import { grpcClient } from '../../api/rpc.js';
 import { AmbitDevice, AmbitError, compareDeliveryIds, AmbitOps, AmbitPublisher, type DeviceEventMap, type Notification, StatusCode, type Subscription } from '../../sdk/index.js';
 import { TcpProxy, type TestServer, next, startTestServer, waitFor } from './support.js';
 

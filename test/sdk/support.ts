@@ -1,7 +1,7 @@
 /** Helpers of the SDK tests: an in-process server on a free port, tokens, and a TCP proxy to cut. */
 import net from 'node:net';
-import { SCOPES } from '../../services/auth.js';
-import { type RunningServer, startServer } from '../../services/server.js';
+import { SCOPES } from '../../services/edge/auth.js';
+import { type RunningServer, startServer } from '../../services/process/server.js';
 
 export interface TestServer {
   server: RunningServer;

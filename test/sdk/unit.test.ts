@@ -2,8 +2,8 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { create, fromBinary, toBinary } from '@bufbuild/protobuf';
-import { ConnectRequestSchema } from '../../services/gen/ambit/v1/device_pb.js';
-import { SubscriptionSchema } from '../../services/gen/ambit/v1/types_pb.js';
+import { ConnectRequestSchema } from '../../api/gen/ambit/v1/device_pb.js';
+import { SubscriptionSchema } from '../../api/gen/ambit/v1/types_pb.js';
 import { backoffDelay, compareDeliveryIds, encodeLocation, resolveBackoff, type Subscription } from '../../sdk/index.js';
 import { fromWireSubscription, toWireEvent, toWireSubscription } from '../../sdk/types.js';
 
@@ -58,7 +58,7 @@ describe('sdk conversion', () => {
 describe('sdk: the ambit-field trailer', () => {
   test('restores the non-ASCII characters the server escapes, and leaves escaped backslashes alone', async () => {
     const { fieldFromTrailer } = await import('../../sdk/errors.js');
-    const { asciiField } = await import('../../services/convert.js');
+    const { asciiField } = await import('../../services/edge/convert.js');
     for (const f of ['event.attributes["é"]', 'events[3].attributes["😀x"]', 'event.attributes["a\\\\u0041"]', 'subscribe.subscription.filters[0].area.radius_m']) {
       assert.equal(fieldFromTrailer(asciiField(f)), f);
     }

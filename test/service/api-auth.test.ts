@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
-import { SCOPES, TokenAuthority } from '../../services/auth.js';
+import { SCOPES, TokenAuthority } from '../../services/edge/auth.js';
 import { type Clients, DeviceStream, type Init, Status, type TestServer, checkStatus, clientStream, expectStatus, meta, startTestServer, unary } from '../support/grpc.js';
 
 const SECRET = 'test-secret-of-at-least-32-bytes!!';

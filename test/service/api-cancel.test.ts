@@ -5,25 +5,25 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
-import { ENGINES } from '../../src/engines/index.js';
+import { CPU_ENGINES } from '../../src/engines/index.js';
 import { DEFAULT_LIMITS } from '../../src/model/limits.js';
 import type { Event } from '../../src/model/types.js';
-import { SCOPES, TokenAuthority } from '../../services/auth.js';
-import { EmbeddedHub } from '../../services/embedded.js';
-import { Gateway } from '../../services/gateway.js';
-import { DeviceService } from '../../services/gen/ambit/v1/device_pb.js';
-import { OpsService } from '../../services/gen/ambit/v1/ops_pb.js';
-import { PublisherService } from '../../services/gen/ambit/v1/publisher_pb.js';
-import { silentLogger } from '../../services/log.js';
-import { MatchCore } from '../../services/matching.js';
-import { Metrics } from '../../services/metrics.js';
-import { grpcClient, grpcServerDefinition } from '../../services/rpc.js';
+import { SCOPES, TokenAuthority } from '../../services/edge/auth.js';
+import { EmbeddedHub } from '../../services/hub/embedded.js';
+import { Gateway } from '../../services/edge/gateway.js';
+import { DeviceService } from '../../api/gen/ambit/v1/device_pb.js';
+import { OpsService } from '../../api/gen/ambit/v1/ops_pb.js';
+import { PublisherService } from '../../api/gen/ambit/v1/publisher_pb.js';
+import { silentLogger } from '../../services/process/log.js';
+import { MatchCore } from '../../services/matcher/core.js';
+import { Metrics } from '../../services/process/metrics.js';
+import { grpcClient, grpcServerDefinition } from '../../api/rpc.js';
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 describe('api: a client stream past its deadline', () => {
   it('BulkPublish: messages still queued when the deadline passes are not published', async () => {
-    const hub = new EmbeddedHub(new MatchCore(ENGINES.fast({ limits: { maxIdBytes: 1024 } })));
+    const hub = new EmbeddedHub(new MatchCore(CPU_ENGINES.fast({ limits: { maxIdBytes: 1024 } })));
     const publish = hub.publish.bind(hub);
     const published: string[] = [];
     hub.publish = async (events: readonly Event[]) => {

@@ -1,7 +1,7 @@
 /**
  * Configuration and the API definition's hygiene: configFromEnv's exact errors for each bad
  * AMBIT_* value (and what good values become), checkConfig's rules (also applied by startServer),
- * `buf lint` clean on proto/, and services/gen/ byte for byte what `buf generate` makes today.
+ * `buf lint` clean on proto/, and api/gen/ byte for byte what `buf generate` makes today.
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -10,10 +10,10 @@ import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { DEFAULT_CONFIG, type ServerConfig, checkConfig, configFromEnv } from '../../services/config.js';
-import { DEFAULT_RETENTION } from '../../services/embedded.js';
-import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE } from '../../services/matching.js';
-import { startServer } from '../../services/server.js';
+import { DEFAULT_CONFIG, type ServerConfig, checkConfig, configFromEnv } from '../../services/process/config.js';
+import { DEFAULT_RETENTION } from '../../services/hub/embedded.js';
+import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE } from '../../services/hub/port.js';
+import { startServer } from '../../services/process/server.js';
 
 // dist/test/service/x.js → the repository root.
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
@@ -136,7 +136,7 @@ describe('api config: checkConfig', () => {
   });
 });
 
-describe('api config: proto/ and services/gen/', () => {
+describe('api config: proto/ and api/gen/', () => {
   const bin = join(ROOT, 'node_modules/.bin');
   const buf = join(bin, 'buf');
   const env = { ...process.env, PATH: `${bin}:${process.env.PATH ?? ''}` };
@@ -146,18 +146,18 @@ describe('api config: proto/ and services/gen/', () => {
     execFileSync(buf, ['lint'], { cwd: ROOT, env, stdio: 'pipe' });
   });
 
-  it('services/gen is exactly what buf generate makes from proto/ now', { skip }, () => {
+  it('api/gen is exactly what buf generate makes from proto/ now', { skip }, () => {
     const out = mkdtempSync(join(tmpdir(), 'ambit-gen-'));
     try {
       execFileSync(buf, ['generate', '--template', 'buf.gen.yaml', '-o', out], { cwd: ROOT, env, stdio: 'pipe' });
       const files = (dir: string): string[] =>
         readdirSync(dir).flatMap((n) => (statSync(join(dir, n)).isDirectory() ? files(join(dir, n)) : [join(dir, n)]));
-      const fresh = join(out, 'services/gen');
-      const committed = join(ROOT, 'services/gen');
+      const fresh = join(out, 'api/gen');
+      const committed = join(ROOT, 'api/gen');
       const names = (dir: string) => files(dir).map((f) => relative(dir, f)).sort();
       assert.deepEqual(names(committed), names(fresh), 'the same files (none stale, none missing)');
       for (const f of names(fresh)) {
-        assert.ok(readFileSync(join(committed, f)).equals(readFileSync(join(fresh, f))), `services/gen/${f} is out of date: run npm run proto`);
+        assert.ok(readFileSync(join(committed, f)).equals(readFileSync(join(fresh, f))), `api/gen/${f} is out of date: run npm run proto`);
       }
     } finally {
       rmSync(out, { recursive: true, force: true });

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { ReferenceMatcher } from '../../src/engines/reference.js';
 import type { Constraint, Event, Filter, Op as MOp, Value } from '../../src/model/types.js';
-import { Op } from '../../services/gen/ambit/v1/types_pb.js';
+import { Op } from '../../api/gen/ambit/v1/types_pb.js';
 import { Rng } from '../support/rng.js';
 import { type Clients, DeviceStream, type Init, type TestServer, clientStream, meta, startTestServer, unary } from '../support/grpc.js';
 

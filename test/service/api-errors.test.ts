@@ -1,14 +1,14 @@
 /**
  * Errors that depend on state, and deadlines: NOT_FOUND for replacing or removing what a device
  * does not have, ALREADY_EXISTS for a second subscription of one id (subscription ids are per
- * device), RESOURCE_EXHAUSTED at the per-device cap (both the default of services/matching.ts and
+ * device), RESOURCE_EXHAUSTED at the per-device cap (both the default of services/matcher/core.ts and
  * a configured one), and DEADLINE_EXCEEDED for calls whose deadline has passed, after which the
  * server goes on serving and nothing of the late call was applied.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type * as grpc from '@grpc/grpc-js';
-import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE } from '../../services/matching.js';
+import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE } from '../../services/hub/port.js';
 import { type Clients, DeviceStream, type Init, Status, type TestServer, checkReplyStatus, checkStatus, expectStatus, sleep, startTestServer, unary } from '../support/grpc.js';
 
 const sub = (id: string, radiusM = 100): Init => ({ id, filters: [{ area: { radiusM, center: { lat: 0, lon: 0 } } }] });
@@ -93,7 +93,7 @@ describe('api errors: state-dependent statuses', () => {
   });
 });
 
-describe('api errors: the default per-device cap of services/matching.ts', () => {
+describe('api errors: the default per-device cap of services/matcher/core.ts', () => {
   it(`subscription ${DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE + 1} of one device is RESOURCE_EXHAUSTED`, async () => {
     const srv = await startTestServer();
     try {

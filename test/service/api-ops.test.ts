@@ -16,7 +16,7 @@ import { FileDescriptorProtoSchema } from '@bufbuild/protobuf/wkt';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { service as healthService } from 'grpc-health-check';
-import { Op } from '../../services/gen/ambit/v1/types_pb.js';
+import { Op } from '../../api/gen/ambit/v1/types_pb.js';
 import { Clients, DeviceStream, type Init, Status, type TestServer, checkStatus, clientStream, eventually, expectStatus, startTestServer, unary } from '../support/grpc.js';
 
 const HealthClient = grpc.makeGenericClientConstructor(healthService, 'Health');

@@ -11,19 +11,19 @@ import { after, afterEach, before, describe, it } from 'node:test';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import * as grpc from '@grpc/grpc-js';
-import { ENGINES } from '../../src/engines/index.js';
+import { CPU_ENGINES } from '../../src/engines/index.js';
 import { AmbitError } from '../../src/model/errors.js';
 import { DEFAULT_LIMITS } from '../../src/model/limits.js';
-import { TokenAuthority } from '../../services/auth.js';
-import { EmbeddedHub } from '../../services/embedded.js';
-import { Gateway } from '../../services/gateway.js';
-import type { Hub } from '../../services/hub.js';
-import { silentLogger } from '../../services/log.js';
-import { MatchCore } from '../../services/matching.js';
-import { Metrics } from '../../services/metrics.js';
-import { grpcServerDefinition } from '../../services/rpc.js';
-import { DeviceService } from '../../services/gen/ambit/v1/device_pb.js';
-import type { Notification } from '../../services/gen/ambit/v1/types_pb.js';
+import { TokenAuthority } from '../../services/edge/auth.js';
+import { EmbeddedHub } from '../../services/hub/embedded.js';
+import { Gateway } from '../../services/edge/gateway.js';
+import type { Hub } from '../../services/hub/port.js';
+import { silentLogger } from '../../services/process/log.js';
+import { MatchCore } from '../../services/matcher/core.js';
+import { Metrics } from '../../services/process/metrics.js';
+import { grpcServerDefinition } from '../../api/rpc.js';
+import { DeviceService } from '../../api/gen/ambit/v1/device_pb.js';
+import type { Notification } from '../../api/gen/ambit/v1/types_pb.js';
 import { Clients, DeviceStream, type Init, Status, type TestServer, checkStatus, clientStream, eventually, meta, sleep, startTestServer, unary } from '../support/grpc.js';
 
 const everything: Init = { id: 'all', filters: [{}] };
@@ -228,7 +228,7 @@ describe('api stream: retention and Welcome.missed', () => {
 describe('api stream: requests sent right behind hello wait for it', () => {
   /** A hub whose openInbox waits for `gate` and then fails or succeeds, in front of an embedded hub. */
   function gatedHub(): { hub: Hub; inner: EmbeddedHub; open: (fail: boolean) => void } {
-    const inner = new EmbeddedHub(new MatchCore(ENGINES.fast()));
+    const inner = new EmbeddedHub(new MatchCore(CPU_ENGINES.fast()));
     let release!: (fail: boolean) => void;
     const gate = new Promise<boolean>((r) => (release = r));
     const hub: Hub = {

@@ -11,8 +11,8 @@ import { after, before, describe, it } from 'node:test';
 import { create, toBinary } from '@bufbuild/protobuf';
 import type * as grpc from '@grpc/grpc-js';
 import { show } from '../../src/model/errors.js';
-import { ConnectRequestSchema } from '../../services/gen/ambit/v1/device_pb.js';
-import { Op } from '../../services/gen/ambit/v1/types_pb.js';
+import { ConnectRequestSchema } from '../../api/gen/ambit/v1/device_pb.js';
+import { Op } from '../../api/gen/ambit/v1/types_pb.js';
 import {
   type Clients,
   DeviceStream,

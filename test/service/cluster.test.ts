@@ -1,6 +1,6 @@
 /**
  * The Redis deployment as separate processes: a real redis-server, one matcher process and two
- * gateway processes (`node dist/services/main.js` with AMBIT_ROLE), real gRPC clients. Gateways and
+ * gateway processes (`node dist/services/process/main.js` with AMBIT_ROLE), real gRPC clients. Gateways and
  * the matcher are killed with SIGKILL mid-stream; Redis is kept. Checks exact recipients across
  * gateways, and that after restarts and reconnects every published notification arrives, in
  * order, with nothing acknowledged delivered again.
@@ -8,8 +8,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
-import { SCOPES, TokenAuthority } from '../../services/auth.js';
-import { type Notification, Op } from '../../services/gen/ambit/v1/types_pb.js';
+import { SCOPES, TokenAuthority } from '../../services/edge/auth.js';
+import { type Notification, Op } from '../../api/gen/ambit/v1/types_pb.js';
 import { Clients, DeviceStream, Status, unary } from '../support/grpc.js';
 import { type AmbitProcess, startAmbit } from '../support/processes.js';
 import { type RedisServer, redisServerMissing, startRedisServer } from '../support/redis-server.js';

@@ -9,11 +9,11 @@ import { runInNewContext } from 'node:vm';
 import v8 from 'node:v8';
 import { after, before, describe, it } from 'node:test';
 import { Redis } from 'ioredis';
-import { ENGINES } from '../../src/engines/index.js';
-import type { Retention } from '../../services/embedded.js';
+import { CPU_ENGINES } from '../../src/engines/index.js';
+import type { Retention } from '../../services/hub/embedded.js';
 import { compareStreamIds, decodeLocations, encodeLocations, encodePosition, encodePositionsHset } from '../../services/redis/codec.js';
-import { RedisHub, type RedisHubOptions } from '../../services/redis/hub.js';
-import { RedisMatcher, type RedisMatcherOptions } from '../../services/redis/matcher.js';
+import { RedisHub, type RedisHubOptions } from '../../services/hub/redis.js';
+import { RedisMatcher, type RedisMatcherOptions } from '../../services/matcher/redis.js';
 import { P, Q, addPing, anchored, anywhere, drain, eq, event, north, pullN, rejectsWith, runHubContract, sub } from '../support/hub-contract.js';
 import { type RedisServer, redisServerMissing, startRedisServer } from '../support/redis-server.js';
 
@@ -36,7 +36,7 @@ function url(): string {
 const freshPrefix = () => `t${process.pid}-${++prefixSeq}:`;
 
 function matcherOptions(prefix: string, more: Partial<RedisMatcherOptions> = {}): RedisMatcherOptions {
-  return { redis: url(), prefix, engine: ENGINES.fast({ limits: { maxIdBytes: 1024 } }), engineDetail: 'fast (test)', statsMs: 100, ...more };
+  return { redis: url(), prefix, engine: CPU_ENGINES.fast({ limits: { maxIdBytes: 1024 } }), engineDetail: 'fast (test)', statsMs: 100, ...more };
 }
 
 function hubOptions(prefix: string, more: Partial<RedisHubOptions> = {}): RedisHubOptions {
@@ -426,7 +426,7 @@ describe('redis: Redis itself goes away', { skip: missing ?? false }, () => {
       await admin.quit();
       await hub.close();
 
-      const matcher = await RedisMatcher.start({ redis: own.url, prefix, engine: ENGINES.fast({ limits: { maxIdBytes: 1024 } }), engineDetail: 'fast (test)', statsMs: 100 });
+      const matcher = await RedisMatcher.start({ redis: own.url, prefix, engine: CPU_ENGINES.fast({ limits: { maxIdBytes: 1024 } }), engineDetail: 'fast (test)', statsMs: 100 });
       await own.stop();
       const t1 = Date.now();
       await matcher.stop();

@@ -8,18 +8,18 @@
 import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import * as grpc from '@grpc/grpc-js';
-import { type ServerConfig } from '../../services/config.js';
-import { rootLogger } from '../../services/log.js';
-import { type RunningServer, startServer } from '../../services/server.js';
-import { grpcClient } from '../../services/rpc.js';
-import { type ConnectResponse, DeviceService, type Reply, type Welcome } from '../../services/gen/ambit/v1/device_pb.js';
-import { OpsService } from '../../services/gen/ambit/v1/ops_pb.js';
-import { PublisherService } from '../../services/gen/ambit/v1/publisher_pb.js';
-import type { Notification, RequestStatus } from '../../services/gen/ambit/v1/types_pb.js';
+import { type ServerConfig } from '../../services/process/config.js';
+import { rootLogger } from '../../services/process/log.js';
+import { type RunningServer, startServer } from '../../services/process/server.js';
+import { grpcClient } from '../../api/rpc.js';
+import { type ConnectResponse, DeviceService, type Reply, type Welcome } from '../../api/gen/ambit/v1/device_pb.js';
+import { OpsService } from '../../api/gen/ambit/v1/ops_pb.js';
+import { PublisherService } from '../../api/gen/ambit/v1/publisher_pb.js';
+import type { Notification, RequestStatus } from '../../api/gen/ambit/v1/types_pb.js';
 
 export const Status = grpc.status;
 
-/** Plain init objects are what the serializer of services/rpc.ts takes; tests write messages this way. */
+/** Plain init objects are what the serializer of api/rpc.ts takes; tests write messages this way. */
 export type Init = any; // eslint-disable-line @typescript-eslint/no-explicit-any
 
 /**
@@ -216,7 +216,7 @@ export function checkStatus(s: { code: number; details: string; metadata?: grpc.
   }
 }
 
-/** The `ambit-field` metadata of a field: printable ASCII, anything else as a JSON \\uXXXX escape (services/convert.ts). */
+/** The `ambit-field` metadata of a field: printable ASCII, anything else as a JSON \\uXXXX escape (services/edge/convert.ts). */
 export function metadataField(field: string): string {
   let out = '';
   for (let i = 0; i < field.length; i++) {

@@ -1,5 +1,5 @@
 /**
- * The contract every `Hub` runs (services/hub.ts), through its interface only: subscription
+ * The contract every `Hub` runs (services/hub/port.ts), through its interface only: subscription
  * lifecycle and its errors, matching with exact recipients and reached counts, per-device order
  * and ids, acknowledgements and resume points, retention with an exact `missed`, and pulls that
  * wait and end. Like the engines' contract.ts, one suite, several implementations:
@@ -14,8 +14,8 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { AmbitError, type ErrorCode } from '../../src/model/errors.js';
 import type { Event, Filter, Value } from '../../src/model/types.js';
-import type { Retention } from '../../services/embedded.js';
-import { type Delivery, type DeviceSubscription, type Hub, type Inbox, compareDeliveryIds, parseDeliveryId } from '../../services/hub.js';
+import type { Retention } from '../../services/hub/embedded.js';
+import { type Delivery, type DeviceSubscription, type Hub, type Inbox, compareDeliveryIds, parseDeliveryId } from '../../services/hub/port.js';
 
 export interface HubSetup {
   retention?: Partial<Retention>;

@@ -1,12 +1,12 @@
 /**
- * Real Ambit processes for integration tests: `node dist/services/main.js` with an environment,
+ * Real Ambit processes for integration tests: `node dist/services/process/main.js` with an environment,
  * its JSON log parsed line by line, ready once it logs where it listens. Killed on test end and on
  * process exit, so a failed test leaves nothing running.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
-const MAIN = fileURLToPath(new URL('../../services/main.js', import.meta.url));
+const MAIN = fileURLToPath(new URL('../../services/process/main.js', import.meta.url));
 const live = new Set<ChildProcess>();
 process.on('exit', () => {
   for (const p of live) p.kill('SIGKILL');

@@ -16,15 +16,15 @@ import type { Logger } from 'pino';
 import { AmbitError, type ErrorCode } from '../../src/model/errors.js';
 import type { DeviceHandle, Matcher } from '../../src/engines/matcher.js';
 import type { Event } from '../../src/model/types.js';
-import { DEFAULT_RETENTION, type Retention } from '../embedded.js';
-import { type EngineChoice, openEngine } from '../engine.js';
-import type { DeviceSubscription } from '../hub.js';
-import { MatchCore, type Recipient } from '../matching.js';
-import { compareStreamIds, decodeLocations, decodePosition, splitStoredSubscription, streamIdMs } from './codec.js';
-import { DEFAULT_REDIS, type RedisSource, closeConnection, connectAll, intOption, openConnection, prefixOption, sleep } from './connection.js';
-import type { MatcherStatsRecord, PublishReply } from './hub.js';
-import { DEFAULT_PREFIX, Keys } from './keys.js';
-import { defineScripts, queueScript } from './scripts.js';
+import { DEFAULT_RETENTION, type Retention } from '../hub/embedded.js';
+import { type EngineChoice, openEngine } from './engine.js';
+import type { DeviceSubscription } from '../hub/port.js';
+import { MatchCore, type Recipient } from './core.js';
+import { compareStreamIds, decodeLocations, decodePosition, splitStoredSubscription, streamIdMs } from '../redis/codec.js';
+import { DEFAULT_REDIS, type RedisSource, closeConnection, connectAll, intOption, openConnection, prefixOption, sleep } from '../redis/connection.js';
+import type { MatcherStatsRecord, PublishReply } from '../hub/redis.js';
+import { DEFAULT_PREFIX, Keys } from '../redis/keys.js';
+import { defineScripts, queueScript } from '../redis/scripts.js';
 
 const COMPONENT = 'redis matcher';
 

@@ -8,20 +8,21 @@ import { randomBytes } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
 import { ReflectionService } from '@grpc/reflection';
 import { HealthImplementation } from 'grpc-health-check';
-import { DEFAULT_LIMITS } from '../src/model/limits.js';
-import { TokenAuthority } from './auth.js';
+import { DEFAULT_LIMITS } from '../../src/model/limits.js';
+import { TokenAuthority } from '../edge/auth.js';
 import { type ServerConfig, DEFAULT_CONFIG, checkConfig } from './config.js';
-import { EmbeddedHub } from './embedded.js';
-import { openEngine } from './engine.js';
-import { Gateway } from './gateway.js';
-import type { Hub, HubStats } from './hub.js';
+import { EmbeddedHub } from '../hub/embedded.js';
+import { openEngine } from '../matcher/engine.js';
+import { Gateway } from '../edge/gateway.js';
+import type { Hub, HubStats } from '../hub/port.js';
 import { type Logger, silentLogger } from './log.js';
-import { MatchCore } from './matching.js';
+import { MatchCore } from '../matcher/core.js';
 import { Metrics } from './metrics.js';
-import { SERVICES, grpcServerDefinition, reflectionPackage } from './rpc.js';
-import { DeviceService } from './gen/ambit/v1/device_pb.js';
-import { OpsService } from './gen/ambit/v1/ops_pb.js';
-import { PublisherService } from './gen/ambit/v1/publisher_pb.js';
+import { connectGatewayHub, startMatcherRole } from './roles.js';
+import { SERVICES, grpcServerDefinition, reflectionPackage } from '../../api/rpc.js';
+import { DeviceService } from '../../api/gen/ambit/v1/device_pb.js';
+import { OpsService } from '../../api/gen/ambit/v1/ops_pb.js';
+import { PublisherService } from '../../api/gen/ambit/v1/publisher_pb.js';
 
 export interface RunningServer {
   readonly config: ServerConfig;
@@ -33,11 +34,6 @@ export interface RunningServer {
   /** Engine in use and why (matcher-holding roles). */
   readonly engineDetail: string;
   stop(): Promise<void>;
-}
-
-interface RedisRoles {
-  startMatcherRole(config: ServerConfig, log: Logger): Promise<{ engineDetail: string; stats(): Promise<HubStats>; stop(): Promise<void> }>;
-  connectGatewayHub(config: ServerConfig, log: Logger): Promise<Hub>;
 }
 
 export async function startServer(partial: Partial<ServerConfig> = {}, log: Logger = silentLogger()): Promise<RunningServer> {
@@ -60,16 +56,14 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
       cleanups.push(() => h.close());
       log.child({ component: 'matcher' }).info({ engine: engine.name, detail, mode: 'embedded', durable: false }, `engine ${engine.name}: ${detail}; embedded mode keeps all state in memory (not durable)`);
     } else {
-      const rolesModule = './redis/roles.js';
-      const redis = (await import(rolesModule)) as RedisRoles;
       if (config.role !== 'gateway') {
-        const m = await redis.startMatcherRole(config, log.child({ component: 'matcher' }));
+        const m = await startMatcherRole(config, log.child({ component: 'matcher' }));
         engineDetail = m.engineDetail;
         statsSource = m;
         cleanups.push(() => m.stop());
       }
       if (config.role !== 'matcher') {
-        const h = await redis.connectGatewayHub(config, log.child({ component: 'hub' }));
+        const h = await connectGatewayHub(config, log.child({ component: 'hub' }));
         hub = h;
         cleanups.push(() => h.close());
       }

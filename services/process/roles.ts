@@ -3,10 +3,10 @@
  * and the gateway's hub. Thin: options come from the validated ServerConfig.
  */
 import type { Logger } from 'pino';
-import type { ServerConfig } from '../config.js';
-import type { Hub, HubStats } from '../hub.js';
-import { RedisHub } from './hub.js';
-import { RedisMatcher } from './matcher.js';
+import type { ServerConfig } from './config.js';
+import type { Hub, HubStats } from '../hub/port.js';
+import { RedisHub } from '../hub/redis.js';
+import { RedisMatcher } from '../matcher/redis.js';
 
 function redisUrl(config: ServerConfig): string {
   if (config.redisUrl === null) throw new Error('redis roles: REDIS_URL is not set');

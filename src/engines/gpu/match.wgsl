@@ -1,5 +1,5 @@
 // CLCB on WebGPU: the Loc, Cont and Zip stages (CLCB §4, Algorithm 1; CCM §4, Algorithm 1).
-// Layout is owned by gpu/layout.ts; every array has 4-byte elements so no binding passes 2 GiB.
+// Layout is owned by src/engines/gpu/layout.ts; every array has 4-byte elements so no binding passes 2 GiB.
 //
 // Loc  (x: filters): Bloom inclusion of constraint names (S1a), then the distance test on unit
 //      vectors (S1b), per (filter, event) pair; survivors are appended to the event's candidate

@@ -6,7 +6,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import client from 'prom-client';
-import type { Hub, HubStats } from './hub.js';
+import type { Hub, HubStats } from '../hub/port.js';
 
 /** Counters the gateway bumps directly. */
 export class Counters {

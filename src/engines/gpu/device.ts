@@ -488,13 +488,13 @@ export class GpuContext {
     return result;
   }
 
-  /** The source of `gpu/<name>.wgsl`, read from the source tree (tsc does not copy .wgsl files). */
+  /** The source of `src/engines/gpu/<name>.wgsl`, read from the source tree (tsc does not copy .wgsl files). */
   loadShader(name: string): string {
     return loadShader(name);
   }
 
   /**
-   * Compiles `gpu/<name>.wgsl` (or `code`), labelled `name`. Rejects on errors, and on warnings
+   * Compiles `src/engines/gpu/<name>.wgsl` (or `code`), labelled `name`. Rejects on errors, and on warnings
    * too: Dawn prints those to stdout, which would break the JSON log.
    */
   async compileShader(name: string, code: string = loadShader(name)): Promise<GPUShaderModule> {
@@ -540,22 +540,24 @@ const KEPT_STAGING_MAX = 16 << 20;
 
 const shaderCache = new Map<string, string>();
 let shaderDir: string | undefined;
+const GPU_SOURCE = join('src', 'engines', 'gpu');
 
 /**
- * The `gpu/` folder of the source tree: the nearest ancestor of this module holding package.json
- * and a `gpu/` folder. Found from `gpu/device.ts` (tests through a loader) and `dist/gpu/device.js`.
+ * The `src/engines/gpu/` folder of the source tree: below the nearest ancestor of this module that
+ * holds package.json and that folder. Found from the source (tests through a loader) and from
+ * `dist/src/engines/gpu/device.js` (tsc does not copy .wgsl files).
  */
 export function gpuSourceDir(): string {
   if (shaderDir !== undefined) return shaderDir;
   const start = dirname(fileURLToPath(import.meta.url));
   for (let dir = start; ; dir = dirname(dir)) {
-    if (existsSync(join(dir, 'package.json')) && existsSync(join(dir, 'gpu'))) return (shaderDir = join(dir, 'gpu'));
+    if (existsSync(join(dir, 'package.json')) && existsSync(join(dir, GPU_SOURCE))) return (shaderDir = join(dir, GPU_SOURCE));
     if (dirname(dir) === dir) break;
   }
-  throw new GpuError('UNAVAILABLE', `shader folder not found: expected a package.json beside a gpu/ folder above ${start}, got none`);
+  throw new GpuError('UNAVAILABLE', `shader folder not found: expected a package.json beside ${GPU_SOURCE}/ above ${start}, got none`);
 }
 
-/** Reads `gpu/<name>.wgsl` once and caches it. */
+/** Reads `src/engines/gpu/<name>.wgsl` once and caches it. */
 export function loadShader(name: string): string {
   if (typeof name !== 'string' || !/^[A-Za-z0-9_-]+(\.wgsl)?$/.test(name)) {
     throw new GpuError('INVALID_ARGUMENT', `shader name must be letters, digits, '_' or '-' (optionally ending .wgsl), got ${showValue(name)}`);

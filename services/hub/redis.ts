@@ -27,17 +27,16 @@ import {
   compareDeliveryIds,
   parseDeliveryId,
   subscriptionKey,
-} from '../hub.js';
-import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE } from '../matching.js';
-import { type LocColumns, decodePosition, encodeLocations, encodePositionsHset, splitStoredSubscription } from './codec.js';
-import { DEFAULT_REDIS, RawCommand, type RedisSource, closeConnection, connectAll, intOption, openConnection, prefixOption, queueCommand } from './connection.js';
-import { DEFAULT_PREFIX, Keys } from './keys.js';
-import { defineScripts, runScript } from './scripts.js';
+  DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE,
+  ENGINE_SIDE_LIMITS,
+} from './port.js';
+import { type LocColumns, decodePosition, encodeLocations, encodePositionsHset, splitStoredSubscription } from '../redis/codec.js';
+import { DEFAULT_REDIS, RawCommand, type RedisSource, closeConnection, connectAll, intOption, openConnection, prefixOption, queueCommand } from '../redis/connection.js';
+import { DEFAULT_PREFIX, Keys } from '../redis/keys.js';
+import { defineScripts, runScript } from '../redis/scripts.js';
 
 const COMPONENT = 'redis hub';
 
-/** The engine's own limits (services/engine.ts): engine ids are JSON (device, id) pairs, so longer. */
-export const ENGINE_SIDE_LIMITS: Readonly<Partial<Limits>> = Object.freeze({ maxIdBytes: 1024 });
 
 export interface RedisHubOptions {
   /** URL or ioredis options; default redis://127.0.0.1:6379. */

@@ -4,8 +4,8 @@
  * log per device keeps at most `retention.maxPerDevice` notifications for `retention.maxAgeMs`,
  * then drops the oldest and counts them.
  */
-import { AmbitError, show } from '../src/model/errors.js';
-import type { Event, PositionUpdate } from '../src/model/types.js';
+import { AmbitError, show } from '../../src/model/errors.js';
+import type { Event, PositionUpdate } from '../../src/model/types.js';
 import {
   type Delivery,
   type DeviceInfo,
@@ -17,8 +17,8 @@ import {
   type PublishResult,
   compareDeliveryIds,
   parseDeliveryId,
-} from './hub.js';
-import type { MatchCore } from './matching.js';
+} from './port.js';
+import type { MatchCore } from '../matcher/core.js';
 
 export interface Retention {
   /** Notifications kept per device; older ones are dropped (and counted). */

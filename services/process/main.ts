@@ -1,10 +1,10 @@
 /**
- * `node dist/services/main.js [--role all|gateway|matcher] [--port N] [--metrics-port N|off]
+ * `node dist/services/process/main.js [--role all|gateway|matcher] [--port N] [--metrics-port N|off]
  * [--engine auto|gpu|fast|rtree|reference] [--dev]`: one Ambit process. Flags override the
  * AMBIT_* environment (see docs/service.md). SIGINT/SIGTERM shut it down gracefully.
  */
 import { parseArgs } from 'node:util';
-import { SCOPES } from './auth.js';
+import { SCOPES } from '../edge/auth.js';
 import { configFromEnv } from './config.js';
 import { rootLogger } from './log.js';
 import { startServer } from './server.js';
@@ -24,7 +24,7 @@ async function main(): Promise<void> {
   });
   if (values.help === true) {
     process.stderr.write(
-      'usage: node dist/services/main.js [--role all|gateway|matcher] [--host H] [--port N] [--metrics-port N|off] [--engine auto|gpu|fast|rtree|reference] [--dev]\n' +
+      'usage: node dist/services/process/main.js [--role all|gateway|matcher] [--host H] [--port N] [--metrics-port N|off] [--engine auto|gpu|fast|rtree|reference] [--dev]\n' +
         'Environment: AMBIT_ROLE AMBIT_HOST AMBIT_PORT AMBIT_METRICS_PORT REDIS_URL AMBIT_REDIS_PREFIX AMBIT_ENGINE AMBIT_TOKEN_SECRET AMBIT_DEV\n' +
         '             AMBIT_TLS_CERT AMBIT_TLS_KEY AMBIT_RETENTION_MAX AMBIT_RETENTION_HOURS AMBIT_LOG_LEVEL AMBIT_SHUTDOWN_GRACE_S\n',
     );

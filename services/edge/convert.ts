@@ -7,11 +7,11 @@
 import * as grpc from '@grpc/grpc-js';
 import { create } from '@bufbuild/protobuf';
 import { timestampFromMs } from '@bufbuild/protobuf/wkt';
-import { AmbitError, ValidationError, show } from '../src/model/errors.js';
-import { type Limits, checkLat, checkLon, validateEvent, validateSubscription } from '../src/model/limits.js';
-import type { Constraint as MConstraint, Event as MEvent, Filter as MFilter, Op as MOp, Value as MValue } from '../src/model/types.js';
+import { AmbitError, ValidationError, show } from '../../src/model/errors.js';
+import { type Limits, checkLat, checkLon, validateEvent, validateSubscription } from '../../src/model/limits.js';
+import type { Constraint as MConstraint, Event as MEvent, Filter as MFilter, Op as MOp, Value as MValue } from '../../src/model/types.js';
 import { AuthError } from './auth.js';
-import type { Delivery, DeviceSubscription } from './hub.js';
+import type { Delivery, DeviceSubscription } from '../hub/port.js';
 import {
   type Constraint,
   type Event,
@@ -27,7 +27,7 @@ import {
   ValueSchema,
   RequestStatusSchema,
   type RequestStatus,
-} from './gen/ambit/v1/types_pb.js';
+} from '../../api/gen/ambit/v1/types_pb.js';
 
 const OPS: Record<number, MOp> = {
   [Op.EQ]: 'eq',

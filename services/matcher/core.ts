@@ -3,13 +3,11 @@
  * subscriptions in the API's own form, and turns an engine match (global subscription keys) into
  * recipients (device → its matched subscription ids). No I/O; the hubs store and deliver.
  */
-import { AmbitError, show } from '../src/model/errors.js';
-import type { Matcher, MatcherStats } from '../src/engines/matcher.js';
-import type { DeviceHandle } from '../src/engines/matcher.js';
-import type { Event, PositionUpdate } from '../src/model/types.js';
-import { type DeviceSubscription, splitSubscriptionKey, subscriptionKey } from './hub.js';
-
-export const DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE = 1000;
+import { AmbitError, show } from '../../src/model/errors.js';
+import type { Matcher, MatcherStats } from '../../src/engines/matcher.js';
+import type { DeviceHandle } from '../../src/engines/matcher.js';
+import type { Event, PositionUpdate } from '../../src/model/types.js';
+import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE, type DeviceSubscription, splitSubscriptionKey, subscriptionKey } from '../hub/port.js';
 
 export interface Recipient {
   device: string;

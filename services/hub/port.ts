@@ -5,7 +5,18 @@
  * only validated input and throws AmbitError (NOT_FOUND, ALREADY_EXISTS, RESOURCE_EXHAUSTED,
  * UNAVAILABLE) for what depends on state.
  */
-import type { Event, PositionUpdate, Subscription } from '../src/model/types.js';
+import type { Limits } from '../../src/model/limits.js';
+import type { Event, PositionUpdate, Subscription } from '../../src/model/types.js';
+
+/** Subscriptions one device may hold unless configured otherwise; one more is RESOURCE_EXHAUSTED. */
+export const DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE = 1000;
+
+/**
+ * The limits the engine applies. Engine subscription ids are (device, id) pairs, so the engine's
+ * id limit is the ceiling while the API keeps the model's default per id. The gateway checks them
+ * too, so a request the matcher's engine would refuse fails at its caller.
+ */
+export const ENGINE_SIDE_LIMITS: Readonly<Partial<Limits>> = Object.freeze({ maxIdBytes: 1024 });
 
 /** One notification as stored for a device. `deliveryId` orders a device's notifications. */
 export interface Delivery {

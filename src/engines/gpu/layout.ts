@@ -1,5 +1,5 @@
 /**
- * The GPU engine's state in host memory, laid out exactly as the GPU buffers (gpu/match.wgsl):
+ * The GPU engine's state in host memory, laid out exactly as the GPU buffers (src/engines/gpu/match.wgsl):
  * struct-of-arrays with 4-byte elements (CLCB §4.2: FPos, SqDist, BF, FCount; CCM's Constraints).
  * This host mirror is what uploads read from and what rebuilds the GPU after a device loss.
  *
@@ -8,8 +8,8 @@
  * slot (16 B): unit vector + known flag. A filter with 4 constraints costs 72 B plus its share of
  * the owner's position and of the strings.
  */
-import type { NEvent, NFilter, NSubscription } from '../src/model/limits.js';
-import type { Op } from '../src/model/types.js';
+import type { NEvent, NFilter, NSubscription } from '../../model/limits.js';
+import type { Op } from '../../model/types.js';
 
 export const FILTER_BYTES = 24;
 export const CONSTRAINT_BYTES = 12;

@@ -7,8 +7,8 @@
 import { randomUUID } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
 import { create } from '@bufbuild/protobuf';
-import { type Limits, checkId } from '../src/model/limits.js';
-import type { PositionUpdate } from '../src/model/types.js';
+import { type Limits, checkId } from '../../src/model/limits.js';
+import type { PositionUpdate } from '../../src/model/types.js';
 import { AuthError, type Principal, SCOPES, type Scope, type TokenAuthority, bearer, requireScope } from './auth.js';
 import {
   ApiError,
@@ -31,13 +31,13 @@ import {
   UpdateLocationResponseSchema,
   type UpdateLocationsRequest,
   UpdateLocationsResponseSchema,
-} from './gen/ambit/v1/device_pb.js';
-import { GetDeviceSubscriptionsResponseSchema, type GetDeviceSubscriptionsRequest, GetStatsResponseSchema } from './gen/ambit/v1/ops_pb.js';
-import { type BulkPublishRequest, BulkPublishResponseSchema, type PublishRequest, PublishResponseSchema } from './gen/ambit/v1/publisher_pb.js';
-import { type Hub, type Inbox, type LocationWriter, compareDeliveryIds, parseDeliveryId } from './hub.js';
-import type { Logger } from './log.js';
-import type { Metrics } from './metrics.js';
-import { isMalformed } from './rpc.js';
+} from '../../api/gen/ambit/v1/device_pb.js';
+import { GetDeviceSubscriptionsResponseSchema, type GetDeviceSubscriptionsRequest, GetStatsResponseSchema } from '../../api/gen/ambit/v1/ops_pb.js';
+import { type BulkPublishRequest, BulkPublishResponseSchema, type PublishRequest, PublishResponseSchema } from '../../api/gen/ambit/v1/publisher_pb.js';
+import { type Hub, type Inbox, type LocationWriter, compareDeliveryIds, parseDeliveryId } from '../hub/port.js';
+import type { Logger } from '../process/log.js';
+import type { Metrics } from '../process/metrics.js';
+import { isMalformed } from '../../api/rpc.js';
 
 export interface GatewayOptions {
   /** Notifications pulled from the hub per read. */

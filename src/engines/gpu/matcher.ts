@@ -1,8 +1,8 @@
 /**
- * The GPU engine: CLCB (Loc, Cont, Zip; gpu/match.wgsl) on WebGPU, behind the `Matcher` interface.
+ * The GPU engine: CLCB (Loc, Cont, Zip; src/engines/gpu/match.wgsl) on WebGPU, behind the `Matcher` interface.
  *
  * - Subscription changes go to a fast CPU engine (validation, `get`, the small-scale path and the
- *   fallback) and to the host mirror of the GPU buffers (gpu/layout.ts); changed ranges are
+ *   fallback) and to the host mirror of the GPU buffers (src/engines/gpu/layout.ts); changed ranges are
  *   uploaded before the next dispatch. A location update costs two host writes and a mark in the
  *   mirror only: all moves since the last batch go up as one upload plus one scatter dispatch, and
  *   the CPU engine replays the marked slots only when it next answers (syncCpu).
@@ -19,11 +19,11 @@
  * - On device loss every event in flight is answered by the CPU engine, later events too, while a
  *   new device is opened and rebuilt from the host mirror.
  */
-import { FastMatcher } from '../src/engines/fast.js';
-import { type DeviceHandle, type Matcher, type MatcherOptions, type MatcherStats, checkHandleUpdate } from '../src/engines/matcher.js';
-import { AmbitError, ValidationError, show } from '../src/model/errors.js';
-import { type NEvent, type NSubscription, checkId, checkLat, checkLon, validateEvent, validateEvents, validatePositions, validateSubscription } from '../src/model/limits.js';
-import type { Event, PositionUpdate, Subscription } from '../src/model/types.js';
+import { FastMatcher } from '../fast.js';
+import { type DeviceHandle, type Matcher, type MatcherOptions, type MatcherStats, checkHandleUpdate } from '../matcher.js';
+import { AmbitError, ValidationError, show } from '../../model/errors.js';
+import { type NEvent, type NSubscription, checkId, checkLat, checkLon, validateEvent, validateEvents, validatePositions, validateSubscription } from '../../model/limits.js';
+import type { Event, PositionUpdate, Subscription } from '../../model/types.js';
 import { GpuContext, type GpuOptions } from './device.js';
 import { GpuLayout } from './layout.js';
 

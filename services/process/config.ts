@@ -3,10 +3,10 @@
  * errors before anything starts.
  */
 import { readFileSync } from 'node:fs';
-import { DEFAULT_RETENTION, type Retention } from './embedded.js';
-import { ENGINE_CHOICES, type EngineChoice } from './engine.js';
+import { DEFAULT_RETENTION, type Retention } from '../hub/embedded.js';
+import { ENGINE_CHOICES, type EngineChoice } from '../matcher/engine.js';
 import { LOG_LEVELS } from './log.js';
-import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE } from './matching.js';
+import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE } from '../hub/port.js';
 
 export type Role = 'all' | 'gateway' | 'matcher';
 

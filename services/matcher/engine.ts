@@ -1,0 +1,34 @@
+/**
+ * Chooses the matching engine for a process that holds the matcher: the GPU engine when a
+ * hardware adapter is there, else the fast CPU engine; or the engine configured by name. Engines
+ * come from the one registry (src/engines/index.ts) with the engine-side limits of the hub port.
+ */
+import { ENGINES, ENGINE_NAMES, type EngineName } from '../../src/engines/index.js';
+import type { Matcher } from '../../src/engines/matcher.js';
+import { ENGINE_SIDE_LIMITS } from '../hub/port.js';
+
+export type EngineChoice = 'auto' | EngineName;
+
+export const ENGINE_CHOICES: readonly EngineChoice[] = Object.freeze(['auto', ...ENGINE_NAMES]);
+
+export interface OpenedEngine {
+  engine: Matcher;
+  /** Why this engine: "GPU adapter NVIDIA H200 (vulkan)", "no hardware GPU adapter: ...". */
+  detail: string;
+}
+
+export async function openEngine(choice: EngineChoice): Promise<OpenedEngine> {
+  const limits = ENGINE_SIDE_LIMITS;
+  if (choice === 'auto' || choice === 'gpu') {
+    try {
+      const engine = await ENGINES.gpu({ limits });
+      const adapter = engine.stats().extra?.adapter;
+      return { engine, detail: `GPU adapter ${typeof adapter === 'string' ? adapter : 'unknown'}` };
+    } catch (err) {
+      if (choice === 'gpu') throw err;
+      const why = err instanceof Error ? err.message : String(err);
+      return { engine: await ENGINES.fast({ limits }), detail: `fast CPU engine (no GPU: ${why.split('\n')[0]})` };
+    }
+  }
+  return { engine: await ENGINES[choice]({ limits }), detail: `${choice} engine (configured)` };
+}
