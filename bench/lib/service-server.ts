@@ -9,6 +9,7 @@ import net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { SCOPES, TokenAuthority } from '../../services/edge/auth.js';
 import { AmbitOps } from '../../sdk/index.js';
+import { freePort } from '../../test/support/ports.js';
 
 export interface ChildServer {
   address: string;
@@ -43,16 +44,6 @@ export function processCpuSeconds(pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) / ticksPerSecond();
 }
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 /**
  * `nodeArgs`: extra Node flags of the server process (e.g. --cpu-prof). `redisUrl`: run it on

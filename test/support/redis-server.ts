@@ -11,6 +11,7 @@
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import net from 'node:net';
+import { freePort } from './ports.js';
 
 export interface RedisServer {
   /** redis://127.0.0.1:<port> */
@@ -102,16 +103,6 @@ async function launch(options: RedisServerOptions, port: number): Promise<RedisS
   return { url: `redis://127.0.0.1:${port}`, port, stop };
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 /** True when a raw PING on the port answers +PONG. */
 function ping(port: number): Promise<boolean> {
