@@ -5,7 +5,6 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { SCOPES, TokenAuthority } from '../../services/edge/auth.js';
 import { AmbitOps } from '../../sdk/index.js';
