@@ -33,7 +33,9 @@ import {
 import { type LocColumns, decodePosition, encodeLocations, encodePositionsHset, splitStoredSubscription } from '../redis/codec.js';
 import { DEFAULT_REDIS, RawCommand, type RedisSource, closeConnection, connectAll, intOption, openConnection, prefixOption, queueCommand } from '../redis/connection.js';
 import { DEFAULT_PREFIX, Keys } from '../redis/keys.js';
+import { type MatcherStatsRecord, locFields, parseNotification, parseReply, pubFields } from '../redis/protocol.js';
 import { defineScripts, runScript } from '../redis/scripts.js';
+import { missedAfter, resumePoint } from '../matcher/fanout.js';
 
 const COMPONENT = 'redis hub';
 
@@ -67,28 +69,6 @@ interface PendingPublish {
   resolve(reached: number[]): void;
   reject(err: Error): void;
   timer: NodeJS.Timeout;
-}
-
-/** What the matcher publishes on a gateway's reply channel. */
-export interface PublishReply {
-  c: string;
-  /** Reached count per event, in order. */
-  r?: number[];
-  error?: { code: ErrorCode; message: string };
-}
-
-/** The matcher's figures, as stored in `{p}matcher:stats`. */
-export interface MatcherStatsRecord {
-  matcherId: string;
-  engine: string;
-  engineDetail: string;
-  subscriptions: number;
-  filters: number;
-  devices: number;
-  memoryBytes: number;
-  offset: string;
-  locationsApplied: number;
-  extra: Record<string, number | string | boolean>;
 }
 
 export class RedisHub implements Hub {
@@ -248,7 +228,7 @@ export class RedisHub implements Hub {
     for (let from = 0; from < cols.n; from += chunk) {
       const to = Math.min(cols.n, from + chunk);
       const batch = encodeLocations(cols, from, to);
-      m.xadd(this.keys.in, 'MAXLEN', '~', this.inMaxLen, '*', 't', 'loc', 'data', batch.blob);
+      m.xadd(this.keys.in, 'MAXLEN', '~', this.inMaxLen, '*', ...locFields(batch.blob));
       queueCommand(m, new RawCommand('hset', this.keys.pos, encodePositionsHset(this.keys.pos, cols, from, to, batch)));
     }
     m.hincrby(this.keys.stats, 'locations', cols.n);
@@ -278,7 +258,7 @@ export class RedisHub implements Hub {
     });
     reached.catch(() => {}); // observed below; keeps an early rejection from being reported as unhandled
     try {
-      await this.redis(() => this.cmd.xadd(this.keys.in, 'MAXLEN', '~', this.inMaxLen, '*', 't', 'pub', 'corr', corr, 'gw', this.gatewayId, 'events', payload));
+      await this.redis(() => this.cmd.xadd(this.keys.in, 'MAXLEN', '~', this.inMaxLen, '*', ...pubFields(corr, this.gatewayId, payload)));
     } catch (err) {
       const p = this.pending.get(corr);
       if (p !== undefined) {
@@ -293,10 +273,8 @@ export class RedisHub implements Hub {
 
   private onMessage(channel: string, message: string): void {
     if (channel === this.replyChannel) {
-      let reply: PublishReply;
-      try {
-        reply = JSON.parse(message) as PublishReply;
-      } catch {
+      const reply = parseReply(message);
+      if (reply === null) {
         this.log?.warn({ channel }, `${COMPONENT}: malformed publish reply ignored`);
         return;
       }
@@ -330,12 +308,8 @@ export class RedisHub implements Hub {
         runScript(this.read, 'ambitOpen', k.notes(device), k.nseq, k.acked, k.stats, k.config, k.nlast, device, resumeAfter === null ? 'acked' : 'token', resumeAfter ?? ''),
       )) as [string, string, string];
       const last = Number(seqText);
-      let start = acked;
-      // A resume point this device was never given (its state was lost): start from the oldest.
-      if (start !== '' && parseDeliveryId(start)![1] > last) start = '';
-      const from = start === '' ? 0 : parseDeliveryId(start)![1];
-      const oldestOrdinal = oldest === '' ? last + 1 : parseDeliveryId(oldest)![1];
-      inbox.begin(start, Math.max(0, oldestOrdinal - 1 - from));
+      const start = resumePoint(acked, last);
+      inbox.begin(start, missedAfter(start, oldest, last));
       return inbox;
     } catch (err) {
       inbox.close();
@@ -370,16 +344,9 @@ export class RedisHub implements Hub {
     const out: Delivery[] = new Array(rows.length);
     for (let i = 0; i < rows.length; i++) {
       const [id, f] = rows[i];
-      let event: Event | undefined;
-      let subscriptionIds: string[] = [];
-      let publishedAtMs = 0;
-      for (let j = 0; j + 1 < f.length; j += 2) {
-        if (f[j] === 'e') event = JSON.parse(f[j + 1]) as Event;
-        else if (f[j] === 's') subscriptionIds = JSON.parse(f[j + 1]) as string[];
-        else if (f[j] === 'p') publishedAtMs = Number(f[j + 1]);
-      }
-      if (event === undefined) throw new AmbitError('UNAVAILABLE', `${COMPONENT}: notification ${id} of ${show(device)} has no event`);
-      out[i] = { deliveryId: id, event, subscriptionIds, publishedAtMs };
+      const d = parseNotification(id, f);
+      if (d === null) throw new AmbitError('UNAVAILABLE', `${COMPONENT}: notification ${id} of ${show(device)} has no event`);
+      out[i] = d;
     }
     return out;
   }

@@ -1,17 +1,33 @@
 /**
- * What the matcher role does, whichever hub it sits behind: owns the engine, keeps each device's
- * subscriptions in the API's own form, and turns an engine match (global subscription keys) into
- * recipients (device → its matched subscription ids). No I/O; the hubs store and deliver.
+ * The match core, whichever hub it sits behind: owns the engine, keeps each device's
+ * subscriptions in the API's own form, and turns an engine match into owner-aware recipients
+ * (device → its matched subscription ids) through a table kept beside the engine: no engine key
+ * is parsed per matched pair. No I/O; a FanOut (fanout.ts) stores and delivers.
  */
 import { AmbitError, show } from '../../src/model/errors.js';
 import type { Matcher, MatcherStats } from '../../src/engines/matcher.js';
 import type { DeviceHandle } from '../../src/engines/matcher.js';
 import type { Event, PositionUpdate } from '../../src/model/types.js';
-import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE, type DeviceSubscription, splitSubscriptionKey, subscriptionKey } from '../hub/port.js';
+import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE, type DeviceSubscription, type HubStats, subscriptionKey } from '../hub/port.js';
 
 export interface Recipient {
   device: string;
   subscriptionIds: string[];
+}
+
+/** A device's subscriptions, and the marks that group one event's matches by device. */
+interface DeviceSubs {
+  readonly device: string;
+  readonly subs: Map<string, DeviceSubscription>;
+  /** The match that last touched this device, and its recipient's index in that match. */
+  stamp: number;
+  slot: number;
+}
+
+/** What an engine subscription key stands for. */
+interface Owner {
+  readonly of: DeviceSubs;
+  readonly id: string;
 }
 
 /** A device's last position plus the engine handle that moves it (two writes per update). */
@@ -22,7 +38,10 @@ interface Position {
 }
 
 export class MatchCore {
-  private readonly subs = new Map<string, Map<string, DeviceSubscription>>();
+  private readonly subs = new Map<string, DeviceSubs>();
+  /** Engine key → owner, so a match is grouped by device without decoding keys. */
+  private readonly owners = new Map<string, Owner>();
+  private stamp = 0;
   private readonly positions = new Map<string, Position>();
   private subscriptionCount = 0;
   locationUpdates = 0;
@@ -36,46 +55,51 @@ export class MatchCore {
   /** Adds or replaces (mode) one device subscription; the engine validates again, as a guard. */
   put(device: string, sub: DeviceSubscription, mode: 'add' | 'replace' | 'upsert'): void {
     let mine = this.subs.get(device);
-    const exists = mine?.has(sub.id) ?? false;
+    const exists = mine?.subs.has(sub.id) ?? false;
     if (mode === 'add' && exists) throw new AmbitError('ALREADY_EXISTS', `device already has subscription ${show(sub.id)}`, 'subscription.id');
     if (mode === 'replace' && !exists) throw new AmbitError('NOT_FOUND', `device has no subscription ${show(sub.id)}`, 'subscription.id');
-    if (!exists && mode !== 'upsert' && (mine?.size ?? 0) >= this.maxPerDevice) {
+    if (!exists && mode !== 'upsert' && (mine?.subs.size ?? 0) >= this.maxPerDevice) {
       throw new AmbitError('RESOURCE_EXHAUSTED', `device already has ${this.maxPerDevice} subscriptions, the most allowed`, 'subscription');
     }
     const engineSub = { id: subscriptionKey(device, sub.id), owner: device, filters: sub.filters };
     if (exists) this.engine.replace(engineSub);
     else this.engine.add(engineSub);
     if (mine === undefined) {
-      mine = new Map();
+      mine = { device, subs: new Map(), stamp: 0, slot: 0 };
       this.subs.set(device, mine);
     }
-    if (!exists) this.subscriptionCount++;
-    mine.set(sub.id, sub);
+    if (!exists) {
+      this.subscriptionCount++;
+      this.owners.set(engineSub.id, { of: mine, id: sub.id });
+    }
+    mine.subs.set(sub.id, sub);
   }
 
   /** False when the device has no such subscription. */
   remove(device: string, subscriptionId: string): boolean {
     const mine = this.subs.get(device);
-    if (mine === undefined || !mine.has(subscriptionId)) return false;
-    this.engine.remove(subscriptionKey(device, subscriptionId));
-    mine.delete(subscriptionId);
+    if (mine === undefined || !mine.subs.has(subscriptionId)) return false;
+    const key = subscriptionKey(device, subscriptionId);
+    this.engine.remove(key);
+    this.owners.delete(key);
+    mine.subs.delete(subscriptionId);
     this.subscriptionCount--;
-    if (mine.size === 0) this.subs.delete(device);
+    if (mine.subs.size === 0) this.subs.delete(device);
     return true;
   }
 
   list(device: string): DeviceSubscription[] {
     const mine = this.subs.get(device);
-    return mine === undefined ? [] : [...mine.values()];
+    return mine === undefined ? [] : [...mine.subs.values()];
   }
 
   has(device: string, subscriptionId: string): boolean {
-    return this.subs.get(device)?.has(subscriptionId) ?? false;
+    return this.subs.get(device)?.subs.has(subscriptionId) ?? false;
   }
 
   /** Every (device, subscription), for snapshots. */
   *all(): Generator<[string, DeviceSubscription]> {
-    for (const [device, mine] of this.subs) for (const s of mine.values()) yield [device, s];
+    for (const [device, mine] of this.subs) for (const s of mine.subs.values()) yield [device, s];
   }
 
   /** Positions are range-checked by the caller. */
@@ -129,7 +153,26 @@ export class MatchCore {
   async match(events: readonly Event[]): Promise<Recipient[][]> {
     if (events.length === 0) return [];
     const results = events.length === 1 ? [await this.engine.match(events[0])] : await this.engine.matchBatch(events);
-    return results.map(group);
+    return results.map((keys) => this.group(keys));
+  }
+
+  /** One event's matched engine keys as recipients, subscription ids sorted per device. */
+  private group(keys: readonly string[]): Recipient[] {
+    if (keys.length === 0) return [];
+    const stamp = ++this.stamp;
+    const out: Recipient[] = [];
+    for (let i = 0; i < keys.length; i++) {
+      const o = this.owners.get(keys[i]);
+      if (o === undefined) throw new Error(`match core: the engine matched ${keys[i]}, which no device holds`);
+      const d = o.of;
+      if (d.stamp !== stamp) {
+        d.stamp = stamp;
+        d.slot = out.length;
+        out.push({ device: d.device, subscriptionIds: [o.id] });
+      } else out[d.slot].subscriptionIds.push(o.id);
+    }
+    for (let i = 0; i < out.length; i++) if (out[i].subscriptionIds.length > 1) out[i].subscriptionIds.sort();
+    return out;
   }
 
   stats(): MatcherStats {
@@ -143,16 +186,24 @@ export class MatchCore {
   }
 }
 
-function group(keys: readonly string[]): Recipient[] {
-  if (keys.length === 0) return [];
-  const byDevice = new Map<string, string[]>();
-  for (const key of keys) {
-    const [device, id] = splitSubscriptionKey(key);
-    const ids = byDevice.get(device);
-    if (ids === undefined) byDevice.set(device, [id]);
-    else ids.push(id);
-  }
-  const out: Recipient[] = [];
-  for (const [device, subscriptionIds] of byDevice) out.push({ device, subscriptionIds: subscriptionIds.sort() });
-  return out;
+/** The figures every deployment reports, from the match core and the fan-out's counters. */
+export function hubStats(
+  core: MatchCore,
+  more: Pick<HubStats, 'mode' | 'engineDetail' | 'eventsPublished' | 'notifications' | 'notificationsDropped'> & { devices?: number; locationUpdates?: number; extra?: HubStats['extra'] },
+): HubStats {
+  const s = core.stats();
+  return {
+    mode: more.mode,
+    engine: s.engine,
+    engineDetail: more.engineDetail,
+    subscriptions: core.subscriptions,
+    filters: s.filters,
+    devices: more.devices ?? core.deviceCount,
+    eventsPublished: more.eventsPublished,
+    notifications: more.notifications,
+    locationUpdates: more.locationUpdates ?? core.locationUpdates,
+    notificationsDropped: more.notificationsDropped,
+    engineMemoryBytes: s.memoryBytes,
+    extra: { ...(s.extra ?? {}), ...more.extra },
+  };
 }

@@ -16,15 +16,16 @@ import type { Logger } from 'pino';
 import { AmbitError, type ErrorCode } from '../../src/model/errors.js';
 import type { DeviceHandle, Matcher } from '../../src/engines/matcher.js';
 import type { Event } from '../../src/model/types.js';
-import { DEFAULT_RETENTION, type Retention } from '../hub/embedded.js';
-import { type EngineChoice, openEngine } from './engine.js';
 import type { DeviceSubscription } from '../hub/port.js';
-import { MatchCore, type Recipient } from './core.js';
 import { compareStreamIds, decodeLocations, decodePosition, splitStoredSubscription, streamIdMs } from '../redis/codec.js';
 import { DEFAULT_REDIS, type RedisSource, closeConnection, connectAll, intOption, openConnection, prefixOption, sleep } from '../redis/connection.js';
-import type { MatcherStatsRecord, PublishReply } from '../hub/redis.js';
 import { DEFAULT_PREFIX, Keys } from '../redis/keys.js';
-import { defineScripts, queueScript } from '../redis/scripts.js';
+import { type InEntry, type MatcherStatsRecord, encodeReply, parseInEntry } from '../redis/protocol.js';
+import { defineScripts } from '../redis/scripts.js';
+import { MatchCore, type Recipient } from './core.js';
+import { type EngineChoice, openEngine } from './engine.js';
+import { DEFAULT_RETENTION, type Retention } from './fanout.js';
+import { RedisFanOut } from './redis-fanout.js';
 
 const COMPONENT = 'redis matcher';
 
@@ -57,14 +58,7 @@ export interface MatcherHooks {
   onBatch?(b: { entries: number; locations: number; ms: number }): void;
 }
 
-interface PubEntry {
-  id: string;
-  ms: number;
-  corr: string;
-  gw: string;
-  events: Event[] | null;
-  error: PublishReply['error'];
-}
+type PubEntry = InEntry & { t: 'pub' };
 
 export class RedisMatcher {
   readonly matcherId = randomBytes(6).toString('hex');
@@ -79,6 +73,7 @@ export class RedisMatcher {
   private readonly blockMs: number;
   private readonly statsMs: number;
   private readonly hooks: MatcherHooks;
+  private readonly fanout: RedisFanOut;
   private blockingId = -1;
   /** Where the next XREAD starts. */
   private lastId = '0-0';
@@ -133,6 +128,7 @@ export class RedisMatcher {
     this.cmd = openConnection(source, `matcher-${this.matcherId}`, COMPONENT, this.log);
     // Blocking reads wait as long as it takes for Redis to come back.
     this.blocking = openConnection(source, `matcher-${this.matcherId}-read`, COMPONENT, this.log, { maxRetriesPerRequest: null });
+    this.fanout = new RedisFanOut(this.cmd, this.keys, this.retention);
   }
 
   /** Last `{p}in` entry whose effects are stored. */
@@ -270,9 +266,15 @@ export class RedisMatcher {
     let pubs: PubEntry[] = [];
     for (const [idBuf, fields] of entries) {
       const id = idBuf.toString('latin1');
-      const type = field(fields, 't')?.toString('latin1');
-      if (type === 'pub') {
-        pubs.push(parsePub(id, fields));
+      let entry: InEntry;
+      try {
+        entry = parseInEntry(id, fields);
+      } catch (err) {
+        this.log?.warn({ err, entry: id }, `${COMPONENT}: command ${id} skipped`);
+        continue;
+      }
+      if (entry.t === 'pub') {
+        pubs.push(entry);
         continue;
       }
       if (pubs.length > 0) {
@@ -280,12 +282,9 @@ export class RedisMatcher {
         pubs = [];
       }
       try {
-        if (type === 'loc') this.applied += decodeLocations(field(fields, 'data')!, this.move);
-        else if (type === 'sub') {
-          const sub = JSON.parse(field(fields, 'sub')!.toString('utf8')) as DeviceSubscription;
-          this.core.put(field(fields, 'dev')!.toString('utf8'), sub, 'upsert');
-        } else if (type === 'unsub') this.core.remove(field(fields, 'dev')!.toString('utf8'), field(fields, 'id')!.toString('utf8'));
-        else throw new Error(`unknown command type ${JSON.stringify(type)}`);
+        if (entry.t === 'loc') this.applied += decodeLocations(entry.data, this.move);
+        else if (entry.t === 'sub') this.core.put(entry.device, entry.sub, 'upsert');
+        else this.core.remove(entry.device, entry.subscriptionId);
       } catch (err) {
         this.log?.warn({ err, entry: id }, `${COMPONENT}: command ${id} skipped`);
       }
@@ -355,37 +354,22 @@ export class RedisMatcher {
       }
     }
     const k = this.keys;
-    const { maxPerDevice, maxAgeMs } = this.retention;
-    const deliveries = this.cmd.pipeline();
-    let queued = 0;
     const replies: [channel: string, reply: string][] = [];
     let events = 0;
     for (const p of pubs) {
       const matched = results.get(p);
       if (matched === undefined || p.events === null) {
-        replies.push([k.reply(p.gw), JSON.stringify({ c: p.corr, error: p.error } satisfies PublishReply)]);
+        replies.push([k.reply(p.gw), encodeReply({ c: p.corr, error: p.error })]);
         continue;
       }
-      const reached: number[] = [];
-      for (let e = 0; e < p.events.length; e++) {
-        const recipients = matched[e];
-        let n = 0;
-        if (recipients.length > 0) {
-          const json = JSON.stringify(p.events[e]);
-          for (const r of recipients) {
-            n += r.subscriptionIds.length;
-            queueScript(deliveries, 'ambitDeliver', k.notes(r.device), k.nseq, k.nlast, k.stats, r.device, p.id, e, p.ms, json, JSON.stringify(r.subscriptionIds), maxPerDevice, maxAgeMs, k.wake(r.device));
-            queued++;
-          }
-        }
-        reached.push(n);
-      }
+      const reached = this.fanout.deliver({ id: p.id, ms: streamIdMs(p.id) }, p.events, matched);
       events += p.events.length;
-      replies.push([k.reply(p.gw), JSON.stringify({ c: p.corr, r: reached } satisfies PublishReply)]);
+      replies.push([k.reply(p.gw), encodeReply({ c: p.corr, r: reached })]);
     }
     this.eventsMatched += events;
+    const stored = this.fanout.flush();
     const done = (async () => {
-      if (queued > 0) checkResults(await deliveries.exec());
+      await stored;
       const answer = this.cmd.pipeline();
       // Counted before the replies, so a publisher's stats() after its publish includes it.
       if (events > 0) answer.hincrby(k.stats, 'events', events);
@@ -479,30 +463,6 @@ export class RedisMatcher {
 }
 
 // ---- helpers ----
-
-function field(fields: Buffer[], name: string): Buffer | undefined {
-  for (let i = 0; i + 1 < fields.length; i += 2) if (fields[i].length === name.length && fields[i].toString('latin1') === name) return fields[i + 1];
-  return undefined;
-}
-
-function parsePub(id: string, fields: Buffer[]): PubEntry {
-  const p: PubEntry = {
-    id,
-    ms: streamIdMs(id),
-    corr: field(fields, 'corr')?.toString('utf8') ?? '',
-    gw: field(fields, 'gw')?.toString('utf8') ?? '',
-    events: null,
-    error: undefined,
-  };
-  try {
-    const events = JSON.parse(field(fields, 'events')?.toString('utf8') ?? 'null') as unknown;
-    if (!Array.isArray(events)) throw new Error('events must be an array');
-    p.events = events as Event[];
-  } catch (err) {
-    p.error = { code: 'INVALID_ARGUMENT', message: `${COMPONENT}: malformed publish entry ${id}: ${err instanceof Error ? err.message : String(err)}` };
-  }
-  return p;
-}
 
 function errorReply(err: unknown): { code: ErrorCode; message: string } {
   if (err instanceof AmbitError) return { code: err.code, message: err.message };

@@ -6,6 +6,7 @@ import type { Logger } from 'pino';
 import type { ServerConfig } from './config.js';
 import type { Hub, HubStats } from '../hub/port.js';
 import { RedisHub } from '../hub/redis.js';
+import { hubStats } from '../matcher/core.js';
 import { RedisMatcher } from '../matcher/redis.js';
 
 function redisUrl(config: ServerConfig): string {
@@ -23,23 +24,9 @@ export interface MatcherRole {
 export async function startMatcherRole(config: ServerConfig, log: Logger): Promise<MatcherRole> {
   const m = await RedisMatcher.start({ redis: redisUrl(config), prefix: config.redisPrefix, engine: config.engine, retention: config.retention, log });
   log.info({ engine: m.core.engine.name, detail: m.engineDetail, mode: 'redis', offset: m.offset }, `engine ${m.core.engine.name}: ${m.engineDetail}`);
-  const stats = async (): Promise<HubStats> => {
-    const s = m.core.stats();
-    return {
-      mode: 'redis',
-      engine: s.engine,
-      engineDetail: m.engineDetail,
-      subscriptions: s.subscriptions,
-      filters: s.filters,
-      devices: m.devices,
-      eventsPublished: m.eventsMatchedCount,
-      notifications: 0,
-      locationUpdates: m.locationsApplied,
-      notificationsDropped: 0,
-      engineMemoryBytes: s.memoryBytes,
-      extra: s.extra ?? {},
-    };
-  };
+  // Notifications are counted by the deliver script in Redis; gateways report them.
+  const stats = async (): Promise<HubStats> =>
+    hubStats(m.core, { mode: 'redis', engineDetail: m.engineDetail, devices: m.devices, eventsPublished: m.eventsMatchedCount, notifications: 0, notificationsDropped: 0, locationUpdates: m.locationsApplied });
   return { engineDetail: m.engineDetail, stats, stop: () => m.stop() };
 }
 

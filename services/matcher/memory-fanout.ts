@@ -1,0 +1,145 @@
+/**
+ * The fan-out of the embedded hub: each device's notification log in this process's memory.
+ * A log keeps at most `retention.maxPerDevice` notifications for `retention.maxAgeMs`, then drops
+ * the oldest and counts them; a periodic sweep applies age retention to devices that went quiet.
+ */
+import type { Event } from '../../src/model/types.js';
+import { type Delivery, compareDeliveryIds } from '../hub/port.js';
+import type { Recipient } from './core.js';
+import { DEFAULT_RETENTION, type DeliverySource, type FanOut, type Retention, missedAfter, reachedBy, resumePoint } from './fanout.js';
+
+/** One device's log: a FIFO of deliveries with increasing ids, plus its ack point and readers. */
+export class DeviceLog {
+  entries: Delivery[] = [];
+  head = 0;
+  acked = '';
+  /** Ordinal of the last appended notification (the seq part of its id). */
+  last = 0;
+  lastMs = 0;
+  readonly waiters = new Set<() => void>();
+
+  get size(): number {
+    return this.entries.length - this.head;
+  }
+
+  push(d: Delivery): void {
+    this.entries.push(d);
+    for (const w of this.waiters) w();
+    this.waiters.clear();
+  }
+
+  /** Drops from the front while `drop` says so; returns how many. */
+  trim(drop: (d: Delivery, size: number) => boolean): number {
+    let n = 0;
+    while (this.head < this.entries.length && drop(this.entries[this.head], this.size)) {
+      // Let the dropped notification go now, not at the next compaction: up to 1024 of them
+      // (and their events) would otherwise outlive retention.
+      (this.entries as (Delivery | undefined)[])[this.head] = undefined;
+      this.head++;
+      n++;
+    }
+    if (this.head > 1024 && this.head * 2 > this.entries.length) {
+      this.entries = this.entries.slice(this.head);
+      this.head = 0;
+    }
+    return n;
+  }
+
+  /** Where a reader starts (see fanout.ts resumePoint) and how many it missed. */
+  resume(start: string): { start: string; missed: number } {
+    const from = resumePoint(start, this.last);
+    const oldest = this.head < this.entries.length ? this.entries[this.head].deliveryId : '';
+    return { start: from, missed: missedAfter(from, oldest, this.last) };
+  }
+
+  /** Index of the first entry with id > `after`. */
+  firstAfter(after: string): number {
+    let lo = this.head;
+    let hi = this.entries.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (compareDeliveryIds(this.entries[mid].deliveryId, after) <= 0) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  }
+
+  /** Wakes every waiting reader (they see the log closed or new entries). */
+  wakeAll(): void {
+    for (const w of this.waiters) w();
+    this.waiters.clear();
+  }
+}
+
+export interface MemoryFanOutOptions {
+  retention?: Partial<Retention>;
+  /** Clock, for retention tests. */
+  now?: () => number;
+}
+
+export class MemoryFanOut implements FanOut {
+  readonly retention: Retention;
+  readonly now: () => number;
+  notifications = 0;
+  dropped = 0;
+  private readonly logs = new Map<string, DeviceLog>();
+  private readonly sweeper: NodeJS.Timeout;
+
+  constructor(options: MemoryFanOutOptions = {}) {
+    this.retention = { ...DEFAULT_RETENTION, ...options.retention };
+    this.now = options.now ?? Date.now;
+    // Age retention also for devices that no longer connect or receive: a periodic sweep.
+    this.sweeper = setInterval(() => this.sweep(), Math.max(1000, Math.min(60_000, this.retention.maxAgeMs / 4)));
+    this.sweeper.unref();
+  }
+
+  deliver(source: DeliverySource, events: readonly Event[], recipients: readonly (readonly Recipient[])[]): number[] {
+    const reached = new Array<number>(events.length);
+    for (let i = 0; i < events.length; i++) {
+      const rs = recipients[i];
+      for (let j = 0; j < rs.length; j++) this.append(rs[j].device, { deliveryId: '', event: events[i], subscriptionIds: rs[j].subscriptionIds, publishedAtMs: source.ms });
+      reached[i] = reachedBy(rs);
+    }
+    return reached;
+  }
+
+  async flush(): Promise<void> {}
+
+  /** The device's log, created empty on first use. */
+  log(device: string): DeviceLog {
+    let log = this.logs.get(device);
+    if (log === undefined) {
+      log = new DeviceLog();
+      this.logs.set(device, log);
+    }
+    return log;
+  }
+
+  /** Applies age retention to every device's log (idle ones included). */
+  sweep(): void {
+    for (const log of this.logs.values()) if (log.size > 0) this.expire(log);
+  }
+
+  /** Drops what retention no longer keeps. */
+  expire(log: DeviceLog): void {
+    const oldest = this.now() - this.retention.maxAgeMs;
+    this.dropped += log.trim((d) => d.publishedAtMs < oldest);
+  }
+
+  close(): void {
+    clearInterval(this.sweeper);
+    for (const log of this.logs.values()) log.wakeAll();
+  }
+
+  /** Appends with the next id of the device's log: "<ms>-<ordinal>", ms never going back. */
+  private append(device: string, d: Delivery): void {
+    const log = this.log(device);
+    log.lastMs = Math.max(log.lastMs, d.publishedAtMs);
+    d.deliveryId = `${log.lastMs}-${++log.last}`;
+    log.push(d);
+    this.notifications++;
+    const max = this.retention.maxPerDevice;
+    const oldest = d.publishedAtMs - this.retention.maxAgeMs;
+    this.dropped += log.trim((e, size) => size > max || e.publishedAtMs < oldest);
+  }
+}

@@ -1,0 +1,58 @@
+/**
+ * The fan-out of the Redis matcher: one `ambitDeliver` script call per recipient, all of a read
+ * batch pipelined. The script (redis/scripts.ts) gives the delivery id, applies retention,
+ * counts, rings the device's doorbell and keeps a per-device marker (source entry id, event index)
+ * that turns a replay after a crash into at most one copy per device.
+ */
+import type { ChainableCommander, Redis } from 'ioredis';
+import type { Event } from '../../src/model/types.js';
+import type { Keys } from '../redis/keys.js';
+import { queueScript } from '../redis/scripts.js';
+import type { Recipient } from './core.js';
+import { type DeliverySource, type FanOut, type Retention, reachedBy } from './fanout.js';
+
+export class RedisFanOut implements FanOut {
+  private pipeline: ChainableCommander | null = null;
+  private queued = 0;
+
+  /** `cmd` must have the scripts defined (defineScripts). */
+  constructor(
+    private readonly cmd: Redis,
+    private readonly keys: Keys,
+    private readonly retention: Retention,
+  ) {}
+
+  deliver(source: DeliverySource, events: readonly Event[], recipients: readonly (readonly Recipient[])[]): number[] {
+    const k = this.keys;
+    const { maxPerDevice, maxAgeMs } = this.retention;
+    const reached = new Array<number>(events.length);
+    for (let e = 0; e < events.length; e++) {
+      const rs = recipients[e];
+      reached[e] = reachedBy(rs);
+      if (rs.length === 0) continue;
+      const p = (this.pipeline ??= this.cmd.pipeline());
+      // The event is encoded once for all its recipients.
+      const json = JSON.stringify(events[e]);
+      for (const r of rs) {
+        queueScript(p, 'ambitDeliver', k.notes(r.device), k.nseq, k.nlast, k.stats, r.device, source.id, e, source.ms, json, JSON.stringify(r.subscriptionIds), maxPerDevice, maxAgeMs, k.wake(r.device));
+        this.queued++;
+      }
+    }
+    return reached;
+  }
+
+  async flush(): Promise<void> {
+    const p = this.pipeline;
+    if (p === null) return;
+    this.pipeline = null;
+    this.queued = 0;
+    const results = await p.exec();
+    if (results === null) throw new Error('redis fan-out: pipeline aborted');
+    for (const [err] of results) if (err !== null) throw err;
+  }
+
+  /** Notifications queued and not yet flushed. */
+  get pending(): number {
+    return this.queued;
+  }
+}

@@ -1,0 +1,133 @@
+/**
+ * The wire contract between gateways and the matcher in Redis mode: every entry kind of the
+ * command stream `{p}in`, the publish reply, a stored notification and the matcher's stats record.
+ * Both sides import this module and nothing of each other. Keys are in keys.ts, byte layouts in
+ * codec.ts, the scripts that write `sub`/`unsub` entries and notifications in scripts.ts.
+ *
+ *   {p}in entries (field t names the kind):
+ *     pub    corr <correlation id> gw <gateway id> events <JSON array of events>   gateway XADD
+ *     loc    data <loc batch, codec.ts>                                             gateway MULTI
+ *     sub    dev <device> sub <DeviceSubscription JSON>                             script ambitSub
+ *     unsub  dev <device> id <subscription id>                                      script ambitUnsub
+ *   {p}n:{device} entries (id "<ms>-<ordinal>"):
+ *     e <event JSON> s <JSON array of the device's matched subscription ids> p <published ms>
+ */
+import type { ErrorCode } from '../../src/model/errors.js';
+import type { Event } from '../../src/model/types.js';
+import type { Delivery, DeviceSubscription } from '../hub/port.js';
+
+/** What the matcher publishes on a gateway's reply channel. */
+export interface PublishReply {
+  c: string;
+  /** Reached count per event, in order. */
+  r?: number[];
+  error?: { code: ErrorCode; message: string };
+}
+
+/** The matcher's figures, as stored in `{p}matcher:stats` (its TTL is the liveness signal). */
+export interface MatcherStatsRecord {
+  matcherId: string;
+  engine: string;
+  engineDetail: string;
+  subscriptions: number;
+  filters: number;
+  devices: number;
+  memoryBytes: number;
+  offset: string;
+  locationsApplied: number;
+  extra: Record<string, number | string | boolean>;
+}
+
+/** One `{p}in` entry as the matcher reads it. */
+export type InEntry =
+  | { t: 'pub'; id: string; corr: string; gw: string; events: Event[] | null; error: PublishReply['error'] }
+  | { t: 'loc'; id: string; data: Buffer }
+  | { t: 'sub'; id: string; device: string; sub: DeviceSubscription }
+  | { t: 'unsub'; id: string; device: string; subscriptionId: string };
+
+/** The XADD field list of a publish (after '*'). `eventsJson` is a JSON array of plain events. */
+export function pubFields(corr: string, gatewayId: string, eventsJson: string): string[] {
+  return ['t', 'pub', 'corr', corr, 'gw', gatewayId, 'events', eventsJson];
+}
+
+/** The XADD field list of a location batch (after '*'). */
+export function locFields(blob: Buffer): (string | Buffer)[] {
+  return ['t', 'loc', 'data', blob];
+}
+
+/**
+ * Decodes one entry read with XREAD (fields as Buffers). Throws naming the entry when it is not a
+ * well-formed command; a publish whose events do not parse decodes with `error` set instead, so
+ * its publisher still gets an answer.
+ */
+export function parseInEntry(id: string, fields: Buffer[]): InEntry {
+  const type = field(fields, 't')?.toString('latin1');
+  switch (type) {
+    case 'pub':
+      return parsePub(id, fields);
+    case 'loc':
+      return { t: 'loc', id, data: required(fields, 'data', id) };
+    case 'sub':
+      return { t: 'sub', id, device: required(fields, 'dev', id).toString('utf8'), sub: JSON.parse(required(fields, 'sub', id).toString('utf8')) as DeviceSubscription };
+    case 'unsub':
+      return { t: 'unsub', id, device: required(fields, 'dev', id).toString('utf8'), subscriptionId: required(fields, 'id', id).toString('utf8') };
+    default:
+      throw new Error(`redis protocol: entry ${id} has unknown command type ${JSON.stringify(type)}`);
+  }
+}
+
+function parsePub(id: string, fields: Buffer[]): InEntry {
+  const p: InEntry & { t: 'pub' } = {
+    t: 'pub',
+    id,
+    corr: field(fields, 'corr')?.toString('utf8') ?? '',
+    gw: field(fields, 'gw')?.toString('utf8') ?? '',
+    events: null,
+    error: undefined,
+  };
+  try {
+    const events = JSON.parse(field(fields, 'events')?.toString('utf8') ?? 'null') as unknown;
+    if (!Array.isArray(events)) throw new Error('events must be an array');
+    p.events = events as Event[];
+  } catch (err) {
+    p.error = { code: 'INVALID_ARGUMENT', message: `redis protocol: malformed publish entry ${id}: ${err instanceof Error ? err.message : String(err)}` };
+  }
+  return p;
+}
+
+export function encodeReply(reply: PublishReply): string {
+  return JSON.stringify(reply);
+}
+
+/** Null when the message is not JSON (the caller logs and ignores it). */
+export function parseReply(message: string): PublishReply | null {
+  try {
+    return JSON.parse(message) as PublishReply;
+  } catch {
+    return null;
+  }
+}
+
+/** A stored notification, from XRANGE's flat [field, value, ...]; null when it has no event. */
+export function parseNotification(deliveryId: string, f: readonly string[]): Delivery | null {
+  let event: Event | undefined;
+  let subscriptionIds: string[] = [];
+  let publishedAtMs = 0;
+  for (let j = 0; j + 1 < f.length; j += 2) {
+    if (f[j] === 'e') event = JSON.parse(f[j + 1]) as Event;
+    else if (f[j] === 's') subscriptionIds = JSON.parse(f[j + 1]) as string[];
+    else if (f[j] === 'p') publishedAtMs = Number(f[j + 1]);
+  }
+  return event === undefined ? null : { deliveryId, event, subscriptionIds, publishedAtMs };
+}
+
+function field(fields: Buffer[], name: string): Buffer | undefined {
+  for (let i = 0; i + 1 < fields.length; i += 2) if (fields[i].length === name.length && fields[i].toString('latin1') === name) return fields[i + 1];
+  return undefined;
+}
+
+function required(fields: Buffer[], name: string, id: string): Buffer {
+  const v = field(fields, name);
+  if (v === undefined) throw new Error(`redis protocol: entry ${id} lacks field ${JSON.stringify(name)}`);
+  return v;
+}
