@@ -12,13 +12,13 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { count, pct, sig, table } from './lib/format.js';
-import { GPU_SCHEMA, GPU_SUITES, type GpuBenchFile, type GpuGridPoint, type GpuSuiteName } from './lib/gpu-schema.js';
-import { batchTables, defaultTable, gridTable, memoryTable, scaleTable, stagesTable, updatesTables } from './lib/gpu-tables.js';
+import { GPU_SCHEMA, GPU_SUITES, type GpuBenchFile, type GpuGridPoint, type GpuSuiteName } from './lib/gpu/schema.js';
+import { batchTables, defaultTable, gridTable, memoryTable, scaleTable, stagesTable, updatesTables } from './lib/gpu/tables.js';
 import { describeMachine } from './lib/machine.js';
 import { DASHES, MARKERS, type Series, engineColor, linePlot } from './lib/svg.js';
 import { parseReportArgs } from './lib/args.js';
 import { barPlot } from './lib/svg-bars.js';
-import { LATENCY_SCHEMA, type LatencyFile, latencyTables } from './lib/gpu-latency-schema.js';
+import { LATENCY_SCHEMA, type LatencyFile, latencyTables } from './lib/gpu/latency-schema.js';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 

@@ -24,25 +24,17 @@ import { CPU_ENGINES } from '../src/engines/index.js';
 import { DEFAULT_WORKLOAD, type SpatialKind, resolveWorkloadOptions } from '../src/workload/index.js';
 import { childExecArgv, heapLimitMb } from './lib/fork.js';
 import { count, pct, sig } from './lib/format.js';
-import {
-  GPU_HOST_BYTES_PER_SUB,
-  type GpuEnv,
-  PROFILE_DAWN_FLAGS,
-  type SeriesSpec,
-  collect,
-  gpuInfo,
-  healthProblem,
-  makeEngine,
-  runBatchSuite,
-  runDefaultSuite,
-  runMemorySuite,
-  runScaleSuite,
-  runStagesSuite,
-  runUpdatesSuite,
-} from './lib/gpu-cases.js';
-import { gridChildMain, runGrid } from './lib/gpu-grid.js';
-import { GPU_SCHEMA, GPU_SUITES, type GpuBenchConfig, type GpuBenchFile, type GpuHealth, type GpuSuiteName, type StageVariant } from './lib/gpu-schema.js';
-import { batchTables, defaultTable, gridTable, memoryTable, scaleTable, stagesTable, updatesTables } from './lib/gpu-tables.js';
+import { runBatchSuite } from './lib/gpu/batch.js';
+import { type GpuEnv, PROFILE_DAWN_FLAGS, gpuInfo, healthProblem, makeEngine } from './lib/gpu/common.js';
+import { runDefaultSuite } from './lib/gpu/default.js';
+import { type SeriesSpec, gridChildMain, runGrid } from './lib/gpu/grid.js';
+import { runMemorySuite } from './lib/gpu/memory.js';
+import { GPU_HOST_BYTES_PER_SUB, runScaleSuite } from './lib/gpu/scale.js';
+import { GPU_SCHEMA, GPU_SUITES, type GpuBenchConfig, type GpuBenchFile, type GpuHealth, type GpuSuiteName, type StageVariant } from './lib/gpu/schema.js';
+import { runStagesSuite } from './lib/gpu/stages.js';
+import { batchTables, defaultTable, gridTable, memoryTable, scaleTable, stagesTable, updatesTables } from './lib/gpu/tables.js';
+import { runUpdatesSuite } from './lib/gpu/updates.js';
+import { collect } from './lib/measure.js';
 import { describeMachine, machineInfo } from './lib/machine.js';
 import { note } from './lib/progress.js';
 import { sinkValue } from './lib/sink.js';

@@ -14,6 +14,7 @@ import {
   radiusForAreaFraction,
 } from '../../src/workload/index.js';
 import { pct } from './format.js';
+import { collect, gcExposed, materialize, now } from './measure.js';
 import { Progress } from './progress.js';
 import type { DefaultConfig, DefaultResult, GridPoint, GridResult, MemoryFigures, UpdateFigures, UpdateResult } from './schema.js';
 import { sink, sinkNumber } from './sink.js';
@@ -28,16 +29,6 @@ export type Job =
 
 export type JobResult = DefaultResult | GridResult | UpdateResult;
 
-const gc: (() => void) | undefined = (globalThis as { gc?: () => void }).gc;
-
-function collect(): void {
-  if (gc !== undefined) {
-    gc();
-    gc();
-  }
-}
-
-const now = (): bigint => process.hrtime.bigint();
 
 export function createEngine(name: string, options?: MatcherOptions): Matcher {
   const make = (CPU_ENGINES as Record<string, ((o?: MatcherOptions) => Matcher) | undefined>)[name];
@@ -54,17 +45,6 @@ export async function runJob(job: Job): Promise<JobResult> {
 }
 
 // ---- building blocks ----
-
-function materialize(src: WorkloadSource, count: number, label: string): { subs: Subscription[]; ms: number } {
-  const p = new Progress(`${label}: generate ${count} subscriptions`, count);
-  const subs: Subscription[] = new Array(count);
-  let i = 0;
-  for (const s of src.subscriptions(count)) {
-    subs[i++] = s;
-    p.tick();
-  }
-  return { subs, ms: p.end() };
-}
 
 function load(m: Matcher, subs: readonly Subscription[], label: string): number {
   const p = new Progress(`${label}: add ${subs.length} subscriptions`, subs.length);
@@ -201,7 +181,7 @@ async function runDefault(job: Extract<Job, { kind: 'default' }>): Promise<Defau
   const events = src.events();
   const devices = src.devices();
   collect();
-  const before = gc === undefined ? null : process.memoryUsage();
+  const before = gcExposed ? process.memoryUsage() : null;
 
   let subs: Subscription[] | null = null;
   let generateMs = 0;

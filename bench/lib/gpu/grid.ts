@@ -11,12 +11,116 @@
  *   each → parent: done | error
  */
 import { type ChildProcess, fork } from 'node:child_process';
-import { count } from './format.js';
-import { childExecArgv } from './fork.js';
-import { type GpuEnv, OPEN_GATE, type SeriesGate, type SeriesSpec, type SkipFn, runSeries, seriesLabel } from './gpu-cases.js';
-import type { GpuGridPoint } from './gpu-schema.js';
-import { note } from './progress.js';
-import { sinkValue } from './sink.js';
+import type { Matcher } from '../../../src/engines/index.js';
+import { type SpatialKind, WorkloadSource } from '../../../src/workload/index.js';
+import { checksum } from '../args.js';
+import { count, pct } from '../format.js';
+import { childExecArgv } from '../fork.js';
+import { collect, errText } from '../measure.js';
+import { note } from '../progress.js';
+import { sink, sinkValue } from '../sink.js';
+import { summarize } from '../stats.js';
+import { type GpuEnv, type SkipFn, health, healthProblem, makeEngine, timeEvents } from './common.js';
+import { Loader, loadWithProgress } from './loader.js';
+import type { GpuGridPoint } from './schema.js';
+import { differing } from './verify.js';
+
+// ---- grid (Fig. 3/4): one series = one (spatial, area), growing through the sizes
+
+export interface SeriesSpec {
+  spatial: SpatialKind;
+  areaFraction: number;
+  sizes: number[];
+  engines: string[];
+  rtreeMaxSubs: number;
+  events: number;
+  warmupEvents: number;
+}
+
+/** How a series waits for its turn to measure (other series load meanwhile in other processes). */
+export interface SeriesGate {
+  /** Resolves when this series may measure at `size` (nothing else is running then). */
+  measure(size: number): Promise<void>;
+  /** Hands over the points of `size`; resolves when the series may load on. */
+  measured(size: number, points: GpuGridPoint[]): Promise<void>;
+}
+
+export const OPEN_GATE: SeriesGate = { measure: async () => {}, measured: async () => {} };
+
+export function seriesLabel(s: { spatial: string; areaFraction: number }): string {
+  return `${s.spatial} ${pct(s.areaFraction)}`;
+}
+
+export async function runSeries(spec: SeriesSpec, env: GpuEnv, gate: SeriesGate, skip: SkipFn): Promise<GpuGridPoint[]> {
+  const sizes = [...spec.sizes].sort((a, b) => a - b);
+  const max = sizes[sizes.length - 1];
+  const src = new WorkloadSource({ seed: env.seed, spatial: spec.spatial, areaFraction: spec.areaFraction, subscriptions: max, events: spec.events });
+  const events = src.events();
+  const radiusM = src.params.filterRadiusM;
+  const loader = new Loader(src, max);
+  const label = `grid ${seriesLabel(spec)}`;
+  const engines: { name: string; m: Matcher }[] = [];
+  for (const name of spec.engines) {
+    if (name === 'rtree' && sizes[0] > spec.rtreeMaxSubs) continue;
+    try {
+      const m = await makeEngine(name, env);
+      engines.push({ name, m });
+      loader.add(name, m);
+    } catch (err) {
+      skip(name, label, errText(err));
+    }
+  }
+  const all: GpuGridPoint[] = [];
+  try {
+    for (const n of sizes) {
+      for (const e of [...engines]) {
+        if (e.name === 'rtree' && n > spec.rtreeMaxSubs) {
+          loader.drop('rtree');
+          engines.splice(engines.indexOf(e), 1);
+          await e.m.close();
+          skip('rtree', `${label} ${count(n)}+`, `rtree runs up to ${count(spec.rtreeMaxSubs)} subscriptions (--rtree-max-subs): its load is slow`);
+        }
+      }
+      loadWithProgress(loader, n, label);
+      // Buffers exist before timing starts: the first match uploads everything that was added.
+      for (const e of engines) sink(await e.m.match(events[0]));
+      collect();
+      await gate.measure(n);
+      const points: GpuGridPoint[] = [];
+      const answers = new Map<string, string[][]>();
+      for (const e of engines) {
+        const { ns, answers: a } = await timeEvents(e.m, events, spec.warmupEvents, 1, `${label} ${e.name} ${count(n)}`);
+        answers.set(e.name, a);
+        const sum = checksum(a);
+        const h = health(e.m);
+        const problem = healthProblem(h);
+        if (problem !== null) note(`  ${label} ${e.name} ${count(n)}: ${problem}`);
+        points.push({
+          engine: e.name,
+          spatial: spec.spatial,
+          areaFraction: spec.areaFraction,
+          radiusM,
+          subscriptions: n,
+          loadMs: loader.slots.find((s) => s.name === e.name)?.addMs ?? NaN,
+          match: summarize(ns, 1e-6),
+          avgMatches: sum.avgMatches,
+          checksum: sum.checksum,
+          differsFromFast: null,
+          health: h,
+        });
+      }
+      const f = answers.get('fast');
+      if (f !== undefined) for (const p of points) if (p.engine !== 'fast') p.differsFromFast = differing(answers.get(p.engine)!, f);
+      all.push(...points);
+      await gate.measured(n, points);
+    }
+  } finally {
+    for (const e of engines) await e.m.close();
+  }
+  return all;
+}
+
+// ---- series over processes
 
 type ToChild = { type: 'start'; spec: SeriesSpec; env: GpuEnv } | { type: 'measure' } | { type: 'continue' };
 type FromChild =
@@ -64,7 +168,7 @@ export async function runGrid(
       try {
         await runSeries(spec, env, gate, skip);
       } catch (err) {
-        skip('*', `grid ${seriesLabel(spec)}`, err instanceof Error ? err.message.split('\n')[0] : String(err));
+        skip('*', `grid ${seriesLabel(spec)}`, errText(err));
       }
     }
     return { sink: 0 };

@@ -1,8 +1,8 @@
 /** The result file of bench/gpu-latency.ts and its tables (shared with the report). */
-import { count, sig, table } from './format.js';
-import type { MachineInfo } from './machine.js';
-import type { GpuInfo } from './gpu-schema.js';
-import type { Summary } from './stats.js';
+import { count, sig, table } from '../format.js';
+import type { MachineInfo } from '../machine.js';
+import type { GpuInfo } from './schema.js';
+import type { Summary } from '../stats.js';
 
 export const LATENCY_SCHEMA = 'ambit.bench.gpu-latency/1';
 

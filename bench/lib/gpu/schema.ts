@@ -2,10 +2,10 @@
  * The shape of a GPU result file (bench/out/gpu-*.json, bench/results/gpu*.json): written by
  * gpu.ts, read by gpu-report.ts. Times are milliseconds unless a field says otherwise.
  */
-import type { MatcherStats } from '../../src/engines/index.js';
-import type { SpatialKind } from '../../src/workload/index.js';
-import type { MachineInfo } from './machine.js';
-import type { Summary } from './stats.js';
+import type { MatcherStats } from '../../../src/engines/index.js';
+import type { SpatialKind } from '../../../src/workload/index.js';
+import type { MachineInfo } from '../machine.js';
+import type { Summary } from '../stats.js';
 
 export const GPU_SCHEMA = 'ambit-bench-gpu/1';
 

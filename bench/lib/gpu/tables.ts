@@ -1,5 +1,5 @@
 /** Result tables of the GPU benchmark, shared by the console output of gpu.ts and the documents of gpu-report.ts. */
-import { count, mib, pct, sig, table } from './format.js';
+import { count, mib, pct, sig, table } from '../format.js';
 import type {
   GpuBatchResult,
   GpuDefaultResult,
@@ -10,7 +10,7 @@ import type {
   GpuStagePoint,
   GpuUpdateEngine,
   Verification,
-} from './gpu-schema.js';
+} from './schema.js';
 
 /** 'gpu', or what else served / went wrong. */
 export function pathCell(h: GpuHealth | null): string {
