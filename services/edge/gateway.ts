@@ -1,8 +1,7 @@
 /**
  * The gRPC edge: authenticates every call, validates every request (errors name the field and
- * change nothing), and turns calls into Hub operations. One device stream carries location
- * updates (the hot path: a range check and two writes), subscription requests answered in order,
- * and notifications pulled from the hub as fast as HTTP/2 flow control lets them drain.
+ * change nothing), and turns calls into Hub operations. Each device stream is a DeviceSession
+ * (device-session.ts); unary and client-streaming calls are handled here.
  */
 import { randomUUID } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
@@ -13,19 +12,15 @@ import { AuthError, type Principal, SCOPES, type Scope, type TokenAuthority, bea
 import {
   ApiError,
   type StatusInfo,
-  fromDelivery,
   fromSubscription,
   position,
-  requestStatus,
   statusOf,
   toEvent,
   toServiceError,
-  toSubscription,
 } from './convert.js';
 import {
   type ConnectRequest,
   type ConnectResponse,
-  ConnectResponseSchema,
   ListSubscriptionsResponseSchema,
   type UpdateLocationRequest,
   UpdateLocationResponseSchema,
@@ -34,7 +29,8 @@ import {
 } from '../../api/gen/ambit/v1/device_pb.js';
 import { GetDeviceSubscriptionsResponseSchema, type GetDeviceSubscriptionsRequest, GetStatsResponseSchema } from '../../api/gen/ambit/v1/ops_pb.js';
 import { type BulkPublishRequest, BulkPublishResponseSchema, type PublishRequest, PublishResponseSchema } from '../../api/gen/ambit/v1/publisher_pb.js';
-import { type Hub, type Inbox, type LocationWriter, compareDeliveryIds, parseDeliveryId } from '../hub/port.js';
+import type { Hub } from '../hub/port.js';
+import { DeviceSession, type SessionHost } from './device-session.js';
 import type { Logger } from '../process/log.js';
 import type { Metrics } from '../process/metrics.js';
 import { isMalformed } from '../../api/rpc.js';
@@ -52,25 +48,26 @@ export const DEFAULT_GATEWAY_OPTIONS: Readonly<GatewayOptions> = Object.freeze({
 
 type Handler = grpc.UntypedHandleCall;
 
-interface Session {
-  close(status: StatusInfo): void;
-}
-
-export class Gateway {
-  private readonly sessions = new Map<string, Session>();
+export class Gateway implements SessionHost {
+  readonly sessions = new Map<string, DeviceSession>();
+  readonly counters: Metrics['counters'];
+  readonly sendBatch: number;
+  readonly now: () => number = Date.now;
   private readonly opts: GatewayOptions;
   private readonly startedAt = Date.now();
   private draining = false;
 
   constructor(
-    private readonly hub: Hub,
+    readonly hub: Hub,
     private readonly authority: TokenAuthority,
-    private readonly limits: Limits,
+    readonly limits: Limits,
     private readonly metrics: Metrics,
-    private readonly log: Logger,
+    readonly log: Logger,
     options: Partial<GatewayOptions> = {},
   ) {
     this.opts = { ...DEFAULT_GATEWAY_OPTIONS, ...options };
+    this.counters = metrics.counters;
+    this.sendBatch = this.opts.sendBatch;
   }
 
   /** Implementations keyed by the services' method local names. */
@@ -160,7 +157,7 @@ export class Gateway {
     return checkId('token.sub', p.subject, this.limits);
   }
 
-  private reject(err: unknown, what: string): StatusInfo {
+  reject(err: unknown, what: string): StatusInfo {
     const s = statusOf(err);
     if (s.expected) this.metrics.counters.rejectedRequests++;
     else this.log.error({ err, call: what }, 'request failed');
@@ -345,8 +342,7 @@ export class Gateway {
     );
   }
 
-  // ---- the device stream ----
-
+  /** A device stream: authenticated here, then a DeviceSession of its own. */
   private connect(call: grpc.ServerDuplexStream<ConnectRequest, ConnectResponse>): void {
     let device: string;
     let principal: Principal;
@@ -358,209 +354,10 @@ export class Gateway {
       call.emit('error', toServiceError(this.reject(err, 'Connect')));
       return;
     }
-    const log = this.log;
-    const counters = this.metrics.counters;
-    const limits = this.limits;
-    const hub = this.hub;
-    let phase: 'hello' | 'opening' | 'open' | 'closed' = 'hello';
-    let writer: LocationWriter | null = null;
-    let inbox: Inbox | null = null;
-    let lastSent = '';
-    let chain = Promise.resolve();
-    let drainWaiter: (() => void) | null = null;
-
-    const session: Session = {
-      close: (status) => {
-        if (phase === 'closed') return;
-        finish();
-        call.emit('error', toServiceError(status));
-      },
-    };
-    // The newest stream of a device wins: a phone that reconnected leaves a half-open one behind.
-    const previous = this.sessions.get(device);
-    this.sessions.set(device, session);
-    previous?.close({ code: grpc.status.ABORTED, message: 'superseded by a newer stream of this device', field: '', expected: true });
-    counters.connectedDevices = this.sessions.size;
-
-    // A stream lives no longer than its token: at expiry it ends UNAUTHENTICATED and the client
-    // reconnects with a fresh token (resuming where it left off).
-    // Timers cap at 2^31-1 ms (~24.8 days): a longer-lived token re-arms until it really expires.
-    let expiry: NodeJS.Timeout;
-    const armExpiry = () => {
-      const left = principal.expiresAt * 1000 - Date.now();
-      if (left > 0) {
-        expiry = setTimeout(armExpiry, Math.min(2 ** 31 - 1, left));
-        expiry.unref();
-        return;
-      }
-      session.close({ code: grpc.status.UNAUTHENTICATED, message: 'token has expired; reconnect with a fresh token', field: '', expected: true });
-    };
-    armExpiry();
-    const finish = () => {
-      if (phase === 'closed') return;
-      phase = 'closed';
-      clearTimeout(expiry);
-      if (this.sessions.get(device) === session) this.sessions.delete(device);
-      counters.connectedDevices = this.sessions.size;
-      inbox?.close();
-      drainWaiter?.();
-      if (writer !== null) void writer.close().catch((err: unknown) => log.warn({ err }, 'location flush failed on stream end'));
-    };
-    const write = (m: ConnectResponse): boolean => (phase === 'closed' ? true : call.write(m));
-    let readsPaused = false;
-    const reply = (requestId: string, s: StatusInfo | null) => {
-      if (write(create(ConnectResponseSchema, { message: { case: 'reply', value: { requestId, status: requestStatus(s) } } })) || readsPaused) return;
-      // The client is not reading its replies: stop reading its requests until it does, so HTTP/2
-      // flow control holds it back instead of this process buffering a reply per request.
-      readsPaused = true;
-      call.pause();
-      call.once('drain', () => {
-        readsPaused = false;
-        if (phase !== 'closed') call.resume();
-      });
-    };
-    const failStream = (err: unknown) => {
-      const s = this.reject(err, 'Connect');
-      finish();
-      call.emit('error', toServiceError(s));
-    };
-
-    const deliver = async (box: Inbox) => {
-      while (phase === 'open') {
-        const batch = await box.pull(this.opts.sendBatch);
-        if (batch.length === 0) return;
-        for (const d of batch) {
-          if (phase !== 'open') return;
-          lastSent = d.deliveryId;
-          counters.notificationsSent++;
-          if (!write(create(ConnectResponseSchema, { message: { case: 'notification', value: fromDelivery(d) } }))) {
-            // HTTP/2 flow control: stop pulling until the client reads; the backlog stays in the hub.
-            counters.sendQueue++;
-            await new Promise<void>((resolve) => {
-              drainWaiter = resolve;
-              call.once('drain', resolve);
-            });
-            drainWaiter = null;
-            counters.sendQueue--;
-          }
-        }
-      }
-    };
-
-    const hello = async (resumeToken: string) => {
-      if (resumeToken !== '' && parseDeliveryId(resumeToken) === null) {
-        throw new ApiError(grpc.status.INVALID_ARGUMENT, `must be a delivery id ("<ms>-<seq>"), got ${JSON.stringify(resumeToken.slice(0, 40))}`, 'hello.resume_token');
-      }
-      const box = await hub.openInbox(device, resumeToken === '' ? null : resumeToken);
-      if (phase !== 'opening') {
-        box.close();
-        return;
-      }
-      inbox = box;
-      writer = hub.locationWriter(device);
-      phase = 'open';
-      lastSent = box.resumeToken;
-      write(create(ConnectResponseSchema, { message: { case: 'welcome', value: { deviceId: device, resumeToken: box.resumeToken, missed: BigInt(box.missed) } } }));
-      deliver(box).catch(failStream);
-    };
-
-    const request = async (kind: 'subscribe' | 'replace' | 'unsubscribe', requestId: string, run: () => Promise<void>) => {
-      // Queued behind a hello that failed, or behind the stream's end: the client was told the
-      // stream failed, so the request must not take effect.
-      if (phase === 'closed') return;
-      try {
-        await run();
-        reply(requestId, null);
-      } catch (err) {
-        const s = this.reject(err, `Connect.${kind}`);
-        if (!s.expected) return failStream(err);
-        if (s.field === '') return void reply(requestId, s);
-        // Name the field from the stream message down: "subscribe.subscription.filters[0]...".
-        const rule = s.message.startsWith(`${s.field}: `) ? s.message.slice(s.field.length + 2) : s.message;
-        reply(requestId, { ...s, field: `${kind}.${s.field}`, message: `${kind}.${s.field}: ${rule}` });
-      }
-    };
-
-    call.on('data', (req: ConnectRequest) => {
-      if (phase === 'closed') return;
-      if (isMalformed(req)) return failStream(new ApiError(grpc.status.INVALID_ARGUMENT, req.reason, 'request'));
-      const m = req.message;
-      if (phase === 'hello') {
-        if (m.case !== 'hello') return failStream(new ApiError(grpc.status.FAILED_PRECONDITION, 'the first message of a stream must be hello', 'hello'));
-        phase = 'opening';
-        // Requests sent right behind hello queue on the chain behind it.
-        chain = chain.then(() => hello(m.value.resumeToken)).catch(failStream);
-        return;
-      }
-      switch (m.case) {
-        case 'location': {
-          // The hot path: no allocation beyond the decoded message, no promise.
-          const lat = m.value.lat;
-          const lon = m.value.lon;
-          if (lat >= -90 && lat <= 90 && lon >= -180 && lon <= 180) {
-            if (writer !== null) writer.update(lat, lon);
-            else chain = chain.then(() => writer?.update(lat, lon));
-            counters.locationUpdatesStream++;
-          } else {
-            reply('', this.reject(latLonError(lat, lon), 'Connect.location'));
-          }
-          return;
-        }
-        case 'subscribe': {
-          const { requestId, subscription } = m.value;
-          chain = chain.then(() => request('subscribe', requestId, async () => hub.addSubscription(device, toSubscription('subscription', device, subscription, limits))));
-          return;
-        }
-        case 'replace': {
-          const { requestId, subscription } = m.value;
-          chain = chain.then(() => request('replace', requestId, async () => hub.replaceSubscription(device, toSubscription('subscription', device, subscription, limits))));
-          return;
-        }
-        case 'unsubscribe': {
-          const { requestId, subscriptionId } = m.value;
-          chain = chain.then(() =>
-            request('unsubscribe', requestId, async () => hub.removeSubscription(device, checkId('subscription_id', subscriptionId, limits))),
-          );
-          return;
-        }
-        case 'ack': {
-          const id = m.value.deliveryId;
-          chain = chain.then(async () => {
-            if (phase === 'closed') return;
-            if (parseDeliveryId(id) === null) return void reply('', this.reject(new ApiError(grpc.status.INVALID_ARGUMENT, `must be a delivery id, got ${JSON.stringify(id.slice(0, 40))}`, 'ack.delivery_id'), 'Connect.ack'));
-            if (lastSent === '' || compareDeliveryIds(id, lastSent) > 0) {
-              return void reply('', this.reject(new ApiError(grpc.status.INVALID_ARGUMENT, `acknowledges ${id}, which was not delivered on this stream (last ${lastSent || 'none'})`, 'ack.delivery_id'), 'Connect.ack'));
-            }
-            await inbox?.ack(id);
-          });
-          chain = chain.catch(failStream);
-          return;
-        }
-        case 'hello':
-          return failStream(new ApiError(grpc.status.FAILED_PRECONDITION, 'hello was already sent on this stream', 'hello'));
-        default:
-          return failStream(new ApiError(grpc.status.INVALID_ARGUMENT, 'message must be set (an unknown or empty oneof)', 'message'));
-      }
-    });
-    call.on('end', () => {
-      // The client half-closed: answer what it asked, then end the stream.
-      void chain.then(() => {
-        if (phase === 'closed') return;
-        finish();
-        call.end();
-      });
-    });
-    call.on('cancelled', finish);
-    call.on('error', finish);
-    call.on('close', finish);
+    new DeviceSession(this, call, device, principal).start();
   }
 }
 
 function deadlineMs(d: grpc.Deadline): number {
   return d instanceof Date ? d.getTime() : d;
-}
-
-function latLonError(lat: number, lon: number): ApiError {
-  const bad = !(lat >= -90 && lat <= 90) ? ['location.lat', lat, '[-90, 90]'] : ['location.lon', lon, '[-180, 180]'];
-  return new ApiError(grpc.status.INVALID_ARGUMENT, `must be within ${bad[2]}, got ${String(bad[1])}`, String(bad[0]));
 }

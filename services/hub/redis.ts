@@ -12,7 +12,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { AmbitError, type ErrorCode, show } from '../../src/model/errors.js';
+import { AmbitError, show } from '../../src/model/errors.js';
 import { type Limits, resolveLimits, validateEvents, validateSubscription } from '../../src/model/limits.js';
 import type { Event, PositionUpdate } from '../../src/model/types.js';
 import {

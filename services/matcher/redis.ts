@@ -15,6 +15,7 @@ import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { AmbitError, type ErrorCode } from '../../src/model/errors.js';
 import type { DeviceHandle, Matcher } from '../../src/engines/matcher.js';
+import { inRange } from '../../src/model/limits.js';
 import type { Event } from '../../src/model/types.js';
 import type { DeviceSubscription } from '../hub/port.js';
 import { compareStreamIds, decodeLocations, decodePosition, splitStoredSubscription, streamIdMs } from '../redis/codec.js';
@@ -308,7 +309,7 @@ export class RedisMatcher {
    * cache miss that costs a third of the throughput. Positions are read from `{p}pos` instead.
    */
   private readonly move = (device: string, lat: number, lon: number): void => {
-    if (!(lat >= -90 && lat <= 90 && lon >= -180 && lon <= 180)) {
+    if (!inRange(lat, lon)) {
       this.invalid++;
       return;
     }

@@ -10,6 +10,7 @@ import {
   type NSubscription,
   checkId,
   checkLat,
+  inRange,
   checkLon,
   resolveLimits,
   validateEvent,
@@ -171,7 +172,7 @@ export abstract class CpuMatcher implements Matcher {
  */
 export function checkHandleUpdate(open: boolean, device: string, lat: number, lon: number): void {
   if (!open) throw new AmbitError('NOT_FOUND', `device handle for ${show(device)} was released`, 'device');
-  if (!(lat >= -90 && lat <= 90 && lon >= -180 && lon <= 180 && typeof lat === 'number' && typeof lon === 'number')) {
+  if (!(typeof lat === 'number' && typeof lon === 'number' && inRange(lat, lon))) {
     checkLat('lat', lat);
     checkLon('lon', lon);
   }

@@ -134,12 +134,24 @@ function checkFiniteIn(field: string, v: unknown, lo: number, hi: number, loOpen
   return v;
 }
 
+/** WGS84 coordinate ranges in degrees, both ends included: the one place they are written. */
+export const LAT_RANGE = Object.freeze([-90, 90] as const);
+export const LON_RANGE = Object.freeze([-180, 180] as const);
+
+/**
+ * True when both numbers are in range; NaN fails. The hot paths' one comparison chain; the
+ * explaining checks (checkLat, checkLon) run only when it fails.
+ */
+export function inRange(lat: number, lon: number): boolean {
+  return lat >= -90 && lat <= 90 && lon >= -180 && lon <= 180;
+}
+
 export function checkLat(field: string, v: unknown): number {
-  return checkFiniteIn(field, v, -90, 90);
+  return checkFiniteIn(field, v, LAT_RANGE[0], LAT_RANGE[1]);
 }
 
 export function checkLon(field: string, v: unknown): number {
-  return checkFiniteIn(field, v, -180, 180);
+  return checkFiniteIn(field, v, LON_RANGE[0], LON_RANGE[1]);
 }
 
 function isPlainObject(v: unknown): v is Record<string, unknown> {
@@ -285,8 +297,7 @@ export function quickEvent(e: unknown, limits: Limits): NEvent | null {
   if (!okString(id, 1, limits.maxIdBytes)) return null;
   const lat = e.lat;
   const lon = e.lon;
-  if (typeof lat !== 'number' || !(lat >= -90 && lat <= 90)) return null;
-  if (typeof lon !== 'number' || !(lon >= -180 && lon <= 180)) return null;
+  if (typeof lat !== 'number' || typeof lon !== 'number' || !inRange(lat, lon)) return null;
   let radiusM = 0;
   const r = e.radiusM;
   if (r !== undefined && r !== null) {
@@ -361,7 +372,7 @@ export function validatePositions(updates: unknown, limits: Limits, field = 'pos
     // The hot path: no field path is built unless the update is refused.
     if (isPlainObject(u)) {
       const { device, lat, lon } = u;
-      if (okString(device, 1, limits.maxIdBytes) && typeof lat === 'number' && lat >= -90 && lat <= 90 && typeof lon === 'number' && lon >= -180 && lon <= 180) {
+      if (okString(device, 1, limits.maxIdBytes) && typeof lat === 'number' && typeof lon === 'number' && inRange(lat, lon)) {
         out[i] = { device, lat, lon };
         continue;
       }
