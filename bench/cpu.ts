@@ -8,24 +8,22 @@
  * Tables go to stdout, progress to stderr, everything measured to a JSON file (bench/out/ by
  * default) from which `npm run bench:report` builds the result documents.
  */
-import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { CPU_ENGINES } from '../src/engines/index.js';
 import { DEFAULT_WORKLOAD, type SpatialKind, type WorkloadOptions, resolveWorkloadOptions } from '../src/workload/index.js';
 import { type Job, type JobResult, runJob } from './lib/cases.js';
 import { childExecArgv, childMain, runInChild } from './lib/fork.js';
 import { count, pct } from './lib/format.js';
-import { describeMachine, machineInfo } from './lib/machine.js';
+import { describeMachine } from './lib/machine.js';
+import { timerOverheadNs } from './lib/measure.js';
 import { note } from './lib/progress.js';
 import { type BenchConfig, type BenchFile, type DefaultResult, type GridResult, SCHEMA, SUITES, type Skip, type SuiteName, type UpdateResult } from './lib/schema.js';
 import { sinkValue } from './lib/sink.js';
-import { summarize } from './lib/stats.js';
 import { defaultTables, gridTables, updateTables } from './lib/tables.js';
 import { type Args, parseArgs as parseFlags } from './lib/args.js';
-import { writeResultFile } from './lib/result-file.js';
+import { ResultRun } from './lib/result-file.js';
 
 const ENTRY = fileURLToPath(import.meta.url);
-const REPO = path.resolve(path.dirname(ENTRY), '..', '..');
 
 const HELP = `Usage: node dist/bench/cpu.js [options]     (npm run bench -- [options])
 
@@ -97,16 +95,6 @@ function areasArg(args: Args, fallback: number[]): number[] {
   });
 }
 
-/** What a timed call costs with nothing inside: the floor of every per-call figure. */
-function timerOverheadNs(): number {
-  const ns = new Float64Array(20_000);
-  for (let i = 0; i < ns.length; i++) {
-    const t0 = process.hrtime.bigint();
-    ns[i] = Number(process.hrtime.bigint() - t0);
-  }
-  return summarize(ns).median;
-}
-
 function buildConfig(args: Args): BenchConfig {
   const quick = args.quick === true;
   const registered = Object.keys(CPU_ENGINES);
@@ -161,20 +149,18 @@ async function main(): Promise<void> {
   const fork = args['no-fork'] !== true;
   const quick = args.quick === true;
   const name = typeof args.name === 'string' ? args.name : quick ? 'cpu-quick' : 'cpu';
-  if (!/^[\w.-]+$/.test(name)) fail(`--name must be letters, digits, '.', '_' or '-', got ${JSON.stringify(name)}`);
-  const startedAt = new Date();
-  const outPath = typeof args.out === 'string' ? path.resolve(args.out) : path.join(REPO, 'bench', 'out', `${name}-${startedAt.toISOString().replace(/[:.]/g, '-')}.json`);
+  const result = new ResultRun({ out: args.out, name, execArgv: fork ? childExecArgv() : process.execArgv, fail });
   const workload: Partial<WorkloadOptions> = { seed: config.seed };
   const params = resolveWorkloadOptions({ ...workload, subscriptions: config.default.subscriptions, events: config.default.events });
 
-  const machine = machineInfo(fork ? childExecArgv() : process.execArgv);
+  const machine = result.machine;
   const file: BenchFile = {
     schema: SCHEMA,
     name,
-    startedAt: startedAt.toISOString(),
+    startedAt: result.startedAt.toISOString(),
     finishedAt: '',
     quick,
-    argv: process.argv.slice(2),
+    argv: result.argv,
     machine,
     config,
     workload: { ...params, regionInfo: { ...params.regionInfo } } as unknown as Record<string, unknown>,
@@ -191,7 +177,7 @@ async function main(): Promise<void> {
   const save = (): void => {
     file.finishedAt = new Date().toISOString();
     file.sink = (sinkTotal + sinkValue()) | 0;
-    writeResultFile(outPath, file);
+    result.write(file);
   };
 
   out(`Ambit CPU benchmark${quick ? ' (quick)' : ''}`);
@@ -316,7 +302,7 @@ async function main(): Promise<void> {
     out();
   }
   save();
-  out(`results: ${path.relative(process.cwd(), outPath) || outPath} (sink ${file.sink})`);
+  out(`results: ${result.shown} (sink ${file.sink})`);
 }
 
 main().catch((err: unknown) => {

@@ -25,9 +25,9 @@ import { type EngineRow, LATENCY_SCHEMA, type LatencyFile, type Rung, latencyTab
 import { Loader, loadWithProgress } from './lib/gpu/loader.js';
 import { count, sig } from './lib/format.js';
 import { collect } from './lib/measure.js';
-import { describeMachine, machineInfo } from './lib/machine.js';
+import { describeMachine } from './lib/machine.js';
 import { note } from './lib/progress.js';
-import { writeResultFile } from './lib/result-file.js';
+import { ResultRun } from './lib/result-file.js';
 import { sinkNumber } from './lib/sink.js';
 import { summarize } from './lib/stats.js';
 
@@ -194,10 +194,10 @@ async function main(): Promise<void> {
   const reps = int(args.reps, quick ? 200 : 2000, 'reps');
   const seed = int(args.seed, 1, 'seed');
   const sizes = typeof args.sizes === 'string' ? args.sizes.split(',').map((x) => int(x, 0, 'sizes')) : quick ? [1000] : [10_000, 250_000];
-  const out = typeof args.out === 'string' ? args.out : 'bench/results/gpu-latency.json';
   const software = args.software === true;
 
-  const machine = machineInfo();
+  const run = new ResultRun({ out: args.out, defaultFile: 'bench/results/gpu-latency.json', fail });
+  const machine = run.machine;
   const ctx = await GpuContext.open({ allowSoftware: software });
   let rungs: Rung[];
   let gpu;
@@ -215,11 +215,11 @@ async function main(): Promise<void> {
     gpu = gpuInfo(m);
     await m.close();
   }
-  const file: LatencyFile = { schema: LATENCY_SCHEMA, date: new Date().toISOString(), command: `node ${process.argv.slice(1).join(' ')}`, machine, gpu, reps, seed, rungs, engines: rows };
-  writeResultFile(out, file);
+  const file: LatencyFile = { schema: LATENCY_SCHEMA, date: new Date().toISOString(), command: run.command, machine, gpu, reps, seed, rungs, engines: rows };
+  run.write(file);
   process.stdout.write(`Machine: ${describeMachine(machine)}\nGPU: ${gpu?.adapter ?? 'none'}\n\n`);
   process.stdout.write(`${latencyTables(file)}\n`);
-  note(`gpu-latency: wrote ${out}`);
+  note(`gpu-latency: wrote ${run.shown}`);
 }
 
 if (process.argv[1]?.endsWith('gpu-latency.js')) {

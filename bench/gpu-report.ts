@@ -8,19 +8,18 @@
  * left to report.ts). Suites may come from several runs (a long benchmark split over several
  * calls): each suite is taken from the newest file that has it, full runs before quick ones.
  */
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { count, pct, sig, table } from './lib/format.js';
 import { GPU_SCHEMA, GPU_SUITES, type GpuBenchFile, type GpuGridPoint, type GpuSuiteName } from './lib/gpu/schema.js';
 import { batchTables, defaultTable, gridTable, memoryTable, scaleTable, stagesTable, updatesTables } from './lib/gpu/tables.js';
 import { describeMachine } from './lib/machine.js';
 import { DASHES, MARKERS, type Series, engineColor, linePlot } from './lib/svg.js';
 import { parseReportArgs } from './lib/args.js';
+import { RESULTS_DIR, readResultFile } from './lib/result-file.js';
 import { barPlot } from './lib/svg-bars.js';
 import { LATENCY_SCHEMA, type LatencyFile, latencyTables } from './lib/gpu/latency-schema.js';
 
-const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 
 function fail(msg: string): never {
   process.stderr.write(`bench:gpu-report: ${msg}\n`);
@@ -28,16 +27,8 @@ function fail(msg: string): never {
 }
 
 function parse(argv: readonly string[]): { files: string[]; dir: string; scanned: boolean } {
-  const r = parseReportArgs(argv, path.join(REPO, 'bench', 'results'), 'Usage: node dist/bench/gpu-report.js [FILE.json ...] [--dir DIR]   (default DIR: bench/results)', fail);
+  const r = parseReportArgs(argv, RESULTS_DIR, 'Usage: node dist/bench/gpu-report.js [FILE.json ...] [--dir DIR]   (default DIR: bench/results)', fail);
   return r;
-}
-
-function read(file: string): unknown {
-  try {
-    return JSON.parse(readFileSync(file, 'utf8'));
-  } catch (err) {
-    fail(`${file}: ${(err as Error).message}`);
-  }
 }
 
 const FIGURE: Record<GpuSuiteName, string> = {
@@ -217,7 +208,7 @@ function main(): void {
   const docs: { file: string; f: GpuBenchFile }[] = [];
   const latency: { file: string; f: LatencyFile }[] = [];
   for (const file of files) {
-    const data = read(file) as Partial<GpuBenchFile> | null;
+    const data = readResultFile(file, fail) as Partial<GpuBenchFile> | null;
     if (data !== null && typeof data === 'object' && (data as { schema?: string }).schema === LATENCY_SCHEMA) {
       latency.push({ file, f: data as unknown as LatencyFile });
       continue;

@@ -16,7 +16,6 @@
  */
 import { spawn } from 'node:child_process';
 import os from 'node:os';
-import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import v8 from 'node:v8';
 import { defaultGpuMatcherOptions } from '../src/engines/gpu/matcher.js';
@@ -34,16 +33,14 @@ import { GPU_SCHEMA, GPU_SUITES, type GpuBenchConfig, type GpuBenchFile, type Gp
 import { runStagesSuite } from './lib/gpu/stages.js';
 import { batchTables, defaultTable, gridTable, memoryTable, scaleTable, stagesTable, updatesTables } from './lib/gpu/tables.js';
 import { runUpdatesSuite } from './lib/gpu/updates.js';
-import { collect } from './lib/measure.js';
-import { describeMachine, machineInfo } from './lib/machine.js';
+import { collect, timerOverheadNs } from './lib/measure.js';
+import { describeMachine } from './lib/machine.js';
 import { note } from './lib/progress.js';
 import { sinkValue } from './lib/sink.js';
-import { summarize } from './lib/stats.js';
 import { type Args, parseArgs as parseFlags } from './lib/args.js';
-import { writeResultFile } from './lib/result-file.js';
+import { ResultRun } from './lib/result-file.js';
 
 const ENTRY = fileURLToPath(import.meta.url);
-const REPO = path.resolve(path.dirname(ENTRY), '..', '..');
 /** Set in the re-executed process (the one that measures). */
 const REEXEC_ENV = 'AMBIT_GPU_BENCH_MEASURING';
 
@@ -281,16 +278,6 @@ function describeParams(o: object): string {
   return Object.entries(o).map(([k, x]) => `${k} ${v(k, x)}`).join('; ');
 }
 
-/** What a timed call costs with nothing inside: the floor of every per-call figure. */
-function timerOverheadNs(): number {
-  const ns = new Float64Array(20_000);
-  for (let i = 0; i < ns.length; i++) {
-    const t0 = process.hrtime.bigint();
-    ns[i] = Number(process.hrtime.bigint() - t0);
-  }
-  return summarize(ns).median;
-}
-
 /**
  * Measuring needs exposed GC (clean memory figures) and an old space large enough for 10M
  * subscriptions; when this process was started without them, it runs itself again with them.
@@ -318,9 +305,7 @@ async function main(): Promise<void> {
 
   const quick = args.quick === true;
   const name = typeof args.name === 'string' ? args.name : quick ? 'gpu-quick' : 'gpu';
-  if (!/^[\w.-]+$/.test(name)) fail(`--name must be letters, digits, '.', '_' or '-', got ${JSON.stringify(name)}`);
-  const startedAt = new Date();
-  const outPath = typeof args.out === 'string' ? path.resolve(args.out) : path.join(REPO, 'bench', 'out', `${name}-${startedAt.toISOString().replace(/[:.]/g, '-')}.json`);
+  const run = new ResultRun({ out: args.out, name, fail });
   const env: GpuEnv = {
     allowSoftware: config.allowSoftware,
     seed: config.seed,
@@ -330,11 +315,11 @@ async function main(): Promise<void> {
   const file: GpuBenchFile = {
     schema: GPU_SCHEMA,
     name,
-    startedAt: startedAt.toISOString(),
+    startedAt: run.startedAt.toISOString(),
     finishedAt: '',
     quick,
-    argv: process.argv.slice(2),
-    machine: machineInfo(process.execArgv),
+    argv: run.argv,
+    machine: run.machine,
     gpu: null,
     config,
     workload: { ...params, regionInfo: { ...params.regionInfo } } as unknown as Record<string, unknown>,
@@ -352,7 +337,7 @@ async function main(): Promise<void> {
   const save = (): void => {
     file.finishedAt = new Date().toISOString();
     file.sink = (sinkTotal + sinkValue()) | 0;
-    writeResultFile(outPath, file);
+    run.write(file);
   };
   const addNote = (s: string): void => {
     file.notes.push(s);
@@ -384,7 +369,7 @@ async function main(): Promise<void> {
     `workload: CLCB Table 1 — ${params.filtersPerSub} filters/sub, ${params.constraintsMin}–${params.constraintsMax} constraints, ${params.attributesMin}–${params.attributesMax} attributes, ` +
       `${params.names} names, target selectivity ${pct(params.selectivity)}, region ${params.regionInfo.name} (${params.regionInfo.areaKm2} km²), area ${pct(params.areaFraction)} = ${params.filterRadiusM.toFixed(0)} m`,
   );
-  out(`results: ${path.relative(process.cwd(), outPath) || outPath}`);
+  out(`results: ${run.shown}`);
   out();
   if (!gpuOk) addNote(`no GPU engine: ${gpuWhy}${config.allowSoftware ? '' : ' (--allow-software accepts llvmpipe)'}`);
   save();
@@ -539,7 +524,7 @@ async function main(): Promise<void> {
   }
   save();
   const total = Object.values(file.suiteWallMs).reduce((a, b) => a + (b ?? 0), 0);
-  out(`total ${sig(total / 1000)} s; results: ${path.relative(process.cwd(), outPath) || outPath} (sink ${file.sink})`);
+  out(`total ${sig(total / 1000)} s; results: ${run.shown} (sink ${file.sink})`);
 }
 
 main().catch((err: unknown) => {

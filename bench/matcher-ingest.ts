@@ -14,8 +14,6 @@
  *   node dist/bench/matcher-ingest.js [--devices 100000] [--updates 1000000] [--reps 5] ...
  */
 import os from 'node:os';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { CPU_ENGINES } from '../src/engines/index.js';
 import { Prng } from '../src/workload/prng.js';
 import type { Filter } from '../src/model/types.js';
@@ -24,13 +22,10 @@ import { RedisMatcher } from '../services/matcher/redis.js';
 import type { LocationWriter } from '../services/hub/port.js';
 import { type RedisServer, startRedisServer } from '../test/support/redis-server.js';
 import { type Args, parseArgs as parseFlags } from './lib/args.js';
-import { describeMachine, machineInfo } from './lib/machine.js';
+import { describeMachine } from './lib/machine.js';
 import { sinkNumber, sinkValue } from './lib/sink.js';
 import { summarize } from './lib/stats.js';
-import { writeResultFile } from './lib/result-file.js';
-
-const ENTRY = fileURLToPath(import.meta.url);
-const REPO = path.resolve(path.dirname(ENTRY), '..', '..');
+import { ResultRun } from './lib/result-file.js';
 
 const HELP = `Usage: node dist/bench/matcher-ingest.js [options]
 
@@ -96,8 +91,8 @@ async function main(): Promise<void> {
   const flushSize = int(a, 'flush-size', 1024, 1);
   const readCount = int(a, 'read-count', 256, 1);
   const seed = int(a, 'seed', 1, 0);
-  const out = typeof a.out === 'string' ? path.resolve(a.out) : path.join(REPO, 'bench', 'results', 'matcher-ingest.json');
-  const machine = machineInfo();
+  const run = new ResultRun({ out: a.out, defaultFile: 'bench/results/matcher-ingest.json', fail });
+  const machine = run.machine;
   const loadBefore = os.loadavg();
   const params = { devices, subscribed, filters, gateways, rounds, updatesPerMeasurement: rounds * devices, reps, flushSize, readCount, seed };
   process.stdout.write(`machine: ${describeMachine(machine)}\nparams: ${JSON.stringify(params)}\n`);
@@ -239,8 +234,8 @@ async function main(): Promise<void> {
       reps: results,
       sink: sinkValue(),
     };
-    writeResultFile(out, doc);
-    process.stdout.write(`wrote ${path.relative(process.cwd(), out)}\n`);
+    run.write(doc);
+    process.stdout.write(`wrote ${run.shown}\n`);
   } finally {
     for (const h of hubs) await h.close().catch(() => {});
     await matcher?.stop().catch(() => {});

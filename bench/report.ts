@@ -8,15 +8,14 @@
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { count, pct, table } from './lib/format.js';
 import { describeMachine } from './lib/machine.js';
 import { type BenchFile, type GridResult, SCHEMA, type UpdateResult } from './lib/schema.js';
 import { DASHES, MARKERS, type Series, engineColor, linePlot } from './lib/svg.js';
 import { defaultTables, gridTables, updateTables } from './lib/tables.js';
 import { parseReportArgs } from './lib/args.js';
+import { RESULTS_DIR, readResultFile } from './lib/result-file.js';
 
-const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 
 function fail(msg: string): never {
   process.stderr.write(`bench:report: ${msg}\n`);
@@ -24,7 +23,7 @@ function fail(msg: string): never {
 }
 
 function parse(argv: readonly string[]): { files: string[]; dir: string; scanned: boolean } {
-  const r = parseReportArgs(argv, path.join(REPO, 'bench', 'results'), 'Usage: node dist/bench/report.js [FILE.json ...] [--dir DIR]   (default DIR: bench/results)', fail);
+  const r = parseReportArgs(argv, RESULTS_DIR, 'Usage: node dist/bench/report.js [FILE.json ...] [--dir DIR]   (default DIR: bench/results)', fail);
   if (r.files.length === 0) {
     fail(`no result files in ${path.relative(process.cwd(), r.dir) || r.dir} (run e.g. \`npm run bench -- --out bench/results/cpu.json\`, or copy a file from bench/out/)`);
   }
@@ -32,13 +31,7 @@ function parse(argv: readonly string[]): { files: string[]; dir: string; scanned
 }
 
 function load(file: string): BenchFile {
-  let data: unknown;
-  try {
-    data = JSON.parse(readFileSync(file, 'utf8'));
-  } catch (err) {
-    fail(`${file}: ${(err as Error).message}`);
-  }
-  const f = data as Partial<BenchFile>;
+  const f = readResultFile(file, fail) as Partial<BenchFile>;
   if (f === null || typeof f !== 'object' || f.schema !== SCHEMA) fail(`${file}: not a ${SCHEMA} result file (schema ${JSON.stringify(f?.schema)})`);
   return f as BenchFile;
 }

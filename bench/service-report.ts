@@ -9,17 +9,16 @@
  * Without files, every *.json in the directory is read and those of the two kinds are used (the
  * other result files are left to report.ts and gpu-report.ts).
  */
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { parseReportArgs } from './lib/args.js';
+import { RESULTS_DIR, readResultFile } from './lib/result-file.js';
 import { count, mib, sig, table } from './lib/format.js';
 import { type MachineInfo, describeMachine } from './lib/machine.js';
 import type { BatchParams, LatencyParams, LatencyResult, RateResult, StreamParams } from './lib/service-load.js';
 import type { Summary } from './lib/stats.js';
 import { type BarGroup, axisFormat, barPlot } from './lib/svg-bars.js';
 
-const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const INGEST_SCHEMA = 'ambit-matcher-ingest/1';
 
 /** The three targets. */
@@ -95,14 +94,6 @@ interface Run<T> {
 
 type ServiceRun = Run<ServiceFile>;
 type IngestRun = Run<IngestFile>;
-
-function read(file: string): unknown {
-  try {
-    return JSON.parse(readFileSync(file, 'utf8'));
-  } catch (err) {
-    fail(`${file}: ${(err as Error).message}`);
-  }
-}
 
 /** The publish modes a service file measured, in the order written ('latency-stream', 'latency-unary', ...). */
 function latencyResults(f: ServiceFile): LatencyResult[] {
@@ -591,11 +582,11 @@ function summary(services: readonly ServiceRun[], ingests: readonly IngestRun[])
 }
 
 function main(): void {
-  const { files, dir, scanned } = parseReportArgs(process.argv.slice(2), path.join(REPO, 'bench', 'results'), 'Usage: node dist/bench/service-report.js [FILE.json ...] [--dir DIR]   (default DIR: bench/results)', fail);
+  const { files, dir, scanned } = parseReportArgs(process.argv.slice(2), RESULTS_DIR, 'Usage: node dist/bench/service-report.js [FILE.json ...] [--dir DIR]   (default DIR: bench/results)', fail);
   const services: ServiceRun[] = [];
   const ingests: IngestRun[] = [];
   for (const file of files) {
-    const data = read(file) as { kind?: unknown; schema?: unknown } | null;
+    const data = readResultFile(file, fail) as { kind?: unknown; schema?: unknown } | null;
     const name = path.basename(file, '.json');
     if (data !== null && typeof data === 'object' && data.kind === 'service') {
       const f = data as ServiceFile;

@@ -12,15 +12,14 @@
  *   node dist/bench/service.js --help
  */
 import os from 'node:os';
-import path from 'node:path';
 import { parseArgs } from './lib/args.js';
-import { describeMachine, machineInfo } from './lib/machine.js';
+import { describeMachine } from './lib/machine.js';
 import { note } from './lib/progress.js';
 import { type BatchParams, type LatencyParams, type PublishMode, type RateResult, type StreamParams, runBatches, runLatency, runStreams, setupSubscribers } from './lib/service-load.js';
 import { startChildServer } from './lib/service-server.js';
 import { sinkValue } from './lib/sink.js';
 import type { Summary } from './lib/stats.js';
-import { writeResultFile } from './lib/result-file.js';
+import { ResultRun } from './lib/result-file.js';
 
 const USAGE = `usage: node dist/bench/service.js [--quick] [--out PATH] [--engine fast|rtree|auto] [--redis URL] [--seed N]
   [--devices N] [--subs-per-device N] [--kinds N] [--rate EVENTS_PER_S] [--seconds S] [--connections N]
@@ -95,7 +94,6 @@ const batches: BatchParams = {
   seconds: roundSeconds,
   seed,
 };
-const outPath = path.resolve(typeof args.out === 'string' ? args.out : quick ? 'bench/out/service-quick.json' : 'bench/results/service.json');
 
 const out = (s: string) => process.stdout.write(`${s}\n`);
 const f = (n: number, d = 0) => (Number.isFinite(n) ? n.toLocaleString('en-US', { maximumFractionDigits: d, minimumFractionDigits: d }) : '-');
@@ -103,8 +101,9 @@ const ms = (s: Summary) => `min ${f(s.min, 2)}  median ${f(s.median, 2)}  p99 ${
 const rate = (s: Summary) => `min ${f(s.min)}  median ${f(s.median)}  p99 ${f(s.p99)}`;
 
 async function main(): Promise<void> {
-  const machine = machineInfo();
-  const startedAt = new Date().toISOString();
+  const run = new ResultRun({ out: args.out, defaultFile: quick ? 'bench/out/service-quick.json' : 'bench/results/service.json', fail });
+  const machine = run.machine;
+  const startedAt = run.startedAt.toISOString();
   out(`machine: ${describeMachine(machine)}; load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')} before the run (other processes share these cores)`);
   const loadBefore = os.loadavg();
   out(`server: node dist/services/process/main.js (role all, embedded hub, engine ${engine}) as a child process; client: this process, SDK over loopback`);
@@ -149,9 +148,9 @@ async function main(): Promise<void> {
     await server.stop();
   }
   const file = { kind: 'service', startedAt, seconds: (performance.now() - t0) / 1000, quick, seed, engine, mode: redisUrl === null ? 'embedded' : 'redis', serverNodeArgs, machine, loadAverage: { before: loadBefore, after: os.loadavg() }, results, sink: sinkValue() };
-  writeResultFile(outPath, file);
+  run.write(file);
   out('');
-  out(`wrote ${path.relative(process.cwd(), outPath)} (${f((performance.now() - t0) / 1000, 1)} s)`);
+  out(`wrote ${run.shown} (${f((performance.now() - t0) / 1000, 1)} s)`);
   process.exit(0);
 
   async function streamsPhase(srv: typeof server): Promise<void> {
