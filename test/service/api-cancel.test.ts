@@ -19,17 +19,25 @@ import { MatchCore } from '../../services/matcher/core.js';
 import { Metrics } from '../../services/process/metrics.js';
 import { grpcClient, grpcServerDefinition } from '../../api/rpc.js';
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
 describe('api: a client stream past its deadline', () => {
   it('BulkPublish: messages still queued when the deadline passes are not published', async () => {
     const hub = new EmbeddedHub(new MatchCore(CPU_ENGINES.fast({ limits: { maxIdBytes: 1024 } })));
     const publish = hub.publish.bind(hub);
-    const published: string[] = [];
+    // A matcher held by the test: the first message's apply outlives the caller's deadline.
+    const applied: string[] = [];
+    let entered!: () => void;
+    const firstApply = new Promise<void>((r) => (entered = r));
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let returned!: () => void;
+    const firstReturned = new Promise<void>((r) => (returned = r));
     hub.publish = async (events: readonly Event[]) => {
-      await sleep(300); // a slow matcher: the first message's apply outlives the caller's deadline
-      published.push(...events.map((e) => e.id));
-      return publish(events);
+      applied.push(...events.map((e) => e.id));
+      entered();
+      await gate;
+      const r = await publish(events);
+      returned();
+      return r;
     };
     const authority = new TokenAuthority('api-cancel-test-secret-0123456789abcdef');
     const metrics = new Metrics(hub, 'test');
@@ -53,15 +61,25 @@ describe('api: a client stream past its deadline', () => {
           (err) => resolve(err),
         );
         call.write({ events: [ev('m1')] });
-        setTimeout(() => {
+        // Once m1's apply runs, m2 and m3 queue behind it.
+        void firstApply.then(() => {
           call.write({ events: [ev('m2')] });
           call.write({ events: [ev('m3')] });
-        }, 50);
+        });
       });
       const err = await status;
       assert.equal(err?.code, grpc.status.DEADLINE_EXCEEDED);
-      await sleep(800); // m1's apply finishes; nothing queued behind it may follow
-      assert.deepEqual(published, ['m1']);
+      // A call on the same connection after the deadline: the server has seen the first one end
+      // (its reset, or its own deadline timer, comes first on the connection).
+      const ops = new (grpcClient(OpsService))(`127.0.0.1:${port}`, grpc.credentials.createInsecure(), { channelOverride: client.getChannel() });
+      const opsMd = new grpc.Metadata();
+      opsMd.set('authorization', `Bearer ${authority.issue({ subject: 'ops', scopes: [SCOPES.ops] })}`);
+      await new Promise((resolve, reject) => (ops as unknown as { getStats: (r: object, md: grpc.Metadata, cb: (e: unknown, r: unknown) => void) => void }).getStats({}, opsMd, (e, r) => (e ? reject(e) : resolve(r))));
+      release(); // m1's apply finishes; nothing queued behind it may follow
+      await firstReturned;
+      // The gateway would start the next apply in the promise turns right after m1's returns.
+      await new Promise((r) => setImmediate(r));
+      assert.deepEqual(applied, ['m1']);
     } finally {
       client.close();
       server.forceShutdown();

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type * as grpc from '@grpc/grpc-js';
 import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE } from '../../services/hub/port.js';
-import { type Clients, DeviceStream, type Init, Status, type TestServer, checkReplyStatus, checkStatus, expectStatus, sleep, startTestServer, unary } from '../support/grpc.js';
+import { type Clients, DeviceStream, type Init, Status, type TestServer, checkReplyStatus, checkStatus, eventually, expectStatus, startTestServer, unary } from '../support/grpc.js';
 
 const sub = (id: string, radiusM = 100): Init => ({ id, filters: [{ area: { radiusM, center: { lat: 0, lon: 0 } } }] });
 
@@ -143,8 +143,9 @@ describe('api errors: deadlines', () => {
     const before = await published();
     await expectStatus(unary(clients.publisher, 'publish', { event }, pubMd, { deadline: Date.now() - 1000 }), Status.DEADLINE_EXCEEDED);
     await expectStatus(unary(clients.publisher, 'publish', { event }, pubMd, { deadline: new Date(Date.now() - 1) }), Status.DEADLINE_EXCEEDED);
-    await sleep(30);
-    assert.equal(await published(), before);
+    // A publish sent after them on the same channel is handled after them: only it counts.
+    await unary(clients.publisher, 'publish', { event: { ...event, id: 'after-late' } }, pubMd);
+    assert.equal(await published(), before + 1n);
   });
 
   it('a tiny deadline on a busy server is DEADLINE_EXCEEDED, not applied, and the server keeps serving', async () => {
@@ -156,33 +157,41 @@ describe('api errors: deadlines', () => {
     while (Date.now() - t < 25);
     // Both handlers attached at once: the second call may fail while the first is awaited.
     await Promise.all([expectStatus(late, Status.DEADLINE_EXCEEDED), expectStatus(moved, Status.DEADLINE_EXCEEDED)]);
-    await sleep(30);
-    assert.equal(await published(), before);
-    const info = await unary(clients.ops, 'getDeviceSubscriptions', { deviceId: 'dev-late' }, opsMd);
-    assert.equal(info.location, undefined, 'the late location update was not applied');
+    // Calls sent after them on the same channel are handled after them: the late ones left nothing.
     const ok = await unary(clients.publisher, 'publish', { event }, pubMd, { deadline: Date.now() + 5000 });
     assert.equal(ok.eventId, 'late');
-    assert.equal(await published(), before + 1n);
+    assert.equal(await published(), before + 1n, 'only the publish after them was published');
+    const info = await unary(clients.ops, 'getDeviceSubscriptions', { deviceId: 'dev-late' }, opsMd);
+    assert.equal(info.location, undefined, 'the late location update was not applied');
   });
 
   it('a client stream past its deadline ends DEADLINE_EXCEEDED; what arrived before stays, nothing after', async () => {
     const before = await published();
+    let call!: { write: (m: Init) => boolean; end: () => void };
     const result = new Promise<grpc.ServiceError | null>((resolve) => {
-      const call = (clients.publisher as unknown as Record<string, (md: Init, o: Init, cb: (e: grpc.ServiceError | null) => void) => Init>).bulkPublish(pubMd, { deadline: Date.now() + 150 }, (e) => resolve(e));
-      void (async () => {
-        for (let i = 0; i < 12; i++) {
-          call.write({ events: [event] });
-          await sleep(25);
-        }
-        call.end();
-      })();
+      call = (clients.publisher as unknown as Record<string, (md: Init, o: Init, cb: (e: grpc.ServiceError | null) => void) => Init>).bulkPublish(pubMd, { deadline: Date.now() + 300 }, (e) => resolve(e));
     });
+    // Each message once the one before it is published (nothing else signals that), until the deadline ends the call.
+    let written = 0;
+    let ended = false;
+    void result.then(() => (ended = true));
+    while (!ended && written < 1000) {
+      call.write({ events: [event] });
+      written++;
+      const want = before + BigInt(written);
+      await eventually(async () => ended || (await published()) >= want, `message ${written} to be published`);
+    }
     const err = await result;
     assert.ok(err !== null);
     checkStatus(err, Status.DEADLINE_EXCEEDED);
-    await sleep(350);
-    const n = (await published()) - before;
-    assert.ok(n >= 1n && n < 12n, `some but not all of the stream was published (${n})`);
+    // Written after the call ended: goes nowhere.
+    call.write({ events: [event] });
+    call.end();
+    // A publish sent after all that on the same channel is handled after it.
+    await unary(clients.publisher, 'publish', { event: { ...event, id: 'after-stream' } }, pubMd);
+    const n = (await published()) - before - 1n;
+    assert.ok(n >= 1n && n <= BigInt(written), `what arrived before the deadline stays published (${n} of ${written} written)`);
+    assert.ok(n >= BigInt(written) - 1n, `each message but the last was published before the next was written (${n} of ${written})`);
   });
 
   it('a device stream past its deadline ends DEADLINE_EXCEEDED and its session is released', async () => {
@@ -190,8 +199,8 @@ describe('api errors: deadlines', () => {
     await s.hello();
     assert.equal((await unary(clients.ops, 'getDeviceSubscriptions', { deviceId: 'dev-dl' }, opsMd)).connected, true);
     checkStatus(await s.end(3000), Status.DEADLINE_EXCEEDED);
-    await sleep(30);
-    assert.equal((await unary(clients.ops, 'getDeviceSubscriptions', { deviceId: 'dev-dl' }, opsMd)).connected, false);
+    // The server learns of the end on its own (its deadline timer or the client's reset): nothing tells the caller when.
+    await eventually(async () => !(await unary(clients.ops, 'getDeviceSubscriptions', { deviceId: 'dev-dl' }, opsMd)).connected, 'the session to be released');
     assert.equal((await unary(clients.ops, 'getStats', {}, opsMd)).connectedDevices, 0n);
     // A new stream of the device works.
     const { stream, welcome } = await DeviceStream.open(clients, srv.token('dev-dl', ['device']));

@@ -24,7 +24,7 @@ import { Metrics } from '../../services/process/metrics.js';
 import { grpcServerDefinition } from '../../api/rpc.js';
 import { DeviceService } from '../../api/gen/ambit/v1/device_pb.js';
 import type { Notification } from '../../api/gen/ambit/v1/types_pb.js';
-import { Clients, DeviceStream, type Init, Status, type TestServer, checkStatus, clientStream, eventually, meta, sleep, startTestServer, unary } from '../support/grpc.js';
+import { Clients, DeviceStream, type Init, Status, type TestServer, checkStatus, clientStream, eventually, meta, startHubServer, startTestServer, unary } from '../support/grpc.js';
 
 const everything: Init = { id: 'all', filters: [{}] };
 const event = (id: string, attributes: Init = {}): Init => ({ id, position: { lat: 0, lon: 0 }, attributes });
@@ -77,7 +77,7 @@ describe('api stream: acknowledgements, resume and supersede', () => {
     const second = await s2.notifications(5);
     assert.deepEqual(eventIds(second), ['e3', 'e4', 'e5', 'e6', 'e7']);
     assert.deepEqual(second.slice(0, 3).map((n) => n.deliveryId), first.slice(2).map((n) => n.deliveryId), 'redelivered under the same ids');
-    await s2.expectNone('notification', 30);
+    await s2.expectQuiet('notification');
     // Acks move forward only: acking e5 then (again) e3 leaves the resume point at e5.
     s2.ack(second[2].deliveryId);
     s2.ack(second[0].deliveryId);
@@ -89,7 +89,7 @@ describe('api stream: acknowledgements, resume and supersede', () => {
     const { stream: s3, welcome: w3 } = await DeviceStream.open(clients, token, second[3].deliveryId);
     assert.equal(w3.resumeToken, second[3].deliveryId);
     assert.deepEqual(eventIds(await s3.notifications(1)), ['e7']);
-    await s3.expectNone('notification', 30);
+    await s3.expectQuiet('notification');
     s3.cancel();
     await s3.end();
 
@@ -102,7 +102,7 @@ describe('api stream: acknowledgements, resume and supersede', () => {
     s4.cancel();
     await s4.end();
     const { stream: s5 } = await DeviceStream.open(clients, token);
-    await s5.expectNone('notification', 50);
+    await s5.expectQuiet('notification');
     await publish('e8');
     const [n8] = await s5.notifications(1);
     assert.equal(n8.event!.id, 'e8');
@@ -162,8 +162,9 @@ describe('api stream: retention and Welcome.missed', () => {
   let clients: Clients;
   let pubMd: Init;
 
-  const use = async (retention: { maxPerDevice: number; maxAgeMs: number }) => {
-    srv = await startTestServer({ retention });
+  const use = async (retention: { maxPerDevice: number; maxAgeMs: number }, now?: () => number) => {
+    // With a clock, the hub is built here (the server's config takes no clock).
+    srv = now === undefined ? await startTestServer({ retention }) : await startHubServer(new EmbeddedHub(new MatchCore(CPU_ENGINES.fast()), { retention, now }));
     clients = srv.clients();
     pubMd = srv.meta('pub', ['publish']);
   };
@@ -209,15 +210,17 @@ describe('api stream: retention and Welcome.missed', () => {
   });
 
   it('notifications older than maxAgeMs are dropped and counted in Welcome.missed', async () => {
-    await use({ maxPerDevice: 100, maxAgeMs: 1000 });
+    let now = 1_700_000_000_000;
+    await use({ maxPerDevice: 100, maxAgeMs: 1000 }, () => now);
     const token = srv.token('dev-age', ['device']);
     const { stream: s1 } = await DeviceStream.open(clients, token);
     await s1.subscribeOk(everything);
     s1.cancel();
     await s1.end();
     await publishN('old', 3);
-    await sleep(1100);
+    now += 1000; // exactly maxAgeMs old: still kept
     await publishN('new', 2);
+    now += 1; // the old ones are now past maxAgeMs, the new ones not
     const { stream: s2, welcome } = await DeviceStream.open(clients, token);
     assert.equal(welcome.missed, 3n);
     assert.deepEqual((await s2.notifications(2)).map((n) => n.event!.id), ['new0', 'new1']);
@@ -251,7 +254,7 @@ describe('api stream: requests sent right behind hello wait for it', () => {
     return { hub, inner, open: release };
   }
 
-  async function serve(hub: Hub): Promise<{ clients: Clients; token: string; stop: () => Promise<void> }> {
+  async function serve(hub: Hub): Promise<{ clients: Clients; token: string; received: () => number; stop: () => Promise<void> }> {
     const authority = new TokenAuthority('a'.repeat(32));
     const metrics = new Metrics(hub, 'all');
     const gateway = new Gateway(hub, authority, DEFAULT_LIMITS, metrics, silentLogger());
@@ -262,6 +265,8 @@ describe('api stream: requests sent right behind hello wait for it', () => {
     return {
       clients,
       token: authority.issue({ subject: 'dev-g', scopes: ['device'] }),
+      // Stream location messages the gateway has read (counted on arrival, before hello is answered).
+      received: () => metrics.counters.locationUpdatesStream,
       stop: async () => {
         clients.close();
         server.forceShutdown();
@@ -279,7 +284,9 @@ describe('api stream: requests sent right behind hello wait for it', () => {
       stream.send({ message: { case: 'hello', value: {} } });
       stream.send({ message: { case: 'location', value: { lat: 3, lon: 4 } } });
       stream.send({ message: { case: 'subscribe', value: { requestId: 'q', subscription: everything } } });
-      await sleep(50);
+      // The same position again, last: once the gateway has read it, it has read the subscribe.
+      stream.send({ message: { case: 'location', value: { lat: 3, lon: 4 } } });
+      await eventually(() => s.received() === 2, 'the gateway to read every message sent');
       assert.equal(stream.received.length, 0, 'nothing answered before the hello');
       open(false);
       await stream.next('welcome');
@@ -301,10 +308,11 @@ describe('api stream: requests sent right behind hello wait for it', () => {
       stream.send({ message: { case: 'hello', value: {} } });
       stream.send({ message: { case: 'subscribe', value: { requestId: 'q', subscription: everything } } });
       stream.send({ message: { case: 'location', value: { lat: 3, lon: 4 } } });
-      await sleep(50);
+      await eventually(() => s.received() === 1, 'the gateway to read every message sent');
       open(true);
+      // The requests queued behind the hello run in the promise turns right after its failure, so
+      // before the status it sent has crossed the socket.
       checkStatus(await stream.end(), Status.UNAVAILABLE);
-      await sleep(20);
       assert.deepEqual(await inner.listSubscriptions('dev-g'), [], 'the subscribe behind the failed hello was not applied');
       assert.equal((await inner.deviceInfo('dev-g')).location, null);
     } finally {
@@ -412,10 +420,13 @@ describe('api stream: a slow consumer', () => {
       if (!stream.call.write({ message: { case: 'location', value: { lat: 91, lon: 0 } } })) await new Promise((r) => stream.call.once('drain', r));
     }
     // Wait for the server to settle: it handles requests until its replies fill the stream's
-    // HTTP/2 window (about 900 replies), then stops reading.
+    // HTTP/2 window (about 900 replies), then stops reading. Nothing signals that it stopped (it
+    // keeps reading slowly until then, so back-to-back scrapes see no change too early): poll the
+    // count every 100 ms until it is the same 3 times running, at most 100 polls.
     let handled = -1;
-    for (let stable = 0; stable < 3; ) {
-      await sleep(100);
+    for (let stable = 0, turns = 0; stable < 3; turns++) {
+      assert.ok(turns < 100, `the count of handled requests never settled (${handled})`);
+      await new Promise((r) => setTimeout(r, 100));
       const now = (await rejected()) - r0;
       stable = now === handled ? stable + 1 : 0;
       handled = now;

@@ -82,7 +82,11 @@ describe('cluster: two gateways and a matcher on one Redis', { skip: redisServer
     const [n] = await near.stream.notifications(1, 5000);
     assert.deepEqual(n.subscriptionIds, ['close']);
     assert.equal(n.event?.id, 'ev-1');
-    await far.stream.expectNone('notification', 300);
+    // Nothing for far: an event at far's position (5.4 km from near) is the next thing it gets.
+    await far.stream.expectNextNotification('ev-far', async () => {
+      const rf = await publish(b, { ...accident(0, 3, { lat: MILAN.lat + 0.05, lon: MILAN.lon }), id: 'ev-far' });
+      assert.equal(rf.reached, 1n, 'only far/close matches the marker');
+    });
     const r2 = await publish(b, accident(2, 5));
     assert.equal(r2.reached, 2n, 'near has two matching subscriptions');
     const [n2] = await near.stream.notifications(1, 5000);
@@ -132,7 +136,7 @@ describe('cluster: two gateways and a matcher on one Redis', { skip: redisServer
     assert.deepEqual(seqs, [...Array(total).keys()], 'every event once, in order');
     const ids = [...got, ...rest].map((n) => n.deliveryId);
     for (let i = 1; i < ids.length; i++) assert.ok(cmpId(ids[i - 1], ids[i]) < 0, `delivery ids increase: ${ids[i - 1]} then ${ids[i]}`);
-    await again.stream.expectNone('notification', 300);
+    await again.stream.expectNextNotification(`ev-${100 + total}`, () => publish(pubC, accident(100 + total, 1)), 10_000);
     again.stream.cancel();
     gwA = await startGateway(); // back for later tests
     a = clients(gwA);
@@ -162,7 +166,7 @@ describe('cluster: two gateways and a matcher on one Redis', { skip: redisServer
     const rest = await dev.stream.notifications(10, 15_000);
     const seqs = [...first, ...rest].map((n) => (n.event!.attributes.seq.kind.value as number) - 200);
     assert.deepEqual(seqs, [...Array(20).keys()], 'the queued events arrive before the later ones, each once');
-    await dev.stream.expectNone('notification', 300);
+    await dev.stream.expectNextNotification('ev-220', () => publish(c, accident(220, 1)), 10_000);
     dev.stream.cancel();
   });
 

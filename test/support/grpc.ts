@@ -8,10 +8,15 @@
 import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import * as grpc from '@grpc/grpc-js';
-import { type ServerConfig } from '../../services/process/config.js';
+import { DEFAULT_LIMITS } from '../../src/model/limits.js';
+import { TokenAuthority } from '../../services/edge/auth.js';
+import { Gateway } from '../../services/edge/gateway.js';
+import type { Hub } from '../../services/hub/port.js';
+import { DEFAULT_CONFIG, type ServerConfig } from '../../services/process/config.js';
 import { rootLogger } from '../../services/process/log.js';
+import { Metrics } from '../../services/process/metrics.js';
 import { type RunningServer, startServer } from '../../services/process/server.js';
-import { grpcClient } from '../../api/rpc.js';
+import { grpcClient, grpcServerDefinition } from '../../api/rpc.js';
 import { type ConnectResponse, DeviceService, type Reply, type Welcome } from '../../api/gen/ambit/v1/device_pb.js';
 import { OpsService } from '../../api/gen/ambit/v1/ops_pb.js';
 import { PublisherService } from '../../api/gen/ambit/v1/publisher_pb.js';
@@ -37,6 +42,48 @@ export async function startTestServer(config: Partial<ServerConfig> = {}): Promi
   });
   const server = await startServer({ host: '127.0.0.1', port: 0, metricsPort: 0, engine: 'fast', dev: true, shutdownGraceS: 1, ...config }, rootLogger('warn', sink));
   return new TestServer(server, lines);
+}
+
+/**
+ * A server in front of a hub the test built (e.g. an EmbeddedHub with an injected clock): the
+ * gateway with the device, publisher and ops services on a free port, metrics on a free port, the
+ * same in-memory log as startTestServer. stop() closes the hub too.
+ */
+export async function startHubServer(hub: Hub, secret = 'hub-server-test-secret-0123456789abcdef'): Promise<TestServer> {
+  const lines: string[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, done) {
+      lines.push(...chunk.toString('utf8').split('\n').filter((l) => l !== ''));
+      done();
+    },
+  });
+  const authority = new TokenAuthority(secret);
+  const metrics = new Metrics(hub, 'all');
+  const gateway = new Gateway(hub, authority, DEFAULT_LIMITS, metrics, rootLogger('warn', sink).child({ component: 'gateway' }));
+  const server = new grpc.Server();
+  const h = gateway.handlers();
+  server.addService(grpcServerDefinition(DeviceService), h.device);
+  server.addService(grpcServerDefinition(PublisherService), h.publisher);
+  server.addService(grpcServerDefinition(OpsService), h.ops);
+  const port = await new Promise<number>((resolve, reject) => server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (e, p) => (e ? reject(e) : resolve(p))));
+  const metricsPort = await metrics.listen('127.0.0.1', 0);
+  let stopped: Promise<void> | null = null;
+  const running: RunningServer = {
+    config: { ...DEFAULT_CONFIG, host: '127.0.0.1', port, metricsPort },
+    port,
+    metricsPort,
+    authority,
+    hub,
+    engineDetail: 'test hub',
+    stop: () =>
+      (stopped ??= (async () => {
+        gateway.drain();
+        server.forceShutdown();
+        await metrics.close();
+        await hub.close();
+      })()),
+  };
+  return new TestServer(running, lines);
 }
 
 export class TestServer {
@@ -237,17 +284,32 @@ export function checkReplyStatus(s: RequestStatus | undefined, code: grpc.status
   }
 }
 
-/** Waits until `check` returns true, polling; fails with `what` after `timeoutMs`. */
+/**
+ * Waits until `check` returns true, polling every 10 ms; fails with `what` after `timeoutMs`. Only
+ * for states nothing signals (a metric, another process's view); the bound is a failure timeout,
+ * never something a test asserts on.
+ */
 export async function eventually(check: () => boolean | Promise<boolean>, what: string, timeoutMs = 3000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (await check()) return;
     if (Date.now() > deadline) assert.fail(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(10);
+    await new Promise<void>((r) => setTimeout(r, 10));
   }
 }
 
-export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+/** Rejects with `what` when `p` has not settled within `timeoutMs` (a hang guard, not a timing assertion). */
+export async function within<T>(p: Promise<T>, timeoutMs: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const t = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: not settled within ${timeoutMs} ms`)), timeoutMs);
+  });
+  try {
+    return await Promise.race([p, t]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
 
 type Kind = 'welcome' | 'reply' | 'notification';
 type ValueOf<K extends Kind> = K extends 'welcome' ? Welcome : K extends 'reply' ? Reply : Notification;
@@ -382,11 +444,30 @@ export class DeviceStream {
     return this.queues[kind].slice() as ValueOf<K>[];
   }
 
-  /** Asserts no further message of `kind` arrives within `ms`. */
-  async expectNone(kind: Kind, ms = 100): Promise<void> {
-    await sleep(ms);
+  /**
+   * Asserts no further message of `kind` came before the reply to a sync request. The stream is
+   * ordered: whatever the server wrote to it before it handled the sync arrives before the reply.
+   * That covers what an embedded hub had to deliver when the sync was sent (its deliveries are
+   * written in the turns right after a publish is stored or an inbox opens), not what reaches the
+   * gateway later from another process: use `expectNextNotification` for that.
+   */
+  async expectQuiet(kind: Kind): Promise<void> {
+    await this.sync();
     const q = this.queues[kind];
     assert.equal(q.length, 0, `expected no further ${kind}, got ${q.length}`);
+  }
+
+  /**
+   * Asserts that the next notification is the one `publishMarker` causes (an event that reaches
+   * this device, named `markerEventId`): a device's deliveries come in order, so anything sent to
+   * it before the marker would come first.
+   */
+  async expectNextNotification(markerEventId: string, publishMarker: () => Promise<unknown>, timeoutMs = 5000): Promise<Notification> {
+    assert.equal(this.queues.notification.length, 0, 'no notification is waiting before the marker is published');
+    await publishMarker();
+    const n = await this.next('notification', timeoutMs);
+    assert.equal(n.event?.id, markerEventId, `expected no notification before the marker ${markerEventId}, got ${n.event?.id}`);
+    return n;
   }
 
   /** Waits for the final status. */
