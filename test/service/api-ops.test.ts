@@ -17,7 +17,7 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { service as healthService } from 'grpc-health-check';
 import { Op } from '../../api/gen/ambit/v1/types_pb.js';
-import { Clients, DeviceStream, type Init, Status, type TestServer, checkStatus, clientStream, eventually, expectStatus, startTestServer, unary } from '../support/grpc.js';
+import { Clients, DeviceStream, type Init, Status, type TestServer, checkStatus, clientStream, eventually, expectStatus, startTestServer, unary, within } from '../support/grpc.js';
 
 const HealthClient = grpc.makeGenericClientConstructor(healthService, 'Health');
 const AMBIT_SERVICES = ['ambit.v1.DeviceService', 'ambit.v1.PublisherService', 'ambit.v1.OpsService'];
@@ -206,7 +206,9 @@ describe('api ops: health, reflection, metrics and stats', () => {
 
 describe('api ops: shutdown', () => {
   it('stop: health watchers see NOT_SERVING, device streams end UNAVAILABLE, then the port is closed', async () => {
-    const srv = await startTestServer();
+    // A grace period far longer than the test waits: stop() returning at all shows the drained
+    // streams did not hold it (no timing assertion).
+    const srv = await startTestServer({ shutdownGraceS: 60 });
     // Not srv.clients(): those are closed by stop(), and these must outlive it.
     const clients = new Clients(srv.target, grpc.credentials.createInsecure());
     const h = healthClient(srv.target);
@@ -218,7 +220,6 @@ describe('api ops: shutdown', () => {
       watch.on('error', () => {});
       await eventually(() => statuses.length === 1, 'the first health status');
       assert.deepEqual(statuses, ['SERVING']);
-      const t0 = Date.now();
       const stopping = srv.stop();
       await eventually(() => statuses.length === 2, 'NOT_SERVING');
       assert.deepEqual(statuses, ['SERVING', 'NOT_SERVING']);
@@ -227,8 +228,7 @@ describe('api ops: shutdown', () => {
       const end = await stream.end();
       checkStatus(end, Status.UNAVAILABLE);
       assert.match(end.details, /shutting down/);
-      await stopping;
-      assert.ok(Date.now() - t0 < 900, `drained streams do not hold shutdown to the grace period (${Date.now() - t0} ms)`);
+      await within(stopping, 20_000, 'drained streams do not hold shutdown to the 60 s grace period');
       await expectStatus(check(h, ''), Status.UNAVAILABLE);
       await expectStatus(unary(clients.ops, 'getStats', {}, srv.meta('ops', ['ops']), { deadline: Date.now() + 1000 }), Status.UNAVAILABLE);
       assert.deepEqual(srv.unexpectedErrors(), []);
