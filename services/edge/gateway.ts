@@ -31,8 +31,8 @@ import { GetDeviceSubscriptionsResponseSchema, type GetDeviceSubscriptionsReques
 import { type BulkPublishRequest, BulkPublishResponseSchema, type PublishRequest, PublishResponseSchema } from '../../api/gen/ambit/v1/publisher_pb.js';
 import type { Hub } from '../hub/port.js';
 import { DeviceSession, type SessionHost } from './device-session.js';
-import type { Logger } from '../process/log.js';
-import type { Metrics } from '../process/metrics.js';
+import type { Logger } from 'pino';
+import type { Counters, EdgeMetrics } from './counters.js';
 import { isMalformed } from '../../api/rpc.js';
 
 export interface GatewayOptions {
@@ -50,7 +50,7 @@ type Handler = grpc.UntypedHandleCall;
 
 export class Gateway implements SessionHost {
   readonly sessions = new Map<string, DeviceSession>();
-  readonly counters: Metrics['counters'];
+  readonly counters: Counters;
   readonly sendBatch: number;
   readonly now: () => number = Date.now;
   private readonly opts: GatewayOptions;
@@ -61,7 +61,7 @@ export class Gateway implements SessionHost {
     readonly hub: Hub,
     private readonly authority: TokenAuthority,
     readonly limits: Limits,
-    private readonly metrics: Metrics,
+    private readonly metrics: EdgeMetrics,
     readonly log: Logger,
     options: Partial<GatewayOptions> = {},
   ) {

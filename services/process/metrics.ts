@@ -6,22 +6,10 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import client from 'prom-client';
+import { Counters, type EdgeMetrics } from '../edge/counters.js';
 import type { Hub, HubStats } from '../hub/port.js';
 
-/** Counters the gateway bumps directly. */
-export class Counters {
-  locationUpdatesStream = 0;
-  locationUpdatesUnary = 0;
-  eventsPublished = 0;
-  subscriptionsReached = 0;
-  notificationsSent = 0;
-  connectedDevices = 0;
-  /** Notifications written to device streams and not yet drained by HTTP/2 flow control. */
-  sendQueue = 0;
-  rejectedRequests = 0;
-}
-
-export class Metrics {
+export class Metrics implements EdgeMetrics {
   readonly registry = new client.Registry();
   readonly counters = new Counters();
   readonly publishSeconds: client.Histogram;
