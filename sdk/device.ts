@@ -48,6 +48,8 @@ export interface DeviceOptions extends ClientOptions {
   maxBufferedNotifications?: number;
   /** How long `close()` waits for the server to answer outstanding requests (default 5 000 ms). */
   closeTimeoutMs?: number;
+  /** Clock in ms (default Date.now): how long a connection stayed up, for `backoff.resetAfterMs`. */
+  now?: () => number;
 }
 
 export interface DeviceEventMap {
@@ -132,6 +134,7 @@ export class AmbitDevice {
   private readonly maxBuffered: number;
   private readonly closeTimeoutMs: number;
   private readonly deadlineMs: number;
+  private readonly now: () => number;
   private readonly client: grpc.Client;
   private readonly listeners = new Map<keyof DeviceEventMap, Set<(e: never) => void>>();
   private readonly counters: DeviceCounters = { locationUpdates: 0, locationsSent: 0, locationsCoalesced: 0, notifications: 0, duplicates: 0, acksSent: 0, reconnects: 0 };
@@ -193,6 +196,7 @@ export class AmbitDevice {
     this.maxBuffered = positiveInt('maxBufferedNotifications', options.maxBufferedNotifications ?? 10_000);
     this.closeTimeoutMs = positiveInt('closeTimeoutMs', options.closeTimeoutMs ?? 5_000);
     this.deadlineMs = positiveInt('deadlineMs', options.deadlineMs ?? 30_000);
+    this.now = options.now ?? Date.now;
     if (options.resumeToken !== undefined && options.resumeToken !== '') {
       if (!isDeliveryId(options.resumeToken)) throw invalid('resumeToken', `must be a delivery id ("<ms>-<seq>"), got ${JSON.stringify(options.resumeToken)}`);
       this.acked = options.resumeToken;
@@ -494,7 +498,7 @@ export class AmbitDevice {
     const reconnect = this.everConnected;
     this.welcomed = true;
     this.everConnected = true;
-    this.connectedAt = Date.now();
+    this.connectedAt = this.now();
     this.lastError = null;
     if (reconnect) this.counters.reconnects++;
     this._state = 'connected';
@@ -574,7 +578,7 @@ export class AmbitDevice {
       this.closeDone?.();
       return;
     }
-    if (wasOpen && Date.now() - this.connectedAt >= this.backoff.resetAfterMs) this.attempt = 0;
+    if (wasOpen && this.now() - this.connectedAt >= this.backoff.resetAfterMs) this.attempt = 0;
     // An expired token may be renewed by a token function; a fixed token would fail again.
     const retry = !FATAL.has(err.code) && (err.code !== grpc.status.UNAUTHENTICATED || (typeof this.token === 'function' && this.everConnected));
     if (wasOpen) this.emit('disconnected', { error: err, willReconnect: retry });
