@@ -16,17 +16,15 @@
  */
 import { EARTH_RADIUS_M, haversineM } from '../model/geo.js';
 import type { NArea, NConstraint, NEvent, NFilter, NSubscription } from '../model/limits.js';
-import type { Op } from '../model/types.js';
 import { AmbitError, show } from '../model/errors.js';
 import { CpuMatcher, type DeviceHandle, type MatcherOptions, type MatcherStats, checkHandleUpdate } from './matcher.js';
+import { OP_CODE, OP_CONTAINS, OP_EQ, OP_GE, OP_GT, OP_LE, OP_LT, OP_NAME, OP_NE, OP_PREFIX, OP_SUFFIX } from './operators.js';
 
 export interface FastMatcherOptions extends MatcherOptions {
   /** Cell side of the finest grid level, metres (>= 64: cell keys must fit in 53 bits). */
   minCellM?: number;
 }
 
-const OP_CODE: Record<Op, number> = { eq: 0, ne: 1, lt: 2, le: 3, gt: 4, ge: 5, prefix: 6, suffix: 7, contains: 8, exists: 9 };
-const OP_NAME: Op[] = ['eq', 'ne', 'lt', 'le', 'gt', 'ge', 'prefix', 'suffix', 'contains', 'exists'];
 const T_NUM = 0;
 const T_STR = 1;
 const T_BOOL = 2;
@@ -902,23 +900,23 @@ export class FastMatcher extends CpuMatcher {
       const a = this.eStr[i];
       const c = this.strOf[this.cNum[ci]]!;
       switch (op) {
-        case 0: return a === c;
-        case 1: return a !== c;
-        case 6: return a.startsWith(c);
-        case 7: return a.endsWith(c);
-        case 8: return a.includes(c);
+        case OP_EQ: return a === c;
+        case OP_NE: return a !== c;
+        case OP_PREFIX: return a.startsWith(c);
+        case OP_SUFFIX: return a.endsWith(c);
+        case OP_CONTAINS: return a.includes(c);
         default: return false;
       }
     }
     const a = this.eNum[i];
     const c = this.cNum[ci];
     switch (op) {
-      case 0: return a === c;
-      case 1: return a !== c;
-      case 2: return a < c;
-      case 3: return a <= c;
-      case 4: return a > c;
-      case 5: return a >= c;
+      case OP_EQ: return a === c;
+      case OP_NE: return a !== c;
+      case OP_LT: return a < c;
+      case OP_LE: return a <= c;
+      case OP_GT: return a > c;
+      case OP_GE: return a >= c;
       default: return false;
     }
   }
