@@ -6,37 +6,24 @@
  * Per filter (24 B): fBloom, fMeta (count | area | live), fPos (position slot), fRad, fCon (first
  * constraint), fSub. Per constraint (12 B): cHead (name | op | type), cValA, cValB. Per position
  * slot (16 B): unit vector + known flag. A filter with 4 constraints costs 72 B plus its share of
- * the owner's position and of the strings.
+ * the owner's position and of the strings. The per-batch event input is encoded by input.ts.
  */
 import type { NEvent, NFilter, NSubscription } from '../../model/limits.js';
-import type { Op } from '../../model/types.js';
+import { OP_CODE, T_ANY, T_BOOL, T_NUM, T_STR } from '../operators.js';
+import { EventEncoder, RAD, bloomBit, numberKey } from './input.js';
+
+// Moved to input.ts (the batch input); re-exported for existing importers.
+export { ATTR_WORDS, EVENT_WORDS, GRID_HEADER_WORDS, PARAM_WORDS, bloomBit, gridFrame, numberKey, utf8Into } from './input.js';
+export { T_ANY, T_BOOL, T_NUM, T_STR } from '../operators.js';
 
 export const FILTER_BYTES = 24;
 export const CONSTRAINT_BYTES = 12;
 export const POSITION_BYTES = 16;
-/** Words per event header (EventHdr) and per attribute (Attr) in match.wgsl. */
-export const EVENT_WORDS = 8;
-/** Parameter words at the head of the batch input. */
-export const PARAM_WORDS = 16;
-/**
- * Grid header in the batch input: min x y z (f32), 1/cell size (f32), nx ny nz, max event radius
- * (f32), then the grid's frame: rows u, v, w (9 f32).
- */
-export const GRID_HEADER_WORDS = 17;
-export const ATTR_WORDS = 4;
 
 export const META_AREA = 0x100;
 export const META_LIVE = 0x200;
 const NAME_BITS = 20;
 const MAX_NAMES = 1 << NAME_BITS;
-
-const OP_CODE: Record<Op, number> = { eq: 0, ne: 1, lt: 2, le: 3, gt: 4, ge: 5, prefix: 6, suffix: 7, contains: 8, exists: 9 };
-export const T_NUM = 0;
-export const T_STR = 1;
-export const T_BOOL = 2;
-export const T_ANY = 3;
-
-const RAD = Math.PI / 180;
 
 /** A half-open range of array elements that changed since the last upload. */
 export class Dirty {
@@ -55,82 +42,6 @@ export class Dirty {
   get empty(): boolean {
     return !this.all && this.hi <= this.lo;
   }
-}
-
-// Order-preserving 64-bit keys: the IEEE-754 bits with the sign flipped for positives and all
-// bits flipped for negatives compare as unsigned integers exactly as the doubles compare.
-const f64 = new Float64Array(1);
-const w32 = new Uint32Array(f64.buffer);
-export function numberKey(v: number, out: Uint32Array, o: number): void {
-  f64[0] = v === 0 ? 0 : v; // -0 == 0
-  let lo = w32[0];
-  let hi = w32[1];
-  if (hi & 0x80000000) {
-    hi = ~hi >>> 0;
-    lo = ~lo >>> 0;
-  } else {
-    hi = (hi | 0x80000000) >>> 0;
-  }
-  out[o] = hi;
-  out[o + 1] = lo;
-}
-
-/** 32-bit Bloom bit of an interned name (CLCB §4.2: 32 bits suffice for a pre-filter). */
-export function bloomBit(id: number): number {
-  return Math.imul(id + 1, 0x9e3779b1) >>> 27;
-}
-
-/**
- * An orthonormal frame (rows u, v, w; 9 numbers) with w along (x, y, z), the sum of a batch's unit
- * vectors; the identity when the sum is too short to point anywhere (a batch spread over the globe).
- */
-export function gridFrame(x: number, y: number, z: number): number[] {
-  const len = Math.hypot(x, y, z);
-  if (!(len > 1e-9)) return [1, 0, 0, 0, 1, 0, 0, 0, 1];
-  const w = [x / len, y / len, z / len];
-  // u: perpendicular to w and to the axis w is least aligned with.
-  const axis = Math.abs(w[2]) < 0.9 ? [0, 0, 1] : [1, 0, 0];
-  let u = [axis[1] * w[2] - axis[2] * w[1], axis[2] * w[0] - axis[0] * w[2], axis[0] * w[1] - axis[1] * w[0]];
-  const ul = Math.hypot(u[0], u[1], u[2]);
-  u = [u[0] / ul, u[1] / ul, u[2] / ul];
-  const v = [w[1] * u[2] - w[2] * u[1], w[2] * u[0] - w[0] * u[2], w[0] * u[1] - w[1] * u[0]];
-  return [...u, ...v, ...w];
-}
-
-/**
- * Writes the UTF-8 of `v` into `bytes` from `at`; returns the end. Strings reaching here were
- * validated well-formed; a lone surrogate would become U+FFFD, as Buffer.write does.
- */
-export function utf8Into(bytes: Uint8Array, at: number, v: string): number {
-  const n = v.length;
-  for (let c = 0; c < n; c++) {
-    let code = v.charCodeAt(c);
-    if (code < 0x80) {
-      bytes[at++] = code;
-    } else if (code < 0x800) {
-      bytes[at++] = 0xc0 | (code >> 6);
-      bytes[at++] = 0x80 | (code & 0x3f);
-    } else if (code >= 0xd800 && code <= 0xdfff) {
-      const lo = c + 1 < n ? v.charCodeAt(c + 1) : 0;
-      if (code <= 0xdbff && lo >= 0xdc00 && lo <= 0xdfff) {
-        code = 0x10000 + ((code - 0xd800) << 10) + (lo - 0xdc00);
-        c++;
-        bytes[at++] = 0xf0 | (code >> 18);
-        bytes[at++] = 0x80 | ((code >> 12) & 0x3f);
-        bytes[at++] = 0x80 | ((code >> 6) & 0x3f);
-        bytes[at++] = 0x80 | (code & 0x3f);
-      } else {
-        bytes[at++] = 0xef;
-        bytes[at++] = 0xbf;
-        bytes[at++] = 0xbd;
-      }
-    } else {
-      bytes[at++] = 0xe0 | (code >> 12);
-      bytes[at++] = 0x80 | ((code >> 6) & 0x3f);
-      bytes[at++] = 0x80 | (code & 0x3f);
-    }
-  }
-  return at;
 }
 
 function grown<T extends Uint32Array | Float32Array | Float64Array | Uint8Array>(a: T, n: number): T {
@@ -206,10 +117,7 @@ export class GpuLayout {
    */
   stale: number[] = [];
   pStale = new Uint8Array(this.pCap);
-  /** The batch input's memory, reused by encodeEvents (its result is valid until the next call). */
-  private scratchInput = new ArrayBuffer(4096);
-  /** Name ids of a batch's attributes, reused across batches by encodeEvents. */
-  private scratchIds = new Int32Array(1024);
+  private readonly encoder = new EventEncoder();
   /** The whole position buffer must be re-sent (growth, rebuild). */
   posAll = true;
 
@@ -589,175 +497,10 @@ export class GpuLayout {
   // ---------------------------------------------------------------- events
 
   /**
-   * Encodes a batch of events into the one input buffer of match.wgsl: 16 parameter words (the
-   * caller fills words 0-7), event headers, attributes and the UTF-8 of string attributes.
-   * Attributes whose name no constraint uses are left out.
-   */
-  /**
-   * The batch input (layout in match.wgsl). With `grid`, the events are also binned into a grid of
-   * cubic cells over their unit vectors' bounding box (cell start offsets + event indices, a
-   * counting sort), so Loc scans only the cells within a filter's reach instead of every event.
-   * Unit vectors need no antimeridian or pole cases.
+   * The batch input of match.wgsl (input.ts). Attributes whose name no constraint uses are left
+   * out. The result is a view of scratch memory: valid until the next call.
    */
   encodeEvents(events: readonly NEvent[], grid = false): Uint32Array {
-    // The result is a view of scratch memory: valid until the next call.
-    // One name lookup per attribute: the first pass keeps the ids (-1: a name no filter uses,
-    // so no constraint can test it and it is left out).
-    let total = 0;
-    for (let k = 0; k < events.length; k++) total += events[k].names.length;
-    if (this.scratchIds.length < total) this.scratchIds = new Int32Array(Math.max(total, 2 * this.scratchIds.length));
-    const ids = this.scratchIds;
-    let nAttr = 0;
-    let strWords = 0;
-    let j = 0;
-    for (let k = 0; k < events.length; k++) {
-      const e = events[k];
-      for (let i = 0; i < e.names.length; i++, j++) {
-        const id = this.nameIds.get(e.names[i]);
-        if (id === undefined) {
-          ids[j] = -1;
-          continue;
-        }
-        ids[j] = id;
-        nAttr++;
-        const v = e.values[i];
-        if (typeof v === 'string') strWords += Math.ceil((v.length * 3) / 4) + 1;
-      }
-    }
-    const evOff = PARAM_WORDS;
-    const attrOff = evOff + events.length * EVENT_WORDS;
-    const strOff = attrOff + nAttr * ATTR_WORDS;
-    const gridOff = strOff + strWords + 1;
-    const gridWords = grid ? GRID_HEADER_WORDS + 4 * events.length + 2 + events.length : 0;
-    const words = gridOff + gridWords;
-    if (this.scratchInput.byteLength < 4 * words) this.scratchInput = new ArrayBuffer(Math.max(4 * words, 2 * this.scratchInput.byteLength));
-    const inp = new Uint32Array(this.scratchInput, 0, words);
-    inp.fill(0);
-    const inpF = new Float32Array(this.scratchInput, 0, words);
-    const strBytes = new Uint8Array(this.scratchInput, strOff * 4, strWords * 4);
-    inp[8] = evOff;
-    inp[9] = attrOff;
-    inp[10] = strOff;
-    let a = 0;
-    let sw = 0;
-    j = 0;
-    for (let k = 0; k < events.length; k++) {
-      const e = events[k];
-      const o = evOff + k * EVENT_WORDS;
-      const phi = e.lat * RAD;
-      const lam = e.lon * RAD;
-      const c = Math.cos(phi);
-      inpF[o] = c * Math.cos(lam);
-      inpF[o + 1] = c * Math.sin(lam);
-      inpF[o + 2] = Math.sin(phi);
-      inpF[o + 3] = e.radiusM;
-      let bloom = 0;
-      const start = a;
-      for (let i = 0; i < e.names.length; i++, j++) {
-        const id = ids[j];
-        if (id < 0) continue;
-        bloom |= 1 << bloomBit(id);
-        const ao = attrOff + a * ATTR_WORDS;
-        inp[ao] = id;
-        const v = e.values[i];
-        if (typeof v === 'string') {
-          // UTF-8 straight into the buffer, in JS: a native encode per short string costs more
-          // than the string (no view or result object per string either).
-          const at = sw * 4;
-          const written = utf8Into(strBytes, at, v) - at;
-          inp[ao + 1] = T_STR;
-          inp[ao + 2] = sw;
-          inp[ao + 3] = written;
-          sw += Math.ceil(written / 4);
-        } else {
-          inp[ao + 1] = typeof v === 'number' ? T_NUM : T_BOOL;
-          numberKey(typeof v === 'number' ? v : v ? 1 : 0, inp, ao + 2);
-        }
-        a++;
-      }
-      inp[o + 4] = bloom >>> 0;
-      inp[o + 5] = start;
-      inp[o + 6] = a - start;
-      inp[12] |= bloom;
-    }
-    inp[12] >>>= 0;
-    if (grid && events.length > 0) this.encodeGrid(inp, inpF, evOff, events.length, gridOff);
-    return inp;
-  }
-
-  /**
-   * Bins the events into cells (see encodeEvents); writes the grid at `off` and its offset to word
-   * 11. Cells are cubes in a frame turned so that w points at the batch's centre: a batch within a
-   * city is a flat patch of the sphere, so it lies in the u-v plane one cell deep and a filter's
-   * reach spans a few rows of cells instead of a box of them. A rotation keeps distances, so the
-   * kernel's reach box in that frame misses no event.
-   */
-  private encodeGrid(inp: Uint32Array, inpF: Float32Array, evOff: number, n: number, off: number): void {
-    let sx = 0;
-    let sy = 0;
-    let sz = 0;
-    let maxR = 0;
-    for (let k = 0; k < n; k++) {
-      const o = evOff + k * EVENT_WORDS;
-      sx += inpF[o];
-      sy += inpF[o + 1];
-      sz += inpF[o + 2];
-      if (inpF[o + 3] > maxR) maxR = inpF[o + 3];
-    }
-    const frame = gridFrame(sx, sy, sz);
-    const gf = new Float32Array(inp.buffer, off * 4, GRID_HEADER_WORDS);
-    for (let i = 0; i < 9; i++) gf[8 + i] = frame[i];
-    const f = gf.subarray(8, 17); // as the kernel reads it (float32)
-    const rot = new Float64Array(3 * n);
-    const lo = [Infinity, Infinity, Infinity];
-    const hi = [-Infinity, -Infinity, -Infinity];
-    for (let k = 0; k < n; k++) {
-      const o = evOff + k * EVENT_WORDS;
-      const x = inpF[o];
-      const y = inpF[o + 1];
-      const z = inpF[o + 2];
-      for (let a = 0; a < 3; a++) {
-        const v = f[3 * a] * x + f[3 * a + 1] * y + f[3 * a + 2] * z;
-        rot[3 * k + a] = v;
-        if (v < lo[a]) lo[a] = v;
-        if (v > hi[a]) hi[a] = v;
-      }
-    }
-    // About 2 cells per event (at most 4n): cubic cells sized on the largest extent, so a city's
-    // batch gets a 2-D grid and a world-wide batch a coarse 3-D one.
-    const ext = [hi[0] - lo[0], hi[1] - lo[1], hi[2] - lo[2]];
-    const target = 2 * n;
-    let size = Math.max(ext[0], ext[1], ext[2]) / Math.max(1, Math.ceil(Math.sqrt(target)));
-    if (!(size > 0)) size = 1; // every event at one point: one cell
-    let dims = [1, 1, 1];
-    for (;;) {
-      dims = ext.map((e) => Math.max(1, Math.ceil(e / size)));
-      if (dims[0] * dims[1] * dims[2] <= 4 * n) break;
-      size *= 1.5;
-    }
-    const inv = Math.fround(1 / size);
-    const cells = dims[0] * dims[1] * dims[2];
-    gf[0] = lo[0];
-    gf[1] = lo[1];
-    gf[2] = lo[2];
-    gf[3] = inv;
-    inp[off + 4] = dims[0];
-    inp[off + 5] = dims[1];
-    inp[off + 6] = dims[2];
-    gf[7] = maxR;
-    // Counting sort of events by cell (x fastest, so a row of cells is one index range).
-    const startAt = off + GRID_HEADER_WORDS;
-    const idxAt = startAt + cells + 1;
-    const cellOf = new Uint32Array(n);
-    const cell = (v: number, a: number) => Math.min(dims[a] - 1, Math.max(0, Math.floor((v - Math.fround(lo[a])) * inv)));
-    for (let k = 0; k < n; k++) {
-      const c = cell(rot[3 * k], 0) + dims[0] * (cell(rot[3 * k + 1], 1) + dims[1] * cell(rot[3 * k + 2], 2));
-      cellOf[k] = c;
-      inp[startAt + c + 1]++;
-    }
-    for (let c = 0; c < cells; c++) inp[startAt + c + 1] += inp[startAt + c];
-    const fill = inp.slice(startAt, startAt + cells);
-    for (let k = 0; k < n; k++) inp[idxAt + fill[cellOf[k]]++] = k;
-    inp[11] = off;
+    return this.encoder.encode(events, this.nameIds, grid);
   }
 }
