@@ -1,5 +1,7 @@
 // CLCB on WebGPU: the Loc, Cont and Zip stages (CLCB §4, Algorithm 1; CCM §4, Algorithm 1).
 // Layout is owned by src/engines/gpu/layout.ts; every array has 4-byte elements so no binding passes 2 GiB.
+// Bindings, operator and type codes, fMeta bits and the parameter words (P_*) are declared in
+// src/engines/gpu/bindings.ts, which prepends them to this file: declare no @binding here.
 //
 // Loc  (x: filters): Bloom inclusion of constraint names (S1a), then the distance test on unit
 //      vectors (S1b), per (filter, event) pair; survivors are appended to the event's candidate
@@ -31,21 +33,7 @@ override WG: u32 = 128;
 //             the u-v plane, one cell deep in w), then nx*ny*nz + 1 cell start offsets (x
 //             fastest), then event indices sorted by cell. Cell coordinates are (u.p, v.p, w.p);
 //             a rotation keeps distances, so the reach box is exact up to rounding (margin below).
-@group(0) @binding(1) var<storage, read> inp: array<u32>;
-
-const P_FILTERS: u32 = 0u;
-const P_EVENTS: u32 = 1u;
-const P_CANDCAP: u32 = 2u;
-// word 3: unused
-const P_OUTCAP: u32 = 4u;
-const P_CONTGROUPS: u32 = 5u;
-const P_LOCSTRIDE: u32 = 6u;   // workgroups per row when Loc's x is split over x and z
-// word 7: unused
-const P_EVOFF: u32 = 8u;
-const P_ATTROFF: u32 = 9u;
-const P_STROFF: u32 = 10u;
-const P_GRIDOFF: u32 = 11u;    // 0: no grid (Loc tests every event)
-const P_BLOOMOR: u32 = 12u;    // OR of the batch's event Bloom words
+//           The parameter words are P_* (input.ts).
 
 struct EventHdr {
   p: vec3<f32>,
@@ -73,15 +61,6 @@ fn attr(j: u32) -> Attr {
   let o = inp[P_ATTROFF] + j * 4u;
   return Attr(inp[o], inp[o + 1u], inp[o + 2u], inp[o + 3u]);
 }
-
-// filters (struct of arrays)
-@group(0) @binding(4) var<storage, read> fBloom: array<u32>;
-@group(0) @binding(5) var<storage, read> fMeta: array<u32>;   // bits 0-7 constraint count, bit 8 has area, bit 9 live
-@group(0) @binding(6) var<storage, read> fPos: array<u32>;    // position slot
-@group(0) @binding(7) var<storage, read> fRad: array<f32>;    // radius, metres
-@group(0) @binding(8) var<storage, read> pos: array<vec4<f32>>; // unit vector, w = 1 when known
-@group(0) @binding(9) var<storage, read_write> cand: array<u32>;
-@group(0) @binding(10) var<storage, read_write> counts: array<atomic<u32>>; // [0..E) candidates per event, [E] output pairs
 
 const EARTH_RADIUS_M: f32 = 6371008.8;
 
@@ -111,8 +90,6 @@ const MODE_CELLS: u32 = 1u;
 const MODE_ALL: u32 = 2u;
 // Beyond this many rows of cells, the tiled scan of every event is cheaper.
 const MAX_ROWS: u32 = 48u;
-
-const GRID_HEADER: u32 = 17u;
 
 // The grid's frame as a matrix whose rows are u, v, w: frame * p = (u.p, v.p, w.p).
 fn gridFrame(g: u32) -> mat3x3<f32> {
@@ -163,8 +140,8 @@ fn loc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) l
     bf = fBloom[f];
     if ((bf & ~inp[P_BLOOMOR]) == 0u) {
       let fm = fMeta[f];
-      let live = (fm & 0x200u) != 0u;
-      let area = (fm & 0x100u) != 0u;
+      let live = (fm & META_LIVE) != 0u;
+      let area = (fm & META_AREA) != 0u;
       hasArea = area;
       if (live && !area) {
         mode = MODE_ALL;
@@ -253,8 +230,8 @@ fn locFew(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
   // A removed filter's Bloom word is all ones: it stops here.
   if ((bf & ~inp[P_BLOOMOR]) != 0u) { return; }
   let fm = fMeta[f];
-  if ((fm & 0x200u) == 0u) { return; }
-  let area = (fm & 0x100u) != 0u;
+  if ((fm & META_LIVE) == 0u) { return; }
+  let area = (fm & META_AREA) != 0u;
   var p = vec3<f32>(0.0);
   var rad = 0.0;
   if (area) {
@@ -277,17 +254,6 @@ fn locFew(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
     hit(e, f, candCap);
   }
 }
-
-@group(0) @binding(11) var<storage, read> fCon: array<u32>;   // first constraint of the filter
-@group(0) @binding(12) var<storage, read> fSub: array<u32>;   // subscription index
-@group(0) @binding(13) var<storage, read> cHead: array<u32>;  // bits 0-19 name, 20-23 op, 24-25 type
-@group(0) @binding(14) var<storage, read> cValA: array<u32>;  // number: key hi; string: word offset in cStr
-@group(0) @binding(15) var<storage, read> cValB: array<u32>;  // number: key lo; string: byte length
-@group(0) @binding(16) var<storage, read> cStr: array<u32>;   // constraint strings, UTF-8, 4 bytes a word
-
-const T_NUM: u32 = 0u;
-const T_STR: u32 = 1u;
-const T_ANY: u32 = 3u;
 
 fn eWord(off: u32, w: u32) -> u32 {
   return inp[inp[P_STROFF] + off + w];
@@ -326,11 +292,11 @@ fn equalAt(aOff: u32, at: u32, cOff: u32, n: u32) -> bool {
 
 fn stringOp(op: u32, aOff: u32, la: u32, cOff: u32, lc: u32) -> bool {
   switch op {
-    case 0u: { return la == lc && headEqual(aOff, cOff, lc); }
-    case 1u: { return !(la == lc && headEqual(aOff, cOff, lc)); }
-    case 6u: { return lc <= la && headEqual(aOff, cOff, lc); }
-    case 7u: { return lc <= la && equalAt(aOff, la - lc, cOff, lc); }
-    case 8u: {
+    case OP_EQ: { return la == lc && headEqual(aOff, cOff, lc); }
+    case OP_NE: { return !(la == lc && headEqual(aOff, cOff, lc)); }
+    case OP_PREFIX: { return lc <= la && headEqual(aOff, cOff, lc); }
+    case OP_SUFFIX: { return lc <= la && equalAt(aOff, la - lc, cOff, lc); }
+    case OP_CONTAINS: {
       if (lc > la) { return false; }
       for (var s = 0u; s <= la - lc; s++) {
         if (equalAt(aOff, s, cOff, lc)) { return true; }
@@ -346,12 +312,12 @@ fn numberOp(op: u32, ah: u32, al: u32, ch: u32, cl: u32) -> bool {
   var c = 0;
   if (ah < ch) { c = -1; } else if (ah > ch) { c = 1; } else if (al < cl) { c = -1; } else if (al > cl) { c = 1; }
   switch op {
-    case 0u: { return c == 0; }
-    case 1u: { return c != 0; }
-    case 2u: { return c < 0; }
-    case 3u: { return c <= 0; }
-    case 4u: { return c > 0; }
-    case 5u: { return c >= 0; }
+    case OP_EQ: { return c == 0; }
+    case OP_NE: { return c != 0; }
+    case OP_LT: { return c < 0; }
+    case OP_LE: { return c <= 0; }
+    case OP_GT: { return c > 0; }
+    case OP_GE: { return c >= 0; }
     default: { return false; }
   }
 }
@@ -393,8 +359,6 @@ fn filterOk(f: u32, ev: EventHdr, staged: bool) -> bool {
   }
   return true;
 }
-
-@group(0) @binding(18) var<storage, read_write> outPairs: array<vec2<u32>>;
 
 const NO_MATCH: u32 = 0xffffffffu;
 
@@ -460,8 +424,6 @@ fn zip(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) l
 // ---------------------------------------------------------------- position scatter
 // A batch of moved position slots: (slot, x, y, z) records written into `pos` in one dispatch.
 // moves[0].x holds the number of records (as u32 bits); records follow from moves[1].
-@group(0) @binding(19) var<storage, read> moves: array<vec4<f32>>;
-@group(0) @binding(20) var<storage, read_write> posOut: array<vec4<f32>>;
 
 @compute @workgroup_size(WG)
 fn scatter(@builtin(global_invocation_id) gid: vec3<u32>) {

@@ -1,0 +1,117 @@
+/** Options of the GPU engine, their defaults and checks, and the figures it reports per batch. */
+import type { MatcherOptions } from '../matcher.js';
+import { ValidationError, show } from '../../model/errors.js';
+import type { GpuOptions } from './device.js';
+
+export type PathSelect = 'adaptive' | 'gpu' | 'cpu';
+
+export interface GpuMatcherOptions extends MatcherOptions {
+  /** Device options (backend, allowSoftware, ...). */
+  gpu?: Partial<GpuOptions>;
+  /** Below this many live filters the CPU engine answers. */
+  cpuBelowFilters?: number;
+  /**
+   * Who answers above that: 'adaptive' (default) sends events that arrive under load to the GPU
+   * and a lone event to whichever path has been cheaper per event lately, probing the other one
+   * every 32nd time; 'gpu' and 'cpu' force a path (benchmarks, tests).
+   */
+  select?: PathSelect;
+  /** Most events in one dispatch. */
+  maxBatch?: number;
+  /** Batches in flight at once (readback ring size). */
+  inFlight?: number;
+  /** Threads per workgroup (capped by the device). */
+  workgroupSize?: number;
+  /** Cont workgroups per event (grid-stride over the candidates). */
+  contGroups?: number;
+  /** Record per-stage GPU time with timestamp queries when the device has them. */
+  profile?: boolean;
+  /** Initial candidate capacity per event (grows on overflow). */
+  initialCandidates?: number;
+  /** Initial (event, subscription) pairs per batch (grows on overflow). */
+  initialOutputs?: number;
+  /**
+   * Batches of at least this many events are binned into a grid of cells so Loc scans only the
+   * cells within each filter's reach (smaller batches: every filter tests every event).
+   */
+  gridMinEvents?: number;
+  /**
+   * @internal Maps each measured per-event cost (µs) of a path before adaptive selection averages
+   * it, so that tests can fix the costs and check the choice without depending on timing.
+   */
+  costSample?: (path: 'cpu' | 'gpu', measuredUs: number) => number;
+}
+
+export const defaultGpuMatcherOptions = Object.freeze({
+  cpuBelowFilters: 4096,
+  select: 'adaptive' as PathSelect,
+  maxBatch: 1024,
+  inFlight: 4,
+  workgroupSize: 128,
+  contGroups: 64,
+  profile: false,
+  initialCandidates: 1024,
+  initialOutputs: 4096,
+  gridMinEvents: 16,
+});
+
+export type ResolvedGpuMatcherOptions = Required<Omit<GpuMatcherOptions, 'gpu' | 'limits' | 'costSample'>> & {
+  gpu: Partial<GpuOptions>;
+  costSample: ((path: 'cpu' | 'gpu', measuredUs: number) => number) | null;
+};
+
+/** Merges over the defaults and checks every option, naming the first bad one. */
+export function resolveGpuMatcherOptions(options: GpuMatcherOptions): ResolvedGpuMatcherOptions {
+  const o = { ...defaultGpuMatcherOptions, ...options };
+  return {
+    cpuBelowFilters: checkInt('cpuBelowFilters', o.cpuBelowFilters, 0, 2 ** 31),
+    select: checkSelect(o.select),
+    maxBatch: checkInt('maxBatch', o.maxBatch, 1, 65535),
+    inFlight: checkInt('inFlight', o.inFlight, 1, 16),
+    workgroupSize: checkInt('workgroupSize', o.workgroupSize, 1, 1024),
+    contGroups: checkInt('contGroups', o.contGroups, 1, 65535),
+    profile: o.profile === true,
+    initialCandidates: checkInt('initialCandidates', o.initialCandidates, 1, 2 ** 24),
+    initialOutputs: checkInt('initialOutputs', o.initialOutputs, 1, 2 ** 24),
+    gridMinEvents: checkInt('gridMinEvents', o.gridMinEvents, 1, 2 ** 31),
+    gpu: options.gpu ?? {},
+    costSample: typeof options.costSample === 'function' ? options.costSample : null,
+  };
+}
+
+function checkSelect(v: unknown): PathSelect {
+  if (v !== 'adaptive' && v !== 'gpu' && v !== 'cpu') throw new ValidationError('gpu.select', `must be adaptive, gpu or cpu, got ${show(v)}`);
+  return v;
+}
+
+export function checkInt(name: string, v: unknown, lo: number, hi: number): number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < lo || v > hi) {
+    throw new ValidationError(`gpu.${name}`, `must be an integer in [${lo}, ${hi}], got ${show(v)}`);
+  }
+  return v;
+}
+
+/**
+ * Where the host's time went in one batch, µs: `submitUs` from the start of the batch to its
+ * submission, made of `syncUs` (uploads of changed state and moves), `encodeEventsUs`, `recordUs`
+ * (the input upload, buffers, command recording) and `submitCallUs` (queue.submit and closing the
+ * error scopes); `waitUs` from submission to the results mapped in host memory, `parseUs` from
+ * there to ids.
+ */
+export interface BatchTiming {
+  events: number;
+  submitUs: number;
+  syncUs: number;
+  encodeEventsUs: number;
+  recordUs: number;
+  submitCallUs: number;
+  waitUs: number;
+  parseUs: number;
+}
+
+/** Per-stage GPU time of the last profiled batch, in milliseconds. */
+export interface StageTimes {
+  loc: number;
+  cont: number;
+  zip: number;
+}

@@ -1,0 +1,233 @@
+/**
+ * Which path answers an event, and the queue of events waiting for the GPU.
+ *
+ * - Path: under 'adaptive' selection a lone event (nothing queued or running, no burst of calls)
+ *   goes to whichever path has been cheaper per event lately, probing the other every 32nd time;
+ *   events under load always go to the GPU.
+ * - Queue: while fewer than `inFlight` batches run, the queue is dispatched at once (a lone event
+ *   goes alone: low latency), and under load the events that arrive meanwhile form the next batch
+ *   (throughput), up to `maxBatch` events. Each batch has its own readback slot, so the host
+ *   encodes batch k+1 while the GPU runs batch k (CLCB's stream idea). Events a batch could not
+ *   answer (overflow, device loss) are answered by the CPU engine: none is dropped.
+ */
+import type { NEvent } from '../../model/limits.js';
+import type { GpuBatches } from './batch.js';
+import type { PathSelect, StageTimes } from './options.js';
+
+/** What happened to events, for stats(); keys in the order stats() lists them. */
+export interface Counters {
+  adaptiveCpu: number;
+  adaptiveGpu: number;
+  gpuEvents: number;
+  cpuEvents: number;
+  batches: number;
+  overflowEvents: number;
+  fallbackEvents: number;
+  deviceLosses: number;
+  rebuilds: number;
+}
+
+export function newCounters(): Counters {
+  return { adaptiveCpu: 0, adaptiveGpu: 0, gpuEvents: 0, cpuEvents: 0, batches: 0, overflowEvents: 0, fallbackEvents: 0, deviceLosses: 0, rebuilds: 0 };
+}
+
+/**
+ * Moving average of one path's per-event cost. The first two samples are skipped (they carry
+ * one-off work: re-filing every initial position, the first full upload) and later samples are
+ * clamped to 4x the average, so one GC pause or rebuild does not flip the choice for long.
+ */
+class CostAverage {
+  private seen = 0;
+  add(avg: number, x: number): number {
+    if (++this.seen <= 2) return avg;
+    if (avg === 0) return x;
+    return avg + 0.1 * (Math.min(x, 4 * avg) - avg);
+  }
+}
+
+/** The choice of path for lone events, from the measured cost of each. */
+export class PathChoice {
+  /** Moving averages of the cost of one event on each path, µs. */
+  cpuCostUs = 0;
+  gpuCostUs = 0;
+  private lone = 0;
+  private readonly costs = { cpu: new CostAverage(), gpu: new CostAverage() };
+  /** match() calls in this synchronous run: more than one is a burst, i.e. load. */
+  private burst = 0;
+  private burstReset = false;
+
+  constructor(
+    private readonly select: PathSelect,
+    private readonly counters: Counters,
+    private readonly costSample: ((path: 'cpu' | 'gpu', us: number) => number) | null,
+  ) {}
+
+  /** Adds a measured per-event cost of a path. */
+  sample(path: 'cpu' | 'gpu', us: number): void {
+    const x = this.costSample === null ? us : this.costSample(path, us);
+    if (path === 'cpu') this.cpuCostUs = this.costs.cpu.add(this.cpuCostUs, x);
+    else this.gpuCostUs = this.costs.gpu.add(this.gpuCostUs, x);
+  }
+
+  /** Whether an event goes to the CPU rather than the queue; `busy`: events queued or batches running. */
+  loneOnCpu(busy: boolean): boolean {
+    if (this.select !== 'adaptive') return this.select === 'cpu';
+    // A CPU answer is synchronous, so a burst of calls never queues: count the calls made in one
+    // synchronous run (the count resets in a microtask, which runs before an awaiting caller's
+    // next call, so sequential awaited calls stay lone events).
+    if (++this.burst === 1 && !this.burstReset) {
+      this.burstReset = true;
+      queueMicrotask(() => {
+        this.burst = 0;
+        this.burstReset = false;
+      });
+    }
+    if (busy || this.burst > 1) return false; // load: batch on the GPU
+    const probe = ++this.lone % 32 === 0;
+    // Until both paths have been measured, measure them; then the cheaper, probing the other.
+    const cpuCheaper = this.cpuCostUs === 0 || (this.gpuCostUs !== 0 && this.cpuCostUs <= this.gpuCostUs);
+    const onCpu = probe ? !cpuCheaper : cpuCheaper;
+    if (onCpu) this.counters.adaptiveCpu++;
+    else this.counters.adaptiveGpu++;
+    return onCpu;
+  }
+}
+
+/**
+ * Events waiting for the GPU: one match() call's event or one matchBatch() call's events. A
+ * batch takes events from the head of the queue, so a large job spans several batches (which
+ * then run pipelined) and small jobs share one; the job settles when its last event is answered.
+ */
+class Job {
+  readonly results: string[][];
+  /** Events handed to batches so far. */
+  taken = 0;
+  /** Events not answered yet. */
+  left: number;
+  failed = false;
+  constructor(
+    readonly events: readonly NEvent[],
+    readonly resolve: (results: string[][]) => void,
+    readonly reject: (err: unknown) => void,
+  ) {
+    this.results = new Array(events.length);
+    this.left = events.length;
+  }
+}
+
+/** The part [from, to) of a job's events that one batch carries. */
+interface Segment {
+  job: Job;
+  from: number;
+  to: number;
+}
+
+export class BatchQueue {
+  private readonly queue: Job[] = [];
+  private running = 0;
+  /** GPU time per stage of the last profiled batch. */
+  lastStages: StageTimes | null = null;
+
+  constructor(
+    private readonly opts: { maxBatch: number; inFlight: number },
+    /** The GPU side now; null while there is none (lost, rebuilding, closed). */
+    private readonly gpu: () => GpuBatches | null,
+    /** Answers one event on the CPU engine (fallback). */
+    private readonly onCpu: (e: NEvent) => string[],
+    private readonly choice: PathChoice,
+    private readonly counters: Counters,
+  ) {}
+
+  /** Events queued or batches running. */
+  get busy(): boolean {
+    return this.queue.length > 0 || this.running > 0;
+  }
+
+  /** Queues the events as one job (no promise per event); resolves with one result per event. */
+  submit(events: readonly NEvent[]): Promise<string[][]> {
+    return new Promise((resolve, reject) => {
+      this.queue.push(new Job(events, resolve, reject));
+      this.pump();
+    });
+  }
+
+  private pump(): void {
+    const max = this.opts.maxBatch;
+    while (this.queue.length > 0 && this.running < this.opts.inFlight) {
+      const segments: Segment[] = [];
+      const events: NEvent[] = [];
+      while (events.length < max && this.queue.length > 0) {
+        const job = this.queue[0];
+        const from = job.taken;
+        const to = Math.min(job.events.length, from + max - events.length);
+        for (let i = from; i < to; i++) events.push(job.events[i]);
+        segments.push({ job, from, to });
+        job.taken = to;
+        if (to === job.events.length) this.queue.shift();
+      }
+      this.running++;
+      // runBatch lowers `running` before it resolves the callers, so a caller's next match()
+      // does not mistake this finished batch for load.
+      void this.runBatch(segments, events).finally(() => this.pump());
+    }
+  }
+
+  private async runBatch(segments: Segment[], events: NEvent[]): Promise<void> {
+    let counted = true;
+    try {
+      await this.runBatchCounted(segments, events, () => {
+        this.running--;
+        counted = false;
+      });
+    } finally {
+      if (counted) this.running--;
+    }
+  }
+
+  private async runBatchCounted(segments: Segment[], events: NEvent[], done: () => void): Promise<void> {
+    const state = this.gpu();
+    let results: (string[] | null)[];
+    try {
+      if (state === null) throw new Error('no device');
+      const t = performance.now();
+      results = await state.run(events);
+      // Adaptive selection compares lone events, so only batches of one feed the GPU's cost.
+      if (events.length === 1) this.choice.sample('gpu', (performance.now() - t) * 1e3);
+      this.counters.batches++;
+    } catch {
+      // The device was lost (or never came back): the CPU engine answers, nothing is dropped.
+      results = events.map(() => null);
+      this.counters.fallbackEvents += events.length;
+    }
+    if (state !== null) {
+      this.counters.overflowEvents += state.lastOverflow;
+      if (state.lastStages !== null) this.lastStages = state.lastStages;
+    }
+    done();
+    this.settle(segments, events, results);
+  }
+
+  /** Hands each job its events' results; an event the GPU did not answer is answered by the CPU. */
+  private settle(segments: Segment[], events: NEvent[], results: (string[] | null)[]): void {
+    let k = 0;
+    for (const { job, from, to } of segments) {
+      for (let i = from; i < to; i++, k++) {
+        if (job.failed) continue;
+        try {
+          let ids = results[k];
+          if (ids === null) {
+            ids = this.onCpu(events[k]);
+          } else {
+            this.counters.gpuEvents++;
+          }
+          job.results[i] = ids;
+        } catch (err) {
+          job.failed = true;
+          job.reject(err);
+        }
+      }
+      job.left -= to - from;
+      if (job.left === 0 && !job.failed) job.resolve(job.results);
+    }
+  }
+}

@@ -1,0 +1,207 @@
+/**
+ * The end of a batch: mapping its staging buffer, checking what the kernels wrote against the
+ * capacities the batch ran with, and turning (event, subscription) pairs into ids. Nothing
+ * overflows silently: an event whose candidates exceeded their capacity, or a whole batch whose
+ * pairs exceeded the output buffer, comes back as null, for the CPU engine to answer, and the
+ * capacity grows for later batches.
+ */
+import type { NEvent } from '../../model/limits.js';
+import type { GpuBuffers, Slot } from './buffers.js';
+import type { GpuContext } from './device.js';
+import type { GpuLayout } from './layout.js';
+import type { StageTimes } from './options.js';
+import { type BatchPlan, STAGE_BYTES } from './record.js';
+
+/** Most (event, subscription) pairs an output buffer is sized for ahead of a batch (8 MiB; more only after an overflow). */
+const MAX_OUT_PAIRS = 1024 * 1024;
+
+/** Capacities and the recent figures that size them ahead of each batch. */
+export class Capacity {
+  /** Candidates per event the next batch runs with (grows on overflow). */
+  candCap: number;
+  /** Most events in one batch so far: per-event scratch is sized to it, not to maxBatch. */
+  widest = 1;
+  /** Moving average of pairs per batch: how many the first readback trip brings. */
+  recentPairs = 64;
+  /** Moving maximum of (event, subscription) pairs per event: sizes the output ahead of a batch. */
+  pairsPerEvent = 0;
+  /** Moving maximum of candidates per event: sizes Cont's grid-stride dispatch. */
+  recentCand = 0;
+
+  constructor(initialCandidates: number) {
+    this.candCap = initialCandidates;
+  }
+
+  /**
+   * Output pairs to have room for: twice what recent events had (an overflow sends the whole
+   * batch to the CPU), within a bound; a buffer four times too large shrinks back.
+   */
+  outputRoom(events: number, initialOutputs: number): number {
+    return Math.min(MAX_OUT_PAIRS, Math.max(initialOutputs, Math.ceil(2 * events * this.pairsPerEvent)));
+  }
+
+  /**
+   * Cont's grid strides over the candidates, so any group count is correct; size it to recent
+   * candidate counts (a lone sparse event needs one group, not contGroups).
+   */
+  contGroups(most: number, wg: number): number {
+    return Math.max(1, Math.min(most, Math.ceil(this.recentCand / wg)));
+  }
+
+  /** Pairs the first readback trip brings: as many as recent batches needed (more take a second trip). */
+  prefixPairs(outCap: number): number {
+    return Math.min(outCap, Math.max(Math.min(64, outCap), 2 * this.recentPairs));
+  }
+}
+
+/** What the kernels wrote, as mapped: counters per event, the total of pairs, the first pairs. */
+export interface Readout {
+  counts: Uint32Array;
+  total: number;
+  /** The first `got` pairs, (event, subscription) words. */
+  pairs: Uint32Array;
+  got: number;
+}
+
+export class Readback {
+  /** Events of the last batch the CPU had to answer because of an overflow. */
+  lastOverflow = 0;
+  lastStages: StageTimes | null = null;
+  /** GPU errors caught around batches (each sent its batch to the CPU). */
+  errors = 0;
+  lastError = '';
+  /** Per subscription index: the stamp of the last event it was listed for (collect). */
+  private seen = new Uint32Array(1024);
+  private stamp = 0;
+
+  constructor(
+    private readonly ctx: GpuContext,
+    private readonly layout: GpuLayout,
+    private readonly buffers: GpuBuffers,
+    private readonly capacity: Capacity,
+    private readonly opts: { maxBatch: number; initialOutputs: number },
+  ) {}
+
+  /**
+   * Waits for the slot's staging buffer and the batch's error scopes, then copies out what the
+   * kernels wrote. Null when the device refused the batch (the error is counted).
+   */
+  async read(s: Slot, plan: BatchPlan, scopes: Promise<GPUError | null>[]): Promise<Readout | null> {
+    const [, validation, oom] = await Promise.all([s.staging.mapAsync(GPUMapMode.READ, 0, plan.want), ...scopes]);
+    const fault = validation ?? oom;
+    if (fault !== null) {
+      s.staging.unmap();
+      // A buffer the device refused (out of memory) must not stay in the slot.
+      s.outCap = 0;
+      this.buffers.resizeOut(s, this.opts.initialOutputs);
+      this.errors++;
+      this.lastError = fault.message;
+      return null;
+    }
+    const E = plan.events;
+    const mapped = s.staging.getMappedRange(0, plan.want);
+    const counts = new Uint32Array(mapped, 0, E + 1).slice();
+    const total = counts[E];
+    const got = Math.min(total, plan.prefixPairs, s.outCap);
+    const pairs = new Uint32Array(mapped, plan.pairsAt, 2 * got).slice();
+    if (plan.timestamps) {
+      const at = plan.pairsAt + 8 * plan.prefixPairs;
+      const t = new BigUint64Array(mapped.slice(at, at + STAGE_BYTES));
+      const ms = (i: number) => Number(t[2 * i + 1] - t[2 * i]) / 1e6;
+      this.lastStages = { loc: ms(0), cont: ms(1), zip: ms(2) };
+    }
+    s.staging.unmap();
+    return { counts, total, pairs, got };
+  }
+
+  /**
+   * Per event, its subscription ids, or null where the CPU engine must answer (its candidates
+   * exceeded `candCap`, the capacity the batch ran with). Null for the whole batch when the pairs
+   * overflowed the output buffer: which events lost pairs is unknown.
+   */
+  async reconcile(events: readonly NEvent[], r: Readout, s: Slot, candCap: number): Promise<(string[] | null)[] | null> {
+    const E = events.length;
+    const { counts, total } = r;
+    const cap = this.capacity;
+    cap.recentPairs = Math.max(32, Math.round(0.8 * cap.recentPairs + 0.2 * total));
+    cap.pairsPerEvent = Math.max(total / E, 0.8 * cap.pairsPerEvent);
+    if (total > s.outCap) {
+      this.buffers.growOut(s, total);
+      this.lastOverflow = E;
+      return null;
+    }
+    const all = await this.allPairs(r, s);
+    const results: (string[] | null)[] = events.map(() => []);
+    let overflow = 0;
+    let maxCand = 0;
+    let most = 0;
+    for (let e = 0; e < E; e++) {
+      if (counts[e] > most) most = counts[e];
+      if (counts[e] > candCap) {
+        results[e] = null;
+        overflow++;
+        if (counts[e] > maxCand) maxCand = counts[e];
+      }
+    }
+    this.collect(all, total, results);
+    cap.recentCand = Math.max(most, Math.round(0.9 * cap.recentCand));
+    if (maxCand > 0) {
+      const fit = Math.floor(this.ctx.limits.maxStorageBufferBindingSize / (4 * this.opts.maxBatch));
+      while (cap.candCap < maxCand && cap.candCap * 2 <= fit) cap.candCap *= 2;
+    }
+    this.lastOverflow = overflow;
+    return results;
+  }
+
+  /** The first trip's pairs, plus the rest read in a second trip when there were more. */
+  private async allPairs(r: Readout, s: Slot): Promise<Uint32Array> {
+    if (r.total <= r.got) return r.pairs;
+    const rest = await this.ctx.readBuffer(s.out, 8 * r.got, 8 * (r.total - r.got));
+    const all = new Uint32Array(2 * r.total);
+    all.set(r.pairs);
+    all.set(new Uint32Array(rest), 2 * r.got);
+    return all;
+  }
+
+  /**
+   * Appends each pair's subscription id to its event's result, once: a subscription with several
+   * filters matching one event comes in one pair per filter. Pairs of different events interleave,
+   * so they are grouped by event first (counting sort), then deduplicated with a stamp per event.
+   */
+  private collect(pairs: Uint32Array, total: number, results: (string[] | null)[]): void {
+    const subId = this.layout.subId;
+    // A null id: the subscription was removed after the batch was submitted (its index is held
+    // back from reuse until the batch is read, so an index never names another subscription).
+    if (total === 1) {
+      const r = results[pairs[0]];
+      const id = subId[pairs[1]];
+      if (r !== null && id !== null) r.push(id);
+      return;
+    }
+    const E = results.length;
+    const start = new Uint32Array(E + 1);
+    for (let i = 0; i < total; i++) start[pairs[2 * i] + 1]++;
+    for (let e = 0; e < E; e++) start[e + 1] += start[e];
+    const at = start.slice(0, E);
+    const flat = new Uint32Array(total);
+    for (let i = 0; i < total; i++) flat[at[pairs[2 * i]]++] = pairs[2 * i + 1];
+    if (this.seen.length < subId.length) this.seen = new Uint32Array(Math.max(subId.length, 2 * this.seen.length));
+    const seen = this.seen;
+    for (let e = 0; e < E; e++) {
+      const r = results[e];
+      if (r === null || start[e] === start[e + 1]) continue;
+      if (this.stamp === 0xffffffff) {
+        seen.fill(0);
+        this.stamp = 0;
+      }
+      const stamp = ++this.stamp;
+      for (let k = start[e]; k < start[e + 1]; k++) {
+        const sub = flat[k];
+        if (seen[sub] === stamp) continue;
+        seen[sub] = stamp;
+        const id = subId[sub];
+        if (id !== null) r.push(id);
+      }
+    }
+  }
+}
