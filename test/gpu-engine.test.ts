@@ -469,33 +469,36 @@ describe('gpu engine: CPU below the crossover', () => {
     }
   });
 
-  it('adaptive: lone events go to the cheaper path, probing the other; load goes to the GPU', async () => {
-    const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0 });
-    const ref = new ReferenceMatcher();
-    try {
-      const subs = randomWorkload(43, 300, 2);
-      twin(m, subs, 3);
-      twin(ref, subs, 3);
-      await agree(m, ref, 3, 96);
-      const x = m.stats().extra!;
-      // agree() awaits each call: none of them is load, so all were decided as lone events.
-      assert.equal((x.adaptiveCpu as number) + (x.adaptiveGpu as number), 2 * 96, 'sequential awaited calls are lone events');
-      assert.equal(x.select, 'adaptive');
-      assert.ok((x.cpuCostUs as number) > 0 && (x.gpuCostUs as number) > 0, 'both paths measured');
-      const cheaper = (x.cpuCostUs as number) <= (x.gpuCostUs as number) ? 'cpu' : 'gpu';
-      const onCheaper = cheaper === 'cpu' ? (x.adaptiveCpu as number) : (x.adaptiveGpu as number);
-      const onOther = cheaper === 'cpu' ? (x.adaptiveGpu as number) : (x.adaptiveCpu as number);
-      assert.ok(onCheaper > onOther, `most lone events on the cheaper path (${cheaper}: ${onCheaper} vs ${onOther})`);
-      assert.ok(onOther >= 2, 'the other path is probed');
-      // Concurrent events are load: batched on the GPU whichever path is cheaper alone.
-      const before = x.gpuEvents as number;
-      const rng = new Rng(8);
-      await Promise.all(Array.from({ length: 40 }, (_, i) => m.match(randomEvent(rng, i))));
-      assert.ok((m.stats().extra!.gpuEvents as number) - before >= 30, `events under load go to the GPU: ${JSON.stringify(m.stats().extra)}`);
-    } finally {
-      await m.close();
-    }
-  });
+  // Costs are fixed through costSample, so the choice does not depend on how fast this machine is.
+  for (const cheaper of ['cpu', 'gpu'] as const) {
+    it(`adaptive: lone events go to the cheaper path (${cheaper}), probing the other; load goes to the GPU`, async () => {
+      const cost = { cpu: cheaper === 'cpu' ? 10 : 100, gpu: cheaper === 'gpu' ? 10 : 100 };
+      const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, costSample: (path) => cost[path] });
+      const ref = new ReferenceMatcher();
+      try {
+        const subs = randomWorkload(43, 300, 2);
+        twin(m, subs, 3);
+        twin(ref, subs, 3);
+        await agree(m, ref, 3, 96);
+        const x = m.stats().extra!;
+        // agree() awaits each call: none of them is load, so all were decided as lone events.
+        assert.equal((x.adaptiveCpu as number) + (x.adaptiveGpu as number), 2 * 96, 'sequential awaited calls are lone events');
+        assert.equal(x.select, 'adaptive');
+        assert.deepEqual([x.cpuCostUs, x.gpuCostUs], [cost.cpu, cost.gpu], 'both paths measured');
+        const onCheaper = cheaper === 'cpu' ? (x.adaptiveCpu as number) : (x.adaptiveGpu as number);
+        const onOther = cheaper === 'cpu' ? (x.adaptiveGpu as number) : (x.adaptiveCpu as number);
+        assert.ok(onCheaper > onOther, `most lone events on the cheaper path (${cheaper}: ${onCheaper} vs ${onOther})`);
+        assert.ok(onOther >= 2, 'the other path is probed');
+        // Concurrent events are load: batched on the GPU whichever path is cheaper alone.
+        const before = x.gpuEvents as number;
+        const rng = new Rng(8);
+        await Promise.all(Array.from({ length: 40 }, (_, i) => m.match(randomEvent(rng, i))));
+        assert.ok((m.stats().extra!.gpuEvents as number) - before >= 30, `events under load go to the GPU: ${JSON.stringify(m.stats().extra)}`);
+      } finally {
+        await m.close();
+      }
+    });
+  }
 
   it('rejects bad options with the option named', () => {
     assert.throws(() => GpuMatcher.attach(kernels, { select: 'fastest' as 'gpu' }), /gpu\.select: must be adaptive, gpu or cpu, got "fastest"/);
