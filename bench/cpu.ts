@@ -10,7 +10,7 @@
  */
 import { fileURLToPath } from 'node:url';
 import { CPU_ENGINES } from '../src/engines/index.js';
-import { DEFAULT_WORKLOAD, type SpatialKind, type WorkloadOptions, resolveWorkloadOptions } from '../src/workload/index.js';
+import { DEFAULT_WORKLOAD, type WorkloadOptions, resolveWorkloadOptions } from '../src/workload/index.js';
 import { type Job, type JobResult, runJob } from './lib/cases.js';
 import { childExecArgv, childMain, runInChild } from './lib/fork.js';
 import { count, pct } from './lib/format.js';
@@ -20,7 +20,7 @@ import { note } from './lib/progress.js';
 import { type BenchConfig, type BenchFile, type DefaultResult, type GridResult, SCHEMA, SUITES, type Skip, type SuiteName, type UpdateResult } from './lib/schema.js';
 import { sinkValue } from './lib/sink.js';
 import { defaultTables, gridTables, updateTables } from './lib/tables.js';
-import { type Args, parseArgs as parseFlags } from './lib/args.js';
+import { ArgReader, type Fail, cliFail, parseArgs, runMain } from './lib/args.js';
 import { ResultRun } from './lib/result-file.js';
 
 const ENTRY = fileURLToPath(import.meta.url);
@@ -45,75 +45,27 @@ const HELP = `Usage: node dist/bench/cpu.js [options]     (npm run bench -- [opt
   --no-fork         run jobs in this process (no per-job process isolation)
   --help`;
 
-function fail(msg: string): never {
-  process.stderr.write(`bench: ${msg}\n\n${HELP}\n`);
-  process.exit(2);
-}
-
+const fail: Fail = cliFail('bench', HELP);
 
 const FLAGS = new Set(['quick', 'no-fork', 'help', 'child']);
 const VALUED = new Set(['suite', 'engines', 'seed', 'subs', 'events', 'reps', 'updates', 'sizes', 'areas', 'spatial', 'grid-events', 'out', 'name']);
 
-function parseArgs(argv: readonly string[]): Args {
-  return parseFlags(argv, FLAGS, VALUED, fail);
-}
-
-function intArg(args: Args, key: string, fallback: number, min = 1): number {
-  const v = args[key];
-  if (v === undefined) return fallback;
-  const n = Number(String(v).replace(/_/g, ''));
-  if (!Number.isInteger(n) || n < min) fail(`--${key} must be an integer >= ${min}, got ${JSON.stringify(v)}`);
-  return n;
-}
-
-function listArg(args: Args, key: string): string[] | undefined {
-  const v = args[key];
-  if (v === undefined) return undefined;
-  const items = String(v).split(',').map((s) => s.trim()).filter((s) => s !== '');
-  if (items.length === 0) fail(`--${key} needs at least one item`);
-  return items;
-}
-
-function sizesArg(args: Args, fallback: number[]): number[] {
-  const items = listArg(args, 'sizes');
-  if (items === undefined) return fallback;
-  return items.map((s) => {
-    const m = /^(\d+(?:\.\d+)?)([kKmM]?)$/.exec(s.replace(/_/g, ''));
-    const n = m === null ? NaN : Number(m[1]) * (m[2] === '' ? 1 : m[2].toLowerCase() === 'k' ? 1e3 : 1e6);
-    if (!Number.isInteger(n) || n < 1) fail(`--sizes: ${JSON.stringify(s)} is not a subscription count (e.g. 1000, 10k, 1M)`);
-    return n;
-  });
-}
-
-function areasArg(args: Args, fallback: number[]): number[] {
-  const items = listArg(args, 'areas');
-  if (items === undefined) return fallback;
-  return items.map((s) => {
-    const p = Number(s.replace(/%$/, ''));
-    if (!(p > 0 && p <= 100)) fail(`--areas: ${JSON.stringify(s)} is not a percentage in (0, 100]`);
-    return p / 100;
-  });
-}
-
-function buildConfig(args: Args): BenchConfig {
-  const quick = args.quick === true;
+function buildConfig(a: ArgReader): BenchConfig {
+  const quick = a.flag('quick');
   const registered = Object.keys(CPU_ENGINES);
-  const requested = listArg(args, 'engines');
-  const engines = requested ?? registered.filter((e) => e !== 'reference');
-  for (const e of engines) if (!registered.includes(e)) fail(`--engines: ${JSON.stringify(e)} is not registered (registered: ${registered.join(', ')})`);
+  const engines = a.oneOf('engines', registered, registered.filter((e) => e !== 'reference'));
   if (engines.length === 0) fail('no engines to run');
-  const spatial = (listArg(args, 'spatial') ?? ['uniform', 'zipf']) as SpatialKind[];
-  for (const s of spatial) if (s !== 'uniform' && s !== 'zipf') fail(`--spatial: ${JSON.stringify(s)} is not uniform or zipf`);
-  const updates = intArg(args, 'updates', quick ? 2000 : 10_000);
-  const sizes = sizesArg(args, quick ? [1000, 10_000] : [1000, 10_000, 100_000, 250_000, 1_000_000]);
+  const spatial = a.spatial('spatial');
+  const updates = a.int('updates', quick ? 2000 : 10_000);
+  const sizes = a.counts('sizes', quick ? [1000, 10_000] : [1000, 10_000, 100_000, 250_000, 1_000_000]);
   return {
     engines,
-    seed: intArg(args, 'seed', DEFAULT_WORKLOAD.seed, 0),
+    seed: a.int('seed', DEFAULT_WORKLOAD.seed, 0),
     referenceMaxSubscriptions: 10_000,
     default: {
-      subscriptions: intArg(args, 'subs', quick ? 10_000 : DEFAULT_WORKLOAD.subscriptions),
-      events: intArg(args, 'events', quick ? 200 : DEFAULT_WORKLOAD.events),
-      reps: intArg(args, 'reps', quick ? 2 : 3),
+      subscriptions: a.count('subs', quick ? 10_000 : DEFAULT_WORKLOAD.subscriptions),
+      events: a.int('events', quick ? 200 : DEFAULT_WORKLOAD.events),
+      reps: a.int('reps', quick ? 2 : 3),
       warmupEvents: quick ? 50 : 200,
       updates,
       bulkUpdates: updates * 10,
@@ -122,13 +74,13 @@ function buildConfig(args: Args): BenchConfig {
     },
     grid: {
       sizes,
-      areas: areasArg(args, [1e-5, 1e-4, 1e-3, 1e-2]),
+      areas: a.areas('areas', [1e-5, 1e-4, 1e-3, 1e-2]),
       spatial,
-      events: intArg(args, 'grid-events', quick ? 100 : 200),
+      events: a.int('grid-events', quick ? 100 : 200),
       warmupEvents: quick ? 20 : 50,
     },
     update: {
-      sizes: listArg(args, 'sizes') !== undefined ? sizes : quick ? [1000, 10_000, 100_000] : [1000, 10_000, 100_000, 250_000, 1_000_000],
+      sizes: a.list('sizes') !== undefined ? sizes : quick ? [1000, 10_000, 100_000] : [1000, 10_000, 100_000, 250_000, 1_000_000],
       spatial,
       updates,
       bulkUpdates: updates * 10,
@@ -137,15 +89,15 @@ function buildConfig(args: Args): BenchConfig {
 }
 
 async function main(): Promise<void> {
-  const args = parseArgs(process.argv.slice(2));
+  const args = parseArgs(process.argv.slice(2), FLAGS, VALUED, fail);
   if (args.child === true) return childMain();
   if (args.help === true) {
     process.stdout.write(`${HELP}\n`);
     return;
   }
-  const config = buildConfig(args);
-  const suites = (listArg(args, 'suite') ?? [...SUITES]) as SuiteName[];
-  for (const s of suites) if (!SUITES.includes(s)) fail(`--suite: ${JSON.stringify(s)} is not one of ${SUITES.join(', ')}`);
+  const a = new ArgReader(args, fail);
+  const config = buildConfig(a);
+  const suites = a.oneOf<SuiteName>('suite', SUITES, SUITES);
   const fork = args['no-fork'] !== true;
   const quick = args.quick === true;
   const name = typeof args.name === 'string' ? args.name : quick ? 'cpu-quick' : 'cpu';
@@ -305,7 +257,4 @@ async function main(): Promise<void> {
   out(`results: ${result.shown} (sink ${file.sink})`);
 }
 
-main().catch((err: unknown) => {
-  process.stderr.write(`${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
-  process.exit(1);
-});
+runMain('bench', main);

@@ -19,7 +19,7 @@ import { GpuMatcher } from '../src/engines/gpu/matcher.js';
 import { FastMatcher } from '../src/engines/fast.js';
 import type { Event } from '../src/model/types.js';
 import { WorkloadSource } from '../src/workload/index.js';
-import { type Args, parseArgs } from './lib/args.js';
+import { ArgReader, type Fail, cliFail, parseArgs } from './lib/args.js';
 import { gpuInfo } from './lib/gpu/common.js';
 import { type EngineRow, LATENCY_SCHEMA, type LatencyFile, type Rung, latencyTables } from './lib/gpu/latency-schema.js';
 import { Loader, loadWithProgress } from './lib/gpu/loader.js';
@@ -47,10 +47,7 @@ fn main(@builtin(global_invocation_id) g: vec3<u32>) {
   buf[g.x] = buf[g.x] + 1u;
 }`;
 
-function fail(msg: string): never {
-  process.stderr.write(`gpu-latency: ${msg}\n${HELP}`);
-  process.exit(2);
-}
+const fail: Fail = cliFail('gpu-latency', HELP);
 
 const us = (t0: number): number => (performance.now() - t0) * 1e3;
 
@@ -179,24 +176,18 @@ async function engineRows(subs: number, reps: number, seed: number, software: bo
 }
 
 async function main(): Promise<void> {
-  const args: Args = parseArgs(process.argv.slice(2), new Set(['quick', 'software', 'help']), new Set(['reps', 'sizes', 'out', 'seed']), fail);
-  if (args.help === true) {
+  const a = new ArgReader(parseArgs(process.argv.slice(2), new Set(['quick', 'software', 'help']), new Set(['reps', 'sizes', 'out', 'seed']), fail), fail);
+  if (a.flag('help')) {
     process.stdout.write(HELP);
     return;
   }
-  const quick = args.quick === true;
-  const int = (v: string | boolean | undefined, d: number, what: string): number => {
-    if (v === undefined) return d;
-    const n = Number(v);
-    if (!Number.isInteger(n) || n < 1) fail(`--${what} must be a positive integer, got ${String(v)}`);
-    return n;
-  };
-  const reps = int(args.reps, quick ? 200 : 2000, 'reps');
-  const seed = int(args.seed, 1, 'seed');
-  const sizes = typeof args.sizes === 'string' ? args.sizes.split(',').map((x) => int(x, 0, 'sizes')) : quick ? [1000] : [10_000, 250_000];
-  const software = args.software === true;
+  const quick = a.flag('quick');
+  const reps = a.int('reps', quick ? 200 : 2000);
+  const seed = a.int('seed', 1);
+  const sizes = a.counts('sizes', quick ? [1000] : [10_000, 250_000]);
+  const software = a.flag('software');
 
-  const run = new ResultRun({ out: args.out, defaultFile: 'bench/results/gpu-latency.json', fail });
+  const run = new ResultRun({ out: a.str('out'), defaultFile: 'bench/results/gpu-latency.json', fail });
   const machine = run.machine;
   const ctx = await GpuContext.open({ allowSoftware: software });
   let rungs: Rung[];

@@ -33,11 +33,11 @@ import { GPU_SCHEMA, GPU_SUITES, type GpuBenchConfig, type GpuBenchFile, type Gp
 import { runStagesSuite } from './lib/gpu/stages.js';
 import { batchTables, defaultTable, gridTable, memoryTable, scaleTable, stagesTable, updatesTables } from './lib/gpu/tables.js';
 import { runUpdatesSuite } from './lib/gpu/updates.js';
-import { collect, timerOverheadNs } from './lib/measure.js';
+import { collect, errText, timerOverheadNs } from './lib/measure.js';
 import { describeMachine } from './lib/machine.js';
 import { note } from './lib/progress.js';
 import { sinkValue } from './lib/sink.js';
-import { type Args, parseArgs as parseFlags } from './lib/args.js';
+import { ArgReader, type Fail, cliFail, parseArgs, runMain } from './lib/args.js';
 import { ResultRun } from './lib/result-file.js';
 
 const ENTRY = fileURLToPath(import.meta.url);
@@ -73,21 +73,16 @@ const HELP = `Usage: node dist/bench/gpu.js [options]
   GPU engine: --max-batch N  --in-flight N   (default: the engine's, ${defaultGpuMatcherOptions.maxBatch} and ${defaultGpuMatcherOptions.inFlight})
   --help`;
 
-function streamsArg(args: Args, fallback: string): { size: number; depth: number }[] {
-  const v = args.streams ?? fallback;
-  if (typeof v !== 'string') fail('--streams needs a value such as 1024x4,4096x2');
-  return v.split(',').map((item) => {
+const fail: Fail = cliFail('bench:gpu', HELP);
+
+/** SIZExDEPTH items: matchBatch calls of SIZE kept DEPTH in flight. */
+function streamsArg(a: ArgReader, fallback: string): { size: number; depth: number }[] {
+  return (a.list('streams') ?? fallback.split(',')).map((item) => {
     const m = /^(\d+)x(\d+)$/.exec(item.trim());
     if (m === null || Number(m[1]) < 1 || Number(m[2]) < 1) fail(`--streams: ${JSON.stringify(item)} is not SIZExDEPTH (e.g. 1024x4)`);
     return { size: Number(m[1]), depth: Number(m[2]) };
   });
 }
-
-function fail(msg: string): never {
-  process.stderr.write(`bench:gpu: ${msg}\n\n${HELP}\n`);
-  process.exit(2);
-}
-
 
 const FLAGS = new Set(['quick', 'allow-software', 'help', 'grid-child']);
 const VALUED = new Set([
@@ -95,51 +90,6 @@ const VALUED = new Set([
   'update-subs', 'moves', 'max-move-seconds', 'stage-sizes', 'stage-events', 'memory-sizes', 'batch-subs', 'batch-sizes', 'concurrency', 'streams',
   'scale-subs', 'scale-events', 'scale-max-load-s', 'max-batch', 'in-flight',
 ]);
-
-function parseArgs(argv: readonly string[]): Args {
-  return parseFlags(argv, FLAGS, VALUED, fail);
-}
-
-/** 1000, 10k, 2.5M, 1_000_000 → integers. */
-function parseCount(key: string, s: string, min: number): number {
-  const m = /^(\d+(?:\.\d+)?)([kKmM]?)$/.exec(s.replace(/_/g, ''));
-  const n = m === null ? NaN : Math.round(Number(m[1]) * (m[2] === '' ? 1 : m[2].toLowerCase() === 'k' ? 1e3 : 1e6));
-  if (!Number.isInteger(n) || n < min) fail(`--${key}: ${JSON.stringify(s)} is not a count >= ${min} (e.g. 1000, 10k, 1M)`);
-  return n;
-}
-
-function countArg(args: Args, key: string, fallback: number, min = 1): number {
-  const v = args[key];
-  return v === undefined ? fallback : parseCount(key, String(v), min);
-}
-
-function listArg(args: Args, key: string): string[] | undefined {
-  const v = args[key];
-  if (v === undefined) return undefined;
-  const items = String(v).split(',').map((s) => s.trim()).filter((s) => s !== '');
-  if (items.length === 0) fail(`--${key} needs at least one item`);
-  return items;
-}
-
-function countsArg(args: Args, key: string, fallback: number[]): number[] {
-  const items = listArg(args, key);
-  return items === undefined ? fallback : [...new Set(items.map((s) => parseCount(key, s, 1)))].sort((a, b) => a - b);
-}
-
-function numArg(args: Args, key: string, fallback: number, min = 0): number {
-  const v = args[key];
-  if (v === undefined) return fallback;
-  const n = Number(v);
-  if (!Number.isFinite(n) || n < min) fail(`--${key} must be a number >= ${min}, got ${JSON.stringify(v)}`);
-  return n;
-}
-
-function enginesArg(args: Args, fallback: string[]): string[] {
-  const list = listArg(args, 'engines') ?? fallback;
-  const known = ['gpu', ...Object.keys(CPU_ENGINES)];
-  for (const e of list) if (!known.includes(e)) fail(`--engines: ${JSON.stringify(e)} is not one of ${known.join(', ')}`);
-  return list;
-}
 
 /** What the OS can still give this process: MemAvailable, or the cgroup limit when lower. */
 function availableMemory(): number {
@@ -167,78 +117,73 @@ function autoJobs(series: number, maxSize: number): number {
   return Math.ceil(series / Math.ceil(series / most));
 }
 
-function buildConfig(args: Args): GpuBenchConfig {
-  const quick = args.quick === true;
+function buildConfig(a: ArgReader): GpuBenchConfig {
+  const quick = a.flag('quick');
   const q = <T>(full: T, small: T): T => (quick ? small : full);
-  const areas = (listArg(args, 'areas') ?? ['0.001', '0.01', '0.1', '1']).map((s) => {
-    const p = Number(s.replace(/%$/, ''));
-    if (!(p > 0 && p <= 100)) fail(`--areas: ${JSON.stringify(s)} is not a percentage in (0, 100]`);
-    return p / 100;
-  });
-  const spatial = (listArg(args, 'spatial') ?? ['uniform', 'zipf']) as SpatialKind[];
-  for (const s of spatial) if (s !== 'uniform' && s !== 'zipf') fail(`--spatial: ${JSON.stringify(s)} is not uniform or zipf`);
-  const gridSizes = countsArg(args, 'grid-sizes', q([1000, 10_000, 100_000, 250_000, 1_000_000], [1000, 5000]));
-  const gridJobsArg = args['grid-jobs'];
-  const gridJobs = gridJobsArg === undefined || gridJobsArg === 'auto' ? autoJobs(areas.length * spatial.length, gridSizes[gridSizes.length - 1]) : countArg(args, 'grid-jobs', 1);
+  const engines = (fallback: string[]): string[] => a.oneOf('engines', ['gpu', ...Object.keys(CPU_ENGINES)], fallback);
+  const areas = a.areas('areas', [1e-5, 1e-4, 1e-3, 1e-2]);
+  const spatial = a.spatial('spatial');
+  const gridSizes = a.counts('grid-sizes', q([1000, 10_000, 100_000, 250_000, 1_000_000], [1000, 5000]), true);
+  const gridJobs = a.str('grid-jobs') === undefined || a.str('grid-jobs') === 'auto' ? autoJobs(areas.length * spatial.length, gridSizes[gridSizes.length - 1]) : a.count('grid-jobs', 1);
   const gpuOptions: Record<string, number | boolean | string> = { cpuBelowFilters: 0, select: 'gpu' };
-  if (args['max-batch'] !== undefined) gpuOptions.maxBatch = countArg(args, 'max-batch', 1);
-  if (args['in-flight'] !== undefined) gpuOptions.inFlight = countArg(args, 'in-flight', 1);
+  if (a.str('max-batch') !== undefined) gpuOptions.maxBatch = a.count('max-batch', 1);
+  if (a.str('in-flight') !== undefined) gpuOptions.inFlight = a.count('in-flight', 1);
   return {
-    seed: countArg(args, 'seed', DEFAULT_WORKLOAD.seed, 0),
-    allowSoftware: args['allow-software'] === true,
+    seed: a.count('seed', DEFAULT_WORKLOAD.seed, 0),
+    allowSoftware: a.flag('allow-software'),
     gpuOptions,
-    rtreeMaxSubs: countArg(args, 'rtree-max-subs', 250_000),
+    rtreeMaxSubs: a.count('rtree-max-subs', 250_000),
     default: {
-      engines: enginesArg(args, ['gpu', 'fast', 'rtree']),
-      subscriptions: countArg(args, 'subs', q(DEFAULT_WORKLOAD.subscriptions, 5000)),
-      events: countArg(args, 'events', q(DEFAULT_WORKLOAD.events, 50)),
-      reps: countArg(args, 'reps', q(3, 1)),
+      engines: engines(['gpu', 'fast', 'rtree']),
+      subscriptions: a.count('subs', q(DEFAULT_WORKLOAD.subscriptions, 5000)),
+      events: a.count('events', q(DEFAULT_WORKLOAD.events, 50)),
+      reps: a.count('reps', q(3, 1)),
       warmupEvents: q(200, 10),
     },
     grid: {
-      engines: enginesArg(args, ['gpu', 'fast']),
+      engines: engines(['gpu', 'fast']),
       sizes: gridSizes,
       areas,
       spatial,
-      events: countArg(args, 'grid-events', q(200, 30)),
+      events: a.count('grid-events', q(200, 30)),
       warmupEvents: q(50, 5),
       jobs: gridJobs,
     },
     updates: {
-      engines: enginesArg(args, ['gpu', 'fast', 'rtree']),
-      subscriptions: countArg(args, 'update-subs', q(250_000, 5000)),
+      engines: engines(['gpu', 'fast', 'rtree']),
+      subscriptions: a.count('update-subs', q(250_000, 5000)),
       timed: q(10_000, 2000),
       loop: q(100_000, 10_000),
       batchSizes: q([1000, 100_000], [100, 1000]),
       batchReps: q(5, 3),
-      moves: countsArg(args, 'moves', q([1000, 100_000, 1_000_000], [100, 1000, 10_000])),
+      moves: a.counts('moves', q([1000, 100_000, 1_000_000], [100, 1000, 10_000]), true),
       movesReps: q(5, 3),
       plainMatches: q(50, 10),
-      maxMoveSeconds: numArg(args, 'max-move-seconds', 30),
+      maxMoveSeconds: a.num('max-move-seconds', 30),
     },
     stages: {
-      sizes: countsArg(args, 'stage-sizes', q([10_000, 100_000, 250_000, 1_000_000], [1000, 5000])),
-      events: countArg(args, 'stage-events', q(200, 30)),
+      sizes: a.counts('stage-sizes', q([10_000, 100_000, 250_000, 1_000_000], [1000, 5000]), true),
+      events: a.count('stage-events', q(200, 30)),
       warmupEvents: q(50, 5),
       variants: ['default', 'all-content'] as StageVariant[],
       dawnFlags: [...PROFILE_DAWN_FLAGS],
     },
-    memory: { sizes: countsArg(args, 'memory-sizes', q([10_000, 100_000, 250_000, 500_000, 1_000_000], [1000, 2000, 5000])) },
+    memory: { sizes: a.counts('memory-sizes', q([10_000, 100_000, 250_000, 500_000, 1_000_000], [1000, 2000, 5000]), true) },
     batch: {
-      engines: enginesArg(args, ['gpu', 'fast']),
-      subscriptions: countArg(args, 'batch-subs', q(250_000, 5000)),
-      sizes: countsArg(args, 'batch-sizes', q([1, 16, 64, 256, 1024], [1, 16, 64])),
-      concurrency: countsArg(args, 'concurrency', q([16, 256, 1024], [16, 64])),
-      streams: streamsArg(args, q('1024x4,4096x2,16384x2', '64x2')),
+      engines: engines(['gpu', 'fast']),
+      subscriptions: a.count('batch-subs', q(250_000, 5000)),
+      sizes: a.counts('batch-sizes', q([1, 16, 64, 256, 1024], [1, 16, 64]), true),
+      concurrency: a.counts('concurrency', q([16, 256, 1024], [16, 64]), true),
+      streams: streamsArg(a, q('1024x4,4096x2,16384x2', '64x2')),
       events: q(4096, 128),
       cpuEvents: q(512, 48),
     },
     scale: {
-      subscriptions: countArg(args, 'scale-subs', q(10_000_000, 5000)),
+      subscriptions: a.count('scale-subs', q(10_000_000, 5000)),
       checkpoints: [0.1, 0.25, 0.5, 1],
-      events: countArg(args, 'scale-events', q(200, 20)),
+      events: a.count('scale-events', q(200, 20)),
       warmupEvents: q(50, 5),
-      maxLoadS: numArg(args, 'scale-max-load-s', 0),
+      maxLoadS: a.num('scale-max-load-s', 0),
     },
   };
 }
@@ -292,15 +237,15 @@ function reexec(): Promise<number> {
 }
 
 async function main(): Promise<void> {
-  const args = parseArgs(process.argv.slice(2));
+  const args = parseArgs(process.argv.slice(2), FLAGS, VALUED, fail);
   if (args['grid-child'] === true) return gridChildMain();
   if (args.help === true) {
     process.stdout.write(`${HELP}\n`);
     return;
   }
-  const config = buildConfig(args);
-  const suites = (listArg(args, 'suite') ?? [...GPU_SUITES]) as GpuSuiteName[];
-  for (const s of suites) if (!GPU_SUITES.includes(s)) fail(`--suite: ${JSON.stringify(s)} is not one of ${GPU_SUITES.join(', ')}`);
+  const a = new ArgReader(args, fail);
+  const config = buildConfig(a);
+  const suites = a.oneOf<GpuSuiteName>('suite', GPU_SUITES, GPU_SUITES);
   if (process.env[REEXEC_ENV] !== '1') process.exit(await reexec());
 
   const quick = args.quick === true;
@@ -353,7 +298,7 @@ async function main(): Promise<void> {
     await probe.close();
   } catch (err) {
     gpuOk = false;
-    gpuWhy = err instanceof Error ? err.message.split('\n')[0] : String(err);
+    gpuWhy = errText(err);
   }
 
   out(`Ambit GPU benchmark${quick ? ' (quick)' : ''}`);
@@ -527,7 +472,4 @@ async function main(): Promise<void> {
   out(`total ${sig(total / 1000)} s; results: ${run.shown} (sink ${file.sink})`);
 }
 
-main().catch((err: unknown) => {
-  process.stderr.write(`${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
-  process.exit(1);
-});
+runMain('bench:gpu', main);

@@ -21,7 +21,7 @@ import { RedisHub } from '../services/hub/redis.js';
 import { RedisMatcher } from '../services/matcher/redis.js';
 import type { LocationWriter } from '../services/hub/port.js';
 import { type RedisServer, startRedisServer } from '../test/support/redis-server.js';
-import { type Args, parseArgs as parseFlags } from './lib/args.js';
+import { ArgReader, type Fail, cliFail, parseArgs, runMain } from './lib/args.js';
 import { describeMachine } from './lib/machine.js';
 import { sinkNumber, sinkValue } from './lib/sink.js';
 import { summarize } from './lib/stats.js';
@@ -42,21 +42,10 @@ const HELP = `Usage: node dist/bench/matcher-ingest.js [options]
   --out PATH        result file (default bench/results/matcher-ingest.json)
   --help`;
 
-function fail(msg: string): never {
-  process.stderr.write(`matcher-ingest: ${msg}\n\n${HELP}\n`);
-  process.exit(2);
-}
+const fail: Fail = cliFail('matcher-ingest', HELP);
 
 const FLAGS = new Set(['help']);
 const VALUED = new Set(['devices', 'subscribed', 'filters', 'updates', 'reps', 'gateways', 'flush-size', 'read-count', 'seed', 'redis', 'out']);
-
-function int(a: Args, key: string, dflt: number, min: number): number {
-  const v = a[key];
-  if (v === undefined) return dflt;
-  const n = Number(v);
-  if (typeof v !== 'string' || !Number.isInteger(n) || n < min) fail(`--${key} must be an integer >= ${min}, got ${JSON.stringify(v)}`);
-  return n;
-}
 
 const PREFIX = 'bench-ingest:';
 /** Milan, as the CPU benchmark's default region. */
@@ -77,20 +66,21 @@ interface RepResult {
 const log = (msg: string) => process.stderr.write(`${msg}\n`);
 
 async function main(): Promise<void> {
-  const a = parseFlags(process.argv.slice(2), FLAGS, VALUED, fail);
+  const a = parseArgs(process.argv.slice(2), FLAGS, VALUED, fail);
+  const r = new ArgReader(a, fail);
   if (a.help) {
     process.stdout.write(`${HELP}\n`);
     return;
   }
-  const devices = int(a, 'devices', 100_000, 1);
-  const subscribed = Math.min(devices, int(a, 'subscribed', 10_000, 0));
-  const filters = int(a, 'filters', 10, 1);
-  const gateways = int(a, 'gateways', 2, 1);
-  const rounds = Math.ceil(int(a, 'updates', 1_000_000, 1) / devices);
-  const reps = int(a, 'reps', 5, 1);
-  const flushSize = int(a, 'flush-size', 1024, 1);
-  const readCount = int(a, 'read-count', 256, 1);
-  const seed = int(a, 'seed', 1, 0);
+  const devices = r.int('devices', 100_000, 1);
+  const subscribed = Math.min(devices, r.int('subscribed', 10_000, 0));
+  const filters = r.int('filters', 10, 1);
+  const gateways = r.int('gateways', 2, 1);
+  const rounds = Math.ceil(r.int('updates', 1_000_000, 1) / devices);
+  const reps = r.int('reps', 5, 1);
+  const flushSize = r.int('flush-size', 1024, 1);
+  const readCount = r.int('read-count', 256, 1);
+  const seed = r.int('seed', 1, 0);
   const run = new ResultRun({ out: a.out, defaultFile: 'bench/results/matcher-ingest.json', fail });
   const machine = run.machine;
   const loadBefore = os.loadavg();
@@ -274,7 +264,4 @@ function fmt(x: number): string {
   return x >= 1e6 ? `${(x / 1e6).toFixed(2)}M` : x >= 1e3 ? `${(x / 1e3).toFixed(0)}k` : x.toFixed(0);
 }
 
-main().catch((err: unknown) => {
-  process.stderr.write(`matcher-ingest: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
-  process.exit(1);
-});
+runMain('matcher-ingest', main);

@@ -12,7 +12,7 @@
  *   node dist/bench/service.js --help
  */
 import os from 'node:os';
-import { parseArgs } from './lib/args.js';
+import { ArgReader, type Fail, cliFail, parseArgs, runMain } from './lib/args.js';
 import { describeMachine } from './lib/machine.js';
 import { note } from './lib/progress.js';
 import { type BatchParams, type LatencyParams, type PublishMode, type RateResult, type StreamParams, runBatches, runLatency, runStreams, setupSubscribers } from './lib/service-load.js';
@@ -31,10 +31,7 @@ PublishStream and then with unary Publish calls;
 1000 streaming devices and 100k fleet devices in 10k batches, 5 rounds of 3 s after a warm-up round.
 --quick: 200 × 50 subscriptions, 3 s; 500 streaming devices, 20k fleet devices; 3 rounds of 1.5 s.`;
 
-function fail(msg: string): never {
-  process.stderr.write(`bench/service: ${msg}\n${USAGE}\n`);
-  process.exit(2);
-}
+const fail: Fail = cliFail('bench/service', USAGE);
 
 const args = parseArgs(
   process.argv.slice(2),
@@ -47,21 +44,8 @@ if (args.help === true) {
   process.exit(0);
 }
 const quick = args.quick === true;
-const int = (name: string, dflt: number, lo: number, hi: number): number => {
-  const v = args[name];
-  if (v === undefined) return dflt;
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < lo || n > hi) fail(`--${name} must be an integer in [${lo}, ${hi}], got ${JSON.stringify(v)}`);
-  return n;
-};
-const real = (name: string, dflt: number, lo: number, hi: number): number => {
-  const v = args[name];
-  if (v === undefined) return dflt;
-  const n = Number(v);
-  if (!Number.isFinite(n) || n < lo || n > hi) fail(`--${name} must be a number in [${lo}, ${hi}], got ${JSON.stringify(v)}`);
-  return n;
-};
-const seed = int('seed', 1, 0, 0xffffffff);
+const arg = new ArgReader(args, fail);
+const seed = arg.int('seed', 1, 0, 0xffffffff);
 // Flags without their leading dashes, comma-separated (the shared parser takes no value that starts with --).
 const serverNodeArgs = typeof args['server-node-args'] === 'string' ? args['server-node-args'].split(',').filter((a) => a !== '').map((a) => `--${a.replace(/^-+/, '')}`) : [];
 const engine = typeof args.engine === 'string' ? args.engine : 'fast';
@@ -71,25 +55,25 @@ const publishModes: PublishMode[] = typeof args.publish === 'string' ? (args.pub
 for (const m of publishModes) if (m !== 'stream' && m !== 'unary') fail(`--publish takes stream, unary; got ${JSON.stringify(m)}`);
 const skip = new Set(typeof args.skip === 'string' ? args.skip.split(',') : []);
 for (const s of skip) if (!['latency', 'streams', 'batches'].includes(s)) fail(`--skip takes latency, streams, batches; got ${JSON.stringify(s)}`);
-const rounds = int('rounds', quick ? 3 : 5, 1, 100);
-const roundSeconds = real('round-seconds', quick ? 1.5 : 3, 0.2, 600);
-const connections = int('connections', 16, 1, 100_000);
+const rounds = arg.int('rounds', quick ? 3 : 5, 1, 100);
+const roundSeconds = arg.num('round-seconds', quick ? 1.5 : 3, 0.2, 600);
+const connections = arg.int('connections', 16, 1, 100_000);
 
 const latency: LatencyParams = {
-  devices: int('devices', quick ? 200 : 1000, 1, 100_000),
-  subscriptionsPerDevice: int('subs-per-device', quick ? 50 : 100, 1, 1000),
-  rate: real('rate', 1000, 1, 1_000_000),
+  devices: arg.int('devices', quick ? 200 : 1000, 1, 100_000),
+  subscriptionsPerDevice: arg.int('subs-per-device', quick ? 50 : 100, 1, 1000),
+  rate: arg.num('rate', 1000, 1, 1_000_000),
   warmupSeconds: quick ? 1 : 2,
-  seconds: real('seconds', quick ? 3 : 10, 0.5, 3600),
+  seconds: arg.num('seconds', quick ? 3 : 10, 0.5, 3600),
   connections,
-  kinds: int('kinds', 100, 1, 1_000_000),
+  kinds: arg.int('kinds', 100, 1, 1_000_000),
   seed,
 };
-const streams: StreamParams = { devices: int('movers', quick ? 500 : 1000, 1, 100_000), connections, rounds, seconds: roundSeconds, seed };
+const streams: StreamParams = { devices: arg.int('movers', quick ? 500 : 1000, 1, 100_000), connections, rounds, seconds: roundSeconds, seed };
 const batches: BatchParams = {
-  devices: int('fleet', quick ? 20_000 : 100_000, 1, 10_000_000),
-  batch: int('batch', 10_000, 1, 10_000),
-  streams: int('batch-streams', 2, 1, 64),
+  devices: arg.int('fleet', quick ? 20_000 : 100_000, 1, 10_000_000),
+  batch: arg.int('batch', 10_000, 1, 10_000),
+  streams: arg.int('batch-streams', 2, 1, 64),
   rounds,
   seconds: roundSeconds,
   seed,
@@ -169,7 +153,4 @@ function printRate(r: RateResult): void {
   out(`    CPU                  server ${f(r.serverCores.median, 2)} cores, client ${f(r.clientCores.median, 2)} cores (medians)`);
 }
 
-main().catch((err: unknown) => {
-  process.stderr.write(`bench/service: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
-  process.exit(1);
-});
+runMain('bench/service', main);

@@ -18,8 +18,7 @@ import { collect, gcExposed, materialize, now } from './measure.js';
 import { Progress } from './progress.js';
 import type { DefaultConfig, DefaultResult, GridPoint, GridResult, MemoryFigures, UpdateFigures, UpdateResult } from './schema.js';
 import { sink, sinkNumber } from './sink.js';
-import { summarize } from './stats.js';
-import { checksum } from './args.js';
+import { checksum, summarize } from './stats.js';
 import { type UpdateList, makeUpdates } from './moves.js';
 
 export type Job =

@@ -39,3 +39,19 @@ export function summarize(samples: ArrayLike<number>, scale = 1): Summary {
     max: s[n - 1] * scale,
   };
 }
+
+/** FNV-1a over each event's sorted ids: equal checksums = identical answers. */
+export function checksum(results: readonly (readonly string[])[]): { checksum: string; avgMatches: number } {
+  let h = 0x811c9dc5;
+  let total = 0;
+  for (const ids of results) {
+    total += ids.length;
+    const sorted = [...ids].sort();
+    for (const id of sorted) {
+      for (let i = 0; i < id.length; i++) h = Math.imul(h ^ id.charCodeAt(i), 0x01000193);
+      h = Math.imul(h ^ 0x2c, 0x01000193);
+    }
+    h = Math.imul(h ^ 0x0a, 0x01000193);
+  }
+  return { checksum: (h >>> 0).toString(16).padStart(8, '0'), avgMatches: results.length === 0 ? 0 : total / results.length };
+}

@@ -1,13 +1,12 @@
 /** The default suite (CLCB Table 2). */
 import type { WorkloadOptions } from '../../../src/workload/index.js';
 import { WorkloadSource } from '../../../src/workload/index.js';
-import { checksum } from '../args.js';
 import { createEngine } from '../cases.js';
 import { count } from '../format.js';
 import { collect, errText, materialize, msSince, now } from '../measure.js';
 import { Progress, note } from '../progress.js';
 import { sink } from '../sink.js';
-import { summarize } from '../stats.js';
+import { checksum, summarize } from '../stats.js';
 import { type GpuEnv, type SkipFn, engineOrSkip, health, healthProblem, memoryPoint, timeEvents } from './common.js';
 import type { GpuDefaultEngine, GpuDefaultResult, Verification } from './schema.js';
 import { verify } from './verify.js';

@@ -13,13 +13,12 @@
 import { type ChildProcess, fork } from 'node:child_process';
 import type { Matcher } from '../../../src/engines/index.js';
 import { type SpatialKind, WorkloadSource } from '../../../src/workload/index.js';
-import { checksum } from '../args.js';
 import { count, pct } from '../format.js';
 import { childExecArgv } from '../fork.js';
 import { collect, errText } from '../measure.js';
 import { note } from '../progress.js';
 import { sink, sinkValue } from '../sink.js';
-import { summarize } from '../stats.js';
+import { checksum, summarize } from '../stats.js';
 import { type GpuEnv, type SkipFn, health, healthProblem, makeEngine, timeEvents } from './common.js';
 import { Loader, loadWithProgress } from './loader.js';
 import type { GpuGridPoint } from './schema.js';

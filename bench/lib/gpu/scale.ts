@@ -1,12 +1,11 @@
 /** The scale suite: 10M subscriptions streamed into the GPU engine, measured at checkpoints. */
 import type { Matcher } from '../../../src/engines/index.js';
 import { WorkloadSource } from '../../../src/workload/index.js';
-import { checksum } from '../args.js';
 import { count, sig } from '../format.js';
 import { errText, msSince, now } from '../measure.js';
 import { note } from '../progress.js';
 import { sink } from '../sink.js';
-import { summarize } from '../stats.js';
+import { checksum, summarize } from '../stats.js';
 import { type GpuEnv, type SkipFn, health, healthProblem, makeEngine, memoryPoint, timeEvents } from './common.js';
 import { Loader } from './loader.js';
 import type { GpuScaleResult } from './schema.js';
