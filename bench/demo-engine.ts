@@ -1,5 +1,5 @@
 /**
- * `npm start`: Ambit's matching core at work on an embedded default, with nothing to set up.
+ * `npm run demo:engine`: Ambit's matching core at work on an embedded default, with nothing to set up.
  * Generates a Milan workload (CLCB Table 1 shape, smaller by default), loads it into an engine,
  * then interleaves moving devices (random waypoint, through device handles) with published events
  * and prints live counts once a second, then a summary.
