@@ -2,6 +2,7 @@
  * The kernels' buffer bindings and shared constants, declared once. The host builds each entry
  * point's bind group layout and bind groups from these tables, and the same tables are written out
  * as WGSL (`matchPrelude`) ahead of match.wgsl, which therefore declares no binding of its own.
+ * The probe kernel (probe.ts) uses the same declarations, checked against its WGSL instead.
  *
  * Codes are emitted as WGSL `const`, not `override`: switch case selectors (the operators in
  * Cont) must be const-expressions, and every value here is fixed when the module is built anyway.
@@ -17,17 +18,48 @@ export type StateBuffer = 'input' | 'fBloom' | 'fMeta' | 'fPos' | 'fRad' | 'pos'
 export type SlotBuffer = 'counts' | 'out';
 export type BufferRole = StateBuffer | SlotBuffer;
 
-export interface BindingDecl {
+export interface BindingDecl<Role extends string = string> {
   /** @binding index in group 0. */
   binding: number;
-  /** read: `var<storage, read>`; read_write: `var<storage, read_write>`. */
-  access: 'read' | 'read_write';
-  /** WGSL store type (a runtime-sized array). */
+  /** read: `var<storage, read>`; read_write: `var<storage, read_write>`; uniform: `var<uniform>`. */
+  access: 'read' | 'read_write' | 'uniform';
+  /** WGSL store type. */
   type: string;
-  /** Bytes of one element: the layout's minimum binding size. */
+  /** Bytes of one element (of the whole value when not an array): the layout's minimum binding size. */
   elementBytes: number;
-  buffer: BufferRole;
+  buffer: Role;
   doc: string;
+}
+
+/** The WGSL declaration of one binding in group 0. */
+export function wgslBinding(name: string, b: BindingDecl): string {
+  const space = b.access === 'uniform' ? 'uniform' : `storage, ${b.access}`;
+  return `@group(0) @binding(${b.binding}) var<${space}> ${name}: ${b.type};`;
+}
+
+/** Bind group layout entries for these bindings (compute stage). */
+export function layoutEntries(bindings: readonly BindingDecl[]): GPUBindGroupLayoutEntry[] {
+  return bindings.map((b) => ({
+    binding: b.binding,
+    visibility: GPUShaderStage.COMPUTE,
+    buffer: { type: b.access === 'uniform' ? 'uniform' : b.access === 'read' ? 'read-only-storage' : 'storage', minBindingSize: b.elementBytes },
+  }));
+}
+
+/**
+ * For a shader that keeps its own declarations (one compiled standalone, like the probe): checks
+ * that it declares exactly the host's bindings, and says which differ.
+ */
+export function checkBindings(shader: string, wgsl: string, table: Readonly<Record<string, BindingDecl>>): void {
+  const key = (d: string) => d.replace(/\s+/g, '');
+  const found = new Map<string, string>();
+  for (const m of wgsl.matchAll(/@group\s*\(\s*0\s*\)\s*@binding\s*\([^)]*\)\s*var\s*<[^>]*>[^;]*;/g)) found.set(key(m[0]), m[0]);
+  const want = new Map(Object.entries(table).map(([name, b]) => [key(wgslBinding(name, b)), wgslBinding(name, b)]));
+  const missing = [...want].filter(([k]) => !found.has(k)).map(([, d]) => d);
+  const extra = [...found].filter(([k]) => !want.has(k)).map(([, d]) => d);
+  if (missing.length > 0 || extra.length > 0) {
+    throw new GpuError('SHADER', `shader ${JSON.stringify(shader)}: expected the bindings the host declares, got ${missing.length} missing [${missing.join(' ')}] and ${extra.length} unknown [${extra.join(' ')}]`);
+  }
 }
 
 /** Every binding of match.wgsl, by its WGSL name. */
@@ -49,7 +81,7 @@ export const MATCH_BINDINGS = {
   outPairs: { binding: 18, access: 'read_write', type: 'array<vec2<u32>>', elementBytes: 8, buffer: 'out', doc: '(event, subscription) pairs' },
   moves: { binding: 19, access: 'read', type: 'array<vec4<f32>>', elementBytes: 16, buffer: 'moves', doc: '[0].x: record count (u32 bits); then x, y, z, slot' },
   posOut: { binding: 20, access: 'read_write', type: 'array<vec4<f32>>', elementBytes: 16, buffer: 'pos', doc: 'the pos buffer, written by scatter' },
-} as const satisfies Record<string, BindingDecl>;
+} as const satisfies Record<string, BindingDecl<BufferRole>>;
 
 export type MatchBinding = keyof typeof MATCH_BINDINGS;
 
@@ -84,7 +116,7 @@ export function matchPrelude(): string {
   const lines = ['// Generated from src/engines/gpu/bindings.ts and src/engines/operators.ts (host and kernels share them).'];
   for (const [name, value, doc] of sharedConstants()) lines.push(`const ${name}: u32 = ${value}u;${doc ? ` // ${doc}` : ''}`);
   for (const [name, b] of Object.entries(MATCH_BINDINGS) as [string, BindingDecl][]) {
-    lines.push(`@group(0) @binding(${b.binding}) var<storage, ${b.access}> ${name}: ${b.type}; // ${b.doc}`);
+    lines.push(`${wgslBinding(name, b)} // ${b.doc}`);
   }
   return (prelude = `${lines.join('\n')}\n\n`);
 }
@@ -104,23 +136,14 @@ export function matchSource(wgsl: string): string {
 
 /** The bind group layout of one entry point, from the table. */
 export function createBindGroupLayout(device: GPUDevice, entry: EntryPoint): GPUBindGroupLayout {
-  return device.createBindGroupLayout({
-    label: `ambit.${entry}`,
-    entries: MATCH_ENTRY_POINTS[entry].map((name) => {
-      const b: BindingDecl = MATCH_BINDINGS[name];
-      return {
-        binding: b.binding,
-        visibility: GPUShaderStage.COMPUTE,
-        buffer: { type: b.access === 'read' ? 'read-only-storage' : 'storage', minBindingSize: b.elementBytes },
-      };
-    }),
-  });
+  const bindings: BindingDecl[] = MATCH_ENTRY_POINTS[entry].map((name) => MATCH_BINDINGS[name]);
+  return device.createBindGroupLayout({ label: `ambit.${entry}`, entries: layoutEntries(bindings) });
 }
 
 /** The bind group entries of one entry point, each binding's buffer found by its role. */
 export function bindGroupEntries(entry: EntryPoint, buffer: (role: BufferRole) => GPUBuffer): GPUBindGroupEntry[] {
   return MATCH_ENTRY_POINTS[entry].map((name) => {
-    const b: BindingDecl = MATCH_BINDINGS[name];
+    const b: BindingDecl<BufferRole> = MATCH_BINDINGS[name];
     return { binding: b.binding, resource: { buffer: buffer(b.buffer) } };
   });
 }

@@ -2,7 +2,21 @@
  * Host side of gpu/probe.wgsl: y[i] = x[i] * 2 + 1 plus an atomic count of the elements written.
  * Used by the device tests to prove that an adapter computes, not only that it exists.
  */
+import { type BindingDecl, checkBindings, layoutEntries } from './bindings.js';
 import { GpuContext, GpuError } from './device.js';
+
+/**
+ * The probe's bindings. probe.wgsl keeps its own declarations (the device tests compile it
+ * standalone), so they are checked against this table when the kernel is built.
+ */
+const PROBE_BINDINGS = {
+  x: { binding: 0, access: 'read', type: 'array<u32>', elementBytes: 4, buffer: 'x', doc: 'input' },
+  y: { binding: 1, access: 'read_write', type: 'array<u32>', elementBytes: 4, buffer: 'y', doc: 'output' },
+  counter: { binding: 2, access: 'read_write', type: 'atomic<u32>', elementBytes: 4, buffer: 'counter', doc: 'elements written' },
+  params: { binding: 3, access: 'uniform', type: 'Params', elementBytes: 4, buffer: 'params', doc: 'n' },
+} as const satisfies Record<string, BindingDecl>;
+
+type ProbeBuffer = (typeof PROBE_BINDINGS)[keyof typeof PROBE_BINDINGS]['buffer'];
 
 export interface ProbeResult {
   y: Uint32Array;
@@ -14,12 +28,14 @@ export class ProbeKernel {
   readonly workgroupSize: number;
   readonly #ctx: GpuContext;
   readonly #pipeline: GPUComputePipeline;
+  readonly #layout: GPUBindGroupLayout;
   readonly #params: GPUBuffer;
 
-  private constructor(ctx: GpuContext, workgroupSize: number, pipeline: GPUComputePipeline) {
+  private constructor(ctx: GpuContext, workgroupSize: number, pipeline: GPUComputePipeline, layout: GPUBindGroupLayout) {
     this.#ctx = ctx;
     this.workgroupSize = workgroupSize;
     this.#pipeline = pipeline;
+    this.#layout = layout;
     this.#params = ctx.createBuffer('probe.params', 16, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
   }
 
@@ -29,15 +45,18 @@ export class ProbeKernel {
     if (!Number.isInteger(workgroupSize) || workgroupSize < 1 || workgroupSize > max) {
       throw new GpuError('INVALID_ARGUMENT', `probe: workgroupSize must be an integer in [1, ${max}], got ${workgroupSize}`);
     }
-    const module = await ctx.compileShader('probe');
+    const code = ctx.loadShader('probe');
+    checkBindings('probe', code, PROBE_BINDINGS);
+    const module = await ctx.compileShader('probe', code);
+    const layout = ctx.device.createBindGroupLayout({ label: 'probe', entries: layoutEntries(Object.values(PROBE_BINDINGS)) });
     const pipeline = await ctx.withValidation('probe pipeline', () =>
       ctx.device.createComputePipeline({
         label: `probe WG=${workgroupSize}`,
-        layout: 'auto',
+        layout: ctx.device.createPipelineLayout({ label: 'probe', bindGroupLayouts: [layout] }),
         compute: { module, entryPoint: 'main', constants: { WG: workgroupSize } },
       }),
     );
-    return new ProbeKernel(ctx, workgroupSize, pipeline);
+    return new ProbeKernel(ctx, workgroupSize, pipeline, layout);
   }
 
   /** Runs the probe over `x`; buffers are made per call (a probe, not a hot path). */
@@ -52,15 +71,11 @@ export class ProbeKernel {
       if (n > 0) ctx.writeBuffer(xBuf, 0, x);
       ctx.writeBuffer(counter, 0, new Uint32Array([0]));
       ctx.writeBuffer(this.#params, 0, new Uint32Array([n, 0, 0, 0]));
+      const buffers: Record<ProbeBuffer, GPUBuffer> = { x: xBuf, y: yBuf, counter, params: this.#params };
       const bindGroup = ctx.device.createBindGroup({
         label: 'probe',
-        layout: this.#pipeline.getBindGroupLayout(0),
-        entries: [
-          { binding: 0, resource: { buffer: xBuf } },
-          { binding: 1, resource: { buffer: yBuf } },
-          { binding: 2, resource: { buffer: counter } },
-          { binding: 3, resource: { buffer: this.#params } },
-        ],
+        layout: this.#layout,
+        entries: Object.values(PROBE_BINDINGS).map((b) => ({ binding: b.binding, resource: { buffer: buffers[b.buffer] } })),
       });
       const [gx, gy] = ctx.grid(Math.ceil(n / this.workgroupSize));
       const enc = ctx.device.createCommandEncoder({ label: 'probe' });
