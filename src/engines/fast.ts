@@ -13,22 +13,21 @@
  * - Content-only filters (no area) use CCM's counting algorithm over per-name posting lists.
  *
  * Distances use the reference haversine, so this engine agrees with the reference exactly.
+ *
+ * One file because it is one data structure (as rbush and flatbush are): add, move and match all
+ * read the same struct-of-arrays state in their hot loops, and splitting it across modules would
+ * put those reads behind accessors or a shared state object.
  */
 import { EARTH_RADIUS_M, haversineM } from '../model/geo.js';
-import type { NArea, NConstraint, NEvent, NFilter, NSubscription } from '../model/limits.js';
+import { type NArea, type NConstraint, type NEvent, type NFilter, type NSubscription, inRange } from '../model/limits.js';
 import { AmbitError, show } from '../model/errors.js';
 import { CpuMatcher, type DeviceHandle, type MatcherOptions, type MatcherStats, checkHandleUpdate } from './matcher.js';
-import { OP_CODE, OP_CONTAINS, OP_EQ, OP_GE, OP_GT, OP_LE, OP_LT, OP_NAME, OP_NE, OP_PREFIX, OP_SUFFIX } from './operators.js';
+import { OP_CODE, OP_CONTAINS, OP_EQ, OP_GE, OP_GT, OP_LE, OP_LT, OP_NAME, OP_NE, OP_PREFIX, OP_SUFFIX, T_ANY, T_BOOL, T_NUM, T_STR } from './operators.js';
 
 export interface FastMatcherOptions extends MatcherOptions {
   /** Cell side of the finest grid level, metres (>= 64: cell keys must fit in 53 bits). */
   minCellM?: number;
 }
-
-const T_NUM = 0;
-const T_STR = 1;
-const T_BOOL = 2;
-const T_ANY = 3; // exists
 
 const NONE = -1;
 const SLOT_DEVICE = 1;
@@ -729,7 +728,7 @@ export class FastMatcher extends CpuMatcher {
     // Hot path: a known device and in-range coordinates (NaN fails the comparisons) cost one map
     // lookup and two writes; anything else takes the validating path for its exact error.
     const s = typeof device === 'string' ? this.deviceSlot.get(device) : undefined;
-    if (s !== undefined && lat >= -90 && lat <= 90 && lon >= -180 && lon <= 180 && typeof lat === 'number' && typeof lon === 'number') {
+    if (s !== undefined && typeof lat === 'number' && typeof lon === 'number' && inRange(lat, lon)) {
       this.place(s, lat, lon);
       return;
     }

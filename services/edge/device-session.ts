@@ -1,0 +1,263 @@
+/**
+ * One device's `DeviceService.Connect` stream: hello/welcome, location updates (the hot path: a
+ * range check and two writes), subscription requests answered in order, acks, and notifications
+ * pulled from the hub as fast as HTTP/2 flow control lets them drain. The newest stream of a
+ * device supersedes the one before it; a stream lives no longer than its token.
+ */
+import * as grpc from '@grpc/grpc-js';
+import { create } from '@bufbuild/protobuf';
+import { type Limits, checkId, inRange, LAT_RANGE, LON_RANGE } from '../../src/model/limits.js';
+import { type ConnectRequest, type ConnectResponse, ConnectResponseSchema } from '../../api/gen/ambit/v1/device_pb.js';
+import { isMalformed } from '../../api/rpc.js';
+import type { Principal } from './auth.js';
+import { ApiError, type StatusInfo, fromDelivery, requestStatus, toServiceError, toSubscription } from './convert.js';
+import { type Hub, type Inbox, type LocationWriter, compareDeliveryIds, parseDeliveryId } from '../hub/port.js';
+import type { Logger } from 'pino';
+import type { Counters } from './counters.js';
+
+/** What a session needs from the gateway that holds it. */
+export interface SessionHost {
+  readonly hub: Hub;
+  readonly limits: Limits;
+  readonly counters: Counters;
+  readonly log: Logger;
+  /** Notifications pulled from the hub per read. */
+  readonly sendBatch: number;
+  /** The open session of each device. */
+  readonly sessions: Map<string, DeviceSession>;
+  /** Counts or logs a failed request and says how to answer it. */
+  reject(err: unknown, what: string): StatusInfo;
+  /** Clock (ms since the epoch), for token expiry. */
+  now(): number;
+}
+
+type Phase = 'hello' | 'opening' | 'open' | 'closed';
+type Call = grpc.ServerDuplexStream<ConnectRequest, ConnectResponse>;
+
+export class DeviceSession {
+  private phase: Phase = 'hello';
+  private writer: LocationWriter | null = null;
+  private inbox: Inbox | null = null;
+  /** The last delivery id written to this stream (acks may not go past it). */
+  private lastSent = '';
+  /** Requests apply in order, each after the one before it answered. */
+  private chain: Promise<void> = Promise.resolve();
+  private drainWaiter: (() => void) | null = null;
+  private readsPaused = false;
+  private expiry: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly host: SessionHost,
+    private readonly call: Call,
+    readonly device: string,
+    private readonly principal: Principal,
+  ) {}
+
+  /** Registers the session (superseding an older stream of the device) and starts reading. */
+  start(): void {
+    const { sessions, counters } = this.host;
+    // The newest stream of a device wins: a phone that reconnected leaves a half-open one behind.
+    const previous = sessions.get(this.device);
+    sessions.set(this.device, this);
+    previous?.close({ code: grpc.status.ABORTED, message: 'superseded by a newer stream of this device', field: '', expected: true });
+    counters.connectedDevices = sessions.size;
+    this.armExpiry();
+    const call = this.call;
+    call.on('data', (req: ConnectRequest) => this.onMessage(req));
+    call.on('end', () => {
+      // The client half-closed: answer what it asked, then end the stream.
+      void this.chain.then(() => {
+        if (this.phase === 'closed') return;
+        this.finish();
+        call.end();
+      });
+    });
+    const finish = () => this.finish();
+    call.on('cancelled', finish);
+    call.on('error', finish);
+    call.on('close', finish);
+  }
+
+  /** Ends the stream with `status` (superseded, token expired, server draining). */
+  close(status: StatusInfo): void {
+    if (this.phase === 'closed') return;
+    this.finish();
+    this.call.emit('error', toServiceError(status));
+  }
+
+  /**
+   * A stream ends UNAUTHENTICATED when its token expires and the client reconnects with a fresh
+   * one (resuming where it left off). Timers cap at 2^31-1 ms (~24.8 days): a longer-lived token
+   * re-arms until it really expires.
+   */
+  private armExpiry(): void {
+    const left = this.principal.expiresAt * 1000 - this.host.now();
+    if (left > 0) {
+      this.expiry = setTimeout(() => this.armExpiry(), Math.min(2 ** 31 - 1, left));
+      this.expiry.unref();
+      return;
+    }
+    this.close({ code: grpc.status.UNAUTHENTICATED, message: 'token has expired; reconnect with a fresh token', field: '', expected: true });
+  }
+
+  private finish(): void {
+    if (this.phase === 'closed') return;
+    this.phase = 'closed';
+    clearTimeout(this.expiry);
+    const { sessions, counters, log } = this.host;
+    if (sessions.get(this.device) === this) sessions.delete(this.device);
+    counters.connectedDevices = sessions.size;
+    this.inbox?.close();
+    this.drainWaiter?.();
+    if (this.writer !== null) void this.writer.close().catch((err: unknown) => log.warn({ err }, 'location flush failed on stream end'));
+  }
+
+  private write(m: ConnectResponse): boolean {
+    return this.phase === 'closed' ? true : this.call.write(m);
+  }
+
+  private reply(requestId: string, s: StatusInfo | null): void {
+    if (this.write(create(ConnectResponseSchema, { message: { case: 'reply', value: { requestId, status: requestStatus(s) } } })) || this.readsPaused) return;
+    // The client is not reading its replies: stop reading its requests until it does, so HTTP/2
+    // flow control holds it back instead of this process buffering a reply per request.
+    this.readsPaused = true;
+    this.call.pause();
+    this.call.once('drain', () => {
+      this.readsPaused = false;
+      if (this.phase !== 'closed') this.call.resume();
+    });
+  }
+
+  private readonly failStream = (err: unknown): void => {
+    const s = this.host.reject(err, 'Connect');
+    this.finish();
+    this.call.emit('error', toServiceError(s));
+  };
+
+  private async deliver(box: Inbox): Promise<void> {
+    const counters = this.host.counters;
+    while (this.phase === 'open') {
+      const batch = await box.pull(this.host.sendBatch);
+      if (batch.length === 0) return;
+      for (const d of batch) {
+        if (this.phase !== 'open') return;
+        this.lastSent = d.deliveryId;
+        counters.notificationsSent++;
+        if (!this.write(create(ConnectResponseSchema, { message: { case: 'notification', value: fromDelivery(d) } }))) {
+          // HTTP/2 flow control: stop pulling until the client reads; the backlog stays in the hub.
+          counters.sendQueue++;
+          await new Promise<void>((resolve) => {
+            this.drainWaiter = resolve;
+            this.call.once('drain', resolve);
+          });
+          this.drainWaiter = null;
+          counters.sendQueue--;
+        }
+      }
+    }
+  }
+
+  private async hello(resumeToken: string): Promise<void> {
+    if (resumeToken !== '' && parseDeliveryId(resumeToken) === null) {
+      throw new ApiError(grpc.status.INVALID_ARGUMENT, `must be a delivery id ("<ms>-<seq>"), got ${JSON.stringify(resumeToken.slice(0, 40))}`, 'hello.resume_token');
+    }
+    const box = await this.host.hub.openInbox(this.device, resumeToken === '' ? null : resumeToken);
+    if (this.phase !== 'opening') {
+      box.close();
+      return;
+    }
+    this.inbox = box;
+    this.writer = this.host.hub.locationWriter(this.device);
+    this.phase = 'open';
+    this.lastSent = box.resumeToken;
+    this.write(create(ConnectResponseSchema, { message: { case: 'welcome', value: { deviceId: this.device, resumeToken: box.resumeToken, missed: BigInt(box.missed) } } }));
+    this.deliver(box).catch(this.failStream);
+  }
+
+  private async request(kind: 'subscribe' | 'replace' | 'unsubscribe', requestId: string, run: () => Promise<void>): Promise<void> {
+    // Queued behind a hello that failed, or behind the stream's end: the client was told the
+    // stream failed, so the request must not take effect.
+    if (this.phase === 'closed') return;
+    try {
+      await run();
+      this.reply(requestId, null);
+    } catch (err) {
+      const s = this.host.reject(err, `Connect.${kind}`);
+      if (!s.expected) return this.failStream(err);
+      if (s.field === '') return void this.reply(requestId, s);
+      // Name the field from the stream message down: "subscribe.subscription.filters[0]...".
+      const rule = s.message.startsWith(`${s.field}: `) ? s.message.slice(s.field.length + 2) : s.message;
+      this.reply(requestId, { ...s, field: `${kind}.${s.field}`, message: `${kind}.${s.field}: ${rule}` });
+    }
+  }
+
+  private async ack(id: string): Promise<void> {
+    if (this.phase === 'closed') return;
+    const refuse = (message: string) => this.reply('', this.host.reject(new ApiError(grpc.status.INVALID_ARGUMENT, message, 'ack.delivery_id'), 'Connect.ack'));
+    if (parseDeliveryId(id) === null) return refuse(`must be a delivery id, got ${JSON.stringify(id.slice(0, 40))}`);
+    if (this.lastSent === '' || compareDeliveryIds(id, this.lastSent) > 0) {
+      return refuse(`acknowledges ${id}, which was not delivered on this stream (last ${this.lastSent || 'none'})`);
+    }
+    await this.inbox?.ack(id);
+  }
+
+  private onMessage(req: ConnectRequest): void {
+    if (this.phase === 'closed') return;
+    if (isMalformed(req)) return this.failStream(new ApiError(grpc.status.INVALID_ARGUMENT, req.reason, 'request'));
+    const m = req.message;
+    if (this.phase === 'hello') {
+      if (m.case !== 'hello') return this.failStream(new ApiError(grpc.status.FAILED_PRECONDITION, 'the first message of a stream must be hello', 'hello'));
+      this.phase = 'opening';
+      // Requests sent right behind hello queue on the chain behind it.
+      this.chain = this.chain.then(() => this.hello(m.value.resumeToken)).catch(this.failStream);
+      return;
+    }
+    const { hub, limits } = this.host;
+    const device = this.device;
+    switch (m.case) {
+      case 'location': {
+        // The hot path: no allocation beyond the decoded message, no promise.
+        const lat = m.value.lat;
+        const lon = m.value.lon;
+        if (inRange(lat, lon)) {
+          const writer = this.writer;
+          if (writer !== null) writer.update(lat, lon);
+          else this.chain = this.chain.then(() => this.writer?.update(lat, lon));
+          this.host.counters.locationUpdatesStream++;
+        } else {
+          this.reply('', this.host.reject(latLonError(lat, lon), 'Connect.location'));
+        }
+        return;
+      }
+      case 'subscribe': {
+        const { requestId, subscription } = m.value;
+        this.chain = this.chain.then(() => this.request('subscribe', requestId, async () => hub.addSubscription(device, toSubscription('subscription', device, subscription, limits))));
+        return;
+      }
+      case 'replace': {
+        const { requestId, subscription } = m.value;
+        this.chain = this.chain.then(() => this.request('replace', requestId, async () => hub.replaceSubscription(device, toSubscription('subscription', device, subscription, limits))));
+        return;
+      }
+      case 'unsubscribe': {
+        const { requestId, subscriptionId } = m.value;
+        this.chain = this.chain.then(() => this.request('unsubscribe', requestId, async () => hub.removeSubscription(device, checkId('subscription_id', subscriptionId, limits))));
+        return;
+      }
+      case 'ack': {
+        const id = m.value.deliveryId;
+        this.chain = this.chain.then(() => this.ack(id)).catch(this.failStream);
+        return;
+      }
+      case 'hello':
+        return this.failStream(new ApiError(grpc.status.FAILED_PRECONDITION, 'hello was already sent on this stream', 'hello'));
+      default:
+        return this.failStream(new ApiError(grpc.status.INVALID_ARGUMENT, 'message must be set (an unknown or empty oneof)', 'message'));
+    }
+  }
+}
+
+function latLonError(lat: number, lon: number): ApiError {
+  const [field, v, [lo, hi]] = !(lat >= LAT_RANGE[0] && lat <= LAT_RANGE[1]) ? ['location.lat', lat, LAT_RANGE] : ['location.lon', lon, LON_RANGE];
+  return new ApiError(grpc.status.INVALID_ARGUMENT, `must be within [${lo}, ${hi}], got ${String(v)}`, field);
+}
