@@ -8,7 +8,7 @@ import { AmbitError, show } from '../../src/model/errors.js';
 import type { Matcher, MatcherStats } from '../../src/engines/matcher.js';
 import type { DeviceHandle } from '../../src/engines/matcher.js';
 import type { Event, PositionUpdate } from '../../src/model/types.js';
-import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE, type DeviceSubscription, type HubStats, subscriptionKey } from '../hub/port.js';
+import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE, type DeviceSubscription, type HubStats, splitSubscriptionKey, subscriptionKey } from '../hub/port.js';
 
 export interface Recipient {
   device: string;
@@ -163,7 +163,10 @@ export class MatchCore {
     const out: Recipient[] = [];
     for (let i = 0; i < keys.length; i++) {
       const o = this.owners.get(keys[i]);
-      if (o === undefined) throw new Error(`match core: the engine matched ${keys[i]}, which no device holds`);
+      if (o === undefined) {
+        this.lateMatch(keys[i], out);
+        continue;
+      }
       const d = o.of;
       if (d.stamp !== stamp) {
         d.stamp = stamp;
@@ -173,6 +176,18 @@ export class MatchCore {
     }
     for (let i = 0; i < out.length; i++) if (out[i].subscriptionIds.length > 1) out[i].subscriptionIds.sort();
     return out;
+  }
+
+  /**
+   * A key the engine matched whose subscription was removed while the match was awaited (an
+   * unsubscribe that arrived in the same turn): it is delivered as matched, decoded from the key,
+   * as it was before the removal. Rare, so a linear search for the device's recipient is fine.
+   */
+  private lateMatch(key: string, out: Recipient[]): void {
+    const [device, id] = splitSubscriptionKey(key);
+    const r = out.find((x) => x.device === device);
+    if (r === undefined) out.push({ device, subscriptionIds: [id] });
+    else r.subscriptionIds.push(id);
   }
 
   stats(): MatcherStats {

@@ -23,6 +23,17 @@ export class RedisFanOut implements FanOut {
   ) {}
 
   deliver(source: DeliverySource, events: readonly Event[], recipients: readonly (readonly Recipient[])[]): number[] {
+    try {
+      return this.queue(source, events, recipients);
+    } catch (err) {
+      // Nothing half-queued is sent with a later flush: the batch is replayed whole.
+      this.pipeline = null;
+      this.queued = 0;
+      throw err;
+    }
+  }
+
+  private queue(source: DeliverySource, events: readonly Event[], recipients: readonly (readonly Recipient[])[]): number[] {
     const k = this.keys;
     const { maxPerDevice, maxAgeMs } = this.retention;
     const reached = new Array<number>(events.length);

@@ -90,7 +90,7 @@ function parsePub(id: string, fields: Buffer[]): InEntry {
     if (!Array.isArray(events)) throw new Error('events must be an array');
     p.events = events as Event[];
   } catch (err) {
-    p.error = { code: 'INVALID_ARGUMENT', message: `redis protocol: malformed publish entry ${id}: ${err instanceof Error ? err.message : String(err)}` };
+    p.error = { code: 'INVALID_ARGUMENT', message: `redis matcher: malformed publish entry ${id}: ${err instanceof Error ? err.message : String(err)}` };
   }
   return p;
 }

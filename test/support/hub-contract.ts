@@ -247,6 +247,28 @@ export function runHubContract(name: string, makeHub: MakeHub, options: { timeou
         inbox.close();
       }));
 
+    it('an unsubscribe in the same turn as a publish: the publish succeeds for everyone, and reached says whether the leaver got it', () =>
+      withHub({}, async (hub) => {
+        for (const d of ['eve', 'finn']) {
+          await addPing(hub, d);
+          await hub.addSubscription(d, sub('race', anywhere(eq('kind', 'race'))));
+        }
+        const e = event({ kind: 'race' });
+        // Called in one turn, as two requests read from one connection are: the removal may land
+        // while the publish's match is awaited.
+        const published = hub.publish([e]);
+        const removed = hub.removeSubscription('eve', 'race');
+        const [r] = await published;
+        await removed;
+        assert.ok(r.reached === 1 || r.reached === 2, `reached ${r.reached}`);
+        const boxes = await Promise.all(['eve', 'finn'].map((d) => hub.openInbox(d, null)));
+        const [eve, finn] = await Promise.all(['eve', 'finn'].map((d, i) => drain(hub, boxes[i], d)));
+        assert.deepEqual(shape(finn), [[e.id, ['race']]]);
+        assert.deepEqual(shape(eve), r.reached === 2 ? [[e.id, ['race']]] : []);
+        assert.deepEqual(await hub.listSubscriptions('eve'), [sub('ping', anywhere(eq('ping', 'eve')))]);
+        for (const b of boxes) b.close();
+      }));
+
     it('resumes after the last acknowledged delivery; the ack point only moves forward', () =>
       withHub({}, async (hub) => {
         await hub.addSubscription('eve', sub('all', anywhere()));
