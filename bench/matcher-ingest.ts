@@ -19,7 +19,7 @@ import { Prng } from '../src/workload/prng.js';
 import type { Filter } from '../src/model/types.js';
 import { RedisHub } from '../services/hub/redis.js';
 import { RedisMatcher } from '../services/matcher/redis.js';
-import type { LocationWriter } from '../services/hub/port.js';
+import { ENGINE_SIDE_LIMITS, type LocationWriter } from '../services/hub/port.js';
 import { type RedisServer, startRedisServer } from '../test/support/redis-server.js';
 import { ArgReader, type Fail, cliFail, parseArgs, runMain } from './lib/args.js';
 import { describeMachine } from './lib/machine.js';
@@ -158,7 +158,7 @@ async function main(): Promise<void> {
     };
     const untilApplied = (target: number) => (applied >= target ? Promise.resolve() : new Promise<void>((resolve) => (waiter = { target, resolve })));
     const startMatcher = async () => {
-      const engine = CPU_ENGINES.fast({ limits: { maxIdBytes: 1024 } });
+      const engine = CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS });
       const t0 = performance.now();
       const m = await RedisMatcher.start({ redis: url, prefix: PREFIX, engine, engineDetail: 'fast (bench)', readCount, hooks });
       return { m, rebuildMs: performance.now() - t0 };

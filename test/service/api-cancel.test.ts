@@ -18,10 +18,11 @@ import { silentLogger } from '../../services/process/log.js';
 import { MatchCore } from '../../services/matcher/core.js';
 import { Metrics } from '../../services/process/metrics.js';
 import { grpcClient, grpcServerDefinition } from '../../api/rpc.js';
+import { ENGINE_SIDE_LIMITS } from '../../services/hub/port.js';
 
 describe('api: a client stream past its deadline', () => {
   it('BulkPublish: messages still queued when the deadline passes are not published', async () => {
-    const hub = new EmbeddedHub(new MatchCore(CPU_ENGINES.fast({ limits: { maxIdBytes: 1024 } })));
+    const hub = new EmbeddedHub(new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS })));
     const publish = hub.publish.bind(hub);
     // A matcher held by the test: the first message's apply outlives the caller's deadline.
     const applied: string[] = [];

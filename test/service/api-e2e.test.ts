@@ -13,6 +13,7 @@ import type { Constraint, Event, Filter, Op as MOp, Value } from '../../src/mode
 import { Op } from '../../api/gen/ambit/v1/types_pb.js';
 import { Rng } from '../support/rng.js';
 import { type Clients, DeviceStream, type Init, type TestServer, clientStream, meta, startTestServer, unary } from '../support/grpc.js';
+import { ENGINE_SIDE_LIMITS } from '../../services/hub/port.js';
 
 const SEED = 0x5eed_a4b1;
 const DEVICES = 24;
@@ -124,7 +125,7 @@ class Gen {
 describe('api e2e: seeded workload against the reference engine', () => {
   let srv: TestServer;
   let clients: Clients;
-  const ref = new ReferenceMatcher({ limits: { maxIdBytes: 1024 } });
+  const ref = new ReferenceMatcher({ limits: ENGINE_SIDE_LIMITS });
   const gen = new Gen(new Rng(SEED));
   const devices = Array.from({ length: DEVICES }, (_, i) => `dev-${String(i).padStart(2, '0')}`);
   const streams = new Map<string, DeviceStream>();

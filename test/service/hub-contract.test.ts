@@ -6,9 +6,10 @@ import { CPU_ENGINES } from '../../src/engines/index.js';
 import { EmbeddedHub } from '../../services/hub/embedded.js';
 import { MatchCore } from '../../services/matcher/core.js';
 import { runHubContract } from '../support/hub-contract.js';
+import { ENGINE_SIDE_LIMITS } from '../../services/hub/port.js';
 
 runHubContract('embedded', async (setup) => {
-  const core = new MatchCore(CPU_ENGINES.fast({ limits: { maxIdBytes: 1024 } }), setup.maxSubscriptionsPerDevice);
+  const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }), setup.maxSubscriptionsPerDevice);
   const hub = new EmbeddedHub(core, { retention: setup.retention });
   return { hub, dispose: () => hub.close() };
 });
@@ -17,7 +18,7 @@ runHubContract('embedded', async (setup) => {
 describe('embedded hub: retention of devices that went quiet', () => {
   it('a sweep drops (and counts) aged notifications of devices that neither connect nor receive', async () => {
     let now = 1_000_000;
-    const core = new MatchCore(CPU_ENGINES.fast({ limits: { maxIdBytes: 1024 } }));
+    const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }));
     const hub = new EmbeddedHub(core, { retention: { maxPerDevice: 100, maxAgeMs: 60_000 }, now: () => now });
     try {
       for (let d = 0; d < 20; d++) await hub.addSubscription(`d${d}`, { id: 's', filters: [{ constraints: [{ name: 'k', op: 'exists' }] }] });

@@ -17,6 +17,7 @@ import { RedisMatcher, type RedisMatcherOptions } from '../../services/matcher/r
 import { P, Q, addPing, anchored, anywhere, drain, eq, event, north, pullN, rejectsWith, runHubContract, sub } from '../support/hub-contract.js';
 import { within } from '../support/grpc.js';
 import { type RedisServer, redisServerMissing, startRedisServer } from '../support/redis-server.js';
+import { ENGINE_SIDE_LIMITS } from '../../services/hub/port.js';
 
 const missing = redisServerMissing();
 let server: RedisServer | null = null;
@@ -37,7 +38,7 @@ function url(): string {
 const freshPrefix = () => `t${process.pid}-${++prefixSeq}:`;
 
 function matcherOptions(prefix: string, more: Partial<RedisMatcherOptions> = {}): RedisMatcherOptions {
-  return { redis: url(), prefix, engine: CPU_ENGINES.fast({ limits: { maxIdBytes: 1024 } }), engineDetail: 'fast (test)', statsMs: 100, ...more };
+  return { redis: url(), prefix, engine: CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }), engineDetail: 'fast (test)', statsMs: 100, ...more };
 }
 
 function hubOptions(prefix: string, more: Partial<RedisHubOptions> = {}): RedisHubOptions {
@@ -448,7 +449,7 @@ describe('redis: Redis itself goes away', { skip: missing ?? false }, () => {
       await admin.quit();
       await hub.close();
 
-      const matcher = await RedisMatcher.start({ redis: own.url, prefix, engine: CPU_ENGINES.fast({ limits: { maxIdBytes: 1024 } }), engineDetail: 'fast (test)', statsMs: 100 });
+      const matcher = await RedisMatcher.start({ redis: own.url, prefix, engine: CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }), engineDetail: 'fast (test)', statsMs: 100 });
       await own.stop();
       // Does not hang: a failure timeout, not a timing assertion.
       await within(matcher.stop(), 20_000, 'the matcher stops with its Redis gone');
