@@ -26,14 +26,15 @@ import {
   UpdateLocationResponseSchema,
   type UpdateLocationsRequest,
   UpdateLocationsResponseSchema,
+  DeviceService,
 } from '../../api/gen/ambit/v1/device_pb.js';
-import { GetDeviceSubscriptionsResponseSchema, type GetDeviceSubscriptionsRequest, GetStatsResponseSchema } from '../../api/gen/ambit/v1/ops_pb.js';
-import { type BulkPublishRequest, BulkPublishResponseSchema, type PublishRequest, PublishResponseSchema } from '../../api/gen/ambit/v1/publisher_pb.js';
+import { OpsService, GetDeviceSubscriptionsResponseSchema, type GetDeviceSubscriptionsRequest, GetStatsResponseSchema } from '../../api/gen/ambit/v1/ops_pb.js';
+import { type BulkPublishRequest, BulkPublishResponseSchema, type PublishRequest, PublishResponseSchema, PublisherService } from '../../api/gen/ambit/v1/publisher_pb.js';
 import type { Hub } from '../hub/port.js';
 import { DeviceSession, type SessionHost } from './device-session.js';
 import type { Logger } from 'pino';
 import type { Counters, EdgeMetrics } from './counters.js';
-import { isMalformed } from '../../api/rpc.js';
+import { grpcServerDefinition, isMalformed } from '../../api/rpc.js';
 
 export interface GatewayOptions {
   /** Notifications pulled from the hub per read. */
@@ -130,6 +131,14 @@ export class Gateway implements SessionHost {
         }),
       },
     };
+  }
+
+  /** Adds the device, publisher and ops services to a gRPC server. */
+  addTo(server: grpc.Server): void {
+    const h = this.handlers();
+    server.addService(grpcServerDefinition(DeviceService), h.device);
+    server.addService(grpcServerDefinition(PublisherService), h.publisher);
+    server.addService(grpcServerDefinition(OpsService), h.ops);
   }
 
   get connectedDevices(): number {

@@ -19,10 +19,7 @@ import { type Logger, silentLogger } from './log.js';
 import { MatchCore } from '../matcher/core.js';
 import { Metrics } from './metrics.js';
 import { connectGatewayHub, startMatcherRole } from './roles.js';
-import { SERVICES, grpcServerDefinition, reflectionPackage } from '../../api/rpc.js';
-import { DeviceService } from '../../api/gen/ambit/v1/device_pb.js';
-import { OpsService } from '../../api/gen/ambit/v1/ops_pb.js';
-import { PublisherService } from '../../api/gen/ambit/v1/publisher_pb.js';
+import { SERVICES, reflectionPackage } from '../../api/rpc.js';
 
 export interface RunningServer {
   readonly config: ServerConfig;
@@ -86,10 +83,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
         'grpc.http2.max_ping_strikes': 5,
         'grpc.max_receive_message_length': 4 * 1024 * 1024,
       });
-      const h = gateway.handlers();
-      server.addService(grpcServerDefinition(DeviceService), h.device);
-      server.addService(grpcServerDefinition(PublisherService), h.publisher);
-      server.addService(grpcServerDefinition(OpsService), h.ops);
+      gateway.addTo(server);
       const health = new HealthImplementation({ '': 'SERVING', ...Object.fromEntries(SERVICES.map((s) => [s.typeName, 'SERVING' as const])) });
       health.addToServer(server);
       new ReflectionService(reflectionPackage() as never).addToServer(server);

@@ -11,13 +11,12 @@ import type { Event } from '../../src/model/types.js';
 import { SCOPES, TokenAuthority } from '../../services/edge/auth.js';
 import { EmbeddedHub } from '../../services/hub/embedded.js';
 import { Gateway } from '../../services/edge/gateway.js';
-import { DeviceService } from '../../api/gen/ambit/v1/device_pb.js';
 import { OpsService } from '../../api/gen/ambit/v1/ops_pb.js';
 import { PublisherService } from '../../api/gen/ambit/v1/publisher_pb.js';
 import { silentLogger } from '../../services/process/log.js';
 import { MatchCore } from '../../services/matcher/core.js';
 import { Metrics } from '../../services/process/metrics.js';
-import { grpcClient, grpcServerDefinition } from '../../api/rpc.js';
+import { grpcClient } from '../../api/rpc.js';
 import { ENGINE_SIDE_LIMITS } from '../../services/hub/port.js';
 
 describe('api: a client stream past its deadline', () => {
@@ -44,10 +43,7 @@ describe('api: a client stream past its deadline', () => {
     const metrics = new Metrics(hub, 'test');
     const gateway = new Gateway(hub, authority, DEFAULT_LIMITS, metrics, silentLogger());
     const server = new grpc.Server();
-    const h = gateway.handlers();
-    server.addService(grpcServerDefinition(DeviceService), h.device);
-    server.addService(grpcServerDefinition(PublisherService), h.publisher);
-    server.addService(grpcServerDefinition(OpsService), h.ops);
+    gateway.addTo(server);
     const port = await new Promise<number>((resolve, reject) => server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (e, p) => (e ? reject(e) : resolve(p))));
     const Client = grpcClient(PublisherService);
     const client = new Client(`127.0.0.1:${port}`, grpc.credentials.createInsecure());

@@ -16,7 +16,7 @@ import { DEFAULT_CONFIG, type ServerConfig } from '../../services/process/config
 import { rootLogger } from '../../services/process/log.js';
 import { Metrics } from '../../services/process/metrics.js';
 import { type RunningServer, startServer } from '../../services/process/server.js';
-import { grpcClient, grpcServerDefinition } from '../../api/rpc.js';
+import { grpcClient } from '../../api/rpc.js';
 import { type ConnectResponse, DeviceService, type Reply, type Welcome } from '../../api/gen/ambit/v1/device_pb.js';
 import { OpsService } from '../../api/gen/ambit/v1/ops_pb.js';
 import { PublisherService } from '../../api/gen/ambit/v1/publisher_pb.js';
@@ -61,10 +61,7 @@ export async function startHubServer(hub: Hub, secret = 'hub-server-test-secret-
   const metrics = new Metrics(hub, 'all');
   const gateway = new Gateway(hub, authority, DEFAULT_LIMITS, metrics, rootLogger('warn', sink).child({ component: 'gateway' }));
   const server = new grpc.Server();
-  const h = gateway.handlers();
-  server.addService(grpcServerDefinition(DeviceService), h.device);
-  server.addService(grpcServerDefinition(PublisherService), h.publisher);
-  server.addService(grpcServerDefinition(OpsService), h.ops);
+  gateway.addTo(server);
   const port = await new Promise<number>((resolve, reject) => server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (e, p) => (e ? reject(e) : resolve(p))));
   const metricsPort = await metrics.listen('127.0.0.1', 0);
   let stopped: Promise<void> | null = null;

@@ -9,21 +9,10 @@ import { sink } from '../sink.js';
 import { type Summary, summarize } from '../stats.js';
 import { type GpuEnv, type SkipFn, engineOrSkip, health } from './common.js';
 import { Loader, loadWithProgress } from './loader.js';
-import type { GpuUpdateEngine, MovesThenMatch } from './schema.js';
+import type { GpuBenchConfig, GpuUpdateEngine, MovesThenMatch } from './schema.js';
 
-export interface UpdatesSuiteConfig {
-  engines: string[];
-  subscriptions: number;
-  timed: number;
-  loop: number;
-  batchSizes: number[];
-  batchReps: number;
-  moves: number[];
-  movesReps: number;
-  plainMatches: number;
-  maxMoveSeconds: number;
-  rtreeMaxSubs: number;
-}
+/** The suite's configuration (as recorded in the result file) and the rtree size cap it applies. */
+export type UpdatesSuiteConfig = GpuBenchConfig['updates'] & { rtreeMaxSubs: number };
 
 function distinct(idx: Int32Array, devices: number): number {
   const seen = new Uint8Array(devices);
