@@ -63,9 +63,12 @@ export function grpcDefinition(service: DescService): grpc.ServiceDefinition {
 }
 
 function serializer<D extends DescMessage>(schema: D): (value: unknown) => Buffer {
-  // Accepts a message or a plain init object (as protobuf-es `create` does), so callers may write
-  // `{ message: { case: 'location', value: { lat, lon } } }` without wrapping each level.
+  // Accepts a message, a plain init object (as protobuf-es `create` does), so callers may write
+  // `{ message: { case: 'location', value: { lat, lon } } }` without wrapping each level, or the
+  // message's bytes already encoded.
   return (value) => {
+    // Bytes are a message the server encoded itself (a notification frame shared by recipients).
+    if (value instanceof Uint8Array) return Buffer.isBuffer(value) ? value : Buffer.from(value.buffer, value.byteOffset, value.byteLength);
     const msg = isMessage(value, schema) ? value : create(schema, value as never);
     const bytes = toBinary(schema, msg as MessageShape<D>);
     return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);

@@ -10,7 +10,8 @@ import { type Limits, checkId, inRange, LAT_RANGE, LON_RANGE } from '../../src/m
 import { type ConnectRequest, type ConnectResponse, ConnectResponseSchema } from '../../api/gen/ambit/v1/device_pb.js';
 import { isMalformed } from '../../api/rpc.js';
 import type { Principal } from './auth.js';
-import { ApiError, type StatusInfo, fromDelivery, requestStatus, toServiceError, toSubscription } from './convert.js';
+import { ApiError, type StatusInfo, requestStatus, toServiceError, toSubscription } from './convert.js';
+import { notificationFrame } from './notification-frame.js';
 import { type Hub, type Inbox, type LocationWriter, compareDeliveryIds, parseDeliveryId } from '../hub/port.js';
 import type { Logger } from 'pino';
 import type { Counters } from './counters.js';
@@ -116,6 +117,11 @@ export class DeviceSession {
     return this.phase === 'closed' ? true : this.call.write(m);
   }
 
+  /** A response already encoded (the gRPC bridge sends bytes as they are). */
+  private writeBytes(frame: Uint8Array): boolean {
+    return this.phase === 'closed' ? true : this.call.write(frame as unknown as ConnectResponse);
+  }
+
   private reply(requestId: string, s: StatusInfo | null): void {
     if (this.write(create(ConnectResponseSchema, { message: { case: 'reply', value: { requestId, status: requestStatus(s) } } })) || this.readsPaused) return;
     // The client is not reading its replies: stop reading its requests until it does, so HTTP/2
@@ -143,7 +149,7 @@ export class DeviceSession {
         if (this.phase !== 'open') return;
         this.lastSent = d.deliveryId;
         counters.notificationsSent++;
-        if (!this.write(create(ConnectResponseSchema, { message: { case: 'notification', value: fromDelivery(d) } }))) {
+        if (!this.writeBytes(notificationFrame(d))) {
           // HTTP/2 flow control: stop pulling until the client reads; the backlog stays in the hub.
           counters.sendQueue++;
           await new Promise<void>((resolve) => {

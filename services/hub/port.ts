@@ -110,14 +110,31 @@ export interface Hub {
 
 // ---- delivery ids ----
 
-const ID_RE = /^(\d{1,16})-(\d{1,16})$/;
-
-/** Parses "<ms>-<seq>"; null when malformed. */
+/**
+ * Parses "<ms>-<seq>" (each 1-16 digits, safe integers); null when malformed. A character loop,
+ * not a regular expression: every ack and resume point goes through it.
+ */
 export function parseDeliveryId(id: string): [number, number] | null {
-  const m = ID_RE.exec(id);
-  if (m === null) return null;
-  const a = Number(m[1]);
-  const b = Number(m[2]);
+  const n = id.length;
+  let i = 0;
+  let a = 0;
+  while (i < n && i < 17) {
+    const c = id.charCodeAt(i);
+    if (c < 48 || c > 57) break;
+    a = a * 10 + (c - 48);
+    i++;
+  }
+  if (i === 0 || i > 16 || i >= n || id.charCodeAt(i) !== 45) return null;
+  const start = ++i;
+  let b = 0;
+  while (i < n) {
+    const c = id.charCodeAt(i);
+    if (c < 48 || c > 57) return null;
+    b = b * 10 + (c - 48);
+    i++;
+  }
+  const digits = i - start;
+  if (digits === 0 || digits > 16) return null;
   return Number.isSafeInteger(a) && Number.isSafeInteger(b) ? [a, b] : null;
 }
 

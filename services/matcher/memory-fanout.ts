@@ -4,9 +4,9 @@
  * the oldest and counts them; a periodic sweep applies age retention to devices that went quiet.
  */
 import type { Event } from '../../src/model/types.js';
-import { type Delivery, compareDeliveryIds } from '../hub/port.js';
+import type { Delivery } from '../hub/port.js';
 import type { Recipient } from './core.js';
-import { DEFAULT_RETENTION, type DeliverySource, type FanOut, type Retention, missedAfter, reachedBy, resumePoint } from './fanout.js';
+import { DEFAULT_RETENTION, type DeliverySource, type FanOut, type Retention, missedAfter, ordinalOf, reachedBy, resumePoint } from './fanout.js';
 
 /** One device's log: a FIFO of deliveries with increasing ids, plus its ack point and readers. */
 export class DeviceLog {
@@ -52,16 +52,14 @@ export class DeviceLog {
     return { start: from, missed: missedAfter(from, oldest, this.last) };
   }
 
-  /** Index of the first entry with id > `after`. */
+  /**
+   * Index of the first entry with id > `after`. Ordinals are consecutive from the head (entries
+   * are appended with the next ordinal and dropped only from the front), so it is arithmetic on
+   * the ordinal, not a search.
+   */
   firstAfter(after: string): number {
-    let lo = this.head;
-    let hi = this.entries.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (compareDeliveryIds(this.entries[mid].deliveryId, after) <= 0) lo = mid + 1;
-      else hi = mid;
-    }
-    return lo;
+    const i = this.entries.length - (this.last - ordinalOf(after));
+    return i < this.head ? this.head : i > this.entries.length ? this.entries.length : i;
   }
 
   /** Wakes every waiting reader (they see the log closed or new entries). */

@@ -1,0 +1,107 @@
+/**
+ * A notification as the bytes of one `ConnectResponse` on the wire, built without a message
+ * object per recipient: the event is encoded once (its bytes are shared by every device it
+ * reaches) and each recipient's frame splices its own delivery id, subscription ids and time
+ * around them. The bytes are exactly what protobuf-es writes for the same message (a test holds
+ * the two side by side); the gRPC bridge (api/rpc.ts) passes bytes through unencoded.
+ *
+ *   ConnectResponse { 3: Notification { 1: delivery_id, 2: Event, 3: repeated subscription_ids,
+ *                                        4: Timestamp { 1: seconds, 2: nanos } } }
+ */
+import { create, toBinary } from '@bufbuild/protobuf';
+import type { Event as MEvent } from '../../src/model/types.js';
+import { ConnectResponseSchema } from '../../api/gen/ambit/v1/device_pb.js';
+import { EventSchema } from '../../api/gen/ambit/v1/types_pb.js';
+import type { Delivery } from '../hub/port.js';
+import { fromDelivery, fromEvent } from './convert.js';
+
+/** Encoded events, kept while the model event is alive (a device's log or a batch in flight). */
+const eventBytes = new WeakMap<MEvent, Uint8Array>();
+
+function encodedEvent(e: MEvent): Uint8Array {
+  let b = eventBytes.get(e);
+  if (b === undefined) {
+    b = toBinary(EventSchema, fromEvent(e));
+    eventBytes.set(e, b);
+  }
+  return b;
+}
+
+// Field tags: (field number << 3) | wire type 2 (length-delimited) or 0 (varint).
+const TAG_NOTIFICATION = (3 << 3) | 2;
+const TAG_DELIVERY_ID = (1 << 3) | 2;
+const TAG_EVENT = (2 << 3) | 2;
+const TAG_SUBSCRIPTION_ID = (3 << 3) | 2;
+const TAG_PUBLISHED_AT = (4 << 3) | 2;
+const TAG_SECONDS = (1 << 3) | 0;
+const TAG_NANOS = (2 << 3) | 0;
+
+/** The `ConnectResponse` bytes of one delivery. */
+export function notificationFrame(d: Delivery): Uint8Array {
+  // Times are whole milliseconds since the epoch; anything else takes the general encoder.
+  if (!(Number.isSafeInteger(d.publishedAtMs) && d.publishedAtMs >= 0)) {
+    return toBinary(ConnectResponseSchema, create(ConnectResponseSchema, { message: { case: 'notification', value: fromDelivery(d) } }));
+  }
+  const event = encodedEvent(d.event);
+  const seconds = Math.floor(d.publishedAtMs / 1000);
+  const nanos = (d.publishedAtMs - seconds * 1000) * 1_000_000;
+  const tsLen = (seconds !== 0 ? 1 + varintSize(seconds) : 0) + (nanos !== 0 ? 1 + varintSize(nanos) : 0);
+  const idLen = Buffer.byteLength(d.deliveryId);
+  let body = (idLen > 0 ? 1 + varintSize(idLen) + idLen : 0) + 1 + varintSize(event.length) + event.length + 1 + varintSize(tsLen) + tsLen;
+  const ids = d.subscriptionIds;
+  const idLens = new Array<number>(ids.length);
+  for (let i = 0; i < ids.length; i++) {
+    const n = Buffer.byteLength(ids[i]);
+    idLens[i] = n;
+    body += 1 + varintSize(n) + n;
+  }
+  const out = Buffer.allocUnsafe(1 + varintSize(body) + body);
+  let o = 0;
+  out[o++] = TAG_NOTIFICATION;
+  o = writeVarint(out, o, body);
+  if (idLen > 0) {
+    out[o++] = TAG_DELIVERY_ID;
+    o = writeVarint(out, o, idLen);
+    o += out.write(d.deliveryId, o, 'utf8');
+  }
+  out[o++] = TAG_EVENT;
+  o = writeVarint(out, o, event.length);
+  out.set(event, o);
+  o += event.length;
+  for (let i = 0; i < ids.length; i++) {
+    out[o++] = TAG_SUBSCRIPTION_ID;
+    o = writeVarint(out, o, idLens[i]);
+    o += out.write(ids[i], o, 'utf8');
+  }
+  out[o++] = TAG_PUBLISHED_AT;
+  o = writeVarint(out, o, tsLen);
+  if (seconds !== 0) {
+    out[o++] = TAG_SECONDS;
+    o = writeVarint(out, o, seconds);
+  }
+  if (nanos !== 0) {
+    out[o++] = TAG_NANOS;
+    o = writeVarint(out, o, nanos);
+  }
+  if (o !== out.length) throw new Error(`notification frame: wrote ${o} of ${out.length} bytes`);
+  return out;
+}
+
+/** Bytes of a non-negative integer below 2^53 as a varint. */
+function varintSize(n: number): number {
+  let size = 1;
+  while (n >= 128) {
+    n = Math.floor(n / 128);
+    size++;
+  }
+  return size;
+}
+
+function writeVarint(out: Buffer, o: number, n: number): number {
+  while (n >= 128) {
+    out[o++] = (n % 128) | 0x80;
+    n = Math.floor(n / 128);
+  }
+  out[o++] = n;
+  return o;
+}
