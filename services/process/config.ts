@@ -10,6 +10,9 @@ import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE } from '../hub/port.js';
 
 export type Role = 'all' | 'gateway' | 'matcher';
 
+/** Gateway processes one node may run. */
+export const MAX_GATEWAYS = 256;
+
 export interface ServerConfig {
   role: Role;
   host: string;
@@ -33,6 +36,11 @@ export interface ServerConfig {
   logLevel: string;
   /** Seconds to wait for calls to finish on shutdown before cutting them. */
   shutdownGraceS: number;
+  /**
+   * Gateway processes sharing the gRPC port (1: this process serves it). More than one needs
+   * Redis: the embedded hub keeps its state in one process.
+   */
+  gateways: number;
 }
 
 export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
@@ -50,6 +58,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   maxSubscriptionsPerDevice: DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE,
   logLevel: 'info',
   shutdownGraceS: 10,
+  gateways: 1,
 });
 
 /** Reads AMBIT_* (and REDIS_URL) variables over the defaults; throws naming the variable. */
@@ -100,6 +109,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
     c.logLevel = level;
   }
   c.shutdownGraceS = int('AMBIT_SHUTDOWN_GRACE_S', 0, 3600) ?? c.shutdownGraceS;
+  c.gateways = int('AMBIT_GATEWAYS', 1, MAX_GATEWAYS) ?? c.gateways;
   return c;
 }
 
@@ -117,6 +127,9 @@ export function checkConfig(c: ServerConfig): void {
   if (c.role !== 'all' && c.redisUrl === null) throw new Error(`config: role ${c.role} needs REDIS_URL (only role all runs without Redis)`);
   if (c.tokenSecret === null && !c.dev && c.role !== 'matcher') throw new Error('config: AMBIT_TOKEN_SECRET is required (at least 32 bytes), or AMBIT_DEV=1 for a made-up one');
   if (c.tokenSecret !== null && Buffer.byteLength(c.tokenSecret) < 32) throw new Error(`config: AMBIT_TOKEN_SECRET must be at least 32 bytes, got ${Buffer.byteLength(c.tokenSecret)}`);
+  if (!Number.isSafeInteger(c.gateways) || c.gateways < 1 || c.gateways > MAX_GATEWAYS) throw new Error(`config: gateways must be an integer in [1, ${MAX_GATEWAYS}], got ${String(c.gateways)}`);
+  if (c.gateways > 1 && c.redisUrl === null) throw new Error(`config: AMBIT_GATEWAYS=${c.gateways} needs REDIS_URL (the embedded hub keeps its state in one process)`);
+  if (c.gateways > 1 && c.role === 'matcher') throw new Error(`config: AMBIT_GATEWAYS=${c.gateways} with role matcher: a matcher serves no gRPC`);
   const cap = c.maxSubscriptionsPerDevice;
   if (!Number.isSafeInteger(cap) || cap < 1) throw new Error(`config: maxSubscriptionsPerDevice must be an integer >= 1, got ${String(cap)}`);
 }

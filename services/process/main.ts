@@ -1,12 +1,14 @@
 /**
  * `node dist/services/process/main.js [--role all|gateway|matcher] [--port N] [--metrics-port N|off]
- * [--engine auto|gpu|fast|rtree|reference] [--dev]`: one Ambit process. Flags override the
- * AMBIT_* environment (see docs/service.md). SIGINT/SIGTERM shut it down gracefully.
+ * [--engine auto|gpu|fast|rtree|reference] [--gateways N] [--dev]`: one Ambit process, or with
+ * `--gateways N` (Redis only) a node of N gateway processes sharing the port (gateways.ts). Flags
+ * override the AMBIT_* environment (see docs/service.md). SIGINT/SIGTERM shut it down gracefully.
  */
 import { parseArgs } from 'node:util';
 import { SCOPES } from '../edge/auth.js';
 import { configFromEnv } from './config.js';
 import { rootLogger } from './log.js';
+import { isGatewayWorker, startGatewayNode } from './gateways.js';
 import { startServer } from './server.js';
 
 async function main(): Promise<void> {
@@ -17,6 +19,7 @@ async function main(): Promise<void> {
       port: { type: 'string' },
       'metrics-port': { type: 'string' },
       engine: { type: 'string' },
+      gateways: { type: 'string' },
       dev: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -24,8 +27,8 @@ async function main(): Promise<void> {
   });
   if (values.help === true) {
     process.stderr.write(
-      'usage: node dist/services/process/main.js [--role all|gateway|matcher] [--host H] [--port N] [--metrics-port N|off] [--engine auto|gpu|fast|rtree|reference] [--dev]\n' +
-        'Environment: AMBIT_ROLE AMBIT_HOST AMBIT_PORT AMBIT_METRICS_PORT REDIS_URL AMBIT_REDIS_PREFIX AMBIT_ENGINE AMBIT_TOKEN_SECRET AMBIT_DEV\n' +
+      'usage: node dist/services/process/main.js [--role all|gateway|matcher] [--host H] [--port N] [--metrics-port N|off] [--engine auto|gpu|fast|rtree|reference] [--gateways N] [--dev]\n' +
+        'Environment: AMBIT_ROLE AMBIT_HOST AMBIT_PORT AMBIT_METRICS_PORT REDIS_URL AMBIT_REDIS_PREFIX AMBIT_ENGINE AMBIT_GATEWAYS AMBIT_TOKEN_SECRET AMBIT_DEV\n' +
         '             AMBIT_TLS_CERT AMBIT_TLS_KEY AMBIT_RETENTION_MAX AMBIT_RETENTION_HOURS AMBIT_LOG_LEVEL AMBIT_SHUTDOWN_GRACE_S\n',
     );
     return;
@@ -36,10 +39,11 @@ async function main(): Promise<void> {
   if (values.port !== undefined) env.AMBIT_PORT = values.port;
   if (values['metrics-port'] !== undefined) env.AMBIT_METRICS_PORT = values['metrics-port'];
   if (values.engine !== undefined) env.AMBIT_ENGINE = values.engine;
+  if (values.gateways !== undefined) env.AMBIT_GATEWAYS = values.gateways;
   if (values.dev === true) env.AMBIT_DEV = '1';
   const config = configFromEnv(env);
-  const log = rootLogger(config.logLevel);
-  const server = await startServer(config, log);
+  const log = isGatewayWorker() ? rootLogger(config.logLevel).child({ gateway: Number(env.AMBIT_GATEWAY_INDEX ?? 0) }) : rootLogger(config.logLevel);
+  const server = config.gateways > 1 && !isGatewayWorker() ? await startGatewayNode(config, env, log) : await startServer(config, log);
   if (config.dev && server.authority !== null) {
     const a = server.authority;
     const device = a.issue({ subject: 'demo-device', scopes: [SCOPES.device], ttlSeconds: 86_400 });
@@ -55,9 +59,11 @@ async function main(): Promise<void> {
         `Try: npm run demo -- --server ${config.host}:${server.port} --secret ${secret}\n\n`,
     );
   }
+  if (isGatewayWorker() && server.port !== null) process.send?.({ ambit: 'listening', port: server.port, metricsPort: server.metricsPort });
   let stopping = false;
-  const stop = (signal: string) => {
+  const stop = (signal: string, fromSignal = true) => {
     if (stopping) {
+      if (!fromSignal) return;
       log.warn({ signal }, 'second signal: exiting now');
       process.exit(1);
     }
@@ -77,6 +83,13 @@ async function main(): Promise<void> {
   };
   process.on('SIGINT', () => stop('SIGINT'));
   process.on('SIGTERM', () => stop('SIGTERM'));
+  if (isGatewayWorker()) {
+    // The primary asks its workers to stop; a worker whose primary is gone stops too.
+    process.on('message', (m: unknown) => {
+      if ((m as { ambit?: string } | null)?.ambit === 'stop') stop('primary', false);
+    });
+    process.on('disconnect', () => stop('primary gone', false));
+  }
 }
 
 main().catch((err: unknown) => {

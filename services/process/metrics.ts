@@ -121,7 +121,9 @@ export class Metrics implements EdgeMetrics {
     this.http = http;
     await new Promise<void>((resolve, reject) => {
       http.once('error', reject);
-      http.listen(port, host, () => resolve());
+      // Exclusive: in a node of several gateway processes each one has its own /metrics, not a
+      // port the cluster primary shares among them.
+      http.listen({ port, host, exclusive: true }, () => resolve());
     });
     return (http.address() as AddressInfo).port;
   }

@@ -40,6 +40,9 @@ describe('api config: configFromEnv', () => {
     [{ AMBIT_LOG_LEVEL: 'verbose' }, 'config: AMBIT_LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent, got "verbose"'],
     [{ AMBIT_SHUTDOWN_GRACE_S: '3601' }, 'config: AMBIT_SHUTDOWN_GRACE_S must be an integer in [0, 3600], got "3601"'],
     [{ AMBIT_PORT: '99999999999999999999' }, 'config: AMBIT_PORT must be an integer in [0, 65535], got "99999999999999999999"'],
+    [{ AMBIT_GATEWAYS: '0' }, 'config: AMBIT_GATEWAYS must be an integer in [1, 256], got "0"'],
+    [{ AMBIT_GATEWAYS: '257' }, 'config: AMBIT_GATEWAYS must be an integer in [1, 256], got "257"'],
+    [{ AMBIT_GATEWAYS: 'all' }, 'config: AMBIT_GATEWAYS must be an integer in [1, 256], got "all"'],
   ];
   for (const [env, message] of bad) {
     it(`${Object.entries(env).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(' ')} → ${JSON.stringify(message)}`, () => {
@@ -112,6 +115,9 @@ describe('api config: checkConfig', () => {
   const bad: [string, Partial<ServerConfig>, string][] = [
     ['gateway without Redis', { role: 'gateway' }, 'config: role gateway needs REDIS_URL (only role all runs without Redis)'],
     ['matcher without Redis', { role: 'matcher' }, 'config: role matcher needs REDIS_URL (only role all runs without Redis)'],
+    ['several gateways without Redis', { gateways: 2 }, 'config: AMBIT_GATEWAYS=2 needs REDIS_URL (the embedded hub keeps its state in one process)'],
+    ['several gateways for a matcher', { gateways: 4, role: 'matcher', redisUrl: 'redis://127.0.0.1:6379' }, 'config: AMBIT_GATEWAYS=4 with role matcher: a matcher serves no gRPC'],
+    ['a fractional number of gateways', { gateways: 1.5 }, 'config: gateways must be an integer in [1, 256], got 1.5'],
     ['no secret outside dev mode', { dev: false }, 'config: AMBIT_TOKEN_SECRET is required (at least 32 bytes), or AMBIT_DEV=1 for a made-up one'],
     ['a short secret', { tokenSecret: 'short' }, 'config: AMBIT_TOKEN_SECRET must be at least 32 bytes, got 5'],
     ['a secret of 31 bytes in 16 characters', { tokenSecret: `${'é'.repeat(15)}x` }, 'config: AMBIT_TOKEN_SECRET must be at least 32 bytes, got 31'],

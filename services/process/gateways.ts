@@ -1,0 +1,126 @@
+/**
+ * Several gateway processes on one node sharing one gRPC port (`AMBIT_GATEWAYS=N`): node:cluster's
+ * primary accepts connections and hands them to the workers in turn, so HTTP/2, TLS, protobuf and
+ * stream writes use N cores. A gateway keeps no state but its open streams, so with Redis any
+ * number of them serve one deployment. This process is the primary: it runs the matcher when the
+ * role is `all`, starts the workers, restarts one that dies, and stops them all on shutdown.
+ */
+import cluster, { type Worker } from 'node:cluster';
+import { randomBytes } from 'node:crypto';
+import type { Logger } from 'pino';
+import { TokenAuthority } from '../edge/auth.js';
+import type { ServerConfig } from './config.js';
+import { type RunningServer, startServer } from './server.js';
+
+export interface GatewayNode {
+  readonly config: ServerConfig;
+  /** The shared gRPC port, once every worker listens. */
+  readonly port: number;
+  /** The matcher's metrics port (role all), null otherwise. */
+  readonly metricsPort: number | null;
+  /** Issues tokens with the secret every worker checks (dev mode prints some). */
+  readonly authority: TokenAuthority;
+  /** Workers' process ids, in worker order. */
+  pids(): number[];
+  stop(): Promise<void>;
+}
+
+/** True in a process that cluster started as a gateway worker. */
+export function isGatewayWorker(): boolean {
+  return cluster.isWorker;
+}
+
+/**
+ * Starts the matcher (role all) and `config.gateways` workers; resolves once each listens.
+ * `env`: the environment the workers start from (this process's, with its flags applied).
+ */
+export async function startGatewayNode(config: ServerConfig, env: NodeJS.ProcessEnv, log: Logger): Promise<GatewayNode> {
+  const plog = log.child({ component: 'gateways' });
+  const secret = config.tokenSecret ?? randomBytes(32).toString('base64url');
+  let matcher: RunningServer | null = null;
+  if (config.role === 'all') matcher = await startServer({ ...config, role: 'matcher', gateways: 1 }, log);
+  const n = config.gateways;
+  const base = config.metricsPort;
+  const workerEnv = (i: number): NodeJS.ProcessEnv => ({
+    ...env,
+    AMBIT_ROLE: 'gateway',
+    AMBIT_GATEWAYS: '1',
+    AMBIT_TOKEN_SECRET: secret,
+    AMBIT_DEV: '0',
+    // Each worker's own /metrics: the port after the matcher's, one per worker (0: any free one).
+    AMBIT_METRICS_PORT: base === null ? 'off' : base === 0 ? '0' : String(base + 1 + i),
+    AMBIT_GATEWAY_INDEX: String(i),
+  });
+  // Workers get their settings from the environment only (flags were applied to `env`).
+  cluster.setupPrimary({ args: [] });
+
+  const workers: (Worker | null)[] = new Array(n).fill(null);
+  let stopping = false;
+  let port = -1;
+  const restarts = new Array<number>(n).fill(0);
+  const fork = (i: number): Promise<void> => {
+    const w = cluster.fork(workerEnv(i));
+    workers[i] = w;
+    const startedAt = Date.now();
+    w.once('exit', (code, signal) => {
+      if (workers[i] === w) workers[i] = null;
+      if (stopping) return;
+      // A worker that ran a while is restarted at once; one that keeps dying backs off to 5 s.
+      restarts[i] = Date.now() - startedAt > 10_000 ? 0 : restarts[i] + 1;
+      const delay = Math.min(5000, restarts[i] === 0 ? 0 : 100 * 2 ** (restarts[i] - 1));
+      plog.error({ worker: i, pid: w.process.pid, code, signal, restartInMs: delay }, `gateway worker ${i} exited (${signal ?? code}); restarting`);
+      setTimeout(() => {
+        if (!stopping) fork(i).catch((err: unknown) => plog.error({ err, worker: i }, `gateway worker ${i} did not start`));
+      }, delay).unref();
+    });
+    return new Promise<void>((resolve, reject) => {
+      // The worker says where it listens once its gRPC server is bound (main.ts).
+      w.on('message', (m: unknown) => {
+        const msg = m as { ambit?: string; port?: number; metricsPort?: number | null };
+        if (msg?.ambit !== 'listening' || typeof msg.port !== 'number') return;
+        port = msg.port;
+        plog.info({ worker: i, pid: w.process.pid, port: msg.port, metricsPort: msg.metricsPort ?? null }, `gateway worker ${i} listening`);
+        resolve();
+      });
+      w.once('exit', (code, signal) => reject(new Error(`gateways: worker ${i} exited (${signal ?? code}) before it listened`)));
+    });
+  };
+
+  const stop = async (): Promise<void> => {
+    stopping = true;
+    // A message, not a signal: a worker that a signal to the whole group already stops ignores it
+    // (a second signal would cut its streams short).
+    const exits = workers.filter((w): w is Worker => w !== null && !w.isDead()).map((w) => new Promise<void>((resolve) => {
+      w.once('exit', () => resolve());
+      try {
+        w.send({ ambit: 'stop' });
+      } catch {
+        w.process.kill('SIGTERM');
+      }
+    }));
+    // A worker drains its streams for up to the grace period; past that and 5 s more it is killed.
+    const killer = setTimeout(() => {
+      for (const w of workers) if (w !== null && !w.isDead()) w.process.kill('SIGKILL');
+    }, (config.shutdownGraceS + 5) * 1000);
+    await Promise.all(exits);
+    clearTimeout(killer);
+    if (matcher !== null) await matcher.stop();
+  };
+
+  try {
+    await Promise.all(Array.from({ length: n }, (_, i) => fork(i)));
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  plog.info({ port, gateways: n, role: config.role }, `${n} gateway workers listening on ${config.host}:${port}`);
+  let stopped: Promise<void> | null = null;
+  return {
+    config,
+    port,
+    metricsPort: matcher?.metricsPort ?? null,
+    authority: new TokenAuthority(secret),
+    pids: () => workers.map((w) => w?.process.pid ?? -1),
+    stop: () => (stopped ??= stop()),
+  };
+}

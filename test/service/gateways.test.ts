@@ -1,0 +1,120 @@
+/**
+ * One node of several gateway processes sharing one port (AMBIT_GATEWAYS=2 on a real Redis):
+ * connections spread over the workers, a publish on one reaches devices on both, a worker killed
+ * with SIGKILL is restarted and its devices resume without loss, and SIGTERM to the node stops
+ * every process.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import * as grpc from '@grpc/grpc-js';
+import { SCOPES, TokenAuthority } from '../../services/edge/auth.js';
+import { Op } from '../../api/gen/ambit/v1/types_pb.js';
+import { Clients, DeviceStream, meta, unary } from '../support/grpc.js';
+import { type AmbitProcess, startAmbit } from '../support/processes.js';
+import { type RedisServer, redisServerMissing, startRedisServer } from '../support/redis-server.js';
+
+const SECRET = 'gateways-test-secret-0123456789abcdef012';
+const authority = new TokenAuthority(SECRET);
+const deviceToken = (d: string) => authority.issue({ subject: d, scopes: [SCOPES.device] });
+const publisherToken = authority.issue({ subject: 'pub', scopes: [SCOPES.publish] });
+const MILAN = { lat: 45.4642, lon: 9.19 };
+const num = (v: number) => ({ kind: { case: 'number', value: v } });
+const accident = (id: string) => ({ id, position: MILAN, attributes: { sev: num(3) } });
+const DEVICES = ['d0', 'd1', 'd2', 'd3', 'd4', 'd5'];
+
+interface Worker {
+  index: number;
+  pid: number;
+  metricsPort: number;
+}
+
+const isWorkerLine = (l: Record<string, unknown>, index?: number): boolean =>
+  l.component === 'gateways' && typeof l.worker === 'number' && typeof l.metricsPort === 'number' && (index === undefined || l.worker === index);
+const workerOf = (l: Record<string, unknown>): Worker => ({ index: l.worker as number, pid: l.pid as number, metricsPort: l.metricsPort as number });
+
+async function connected(w: Worker): Promise<number> {
+  const text = await (await fetch(`http://127.0.0.1:${w.metricsPort}/metrics`)).text();
+  const m = /^ambit_connected_devices\{role="gateway"\} (\d+)$/m.exec(text);
+  assert.ok(m !== null, `worker ${w.index} reports ambit_connected_devices`);
+  return Number(m[1]);
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+describe('gateways: one node, two gateway processes on one port', { skip: redisServerMissing() ?? false, timeout: 120_000 }, () => {
+  let redis: RedisServer;
+  let node: AmbitProcess;
+  const open: Clients[] = [];
+  /** A channel of its own (its own TCP connection), so the cluster can hand it to either worker. */
+  const channel = () => {
+    const c = new Clients(`127.0.0.1:${node.port}`, grpc.credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1 });
+    open.push(c);
+    return c;
+  };
+  const publish = (c: Clients, ev: unknown) => unary<{ reached: bigint }>(c.publisher, 'publish', { event: ev }, meta(publisherToken), { deadline: Date.now() + 10_000 });
+  const sub = { id: 'acc', filters: [{ constraints: [{ name: 'sev', op: Op.GT, value: num(2) }], area: { radiusM: 1000 } }] };
+
+  before(async () => {
+    redis = await startRedisServer();
+    node = await startAmbit({ REDIS_URL: redis.url, AMBIT_GATEWAYS: '2', AMBIT_TOKEN_SECRET: SECRET, AMBIT_ENGINE: 'fast', AMBIT_METRICS_PORT: '0' }, [], 30_000);
+    await node.waitForLog((l) => l.component === 'gateways' && l.gateways === 2, 30_000);
+  });
+
+  after(async () => {
+    for (const c of open) c.close();
+    await node?.stop().catch(() => null);
+    await redis?.stop();
+  });
+
+  it('spreads devices over both workers, delivers across them, restarts a killed one, and stops whole', async () => {
+    const workers = [0, 1].map((i) => workerOf(node.logs.find((l) => isWorkerLine(l, i))!));
+    assert.notEqual(workers[0].pid, workers[1].pid);
+
+    const devices = await Promise.all(DEVICES.map(async (d) => {
+      const { stream } = await DeviceStream.open(channel(), deviceToken(d));
+      stream.move(MILAN.lat, MILAN.lon);
+      assert.equal((await stream.subscribe(sub)).code, 0);
+      await stream.sync();
+      return stream;
+    }));
+    const counts = await Promise.all(workers.map(connected));
+    assert.equal(counts[0] + counts[1], DEVICES.length, `connected devices per worker: ${counts.join(', ')}`);
+    assert.ok(counts[0] > 0 && counts[1] > 0, `both workers hold streams: ${counts.join(', ')}`);
+
+    const pub = channel();
+    assert.equal((await publish(pub, accident('ev-1'))).reached, BigInt(DEVICES.length));
+    const first = await Promise.all(devices.map(async (s) => (await s.notifications(1, 10_000))[0]));
+    for (const n of first) assert.equal(n.event?.id, 'ev-1');
+    devices.forEach((s, i) => s.ack(first[i].deliveryId));
+    await Promise.all(devices.map((s) => s.sync()));
+
+    // SIGKILL worker 0: the primary logs the exit and starts a new worker 0.
+    const relisten = node.waitForLog((l) => isWorkerLine(l, 0) && l.pid !== workers[0].pid, 30_000);
+    process.kill(workers[0].pid, 'SIGKILL');
+    await node.waitForLog((l) => l.component === 'gateways' && l.worker === 0 && typeof l.msg === 'string' && l.msg.includes('exited'), 10_000);
+    const replacement = workerOf(await relisten);
+    assert.ok(alive(workers[1].pid), 'worker 1 kept running');
+
+    // Published while some devices are cut off: every device resumes after its ack and gets it once.
+    assert.equal((await publish(channel(), accident('ev-2'))).reached, BigInt(DEVICES.length));
+    for (const s of devices) s.cancel();
+    const resumed = await Promise.all(DEVICES.map(async (d, i) => {
+      const { stream, welcome } = await DeviceStream.open(channel(), deviceToken(d), first[i].deliveryId);
+      assert.equal(welcome.missed, 0n);
+      const [n] = await stream.notifications(1, 10_000);
+      assert.equal(n.event?.id, 'ev-2', `${d} resumes with ev-2, nothing repeated`);
+      return stream;
+    }));
+    for (const s of resumed) s.cancel();
+
+    assert.equal(await node.stop(), 0, 'the node exits 0 on SIGTERM');
+    for (const pid of [replacement.pid, workers[1].pid]) assert.ok(!alive(pid), `worker ${pid} stopped with the node`);
+  });
+});
