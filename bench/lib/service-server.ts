@@ -4,7 +4,7 @@
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readFileSync, readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { SCOPES, TokenAuthority } from '../../services/edge/auth.js';
 import { AmbitOps } from '../../sdk/index.js';
@@ -44,12 +44,54 @@ export function processCpuSeconds(pid: number): number {
 }
 
 
+/** Processes below `pid` (its workers), from /proc's parent links. */
+function descendants(pid: number): number[] {
+  const parent = new Map<number, number>();
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
+      parent.set(Number(name), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const out: number[] = [];
+  const walk = (p: number) => {
+    for (const [child, pp] of parent) if (pp === p) {
+      out.push(child);
+      walk(child);
+    }
+  };
+  walk(pid);
+  return out;
+}
+
+/** CPU seconds of `pid` and every live process below it. */
+function treeCpuSeconds(pid: number): number {
+  let s = processCpuSeconds(pid);
+  for (const c of descendants(pid)) {
+    try {
+      s += processCpuSeconds(c);
+    } catch {
+      // exited since the listing
+    }
+  }
+  return s;
+}
+
+function rssOf(pid: number): number {
+  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return m === null ? NaN : Number(m[1]) * 1024;
+}
+
 /**
  * `nodeArgs`: extra Node flags of the server process (e.g. --cpu-prof). `redisUrl`: run it on
  * Redis (gateway and matcher in the one process, state and delivery through Redis) under a fresh
- * key prefix, instead of the embedded hub.
+ * key prefix, instead of the embedded hub. `gateways` > 1 (Redis only): that many gateway
+ * processes share the port beside the matcher; CPU and memory are summed over all of them.
  */
-export async function startChildServer(engine: string, nodeArgs: readonly string[] = [], redisUrl: string | null = null): Promise<ChildServer> {
+export async function startChildServer(engine: string, nodeArgs: readonly string[] = [], redisUrl: string | null = null, gateways = 1): Promise<ChildServer> {
   if (process.platform !== 'linux') throw new Error('bench/service: measuring the server process needs Linux /proc');
   const secret = randomBytes(32).toString('base64url');
   const port = await freePort();
@@ -65,6 +107,7 @@ export async function startChildServer(engine: string, nodeArgs: readonly string
       AMBIT_LOG_LEVEL: 'warn',
       AMBIT_DEV: '',
       ...(redisUrl === null ? {} : { REDIS_URL: redisUrl, AMBIT_REDIS_PREFIX: `bench-${randomBytes(4).toString('hex')}:` }),
+      AMBIT_GATEWAYS: String(gateways),
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -104,11 +147,8 @@ export async function startChildServer(engine: string, nodeArgs: readonly string
     pid,
     authority,
     ops,
-    cpuSeconds: () => processCpuSeconds(pid),
-    rssBytes: () => {
-      const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-      return m === null ? NaN : Number(m[1]) * 1024;
-    },
+    cpuSeconds: () => treeCpuSeconds(pid),
+    rssBytes: () => [pid, ...descendants(pid)].reduce((sum, p) => sum + rssOf(p), 0),
     stop: async () => {
       ops.close();
       if (exited !== null) return;
