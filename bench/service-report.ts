@@ -62,6 +62,8 @@ interface ServiceFile {
   /** 'embedded' or 'redis' (absent in files written before bench/service.ts had --redis: embedded). */
   mode?: string;
   serverNodeArgs?: string[];
+  /** Gateway processes sharing the port (absent in files from before the option: 1). */
+  gateways?: number;
   machine: MachineInfo;
   loadAverage?: { before: number[] | number; after: number[] | number };
   results: {
@@ -404,7 +406,7 @@ function serviceSection(run: ServiceRun, all: readonly (ServiceRun | IngestRun)[
   lines.push(loadLine(f.loadAverage, f.machine.logicalCores));
   const st = r.serverStats;
   lines.push(
-    `- Engine: ${engineOf(f)}${st?.engineDetail ? ` — ${st.engineDetail}` : ''}; the server (\`npm run serve\`) in a child process, hub: ${hubMode(f) === 'redis' ? 'Redis (gateway and matcher in the one process, state and delivery through Redis)' : hubMode(f)}${f.serverNodeArgs && f.serverNodeArgs.length > 0 ? ` with \`${f.serverNodeArgs.join(' ')}\`` : ''}; seed ${f.seed}`,
+    `- Engine: ${engineOf(f)}${st?.engineDetail ? ` — ${st.engineDetail}` : ''}; the server (\`npm run serve\`) in a child process, hub: ${hubMode(f) === 'redis' ? ((f.gateways ?? 1) > 1 ? `Redis (${f.gateways} gateway processes on one port beside the matcher, state and delivery through Redis; server CPU summed over them)` : 'Redis (gateway and matcher in the one process, state and delivery through Redis)') : hubMode(f)}${f.serverNodeArgs && f.serverNodeArgs.length > 0 ? ` with \`${f.serverNodeArgs.join(' ')}\`` : ''}; seed ${f.seed}`,
   );
   const phases = [
     ...latencyResults(f).map((l) => `latency (${modeName(l.publish)})`),
