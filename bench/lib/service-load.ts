@@ -36,7 +36,7 @@ function openWindow(server: ChildServer): () => Window {
   return () => ({ seconds: (performance.now() - t) / 1000, serverCpuSeconds: server.cpuSeconds() - s, clientCpuSeconds: clientCpu() - c });
 }
 
-function positions(n: number, rng: Prng): { lat: Float64Array; lon: Float64Array } {
+export function positions(n: number, rng: Prng): { lat: Float64Array; lon: Float64Array } {
   const r = makeRegion('milan');
   const lat = new Float64Array(n);
   const lon = new Float64Array(n);
@@ -48,7 +48,7 @@ function positions(n: number, rng: Prng): { lat: Float64Array; lon: Float64Array
 }
 
 /** Devices spread over `connections` HTTP/2 connections (grpc-js shares one per distinct option set). */
-function deviceOptions(i: number, connections: number): DeviceOptions {
+export function deviceOptions(i: number, connections: number): DeviceOptions {
   return { channelOptions: { 'ambit-bench.connection': i % connections }, backoff: { initialMs: 100, maxMs: 2000 }, maxBufferedNotifications: 100_000 };
 }
 
@@ -68,7 +68,7 @@ async function connectAll(server: ChildServer, ids: readonly string[], connectio
 }
 
 /** Places devices with UpdateLocations (a `location:any` token), 10 000 per message. */
-async function place(server: ChildServer, ids: readonly string[], lat: Float64Array, lon: Float64Array): Promise<void> {
+export async function place(server: ChildServer, ids: readonly string[], lat: Float64Array, lon: Float64Array): Promise<void> {
   const fleet = new AmbitFleet(server.address, server.authority.issue({ subject: 'bench-fleet', scopes: [SCOPES.device, SCOPES.locationAny] }));
   await fleet.updateLocations(
     ids.map((deviceId, i) => ({ deviceId, lat: lat[i], lon: lon[i] })),
@@ -130,7 +130,7 @@ export interface Subscribers {
 }
 
 /** Subscriptions of one device: one kind of `kinds`, a minimum level 1–5, a circle of 200–1000 m around the device. */
-function subscriptionsOf(rng: Prng, n: number, kinds: number): Subscription[] {
+export function subscriptionsOf(rng: Prng, n: number, kinds: number): Subscription[] {
   const out: Subscription[] = [];
   for (let j = 0; j < n; j++) {
     out.push({

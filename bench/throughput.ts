@@ -1,0 +1,374 @@
+/**
+ * What one node delivers: a ladder of offered publish rates against the service in a child
+ * process, with the load spread over worker processes so the load generator is not the limit:
+ * publisher workers (one PublishStream each, open loop) and subscriber workers (connected devices
+ * holding the subscriptions, acking what they get). Each event carries its publish time, so a
+ * subscriber measures publish → notification latency on the machine's one clock. Per rate step:
+ * events/s published, notifications/s delivered, latency min/median/p99, server and client CPU.
+ *
+ *   node dist/bench/throughput.js [--rates 1000,5000,20000] [--seconds S] [--devices N]
+ *     [--subs-per-device N] [--kinds N] [--publishers P] [--subscribers S] [--connections C]
+ *     [--engine fast|auto] [--redis URL [--gateways N]] [--out FILE] [--quick]
+ */
+import { fork } from 'node:child_process';
+import os from 'node:os';
+import { fileURLToPath } from 'node:url';
+import { SCOPES } from '../services/edge/auth.js';
+import { AmbitDevice, AmbitPublisher } from '../sdk/index.js';
+import { Prng } from '../src/workload/prng.js';
+import { ArgReader, cliFail, parseArgs, runMain } from './lib/args.js';
+import { describeMachine } from './lib/machine.js';
+import { note } from './lib/progress.js';
+import { ResultRun } from './lib/result-file.js';
+import { deviceOptions, place, positions, subscriptionsOf } from './lib/service-load.js';
+import { startChildServer } from './lib/service-server.js';
+import type { Summary } from './lib/stats.js';
+
+const USAGE = `usage: node dist/bench/throughput.js [--rates LIST] [--seconds S] [--devices N] [--subs-per-device N] [--kinds N]
+  [--publishers P] [--subscribers S] [--connections C] [--engine fast|rtree|auto] [--redis URL [--gateways N]] [--seed N] [--out FILE] [--quick]
+Defaults: rates 1000,2000,5000,10000,20000,50000,100000 events/s for 5 s each; 10000 devices x 5 subscriptions (one of 20 kinds, a level,
+a 200-1000 m circle), publishers and subscribers: half the cores each (at least 1), 8 connections per subscriber.
+--quick: rates 200,500; 2 s; 500 devices x 2 subscriptions; 1 publisher, 1 subscriber.`;
+const M_PER_DEG = 111_195;
+
+// ---- a log-bucket histogram of milliseconds, mergeable across processes ----
+
+const BUCKETS_PER_DECADE = 50;
+const MIN_MS = 0.01;
+const N_BUCKETS = BUCKETS_PER_DECADE * 8; // 0.01 ms .. 1e6 ms
+
+function bucketOf(ms: number): number {
+  if (!(ms > MIN_MS)) return 0;
+  return Math.min(N_BUCKETS - 1, Math.floor(Math.log10(ms / MIN_MS) * BUCKETS_PER_DECADE));
+}
+
+/** The upper edge of a bucket, in ms: quantiles are reported within one bucket (4.7%). */
+const bucketMs = (b: number): number => MIN_MS * 10 ** ((b + 1) / BUCKETS_PER_DECADE);
+
+function quantile(h: readonly number[], total: number, q: number): number {
+  if (total === 0) return NaN;
+  const want = Math.ceil(q * total);
+  let seen = 0;
+  for (let b = 0; b < h.length; b++) {
+    seen += h[b];
+    if (seen >= want) return bucketMs(b);
+  }
+  return bucketMs(h.length - 1);
+}
+
+// ---- IPC ----
+
+interface Init {
+  address: string;
+  secret: string;
+  seed: number;
+  kinds: number;
+  subsPerDevice: number;
+  connections: number;
+  ids: string[];
+  lat: number[];
+  lon: number[];
+  /** Publisher: which stream of the seeded events it draws. */
+  index: number;
+}
+type ToWorker = { t: 'init'; init: Init } | { t: 'run'; step: number; rate: number; seconds: number } | { t: 'report'; step: number } | { t: 'exit' };
+type FromWorker =
+  | { t: 'ready'; cpuSeconds: number }
+  | { t: 'ran'; step: number; published: number; errors: number; cpuSeconds: number }
+  | { t: 'report'; step: number; received: number; histogram: number[]; min: number; max: number; cpuSeconds: number };
+
+const cpuSeconds = (): number => {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1e6;
+};
+const nowMs = (): number => performance.timeOrigin + performance.now();
+
+async function subscriberWorker(init: Init, send: (m: FromWorker) => void, on: (f: (m: ToWorker) => void) => void): Promise<void> {
+  const { TokenAuthority } = await import('../services/edge/auth.js');
+  const authority = new TokenAuthority(init.secret);
+  const rng = new Prng(init.seed, 21 + init.index);
+  const devices: AmbitDevice[] = [];
+  const steps = new Map<number, { received: number; histogram: number[]; min: number; max: number }>();
+  const stepOf = (s: number) => {
+    let x = steps.get(s);
+    if (x === undefined) steps.set(s, (x = { received: 0, histogram: new Array<number>(N_BUCKETS).fill(0), min: Infinity, max: 0 }));
+    return x;
+  };
+  let next = 0;
+  await Promise.all(Array.from({ length: Math.min(50, init.ids.length) }, async () => {
+    for (let i = next++; i < init.ids.length; i = next++) {
+      const token = authority.issue({ subject: init.ids[i], scopes: [SCOPES.device], ttlSeconds: 3600 });
+      const d = await AmbitDevice.connect(init.address, token, deviceOptions(i, init.connections));
+      await Promise.all(subscriptionsOf(rng, init.subsPerDevice, init.kinds).map((s) => d.subscribe(s)));
+      devices.push(d);
+      void (async () => {
+        for await (const n of d.notifications()) {
+          const a = n.event.attributes;
+          const step = a.step;
+          const t = a.t;
+          if (typeof step !== 'number' || typeof t !== 'number') continue;
+          const ms = nowMs() - t;
+          const x = stepOf(step);
+          x.received++;
+          x.histogram[bucketOf(ms)]++;
+          if (ms < x.min) x.min = ms;
+          if (ms > x.max) x.max = ms;
+        }
+      })();
+    }
+  }));
+  on((m) => {
+    if (m.t === 'report') {
+      const x = stepOf(m.step);
+      send({ t: 'report', step: m.step, received: x.received, histogram: x.histogram, min: x.min, max: x.max, cpuSeconds: cpuSeconds() });
+    } else if (m.t === 'exit') {
+      Promise.all(devices.map((d) => d.close())).finally(() => process.exit(0));
+    }
+  });
+  send({ t: 'ready', cpuSeconds: cpuSeconds() });
+}
+
+async function publisherWorker(init: Init, send: (m: FromWorker) => void, on: (f: (m: ToWorker) => void) => void): Promise<void> {
+  const { TokenAuthority } = await import('../services/edge/auth.js');
+  const authority = new TokenAuthority(init.secret);
+  const publisher = new AmbitPublisher(init.address, authority.issue({ subject: `bench-publisher-${init.index}`, scopes: [SCOPES.publish], ttlSeconds: 3600 }));
+  const rng = new Prng(init.seed, 41 + init.index);
+  let seq = 0;
+  on((m) => {
+    if (m.t === 'exit') {
+      publisher.close();
+      process.exit(0);
+    }
+    if (m.t !== 'run') return;
+    void (async () => {
+      const stream = await publisher.stream();
+      const total = Math.round(m.rate * m.seconds);
+      const start = performance.now();
+      let i = 0;
+      await new Promise<void>((resolve) => {
+        // Open loop: every millisecond, send what the schedule says is due.
+        const timer = setInterval(() => {
+          const due = Math.min(total, Math.floor(((performance.now() - start) * m.rate) / 1000) + 1);
+          for (; i < due; i++) {
+            const d = rng.int(0, init.ids.length - 1);
+            const r = rng.float() * 300;
+            const a = rng.float() * 2 * Math.PI;
+            const lat = init.lat[d] + (r * Math.cos(a)) / M_PER_DEG;
+            stream.publish({
+              id: `p${init.index}-${seq++}`,
+              lat,
+              lon: init.lon[d] + (r * Math.sin(a)) / (M_PER_DEG * Math.cos((lat * Math.PI) / 180)),
+              attributes: { kind: `k${rng.int(0, init.kinds - 1)}`, level: rng.int(1, 5), step: m.step, t: nowMs() },
+            });
+          }
+          if (i >= total) {
+            clearInterval(timer);
+            resolve();
+          }
+        }, 1);
+      });
+      let published = 0;
+      let errors = 0;
+      try {
+        published = (await stream.end()).accepted;
+      } catch {
+        errors = total;
+      }
+      send({ t: 'ran', step: m.step, published, errors, cpuSeconds: cpuSeconds() });
+    })();
+  });
+  send({ t: 'ready', cpuSeconds: cpuSeconds() });
+}
+
+// ---- the parent ----
+
+interface Step {
+  offered: number;
+  seconds: number;
+  eventsPublished: number;
+  publishErrors: number;
+  eventsPerSecond: number;
+  notifications: number;
+  notificationsPerSecond: number;
+  notificationsPerEvent: number;
+  drainSeconds: number;
+  latencyMs: Pick<Summary, 'n' | 'min' | 'median' | 'p99' | 'max'>;
+  serverCores: number;
+  /** Subscriber processes, over the window and the drain. */
+  clientCores: number;
+  /** Publisher processes, over the window. */
+  publisherCores: number;
+  serverCpuUsPerEvent: number;
+  serverCpuUsPerNotification: number;
+}
+
+async function parent(): Promise<void> {
+  const fail = cliFail('bench/throughput', USAGE);
+  const args = parseArgs(process.argv.slice(2), new Set(['quick', 'help']), new Set(['rates', 'seconds', 'devices', 'subs-per-device', 'kinds', 'publishers', 'subscribers', 'connections', 'engine', 'redis', 'gateways', 'seed', 'out']), fail);
+  if (args.help === true) {
+    process.stdout.write(`${USAGE}\n`);
+    return;
+  }
+  const quick = args.quick === true;
+  const a = new ArgReader(args, fail);
+  const rates = a.counts('rates', quick ? [200, 500] : [1000, 2000, 5000, 10_000, 20_000, 50_000, 100_000]);
+  const seconds = a.num('seconds', quick ? 2 : 5, 0.5, 600);
+  const devices = a.count('devices', quick ? 500 : 10_000);
+  const subsPerDevice = a.int('subs-per-device', quick ? 2 : 5, 1, 1000);
+  const kinds = a.int('kinds', 20, 1, 100_000);
+  const half = Math.max(1, Math.floor(os.availableParallelism() / 2));
+  const publishers = a.int('publishers', quick ? 1 : half, 1, 256);
+  const subscribers = a.int('subscribers', quick ? 1 : half, 1, 256);
+  const connections = a.int('connections', 8, 1, 10_000);
+  const seed = a.int('seed', 1, 0, 0xffffffff);
+  const engine = a.str('engine') ?? 'fast';
+  const redisUrl = a.str('redis') ?? null;
+  const gateways = a.int('gateways', 1, 1, 256);
+  if (gateways > 1 && redisUrl === null) fail('--gateways above 1 needs --redis');
+  const run = new ResultRun({ out: args.out, name: 'throughput', fail });
+  const out = (s: string) => process.stdout.write(`${s}\n`);
+  out(`machine: ${describeMachine(run.machine)}; load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')} before the run`);
+  out(`server: role all, ${redisUrl === null ? 'embedded hub' : `Redis hub, ${gateways} gateway process${gateways > 1 ? 'es' : ''}`}, engine ${engine}; load: ${publishers} publisher and ${subscribers} subscriber processes`);
+  out(`workload: ${devices} devices x ${subsPerDevice} subscriptions (one of ${kinds} kinds, a level 1-5, 200-1000 m around the device), events within 300 m of a random device, ${seconds} s per rate`);
+
+  const server = await startChildServer(engine, [], redisUrl, gateways);
+  const workers: { proc: ReturnType<typeof fork>; kind: 'publisher' | 'subscriber' }[] = [];
+  const steps: Step[] = [];
+  try {
+    const ids = Array.from({ length: devices }, (_, i) => `dev-${i}`);
+    const { lat, lon } = positions(devices, new Prng(seed, 11));
+    await place(server, ids, lat, lon);
+    const secret = server.authority.secretForDev();
+    const pubCpu: number[] = [];
+    const self = fileURLToPath(import.meta.url);
+    const start = (kind: 'publisher' | 'subscriber', index: number, slice: string[]) => {
+      const proc = fork(self, ['--worker', kind], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], serialization: 'advanced' });
+      workers.push({ proc, kind });
+      const init: Init = { address: server.address, secret, seed, kinds, subsPerDevice, connections, ids: kind === 'publisher' ? ids : slice, lat: Array.from(lat), lon: Array.from(lon), index };
+      proc.send({ t: 'init', init } satisfies ToWorker);
+      return new Promise<void>((resolve, reject) => {
+        proc.once('message', (m: FromWorker) => {
+          if (m.t !== 'ready') return reject(new Error(`worker: ${JSON.stringify(m)}`));
+          if (kind === 'publisher') pubCpu[index] = m.cpuSeconds;
+          resolve();
+        });
+        proc.once('exit', (code) => reject(new Error(`bench/throughput: a ${kind} worker exited (${code}) before it was ready`)));
+      });
+    };
+    const t0 = performance.now();
+    const per = Math.ceil(devices / subscribers);
+    await Promise.all(Array.from({ length: subscribers }, (_, i) => start('subscriber', i, ids.slice(i * per, (i + 1) * per))));
+    await Promise.all(Array.from({ length: publishers }, (_, i) => start('publisher', i, [])));
+    const s0 = await server.ops.stats();
+    out(`${s0.subscriptions} subscriptions on ${devices} connected devices in ${((performance.now() - t0) / 1000).toFixed(1)} s; engine ${s0.engine} (${s0.engineDetail})`);
+    out('');
+    out('| offered ev/s | published ev/s | notifications/s | per event | latency median ms | p99 ms | max ms | server cores | subscriber cores | publisher cores | server µs/event | server µs/notification | drain s |');
+    out('|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+
+    const ask = <T extends FromWorker['t']>(w: (typeof workers)[number], msg: ToWorker, t: T, step: number) =>
+      new Promise<Extract<FromWorker, { t: T }>>((resolve) => {
+        const f = (m: FromWorker) => {
+          if (m.t === t && (m as { step?: number }).step === step) {
+            w.proc.off('message', f);
+            resolve(m as Extract<FromWorker, { t: T }>);
+          }
+        };
+        w.proc.on('message', f);
+        w.proc.send(msg);
+      });
+    const subs = workers.filter((w) => w.kind === 'subscriber');
+    const pubs = workers.filter((w) => w.kind === 'publisher');
+    const clientCpu = async (step: number) => {
+      const r = await Promise.all(subs.map((w) => ask(w, { t: 'report', step }, 'report', step)));
+      return r;
+    };
+    for (let step = 0; step < rates.length; step++) {
+      const rate = rates[step];
+      note(`rate ${rate}/s: publishing for ${seconds} s`);
+      const stored0 = (await server.ops.stats()).notifications;
+      const before = await clientCpu(-1 - step);
+      const subCpu0 = before.reduce((s, r) => s + r.cpuSeconds, 0);
+      const cpu0 = server.cpuSeconds();
+      const w0 = performance.now();
+      const ran = await Promise.all(pubs.map((w) => ask(w, { t: 'run', step, rate: rate / pubs.length, seconds }, 'ran', step)));
+      const windowS = (performance.now() - w0) / 1000;
+      const serverCpu = server.cpuSeconds() - cpu0;
+      // Drain: every notification the server stored for this step reaches its device.
+      const d0 = performance.now();
+      let reports = await clientCpu(step);
+      for (;;) {
+        const stored = (await server.ops.stats()).notifications - stored0;
+        const got = reports.reduce((s, r) => s + r.received, 0);
+        if (got >= stored || performance.now() - d0 > 60_000) break;
+        await new Promise((r) => setTimeout(r, 100));
+        reports = await clientCpu(step);
+      }
+      const drainSeconds = (performance.now() - d0) / 1000;
+      const histogram = new Array<number>(N_BUCKETS).fill(0);
+      let received = 0;
+      let min = Infinity;
+      let max = 0;
+      for (const r of reports) {
+        received += r.received;
+        for (let b = 0; b < N_BUCKETS; b++) histogram[b] += r.histogram[b];
+        min = Math.min(min, r.min);
+        max = Math.max(max, r.max);
+      }
+      const published = ran.reduce((s, r) => s + r.published, 0);
+      const errors = ran.reduce((s, r) => s + r.errors, 0);
+      const clientCpuS = reports.reduce((s, r) => s + r.cpuSeconds, 0) - subCpu0; // subscribers, through the drain
+      let publisherCpuS = 0;
+      ran.forEach((r, i) => {
+        publisherCpuS += r.cpuSeconds - pubCpu[i];
+        pubCpu[i] = r.cpuSeconds;
+      });
+      const s: Step = {
+        offered: rate,
+        seconds: windowS,
+        eventsPublished: published,
+        publishErrors: errors,
+        eventsPerSecond: published / windowS,
+        notifications: received,
+        notificationsPerSecond: received / (windowS + drainSeconds),
+        notificationsPerEvent: received / Math.max(1, published),
+        drainSeconds,
+        latencyMs: { n: received, min, median: Math.min(max, quantile(histogram, received, 0.5)), p99: Math.min(max, quantile(histogram, received, 0.99)), max },
+        serverCores: serverCpu / windowS,
+        clientCores: clientCpuS / (windowS + drainSeconds),
+        publisherCores: publisherCpuS / windowS,
+        serverCpuUsPerEvent: (serverCpu * 1e6) / Math.max(1, published),
+        serverCpuUsPerNotification: (serverCpu * 1e6) / Math.max(1, received),
+      };
+      steps.push(s);
+      const f = (x: number, d = 0) => x.toLocaleString('en-US', { maximumFractionDigits: d });
+      out(`| ${f(rate)} | ${f(s.eventsPerSecond)} | ${f(s.notificationsPerSecond)} | ${f(s.notificationsPerEvent, 2)} | ${f(s.latencyMs.median, 2)} | ${f(s.latencyMs.p99, 2)} | ${f(max, 1)} | ${f(s.serverCores, 2)} | ${f(s.clientCores, 2)} | ${f(s.publisherCores, 2)} | ${f(s.serverCpuUsPerEvent, 1)} | ${f(s.serverCpuUsPerNotification, 1)} | ${f(drainSeconds, 2)} |`);
+      run.write({ kind: 'throughput', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', gateways, devices, subsPerDevice, kinds, publishers, subscribers, connections, seed, steps });
+    }
+    out('');
+    out('Latency quantiles are exact to one histogram bucket (4.7%). The first step\'s publisher cores include connecting.');
+    out(`results: ${run.shown}`);
+  } finally {
+    for (const w of workers) w.proc.send({ t: 'exit' } satisfies ToWorker);
+    await Promise.all(workers.map((w) => new Promise<void>((resolve) => (w.proc.exitCode !== null ? resolve() : w.proc.once('exit', () => resolve())))));
+    await server.stop();
+  }
+}
+
+// ---- entry ----
+
+const workerKind = process.argv[2] === '--worker' ? process.argv[3] : null;
+if (workerKind === null) runMain('bench/throughput', parent);
+else {
+  const send = (m: FromWorker) => process.send!(m);
+  let handler: ((m: ToWorker) => void) | null = null;
+  process.on('message', (m: ToWorker) => {
+    if (m.t === 'init') {
+      const on = (f: (m: ToWorker) => void) => (handler = f);
+      (workerKind === 'publisher' ? publisherWorker : subscriberWorker)(m.init, send, on).catch((err: unknown) => {
+        process.stderr.write(`bench/throughput ${workerKind}: ${err instanceof Error ? err.stack : String(err)}\n`);
+        process.exit(1);
+      });
+    } else handler?.(m);
+  });
+  process.on('disconnect', () => process.exit(0));
+}
