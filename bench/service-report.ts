@@ -18,6 +18,7 @@ import { type MachineInfo, describeMachine } from './lib/machine.js';
 import type { BatchParams, LatencyParams, LatencyResult, RateResult, StreamParams } from './lib/service-load.js';
 import type { Summary } from './lib/stats.js';
 import { type BarGroup, axisFormat, barPlot } from './lib/svg-bars.js';
+import { type ThroughputFile, type ThroughputRun, throughputSection } from './lib/throughput-report.js';
 
 const INGEST_SCHEMA = 'ambit-matcher-ingest/1';
 
@@ -587,6 +588,7 @@ function main(): void {
   const { files, dir, scanned } = parseReportArgs(process.argv.slice(2), RESULTS_DIR, 'Usage: node dist/bench/service-report.js [FILE.json ...] [--dir DIR]   (default DIR: bench/results)', fail);
   const services: ServiceRun[] = [];
   const ingests: IngestRun[] = [];
+  const throughputs: ThroughputRun[] = [];
   for (const file of files) {
     const data = readResultFile(file, fail) as { kind?: unknown; schema?: unknown } | null;
     const name = path.basename(file, '.json');
@@ -598,7 +600,9 @@ function main(): void {
       const f = data as IngestFile;
       // createdAt is written at the end of the run; its start is not recorded.
       ingests.push({ file, name, f, start: NaN, end: Date.parse(f.createdAt) });
-    } else if (!scanned) fail(`${file}: neither a bench/service.ts result (kind "service") nor ${INGEST_SCHEMA}`);
+    } else if (data !== null && typeof data === 'object' && data.kind === 'throughput') {
+      throughputs.push({ file, name, f: data as ThroughputFile });
+    } else if (!scanned) fail(`${file}: neither a bench/service.ts result (kind "service"), a bench/throughput.ts result (kind "throughput") nor ${INGEST_SCHEMA}`);
   }
   if (services.length === 0 && ingests.length === 0) {
     fail(`no service or matcher-ingest result files in ${path.relative(process.cwd(), dir) || dir} (run \`npm run bench:service\` or \`npm run bench:ingest\`)`);
@@ -639,6 +643,8 @@ function main(): void {
     lines.push('Bars: median over rounds of updates applied per second of server CPU time; whiskers: min–max over rounds; the dashed line: the target.', '');
   }
 
+  throughputs.sort((a, b) => Date.parse(a.f.startedAt) - Date.parse(b.f.startedAt) || a.name.localeCompare(b.name));
+  lines.push(...throughputSection(throughputs, dir, rel));
   if (services.length > 0) {
     lines.push('## Service runs', '');
     for (const r of services) lines.push(...serviceSection(r, all, rel));

@@ -262,8 +262,8 @@ async function parent(): Promise<void> {
     const s0 = await server.ops.stats();
     out(`${s0.subscriptions} subscriptions on ${devices} connected devices in ${((performance.now() - t0) / 1000).toFixed(1)} s; engine ${s0.engine} (${s0.engineDetail})`);
     out('');
-    out('| offered ev/s | published ev/s | notifications/s | per event | latency median ms | p99 ms | max ms | server cores | subscriber cores | publisher cores | server µs/event | server µs/notification | drain s |');
-    out('|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+    out('| offered ev/s | published ev/s | errors | notifications/s | per event | latency median ms | p99 ms | max ms | server cores | subscriber cores | publisher cores | server µs/event | server µs/notification | drain s |');
+    out('|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
 
     const ask = <T extends FromWorker['t']>(w: (typeof workers)[number], msg: ToWorker, t: T, step: number) =>
       new Promise<Extract<FromWorker, { t: T }>>((resolve) => {
@@ -341,7 +341,7 @@ async function parent(): Promise<void> {
       };
       steps.push(s);
       const f = (x: number, d = 0) => x.toLocaleString('en-US', { maximumFractionDigits: d });
-      out(`| ${f(rate)} | ${f(s.eventsPerSecond)} | ${f(s.notificationsPerSecond)} | ${f(s.notificationsPerEvent, 2)} | ${f(s.latencyMs.median, 2)} | ${f(s.latencyMs.p99, 2)} | ${f(max, 1)} | ${f(s.serverCores, 2)} | ${f(s.clientCores, 2)} | ${f(s.publisherCores, 2)} | ${f(s.serverCpuUsPerEvent, 1)} | ${f(s.serverCpuUsPerNotification, 1)} | ${f(drainSeconds, 2)} |`);
+      out(`| ${f(rate)} | ${f(s.eventsPerSecond)} | ${f(errors)} | ${f(s.notificationsPerSecond)} | ${f(s.notificationsPerEvent, 2)} | ${f(s.latencyMs.median, 2)} | ${f(s.latencyMs.p99, 2)} | ${f(max, 1)} | ${f(s.serverCores, 2)} | ${f(s.clientCores, 2)} | ${f(s.publisherCores, 2)} | ${f(s.serverCpuUsPerEvent, 1)} | ${f(s.serverCpuUsPerNotification, 1)} | ${f(drainSeconds, 2)} |`);
       run.write({ kind: 'throughput', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', gateways, devices, subsPerDevice, kinds, publishers, subscribers, connections, seed, steps });
     }
     out('');

@@ -1,0 +1,99 @@
+/**
+ * The throughput part of SERVICE-BENCHMARKS.md: bench/throughput.ts runs (kind "throughput") as
+ * two plots (delivered notifications/s and p99 latency against the offered publish rate, one line
+ * per run) and a table per run.
+ */
+import { writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { describeMachine, type MachineInfo } from './machine.js';
+import { type Series, linePlot } from './svg.js';
+
+export interface ThroughputStep {
+  offered: number;
+  seconds: number;
+  eventsPublished: number;
+  publishErrors: number;
+  eventsPerSecond: number;
+  notifications: number;
+  notificationsPerSecond: number;
+  notificationsPerEvent: number;
+  drainSeconds: number;
+  latencyMs: { n: number; min: number; median: number; p99: number; max: number };
+  serverCores: number;
+  clientCores: number;
+  publisherCores?: number;
+  serverCpuUsPerEvent: number;
+  serverCpuUsPerNotification: number;
+}
+
+export interface ThroughputFile {
+  kind: 'throughput';
+  startedAt: string;
+  machine: MachineInfo;
+  command: string;
+  engine: string;
+  mode: 'embedded' | 'redis';
+  gateways: number;
+  devices: number;
+  subsPerDevice: number;
+  kinds: number;
+  publishers: number;
+  subscribers: number;
+  steps: ThroughputStep[];
+}
+
+export interface ThroughputRun {
+  file: string;
+  name: string;
+  f: ThroughputFile;
+}
+
+const COLORS = ['#1f77b4', '#d62728', '#2ca02c', '#ff7f0e', '#9467bd', '#8c564b'];
+const MARKERS = ['circle', 'square', 'triangle', 'diamond'] as const;
+
+const label = (r: ThroughputRun): string => `${r.f.mode}${r.f.gateways > 1 ? ` x${r.f.gateways} gw` : ''}, ${r.f.engine}`;
+const fmt = (x: number, d = 0): string => (Number.isFinite(x) ? x.toLocaleString('en-US', { maximumFractionDigits: d }) : '–');
+
+/** Lines of the section; the plots are written into `dir`. */
+export function throughputSection(runs: readonly ThroughputRun[], dir: string, rel: (file: string) => string): string[] {
+  if (runs.length === 0) return [];
+  const series = (y: (s: ThroughputStep) => number): Series[] =>
+    runs.map((r, i) => ({ name: label(r), color: COLORS[i % COLORS.length], marker: MARKERS[i % MARKERS.length], points: r.f.steps.map((s) => [s.offered, y(s)] as [number, number]) }));
+  writeFileSync(
+    path.join(dir, 'throughput-delivered.svg'),
+    linePlot({ title: 'Delivered vs offered', xLabel: 'offered publish rate (events/s)', yLabel: 'notifications/s delivered', logX: true, logY: true, series: series((s) => s.notificationsPerSecond) }),
+  );
+  writeFileSync(
+    path.join(dir, 'throughput-p99.svg'),
+    linePlot({ title: 'Publish → notification p99 vs offered rate', xLabel: 'offered publish rate (events/s)', yLabel: 'p99 latency (ms)', logX: true, logY: true, series: series((s) => s.latencyMs.p99) }),
+  );
+  const lines = [
+    '## Throughput: what one node delivers',
+    '',
+    'Produced by `npm run bench:throughput` (bench/throughput.ts): a ladder of offered publish rates, the load spread over publisher processes (one PublishStream each, open loop) and subscriber processes (connected devices that ack); each event carries its publish time and subscribers time it on arrival. Server cores are summed over the server\'s processes.',
+    '',
+    '![Delivered notifications/s against the offered rate](throughput-delivered.svg)',
+    '',
+    '![p99 latency against the offered rate](throughput-p99.svg)',
+    '',
+  ];
+  for (const r of runs) {
+    const f = r.f;
+    lines.push(
+      `### ${r.name} — ${f.startedAt.slice(0, 16).replace('T', ' ')}`,
+      '',
+      `Source: \`${rel(r.file)}\`. ${describeMachine(f.machine)}. Server: ${f.mode === 'embedded' ? 'embedded hub' : `Redis hub, ${f.gateways} gateway process${f.gateways > 1 ? 'es' : ''} beside the matcher`}, engine ${f.engine}; ${f.devices} devices × ${f.subsPerDevice} subscriptions (${f.kinds} kinds); ${f.publishers} publisher and ${f.subscribers} subscriber processes.`,
+      '',
+      '| offered ev/s | published ev/s | errors | notifications/s | per event | median ms | p99 ms | server cores | subscriber cores | publisher cores | server µs/event | server µs/notification | drain s |',
+      '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+      ...f.steps.map(
+        (s) =>
+          `| ${fmt(s.offered)} | ${fmt(s.eventsPerSecond)} | ${fmt(s.publishErrors)} | ${fmt(s.notificationsPerSecond)} | ${s.eventsPublished > 0 ? fmt(s.notificationsPerEvent, 2) : '–'} | ${fmt(s.latencyMs.median, 1)} | ${fmt(s.latencyMs.p99, 1)} | ${fmt(s.serverCores, 2)} | ${fmt(s.clientCores, 2)} | ${fmt(s.publisherCores ?? NaN, 2)} | ${s.eventsPublished > 0 ? fmt(s.serverCpuUsPerEvent, 1) : '–'} | ${fmt(s.serverCpuUsPerNotification, 1)} | ${fmt(s.drainSeconds, 2)} |`,
+      ),
+      '',
+      'A step whose publish stream failed (errors: its events were accepted but not answered in time) counts no published events; its notifications still arrive.',
+      '',
+    );
+  }
+  return lines;
+}
