@@ -55,44 +55,54 @@ return redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 't', 'unsub', 'd
 `;
 
 /**
- * Store one event's notification for one device, at most once per (in entry, event index): the
- * matcher replays entries after a crash, and this marker makes the replay a no-op per device.
- * KEYS: n:{device}, nseq, nlast, stats.
- * ARGV: device, source in-entry id, event index, published ms, event JSON, subscription ids JSON,
- *       max per device, max age ms, doorbell channel.
- * Returns the delivery id, or false when this device already has it.
+ * Store one event's notification for each of its recipients, at most once per device and (in
+ * entry, event index): the matcher replays entries after a crash, and the per-device marker in
+ * nlast makes the replay a no-op for a device that already has it. The clock is read once and the
+ * counters added once per call.
+ * KEYS: nseq, nlast, stats, then n:{device} of each recipient.
+ * ARGV: source in-entry id, event index, published ms, event JSON, max per device, max age ms,
+ *       doorbell channel prefix, then per recipient: device, subscription ids JSON.
+ * Returns how many notifications were stored (a device that already has this one is skipped).
  */
-const DELIVER = `${PARSE_ID}
-local dev = ARGV[1]
-local sms, sseq = parse_id(ARGV[2])
-local sidx = tonumber(ARGV[3])
-local last_ms = 0
-local last = redis.call('HGET', KEYS[3], dev)
-local before = redis.call('XLEN', KEYS[1])
+const DELIVER_EVENT = `${PARSE_ID}
+local sms, sseq = parse_id(ARGV[1])
+local sidx = tonumber(ARGV[2])
+local pub = tonumber(ARGV[3])
+local max_len = tonumber(ARGV[5])
+local max_age = tonumber(ARGV[6])
+local minid = string.format('%.0f', now_ms() - max_age)
+local stored = 0
 local dropped = 0
-if last then
-  local lms, lsrc, lidx, llen = parse_last(last)
-  last_ms = lms
-  local lsms, lsseq = parse_id(lsrc)
-  if sms < lsms or (sms == lsms and (sseq < lsseq or (sseq == lsseq and sidx <= lidx))) then return false end
-  -- The stream expired (nothing was delivered for max age): what it held is dropped.
-  if before == 0 and llen > 0 then dropped = llen end
+for i = 4, #KEYS do
+  local key = KEYS[i]
+  local dev = ARGV[8 + 2 * (i - 4)]
+  local last = redis.call('HGET', KEYS[2], dev)
+  local before = redis.call('XLEN', key)
+  local last_ms = 0
+  local skip = false
+  if last then
+    local lms, lsrc, lidx, llen = parse_last(last)
+    last_ms = lms
+    local lsms, lsseq = parse_id(lsrc)
+    if sms < lsms or (sms == lsms and (sseq < lsseq or (sseq == lsseq and sidx <= lidx))) then skip = true
+    elseif before == 0 and llen > 0 then dropped = dropped + llen end
+  end
+  if not skip then
+    local ms = math.max(pub, last_ms)
+    local ord = redis.call('HINCRBY', KEYS[1], dev, 1)
+    local id = string.format('%.0f-%.0f', ms, ord)
+    redis.call('XADD', key, 'MAXLEN', ARGV[5], id, 'e', ARGV[4], 's', ARGV[9 + 2 * (i - 4)], 'p', ARGV[3])
+    if before + 1 > max_len then dropped = dropped + before + 1 - max_len end
+    dropped = dropped + redis.call('XTRIM', key, 'MINID', minid)
+    redis.call('PEXPIRE', key, max_age)
+    redis.call('HSET', KEYS[2], dev, string.format('%.0f %s %s %d', ms, ARGV[1], ARGV[2], redis.call('XLEN', key)))
+    redis.call('PUBLISH', ARGV[7] .. dev, id)
+    stored = stored + 1
+  end
 end
-local ms = math.max(tonumber(ARGV[4]), last_ms)
-local ord = redis.call('HINCRBY', KEYS[2], dev, 1)
-local id = string.format('%.0f-%.0f', ms, ord)
-local max_len = tonumber(ARGV[7])
-local max_age = tonumber(ARGV[8])
-redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[7], id, 'e', ARGV[5], 's', ARGV[6], 'p', ARGV[4])
-if before + 1 > max_len then dropped = dropped + before + 1 - max_len end
-dropped = dropped + redis.call('XTRIM', KEYS[1], 'MINID', string.format('%.0f', now_ms() - max_age))
--- Every entry is older than max age when this fires; the length kept in nlast counts them later.
-redis.call('PEXPIRE', KEYS[1], max_age)
-redis.call('HSET', KEYS[3], dev, string.format('%.0f %s %s %d', ms, ARGV[2], ARGV[3], redis.call('XLEN', KEYS[1])))
-redis.call('HINCRBY', KEYS[4], 'notifications', 1)
-if dropped > 0 then redis.call('HINCRBY', KEYS[4], 'dropped', dropped) end
-redis.call('PUBLISH', ARGV[9], id)
-return id
+if stored > 0 then redis.call('HINCRBY', KEYS[3], 'notifications', stored) end
+if dropped > 0 then redis.call('HINCRBY', KEYS[3], 'dropped', dropped) end
+return stored
 `;
 
 /**
@@ -138,7 +148,8 @@ return 1
 const DEFINITIONS = {
   ambitSub: { lua: SUB, numberOfKeys: 3 },
   ambitUnsub: { lua: UNSUB, numberOfKeys: 3 },
-  ambitDeliver: { lua: DELIVER, numberOfKeys: 4 },
+  // numberOfKeys is per call (the recipients' streams are keys): it is passed as the first argument.
+  ambitDeliverEvent: { lua: DELIVER_EVENT },
   ambitOpen: { lua: OPEN, numberOfKeys: 6 },
   ambitAck: { lua: ACK, numberOfKeys: 1 },
 } as const;

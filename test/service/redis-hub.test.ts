@@ -14,6 +14,8 @@ import type { Retention } from '../../services/hub/embedded.js';
 import { compareStreamIds, decodeLocations, encodeLocations, encodePosition, encodePositionsHset } from '../../services/redis/codec.js';
 import { RedisHub, type RedisHubOptions } from '../../services/hub/redis.js';
 import { RedisMatcher, type RedisMatcherOptions } from '../../services/matcher/redis.js';
+import { Keys } from '../../services/redis/keys.js';
+import { defineScripts, runScript } from '../../services/redis/scripts.js';
 import { P, Q, addPing, anchored, anywhere, drain, eq, event, north, pullN, rejectsWith, runHubContract, sub } from '../support/hub-contract.js';
 import { within } from '../support/grpc.js';
 import { type RedisServer, redisServerMissing, startRedisServer } from '../support/redis-server.js';
@@ -282,6 +284,26 @@ describe('redis hub', { skip: missing ?? false, timeout: 30_000 }, () => {
       await m2?.stop();
       if (crashed === null) await m.stop();
     }
+  });
+
+  it('the deliver script stores an event once per device: a replay that reaches some recipients again stores it only for the others', async () => {
+    const k = new Keys(freshPrefix());
+    await inspect(async (r) => {
+      defineScripts(r);
+      const ms = Date.now();
+      const deliver = (devices: string[], index = 0) =>
+        runScript(r, 'ambitDeliverEvent', 3 + devices.length, k.nseq, k.nlast, k.stats, ...devices.map((d) => k.notes(d)), `${ms}-0`, index, ms, '{"id":"e"}', 100, 3_600_000, k.wakePrefix, ...devices.flatMap((d) => [d, `["s-${d}"]`]));
+      assert.equal(await deliver(['ann']), 1, 'stored for ann');
+      assert.equal(await deliver(['ann', 'ben']), 1, 'the replay stores it for ben only');
+      assert.equal(await deliver(['ann', 'ben']), 0, 'a second replay stores nothing');
+      assert.equal(await deliver(['ann', 'ben'], 1), 2, 'the next event of the same entry reaches both');
+      assert.equal(await r.xlen(k.notes('ann')), 2);
+      assert.equal(await r.xlen(k.notes('ben')), 2);
+      const [[id, fields]] = await r.xrange(k.notes('ben'), '-', '+', 'COUNT', 1);
+      assert.equal(id, `${ms}-1`);
+      assert.deepEqual(fields, ['e', '{"id":"e"}', 's', '["s-ben"]', 'p', String(ms)]);
+      assert.equal(await r.hget(k.stats, 'notifications'), '4');
+    });
   });
 
   it('a device that never reads: the gateway holds nothing, Redis keeps maxPerDevice and counts the rest', async () => {
