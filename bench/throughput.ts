@@ -22,7 +22,7 @@ import { note } from './lib/progress.js';
 import { ResultRun } from './lib/result-file.js';
 import { deviceOptions, place, positions, subscriptionsOf } from './lib/service-load.js';
 import { startChildServer } from './lib/service-server.js';
-import type { Summary } from './lib/stats.js';
+import type { ThroughputStep } from './lib/throughput-report.js';
 
 const USAGE = `usage: node dist/bench/throughput.js [--rates LIST] [--seconds S] [--devices N] [--subs-per-device N] [--kinds N]
   [--publishers P] [--subscribers S] [--connections C] [--engine fast|rtree|auto] [--redis URL [--gateways N]] [--seed N] [--out FILE] [--quick]
@@ -182,25 +182,7 @@ async function publisherWorker(init: Init, send: (m: FromWorker) => void, on: (f
 
 // ---- the parent ----
 
-interface Step {
-  offered: number;
-  seconds: number;
-  eventsPublished: number;
-  publishErrors: number;
-  eventsPerSecond: number;
-  notifications: number;
-  notificationsPerSecond: number;
-  notificationsPerEvent: number;
-  drainSeconds: number;
-  latencyMs: Pick<Summary, 'n' | 'min' | 'median' | 'p99' | 'max'>;
-  serverCores: number;
-  /** Subscriber processes, over the window and the drain. */
-  clientCores: number;
-  /** Publisher processes, over the window. */
-  publisherCores: number;
-  serverCpuUsPerEvent: number;
-  serverCpuUsPerNotification: number;
-}
+type Step = ThroughputStep;
 
 async function parent(): Promise<void> {
   const fail = cliFail('bench/throughput', USAGE);
@@ -341,7 +323,7 @@ async function parent(): Promise<void> {
       };
       steps.push(s);
       const f = (x: number, d = 0) => x.toLocaleString('en-US', { maximumFractionDigits: d });
-      out(`| ${f(rate)} | ${f(s.eventsPerSecond)} | ${f(errors)} | ${f(s.notificationsPerSecond)} | ${f(s.notificationsPerEvent, 2)} | ${f(s.latencyMs.median, 2)} | ${f(s.latencyMs.p99, 2)} | ${f(max, 1)} | ${f(s.serverCores, 2)} | ${f(s.clientCores, 2)} | ${f(s.publisherCores, 2)} | ${f(s.serverCpuUsPerEvent, 1)} | ${f(s.serverCpuUsPerNotification, 1)} | ${f(drainSeconds, 2)} |`);
+      out(`| ${f(rate)} | ${f(s.eventsPerSecond)} | ${f(errors)} | ${f(s.notificationsPerSecond)} | ${f(s.notificationsPerEvent, 2)} | ${f(s.latencyMs.median, 2)} | ${f(s.latencyMs.p99, 2)} | ${f(max, 1)} | ${f(s.serverCores, 2)} | ${f(s.clientCores, 2)} | ${f(publisherCpuS / windowS, 2)} | ${f(s.serverCpuUsPerEvent, 1)} | ${f(s.serverCpuUsPerNotification, 1)} | ${f(drainSeconds, 2)} |`);
       run.write({ kind: 'throughput', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', gateways, devices, subsPerDevice, kinds, publishers, subscribers, connections, seed, steps });
     }
     out('');

@@ -19,8 +19,11 @@ export interface ThroughputStep {
   notificationsPerEvent: number;
   drainSeconds: number;
   latencyMs: { n: number; min: number; median: number; p99: number; max: number };
+  /** Summed over the server's processes, over the window. */
   serverCores: number;
+  /** Subscriber processes, over the window and the drain. */
   clientCores: number;
+  /** Publisher processes, over the window (absent in the first files). */
   publisherCores?: number;
   serverCpuUsPerEvent: number;
   serverCpuUsPerNotification: number;
