@@ -63,6 +63,8 @@ export interface RedisHubOptions {
   maxSubscriptionsPerDevice?: number;
   /** Limits the matcher's engine applies, checked here so a bad request fails at the caller. */
   engineLimits?: Partial<Limits>;
+  /** @internal A clock for retention tests (opening an inbox ages its stream by it); unset: Redis's clock. */
+  now?: () => number;
 }
 
 interface PendingPublish {
@@ -80,6 +82,7 @@ export class RedisHub implements Hub {
   private readonly read: Redis;
   private readonly sub: Redis;
   private readonly limits: Limits;
+  private readonly now: (() => number) | null;
   private readonly cap: number;
   private readonly inMaxLen: number;
   private readonly publishTimeoutMs: number;
@@ -122,6 +125,7 @@ export class RedisHub implements Hub {
     this.inMaxLen = intOption(COMPONENT, 'inMaxLen', options.inMaxLen, 100_000, 100, 1e9);
     this.cap = intOption(COMPONENT, 'maxSubscriptionsPerDevice', options.maxSubscriptionsPerDevice, DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE, 1, 1e6);
     this.limits = resolveLimits({ ...ENGINE_SIDE_LIMITS, ...options.engineLimits });
+    this.now = options.now ?? null;
     this.replyChannel = this.keys.reply(this.gatewayId);
     // A caller waits for at most a few reconnect attempts, then gets UNAVAILABLE (and may retry).
     const fail = { maxRetriesPerRequest: 3 };
@@ -305,7 +309,7 @@ export class RedisHub implements Hub {
       await this.watch(inbox);
       const k = this.keys;
       const [acked, seqText, oldest] = (await this.redis(() =>
-        runScript(this.read, 'ambitOpen', k.notes(device), k.nseq, k.acked, k.stats, k.config, k.nlast, device, resumeAfter === null ? 'acked' : 'token', resumeAfter ?? ''),
+        runScript(this.read, 'ambitOpen', k.notes(device), k.nseq, k.acked, k.stats, k.config, k.nlast, device, resumeAfter === null ? 'acked' : 'token', resumeAfter ?? '', this.now === null ? '' : this.now()),
       )) as [string, string, string];
       const last = Number(seqText);
       const start = resumePoint(acked, last);

@@ -20,11 +20,15 @@ export class RedisFanOut implements FanOut {
   private pipeline: ChainableCommander | null = null;
   private queued = 0;
 
-  /** `cmd` must have the scripts defined (defineScripts). */
+  /**
+   * `cmd` must have the scripts defined (defineScripts). `now`: the clock retention ages by; null
+   * (production) is Redis's own clock, which every process of a deployment shares.
+   */
   constructor(
     private readonly cmd: Redis,
     private readonly keys: Keys,
     private readonly retention: Retention,
+    private readonly now: (() => number) | null = null,
   ) {}
 
   deliver(source: DeliverySource, events: readonly Event[], recipients: readonly (readonly Recipient[])[]): number[] {
@@ -53,7 +57,7 @@ export class RedisFanOut implements FanOut {
         const chunk = rs.slice(from, from + RECIPIENTS_PER_CALL);
         const keys = chunk.map((r) => k.notes(r.device));
         const pairs = chunk.flatMap((r) => [r.device, JSON.stringify(r.subscriptionIds)]);
-        queueScript(p, 'ambitDeliverEvent', 3 + keys.length, k.nseq, k.nlast, k.stats, ...keys, source.id, e, source.ms, json, maxPerDevice, maxAgeMs, k.wakePrefix, ...pairs);
+        queueScript(p, 'ambitDeliverEvent', 3 + keys.length, k.nseq, k.nlast, k.stats, ...keys, source.id, e, source.ms, json, maxPerDevice, maxAgeMs, k.wakePrefix, this.now === null ? '' : this.now(), ...pairs);
         this.queued += chunk.length;
       }
     }

@@ -49,6 +49,11 @@ export interface RedisMatcherOptions {
   statsMs?: number;
   /** @internal test and benchmark hooks */
   hooks?: MatcherHooks;
+  /**
+   * @internal A clock for retention tests: stamps publishes and ages notifications by it. Unset
+   * (production), a publish is stamped when Redis accepted it and ages by Redis's clock.
+   */
+  now?: () => number;
 }
 
 /** @internal */
@@ -75,6 +80,7 @@ export class RedisMatcher {
   private readonly statsMs: number;
   private readonly hooks: MatcherHooks;
   private readonly fanout: RedisFanOut;
+  private readonly now: (() => number) | null;
   private blockingId = -1;
   /** Where the next XREAD starts. */
   private lastId = '0-0';
@@ -129,7 +135,8 @@ export class RedisMatcher {
     this.cmd = openConnection(source, `matcher-${this.matcherId}`, COMPONENT, this.log);
     // Blocking reads wait as long as it takes for Redis to come back.
     this.blocking = openConnection(source, `matcher-${this.matcherId}-read`, COMPONENT, this.log, { maxRetriesPerRequest: null });
-    this.fanout = new RedisFanOut(this.cmd, this.keys, this.retention);
+    this.now = options.now ?? null;
+    this.fanout = new RedisFanOut(this.cmd, this.keys, this.retention, this.now);
   }
 
   /** Last `{p}in` entry whose effects are stored. */
@@ -363,7 +370,7 @@ export class RedisMatcher {
         replies.push([k.reply(p.gw), encodeReply({ c: p.corr, error: p.error })]);
         continue;
       }
-      const reached = this.fanout.deliver({ id: p.id, ms: streamIdMs(p.id) }, p.events, matched);
+      const reached = this.fanout.deliver({ id: p.id, ms: this.now === null ? streamIdMs(p.id) : this.now() }, p.events, matched);
       events += p.events.length;
       replies.push([k.reply(p.gw), encodeReply({ c: p.corr, r: reached })]);
     }

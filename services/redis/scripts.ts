@@ -19,7 +19,10 @@ local function parse_last(v)
   local ms, src, idx, len = string.match(v, '^(%d+) (%S+) (%d+) (%d+)$')
   return tonumber(ms), src, tonumber(idx), tonumber(len)
 end
-local function now_ms()
+-- Redis's own clock, the one every process of a deployment shares; a caller may pass its own
+-- (an injected test clock), as milliseconds, in place of ''.
+local function now_ms(given)
+  if given ~= nil and given ~= '' then return tonumber(given) end
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
@@ -61,7 +64,8 @@ return redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 't', 'unsub', 'd
  * counters added once per call.
  * KEYS: nseq, nlast, stats, then n:{device} of each recipient.
  * ARGV: source in-entry id, event index, published ms, event JSON, max per device, max age ms,
- *       doorbell channel prefix, then per recipient: device, subscription ids JSON.
+ *       doorbell channel prefix, now ms ('' = Redis's clock), then per recipient: device,
+ *       subscription ids JSON.
  * Returns how many notifications were stored (a device that already has this one is skipped).
  */
 const DELIVER_EVENT = `${PARSE_ID}
@@ -70,12 +74,12 @@ local sidx = tonumber(ARGV[2])
 local pub = tonumber(ARGV[3])
 local max_len = tonumber(ARGV[5])
 local max_age = tonumber(ARGV[6])
-local minid = string.format('%.0f', now_ms() - max_age)
+local minid = string.format('%.0f', now_ms(ARGV[8]) - max_age)
 local stored = 0
 local dropped = 0
 for i = 4, #KEYS do
   local key = KEYS[i]
-  local dev = ARGV[8 + 2 * (i - 4)]
+  local dev = ARGV[9 + 2 * (i - 4)]
   local last = redis.call('HGET', KEYS[2], dev)
   local before = redis.call('XLEN', key)
   local last_ms = 0
@@ -91,7 +95,7 @@ for i = 4, #KEYS do
     local ms = math.max(pub, last_ms)
     local ord = redis.call('HINCRBY', KEYS[1], dev, 1)
     local id = string.format('%.0f-%.0f', ms, ord)
-    redis.call('XADD', key, 'MAXLEN', ARGV[5], id, 'e', ARGV[4], 's', ARGV[9 + 2 * (i - 4)], 'p', ARGV[3])
+    redis.call('XADD', key, 'MAXLEN', ARGV[5], id, 'e', ARGV[4], 's', ARGV[10 + 2 * (i - 4)], 'p', ARGV[3])
     if before + 1 > max_len then dropped = dropped + before + 1 - max_len end
     dropped = dropped + redis.call('XTRIM', key, 'MINID', minid)
     redis.call('PEXPIRE', key, max_age)
@@ -109,7 +113,8 @@ return stored
  * What an inbox needs to open, read in one step: the resume point, the last ordinal and the
  * oldest retained id, after dropping (and counting) what is older than the matcher's max age,
  * the whole stream included when it expired.
- * KEYS: n:{device}, nseq, acked, stats, config, nlast. ARGV: device, 'acked' | 'token', token.
+ * KEYS: n:{device}, nseq, acked, stats, config, nlast. ARGV: device, 'acked' | 'token', token,
+ * now ms ('' = Redis's clock).
  * Returns { start, last ordinal, oldest retained id or '' }.
  */
 const OPEN = `${PARSE_ID}
@@ -118,7 +123,7 @@ if ARGV[2] == 'acked' then start = redis.call('HGET', KEYS[3], ARGV[1]) or '' en
 local seq = redis.call('HGET', KEYS[2], ARGV[1]) or '0'
 local max_age = tonumber(redis.call('HGET', KEYS[5], 'maxAgeMs') or '0')
 local dropped = 0
-if max_age > 0 then dropped = redis.call('XTRIM', KEYS[1], 'MINID', string.format('%.0f', now_ms() - max_age)) end
+if max_age > 0 then dropped = redis.call('XTRIM', KEYS[1], 'MINID', string.format('%.0f', now_ms(ARGV[4]) - max_age)) end
 local last = redis.call('HGET', KEYS[6], ARGV[1])
 if last then
   local lms, lsrc, lidx, llen = parse_last(last)
