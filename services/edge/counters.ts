@@ -14,6 +14,8 @@ export class Counters {
   connectedDevices = 0;
   /** Notifications written to device streams and not yet drained by HTTP/2 flow control. */
   sendQueue = 0;
+  /** Device streams whose requests are not read because their replies are not being read. */
+  streamsHeldBack = 0;
   rejectedRequests = 0;
 }
 

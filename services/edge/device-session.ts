@@ -110,6 +110,10 @@ export class DeviceSession {
     counters.connectedDevices = sessions.size;
     this.inbox?.close();
     this.drainWaiter?.();
+    if (this.readsPaused) {
+      this.readsPaused = false;
+      counters.streamsHeldBack--;
+    }
     if (this.writer !== null) void this.writer.close().catch((err: unknown) => log.warn({ err }, 'location flush failed on stream end'));
   }
 
@@ -127,11 +131,16 @@ export class DeviceSession {
     // The client is not reading its replies: stop reading its requests until it does, so HTTP/2
     // flow control holds it back instead of this process buffering a reply per request.
     this.readsPaused = true;
+    this.host.counters.streamsHeldBack++;
     this.call.pause();
-    this.call.once('drain', () => {
-      this.readsPaused = false;
-      if (this.phase !== 'closed') this.call.resume();
-    });
+    this.call.once('drain', () => this.releaseReads());
+  }
+
+  private releaseReads(): void {
+    if (!this.readsPaused) return;
+    this.readsPaused = false;
+    this.host.counters.streamsHeldBack--;
+    if (this.phase !== 'closed') this.call.resume();
   }
 
   private readonly failStream = (err: unknown): void => {

@@ -57,6 +57,7 @@ export class Metrics implements EdgeMetrics {
     counter('ambit_requests_rejected_total', 'Requests answered with a client error', () => c.rejectedRequests);
     new client.Gauge({ name: 'ambit_connected_devices', help: 'Open device streams', registers: [r], collect() { this.set(c.connectedDevices); } });
     new client.Gauge({ name: 'ambit_send_queue', help: 'Notifications waiting for device streams to drain', registers: [r], collect() { this.set(c.sendQueue); } });
+    new client.Gauge({ name: 'ambit_streams_held_back', help: 'Device streams not read because the client does not read its replies', registers: [r], collect() { this.set(c.streamsHeldBack); } });
     this.publishSeconds = new client.Histogram({
       name: 'ambit_publish_seconds',
       help: 'Publish to notifications stored (match latency as publishers see it)',

@@ -419,24 +419,18 @@ describe('api stream: a slow consumer', () => {
     for (let i = 0; i < SENT; i++) {
       if (!stream.call.write({ message: { case: 'location', value: { lat: 91, lon: 0 } } })) await new Promise((r) => stream.call.once('drain', r));
     }
-    // Wait for the server to settle: it handles requests until its replies fill the stream's
-    // HTTP/2 window (about 900 replies), then stops reading. Nothing signals that it stopped (it
-    // keeps reading slowly until then, so back-to-back scrapes see no change too early): poll the
-    // count every 100 ms until it is the same 3 times running, at most 100 polls.
-    let handled = -1;
-    for (let stable = 0, turns = 0; stable < 3; turns++) {
-      assert.ok(turns < 100, `the count of handled requests never settled (${handled})`);
-      await new Promise((r) => setTimeout(r, 100));
-      const now = (await rejected()) - r0;
-      stable = now === handled ? stable + 1 : 0;
-      handled = now;
-    }
+    // The server stops reading the stream once a reply cannot be written (the gauge says so), long
+    // before it has handled what was sent.
+    const heldBack = async () => Number(/^ambit_streams_held_back\{role="all"\} (\d+)$/m.exec(await srv.metrics())![1]);
+    await eventually(async () => (await heldBack()) === 1, 'the server to hold the stream back', 10_000);
+    const handled = (await rejected()) - r0;
     assert.ok(handled < SENT / 2, `the server stopped reading once its replies backed up (${handled} handled of ${SENT} sent)`);
     // Once the client reads again, everything it sent is answered, in order.
     stream.call.resume();
     await eventually(() => stream.pending('reply').length === SENT, `${SENT} replies`, 10_000);
     assert.equal((await rejected()) - r0, SENT);
     assert.ok(stream.pending('reply').every((r) => r.status!.field === 'location.lat'));
+    await eventually(async () => (await heldBack()) === 0, 'the server to read the stream again');
     stream.cancel();
   });
 });
