@@ -79,7 +79,7 @@ export class Gateway implements SessionHost {
         updateLocation: this.unary<UpdateLocationRequest>(SCOPES.device, async (req, p) => {
           const { lat, lon } = position('location', req.location);
           await this.hub.updateLocations([{ device: this.deviceOf(p), lat, lon }]);
-          this.metrics.counters.locationUpdatesUnary++;
+          this.counters.locationUpdatesUnary++;
           return create(UpdateLocationResponseSchema);
         }),
         updateLocations: (call: grpc.ServerReadableStream<UpdateLocationsRequest, unknown>, cb: grpc.sendUnaryData<unknown>) => this.updateLocations(call, cb),
@@ -95,8 +95,8 @@ export class Gateway implements SessionHost {
           const t0 = performance.now();
           const [r] = await this.hub.publish([event]);
           this.metrics.publishSeconds.observe((performance.now() - t0) / 1000);
-          this.metrics.counters.eventsPublished++;
-          this.metrics.counters.subscriptionsReached += r.reached;
+          this.counters.eventsPublished++;
+          this.counters.subscriptionsReached += r.reached;
           return create(PublishResponseSchema, { eventId: r.eventId, reached: BigInt(r.reached) });
         }),
         bulkPublish: (call: grpc.ServerReadableStream<BulkPublishRequest, unknown>, cb: grpc.sendUnaryData<unknown>) => this.bulkPublish(call, cb),
@@ -168,7 +168,7 @@ export class Gateway implements SessionHost {
 
   reject(err: unknown, what: string): StatusInfo {
     const s = statusOf(err);
-    if (s.expected) this.metrics.counters.rejectedRequests++;
+    if (s.expected) this.counters.rejectedRequests++;
     else this.log.error({ err, call: what }, 'request failed');
     return s;
   }
@@ -314,7 +314,7 @@ export class Gateway implements SessionHost {
         const all = batches.length === 1 ? batches[0] : batches.flat();
         await this.hub.updateLocations(all);
         accepted += all.length;
-        this.metrics.counters.locationUpdatesUnary += all.length;
+        this.counters.locationUpdatesUnary += all.length;
       },
       () => create(UpdateLocationsResponseSchema, { accepted: BigInt(accepted) }),
     );
@@ -344,8 +344,8 @@ export class Gateway implements SessionHost {
         for (const r of rs) n += r.reached;
         reached += n;
         // Counted per message with the events, so a call that fails later still counts its matches.
-        this.metrics.counters.eventsPublished += rs.length;
-        this.metrics.counters.subscriptionsReached += n;
+        this.counters.eventsPublished += rs.length;
+        this.counters.subscriptionsReached += n;
       },
       () => create(BulkPublishResponseSchema, { accepted: BigInt(accepted), reached: BigInt(reached) }),
     );

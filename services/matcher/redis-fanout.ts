@@ -54,7 +54,7 @@ export class RedisFanOut implements FanOut {
       // The event is encoded once for all its recipients.
       const json = JSON.stringify(events[e]);
       for (let from = 0; from < rs.length; from += RECIPIENTS_PER_CALL) {
-        const chunk = rs.slice(from, from + RECIPIENTS_PER_CALL);
+        const chunk = rs.length <= RECIPIENTS_PER_CALL ? rs : rs.slice(from, from + RECIPIENTS_PER_CALL);
         const keys = chunk.map((r) => k.notes(r.device));
         const pairs = chunk.flatMap((r) => [r.device, JSON.stringify(r.subscriptionIds)]);
         queueScript(p, 'ambitDeliverEvent', 3 + keys.length, k.nseq, k.nlast, k.stats, ...keys, source.id, e, source.ms, json, maxPerDevice, maxAgeMs, k.wakePrefix, this.now === null ? '' : this.now(), ...pairs);
