@@ -24,7 +24,7 @@ import { ResultRun } from './lib/result-file.js';
 const USAGE = `usage: node dist/bench/service.js [--quick] [--out PATH] [--engine fast|rtree|auto] [--redis URL] [--seed N]
   [--devices N] [--subs-per-device N] [--kinds N] [--rate EVENTS_PER_S] [--seconds S] [--connections N]
   [--publish stream,unary] [--movers N] [--rounds N] [--round-seconds S] [--fleet N] [--batch N] [--batch-streams N]
-  [--skip latency,streams,batches] [--server-node-args cpu-prof,cpu-prof-dir=DIR] [--gateways N (with --redis)]
+  [--skip latency,streams,batches] [--server-node-args cpu-prof,cpu-prof-dir=DIR] [--gateways N]
 Defaults: 1000 devices × 100 subscriptions (100k; each wants one of --kinds 100 event kinds, a level and a
 200–1000 m circle around its device), 1000 events/s for 10 s after 2 s of warm-up, published through a
 PublishStream and then with unary Publish calls;
@@ -52,7 +52,6 @@ const engine = typeof args.engine === 'string' ? args.engine : 'fast';
 const redisUrl = typeof args.redis === 'string' ? args.redis : null;
 if (redisUrl !== null && !/^rediss?:\/\//.test(redisUrl)) fail(`--redis must be a redis:// URL, got ${JSON.stringify(redisUrl)}`);
 const gateways = arg.int('gateways', 1, 1, 256);
-if (gateways > 1 && redisUrl === null) fail('--gateways above 1 needs --redis (the embedded hub keeps its state in one process)');
 const publishModes: PublishMode[] = typeof args.publish === 'string' ? (args.publish.split(',') as PublishMode[]) : ['stream', 'unary'];
 for (const m of publishModes) if (m !== 'stream' && m !== 'unary') fail(`--publish takes stream, unary; got ${JSON.stringify(m)}`);
 const skip = new Set(typeof args.skip === 'string' ? args.skip.split(',') : []);
@@ -92,7 +91,7 @@ async function main(): Promise<void> {
   const startedAt = run.startedAt.toISOString();
   out(`machine: ${describeMachine(machine)}; load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')} before the run (other processes share these cores)`);
   const loadBefore = os.loadavg();
-  out(`server: the server (npm run serve) as a child process: role all, ${redisUrl === null ? 'embedded hub' : `Redis hub${gateways > 1 ? `, ${gateways} gateway processes on one port beside the matcher (server CPU and memory summed over them)` : ''}`}, engine ${engine}; client: this process, SDK over loopback`);
+  out(`server: the server (npm run serve) as a child process: role all, ${redisUrl === null ? 'embedded hub' : 'Redis hub'}${gateways > 1 ? `, ${gateways} gateway processes on one port beside the ${redisUrl === null ? 'hub process' : 'matcher'} (server CPU and memory summed over them)` : ''}, engine ${engine}; client: this process, SDK over loopback`);
   const t0 = performance.now();
   const server = await startChildServer(engine, serverNodeArgs, redisUrl, gateways);
   const results: Record<string, unknown> = {};

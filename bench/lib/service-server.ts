@@ -88,8 +88,9 @@ function rssOf(pid: number): number {
 /**
  * `nodeArgs`: extra Node flags of the server process (e.g. --cpu-prof). `redisUrl`: run it on
  * Redis (gateway and matcher in the one process, state and delivery through Redis) under a fresh
- * key prefix, instead of the embedded hub. `gateways` > 1 (Redis only): that many gateway
- * processes share the port beside the matcher; CPU and memory are summed over all of them.
+ * key prefix, instead of the embedded hub. `gateways` > 1: that many gateway processes share the
+ * port beside the matcher (Redis) or the process holding the embedded hub; CPU and memory are
+ * summed over all of them.
  */
 export async function startChildServer(engine: string, nodeArgs: readonly string[] = [], redisUrl: string | null = null, gateways = 1): Promise<ChildServer> {
   if (process.platform !== 'linux') throw new Error('bench/service: measuring the server process needs Linux /proc');
@@ -142,15 +143,18 @@ export async function startChildServer(engine: string, nodeArgs: readonly string
     }
   }
   const pid = child.pid!;
+  // Past readiness, a server under overload may take seconds to answer: a longer deadline.
+  ops.close();
+  const busyOps = new AmbitOps(address, authority.issue({ subject: 'bench-ops', scopes: [SCOPES.ops] }), { deadlineMs: 30_000 });
   return {
     address,
     pid,
     authority,
-    ops,
+    ops: busyOps,
     cpuSeconds: () => treeCpuSeconds(pid),
     rssBytes: () => [pid, ...descendants(pid)].reduce((sum, p) => sum + rssOf(p), 0),
     stop: async () => {
-      ops.close();
+      busyOps.close();
       if (exited !== null) return;
       const done = new Promise<void>((resolve) => child.once('exit', () => resolve()));
       child.kill('SIGTERM');

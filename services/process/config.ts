@@ -37,10 +37,12 @@ export interface ServerConfig {
   /** Seconds to wait for calls to finish on shutdown before cutting them. */
   shutdownGraceS: number;
   /**
-   * Gateway processes sharing the gRPC port (1: this process serves it). More than one needs
-   * Redis: the embedded hub keeps its state in one process.
+   * Gateway processes sharing the gRPC port (1: this process serves it). Without Redis, this
+   * process keeps the embedded hub and the gateways reach it over their IPC channel.
    */
   gateways: number;
+  /** A gateway process of a node whose parent process holds the embedded hub (set by gateways.ts). */
+  hubInParent: boolean;
 }
 
 export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
@@ -59,6 +61,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   logLevel: 'info',
   shutdownGraceS: 10,
   gateways: 1,
+  hubInParent: false,
 });
 
 /** Reads AMBIT_* (and REDIS_URL) variables over the defaults; throws naming the variable. */
@@ -110,6 +113,9 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
   }
   c.shutdownGraceS = int('AMBIT_SHUTDOWN_GRACE_S', 0, 3600) ?? c.shutdownGraceS;
   c.gateways = int('AMBIT_GATEWAYS', 1, MAX_GATEWAYS) ?? c.gateways;
+  const hub = str('AMBIT_HUB');
+  if (hub !== undefined && hub !== 'parent') throw new Error(`config: AMBIT_HUB may only be "parent" (set by a node for its gateway processes), got ${JSON.stringify(hub)}`);
+  c.hubInParent = hub === 'parent';
   return c;
 }
 
@@ -124,11 +130,11 @@ function readPem(name: string, path: string): Buffer {
 
 /** Checks a whole config (also one built in code, e.g. by tests). */
 export function checkConfig(c: ServerConfig): void {
-  if (c.role !== 'all' && c.redisUrl === null) throw new Error(`config: role ${c.role} needs REDIS_URL (only role all runs without Redis)`);
+  if (c.hubInParent && (c.role !== 'gateway' || c.redisUrl !== null)) throw new Error('config: AMBIT_HUB=parent is for a gateway process without REDIS_URL');
+  if (c.role !== 'all' && c.redisUrl === null && !c.hubInParent) throw new Error(`config: role ${c.role} needs REDIS_URL (only role all runs without Redis)`);
   if (c.tokenSecret === null && !c.dev && c.role !== 'matcher') throw new Error('config: AMBIT_TOKEN_SECRET is required (at least 32 bytes), or AMBIT_DEV=1 for a made-up one');
   if (c.tokenSecret !== null && Buffer.byteLength(c.tokenSecret) < 32) throw new Error(`config: AMBIT_TOKEN_SECRET must be at least 32 bytes, got ${Buffer.byteLength(c.tokenSecret)}`);
   if (!Number.isSafeInteger(c.gateways) || c.gateways < 1 || c.gateways > MAX_GATEWAYS) throw new Error(`config: gateways must be an integer in [1, ${MAX_GATEWAYS}], got ${String(c.gateways)}`);
-  if (c.gateways > 1 && c.redisUrl === null) throw new Error(`config: AMBIT_GATEWAYS=${c.gateways} needs REDIS_URL (the embedded hub keeps its state in one process)`);
   if (c.gateways > 1 && c.role === 'matcher') throw new Error(`config: AMBIT_GATEWAYS=${c.gateways} with role matcher: a matcher serves no gRPC`);
   const cap = c.maxSubscriptionsPerDevice;
   if (!Number.isSafeInteger(cap) || cap < 1) throw new Error(`config: maxSubscriptionsPerDevice must be an integer >= 1, got ${String(cap)}`);

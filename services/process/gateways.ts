@@ -1,9 +1,11 @@
 /**
  * Several gateway processes on one node sharing one gRPC port (`AMBIT_GATEWAYS=N`): node:cluster's
  * primary accepts connections and hands them to the workers in turn, so HTTP/2, TLS, protobuf and
- * stream writes use N cores. A gateway keeps no state but its open streams, so with Redis any
- * number of them serve one deployment. This process is the primary: it runs the matcher when the
- * role is `all`, starts the workers, restarts one that dies, and stops them all on shutdown.
+ * stream writes use N cores. A gateway keeps no state but its open streams. With Redis any number
+ * of them serve one deployment, and this process runs the matcher when the role is `all`. Without
+ * Redis this process keeps the embedded hub (engine, subscriptions, notification logs) and serves
+ * it to its workers over their IPC channels (hub-server.ts). Either way it starts the workers,
+ * restarts one that dies, and stops them all on shutdown.
  */
 import cluster, { type Worker } from 'node:cluster';
 import { randomBytes } from 'node:crypto';
@@ -11,6 +13,8 @@ import type { Logger } from 'pino';
 import { TokenAuthority } from '../edge/auth.js';
 import type { ServerConfig } from './config.js';
 import { type RunningServer, startServer } from './server.js';
+import { HubServer } from '../hub/hub-server.js';
+import { processLink } from '../hub/link.js';
 
 export interface GatewayNode {
   readonly config: ServerConfig;
@@ -37,13 +41,20 @@ export function isGatewayWorker(): boolean {
 export async function startGatewayNode(config: ServerConfig, env: NodeJS.ProcessEnv, log: Logger): Promise<GatewayNode> {
   const plog = log.child({ component: 'gateways' });
   const secret = config.tokenSecret ?? randomBytes(32).toString('base64url');
+  const embedded = config.redisUrl === null;
   let matcher: RunningServer | null = null;
-  if (config.role === 'all') matcher = await startServer({ ...config, role: 'matcher', gateways: 1 }, log);
+  let hubServer: HubServer | null = null;
+  if (embedded) {
+    // The hub's process serves no gRPC; its metrics report the hub's figures.
+    matcher = await startServer({ ...config, gateways: 1 }, log, { grpc: false });
+    hubServer = new HubServer(matcher.hub!, log.child({ component: 'hub-server' }));
+  } else if (config.role === 'all') matcher = await startServer({ ...config, role: 'matcher', gateways: 1 }, log);
   const n = config.gateways;
   const base = config.metricsPort;
   const workerEnv = (i: number): NodeJS.ProcessEnv => ({
     ...env,
     AMBIT_ROLE: 'gateway',
+    ...(embedded ? { AMBIT_HUB: 'parent' } : {}),
     AMBIT_GATEWAYS: '1',
     AMBIT_TOKEN_SECRET: secret,
     AMBIT_DEV: '0',
@@ -52,7 +63,8 @@ export async function startGatewayNode(config: ServerConfig, env: NodeJS.Process
     AMBIT_GATEWAY_INDEX: String(i),
   });
   // Workers get their settings from the environment only (flags were applied to `env`).
-  cluster.setupPrimary({ args: [] });
+  // V8 serialization on the IPC channel: typed arrays and shared objects cross as they are.
+  cluster.setupPrimary({ args: [], serialization: 'advanced' });
 
   const workers: (Worker | null)[] = new Array(n).fill(null);
   let stopping = false;
@@ -61,6 +73,7 @@ export async function startGatewayNode(config: ServerConfig, env: NodeJS.Process
   const fork = (i: number): Promise<void> => {
     const w = cluster.fork(workerEnv(i));
     workers[i] = w;
+    hubServer?.serve(processLink(w));
     const startedAt = Date.now();
     w.once('exit', (code, signal) => {
       if (workers[i] === w) workers[i] = null;
@@ -104,6 +117,7 @@ export async function startGatewayNode(config: ServerConfig, env: NodeJS.Process
     }, (config.shutdownGraceS + 5) * 1000);
     await Promise.all(exits);
     clearTimeout(killer);
+    hubServer?.close();
     if (matcher !== null) await matcher.stop();
   };
 

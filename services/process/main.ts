@@ -1,7 +1,7 @@
 /**
  * `node dist/services/process/main.js [--role all|gateway|matcher] [--port N] [--metrics-port N|off]
  * [--engine auto|gpu|fast|rtree|reference] [--gateways N] [--dev]`: one Ambit process, or with
- * `--gateways N` (Redis only) a node of N gateway processes sharing the port (gateways.ts). Flags
+ * `--gateways N` a node of N gateway processes sharing the port beside the matcher or the embedded hub (gateways.ts). Flags
  * override the AMBIT_* environment (see docs/service.md). SIGINT/SIGTERM shut it down gracefully.
  */
 import { parseArgs } from 'node:util';

@@ -15,6 +15,8 @@ import { EmbeddedHub } from '../hub/embedded.js';
 import { openEngine } from '../matcher/engine.js';
 import { Gateway } from '../edge/gateway.js';
 import type { Hub, HubStats } from '../hub/port.js';
+import { LinkedHub } from '../hub/linked.js';
+import { processLink } from '../hub/link.js';
 import { type Logger, silentLogger } from './log.js';
 import { MatchCore } from '../matcher/core.js';
 import { Metrics } from './metrics.js';
@@ -33,7 +35,12 @@ export interface RunningServer {
   stop(): Promise<void>;
 }
 
-export async function startServer(partial: Partial<ServerConfig> = {}, log: Logger = silentLogger()): Promise<RunningServer> {
+export interface StartOptions {
+  /** False: no gRPC server; the hub is served to a node's gateway processes instead (gateways.ts). */
+  grpc?: boolean;
+}
+
+export async function startServer(partial: Partial<ServerConfig> = {}, log: Logger = silentLogger(), options: StartOptions = {}): Promise<RunningServer> {
   const config: ServerConfig = { ...DEFAULT_CONFIG, ...partial };
   checkConfig(config);
   const cleanups: (() => Promise<void>)[] = [];
@@ -45,7 +52,12 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
     let engineDetail = '';
     // What /metrics reads engine figures from: the hub, or in a matcher-only process the matcher.
     let statsSource: { stats(): Promise<HubStats> } | null = null;
-    if (config.redisUrl === null) {
+    if (config.hubInParent) {
+      // A gateway of a node whose parent process holds the embedded hub.
+      const h = new LinkedHub(processLink(process));
+      hub = h;
+      cleanups.push(() => h.close());
+    } else if (config.redisUrl === null) {
       const { engine, detail } = await openEngine(config.engine);
       engineDetail = detail;
       hub = new EmbeddedHub(new MatchCore(engine, config.maxSubscriptionsPerDevice), { retention: config.retention, engineDetail: detail });
@@ -72,7 +84,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
 
     let authority: TokenAuthority | null = null;
     let port: number | null = null;
-    if (hub !== null) {
+    if (hub !== null && options.grpc !== false) {
       const secret = config.tokenSecret ?? randomBytes(32).toString('base64url');
       authority = new TokenAuthority(secret);
       const gateway = new Gateway(hub, authority, DEFAULT_LIMITS, metrics, log.child({ component: 'gateway' }));
@@ -106,7 +118,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
       });
       log.child({ component: 'server' }).info({ port, metricsPort, tls: config.tls !== null, role: config.role }, `listening on ${config.host}:${port}`);
     }
-    if (hub === null) log.child({ component: 'server' }).info({ port: null, metricsPort, role: config.role }, `matcher ready${metricsPort === null ? '' : `; metrics on ${config.host}:${metricsPort}`}`);
+    if (port === null) log.child({ component: 'server' }).info({ port: null, metricsPort, role: config.role }, `${hub === null ? 'matcher' : 'hub'} ready${metricsPort === null ? '' : `; metrics on ${config.host}:${metricsPort}`}`);
     let stopped: Promise<void> | null = null;
     return {
       config,

@@ -115,7 +115,8 @@ describe('api config: checkConfig', () => {
   const bad: [string, Partial<ServerConfig>, string][] = [
     ['gateway without Redis', { role: 'gateway' }, 'config: role gateway needs REDIS_URL (only role all runs without Redis)'],
     ['matcher without Redis', { role: 'matcher' }, 'config: role matcher needs REDIS_URL (only role all runs without Redis)'],
-    ['several gateways without Redis', { gateways: 2 }, 'config: AMBIT_GATEWAYS=2 needs REDIS_URL (the embedded hub keeps its state in one process)'],
+    ['a hub in the parent for role all', { hubInParent: true }, 'config: AMBIT_HUB=parent is for a gateway process without REDIS_URL'],
+    ['a hub in the parent beside Redis', { hubInParent: true, role: 'gateway', redisUrl: 'redis://r:6379' }, 'config: AMBIT_HUB=parent is for a gateway process without REDIS_URL'],
     ['several gateways for a matcher', { gateways: 4, role: 'matcher', redisUrl: 'redis://127.0.0.1:6379' }, 'config: AMBIT_GATEWAYS=4 with role matcher: a matcher serves no gRPC'],
     ['a fractional number of gateways', { gateways: 1.5 }, 'config: gateways must be an integer in [1, 256], got 1.5'],
     ['no secret outside dev mode', { dev: false }, 'config: AMBIT_TOKEN_SECRET is required (at least 32 bytes), or AMBIT_DEV=1 for a made-up one'],
@@ -130,8 +131,10 @@ describe('api config: checkConfig', () => {
     });
   }
 
-  it('accepted: dev mode without a secret, a secret of 32 bytes in 16 characters, a matcher with Redis and no secret', () => {
+  it('accepted: dev mode without a secret, a secret of 32 bytes in 16 characters, a matcher with Redis and no secret, several gateways on the embedded hub', () => {
     checkConfig(base);
+    checkConfig({ ...base, gateways: 4 });
+    checkConfig({ ...base, role: 'gateway', hubInParent: true });
     checkConfig({ ...base, dev: false, tokenSecret: 'é'.repeat(16) });
     checkConfig({ ...base, dev: false, role: 'matcher', redisUrl: 'redis://r:6379' });
   });

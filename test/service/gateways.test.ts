@@ -1,5 +1,6 @@
 /**
- * One node of several gateway processes sharing one port (AMBIT_GATEWAYS=2 on a real Redis):
+ * One node of several gateway processes sharing one port (AMBIT_GATEWAYS=2), on a real Redis and
+ * on the embedded hub (held by the node's primary process, served to the workers over IPC):
  * connections spread over the workers, a publish on one reaches devices on both, a worker killed
  * with SIGKILL is restarted and its devices resume without loss, and SIGTERM to the node stops
  * every process.
@@ -48,8 +49,8 @@ function alive(pid: number): boolean {
   }
 }
 
-describe('gateways: one node, two gateway processes on one port', { skip: redisServerMissing() ?? false, timeout: 120_000 }, () => {
-  let redis: RedisServer;
+for (const mode of ['redis', 'embedded'] as const) describe(`gateways (${mode}): one node, two gateway processes on one port`, { skip: (mode === 'redis' && redisServerMissing()) || false, timeout: 120_000 }, () => {
+  let redis: RedisServer | null = null;
   let node: AmbitProcess;
   const open: Clients[] = [];
   /** A channel of its own (its own TCP connection), so the cluster can hand it to either worker. */
@@ -62,8 +63,8 @@ describe('gateways: one node, two gateway processes on one port', { skip: redisS
   const sub = { id: 'acc', filters: [{ constraints: [{ name: 'sev', op: Op.GT, value: num(2) }], area: { radiusM: 1000 } }] };
 
   before(async () => {
-    redis = await startRedisServer();
-    node = await startAmbit({ REDIS_URL: redis.url, AMBIT_GATEWAYS: '2', AMBIT_TOKEN_SECRET: SECRET, AMBIT_ENGINE: 'fast', AMBIT_METRICS_PORT: '0' }, [], 30_000);
+    if (mode === 'redis') redis = await startRedisServer();
+    node = await startAmbit({ ...(redis === null ? {} : { REDIS_URL: redis.url }), AMBIT_GATEWAYS: '2', AMBIT_TOKEN_SECRET: SECRET, AMBIT_ENGINE: 'fast', AMBIT_METRICS_PORT: '0' }, [], 30_000);
     await node.waitForLog((l) => l.component === 'gateways' && l.gateways === 2, 30_000);
   });
 

@@ -7,6 +7,11 @@ import { EmbeddedHub } from '../../services/hub/embedded.js';
 import { MatchCore } from '../../services/matcher/core.js';
 import { runHubContract } from '../support/hub-contract.js';
 import { ENGINE_SIDE_LIMITS } from '../../services/hub/port.js';
+import { MessageChannel } from 'node:worker_threads';
+import { pino } from 'pino';
+import { HubServer } from '../../services/hub/hub-server.js';
+import { LinkedHub } from '../../services/hub/linked.js';
+import { portLink } from '../../services/hub/link.js';
 
 runHubContract('embedded', async (setup) => {
   const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }), setup.maxSubscriptionsPerDevice);
@@ -41,4 +46,24 @@ describe('wire conversion', () => {
     const e = fromEvent({ id: 'x', lat: 1, lon: 2, attributes: JSON.parse('{"__proto__": 5, "a": "b"}') as Record<string, number | string> });
     assert.deepEqual(Object.keys(e.attributes), ['__proto__', 'a']);
   });
+});
+
+// The same contract through the link a node's gateway processes use (AMBIT_GATEWAYS without
+// Redis): a real structured-clone channel between the gateway side and the hub.
+runHubContract('linked (gateway side of a node-local hub)', async (setup) => {
+  const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }), setup.maxSubscriptionsPerDevice);
+  const hub = new EmbeddedHub(core, { retention: setup.retention });
+  const { port1, port2 } = new MessageChannel();
+  const server = new HubServer(hub, pino({ level: 'silent' }));
+  server.serve(portLink(port1));
+  const linked = new LinkedHub(portLink(port2));
+  return {
+    hub: linked,
+    dispose: async () => {
+      await linked.close();
+      server.close();
+      port1.close();
+      await hub.close();
+    },
+  };
 });
