@@ -17,7 +17,7 @@ import {
   compareDeliveryIds,
 } from './port.js';
 import { type MatchCore, hubStats } from '../matcher/core.js';
-import type { Retention } from '../matcher/fanout.js';
+import { type Retention, ordinalOf } from '../matcher/fanout.js';
 import { type DeviceLog, MemoryFanOut } from '../matcher/memory-fanout.js';
 
 export { DEFAULT_RETENTION, type Retention } from '../matcher/fanout.js';
@@ -120,7 +120,8 @@ export class EmbeddedHub implements Hub {
 }
 
 class EmbeddedInbox implements Inbox {
-  private cursor: string;
+  /** The ordinal of the last pulled notification (ids are "<ms>-<ordinal>", ordinals gapless). */
+  private cursor: number;
   private closed = false;
   private wake: (() => void) | null = null;
 
@@ -130,17 +131,19 @@ class EmbeddedInbox implements Inbox {
     readonly resumeToken: string,
     readonly missed: number,
   ) {
-    this.cursor = resumeToken;
+    this.cursor = ordinalOf(resumeToken);
   }
 
   async pull(max: number): Promise<Delivery[]> {
     for (;;) {
       if (this.closed || this.hub.isClosed) return [];
       this.hub.expire(this.log);
-      const from = this.log.firstAfter(this.cursor);
-      if (from < this.log.entries.length) {
-        const out = this.log.entries.slice(from, Math.min(from + max, this.log.entries.length));
-        this.cursor = out[out.length - 1].deliveryId;
+      const entries = this.log.entries;
+      const from = this.log.firstAfterOrdinal(this.cursor);
+      if (from < entries.length) {
+        const to = Math.min(from + max, entries.length);
+        const out = to === from + 1 ? [entries[from]] : entries.slice(from, to);
+        this.cursor = this.log.last - (entries.length - to);
         return out;
       }
       await new Promise<void>((resolve) => {

@@ -1,13 +1,28 @@
 /**
  * The hub side of the link (link.ts): serves one Hub (the embedded hub of this node) to any
  * number of gateway processes. Requests run as they arrive, in order, exactly as a gateway in
- * this process would call them; replies go back batched per event-loop turn. A gateway that goes
- * away leaves nothing behind: its inboxes close (unacknowledged notifications stay in the log for
- * the device's next stream) and its location writers end.
+ * this process would call them; replies go back in one frame per event-loop turn. A gateway that
+ * goes away leaves nothing behind: its inboxes close (unacknowledged notifications stay in the
+ * log for the device's next stream) and its location writers end.
  */
 import type { Logger } from 'pino';
-import type { Hub, Inbox, LocationWriter } from './port.js';
-import { type Link, Outbox, type Request, toWire } from './link.js';
+import type { Event } from '../../src/model/types.js';
+import type { Delivery, Hub, Inbox, LocationWriter, PublishResult } from './port.js';
+import { type CallArgs, CALL_OPS, type CallOp, FrameReader, FrameWriter, G, H, type Link, Outbox, readEvent, toWire, writeEvent } from './link.js';
+
+/** Events as link records, encoded once however many gateways and frames carry them. */
+const eventBytes = new WeakMap<Event, Buffer>();
+const scratch = new FrameWriter();
+
+function encoded(e: Event): Buffer {
+  let b = eventBytes.get(e);
+  if (b === undefined) {
+    writeEvent(scratch, e);
+    b = scratch.copy();
+    eventBytes.set(e, b);
+  }
+  return b;
+}
 
 export class HubServer {
   private readonly detachers = new Set<() => void>();
@@ -21,39 +36,86 @@ export class HubServer {
   serve(link: Link): () => void {
     const inboxes = new Map<number, Inbox>();
     const writers = new Map<number, LocationWriter>();
-    const out = new Outbox(link);
+    const out = new Outbox(link, () => eventRefs.clear());
+    /** Events written to the current frame, by number (a frame refers to each once). */
+    const eventRefs = new Map<Event, number>();
     let nextInbox = 1;
     const hub = this.hub;
+    let detached = false;
 
-    const answer = (i: number, p: Promise<unknown>): void => {
-      p.then(
-        (v) => out.push({ i, v }),
-        (err: unknown) => out.push({ i, e: toWire(err) }),
-      );
+    const fail = (i: number, err: unknown): void => {
+      if (detached) return;
+      const w = out.frame;
+      w.u8(H.ERROR);
+      w.u32(i);
+      w.value(toWire(err));
     };
-    const run = (r: Request): void => {
-      switch (r.o) {
+    const answer = (i: number, p: Promise<unknown>): void => {
+      p.then((v) => {
+        if (detached) return;
+        const w = out.frame;
+        w.u8(H.REPLY);
+        w.u32(i);
+        w.value(v);
+      }, (err: unknown) => fail(i, err));
+    };
+    const published = (i: number, rs: PublishResult[]): void => {
+      if (detached) return;
+      const w = out.frame;
+      w.u8(H.PUBLISHED);
+      w.u32(i);
+      w.u32(rs.length);
+      for (const r of rs) {
+        w.str(r.eventId);
+        w.f64(r.reached);
+      }
+    };
+    const deliveries = (i: number, ds: Delivery[]): void => {
+      if (detached) return;
+      const w = out.frame;
+      // Events first, each once per frame.
+      for (const d of ds) {
+        if (eventRefs.has(d.event)) continue;
+        const ref = eventRefs.size;
+        eventRefs.set(d.event, ref);
+        w.u8(H.EVENT);
+        w.u32(ref);
+        w.raw(encoded(d.event));
+      }
+      w.u8(H.DELIVERIES);
+      w.u32(i);
+      w.u32(ds.length);
+      for (const d of ds) {
+        w.str(d.deliveryId);
+        w.f64(d.publishedAtMs);
+        w.u32(eventRefs.get(d.event)!);
+        const ids = d.subscriptionIds;
+        w.u32(ids.length);
+        for (let k = 0; k < ids.length; k++) w.str(ids[k]);
+      }
+    };
+
+    const call = (i: number, op: CallOp, a: CallArgs): void => {
+      switch (op) {
         case 'add':
-          return answer(r.i, hub.addSubscription(r.d, r.s));
+          return answer(i, hub.addSubscription(a.d, a.s!));
         case 'replace':
-          return answer(r.i, hub.replaceSubscription(r.d, r.s));
+          return answer(i, hub.replaceSubscription(a.d, a.s!));
         case 'remove':
-          return answer(r.i, hub.removeSubscription(r.d, r.id));
+          return answer(i, hub.removeSubscription(a.d, a.id!));
         case 'list':
-          return answer(r.i, hub.listSubscriptions(r.d));
+          return answer(i, hub.listSubscriptions(a.d));
         case 'info':
-          return answer(r.i, hub.deviceInfo(r.d));
+          return answer(i, hub.deviceInfo(a.d));
         case 'locs':
-          return answer(r.i, hub.updateLocations(r.u));
-        case 'pub':
-          return answer(r.i, hub.publish(r.e));
+          return answer(i, hub.updateLocations(a.u!));
         case 'stats':
-          return answer(r.i, hub.stats());
+          return answer(i, hub.stats());
         case 'open':
           return answer(
-            r.i,
-            hub.openInbox(r.d, r.r).then((box) => {
-              if (out.closed) {
+            i,
+            hub.openInbox(a.d, a.r ?? null).then((box) => {
+              if (detached) {
                 box.close();
                 return null;
               }
@@ -62,39 +124,79 @@ export class HubServer {
               return { b, t: box.resumeToken, m: box.missed };
             }),
           );
-        case 'pull': {
-          const box = inboxes.get(r.b);
-          return answer(r.i, box === undefined ? Promise.resolve([]) : box.pull(r.n));
-        }
-        case 'ack': {
-          const box = inboxes.get(r.b);
-          if (box !== undefined) box.ack(r.id).catch((err: unknown) => this.log.warn({ err }, 'ack from a gateway failed'));
-          return;
-        }
-        case 'shut': {
-          const box = inboxes.get(r.b);
-          inboxes.delete(r.b);
-          box?.close();
-          return;
-        }
-        case 'w':
-          writers.set(r.w, hub.locationWriter(r.d));
-          return;
-        case 'wu': {
-          const { w, c } = r;
-          for (let k = 0; k < w.length; k++) writers.get(w[k])?.update(c[2 * k], c[2 * k + 1]);
-          return;
-        }
-        case 'wx': {
-          const w = writers.get(r.w);
-          writers.delete(r.w);
-          w?.close().catch((err: unknown) => this.log.warn({ err }, 'location writer close failed'));
-          return;
-        }
       }
     };
 
-    let detached = false;
+    const record = (r: FrameReader): void => {
+      const tag = r.u8();
+      switch (tag) {
+        case G.CALL: {
+          const i = r.u32();
+          const op = CALL_OPS[r.u8()];
+          try {
+            const a = r.value<CallArgs>();
+            if (op === undefined) throw new Error('unknown call');
+            call(i, op, a);
+          } catch (err) {
+            fail(i, err);
+          }
+          return;
+        }
+        case G.PUB: {
+          const i = r.u32();
+          const n = r.u32();
+          const events = new Array<Event>(n);
+          for (let k = 0; k < n; k++) events[k] = readEvent(r);
+          hub.publish(events).then((rs) => published(i, rs), (err: unknown) => fail(i, err));
+          return;
+        }
+        case G.PULL: {
+          const i = r.u32();
+          const box = inboxes.get(r.u32());
+          const max = r.u32();
+          (box === undefined ? Promise.resolve([]) : box.pull(max)).then((ds) => deliveries(i, ds), (err: unknown) => fail(i, err));
+          return;
+        }
+        case G.ACK: {
+          const box = inboxes.get(r.u32());
+          const id = r.str();
+          box?.ack(id).catch((err: unknown) => this.log.warn({ err }, 'ack from a gateway failed'));
+          return;
+        }
+        case G.SHUT: {
+          const b = r.u32();
+          const box = inboxes.get(b);
+          inboxes.delete(b);
+          box?.close();
+          return;
+        }
+        case G.WOPEN: {
+          const w = r.u32();
+          writers.set(w, hub.locationWriter(r.str()));
+          return;
+        }
+        case G.WMOVE: {
+          const n = r.u32();
+          for (let k = 0; k < n; k++) {
+            const w = writers.get(r.u32());
+            const lat = r.f64();
+            const lon = r.f64();
+            w?.update(lat, lon);
+          }
+          return;
+        }
+        case G.WCLOSE: {
+          const n = r.u32();
+          const w = writers.get(n);
+          writers.delete(n);
+          w?.close().catch((err: unknown) => this.log.warn({ err }, 'location writer close failed'));
+          return;
+        }
+        default:
+          throw new Error(`hub link: unknown record ${tag}`);
+      }
+    };
+
     const detach = (): void => {
       if (detached) return;
       detached = true;
@@ -105,22 +207,19 @@ export class HubServer {
       for (const w of writers.values()) void w.close().catch(() => null);
       writers.clear();
     };
-    link.listen(
-      (batch) => {
-        if (detached) return;
-        for (const r of batch as Request[]) {
-          try {
-            run(r);
-          } catch (err) {
-            // A request the hub could not even start (a malformed message from a gateway of
-            // another version): answered as an error when it expects an answer.
-            if (typeof (r as { i?: unknown }).i === 'number') out.push({ i: (r as { i: number }).i, e: toWire(err) });
-            else this.log.warn({ err, op: (r as { o?: unknown }).o }, 'gateway message failed');
-          }
-        }
-      },
-      detach,
-    );
+    link.listen((frame) => {
+      if (detached) return;
+      const r = new FrameReader(frame);
+      try {
+        while (r.more) record(r);
+      } catch (err) {
+        // A frame this side cannot read (a gateway of another version): nothing after it can be
+        // trusted, so the link ends and the gateway's calls fail UNAVAILABLE.
+        this.log.error({ err }, 'unreadable frame from a gateway; dropping its link');
+        detach();
+        link.close();
+      }
+    }, detach);
     this.detachers.add(detach);
     return detach;
   }

@@ -1,36 +1,343 @@
 /**
  * The wire between gateway processes and the process that holds the embedded hub on the same
- * node (`AMBIT_GATEWAYS=N` without Redis): messages of a structured-clone channel (node:cluster's
- * IPC pipe with V8 serialization, or a MessagePort), each one a batch of everything one side had
- * to say within one event-loop turn. V8 serialization keeps shared objects shared within a
- * message, so an event that reaches many devices of one gateway crosses once per batch.
+ * node (`AMBIT_GATEWAYS=N` without Redis). A link carries frames of bytes: over a private pipe
+ * between the node's supervisor and each gateway process (a length prefix per frame), or over a
+ * MessagePort (tests). Each side writes everything it has to say within one event-loop turn into
+ * one frame, as records:
+ *
+ * - the hot ones in a binary layout of their own: pulls, acks, location moves, publishes (events)
+ *   and deliveries. An event that reaches many devices of one gateway is written once per frame
+ *   and referred to by number; a delivery is its id, time, event number and subscription ids.
+ * - the rest (subscription changes, lists, stats, opening an inbox) as V8-serialized values:
+ *   exact for every value the model allows (-0, any string), and rare.
  *
  * `LinkedHub` (linked.ts) is the gateway side, `HubServer` (hub-server.ts) the hub side.
  */
+import type { Socket } from 'node:net';
+import { deserialize, serialize } from 'node:v8';
 import type { MessagePort } from 'node:worker_threads';
 import { AmbitError, type ErrorCode, ValidationError } from '../../src/model/errors.js';
-import type { Event, PositionUpdate } from '../../src/model/types.js';
+import type { Event, PositionUpdate, Value } from '../../src/model/types.js';
 import type { DeviceSubscription } from './port.js';
 
-/** Gateway → hub. `i`: the request's number, answered by a `Reply` with the same `i`. */
-export type Request =
-  | { o: 'add' | 'replace'; i: number; d: string; s: DeviceSubscription }
-  | { o: 'remove'; i: number; d: string; id: string }
-  | { o: 'list' | 'info'; i: number; d: string }
-  | { o: 'locs'; i: number; u: PositionUpdate[] }
-  | { o: 'pub'; i: number; e: Event[] }
-  | { o: 'open'; i: number; d: string; r: string | null }
-  /** Pull up to `n` notifications of inbox `b` (answered when there are some, or [] once closed). */
-  | { o: 'pull'; i: number; b: number; n: number }
-  | { o: 'stats'; i: number }
-  // One-way: no reply.
-  | { o: 'ack'; b: number; id: string }
-  | { o: 'shut'; b: number }
-  /** Opens location writer `w` for device `d`. */
-  | { o: 'w'; w: number; d: string }
-  /** The newest position of each listed writer: `c[2k], c[2k+1]` are writer `w[k]`'s lat, lon. */
-  | { o: 'wu'; w: Int32Array; c: Float64Array }
-  | { o: 'wx'; w: number };
+/** The file descriptor of a gateway process's pipe to the hub (its fifth stdio entry). */
+export const HUB_PIPE_FD = 4;
+
+// ---- record tags ----
+
+/** Gateway → hub. */
+export const G = {
+  /** u32 request, u8 op (CALL_OPS), bytes V8 payload. */
+  CALL: 1,
+  /** u32 request, u32 count, events. */
+  PUB: 2,
+  /** u32 request, u32 inbox, u32 max. */
+  PULL: 3,
+  /** u32 inbox, str delivery id. */
+  ACK: 4,
+  /** u32 inbox. */
+  SHUT: 5,
+  /** u32 writer, str device. */
+  WOPEN: 6,
+  /** u32 count, then count × (u32 writer, f64 lat, f64 lon). */
+  WMOVE: 7,
+  /** u32 writer. */
+  WCLOSE: 8,
+} as const;
+
+/** Hub → gateway. */
+export const H = {
+  /** u32 request, bytes V8 value. */
+  REPLY: 20,
+  /** u32 request, bytes V8 WireError. */
+  ERROR: 21,
+  /** u32 request, u32 count × (str event id, f64 reached). */
+  PUBLISHED: 22,
+  /** u32 event number (within this frame), event. */
+  EVENT: 23,
+  /** u32 request, u32 count × (str delivery id, f64 published at, u32 event number, u32 n, n × str). */
+  DELIVERIES: 24,
+} as const;
+
+export const CALL_OPS = ['add', 'replace', 'remove', 'list', 'info', 'locs', 'open', 'stats'] as const;
+export type CallOp = (typeof CALL_OPS)[number];
+
+/** A CALL's payload: the device, and what the op needs (subscription, id, resume point, positions). */
+export interface CallArgs {
+  d: string;
+  s?: DeviceSubscription;
+  id?: string;
+  r?: string | null;
+  u?: PositionUpdate[];
+}
+
+// ---- links ----
+
+/** One end of a channel of byte frames. */
+export interface Link {
+  post(frame: Buffer): void;
+  /** Ends the channel (both ends see it close). */
+  close(): void;
+  /** `onFrame` for each frame; `onClose` once the other end is gone. */
+  listen(onFrame: (frame: Buffer) => void, onClose: () => void): void;
+}
+
+/** A stream socket (the node's private pipe): each frame is a u32 length and the bytes. */
+export function socketLink(socket: Socket): Link {
+  return {
+    post: (frame) => {
+      if (socket.destroyed) return;
+      const head = Buffer.allocUnsafe(4);
+      head.writeUInt32LE(frame.length, 0);
+      socket.cork();
+      socket.write(head);
+      socket.write(frame);
+      socket.uncork();
+    },
+    close: () => {
+      socket.end();
+      socket.unref();
+    },
+    listen: (onFrame, onClose) => {
+      let chunks: Buffer[] = [];
+      let have = 0;
+      let need = -1;
+      socket.on('data', (chunk: Buffer) => {
+        chunks.push(chunk);
+        have += chunk.length;
+        for (;;) {
+          if (need < 0) {
+            if (have < 4) return;
+            const all = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, have);
+            need = all.readUInt32LE(0);
+            chunks = [all.subarray(4)];
+            have -= 4;
+          }
+          if (have < need) return;
+          const all = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, have);
+          const frame = all.subarray(0, need);
+          chunks = have > need ? [all.subarray(need)] : [];
+          have -= need;
+          need = -1;
+          onFrame(frame);
+        }
+      });
+      let closed = false;
+      const close = () => {
+        if (closed) return;
+        closed = true;
+        onClose();
+      };
+      socket.on('close', close);
+      socket.on('end', close);
+      socket.on('error', close);
+    },
+  };
+}
+
+/** One end of a worker_threads MessagePort pair (tests; a hub and gateways in threads). */
+export function portLink(port: MessagePort): Link {
+  return {
+    post: (frame) => port.postMessage(frame),
+    close: () => port.close(),
+    listen: (onFrame, onClose) => {
+      port.on('message', (m: Uint8Array) => onFrame(Buffer.from(m.buffer, m.byteOffset, m.byteLength)));
+      port.on('close', onClose);
+    },
+  };
+}
+
+// ---- frames ----
+
+const MIN_FRAME = 16 * 1024;
+
+export class FrameWriter {
+  buf = Buffer.allocUnsafe(MIN_FRAME);
+  n = 0;
+
+  get empty(): boolean {
+    return this.n === 0;
+  }
+
+  private reserve(k: number): void {
+    if (this.n + k <= this.buf.length) return;
+    const next = Buffer.allocUnsafe(Math.max(this.buf.length * 2, this.n + k));
+    this.buf.copy(next, 0, 0, this.n);
+    this.buf = next;
+  }
+
+  u8(v: number): void {
+    this.reserve(1);
+    this.buf[this.n++] = v;
+  }
+
+  u32(v: number): void {
+    this.reserve(4);
+    this.buf.writeUInt32LE(v, this.n);
+    this.n += 4;
+  }
+
+  f64(v: number): void {
+    this.reserve(8);
+    this.buf.writeDoubleLE(v, this.n);
+    this.n += 8;
+  }
+
+  str(s: string): void {
+    const chars = s.length;
+    this.reserve(4 + 3 * chars);
+    const buf = this.buf;
+    const at = this.n;
+    // Ids are short and mostly ASCII: a byte loop beats the native UTF-8 call there.
+    if (chars <= 64) {
+      let o = at + 4;
+      let k = 0;
+      for (; k < chars; k++) {
+        const c = s.charCodeAt(k);
+        if (c >= 0x80) break;
+        buf[o++] = c;
+      }
+      if (k === chars) {
+        buf[at] = chars;
+        buf[at + 1] = 0;
+        buf[at + 2] = 0;
+        buf[at + 3] = 0;
+        this.n = o;
+        return;
+      }
+    }
+    const len = buf.write(s, at + 4, 'utf8');
+    buf.writeUInt32LE(len, at);
+    this.n = at + 4 + len;
+  }
+
+  /** Bytes as they are (no length): a record encoded before. */
+  raw(b: Uint8Array): void {
+    this.reserve(b.length);
+    this.buf.set(b, this.n);
+    this.n += b.length;
+  }
+
+  bytes(b: Uint8Array): void {
+    this.reserve(4 + b.length);
+    this.buf.writeUInt32LE(b.length, this.n);
+    this.buf.set(b, this.n + 4);
+    this.n += 4 + b.length;
+  }
+
+  value(v: unknown): void {
+    this.bytes(serialize(v));
+  }
+
+  /** A copy of what was written; the writer starts over in the same memory. */
+  copy(): Buffer {
+    const out = Buffer.allocUnsafe(this.n);
+    this.buf.copy(out, 0, 0, this.n);
+    this.n = 0;
+    return out;
+  }
+
+  /** The frame so far; the writer starts a new one. */
+  take(): Buffer {
+    const out = this.buf.subarray(0, this.n);
+    this.buf = Buffer.allocUnsafe(Math.max(MIN_FRAME, Math.min(this.n, 1 << 20)));
+    this.n = 0;
+    return out;
+  }
+}
+
+export class FrameReader {
+  o = 0;
+
+  constructor(readonly b: Buffer) {}
+
+  get more(): boolean {
+    return this.o < this.b.length;
+  }
+
+  u8(): number {
+    return this.b[this.o++];
+  }
+
+  u32(): number {
+    const v = this.b.readUInt32LE(this.o);
+    this.o += 4;
+    return v;
+  }
+
+  f64(): number {
+    const v = this.b.readDoubleLE(this.o);
+    this.o += 8;
+    return v;
+  }
+
+  str(): string {
+    const len = this.u32();
+    const s = this.b.toString('utf8', this.o, this.o + len);
+    this.o += len;
+    return s;
+  }
+
+  bytes(): Buffer {
+    const len = this.u32();
+    const b = this.b.subarray(this.o, this.o + len);
+    this.o += len;
+    return b;
+  }
+
+  value<T>(): T {
+    return deserialize(this.bytes()) as T;
+  }
+}
+
+// ---- events ----
+
+const T_NUMBER = 0;
+const T_STRING = 1;
+const T_TRUE = 2;
+const T_FALSE = 3;
+
+/** id, lat, lon, radius (NaN: absent), then each attribute: name, type, value. */
+export function writeEvent(w: FrameWriter, e: Event): void {
+  w.str(e.id);
+  w.f64(e.lat);
+  w.f64(e.lon);
+  w.f64(e.radiusM === undefined ? NaN : e.radiusM);
+  const a = e.attributes;
+  const keys = Object.keys(a);
+  w.u32(keys.length);
+  for (const k of keys) {
+    w.str(k);
+    const v = a[k];
+    if (typeof v === 'number') {
+      w.u8(T_NUMBER);
+      w.f64(v);
+    } else if (typeof v === 'string') {
+      w.u8(T_STRING);
+      w.str(v);
+    } else w.u8(v ? T_TRUE : T_FALSE);
+  }
+}
+
+export function readEvent(r: FrameReader): Event {
+  const id = r.str();
+  const lat = r.f64();
+  const lon = r.f64();
+  const radiusM = r.f64();
+  const n = r.u32();
+  const attributes: Record<string, Value> = {};
+  for (let k = 0; k < n; k++) {
+    const name = r.str();
+    const t = r.u8();
+    const v = t === T_NUMBER ? r.f64() : t === T_STRING ? r.str() : t === T_TRUE;
+    // An attribute may be named __proto__: define it, do not set the prototype.
+    if (name === '__proto__') Object.defineProperty(attributes, name, { value: v, enumerable: true, writable: true, configurable: true });
+    else attributes[name] = v;
+  }
+  return Number.isNaN(radiusM) ? { id, lat, lon, attributes } : { id, lat, lon, radiusM, attributes };
+}
+
+// ---- errors ----
 
 export interface WireError {
   /** AmbitError code, or '' for any other error. */
@@ -40,103 +347,6 @@ export interface WireError {
   f?: string;
   /** A ValidationError's rule. */
   r?: string;
-}
-
-/** Hub → gateway. */
-export type Reply = { i: number; v: unknown } | { i: number; e: WireError };
-
-/** One end of a message channel. */
-export interface Link {
-  post(batch: unknown[]): void;
-  /** `onBatch` for each message; `onClose` once the other end is gone. */
-  listen(onBatch: (batch: unknown[]) => void, onClose: () => void): void;
-}
-
-interface ProcessLike {
-  send?(message: unknown): boolean;
-  connected?: boolean;
-  on(event: 'message', fn: (m: unknown) => void): unknown;
-  on(event: 'disconnect', fn: () => void): unknown;
-}
-
-/** Batches are arrays; anything else on the channel (the supervisor's own messages) is not ours. */
-const isBatch = (m: unknown): m is unknown[] => Array.isArray(m);
-
-/** A child process's channel to its parent, or a cluster worker as its primary sees it. */
-export function processLink(p: ProcessLike): Link {
-  if (typeof p.send !== 'function') throw new Error('hub link: this process has no channel to a parent process');
-  const send = p.send.bind(p);
-  return {
-    post: (batch) => {
-      if (p.connected === false) return;
-      try {
-        send(batch);
-      } catch {
-        // The channel closed meanwhile: 'disconnect' follows and ends the link.
-      }
-    },
-    listen: (onBatch, onClose) => {
-      p.on('message', (m) => {
-        if (isBatch(m)) onBatch(m);
-      });
-      p.on('disconnect', onClose);
-    },
-  };
-}
-
-/** One end of a worker_threads MessagePort pair (tests; a hub and gateways in threads). */
-export function portLink(port: MessagePort): Link {
-  return {
-    post: (batch) => port.postMessage(batch),
-    listen: (onBatch, onClose) => {
-      port.on('message', (m: unknown) => {
-        if (isBatch(m)) onBatch(m);
-      });
-      port.on('close', onClose);
-    },
-  };
-}
-
-/**
- * What one side sends, gathered until the end of the event-loop turn and posted as one message.
- * `beforeFlush` lets the owner add what it coalesces (location updates) at the end of the batch.
- */
-export class Outbox {
-  private batch: unknown[] = [];
-  private scheduled = false;
-  closed = false;
-
-  constructor(
-    private readonly link: Link,
-    private readonly beforeFlush: () => void = () => {},
-  ) {}
-
-  push(m: unknown): void {
-    if (this.closed) return;
-    this.batch.push(m);
-    if (!this.scheduled) {
-      this.scheduled = true;
-      setImmediate(this.flush);
-    }
-  }
-
-  /** Schedules a flush with nothing queued yet (coalesced updates wait for it). */
-  wake(): void {
-    if (!this.scheduled && !this.closed) {
-      this.scheduled = true;
-      setImmediate(this.flush);
-    }
-  }
-
-  readonly flush = (): void => {
-    this.scheduled = false;
-    if (this.closed) return;
-    this.beforeFlush();
-    const b = this.batch;
-    if (b.length === 0) return;
-    this.batch = [];
-    this.link.post(b);
-  };
 }
 
 export function toWire(err: unknown): WireError {
@@ -152,4 +362,46 @@ export function fromWire(e: WireError): Error {
   if (e.r !== undefined && e.f !== undefined) return new ValidationError(e.f, e.r);
   if (e.c !== '') return new AmbitError(e.c, e.m, e.f);
   return new Error(`hub: ${e.m}`);
+}
+
+// ---- the sending side ----
+
+/**
+ * Records written within one event-loop turn, posted as one frame at its end. `beforeFlush`
+ * lets the owner add what it coalesces (location moves) at the end of the frame.
+ */
+export class Outbox {
+  readonly w = new FrameWriter();
+  private scheduled = false;
+  closed = false;
+
+  constructor(
+    private readonly link: Link,
+    private readonly beforeFlush: () => void = () => {},
+  ) {}
+
+  /** The writer of the current frame, with a flush scheduled at the end of this turn. */
+  get frame(): FrameWriter {
+    if (!this.scheduled) {
+      this.scheduled = true;
+      setImmediate(this.flush);
+    }
+    return this.w;
+  }
+
+  /** Schedules a flush with nothing written yet (coalesced updates wait for it). */
+  wake(): void {
+    if (!this.scheduled && !this.closed) {
+      this.scheduled = true;
+      setImmediate(this.flush);
+    }
+  }
+
+  readonly flush = (): void => {
+    this.scheduled = false;
+    if (this.closed) return;
+    this.beforeFlush();
+    if (this.w.empty) return;
+    this.link.post(this.w.take());
+  };
 }

@@ -7,7 +7,7 @@
 import { AmbitError } from '../../src/model/errors.js';
 import type { Event, PositionUpdate } from '../../src/model/types.js';
 import type { Delivery, DeviceInfo, DeviceSubscription, Hub, HubStats, Inbox, LocationWriter, PublishResult } from './port.js';
-import { type Link, Outbox, type Reply, type Request, fromWire } from './link.js';
+import { type CallArgs, CALL_OPS, type CallOp, FrameReader, G, H, type Link, Outbox, type WireError, fromWire, readEvent, writeEvent } from './link.js';
 
 interface Pending {
   resolve(v: unknown): void;
@@ -38,7 +38,9 @@ class LinkedWriter implements LocationWriter {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    this.hub.send({ o: 'wx', w: this.n });
+    const w = this.hub.frame();
+    w.u8(G.WCLOSE);
+    w.u32(this.n);
   }
 }
 
@@ -55,19 +57,25 @@ class LinkedInbox implements Inbox {
 
   async pull(max: number): Promise<Delivery[]> {
     if (this.closed) return [];
-    const got = this.hub.call<Delivery[]>({ o: 'pull', i: 0, b: this.b, n: max });
+    const got = this.hub.pull(this.b, max);
     // close() answers a pending pull with [] at once; the hub's own [] follows and is dropped.
     return Promise.race([got, new Promise<Delivery[]>((resolve) => (this.waiting = resolve))]).finally(() => (this.waiting = null));
   }
 
   async ack(deliveryId: string): Promise<void> {
-    if (!this.closed) this.hub.send({ o: 'ack', b: this.b, id: deliveryId });
+    if (this.closed) return;
+    const w = this.hub.frame();
+    w.u8(G.ACK);
+    w.u32(this.b);
+    w.str(deliveryId);
   }
 
   close(): void {
     if (this.closed) return;
     this.closed = true;
-    this.hub.send({ o: 'shut', b: this.b });
+    const w = this.hub.frame();
+    w.u8(G.SHUT);
+    w.u32(this.b);
     this.hub.forget(this);
     this.waiting?.([]);
   }
@@ -89,36 +97,113 @@ export class LinkedHub implements Hub {
   private moves: LinkedWriter[] = [];
   private gone = false;
 
-  constructor(link: Link) {
-    this.out = new Outbox(link, () => this.sendMoves());
+  constructor(private readonly link: Link) {
+    this.out = new Outbox(link, () => this.writeMoves());
     link.listen(
-      (batch) => {
-        for (const r of batch as Reply[]) {
-          const p = this.pending.get(r.i);
-          if (p === undefined) continue;
-          this.pending.delete(r.i);
-          if ('e' in r) p.reject(fromWire(r.e));
-          else p.resolve(r.v);
+      (frame) => {
+        try {
+          this.read(new FrameReader(frame));
+        } catch (err) {
+          // A frame this side cannot read: nothing after it can be trusted.
+          this.end(new AmbitError('UNAVAILABLE', `hub: unreadable reply (${err instanceof Error ? err.message : String(err)})`));
+          link.close();
         }
       },
       () => this.end(new AmbitError('UNAVAILABLE', 'hub: the node process holding the hub is gone')),
     );
   }
 
-  /** @internal One-way message, behind the moves coalesced so far. */
-  send(r: Request): void {
-    if (this.gone) return;
-    this.sendMoves();
-    this.out.push(r);
+  private read(r: FrameReader): void {
+    const events: Event[] = [];
+    while (r.more) {
+      const tag = r.u8();
+      switch (tag) {
+        case H.EVENT: {
+          const ref = r.u32();
+          events[ref] = readEvent(r);
+          break;
+        }
+        case H.DELIVERIES: {
+          const i = r.u32();
+          const n = r.u32();
+          const ds = new Array<Delivery>(n);
+          for (let k = 0; k < n; k++) {
+            const deliveryId = r.str();
+            const publishedAtMs = r.f64();
+            const event = events[r.u32()];
+            const m = r.u32();
+            const subscriptionIds = new Array<string>(m);
+            for (let j = 0; j < m; j++) subscriptionIds[j] = r.str();
+            ds[k] = { deliveryId, event, subscriptionIds, publishedAtMs };
+          }
+          this.settle(i, ds);
+          break;
+        }
+        case H.PUBLISHED: {
+          const i = r.u32();
+          const n = r.u32();
+          const rs = new Array<PublishResult>(n);
+          for (let k = 0; k < n; k++) rs[k] = { eventId: r.str(), reached: r.f64() };
+          this.settle(i, rs);
+          break;
+        }
+        case H.REPLY: {
+          const i = r.u32();
+          this.settle(i, r.value());
+          break;
+        }
+        case H.ERROR: {
+          const i = r.u32();
+          this.settle(i, undefined, fromWire(r.value<WireError>()));
+          break;
+        }
+        default:
+          throw new Error(`unknown record ${tag}`);
+      }
+    }
   }
 
-  /** @internal A request with a reply; `r.i` is assigned here. */
-  call<T>(r: Request & { i: number }): Promise<T> {
+  private settle(i: number, v: unknown, err?: Error): void {
+    const p = this.pending.get(i);
+    if (p === undefined) return;
+    this.pending.delete(i);
+    if (err !== undefined) p.reject(err);
+    else p.resolve(v);
+  }
+
+  /** @internal The current frame's writer, behind the moves coalesced so far. */
+  frame() {
+    this.writeMoves();
+    return this.out.frame;
+  }
+
+  private request<T>(write: (i: number) => void): Promise<T> {
     if (this.gone) return Promise.reject(new AmbitError('UNAVAILABLE', 'hub: closed'));
-    r.i = this.nextRequest++;
+    const i = this.nextRequest++;
     return new Promise<T>((resolve, reject) => {
-      this.pending.set(r.i, { resolve: resolve as (v: unknown) => void, reject });
-      this.send(r);
+      this.pending.set(i, { resolve: resolve as (v: unknown) => void, reject });
+      write(i);
+    });
+  }
+
+  private call<T>(op: CallOp, args: CallArgs): Promise<T> {
+    return this.request<T>((i) => {
+      const w = this.frame();
+      w.u8(G.CALL);
+      w.u32(i);
+      w.u8(CALL_OPS.indexOf(op));
+      w.value(args);
+    });
+  }
+
+  /** @internal */
+  pull(b: number, max: number): Promise<Delivery[]> {
+    return this.request((i) => {
+      const w = this.frame();
+      w.u8(G.PULL);
+      w.u32(i);
+      w.u32(b);
+      w.u32(max);
     });
   }
 
@@ -133,58 +218,69 @@ export class LinkedHub implements Hub {
     this.out.wake();
   }
 
-  private sendMoves(): void {
+  private writeMoves(): void {
     const ms = this.moves;
-    if (ms.length === 0) return;
+    if (ms.length === 0 || this.gone) return;
     this.moves = [];
-    const w = new Int32Array(ms.length);
-    const c = new Float64Array(2 * ms.length);
+    const w = this.out.frame;
+    w.u8(G.WMOVE);
+    w.u32(ms.length);
     for (let k = 0; k < ms.length; k++) {
       const m = ms[k];
       m.dirty = false;
-      w[k] = m.n;
-      c[2 * k] = m.lat;
-      c[2 * k + 1] = m.lon;
+      w.u32(m.n);
+      w.f64(m.lat);
+      w.f64(m.lon);
     }
-    this.out.push({ o: 'wu', w, c });
   }
 
   addSubscription(device: string, sub: DeviceSubscription): Promise<void> {
-    return this.call({ o: 'add', i: 0, d: device, s: sub });
+    return this.call('add', { d: device, s: sub });
   }
 
   replaceSubscription(device: string, sub: DeviceSubscription): Promise<void> {
-    return this.call({ o: 'replace', i: 0, d: device, s: sub });
+    return this.call('replace', { d: device, s: sub });
   }
 
   removeSubscription(device: string, subscriptionId: string): Promise<void> {
-    return this.call({ o: 'remove', i: 0, d: device, id: subscriptionId });
+    return this.call('remove', { d: device, id: subscriptionId });
   }
 
   listSubscriptions(device: string): Promise<DeviceSubscription[]> {
-    return this.call({ o: 'list', i: 0, d: device });
+    return this.call('list', { d: device });
   }
 
   deviceInfo(device: string): Promise<DeviceInfo> {
-    return this.call({ o: 'info', i: 0, d: device });
+    return this.call('info', { d: device });
   }
 
   updateLocations(updates: readonly PositionUpdate[]): Promise<void> {
-    return this.call({ o: 'locs', i: 0, u: updates as PositionUpdate[] });
+    return this.call('locs', { d: '', u: updates as PositionUpdate[] });
   }
 
   locationWriter(device: string): LocationWriter {
-    const w = new LinkedWriter(this, this.nextWriter++);
-    this.send({ o: 'w', w: w.n, d: device });
-    return w;
+    const writer = new LinkedWriter(this, this.nextWriter++);
+    if (!this.gone) {
+      const w = this.frame();
+      w.u8(G.WOPEN);
+      w.u32(writer.n);
+      w.str(device);
+    }
+    return writer;
   }
 
   publish(events: readonly Event[]): Promise<PublishResult[]> {
-    return this.call({ o: 'pub', i: 0, e: events as Event[] });
+    return this.request((i) => {
+      const w = this.frame();
+      w.u8(G.PUB);
+      w.u32(i);
+      w.u32(events.length);
+      for (const e of events) writeEvent(w, e);
+    });
   }
 
   async openInbox(device: string, resumeAfter: string | null): Promise<Inbox> {
-    const r = await this.call<{ b: number; t: string; m: number } | null>({ o: 'open', i: 0, d: device, r: resumeAfter });
+    const r = await this.call<{ b: number; t: string; m: number } | null>('open', { d: device, r: resumeAfter });
     if (r === null) throw new AmbitError('UNAVAILABLE', 'hub: closed');
     const box = new LinkedInbox(this, r.b, r.t, r.m);
     if (this.gone) box.end();
@@ -193,7 +289,7 @@ export class LinkedHub implements Hub {
   }
 
   stats(): Promise<HubStats> {
-    return this.call({ o: 'stats', i: 0 });
+    return this.call('stats', { d: '' });
   }
 
   /** Ends this gateway's use of the hub (the hub itself lives on in its process). */
@@ -201,6 +297,7 @@ export class LinkedHub implements Hub {
     if (this.gone) return;
     this.out.flush();
     this.end(new AmbitError('UNAVAILABLE', 'hub: closed'));
+    this.link.close();
   }
 
   private end(err: AmbitError): void {

@@ -24,14 +24,17 @@ export class DeviceLog {
 
   push(d: Delivery): void {
     this.entries.push(d);
-    for (const w of this.waiters) w();
-    this.waiters.clear();
+    if (this.waiters.size !== 0) this.wakeAll();
   }
 
-  /** Drops from the front while `drop` says so; returns how many. */
-  trim(drop: (d: Delivery, size: number) => boolean): number {
+  /**
+   * Drops from the front while the log holds more than `maxSize` or the front entry was published
+   * before `oldestMs`; returns how many.
+   */
+  trim(maxSize: number, oldestMs: number): number {
     let n = 0;
-    while (this.head < this.entries.length && drop(this.entries[this.head], this.size)) {
+    const entries = this.entries;
+    while (this.head < entries.length && (entries.length - this.head > maxSize || entries[this.head].publishedAtMs < oldestMs)) {
       // Let the dropped notification go now, not at the next compaction: up to 1024 of them
       // (and their events) would otherwise outlive retention.
       (this.entries as (Delivery | undefined)[])[this.head] = undefined;
@@ -58,7 +61,12 @@ export class DeviceLog {
    * the ordinal, not a search.
    */
   firstAfter(after: string): number {
-    const i = this.entries.length - (this.last - ordinalOf(after));
+    return this.firstAfterOrdinal(ordinalOf(after));
+  }
+
+  /** `firstAfter` by the ordinal of the id. */
+  firstAfterOrdinal(after: number): number {
+    const i = this.entries.length - (this.last - after);
     return i < this.head ? this.head : i > this.entries.length ? this.entries.length : i;
   }
 
@@ -120,8 +128,7 @@ export class MemoryFanOut implements FanOut {
 
   /** Drops what retention no longer keeps. */
   expire(log: DeviceLog): void {
-    const oldest = this.now() - this.retention.maxAgeMs;
-    this.dropped += log.trim((d) => d.publishedAtMs < oldest);
+    this.dropped += log.trim(Infinity, this.now() - this.retention.maxAgeMs);
   }
 
   close(): void {
@@ -136,8 +143,6 @@ export class MemoryFanOut implements FanOut {
     d.deliveryId = `${log.lastMs}-${++log.last}`;
     log.push(d);
     this.notifications++;
-    const max = this.retention.maxPerDevice;
-    const oldest = d.publishedAtMs - this.retention.maxAgeMs;
-    this.dropped += log.trim((e, size) => size > max || e.publishedAtMs < oldest);
+    this.dropped += log.trim(this.retention.maxPerDevice, d.publishedAtMs - this.retention.maxAgeMs);
   }
 }

@@ -14,7 +14,8 @@ import { TokenAuthority } from '../edge/auth.js';
 import type { ServerConfig } from './config.js';
 import { type RunningServer, startServer } from './server.js';
 import { HubServer } from '../hub/hub-server.js';
-import { processLink } from '../hub/link.js';
+import type { Socket } from 'node:net';
+import { HUB_PIPE_FD, socketLink } from '../hub/link.js';
 
 export interface GatewayNode {
   readonly config: ServerConfig;
@@ -63,8 +64,8 @@ export async function startGatewayNode(config: ServerConfig, env: NodeJS.Process
     AMBIT_GATEWAY_INDEX: String(i),
   });
   // Workers get their settings from the environment only (flags were applied to `env`).
-  // V8 serialization on the IPC channel: typed arrays and shared objects cross as they are.
-  cluster.setupPrimary({ args: [], serialization: 'advanced' });
+  // Without Redis each worker gets a private pipe to the hub (its fd 4, HUB_PIPE_FD).
+  cluster.setupPrimary({ args: [], ...(embedded ? { stdio: ['inherit', 'inherit', 'inherit', 'ipc', 'pipe'] } : {}) });
 
   const workers: (Worker | null)[] = new Array(n).fill(null);
   let stopping = false;
@@ -73,7 +74,7 @@ export async function startGatewayNode(config: ServerConfig, env: NodeJS.Process
   const fork = (i: number): Promise<void> => {
     const w = cluster.fork(workerEnv(i));
     workers[i] = w;
-    hubServer?.serve(processLink(w));
+    if (hubServer !== null) hubServer.serve(socketLink(w.process.stdio![HUB_PIPE_FD] as Socket));
     const startedAt = Date.now();
     w.once('exit', (code, signal) => {
       if (workers[i] === w) workers[i] = null;

@@ -16,7 +16,8 @@ import { openEngine } from '../matcher/engine.js';
 import { Gateway } from '../edge/gateway.js';
 import type { Hub, HubStats } from '../hub/port.js';
 import { LinkedHub } from '../hub/linked.js';
-import { processLink } from '../hub/link.js';
+import { Socket } from 'node:net';
+import { HUB_PIPE_FD, socketLink } from '../hub/link.js';
 import { type Logger, silentLogger } from './log.js';
 import { MatchCore } from '../matcher/core.js';
 import { Metrics } from './metrics.js';
@@ -54,7 +55,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
     let statsSource: { stats(): Promise<HubStats> } | null = null;
     if (config.hubInParent) {
       // A gateway of a node whose parent process holds the embedded hub.
-      const h = new LinkedHub(processLink(process));
+      const h = new LinkedHub(socketLink(new Socket({ fd: HUB_PIPE_FD, readable: true, writable: true })));
       hub = h;
       cleanups.push(() => h.close());
     } else if (config.redisUrl === null) {

@@ -1,0 +1,124 @@
+/**
+ * The node-local hub link (services/hub/link.ts): frames cross a real socket whole and in order
+ * whatever the chunking, events round-trip exactly (-0, an attribute named __proto__, any
+ * string, radius absent or 0), errors keep their code and field, and an unreadable frame ends the
+ * link instead of being half-applied.
+ */
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { type Socket, createServer, connect } from 'node:net';
+import { describe, it } from 'node:test';
+import { MessageChannel } from 'node:worker_threads';
+import { pino } from 'pino';
+import { AmbitError, ValidationError } from '../../src/model/errors.js';
+import type { Event } from '../../src/model/types.js';
+import { CPU_ENGINES } from '../../src/engines/index.js';
+import { EmbeddedHub } from '../../services/hub/embedded.js';
+import { HubServer } from '../../services/hub/hub-server.js';
+import { FrameReader, FrameWriter, fromWire, portLink, readEvent, socketLink, toWire, writeEvent } from '../../services/hub/link.js';
+import { LinkedHub } from '../../services/hub/linked.js';
+import { ENGINE_SIDE_LIMITS } from '../../services/hub/port.js';
+import { MatchCore } from '../../services/matcher/core.js';
+
+async function socketPair(): Promise<[Socket, Socket, () => void]> {
+  const server = createServer();
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as { port: number };
+  const accepted = once(server, 'connection') as Promise<[Socket]>;
+  const a = connect(port, '127.0.0.1');
+  const [b] = await accepted;
+  await once(a, 'connect').catch(() => null);
+  return [a, b, () => server.close()];
+}
+
+function roundTrip(e: Event): Event {
+  const w = new FrameWriter();
+  writeEvent(w, e);
+  const r = new FrameReader(w.take());
+  const back = readEvent(r);
+  assert.equal(r.more, false, 'the whole record is read');
+  return back;
+}
+
+describe('hub link', () => {
+  it('carries frames of 0 B to 3 MB over a socket, whole and in order', async () => {
+    const [a, b, done] = await socketPair();
+    try {
+      const sizes = [0, 1, 3, 4, 5, 1000, 65_535, 65_536, 200_000, 3_000_000, 7, 0, 12];
+      const frames = sizes.map((n, k) => Buffer.alloc(n, k + 1));
+      const got: Buffer[] = [];
+      let closed = false;
+      const all = new Promise<void>((resolve) => {
+        socketLink(b).listen((f) => {
+          got.push(Buffer.from(f));
+          if (got.length === frames.length) resolve();
+        }, () => (closed = true));
+      });
+      const sender = socketLink(a);
+      for (const f of frames) sender.post(f);
+      await all;
+      assert.deepEqual(got.map((f) => f.length), sizes);
+      got.forEach((f, k) => assert.ok(f.every((x) => x === k + 1), `frame ${k} intact`));
+      sender.close();
+      await once(b, 'end');
+      assert.ok(closed || b.readableEnded, 'the other end sees the link close');
+    } finally {
+      a.destroy();
+      b.destroy();
+      done();
+    }
+  });
+
+  it('round-trips events exactly', () => {
+    const proto = JSON.parse('{"__proto__": 5, "a": "b"}') as Record<string, number | string>;
+    const cases: Event[] = [
+      { id: 'e1', lat: 45.5, lon: -9.25, attributes: {} },
+      { id: 'e2', lat: -0, lon: 0, radiusM: 0, attributes: { z: -0, t: true, f: false, s: '' } },
+      { id: 'é🚑', lat: 90, lon: -180, radiusM: 1500.5, attributes: { 'ключ': 'значение 🚑', n: 1e-300, big: Number.MAX_VALUE } },
+      { id: 'p', lat: 1, lon: 2, attributes: proto },
+    ];
+    for (const e of cases) {
+      const back = roundTrip(e);
+      assert.deepEqual(back, e);
+      assert.deepEqual(Object.keys(back.attributes), Object.keys(e.attributes));
+      assert.equal('radiusM' in back, 'radiusM' in e);
+    }
+    assert.ok(Object.is(roundTrip(cases[1]).attributes.z, -0), '-0 stays -0');
+    assert.equal(Object.getPrototypeOf(roundTrip(cases[3]).attributes), Object.prototype, 'an attribute named __proto__ is data, not a prototype');
+  });
+
+  it('keeps an error\'s code, field and rule', () => {
+    const v = fromWire(toWire(new ValidationError('subscription.filters[0].constraints[1].value', 'must be finite, got NaN')));
+    assert.ok(v instanceof ValidationError);
+    assert.equal(v.message, 'subscription.filters[0].constraints[1].value: must be finite, got NaN');
+    const a = fromWire(toWire(new AmbitError('NOT_FOUND', 'device has no subscription "x"', 'subscription_id')));
+    assert.ok(a instanceof AmbitError);
+    assert.equal(a.code, 'NOT_FOUND');
+    assert.equal(a.field, 'subscription_id');
+    assert.equal(a.message, 'subscription_id: device has no subscription "x"');
+    const plain = fromWire(toWire(new Error('boom')));
+    assert.ok(!(plain instanceof AmbitError));
+    assert.equal(plain.message, 'hub: boom');
+  });
+
+  it('an unreadable frame ends the link: pending calls fail UNAVAILABLE and nothing of it applies', async () => {
+    const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }));
+    const hub = new EmbeddedHub(core);
+    const { port1, port2 } = new MessageChannel();
+    new HubServer(hub, pino({ level: 'silent' })).serve(portLink(port1));
+    const linked = new LinkedHub(portLink(port2));
+    try {
+      await linked.addSubscription('d', { id: 'a', filters: [{ constraints: [] }] });
+      // A gateway of another version: a record the hub does not know, then a subscribe.
+      const w = new FrameWriter();
+      w.u8(99);
+      port2.postMessage(w.take());
+      await assert.rejects(linked.addSubscription('d', { id: 'b', filters: [{ constraints: [] }] }), (err: unknown) => err instanceof AmbitError && err.code === 'UNAVAILABLE');
+      assert.deepEqual((await hub.listSubscriptions('d')).map((s) => s.id), ['a']);
+    } finally {
+      await linked.close();
+      await hub.close();
+    }
+  });
+});
