@@ -14,7 +14,6 @@ import {
   type Inbox,
   type LocationWriter,
   type PublishResult,
-  compareDeliveryIds,
 } from './port.js';
 import { type MatchCore, hubStats } from '../matcher/core.js';
 import { type Retention, ordinalOf } from '../matcher/fanout.js';
@@ -155,7 +154,7 @@ class EmbeddedInbox implements Inbox {
   }
 
   async ack(deliveryId: string): Promise<void> {
-    if (compareDeliveryIds(deliveryId, this.log.acked) > 0) this.log.acked = deliveryId;
+    this.log.ack(deliveryId);
   }
 
   close(): void {

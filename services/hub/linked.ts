@@ -6,8 +6,8 @@
  */
 import { AmbitError } from '../../src/model/errors.js';
 import type { Event, PositionUpdate } from '../../src/model/types.js';
-import type { Delivery, DeviceInfo, DeviceSubscription, Hub, HubStats, Inbox, LocationWriter, PublishResult } from './port.js';
-import { type CallArgs, CALL_OPS, type CallOp, FrameReader, G, H, type Link, Outbox, type WireError, fromWire, readEvent, writeEvent } from './link.js';
+import { type Delivery, type DeviceInfo, type DeviceSubscription, type Hub, type HubStats, type Inbox, type LocationWriter, type PublishResult, compareDeliveryIds } from './port.js';
+import { type CallArgs, CALL_OPS, type CallOp, FrameReader, type FrameWriter, G, H, type Link, Outbox, type WireError, fromWire, readEvent, writeEvent } from './link.js';
 
 interface Pending {
   resolve(v: unknown): void;
@@ -62,12 +62,24 @@ class LinkedInbox implements Inbox {
     return Promise.race([got, new Promise<Delivery[]>((resolve) => (this.waiting = resolve))]).finally(() => (this.waiting = null));
   }
 
+  /** The highest ack not yet sent: acks within one turn go as one. */
+  pendingAck: string | null = null;
+
   async ack(deliveryId: string): Promise<void> {
     if (this.closed) return;
-    const w = this.hub.frame();
+    if (this.pendingAck === null) {
+      this.pendingAck = deliveryId;
+      this.hub.acked(this);
+    } else if (compareDeliveryIds(deliveryId, this.pendingAck) > 0) this.pendingAck = deliveryId;
+  }
+
+  /** @internal */
+  writeAck(w: FrameWriter): void {
+    if (this.pendingAck === null) return;
     w.u8(G.ACK);
     w.u32(this.b);
-    w.str(deliveryId);
+    w.str(this.pendingAck);
+    this.pendingAck = null;
   }
 
   close(): void {
@@ -95,10 +107,11 @@ export class LinkedHub implements Hub {
   private nextRequest = 1;
   private nextWriter = 1;
   private moves: LinkedWriter[] = [];
+  private acks: LinkedInbox[] = [];
   private gone = false;
 
   constructor(private readonly link: Link) {
-    this.out = new Outbox(link, () => this.writeMoves());
+    this.out = new Outbox(link, () => this.writeCoalesced());
     link.listen(
       (frame) => {
         try {
@@ -173,7 +186,7 @@ export class LinkedHub implements Hub {
 
   /** @internal The current frame's writer, behind the moves coalesced so far. */
   frame() {
-    this.writeMoves();
+    this.writeCoalesced();
     return this.out.frame;
   }
 
@@ -218,9 +231,23 @@ export class LinkedHub implements Hub {
     this.out.wake();
   }
 
-  private writeMoves(): void {
+  /** @internal An inbox has an ack to send. */
+  acked(box: LinkedInbox): void {
+    this.acks.push(box);
+    this.out.wake();
+  }
+
+  /** Writes what was coalesced (acks, location moves) ahead of whatever comes next. */
+  private writeCoalesced(): void {
+    if (this.gone) return;
+    if (this.acks.length !== 0) {
+      const boxes = this.acks;
+      this.acks = [];
+      const w = this.out.frame;
+      for (const b of boxes) b.writeAck(w);
+    }
     const ms = this.moves;
-    if (ms.length === 0 || this.gone) return;
+    if (ms.length === 0) return;
     this.moves = [];
     const w = this.out.frame;
     w.u8(G.WMOVE);

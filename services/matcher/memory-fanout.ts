@@ -4,7 +4,7 @@
  * the oldest and counts them; a periodic sweep applies age retention to devices that went quiet.
  */
 import type { Event } from '../../src/model/types.js';
-import type { Delivery } from '../hub/port.js';
+import { type Delivery, parseDeliveryId } from '../hub/port.js';
 import type { Recipient } from './core.js';
 import { DEFAULT_RETENTION, type DeliverySource, type FanOut, type Retention, missedAfter, ordinalOf, reachedBy, resumePoint } from './fanout.js';
 
@@ -13,6 +13,9 @@ export class DeviceLog {
   entries: Delivery[] = [];
   head = 0;
   acked = '';
+  /** `acked` parsed: its ms and ordinal (0, 0 for ''). */
+  ackedMs = 0;
+  ackedOrdinal = 0;
   /** Ordinal of the last appended notification (the seq part of its id). */
   last = 0;
   lastMs = 0;
@@ -68,6 +71,17 @@ export class DeviceLog {
   firstAfterOrdinal(after: number): number {
     const i = this.entries.length - (this.last - after);
     return i < this.head ? this.head : i > this.entries.length ? this.entries.length : i;
+  }
+
+  /** Moves the ack point forward to `id` (a well-formed delivery id); an older one changes nothing. */
+  ack(id: string): void {
+    const p = parseDeliveryId(id);
+    if (p === null) throw new Error(`hub: malformed delivery id ${JSON.stringify(id)}`);
+    if (p[0] > this.ackedMs || (p[0] === this.ackedMs && p[1] > this.ackedOrdinal)) {
+      this.acked = id;
+      this.ackedMs = p[0];
+      this.ackedOrdinal = p[1];
+    }
   }
 
   /** Wakes every waiting reader (they see the log closed or new entries). */
