@@ -26,10 +26,10 @@ import type { ThroughputStep } from './lib/throughput-report.js';
 
 const USAGE = `usage: node dist/bench/throughput.js [--rates LIST] [--seconds S] [--devices N] [--subs-per-device N] [--kinds N]
   [--publishers P] [--subscribers S] [--connections C] [--engine fast|rtree|auto] [--redis URL] [--gateways N] [--seed N] [--out FILE] [--quick]
-  [--server-profile DIR]
+  [--server-profile DIR] [--client-profile DIR]
 Defaults: rates 1000,2000,5000,10000,20000,50000,100000 events/s for 5 s each; 10000 devices x 5 subscriptions (one of 20 kinds, a level,
 a 200-1000 m circle), publishers and subscribers: half the cores each (at least 1), 8 connections per subscriber.
---server-profile DIR: the server writes a V8 CPU profile (.cpuprofile) there when it stops.
+--server-profile DIR, --client-profile DIR: the server's processes, or the load processes, write V8 CPU profiles there when they exit.
 --quick: rates 200,500; 2 s; 500 devices x 2 subscriptions; 1 publisher, 1 subscriber.`;
 const M_PER_DEG = 111_195;
 
@@ -188,7 +188,7 @@ type Step = ThroughputStep;
 
 async function parent(): Promise<void> {
   const fail = cliFail('bench/throughput', USAGE);
-  const args = parseArgs(process.argv.slice(2), new Set(['quick', 'help']), new Set(['rates', 'seconds', 'devices', 'subs-per-device', 'kinds', 'publishers', 'subscribers', 'connections', 'engine', 'redis', 'gateways', 'seed', 'out', 'server-profile']), fail);
+  const args = parseArgs(process.argv.slice(2), new Set(['quick', 'help']), new Set(['rates', 'seconds', 'devices', 'subs-per-device', 'kinds', 'publishers', 'subscribers', 'connections', 'engine', 'redis', 'gateways', 'seed', 'out', 'server-profile', 'client-profile']), fail);
   if (args.help === true) {
     process.stdout.write(`${USAGE}\n`);
     return;
@@ -215,6 +215,7 @@ async function parent(): Promise<void> {
   out(`workload: ${devices} devices x ${subsPerDevice} subscriptions (one of ${kinds} kinds, a level 1-5, 200-1000 m around the device), events within 300 m of a random device, ${seconds} s per rate`);
 
   const profileDir = a.str('server-profile') ?? null;
+  const clientProfileDir = a.str('client-profile') ?? null;
   const server = await startChildServer(engine, profileDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${profileDir}`], redisUrl, gateways);
   const workers: { proc: ReturnType<typeof fork>; kind: 'publisher' | 'subscriber' }[] = [];
   const steps: Step[] = [];
@@ -226,7 +227,8 @@ async function parent(): Promise<void> {
     const pubCpu: number[] = [];
     const self = fileURLToPath(import.meta.url);
     const start = (kind: 'publisher' | 'subscriber', index: number, slice: string[]) => {
-      const proc = fork(self, ['--worker', kind], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], serialization: 'advanced' });
+      const execArgv = clientProfileDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${clientProfileDir}`, `--cpu-prof-name=${kind}-${index}.cpuprofile`];
+      const proc = fork(self, ['--worker', kind], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], serialization: 'advanced', execArgv });
       workers.push({ proc, kind });
       const init: Init = { address: server.address, secret, seed, kinds, subsPerDevice, connections, ids: kind === 'publisher' ? ids : slice, lat: Array.from(lat), lon: Array.from(lon), index };
       proc.send({ t: 'init', init } satisfies ToWorker);
