@@ -6,7 +6,7 @@
  * log for the device's next stream) and its location writers end.
  */
 import type { Logger } from 'pino';
-import type { Event } from '../../src/model/types.js';
+import type { Event, PositionUpdate } from '../../src/model/types.js';
 import type { Delivery, Hub, Inbox, LocationWriter, PublishResult } from './port.js';
 import { type CallArgs, CALL_OPS, type CallOp, FrameReader, FrameWriter, G, H, type Link, Outbox, readEvent, toWire, writeEvent } from './link.js';
 
@@ -107,8 +107,6 @@ export class HubServer {
           return answer(i, hub.listSubscriptions(a.d));
         case 'info':
           return answer(i, hub.deviceInfo(a.d));
-        case 'locs':
-          return answer(i, hub.updateLocations(a.u!));
         case 'stats':
           return answer(i, hub.stats());
         case 'open':
@@ -148,6 +146,14 @@ export class HubServer {
           const events = new Array<Event>(n);
           for (let k = 0; k < n; k++) events[k] = readEvent(r);
           hub.publish(events).then((rs) => published(i, rs), (err: unknown) => fail(i, err));
+          return;
+        }
+        case G.LOCS: {
+          const i = r.u32();
+          const n = r.u32();
+          const updates = new Array<PositionUpdate>(n);
+          for (let k = 0; k < n; k++) updates[k] = { device: r.str(), lat: r.f64(), lon: r.f64() };
+          answer(i, hub.updateLocations(updates));
           return;
         }
         case G.PULL: {

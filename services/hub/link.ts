@@ -17,7 +17,7 @@ import type { Socket } from 'node:net';
 import { deserialize, serialize } from 'node:v8';
 import type { MessagePort } from 'node:worker_threads';
 import { AmbitError, type ErrorCode, ValidationError } from '../../src/model/errors.js';
-import type { Event, PositionUpdate, Value } from '../../src/model/types.js';
+import type { Event, Value } from '../../src/model/types.js';
 import type { DeviceSubscription } from './port.js';
 
 /** The file descriptor of a gateway process's pipe to the hub (its fifth stdio entry). */
@@ -43,6 +43,8 @@ export const G = {
   WMOVE: 7,
   /** u32 writer. */
   WCLOSE: 8,
+  /** u32 request, u32 count × (str device, f64 lat, f64 lon): UpdateLocations. */
+  LOCS: 9,
 } as const;
 
 /** Hub → gateway. */
@@ -59,16 +61,15 @@ export const H = {
   DELIVERIES: 24,
 } as const;
 
-export const CALL_OPS = ['add', 'replace', 'remove', 'list', 'info', 'locs', 'open', 'stats'] as const;
+export const CALL_OPS = ['add', 'replace', 'remove', 'list', 'info', 'open', 'stats'] as const;
 export type CallOp = (typeof CALL_OPS)[number];
 
-/** A CALL's payload: the device, and what the op needs (subscription, id, resume point, positions). */
+/** A CALL's payload: the device, and what the op needs (subscription, id, resume point). */
 export interface CallArgs {
   d: string;
   s?: DeviceSubscription;
   id?: string;
   r?: string | null;
-  u?: PositionUpdate[];
 }
 
 // ---- links ----

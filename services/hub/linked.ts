@@ -282,7 +282,18 @@ export class LinkedHub implements Hub {
   }
 
   updateLocations(updates: readonly PositionUpdate[]): Promise<void> {
-    return this.call('locs', { d: '', u: updates as PositionUpdate[] });
+    return this.request((i) => {
+      const w = this.frame();
+      w.u8(G.LOCS);
+      w.u32(i);
+      w.u32(updates.length);
+      for (let k = 0; k < updates.length; k++) {
+        const u = updates[k];
+        w.str(u.device);
+        w.f64(u.lat);
+        w.f64(u.lon);
+      }
+    });
   }
 
   locationWriter(device: string): LocationWriter {
