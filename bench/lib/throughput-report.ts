@@ -54,7 +54,8 @@ export interface ThroughputRun {
 const COLORS = ['#1f77b4', '#d62728', '#2ca02c', '#ff7f0e', '#9467bd', '#8c564b'];
 const MARKERS = ['circle', 'square', 'triangle', 'diamond'] as const;
 
-const label = (r: ThroughputRun): string => `${r.f.mode}${r.f.gateways > 1 ? ` x${r.f.gateways} gw` : ''}, ${r.f.engine}`;
+/** The run's file name without its common prefix: it names the host, the mode and the gateways. */
+const label = (r: ThroughputRun): string => r.name.replace(/^throughput-/, '');
 const fmt = (x: number, d = 0): string => (Number.isFinite(x) ? x.toLocaleString('en-US', { maximumFractionDigits: d }) : '–');
 
 /** Lines of the section; the plots are written into `dir`. */
@@ -85,7 +86,7 @@ export function throughputSection(runs: readonly ThroughputRun[], dir: string, r
     lines.push(
       `### ${r.name} — ${f.startedAt.slice(0, 16).replace('T', ' ')}`,
       '',
-      `Source: \`${rel(r.file)}\`. ${describeMachine(f.machine)}. Server: ${f.mode === 'embedded' ? 'embedded hub' : `Redis hub, ${f.gateways} gateway process${f.gateways > 1 ? 'es' : ''} beside the matcher`}, engine ${f.engine}; ${f.devices} devices × ${f.subsPerDevice} subscriptions (${f.kinds} kinds); ${f.publishers} publisher and ${f.subscribers} subscriber processes.`,
+      `Source: \`${rel(r.file)}\`. ${describeMachine(f.machine)}. Server: ${f.mode === 'embedded' ? 'embedded hub' : 'Redis hub'}, ${f.gateways} gateway process${f.gateways > 1 ? 'es' : ''}${f.gateways > 1 || f.mode === 'redis' ? ` beside the ${f.mode === 'embedded' ? 'hub process' : 'matcher'}` : ''}, engine ${f.engine}; ${f.devices} devices × ${f.subsPerDevice} subscriptions (${f.kinds} kinds); ${f.publishers} publisher and ${f.subscribers} subscriber processes.`,
       '',
       '| offered ev/s | published ev/s | errors | notifications/s | per event | median ms | p99 ms | server cores | subscriber cores | publisher cores | server µs/event | server µs/notification | drain s |',
       '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
