@@ -6,7 +6,7 @@
  * log for the device's next stream) and its location writers end.
  */
 import type { Logger } from 'pino';
-import type { Event, PositionUpdate } from '../../src/model/types.js';
+import type { Event } from '../../src/model/types.js';
 import type { Delivery, Hub, Inbox, LocationWriter, PublishResult } from './port.js';
 import { type CallArgs, CALL_OPS, type CallOp, FrameReader, FrameWriter, G, H, type Link, Outbox, readEvent, toWire, writeEvent } from './link.js';
 
@@ -35,7 +35,8 @@ export class HubServer {
   /** Serves the hub on `link` until its other end closes; returns a function that stops serving it. */
   serve(link: Link): () => void {
     const inboxes = new Map<number, Inbox>();
-    const writers = new Map<number, LocationWriter>();
+    /** Location writers by number (numbers are dense per link: an array, not a map). */
+    const writers: (LocationWriter | undefined)[] = [];
     const out = new Outbox(link, () => eventRefs.clear());
     /** Events written to the current frame, by number (a frame refers to each once). */
     const eventRefs = new Map<Event, number>();
@@ -149,11 +150,16 @@ export class HubServer {
           return;
         }
         case G.LOCS: {
+          // UpdateLocations: positions by writer number (the gateway opened one per device).
           const i = r.u32();
           const n = r.u32();
-          const updates = new Array<PositionUpdate>(n);
-          for (let k = 0; k < n; k++) updates[k] = { device: r.str(), lat: r.f64(), lon: r.f64() };
-          answer(i, hub.updateLocations(updates));
+          for (let k = 0; k < n; k++) {
+            const w = writers[r.u32()];
+            const lat = r.f64();
+            const lon = r.f64();
+            w?.update(lat, lon);
+          }
+          answer(i, Promise.resolve());
           return;
         }
         case G.PULL: {
@@ -178,13 +184,13 @@ export class HubServer {
         }
         case G.WOPEN: {
           const w = r.u32();
-          writers.set(w, hub.locationWriter(r.str()));
+          writers[w] = hub.locationWriter(r.str());
           return;
         }
         case G.WMOVE: {
           const n = r.u32();
           for (let k = 0; k < n; k++) {
-            const w = writers.get(r.u32());
+            const w = writers[r.u32()];
             const lat = r.f64();
             const lon = r.f64();
             w?.update(lat, lon);
@@ -193,8 +199,8 @@ export class HubServer {
         }
         case G.WCLOSE: {
           const n = r.u32();
-          const w = writers.get(n);
-          writers.delete(n);
+          const w = writers[n];
+          writers[n] = undefined;
           w?.close().catch((err: unknown) => this.log.warn({ err }, 'location writer close failed'));
           return;
         }
@@ -210,8 +216,8 @@ export class HubServer {
       this.detachers.delete(detach);
       for (const box of inboxes.values()) box.close();
       inboxes.clear();
-      for (const w of writers.values()) void w.close().catch(() => null);
-      writers.clear();
+      for (const w of writers) if (w !== undefined) void w.close().catch(() => null);
+      writers.length = 0;
     };
     link.listen((frame) => {
       if (detached) return;

@@ -43,7 +43,7 @@ export const G = {
   WMOVE: 7,
   /** u32 writer. */
   WCLOSE: 8,
-  /** u32 request, u32 count × (str device, f64 lat, f64 lon): UpdateLocations. */
+  /** u32 request, u32 count × (u32 writer, f64 lat, f64 lon): UpdateLocations, answered once applied. */
   LOCS: 9,
 } as const;
 

@@ -99,6 +99,9 @@ class LinkedInbox implements Inbox {
   }
 }
 
+/** Devices of UpdateLocations a gateway keeps writer numbers for; past that it starts over. */
+const MAX_FLEET_WRITERS = 1 << 20;
+
 export class LinkedHub implements Hub {
   readonly mode = 'embedded' as const;
   private readonly out: Outbox;
@@ -108,9 +111,15 @@ export class LinkedHub implements Hub {
   private nextWriter = 1;
   private moves: LinkedWriter[] = [];
   private acks: LinkedInbox[] = [];
+  /** Writer numbers of devices moved through UpdateLocations. */
+  private readonly fleet = new Map<string, number>();
   private gone = false;
 
-  constructor(private readonly link: Link) {
+  /** `maxFleetWriters`: UpdateLocations devices it keeps writer numbers for (tests make it small). */
+  constructor(
+    private readonly link: Link,
+    private readonly maxFleetWriters = MAX_FLEET_WRITERS,
+  ) {
     this.out = new Outbox(link, () => this.writeCoalesced());
     link.listen(
       (frame) => {
@@ -283,17 +292,43 @@ export class LinkedHub implements Hub {
 
   updateLocations(updates: readonly PositionUpdate[]): Promise<void> {
     return this.request((i) => {
+      // Each device gets a writer number the first time (WOPEN); from then on its positions cross
+      // as numbers, and the hub finds its record by index instead of by device id.
+      if (this.fleet.size + updates.length > this.maxFleetWriters) this.forgetFleet();
+      const nums = new Array<number>(updates.length);
+      for (let k = 0; k < updates.length; k++) {
+        const device = updates[k].device;
+        let n = this.fleet.get(device);
+        if (n === undefined) {
+          n = this.nextWriter++;
+          this.fleet.set(device, n);
+          const w = this.frame();
+          w.u8(G.WOPEN);
+          w.u32(n);
+          w.str(device);
+        }
+        nums[k] = n;
+      }
       const w = this.frame();
       w.u8(G.LOCS);
       w.u32(i);
       w.u32(updates.length);
       for (let k = 0; k < updates.length; k++) {
-        const u = updates[k];
-        w.str(u.device);
-        w.f64(u.lat);
-        w.f64(u.lon);
+        w.u32(nums[k]);
+        w.f64(updates[k].lat);
+        w.f64(updates[k].lon);
       }
     });
+  }
+
+  /** Ends the writers of UpdateLocations devices (the table is bounded). */
+  private forgetFleet(): void {
+    const w = this.frame();
+    for (const n of this.fleet.values()) {
+      w.u8(G.WCLOSE);
+      w.u32(n);
+    }
+    this.fleet.clear();
   }
 
   locationWriter(device: string): LocationWriter {

@@ -102,6 +102,30 @@ describe('hub link', () => {
     assert.equal(plain.message, 'hub: boom');
   });
 
+  it('UpdateLocations through the link: positions land, also after the writer table starts over', async () => {
+    const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }));
+    const hub = new EmbeddedHub(core);
+    const { port1, port2 } = new MessageChannel();
+    new HubServer(hub, pino({ level: 'silent' })).serve(portLink(port1));
+    const linked = new LinkedHub(portLink(port2), 3);
+    try {
+      const at = (k: number, round: number) => ({ device: `f${k}`, lat: 10 + k + round / 100, lon: 20 - k - round / 100 });
+      for (let round = 0; round < 4; round++) {
+        // Two batches of two, then one of four: the table of three fills and starts over.
+        await linked.updateLocations([at(0, round), at(1, round)]);
+        await linked.updateLocations([at(round % 4, round + 0.5), at(2, round)]);
+        await linked.updateLocations([0, 1, 2, 3].map((k) => at(k, round + 0.7)));
+        for (let k = 0; k < 4; k++) {
+          const { lat, lon } = at(k, round + 0.7);
+          assert.deepEqual((await linked.deviceInfo(`f${k}`)).location, { lat, lon }, `f${k} after round ${round}`);
+        }
+      }
+    } finally {
+      await linked.close();
+      await hub.close();
+    }
+  });
+
   it('an unreadable frame ends the link: pending calls fail UNAVAILABLE and nothing of it applies', async () => {
     const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }));
     const hub = new EmbeddedHub(core);
