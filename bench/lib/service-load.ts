@@ -415,7 +415,10 @@ export async function runBatches(server: ChildServer, p: BatchParams): Promise<R
       messages.push(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
     }
   }
-  const fleet = new AmbitFleet(server.address, server.authority.issue({ subject: 'bench-fleet', scopes: [SCOPES.device, SCOPES.locationAny], ttlSeconds: 3600 }));
+  // One connection per stream, so a node of several gateway processes spreads them (its
+  // supervisor hands out connections, not streams).
+  const token = server.authority.issue({ subject: 'bench-fleet', scopes: [SCOPES.device, SCOPES.locationAny], ttlSeconds: 3600 });
+  const fleets = Array.from({ length: p.streams }, (_, s) => new AmbitFleet(server.address, token, { channelOptions: { 'ambit-bench.connection': s } }));
   const rounds: RateRound[] = [];
   // Round -1 is a warm-up and not recorded.
   for (let r = -1; r < p.rounds; r++) {
@@ -423,7 +426,7 @@ export async function runBatches(server: ChildServer, p: BatchParams): Promise<R
     const end = performance.now() + p.seconds * 1000;
     let k = r + 1;
     const accepted = await Promise.all(
-      Array.from({ length: p.streams }, () =>
+      fleets.map((fleet) =>
         fleet.updateLocationsEncoded(
           (function* () {
             while (performance.now() < end) yield messages[k++ % messages.length];
@@ -437,6 +440,6 @@ export async function runBatches(server: ChildServer, p: BatchParams): Promise<R
     rounds.push({ updates, perSecond: updates / window.seconds, perServerCoreSecond: updates / window.serverCpuSeconds, window });
     note(`  batches round ${r + 1}/${p.rounds}: ${Math.round(updates / window.seconds).toLocaleString('en-US')} updates/s, server ${(window.serverCpuSeconds / window.seconds).toFixed(2)} cores, client ${(window.clientCpuSeconds / window.seconds).toFixed(2)} cores`);
   }
-  fleet.close();
+  for (const f of fleets) f.close();
   return rateResult(rounds);
 }
