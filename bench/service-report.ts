@@ -584,11 +584,45 @@ function summary(services: readonly ServiceRun[], ingests: readonly IngestRun[])
   return [para, '', table(['target', ...machines.map(machineLabel)], measured)];
 }
 
+/** A bench/streams.ts result: server memory per idle device stream. */
+interface StreamsFile {
+  machine: { cpuModel?: string; cores?: number; commit?: string };
+  mode: string;
+  gateways: number;
+  engine: string;
+  streams: number;
+  perConnection: number;
+  points: { streams: number; connections: number; serverRssBytes: number }[];
+  perStreamBytes: number;
+  restBytes: number;
+}
+
+function streamsSection(runs: readonly { name: string; file: string; f: StreamsFile }[], rel: (file: string) => string): string[] {
+  if (runs.length === 0) return [];
+  const lines = [
+    '## Memory per idle device stream',
+    '',
+    'Produced by `npm run bench:streams` (bench/streams.ts): client processes open idle device streams (hello, welcome) in steps; the cost of a stream is the slope of the server\'s resident memory (summed over its processes) against open streams. Target: ≤ 10 KB per stream.',
+    '',
+    '| run | mode | gateway processes | streams | per connection | server RSS at rest | server RSS with all streams | per stream (slope) | target |',
+    '|---|---|---:|---:|---:|---:|---:|---:|---|',
+  ];
+  const mib = (b: number) => `${(b / 2 ** 20).toFixed(0)} MiB`;
+  for (const r of runs) {
+    const f = r.f;
+    const last = f.points[f.points.length - 1];
+    lines.push(`| [${r.name}](${rel(r.file)}) | ${f.mode}, ${f.engine} | ${f.gateways} | ${f.streams.toLocaleString('en-US')} | ${f.perConnection} | ${mib(f.points[0].serverRssBytes)} | ${mib(last.serverRssBytes)} | ${(f.perStreamBytes / 1024).toFixed(1)} KiB | ${f.perStreamBytes <= 10_000 ? 'met' : 'not met'} |`);
+  }
+  lines.push('');
+  return lines;
+}
+
 function main(): void {
   const { files, dir, scanned } = parseReportArgs(process.argv.slice(2), RESULTS_DIR, 'Usage: node dist/bench/service-report.js [FILE.json ...] [--dir DIR]   (default DIR: bench/results)', fail);
   const services: ServiceRun[] = [];
   const ingests: IngestRun[] = [];
   const throughputs: ThroughputRun[] = [];
+  const streamRuns: { name: string; file: string; f: StreamsFile }[] = [];
   for (const file of files) {
     const data = readResultFile(file, fail) as { kind?: unknown; schema?: unknown } | null;
     const name = path.basename(file, '.json');
@@ -602,7 +636,9 @@ function main(): void {
       ingests.push({ file, name, f, start: NaN, end: Date.parse(f.createdAt) });
     } else if (data !== null && typeof data === 'object' && data.kind === 'throughput') {
       throughputs.push({ file, name, f: data as ThroughputFile });
-    } else if (!scanned) fail(`${file}: neither a bench/service.ts result (kind "service"), a bench/throughput.ts result (kind "throughput") nor ${INGEST_SCHEMA}`);
+    } else if (data !== null && typeof data === 'object' && data.kind === 'streams') {
+      streamRuns.push({ file, name, f: data as StreamsFile });
+    } else if (!scanned) fail(`${file}: neither a bench/service.ts result (kind "service"), a bench/throughput.ts result (kind "throughput"), a bench/streams.ts result (kind "streams") nor ${INGEST_SCHEMA}`);
   }
   if (services.length === 0 && ingests.length === 0) {
     fail(`no service or matcher-ingest result files in ${path.relative(process.cwd(), dir) || dir} (run \`npm run bench:service\` or \`npm run bench:ingest\`)`);
@@ -645,6 +681,7 @@ function main(): void {
 
   throughputs.sort((a, b) => Date.parse(a.f.startedAt) - Date.parse(b.f.startedAt) || a.name.localeCompare(b.name));
   lines.push(...throughputSection(throughputs, dir, rel));
+  lines.push(...streamsSection(streamRuns, rel));
   if (services.length > 0) {
     lines.push('## Service runs', '');
     for (const r of services) lines.push(...serviceSection(r, all, rel));
