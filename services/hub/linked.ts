@@ -236,6 +236,7 @@ export class LinkedHub implements Hub {
 
   /** @internal A writer has a new position to send. */
   moved(w: LinkedWriter): void {
+    if (this.gone) return;
     this.moves.push(w);
     this.out.wake();
   }
