@@ -381,8 +381,15 @@ export class Outbox {
     private readonly beforeFlush: () => void = () => {},
   ) {}
 
-  /** The writer of the current frame, with a flush scheduled at the end of this turn. */
+  /**
+   * The writer of the current frame, with a flush scheduled at the end of this turn. Once the
+   * outbox is closed, what is written is dropped (the writer starts over each time).
+   */
   get frame(): FrameWriter {
+    if (this.closed) {
+      this.w.n = 0;
+      return this.w;
+    }
     if (!this.scheduled) {
       this.scheduled = true;
       setImmediate(this.flush);
