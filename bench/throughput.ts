@@ -26,12 +26,15 @@ import type { ThroughputStep } from './lib/throughput-report.js';
 
 const USAGE = `usage: node dist/bench/throughput.js [--rates LIST] [--seconds S] [--devices N] [--subs-per-device N] [--kinds N]
   [--publishers P] [--subscribers S] [--connections C] [--engine fast|rtree|auto] [--redis URL] [--gateways N] [--seed N] [--out FILE] [--quick]
-  [--server-profile DIR] [--client-profile DIR]
+  [--warmup S] [--server-profile DIR] [--client-profile DIR]
 Defaults: rates 1000,2000,5000,10000,20000,50000,100000 events/s for 5 s each; 10000 devices x 5 subscriptions (one of 20 kinds, a level,
 a 200-1000 m circle), publishers and subscribers: half the cores each (at least 1), 8 connections per subscriber.
+--warmup S: publish at the first rate for S seconds first, not reported (default 2; 0 with --quick).
 --server-profile DIR, --client-profile DIR: the server's processes, or the load processes, write V8 CPU profiles there when they exit.
 --quick: rates 200,500; 2 s; 500 devices x 2 subscriptions; 1 publisher, 1 subscriber.`;
 const M_PER_DEG = 111_195;
+/** The step number of the warm-up's events (no reported step has it). */
+const WARMUP_STEP = -1_000_000;
 
 // ---- a log-bucket histogram of milliseconds, mergeable across processes ----
 
@@ -188,7 +191,7 @@ type Step = ThroughputStep;
 
 async function parent(): Promise<void> {
   const fail = cliFail('bench/throughput', USAGE);
-  const args = parseArgs(process.argv.slice(2), new Set(['quick', 'help']), new Set(['rates', 'seconds', 'devices', 'subs-per-device', 'kinds', 'publishers', 'subscribers', 'connections', 'engine', 'redis', 'gateways', 'seed', 'out', 'server-profile', 'client-profile']), fail);
+  const args = parseArgs(process.argv.slice(2), new Set(['quick', 'help']), new Set(['rates', 'seconds', 'devices', 'subs-per-device', 'kinds', 'publishers', 'subscribers', 'connections', 'engine', 'redis', 'gateways', 'seed', 'out', 'server-profile', 'client-profile', 'warmup']), fail);
   if (args.help === true) {
     process.stdout.write(`${USAGE}\n`);
     return;
@@ -214,6 +217,7 @@ async function parent(): Promise<void> {
   out(`server: role all, ${redisUrl === null ? 'embedded hub' : 'Redis hub'}, ${gateways} gateway process${gateways > 1 ? 'es' : ''}${gateways > 1 && redisUrl === null ? ' beside the hub process' : ''}, engine ${engine}; load: ${publishers} publisher and ${subscribers} subscriber processes`);
   out(`workload: ${devices} devices x ${subsPerDevice} subscriptions (one of ${kinds} kinds, a level 1-5, 200-1000 m around the device), events within 300 m of a random device, ${seconds} s per rate`);
 
+  const warmupSeconds = a.num('warmup', quick ? 0 : 2, 0, 600);
   const profileDir = a.str('server-profile') ?? null;
   const clientProfileDir = a.str('client-profile') ?? null;
   const server = await startChildServer(engine, profileDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${profileDir}`], redisUrl, gateways);
@@ -268,6 +272,12 @@ async function parent(): Promise<void> {
       const r = await Promise.all(subs.map((w) => ask(w, { t: 'report', step }, 'report', step)));
       return r;
     };
+    if (warmupSeconds > 0) {
+      // Not reported: JIT, connection windows and the engine's first batches settle here.
+      note(`warm-up at ${rates[0]}/s for ${warmupSeconds} s (not reported)`);
+      const warm = await Promise.all(pubs.map((w) => ask(w, { t: 'run', step: WARMUP_STEP, rate: rates[0] / pubs.length, seconds: warmupSeconds }, 'ran', WARMUP_STEP)));
+      warm.forEach((r, i) => (pubCpu[i] = r.cpuSeconds));
+    }
     for (let step = 0; step < rates.length; step++) {
       const rate = rates[step];
       note(`rate ${rate}/s: publishing for ${seconds} s`);
@@ -328,10 +338,10 @@ async function parent(): Promise<void> {
       steps.push(s);
       const f = (x: number, d = 0) => x.toLocaleString('en-US', { maximumFractionDigits: d });
       out(`| ${f(rate)} | ${f(s.eventsPerSecond)} | ${f(errors)} | ${f(s.notificationsPerSecond)} | ${f(s.notificationsPerEvent, 2)} | ${f(s.latencyMs.median, 2)} | ${f(s.latencyMs.p99, 2)} | ${f(max, 1)} | ${f(s.serverCores, 2)} | ${f(s.clientCores, 2)} | ${f(publisherCpuS / windowS, 2)} | ${f(s.serverCpuUsPerEvent, 1)} | ${f(s.serverCpuUsPerNotification, 1)} | ${f(drainSeconds, 2)} |`);
-      run.write({ kind: 'throughput', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', gateways, devices, subsPerDevice, kinds, publishers, subscribers, connections, seed, steps });
+      run.write({ kind: 'throughput', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', gateways, devices, subsPerDevice, kinds, publishers, subscribers, connections, seed, warmupSeconds, steps });
     }
     out('');
-    out('Latency quantiles are exact to one histogram bucket (4.7%). The first step\'s publisher cores include connecting.');
+    out(`Latency quantiles are exact to one histogram bucket (4.7%).${warmupSeconds > 0 ? '' : " The first step's publisher cores include connecting."}`);
     out(`results: ${run.shown}`);
   } finally {
     for (const w of workers) w.proc.send({ t: 'exit' } satisfies ToWorker);
