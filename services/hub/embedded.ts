@@ -138,10 +138,10 @@ class EmbeddedInbox implements Inbox {
       if (this.closed || this.hub.isClosed) return [];
       this.hub.expire(this.log);
       const entries = this.log.entries;
-      const from = this.log.firstAfterOrdinal(this.cursor);
+      const from = this.log.firstAfter(this.cursor);
       if (from < entries.length) {
         const to = Math.min(from + max, entries.length);
-        const out = to === from + 1 ? [entries[from]] : entries.slice(from, to);
+        const out = entries.slice(from, to);
         this.cursor = this.log.last - (entries.length - to);
         return out;
       }

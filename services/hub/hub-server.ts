@@ -44,27 +44,21 @@ export class HubServer {
     const hub = this.hub;
     let detached = false;
 
-    const fail = (i: number, err: unknown): void => {
-      if (detached) return;
+    /** The frame with a reply's tag and request number written, or null once detached. */
+    const reply = (tag: number, i: number): FrameWriter | null => {
+      if (detached) return null;
       const w = out.frame;
-      w.u8(H.ERROR);
+      w.u8(tag);
       w.u32(i);
-      w.value(toWire(err));
+      return w;
     };
+    const fail = (i: number, err: unknown): void => reply(H.ERROR, i)?.value(toWire(err));
     const answer = (i: number, p: Promise<unknown>): void => {
-      p.then((v) => {
-        if (detached) return;
-        const w = out.frame;
-        w.u8(H.REPLY);
-        w.u32(i);
-        w.value(v);
-      }, (err: unknown) => fail(i, err));
+      p.then((v) => reply(H.REPLY, i)?.value(v), (err: unknown) => fail(i, err));
     };
     const published = (i: number, rs: PublishResult[]): void => {
-      if (detached) return;
-      const w = out.frame;
-      w.u8(H.PUBLISHED);
-      w.u32(i);
+      const w = reply(H.PUBLISHED, i);
+      if (w === null) return;
       w.u32(rs.length);
       for (const r of rs) {
         w.str(r.eventId);
@@ -83,8 +77,7 @@ export class HubServer {
         w.u32(ref);
         w.raw(encoded(d.event));
       }
-      w.u8(H.DELIVERIES);
-      w.u32(i);
+      reply(H.DELIVERIES, i);
       w.u32(ds.length);
       for (const d of ds) {
         w.str(d.deliveryId);

@@ -7,6 +7,7 @@
 import { AmbitError } from '../../src/model/errors.js';
 import type { Event, PositionUpdate } from '../../src/model/types.js';
 import { type Delivery, type DeviceInfo, type DeviceSubscription, type Hub, type HubStats, type Inbox, type LocationWriter, type PublishResult, compareDeliveryIds } from './port.js';
+import { CoalescedWriter, type WriterOwner } from './coalesced-writer.js';
 import { type CallArgs, CALL_OPS, type CallOp, FrameReader, type FrameWriter, G, H, type Link, Outbox, type WireError, fromWire, readEvent, writeEvent } from './link.js';
 
 interface Pending {
@@ -14,39 +15,10 @@ interface Pending {
   reject(err: Error): void;
 }
 
-class LinkedWriter implements LocationWriter {
-  lat = 0;
-  lon = 0;
-  dirty = false;
-  closed = false;
-
-  constructor(
-    private readonly hub: LinkedHub,
-    readonly n: number,
-  ) {}
-
-  update(lat: number, lon: number): void {
-    if (this.closed) return;
-    this.lat = lat;
-    this.lon = lon;
-    if (!this.dirty) {
-      this.dirty = true;
-      this.hub.moved(this);
-    }
-  }
-
-  async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
-    const w = this.hub.frame();
-    w.u8(G.WCLOSE);
-    w.u32(this.n);
-  }
-}
-
 class LinkedInbox implements Inbox {
   private closed = false;
-  private waiting: ((d: Delivery[]) => void) | null = null;
+  /** The request number of the pull in flight (0: none). */
+  private pulling = 0;
 
   constructor(
     private readonly hub: LinkedHub,
@@ -57,9 +29,7 @@ class LinkedInbox implements Inbox {
 
   async pull(max: number): Promise<Delivery[]> {
     if (this.closed) return [];
-    const got = this.hub.pull(this.b, max);
-    // close() answers a pending pull with [] at once; the hub's own [] follows and is dropped.
-    return Promise.race([got, new Promise<Delivery[]>((resolve) => (this.waiting = resolve))]).finally(() => (this.waiting = null));
+    return this.hub.pull(this.b, max, (i) => (this.pulling = i));
   }
 
   /** The highest ack not yet sent: acks within one turn go as one. */
@@ -89,27 +59,27 @@ class LinkedInbox implements Inbox {
     w.u8(G.SHUT);
     w.u32(this.b);
     this.hub.forget(this);
-    this.waiting?.([]);
+    this.end();
   }
 
-  /** The hub is gone. */
+  /** Ends a pull in flight with [] now (the hub's own [] follows and finds nothing to answer). */
   end(): void {
     this.closed = true;
-    this.waiting?.([]);
+    this.hub.settle(this.pulling, []);
   }
 }
 
 /** Devices of UpdateLocations a gateway keeps writer numbers for; past that it starts over. */
 const MAX_FLEET_WRITERS = 1 << 20;
 
-export class LinkedHub implements Hub {
+export class LinkedHub implements Hub, WriterOwner<number> {
   readonly mode = 'embedded' as const;
   private readonly out: Outbox;
   private readonly pending = new Map<number, Pending>();
   private readonly inboxes = new Set<LinkedInbox>();
   private nextRequest = 1;
   private nextWriter = 1;
-  private moves: LinkedWriter[] = [];
+  private moves: CoalescedWriter<number>[] = [];
   private acks: LinkedInbox[] = [];
   /** Writer numbers of devices moved through UpdateLocations. */
   private readonly fleet = new Map<string, number>();
@@ -185,7 +155,8 @@ export class LinkedHub implements Hub {
     }
   }
 
-  private settle(i: number, v: unknown, err?: Error): void {
+  /** @internal Answers request `i` (nothing when it was answered already). */
+  settle(i: number, v: unknown, err?: Error): void {
     const p = this.pending.get(i);
     if (p === undefined) return;
     this.pending.delete(i);
@@ -218,9 +189,10 @@ export class LinkedHub implements Hub {
     });
   }
 
-  /** @internal */
-  pull(b: number, max: number): Promise<Delivery[]> {
+  /** @internal `numbered` learns the request's number (a closing inbox answers it). */
+  pull(b: number, max: number, numbered: (i: number) => void): Promise<Delivery[]> {
     return this.request((i) => {
+      numbered(i);
       const w = this.frame();
       w.u8(G.PULL);
       w.u32(i);
@@ -235,10 +207,17 @@ export class LinkedHub implements Hub {
   }
 
   /** @internal A writer has a new position to send. */
-  moved(w: LinkedWriter): void {
+  mark(w: CoalescedWriter<number>): void {
     if (this.gone) return;
     this.moves.push(w);
     this.out.wake();
+  }
+
+  /** @internal A writer ended: its pending move goes first (frame() writes it), then its close. */
+  async ended(writer: CoalescedWriter<number>): Promise<void> {
+    const w = this.frame();
+    w.u8(G.WCLOSE);
+    w.u32(writer.key);
   }
 
   /** @internal An inbox has an ack to send. */
@@ -265,7 +244,7 @@ export class LinkedHub implements Hub {
     for (let k = 0; k < ms.length; k++) {
       const m = ms[k];
       m.dirty = false;
-      w.u32(m.n);
+      w.u32(m.key);
       w.f64(m.lat);
       w.f64(m.lon);
     }
@@ -333,13 +312,11 @@ export class LinkedHub implements Hub {
   }
 
   locationWriter(device: string): LocationWriter {
-    const writer = new LinkedWriter(this, this.nextWriter++);
-    if (!this.gone) {
-      const w = this.frame();
-      w.u8(G.WOPEN);
-      w.u32(writer.n);
-      w.str(device);
-    }
+    const writer = new CoalescedWriter(this, this.nextWriter++);
+    const w = this.frame();
+    w.u8(G.WOPEN);
+    w.u32(writer.key);
+    w.str(device);
     return writer;
   }
 

@@ -36,6 +36,7 @@ import { DEFAULT_PREFIX, Keys } from '../redis/keys.js';
 import { type MatcherStatsRecord, locFields, parseNotification, parseReply, pubFields } from '../redis/protocol.js';
 import { defineScripts, runScript } from '../redis/scripts.js';
 import { missedAfter, resumePoint } from '../matcher/fanout.js';
+import { CoalescedWriter, type WriterOwner } from './coalesced-writer.js';
 
 const COMPONENT = 'redis hub';
 
@@ -220,7 +221,7 @@ export class RedisHub implements Hub {
 
   locationWriter(device: string): LocationWriter {
     this.checkOpen();
-    return new Writer(this.batcher, Buffer.from(device, 'utf8'));
+    return new CoalescedWriter(this.batcher, Buffer.from(device, 'utf8'));
   }
 
   /**
@@ -452,34 +453,8 @@ export class RedisHub implements Hub {
 
 // ---- location writers ----
 
-/** One device stream's position: coalesced, so a flush sends the latest and costs one slot per device. */
-class Writer implements LocationWriter {
-  lat = 0;
-  lon = 0;
-  dirty = false;
-  private closed = false;
-
-  constructor(
-    private readonly batcher: LocationBatcher,
-    readonly deviceBytes: Buffer,
-  ) {}
-
-  update(lat: number, lon: number): void {
-    if (this.closed) return;
-    this.lat = lat;
-    this.lon = lon;
-    if (!this.dirty) {
-      this.dirty = true;
-      this.batcher.mark(this);
-    }
-  }
-
-  async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
-    await this.batcher.drain();
-  }
-}
+/** A Redis hub's location writers: coalesced, keyed by the device id's bytes. */
+type Writer = CoalescedWriter<Buffer>;
 
 /**
  * The shared dirty list of a hub's writers: flushed every `flushMs`, or at once when `flushSize`
@@ -487,7 +462,7 @@ class Writer implements LocationWriter {
  * list only coalesces (one slot per writer), so memory stays bounded by the number of writers.
  * A failed flush marks its writers dirty again (their latest positions are retried, later).
  */
-class LocationBatcher {
+class LocationBatcher implements WriterOwner<Buffer> {
   private dirty: Writer[] = [];
   private timer: NodeJS.Timeout | null = null;
   private readonly inFlight = new Set<Promise<void>>();
@@ -501,6 +476,11 @@ class LocationBatcher {
     private readonly maxInFlight: number,
     private readonly log: Logger | undefined,
   ) {}
+
+  /** A writer's close waits for what is pending to be stored. */
+  ended(): Promise<void> {
+    return this.drain();
+  }
 
   mark(w: Writer): void {
     if (this.stopped) return;
@@ -532,7 +512,7 @@ class LocationBatcher {
     const lon = new Float64Array(n);
     for (let i = 0; i < n; i++) {
       const w = batch[i];
-      devices[i] = w.deviceBytes;
+      devices[i] = w.key;
       lat[i] = w.lat;
       lon[i] = w.lon;
       w.dirty = false;

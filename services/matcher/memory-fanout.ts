@@ -6,7 +6,7 @@
 import type { Event } from '../../src/model/types.js';
 import { type Delivery, parseDeliveryId } from '../hub/port.js';
 import type { Recipient } from './core.js';
-import { DEFAULT_RETENTION, type DeliverySource, type FanOut, type Retention, missedAfter, ordinalOf, reachedBy, resumePoint } from './fanout.js';
+import { DEFAULT_RETENTION, type DeliverySource, type FanOut, type Retention, missedAfter, reachedBy, resumePoint } from './fanout.js';
 
 /** One device's log: a FIFO of deliveries with increasing ids, plus its ack point and readers. */
 export class DeviceLog {
@@ -59,16 +59,11 @@ export class DeviceLog {
   }
 
   /**
-   * Index of the first entry with id > `after`. Ordinals are consecutive from the head (entries
+   * Index of the first entry after ordinal `after` (the seq part of a delivery id). Ordinals are consecutive from the head (entries
    * are appended with the next ordinal and dropped only from the front), so it is arithmetic on
    * the ordinal, not a search.
    */
-  firstAfter(after: string): number {
-    return this.firstAfterOrdinal(ordinalOf(after));
-  }
-
-  /** `firstAfter` by the ordinal of the id. */
-  firstAfterOrdinal(after: number): number {
+  firstAfter(after: number): number {
     const i = this.entries.length - (this.last - after);
     return i < this.head ? this.head : i > this.entries.length ? this.entries.length : i;
   }

@@ -38,7 +38,7 @@ export interface ServerConfig {
   shutdownGraceS: number;
   /**
    * Gateway processes sharing the gRPC port (1: this process serves it). Without Redis, this
-   * process keeps the embedded hub and the gateways reach it over their IPC channel.
+   * process keeps the embedded hub and the gateways reach it over a private pipe each.
    */
   gateways: number;
   /** A gateway process of a node whose parent process holds the embedded hub (set by gateways.ts). */

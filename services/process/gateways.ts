@@ -4,7 +4,7 @@
  * stream writes use N cores. A gateway keeps no state but its open streams. With Redis any number
  * of them serve one deployment, and this process runs the matcher when the role is `all`. Without
  * Redis this process keeps the embedded hub (engine, subscriptions, notification logs) and serves
- * it to its workers over their IPC channels (hub-server.ts). Either way it starts the workers,
+ * it to its workers over a private pipe each (hub-server.ts). Either way it starts the workers,
  * restarts one that dies, and stops them all on shutdown.
  */
 import cluster, { type Worker } from 'node:cluster';
