@@ -218,10 +218,13 @@ describe('api ops: shutdown', () => {
       const watch = (h as Init).watch({ service: 'ambit.v1.DeviceService' }) as grpc.ClientReadableStream<Init>;
       watch.on('data', (m: Init) => statuses.push(m.status));
       watch.on('error', () => {});
-      await eventually(() => statuses.length === 1, 'the first health status');
+      // Each status the watch delivers, as a signal (no polling).
+      const nextStatus = () => new Promise<void>((resolve) => watch.once('data', () => resolve()));
+      await nextStatus();
       assert.deepEqual(statuses, ['SERVING']);
+      const second = nextStatus();
       const stopping = srv.stop();
-      await eventually(() => statuses.length === 2, 'NOT_SERVING');
+      await second;
       assert.deepEqual(statuses, ['SERVING', 'NOT_SERVING']);
       // A health watch is a call like any other: graceful shutdown waits for it (up to the grace).
       watch.cancel();
