@@ -9,9 +9,9 @@ import {
   type Delivery,
   type DeviceInfo,
   type DeviceSubscription,
+  type DrainableInbox,
   type Hub,
   type HubStats,
-  type Inbox,
   type LocationWriter,
   type PublishResult,
 } from './port.js';
@@ -79,7 +79,7 @@ export class EmbeddedHub implements Hub {
     return events.map((e, i) => ({ eventId: e.id, reached: reached[i] }));
   }
 
-  async openInbox(device: string, resumeAfter: string | null): Promise<Inbox> {
+  async openInbox(device: string, resumeAfter: string | null): Promise<EmbeddedInbox> {
     const log = this.fanout.log(device);
     this.fanout.expire(log);
     const { start, missed } = log.resume(resumeAfter ?? log.acked);
@@ -118,7 +118,7 @@ export class EmbeddedHub implements Hub {
   }
 }
 
-class EmbeddedInbox implements Inbox {
+export class EmbeddedInbox implements DrainableInbox {
   /** The ordinal of the last pulled notification (ids are "<ms>-<ordinal>", ordinals gapless). */
   private cursor: number;
   private closed = false;
@@ -136,21 +136,32 @@ class EmbeddedInbox implements Inbox {
   async pull(max: number): Promise<Delivery[]> {
     for (;;) {
       if (this.closed || this.hub.isClosed) return [];
-      this.hub.expire(this.log);
-      const entries = this.log.entries;
-      const from = this.log.firstAfter(this.cursor);
-      if (from < entries.length) {
-        const to = Math.min(from + max, entries.length);
-        const out = entries.slice(from, to);
-        this.cursor = this.log.last - (entries.length - to);
-        return out;
-      }
-      await new Promise<void>((resolve) => {
-        this.wake = resolve;
-        this.log.waiters.add(resolve);
-      });
-      this.wake = null;
+      const out = this.take(max);
+      if (out.length !== 0) return out;
+      await new Promise<void>((resolve) => this.notify(resolve));
     }
+  }
+
+  take(max: number): Delivery[] {
+    if (this.closed || this.hub.isClosed) return [];
+    this.hub.expire(this.log);
+    const entries = this.log.entries;
+    const from = this.log.firstAfter(this.cursor);
+    if (from >= entries.length) return [];
+    const to = Math.min(from + max, entries.length);
+    this.cursor = this.log.last - (entries.length - to);
+    return entries.slice(from, to);
+  }
+
+  notify(ready: () => void): void {
+    if (this.closed || this.wake !== null || this.hub.isClosed) return;
+    if (this.log.firstAfter(this.cursor) < this.log.entries.length) return ready();
+    const wake = (): void => {
+      this.wake = null;
+      ready();
+    };
+    this.wake = wake;
+    this.log.waiters.add(wake);
   }
 
   async ack(deliveryId: string): Promise<void> {

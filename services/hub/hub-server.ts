@@ -1,13 +1,14 @@
 /**
  * The hub side of the link (link.ts): serves one Hub (the embedded hub of this node) to any
  * number of gateway processes. Requests run as they arrive, in order, exactly as a gateway in
- * this process would call them; replies go back in one frame per event-loop turn. A gateway that
+ * this process would call them; replies go back in one frame per event-loop turn, and so do the
+ * deliveries of every inbox whose log grew in that turn, up to each inbox's credit. A gateway that
  * goes away leaves nothing behind: its inboxes close (unacknowledged notifications stay in the
  * log for the device's next stream) and its location writers end.
  */
 import type { Logger } from 'pino';
 import type { Event } from '../../src/model/types.js';
-import type { Delivery, Hub, Inbox, LocationWriter, PublishResult } from './port.js';
+import type { Delivery, DrainableInbox, Hub, LocationWriter, PublishResult } from './port.js';
 import { type CallArgs, CALL_OPS, type CallOp, FrameReader, FrameWriter, G, H, type Link, Outbox, readEvent, toWire, writeEvent } from './link.js';
 
 /** Events as link records, encoded once however many gateways and frames carry them. */
@@ -24,23 +25,42 @@ function encoded(e: Event): Buffer {
   return b;
 }
 
+/** A hub whose inboxes can be drained without waiting (the embedded hub). */
+export interface ServedHub extends Hub {
+  openInbox(device: string, resumeAfter: string | null): Promise<DrainableInbox>;
+}
+
+/** An open inbox of one link: what its gateway will still take (credit) and whether a push is due. */
+interface Served {
+  readonly b: number;
+  readonly box: DrainableInbox;
+  credit: number;
+  due: boolean;
+  /** Marks it due (registered with the inbox while it has credit). */
+  readonly ready: () => void;
+}
+
 export class HubServer {
   private readonly detachers = new Set<() => void>();
 
   constructor(
-    private readonly hub: Hub,
+    private readonly hub: ServedHub,
     private readonly log: Logger,
   ) {}
 
   /** Serves the hub on `link` until its other end closes; returns a function that stops serving it. */
   serve(link: Link): () => void {
-    const inboxes = new Map<number, Inbox>();
+    const inboxes = new Map<number, Served>();
     /** Location writers by number (numbers are dense per link: an array, not a map). */
     const writers: (LocationWriter | undefined)[] = [];
-    const out = new Outbox(link, () => eventRefs.clear());
+    /** Inboxes to push from at the end of this turn. */
+    let due: Served[] = [];
+    const out = new Outbox(link, () => {
+      pushDue();
+      eventRefs.clear();
+    });
     /** Events written to the current frame, by number (a frame refers to each once). */
     const eventRefs = new Map<Event, number>();
-    let nextInbox = 1;
     const hub = this.hub;
     let detached = false;
 
@@ -65,8 +85,7 @@ export class HubServer {
         w.f64(r.reached);
       }
     };
-    const deliveries = (i: number, ds: Delivery[]): void => {
-      if (detached) return;
+    const push = (b: number, ds: Delivery[]): void => {
       const w = out.frame;
       // Events first, each once per frame.
       for (const d of ds) {
@@ -77,7 +96,8 @@ export class HubServer {
         w.u32(ref);
         w.raw(encoded(d.event));
       }
-      reply(H.DELIVERIES, i);
+      w.u8(H.PUSH);
+      w.u32(b);
       w.u32(ds.length);
       for (const d of ds) {
         w.str(d.deliveryId);
@@ -86,6 +106,28 @@ export class HubServer {
         const ids = d.subscriptionIds;
         w.u32(ids.length);
         for (let k = 0; k < ids.length; k++) w.str(ids[k]);
+      }
+    };
+    /** Marks an inbox for a push at the end of this turn. */
+    const wake = (s: Served): void => {
+      if (s.due || detached) return;
+      s.due = true;
+      due.push(s);
+      out.wake();
+    };
+    const pushDue = (): void => {
+      const list = due;
+      due = [];
+      for (const s of list) {
+        s.due = false;
+        if (s.credit <= 0 || inboxes.get(s.b) !== s) continue;
+        const ds = s.box.take(s.credit);
+        if (ds.length !== 0) {
+          s.credit -= ds.length;
+          push(s.b, ds);
+        }
+        // Credit left: push again when the log grows (at once, within this flush, if it has more).
+        if (s.credit > 0) s.box.notify(s.ready);
       }
     };
 
@@ -103,7 +145,9 @@ export class HubServer {
           return answer(i, hub.deviceInfo(a.d));
         case 'stats':
           return answer(i, hub.stats());
-        case 'open':
+        case 'open': {
+          // The gateway numbers its inboxes, so a push right behind the reply finds its inbox.
+          const b = a.b ?? 0;
           return answer(
             i,
             hub.openInbox(a.d, a.r ?? null).then((box) => {
@@ -111,11 +155,15 @@ export class HubServer {
                 box.close();
                 return null;
               }
-              const b = nextInbox++;
-              inboxes.set(b, box);
-              return { b, t: box.resumeToken, m: box.missed };
+              inboxes.get(b)?.box.close();
+              const s: Served = { b, box, credit: a.c ?? 0, due: false, ready: () => wake(s) };
+              inboxes.set(b, s);
+              // Its backlog goes behind the reply, at the end of this turn.
+              wake(s);
+              return { t: box.resumeToken, m: box.missed };
             }),
           );
+        }
       }
     };
 
@@ -155,24 +203,25 @@ export class HubServer {
           answer(i, Promise.resolve());
           return;
         }
-        case G.PULL: {
-          const i = r.u32();
-          const box = inboxes.get(r.u32());
-          const max = r.u32();
-          (box === undefined ? Promise.resolve([]) : box.pull(max)).then((ds) => deliveries(i, ds), (err: unknown) => fail(i, err));
+        case G.CREDIT: {
+          const s = inboxes.get(r.u32());
+          const n = r.u32();
+          if (s === undefined) return;
+          s.credit += n;
+          wake(s);
           return;
         }
         case G.ACK: {
-          const box = inboxes.get(r.u32());
+          const s = inboxes.get(r.u32());
           const id = r.str();
-          box?.ack(id).catch((err: unknown) => this.log.warn({ err }, 'ack from a gateway failed'));
+          s?.box.ack(id).catch((err: unknown) => this.log.warn({ err }, 'ack from a gateway failed'));
           return;
         }
         case G.SHUT: {
           const b = r.u32();
-          const box = inboxes.get(b);
+          const s = inboxes.get(b);
           inboxes.delete(b);
-          box?.close();
+          s?.box.close();
           return;
         }
         case G.WOPEN: {
@@ -207,8 +256,9 @@ export class HubServer {
       detached = true;
       out.closed = true;
       this.detachers.delete(detach);
-      for (const box of inboxes.values()) box.close();
+      for (const s of inboxes.values()) s.box.close();
       inboxes.clear();
+      due = [];
       for (const w of writers) if (w !== undefined) void w.close().catch(() => null);
       writers.length = 0;
     };

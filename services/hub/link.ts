@@ -5,9 +5,15 @@
  * MessagePort (tests). Each side writes everything it has to say within one event-loop turn into
  * one frame, as records:
  *
- * - the hot ones in a binary layout of their own: pulls, acks, location moves, publishes (events)
- *   and deliveries. An event that reaches many devices of one gateway is written once per frame
- *   and referred to by number; a delivery is its id, time, event number and subscription ids.
+ * - the hot ones in a binary layout of their own: acks, credit, location moves, publishes
+ *   (events) and deliveries. An event that reaches many devices of one gateway is written once per
+ *   frame and referred to by number; a delivery is its id, time, event number and subscription ids.
+ *
+ * Notifications are pushed, not pulled: each open inbox has a credit (how many deliveries the
+ * gateway will hold for it that its device has not taken yet). The hub sends what an inbox's log
+ * has, up to its credit, at the end of the turn that appended it; the gateway gives credit back
+ * as its device stream takes deliveries. A device that does not read leaves its backlog in the
+ * hub's log, as before, and one that reads costs no request per batch.
  * - the rest (subscription changes, lists, stats, opening an inbox) as V8-serialized values:
  *   exact for every value the model allows (-0, any string), and rare.
  *
@@ -31,8 +37,8 @@ export const G = {
   CALL: 1,
   /** u32 request, u32 count, events. */
   PUB: 2,
-  /** u32 request, u32 inbox, u32 max. */
-  PULL: 3,
+  /** u32 inbox, u32 credit given back (deliveries its stream took). */
+  CREDIT: 3,
   /** u32 inbox, str delivery id. */
   ACK: 4,
   /** u32 inbox. */
@@ -57,8 +63,8 @@ export const H = {
   PUBLISHED: 22,
   /** u32 event number (within this frame), event. */
   EVENT: 23,
-  /** u32 request, u32 count × (str delivery id, f64 published at, u32 event number, u32 n, n × str). */
-  DELIVERIES: 24,
+  /** u32 inbox, u32 count × (str delivery id, f64 published at, u32 event number, u32 n, n × str). */
+  PUSH: 24,
 } as const;
 
 export const CALL_OPS = ['add', 'replace', 'remove', 'list', 'info', 'open', 'stats'] as const;
@@ -70,6 +76,9 @@ export interface CallArgs {
   s?: DeviceSubscription;
   id?: string;
   r?: string | null;
+  /** open: the inbox's number (the gateway's) and its first credit. */
+  b?: number;
+  c?: number;
 }
 
 // ---- links ----

@@ -15,59 +15,118 @@ interface Pending {
   reject(err: Error): void;
 }
 
+/** An inbox with nothing queued (never written to). */
+const NONE: Delivery[] = [];
+
 class LinkedInbox implements Inbox {
+  resumeToken = '';
+  missed = 0;
   private closed = false;
-  /** The request number of the pull in flight (0: none). */
-  private pulling = 0;
+  /** Deliveries the hub pushed that the stream has not taken (at most the window). */
+  private queue = NONE;
+  private head = 0;
+  private waiter: ((ds: Delivery[]) => void) | null = null;
+  private waitMax = 0;
+  /** Credit to give back: deliveries taken since the last frame. */
+  private taken = 0;
+  /** The highest ack not yet sent: acks within one turn go as one. */
+  private pendingAck: string | null = null;
+  /** In this turn's list of inboxes with something to send. */
+  queued = false;
 
   constructor(
     private readonly hub: LinkedHub,
-    private readonly b: number,
-    readonly resumeToken: string,
-    readonly missed: number,
+    readonly b: number,
   ) {}
 
-  async pull(max: number): Promise<Delivery[]> {
-    if (this.closed) return [];
-    return this.hub.pull(this.b, max, (i) => (this.pulling = i));
+  pull(max: number): Promise<Delivery[]> {
+    if (this.closed) return Promise.resolve([]);
+    if (this.head < this.queue.length) return Promise.resolve(this.take(max));
+    if (this.waiter !== null) return Promise.reject(new Error('hub: one pull at a time per inbox'));
+    return new Promise((resolve) => {
+      this.waiter = resolve;
+      this.waitMax = max;
+    });
   }
 
-  /** The highest ack not yet sent: acks within one turn go as one. */
-  pendingAck: string | null = null;
+  /** @internal Deliveries the hub pushed. */
+  receive(ds: Delivery[]): void {
+    if (this.closed) return;
+    if (this.head === this.queue.length) {
+      this.queue = ds;
+      this.head = 0;
+    } else for (let k = 0; k < ds.length; k++) this.queue.push(ds[k]);
+    const w = this.waiter;
+    if (w !== null) {
+      this.waiter = null;
+      w(this.take(this.waitMax));
+    }
+  }
+
+  private take(max: number): Delivery[] {
+    const q = this.queue;
+    const from = this.head;
+    const to = Math.min(q.length, from + max);
+    const out = from === 0 && to === q.length ? q : q.slice(from, to);
+    if (to === q.length) {
+      this.queue = NONE;
+      this.head = 0;
+    } else this.head = to;
+    this.taken += to - from;
+    this.hub.due(this);
+    return out;
+  }
 
   async ack(deliveryId: string): Promise<void> {
     if (this.closed) return;
     if (this.pendingAck === null) {
       this.pendingAck = deliveryId;
-      this.hub.acked(this);
+      this.hub.due(this);
     } else if (compareDeliveryIds(deliveryId, this.pendingAck) > 0) this.pendingAck = deliveryId;
   }
 
-  /** @internal */
-  writeAck(w: FrameWriter): void {
-    if (this.pendingAck === null) return;
-    w.u8(G.ACK);
-    w.u32(this.b);
-    w.str(this.pendingAck);
-    this.pendingAck = null;
+  /** @internal Writes the coalesced ack and the credit given back. */
+  writePending(w: FrameWriter): void {
+    this.queued = false;
+    if (this.closed) return;
+    if (this.pendingAck !== null) {
+      w.u8(G.ACK);
+      w.u32(this.b);
+      w.str(this.pendingAck);
+      this.pendingAck = null;
+    }
+    if (this.taken !== 0) {
+      w.u8(G.CREDIT);
+      w.u32(this.b);
+      w.u32(this.taken);
+      this.taken = 0;
+    }
   }
 
   close(): void {
     if (this.closed) return;
-    this.closed = true;
+    // A pending ack goes before the close.
     const w = this.hub.frame();
+    this.closed = true;
     w.u8(G.SHUT);
     w.u32(this.b);
     this.hub.forget(this);
     this.end();
   }
 
-  /** Ends a pull in flight with [] now (the hub's own [] follows and finds nothing to answer). */
+  /** Ends a pull in flight with []; what was pushed and not taken stays in the hub's log. */
   end(): void {
     this.closed = true;
-    this.hub.settle(this.pulling, []);
+    this.queue = NONE;
+    this.head = 0;
+    const w = this.waiter;
+    this.waiter = null;
+    w?.([]);
   }
 }
+
+/** Deliveries the hub may push to one inbox ahead of its stream (two sends of 64). */
+export const DEFAULT_WINDOW = 128;
 
 /** Devices of UpdateLocations a gateway keeps writer numbers for; past that it starts over. */
 const MAX_FLEET_WRITERS = 1 << 20;
@@ -76,18 +135,24 @@ export class LinkedHub implements Hub, WriterOwner<number> {
   readonly mode = 'embedded' as const;
   private readonly out: Outbox;
   private readonly pending = new Map<number, Pending>();
-  private readonly inboxes = new Set<LinkedInbox>();
+  private readonly inboxes = new Map<number, LinkedInbox>();
   private nextRequest = 1;
   private nextWriter = 1;
+  private nextInbox = 1;
   private moves: CoalescedWriter<number>[] = [];
-  private acks: LinkedInbox[] = [];
+  /** Inboxes with an ack or credit to send this turn. */
+  private dues: LinkedInbox[] = [];
   /** Writer numbers of devices moved through UpdateLocations. */
   private readonly fleet = new Map<string, number>();
   private gone = false;
 
-  /** `maxFleetWriters`: UpdateLocations devices it keeps writer numbers for (tests make it small). */
+  /**
+   * `window`: deliveries the hub may push to one inbox before its stream takes them.
+   * `maxFleetWriters`: UpdateLocations devices it keeps writer numbers for (tests make it small).
+   */
   constructor(
     private readonly link: Link,
+    private readonly window = DEFAULT_WINDOW,
     private readonly maxFleetWriters = MAX_FLEET_WRITERS,
   ) {
     this.out = new Outbox(link, () => this.writeCoalesced());
@@ -115,8 +180,8 @@ export class LinkedHub implements Hub, WriterOwner<number> {
           events[ref] = readEvent(r);
           break;
         }
-        case H.DELIVERIES: {
-          const i = r.u32();
+        case H.PUSH: {
+          const b = r.u32();
           const n = r.u32();
           const ds = new Array<Delivery>(n);
           for (let k = 0; k < n; k++) {
@@ -128,7 +193,8 @@ export class LinkedHub implements Hub, WriterOwner<number> {
             for (let j = 0; j < m; j++) subscriptionIds[j] = r.str();
             ds[k] = { deliveryId, event, subscriptionIds, publishedAtMs };
           }
-          this.settle(i, ds);
+          // An inbox closed here since: its deliveries stay in the hub's log.
+          this.inboxes.get(b)?.receive(ds);
           break;
         }
         case H.PUBLISHED: {
@@ -189,21 +255,9 @@ export class LinkedHub implements Hub, WriterOwner<number> {
     });
   }
 
-  /** @internal `numbered` learns the request's number (a closing inbox answers it). */
-  pull(b: number, max: number, numbered: (i: number) => void): Promise<Delivery[]> {
-    return this.request((i) => {
-      numbered(i);
-      const w = this.frame();
-      w.u8(G.PULL);
-      w.u32(i);
-      w.u32(b);
-      w.u32(max);
-    });
-  }
-
   /** @internal A closed inbox. */
   forget(box: LinkedInbox): void {
-    this.inboxes.delete(box);
+    this.inboxes.delete(box.b);
   }
 
   /** @internal A writer has a new position to send. */
@@ -220,20 +274,22 @@ export class LinkedHub implements Hub, WriterOwner<number> {
     w.u32(writer.key);
   }
 
-  /** @internal An inbox has an ack to send. */
-  acked(box: LinkedInbox): void {
-    this.acks.push(box);
+  /** @internal An inbox has an ack or credit to send. */
+  due(box: LinkedInbox): void {
+    if (box.queued || this.gone) return;
+    box.queued = true;
+    this.dues.push(box);
     this.out.wake();
   }
 
   /** Writes what was coalesced (acks, location moves) ahead of whatever comes next. */
   private writeCoalesced(): void {
     if (this.gone) return;
-    if (this.acks.length !== 0) {
-      const boxes = this.acks;
-      this.acks = [];
+    if (this.dues.length !== 0) {
+      const boxes = this.dues;
+      this.dues = [];
       const w = this.out.frame;
-      for (const b of boxes) b.writeAck(w);
+      for (const b of boxes) b.writePending(w);
     }
     const ms = this.moves;
     if (ms.length === 0) return;
@@ -331,12 +387,21 @@ export class LinkedHub implements Hub, WriterOwner<number> {
   }
 
   async openInbox(device: string, resumeAfter: string | null): Promise<Inbox> {
-    const r = await this.call<{ b: number; t: string; m: number } | null>('open', { d: device, r: resumeAfter });
-    if (r === null) throw new AmbitError('UNAVAILABLE', 'hub: closed');
-    const box = new LinkedInbox(this, r.b, r.t, r.m);
-    if (this.gone) box.end();
-    else this.inboxes.add(box);
-    return box;
+    // Registered before the request goes: the hub pushes its backlog right behind the reply.
+    const b = this.nextInbox++;
+    const box = new LinkedInbox(this, b);
+    this.inboxes.set(b, box);
+    try {
+      const r = await this.call<{ t: string; m: number } | null>('open', { d: device, r: resumeAfter, b, c: this.window });
+      if (r === null) throw new AmbitError('UNAVAILABLE', 'hub: closed');
+      box.resumeToken = r.t;
+      box.missed = r.m;
+      return box;
+    } catch (err) {
+      this.inboxes.delete(b);
+      box.end();
+      throw err;
+    }
   }
 
   stats(): Promise<HubStats> {
@@ -356,8 +421,9 @@ export class LinkedHub implements Hub, WriterOwner<number> {
     this.gone = true;
     this.out.closed = true;
     // Pending pulls end with [] (the Inbox contract), before their requests fail.
-    for (const b of this.inboxes) b.end();
+    for (const b of this.inboxes.values()) b.end();
     this.inboxes.clear();
+    this.dues = [];
     for (const p of this.pending.values()) p.reject(err);
     this.pending.clear();
   }

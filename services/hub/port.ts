@@ -66,6 +66,21 @@ export interface Inbox {
   close(): void;
 }
 
+/**
+ * An inbox that can also be drained without waiting (the embedded hub's): the node's hub server
+ * pushes from it to gateway processes instead of answering pulls.
+ */
+export interface DrainableInbox extends Inbox {
+  /** Up to `max` notifications after the last taken one, available now ([] when none or closed). */
+  take(max: number): Delivery[];
+  /**
+   * Calls `ready` once, when notifications after the last taken one exist (at once if they do
+   * now), the inbox closes or the hub closes. Nothing when either is closed already; one
+   * registration at a time.
+   */
+  notify(ready: () => void): void;
+}
+
 export interface HubStats {
   mode: 'embedded' | 'redis';
   engine: string;

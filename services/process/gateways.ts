@@ -14,6 +14,7 @@ import { TokenAuthority } from '../edge/auth.js';
 import type { ServerConfig } from './config.js';
 import { type RunningServer, startServer } from './server.js';
 import { HubServer } from '../hub/hub-server.js';
+import { EmbeddedHub } from '../hub/embedded.js';
 import type { Socket } from 'node:net';
 import { HUB_PIPE_FD, socketLink } from '../hub/link.js';
 
@@ -48,7 +49,9 @@ export async function startGatewayNode(config: ServerConfig, env: NodeJS.Process
   if (embedded) {
     // The hub's process serves no gRPC; its metrics report the hub's figures.
     matcher = await startServer({ ...config, gateways: 1 }, log, { grpc: false });
-    hubServer = new HubServer(matcher.hub!, log.child({ component: 'hub-server' }));
+    const hub = matcher.hub;
+    if (!(hub instanceof EmbeddedHub)) throw new Error('gateways: an embedded node serves its embedded hub');
+    hubServer = new HubServer(hub, log.child({ component: 'hub-server' }));
   } else if (config.role === 'all') matcher = await startServer({ ...config, role: 'matcher', gateways: 1 }, log);
   const n = config.gateways;
   const base = config.metricsPort;

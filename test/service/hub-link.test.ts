@@ -107,7 +107,7 @@ describe('hub link', () => {
     const hub = new EmbeddedHub(core);
     const { port1, port2 } = new MessageChannel();
     new HubServer(hub, pino({ level: 'silent' })).serve(portLink(port1));
-    const linked = new LinkedHub(portLink(port2), 3);
+    const linked = new LinkedHub(portLink(port2), undefined, 3);
     try {
       const at = (k: number, round: number) => ({ device: `f${k}`, lat: 10 + k + round / 100, lon: 20 - k - round / 100 });
       for (let round = 0; round < 4; round++) {
@@ -120,6 +120,40 @@ describe('hub link', () => {
           assert.deepEqual((await linked.deviceInfo(`f${k}`)).location, { lat, lon }, `f${k} after round ${round}`);
         }
       }
+    } finally {
+      await linked.close();
+      await hub.close();
+    }
+  });
+
+  it('pushes an inbox no more than its credit ahead of its stream; the rest waits in the hub and survives a close', async () => {
+    const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }));
+    const hub = new EmbeddedHub(core);
+    const { port1, port2 } = new MessageChannel();
+    new HubServer(hub, pino({ level: 'silent' })).serve(portLink(port1));
+    // A window of 3: the hub may push three deliveries the stream has not taken.
+    const linked = new LinkedHub(portLink(port2), 3);
+    try {
+      await linked.addSubscription('d', { id: 'all', filters: [{ constraints: [] }] });
+      const box = await linked.openInbox('d', null);
+      const ev = (i: number): Event => ({ id: `e${i}`, lat: 1, lon: 2, attributes: { i } });
+      // The publish's reply and the push behind it come in one frame: after it, the gateway holds
+      // exactly what the hub pushed.
+      await linked.publish([1, 2, 3, 4, 5, 6, 7].map(ev));
+      const got = (ds: { event: Event }[]) => ds.map((d) => d.event.attributes.i);
+      assert.deepEqual(got(await box.pull(100)), [1, 2, 3], 'the first push stops at the credit');
+      // Taking them gave the credit back: the next three come.
+      assert.deepEqual(got(await box.pull(2)), [4, 5]);
+      const [sixth] = await box.pull(100);
+      assert.equal(sixth.event.attributes.i, 6);
+      await box.ack(sixth.deliveryId);
+      // 7 may sit in this gateway, pushed and not taken: closing leaves it in the hub's log.
+      box.close();
+      assert.deepEqual(await box.pull(1), [], 'a closed inbox pulls nothing');
+      const again = await linked.openInbox('d', null);
+      assert.equal(again.resumeToken, sixth.deliveryId, 'resumes after the acknowledged one');
+      assert.deepEqual(got(await again.pull(100)), [7]);
+      again.close();
     } finally {
       await linked.close();
       await hub.close();
