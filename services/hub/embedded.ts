@@ -1,36 +1,50 @@
 /**
  * The single-process hub behind `npm start`: the match core (engine, subscriptions, positions)
- * and the memory fan-out (each device's notification log, with retention) in this process's
- * memory. Nothing survives a restart.
+ * and the memory fan-out (each device's notification log, with retention, in an InboxStore) in
+ * this process's memory. On a node with fan-out shards (AMBIT_FANOUT_SHARDS) the logs live in
+ * the shards instead (fanout-shard.ts) and this hub only matches and routes. Nothing survives a
+ * restart.
  */
 import { AmbitError, show } from '../../src/model/errors.js';
 import type { Event, PositionUpdate } from '../../src/model/types.js';
 import {
-  type Delivery,
   type DeviceInfo,
   type DeviceSubscription,
-  type DrainableInbox,
   type Hub,
   type HubStats,
   type LocationWriter,
   type PublishResult,
 } from './port.js';
-import { type MatchCore, hubStats } from '../matcher/core.js';
-import { type Retention, ordinalOf } from '../matcher/fanout.js';
-import { type DeviceLog, MemoryFanOut } from '../matcher/memory-fanout.js';
+import { type MatchCore, type Recipient, hubStats } from '../matcher/core.js';
+import type { DeliverySource, Retention } from '../matcher/fanout.js';
+import { type EmbeddedInbox, InboxStore } from './inboxes.js';
 
 export { DEFAULT_RETENTION, type Retention } from '../matcher/fanout.js';
+
+/** Where the hub's notifications go: its own inbox store, or the node's fan-out shards. */
+export interface HubFanOut {
+  deliver(source: DeliverySource, events: readonly Event[], recipients: readonly (readonly Recipient[])[]): number[];
+  /** Resolves once everything delivered so far is stored. */
+  flush(): Promise<void>;
+  readonly notifications: number;
+  readonly dropped: number;
+  readonly now: () => number;
+}
 
 export interface EmbeddedHubOptions {
   retention?: Partial<Retention>;
   engineDetail?: string;
   /** Clock, for retention tests. */
   now?: () => number;
+  /** The node's fan-out shards: the device logs live there, not in this hub (no inboxes here). */
+  shards?: HubFanOut;
 }
 
 export class EmbeddedHub implements Hub {
   readonly mode = 'embedded' as const;
-  private readonly fanout: MemoryFanOut;
+  /** The device logs, unless they live in fan-out shards. */
+  private readonly store: InboxStore | null;
+  private readonly fanout: HubFanOut;
   private eventsPublished = 0;
   private closed = false;
 
@@ -38,7 +52,8 @@ export class EmbeddedHub implements Hub {
     private readonly core: MatchCore,
     private readonly options: EmbeddedHubOptions = {},
   ) {
-    this.fanout = new MemoryFanOut({ retention: options.retention, now: options.now });
+    this.store = options.shards === undefined ? new InboxStore({ retention: options.retention, now: options.now }) : null;
+    this.fanout = options.shards ?? this.store!.fanout;
   }
 
   async addSubscription(device: string, sub: DeviceSubscription): Promise<void> {
@@ -75,15 +90,15 @@ export class EmbeddedHub implements Hub {
     if (this.closed) throw new AmbitError('UNAVAILABLE', 'hub: closed');
     const recipients = await this.core.match(events);
     const reached = this.fanout.deliver({ id: '', ms: this.fanout.now() }, events, recipients);
+    // Shards store asynchronously: the reply waits until they have.
+    if (this.store === null) await this.fanout.flush();
     this.eventsPublished += events.length;
     return events.map((e, i) => ({ eventId: e.id, reached: reached[i] }));
   }
 
   async openInbox(device: string, resumeAfter: string | null): Promise<EmbeddedInbox> {
-    const log = this.fanout.log(device);
-    this.fanout.expire(log);
-    const { start, missed } = log.resume(resumeAfter ?? log.acked);
-    return new EmbeddedInbox(this, log, start, missed);
+    if (this.store === null) throw new Error('hub: the inboxes of this node live in its fan-out shards');
+    return this.store.openInbox(device, resumeAfter);
   }
 
   async stats(): Promise<HubStats> {
@@ -99,7 +114,7 @@ export class EmbeddedHub implements Hub {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    this.fanout.close();
+    this.store?.close();
     await this.core.close();
   }
 
@@ -109,70 +124,6 @@ export class EmbeddedHub implements Hub {
 
   /** Applies age retention to every device's log (idle ones included). */
   sweep(): void {
-    this.fanout.sweep();
-  }
-
-  /** @internal Drops what retention no longer keeps from one log. */
-  expire(log: DeviceLog): void {
-    this.fanout.expire(log);
-  }
-}
-
-export class EmbeddedInbox implements DrainableInbox {
-  /** The ordinal of the last pulled notification (ids are "<ms>-<ordinal>", ordinals gapless). */
-  private cursor: number;
-  private closed = false;
-  private wake: (() => void) | null = null;
-
-  constructor(
-    private readonly hub: EmbeddedHub,
-    private readonly log: DeviceLog,
-    readonly resumeToken: string,
-    readonly missed: number,
-  ) {
-    this.cursor = ordinalOf(resumeToken);
-  }
-
-  async pull(max: number): Promise<Delivery[]> {
-    for (;;) {
-      if (this.closed || this.hub.isClosed) return [];
-      const out = this.take(max);
-      if (out.length !== 0) return out;
-      await new Promise<void>((resolve) => this.notify(resolve));
-    }
-  }
-
-  take(max: number): Delivery[] {
-    if (this.closed || this.hub.isClosed) return [];
-    this.hub.expire(this.log);
-    const entries = this.log.entries;
-    const from = this.log.firstAfter(this.cursor);
-    if (from >= entries.length) return [];
-    const to = Math.min(from + max, entries.length);
-    this.cursor = this.log.last - (entries.length - to);
-    return entries.slice(from, to);
-  }
-
-  notify(ready: () => void): void {
-    if (this.closed || this.wake !== null || this.hub.isClosed) return;
-    if (this.log.firstAfter(this.cursor) < this.log.entries.length) return ready();
-    const wake = (): void => {
-      this.wake = null;
-      ready();
-    };
-    this.wake = wake;
-    this.log.waiters.add(wake);
-  }
-
-  async ack(deliveryId: string): Promise<void> {
-    this.log.ack(deliveryId);
-  }
-
-  close(): void {
-    this.closed = true;
-    if (this.wake !== null) {
-      this.log.waiters.delete(this.wake);
-      this.wake();
-    }
+    this.store?.sweep();
   }
 }
