@@ -9,25 +9,11 @@
 import type { Logger } from 'pino';
 import type { Event } from '../../src/model/types.js';
 import type { Delivery, DrainableInbox, Hub, LocationWriter, PublishResult } from './port.js';
-import { type CallArgs, CALL_OPS, type CallOp, FrameReader, FrameWriter, G, H, type Link, Outbox, readEvent, toWire, writeEvent } from './link.js';
+import { type CallArgs, CALL_OPS, type CallOp, encodedEvent, FrameReader, type FrameWriter, G, H, type Link, Outbox, readEvent, toWire } from './link.js';
 
-/** Events as link records, encoded once however many gateways and frames carry them. */
-const eventBytes = new WeakMap<Event, Buffer>();
-const scratch = new FrameWriter();
-
-function encoded(e: Event): Buffer {
-  let b = eventBytes.get(e);
-  if (b === undefined) {
-    writeEvent(scratch, e);
-    b = scratch.copy();
-    eventBytes.set(e, b);
-  }
-  return b;
-}
-
-/** A hub whose inboxes can be drained without waiting (the embedded hub). */
-export interface ServedHub extends Hub {
-  openInbox(device: string, resumeAfter: string | null): Promise<DrainableInbox>;
+/** Where a served link's inboxes open: the embedded hub, or a fan-out shard's store. */
+export interface InboxSource {
+  openInbox(device: string, resumeAfter: string | null): DrainableInbox | Promise<DrainableInbox>;
 }
 
 /** An open inbox of one link: what its gateway will still take (credit) and whether a push is due. */
@@ -43,9 +29,15 @@ interface Served {
 export class HubServer {
   private readonly detachers = new Set<() => void>();
 
+  /**
+   * `hub`: what the calls, publishes and location writes of a link go to (null: a fan-out shard,
+   * whose links only open inboxes). `inboxes`: where inboxes open (null: in the node's fan-out
+   * shards, which gateways reach on links of their own).
+   */
   constructor(
-    private readonly hub: ServedHub,
+    private readonly hub: Hub | null,
     private readonly log: Logger,
+    private readonly inboxes: InboxSource | null,
   ) {}
 
   /** Serves the hub on `link` until its other end closes; returns a function that stops serving it. */
@@ -61,7 +53,13 @@ export class HubServer {
     });
     /** Events written to the current frame, by number (a frame refers to each once). */
     const eventRefs = new Map<Event, number>();
-    const hub = this.hub;
+    const served = this.hub;
+    const source = this.inboxes;
+    /** The hub, for what only it serves. */
+    const hubFor = (what: string): Hub => {
+      if (served === null) throw new Error(`hub link: ${what} goes to the hub, not to a fan-out shard`);
+      return served;
+    };
     let detached = false;
 
     /** The frame with a reply's tag and request number written, or null once detached. */
@@ -94,7 +92,7 @@ export class HubServer {
         eventRefs.set(d.event, ref);
         w.u8(H.EVENT);
         w.u32(ref);
-        w.raw(encoded(d.event));
+        w.raw(encodedEvent(d.event));
       }
       w.u8(H.PUSH);
       w.u32(b);
@@ -132,6 +130,8 @@ export class HubServer {
     };
 
     const call = (i: number, op: CallOp, a: CallArgs): void => {
+      if (op === 'open') return open(i, a);
+      const hub = hubFor(op);
       switch (op) {
         case 'add':
           return answer(i, hub.addSubscription(a.d, a.s!));
@@ -145,26 +145,30 @@ export class HubServer {
           return answer(i, hub.deviceInfo(a.d));
         case 'stats':
           return answer(i, hub.stats());
-        case 'open': {
-          // The gateway numbers its inboxes, so a push right behind the reply finds its inbox.
-          const b = a.b ?? 0;
-          return answer(
-            i,
-            hub.openInbox(a.d, a.r ?? null).then((box) => {
-              if (detached) {
-                box.close();
-                return null;
-              }
-              inboxes.get(b)?.box.close();
-              const s: Served = { b, box, credit: a.c ?? 0, due: false, ready: () => wake(s) };
-              inboxes.set(b, s);
-              // Its backlog goes behind the reply, at the end of this turn.
-              wake(s);
-              return { t: box.resumeToken, m: box.missed };
-            }),
-          );
-        }
       }
+    };
+
+    const open = (i: number, a: CallArgs): void => {
+      // The gateway numbers its inboxes, so a push right behind the reply finds its inbox.
+      const b = a.b ?? 0;
+      if (source === null) return fail(i, new Error('hub link: inboxes of this node open in its fan-out shards'));
+      answer(
+        i,
+        Promise.resolve()
+          .then(() => source.openInbox(a.d, a.r ?? null))
+          .then((box) => {
+            if (detached) {
+              box.close();
+              return null;
+            }
+            inboxes.get(b)?.box.close();
+            const s: Served = { b, box, credit: a.c ?? 0, due: false, ready: () => wake(s) };
+            inboxes.set(b, s);
+            // Its backlog goes behind the reply, at the end of this turn.
+            wake(s);
+            return { t: box.resumeToken, m: box.missed };
+          }),
+      );
     };
 
     const record = (r: FrameReader): void => {
@@ -187,13 +191,21 @@ export class HubServer {
           const n = r.u32();
           const events = new Array<Event>(n);
           for (let k = 0; k < n; k++) events[k] = readEvent(r);
-          hub.publish(events).then((rs) => published(i, rs), (err: unknown) => fail(i, err));
+          let hub: Hub;
+          try {
+            hub = hubFor('publish');
+          } catch (err) {
+            return fail(i, err);
+          }
+          hub
+            .publish(events).then((rs) => published(i, rs), (err: unknown) => fail(i, err));
           return;
         }
         case G.LOCS: {
           // UpdateLocations: positions by writer number (the gateway opened one per device).
           const i = r.u32();
           const n = r.u32();
+          hubFor('UpdateLocations');
           for (let k = 0; k < n; k++) {
             const w = writers[r.u32()];
             const lat = r.f64();
@@ -226,7 +238,7 @@ export class HubServer {
         }
         case G.WOPEN: {
           const w = r.u32();
-          writers[w] = hub.locationWriter(r.str());
+          writers[w] = hubFor('a location writer').locationWriter(r.str());
           return;
         }
         case G.WMOVE: {

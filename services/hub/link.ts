@@ -67,6 +67,16 @@ export const H = {
   PUSH: 24,
 } as const;
 
+/** Hub (the matcher of a node with fan-out shards) ↔ one fan-out shard; events are H.EVENT records. */
+export const S = {
+  /** u32 event number, f64 published at, str device, u32 n, n × str subscription id: one notification to store. */
+  NOTE: 40,
+  /** u32 sequence number of the deliver call whose notifications came before it. */
+  SEQ: 41,
+  /** Shard → hub: u32 last sequence number stored, f64 notifications stored, f64 dropped by retention (totals). */
+  STORED: 42,
+} as const;
+
 export const CALL_OPS = ['add', 'replace', 'remove', 'list', 'info', 'open', 'stats'] as const;
 export type CallOp = (typeof CALL_OPS)[number];
 
@@ -380,6 +390,20 @@ export function fromWire(e: WireError): Error {
  * Records written within one event-loop turn, posted as one frame at its end. `beforeFlush`
  * lets the owner add what it coalesces (location moves) at the end of the frame.
  */
+/** Events as link records, encoded once however many gateways, shards and frames carry them. */
+const eventBytes = new WeakMap<Event, Buffer>();
+const scratch = new FrameWriter();
+
+export function encodedEvent(e: Event): Buffer {
+  let b = eventBytes.get(e);
+  if (b === undefined) {
+    writeEvent(scratch, e);
+    b = scratch.copy();
+    eventBytes.set(e, b);
+  }
+  return b;
+}
+
 export class Outbox {
   readonly w = new FrameWriter();
   private scheduled = false;

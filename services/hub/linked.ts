@@ -8,6 +8,7 @@ import { AmbitError } from '../../src/model/errors.js';
 import type { Event, PositionUpdate } from '../../src/model/types.js';
 import { type Delivery, type DeviceInfo, type DeviceSubscription, type Hub, type HubStats, type Inbox, type LocationWriter, type PublishResult, compareDeliveryIds } from './port.js';
 import { CoalescedWriter, type WriterOwner } from './coalesced-writer.js';
+import { shardOf } from './fanout-shard.js';
 import { type CallArgs, CALL_OPS, type CallOp, FrameReader, type FrameWriter, G, H, type Link, Outbox, type WireError, fromWire, readEvent, writeEvent } from './link.js';
 
 interface Pending {
@@ -34,9 +35,11 @@ class LinkedInbox implements Inbox {
   /** In this turn's list of inboxes with something to send. */
   queued = false;
 
+  /** `at`: the link it lives on (0: the hub's; k: fan-out shard k-1's). */
   constructor(
     private readonly hub: LinkedHub,
     readonly b: number,
+    readonly at: number,
   ) {}
 
   pull(max: number): Promise<Delivery[]> {
@@ -106,7 +109,8 @@ class LinkedInbox implements Inbox {
   close(): void {
     if (this.closed) return;
     // A pending ack goes before the close.
-    const w = this.hub.frame();
+    const w = this.hub.frameOn(this.at);
+    this.writePending(w);
     this.closed = true;
     w.u8(G.SHUT);
     w.u32(this.b);
@@ -134,14 +138,16 @@ const MAX_FLEET_WRITERS = 1 << 20;
 export class LinkedHub implements Hub, WriterOwner<number> {
   readonly mode = 'embedded' as const;
   private readonly out: Outbox;
+  /** The outboxes of the hub's link (0) and of each fan-out shard's link (1..K). */
+  private readonly outs: Outbox[];
   private readonly pending = new Map<number, Pending>();
   private readonly inboxes = new Map<number, LinkedInbox>();
   private nextRequest = 1;
   private nextWriter = 1;
   private nextInbox = 1;
   private moves: CoalescedWriter<number>[] = [];
-  /** Inboxes with an ack or credit to send this turn. */
-  private dues: LinkedInbox[] = [];
+  /** Inboxes with an ack or credit to send this turn, per link. */
+  private dues: LinkedInbox[][];
   /** Writer numbers of devices moved through UpdateLocations. */
   private readonly fleet = new Map<string, number>();
   private gone = false;
@@ -149,24 +155,31 @@ export class LinkedHub implements Hub, WriterOwner<number> {
   /**
    * `window`: deliveries the hub may push to one inbox before its stream takes them.
    * `maxFleetWriters`: UpdateLocations devices it keeps writer numbers for (tests make it small).
+   * `shardLinks`: links to the node's fan-out shards, where inboxes open (none: in the hub).
    */
   constructor(
     private readonly link: Link,
     private readonly window = DEFAULT_WINDOW,
     private readonly maxFleetWriters = MAX_FLEET_WRITERS,
+    private readonly shardLinks: readonly Link[] = [],
   ) {
-    this.out = new Outbox(link, () => this.writeCoalesced());
-    link.listen(
-      (frame) => {
-        try {
-          this.read(new FrameReader(frame));
-        } catch (err) {
-          // A frame this side cannot read: nothing after it can be trusted.
-          this.end(new AmbitError('UNAVAILABLE', `hub: unreadable reply (${err instanceof Error ? err.message : String(err)})`));
-          link.close();
-        }
-      },
-      () => this.end(new AmbitError('UNAVAILABLE', 'hub: the node process holding the hub is gone')),
+    const links = [link, ...shardLinks];
+    this.dues = links.map(() => []);
+    this.outs = links.map((l, k) => new Outbox(l, k === 0 ? () => this.writeCoalesced() : () => this.writeDues(k)));
+    this.out = this.outs[0];
+    links.forEach((l, k) =>
+      l.listen(
+        (frame) => {
+          try {
+            this.read(new FrameReader(frame));
+          } catch (err) {
+            // A frame this side cannot read: nothing after it can be trusted.
+            this.end(new AmbitError('UNAVAILABLE', `hub: unreadable reply (${err instanceof Error ? err.message : String(err)})`));
+            for (const x of links) x.close();
+          }
+        },
+        () => this.end(new AmbitError('UNAVAILABLE', k === 0 ? 'hub: the node process holding the hub is gone' : `hub: fan-out shard ${k - 1} is gone`)),
+      ),
     );
   }
 
@@ -236,6 +249,11 @@ export class LinkedHub implements Hub, WriterOwner<number> {
     return this.out.frame;
   }
 
+  /** @internal The current frame of link `at` (0: the hub's). */
+  frameOn(at: number) {
+    return at === 0 ? this.frame() : this.outs[at].frame;
+  }
+
   private request<T>(write: (i: number) => void): Promise<T> {
     if (this.gone) return Promise.reject(new AmbitError('UNAVAILABLE', 'hub: closed'));
     const i = this.nextRequest++;
@@ -245,9 +263,9 @@ export class LinkedHub implements Hub, WriterOwner<number> {
     });
   }
 
-  private call<T>(op: CallOp, args: CallArgs): Promise<T> {
+  private call<T>(op: CallOp, args: CallArgs, at = 0): Promise<T> {
     return this.request<T>((i) => {
-      const w = this.frame();
+      const w = this.frameOn(at);
       w.u8(G.CALL);
       w.u32(i);
       w.u8(CALL_OPS.indexOf(op));
@@ -278,19 +296,14 @@ export class LinkedHub implements Hub, WriterOwner<number> {
   due(box: LinkedInbox): void {
     if (box.queued || this.gone) return;
     box.queued = true;
-    this.dues.push(box);
-    this.out.wake();
+    this.dues[box.at].push(box);
+    this.outs[box.at].wake();
   }
 
   /** Writes what was coalesced (acks, location moves) ahead of whatever comes next. */
   private writeCoalesced(): void {
     if (this.gone) return;
-    if (this.dues.length !== 0) {
-      const boxes = this.dues;
-      this.dues = [];
-      const w = this.out.frame;
-      for (const b of boxes) b.writePending(w);
-    }
+    this.writeDues(0);
     const ms = this.moves;
     if (ms.length === 0) return;
     this.moves = [];
@@ -304,6 +317,15 @@ export class LinkedHub implements Hub, WriterOwner<number> {
       w.f64(m.lat);
       w.f64(m.lon);
     }
+  }
+
+  /** Writes the acks and credit of link `at`'s inboxes. */
+  private writeDues(at: number): void {
+    const boxes = this.dues[at];
+    if (boxes.length === 0 || this.gone) return;
+    this.dues[at] = [];
+    const w = this.outs[at].w;
+    for (const b of boxes) b.writePending(w);
   }
 
   addSubscription(device: string, sub: DeviceSubscription): Promise<void> {
@@ -389,10 +411,12 @@ export class LinkedHub implements Hub, WriterOwner<number> {
   async openInbox(device: string, resumeAfter: string | null): Promise<Inbox> {
     // Registered before the request goes: the hub pushes its backlog right behind the reply.
     const b = this.nextInbox++;
-    const box = new LinkedInbox(this, b);
+    const n = this.shardLinks.length;
+    // With fan-out shards the device's inbox lives in its shard.
+    const box = new LinkedInbox(this, b, n === 0 ? 0 : 1 + shardOf(device, n));
     this.inboxes.set(b, box);
     try {
-      const r = await this.call<{ t: string; m: number } | null>('open', { d: device, r: resumeAfter, b, c: this.window });
+      const r = await this.call<{ t: string; m: number } | null>('open', { d: device, r: resumeAfter, b, c: this.window }, box.at);
       if (r === null) throw new AmbitError('UNAVAILABLE', 'hub: closed');
       box.resumeToken = r.t;
       box.missed = r.m;
@@ -411,19 +435,20 @@ export class LinkedHub implements Hub, WriterOwner<number> {
   /** Ends this gateway's use of the hub (the hub itself lives on in its process). */
   async close(): Promise<void> {
     if (this.gone) return;
-    this.out.flush();
+    for (const o of this.outs) o.flush();
     this.end(new AmbitError('UNAVAILABLE', 'hub: closed'));
     this.link.close();
+    for (const l of this.shardLinks) l.close();
   }
 
   private end(err: AmbitError): void {
     if (this.gone) return;
     this.gone = true;
-    this.out.closed = true;
+    for (const o of this.outs) o.closed = true;
     // Pending pulls end with [] (the Inbox contract), before their requests fail.
     for (const b of this.inboxes.values()) b.end();
     this.inboxes.clear();
-    this.dues = [];
+    this.dues = this.dues.map(() => []);
     for (const p of this.pending.values()) p.reject(err);
     this.pending.clear();
   }

@@ -145,6 +145,11 @@ export class MemoryFanOut implements FanOut {
     for (const log of this.logs.values()) log.wakeAll();
   }
 
+  /** Stores one notification (a fan-out shard's deliveries arrive one by one). */
+  store(device: string, event: Event, subscriptionIds: string[], publishedAtMs: number): void {
+    this.append(device, { deliveryId: '', event, subscriptionIds, publishedAtMs });
+  }
+
   /** Appends with the next id of the device's log: "<ms>-<ordinal>", ms never going back. */
   private append(device: string, d: Delivery): void {
     const log = this.log(device);

@@ -51,7 +51,7 @@ export async function startGatewayNode(config: ServerConfig, env: NodeJS.Process
     matcher = await startServer({ ...config, gateways: 1 }, log, { grpc: false });
     const hub = matcher.hub;
     if (!(hub instanceof EmbeddedHub)) throw new Error('gateways: an embedded node serves its embedded hub');
-    hubServer = new HubServer(hub, log.child({ component: 'hub-server' }));
+    hubServer = new HubServer(hub, log.child({ component: 'hub-server' }), hub);
   } else if (config.role === 'all') matcher = await startServer({ ...config, role: 'matcher', gateways: 1 }, log);
   const n = config.gateways;
   const base = config.metricsPort;

@@ -12,6 +12,8 @@ import { pino } from 'pino';
 import { HubServer } from '../../services/hub/hub-server.js';
 import { LinkedHub } from '../../services/hub/linked.js';
 import { portLink } from '../../services/hub/link.js';
+import { InboxStore } from '../../services/hub/inboxes.js';
+import { ShardedFanOut, serveShard } from '../../services/hub/fanout-shard.js';
 
 runHubContract('embedded', async (setup) => {
   const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }), setup.maxSubscriptionsPerDevice);
@@ -54,7 +56,7 @@ runHubContract('linked (gateway side of a node-local hub)', async (setup) => {
   const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }), setup.maxSubscriptionsPerDevice);
   const hub = new EmbeddedHub(core, { retention: setup.retention });
   const { port1, port2 } = new MessageChannel();
-  const server = new HubServer(hub, pino({ level: 'silent' }));
+  const server = new HubServer(hub, pino({ level: 'silent' }), hub);
   server.serve(portLink(port1));
   const linked = new LinkedHub(portLink(port2));
   return {
@@ -64,6 +66,42 @@ runHubContract('linked (gateway side of a node-local hub)', async (setup) => {
       server.close();
       port1.close();
       await hub.close();
+    },
+  };
+});
+
+// And with the device logs in fan-out shards (AMBIT_FANOUT_SHARDS): the hub matches and routes
+// each notification to its device's shard, the gateway opens inboxes on a link to that shard.
+runHubContract('linked, with 3 fan-out shards', async (setup) => {
+  const quiet = pino({ level: 'silent' });
+  const k = 3;
+  const stores = Array.from({ length: k }, () => new InboxStore({ retention: setup.retention }));
+  const toShards = stores.map((store) => {
+    const { port1, port2 } = new MessageChannel();
+    serveShard(store, portLink(port2), quiet);
+    return port1;
+  });
+  const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }), setup.maxSubscriptionsPerDevice);
+  const hub = new EmbeddedHub(core, { shards: new ShardedFanOut(toShards.map(portLink)) });
+  const hubChannel = new MessageChannel();
+  const server = new HubServer(hub, quiet, null);
+  server.serve(portLink(hubChannel.port1));
+  const shardServers = stores.map((store) => new HubServer(null, quiet, store));
+  const shardChannels = stores.map((_, i) => {
+    const c = new MessageChannel();
+    shardServers[i].serve(portLink(c.port1));
+    return c;
+  });
+  const linked = new LinkedHub(portLink(hubChannel.port2), undefined, undefined, shardChannels.map((c) => portLink(c.port2)));
+  return {
+    hub: linked,
+    dispose: async () => {
+      await linked.close();
+      server.close();
+      for (const s of shardServers) s.close();
+      for (const p of [hubChannel.port1, ...shardChannels.map((c) => c.port1), ...toShards]) p.close();
+      await hub.close();
+      for (const s of stores) s.close();
     },
   };
 });

@@ -106,7 +106,7 @@ describe('hub link', () => {
     const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }));
     const hub = new EmbeddedHub(core);
     const { port1, port2 } = new MessageChannel();
-    new HubServer(hub, pino({ level: 'silent' })).serve(portLink(port1));
+    new HubServer(hub, pino({ level: 'silent' }), hub).serve(portLink(port1));
     const linked = new LinkedHub(portLink(port2), undefined, 3);
     try {
       const at = (k: number, round: number) => ({ device: `f${k}`, lat: 10 + k + round / 100, lon: 20 - k - round / 100 });
@@ -130,7 +130,7 @@ describe('hub link', () => {
     const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }));
     const hub = new EmbeddedHub(core);
     const { port1, port2 } = new MessageChannel();
-    new HubServer(hub, pino({ level: 'silent' })).serve(portLink(port1));
+    new HubServer(hub, pino({ level: 'silent' }), hub).serve(portLink(port1));
     // A window of 3: the hub may push three deliveries the stream has not taken.
     const linked = new LinkedHub(portLink(port2), 3);
     try {
@@ -164,7 +164,7 @@ describe('hub link', () => {
     const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }));
     const hub = new EmbeddedHub(core);
     const { port1, port2 } = new MessageChannel();
-    new HubServer(hub, pino({ level: 'silent' })).serve(portLink(port1));
+    new HubServer(hub, pino({ level: 'silent' }), hub).serve(portLink(port1));
     const linked = new LinkedHub(portLink(port2));
     try {
       await linked.addSubscription('d', { id: 'a', filters: [{ constraints: [] }] });

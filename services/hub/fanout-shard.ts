@@ -1,0 +1,234 @@
+/**
+ * Fan-out shards of an embedded node (AMBIT_FANOUT_SHARDS=K beside AMBIT_GATEWAYS=N): the device
+ * logs live in K shards, each for the devices whose id hashes to it (`shardOf`), so storing and
+ * sending notifications runs on K threads instead of the hub's one. The hub keeps the engine,
+ * the subscriptions and the positions: it matches and routes.
+ *
+ * - `ShardedFanOut` is the hub's side: each notification of a publish is one NOTE record on the
+ *   link of its device's shard (an event once per frame), each deliver call ends with a SEQ; the
+ *   hub's publish replies once every shard it wrote to has answered STORED for that sequence, so
+ *   "stored before Publish replies" holds as in one process.
+ * - `serveShard` is the shard's side of that link: it appends each NOTE to the device's log in
+ *   the shard's InboxStore (delivery ids, retention and order per device exactly as the embedded
+ *   hub's, since one shard holds the whole log of a device) and answers STORED once per turn.
+ * - Gateways open inboxes, ack and take credit on a link of their own to each shard (hub-server.ts
+ *   serves a shard's InboxStore), so deliveries go from the shard to the gateway directly.
+ */
+import type { Logger } from 'pino';
+import { AmbitError } from '../../src/model/errors.js';
+import type { Event } from '../../src/model/types.js';
+import type { Recipient } from '../matcher/core.js';
+import { type DeliverySource, reachedBy } from '../matcher/fanout.js';
+import type { HubFanOut } from './embedded.js';
+import type { InboxStore } from './inboxes.js';
+import { encodedEvent, FrameReader, H, type Link, Outbox, readEvent, S } from './link.js';
+
+/** The shard of a device among `n`: FNV-1a over its id's UTF-16 code units, the same in every process. */
+export function shardOf(device: string, n: number): number {
+  if (n === 1) return 0;
+  let h = 0x811c9dc5;
+  for (let i = 0; i < device.length; i++) {
+    h ^= device.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return (h >>> 0) % n;
+}
+
+interface Flush {
+  /** The sequence each shard must have stored. */
+  target: number[];
+  resolve(): void;
+  reject(err: Error): void;
+}
+
+/** The hub's side: routes each notification to its device's shard and waits for them to store it. */
+export class ShardedFanOut implements HubFanOut {
+  notifications = 0;
+  private readonly outs: Outbox[];
+  /** Events written to each shard's current frame, by number. */
+  private readonly refs: Map<Event, number>[];
+  private seq = 0;
+  /** Per shard: the last sequence sent, the last stored, and its totals. */
+  private readonly sent: number[];
+  private readonly stored: number[];
+  private readonly droppedBy: number[];
+  private flushes: Flush[] = [];
+  private broken: AmbitError | null = null;
+
+  constructor(
+    links: readonly Link[],
+    readonly now: () => number = Date.now,
+  ) {
+    const n = links.length;
+    if (n < 1) throw new Error('fan-out shards: at least one');
+    this.refs = links.map(() => new Map<Event, number>());
+    this.outs = links.map((link, k) => new Outbox(link, () => this.refs[k].clear()));
+    this.sent = new Array<number>(n).fill(0);
+    this.stored = new Array<number>(n).fill(0);
+    this.droppedBy = new Array<number>(n).fill(0);
+    links.forEach((link, k) =>
+      link.listen(
+        (frame) => {
+          try {
+            this.read(k, new FrameReader(frame));
+          } catch (err) {
+            this.fail(new AmbitError('UNAVAILABLE', `hub: unreadable frame from fan-out shard ${k} (${err instanceof Error ? err.message : String(err)})`));
+          }
+        },
+        () => this.fail(new AmbitError('UNAVAILABLE', `hub: fan-out shard ${k} is gone`)),
+      ),
+    );
+  }
+
+  get shards(): number {
+    return this.outs.length;
+  }
+
+  get dropped(): number {
+    let d = 0;
+    for (const x of this.droppedBy) d += x;
+    return d;
+  }
+
+  deliver(source: DeliverySource, events: readonly Event[], recipients: readonly (readonly Recipient[])[]): number[] {
+    if (this.broken !== null) throw this.broken;
+    const n = this.outs.length;
+    const seq = ++this.seq;
+    const reached = new Array<number>(events.length);
+    for (let i = 0; i < events.length; i++) {
+      const rs = recipients[i];
+      reached[i] = reachedBy(rs);
+      const e = events[i];
+      for (let j = 0; j < rs.length; j++) {
+        const r = rs[j];
+        const k = shardOf(r.device, n);
+        const w = this.outs[k].frame;
+        const refs = this.refs[k];
+        let ref = refs.get(e);
+        if (ref === undefined) {
+          ref = refs.size;
+          refs.set(e, ref);
+          w.u8(H.EVENT);
+          w.u32(ref);
+          w.raw(encodedEvent(e));
+        }
+        w.u8(S.NOTE);
+        w.u32(ref);
+        w.f64(source.ms);
+        w.str(r.device);
+        const ids = r.subscriptionIds;
+        w.u32(ids.length);
+        for (let m = 0; m < ids.length; m++) w.str(ids[m]);
+        this.sent[k] = seq;
+        this.notifications++;
+      }
+    }
+    for (let k = 0; k < n; k++) {
+      if (this.sent[k] !== seq) continue;
+      const w = this.outs[k].frame;
+      w.u8(S.SEQ);
+      w.u32(seq);
+    }
+    return reached;
+  }
+
+  flush(): Promise<void> {
+    if (this.broken !== null) return Promise.reject(this.broken);
+    if (this.done(this.sent)) return Promise.resolve();
+    return new Promise((resolve, reject) => this.flushes.push({ target: this.sent.slice(), resolve, reject }));
+  }
+
+  private done(target: readonly number[]): boolean {
+    for (let k = 0; k < target.length; k++) if (this.stored[k] < target[k]) return false;
+    return true;
+  }
+
+  private read(k: number, r: FrameReader): void {
+    while (r.more) {
+      const tag = r.u8();
+      if (tag !== S.STORED) throw new Error(`unknown record ${tag}`);
+      this.stored[k] = r.u32();
+      r.f64();
+      this.droppedBy[k] = r.f64();
+    }
+    // Flushes were queued in order and their targets never go down: settle from the front.
+    let i = 0;
+    while (i < this.flushes.length && this.done(this.flushes[i].target)) this.flushes[i++].resolve();
+    if (i !== 0) this.flushes = this.flushes.slice(i);
+  }
+
+  private fail(err: AmbitError): void {
+    if (this.broken !== null) return;
+    this.broken = err;
+    for (const o of this.outs) o.closed = true;
+    for (const f of this.flushes) f.reject(err);
+    this.flushes = [];
+  }
+}
+
+/**
+ * The shard's side of the hub's link: stores what the hub routes here and says how far it got.
+ * Returns a function that stops serving it.
+ */
+export function serveShard(store: InboxStore, link: Link, log: Logger): () => void {
+  const fanout = store.fanout;
+  // One STORED per turn, however many frames the turn read.
+  const out: Outbox = new Outbox(link, () => {
+    const w = out.w;
+    w.u8(S.STORED);
+    w.u32(seq);
+    w.f64(fanout.notifications);
+    w.f64(fanout.dropped);
+  });
+  let seq = 0;
+  let stopped = false;
+  link.listen(
+    (frame) => {
+      if (stopped) return;
+      const r = new FrameReader(frame);
+      const events: Event[] = [];
+      try {
+        while (r.more) {
+          const tag = r.u8();
+          switch (tag) {
+            case H.EVENT: {
+              const ref = r.u32();
+              events[ref] = readEvent(r);
+              break;
+            }
+            case S.NOTE: {
+              const event = events[r.u32()];
+              const ms = r.f64();
+              const device = r.str();
+              const m = r.u32();
+              const ids = new Array<string>(m);
+              for (let j = 0; j < m; j++) ids[j] = r.str();
+              fanout.store(device, event, ids, ms);
+              break;
+            }
+            case S.SEQ:
+              seq = r.u32();
+              break;
+            default:
+              throw new Error(`unknown record ${tag}`);
+          }
+        }
+      } catch (err) {
+        log.error({ err }, 'unreadable frame from the hub; dropping its link');
+        stopped = true;
+        out.closed = true;
+        link.close();
+        return;
+      }
+      out.wake();
+    },
+    () => {
+      stopped = true;
+      out.closed = true;
+    },
+  );
+  return () => {
+    stopped = true;
+    out.closed = true;
+  };
+}

@@ -1,0 +1,139 @@
+/**
+ * Fan-out shards (services/hub/fanout-shard.ts): a publish replies only once every shard it wrote
+ * to has stored its notifications, a shard that goes away fails publishes UNAVAILABLE instead of
+ * hanging them, and devices spread over the shards. The whole hub contract with shards runs in
+ * hub-contract.test.ts.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { MessageChannel } from 'node:worker_threads';
+import { pino } from 'pino';
+import { AmbitError } from '../../src/model/errors.js';
+import { CPU_ENGINES } from '../../src/engines/index.js';
+import { EmbeddedHub } from '../../services/hub/embedded.js';
+import { ShardedFanOut, serveShard, shardOf } from '../../services/hub/fanout-shard.js';
+import { InboxStore } from '../../services/hub/inboxes.js';
+import { type Link, portLink } from '../../services/hub/link.js';
+import { ENGINE_SIDE_LIMITS } from '../../services/hub/port.js';
+import { MatchCore } from '../../services/matcher/core.js';
+
+/** A link whose frames wait until `release()`; `reached` resolves when the first one is posted. */
+function gated(inner: Link): Link & { reached: Promise<void>; release(): void } {
+  let held: Buffer[] | null = [];
+  let reachedNow!: () => void;
+  const reached = new Promise<void>((resolve) => (reachedNow = resolve));
+  return {
+    reached,
+    release: () => {
+      const frames = held ?? [];
+      held = null;
+      for (const f of frames) inner.post(f);
+    },
+    post: (frame) => {
+      reachedNow();
+      if (held === null) inner.post(frame);
+      else held.push(Buffer.from(frame));
+    },
+    close: () => inner.close(),
+    listen: (onFrame, onClose) => inner.listen(onFrame, onClose),
+  };
+}
+
+function shardedHub(n: number, wrap: (link: Link, k: number) => Link = (l) => l) {
+  const quiet = pino({ level: 'silent' });
+  const stores = Array.from({ length: n }, () => new InboxStore());
+  const ports = stores.map((store) => {
+    const { port1, port2 } = new MessageChannel();
+    serveShard(store, portLink(port2), quiet);
+    return port1;
+  });
+  const links = ports.map((p, k) => wrap(portLink(p), k));
+  const hub = new EmbeddedHub(new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS })), { shards: new ShardedFanOut(links) });
+  return {
+    hub,
+    stores,
+    ports,
+    close: async () => {
+      await hub.close();
+      for (const p of ports) p.close();
+      for (const s of stores) s.close();
+    },
+  };
+}
+
+const everything = { id: 'all', filters: [{ constraints: [] }] };
+
+describe('fan-out shards', () => {
+  it('a publish replies only after its shard has stored the notifications', async () => {
+    let gate!: ReturnType<typeof gated>;
+    const { hub, stores, close } = shardedHub(1, (link) => (gate = gated(link)));
+    try {
+      await hub.addSubscription('d', everything);
+      const order: string[] = [];
+      const published = hub.publish([{ id: 'e1', lat: 0, lon: 0, attributes: {} }]).then((rs) => {
+        order.push('replied');
+        return rs;
+      });
+      await gate.reached;
+      order.push('notes posted to the shard');
+      assert.equal(stores[0].fanout.notifications, 0, 'held at the gate: not stored yet');
+      gate.release();
+      const [r] = await published;
+      assert.equal(r.reached, 1);
+      assert.deepEqual(order, ['notes posted to the shard', 'replied']);
+      assert.equal(stores[0].fanout.notifications, 1, 'stored when the publish replied');
+      const stats = await hub.stats();
+      assert.equal(stats.notifications, 1);
+    } finally {
+      await close();
+    }
+  });
+
+  it('each device lives in one shard; its notifications, ids and retention are those of one log', async () => {
+    const { hub, stores, close } = shardedHub(3);
+    try {
+      const devices = Array.from({ length: 30 }, (_, i) => `dev-${i}`);
+      for (const d of devices) await hub.addSubscription(d, everything);
+      for (let i = 0; i < 4; i++) await hub.publish([{ id: `e${i}`, lat: 0, lon: 0, attributes: { i } }]);
+      for (const d of devices) {
+        const k = shardOf(d, 3);
+        for (let j = 0; j < 3; j++) {
+          const box = stores[j].openInbox(d, '');
+          const got = box.take(100);
+          box.close();
+          if (j === k) assert.deepEqual(got.map((x) => [x.deliveryId.split('-')[1], x.event.attributes.i]), [['1', 0], ['2', 1], ['3', 2], ['4', 3]], d);
+          else assert.deepEqual(got, [], `${d} is not in shard ${j}`);
+        }
+      }
+      assert.equal((await hub.stats()).notifications, 120);
+    } finally {
+      await close();
+    }
+  });
+
+  it('a shard that goes away fails publishes UNAVAILABLE, also one waiting on it', async () => {
+    let gate!: ReturnType<typeof gated>;
+    const { hub, ports, close } = shardedHub(1, (link) => (gate = gated(link)));
+    try {
+      await hub.addSubscription('d', everything);
+      const waiting = hub.publish([{ id: 'e1', lat: 0, lon: 0, attributes: {} }]);
+      await gate.reached;
+      ports[0].close();
+      const unavailable = (err: unknown) => err instanceof AmbitError && err.code === 'UNAVAILABLE';
+      await assert.rejects(waiting, unavailable);
+      await assert.rejects(hub.publish([{ id: 'e2', lat: 0, lon: 0, attributes: {} }]), unavailable);
+    } finally {
+      await close();
+    }
+  });
+
+  it('spreads device ids evenly and the same way every time', () => {
+    const counts = [0, 0, 0, 0];
+    for (let i = 0; i < 40_000; i++) counts[shardOf(`device-${i}`, 4)]++;
+    for (const c of counts) assert.ok(c > 9_000 && c < 11_000, `shard sizes ${counts.join(', ')}`);
+    assert.equal(shardOf('device-1', 4), shardOf('device-1', 4));
+    assert.equal(shardOf('anything', 1), 0);
+    // FNV-1a of "a" is 0xe40c292c: fixed, so every process of a node agrees.
+    assert.equal(shardOf('a', 1 << 30), 0xe40c292c % (1 << 30));
+  });
+});
