@@ -90,9 +90,10 @@ function rssOf(pid: number): number {
  * Redis (gateway and matcher in the one process, state and delivery through Redis) under a fresh
  * key prefix, instead of the embedded hub. `gateways` > 1: that many gateway processes share the
  * port beside the matcher (Redis) or the process holding the embedded hub; CPU and memory are
- * summed over all of them.
+ * summed over all of them. `fanoutShards` > 0 (embedded, several gateways): the device logs live in
+ * that many shard threads of the hub's process (AMBIT_FANOUT_SHARDS).
  */
-export async function startChildServer(engine: string, nodeArgs: readonly string[] = [], redisUrl: string | null = null, gateways = 1): Promise<ChildServer> {
+export async function startChildServer(engine: string, nodeArgs: readonly string[] = [], redisUrl: string | null = null, gateways = 1, fanoutShards = 0): Promise<ChildServer> {
   if (process.platform !== 'linux') throw new Error('bench/service: measuring the server process needs Linux /proc');
   const secret = randomBytes(32).toString('base64url');
   const port = await freePort();
@@ -109,6 +110,7 @@ export async function startChildServer(engine: string, nodeArgs: readonly string
       AMBIT_DEV: '',
       ...(redisUrl === null ? {} : { REDIS_URL: redisUrl, AMBIT_REDIS_PREFIX: `bench-${randomBytes(4).toString('hex')}:` }),
       AMBIT_GATEWAYS: String(gateways),
+      AMBIT_FANOUT_SHARDS: String(fanoutShards),
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -43,7 +43,18 @@ export interface ServerConfig {
   gateways: number;
   /** A gateway process of a node whose parent process holds the embedded hub (set by gateways.ts). */
   hubInParent: boolean;
+  /**
+   * Fan-out shards of an embedded node of several gateways (0: the hub's thread keeps every
+   * device's log): threads of the hub's process, each holding the logs of the devices that hash
+   * to it and sending their notifications to the gateways itself.
+   */
+  fanoutShards: number;
+  /** A gateway of a node with fan-out shards: where each shard listens (set by gateways.ts). */
+  hubShards: string[];
 }
+
+/** Fan-out shards one node may run. */
+export const MAX_FANOUT_SHARDS = 64;
 
 export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   role: 'all',
@@ -62,6 +73,8 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   shutdownGraceS: 10,
   gateways: 1,
   hubInParent: false,
+  fanoutShards: 0,
+  hubShards: [],
 });
 
 /** Reads AMBIT_* (and REDIS_URL) variables over the defaults; throws naming the variable. */
@@ -116,6 +129,18 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
   const hub = str('AMBIT_HUB');
   if (hub !== undefined && hub !== 'parent') throw new Error(`config: AMBIT_HUB may only be "parent" (set by a node for its gateway processes), got ${JSON.stringify(hub)}`);
   c.hubInParent = hub === 'parent';
+  c.fanoutShards = int('AMBIT_FANOUT_SHARDS', 0, MAX_FANOUT_SHARDS) ?? c.fanoutShards;
+  const shards = str('AMBIT_HUB_SHARDS');
+  if (shards !== undefined) {
+    let paths: unknown;
+    try {
+      paths = JSON.parse(shards);
+    } catch {
+      paths = null;
+    }
+    if (!Array.isArray(paths) || !paths.every((p) => typeof p === 'string' && p !== '')) throw new Error(`config: AMBIT_HUB_SHARDS must be a JSON array of socket paths (set by a node for its gateway processes), got ${JSON.stringify(shards.slice(0, 80))}`);
+    c.hubShards = paths as string[];
+  }
   return c;
 }
 
@@ -136,6 +161,10 @@ export function checkConfig(c: ServerConfig): void {
   if (c.tokenSecret !== null && Buffer.byteLength(c.tokenSecret) < 32) throw new Error(`config: AMBIT_TOKEN_SECRET must be at least 32 bytes, got ${Buffer.byteLength(c.tokenSecret)}`);
   if (!Number.isSafeInteger(c.gateways) || c.gateways < 1 || c.gateways > MAX_GATEWAYS) throw new Error(`config: gateways must be an integer in [1, ${MAX_GATEWAYS}], got ${String(c.gateways)}`);
   if (c.gateways > 1 && c.role === 'matcher') throw new Error(`config: AMBIT_GATEWAYS=${c.gateways} with role matcher: a matcher serves no gRPC`);
+  if (!Number.isSafeInteger(c.fanoutShards) || c.fanoutShards < 0 || c.fanoutShards > MAX_FANOUT_SHARDS) throw new Error(`config: AMBIT_FANOUT_SHARDS must be an integer in [0, ${MAX_FANOUT_SHARDS}], got ${String(c.fanoutShards)}`);
+  if (c.fanoutShards > 0 && c.redisUrl !== null) throw new Error('config: AMBIT_FANOUT_SHARDS is for an embedded node (without REDIS_URL): with Redis the notification logs live in Redis');
+  if (c.fanoutShards > 0 && c.gateways < 2) throw new Error(`config: AMBIT_FANOUT_SHARDS=${c.fanoutShards} needs AMBIT_GATEWAYS >= 2: the shards send notifications to gateway processes`);
+  if (c.hubShards.length > 0 && !c.hubInParent) throw new Error('config: AMBIT_HUB_SHARDS is for a gateway process of an embedded node (with AMBIT_HUB=parent)');
   const cap = c.maxSubscriptionsPerDevice;
   if (!Number.isSafeInteger(cap) || cap < 1) throw new Error(`config: maxSubscriptionsPerDevice must be an integer >= 1, got ${String(cap)}`);
 }

@@ -4,7 +4,9 @@
  * stream writes use N cores. A gateway keeps no state but its open streams. With Redis any number
  * of them serve one deployment, and this process runs the matcher when the role is `all`. Without
  * Redis this process keeps the embedded hub (engine, subscriptions, notification logs) and serves
- * it to its workers over a private pipe each (hub-server.ts). Either way it starts the workers,
+ * it to its workers over a private pipe each (hub-server.ts); with AMBIT_FANOUT_SHARDS the
+ * notification logs live in shard threads of this process that the workers reach over Unix
+ * sockets of their own (fanout-shards.ts). Either way it starts the workers,
  * restarts one that dies, and stops them all on shutdown.
  */
 import cluster, { type Worker } from 'node:cluster';
@@ -17,6 +19,7 @@ import { HubServer } from '../hub/hub-server.js';
 import { EmbeddedHub } from '../hub/embedded.js';
 import type { Socket } from 'node:net';
 import { HUB_PIPE_FD, socketLink } from '../hub/link.js';
+import { type FanOutShards, startFanOutShards } from './fanout-shards.js';
 
 export interface GatewayNode {
   readonly config: ServerConfig;
@@ -46,12 +49,26 @@ export async function startGatewayNode(config: ServerConfig, env: NodeJS.Process
   const embedded = config.redisUrl === null;
   let matcher: RunningServer | null = null;
   let hubServer: HubServer | null = null;
+  let shards: FanOutShards | null = null;
   if (embedded) {
+    if (config.fanoutShards > 0) {
+      shards = await startFanOutShards(config.fanoutShards, config.retention, config.logLevel, plog, (err) => {
+        // Its devices' logs are gone and their notifications would go nowhere: stop the node.
+        plog.fatal({ err }, 'a fan-out shard died; the node stops');
+        process.exit(1);
+      });
+    }
     // The hub's process serves no gRPC; its metrics report the hub's figures.
-    matcher = await startServer({ ...config, gateways: 1 }, log, { grpc: false });
+    try {
+      matcher = await startServer({ ...config, gateways: 1, fanoutShards: 0 }, log, { grpc: false, ...(shards === null ? {} : { shards: shards.fanout }) });
+    } catch (err) {
+      await shards?.stop();
+      throw err;
+    }
     const hub = matcher.hub;
     if (!(hub instanceof EmbeddedHub)) throw new Error('gateways: an embedded node serves its embedded hub');
-    hubServer = new HubServer(hub, log.child({ component: 'hub-server' }), hub);
+    // With shards, inboxes open there (the gateways have a link to each), not in the hub.
+    hubServer = new HubServer(hub, log.child({ component: 'hub-server' }), shards === null ? hub : null);
   } else if (config.role === 'all') matcher = await startServer({ ...config, role: 'matcher', gateways: 1 }, log);
   const n = config.gateways;
   const base = config.metricsPort;
@@ -59,6 +76,8 @@ export async function startGatewayNode(config: ServerConfig, env: NodeJS.Process
     ...env,
     AMBIT_ROLE: 'gateway',
     ...(embedded ? { AMBIT_HUB: 'parent' } : {}),
+    ...(shards === null ? {} : { AMBIT_HUB_SHARDS: JSON.stringify(shards.paths) }),
+    AMBIT_FANOUT_SHARDS: '0',
     AMBIT_GATEWAYS: '1',
     AMBIT_TOKEN_SECRET: secret,
     AMBIT_DEV: '0',
@@ -123,6 +142,7 @@ export async function startGatewayNode(config: ServerConfig, env: NodeJS.Process
     clearTimeout(killer);
     hubServer?.close();
     if (matcher !== null) await matcher.stop();
+    await shards?.stop();
   };
 
   try {

@@ -16,8 +16,9 @@ import { openEngine } from '../matcher/engine.js';
 import { Gateway } from '../edge/gateway.js';
 import type { Hub, HubStats } from '../hub/port.js';
 import { LinkedHub } from '../hub/linked.js';
-import { Socket } from 'node:net';
-import { HUB_PIPE_FD, socketLink } from '../hub/link.js';
+import { Socket, connect } from 'node:net';
+import { HUB_PIPE_FD, type Link, socketLink } from '../hub/link.js';
+import type { HubFanOut } from '../hub/embedded.js';
 import { type Logger, silentLogger } from './log.js';
 import { MatchCore } from '../matcher/core.js';
 import { Metrics } from './metrics.js';
@@ -39,6 +40,18 @@ export interface RunningServer {
 export interface StartOptions {
   /** False: no gRPC server; the hub is served to a node's gateway processes instead (gateways.ts). */
   grpc?: boolean;
+  /** The node's fan-out shards: the embedded hub's device logs live there (gateways.ts). */
+  shards?: HubFanOut;
+}
+
+/** A gateway's link to one fan-out shard of its node (a Unix socket). */
+async function connectShard(path: string): Promise<Link> {
+  const socket = connect(path);
+  await new Promise<void>((resolve, reject) => {
+    socket.once('connect', resolve);
+    socket.once('error', (err) => reject(new Error(`hub: cannot reach the fan-out shard at ${path}: ${err.message}`)));
+  });
+  return socketLink(socket);
 }
 
 export async function startServer(partial: Partial<ServerConfig> = {}, log: Logger = silentLogger(), options: StartOptions = {}): Promise<RunningServer> {
@@ -55,13 +68,14 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
     let statsSource: { stats(): Promise<HubStats> } | null = null;
     if (config.hubInParent) {
       // A gateway of a node whose parent process holds the embedded hub.
-      const h = new LinkedHub(socketLink(new Socket({ fd: HUB_PIPE_FD, readable: true, writable: true })));
+      const shardLinks = await Promise.all(config.hubShards.map(connectShard));
+      const h = new LinkedHub(socketLink(new Socket({ fd: HUB_PIPE_FD, readable: true, writable: true })), undefined, undefined, shardLinks);
       hub = h;
       cleanups.push(() => h.close());
     } else if (config.redisUrl === null) {
       const { engine, detail } = await openEngine(config.engine);
       engineDetail = detail;
-      hub = new EmbeddedHub(new MatchCore(engine, config.maxSubscriptionsPerDevice), { retention: config.retention, engineDetail: detail });
+      hub = new EmbeddedHub(new MatchCore(engine, config.maxSubscriptionsPerDevice), { retention: config.retention, engineDetail: detail, ...(options.shards === undefined ? {} : { shards: options.shards }) });
       const h = hub;
       cleanups.push(() => h.close());
       log.child({ component: 'matcher' }).info({ engine: engine.name, detail, mode: 'embedded', durable: false }, `engine ${engine.name}: ${detail}; embedded mode keeps all state in memory (not durable)`);

@@ -43,6 +43,10 @@ describe('api config: configFromEnv', () => {
     [{ AMBIT_GATEWAYS: '0' }, 'config: AMBIT_GATEWAYS must be an integer in [1, 256], got "0"'],
     [{ AMBIT_GATEWAYS: '257' }, 'config: AMBIT_GATEWAYS must be an integer in [1, 256], got "257"'],
     [{ AMBIT_GATEWAYS: 'all' }, 'config: AMBIT_GATEWAYS must be an integer in [1, 256], got "all"'],
+    [{ AMBIT_FANOUT_SHARDS: '65', AMBIT_GATEWAYS: '4' }, 'config: AMBIT_FANOUT_SHARDS must be an integer in [0, 64], got "65"'],
+    [{ AMBIT_FANOUT_SHARDS: '-1' }, 'config: AMBIT_FANOUT_SHARDS must be an integer in [0, 64], got "-1"'],
+    [{ AMBIT_HUB_SHARDS: '/tmp/a.sock' }, 'config: AMBIT_HUB_SHARDS must be a JSON array of socket paths (set by a node for its gateway processes), got "/tmp/a.sock"'],
+    [{ AMBIT_HUB_SHARDS: '["", "b"]' }, 'config: AMBIT_HUB_SHARDS must be a JSON array of socket paths (set by a node for its gateway processes), got "[\\"\\", \\"b\\"]"'],
   ];
   for (const [env, message] of bad) {
     it(`${Object.entries(env).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(' ')} → ${JSON.stringify(message)}`, () => {
@@ -118,6 +122,10 @@ describe('api config: checkConfig', () => {
     ['a hub in the parent for role all', { hubInParent: true }, 'config: AMBIT_HUB=parent is for a gateway process without REDIS_URL'],
     ['a hub in the parent beside Redis', { hubInParent: true, role: 'gateway', redisUrl: 'redis://r:6379' }, 'config: AMBIT_HUB=parent is for a gateway process without REDIS_URL'],
     ['several gateways for a matcher', { gateways: 4, role: 'matcher', redisUrl: 'redis://127.0.0.1:6379' }, 'config: AMBIT_GATEWAYS=4 with role matcher: a matcher serves no gRPC'],
+    ['fan-out shards beside Redis', { fanoutShards: 2, gateways: 4, redisUrl: 'redis://r:6379' }, 'config: AMBIT_FANOUT_SHARDS is for an embedded node (without REDIS_URL): with Redis the notification logs live in Redis'],
+    ['fan-out shards with one gateway', { fanoutShards: 2 }, 'config: AMBIT_FANOUT_SHARDS=2 needs AMBIT_GATEWAYS >= 2: the shards send notifications to gateway processes'],
+    ['shard sockets outside a node', { hubShards: ['/tmp/x.sock'] }, 'config: AMBIT_HUB_SHARDS is for a gateway process of an embedded node (with AMBIT_HUB=parent)'],
+    ['a fractional number of shards', { fanoutShards: 0.5, gateways: 2 }, 'config: AMBIT_FANOUT_SHARDS must be an integer in [0, 64], got 0.5'],
     ['a fractional number of gateways', { gateways: 1.5 }, 'config: gateways must be an integer in [1, 256], got 1.5'],
     ['no secret outside dev mode', { dev: false }, 'config: AMBIT_TOKEN_SECRET is required (at least 32 bytes), or AMBIT_DEV=1 for a made-up one'],
     ['a short secret', { tokenSecret: 'short' }, 'config: AMBIT_TOKEN_SECRET must be at least 32 bytes, got 5'],

@@ -49,7 +49,7 @@ function alive(pid: number): boolean {
   }
 }
 
-for (const mode of ['redis', 'embedded'] as const) describe(`gateways (${mode}): one node, two gateway processes on one port`, { skip: (mode === 'redis' && redisServerMissing()) || false, timeout: 120_000 }, () => {
+for (const mode of ['redis', 'embedded', 'embedded with 2 fan-out shards'] as const) describe(`gateways (${mode}): one node, two gateway processes on one port`, { skip: (mode === 'redis' && redisServerMissing()) || false, timeout: 120_000 }, () => {
   let redis: RedisServer | null = null;
   let node: AmbitProcess;
   const open: Clients[] = [];
@@ -64,8 +64,11 @@ for (const mode of ['redis', 'embedded'] as const) describe(`gateways (${mode}):
 
   before(async () => {
     if (mode === 'redis') redis = await startRedisServer();
-    node = await startAmbit({ ...(redis === null ? {} : { REDIS_URL: redis.url }), AMBIT_GATEWAYS: '2', AMBIT_TOKEN_SECRET: SECRET, AMBIT_ENGINE: 'fast', AMBIT_METRICS_PORT: '0' }, [], 30_000);
+    const shards: Record<string, string> = mode === 'embedded with 2 fan-out shards' ? { AMBIT_FANOUT_SHARDS: '2' } : {};
+    node = await startAmbit({ ...(redis === null ? {} : { REDIS_URL: redis.url }), ...shards, AMBIT_GATEWAYS: '2', AMBIT_TOKEN_SECRET: SECRET, AMBIT_ENGINE: 'fast', AMBIT_METRICS_PORT: '0' }, [], 30_000);
     await node.waitForLog((l) => l.component === 'gateways' && l.gateways === 2, 30_000);
+    // The device logs live in the shards: the node said it started them.
+    if ('AMBIT_FANOUT_SHARDS' in shards) await node.waitForLog((l) => l.component === 'gateways' && l.shards === 2, 1);
   });
 
   after(async () => {
