@@ -91,14 +91,17 @@ function rssOf(pid: number): number {
  * key prefix, instead of the embedded hub. `gateways` > 1: that many gateway processes share the
  * port beside the matcher (Redis) or the process holding the embedded hub; CPU and memory are
  * summed over all of them. `fanoutShards` > 0 (embedded, several gateways): the device logs live in
- * that many shard threads of the hub's process (AMBIT_FANOUT_SHARDS).
+ * that many shard threads of the hub's process (AMBIT_FANOUT_SHARDS). `cpus`: a taskset CPU list
+ * the server's processes are confined to (e.g. "0-15"), so a load generator on the other CPUs of a
+ * larger host measures one node of that many cores.
  */
-export async function startChildServer(engine: string, nodeArgs: readonly string[] = [], redisUrl: string | null = null, gateways = 1, fanoutShards = 0): Promise<ChildServer> {
+export async function startChildServer(engine: string, nodeArgs: readonly string[] = [], redisUrl: string | null = null, gateways = 1, fanoutShards = 0, cpus: string | null = null): Promise<ChildServer> {
   if (process.platform !== 'linux') throw new Error('bench/service: measuring the server process needs Linux /proc');
   const secret = randomBytes(32).toString('base64url');
   const port = await freePort();
   const main = fileURLToPath(new URL('../../services/process/main.js', import.meta.url));
-  const child: ChildProcess = spawn(process.execPath, [...nodeArgs, main], {
+  const argv = [...nodeArgs, main];
+  const child: ChildProcess = spawn(cpus === null ? process.execPath : 'taskset', cpus === null ? argv : ['-c', cpus, process.execPath, ...argv], {
     env: {
       ...process.env,
       AMBIT_TOKEN_SECRET: secret,
