@@ -25,13 +25,14 @@ import { startChildServer } from './lib/service-server.js';
 import type { ThroughputStep } from './lib/throughput-report.js';
 
 const USAGE = `usage: node dist/bench/throughput.js [--rates LIST] [--seconds S] [--devices N] [--subs-per-device N] [--kinds N]
-  [--publishers P] [--subscribers S] [--connections C] [--engine fast|rtree|auto] [--redis URL] [--gateways N] [--fanout-shards K] [--server-cpus LIST] [--load-cpus LIST] [--seed N] [--out FILE] [--quick]
+  [--publishers P] [--subscribers S] [--connections C] [--engine fast|rtree|auto] [--redis URL] [--gateways N] [--fanout-shards K] [--server-cpus LIST] [--load-cpus LIST] [--ack-delay-ms N] [--seed N] [--out FILE] [--quick]
   [--warmup S] [--server-profile DIR] [--client-profile DIR]
 Defaults: rates 1000,2000,5000,10000,20000,50000,100000 events/s for 5 s each; 10000 devices x 5 subscriptions (one of 20 kinds, a level,
 a 200-1000 m circle), publishers and subscribers: half the cores each (at least 1), 8 connections per subscriber.
 --fanout-shards K: with --gateways >= 2 and no --redis, the device logs live in K shard threads of the hub's process.
 --server-cpus LIST, --load-cpus LIST: confine the server's processes, or the load's, to those CPUs (taskset lists, e.g. 0-15): one
 node of N cores measured on a larger host.
+--ack-delay-ms N: the devices' SDK sends acks at most every N ms (its ackDelayMs; default 0, at the end of each turn).
 --warmup S: publish at the first rate for S seconds first, not reported (default 2; 0 with --quick).
 --server-profile DIR, --client-profile DIR: the server's processes, or the load processes, write V8 CPU profiles there when they exit.
 --quick: rates 200,500; 2 s; 500 devices x 2 subscriptions; 1 publisher, 1 subscriber.`;
@@ -73,6 +74,8 @@ interface Init {
   kinds: number;
   subsPerDevice: number;
   connections: number;
+  /** The SDK's ackDelayMs for every device. */
+  ackDelayMs: number;
   ids: string[];
   lat: number[];
   lon: number[];
@@ -106,7 +109,7 @@ async function subscriberWorker(init: Init, send: (m: FromWorker) => void, on: (
   await Promise.all(Array.from({ length: Math.min(50, init.ids.length) }, async () => {
     for (let i = next++; i < init.ids.length; i = next++) {
       const token = authority.issue({ subject: init.ids[i], scopes: [SCOPES.device], ttlSeconds: 3600 });
-      const d = await AmbitDevice.connect(init.address, token, deviceOptions(i, init.connections));
+      const d = await AmbitDevice.connect(init.address, token, { ...deviceOptions(i, init.connections), ackDelayMs: init.ackDelayMs });
       await Promise.all(subscriptionsOf(rng, init.subsPerDevice, init.kinds).map((s) => d.subscribe(s)));
       devices.push(d);
       void (async () => {
@@ -194,7 +197,7 @@ type Step = ThroughputStep;
 
 async function parent(): Promise<void> {
   const fail = cliFail('bench/throughput', USAGE);
-  const args = parseArgs(process.argv.slice(2), new Set(['quick', 'help']), new Set(['rates', 'seconds', 'devices', 'subs-per-device', 'kinds', 'publishers', 'subscribers', 'connections', 'engine', 'redis', 'gateways', 'fanout-shards', 'server-cpus', 'load-cpus', 'seed', 'out', 'server-profile', 'client-profile', 'warmup']), fail);
+  const args = parseArgs(process.argv.slice(2), new Set(['quick', 'help']), new Set(['rates', 'seconds', 'devices', 'subs-per-device', 'kinds', 'publishers', 'subscribers', 'connections', 'engine', 'redis', 'gateways', 'fanout-shards', 'server-cpus', 'load-cpus', 'ack-delay-ms', 'seed', 'out', 'server-profile', 'client-profile', 'warmup']), fail);
   if (args.help === true) {
     process.stdout.write(`${USAGE}\n`);
     return;
@@ -216,6 +219,7 @@ async function parent(): Promise<void> {
   const gateways = a.int('gateways', 1, 1, 256);
   const fanoutShards = a.int('fanout-shards', 0, 0, 64);
   if (fanoutShards > 0 && (gateways < 2 || redisUrl !== null)) fail('--fanout-shards needs --gateways >= 2 and no --redis (the embedded node keeps its device logs in the shards)');
+  const ackDelayMs = a.int('ack-delay-ms', 0, 0, 60_000);
   const serverCpus = a.str('server-cpus') ?? null;
   const loadCpus = a.str('load-cpus') ?? null;
   for (const [flag, list] of [['--server-cpus', serverCpus], ['--load-cpus', loadCpus]] as const) {
@@ -226,7 +230,7 @@ async function parent(): Promise<void> {
   const run = new ResultRun({ out: args.out, name: 'throughput', fail });
   const out = (s: string) => process.stdout.write(`${s}\n`);
   out(`machine: ${describeMachine(run.machine)}; load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')} before the run`);
-  out(`server: role all, ${redisUrl === null ? 'embedded hub' : 'Redis hub'}, ${gateways} gateway process${gateways > 1 ? 'es' : ''}${gateways > 1 && redisUrl === null ? ' beside the hub process' : ''}${fanoutShards > 0 ? `, device logs in ${fanoutShards} fan-out shard threads` : ''}, engine ${engine}; load: ${publishers} publisher and ${subscribers} subscriber processes${serverCpus === null ? '' : `; server on CPUs ${serverCpus}`}${loadCpus === null ? '' : `, load on CPUs ${loadCpus}`}`);
+  out(`server: role all, ${redisUrl === null ? 'embedded hub' : 'Redis hub'}, ${gateways} gateway process${gateways > 1 ? 'es' : ''}${gateways > 1 && redisUrl === null ? ' beside the hub process' : ''}${fanoutShards > 0 ? `, device logs in ${fanoutShards} fan-out shard threads` : ''}, engine ${engine}; load: ${publishers} publisher and ${subscribers} subscriber processes${serverCpus === null ? '' : `; server on CPUs ${serverCpus}`}${loadCpus === null ? '' : `, load on CPUs ${loadCpus}`}${ackDelayMs === 0 ? '' : `; devices ack every ${ackDelayMs} ms`}`);
   out(`workload: ${devices} devices x ${subsPerDevice} subscriptions (one of ${kinds} kinds, a level 1-5, 200-1000 m around the device), events within 300 m of a random device, ${seconds} s per rate`);
 
   const warmupSeconds = a.num('warmup', quick ? 0 : 2, 0, 600);
@@ -246,7 +250,7 @@ async function parent(): Promise<void> {
       const execArgv = clientProfileDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${clientProfileDir}`, `--cpu-prof-name=${kind}-${index}.cpuprofile`];
       const proc = fork(self, ['--worker', kind], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], serialization: 'advanced', execArgv });
       workers.push({ proc, kind });
-      const init: Init = { address: server.address, secret, seed, kinds, subsPerDevice, connections, ids: kind === 'publisher' ? ids : slice, lat: Array.from(lat), lon: Array.from(lon), index };
+      const init: Init = { address: server.address, secret, seed, kinds, subsPerDevice, connections, ackDelayMs, ids: kind === 'publisher' ? ids : slice, lat: Array.from(lat), lon: Array.from(lon), index };
       proc.send({ t: 'init', init } satisfies ToWorker);
       return new Promise<void>((resolve, reject) => {
         proc.once('message', (m: FromWorker) => {
@@ -350,7 +354,7 @@ async function parent(): Promise<void> {
       steps.push(s);
       const f = (x: number, d = 0) => x.toLocaleString('en-US', { maximumFractionDigits: d });
       out(`| ${f(rate)} | ${f(s.eventsPerSecond)} | ${f(errors)} | ${f(s.notificationsPerSecond)} | ${f(s.notificationsPerEvent, 2)} | ${f(s.latencyMs.median, 2)} | ${f(s.latencyMs.p99, 2)} | ${f(max, 1)} | ${f(s.serverCores, 2)} | ${f(s.clientCores, 2)} | ${f(publisherCpuS / windowS, 2)} | ${f(s.serverCpuUsPerEvent, 1)} | ${f(s.serverCpuUsPerNotification, 1)} | ${f(drainSeconds, 2)} |`);
-      run.write({ kind: 'throughput', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', gateways, fanoutShards, serverCpus, loadCpus, devices, subsPerDevice, kinds, publishers, subscribers, connections, seed, warmupSeconds, steps });
+      run.write({ kind: 'throughput', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', gateways, fanoutShards, serverCpus, loadCpus, devices, subsPerDevice, kinds, publishers, subscribers, connections, ackDelayMs, seed, warmupSeconds, steps });
     }
     out('');
     out(`Latency quantiles are exact to one histogram bucket (4.7%).${warmupSeconds > 0 ? '' : " The first step's publisher cores include connecting."}`);

@@ -248,6 +248,26 @@ describe('AmbitDevice', () => {
     await assert.rejects(AmbitDevice.connect('127.0.0.1:1', t.token('x'), { ...FAST, connectTimeoutMs: 300 }), (err: unknown) => err instanceof AmbitError && err.code === StatusCode.DEADLINE_EXCEEDED);
   });
 
+  test('delayed acks: one ack message for many notifications, sent at close at the latest', async () => {
+    // A delay no test outlives: only close() can send the ack.
+    const d = await device('delayed', { ackDelayMs: 3_600_000 });
+    await d.subscribe(ping);
+    const it = d.notifications();
+    for (let i = 1; i <= 5; i++) await pub.publish({ id: `q${i}`, ...P, attributes: { type: 'ping' } });
+    let last = '';
+    for (let i = 1; i <= 5; i++) last = (await next(it)).deliveryId;
+    // A round trip on the stream: turns pass in which an undelayed ack would have gone out.
+    await d.listSubscriptions();
+    assert.equal(d.stats.acksSent, 0, 'nothing sent within the delay');
+    await d.close();
+    assert.equal(d.stats.acksSent, 1, 'one message at close for everything taken');
+    const again = await device('delayed');
+    assert.equal(again.resumeToken, last, 'the server has the ack of the fifth');
+    await pub.publish({ id: 'q6', ...P, attributes: { type: 'ping' } });
+    assert.equal((await next(again.notifications())).event.id, 'q6', 'nothing acknowledged comes again');
+    assert.throws(() => new AmbitDevice(t.address, t.token('x'), { ackDelayMs: -1 }), (err: unknown) => err instanceof AmbitError && /ackDelayMs/.test(err.message));
+  });
+
   test('explicit acks: nothing is acknowledged until ack() is called', async () => {
     const d = await device('manual', { autoAck: false });
     await d.subscribe(ping);
