@@ -23,16 +23,19 @@ import { ResultRun } from './lib/result-file.js';
 import { deviceOptions, place, positions, subscriptionsOf } from './lib/service-load.js';
 import { startChildServer } from './lib/service-server.js';
 import type { ThroughputStep } from './lib/throughput-report.js';
+import { WireDevices } from './lib/wire-device.js';
 
 const USAGE = `usage: node dist/bench/throughput.js [--rates LIST] [--seconds S] [--devices N] [--subs-per-device N] [--kinds N]
-  [--publishers P] [--subscribers S] [--connections C] [--engine fast|rtree|auto] [--redis URL] [--gateways N] [--fanout-shards K] [--server-cpus LIST] [--load-cpus LIST] [--ack-delay-ms N] [--seed N] [--out FILE] [--quick]
+  [--publishers P] [--subscribers S] [--connections C] [--engine fast|rtree|auto] [--redis URL] [--gateways N] [--fanout-shards K] [--server-cpus LIST] [--load-cpus LIST] [--client wire|sdk] [--ack-delay-ms N] [--seed N] [--out FILE] [--quick]
   [--warmup S] [--server-profile DIR] [--client-profile DIR]
 Defaults: rates 1000,2000,5000,10000,20000,50000,100000 events/s for 5 s each; 10000 devices x 5 subscriptions (one of 20 kinds, a level,
 a 200-1000 m circle), publishers and subscribers: half the cores each (at least 1), 8 connections per subscriber.
 --fanout-shards K: with --gateways >= 2 and no --redis, the device logs live in K shard threads of the hub's process.
 --server-cpus LIST, --load-cpus LIST: confine the server's processes, or the load's, to those CPUs (taskset lists, e.g. 0-15): one
 node of N cores measured on a larger host.
---ack-delay-ms N: the devices' SDK sends acks at most every N ms (its ackDelayMs; default 0, at the end of each turn).
+--client wire|sdk: the subscribers' device client: wire (default), a lean client that reads only what the benchmark needs from the
+notification bytes and acks in bulk (bench/lib/wire-device.ts), so the load is not the limit; or the SDK (AmbitDevice), what apps use.
+--ack-delay-ms N: the devices send acks at most every N ms (its ackDelayMs; default 0, at the end of each turn).
 --warmup S: publish at the first rate for S seconds first, not reported (default 2; 0 with --quick).
 --server-profile DIR, --client-profile DIR: the server's processes, or the load processes, write V8 CPU profiles there when they exit.
 --quick: rates 200,500; 2 s; 500 devices x 2 subscriptions; 1 publisher, 1 subscriber.`;
@@ -76,6 +79,8 @@ interface Init {
   connections: number;
   /** The SDK's ackDelayMs for every device. */
   ackDelayMs: number;
+  /** The device client: the SDK, or the lean wire client (bench/lib/wire-device.ts). */
+  client: 'sdk' | 'wire';
   ids: string[];
   lat: number[];
   lon: number[];
@@ -105,26 +110,31 @@ async function subscriberWorker(init: Init, send: (m: FromWorker) => void, on: (
     if (x === undefined) steps.set(s, (x = { received: 0, histogram: new Array<number>(N_BUCKETS).fill(0), min: Infinity, max: 0 }));
     return x;
   };
+  const record = (step: unknown, t: unknown): void => {
+    if (typeof step !== 'number' || typeof t !== 'number') return;
+    const ms = nowMs() - t;
+    const x = stepOf(step);
+    x.received++;
+    x.histogram[bucketOf(ms)]++;
+    if (ms < x.min) x.min = ms;
+    if (ms > x.max) x.max = ms;
+  };
+  let wire: WireDevices | null = null;
+  if (init.client === 'wire') wire = new WireDevices(init.address, init.connections, init.ackDelayMs, ['step', 't']);
   let next = 0;
   await Promise.all(Array.from({ length: Math.min(50, init.ids.length) }, async () => {
     for (let i = next++; i < init.ids.length; i = next++) {
       const token = authority.issue({ subject: init.ids[i], scopes: [SCOPES.device], ttlSeconds: 3600 });
+      const subs = subscriptionsOf(rng, init.subsPerDevice, init.kinds);
+      if (wire !== null) {
+        await wire.connect(i, token, subs, (attrs) => record(attrs.get('step'), attrs.get('t')));
+        continue;
+      }
       const d = await AmbitDevice.connect(init.address, token, { ...deviceOptions(i, init.connections), ackDelayMs: init.ackDelayMs });
-      await Promise.all(subscriptionsOf(rng, init.subsPerDevice, init.kinds).map((s) => d.subscribe(s)));
+      await Promise.all(subs.map((s) => d.subscribe(s)));
       devices.push(d);
       void (async () => {
-        for await (const n of d.notifications()) {
-          const a = n.event.attributes;
-          const step = a.step;
-          const t = a.t;
-          if (typeof step !== 'number' || typeof t !== 'number') continue;
-          const ms = nowMs() - t;
-          const x = stepOf(step);
-          x.received++;
-          x.histogram[bucketOf(ms)]++;
-          if (ms < x.min) x.min = ms;
-          if (ms > x.max) x.max = ms;
-        }
+        for await (const n of d.notifications()) record(n.event.attributes.step, n.event.attributes.t);
       })();
     }
   }));
@@ -133,6 +143,7 @@ async function subscriberWorker(init: Init, send: (m: FromWorker) => void, on: (
       const x = stepOf(m.step);
       send({ t: 'report', step: m.step, received: x.received, histogram: x.histogram, min: x.min, max: x.max, cpuSeconds: cpuSeconds() });
     } else if (m.t === 'exit') {
+      wire?.close();
       Promise.all(devices.map((d) => d.close())).finally(() => process.exit(0));
     }
   });
@@ -197,7 +208,7 @@ type Step = ThroughputStep;
 
 async function parent(): Promise<void> {
   const fail = cliFail('bench/throughput', USAGE);
-  const args = parseArgs(process.argv.slice(2), new Set(['quick', 'help']), new Set(['rates', 'seconds', 'devices', 'subs-per-device', 'kinds', 'publishers', 'subscribers', 'connections', 'engine', 'redis', 'gateways', 'fanout-shards', 'server-cpus', 'load-cpus', 'ack-delay-ms', 'seed', 'out', 'server-profile', 'client-profile', 'warmup']), fail);
+  const args = parseArgs(process.argv.slice(2), new Set(['quick', 'help']), new Set(['rates', 'seconds', 'devices', 'subs-per-device', 'kinds', 'publishers', 'subscribers', 'connections', 'engine', 'redis', 'gateways', 'fanout-shards', 'server-cpus', 'load-cpus', 'ack-delay-ms', 'client', 'seed', 'out', 'server-profile', 'client-profile', 'warmup']), fail);
   if (args.help === true) {
     process.stdout.write(`${USAGE}\n`);
     return;
@@ -220,6 +231,8 @@ async function parent(): Promise<void> {
   const fanoutShards = a.int('fanout-shards', 0, 0, 64);
   if (fanoutShards > 0 && (gateways < 2 || redisUrl !== null)) fail('--fanout-shards needs --gateways >= 2 and no --redis (the embedded node keeps its device logs in the shards)');
   const ackDelayMs = a.int('ack-delay-ms', 0, 0, 60_000);
+  const client = (a.str('client') ?? 'wire') as 'wire' | 'sdk';
+  if (client !== 'wire' && client !== 'sdk') fail(`--client must be wire or sdk, got ${JSON.stringify(client)}`);
   const serverCpus = a.str('server-cpus') ?? null;
   const loadCpus = a.str('load-cpus') ?? null;
   for (const [flag, list] of [['--server-cpus', serverCpus], ['--load-cpus', loadCpus]] as const) {
@@ -230,7 +243,7 @@ async function parent(): Promise<void> {
   const run = new ResultRun({ out: args.out, name: 'throughput', fail });
   const out = (s: string) => process.stdout.write(`${s}\n`);
   out(`machine: ${describeMachine(run.machine)}; load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')} before the run`);
-  out(`server: role all, ${redisUrl === null ? 'embedded hub' : 'Redis hub'}, ${gateways} gateway process${gateways > 1 ? 'es' : ''}${gateways > 1 && redisUrl === null ? ' beside the hub process' : ''}${fanoutShards > 0 ? `, device logs in ${fanoutShards} fan-out shard threads` : ''}, engine ${engine}; load: ${publishers} publisher and ${subscribers} subscriber processes${serverCpus === null ? '' : `; server on CPUs ${serverCpus}`}${loadCpus === null ? '' : `, load on CPUs ${loadCpus}`}${ackDelayMs === 0 ? '' : `; devices ack every ${ackDelayMs} ms`}`);
+  out(`server: role all, ${redisUrl === null ? 'embedded hub' : 'Redis hub'}, ${gateways} gateway process${gateways > 1 ? 'es' : ''}${gateways > 1 && redisUrl === null ? ' beside the hub process' : ''}${fanoutShards > 0 ? `, device logs in ${fanoutShards} fan-out shard threads` : ''}, engine ${engine}; load: ${publishers} publisher and ${subscribers} subscriber processes (${client === 'wire' ? 'lean wire' : 'SDK'} device client)${serverCpus === null ? '' : `; server on CPUs ${serverCpus}`}${loadCpus === null ? '' : `, load on CPUs ${loadCpus}`}${ackDelayMs === 0 ? '' : `; devices ack every ${ackDelayMs} ms`}`);
   out(`workload: ${devices} devices x ${subsPerDevice} subscriptions (one of ${kinds} kinds, a level 1-5, 200-1000 m around the device), events within 300 m of a random device, ${seconds} s per rate`);
 
   const warmupSeconds = a.num('warmup', quick ? 0 : 2, 0, 600);
@@ -250,7 +263,7 @@ async function parent(): Promise<void> {
       const execArgv = clientProfileDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${clientProfileDir}`, `--cpu-prof-name=${kind}-${index}.cpuprofile`];
       const proc = fork(self, ['--worker', kind], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], serialization: 'advanced', execArgv });
       workers.push({ proc, kind });
-      const init: Init = { address: server.address, secret, seed, kinds, subsPerDevice, connections, ackDelayMs, ids: kind === 'publisher' ? ids : slice, lat: Array.from(lat), lon: Array.from(lon), index };
+      const init: Init = { address: server.address, secret, seed, kinds, subsPerDevice, connections, ackDelayMs, client, ids: kind === 'publisher' ? ids : slice, lat: Array.from(lat), lon: Array.from(lon), index };
       proc.send({ t: 'init', init } satisfies ToWorker);
       return new Promise<void>((resolve, reject) => {
         proc.once('message', (m: FromWorker) => {
@@ -354,7 +367,7 @@ async function parent(): Promise<void> {
       steps.push(s);
       const f = (x: number, d = 0) => x.toLocaleString('en-US', { maximumFractionDigits: d });
       out(`| ${f(rate)} | ${f(s.eventsPerSecond)} | ${f(errors)} | ${f(s.notificationsPerSecond)} | ${f(s.notificationsPerEvent, 2)} | ${f(s.latencyMs.median, 2)} | ${f(s.latencyMs.p99, 2)} | ${f(max, 1)} | ${f(s.serverCores, 2)} | ${f(s.clientCores, 2)} | ${f(publisherCpuS / windowS, 2)} | ${f(s.serverCpuUsPerEvent, 1)} | ${f(s.serverCpuUsPerNotification, 1)} | ${f(drainSeconds, 2)} |`);
-      run.write({ kind: 'throughput', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', gateways, fanoutShards, serverCpus, loadCpus, devices, subsPerDevice, kinds, publishers, subscribers, connections, ackDelayMs, seed, warmupSeconds, steps });
+      run.write({ kind: 'throughput', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', gateways, fanoutShards, serverCpus, loadCpus, devices, subsPerDevice, kinds, publishers, subscribers, connections, client, ackDelayMs, seed, warmupSeconds, steps });
     }
     out('');
     out(`Latency quantiles are exact to one histogram bucket (4.7%).${warmupSeconds > 0 ? '' : " The first step's publisher cores include connecting."}`);
