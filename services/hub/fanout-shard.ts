@@ -21,7 +21,7 @@ import type { Recipient } from '../matcher/core.js';
 import { type DeliverySource, reachedBy } from '../matcher/fanout.js';
 import type { HubFanOut } from './embedded.js';
 import type { InboxStore } from './inboxes.js';
-import { encodedEvent, FrameReader, H, type Link, Outbox, readEvent, S } from './link.js';
+import { EventCache, FrameReader, H, type Link, Outbox, S, writeEventRecord } from './link.js';
 
 /** The shard of a device among `n`: FNV-1a over its id's UTF-16 code units, the same in every process. */
 export function shardOf(device: string, n: number): number {
@@ -108,9 +108,7 @@ export class ShardedFanOut implements HubFanOut {
         if (ref === undefined) {
           ref = refs.size;
           refs.set(e, ref);
-          w.u8(H.EVENT);
-          w.u32(ref);
-          w.raw(encodedEvent(e));
+writeEventRecord(w, ref, e);
         }
         w.u8(S.NOTE);
         w.u32(ref);
@@ -172,6 +170,7 @@ export class ShardedFanOut implements HubFanOut {
  */
 export function serveShard(store: InboxStore, link: Link, log: Logger): () => void {
   const fanout = store.fanout;
+  const cache = new EventCache(1024);
   // One STORED per turn, however many frames the turn read.
   const out: Outbox = new Outbox(link, () => {
     const w = out.w;
@@ -192,8 +191,8 @@ export function serveShard(store: InboxStore, link: Link, log: Logger): () => vo
           const tag = r.u8();
           switch (tag) {
             case H.EVENT: {
-              const ref = r.u32();
-              events[ref] = readEvent(r);
+              const [ref, e] = cache.read(r);
+              events[ref] = e;
               break;
             }
             case S.NOTE: {

@@ -9,7 +9,7 @@
 import type { Logger } from 'pino';
 import type { Event } from '../../src/model/types.js';
 import type { Delivery, DrainableInbox, Hub, LocationWriter, PublishResult } from './port.js';
-import { type CallArgs, CALL_OPS, type CallOp, encodedEvent, FrameReader, type FrameWriter, G, H, type Link, Outbox, readEvent, toWire } from './link.js';
+import { type CallArgs, CALL_OPS, type CallOp, FrameReader, type FrameWriter, G, H, type Link, Outbox, readEvent, toWire, writeEventRecord } from './link.js';
 
 /** Where a served link's inboxes open: the embedded hub, or a fan-out shard's store. */
 export interface InboxSource {
@@ -90,9 +90,7 @@ export class HubServer {
         if (eventRefs.has(d.event)) continue;
         const ref = eventRefs.size;
         eventRefs.set(d.event, ref);
-        w.u8(H.EVENT);
-        w.u32(ref);
-        w.raw(encodedEvent(d.event));
+writeEventRecord(w, ref, d.event);
       }
       w.u8(H.PUSH);
       w.u32(b);

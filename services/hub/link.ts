@@ -61,7 +61,7 @@ export const H = {
   ERROR: 21,
   /** u32 request, u32 count × (str event id, f64 reached). */
   PUBLISHED: 22,
-  /** u32 event number (within this frame), event. */
+  /** u32 event number within this frame, f64 the event's number in the node, u32 length, event. */
   EVENT: 23,
   /** u32 inbox, u32 count × (str delivery id, f64 published at, u32 event number, u32 n, n × str). */
   PUSH: 24,
@@ -402,6 +402,61 @@ export function encodedEvent(e: Event): Buffer {
     eventBytes.set(e, b);
   }
   return b;
+}
+
+/**
+ * Each event published on a node has a number there, given by the hub's thread (the one that
+ * publishes) and kept by a fan-out shard for the events it receives (`EventCache.read` adopts
+ * it). A gateway that gets an event again, in another frame or from another shard, finds the
+ * object it decoded the first time: the event is decoded, converted and encoded for its devices
+ * once, not once per frame.
+ */
+const eventNumbers = new WeakMap<Event, number>();
+let nextEventNumber = 1;
+
+function eventNumber(e: Event): number {
+  let n = eventNumbers.get(e);
+  if (n === undefined) {
+    n = nextEventNumber++;
+    eventNumbers.set(e, n);
+  }
+  return n;
+}
+
+/** Writes an H.EVENT record: `ref` numbers the event within this frame. */
+export function writeEventRecord(w: FrameWriter, ref: number, e: Event): void {
+  const b = encodedEvent(e);
+  w.u8(H.EVENT);
+  w.u32(ref);
+  w.f64(eventNumber(e));
+  w.u32(b.length);
+  w.raw(b);
+}
+
+/** The events a reader received lately, by their number in the node (oldest dropped first). */
+export class EventCache {
+  private readonly recent = new Map<number, Event>();
+
+  constructor(private readonly max = 8192) {}
+
+  /** Reads an H.EVENT record (its tag already read): the frame's number for it and the event. */
+  read(r: FrameReader): [ref: number, e: Event] {
+    const ref = r.u32();
+    const n = r.f64();
+    const len = r.u32();
+    const known = this.recent.get(n);
+    if (known !== undefined) {
+      r.o += len;
+      return [ref, known];
+    }
+    const end = r.o + len;
+    const e = readEvent(r);
+    if (r.o !== end) throw new Error(`event record of ${len} bytes read as ${len + r.o - end}`);
+    eventNumbers.set(e, n);
+    this.recent.set(n, e);
+    if (this.recent.size > this.max) this.recent.delete(this.recent.keys().next().value as number);
+    return [ref, e];
+  }
 }
 
 export class Outbox {

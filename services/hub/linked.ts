@@ -9,7 +9,7 @@ import type { Event, PositionUpdate } from '../../src/model/types.js';
 import { type Delivery, type DeviceInfo, type DeviceSubscription, type Hub, type HubStats, type Inbox, type LocationWriter, type PublishResult, compareDeliveryIds } from './port.js';
 import { CoalescedWriter, type WriterOwner } from './coalesced-writer.js';
 import { shardOf } from './fanout-shard.js';
-import { type CallArgs, CALL_OPS, type CallOp, FrameReader, type FrameWriter, G, H, type Link, Outbox, type WireError, fromWire, readEvent, writeEvent } from './link.js';
+import { type CallArgs, CALL_OPS, type CallOp, EventCache, FrameReader, type FrameWriter, G, H, type Link, Outbox, type WireError, fromWire, writeEvent } from './link.js';
 
 interface Pending {
   resolve(v: unknown): void;
@@ -141,6 +141,8 @@ export class LinkedHub implements Hub, WriterOwner<number> {
   /** The outboxes of the hub's link (0) and of each fan-out shard's link (1..K). */
   private readonly outs: Outbox[];
   private readonly pending = new Map<number, Pending>();
+  /** Events lately received, so one that comes again is the same object (encoded once for the devices). */
+  private readonly events = new EventCache();
   private readonly inboxes = new Map<number, LinkedInbox>();
   private nextRequest = 1;
   private nextWriter = 1;
@@ -189,8 +191,8 @@ export class LinkedHub implements Hub, WriterOwner<number> {
       const tag = r.u8();
       switch (tag) {
         case H.EVENT: {
-          const ref = r.u32();
-          events[ref] = readEvent(r);
+          const [ref, e] = this.events.read(r);
+          events[ref] = e;
           break;
         }
         case H.PUSH: {

@@ -160,6 +160,34 @@ describe('hub link', () => {
     }
   });
 
+  it('an event reaching a gateway in several frames is one object there; events with one id stay apart', async () => {
+    const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }));
+    const hub = new EmbeddedHub(core);
+    const { port1, port2 } = new MessageChannel();
+    new HubServer(hub, pino({ level: 'silent' }), hub).serve(portLink(port1));
+    const linked = new LinkedHub(portLink(port2));
+    try {
+      for (const d of ['a', 'b']) await linked.addSubscription(d, { id: 'all', filters: [{ constraints: [] }] });
+      const a = await linked.openInbox('a', null);
+      await linked.publish([{ id: 'x', lat: 1, lon: 2, attributes: { n: 1 } }]);
+      const [fromA] = await a.pull(10);
+      // b's inbox opens later: its backlog comes in another frame.
+      const b = await linked.openInbox('b', null);
+      const [fromB] = await b.pull(10);
+      assert.equal(fromB.event, fromA.event, 'the same object, decoded once');
+      // Another event with the same id (publishers choose ids) is another event.
+      await linked.publish([{ id: 'x', lat: 1, lon: 2, attributes: { n: 2 } }]);
+      const [second] = await a.pull(10);
+      assert.notEqual(second.event, fromA.event);
+      assert.deepEqual(second.event.attributes, { n: 2 });
+      a.close();
+      b.close();
+    } finally {
+      await linked.close();
+      await hub.close();
+    }
+  });
+
   it('an unreadable frame ends the link: pending calls fail UNAVAILABLE and nothing of it applies', async () => {
     const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }));
     const hub = new EmbeddedHub(core);
