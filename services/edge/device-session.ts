@@ -43,6 +43,8 @@ export class DeviceSession {
   private lastSent = '';
   /** Requests apply in order, each after the one before it answered. */
   private chain: Promise<void> = Promise.resolve();
+  /** Nothing is queued on the chain. */
+  private idle = true;
   private drainWaiter: (() => void) | null = null;
   private readsPaused = false;
   private expiry: NodeJS.Timeout | undefined;
@@ -206,14 +208,29 @@ export class DeviceSession {
     }
   }
 
+  /** Queues `next` (the chain with one more step) as the chain. */
+  private enqueue(next: Promise<void>): void {
+    this.chain = next;
+    this.idle = false;
+    const settled = (): void => {
+      if (this.chain === next) this.idle = true;
+    };
+    next.then(settled, settled);
+  }
+
   private async ack(id: string): Promise<void> {
+    this.ackNow(id);
+  }
+
+  /** Checks an ack against what this stream sent and moves the inbox's ack point. */
+  private ackNow(id: string): void {
     if (this.phase === 'closed') return;
     const refuse = (message: string) => this.reply('', this.host.reject(new ApiError(grpc.status.INVALID_ARGUMENT, message, 'ack.delivery_id'), 'Connect.ack'));
     if (parseDeliveryId(id) === null) return refuse(`must be a delivery id, got ${JSON.stringify(id.slice(0, 40))}`);
     if (this.lastSent === '' || compareDeliveryIds(id, this.lastSent) > 0) {
       return refuse(`acknowledges ${id}, which was not delivered on this stream (last ${this.lastSent || 'none'})`);
     }
-    await this.inbox?.ack(id);
+    this.inbox?.ack(id).catch(this.failStream);
   }
 
   private onMessage(req: ConnectRequest): void {
@@ -224,7 +241,7 @@ export class DeviceSession {
       if (m.case !== 'hello') return this.failStream(new ApiError(grpc.status.FAILED_PRECONDITION, 'the first message of a stream must be hello', 'hello'));
       this.phase = 'opening';
       // Requests sent right behind hello queue on the chain behind it.
-      this.chain = this.chain.then(() => this.hello(m.value.resumeToken)).catch(this.failStream);
+      this.enqueue(this.chain.then(() => this.hello(m.value.resumeToken)).catch(this.failStream));
       return;
     }
     const { hub, limits } = this.host;
@@ -237,7 +254,7 @@ export class DeviceSession {
         if (inRange(lat, lon)) {
           const writer = this.writer;
           if (writer !== null) writer.update(lat, lon);
-          else this.chain = this.chain.then(() => this.writer?.update(lat, lon));
+          else this.enqueue(this.chain.then(() => this.writer?.update(lat, lon)));
           this.host.counters.locationUpdatesStream++;
         } else {
           this.reply('', this.host.reject(latLonError(lat, lon), 'Connect.location'));
@@ -246,22 +263,24 @@ export class DeviceSession {
       }
       case 'subscribe': {
         const { requestId, subscription } = m.value;
-        this.chain = this.chain.then(() => this.request('subscribe', requestId, async () => hub.addSubscription(device, toSubscription('subscription', device, subscription, limits))));
+        this.enqueue(this.chain.then(() => this.request('subscribe', requestId, async () => hub.addSubscription(device, toSubscription('subscription', device, subscription, limits)))));
         return;
       }
       case 'replace': {
         const { requestId, subscription } = m.value;
-        this.chain = this.chain.then(() => this.request('replace', requestId, async () => hub.replaceSubscription(device, toSubscription('subscription', device, subscription, limits))));
+        this.enqueue(this.chain.then(() => this.request('replace', requestId, async () => hub.replaceSubscription(device, toSubscription('subscription', device, subscription, limits)))));
         return;
       }
       case 'unsubscribe': {
         const { requestId, subscriptionId } = m.value;
-        this.chain = this.chain.then(() => this.request('unsubscribe', requestId, async () => hub.removeSubscription(device, checkId('subscription_id', subscriptionId, limits))));
+        this.enqueue(this.chain.then(() => this.request('unsubscribe', requestId, async () => hub.removeSubscription(device, checkId('subscription_id', subscriptionId, limits)))));
         return;
       }
       case 'ack': {
         const id = m.value.deliveryId;
-        this.chain = this.chain.then(() => this.ack(id)).catch(this.failStream);
+        // Nothing queued ahead of it (the usual case): applied now, without a promise per ack.
+        if (this.idle && this.phase === 'open') this.ackNow(id);
+        else this.enqueue(this.chain.then(() => this.ack(id)).catch(this.failStream));
         return;
       }
       case 'hello':
