@@ -35,6 +35,7 @@ import { DeviceSession, type SessionHost } from './device-session.js';
 import type { Logger } from 'pino';
 import type { Counters, EdgeMetrics } from './counters.js';
 import { grpcServerDefinition, isMalformed } from '../../api/rpc.js';
+import { fastConnectRequest } from '../../api/fast-decode.js';
 
 export interface GatewayOptions {
   /** Notifications pulled from the hub per read. */
@@ -136,7 +137,8 @@ export class Gateway implements SessionHost {
   /** Adds the device, publisher and ops services to a gRPC server. */
   addTo(server: grpc.Server): void {
     const h = this.handlers();
-    server.addService(grpcServerDefinition(DeviceService), h.device);
+    // Locations and acks, most of what device streams carry, skip the generic decoder.
+    server.addService(grpcServerDefinition(DeviceService, { connect: fastConnectRequest }), h.device);
     server.addService(grpcServerDefinition(PublisherService), h.publisher);
     server.addService(grpcServerDefinition(OpsService), h.ops);
   }

@@ -1,0 +1,83 @@
+/**
+ * The fast decoder of device-stream requests (api/fast-decode.ts) against protobuf-es: for every
+ * input it accepts, the same object `fromBinary` builds; inputs outside its layouts (other
+ * messages, unknown fields, long or non-ASCII ids, truncated bytes) go to the generic reader.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { create, fromBinary, toBinary } from '@bufbuild/protobuf';
+import { ConnectRequestSchema } from '../../api/gen/ambit/v1/device_pb.js';
+import { fastConnectRequest } from '../../api/fast-decode.js';
+import { encodeLocation } from '../../sdk/device.js';
+import { Prng } from '../../src/workload/prng.js';
+
+const encode = (m: unknown): Buffer => Buffer.from(toBinary(ConnectRequestSchema, create(ConnectRequestSchema, m as never)));
+
+/** Decodes fast: the same as protobuf-es when it accepts, and says whether it did. */
+function check(b: Buffer, what: string): boolean {
+  const fast = fastConnectRequest(b);
+  if (fast === null) return false;
+  assert.deepStrictEqual(fast, fromBinary(ConnectRequestSchema, b), what);
+  return true;
+}
+
+describe('fast device-request decoding', () => {
+  it('decodes locations and acks exactly as protobuf-es, at the edges', () => {
+    const doubles = [0, -0, 1, -1, 45.4642, -180, 90, Number.MIN_VALUE, Number.MAX_VALUE, Infinity, -Infinity, NaN];
+    for (const lat of doubles) for (const lon of doubles) {
+      assert.ok(check(encodeLocation(lat, lon), `SDK location ${lat}, ${lon}`), `accepts the SDK's layout (${lat}, ${lon})`);
+      // protobuf-es leaves zeros out: a LatLon of one field or none.
+      assert.ok(check(encode({ message: { case: 'location', value: { lat, lon } } }), `protobuf-es location ${lat}, ${lon}`));
+    }
+    // The doubles in the other order, and a field repeated (the last one wins).
+    const swapped = Buffer.concat([Buffer.from([0x12, 18, 0x11]), f64(2), Buffer.from([0x09]), f64(1)]);
+    assert.ok(check(swapped, 'lon before lat'));
+    const twice = Buffer.concat([Buffer.from([0x12, 27, 0x09]), f64(1), Buffer.from([0x09]), f64(3), Buffer.from([0x11]), f64(2)]);
+    assert.ok(check(twice, 'lat twice'));
+    for (const id of ['1-1', '1700000000000-123456', '0-0', 'x', '9'.repeat(123)]) assert.ok(check(encode({ message: { case: 'ack', value: { deliveryId: id } } }), `ack ${id}`));
+  });
+
+  it('leaves everything else to protobuf-es', () => {
+    const generic: [string, Buffer][] = [
+      ['empty', Buffer.alloc(0)],
+      ['hello', encode({ message: { case: 'hello', value: { resumeToken: '1-1' } } })],
+      ['subscribe', encode({ message: { case: 'subscribe', value: { requestId: 'r', subscription: { id: 's' } } } })],
+      ['an empty ack (default id)', encode({ message: { case: 'ack', value: { deliveryId: '' } } })],
+      ['a non-ASCII ack', encode({ message: { case: 'ack', value: { deliveryId: 'é-1' } } })],
+      ['a long ack (two-byte length)', encode({ message: { case: 'ack', value: { deliveryId: '1'.repeat(200) } } })],
+      ['a location with an unknown field', Buffer.concat([Buffer.from([0x12, 20]), encodeLocation(1, 2).subarray(2), Buffer.from([0x18, 0x01])])],
+      ['a location and then an ack', Buffer.concat([encodeLocation(1, 2), encode({ message: { case: 'ack', value: { deliveryId: '1-1' } } })])],
+      ['a truncated location', encodeLocation(1, 2).subarray(0, 15)],
+      ['a length past the end', Buffer.from([0x12, 18, 0x09, 0, 0])],
+    ];
+    for (const [what, b] of generic) assert.equal(fastConnectRequest(b), null, what);
+  });
+
+  it('agrees with protobuf-es on a seeded sweep of random bytes around the two layouts', () => {
+    const rng = new Prng(7, 1);
+    let accepted = 0;
+    for (let i = 0; i < 20_000; i++) {
+      const base = rng.int(0, 1) === 0 ? encodeLocation(-90 + rng.float() * 180, -180 + rng.float() * 360) : encode({ message: { case: 'ack', value: { deliveryId: `${rng.int(0, 1e9)}-${rng.int(0, 1e6)}` } } });
+      const b = Buffer.from(base);
+      // Flip up to two bytes: some inputs stay valid, some stop being either layout.
+      for (let k = rng.int(0, 2); k > 0; k--) b[rng.int(0, b.length - 1)] = rng.int(0, 255);
+      let reference: unknown;
+      try {
+        reference = fromBinary(ConnectRequestSchema, b);
+      } catch {
+        reference = null;
+      }
+      const fast = fastConnectRequest(b);
+      if (fast === null) continue;
+      accepted++;
+      assert.deepStrictEqual(fast, reference, `input ${b.toString('hex')}`);
+    }
+    assert.ok(accepted > 10_000, `most of the sweep takes the fast path (${accepted})`);
+  });
+});
+
+function f64(v: number): Buffer {
+  const b = Buffer.alloc(8);
+  b.writeDoubleLE(v, 0);
+  return b;
+}
