@@ -12,7 +12,7 @@ import { isMalformed } from '../../api/rpc.js';
 import type { Principal } from './auth.js';
 import { ApiError, type StatusInfo, requestStatus, toServiceError, toSubscription } from './convert.js';
 import { notificationFrame } from './notification-frame.js';
-import { type Hub, type Inbox, type LocationWriter, compareDeliveryIds, parseDeliveryId } from '../hub/port.js';
+import { type Delivery, type DrainableInbox, type Hub, type Inbox, type LocationWriter, compareDeliveryIds, parseDeliveryId } from '../hub/port.js';
 import type { Logger } from 'pino';
 import type { Counters } from './counters.js';
 
@@ -119,6 +119,15 @@ export class DeviceSession {
     if (this.writer !== null) void this.writer.close().catch((err: unknown) => log.warn({ err }, 'location flush failed on stream end'));
   }
 
+  /**
+   * The stream's location writer, made at its first location (a stream that sends none, or none
+   * yet, holds none); null until the stream is open.
+   */
+  private openWriter(): LocationWriter | null {
+    if (this.writer === null && this.phase === 'open') this.writer = this.host.hub.locationWriter(this.device);
+    return this.writer;
+  }
+
   private write(m: ConnectResponse): boolean {
     return this.phase === 'closed' ? true : this.call.write(m);
   }
@@ -151,6 +160,61 @@ export class DeviceSession {
     this.call.emit('error', toServiceError(s));
   };
 
+  /** A batch cut short by HTTP/2 flow control: what is left of it, from `heldAt`. */
+  private held: Delivery[] | null = null;
+  private heldAt = 0;
+
+  /**
+   * Delivery from an inbox that can be drained without waiting (the embedded and node-local
+   * hubs): writes what it has, then registers to be called when it has more, or when HTTP/2
+   * drains. An idle stream holds one registered callback, no pending promise or suspended call.
+   */
+  private readonly pump = (): void => {
+    const box = this.inbox as DrainableInbox;
+    const counters = this.host.counters;
+    try {
+      for (;;) {
+        if (this.phase !== 'open') return;
+        let batch = this.held;
+        let i = this.heldAt;
+        this.held = null;
+        if (batch === null) {
+          batch = box.take(this.host.sendBatch);
+          i = 0;
+          if (batch.length === 0) return box.notify(this.pump);
+        }
+        for (; i < batch.length; i++) {
+          if (this.phase !== 'open') return;
+          const d = batch[i];
+          this.lastSent = d.deliveryId;
+          counters.notificationsSent++;
+          if (!this.writeBytes(notificationFrame(d))) {
+            // HTTP/2 flow control: stop taking until the client reads; the backlog stays in the hub.
+            if (i + 1 < batch.length) {
+              this.held = batch;
+              this.heldAt = i + 1;
+            }
+            counters.sendQueue++;
+            this.drainWaiter = this.drained;
+            this.call.once('drain', this.drained);
+            return;
+          }
+        }
+      }
+    } catch (err) {
+      this.failStream(err);
+    }
+  };
+
+  private readonly drained = (): void => {
+    if (this.drainWaiter === null) return;
+    this.drainWaiter = null;
+    this.call.off('drain', this.drained);
+    this.host.counters.sendQueue--;
+    this.pump();
+  };
+
+  /** Delivery from an inbox that is pulled (Redis). */
   private async deliver(box: Inbox): Promise<void> {
     const counters = this.host.counters;
     while (this.phase === 'open') {
@@ -184,11 +248,11 @@ export class DeviceSession {
       return;
     }
     this.inbox = box;
-    this.writer = this.host.hub.locationWriter(this.device);
     this.phase = 'open';
     this.lastSent = box.resumeToken;
     this.write(create(ConnectResponseSchema, { message: { case: 'welcome', value: { deviceId: this.device, resumeToken: box.resumeToken, missed: BigInt(box.missed) } } }));
-    this.deliver(box).catch(this.failStream);
+    if (isDrainable(box)) this.pump();
+    else this.deliver(box).catch(this.failStream);
   }
 
   private async request(kind: 'subscribe' | 'replace' | 'unsubscribe', requestId: string, run: () => Promise<void>): Promise<void> {
@@ -252,9 +316,9 @@ export class DeviceSession {
         const lat = m.value.lat;
         const lon = m.value.lon;
         if (inRange(lat, lon)) {
-          const writer = this.writer;
+          const writer = this.writer ?? this.openWriter();
           if (writer !== null) writer.update(lat, lon);
-          else this.enqueue(this.chain.then(() => this.writer?.update(lat, lon)));
+          else this.enqueue(this.chain.then(() => this.openWriter()?.update(lat, lon)));
           this.host.counters.locationUpdatesStream++;
         } else {
           this.reply('', this.host.reject(latLonError(lat, lon), 'Connect.location'));
@@ -289,6 +353,10 @@ export class DeviceSession {
         return this.failStream(new ApiError(grpc.status.INVALID_ARGUMENT, 'message must be set (an unknown or empty oneof)', 'message'));
     }
   }
+}
+
+function isDrainable(box: Inbox): box is DrainableInbox {
+  return typeof (box as Partial<DrainableInbox>).take === 'function' && typeof (box as Partial<DrainableInbox>).notify === 'function';
 }
 
 function latLonError(lat: number, lon: number): ApiError {

@@ -101,7 +101,7 @@ export class EmbeddedInbox implements DrainableInbox {
       ready();
     };
     this.wake = wake;
-    this.log.waiters.add(wake);
+    this.log.await(wake);
   }
 
   async ack(deliveryId: string): Promise<void> {
@@ -111,7 +111,7 @@ export class EmbeddedInbox implements DrainableInbox {
   close(): void {
     this.closed = true;
     if (this.wake !== null) {
-      this.log.waiters.delete(this.wake);
+      this.log.forget(this.wake);
       this.wake();
     }
   }

@@ -6,7 +6,7 @@
  */
 import { AmbitError } from '../../src/model/errors.js';
 import type { Event, PositionUpdate } from '../../src/model/types.js';
-import { type Delivery, type DeviceInfo, type DeviceSubscription, type Hub, type HubStats, type Inbox, type LocationWriter, type PublishResult, compareDeliveryIds } from './port.js';
+import { type Delivery, type DeviceInfo, type DeviceSubscription, type DrainableInbox, type Hub, type HubStats, type Inbox, type LocationWriter, type PublishResult, compareDeliveryIds } from './port.js';
 import { CoalescedWriter, type WriterOwner } from './coalesced-writer.js';
 import { shardOf } from './fanout-shard.js';
 import { type CallArgs, CALL_OPS, type CallOp, EventCache, FrameReader, type FrameWriter, G, H, type Link, Outbox, type WireError, fromWire, writeEvent } from './link.js';
@@ -19,15 +19,15 @@ interface Pending {
 /** An inbox with nothing queued (never written to). */
 const NONE: Delivery[] = [];
 
-class LinkedInbox implements Inbox {
+class LinkedInbox implements DrainableInbox {
   resumeToken = '';
   missed = 0;
   private closed = false;
   /** Deliveries the hub pushed that the stream has not taken (at most the window). */
   private queue = NONE;
   private head = 0;
-  private waiter: ((ds: Delivery[]) => void) | null = null;
-  private waitMax = 0;
+  /** Called once when deliveries arrive or the inbox ends. */
+  private waiter: (() => void) | null = null;
   /** Credit to give back: deliveries taken since the last frame. */
   private taken = 0;
   /** The highest ack not yet sent: acks within one turn go as one. */
@@ -42,14 +42,25 @@ class LinkedInbox implements Inbox {
     readonly at: number,
   ) {}
 
-  pull(max: number): Promise<Delivery[]> {
-    if (this.closed) return Promise.resolve([]);
-    if (this.head < this.queue.length) return Promise.resolve(this.take(max));
-    if (this.waiter !== null) return Promise.reject(new Error('hub: one pull at a time per inbox'));
-    return new Promise((resolve) => {
-      this.waiter = resolve;
-      this.waitMax = max;
-    });
+  async pull(max: number): Promise<Delivery[]> {
+    for (;;) {
+      if (this.closed) return [];
+      const ds = this.take(max);
+      if (ds.length !== 0) return ds;
+      if (this.waiter !== null) throw new Error('hub: one pull at a time per inbox');
+      await new Promise<void>((resolve) => this.notify(resolve));
+    }
+  }
+
+  take(max: number): Delivery[] {
+    if (this.closed || this.head >= this.queue.length) return [];
+    return this.takeQueued(max);
+  }
+
+  notify(ready: () => void): void {
+    if (this.closed || this.waiter !== null) return;
+    if (this.head < this.queue.length) return ready();
+    this.waiter = ready;
   }
 
   /** @internal Deliveries the hub pushed. */
@@ -62,11 +73,11 @@ class LinkedInbox implements Inbox {
     const w = this.waiter;
     if (w !== null) {
       this.waiter = null;
-      w(this.take(this.waitMax));
+      w();
     }
   }
 
-  private take(max: number): Delivery[] {
+  private takeQueued(max: number): Delivery[] {
     const q = this.queue;
     const from = this.head;
     const to = Math.min(q.length, from + max);
@@ -125,7 +136,7 @@ class LinkedInbox implements Inbox {
     this.head = 0;
     const w = this.waiter;
     this.waiter = null;
-    w?.([]);
+    w?.();
   }
 }
 

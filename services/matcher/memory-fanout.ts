@@ -19,7 +19,8 @@ export class DeviceLog {
   /** Ordinal of the last appended notification (the seq part of its id). */
   last = 0;
   lastMs = 0;
-  readonly waiters = new Set<() => void>();
+  /** Readers waiting for the next entry (created on first use: most devices have none most of the time). */
+  private waiting: Set<() => void> | null = null;
 
   get size(): number {
     return this.entries.length - this.head;
@@ -27,7 +28,7 @@ export class DeviceLog {
 
   push(d: Delivery): void {
     this.entries.push(d);
-    if (this.waiters.size !== 0) this.wakeAll();
+    if (this.waiting !== null && this.waiting.size !== 0) this.wakeAll();
   }
 
   /**
@@ -79,10 +80,22 @@ export class DeviceLog {
     }
   }
 
+  /** Calls `w` once at the next entry (or wakeAll). */
+  await(w: () => void): void {
+    (this.waiting ??= new Set()).add(w);
+  }
+
+  /** Forgets a waiting reader. */
+  forget(w: () => void): void {
+    this.waiting?.delete(w);
+  }
+
   /** Wakes every waiting reader (they see the log closed or new entries). */
   wakeAll(): void {
-    for (const w of this.waiters) w();
-    this.waiters.clear();
+    const ws = this.waiting;
+    if (ws === null) return;
+    this.waiting = null;
+    for (const w of ws) w();
   }
 }
 
