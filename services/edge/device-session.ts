@@ -15,6 +15,7 @@ import { notificationFrame } from './notification-frame.js';
 import { type Delivery, type DrainableInbox, type Hub, type Inbox, type LocationWriter, compareDeliveryIds, parseDeliveryId } from '../hub/port.js';
 import type { Logger } from 'pino';
 import type { Counters } from './counters.js';
+import type { ExpiryClock, Expiring } from './expiry.js';
 
 /** What a session needs from the gateway that holds it. */
 export interface SessionHost {
@@ -28,6 +29,8 @@ export interface SessionHost {
   readonly sessions: Map<string, DeviceSession>;
   /** Counts or logs a failed request and says how to answer it. */
   reject(err: unknown, what: string): StatusInfo;
+  /** Ends streams whose token expired. */
+  readonly expiry: ExpiryClock;
   /** Clock (ms since the epoch), for token expiry. */
   now(): number;
 }
@@ -35,7 +38,7 @@ export interface SessionHost {
 type Phase = 'hello' | 'opening' | 'open' | 'closed';
 type Call = grpc.ServerDuplexStream<ConnectRequest, ConnectResponse>;
 
-export class DeviceSession {
+export class DeviceSession implements Expiring {
   private phase: Phase = 'hello';
   private writer: LocationWriter | null = null;
   private inbox: Inbox | null = null;
@@ -45,9 +48,10 @@ export class DeviceSession {
   private chain: Promise<void> = Promise.resolve();
   /** Nothing is queued on the chain. */
   private idle = true;
+  /** The last ack on its way to the hub (a half-close waits for it). */
+  private acking: Promise<void> = Promise.resolve();
   private drainWaiter: (() => void) | null = null;
   private readsPaused = false;
-  private expiry: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly host: SessionHost,
@@ -68,8 +72,8 @@ export class DeviceSession {
     const call = this.call;
     call.on('data', (req: ConnectRequest) => this.onMessage(req));
     call.on('end', () => {
-      // The client half-closed: answer what it asked, then end the stream.
-      void this.chain.then(() => {
+      // The client half-closed: answer what it asked, store its last ack, then end the stream.
+      void Promise.all([this.chain, this.acking]).then(() => {
         if (this.phase === 'closed') return;
         this.finish();
         call.end();
@@ -90,23 +94,21 @@ export class DeviceSession {
 
   /**
    * A stream ends UNAUTHENTICATED when its token expires and the client reconnects with a fresh
-   * one (resuming where it left off). Timers cap at 2^31-1 ms (~24.8 days): a longer-lived token
-   * re-arms until it really expires.
+   * one (resuming where it left off). One clock serves every stream of the host (expiry.ts).
    */
   private armExpiry(): void {
-    const left = this.principal.expiresAt * 1000 - this.host.now();
-    if (left > 0) {
-      this.expiry = setTimeout(() => this.armExpiry(), Math.min(2 ** 31 - 1, left));
-      this.expiry.unref();
-      return;
-    }
+    this.host.expiry.add(this, this.principal.expiresAt);
+  }
+
+  /** The token expired (the host's expiry clock calls it). */
+  expire(): void {
     this.close({ code: grpc.status.UNAUTHENTICATED, message: 'token has expired; reconnect with a fresh token', field: '', expected: true });
   }
 
   private finish(): void {
     if (this.phase === 'closed') return;
     this.phase = 'closed';
-    clearTimeout(this.expiry);
+    this.host.expiry.remove(this, this.principal.expiresAt);
     const { sessions, counters, log } = this.host;
     if (sessions.get(this.device) === this) sessions.delete(this.device);
     counters.connectedDevices = sessions.size;
@@ -294,7 +296,8 @@ export class DeviceSession {
     if (this.lastSent === '' || compareDeliveryIds(id, this.lastSent) > 0) {
       return refuse(`acknowledges ${id}, which was not delivered on this stream (last ${this.lastSent || 'none'})`);
     }
-    this.inbox?.ack(id).catch(this.failStream);
+    const stored = this.inbox?.ack(id);
+    if (stored !== undefined) this.acking = stored.catch(this.failStream);
   }
 
   private onMessage(req: ConnectRequest): void {

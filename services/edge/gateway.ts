@@ -34,6 +34,7 @@ import type { Hub } from '../hub/port.js';
 import { DeviceSession, type SessionHost } from './device-session.js';
 import type { Logger } from 'pino';
 import type { Counters, EdgeMetrics } from './counters.js';
+import { ExpiryClock } from './expiry.js';
 import { grpcServerDefinition, isMalformed } from '../../api/rpc.js';
 import { fastConnectRequest } from '../../api/fast-decode.js';
 
@@ -55,6 +56,7 @@ export class Gateway implements SessionHost {
   readonly counters: Counters;
   readonly sendBatch: number;
   readonly now: () => number = Date.now;
+  readonly expiry = new ExpiryClock(() => this.now());
   private readonly opts: GatewayOptions;
   private readonly startedAt = Date.now();
   private draining = false;
