@@ -202,6 +202,7 @@ export class AmbitDevice {
     this.backoff = resolveBackoff(options.backoff);
     this.autoAck = options.autoAck ?? true;
     this.ackDelayMs = nonNegativeInt('ackDelayMs', options.ackDelayMs ?? 0);
+    if (this.ackDelayMs > 2 ** 31 - 1) throw invalid('ackDelayMs', `must be at most ${2 ** 31 - 1} ms, got ${this.ackDelayMs}`);
     this.maxBuffered = positiveInt('maxBufferedNotifications', options.maxBufferedNotifications ?? 10_000);
     this.closeTimeoutMs = positiveInt('closeTimeoutMs', options.closeTimeoutMs ?? 5_000);
     this.deadlineMs = positiveInt('deadlineMs', options.deadlineMs ?? 30_000);

@@ -100,6 +100,7 @@ export class WireDevices {
   private readonly streams: Stream[] = [];
   private dirty: WireDevice[] = [];
   private flushScheduled = false;
+  private flushTimer: NodeJS.Timeout | null = null;
   failures = 0;
 
   constructor(
@@ -153,17 +154,22 @@ export class WireDevices {
     this.dirty.push(d);
     if (this.flushScheduled) return;
     this.flushScheduled = true;
-    const flush = () => {
-      this.flushScheduled = false;
-      const ds = this.dirty;
-      this.dirty = [];
-      for (const x of ds) x.sendAck();
-    };
-    if (this.ackDelayMs === 0) setImmediate(flush);
-    else setTimeout(flush, this.ackDelayMs);
+    if (this.ackDelayMs === 0) setImmediate(this.flush);
+    else this.flushTimer = setTimeout(this.flush, this.ackDelayMs);
   }
 
+  private readonly flush = (): void => {
+    this.flushScheduled = false;
+    this.flushTimer = null;
+    const ds = this.dirty;
+    this.dirty = [];
+    for (const x of ds) x.sendAck();
+  };
+
+  /** Sends the acks still waiting, then ends every stream. */
   close(): void {
+    if (this.flushTimer !== null) clearTimeout(this.flushTimer);
+    if (this.flushScheduled) this.flush();
     for (const s of this.streams) s.end();
     for (const c of this.clients) c.close();
   }

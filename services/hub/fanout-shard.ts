@@ -125,7 +125,7 @@ writeEventRecord(w, ref, e);
       if (this.sent[k] !== seq) continue;
       const w = this.outs[k].frame;
       w.u8(S.SEQ);
-      w.u32(seq);
+      w.f64(seq);
     }
     return reached;
   }
@@ -145,7 +145,7 @@ writeEventRecord(w, ref, e);
     while (r.more) {
       const tag = r.u8();
       if (tag !== S.STORED) throw new Error(`unknown record ${tag}`);
-      this.stored[k] = r.u32();
+      this.stored[k] = r.f64();
       r.f64();
       this.droppedBy[k] = r.f64();
     }
@@ -175,7 +175,7 @@ export function serveShard(store: InboxStore, link: Link, log: Logger): () => vo
   const out: Outbox = new Outbox(link, () => {
     const w = out.w;
     w.u8(S.STORED);
-    w.u32(seq);
+    w.f64(seq);
     w.f64(fanout.notifications);
     w.f64(fanout.dropped);
   });
@@ -206,7 +206,7 @@ export function serveShard(store: InboxStore, link: Link, log: Logger): () => vo
               break;
             }
             case S.SEQ:
-              seq = r.u32();
+              seq = r.f64();
               break;
             default:
               throw new Error(`unknown record ${tag}`);

@@ -71,9 +71,9 @@ export const H = {
 export const S = {
   /** u32 event number, f64 published at, str device, u32 n, n × str subscription id: one notification to store. */
   NOTE: 40,
-  /** u32 sequence number of the deliver call whose notifications came before it. */
+  /** f64 sequence number of the deliver call whose notifications came before it (f64: it never wraps). */
   SEQ: 41,
-  /** Shard → hub: u32 last sequence number stored, f64 notifications stored, f64 dropped by retention (totals). */
+  /** Shard → hub: f64 last sequence number stored, f64 notifications stored, f64 dropped by retention (totals). */
   STORED: 42,
 } as const;
 

@@ -140,8 +140,11 @@ class LinkedInbox implements DrainableInbox {
   }
 }
 
-/** Deliveries the hub may push to one inbox ahead of its stream (two sends of 64). */
-export const DEFAULT_WINDOW = 128;
+/**
+ * Deliveries the hub may push to one inbox ahead of its stream: one send batch, so a stream that
+ * HTTP/2 holds back keeps no more in the gateway than a pulled batch would.
+ */
+export const DEFAULT_WINDOW = 64;
 
 /** Devices of UpdateLocations a gateway keeps writer numbers for; past that it starts over. */
 const MAX_FLEET_WRITERS = 1 << 20;
@@ -262,9 +265,11 @@ export class LinkedHub implements Hub, WriterOwner<number> {
     return this.out.frame;
   }
 
-  /** @internal The current frame of link `at` (0: the hub's). */
+  /** @internal The current frame of link `at` (0: the hub's), behind what was coalesced for it. */
   frameOn(at: number) {
-    return at === 0 ? this.frame() : this.outs[at].frame;
+    if (at === 0) return this.frame();
+    this.writeDues(at);
+    return this.outs[at].frame;
   }
 
   private request<T>(write: (i: number) => void): Promise<T> {
@@ -457,6 +462,9 @@ export class LinkedHub implements Hub, WriterOwner<number> {
   private end(err: AmbitError): void {
     if (this.gone) return;
     this.gone = true;
+    // One link gone is the hub gone: the others close too.
+    this.link.close();
+    for (const l of this.shardLinks) l.close();
     for (const o of this.outs) o.closed = true;
     // Pending pulls end with [] (the Inbox contract), before their requests fail.
     for (const b of this.inboxes.values()) b.end();

@@ -62,6 +62,9 @@ export async function startFanOutShards(count: number, retention: Retention, log
     throw err;
   }
   log.info({ shards: count, dir }, `${count} fan-out shards listening`);
+  // The sockets' directory goes with the process, also when it exits without stop().
+  const removeDir = (): void => rmSync(dir, { recursive: true, force: true });
+  process.once('exit', removeDir);
   const fanout = new ShardedFanOut(ports.map((p) => portLink(p)));
   return {
     fanout,
@@ -73,13 +76,19 @@ export async function startFanOutShards(count: number, retention: Retention, log
         workers.map(
           (w) =>
             new Promise<void>((resolve) => {
-              w.once('exit', () => resolve());
+              // A shard that does not stop within 5 s is terminated.
+              const t = setTimeout(() => void w.terminate(), 5000);
+              w.once('exit', () => {
+                clearTimeout(t);
+                resolve();
+              });
               w.postMessage('stop');
             }),
         ),
       );
       for (const p of ports) p.close();
-      rmSync(dir, { recursive: true, force: true });
+      process.off('exit', removeDir);
+      removeDir();
     },
   };
 }

@@ -68,7 +68,13 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
     let statsSource: { stats(): Promise<HubStats> } | null = null;
     if (config.hubInParent) {
       // A gateway of a node whose parent process holds the embedded hub.
-      const shardLinks = await Promise.all(config.hubShards.map(connectShard));
+      const connected = await Promise.allSettled(config.hubShards.map(connectShard));
+      const failed = connected.find((c): c is PromiseRejectedResult => c.status === 'rejected');
+      if (failed !== undefined) {
+        for (const c of connected) if (c.status === 'fulfilled') c.value.close();
+        throw failed.reason;
+      }
+      const shardLinks = connected.map((c) => (c as PromiseFulfilledResult<Link>).value);
       const h = new LinkedHub(socketLink(new Socket({ fd: HUB_PIPE_FD, readable: true, writable: true })), undefined, undefined, shardLinks);
       hub = h;
       cleanups.push(() => h.close());

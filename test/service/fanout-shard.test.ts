@@ -13,7 +13,9 @@ import { CPU_ENGINES } from '../../src/engines/index.js';
 import { EmbeddedHub } from '../../services/hub/embedded.js';
 import { ShardedFanOut, serveShard, shardOf } from '../../services/hub/fanout-shard.js';
 import { InboxStore } from '../../services/hub/inboxes.js';
+import { HubServer } from '../../services/hub/hub-server.js';
 import { type Link, portLink } from '../../services/hub/link.js';
+import { LinkedHub } from '../../services/hub/linked.js';
 import { ENGINE_SIDE_LIMITS } from '../../services/hub/port.js';
 import { MatchCore } from '../../services/matcher/core.js';
 
@@ -63,7 +65,7 @@ function shardedHub(n: number, wrap: (link: Link, k: number) => Link = (l) => l)
 
 const everything = { id: 'all', filters: [{ constraints: [] }] };
 
-describe('fan-out shards', () => {
+describe('fan-out shards', { timeout: 30_000 }, () => {
   it('a publish replies only after its shard has stored the notifications', async () => {
     let gate!: ReturnType<typeof gated>;
     const { hub, stores, close } = shardedHub(1, (link) => (gate = gated(link)));
@@ -123,6 +125,51 @@ describe('fan-out shards', () => {
       await assert.rejects(waiting, unavailable);
       await assert.rejects(hub.publish([{ id: 'e2', lat: 0, lon: 0, attributes: {} }]), unavailable);
     } finally {
+      await close();
+    }
+  });
+
+  it('through a gateway: more than the window per device, acks and credit on the shard links', async () => {
+    const quiet = pino({ level: 'silent' });
+    const { hub, stores, close } = shardedHub(2);
+    const hubChannel = new MessageChannel();
+    const server = new HubServer(hub, quiet, null);
+    server.serve(portLink(hubChannel.port1));
+    const shardChannels = stores.map((store) => {
+      const c = new MessageChannel();
+      new HubServer(null, quiet, store).serve(portLink(c.port1));
+      return c;
+    });
+    // A window of 3: ten notifications per device need credit back from the shard links.
+    const linked = new LinkedHub(portLink(hubChannel.port2), 3, undefined, shardChannels.map((c) => portLink(c.port2)));
+    try {
+      const devices = ['dev-a', 'dev-b', 'dev-c', 'dev-d'];
+      assert.deepEqual(new Set(devices.map((d) => shardOf(d, 2))).size, 2, 'the devices use both shards');
+      for (const d of devices) await linked.addSubscription(d, everything);
+      const boxes = await Promise.all(devices.map((d) => linked.openInbox(d, null)));
+      for (let i = 0; i < 10; i++) await linked.publish([{ id: `e${i}`, lat: 0, lon: 0, attributes: { i } }]);
+      for (const [k, box] of boxes.entries()) {
+        const got: number[] = [];
+        let last = '';
+        while (got.length < 10) {
+          const ds = await box.pull(100);
+          assert.ok(ds.length <= 3, 'never more than the window at once');
+          for (const x of ds) {
+            got.push(x.event.attributes.i as number);
+            last = x.deliveryId;
+          }
+        }
+        assert.deepEqual(got, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9], devices[k]);
+        await box.ack(last);
+        // A second stream of the device through this gateway: the ack went to the shard ahead of it.
+        const again = await linked.openInbox(devices[k], null);
+        assert.equal(again.resumeToken, last, `${devices[k]} resumes after its ack`);
+        again.close();
+      }
+    } finally {
+      await linked.close();
+      server.close();
+      for (const c of [hubChannel, ...shardChannels]) c.port1.close();
       await close();
     }
   });
