@@ -36,7 +36,7 @@ import type { Logger } from 'pino';
 import type { Counters, EdgeMetrics } from './counters.js';
 import { ExpiryClock } from './expiry.js';
 import { grpcServerDefinition, isMalformed } from '../../api/rpc.js';
-import { fastConnectRequest } from '../../api/fast-decode.js';
+import { fastConnectRequest, fastUpdateLocationsRequest } from '../../api/fast-decode.js';
 
 export interface GatewayOptions {
   /** Notifications pulled from the hub per read. */
@@ -139,8 +139,9 @@ export class Gateway implements SessionHost {
   /** Adds the device, publisher and ops services to a gRPC server. */
   addTo(server: grpc.Server): void {
     const h = this.handlers();
-    // Locations and acks, most of what device streams carry, skip the generic decoder.
-    server.addService(grpcServerDefinition(DeviceService, { connect: fastConnectRequest }), h.device);
+    // Locations and acks (most of what device streams carry) and UpdateLocations batches skip the
+    // generic decoder.
+    server.addService(grpcServerDefinition(DeviceService, { connect: fastConnectRequest, updateLocations: fastUpdateLocationsRequest }), h.device);
     server.addService(grpcServerDefinition(PublisherService), h.publisher);
     server.addService(grpcServerDefinition(OpsService), h.ops);
   }

@@ -6,8 +6,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { create, fromBinary, toBinary } from '@bufbuild/protobuf';
-import { ConnectRequestSchema } from '../../api/gen/ambit/v1/device_pb.js';
-import { fastConnectRequest } from '../../api/fast-decode.js';
+import { ConnectRequestSchema, UpdateLocationsRequestSchema } from '../../api/gen/ambit/v1/device_pb.js';
+import { fastConnectRequest, fastUpdateLocationsRequest } from '../../api/fast-decode.js';
 import { encodeLocation } from '../../sdk/device.js';
 import { Prng } from '../../src/workload/prng.js';
 
@@ -73,6 +73,62 @@ describe('fast device-request decoding', () => {
       assert.deepStrictEqual(fast, reference, `input ${b.toString('hex')}`);
     }
     assert.ok(accepted > 10_000, `most of the sweep takes the fast path (${accepted})`);
+  });
+});
+
+describe('fast UpdateLocations decoding', () => {
+  const encodeBatch = (updates: unknown[]): Buffer => Buffer.from(toBinary(UpdateLocationsRequestSchema, create(UpdateLocationsRequestSchema, { updates } as never)));
+  const same = (b: Buffer, what: string): boolean => {
+    const fast = fastUpdateLocationsRequest(b);
+    if (fast === null) return false;
+    assert.deepStrictEqual(fast, fromBinary(UpdateLocationsRequestSchema, b), what);
+    return true;
+  };
+
+  it('decodes batches exactly as protobuf-es, at the edges', () => {
+    const cases: [string, unknown[]][] = [
+      ['empty', []],
+      ['one', [{ deviceId: 'dev-1', location: { lat: 45.46, lon: 9.19 } }]],
+      ['no device id (the caller)', [{ location: { lat: 1, lon: 2 } }]],
+      ['no location', [{ deviceId: 'x' }]],
+      ['zeros and -0 left out', [{ deviceId: 'z', location: { lat: 0, lon: -0 } }]],
+      ['non-finite', [{ deviceId: 'n', location: { lat: NaN, lon: Infinity } }, { deviceId: 'm', location: { lat: -Infinity, lon: 5e-324 } }]],
+      ['a long id (two-byte length)', [{ deviceId: 'd'.repeat(300), location: { lat: 1, lon: 1 } }]],
+      ['ten thousand', Array.from({ length: 10_000 }, (_, i) => ({ deviceId: `fleet-${i}`, location: { lat: (i % 180) - 90, lon: (i % 360) - 180 } }))],
+    ];
+    for (const [what, updates] of cases) assert.ok(same(encodeBatch(updates), what), `accepts: ${what}`);
+  });
+
+  it('leaves other layouts to protobuf-es', () => {
+    const generic: [string, Buffer][] = [
+      ['a non-ASCII id', encodeBatch([{ deviceId: 'é', location: { lat: 1, lon: 2 } }])],
+      ['an unknown field in an entry', Buffer.from('0a050a01611801', 'hex')],
+      ['a field of the request other than updates', Buffer.from('1200', 'hex')],
+      ['an entry cut short', encodeBatch([{ deviceId: 'abc', location: { lat: 1, lon: 2 } }]).subarray(0, 10)],
+      ['a device id twice in one entry', Buffer.from('0a060a01610a0162', 'hex')],
+    ];
+    for (const [what, b] of generic) assert.equal(fastUpdateLocationsRequest(b), null, what);
+  });
+
+  it('agrees with protobuf-es on a seeded sweep of corrupted batches', () => {
+    const rng = new Prng(11, 2);
+    let accepted = 0;
+    for (let i = 0; i < 5_000; i++) {
+      const updates = Array.from({ length: rng.int(0, 6) }, (_, k) => ({ deviceId: rng.int(0, 5) === 0 ? '' : `d${rng.int(0, 1e6)}-${k}`, ...(rng.int(0, 6) === 0 ? {} : { location: { lat: -90 + rng.float() * 180, lon: -180 + rng.float() * 360 } }) }));
+      const b = encodeBatch(updates);
+      for (let k = rng.int(0, 2); k > 0 && b.length > 0; k--) b[rng.int(0, b.length - 1)] = rng.int(0, 255);
+      let reference: unknown;
+      try {
+        reference = fromBinary(UpdateLocationsRequestSchema, b);
+      } catch {
+        reference = null;
+      }
+      const fast = fastUpdateLocationsRequest(b);
+      if (fast === null) continue;
+      accepted++;
+      assert.deepStrictEqual(fast, reference, `input ${b.toString('hex')}`);
+    }
+    assert.ok(accepted > 2_000, `most of the sweep takes the fast path (${accepted})`);
   });
 });
 
