@@ -171,8 +171,12 @@ export function portLink(port: MessagePort): Link {
 
 const MIN_FRAME = 16 * 1024;
 
+/** A DataView over a buffer's bytes: its getters and setters compile to loads and stores (Buffer's readDoubleLE and writeDoubleLE copy byte by byte). */
+const viewOf = (b: Buffer): DataView => new DataView(b.buffer, b.byteOffset, b.byteLength);
+
 export class FrameWriter {
   buf = Buffer.allocUnsafe(MIN_FRAME);
+  private view = viewOf(this.buf);
   n = 0;
 
   get empty(): boolean {
@@ -184,6 +188,7 @@ export class FrameWriter {
     const next = Buffer.allocUnsafe(Math.max(this.buf.length * 2, this.n + k));
     this.buf.copy(next, 0, 0, this.n);
     this.buf = next;
+    this.view = viewOf(next);
   }
 
   u8(v: number): void {
@@ -193,13 +198,13 @@ export class FrameWriter {
 
   u32(v: number): void {
     this.reserve(4);
-    this.buf.writeUInt32LE(v, this.n);
+    this.view.setUint32(this.n, v, true);
     this.n += 4;
   }
 
   f64(v: number): void {
     this.reserve(8);
-    this.buf.writeDoubleLE(v, this.n);
+    this.view.setFloat64(this.n, v, true);
     this.n += 8;
   }
 
@@ -261,6 +266,7 @@ export class FrameWriter {
   take(): Buffer {
     const out = this.buf.subarray(0, this.n);
     this.buf = Buffer.allocUnsafe(Math.max(MIN_FRAME, Math.min(this.n, 1 << 20)));
+    this.view = viewOf(this.buf);
     this.n = 0;
     return out;
   }
@@ -268,8 +274,11 @@ export class FrameWriter {
 
 export class FrameReader {
   o = 0;
+  private readonly view: DataView;
 
-  constructor(readonly b: Buffer) {}
+  constructor(readonly b: Buffer) {
+    this.view = viewOf(b);
+  }
 
   get more(): boolean {
     return this.o < this.b.length;
@@ -279,14 +288,15 @@ export class FrameReader {
     return this.b[this.o++];
   }
 
+  /** Reading past the end throws a RangeError (the frame is unreadable). */
   u32(): number {
-    const v = this.b.readUInt32LE(this.o);
+    const v = this.view.getUint32(this.o, true);
     this.o += 4;
     return v;
   }
 
   f64(): number {
-    const v = this.b.readDoubleLE(this.o);
+    const v = this.view.getFloat64(this.o, true);
     this.o += 8;
     return v;
   }
