@@ -47,6 +47,11 @@ export function fastConnectRequest(b: Uint8Array): ConnectRequest | null {
   return null;
 }
 
+/** The ASCII bytes [from, to) as a string. */
+function ascii(b: Uint8Array, from: number, to: number): string {
+  return Buffer.isBuffer(b) ? b.toString('latin1', from, to) : String.fromCharCode(...b.subarray(from, to));
+}
+
 // ---- UpdateLocationsRequest { repeated LocationUpdate updates = 1 } ----
 //      LocationUpdate { string device_id = 1; LatLon location = 2 }
 
@@ -89,13 +94,9 @@ export function fastUpdateLocationsRequest(b: Uint8Array): UpdateLocationsReques
       const [l, q] = len(b, p, end);
       if (l < 0 || q + l > end) return null;
       if (tag === TAG_UPDATE_DEVICE && deviceId === null) {
-        let id = '';
-        for (let i = q; i < q + l; i++) {
-          const c = b[i];
-          if (c >= 0x80) return null;
-          id += String.fromCharCode(c);
-        }
-        deviceId = id;
+        for (let i = q; i < q + l; i++) if (b[i] >= 0x80) return null;
+        // ASCII: one flat string, made natively (a Map keyed by it hashes it as it is).
+        deviceId = ascii(b, q, q + l);
       } else if (tag === TAG_UPDATE_LOCATION && location === undefined) {
         let lat = 0;
         let lon = 0;

@@ -15,6 +15,7 @@ import {
   checkLatLon,
   checkLon,
   checkValue,
+  plainId,
   resolveLimits,
   utf8Bytes,
   validateConstraint,
@@ -331,5 +332,27 @@ describe('constraint semantics (src/model/semantics.ts)', () => {
     assert.equal(satisfies(c('exists', null, null), false), true);
     assert.equal(satisfies(c('exists', null, null), undefined), false);
     assert.equal(satisfies(c('lt', 'number', 10), 3), true, 'attribute on the left');
+  });
+});
+
+describe('plainId: the quick check of an id', () => {
+  it('says true only for ids checkId accepts; checkId decides the rest', () => {
+    const limits = resolveLimits({ maxIdBytes: 12 });
+    const ids = ['', 'a', 'abcd', 'abcde', 'é', 'éé', 'éééé', '\u{1F600}', '\u{1F600}\u{1F600}', '\uD800', 'a\uDC00', 'x'.repeat(12), 'x'.repeat(13)];
+    for (const id of ids) {
+      let accepted = true;
+      try {
+        checkId('id', id, limits);
+      } catch {
+        accepted = false;
+      }
+      if (plainId(id, limits)) assert.ok(accepted, `plainId(${JSON.stringify(id)}) but checkId refuses it`);
+    }
+    // Short, well-formed ids take the quick path.
+    assert.equal(plainId('abcd', limits), true);
+    assert.equal(plainId('\u{1F600}', limits), true);
+    assert.equal(plainId('', limits), false);
+    assert.equal(plainId('\uD800', limits), false);
+    assert.equal(plainId('abcde', limits), false, 'beyond a third of the byte limit: checkId decides');
   });
 });

@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
 import { create } from '@bufbuild/protobuf';
-import { type Limits, checkId } from '../../src/model/limits.js';
+import { type Limits, checkId, inRange, plainId } from '../../src/model/limits.js';
 import type { PositionUpdate } from '../../src/model/types.js';
 import { AuthError, type Principal, SCOPES, type Scope, type TokenAuthority, bearer, requireScope } from './auth.js';
 import {
@@ -307,13 +307,20 @@ export class Gateway implements SessionHost {
         }
         const any = p.scopes.has(SCOPES.locationAny);
         const own = this.deviceOf(p);
-        return req.updates.map((u, i) => {
-          const device = u.deviceId === '' ? own : checkId(`updates[${i}].device_id`, u.deviceId, this.limits);
+        const updates = req.updates;
+        const out = new Array<PositionUpdate>(updates.length);
+        // The common case (a plain id, a position in range) names no field and makes one object.
+        for (let i = 0; i < updates.length; i++) {
+          const u = updates[i];
+          const id = u.deviceId;
+          const device = id === '' ? own : plainId(id, this.limits) ? id : checkId(`updates[${i}].device_id`, id, this.limits);
           if (device !== own && !any) {
             throw new ApiError(grpc.status.PERMISSION_DENIED, `token may only update its own device (needs the ${SCOPES.locationAny} scope)`, `updates[${i}].device_id`);
           }
-          return { device, ...position(`updates[${i}].location`, u.location) };
-        });
+          const at = u.location;
+          out[i] = at !== undefined && inRange(at.lat, at.lon) ? { device, lat: at.lat, lon: at.lon } : { device, ...position(`updates[${i}].location`, at) };
+        }
+        return out;
       },
       async (batches) => {
         const all = batches.length === 1 ? batches[0] : batches.flat();

@@ -121,6 +121,15 @@ function checkString(field: string, v: unknown, minBytes: number, maxBytes: numb
   return v;
 }
 
+/**
+ * True for an id checkId certainly accepts, decided without building its field name: 1 to
+ * maxIdBytes/3 UTF-16 units (so at most maxIdBytes UTF-8 bytes) and well-formed. False says
+ * nothing: checkId decides.
+ */
+export function plainId(v: string, limits: Limits): boolean {
+  return v.length >= 1 && v.length * 3 <= limits.maxIdBytes && isWellFormed(v);
+}
+
 export function checkId(field: string, v: unknown, limits: Limits): string {
   return checkString(field, v, 1, limits.maxIdBytes);
 }
