@@ -8,7 +8,7 @@ import * as grpc from '@grpc/grpc-js';
 import { create } from '@bufbuild/protobuf';
 import { timestampFromMs } from '@bufbuild/protobuf/wkt';
 import { AmbitError, ValidationError, show } from '../../src/model/errors.js';
-import { type Limits, checkLat, checkLon, validateEvent, validateSubscription } from '../../src/model/limits.js';
+import { type Limits, checkLat, checkLon, inRange, validateEvent, validateSubscription } from '../../src/model/limits.js';
 import type { Constraint as MConstraint, Event as MEvent, Filter as MFilter, Op as MOp, Value as MValue } from '../../src/model/types.js';
 import { AuthError } from './auth.js';
 import type { Delivery, DeviceSubscription } from '../hub/port.js';
@@ -90,16 +90,18 @@ export function toSubscription(field: string, device: string, s: Subscription | 
 /** An event from the wire, validated; `id` is filled in by the caller when empty. */
 export function toEvent(field: string, e: Event | undefined, limits: Limits, newId: () => string): MEvent {
   if (e === undefined) throw new ValidationError(field, 'is required');
-  const { lat, lon } = position(`${field}.position`, e.position);
+  // Field names are built only for an error (a publish of thousands of events names none).
+  const at = e.position;
+  const { lat, lon } = at !== undefined && inRange(at.lat, at.lon) ? at : position(`${field}.position`, at);
   const keys = Object.keys(e.attributes);
   if (keys.length > limits.maxAttributesPerEvent) {
     throw new ValidationError(`${field}.attributes`, `must have at most ${limits.maxAttributesPerEvent} attributes, got ${keys.length}`);
   }
   const attributes: Record<string, MValue> = Object.create(null) as Record<string, MValue>;
   for (const k of keys) {
-    const v = value(`${field}.attributes[${show(k)}]`, e.attributes[k]);
-    if (v === undefined) throw new ValidationError(`${field}.attributes[${show(k)}]`, 'value must be set');
-    attributes[k] = v;
+    const w = e.attributes[k];
+    if (w === undefined || w.kind.case === undefined) throw new ValidationError(`${field}.attributes[${show(k)}]`, 'value must be set');
+    attributes[k] = w.kind.value;
   }
   const model: MEvent = { id: e.id === '' ? newId() : e.id, lat, lon, radiusM: e.radiusM, attributes };
   wireNames(() => validateEvent({ ...model, attributes: { ...attributes } }, limits, field));
