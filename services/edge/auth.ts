@@ -27,6 +27,19 @@ export interface Principal {
   expiresAt: number;
 }
 
+/** Scope sets by scope claim: a node's tokens carry a few distinct ones, and each open stream keeps its principal. */
+const scopeSets = new Map<string, ReadonlySet<string>>();
+const MAX_SCOPE_SETS = 256;
+
+function scopeSet(claim: string): ReadonlySet<string> {
+  let set = scopeSets.get(claim);
+  if (set === undefined) {
+    set = new Set(claim.split(' ').filter((s) => s !== ''));
+    if (scopeSets.size < MAX_SCOPE_SETS) scopeSets.set(claim, set);
+  }
+  return set;
+}
+
 export class AuthError extends Error {
   constructor(
     readonly code: 'UNAUTHENTICATED' | 'PERMISSION_DENIED',
@@ -95,7 +108,7 @@ export class TokenAuthority {
       throw new AuthError('UNAUTHENTICATED', 'token claims are malformed (need sub, scope, exp)');
     }
     if (claims.exp <= this.now()) throw new AuthError('UNAUTHENTICATED', 'token has expired');
-    return { subject: claims.sub, scopes: new Set(claims.scope.split(' ').filter((s) => s !== '')), expiresAt: claims.exp };
+    return { subject: claims.sub, scopes: scopeSet(claims.scope), expiresAt: claims.exp };
   }
 
   private sign(data: string): string {

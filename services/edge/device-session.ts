@@ -36,6 +36,9 @@ export interface SessionHost {
 }
 
 type Phase = 'hello' | 'opening' | 'open' | 'closed';
+
+/** Where a session's request chain starts (shared: most streams never queue anything). */
+const SETTLED: Promise<void> = Promise.resolve();
 type Call = grpc.ServerDuplexStream<ConnectRequest, ConnectResponse>;
 
 export class DeviceSession implements Expiring {
@@ -45,11 +48,11 @@ export class DeviceSession implements Expiring {
   /** The last delivery id written to this stream (acks may not go past it). */
   private lastSent = '';
   /** Requests apply in order, each after the one before it answered. */
-  private chain: Promise<void> = Promise.resolve();
+  private chain: Promise<void> = SETTLED;
   /** Nothing is queued on the chain. */
   private idle = true;
   /** The last ack on its way to the hub (a half-close waits for it). */
-  private acking: Promise<void> = Promise.resolve();
+  private acking: Promise<void> = SETTLED;
   private drainWaiter: (() => void) | null = null;
   private readsPaused = false;
 
