@@ -20,35 +20,37 @@ export function fastConnectRequest(b: Uint8Array): ConnectRequest | null {
   const len = b[1];
   if (len >= 0x80 || len + 2 !== n) return null;
   if (b[0] === TAG_LOCATION) {
-    const view = new DataView(b.buffer, b.byteOffset, n);
-    let lat = 0;
-    let lon = 0;
-    let o = 2;
-    while (o < n) {
-      const k = b[o++];
-      if (o + 8 > n) return null;
-      if (k === TAG_LAT) lat = view.getFloat64(o, true);
-      else if (k === TAG_LON) lon = view.getFloat64(o, true);
-      else return null;
-      o += 8;
-    }
-    return { $typeName: 'ambit.v1.ConnectRequest', message: { case: 'location', value: { $typeName: 'ambit.v1.LatLon', lat, lon } } };
+    const value = latLon(b, 2, n);
+    return value === null ? null : { $typeName: 'ambit.v1.ConnectRequest', message: { case: 'location', value } };
   }
   if (b[0] === TAG_ACK) {
     if (n < 4 || b[2] !== TAG_DELIVERY_ID || b[3] + 4 !== n) return null;
-    let id = '';
-    for (let i = 4; i < n; i++) {
-      const c = b[i];
-      if (c >= 0x80) return null;
-      id += String.fromCharCode(c);
-    }
-    return { $typeName: 'ambit.v1.ConnectRequest', message: { case: 'ack', value: { $typeName: 'ambit.v1.Ack', deliveryId: id } } };
+    const deliveryId = ascii(b, 4, n);
+    return deliveryId === null ? null : { $typeName: 'ambit.v1.ConnectRequest', message: { case: 'ack', value: { $typeName: 'ambit.v1.Ack', deliveryId } } };
   }
   return null;
 }
 
-/** The ASCII bytes [from, to) as a string. */
-function ascii(b: Uint8Array, from: number, to: number): string {
+/** A LatLon's fields in [from, to): doubles 1 and 2, in any order, the last one winning; null for anything else. */
+function latLon(b: Uint8Array, from: number, to: number): { $typeName: 'ambit.v1.LatLon'; lat: number; lon: number } | null {
+  const view = new DataView(b.buffer, b.byteOffset, b.length);
+  let lat = 0;
+  let lon = 0;
+  let o = from;
+  while (o < to) {
+    const k = b[o++];
+    if (o + 8 > to) return null;
+    if (k === TAG_LAT) lat = view.getFloat64(o, true);
+    else if (k === TAG_LON) lon = view.getFloat64(o, true);
+    else return null;
+    o += 8;
+  }
+  return { $typeName: 'ambit.v1.LatLon', lat, lon };
+}
+
+/** The bytes [from, to) as one flat string when all are ASCII, else null. */
+function ascii(b: Uint8Array, from: number, to: number): string | null {
+  for (let i = from; i < to; i++) if (b[i] >= 0x80) return null;
   return Buffer.isBuffer(b) ? b.toString('latin1', from, to) : String.fromCharCode(...b.subarray(from, to));
 }
 
@@ -78,7 +80,6 @@ function len(b: Uint8Array, at: number, end: number): [value: number, next: numb
  */
 export function fastUpdateLocationsRequest(b: Uint8Array): UpdateLocationsRequest | null {
   const n = b.length;
-  const view = new DataView(b.buffer, b.byteOffset, n);
   const updates: UpdateLocationsRequest['updates'] = [];
   let o = 0;
   while (o < n) {
@@ -94,22 +95,12 @@ export function fastUpdateLocationsRequest(b: Uint8Array): UpdateLocationsReques
       const [l, q] = len(b, p, end);
       if (l < 0 || q + l > end) return null;
       if (tag === TAG_UPDATE_DEVICE && deviceId === null) {
-        for (let i = q; i < q + l; i++) if (b[i] >= 0x80) return null;
-        // ASCII: one flat string, made natively (a Map keyed by it hashes it as it is).
         deviceId = ascii(b, q, q + l);
+        if (deviceId === null) return null;
       } else if (tag === TAG_UPDATE_LOCATION && location === undefined) {
-        let lat = 0;
-        let lon = 0;
-        let r = q;
-        while (r < q + l) {
-          const k = b[r++];
-          if (r + 8 > q + l) return null;
-          if (k === TAG_LAT) lat = view.getFloat64(r, true);
-          else if (k === TAG_LON) lon = view.getFloat64(r, true);
-          else return null;
-          r += 8;
-        }
-        location = { $typeName: 'ambit.v1.LatLon', lat, lon };
+        const at = latLon(b, q, q + l);
+        if (at === null) return null;
+        location = at;
       } else return null;
       p = q + l;
     }

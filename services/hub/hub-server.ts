@@ -90,7 +90,7 @@ export class HubServer {
         if (eventRefs.has(d.event)) continue;
         const ref = eventRefs.size;
         eventRefs.set(d.event, ref);
-writeEventRecord(w, ref, d.event);
+        writeEventRecord(w, ref, d.event);
       }
       w.u8(H.PUSH);
       w.u32(b);
@@ -169,6 +169,17 @@ writeEventRecord(w, ref, d.event);
       );
     };
 
+    /** A count, then that many (writer number, lat, lon): positions of writers opened on this link. */
+    const move = (r: FrameReader): void => {
+      const n = r.u32();
+      for (let k = 0; k < n; k++) {
+        const w = writers[r.u32()];
+        const lat = r.f64();
+        const lon = r.f64();
+        w?.update(lat, lon);
+      }
+    };
+
     const record = (r: FrameReader): void => {
       const tag = r.u8();
       switch (tag) {
@@ -189,27 +200,15 @@ writeEventRecord(w, ref, d.event);
           const n = r.u32();
           const events = new Array<Event>(n);
           for (let k = 0; k < n; k++) events[k] = readEvent(r);
-          let hub: Hub;
-          try {
-            hub = hubFor('publish');
-          } catch (err) {
-            return fail(i, err);
-          }
-          hub
-            .publish(events).then((rs) => published(i, rs), (err: unknown) => fail(i, err));
+          if (served === null) return fail(i, new Error('hub link: publish goes to the hub, not to a fan-out shard'));
+          served.publish(events).then((rs) => published(i, rs), (err: unknown) => fail(i, err));
           return;
         }
         case G.LOCS: {
           // UpdateLocations: positions by writer number (the gateway opened one per device).
           const i = r.u32();
-          const n = r.u32();
           hubFor('UpdateLocations');
-          for (let k = 0; k < n; k++) {
-            const w = writers[r.u32()];
-            const lat = r.f64();
-            const lon = r.f64();
-            w?.update(lat, lon);
-          }
+          move(r);
           answer(i, Promise.resolve());
           return;
         }
@@ -239,16 +238,8 @@ writeEventRecord(w, ref, d.event);
           writers[w] = hubFor('a location writer').locationWriter(r.str());
           return;
         }
-        case G.WMOVE: {
-          const n = r.u32();
-          for (let k = 0; k < n; k++) {
-            const w = writers[r.u32()];
-            const lat = r.f64();
-            const lon = r.f64();
-            w?.update(lat, lon);
-          }
-          return;
-        }
+        case G.WMOVE:
+          return move(r);
         case G.WCLOSE: {
           const n = r.u32();
           const w = writers[n];

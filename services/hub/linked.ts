@@ -149,7 +149,19 @@ export const DEFAULT_WINDOW = 64;
 /** Devices of UpdateLocations a gateway keeps writer numbers for; past that it starts over. */
 const MAX_FLEET_WRITERS = 1 << 20;
 
+export interface LinkedHubOptions {
+  /** Deliveries the hub may push to one inbox before its stream takes them (DEFAULT_WINDOW). */
+  window?: number;
+  /** UpdateLocations devices it keeps writer numbers for (tests make it small). */
+  maxFleetWriters?: number;
+  /** Links to the node's fan-out shards, where inboxes open (none: in the hub). */
+  shards?: readonly Link[];
+}
+
 export class LinkedHub implements Hub, WriterOwner<number> {
+  private readonly window: number;
+  private readonly maxFleetWriters: number;
+  private readonly shardLinks: readonly Link[];
   readonly mode = 'embedded' as const;
   private readonly out: Outbox;
   /** The outboxes of the hub's link (0) and of each fan-out shard's link (1..K). */
@@ -168,18 +180,14 @@ export class LinkedHub implements Hub, WriterOwner<number> {
   private readonly fleet = new Map<string, number>();
   private gone = false;
 
-  /**
-   * `window`: deliveries the hub may push to one inbox before its stream takes them.
-   * `maxFleetWriters`: UpdateLocations devices it keeps writer numbers for (tests make it small).
-   * `shardLinks`: links to the node's fan-out shards, where inboxes open (none: in the hub).
-   */
   constructor(
     private readonly link: Link,
-    private readonly window = DEFAULT_WINDOW,
-    private readonly maxFleetWriters = MAX_FLEET_WRITERS,
-    private readonly shardLinks: readonly Link[] = [],
+    options: LinkedHubOptions = {},
   ) {
-    const links = [link, ...shardLinks];
+    this.window = options.window ?? DEFAULT_WINDOW;
+    this.maxFleetWriters = options.maxFleetWriters ?? MAX_FLEET_WRITERS;
+    this.shardLinks = options.shards ?? [];
+    const links = [link, ...this.shardLinks];
     this.dues = links.map(() => []);
     this.outs = links.map((l, k) => new Outbox(l, k === 0 ? () => this.writeCoalesced() : () => this.writeDues(k)));
     this.out = this.outs[0];

@@ -75,7 +75,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
         throw failed.reason;
       }
       const shardLinks = connected.map((c) => (c as PromiseFulfilledResult<Link>).value);
-      const h = new LinkedHub(socketLink(new Socket({ fd: HUB_PIPE_FD, readable: true, writable: true })), undefined, undefined, shardLinks);
+      const h = new LinkedHub(socketLink(new Socket({ fd: HUB_PIPE_FD, readable: true, writable: true })), { shards: shardLinks });
       hub = h;
       cleanups.push(() => h.close());
     } else if (config.redisUrl === null) {

@@ -141,7 +141,7 @@ describe('fan-out shards', { timeout: 30_000 }, () => {
       return c;
     });
     // A window of 3: ten notifications per device need credit back from the shard links.
-    const linked = new LinkedHub(portLink(hubChannel.port2), 3, undefined, shardChannels.map((c) => portLink(c.port2)));
+    const linked = new LinkedHub(portLink(hubChannel.port2), { window: 3, shards: shardChannels.map((c) => portLink(c.port2)) });
     try {
       const devices = ['dev-a', 'dev-b', 'dev-c', 'dev-d'];
       assert.deepEqual(new Set(devices.map((d) => shardOf(d, 2))).size, 2, 'the devices use both shards');

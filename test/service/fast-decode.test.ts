@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { create, fromBinary, toBinary } from '@bufbuild/protobuf';
+import { type DescMessage, create, fromBinary, toBinary } from '@bufbuild/protobuf';
 import { ConnectRequestSchema, UpdateLocationsRequestSchema } from '../../api/gen/ambit/v1/device_pb.js';
 import { fastConnectRequest, fastUpdateLocationsRequest } from '../../api/fast-decode.js';
 import { encodeLocation } from '../../sdk/device.js';
@@ -54,24 +54,9 @@ describe('fast device-request decoding', () => {
   });
 
   it('agrees with protobuf-es on a seeded sweep of random bytes around the two layouts', () => {
-    const rng = new Prng(7, 1);
-    let accepted = 0;
-    for (let i = 0; i < 20_000; i++) {
-      const base = rng.int(0, 1) === 0 ? encodeLocation(-90 + rng.float() * 180, -180 + rng.float() * 360) : encode({ message: { case: 'ack', value: { deliveryId: `${rng.int(0, 1e9)}-${rng.int(0, 1e6)}` } } });
-      const b = Buffer.from(base);
-      // Flip up to two bytes: some inputs stay valid, some stop being either layout.
-      for (let k = rng.int(0, 2); k > 0; k--) b[rng.int(0, b.length - 1)] = rng.int(0, 255);
-      let reference: unknown;
-      try {
-        reference = fromBinary(ConnectRequestSchema, b);
-      } catch {
-        reference = null;
-      }
-      const fast = fastConnectRequest(b);
-      if (fast === null) continue;
-      accepted++;
-      assert.deepStrictEqual(fast, reference, `input ${b.toString('hex')}`);
-    }
+    const accepted = sweep(new Prng(7, 1), 20_000, ConnectRequestSchema, fastConnectRequest, (rng) =>
+      rng.int(0, 1) === 0 ? encodeLocation(-90 + rng.float() * 180, -180 + rng.float() * 360) : encode({ message: { case: 'ack', value: { deliveryId: `${rng.int(0, 1e9)}-${rng.int(0, 1e6)}` } } }),
+    );
     assert.ok(accepted > 10_000, `most of the sweep takes the fast path (${accepted})`);
   });
 });
@@ -111,26 +96,36 @@ describe('fast UpdateLocations decoding', () => {
   });
 
   it('agrees with protobuf-es on a seeded sweep of corrupted batches', () => {
-    const rng = new Prng(11, 2);
-    let accepted = 0;
-    for (let i = 0; i < 5_000; i++) {
-      const updates = Array.from({ length: rng.int(0, 6) }, (_, k) => ({ deviceId: rng.int(0, 5) === 0 ? '' : `d${rng.int(0, 1e6)}-${k}`, ...(rng.int(0, 6) === 0 ? {} : { location: { lat: -90 + rng.float() * 180, lon: -180 + rng.float() * 360 } }) }));
-      const b = encodeBatch(updates);
-      for (let k = rng.int(0, 2); k > 0 && b.length > 0; k--) b[rng.int(0, b.length - 1)] = rng.int(0, 255);
-      let reference: unknown;
-      try {
-        reference = fromBinary(UpdateLocationsRequestSchema, b);
-      } catch {
-        reference = null;
-      }
-      const fast = fastUpdateLocationsRequest(b);
-      if (fast === null) continue;
-      accepted++;
-      assert.deepStrictEqual(fast, reference, `input ${b.toString('hex')}`);
-    }
+    const accepted = sweep(new Prng(11, 2), 5_000, UpdateLocationsRequestSchema, fastUpdateLocationsRequest, (rng) =>
+      encodeBatch(Array.from({ length: rng.int(0, 6) }, (_, k) => ({ deviceId: rng.int(0, 5) === 0 ? '' : `d${rng.int(0, 1e6)}-${k}`, ...(rng.int(0, 6) === 0 ? {} : { location: { lat: -90 + rng.float() * 180, lon: -180 + rng.float() * 360 } }) }))),
+    );
     assert.ok(accepted > 2_000, `most of the sweep takes the fast path (${accepted})`);
   });
 });
+
+/**
+ * Encodes `rounds` seeded messages, flips up to two bytes of each (some stay valid, some stop being
+ * a layout the fast decoder takes), and checks every input it accepts against protobuf-es (which
+ * must then decode it to the same object). Returns how many it accepted.
+ */
+function sweep<D extends DescMessage>(rng: Prng, rounds: number, schema: D, fast: (b: Buffer) => unknown, make: (rng: Prng) => Buffer): number {
+  let accepted = 0;
+  for (let i = 0; i < rounds; i++) {
+    const b = Buffer.from(make(rng));
+    for (let k = rng.int(0, 2); k > 0 && b.length > 0; k--) b[rng.int(0, b.length - 1)] = rng.int(0, 255);
+    const got = fast(b);
+    if (got === null) continue;
+    accepted++;
+    let reference: unknown;
+    try {
+      reference = fromBinary(schema, b);
+    } catch {
+      reference = null;
+    }
+    assert.deepStrictEqual(got, reference, `input ${b.toString('hex')}`);
+  }
+  return accepted;
+}
 
 function f64(v: number): Buffer {
   const b = Buffer.alloc(8);

@@ -92,7 +92,7 @@ runHubContract('linked, with 3 fan-out shards', async (setup) => {
     shardServers[i].serve(portLink(c.port1));
     return c;
   });
-  const linked = new LinkedHub(portLink(hubChannel.port2), undefined, undefined, shardChannels.map((c) => portLink(c.port2)));
+  const linked = new LinkedHub(portLink(hubChannel.port2), { shards: shardChannels.map((c) => portLink(c.port2)) });
   return {
     hub: linked,
     dispose: async () => {

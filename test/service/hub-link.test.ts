@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { type Socket, createServer, connect } from 'node:net';
 import { describe, it } from 'node:test';
-import { MessageChannel } from 'node:worker_threads';
+import { MessageChannel, type MessagePort } from 'node:worker_threads';
 import { pino } from 'pino';
 import { AmbitError, ValidationError } from '../../src/model/errors.js';
 import type { Event } from '../../src/model/types.js';
@@ -16,7 +16,7 @@ import { CPU_ENGINES } from '../../src/engines/index.js';
 import { EmbeddedHub } from '../../services/hub/embedded.js';
 import { HubServer } from '../../services/hub/hub-server.js';
 import { FrameReader, FrameWriter, fromWire, portLink, readEvent, socketLink, toWire, writeEvent } from '../../services/hub/link.js';
-import { LinkedHub } from '../../services/hub/linked.js';
+import { LinkedHub, type LinkedHubOptions } from '../../services/hub/linked.js';
 import { ENGINE_SIDE_LIMITS } from '../../services/hub/port.js';
 import { MatchCore } from '../../services/matcher/core.js';
 
@@ -39,6 +39,20 @@ function roundTrip(e: Event): Event {
   const back = readEvent(r);
   assert.equal(r.more, false, 'the whole record is read');
   return back;
+}
+
+/** An embedded hub served over a MessageChannel to its gateway side; `port` is the gateway's raw end. */
+async function withLinked(options: LinkedHubOptions, run: (linked: LinkedHub, hub: EmbeddedHub, port: MessagePort) => Promise<void>): Promise<void> {
+  const hub = new EmbeddedHub(new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS })));
+  const { port1, port2 } = new MessageChannel();
+  new HubServer(hub, pino({ level: 'silent' }), hub).serve(portLink(port1));
+  const linked = new LinkedHub(portLink(port2), options);
+  try {
+    await run(linked, hub, port2);
+  } finally {
+    await linked.close();
+    await hub.close();
+  }
 }
 
 describe('hub link', () => {
@@ -103,12 +117,7 @@ describe('hub link', () => {
   });
 
   it('UpdateLocations through the link: positions land, also after the writer table starts over', async () => {
-    const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }));
-    const hub = new EmbeddedHub(core);
-    const { port1, port2 } = new MessageChannel();
-    new HubServer(hub, pino({ level: 'silent' }), hub).serve(portLink(port1));
-    const linked = new LinkedHub(portLink(port2), undefined, 3);
-    try {
+    await withLinked({ maxFleetWriters: 3 }, async (linked) => {
       const at = (k: number, round: number) => ({ device: `f${k}`, lat: 10 + k + round / 100, lon: 20 - k - round / 100 });
       for (let round = 0; round < 4; round++) {
         // Two batches of two, then one of four: the table of three fills and starts over.
@@ -120,20 +129,12 @@ describe('hub link', () => {
           assert.deepEqual((await linked.deviceInfo(`f${k}`)).location, { lat, lon }, `f${k} after round ${round}`);
         }
       }
-    } finally {
-      await linked.close();
-      await hub.close();
-    }
+    });
   });
 
   it('pushes an inbox no more than its credit ahead of its stream; the rest waits in the hub and survives a close', async () => {
-    const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }));
-    const hub = new EmbeddedHub(core);
-    const { port1, port2 } = new MessageChannel();
-    new HubServer(hub, pino({ level: 'silent' }), hub).serve(portLink(port1));
     // A window of 3: the hub may push three deliveries the stream has not taken.
-    const linked = new LinkedHub(portLink(port2), 3);
-    try {
+    await withLinked({ window: 3 }, async (linked) => {
       await linked.addSubscription('d', { id: 'all', filters: [{ constraints: [] }] });
       const box = await linked.openInbox('d', null);
       const ev = (i: number): Event => ({ id: `e${i}`, lat: 1, lon: 2, attributes: { i } });
@@ -154,19 +155,11 @@ describe('hub link', () => {
       assert.equal(again.resumeToken, sixth.deliveryId, 'resumes after the acknowledged one');
       assert.deepEqual(got(await again.pull(100)), [7]);
       again.close();
-    } finally {
-      await linked.close();
-      await hub.close();
-    }
+    });
   });
 
   it('an event reaching a gateway in several frames is one object there; events with one id stay apart', async () => {
-    const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }));
-    const hub = new EmbeddedHub(core);
-    const { port1, port2 } = new MessageChannel();
-    new HubServer(hub, pino({ level: 'silent' }), hub).serve(portLink(port1));
-    const linked = new LinkedHub(portLink(port2));
-    try {
+    await withLinked({}, async (linked) => {
       for (const d of ['a', 'b']) await linked.addSubscription(d, { id: 'all', filters: [{ constraints: [] }] });
       const a = await linked.openInbox('a', null);
       await linked.publish([{ id: 'x', lat: 1, lon: 2, attributes: { n: 1 } }]);
@@ -182,19 +175,11 @@ describe('hub link', () => {
       assert.deepEqual(second.event.attributes, { n: 2 });
       a.close();
       b.close();
-    } finally {
-      await linked.close();
-      await hub.close();
-    }
+    });
   });
 
   it('an unreadable frame ends the link: pending calls fail UNAVAILABLE and nothing of it applies', async () => {
-    const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }));
-    const hub = new EmbeddedHub(core);
-    const { port1, port2 } = new MessageChannel();
-    new HubServer(hub, pino({ level: 'silent' }), hub).serve(portLink(port1));
-    const linked = new LinkedHub(portLink(port2));
-    try {
+    await withLinked({}, async (linked, hub, port2) => {
       await linked.addSubscription('d', { id: 'a', filters: [{ constraints: [] }] });
       // A gateway of another version: a record the hub does not know, then a subscribe.
       const w = new FrameWriter();
@@ -202,9 +187,6 @@ describe('hub link', () => {
       port2.postMessage(w.take());
       await assert.rejects(linked.addSubscription('d', { id: 'b', filters: [{ constraints: [] }] }), (err: unknown) => err instanceof AmbitError && err.code === 'UNAVAILABLE');
       assert.deepEqual((await hub.listSubscriptions('d')).map((s) => s.id), ['a']);
-    } finally {
-      await linked.close();
-      await hub.close();
-    }
+    });
   });
 });
