@@ -33,12 +33,15 @@ import {
 import { type LocColumns, decodePosition, encodeLocations, encodePositionsHset, splitStoredSubscription } from '../redis/codec.js';
 import { DEFAULT_REDIS, RawCommand, type RedisSource, closeConnection, connectAll, intOption, openConnection, prefixOption, queueCommand } from '../redis/connection.js';
 import { DEFAULT_PREFIX, Keys } from '../redis/keys.js';
-import { type MatcherStatsRecord, locFields, parseNotification, parseReply, pubFields } from '../redis/protocol.js';
+import { type MatcherStatsRecord, locFields, parseNotification, parsePushedNotification, parseReply, pubFields } from '../redis/protocol.js';
 import { defineScripts, runScript } from '../redis/scripts.js';
 import { missedAfter, resumePoint } from '../matcher/fanout.js';
+import { type InboxHost, RedisInbox } from './redis-inbox.js';
 import { CoalescedWriter, type WriterOwner } from './coalesced-writer.js';
 
 const COMPONENT = 'redis hub';
+/** Devices per ack script call. */
+const ACKS_PER_CALL = 512;
 
 
 export interface RedisHubOptions {
@@ -57,7 +60,11 @@ export interface RedisHubOptions {
   maxInFlightFlushes?: number;
   /** How long publish() waits for the matcher; default 10 000 ms. */
   publishTimeoutMs?: number;
-  /** A waiting pull re-reads its stream this often even without a doorbell; default 5000 ms. */
+  /**
+   * An inbox with nothing to deliver re-reads its stream this often even when nothing was
+   * published to it; default 30 000 ms. A safety net only: notifications arrive on the doorbell
+   * channel, and after a reconnect every open inbox reads its stream again.
+   */
   pollMs?: number;
   /** Approximate cap of `{p}in` (XADD MAXLEN ~); default 100 000 entries. */
   inMaxLen?: number;
@@ -74,7 +81,7 @@ interface PendingPublish {
   timer: NodeJS.Timeout;
 }
 
-export class RedisHub implements Hub {
+export class RedisHub implements Hub, InboxHost {
   readonly mode = 'redis' as const;
   readonly gatewayId: string;
   readonly keys: Keys;
@@ -95,6 +102,9 @@ export class RedisHub implements Hub {
   private corrSeq = 0;
   /** Open inboxes by device; a device's doorbell channel is subscribed while its set is non-empty. */
   private readonly doorbells = new Map<string, Set<RedisInbox>>();
+  /** Acks of this turn, the highest per device: sent together in one script call. */
+  private acks = new Map<string, string>();
+  private ackBatch: { done: Promise<void>; resolve(): void; reject(err: Error): void } | null = null;
   private closed = false;
   private closing: Promise<void> | null = null;
 
@@ -122,7 +132,7 @@ export class RedisHub implements Hub {
     const flushSize = intOption(COMPONENT, 'flushSize', options.flushSize, 1024, 1, 65_536);
     const maxInFlight = intOption(COMPONENT, 'maxInFlightFlushes', options.maxInFlightFlushes, 4, 1, 1024);
     this.publishTimeoutMs = intOption(COMPONENT, 'publishTimeoutMs', options.publishTimeoutMs, 10_000, 1, 600_000);
-    this.pollMs = intOption(COMPONENT, 'pollMs', options.pollMs, 5000, 10, 600_000);
+    this.pollMs = intOption(COMPONENT, 'pollMs', options.pollMs, 30_000, 10, 600_000);
     this.inMaxLen = intOption(COMPONENT, 'inMaxLen', options.inMaxLen, 100_000, 100, 1e9);
     this.cap = intOption(COMPONENT, 'maxSubscriptionsPerDevice', options.maxSubscriptionsPerDevice, DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE, 1, 1e6);
     this.limits = resolveLimits({ ...ENGINE_SIDE_LIMITS, ...options.engineLimits });
@@ -143,9 +153,13 @@ export class RedisHub implements Hub {
     defineScripts(this.cmd);
     defineScripts(this.read);
     this.sub.on('message', (channel: string, message: string) => this.onMessage(channel, message));
-    // After a reconnect doorbells may have been missed: every waiting pull looks again.
+    // After a reconnect notifications may have been missed: every open inbox reads its stream,
+    // once the channels are subscribed again (this subscribe is answered after ioredis's own).
     this.sub.on('ready', () => {
-      for (const set of this.doorbells.values()) for (const inbox of set) inbox.ring();
+      const ringAll = () => {
+        for (const set of this.doorbells.values()) for (const inbox of set) inbox.ring();
+      };
+      this.sub.subscribe(this.replyChannel).then(ringAll, ringAll);
     });
     await this.sub.subscribe(this.replyChannel);
   }
@@ -293,7 +307,13 @@ export class RedisHub implements Hub {
     }
     if (channel.startsWith(this.keys.wakePrefix)) {
       const set = this.doorbells.get(channel.slice(this.keys.wakePrefix.length));
-      if (set !== undefined) for (const inbox of set) inbox.ring();
+      if (set === undefined) return;
+      // The notification itself; a message that is not one (a plain doorbell) makes the inbox read.
+      const d = parsePushedNotification(message);
+      for (const inbox of set) {
+        if (d === null) inbox.ring();
+        else inbox.push(d);
+      }
     }
   }
 
@@ -310,7 +330,7 @@ export class RedisHub implements Hub {
       await this.watch(inbox);
       const k = this.keys;
       const [acked, seqText, oldest] = (await this.redis(() =>
-        runScript(this.read, 'ambitOpen', k.notes(device), k.nseq, k.acked, k.stats, k.config, k.nlast, device, resumeAfter === null ? 'acked' : 'token', resumeAfter ?? '', this.now === null ? '' : this.now()),
+        runScript(this.read, 'ambitOpen', k.notes(device), k.dstate, k.acked, k.stats, k.config, k.nseq, k.nlast, device, resumeAfter === null ? 'acked' : 'token', resumeAfter ?? '', this.now === null ? '' : this.now()),
       )) as [string, string, string];
       const last = Number(seqText);
       const start = resumePoint(acked, last);
@@ -356,13 +376,70 @@ export class RedisHub implements Hub {
     return out;
   }
 
-  /** @internal */
-  async ackDelivery(device: string, deliveryId: string): Promise<void> {
-    await this.redis(() => runScript(this.read, 'ambitAck', this.keys.acked, device, deliveryId));
+  /**
+   * @internal Moves the device's ack point to `deliveryId` (forward only). Acks of one turn, from
+   * every stream of this gateway, go in one script call; each resolves when that call has.
+   */
+  ackDelivery(device: string, deliveryId: string): Promise<void> {
+    const cur = this.acks.get(device);
+    if (cur === undefined || compareDeliveryIds(deliveryId, cur) > 0) this.acks.set(device, deliveryId);
+    if (this.ackBatch === null) {
+      let resolve!: () => void;
+      let reject!: (err: Error) => void;
+      const done = new Promise<void>((res, rej) => {
+        resolve = res;
+        reject = rej;
+      });
+      this.ackBatch = { done, resolve, reject };
+      setImmediate(this.sendAcks);
+    }
+    return this.ackBatch.done;
+  }
+
+  private readonly sendAcks = (): void => {
+    this.flushAcks().catch(() => {}); // the batch's callers get the error
+  };
+
+  /** Sends the acks of this turn (in calls of at most ACKS_PER_CALL devices). */
+  private async flushAcks(): Promise<void> {
+    const batch = this.ackBatch;
+    if (batch === null) return;
+    const acks = this.acks;
+    this.ackBatch = null;
+    this.acks = new Map();
+    try {
+      const calls: Promise<unknown>[] = [];
+      let args: string[] = [];
+      for (const [device, id] of acks) {
+        args.push(device, id);
+        if (args.length === 2 * ACKS_PER_CALL) {
+          calls.push(runScript(this.read, 'ambitAcks', this.keys.acked, ...args));
+          args = [];
+        }
+      }
+      if (args.length > 0) calls.push(runScript(this.read, 'ambitAcks', this.keys.acked, ...args));
+      await this.redis(() => Promise.all(calls));
+      batch.resolve();
+    } catch (err) {
+      batch.reject(err as Error);
+      throw err;
+    }
   }
 
   get isClosed(): boolean {
     return this.closed;
+  }
+
+  /** @internal Most notifications one inbox read asks for. */
+  readonly readBatch = 64;
+  private lastReadErrorLog = 0;
+
+  /** @internal An inbox read failed (Redis away); the inbox tries again. Logged at most every 5 s. */
+  readFailed(err: unknown): void {
+    const now = Date.now();
+    if (now - this.lastReadErrorLog < 5000) return;
+    this.lastReadErrorLog = now;
+    this.log?.warn({ err }, `${COMPONENT}: reading a device's notifications failed; retrying`);
   }
 
   // ---- stats, lifecycle ----
@@ -405,6 +482,11 @@ export class RedisHub implements Hub {
     } catch (err) {
       this.log?.warn({ err }, `${COMPONENT}: positions not flushed at close`);
     }
+    try {
+      await this.flushAcks();
+    } catch (err) {
+      this.log?.warn({ err }, `${COMPONENT}: acks not stored at close`);
+    }
     this.closed = true;
     this.batcher.stop();
     this.endWaiters();
@@ -432,6 +514,9 @@ export class RedisHub implements Hub {
       p.reject(new AmbitError('UNAVAILABLE', `${COMPONENT}: closed before the matcher answered; the events stay queued`));
     }
     this.pending.clear();
+    this.ackBatch?.reject(new AmbitError('UNAVAILABLE', `${COMPONENT}: closed`));
+    this.ackBatch = null;
+    this.acks.clear();
     for (const set of this.doorbells.values()) for (const inbox of set) inbox.close();
     this.doorbells.clear();
   }
@@ -558,78 +643,6 @@ class LocationBatcher implements WriterOwner<Buffer> {
   }
 }
 
-// ---- inbox ----
-
-class RedisInbox implements Inbox {
-  resumeToken = '';
-  missed = 0;
-  private cursor = '';
-  private closed = false;
-  private rung = false;
-  private waiter: (() => void) | null = null;
-
-  constructor(
-    private readonly hub: RedisHub,
-    readonly device: string,
-  ) {}
-
-  /** @internal */
-  begin(start: string, missed: number): void {
-    this.resumeToken = start;
-    this.cursor = start;
-    this.missed = missed;
-  }
-
-  /** @internal the device's stream has something new (or may have). */
-  ring(): void {
-    this.rung = true;
-    this.waiter?.();
-  }
-
-  async pull(max: number): Promise<Delivery[]> {
-    for (;;) {
-      if (this.closed || this.hub.isClosed) return [];
-      this.rung = false;
-      let out: Delivery[];
-      try {
-        out = await this.hub.range(this.device, this.cursor, Math.max(1, max));
-      } catch (err) {
-        // A read cut short by closing (it may still sit in the auto-pipeline) ends the pull quietly.
-        if (this.closed || this.hub.isClosed) return [];
-        throw err;
-      }
-      if (this.closed || this.hub.isClosed) return [];
-      if (out.length > 0) {
-        this.cursor = out[out.length - 1].deliveryId;
-        return out;
-      }
-      if (this.rung) continue;
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, this.hub.pollMs);
-        this.waiter = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
-      this.waiter = null;
-    }
-  }
-
-  async ack(deliveryId: string): Promise<void> {
-    if (this.hub.isClosed) throw new AmbitError('UNAVAILABLE', `${COMPONENT}: closed`);
-    if (parseDeliveryId(deliveryId) === null) throw new Error(`${COMPONENT}: malformed delivery id ${JSON.stringify(deliveryId)}`);
-    // An ack at or before the resume point changes nothing (the ack point only moves forward).
-    if (this.resumeToken !== '' && compareDeliveryIds(deliveryId, this.resumeToken) <= 0) return;
-    await this.hub.ackDelivery(this.device, deliveryId);
-  }
-
-  close(): void {
-    if (this.closed) return;
-    this.closed = true;
-    this.hub.unwatch(this);
-    this.waiter?.();
-  }
-}
 
 // ---- helpers ----
 

@@ -8,20 +8,22 @@
  *   {p}pos              HASH  device → 16 bytes: lat, lon as float64 LE
  *   {p}in               STREAM every gateway → matcher command, in one total order
  *   {p}n:{device}       STREAM the device's notifications, ids "<ms>-<ordinal>"
- *   {p}nseq             HASH  device → ordinal of its last notification
- *   {p}nlast            HASH  device → "<ms> <in-entry id> <event index>" of its last notification
+ *   {p}dstate           HASH  device → its delivery state, 56 bytes (scripts.ts: last id, length,
+ *                             TTL time, the (in-entry, event index) marker of its last notification)
+ *   {p}nseq, {p}nlast   HASH  the same for devices notified by versions before {p}dstate (read only)
  *   {p}acked            HASH  device → last acknowledged delivery id
  *   {p}stats            HASH  events, notifications, dropped, locations
  *   {p}config           HASH  the matcher's retention (maxPerDevice, maxAgeMs)
  *   {p}matcher:offset   STRING last `in` entry whose effects are stored
  *   {p}matcher:stats    STRING the matcher's engine figures as JSON; its TTL is the liveness signal
  *   {p}reply:{gateway}  CHANNEL publish replies for one gateway
- *   {p}wake:{device}    CHANNEL doorbell: the device's stream has a new entry
+ *   {p}wake:{device}    CHANNEL each notification stored for the device, whole (scripts.ts)
  */
 export class Keys {
   readonly subDevices: string;
   readonly pos: string;
   readonly in: string;
+  readonly dstate: string;
   readonly nseq: string;
   readonly nlast: string;
   readonly acked: string;
@@ -35,6 +37,7 @@ export class Keys {
     this.subDevices = `${prefix}subdevs`;
     this.pos = `${prefix}pos`;
     this.in = `${prefix}in`;
+    this.dstate = `${prefix}dstate`;
     this.nseq = `${prefix}nseq`;
     this.nlast = `${prefix}nlast`;
     this.acked = `${prefix}acked`;

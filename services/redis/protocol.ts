@@ -14,7 +14,7 @@
  */
 import type { ErrorCode } from '../../src/model/errors.js';
 import type { Event } from '../../src/model/types.js';
-import type { Delivery, DeviceSubscription } from '../hub/port.js';
+import { type Delivery, type DeviceSubscription, parseDeliveryId } from '../hub/port.js';
 
 /** What the matcher publishes on a gateway's reply channel. */
 export interface PublishReply {
@@ -119,6 +119,29 @@ export function parseNotification(deliveryId: string, f: readonly string[]): Del
     else if (f[j] === 'p') publishedAtMs = Number(f[j + 1]);
   }
   return event === undefined ? null : { deliveryId, event, subscriptionIds, publishedAtMs };
+}
+
+/**
+ * A notification as the deliver script publishes it on the device's doorbell channel:
+ * "<delivery id>\n<published ms>\n<subscription ids JSON>\n<event JSON>". Null for anything else
+ * (a bare doorbell from an earlier version): the inbox then reads the stream.
+ */
+export function parsePushedNotification(message: string): Delivery | null {
+  const a = message.indexOf('\n');
+  if (a < 0) return null;
+  const b = message.indexOf('\n', a + 1);
+  if (b < 0) return null;
+  const c = message.indexOf('\n', b + 1);
+  if (c < 0) return null;
+  const deliveryId = message.slice(0, a);
+  if (parseDeliveryId(deliveryId) === null) return null;
+  try {
+    const event = JSON.parse(message.slice(c + 1)) as Event;
+    const subscriptionIds = JSON.parse(message.slice(b + 1, c)) as string[];
+    return { deliveryId, event, subscriptionIds, publishedAtMs: Number(message.slice(a + 1, b)) };
+  } catch {
+    return null;
+  }
 }
 
 function field(fields: Buffer[], name: string): Buffer | undefined {

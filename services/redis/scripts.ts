@@ -57,55 +57,124 @@ if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('SREM', KEYS[3], ARGV[1]) 
 return redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 't', 'unsub', 'dev', ARGV[1], 'id', ARGV[2])
 `;
 
-/**
- * Store one event's notification for each of its recipients, at most once per device and (in
- * entry, event index): the matcher replays entries after a crash, and the per-device marker in
- * nlast makes the replay a no-op for a device that already has it. The clock is read once and the
- * counters added once per call.
- * KEYS: nseq, nlast, stats, then n:{device} of each recipient.
- * ARGV: source in-entry id, event index, published ms, event JSON, max per device, max age ms,
- *       doorbell channel prefix, now ms ('' = Redis's clock), then per recipient: device,
- *       subscription ids JSON.
- * Returns how many notifications were stored (a device that already has this one is skipped).
- */
-const DELIVER_EVENT = `${PARSE_ID}
-local sms, sseq = parse_id(ARGV[1])
-local sidx = tonumber(ARGV[2])
-local pub = tonumber(ARGV[3])
-local max_len = tonumber(ARGV[5])
-local max_age = tonumber(ARGV[6])
-local minid = string.format('%.0f', now_ms(ARGV[8]) - max_age)
-local stored = 0
-local dropped = 0
-for i = 4, #KEYS do
-  local key = KEYS[i]
-  local dev = ARGV[9 + 2 * (i - 4)]
-  local last = redis.call('HGET', KEYS[2], dev)
-  local before = redis.call('XLEN', key)
-  local last_ms = 0
-  local skip = false
+// A device's delivery state, one field of {p}dstate: seven doubles (struct '<ddddddd'):
+// last id's ms, last ordinal, stream length after the last change, when its TTL was last set
+// (ms), and the marker of its last stored notification (source in-entry ms, seq, event index).
+// A device without one may have the layout of earlier versions ({p}nseq + {p}nlast): read once.
+const STATE = `
+local function load_state(raw, seq, last)
+  if raw then
+    local a, b, c, d, e, f, g = struct.unpack('<ddddddd', raw)
+    return {a, b, c, d, e, f, g}
+  end
+  local s = {0, tonumber(seq or '0'), 0, 0, 0, 0, -1}
   if last then
     local lms, lsrc, lidx, llen = parse_last(last)
-    last_ms = lms
-    local lsms, lsseq = parse_id(lsrc)
-    if sms < lsms or (sms == lsms and (sseq < lsseq or (sseq == lsseq and sidx <= lidx))) then skip = true
-    elseif before == 0 and llen > 0 then dropped = dropped + llen end
+    local sm, ss = parse_id(lsrc)
+    s[1], s[3], s[5], s[6], s[7] = lms, llen, sm, ss, lidx
   end
-  if not skip then
-    local ms = math.max(pub, last_ms)
-    local ord = redis.call('HINCRBY', KEYS[1], dev, 1)
+  return s
+end
+local function pack_state(s)
+  return struct.pack('<ddddddd', s[1], s[2], s[3], s[4], s[5], s[6], s[7])
+end
+`;
+
+/**
+ * Store notifications: one call for a group of recipients across events (up to a few hundred), at
+ * most once per device and (in-entry, event index): the matcher replays entries after a crash, and
+ * the marker in the device's state makes the replay a no-op for a device that already has it.
+ * Per recipient: XADD (trimming by age), XLEN, PUBLISH; the states are read with one HMGET and
+ * written with one HSET, the clock read and the counters added once per call. A device's stream
+ * TTL is refreshed when an eighth of the max age has passed since it was last set, to 1.25 × the
+ * max age: a stream lives at least max age after its last notification. Each notification is
+ * published on the device's doorbell channel whole ("<id>\n<published ms>\n<subscription ids
+ * JSON>\n<event JSON>"), so a gateway with the device's stream open delivers it without a read.
+ * KEYS: dstate, stats, nseq, nlast (the last two read only for devices without a state), then
+ *       n:{device} of each recipient.
+ * ARGV: max per device, max age ms, doorbell channel prefix, now ms ('' = Redis's clock), event
+ *       count E, then per event: source in-entry id, event index, published ms, event JSON; then
+ *       per recipient: device, its event's number (1..E), subscription ids JSON. A device's events
+ *       come in (in-entry, index) order.
+ * Returns how many notifications were stored (a device that already has one is skipped).
+ */
+const DELIVER = `${PARSE_ID}${STATE}
+local max_len = tonumber(ARGV[1])
+local max_age = tonumber(ARGV[2])
+local wake = ARGV[3]
+local now = now_ms(ARGV[4])
+local minid = string.format('%.0f', now - max_age)
+local refresh = now - math.floor(max_age / 8)
+local ttl = max_age + math.floor(max_age / 4)
+local nev = tonumber(ARGV[5])
+local esm, ess, eidx, epub = {}, {}, {}, {}
+for e = 1, nev do
+  local b = 2 + 4 * e
+  esm[e], ess[e] = parse_id(ARGV[b])
+  eidx[e] = tonumber(ARGV[b + 1])
+  epub[e] = tonumber(ARGV[b + 2])
+end
+local base = 6 + 4 * nev
+local n = #KEYS - 4
+local devs = {}
+for i = 1, n do devs[i] = ARGV[base + 3 * (i - 1)] end
+local raws = redis.call('HMGET', KEYS[1], unpack(devs))
+local missing = {}
+for i = 1, n do if not raws[i] then missing[#missing + 1] = devs[i] end end
+local seqs, lasts = {}, {}
+if #missing > 0 then
+  local a = redis.call('HMGET', KEYS[3], unpack(missing))
+  local b = redis.call('HMGET', KEYS[4], unpack(missing))
+  for m = 1, #missing do seqs[missing[m]] = a[m]; lasts[missing[m]] = b[m] end
+end
+local cur, changed = {}, {}
+local stored, dropped = 0, 0
+for i = 1, n do
+  local dev = devs[i]
+  local j = base + 3 * (i - 1)
+  local e = tonumber(ARGV[j + 1])
+  local s = cur[dev]
+  if not s then
+    s = load_state(raws[i], seqs[dev], lasts[dev])
+    cur[dev] = s
+  end
+  local sm, ss, si = esm[e], ess[e], eidx[e]
+  if sm > s[5] or (sm == s[5] and (ss > s[6] or (ss == s[6] and si > s[7]))) then
+    local key = KEYS[4 + i]
+    local ms = math.max(epub[e], s[1])
+    local ord = s[2] + 1
     local id = string.format('%.0f-%.0f', ms, ord)
-    redis.call('XADD', key, 'MAXLEN', ARGV[5], id, 'e', ARGV[4], 's', ARGV[10 + 2 * (i - 4)], 'p', ARGV[3])
-    if before + 1 > max_len then dropped = dropped + before + 1 - max_len end
-    dropped = dropped + redis.call('XTRIM', key, 'MINID', minid)
-    redis.call('PEXPIRE', key, max_age)
-    redis.call('HSET', KEYS[2], dev, string.format('%.0f %s %s %d', ms, ARGV[1], ARGV[2], redis.call('XLEN', key)))
-    redis.call('PUBLISH', ARGV[7] .. dev, id)
+    local b = 2 + 4 * e
+    redis.call('XADD', key, 'MINID', minid, id, 'e', ARGV[b + 3], 's', ARGV[j + 2], 'p', ARGV[b + 2])
+    local after = redis.call('XLEN', key)
+    if after > max_len then
+      redis.call('XTRIM', key, 'MAXLEN', max_len)
+      after = max_len
+    end
+    dropped = dropped + math.max(0, s[3] + 1 - after)
+    if s[4] < refresh or after == 1 then
+      redis.call('PEXPIRE', key, ttl)
+      s[4] = now
+    end
+    s[1], s[2], s[3], s[5], s[6], s[7] = ms, ord, after, sm, ss, si
+    if not changed[dev] then
+      changed[dev] = true
+      changed[#changed + 1] = dev
+    end
+    redis.call('PUBLISH', wake .. dev, id .. '\\n' .. ARGV[b + 2] .. '\\n' .. ARGV[j + 2] .. '\\n' .. ARGV[b + 3])
     stored = stored + 1
   end
 end
-if stored > 0 then redis.call('HINCRBY', KEYS[3], 'notifications', stored) end
-if dropped > 0 then redis.call('HINCRBY', KEYS[3], 'dropped', dropped) end
+if #changed > 0 then
+  local out = {}
+  for c = 1, #changed do
+    out[2 * c - 1] = changed[c]
+    out[2 * c] = pack_state(cur[changed[c]])
+  end
+  redis.call('HSET', KEYS[1], unpack(out))
+end
+if stored > 0 then redis.call('HINCRBY', KEYS[2], 'notifications', stored) end
+if dropped > 0 then redis.call('HINCRBY', KEYS[2], 'dropped', dropped) end
 return stored
 `;
 
@@ -113,50 +182,76 @@ return stored
  * What an inbox needs to open, read in one step: the resume point, the last ordinal and the
  * oldest retained id, after dropping (and counting) what is older than the matcher's max age,
  * the whole stream included when it expired.
- * KEYS: n:{device}, nseq, acked, stats, config, nlast. ARGV: device, 'acked' | 'token', token,
- * now ms ('' = Redis's clock).
+ * KEYS: n:{device}, dstate, acked, stats, config, nseq, nlast (the last two: a device without a
+ * state, from earlier versions). ARGV: device, 'acked' | 'token', token, now ms ('' = Redis's clock).
  * Returns { start, last ordinal, oldest retained id or '' }.
  */
-const OPEN = `${PARSE_ID}
+const OPEN = `${PARSE_ID}${STATE}
 local start = ARGV[3]
 if ARGV[2] == 'acked' then start = redis.call('HGET', KEYS[3], ARGV[1]) or '' end
-local seq = redis.call('HGET', KEYS[2], ARGV[1]) or '0'
+local raw = redis.call('HGET', KEYS[2], ARGV[1])
+local s = nil
+if raw then s = load_state(raw)
+else
+  local seq = redis.call('HGET', KEYS[6], ARGV[1])
+  local last = redis.call('HGET', KEYS[7], ARGV[1])
+  if seq or last then s = load_state(nil, seq, last) end
+end
 local max_age = tonumber(redis.call('HGET', KEYS[5], 'maxAgeMs') or '0')
 local dropped = 0
 if max_age > 0 then dropped = redis.call('XTRIM', KEYS[1], 'MINID', string.format('%.0f', now_ms(ARGV[4]) - max_age)) end
-local last = redis.call('HGET', KEYS[6], ARGV[1])
-if last then
-  local lms, lsrc, lidx, llen = parse_last(last)
+local seq = 0
+if s then
+  seq = s[2]
   local len = redis.call('XLEN', KEYS[1])
-  if len == 0 and dropped == 0 then dropped = llen end
-  if len ~= llen then redis.call('HSET', KEYS[6], ARGV[1], string.format('%.0f %s %d %d', lms, lsrc, lidx, len)) end
+  if len == 0 and dropped == 0 then dropped = s[3] end
+  if len ~= s[3] or not raw then
+    s[3] = len
+    redis.call('HSET', KEYS[2], ARGV[1], pack_state(s))
+  end
 end
 if dropped > 0 then redis.call('HINCRBY', KEYS[4], 'dropped', dropped) end
 local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
 local oldest = ''
 if #first > 0 then oldest = first[1][1] end
-return {start, seq, oldest}
+return {start, string.format('%.0f', seq), oldest}
 `;
 
-/** Moves a device's ack point forward only. KEYS: acked. ARGV: device, delivery id. Returns 1 when moved. */
-const ACK = `${PARSE_ID}
-local cur = redis.call('HGET', KEYS[1], ARGV[1])
-if cur then
-  local cm, cs = parse_id(cur)
-  local nm, ns = parse_id(ARGV[2])
-  if nm < cm or (nm == cm and ns <= cs) then return 0 end
+/**
+ * Moves devices' ack points forward only, for a group of acks in one call.
+ * KEYS: acked. ARGV: device, delivery id, device, delivery id, ... (each device once).
+ * Returns how many ack points moved.
+ */
+const ACKS = `${PARSE_ID}
+local n = #ARGV / 2
+local devs = {}
+for i = 1, n do devs[i] = ARGV[2 * i - 1] end
+local cur = redis.call('HMGET', KEYS[1], unpack(devs))
+local out = {}
+for i = 1, n do
+  local id = ARGV[2 * i]
+  local move = true
+  if cur[i] then
+    local cm, cs = parse_id(cur[i])
+    local nm, ns = parse_id(id)
+    move = nm > cm or (nm == cm and ns > cs)
+  end
+  if move then
+    out[#out + 1] = devs[i]
+    out[#out + 1] = id
+  end
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-return 1
+if #out > 0 then redis.call('HSET', KEYS[1], unpack(out)) end
+return #out / 2
 `;
 
 const DEFINITIONS = {
   ambitSub: { lua: SUB, numberOfKeys: 3 },
   ambitUnsub: { lua: UNSUB, numberOfKeys: 3 },
   // numberOfKeys is per call (the recipients' streams are keys): it is passed as the first argument.
-  ambitDeliverEvent: { lua: DELIVER_EVENT },
-  ambitOpen: { lua: OPEN, numberOfKeys: 6 },
-  ambitAck: { lua: ACK, numberOfKeys: 1 },
+  ambitDeliver: { lua: DELIVER },
+  ambitOpen: { lua: OPEN, numberOfKeys: 7 },
+  ambitAcks: { lua: ACKS, numberOfKeys: 1 },
 } as const;
 
 export type ScriptName = keyof typeof DEFINITIONS;

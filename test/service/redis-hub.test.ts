@@ -10,20 +10,19 @@ import v8 from 'node:v8';
 import { after, before, describe, it } from 'node:test';
 import { Redis } from 'ioredis';
 import { CPU_ENGINES } from '../../src/engines/index.js';
-import type { Retention } from '../../services/hub/embedded.js';
 import { compareStreamIds, decodeLocations, encodeLocations, encodePosition, encodePositionsHset } from '../../services/redis/codec.js';
-import { RedisHub, type RedisHubOptions } from '../../services/hub/redis.js';
-import { RedisMatcher, type RedisMatcherOptions } from '../../services/matcher/redis.js';
+import { RedisHub } from '../../services/hub/redis.js';
+import { RedisMatcher } from '../../services/matcher/redis.js';
 import { Keys } from '../../services/redis/keys.js';
 import { defineScripts, runScript } from '../../services/redis/scripts.js';
 import { P, Q, addPing, anchored, anywhere, drain, eq, event, north, pullN, rejectsWith, runHubContract, sub } from '../support/hub-contract.js';
 import { within } from '../support/grpc.js';
 import { type RedisServer, redisServerMissing, startRedisServer } from '../support/redis-server.js';
+import { redisTestKit } from '../support/redis-deployment.js';
 import { ENGINE_SIDE_LIMITS } from '../../services/hub/port.js';
 
 const missing = redisServerMissing();
 let server: RedisServer | null = null;
-let prefixSeq = 0;
 
 before(async () => {
   if (missing === null) server = await startRedisServer();
@@ -37,63 +36,7 @@ function url(): string {
   return server.url;
 }
 
-const freshPrefix = () => `t${process.pid}-${++prefixSeq}:`;
-
-function matcherOptions(prefix: string, more: Partial<RedisMatcherOptions> = {}): RedisMatcherOptions {
-  return { redis: url(), prefix, engine: CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }), engineDetail: 'fast (test)', statsMs: 100, ...more };
-}
-
-function hubOptions(prefix: string, more: Partial<RedisHubOptions> = {}): RedisHubOptions {
-  return { redis: url(), prefix, publishTimeoutMs: 5000, pollMs: 1000, ...more };
-}
-
-/** A deployment on a fresh prefix: one matcher and `gateways` hubs; close() ends whatever is still running. */
-async function deployment(gateways = 1, retention?: Partial<Retention>, hubMore: Partial<RedisHubOptions> = {}, matcherMore: Partial<RedisMatcherOptions> = {}) {
-  const prefix = freshPrefix();
-  let matcher = await RedisMatcher.start(matcherOptions(prefix, { retention, ...matcherMore }));
-  const hubs: RedisHub[] = [];
-  for (let i = 0; i < gateways; i++) hubs.push(await RedisHub.connect(hubOptions(prefix, hubMore)));
-  const extra: RedisHub[] = [];
-  return {
-    prefix,
-    hubs,
-    get matcher() {
-      return matcher;
-    },
-    async restartMatcher(more: Partial<RedisMatcherOptions> = {}) {
-      matcher = await RedisMatcher.start(matcherOptions(prefix, { retention, ...more }));
-      return matcher;
-    },
-    async newHub(more: Partial<RedisHubOptions> = {}) {
-      const h = await RedisHub.connect(hubOptions(prefix, { ...hubMore, ...more }));
-      extra.push(h);
-      return h;
-    },
-    async close() {
-      for (const h of [...hubs, ...extra]) await h.close();
-      await matcher.stop();
-    },
-  };
-}
-
-/** A plain connection for looking at Redis directly. */
-async function inspect<T>(f: (r: Redis) => Promise<T>): Promise<T> {
-  const r = new Redis(url(), { lazyConnect: true, protocol: 2 });
-  await r.connect();
-  try {
-    return await f(r);
-  } finally {
-    r.disconnect();
-  }
-}
-
-async function waitFor(what: string, ok: () => Promise<boolean> | boolean, ms = 5000): Promise<void> {
-  const until = Date.now() + ms;
-  while (!(await ok())) {
-    if (Date.now() > until) assert.fail(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
+const { freshPrefix, matcherOptions, hubOptions, deployment, inspect, waitFor } = redisTestKit(url);
 
 describe('redis hub', { skip: missing ?? false, timeout: 30_000 }, () => {
   runHubContract('redis', async (setup) => {
@@ -274,7 +217,7 @@ describe('redis hub', { skip: missing ?? false, timeout: 30_000 }, () => {
       defineScripts(r);
       const ms = Date.now();
       const deliver = (devices: string[], index = 0) =>
-        runScript(r, 'ambitDeliverEvent', 3 + devices.length, k.nseq, k.nlast, k.stats, ...devices.map((d) => k.notes(d)), `${ms}-0`, index, ms, '{"id":"e"}', 100, 3_600_000, k.wakePrefix, '', ...devices.flatMap((d) => [d, `["s-${d}"]`]));
+        runScript(r, 'ambitDeliver', 4 + devices.length, k.dstate, k.stats, k.nseq, k.nlast, ...devices.map((d) => k.notes(d)), 100, 3_600_000, k.wakePrefix, '', 1, `${ms}-0`, index, ms, '{"id":"e"}', ...devices.flatMap((d) => [d, 1, `["s-${d}"]`]));
       assert.equal(await deliver(['ann']), 1, 'stored for ann');
       assert.equal(await deliver(['ann', 'ben']), 1, 'the replay stores it for ben only');
       assert.equal(await deliver(['ann', 'ben']), 0, 'a second replay stores nothing');

@@ -1,0 +1,254 @@
+/**
+ * How notifications travel in the Redis deployment, against a real redis-server: the deliver
+ * script stores groups of recipients across events (once per device and event, replays skipped);
+ * each stored notification is published whole on the device's channel, so a live inbox delivers
+ * without reading its stream, and reads it only after a gap (opened behind a backlog, a full queue,
+ * a lost push); acks of one turn go in one call; devices notified by the earlier layout
+ * ({p}nseq + {p}nlast) keep their ordinals. Gateways here never poll (pollMs 10 min): whatever
+ * arrives, arrives by push or by a read after a gap.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import type { Redis } from 'ioredis';
+import type { Delivery } from '../../services/hub/port.js';
+import { Keys } from '../../services/redis/keys.js';
+import { defineScripts, runScript } from '../../services/redis/scripts.js';
+import { anywhere, event, pullN, sub } from '../support/hub-contract.js';
+import { type RedisServer, redisServerMissing, startRedisServer } from '../support/redis-server.js';
+import { redisTestKit } from '../support/redis-deployment.js';
+
+const missing = redisServerMissing();
+let server: RedisServer | null = null;
+
+before(async () => {
+  if (missing === null) server = await startRedisServer();
+});
+after(async () => {
+  await server?.stop();
+});
+
+const { freshPrefix, deployment, inspect } = redisTestKit(() => {
+  assert.ok(server !== null, 'redis-server is running');
+  return server.url;
+});
+
+/** Calls of a command since the server started, scripts' own calls included. */
+async function calls(r: Redis, command: string): Promise<number> {
+  const m = new RegExp(`cmdstat_${command}:calls=(\\d+)`).exec(await r.info('commandstats'));
+  return m === null ? 0 : Number(m[1]);
+}
+
+const ordinals = (ds: readonly Delivery[]) => ds.map((d) => Number(d.deliveryId.split('-')[1]));
+const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
+const all = sub('all', anywhere({ name: 'i', op: 'exists' }));
+
+describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
+  it('a live inbox gets its notifications pushed: its stream is read at open, not per notification', async () => {
+    const d = await deployment(1, undefined, { pollMs: 600_000 });
+    try {
+      const [hub] = d.hubs;
+      await hub.addSubscription('lea', all);
+      const inbox = await hub.openInbox('lea', null);
+      const got: Delivery[] = [];
+      const before = await inspect((r) => calls(r, 'xrange'));
+      for (let i = 1; i <= 20; i++) {
+        await hub.publish([event({ i })]);
+        got.push(...(await pullN(inbox, 1)));
+      }
+      const reads = (await inspect((r) => calls(r, 'xrange'))) - before;
+      assert.deepEqual(
+        got.map((g) => g.event.attributes.i),
+        range(1, 20),
+      );
+      assert.deepEqual(ordinals(got), range(1, 20));
+      // One read when the inbox first waited (it opened with nothing queued); none per publish.
+      assert.ok(reads <= 1, `the stream was read ${reads} times for 20 notifications`);
+      inbox.close();
+    } finally {
+      await d.close();
+    }
+  });
+
+  it('a device that takes nothing while 700 notifications arrive gets every one, in order, once, when it reads', async () => {
+    const d = await deployment(1, undefined, { pollMs: 600_000 });
+    try {
+      const [hub] = d.hubs;
+      await hub.addSubscription('max', all);
+      const inbox = await hub.openInbox('max', null);
+      const first = inbox.pull(10); // waits: the inbox is live when the notifications come
+      await hub.publish([event({ i: 0 })]);
+      const got = [...(await first)];
+      for (let b = 0; b < 4; b++) await hub.publish(range(1 + 100 * b, 100).map((i) => event({ i })));
+      got.push(...(await pullN(inbox, 401 - got.length)));
+      // More arrive while it reads: pushes behind the backlog wait for the read, then follow it.
+      const more = (async () => {
+        for (let b = 4; b < 7; b++) await hub.publish(range(1 + 100 * b, 100).map((i) => event({ i })));
+      })();
+      got.push(...(await pullN(inbox, 701 - got.length)));
+      await more;
+      assert.deepEqual(
+        got.map((g) => g.event.attributes.i),
+        range(0, 701),
+      );
+      assert.deepEqual(ordinals(got), range(1, 701));
+      inbox.close();
+    } finally {
+      await d.close();
+    }
+  });
+
+  it('notifications published while a gateway is cut from Redis arrive after it reconnects; a message that is not a notification makes the inbox read', async () => {
+    const d = await deployment(2, undefined, { pollMs: 600_000 });
+    try {
+      const [a, b] = d.hubs;
+      await a.addSubscription('ned', all);
+      const inbox = await a.openInbox('ned', null);
+      const first = inbox.pull(10);
+      await b.publish([event({ i: 1 })]);
+      assert.deepEqual(
+        (await first).map((g) => g.event.attributes.i),
+        [1],
+      );
+      // Cut gateway a's channel connection; b publishes at once, before a has resubscribed.
+      await inspect(async (r) => {
+        const list = await r.client('LIST');
+        const line = String(list)
+          .split('\n')
+          .find((l) => l.includes(`name=ambit-gateway-${a.gatewayId}-sub `));
+        assert.ok(line !== undefined, 'the gateway names its channel connection');
+        await r.client('KILL', 'ID', /id=(\d+)/.exec(line)![1]);
+      });
+      await b.publish([event({ i: 2 }), event({ i: 3 })]);
+      const got = await pullN(inbox, 2);
+      // Something else on the device's channel: the inbox reads its stream and finds nothing new.
+      await inspect((r) => r.publish(a.keys.wake('ned'), 'not a notification'));
+      await b.publish([event({ i: 4 })]);
+      got.push(...(await pullN(inbox, 1)));
+      assert.deepEqual(
+        got.map((g) => g.event.attributes.i),
+        [2, 3, 4],
+      );
+      assert.deepEqual(ordinals(got), [2, 3, 4]);
+      inbox.close();
+    } finally {
+      await d.close();
+    }
+  });
+
+  it('acks of one turn from many streams go in one script call; each device keeps its highest', async () => {
+    const d = await deployment(1, undefined, { pollMs: 600_000 });
+    try {
+      const [hub] = d.hubs;
+      const devices = ['ack-a', 'ack-b', 'ack-c'];
+      for (const dev of devices) await hub.addSubscription(dev, all);
+      await hub.publish(range(1, 3).map((i) => event({ i })));
+      const boxes = await Promise.all(devices.map((dev) => hub.openInbox(dev, null)));
+      const got = await Promise.all(boxes.map((box) => pullN(box, 3)));
+      await Promise.all(got.map((ds, i) => boxes[i].ack(ds[0].deliveryId))); // a turn before (the script is loaded)
+      const before = await inspect((r) => calls(r, 'evalsha'));
+      // Out of order within the turn: the highest of each device counts.
+      await Promise.all(got.flatMap((ds, i) => [boxes[i].ack(ds[2].deliveryId), boxes[i].ack(ds[i].deliveryId)]));
+      assert.equal((await inspect((r) => calls(r, 'evalsha'))) - before, 1, 'one script call for six acks');
+      const acked = await inspect((r) => r.hmget(hub.keys.acked, ...devices));
+      assert.deepEqual(
+        acked,
+        got.map((ds) => ds[2].deliveryId),
+      );
+      for (const box of boxes) box.close();
+    } finally {
+      await d.close();
+    }
+  });
+
+  it('the deliver script: several events per call, a device in several of them, replays skipped per device and event', async () => {
+    const k = new Keys(freshPrefix());
+    await inspect(async (r) => {
+      defineScripts(r);
+      const ms = Date.now();
+      const src = `${ms}-7`;
+      // events: [entry, index]; recipients: [device, event number]
+      const deliver = (events: [string, number][], recipients: [string, number][]) =>
+        runScript(
+          r,
+          'ambitDeliver',
+          4 + recipients.length,
+          k.dstate,
+          k.stats,
+          k.nseq,
+          k.nlast,
+          ...recipients.map(([dev]) => k.notes(dev)),
+          100,
+          3_600_000,
+          k.wakePrefix,
+          '',
+          events.length,
+          ...events.flatMap(([entry, index]) => [entry, index, ms, JSON.stringify({ id: `e${index}` })]),
+          ...recipients.flatMap(([dev, n]) => [dev, n, `["s-${dev}"]`]),
+        );
+      const e0: [string, number] = [src, 0];
+      const e1: [string, number] = [src, 1];
+      assert.equal(
+        await deliver(
+          [e0, e1],
+          [
+            ['ada', 1],
+            ['bo', 1],
+            ['ada', 2],
+          ],
+        ),
+        3,
+      );
+      assert.equal(
+        await deliver(
+          [e0, e1],
+          [
+            ['ada', 1],
+            ['bo', 1],
+            ['ada', 2],
+            ['bo', 2],
+          ],
+        ),
+        1,
+        'the replay stores only what bo lacked',
+      );
+      assert.equal(await deliver([[`${ms}-8`, 0]], [['bo', 1]]), 1, 'a later entry is stored');
+      const ids = async (dev: string) => (await r.xrange(k.notes(dev), '-', '+')).map(([id, f]) => [id, JSON.parse(f[1]).id]);
+      assert.deepEqual(await ids('ada'), [
+        [`${ms}-1`, 'e0'],
+        [`${ms}-2`, 'e1'],
+      ]);
+      assert.deepEqual(await ids('bo'), [
+        [`${ms}-1`, 'e0'],
+        [`${ms}-2`, 'e1'],
+        [`${ms}-3`, 'e0'],
+      ]);
+      assert.equal(await r.hget(k.stats, 'notifications'), '5');
+    });
+  });
+
+  it('a device notified under the earlier layout ({p}nseq, {p}nlast) keeps its ordinals, its replay marker and its dropped count', async () => {
+    const k = new Keys(freshPrefix());
+    await inspect(async (r) => {
+      defineScripts(r);
+      const ms = Date.now() - 1000;
+      // What the earlier scripts left: ordinal 41, the last from entry ms-3 index 2, 2 in the stream.
+      await r.xadd(k.notes('old'), `${ms}-40`, 'e', '{"id":"x"}', 's', '[]', 'p', String(ms));
+      await r.xadd(k.notes('old'), `${ms}-41`, 'e', '{"id":"y"}', 's', '[]', 'p', String(ms));
+      await r.hset(k.nseq, 'old', '41');
+      await r.hset(k.nlast, 'old', `${ms} ${ms}-3 2 2`);
+      const open = () => runScript(r, 'ambitOpen', k.notes('old'), k.dstate, k.acked, k.stats, k.config, k.nseq, k.nlast, 'old', 'acked', '', '');
+      assert.deepEqual(await open(), ['', '41', `${ms}-40`]);
+      const deliver = (entry: string, index: number) =>
+        runScript(r, 'ambitDeliver', 5, k.dstate, k.stats, k.nseq, k.nlast, k.notes('old'), 100, 3_600_000, k.wakePrefix, '', 1, entry, index, ms + 1, '{"id":"z"}', 'old', 1, '["s"]');
+      assert.equal(await deliver(`${ms}-3`, 2), 0, 'the entry it already has is skipped');
+      assert.equal(await deliver(`${ms}-3`, 3), 1);
+      const last = await r.xrevrange(k.notes('old'), '+', '-', 'COUNT', 1);
+      assert.equal(last[0][0], `${ms + 1}-42`);
+      // The stream vanishes (expired): the next notification counts the 3 it held as dropped.
+      await r.del(k.notes('old'));
+      assert.equal(await deliver(`${ms}-4`, 0), 1);
+      assert.equal(await r.hget(k.stats, 'dropped'), '3');
+      assert.deepEqual(await open(), ['', '43', `${ms + 1}-43`]);
+    });
+  });
+});

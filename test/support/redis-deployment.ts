@@ -1,0 +1,76 @@
+/**
+ * A Redis deployment for tests, on one redis-server: fresh key prefixes, a matcher and gateway hubs
+ * on a prefix, a plain connection to look at Redis directly, and polling for a condition.
+ */
+import assert from 'node:assert/strict';
+import { Redis } from 'ioredis';
+import { CPU_ENGINES } from '../../src/engines/index.js';
+import type { Retention } from '../../services/hub/embedded.js';
+import { ENGINE_SIDE_LIMITS } from '../../services/hub/port.js';
+import { RedisHub, type RedisHubOptions } from '../../services/hub/redis.js';
+import { RedisMatcher, type RedisMatcherOptions } from '../../services/matcher/redis.js';
+
+let prefixSeq = 0;
+
+/** `url`: the server's address (asked when a deployment starts). */
+export function redisTestKit(url: () => string) {
+  const freshPrefix = () => `t${process.pid}-${++prefixSeq}:`;
+
+  function matcherOptions(prefix: string, more: Partial<RedisMatcherOptions> = {}): RedisMatcherOptions {
+    return { redis: url(), prefix, engine: CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }), engineDetail: 'fast (test)', statsMs: 100, ...more };
+  }
+
+  function hubOptions(prefix: string, more: Partial<RedisHubOptions> = {}): RedisHubOptions {
+    return { redis: url(), prefix, publishTimeoutMs: 5000, pollMs: 600_000, ...more };
+  }
+
+  /** A deployment on a fresh prefix: one matcher and `gateways` hubs; close() ends whatever is still running. */
+  async function deployment(gateways = 1, retention?: Partial<Retention>, hubMore: Partial<RedisHubOptions> = {}, matcherMore: Partial<RedisMatcherOptions> = {}) {
+    const prefix = freshPrefix();
+    let matcher = await RedisMatcher.start(matcherOptions(prefix, { retention, ...matcherMore }));
+    const hubs: RedisHub[] = [];
+    for (let i = 0; i < gateways; i++) hubs.push(await RedisHub.connect(hubOptions(prefix, hubMore)));
+    const extra: RedisHub[] = [];
+    return {
+      prefix,
+      hubs,
+      get matcher() {
+        return matcher;
+      },
+      async restartMatcher(more: Partial<RedisMatcherOptions> = {}) {
+        matcher = await RedisMatcher.start(matcherOptions(prefix, { retention, ...more }));
+        return matcher;
+      },
+      async newHub(more: Partial<RedisHubOptions> = {}) {
+        const h = await RedisHub.connect(hubOptions(prefix, { ...hubMore, ...more }));
+        extra.push(h);
+        return h;
+      },
+      async close() {
+        for (const h of [...hubs, ...extra]) await h.close();
+        await matcher.stop();
+      },
+    };
+  }
+
+  /** A plain connection for looking at Redis directly. */
+  async function inspect<T>(f: (r: Redis) => Promise<T>): Promise<T> {
+    const r = new Redis(url(), { lazyConnect: true, protocol: 2 });
+    await r.connect();
+    try {
+      return await f(r);
+    } finally {
+      r.disconnect();
+    }
+  }
+
+  async function waitFor(what: string, ok: () => Promise<boolean> | boolean, ms = 5000): Promise<void> {
+    const until = Date.now() + ms;
+    while (!(await ok())) {
+      if (Date.now() > until) assert.fail(`timed out waiting for ${what}`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  }
+
+  return { freshPrefix, matcherOptions, hubOptions, deployment, inspect, waitFor };
+}
