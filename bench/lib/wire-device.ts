@@ -98,6 +98,7 @@ type Stream = grpc.ClientDuplexStream<unknown, Buffer>;
 export class WireDevices {
   private readonly clients: grpc.Client[];
   private readonly streams: Stream[] = [];
+  private readonly byDevice = new Map<number, Stream>();
   private dirty: WireDevice[] = [];
   private flushScheduled = false;
   private flushTimer: NodeJS.Timeout | null = null;
@@ -109,8 +110,10 @@ export class WireDevices {
     private readonly ackDelayMs: number,
     private readonly wanted: readonly string[],
   ) {
-    // Distinct channel options: a connection of its own per client.
-    this.clients = Array.from({ length: connections }, (_, i) => new Client(address, grpc.credentials.createInsecure(), { 'ambit-bench.connection': i }));
+    // Distinct channel options: a connection of its own per client. No transparent retries: grpc-js
+    // would keep every message a stream sends in case the call is retried, at a cost that grows
+    // with the stream (most of the client's time when streams send locations, profiled).
+    this.clients = Array.from({ length: connections }, (_, i) => new Client(address, grpc.credentials.createInsecure(), { 'ambit-bench.connection': i, 'grpc.enable_retries': 0, 'grpc.per_rpc_retry_buffer_size': 1 }));
   }
 
   /** Opens device `i`'s stream, subscribes, and resolves once every subscription is answered. */
@@ -119,6 +122,7 @@ export class WireDevices {
     md.set('authorization', `Bearer ${token}`);
     const s = (this.clients[i % this.clients.length] as unknown as { connect(md: grpc.Metadata): Stream }).connect(md);
     this.streams.push(s);
+    this.byDevice.set(i, s);
     const d = new WireDevice(this, s);
     let replies = 0;
     return new Promise<void>((resolve, reject) => {
@@ -147,6 +151,18 @@ export class WireDevices {
       subs.forEach((sub, k) => w({ message: { case: 'subscribe', value: { requestId: String(k), subscription: toWireSubscription('subscription', sub) } } }));
       if (subs.length === 0) resolve();
     });
+  }
+
+  /**
+   * Writes pre-encoded ConnectRequest bytes on device `i`'s stream; false when HTTP/2 flow control
+   * asks to wait, then `ready` is called once the stream drains.
+   */
+  send(i: number, bytes: Buffer, ready: () => void): boolean {
+    const s = this.byDevice.get(i);
+    if (s === undefined) throw new Error(`wire-device: device ${i} is not connected`);
+    if (s.write(bytes)) return true;
+    s.once('drain', ready);
+    return false;
   }
 
   /** @internal A device has an ack to send. */

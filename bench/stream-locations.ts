@@ -1,0 +1,212 @@
+/**
+ * Location updates on device streams, whole node: the server in a child process (embedded or
+ * Redis, one or several gateway processes), load processes that each hold device streams (lean
+ * wire client, bench/lib/wire-device.ts) and write `location` messages on them as fast as HTTP/2
+ * flow control lets them, in rounds. The rate is what the server takes in: in a steady round every
+ * stream's send window is full, so what the clients manage to write is what the server reads.
+ * Beside it: what the hub applied (the gateways coalesce a device's updates between flushes, so
+ * fewer), server and client CPU, and the server's CPU per update. UpdateLocations batches are
+ * measured by bench/service.ts.
+ *
+ *   node dist/bench/stream-locations.js [--devices N] [--workers W] [--connections C] [--rounds R]
+ *     [--seconds S] [--engine fast|auto] [--redis URL] [--gateways N] [--server-cpus LIST]
+ *     [--load-cpus LIST] [--out FILE] [--quick]
+ */
+import { execFileSync, fork } from 'node:child_process';
+import os from 'node:os';
+import { fileURLToPath } from 'node:url';
+import { create, toBinary } from '@bufbuild/protobuf';
+import { ConnectRequestSchema } from '../api/gen/ambit/v1/device_pb.js';
+import { SCOPES } from '../services/edge/auth.js';
+import { Prng } from '../src/workload/prng.js';
+import { ArgReader, cliFail, parseArgs, runMain } from './lib/args.js';
+import { describeMachine } from './lib/machine.js';
+import { ResultRun } from './lib/result-file.js';
+import { startChildServer } from './lib/service-server.js';
+import { summarize } from './lib/stats.js';
+import { WireDevices } from './lib/wire-device.js';
+
+const USAGE = `usage: node dist/bench/stream-locations.js [--devices N] [--workers W] [--connections C] [--rounds R] [--seconds S]
+  [--engine fast|rtree|auto] [--redis URL] [--gateways N] [--server-cpus LIST] [--load-cpus LIST] [--seed N] [--out FILE] [--quick]
+Defaults: 4000 device streams over W load processes (half the cores), 8 HTTP/2 connections each; 5 rounds of 3 s after a
+warm-up round; engine fast; embedded, one gateway process.
+--server-cpus LIST, --load-cpus LIST: confine the server's processes, or the load's, to those CPUs (taskset lists).
+--quick: 400 streams, 1 load process, 2 rounds of 1 s.`;
+
+interface Init {
+  address: string;
+  secret: string;
+  ids: string[];
+  connections: number;
+  seed: number;
+}
+type ToWorker = { t: 'init'; init: Init } | { t: 'run'; round: number; seconds: number } | { t: 'exit' };
+type FromWorker = { t: 'ready'; cpuSeconds: number } | { t: 'ran'; round: number; sent: number; cpuSeconds: number } | { t: 'failed'; error: string };
+
+const cpuSeconds = (): number => {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1e6;
+};
+
+/** ConnectRequest{location} as bytes, for positions around a city. */
+function locationMessages(rng: Prng, n: number): Buffer[] {
+  return Array.from({ length: n }, () =>
+    Buffer.from(toBinary(ConnectRequestSchema, create(ConnectRequestSchema, { message: { case: 'location', value: { lat: 48.1 + rng.float() * 0.1, lon: 11.5 + rng.float() * 0.1 } } }))),
+  );
+}
+
+async function worker(init: Init, send: (m: FromWorker) => void, on: (f: (m: ToWorker) => void) => void): Promise<void> {
+  const { TokenAuthority } = await import('../services/edge/auth.js');
+  const authority = new TokenAuthority(init.secret);
+  const wire = new WireDevices(init.address, init.connections, 0, []);
+  for (let i = 0; i < init.ids.length; i++) await wire.connect(i, authority.issue({ subject: init.ids[i], scopes: [SCOPES.device], ttlSeconds: 3600 }), [], () => {});
+  const messages = locationMessages(new Prng(init.seed, 7), 256);
+  on((m) => {
+    if (m.t === 'exit') {
+      wire.close();
+      process.exit(0);
+    }
+    if (m.t !== 'run') return;
+    let running = true;
+    let sent = 0;
+    let k = 0;
+    // Each stream writes until its send window is full, then waits for it to drain.
+    const pump = (i: number): void => {
+      while (running) {
+        sent++;
+        if (!wire.send(i, messages[k++ & 255], () => pump(i))) return;
+        if ((sent & 63) === 0) {
+          setImmediate(() => pump(i)); // let the event loop read and write
+          return;
+        }
+      }
+    };
+    for (let i = 0; i < init.ids.length; i++) pump(i);
+    setTimeout(() => {
+      running = false;
+      send({ t: 'ran', round: m.round, sent, cpuSeconds: cpuSeconds() });
+    }, m.seconds * 1000);
+  });
+  send({ t: 'ready', cpuSeconds: cpuSeconds() });
+}
+
+async function parent(): Promise<void> {
+  const fail = cliFail('bench/stream-locations', USAGE);
+  const args = parseArgs(process.argv.slice(2), new Set(['quick', 'help']), new Set(['devices', 'workers', 'connections', 'rounds', 'seconds', 'engine', 'redis', 'gateways', 'server-cpus', 'load-cpus', 'seed', 'out']), fail);
+  if (args.help === true) {
+    process.stdout.write(`${USAGE}\n`);
+    return;
+  }
+  const quick = args.quick === true;
+  const a = new ArgReader(args, fail);
+  const devices = a.count('devices', quick ? 400 : 4000);
+  const workers = a.int('workers', quick ? 1 : Math.max(1, Math.floor(os.availableParallelism() / 2)), 1, 256);
+  const connections = a.int('connections', 8, 1, 10_000);
+  const rounds = a.int('rounds', quick ? 2 : 5, 1, 100);
+  const seconds = a.num('seconds', quick ? 1 : 3, 0.2, 600);
+  const engine = a.str('engine') ?? 'fast';
+  const redisUrl = a.str('redis') ?? null;
+  const gateways = a.int('gateways', 1, 1, 256);
+  const seed = a.int('seed', 1, 0, 0xffffffff);
+  const serverCpus = a.str('server-cpus') ?? null;
+  const loadCpus = a.str('load-cpus') ?? null;
+  for (const [flag, list] of [['--server-cpus', serverCpus], ['--load-cpus', loadCpus]] as const) {
+    if (list !== null && !/^\d+(-\d+)?(,\d+(-\d+)?)*$/.test(list)) fail(`${flag} must be a CPU list such as 0-15 or 0,2,4-7, got ${JSON.stringify(list)}`);
+  }
+  if (loadCpus !== null) execFileSync('taskset', ['-a', '-cp', loadCpus, String(process.pid)], { stdio: 'ignore' });
+  const run = new ResultRun({ out: args.out, name: 'stream-locations', fail });
+  const out = (s: string) => process.stdout.write(`${s}\n`);
+  out(`machine: ${describeMachine(run.machine)}; load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')} before the run`);
+  out(`server: role all, ${redisUrl === null ? 'embedded hub' : 'Redis hub'}, ${gateways} gateway process${gateways > 1 ? 'es' : ''}, engine ${engine}${serverCpus === null ? '' : `, on CPUs ${serverCpus}`}; load: ${workers} processes, ${devices} device streams over ${workers * connections} HTTP/2 connections${loadCpus === null ? '' : `, on CPUs ${loadCpus}`}; ${rounds} rounds of ${seconds} s after a warm-up round`);
+
+  const server = await startChildServer(engine, [], redisUrl, gateways, 0, serverCpus);
+  const procs: ReturnType<typeof fork>[] = [];
+  try {
+    const secret = server.authority.secretForDev();
+    const self = fileURLToPath(import.meta.url);
+    const per = Math.ceil(devices / workers);
+    const t0 = performance.now();
+    await Promise.all(
+      Array.from({ length: workers }, (_, w) => {
+        const proc = fork(self, ['--worker'], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], serialization: 'advanced' });
+        procs.push(proc);
+        const ids = Array.from({ length: Math.max(0, Math.min(per, devices - w * per)) }, (_, i) => `loc-${w * per + i}`);
+        proc.send({ t: 'init', init: { address: server.address, secret, ids, connections, seed: seed + w } } satisfies ToWorker);
+        return new Promise<void>((resolve, reject) => {
+          proc.once('message', (m: FromWorker) => (m.t === 'ready' ? resolve() : reject(new Error(`worker: ${JSON.stringify(m)}`))));
+          proc.once('exit', (code) => reject(new Error(`bench/stream-locations: a load process exited (${code}) before it was ready`)));
+        });
+      }),
+    );
+    out(`${devices} device streams open in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+    out('');
+    out('| round | updates/s sent | applied by the hub/s | server cores | load cores | server µs/update |');
+    out('|---:|---:|---:|---:|---:|---:|');
+    const lastCpu = new Map<ReturnType<typeof fork>, number>();
+    const results: { round: number; updatesPerSecond: number; appliedPerSecond: number; serverCores: number; loadCores: number; serverUsPerUpdate: number }[] = [];
+    for (let r = -1; r < rounds; r++) {
+      const s0 = await server.ops.stats();
+      const c0 = server.cpuSeconds();
+      const w0 = performance.now();
+      const ran = await Promise.all(
+        procs.map(
+          (p) =>
+            new Promise<Extract<FromWorker, { t: 'ran' }>>((resolve) => {
+              const f = (m: FromWorker) => {
+                if (m.t === 'ran' && m.round === r) {
+                  p.off('message', f);
+                  resolve(m);
+                }
+              };
+              p.on('message', f);
+              p.send({ t: 'run', round: r, seconds } satisfies ToWorker);
+            }),
+        ),
+      );
+      const wall = (performance.now() - w0) / 1000;
+      const serverCpu = server.cpuSeconds() - c0;
+      const s1 = await server.ops.stats();
+      let loadCpu = 0;
+      for (let i = 0; i < procs.length; i++) {
+        loadCpu += ran[i].cpuSeconds - (lastCpu.get(procs[i]) ?? 0);
+        lastCpu.set(procs[i], ran[i].cpuSeconds);
+      }
+      if (r < 0) continue; // warm-up: fills the windows, compiles the hot paths
+      const sent = ran.reduce((n, x) => n + x.sent, 0);
+      const row = {
+        round: r + 1,
+        updatesPerSecond: sent / seconds,
+        appliedPerSecond: (s1.locationUpdates - s0.locationUpdates) / wall,
+        serverCores: serverCpu / wall,
+        loadCores: loadCpu / wall,
+        serverUsPerUpdate: (serverCpu * 1e6) / sent,
+      };
+      results.push(row);
+      out(`| ${row.round} | ${Math.round(row.updatesPerSecond).toLocaleString('en-US')} | ${Math.round(row.appliedPerSecond).toLocaleString('en-US')} | ${row.serverCores.toFixed(2)} | ${row.loadCores.toFixed(2)} | ${row.serverUsPerUpdate.toFixed(2)} |`);
+    }
+    const rate = summarize(results.map((x) => x.updatesPerSecond));
+    out('');
+    out(`updates/s sent: min ${Math.round(rate.min).toLocaleString('en-US')}, median ${Math.round(rate.median).toLocaleString('en-US')}, p99 ${Math.round(rate.p99).toLocaleString('en-US')} over ${rounds} rounds`);
+    run.write({ kind: 'stream-locations', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', gateways, serverCpus, loadCpus, devices, workers, connections, rounds, seconds, seed, updatesPerSecond: rate, results });
+    out(`results: ${run.shown}`);
+  } finally {
+    for (const p of procs) if (p.connected) p.send({ t: 'exit' } satisfies ToWorker);
+    await server.stop();
+  }
+}
+
+if (process.argv.includes('--worker')) {
+  process.once('message', (m: ToWorker) => {
+    if (m.t !== 'init') return;
+    worker(
+      m.init,
+      (x) => process.send!(x),
+      (f) => process.on('message', f),
+    ).catch((err: unknown) => {
+      process.send!({ t: 'failed', error: String(err) } satisfies FromWorker);
+      process.exit(1);
+    });
+  });
+} else {
+  runMain('bench/stream-locations', parent);
+}
