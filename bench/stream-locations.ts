@@ -1,18 +1,20 @@
 /**
  * Location updates on device streams, whole node: the server in a child process (embedded or
- * Redis, one or several gateway processes), load processes that each hold device streams (lean
- * wire client, bench/lib/wire-device.ts) and write `location` messages on them as fast as HTTP/2
- * flow control lets them, in rounds. The rate is what the server takes in: in a steady round every
- * stream's send window is full, so what the clients manage to write is what the server reads.
- * Beside it: what the hub applied (the gateways coalesce a device's updates between flushes, so
+ * Redis, one or several gateway processes), load processes that each hold device streams and
+ * write `location` messages on them, one write in flight per stream, in rounds. The load speaks
+ * gRPC over node:http2 itself (a Connect request, length-prefixed messages, `--per-write` of them in
+ * one DATA frame; default 1, as a phone sends them), since grpc-js's client costs more per message
+ * than the server does and would be what the benchmark measured. The rate counts the writes the
+ * transport completed in the round. Beside it: what the hub applied (the gateways coalesce a device's updates between flushes, so
  * fewer), server and client CPU, and the server's CPU per update. UpdateLocations batches are
  * measured by bench/service.ts.
  *
  *   node dist/bench/stream-locations.js [--devices N] [--workers W] [--connections C] [--rounds R]
- *     [--seconds S] [--engine fast|auto] [--redis URL] [--gateways N] [--server-cpus LIST]
+ *     [--seconds S] [--per-write K] [--engine fast|auto] [--redis URL] [--gateways N] [--server-cpus LIST]
  *     [--load-cpus LIST] [--out FILE] [--quick]
  */
 import { execFileSync, fork } from 'node:child_process';
+import http2 from 'node:http2';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { create, toBinary } from '@bufbuild/protobuf';
@@ -24,12 +26,11 @@ import { describeMachine } from './lib/machine.js';
 import { ResultRun } from './lib/result-file.js';
 import { startChildServer } from './lib/service-server.js';
 import { summarize } from './lib/stats.js';
-import { WireDevices } from './lib/wire-device.js';
 
-const USAGE = `usage: node dist/bench/stream-locations.js [--devices N] [--workers W] [--connections C] [--rounds R] [--seconds S]
+const USAGE = `usage: node dist/bench/stream-locations.js [--devices N] [--workers W] [--connections C] [--rounds R] [--seconds S] [--per-write K]
   [--engine fast|rtree|auto] [--redis URL] [--gateways N] [--server-cpus LIST] [--load-cpus LIST] [--seed N] [--out FILE] [--quick]
 Defaults: 4000 device streams over W load processes (half the cores), 8 HTTP/2 connections each; 5 rounds of 3 s after a
-warm-up round; engine fast; embedded, one gateway process.
+warm-up round; one message per DATA frame (--per-write K: K messages in each); engine fast; embedded, one gateway process.
 --server-cpus LIST, --load-cpus LIST: confine the server's processes, or the load's, to those CPUs (taskset lists).
 --quick: 400 streams, 1 load process, 2 rounds of 1 s.`;
 
@@ -38,6 +39,7 @@ interface Init {
   secret: string;
   ids: string[];
   connections: number;
+  perWrite: number;
   seed: number;
 }
 type ToWorker = { t: 'init'; init: Init } | { t: 'run'; round: number; seconds: number } | { t: 'exit' };
@@ -48,40 +50,67 @@ const cpuSeconds = (): number => {
   return (u.user + u.system) / 1e6;
 };
 
-/** ConnectRequest{location} as bytes, for positions around a city. */
-function locationMessages(rng: Prng, n: number): Buffer[] {
+/** ConnectRequest messages as gRPC frames (1-byte flag, 4-byte length, the bytes). */
+function grpcFrame(m: Parameters<typeof create<typeof ConnectRequestSchema>>[1]): Buffer {
+  const body = toBinary(ConnectRequestSchema, create(ConnectRequestSchema, m));
+  const out = Buffer.alloc(5 + body.length);
+  out.writeUInt32BE(body.length, 1);
+  out.set(body, 5);
+  return out;
+}
+
+/** `perWrite` location frames in one buffer, for positions around a city; `n` such buffers. */
+function locationWrites(rng: Prng, n: number, perWrite: number): Buffer[] {
   return Array.from({ length: n }, () =>
-    Buffer.from(toBinary(ConnectRequestSchema, create(ConnectRequestSchema, { message: { case: 'location', value: { lat: 48.1 + rng.float() * 0.1, lon: 11.5 + rng.float() * 0.1 } } }))),
+    Buffer.concat(Array.from({ length: perWrite }, () => grpcFrame({ message: { case: 'location', value: { lat: 48.1 + rng.float() * 0.1, lon: 11.5 + rng.float() * 0.1 } } }))),
   );
 }
 
 async function worker(init: Init, send: (m: FromWorker) => void, on: (f: (m: ToWorker) => void) => void): Promise<void> {
   const { TokenAuthority } = await import('../services/edge/auth.js');
   const authority = new TokenAuthority(init.secret);
-  const wire = new WireDevices(init.address, init.connections, 0, []);
-  for (let i = 0; i < init.ids.length; i++) await wire.connect(i, authority.issue({ subject: init.ids[i], scopes: [SCOPES.device], ttlSeconds: 3600 }), [], () => {});
-  const messages = locationMessages(new Prng(init.seed, 7), 256);
+  const sessions = Array.from({ length: init.connections }, () => http2.connect(`http://${init.address}`));
+  await Promise.all(sessions.map((c) => new Promise<void>((resolve, reject) => c.once('connect', () => resolve()).once('error', reject))));
+  const hello = grpcFrame({ message: { case: 'hello', value: { resumeToken: '' } } });
+  const streams: http2.ClientHttp2Stream[] = [];
+  for (let i = 0; i < init.ids.length; i++) {
+    const token = authority.issue({ subject: init.ids[i], scopes: [SCOPES.device], ttlSeconds: 3600 });
+    const st = sessions[i % sessions.length].request({ ':method': 'POST', ':path': '/ambit.v1.DeviceService/Connect', 'content-type': 'application/grpc', te: 'trailers', authorization: `Bearer ${token}` });
+    // The welcome (and anything else) is read and dropped; a stream that ends early is an error.
+    await new Promise<void>((resolve, reject) => {
+      st.once('data', () => resolve());
+      st.once('error', reject);
+      st.once('close', () => reject(new Error(`stream of ${init.ids[i]} closed (code ${st.rstCode})`)));
+      st.write(hello);
+    });
+    st.removeAllListeners('close');
+    st.on('data', () => {});
+    st.on('close', () => {
+      if (st.rstCode !== http2.constants.NGHTTP2_NO_ERROR) process.stderr.write(`bench/stream-locations: stream of ${init.ids[i]} closed (code ${st.rstCode})\n`);
+    });
+    streams.push(st);
+  }
+  const writes = locationWrites(new Prng(init.seed, 7), 256, init.perWrite);
   on((m) => {
     if (m.t === 'exit') {
-      wire.close();
+      for (const st of streams) st.close();
+      for (const c of sessions) c.close();
       process.exit(0);
     }
     if (m.t !== 'run') return;
     let running = true;
     let sent = 0;
     let k = 0;
-    // Each stream writes until its send window is full, then waits for it to drain.
+    // One write in flight per stream: each write (of --per-write messages) goes out in a DATA
+    // frame of its own, as a phone's updates do; the next follows once the transport took it.
     const pump = (i: number): void => {
-      while (running) {
-        sent++;
-        if (!wire.send(i, messages[k++ & 255], () => pump(i))) return;
-        if ((sent & 63) === 0) {
-          setImmediate(() => pump(i)); // let the event loop read and write
-          return;
-        }
-      }
+      if (!running) return;
+      streams[i].write(writes[k++ & 255], () => {
+        sent += init.perWrite;
+        pump(i);
+      });
     };
-    for (let i = 0; i < init.ids.length; i++) pump(i);
+    for (let i = 0; i < streams.length; i++) pump(i);
     setTimeout(() => {
       running = false;
       send({ t: 'ran', round: m.round, sent, cpuSeconds: cpuSeconds() });
@@ -92,7 +121,7 @@ async function worker(init: Init, send: (m: FromWorker) => void, on: (f: (m: ToW
 
 async function parent(): Promise<void> {
   const fail = cliFail('bench/stream-locations', USAGE);
-  const args = parseArgs(process.argv.slice(2), new Set(['quick', 'help']), new Set(['devices', 'workers', 'connections', 'rounds', 'seconds', 'engine', 'redis', 'gateways', 'server-cpus', 'load-cpus', 'seed', 'out']), fail);
+  const args = parseArgs(process.argv.slice(2), new Set(['quick', 'help']), new Set(['devices', 'workers', 'connections', 'per-write', 'rounds', 'seconds', 'engine', 'redis', 'gateways', 'server-cpus', 'load-cpus', 'seed', 'out']), fail);
   if (args.help === true) {
     process.stdout.write(`${USAGE}\n`);
     return;
@@ -102,6 +131,7 @@ async function parent(): Promise<void> {
   const devices = a.count('devices', quick ? 400 : 4000);
   const workers = a.int('workers', quick ? 1 : Math.max(1, Math.floor(os.availableParallelism() / 2)), 1, 256);
   const connections = a.int('connections', 8, 1, 10_000);
+  const perWrite = a.int('per-write', 1, 1, 10_000);
   const rounds = a.int('rounds', quick ? 2 : 5, 1, 100);
   const seconds = a.num('seconds', quick ? 1 : 3, 0.2, 600);
   const engine = a.str('engine') ?? 'fast';
@@ -117,7 +147,7 @@ async function parent(): Promise<void> {
   const run = new ResultRun({ out: args.out, name: 'stream-locations', fail });
   const out = (s: string) => process.stdout.write(`${s}\n`);
   out(`machine: ${describeMachine(run.machine)}; load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')} before the run`);
-  out(`server: role all, ${redisUrl === null ? 'embedded hub' : 'Redis hub'}, ${gateways} gateway process${gateways > 1 ? 'es' : ''}, engine ${engine}${serverCpus === null ? '' : `, on CPUs ${serverCpus}`}; load: ${workers} processes, ${devices} device streams over ${workers * connections} HTTP/2 connections${loadCpus === null ? '' : `, on CPUs ${loadCpus}`}; ${rounds} rounds of ${seconds} s after a warm-up round`);
+  out(`server: role all, ${redisUrl === null ? 'embedded hub' : 'Redis hub'}, ${gateways} gateway process${gateways > 1 ? 'es' : ''}, engine ${engine}${serverCpus === null ? '' : `, on CPUs ${serverCpus}`}; load: ${workers} processes, ${devices} device streams over ${workers * connections} HTTP/2 connections, ${perWrite} message${perWrite > 1 ? 's' : ''} per write${loadCpus === null ? '' : `, on CPUs ${loadCpus}`}; ${rounds} rounds of ${seconds} s after a warm-up round`);
 
   const server = await startChildServer(engine, [], redisUrl, gateways, 0, serverCpus);
   const procs: ReturnType<typeof fork>[] = [];
@@ -131,7 +161,7 @@ async function parent(): Promise<void> {
         const proc = fork(self, ['--worker'], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], serialization: 'advanced' });
         procs.push(proc);
         const ids = Array.from({ length: Math.max(0, Math.min(per, devices - w * per)) }, (_, i) => `loc-${w * per + i}`);
-        proc.send({ t: 'init', init: { address: server.address, secret, ids, connections, seed: seed + w } } satisfies ToWorker);
+        proc.send({ t: 'init', init: { address: server.address, secret, ids, connections, perWrite, seed: seed + w } } satisfies ToWorker);
         return new Promise<void>((resolve, reject) => {
           proc.once('message', (m: FromWorker) => (m.t === 'ready' ? resolve() : reject(new Error(`worker: ${JSON.stringify(m)}`))));
           proc.once('exit', (code) => reject(new Error(`bench/stream-locations: a load process exited (${code}) before it was ready`)));
@@ -187,7 +217,7 @@ async function parent(): Promise<void> {
     const rate = summarize(results.map((x) => x.updatesPerSecond));
     out('');
     out(`updates/s sent: min ${Math.round(rate.min).toLocaleString('en-US')}, median ${Math.round(rate.median).toLocaleString('en-US')}, p99 ${Math.round(rate.p99).toLocaleString('en-US')} over ${rounds} rounds`);
-    run.write({ kind: 'stream-locations', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', gateways, serverCpus, loadCpus, devices, workers, connections, rounds, seconds, seed, updatesPerSecond: rate, results });
+    run.write({ kind: 'stream-locations', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', gateways, serverCpus, loadCpus, devices, workers, connections, perWrite, rounds, seconds, seed, updatesPerSecond: rate, results });
     out(`results: ${run.shown}`);
   } finally {
     for (const p of procs) if (p.connected) p.send({ t: 'exit' } satisfies ToWorker);
