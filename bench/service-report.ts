@@ -617,12 +617,61 @@ function streamsSection(runs: readonly { name: string; file: string; f: StreamsF
   return lines;
 }
 
+interface StreamLocationsFile {
+  kind: 'stream-locations';
+  startedAt: string;
+  machine: MachineInfo;
+  mode: string;
+  engine: string;
+  gateways: number;
+  serverCpus: string | null;
+  loadCpus: string | null;
+  devices: number;
+  workers: number;
+  connections: number;
+  perWrite: number;
+  rounds: number;
+  seconds: number;
+  updatesPerSecond: Summary;
+  results: { round: number; updatesPerSecond: number; appliedPerSecond: number; serverCores: number; loadCores: number; serverUsPerUpdate: number }[];
+}
+
+/** Location updates/s on device streams for a whole node (bench/stream-locations.ts). */
+function streamLocationsSection(runs: readonly { name: string; file: string; f: StreamLocationsFile }[], rel: (file: string) => string): string[] {
+  if (runs.length === 0) return [];
+  const lines = [
+    '## Location updates on device streams, whole node',
+    '',
+    'Produced by `npm run bench:stream-locations` (bench/stream-locations.ts): load processes hold device streams and write `location` messages, one write in flight per stream (one message per DATA frame unless "per write" says more), over gRPC on node:http2. Updates/s are the writes the transport completed; the hub applies fewer (a gateway coalesces a device\'s updates between flushes). Medians over rounds; server and load cores are measured, not shares of the machine. Target: ≥ 5M updates/s per node.',
+    '',
+    '| run | machine | server | streams | per write | updates/s (min–max) | applied by the hub/s | server cores | load cores | server µs/update | target |',
+    '|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|',
+  ];
+  const n = (x: number) => Math.round(x).toLocaleString('en-US');
+  const med = (xs: number[]) => {
+    const s = [...xs].sort((a, b) => a - b);
+    return s[Math.floor((s.length - 1) / 2)];
+  };
+  for (const r of runs) {
+    const f = r.f;
+    const u = f.updatesPerSecond;
+    const server = `${f.mode}, ${f.engine}, ${f.gateways} gateway process${f.gateways === 1 ? '' : 'es'}${f.serverCpus === null ? '' : `, CPUs ${f.serverCpus}`}`;
+    const load = f.loadCpus === null ? '' : ` (load on CPUs ${f.loadCpus})`;
+    lines.push(
+      `| [${r.name}](${rel(r.file)}) | ${f.machine.logicalCores} cores${load} | ${server} | ${f.devices.toLocaleString('en-US')} | ${f.perWrite} | ${n(u.median)} (${n(u.min)}–${n(u.max)}) | ${n(med(f.results.map((x) => x.appliedPerSecond)))} | ${med(f.results.map((x) => x.serverCores)).toFixed(2)} | ${med(f.results.map((x) => x.loadCores)).toFixed(2)} | ${med(f.results.map((x) => x.serverUsPerUpdate)).toFixed(2)} | ${u.median >= 5e6 ? 'met' : 'not met'} |`,
+    );
+  }
+  lines.push('');
+  return lines;
+}
+
 function main(): void {
   const { files, dir, scanned } = parseReportArgs(process.argv.slice(2), RESULTS_DIR, 'Usage: node dist/bench/service-report.js [FILE.json ...] [--dir DIR]   (default DIR: bench/results)', fail);
   const services: ServiceRun[] = [];
   const ingests: IngestRun[] = [];
   const throughputs: ThroughputRun[] = [];
   const streamRuns: { name: string; file: string; f: StreamsFile }[] = [];
+  const locationRuns: { name: string; file: string; f: StreamLocationsFile }[] = [];
   for (const file of files) {
     const data = readResultFile(file, fail) as { kind?: unknown; schema?: unknown } | null;
     const name = path.basename(file, '.json');
@@ -638,7 +687,9 @@ function main(): void {
       throughputs.push({ file, name, f: data as ThroughputFile });
     } else if (data !== null && typeof data === 'object' && data.kind === 'streams') {
       streamRuns.push({ file, name, f: data as StreamsFile });
-    } else if (!scanned) fail(`${file}: neither a bench/service.ts result (kind "service"), a bench/throughput.ts result (kind "throughput"), a bench/streams.ts result (kind "streams") nor ${INGEST_SCHEMA}`);
+    } else if (data !== null && typeof data === 'object' && data.kind === 'stream-locations') {
+      locationRuns.push({ file, name, f: data as StreamLocationsFile });
+    } else if (!scanned) fail(`${file}: neither a bench/service.ts result (kind "service"), a bench/throughput.ts result (kind "throughput"), a bench/streams.ts result (kind "streams"), a bench/stream-locations.ts result (kind "stream-locations") nor ${INGEST_SCHEMA}`);
   }
   if (services.length === 0 && ingests.length === 0) {
     fail(`no service or matcher-ingest result files in ${path.relative(process.cwd(), dir) || dir} (run \`npm run bench:service\` or \`npm run bench:ingest\`)`);
@@ -682,6 +733,8 @@ function main(): void {
   throughputs.sort((a, b) => Date.parse(a.f.startedAt) - Date.parse(b.f.startedAt) || a.name.localeCompare(b.name));
   lines.push(...throughputSection(throughputs, dir, rel));
   lines.push(...streamsSection(streamRuns, rel));
+  locationRuns.sort((a, b) => Date.parse(a.f.startedAt) - Date.parse(b.f.startedAt) || a.name.localeCompare(b.name));
+  lines.push(...streamLocationsSection(locationRuns, rel));
   if (services.length > 0) {
     lines.push('## Service runs', '');
     for (const r of services) lines.push(...serviceSection(r, all, rel));
