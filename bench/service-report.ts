@@ -19,6 +19,7 @@ import type { BatchParams, LatencyParams, LatencyResult, RateResult, StreamParam
 import type { Summary } from './lib/stats.js';
 import { type BarGroup, axisFormat, barPlot } from './lib/svg-bars.js';
 import { type ThroughputFile, type ThroughputRun, throughputSection } from './lib/throughput-report.js';
+import { type StreamLocationsFile, type StreamsFile, streamLocationsSection, streamsSection } from './lib/stream-report.js';
 
 const INGEST_SCHEMA = 'ambit-matcher-ingest/1';
 
@@ -582,87 +583,6 @@ function summary(services: readonly ServiceRun[], ingests: readonly IngestRun[])
   // A target no run measured gets no row.
   const measured = rows.filter((r) => r.slice(1).some((c) => c !== '–'));
   return [para, '', table(['target', ...machines.map(machineLabel)], measured)];
-}
-
-/** A bench/streams.ts result: server memory per idle device stream. */
-interface StreamsFile {
-  machine: { cpuModel?: string; cores?: number; commit?: string };
-  mode: string;
-  gateways: number;
-  engine: string;
-  streams: number;
-  perConnection: number;
-  points: { streams: number; connections: number; serverRssBytes: number }[];
-  perStreamBytes: number;
-  restBytes: number;
-}
-
-function streamsSection(runs: readonly { name: string; file: string; f: StreamsFile }[], rel: (file: string) => string): string[] {
-  if (runs.length === 0) return [];
-  const lines = [
-    '## Memory per idle device stream',
-    '',
-    'Produced by `npm run bench:streams` (bench/streams.ts): client processes open idle device streams (hello, welcome) in steps; the cost of a stream is the slope of the server\'s resident memory (summed over its processes) against open streams. Target: ≤ 10 KB per stream.',
-    '',
-    '| run | mode | gateway processes | streams | per connection | server RSS at rest | server RSS with all streams | per stream (slope) | target |',
-    '|---|---|---:|---:|---:|---:|---:|---:|---|',
-  ];
-  const mib = (b: number) => `${(b / 2 ** 20).toFixed(0)} MiB`;
-  for (const r of runs) {
-    const f = r.f;
-    const last = f.points[f.points.length - 1];
-    lines.push(`| [${r.name}](${rel(r.file)}) | ${f.mode}, ${f.engine} | ${f.gateways} | ${f.streams.toLocaleString('en-US')} | ${f.perConnection} | ${mib(f.points[0].serverRssBytes)} | ${mib(last.serverRssBytes)} | ${(f.perStreamBytes / 1024).toFixed(1)} KiB | ${f.perStreamBytes <= 10_000 ? 'met' : 'not met'} |`);
-  }
-  lines.push('');
-  return lines;
-}
-
-interface StreamLocationsFile {
-  kind: 'stream-locations';
-  startedAt: string;
-  machine: MachineInfo;
-  mode: string;
-  engine: string;
-  gateways: number;
-  serverCpus: string | null;
-  loadCpus: string | null;
-  devices: number;
-  workers: number;
-  connections: number;
-  perWrite: number;
-  rounds: number;
-  seconds: number;
-  updatesPerSecond: Summary;
-  results: { round: number; updatesPerSecond: number; appliedPerSecond: number; serverCores: number; loadCores: number; serverUsPerUpdate: number }[];
-}
-
-/** Location updates/s on device streams for a whole node (bench/stream-locations.ts). */
-function streamLocationsSection(runs: readonly { name: string; file: string; f: StreamLocationsFile }[], rel: (file: string) => string): string[] {
-  if (runs.length === 0) return [];
-  const lines = [
-    '## Location updates on device streams, whole node',
-    '',
-    'Produced by `npm run bench:stream-locations` (bench/stream-locations.ts): load processes hold device streams and write `location` messages, one write in flight per stream (one message per DATA frame unless "per write" says more), over gRPC on node:http2. Updates/s are the writes the transport completed; the hub applies fewer (a gateway coalesces a device\'s updates between flushes). Medians over rounds; server and load cores are measured, not shares of the machine. Target: ≥ 5M updates/s per node.',
-    '',
-    '| run | machine | server | streams | per write | updates/s (min–max) | applied by the hub/s | server cores | load cores | server µs/update | target |',
-    '|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|',
-  ];
-  const n = (x: number) => Math.round(x).toLocaleString('en-US');
-  const med = (xs: number[]) => {
-    const s = [...xs].sort((a, b) => a - b);
-    return s[Math.floor((s.length - 1) / 2)];
-  };
-  for (const r of runs) {
-    const f = r.f;
-    const u = f.updatesPerSecond;
-    const server = `${f.mode}, ${f.engine}, ${f.gateways} gateway process${f.gateways === 1 ? '' : 'es'}${f.serverCpus === null ? '' : `, CPUs ${f.serverCpus}`}`;
-    const load = f.loadCpus === null ? '' : ` (load on CPUs ${f.loadCpus})`;
-    lines.push(
-      `| [${r.name}](${rel(r.file)}) | ${f.machine.logicalCores} cores${load} | ${server} | ${f.devices.toLocaleString('en-US')} | ${f.perWrite} | ${n(u.median)} (${n(u.min)}–${n(u.max)}) | ${n(med(f.results.map((x) => x.appliedPerSecond)))} | ${med(f.results.map((x) => x.serverCores)).toFixed(2)} | ${med(f.results.map((x) => x.loadCores)).toFixed(2)} | ${med(f.results.map((x) => x.serverUsPerUpdate)).toFixed(2)} | ${u.median >= 5e6 ? 'met' : 'not met'} |`,
-    );
-  }
-  lines.push('');
-  return lines;
 }
 
 function main(): void {

@@ -217,13 +217,9 @@ export class AmbitDevice {
     });
     this.readyPromise.catch(() => {});
     DeviceClient ??= clientFor(DeviceService);
-    // The channel's own reconnect backoff follows ours, so a retry is not refused by a channel still
-    // waiting. grpc-js's transparent retries buffer every message of a stream in case the call is
-    // retried; this stream is re-opened by the SDK instead, so that is turned off. Even without
-    // retries grpc-js keeps written messages in that buffer (up to its size) until the transport
-    // takes them, and copies what is left on each send: a stream that writes faster than the
-    // connection drains paid about 100 µs per message (profiled). A one-byte buffer makes every
-    // write wait for the transport instead.
+    // The channel's reconnect backoff follows ours. No transparent retries (the SDK re-opens the
+    // stream itself), and a one-byte retry buffer: grpc-js keeps queued messages there and re-copies
+    // them per send (about 100 µs per message when writes outpace the connection, profiled).
     this.client = new DeviceClient(
       this.address,
       credentials(options.tls),

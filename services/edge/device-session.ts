@@ -16,6 +16,7 @@ import { type Delivery, type DrainableInbox, type Hub, type Inbox, type Location
 import type { Logger } from 'pino';
 import type { Counters } from './counters.js';
 import type { ExpiryClock, Expiring } from './expiry.js';
+import { type RawStream, grpcMessages, rawStreamOf } from './raw-stream.js';
 
 /** What a session needs from the gateway that holds it. */
 export interface SessionHost {
@@ -33,7 +34,12 @@ export interface SessionHost {
   readonly expiry: ExpiryClock;
   /** Clock (ms since the epoch), for token expiry. */
   now(): number;
+  /** Notifications go to the HTTP/2 stream under the call, a batch per write (raw-stream.ts); false: through grpc-js. */
+  readonly rawWrites: boolean;
 }
+
+/** Write errors on the HTTP/2 stream end the call through grpc-js's own events; nothing to do here. */
+const IGNORE = (): void => {};
 
 type Phase = 'hello' | 'opening' | 'open' | 'closed';
 
@@ -55,6 +61,8 @@ export class DeviceSession implements Expiring {
   private acking: Promise<void> = SETTLED;
   private drainWaiter: (() => void) | null = null;
   private readsPaused = false;
+  /** The HTTP/2 stream notifications are written to directly (null: through grpc-js). */
+  private raw: RawStream | null = null;
 
   constructor(
     private readonly host: SessionHost,
@@ -188,6 +196,22 @@ export class DeviceSession implements Expiring {
           i = 0;
           if (batch.length === 0) return box.notify(this.pump);
         }
+        const raw = this.raw;
+        // Directly, when nothing of ours waits in grpc-js's own buffer (so replies keep their order).
+        if (raw !== null && this.call.writableLength === 0 && raw.headersSent && !raw.destroyed && !raw.closed) {
+          const frames = new Array<Uint8Array>(batch.length - i);
+          for (let k = 0; i < batch.length; i++, k++) frames[k] = notificationFrame(batch[i]);
+          this.lastSent = batch[batch.length - 1].deliveryId;
+          counters.notificationsSent += frames.length;
+          if (!raw.write(grpcMessages(frames), IGNORE)) {
+            // HTTP/2 flow control: stop taking until the client reads; the backlog stays in the hub.
+            counters.sendQueue++;
+            this.drainWaiter = this.drained;
+            raw.once('drain', this.drained);
+            return;
+          }
+          continue;
+        }
         for (; i < batch.length; i++) {
           if (this.phase !== 'open') return;
           const d = batch[i];
@@ -215,6 +239,7 @@ export class DeviceSession implements Expiring {
     if (this.drainWaiter === null) return;
     this.drainWaiter = null;
     this.call.off('drain', this.drained);
+    this.raw?.off('drain', this.drained);
     this.host.counters.sendQueue--;
     this.pump();
   };
@@ -256,8 +281,14 @@ export class DeviceSession implements Expiring {
     this.phase = 'open';
     this.lastSent = box.resumeToken;
     this.write(create(ConnectResponseSchema, { message: { case: 'welcome', value: { deviceId: this.device, resumeToken: box.resumeToken, missed: BigInt(box.missed) } } }));
-    if (isDrainable(box)) this.pump();
-    else this.deliver(box).catch(this.failStream);
+    if (isDrainable(box)) {
+      // After the welcome: grpc-js has sent the response headers and the welcome itself.
+      if (this.host.rawWrites) {
+        this.raw = rawStreamOf(this.call);
+        this.raw?.on('error', IGNORE);
+      }
+      this.pump();
+    } else this.deliver(box).catch(this.failStream);
   }
 
   private async request(kind: 'subscribe' | 'replace' | 'unsubscribe', requestId: string, run: () => Promise<void>): Promise<void> {

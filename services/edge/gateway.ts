@@ -45,9 +45,11 @@ export interface GatewayOptions {
   maxEventsPerMessage: number;
   /** Updates in one UpdateLocations message. */
   maxUpdatesPerMessage: number;
+  /** Notifications written to the HTTP/2 stream directly, a batch per write (raw-stream.ts); false: through grpc-js. */
+  rawWrites: boolean;
 }
 
-export const DEFAULT_GATEWAY_OPTIONS: Readonly<GatewayOptions> = Object.freeze({ sendBatch: 64, maxEventsPerMessage: 1000, maxUpdatesPerMessage: 10_000 });
+export const DEFAULT_GATEWAY_OPTIONS: Readonly<GatewayOptions> = Object.freeze({ sendBatch: 64, maxEventsPerMessage: 1000, maxUpdatesPerMessage: 10_000, rawWrites: true });
 
 type Handler = grpc.UntypedHandleCall;
 
@@ -55,6 +57,7 @@ export class Gateway implements SessionHost {
   readonly sessions = new Map<string, DeviceSession>();
   readonly counters: Counters;
   readonly sendBatch: number;
+  readonly rawWrites: boolean;
   readonly now: () => number = Date.now;
   readonly expiry = new ExpiryClock(() => this.now());
   private readonly opts: GatewayOptions;
@@ -72,6 +75,7 @@ export class Gateway implements SessionHost {
     this.opts = { ...DEFAULT_GATEWAY_OPTIONS, ...options };
     this.counters = metrics.counters;
     this.sendBatch = this.opts.sendBatch;
+    this.rawWrites = this.opts.rawWrites;
   }
 
   /** Implementations keyed by the services' method local names. */

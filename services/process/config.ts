@@ -51,6 +51,11 @@ export interface ServerConfig {
   fanoutShards: number;
   /** A gateway of a node with fan-out shards: where each shard listens (set by gateways.ts). */
   hubShards: string[];
+  /**
+   * Notifications written to the HTTP/2 stream under a device's call, a batch per write
+   * (services/edge/raw-stream.ts); false: each one through grpc-js, as before.
+   */
+  directWrites: boolean;
 }
 
 /** Fan-out shards one node may run. */
@@ -75,6 +80,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   hubInParent: false,
   fanoutShards: 0,
   hubShards: [],
+  directWrites: true,
 });
 
 /** Reads AMBIT_* (and REDIS_URL) variables over the defaults; throws naming the variable. */
@@ -109,9 +115,14 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
     c.engine = engine as EngineChoice;
   }
   c.tokenSecret = str('AMBIT_TOKEN_SECRET') ?? null;
-  const dev = str('AMBIT_DEV');
-  if (dev !== undefined && !['0', '1', 'true', 'false'].includes(dev)) throw new Error(`config: AMBIT_DEV must be 0, 1, true or false, got ${JSON.stringify(dev)}`);
-  c.dev = dev === '1' || dev === 'true';
+  const flag = (name: string): boolean | undefined => {
+    const v = str(name);
+    if (v === undefined) return undefined;
+    if (!['0', '1', 'true', 'false'].includes(v)) throw new Error(`config: ${name} must be 0, 1, true or false, got ${JSON.stringify(v)}`);
+    return v === '1' || v === 'true';
+  };
+  c.dev = flag('AMBIT_DEV') ?? false;
+  c.directWrites = flag('AMBIT_DIRECT_WRITES') ?? c.directWrites;
   const cert = str('AMBIT_TLS_CERT');
   const key = str('AMBIT_TLS_KEY');
   if ((cert === undefined) !== (key === undefined)) throw new Error('config: AMBIT_TLS_CERT and AMBIT_TLS_KEY must be set together');

@@ -108,7 +108,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
     if (hub !== null && options.grpc !== false) {
       const secret = config.tokenSecret ?? randomBytes(32).toString('base64url');
       authority = new TokenAuthority(secret);
-      const gateway = new Gateway(hub, authority, DEFAULT_LIMITS, metrics, log.child({ component: 'gateway' }));
+      const gateway = new Gateway(hub, authority, DEFAULT_LIMITS, metrics, log.child({ component: 'gateway' }), { rawWrites: config.directWrites });
       const server = new grpc.Server({
         // A client that never reads must not hold memory: keepalive finds dead peers.
         'grpc.keepalive_time_ms': 30_000,
