@@ -8,29 +8,16 @@
  * arrives, arrives by push or by a read after a gap.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import type { Redis } from 'ioredis';
 import type { Delivery } from '../../services/hub/port.js';
 import { Keys } from '../../services/redis/keys.js';
 import { defineScripts, runScript } from '../../services/redis/scripts.js';
 import { anywhere, event, pullN, sub } from '../support/hub-contract.js';
-import { type RedisServer, redisServerMissing, startRedisServer } from '../support/redis-server.js';
-import { redisTestKit } from '../support/redis-deployment.js';
+import { redisTestKit, useRedisServer } from '../support/redis-deployment.js';
 
-const missing = redisServerMissing();
-let server: RedisServer | null = null;
-
-before(async () => {
-  if (missing === null) server = await startRedisServer();
-});
-after(async () => {
-  await server?.stop();
-});
-
-const { freshPrefix, deployment, inspect } = redisTestKit(() => {
-  assert.ok(server !== null, 'redis-server is running');
-  return server.url;
-});
+const { missing, url } = useRedisServer();
+const { freshPrefix, deployment, inspect } = redisTestKit(url);
 
 /** Calls of a command since the server started, scripts' own calls included. */
 async function calls(r: Redis, command: string): Promise<number> {
@@ -39,13 +26,31 @@ async function calls(r: Redis, command: string): Promise<number> {
 }
 
 const ordinals = (ds: readonly Delivery[]) => ds.map((d) => Number(d.deliveryId.split('-')[1]));
+
+/** The events' `i` in delivery order, and their ordinals: exactly `is`, ordinals `from` on. */
+function assertDelivered(got: readonly Delivery[], is: readonly number[], from: number): void {
+  assert.deepEqual(
+    got.map((g) => g.event.attributes.i),
+    is,
+  );
+  assert.deepEqual(ordinals(got), range(from, is.length));
+}
+
+/** A deployment of `gateways` hubs that never poll, closed after `f`. */
+async function live(gateways: number, f: (d: Awaited<ReturnType<typeof deployment>>) => Promise<void>): Promise<void> {
+  const d = await deployment(gateways, undefined, { pollMs: 600_000 });
+  try {
+    await f(d);
+  } finally {
+    await d.close();
+  }
+}
 const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
 const all = sub('all', anywhere({ name: 'i', op: 'exists' }));
 
 describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
-  it('a live inbox gets its notifications pushed: its stream is read at open, not per notification', async () => {
-    const d = await deployment(1, undefined, { pollMs: 600_000 });
-    try {
+  it('a live inbox gets its notifications pushed: its stream is read at open, not per notification', () =>
+    live(1, async (d) => {
       const [hub] = d.hubs;
       await hub.addSubscription('lea', all);
       const inbox = await hub.openInbox('lea', null);
@@ -56,22 +61,14 @@ describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
         got.push(...(await pullN(inbox, 1)));
       }
       const reads = (await inspect((r) => calls(r, 'xrange'))) - before;
-      assert.deepEqual(
-        got.map((g) => g.event.attributes.i),
-        range(1, 20),
-      );
-      assert.deepEqual(ordinals(got), range(1, 20));
+      assertDelivered(got, range(1, 20), 1);
       // One read when the inbox first waited (it opened with nothing queued); none per publish.
       assert.ok(reads <= 1, `the stream was read ${reads} times for 20 notifications`);
       inbox.close();
-    } finally {
-      await d.close();
-    }
-  });
+    }));
 
-  it('a device that takes nothing while 700 notifications arrive gets every one, in order, once, when it reads', async () => {
-    const d = await deployment(1, undefined, { pollMs: 600_000 });
-    try {
+  it('a device that takes nothing while 700 notifications arrive gets every one, in order, once, when it reads', () =>
+    live(1, async (d) => {
       const [hub] = d.hubs;
       await hub.addSubscription('max', all);
       const inbox = await hub.openInbox('max', null);
@@ -86,29 +83,18 @@ describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
       })();
       got.push(...(await pullN(inbox, 701 - got.length)));
       await more;
-      assert.deepEqual(
-        got.map((g) => g.event.attributes.i),
-        range(0, 701),
-      );
-      assert.deepEqual(ordinals(got), range(1, 701));
+      assertDelivered(got, range(0, 701), 1);
       inbox.close();
-    } finally {
-      await d.close();
-    }
-  });
+    }));
 
-  it('notifications published while a gateway is cut from Redis arrive after it reconnects; a message that is not a notification makes the inbox read', async () => {
-    const d = await deployment(2, undefined, { pollMs: 600_000 });
-    try {
+  it('notifications published while a gateway is cut from Redis arrive after it reconnects; a message that is not a notification makes the inbox read', () =>
+    live(2, async (d) => {
       const [a, b] = d.hubs;
       await a.addSubscription('ned', all);
       const inbox = await a.openInbox('ned', null);
       const first = inbox.pull(10);
       await b.publish([event({ i: 1 })]);
-      assert.deepEqual(
-        (await first).map((g) => g.event.attributes.i),
-        [1],
-      );
+      assertDelivered(await first, [1], 1);
       // Cut gateway a's channel connection; b publishes at once, before a has resubscribed.
       await inspect(async (r) => {
         const list = await r.client('LIST');
@@ -124,20 +110,12 @@ describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
       await inspect((r) => r.publish(a.keys.wake('ned'), 'not a notification'));
       await b.publish([event({ i: 4 })]);
       got.push(...(await pullN(inbox, 1)));
-      assert.deepEqual(
-        got.map((g) => g.event.attributes.i),
-        [2, 3, 4],
-      );
-      assert.deepEqual(ordinals(got), [2, 3, 4]);
+      assertDelivered(got, [2, 3, 4], 2);
       inbox.close();
-    } finally {
-      await d.close();
-    }
-  });
+    }));
 
-  it('acks of one turn from many streams go in one script call; each device keeps its highest', async () => {
-    const d = await deployment(1, undefined, { pollMs: 600_000 });
-    try {
+  it('acks of one turn from many streams go in one script call; each device keeps its highest', () =>
+    live(1, async (d) => {
       const [hub] = d.hubs;
       const devices = ['ack-a', 'ack-b', 'ack-c'];
       for (const dev of devices) await hub.addSubscription(dev, all);
@@ -155,10 +133,7 @@ describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
         got.map((ds) => ds[2].deliveryId),
       );
       for (const box of boxes) box.close();
-    } finally {
-      await d.close();
-    }
-  });
+    }));
 
   it('the deliver script: several events per call, a device in several of them, replays skipped per device and event', async () => {
     const k = new Keys(freshPrefix());
@@ -187,30 +162,11 @@ describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
         );
       const e0: [string, number] = [src, 0];
       const e1: [string, number] = [src, 1];
-      assert.equal(
-        await deliver(
-          [e0, e1],
-          [
-            ['ada', 1],
-            ['bo', 1],
-            ['ada', 2],
-          ],
-        ),
-        3,
-      );
-      assert.equal(
-        await deliver(
-          [e0, e1],
-          [
-            ['ada', 1],
-            ['bo', 1],
-            ['ada', 2],
-            ['bo', 2],
-          ],
-        ),
-        1,
-        'the replay stores only what bo lacked',
-      );
+      const ada1: [string, number] = ['ada', 1];
+      const bo1: [string, number] = ['bo', 1];
+      const ada2: [string, number] = ['ada', 2];
+      assert.equal(await deliver([e0, e1], [ada1, bo1, ada2]), 3);
+      assert.equal(await deliver([e0, e1], [ada1, bo1, ada2, ['bo', 2]]), 1, 'the replay stores only what bo lacked');
       assert.equal(await deliver([[`${ms}-8`, 0]], [['bo', 1]]), 1, 'a later entry is stored');
       const ids = async (dev: string) => (await r.xrange(k.notes(dev), '-', '+')).map(([id, f]) => [id, JSON.parse(f[1]).id]);
       assert.deepEqual(await ids('ada'), [

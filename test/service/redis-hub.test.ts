@@ -17,25 +17,11 @@ import { Keys } from '../../services/redis/keys.js';
 import { defineScripts, runScript } from '../../services/redis/scripts.js';
 import { P, Q, addPing, anchored, anywhere, drain, eq, event, north, pullN, rejectsWith, runHubContract, sub } from '../support/hub-contract.js';
 import { within } from '../support/grpc.js';
-import { type RedisServer, redisServerMissing, startRedisServer } from '../support/redis-server.js';
-import { redisTestKit } from '../support/redis-deployment.js';
+import { startRedisServer } from '../support/redis-server.js';
+import { redisTestKit, useRedisServer } from '../support/redis-deployment.js';
 import { ENGINE_SIDE_LIMITS } from '../../services/hub/port.js';
 
-const missing = redisServerMissing();
-let server: RedisServer | null = null;
-
-before(async () => {
-  if (missing === null) server = await startRedisServer();
-});
-after(async () => {
-  await server?.stop();
-});
-
-function url(): string {
-  assert.ok(server !== null, 'redis-server is running');
-  return server.url;
-}
-
+const { missing, url } = useRedisServer();
 const { freshPrefix, matcherOptions, hubOptions, deployment, inspect, waitFor } = redisTestKit(url);
 
 describe('redis hub', { skip: missing ?? false, timeout: 30_000 }, () => {

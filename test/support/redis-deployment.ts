@@ -3,12 +3,36 @@
  * on a prefix, a plain connection to look at Redis directly, and polling for a condition.
  */
 import assert from 'node:assert/strict';
+import { after, before } from 'node:test';
 import { Redis } from 'ioredis';
 import { CPU_ENGINES } from '../../src/engines/index.js';
 import type { Retention } from '../../services/hub/embedded.js';
 import { ENGINE_SIDE_LIMITS } from '../../services/hub/port.js';
 import { RedisHub, type RedisHubOptions } from '../../services/hub/redis.js';
 import { RedisMatcher, type RedisMatcherOptions } from '../../services/matcher/redis.js';
+import { type RedisServer, redisServerMissing, startRedisServer } from './redis-server.js';
+
+/**
+ * One redis-server for a test file: started before its tests, stopped after them. `missing` says
+ * why the file's suites must skip (null when the binary runs); `url()` is the server's address.
+ */
+export function useRedisServer(): { missing: string | null; url: () => string } {
+  const missing = redisServerMissing();
+  let server: RedisServer | null = null;
+  before(async () => {
+    if (missing === null) server = await startRedisServer();
+  });
+  after(async () => {
+    await server?.stop();
+  });
+  return {
+    missing,
+    url: () => {
+      assert.ok(server !== null, 'redis-server is running');
+      return server.url;
+    },
+  };
+}
 
 let prefixSeq = 0;
 
