@@ -46,6 +46,9 @@ type Phase = 'hello' | 'opening' | 'open' | 'closed';
 /** Where a session's request chain starts (shared: most streams never queue anything). */
 const SETTLED: Promise<void> = Promise.resolve();
 type Call = grpc.ServerDuplexStream<ConnectRequest, ConnectResponse>;
+/** Where a call's shared listeners find its session. */
+const SESSION = Symbol('ambit.deviceSession');
+type SessionCall = Call & { [SESSION]?: DeviceSession };
 
 export class DeviceSession implements Expiring {
   private phase: Phase = 'hello';
@@ -61,8 +64,8 @@ export class DeviceSession implements Expiring {
   private acking: Promise<void> = SETTLED;
   private drainWaiter: (() => void) | null = null;
   private readsPaused = false;
-  /** The HTTP/2 stream notifications are written to directly (null: through grpc-js). */
-  private raw: RawStream | null = null;
+  /** The HTTP/2 stream notifications are written to directly (null: through grpc-js; undefined: not looked up yet, at the first batch). */
+  private raw: RawStream | null | undefined = undefined;
 
   constructor(
     private readonly host: SessionHost,
@@ -80,20 +83,34 @@ export class DeviceSession implements Expiring {
     previous?.close({ code: grpc.status.ABORTED, message: 'superseded by a newer stream of this device', field: '', expected: true });
     counters.connectedDevices = sessions.size;
     this.armExpiry();
-    const call = this.call;
-    call.on('data', (req: ConnectRequest) => this.onMessage(req));
-    call.on('end', () => {
-      // The client half-closed: answer what it asked, store its last ack, then end the stream.
-      void Promise.all([this.chain, this.acking]).then(() => {
-        if (this.phase === 'closed') return;
-        this.finish();
-        call.end();
-      });
+    // Listeners shared by every stream (an idle stream holds no closures for them): each finds
+    // its session on the call.
+    const call = this.call as SessionCall;
+    call[SESSION] = this;
+    call.on('data', DeviceSession.onData);
+    call.on('end', DeviceSession.onEnd);
+    call.on('cancelled', DeviceSession.onGone);
+    call.on('error', DeviceSession.onGone);
+    call.on('close', DeviceSession.onGone);
+  }
+
+  private static onData(this: SessionCall, req: ConnectRequest): void {
+    this[SESSION]?.onMessage(req);
+  }
+
+  /** The client half-closed: answer what it asked, store its last ack, then end the stream. */
+  private static onEnd(this: SessionCall): void {
+    const session = this[SESSION];
+    if (session === undefined) return;
+    void Promise.all([session.chain, session.acking]).then(() => {
+      if (session.phase === 'closed') return;
+      session.finish();
+      this.end();
     });
-    const finish = () => this.finish();
-    call.on('cancelled', finish);
-    call.on('error', finish);
-    call.on('close', finish);
+  }
+
+  private static onGone(this: SessionCall): void {
+    this[SESSION]?.finish();
   }
 
   /** Ends the stream with `status` (superseded, token expired, server draining). */
@@ -167,11 +184,17 @@ export class DeviceSession implements Expiring {
     if (this.phase !== 'closed') this.call.resume();
   }
 
-  private readonly failStream = (err: unknown): void => {
+  /** failStream as a callback, made once a stream needs one (an idle stream holds none). */
+  private get fail(): (err: unknown) => void {
+    return (this.failFn ??= (err: unknown) => this.failStream(err));
+  }
+  private failFn: ((err: unknown) => void) | null = null;
+
+  private failStream(err: unknown): void {
     const s = this.host.reject(err, 'Connect');
     this.finish();
     this.call.emit('error', toServiceError(s));
-  };
+  }
 
   /** A batch cut short by HTTP/2 flow control: what is left of it, from `heldAt`. */
   private held: Delivery[] | null = null;
@@ -196,7 +219,7 @@ export class DeviceSession implements Expiring {
           i = 0;
           if (batch.length === 0) return box.notify(this.pump);
         }
-        const raw = this.raw;
+        const raw = this.raw === undefined ? this.findRaw() : this.raw;
         // Directly, when nothing of ours waits in grpc-js's own buffer (so replies keep their order).
         if (raw !== null && this.call.writableLength === 0 && raw.headersSent && !raw.destroyed && !raw.closed) {
           const frames = new Array<Uint8Array>(batch.length - i);
@@ -206,8 +229,7 @@ export class DeviceSession implements Expiring {
           if (!raw.write(grpcMessages(frames), IGNORE)) {
             // HTTP/2 flow control: stop taking until the client reads; the backlog stays in the hub.
             counters.sendQueue++;
-            this.drainWaiter = this.drained;
-            raw.once('drain', this.drained);
+            raw.once('drain', this.waitDrain());
             return;
           }
           continue;
@@ -224,8 +246,7 @@ export class DeviceSession implements Expiring {
               this.heldAt = i + 1;
             }
             counters.sendQueue++;
-            this.drainWaiter = this.drained;
-            this.call.once('drain', this.drained);
+            this.call.once('drain', this.waitDrain());
             return;
           }
         }
@@ -235,14 +256,29 @@ export class DeviceSession implements Expiring {
     }
   };
 
-  private readonly drained = (): void => {
-    if (this.drainWaiter === null) return;
+  /** The HTTP/2 stream under the call, looked up at the first batch (an idle stream holds nothing for it). */
+  private findRaw(): RawStream | null {
+    const raw = this.host.rawWrites ? rawStreamOf(this.call) : null;
+    raw?.on('error', IGNORE); // a failed write ends the call through grpc-js's events
+    this.raw = raw;
+    return raw;
+  }
+
+  /** Registers for the end of HTTP/2 back-pressure (or the stream's end): then pumps again. */
+  private waitDrain(): () => void {
+    const w = (): void => this.drained(w);
+    this.drainWaiter = w;
+    return w;
+  }
+
+  private drained(w: () => void): void {
+    if (this.drainWaiter !== w) return;
     this.drainWaiter = null;
-    this.call.off('drain', this.drained);
-    this.raw?.off('drain', this.drained);
+    this.call.off('drain', w);
+    if (this.raw) this.raw.off('drain', w);
     this.host.counters.sendQueue--;
     this.pump();
-  };
+  }
 
   /** Delivery from an inbox that is pulled (Redis). */
   private async deliver(box: Inbox): Promise<void> {
@@ -281,14 +317,8 @@ export class DeviceSession implements Expiring {
     this.phase = 'open';
     this.lastSent = box.resumeToken;
     this.write(create(ConnectResponseSchema, { message: { case: 'welcome', value: { deviceId: this.device, resumeToken: box.resumeToken, missed: BigInt(box.missed) } } }));
-    if (isDrainable(box)) {
-      // After the welcome: grpc-js has sent the response headers and the welcome itself.
-      if (this.host.rawWrites) {
-        this.raw = rawStreamOf(this.call);
-        this.raw?.on('error', IGNORE);
-      }
-      this.pump();
-    } else this.deliver(box).catch(this.failStream);
+    if (isDrainable(box)) this.pump();
+    else this.deliver(box).catch(this.fail);
   }
 
   private async request(kind: 'subscribe' | 'replace' | 'unsubscribe', requestId: string, run: () => Promise<void>): Promise<void> {
@@ -331,7 +361,7 @@ export class DeviceSession implements Expiring {
       return refuse(`acknowledges ${id}, which was not delivered on this stream (last ${this.lastSent || 'none'})`);
     }
     const stored = this.inbox?.ack(id);
-    if (stored !== undefined) this.acking = stored.catch(this.failStream);
+    if (stored !== undefined) this.acking = stored.catch(this.fail);
   }
 
   private onMessage(req: ConnectRequest): void {
@@ -342,7 +372,7 @@ export class DeviceSession implements Expiring {
       if (m.case !== 'hello') return this.failStream(new ApiError(grpc.status.FAILED_PRECONDITION, 'the first message of a stream must be hello', 'hello'));
       this.phase = 'opening';
       // Requests sent right behind hello queue on the chain behind it.
-      this.enqueue(this.chain.then(() => this.hello(m.value.resumeToken)).catch(this.failStream));
+      this.enqueue(this.chain.then(() => this.hello(m.value.resumeToken)).catch(this.fail));
       return;
     }
     const { hub, limits } = this.host;
@@ -381,7 +411,7 @@ export class DeviceSession implements Expiring {
         const id = m.value.deliveryId;
         // Nothing queued ahead of it (the usual case): applied now, without a promise per ack.
         if (this.idle && this.phase === 'open') this.ackNow(id);
-        else this.enqueue(this.chain.then(() => this.ack(id)).catch(this.failStream));
+        else this.enqueue(this.chain.then(() => this.ack(id)).catch(this.fail));
         return;
       }
       case 'hello':
