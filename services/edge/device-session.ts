@@ -221,7 +221,7 @@ export class DeviceSession implements Expiring {
         }
         const raw = this.raw === undefined ? this.findRaw() : this.raw;
         // Directly, when nothing of ours waits in grpc-js's own buffer (so replies keep their order).
-        if (raw !== null && this.call.writableLength === 0 && raw.headersSent && !raw.destroyed && !raw.closed) {
+        if (raw !== null && this.call.writableLength === 0 && raw.headersSent && !raw.writableEnded && !raw.destroyed && !raw.closed) {
           const frames = new Array<Uint8Array>(batch.length - i);
           for (let k = 0; i < batch.length; i++, k++) frames[k] = notificationFrame(batch[i]);
           this.lastSent = batch[batch.length - 1].deliveryId;

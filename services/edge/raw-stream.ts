@@ -10,7 +10,7 @@
 import type { ServerHttp2Stream } from 'node:http2';
 
 /** What a session uses of the HTTP/2 stream. */
-export type RawStream = Pick<ServerHttp2Stream, 'write' | 'once' | 'off' | 'on' | 'destroyed' | 'closed' | 'headersSent' | 'writableLength'>;
+export type RawStream = Pick<ServerHttp2Stream, 'write' | 'once' | 'off' | 'on' | 'destroyed' | 'closed' | 'writableEnded' | 'headersSent' | 'writableLength'>;
 
 /** The HTTP/2 stream of a grpc-js server call without interceptors; null when it cannot be found. */
 export function rawStreamOf(call: unknown): RawStream | null {

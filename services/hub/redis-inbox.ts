@@ -46,6 +46,12 @@ export class RedisInbox implements DrainableInbox {
   private stale = true;
   /** A read in flight; pushes meanwhile wait in `early`. */
   private reading = false;
+  /**
+   * The last id a read returned, queued or not: the next read starts after it when it is past
+   * `tail` (a resume token whose ms part the stream's ids do not share makes a read return rows
+   * at or before the tail's ordinal, which are skipped; the next read must not fetch them again).
+   */
+  private readTo = '';
   private early: Delivery[] | null = null;
   private closed = false;
   private waiter: (() => void) | null = null;
@@ -153,7 +159,7 @@ export class RedisInbox implements DrainableInbox {
     const max = this.hub.readBatch;
     this.reading = true;
     this.stale = false;
-    const from = this.tail;
+    const from = this.readTo !== '' && compareDeliveryIds(this.readTo, this.tail) > 0 ? this.readTo : this.tail;
     this.hub.range(this.device, from, max).then(
       (rows) => {
         this.reading = false;
@@ -162,7 +168,8 @@ export class RedisInbox implements DrainableInbox {
           const ordinal = ordinalOf(d.deliveryId);
           if (ordinal > this.tailOrdinal) this.append(d, ordinal);
         }
-        if (rows.length === max) this.stale = true; // there may be more
+        if (rows.length > 0) this.readTo = rows[rows.length - 1].deliveryId;
+        if (rows.length === max) this.stale = true; // there may be more (the next read starts after these)
         const early = this.early;
         this.early = null;
         if (early !== null) for (const d of early) this.accept(d);
@@ -177,7 +184,8 @@ export class RedisInbox implements DrainableInbox {
         if (this.closed || this.hub.isClosed) return;
         // Redis is away: try again after a pause (a reconnect also rings every inbox).
         this.hub.readFailed(err);
-        if (this.waiter !== null && this.poll === null) this.poll = setTimeout(this.onPoll, Math.min(this.hub.pollMs, 1000));
+        if (this.poll !== null) clearTimeout(this.poll);
+        this.poll = this.waiter === null ? null : setTimeout(this.onPoll, Math.min(this.hub.pollMs, 1000));
       },
     );
   }

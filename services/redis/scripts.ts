@@ -129,6 +129,19 @@ if #missing > 0 then
 end
 local cur, changed = {}, {}
 local stored, dropped = 0, 0
+-- The changed states, written with one HSET, and the counters.
+local function save_states()
+  if #changed > 0 then
+    local out = {}
+    for c = 1, #changed do
+      out[2 * c - 1] = changed[c]
+      out[2 * c] = pack_state(cur[changed[c]])
+    end
+    redis.call('HSET', KEYS[1], unpack(out))
+  end
+  if stored > 0 then redis.call('HINCRBY', KEYS[2], 'notifications', stored) end
+  if dropped > 0 then redis.call('HINCRBY', KEYS[2], 'dropped', dropped) end
+end
 for i = 1, n do
   local dev = devs[i]
   local j = base + 3 * (i - 1)
@@ -145,7 +158,12 @@ for i = 1, n do
     local ord = s[2] + 1
     local id = string.format('%.0f-%.0f', ms, ord)
     local b = 2 + 4 * e
-    redis.call('XADD', key, 'MINID', minid, id, 'e', ARGV[b + 3], 's', ARGV[j + 2], 'p', ARGV[b + 2])
+    local added = redis.pcall('XADD', key, 'MINID', minid, id, 'e', ARGV[b + 3], 's', ARGV[j + 2], 'p', ARGV[b + 2])
+    if type(added) == 'table' and added.err then
+      -- Keep what was stored so far consistent with the states (a replay then skips it), then fail.
+      save_states()
+      return redis.error_reply(added.err)
+    end
     local after = redis.call('XLEN', key)
     if after > max_len then
       redis.call('XTRIM', key, 'MAXLEN', max_len)
@@ -161,20 +179,14 @@ for i = 1, n do
       changed[dev] = true
       changed[#changed + 1] = dev
     end
-    redis.call('PUBLISH', wake .. dev, id .. '\\n' .. ARGV[b + 2] .. '\\n' .. ARGV[j + 2] .. '\\n' .. ARGV[b + 3])
+    -- One older than the max age was trimmed at once (a late replay): stored and dropped, not sent.
+    if ms >= now - max_age then
+      redis.call('PUBLISH', wake .. dev, id .. '\\n' .. ARGV[b + 2] .. '\\n' .. ARGV[j + 2] .. '\\n' .. ARGV[b + 3])
+    end
     stored = stored + 1
   end
 end
-if #changed > 0 then
-  local out = {}
-  for c = 1, #changed do
-    out[2 * c - 1] = changed[c]
-    out[2 * c] = pack_state(cur[changed[c]])
-  end
-  redis.call('HSET', KEYS[1], unpack(out))
-end
-if stored > 0 then redis.call('HINCRBY', KEYS[2], 'notifications', stored) end
-if dropped > 0 then redis.call('HINCRBY', KEYS[2], 'dropped', dropped) end
+save_states()
 return stored
 `;
 

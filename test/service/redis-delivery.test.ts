@@ -182,6 +182,56 @@ describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
     });
   });
 
+  it('an inbox resumed from a token whose time part the stream does not share skips what the token covers, reading on', () =>
+    live(1, async (d) => {
+      const [hub] = d.hubs;
+      await hub.addSubscription('tom', all);
+      await hub.publish(range(1, 100).map((i) => event({ i })));
+      // "1-80": ordinal 80 of a stream whose ids are "<now>-<ordinal>": a read after it returns
+      // ordinals 1.. first (all covered by the token), a whole read's worth of them.
+      const inbox = await hub.openInbox('tom', '1-80');
+      assertDelivered(await pullN(inbox, 20), range(81, 20), 81);
+      inbox.close();
+    }));
+
+  it('the deliver script: a command that fails mid-call keeps the states of what was stored, so the replay stores only the rest', async () => {
+    const k = new Keys(freshPrefix());
+    await inspect(async (r) => {
+      defineScripts(r);
+      const ms = Date.now();
+      await r.set(k.notes('bad'), 'not a stream');
+      const deliver = () =>
+        runScript(r, 'ambitDeliver', 7, k.dstate, k.stats, k.nseq, k.nlast, k.notes('ok1'), k.notes('bad'), k.notes('ok3'), 100, 3_600_000, k.wakePrefix, '', 1, `${ms}-1`, 0, ms, '{"id":"e"}', 'ok1', 1, '[]', 'bad', 1, '[]', 'ok3', 1, '[]');
+      await assert.rejects(deliver(), /WRONGTYPE/);
+      await r.del(k.notes('bad'));
+      assert.equal(await deliver(), 2, 'the replay skips ok1 and stores bad and ok3');
+      for (const dev of ['ok1', 'bad', 'ok3']) assert.equal(await r.xlen(k.notes(dev)), 1, dev);
+      assert.equal(await r.hget(k.stats, 'notifications'), '3');
+    });
+  });
+
+  it('the deliver script: a notification older than the max age (a late replay) is counted as dropped and not published', async () => {
+    const k = new Keys(freshPrefix());
+    await inspect(async (r) => {
+      defineScripts(r);
+      const listener = r.duplicate();
+      try {
+        const first = new Promise<string>((resolve) => listener.once('message', (_c: string, m: string) => resolve(m)));
+        await listener.subscribe(k.wake('late'));
+        const now = Date.now();
+        const deliver = (pub: number, entry: string) =>
+          runScript(r, 'ambitDeliver', 5, k.dstate, k.stats, k.nseq, k.nlast, k.notes('late'), 100, 60_000, k.wakePrefix, String(now), 1, entry, 0, pub, `{"id":"${entry}"}`, 'late', 1, '[]');
+        assert.equal(await deliver(now - 120_000, '1-1'), 1);
+        assert.equal(await deliver(now, '2-1'), 1);
+        assert.match(await first, /^\d+-2\n/, 'the first message on the channel is the second notification');
+        assert.equal(await r.xlen(k.notes('late')), 1);
+        assert.equal(await r.hget(k.stats, 'dropped'), '1');
+      } finally {
+        listener.disconnect();
+      }
+    });
+  });
+
   it('a device notified under the earlier layout ({p}nseq, {p}nlast) keeps its ordinals, its replay marker and its dropped count', async () => {
     const k = new Keys(freshPrefix());
     await inspect(async (r) => {
