@@ -13,7 +13,7 @@
  *     [--seconds S] [--per-write K] [--engine fast|auto] [--redis URL] [--gateways N] [--server-cpus LIST]
  *     [--load-cpus LIST] [--out FILE] [--quick]
  */
-import { execFileSync, fork } from 'node:child_process';
+import { fork } from 'node:child_process';
 import http2 from 'node:http2';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
@@ -24,7 +24,7 @@ import { Prng } from '../src/workload/prng.js';
 import { ArgReader, cliFail, parseArgs, runMain } from './lib/args.js';
 import { describeMachine } from './lib/machine.js';
 import { ResultRun } from './lib/result-file.js';
-import { startChildServer } from './lib/service-server.js';
+import { cpuLists, startChildServer } from './lib/service-server.js';
 import { summarize } from './lib/stats.js';
 
 const USAGE = `usage: node dist/bench/stream-locations.js [--devices N] [--workers W] [--connections C] [--rounds R] [--seconds S] [--per-write K]
@@ -138,12 +138,7 @@ async function parent(): Promise<void> {
   const redisUrl = a.str('redis') ?? null;
   const gateways = a.int('gateways', 1, 1, 256);
   const seed = a.int('seed', 1, 0, 0xffffffff);
-  const serverCpus = a.str('server-cpus') ?? null;
-  const loadCpus = a.str('load-cpus') ?? null;
-  for (const [flag, list] of [['--server-cpus', serverCpus], ['--load-cpus', loadCpus]] as const) {
-    if (list !== null && !/^\d+(-\d+)?(,\d+(-\d+)?)*$/.test(list)) fail(`${flag} must be a CPU list such as 0-15 or 0,2,4-7, got ${JSON.stringify(list)}`);
-  }
-  if (loadCpus !== null) execFileSync('taskset', ['-a', '-cp', loadCpus, String(process.pid)], { stdio: 'ignore' });
+  const { serverCpus, loadCpus } = cpuLists(a, fail);
   const run = new ResultRun({ out: args.out, name: 'stream-locations', fail });
   const out = (s: string) => process.stdout.write(`${s}\n`);
   out(`machine: ${describeMachine(run.machine)}; load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')} before the run`);

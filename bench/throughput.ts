@@ -10,7 +10,7 @@
  *     [--subs-per-device N] [--kinds N] [--publishers P] [--subscribers S] [--connections C]
  *     [--engine fast|auto] [--redis URL] [--gateways N] [--out FILE] [--quick]
  */
-import { execFileSync, fork } from 'node:child_process';
+import { fork } from 'node:child_process';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { SCOPES } from '../services/edge/auth.js';
@@ -21,7 +21,7 @@ import { describeMachine } from './lib/machine.js';
 import { note } from './lib/progress.js';
 import { ResultRun } from './lib/result-file.js';
 import { deviceOptions, place, positions, subscriptionsOf } from './lib/service-load.js';
-import { startChildServer } from './lib/service-server.js';
+import { cpuLists, startChildServer } from './lib/service-server.js';
 import type { ThroughputStep } from './lib/throughput-report.js';
 import { WireDevices } from './lib/wire-device.js';
 
@@ -233,13 +233,7 @@ async function parent(): Promise<void> {
   const ackDelayMs = a.int('ack-delay-ms', 0, 0, 60_000);
   const client = (a.str('client') ?? 'wire') as 'wire' | 'sdk';
   if (client !== 'wire' && client !== 'sdk') fail(`--client must be wire or sdk, got ${JSON.stringify(client)}`);
-  const serverCpus = a.str('server-cpus') ?? null;
-  const loadCpus = a.str('load-cpus') ?? null;
-  for (const [flag, list] of [['--server-cpus', serverCpus], ['--load-cpus', loadCpus]] as const) {
-    if (list !== null && !/^\d+(-\d+)?(,\d+(-\d+)?)*$/.test(list)) fail(`${flag} must be a CPU list such as 0-15 or 0,2,4-7, got ${JSON.stringify(list)}`);
-  }
-  // The load processes are forked from this one: they inherit its CPUs.
-  if (loadCpus !== null) execFileSync('taskset', ['-a', '-cp', loadCpus, String(process.pid)], { stdio: 'ignore' });
+  const { serverCpus, loadCpus } = cpuLists(a, fail);
   const run = new ResultRun({ out: args.out, name: 'throughput', fail });
   // The server inherits the environment: AMBIT_DIRECT_WRITES=0 compares with notifications written through grpc-js.
   const directWrites = !['0', 'false'].includes(process.env.AMBIT_DIRECT_WRITES ?? '');

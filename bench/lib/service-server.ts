@@ -9,6 +9,22 @@ import { fileURLToPath } from 'node:url';
 import { SCOPES, TokenAuthority } from '../../services/edge/auth.js';
 import { AmbitOps } from '../../sdk/index.js';
 import { freePort } from '../../test/support/ports.js';
+import type { ArgReader, Fail } from './args.js';
+
+/**
+ * `--server-cpus LIST` and `--load-cpus LIST` (taskset lists such as 0-15 or 0,2,4-7): one node
+ * of N cores measured on a larger host. The load CPUs confine this process at once, and with it
+ * the load processes it forks; the server CPUs go to startChildServer.
+ */
+export function cpuLists(a: ArgReader, fail: Fail): { serverCpus: string | null; loadCpus: string | null } {
+  const serverCpus = a.str('server-cpus') ?? null;
+  const loadCpus = a.str('load-cpus') ?? null;
+  for (const [flag, list] of [['--server-cpus', serverCpus], ['--load-cpus', loadCpus]] as const) {
+    if (list !== null && !/^\d+(-\d+)?(,\d+(-\d+)?)*$/.test(list)) fail(`${flag} must be a CPU list such as 0-15 or 0,2,4-7, got ${JSON.stringify(list)}`);
+  }
+  if (loadCpus !== null) execFileSync('taskset', ['-a', '-cp', loadCpus, String(process.pid)], { stdio: 'ignore' });
+  return { serverCpus, loadCpus };
+}
 
 export interface ChildServer {
   address: string;
