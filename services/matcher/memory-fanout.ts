@@ -19,8 +19,11 @@ export class DeviceLog {
   /** Ordinal of the last appended notification (the seq part of its id). */
   last = 0;
   lastMs = 0;
-  /** Readers waiting for the next entry (created on first use: most devices have none most of the time). */
-  private waiting: Set<() => void> | null = null;
+  /**
+   * Readers waiting for the next entry: none, the one (the usual case: a device's one stream, so
+   * an idle stream holds no set), or a set of them.
+   */
+  private waiting: (() => void) | Set<() => void> | null = null;
 
   get size(): number {
     return this.entries.length - this.head;
@@ -28,7 +31,7 @@ export class DeviceLog {
 
   push(d: Delivery): void {
     this.entries.push(d);
-    if (this.waiting !== null && this.waiting.size !== 0) this.wakeAll();
+    if (this.waiting !== null) this.wakeAll();
   }
 
   /**
@@ -82,12 +85,18 @@ export class DeviceLog {
 
   /** Calls `w` once at the next entry (or wakeAll). */
   await(w: () => void): void {
-    (this.waiting ??= new Set()).add(w);
+    const ws = this.waiting;
+    if (ws === null) this.waiting = w;
+    else if (typeof ws === 'function') {
+      if (ws !== w) this.waiting = new Set([ws, w]);
+    } else ws.add(w);
   }
 
   /** Forgets a waiting reader. */
   forget(w: () => void): void {
-    this.waiting?.delete(w);
+    const ws = this.waiting;
+    if (ws === w) this.waiting = null;
+    else if (ws !== null && typeof ws !== 'function') ws.delete(w);
   }
 
   /** Wakes every waiting reader (they see the log closed or new entries). */
@@ -95,7 +104,8 @@ export class DeviceLog {
     const ws = this.waiting;
     if (ws === null) return;
     this.waiting = null;
-    for (const w of ws) w();
+    if (typeof ws === 'function') ws();
+    else for (const w of ws) w();
   }
 }
 
