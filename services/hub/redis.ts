@@ -33,7 +33,7 @@ import {
 import { type LocColumns, decodePosition, encodeLocations, encodePositionsHset, splitStoredSubscription } from '../redis/codec.js';
 import { DEFAULT_REDIS, RawCommand, type RedisSource, closeConnection, connectAll, intOption, openConnection, prefixOption, queueCommand } from '../redis/connection.js';
 import { DEFAULT_PREFIX, Keys } from '../redis/keys.js';
-import { type MatcherStatsRecord, locFields, parseNotification, parsePushedNotification, parseReply, pubFields } from '../redis/protocol.js';
+import { type MatcherStatsRecord, RecentEvents, locFields, parseNotification, parsePushedNotification, parseReply, pubFields } from '../redis/protocol.js';
 import { defineScripts, runScript } from '../redis/scripts.js';
 import { missedAfter, resumePoint } from '../matcher/fanout.js';
 import { type InboxHost, RedisInbox } from './redis-inbox.js';
@@ -102,6 +102,8 @@ export class RedisHub implements Hub, InboxHost {
   private corrSeq = 0;
   /** Open inboxes by device; a device's doorbell channel is subscribed while its set is non-empty. */
   private readonly doorbells = new Map<string, Set<RedisInbox>>();
+  /** Events of recent pushes: one event's recipients here share its object (and its wire encoding). */
+  private readonly recentEvents = new RecentEvents();
   /** Acks of this turn, the highest per device: sent together in one script call. */
   private acks = new Map<string, string>();
   private ackBatch: { done: Promise<void>; resolve(): void; reject(err: Error): void } | null = null;
@@ -309,7 +311,7 @@ export class RedisHub implements Hub, InboxHost {
       const set = this.doorbells.get(channel.slice(this.keys.wakePrefix.length));
       if (set === undefined) return;
       // The notification itself; a message that is not one (a plain doorbell) makes the inbox read.
-      const d = parsePushedNotification(message);
+      const d = parsePushedNotification(message, this.recentEvents);
       for (const inbox of set) {
         if (d === null) inbox.ring();
         else inbox.push(d);

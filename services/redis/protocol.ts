@@ -122,11 +122,34 @@ export function parseNotification(deliveryId: string, f: readonly string[]): Del
 }
 
 /**
+ * The events of recent pushed notifications by their JSON: the recipients of one event on a
+ * gateway share one object, so it is parsed once, and encoded for the wire once (the encoding is
+ * kept per event object), not once per recipient. The deliver script publishes an event's
+ * recipients one after another, so a few hundred recent events are enough.
+ */
+export class RecentEvents {
+  private readonly byJson = new Map<string, Event>();
+
+  constructor(private readonly max = 256) {}
+
+  /** The event of `json` (parsed now, or the object parsed for the same text lately); throws on bad JSON. */
+  get(json: string): Event {
+    let e = this.byJson.get(json);
+    if (e === undefined) {
+      e = JSON.parse(json) as Event;
+      this.byJson.set(json, e);
+      if (this.byJson.size > this.max) this.byJson.delete(this.byJson.keys().next().value as string);
+    }
+    return e;
+  }
+}
+
+/**
  * A notification as the deliver script publishes it on the device's doorbell channel:
  * "<delivery id>\n<published ms>\n<subscription ids JSON>\n<event JSON>". Null for anything else
  * (a bare doorbell from an earlier version): the inbox then reads the stream.
  */
-export function parsePushedNotification(message: string): Delivery | null {
+export function parsePushedNotification(message: string, events: RecentEvents): Delivery | null {
   const a = message.indexOf('\n');
   if (a < 0) return null;
   const b = message.indexOf('\n', a + 1);
@@ -136,7 +159,7 @@ export function parsePushedNotification(message: string): Delivery | null {
   const deliveryId = message.slice(0, a);
   if (parseDeliveryId(deliveryId) === null) return null;
   try {
-    const event = JSON.parse(message.slice(c + 1)) as Event;
+    const event = events.get(message.slice(c + 1));
     const subscriptionIds = JSON.parse(message.slice(b + 1, c)) as string[];
     return { deliveryId, event, subscriptionIds, publishedAtMs: Number(message.slice(a + 1, b)) };
   } catch {

@@ -12,6 +12,7 @@ import { describe, it } from 'node:test';
 import type { Redis } from 'ioredis';
 import type { Delivery } from '../../services/hub/port.js';
 import { Keys } from '../../services/redis/keys.js';
+import { RecentEvents, parsePushedNotification } from '../../services/redis/protocol.js';
 import { defineScripts, runScript } from '../../services/redis/scripts.js';
 import { anywhere, event, pullN, sub } from '../support/hub-contract.js';
 import { redisTestKit, useRedisServer } from '../support/redis-deployment.js';
@@ -49,6 +50,19 @@ const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => f
 const all = sub('all', anywhere({ name: 'i', op: 'exists' }));
 
 describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
+  it('a pushed notification parses into a delivery; the recipients of one event share its object; anything else is null', () => {
+    const events = new RecentEvents(2);
+    const json = '{"id":"e1","lat":1,"lon":2,"attributes":{"k":"v"}}';
+    const a = parsePushedNotification(`5-1\n1700\n["s1","s2"]\n${json}`, events);
+    const b = parsePushedNotification(`9-4\n1700\n["t"]\n${json}`, events);
+    assert.deepEqual(a, { deliveryId: '5-1', event: { id: 'e1', lat: 1, lon: 2, attributes: { k: 'v' } }, subscriptionIds: ['s1', 's2'], publishedAtMs: 1700 });
+    assert.ok(a !== null && b !== null && a.event === b.event, 'one object for one event');
+    parsePushedNotification(`9-5\n1\n[]\n{"id":"e2"}`, events);
+    parsePushedNotification(`9-6\n1\n[]\n{"id":"e3"}`, events); // e1 falls out of the two kept
+    assert.notEqual(parsePushedNotification(`9-7\n1700\n[]\n${json}`, events)?.event, a!.event);
+    for (const bad of ['5-1', 'x-1\n1\n[]\n{}', '5-1\n1\n[\n{}', '5-1\n1\n[]\n{', '5-1\n1\n[]']) assert.equal(parsePushedNotification(bad, events), null, JSON.stringify(bad));
+  });
+
   it('a live inbox gets its notifications pushed: its stream is read at open, not per notification', () =>
     live(1, async (d) => {
       const [hub] = d.hubs;
