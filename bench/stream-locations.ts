@@ -20,6 +20,7 @@ import { fileURLToPath } from 'node:url';
 import { create, toBinary } from '@bufbuild/protobuf';
 import { ConnectRequestSchema } from '../api/gen/ambit/v1/device_pb.js';
 import { SCOPES } from '../services/edge/auth.js';
+import { grpcMessages } from '../services/edge/raw-stream.js';
 import { Prng } from '../src/workload/prng.js';
 import { ArgReader, cliFail, parseArgs, runMain } from './lib/args.js';
 import { describeMachine } from './lib/machine.js';
@@ -50,19 +51,15 @@ const cpuSeconds = (): number => {
   return (u.user + u.system) / 1e6;
 };
 
-/** ConnectRequest messages as gRPC frames (1-byte flag, 4-byte length, the bytes). */
+/** A ConnectRequest as a gRPC length-prefixed message (the framing the gateway writes notifications with). */
 function grpcFrame(m: Parameters<typeof create<typeof ConnectRequestSchema>>[1]): Buffer {
-  const body = toBinary(ConnectRequestSchema, create(ConnectRequestSchema, m));
-  const out = Buffer.alloc(5 + body.length);
-  out.writeUInt32BE(body.length, 1);
-  out.set(body, 5);
-  return out;
+  return grpcMessages([toBinary(ConnectRequestSchema, create(ConnectRequestSchema, m))]);
 }
 
 /** `perWrite` location frames in one buffer, for positions around a city; `n` such buffers. */
 function locationWrites(rng: Prng, n: number, perWrite: number): Buffer[] {
   return Array.from({ length: n }, () =>
-    Buffer.concat(Array.from({ length: perWrite }, () => grpcFrame({ message: { case: 'location', value: { lat: 48.1 + rng.float() * 0.1, lon: 11.5 + rng.float() * 0.1 } } }))),
+    grpcMessages(Array.from({ length: perWrite }, () => toBinary(ConnectRequestSchema, create(ConnectRequestSchema, { message: { case: 'location', value: { lat: 48.1 + rng.float() * 0.1, lon: 11.5 + rng.float() * 0.1 } } })))),
   );
 }
 

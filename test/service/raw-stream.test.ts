@@ -19,9 +19,9 @@ const welcome = (deviceId: string) => create(ConnectResponseSchema, { message: {
 const reply = (requestId: string) => create(ConnectResponseSchema, { message: { case: 'reply', value: { requestId, status: { code: 0, message: '' } } } });
 const bytes = (m: ConnectResponse) => toBinary(ConnectResponseSchema, m);
 
-/** Resolves once grpc-js's Writable of the call holds nothing (its writes went to HTTP/2). */
-async function settled(call: { writableLength: number }): Promise<void> {
-  while (call.writableLength > 0) await new Promise((r) => setImmediate(r));
+/** Writes `m` through grpc-js and resolves once its Writable holds nothing more (the message went to HTTP/2). */
+function written(call: grpc.ServerDuplexStream<unknown, ConnectResponse>, m: ConnectResponse): Promise<void> {
+  return new Promise((resolve) => call.write(m, () => resolve()));
 }
 
 describe('raw stream: notifications written under grpc-js', { timeout: 60_000 }, () => {
@@ -32,15 +32,15 @@ describe('raw stream: notifications written under grpc-js', { timeout: 60_000 },
       connect: (call: grpc.ServerDuplexStream<unknown, ConnectResponse>) => {
         call.once('data', () => {
           void (async () => {
-            call.write(welcome('d1')); // grpc-js sends the headers with it
+            // grpc-js sends the headers with it. As a session does: directly only once grpc-js holds nothing of ours.
+            await written(call, welcome('d1'));
             const raw = rawStreamOf(call);
             found = raw !== null;
             if (raw === null) return call.end();
-            // As a session does: directly only once grpc-js holds nothing of ours.
-            await settled(call);
+            assert.equal(call.writableLength, 0);
             raw.write(grpcMessages([bytes(welcome('direct-1')), bytes(welcome('direct-2')), new Uint8Array(0)]));
-            call.write(reply('after'));
-            await settled(call);
+            await written(call, reply('after'));
+            assert.equal(call.writableLength, 0);
             raw.write(grpcMessages([bytes(welcome('x'.repeat(70_000)))])); // larger than one HTTP/2 frame
             call.end();
           })();

@@ -22,7 +22,7 @@ import { redisTestKit, useRedisServer } from '../support/redis-deployment.js';
 import { ENGINE_SIDE_LIMITS } from '../../services/hub/port.js';
 
 const { missing, url } = useRedisServer();
-const { freshPrefix, matcherOptions, hubOptions, deployment, inspect, waitFor } = redisTestKit(url);
+const { freshPrefix, matcherOptions, hubOptions, deployment, inspect } = redisTestKit(url);
 
 describe('redis hub', { skip: missing ?? false, timeout: 30_000 }, () => {
   runHubContract('redis', async (setup) => {
@@ -148,13 +148,18 @@ describe('redis hub', { skip: missing ?? false, timeout: 30_000 }, () => {
     const prefix = freshPrefix();
     let crashed: Promise<void> | null = null;
     let armed = false;
+    let died!: (crash: Promise<void>) => void;
+    const crash = new Promise<Promise<void>>((resolve) => (died = resolve));
     let m: RedisMatcher | null = null;
     m = await RedisMatcher.start(
       matcherOptions(prefix, {
         hooks: {
           afterDeliver() {
             // Notifications stored, offset not yet written: die here once.
-            if (armed && crashed === null) crashed = m!.crash();
+            if (armed && crashed === null) {
+              crashed = m!.crash();
+              died(crashed);
+            }
           },
         },
       }),
@@ -168,8 +173,7 @@ describe('redis hub', { skip: missing ?? false, timeout: 30_000 }, () => {
       armed = true;
       // Its notifications are stored, then the matcher dies before the offset and the reply.
       const first = hub.publish([1, 2, 3].map((i) => event({ i, odd: i % 2 === 1 })));
-      await waitFor('the crash', () => crashed !== null);
-      await crashed;
+      await (await crash);
       // Published while no matcher runs: queued in the stream.
       const second = hub.publish([4, 5].map((i) => event({ i, odd: i % 2 === 1 })));
       m2 = await RedisMatcher.start(matcherOptions(prefix));
@@ -183,8 +187,15 @@ describe('redis hub', { skip: missing ?? false, timeout: 30_000 }, () => {
       // Nothing after them: a replay of the whole stream adds nothing either.
       await m2.stop();
       await inspect((r) => r.set(`${prefix}matcher:offset`, '0-0'));
-      m2 = await RedisMatcher.start(matcherOptions(prefix));
-      await waitFor('the replay', async () => compareStreamIds(m2!.offset, await inspect(async (r) => (await r.xrevrange(`${prefix}in`, '+', '-', 'COUNT', 1))[0][0])) >= 0);
+      const lastIn = await inspect(async (r) => (await r.xrevrange(`${prefix}in`, '+', '-', 'COUNT', 1))[0][0]);
+      let replayed!: () => void;
+      const caughtUp = new Promise<void>((resolve) => (replayed = resolve));
+      const check = () => {
+        if (m2 !== null && compareStreamIds(m2.offset, lastIn) >= 0) replayed();
+      };
+      m2 = await RedisMatcher.start(matcherOptions(prefix, { hooks: { onBatch: check } }));
+      check(); // in case its batches ran before m2 was set
+      await caughtUp;
       assert.equal(await inspect((r) => r.xlen(`${prefix}n:lou`)), 6);
       assert.equal(await inspect((r) => r.xlen(`${prefix}n:max`)), 3);
       const s = await hub.stats();

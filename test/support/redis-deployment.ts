@@ -1,6 +1,6 @@
 /**
  * A Redis deployment for tests, on one redis-server: fresh key prefixes, a matcher and gateway hubs
- * on a prefix, a plain connection to look at Redis directly, and polling for a condition.
+ * on a prefix, and a plain connection to look at Redis directly.
  */
 import assert from 'node:assert/strict';
 import { after, before } from 'node:test';
@@ -88,13 +88,5 @@ export function redisTestKit(url: () => string) {
     }
   }
 
-  async function waitFor(what: string, ok: () => Promise<boolean> | boolean, ms = 5000): Promise<void> {
-    const until = Date.now() + ms;
-    while (!(await ok())) {
-      if (Date.now() > until) assert.fail(`timed out waiting for ${what}`);
-      await new Promise((r) => setTimeout(r, 10));
-    }
-  }
-
-  return { freshPrefix, matcherOptions, hubOptions, deployment, inspect, waitFor };
+  return { freshPrefix, matcherOptions, hubOptions, deployment, inspect };
 }
