@@ -4,7 +4,7 @@
  * definition @grpc/reflection reads: the serialized FileDescriptorProtos of our files and imports.
  */
 import * as grpc from '@grpc/grpc-js';
-import { create, fromBinary, isMessage, toBinary, type DescFile, type DescMessage, type DescService, type MessageShape } from '@bufbuild/protobuf';
+import { create, fromBinary, isMessage, toBinary, type DescFile, type DescMessage, type DescMethod, type DescService, type MessageShape } from '@bufbuild/protobuf';
 import { FileDescriptorProtoSchema } from '@bufbuild/protobuf/wkt';
 import { DeviceService } from './gen/ambit/v1/device_pb.js';
 import { OpsService } from './gen/ambit/v1/ops_pb.js';
@@ -32,22 +32,24 @@ export function isMalformed(v: unknown): v is Malformed {
  */
 export function grpcServerDefinition(service: DescService, fast: Readonly<Record<string, (bytes: Buffer) => unknown>> = {}): grpc.ServiceDefinition {
   const def = grpcDefinition(service) as Record<string, grpc.MethodDefinition<unknown, unknown>>;
-  for (const m of service.methods) {
-    const generic = def[m.localName].requestDeserialize;
-    const quick = fast[m.localName];
-    const decode = quick === undefined ? generic : (bytes: Buffer) => quick(bytes) ?? generic(bytes);
-    def[m.localName] = {
-      ...def[m.localName],
-      requestDeserialize: (bytes: Buffer) => {
-        try {
-          return decode(bytes);
-        } catch (err) {
-          return { malformed: true, reason: `malformed ${m.input.typeName} message: ${err instanceof Error ? err.message : String(err)}` } satisfies Malformed;
-        }
-      },
-    };
-  }
+  for (const m of service.methods) def[m.localName] = { ...def[m.localName], requestDeserialize: requestDecoder(m, fast[m.localName]) };
   return def as grpc.ServiceDefinition;
+}
+
+/**
+ * A method's request decoder for a server: `fast` first (when given; null from it means "not a
+ * layout it knows"), then the generic reader; bytes that fail to decode come back as `Malformed`.
+ */
+export function requestDecoder(m: DescMethod, fast?: (bytes: Buffer) => unknown): (bytes: Buffer) => unknown {
+  const generic = deserializer(m.input);
+  const decode = fast === undefined ? generic : (bytes: Buffer) => fast(bytes) ?? generic(bytes);
+  return (bytes: Buffer) => {
+    try {
+      return decode(bytes);
+    } catch (err) {
+      return { malformed: true, reason: `malformed ${m.input.typeName} message: ${err instanceof Error ? err.message : String(err)}` } satisfies Malformed;
+    }
+  };
 }
 
 export function grpcDefinition(service: DescService): grpc.ServiceDefinition {

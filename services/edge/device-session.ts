@@ -10,13 +10,13 @@ import { type Limits, checkId, inRange, LAT_RANGE, LON_RANGE } from '../../src/m
 import { type ConnectRequest, type ConnectResponse, ConnectResponseSchema } from '../../api/gen/ambit/v1/device_pb.js';
 import { isMalformed } from '../../api/rpc.js';
 import type { Principal } from './auth.js';
-import { ApiError, type StatusInfo, requestStatus, toServiceError, toSubscription } from './convert.js';
+import { ApiError, type StatusInfo, requestStatus, toSubscription } from './convert.js';
 import { notificationFrame } from './notification-frame.js';
 import { type Delivery, type DrainableInbox, type Hub, type Inbox, type LocationWriter, compareDeliveryIds, parseDeliveryId } from '../hub/port.js';
 import type { Logger } from 'pino';
 import type { Counters } from './counters.js';
 import type { ExpiryClock, Expiring } from './expiry.js';
-import { type RawStream, grpcMessages, rawStreamOf } from './raw-stream.js';
+import type { DeviceStream, StreamListener } from './device-stream.js';
 
 /** What a session needs from the gateway that holds it. */
 export interface SessionHost {
@@ -34,23 +34,13 @@ export interface SessionHost {
   readonly expiry: ExpiryClock;
   /** Clock (ms since the epoch), for token expiry. */
   now(): number;
-  /** Notifications go to the HTTP/2 stream under the call, a batch per write (raw-stream.ts); false: through grpc-js. */
-  readonly rawWrites: boolean;
 }
-
-/** Write errors on the HTTP/2 stream end the call through grpc-js's own events; nothing to do here. */
-const IGNORE = (): void => {};
 
 type Phase = 'hello' | 'opening' | 'open' | 'closed';
 
 /** Where a session's request chain starts (shared: most streams never queue anything). */
 const SETTLED: Promise<void> = Promise.resolve();
-type Call = grpc.ServerDuplexStream<ConnectRequest, ConnectResponse>;
-/** Where a call's shared listeners find its session. */
-const SESSION = Symbol('ambit.deviceSession');
-type SessionCall = Call & { [SESSION]?: DeviceSession };
-
-export class DeviceSession implements Expiring {
+export class DeviceSession implements Expiring, StreamListener {
   private phase: Phase = 'hello';
   private writer: LocationWriter | null = null;
   private inbox: Inbox | null = null;
@@ -64,12 +54,10 @@ export class DeviceSession implements Expiring {
   private acking: Promise<void> = SETTLED;
   private drainWaiter: (() => void) | null = null;
   private readsPaused = false;
-  /** The HTTP/2 stream notifications are written to directly (null: through grpc-js; undefined: not looked up yet, at the first batch). */
-  private raw: RawStream | null | undefined = undefined;
 
   constructor(
     private readonly host: SessionHost,
-    private readonly call: Call,
+    private readonly stream: DeviceStream,
     readonly device: string,
     private readonly principal: Principal,
   ) {}
@@ -83,41 +71,27 @@ export class DeviceSession implements Expiring {
     previous?.close({ code: grpc.status.ABORTED, message: 'superseded by a newer stream of this device', field: '', expected: true });
     counters.connectedDevices = sessions.size;
     this.armExpiry();
-    // Listeners shared by every stream (an idle stream holds no closures for them): each finds
-    // its session on the call.
-    const call = this.call as SessionCall;
-    call[SESSION] = this;
-    call.on('data', DeviceSession.onData);
-    call.on('end', DeviceSession.onEnd);
-    call.on('cancelled', DeviceSession.onGone);
-    call.on('error', DeviceSession.onGone);
-    call.on('close', DeviceSession.onGone);
-  }
-
-  private static onData(this: SessionCall, req: ConnectRequest): void {
-    this[SESSION]?.onMessage(req);
+    this.stream.attach(this);
   }
 
   /** The client half-closed: answer what it asked, store its last ack, then end the stream. */
-  private static onEnd(this: SessionCall): void {
-    const session = this[SESSION];
-    if (session === undefined) return;
-    void Promise.all([session.chain, session.acking]).then(() => {
-      if (session.phase === 'closed') return;
-      session.finish();
-      this.end();
+  onHalfClose(): void {
+    void Promise.all([this.chain, this.acking]).then(() => {
+      if (this.phase === 'closed') return;
+      this.finish();
+      this.stream.end();
     });
   }
 
-  private static onGone(this: SessionCall): void {
-    this[SESSION]?.finish();
+  onGone(): void {
+    this.finish();
   }
 
   /** Ends the stream with `status` (superseded, token expired, server draining). */
   close(status: StatusInfo): void {
     if (this.phase === 'closed') return;
     this.finish();
-    this.call.emit('error', toServiceError(status));
+    this.stream.fail(status);
   }
 
   /**
@@ -159,12 +133,7 @@ export class DeviceSession implements Expiring {
   }
 
   private write(m: ConnectResponse): boolean {
-    return this.phase === 'closed' ? true : this.call.write(m);
-  }
-
-  /** A response already encoded (the gRPC bridge sends bytes as they are). */
-  private writeBytes(frame: Uint8Array): boolean {
-    return this.phase === 'closed' ? true : this.call.write(frame as unknown as ConnectResponse);
+    return this.phase === 'closed' ? true : this.stream.send(m);
   }
 
   private reply(requestId: string, s: StatusInfo | null): void {
@@ -173,15 +142,15 @@ export class DeviceSession implements Expiring {
     // flow control holds it back instead of this process buffering a reply per request.
     this.readsPaused = true;
     this.host.counters.streamsHeldBack++;
-    this.call.pause();
-    this.call.once('drain', () => this.releaseReads());
+    this.stream.pause();
+    this.stream.onceDrain(() => this.releaseReads());
   }
 
   private releaseReads(): void {
     if (!this.readsPaused) return;
     this.readsPaused = false;
     this.host.counters.streamsHeldBack--;
-    if (this.phase !== 'closed') this.call.resume();
+    if (this.phase !== 'closed') this.stream.resume();
   }
 
   /** failStream as a callback, made once a stream needs one (an idle stream holds none). */
@@ -193,12 +162,8 @@ export class DeviceSession implements Expiring {
   private failStream(err: unknown): void {
     const s = this.host.reject(err, 'Connect');
     this.finish();
-    this.call.emit('error', toServiceError(s));
+    this.stream.fail(s);
   }
-
-  /** A batch cut short by HTTP/2 flow control: what is left of it, from `heldAt`. */
-  private held: Delivery[] | null = null;
-  private heldAt = 0;
 
   /**
    * Delivery from an inbox that can be drained without waiting (the embedded and node-local
@@ -207,48 +172,16 @@ export class DeviceSession implements Expiring {
    */
   private readonly pump = (): void => {
     const box = this.inbox as DrainableInbox;
-    const counters = this.host.counters;
     try {
       for (;;) {
         if (this.phase !== 'open') return;
-        let batch = this.held;
-        let i = this.heldAt;
-        this.held = null;
-        if (batch === null) {
-          batch = box.take(this.host.sendBatch);
-          i = 0;
-          if (batch.length === 0) return box.notify(this.pump);
-        }
-        const raw = this.raw === undefined ? this.findRaw() : this.raw;
-        // Directly, when nothing of ours waits in grpc-js's own buffer (so replies keep their order).
-        if (raw !== null && this.call.writableLength === 0 && raw.headersSent && !raw.writableEnded && !raw.destroyed && !raw.closed) {
-          const frames = new Array<Uint8Array>(batch.length - i);
-          for (let k = 0; i < batch.length; i++, k++) frames[k] = notificationFrame(batch[i]);
-          this.lastSent = batch[batch.length - 1].deliveryId;
-          counters.notificationsSent += frames.length;
-          if (!raw.write(grpcMessages(frames), IGNORE)) {
-            // HTTP/2 flow control: stop taking until the client reads; the backlog stays in the hub.
-            counters.sendQueue++;
-            raw.once('drain', this.waitDrain());
-            return;
-          }
-          continue;
-        }
-        for (; i < batch.length; i++) {
-          if (this.phase !== 'open') return;
-          const d = batch[i];
-          this.lastSent = d.deliveryId;
-          counters.notificationsSent++;
-          if (!this.writeBytes(notificationFrame(d))) {
-            // HTTP/2 flow control: stop taking until the client reads; the backlog stays in the hub.
-            if (i + 1 < batch.length) {
-              this.held = batch;
-              this.heldAt = i + 1;
-            }
-            counters.sendQueue++;
-            this.call.once('drain', this.waitDrain());
-            return;
-          }
+        const batch = box.take(this.host.sendBatch);
+        if (batch.length === 0) return box.notify(this.pump);
+        if (!this.sendBatch(batch)) {
+          // HTTP/2 flow control: stop taking until the client reads; the backlog stays in the hub.
+          this.host.counters.sendQueue++;
+          this.stream.onceDrain(this.waitDrain());
+          return;
         }
       }
     } catch (err) {
@@ -256,12 +189,13 @@ export class DeviceSession implements Expiring {
     }
   };
 
-  /** The HTTP/2 stream under the call, looked up at the first batch (an idle stream holds nothing for it). */
-  private findRaw(): RawStream | null {
-    const raw = this.host.rawWrites ? rawStreamOf(this.call) : null;
-    raw?.on('error', IGNORE); // a failed write ends the call through grpc-js's events
-    this.raw = raw;
-    return raw;
+  /** Writes a batch of notifications in one go; false: HTTP/2 flow control holds it back. */
+  private sendBatch(batch: readonly Delivery[]): boolean {
+    const frames = new Array<Uint8Array>(batch.length);
+    for (let i = 0; i < batch.length; i++) frames[i] = notificationFrame(batch[i]);
+    this.lastSent = batch[batch.length - 1].deliveryId;
+    this.host.counters.notificationsSent += frames.length;
+    return this.stream.sendAll(frames);
   }
 
   /** Registers for the end of HTTP/2 back-pressure (or the stream's end): then pumps again. */
@@ -274,8 +208,7 @@ export class DeviceSession implements Expiring {
   private drained(w: () => void): void {
     if (this.drainWaiter !== w) return;
     this.drainWaiter = null;
-    this.call.off('drain', w);
-    if (this.raw) this.raw.off('drain', w);
+    this.stream.offDrain(w);
     this.host.counters.sendQueue--;
     this.pump();
   }
@@ -285,21 +218,16 @@ export class DeviceSession implements Expiring {
     const counters = this.host.counters;
     while (this.phase === 'open') {
       const batch = await box.pull(this.host.sendBatch);
-      if (batch.length === 0) return;
-      for (const d of batch) {
-        if (this.phase !== 'open') return;
-        this.lastSent = d.deliveryId;
-        counters.notificationsSent++;
-        if (!this.writeBytes(notificationFrame(d))) {
-          // HTTP/2 flow control: stop pulling until the client reads; the backlog stays in the hub.
-          counters.sendQueue++;
-          await new Promise<void>((resolve) => {
-            this.drainWaiter = resolve;
-            this.call.once('drain', resolve);
-          });
-          this.drainWaiter = null;
-          counters.sendQueue--;
-        }
+      if (batch.length === 0 || this.phase !== 'open') return;
+      if (!this.sendBatch(batch)) {
+        // HTTP/2 flow control: stop pulling until the client reads; the backlog stays in the hub.
+        counters.sendQueue++;
+        await new Promise<void>((resolve) => {
+          this.drainWaiter = resolve;
+          this.stream.onceDrain(resolve);
+        });
+        this.drainWaiter = null;
+        counters.sendQueue--;
       }
     }
   }
@@ -364,7 +292,7 @@ export class DeviceSession implements Expiring {
     if (stored !== undefined) this.acking = stored.catch(this.fail);
   }
 
-  private onMessage(req: ConnectRequest): void {
+  onMessage(req: ConnectRequest): void {
     if (this.phase === 'closed') return;
     if (isMalformed(req)) return this.failStream(new ApiError(grpc.status.INVALID_ARGUMENT, req.reason, 'request'));
     const m = req.message;

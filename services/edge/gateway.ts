@@ -32,10 +32,13 @@ import { OpsService, GetDeviceSubscriptionsResponseSchema, type GetDeviceSubscri
 import { type BulkPublishRequest, BulkPublishResponseSchema, type PublishRequest, PublishResponseSchema, PublisherService } from '../../api/gen/ambit/v1/publisher_pb.js';
 import type { Hub } from '../hub/port.js';
 import { DeviceSession, type SessionHost } from './device-session.js';
+import { GrpcJsDeviceStream } from './device-stream.js';
+import { H2DeviceStream, type H2StreamOptions, takeOverStreams } from './h2-device-stream.js';
 import type { Logger } from 'pino';
 import type { Counters, EdgeMetrics } from './counters.js';
 import { ExpiryClock } from './expiry.js';
-import { grpcServerDefinition, isMalformed } from '../../api/rpc.js';
+import type { IncomingHttpHeaders, ServerHttp2Stream } from 'node:http2';
+import { grpcServerDefinition, isMalformed, requestDecoder } from '../../api/rpc.js';
 import { fastConnectRequest, fastUpdateLocationsRequest } from '../../api/fast-decode.js';
 
 export interface GatewayOptions {
@@ -45,11 +48,27 @@ export interface GatewayOptions {
   maxEventsPerMessage: number;
   /** Updates in one UpdateLocations message. */
   maxUpdatesPerMessage: number;
-  /** Notifications written to the HTTP/2 stream directly, a batch per write (raw-stream.ts); false: through grpc-js. */
+  /**
+   * Who carries device streams: 'http2', the gateway itself on the HTTP/2 stream
+   * (h2-device-stream.ts, once `takeOverDeviceStreams` ran on the bound server), or 'grpc-js'.
+   */
+  deviceStreams: 'http2' | 'grpc-js';
+  /** With grpc-js carrying device streams: notifications written to the HTTP/2 stream under the call, a batch per write (raw-stream.ts); false: each through grpc-js. */
   rawWrites: boolean;
+  /** The largest request message, in bytes (the server's grpc.max_receive_message_length). */
+  maxReceiveBytes: number;
 }
 
-export const DEFAULT_GATEWAY_OPTIONS: Readonly<GatewayOptions> = Object.freeze({ sendBatch: 64, maxEventsPerMessage: 1000, maxUpdatesPerMessage: 10_000, rawWrites: true });
+export const DEFAULT_GATEWAY_OPTIONS: Readonly<GatewayOptions> = Object.freeze({
+  sendBatch: 64,
+  maxEventsPerMessage: 1000,
+  maxUpdatesPerMessage: 10_000,
+  deviceStreams: 'http2',
+  rawWrites: true,
+  maxReceiveBytes: 4 * 1024 * 1024,
+});
+
+const CONNECT_PATH = `/${DeviceService.typeName}/${DeviceService.method.connect.name}`;
 
 type Handler = grpc.UntypedHandleCall;
 
@@ -57,7 +76,6 @@ export class Gateway implements SessionHost {
   readonly sessions = new Map<string, DeviceSession>();
   readonly counters: Counters;
   readonly sendBatch: number;
-  readonly rawWrites: boolean;
   readonly now: () => number = Date.now;
   readonly expiry = new ExpiryClock(() => this.now());
   private readonly opts: GatewayOptions;
@@ -75,8 +93,10 @@ export class Gateway implements SessionHost {
     this.opts = { ...DEFAULT_GATEWAY_OPTIONS, ...options };
     this.counters = metrics.counters;
     this.sendBatch = this.opts.sendBatch;
-    this.rawWrites = this.opts.rawWrites;
+    this.h2 = { maxReceiveBytes: this.opts.maxReceiveBytes, decode: requestDecoder(DeviceService.method.connect, fastConnectRequest) };
   }
+
+  private readonly h2: H2StreamOptions;
 
   /** Implementations keyed by the services' method local names. */
   handlers(): { device: Record<string, Handler>; publisher: Record<string, Handler>; ops: Record<string, Handler> } {
@@ -150,6 +170,16 @@ export class Gateway implements SessionHost {
     server.addService(grpcServerDefinition(OpsService), h.ops);
   }
 
+  /**
+   * With deviceStreams 'http2', device streams on the bound `server` are served by the gateway
+   * itself from now on; false when they stay with grpc-js (by option, or grpc-js's servers were not
+   * found: see takeOverStreams).
+   */
+  takeOverDeviceStreams(server: grpc.Server): boolean {
+    if (this.opts.deviceStreams !== 'http2') return false;
+    return takeOverStreams(server, new Map([[CONNECT_PATH, (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => this.connectH2(stream, headers)]]));
+  }
+
   get connectedDevices(): number {
     return this.sessions.size;
   }
@@ -164,7 +194,10 @@ export class Gateway implements SessionHost {
   // ---- plumbing ----
 
   private authenticate(metadata: grpc.Metadata, scope: Scope): Principal {
-    const values = metadata.get('authorization');
+    return this.authorize(metadata.get('authorization'), scope);
+  }
+
+  private authorize(values: readonly grpc.MetadataValue[], scope: Scope): Principal {
     if (values.length > 1) throw new AuthError('UNAUTHENTICATED', 'more than one authorization metadata value');
     const principal = this.authority.verify(bearer(values[0]));
     requireScope(principal, scope);
@@ -367,19 +400,32 @@ export class Gateway implements SessionHost {
     );
   }
 
-  /** A device stream: authenticated here, then a DeviceSession of its own. */
+  /** A device stream through grpc-js: authenticated here, then a DeviceSession of its own. */
   private connect(call: grpc.ServerDuplexStream<ConnectRequest, ConnectResponse>): void {
+    const stream = new GrpcJsDeviceStream(call, this.opts.rawWrites);
+    this.open(stream, call.metadata.get('authorization'));
+  }
+
+  /** A device stream served on its HTTP/2 stream (h2-device-stream.ts). */
+  private connectH2(h2: ServerHttp2Stream, headers: IncomingHttpHeaders): void {
+    const stream = new H2DeviceStream(h2, headers, this.h2);
+    if (stream.ended) return; // answered already (a malformed grpc-timeout)
+    const auth = headers.authorization;
+    this.open(stream, auth === undefined ? [] : [auth]);
+  }
+
+  private open(stream: GrpcJsDeviceStream | H2DeviceStream, authorization: readonly grpc.MetadataValue[]): void {
     let device: string;
     let principal: Principal;
     try {
       if (this.draining) throw new ApiError(grpc.status.UNAVAILABLE, 'server is shutting down; reconnect');
-      principal = this.authenticate(call.metadata, SCOPES.device);
+      principal = this.authorize(authorization, SCOPES.device);
       device = this.deviceOf(principal);
     } catch (err) {
-      call.emit('error', toServiceError(this.reject(err, 'Connect')));
+      stream.fail(this.reject(err, 'Connect'));
       return;
     }
-    new DeviceSession(this, call, device, principal).start();
+    new DeviceSession(this, stream, device, principal).start();
   }
 }
 

@@ -52,8 +52,13 @@ export interface ServerConfig {
   /** A gateway of a node with fan-out shards: where each shard listens (set by gateways.ts). */
   hubShards: string[];
   /**
-   * Notifications written to the HTTP/2 stream under a device's call, a batch per write
-   * (services/edge/raw-stream.ts); false: each one through grpc-js, as before.
+   * Who carries device streams (`DeviceService.Connect`): 'http2', the gateway on the HTTP/2
+   * stream itself (services/edge/h2-device-stream.ts), or 'grpc-js', as every other method.
+   */
+  deviceStreams: 'http2' | 'grpc-js';
+  /**
+   * With grpc-js carrying device streams: notifications written to the HTTP/2 stream under a
+   * device's call, a batch per write (services/edge/raw-stream.ts); false: each one through grpc-js.
    */
   directWrites: boolean;
 }
@@ -80,6 +85,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   hubInParent: false,
   fanoutShards: 0,
   hubShards: [],
+  deviceStreams: 'http2',
   directWrites: true,
 });
 
@@ -123,6 +129,11 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
   };
   c.dev = flag('AMBIT_DEV') ?? false;
   c.directWrites = flag('AMBIT_DIRECT_WRITES') ?? c.directWrites;
+  const streams = str('AMBIT_DEVICE_STREAMS');
+  if (streams !== undefined) {
+    if (streams !== 'http2' && streams !== 'grpc-js') throw new Error(`config: AMBIT_DEVICE_STREAMS must be http2 or grpc-js, got ${JSON.stringify(streams)}`);
+    c.deviceStreams = streams;
+  }
   const cert = str('AMBIT_TLS_CERT');
   const key = str('AMBIT_TLS_KEY');
   if ((cert === undefined) !== (key === undefined)) throw new Error('config: AMBIT_TLS_CERT and AMBIT_TLS_KEY must be set together');

@@ -25,6 +25,9 @@ import { Metrics } from './metrics.js';
 import { connectGatewayHub, startMatcherRole } from './roles.js';
 import { SERVICES, reflectionPackage } from '../../api/rpc.js';
 
+/** The largest request message the server takes (grpc-js and the gateway's own device streams alike). */
+const MAX_RECEIVE_BYTES = 4 * 1024 * 1024;
+
 export interface RunningServer {
   readonly config: ServerConfig;
   /** The gRPC port (null for a matcher, which serves no gRPC). */
@@ -34,6 +37,8 @@ export interface RunningServer {
   readonly hub: Hub | null;
   /** Engine in use and why (matcher-holding roles). */
   readonly engineDetail: string;
+  /** Who carries this process's device streams (null: it serves no gRPC). */
+  readonly deviceStreams: 'http2' | 'grpc-js' | null;
   stop(): Promise<void>;
 }
 
@@ -105,16 +110,21 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
 
     let authority: TokenAuthority | null = null;
     let port: number | null = null;
+    let deviceStreams: RunningServer['deviceStreams'] = null;
     if (hub !== null && options.grpc !== false) {
       const secret = config.tokenSecret ?? randomBytes(32).toString('base64url');
       authority = new TokenAuthority(secret);
-      const gateway = new Gateway(hub, authority, DEFAULT_LIMITS, metrics, log.child({ component: 'gateway' }), { rawWrites: config.directWrites });
+      const gateway = new Gateway(hub, authority, DEFAULT_LIMITS, metrics, log.child({ component: 'gateway' }), {
+        deviceStreams: config.deviceStreams,
+        rawWrites: config.directWrites,
+        maxReceiveBytes: MAX_RECEIVE_BYTES,
+      });
       const server = new grpc.Server({
         // A client that never reads must not hold memory: keepalive finds dead peers.
         'grpc.keepalive_time_ms': 30_000,
         'grpc.keepalive_timeout_ms': 10_000,
         'grpc.http2.max_ping_strikes': 5,
-        'grpc.max_receive_message_length': 4 * 1024 * 1024,
+        'grpc.max_receive_message_length': MAX_RECEIVE_BYTES,
       });
       gateway.addTo(server);
       const health = new HealthImplementation({ '': 'SERVING', ...Object.fromEntries(SERVICES.map((s) => [s.typeName, 'SERVING' as const])) });
@@ -122,6 +132,9 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
       new ReflectionService(reflectionPackage() as never).addToServer(server);
       const creds = config.tls === null ? grpc.ServerCredentials.createInsecure() : grpc.ServerCredentials.createSsl(null, [{ cert_chain: config.tls.cert, private_key: config.tls.key }], false);
       port = await new Promise<number>((resolve, reject) => server.bindAsync(`${config.host.includes(':') ? `[${config.host}]` : config.host}:${config.port}`, creds, (err, p) => (err ? reject(err) : resolve(p))));
+      const ownStreams = gateway.takeOverDeviceStreams(server);
+      deviceStreams = ownStreams ? 'http2' : 'grpc-js';
+      if (config.deviceStreams === 'http2' && !ownStreams) log.child({ component: 'server' }).warn('device streams stay with grpc-js: its HTTP/2 servers were not found (a grpc-js upgrade changed its shape)');
       cleanups.push(async () => {
         health.setStatus('', 'NOT_SERVING');
         for (const s of SERVICES) health.setStatus(s.typeName, 'NOT_SERVING');
@@ -137,7 +150,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
           });
         });
       });
-      log.child({ component: 'server' }).info({ port, metricsPort, tls: config.tls !== null, role: config.role }, `listening on ${config.host}:${port}`);
+      log.child({ component: 'server' }).info({ port, metricsPort, tls: config.tls !== null, role: config.role, deviceStreams }, `listening on ${config.host}:${port}`);
     }
     if (port === null) log.child({ component: 'server' }).info({ port: null, metricsPort, role: config.role }, `${hub === null ? 'matcher' : 'hub'} ready${metricsPort === null ? '' : `; metrics on ${config.host}:${metricsPort}`}`);
     let stopped: Promise<void> | null = null;
@@ -148,6 +161,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
       authority,
       hub,
       engineDetail,
+      deviceStreams,
       stop: () => (stopped ??= cleanup()),
     };
   } catch (err) {

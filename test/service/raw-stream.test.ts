@@ -2,9 +2,10 @@
  * Notifications written to the HTTP/2 stream under a device's call (services/edge/raw-stream.ts),
  * a batch per write, against real grpc-js clients: the pinned grpc-js has the call shape the
  * gateway looks for (if an upgrade changes it, this fails while streams quietly fall back to
- * grpc-js); messages written directly and through grpc-js arrive whole and in write order; and a
- * node with direct writes on and one with them off deliver the same notifications, in order, with
- * subscription replies interleaved and a device that stops reading catching up.
+ * grpc-js); messages written directly and through grpc-js arrive whole and in write order; and
+ * nodes with each way of writing a device stream (the gateway's own transport, grpc-js with direct
+ * writes on and off) deliver the same notifications, in order, with subscription replies
+ * interleaved and a device that stops reading catching up.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
@@ -13,6 +14,7 @@ import { create, toBinary } from '@bufbuild/protobuf';
 import { grpcDefinition, grpcServerDefinition } from '../../api/rpc.js';
 import { type ConnectResponse, ConnectResponseSchema, DeviceService } from '../../api/gen/ambit/v1/device_pb.js';
 import { grpcMessages, rawStreamOf } from '../../services/edge/raw-stream.js';
+import type { ServerConfig } from '../../services/process/config.js';
 import { Clients, DeviceStream, type Init, type TestServer, clientStream, startTestServer } from '../support/grpc.js';
 
 const welcome = (deviceId: string) => create(ConnectResponseSchema, { message: { case: 'welcome', value: { deviceId, resumeToken: '', missed: 0n } } });
@@ -68,13 +70,18 @@ describe('raw stream: notifications written under grpc-js', { timeout: 60_000 },
     }
   });
 
-  for (const directWrites of [true, false]) {
-    describe(`a node with AMBIT_DIRECT_WRITES=${directWrites ? 1 : 0}`, () => {
+  const nodes: [string, Partial<ServerConfig>][] = [
+    ['the gateway serving device streams itself', { deviceStreams: 'http2' }],
+    ['grpc-js carrying device streams, AMBIT_DIRECT_WRITES=1', { deviceStreams: 'grpc-js', directWrites: true }],
+    ['grpc-js carrying device streams, AMBIT_DIRECT_WRITES=0', { deviceStreams: 'grpc-js', directWrites: false }],
+  ];
+  for (const [label, config] of nodes) {
+    describe(`a node with ${label}`, () => {
       let srv: TestServer;
       let clients: Clients;
       let pubMd: Init;
       before(async () => {
-        srv = await startTestServer({ directWrites });
+        srv = await startTestServer(config);
         clients = srv.clients();
         pubMd = srv.meta('pub', ['publish']);
       });

@@ -63,6 +63,7 @@ export async function startHubServer(hub: Hub, secret = 'hub-server-test-secret-
   const server = new grpc.Server();
   gateway.addTo(server);
   const port = await new Promise<number>((resolve, reject) => server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (e, p) => (e ? reject(e) : resolve(p))));
+  assert.ok(gateway.takeOverDeviceStreams(server), 'the gateway serves device streams itself');
   const metricsPort = await metrics.listen('127.0.0.1', 0);
   let stopped: Promise<void> | null = null;
   const running: RunningServer = {
@@ -72,6 +73,7 @@ export async function startHubServer(hub: Hub, secret = 'hub-server-test-secret-
     authority,
     hub,
     engineDetail: 'test hub',
+    deviceStreams: 'http2',
     stop: () =>
       (stopped ??= (async () => {
         gateway.drain();
