@@ -32,6 +32,7 @@ import { OpsService, GetDeviceSubscriptionsResponseSchema, type GetDeviceSubscri
 import { type BulkPublishRequest, BulkPublishResponseSchema, type PublishRequest, PublishResponseSchema, PublisherService } from '../../api/gen/ambit/v1/publisher_pb.js';
 import type { Hub } from '../hub/port.js';
 import { DeviceSession, type SessionHost } from './device-session.js';
+import { encodedEvent } from './notification-frame.js';
 import { GrpcJsDeviceStream } from './device-stream.js';
 import { H2DeviceStream, type H2StreamOptions, takeOverStreams } from './h2-device-stream.js';
 import type { Logger } from 'pino';
@@ -119,6 +120,7 @@ export class Gateway implements SessionHost {
         publish: this.unary<PublishRequest>(SCOPES.publish, async (req, _p, call) => {
           const event = toEvent('event', req.event, this.limits, randomUUID);
           if (call.cancelled) throw new ApiError(grpc.status.CANCELLED, 'call ended before the event was published');
+          if (this.hub.forwardsEvents) encodedEvent(event);
           const t0 = performance.now();
           const [r] = await this.hub.publish([event]);
           this.metrics.publishSeconds.observe((performance.now() - t0) / 1000);
@@ -385,6 +387,8 @@ export class Gateway implements SessionHost {
       },
       async (messages) => {
         const events = messages.length === 1 ? messages[0] : messages.flat();
+        // Encoded for the API once here, not by every gateway process that delivers them.
+        if (this.hub.forwardsEvents) for (let i = 0; i < events.length; i++) encodedEvent(events[i]);
         const t0 = performance.now();
         const rs = await this.hub.publish(events);
         this.metrics.publishSeconds.observe((performance.now() - t0) / 1000);

@@ -12,17 +12,19 @@ import { create, toBinary } from '@bufbuild/protobuf';
 import type { Event as MEvent } from '../../src/model/types.js';
 import { ConnectResponseSchema } from '../../api/gen/ambit/v1/device_pb.js';
 import { EventSchema } from '../../api/gen/ambit/v1/types_pb.js';
-import type { Delivery } from '../hub/port.js';
+import { type Delivery, apiEventBytes } from '../hub/port.js';
 import { fromDelivery, fromEvent } from './convert.js';
 
-/** Encoded events, kept while the model event is alive (a device's log or a batch in flight). */
-const eventBytes = new WeakMap<MEvent, Uint8Array>();
-
-function encodedEvent(e: MEvent): Uint8Array {
-  let b = eventBytes.get(e);
+/**
+ * The event's API bytes: encoded once per event while it is alive (a device's log or a batch in
+ * flight), by the first notification of it here, or by the gateway that accepted its publish on
+ * another process of the node (carried over the node's links with the event).
+ */
+export function encodedEvent(e: MEvent): Uint8Array {
+  let b = apiEventBytes.get(e);
   if (b === undefined) {
     b = toBinary(EventSchema, fromEvent(e));
-    eventBytes.set(e, b);
+    apiEventBytes.set(e, b);
   }
   return b;
 }

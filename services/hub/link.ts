@@ -24,7 +24,7 @@ import { deserialize, serialize } from 'node:v8';
 import type { MessagePort } from 'node:worker_threads';
 import { AmbitError, type ErrorCode, ValidationError } from '../../src/model/errors.js';
 import type { Event, Value } from '../../src/model/types.js';
-import type { DeviceSubscription } from './port.js';
+import { type DeviceSubscription, apiEventBytes } from './port.js';
 
 /** The file descriptor of a gateway process's pipe to the hub (its fifth stdio entry). */
 export const HUB_PIPE_FD = 4;
@@ -327,7 +327,10 @@ const T_STRING = 1;
 const T_TRUE = 2;
 const T_FALSE = 3;
 
-/** id, lat, lon, radius (NaN: absent), then each attribute: name, type, value. */
+/**
+ * id, lat, lon, radius (NaN: absent), then each attribute: name, type, value; then the event as
+ * the API encodes it, when a gateway did (`apiEventBytes`; length 0: not encoded).
+ */
 export function writeEvent(w: FrameWriter, e: Event): void {
   w.str(e.id);
   w.f64(e.lat);
@@ -347,6 +350,9 @@ export function writeEvent(w: FrameWriter, e: Event): void {
       w.str(v);
     } else w.u8(v ? T_TRUE : T_FALSE);
   }
+  const api = apiEventBytes.get(e);
+  if (api === undefined) w.u32(0);
+  else w.bytes(api);
 }
 
 export function readEvent(r: FrameReader): Event {
@@ -364,7 +370,15 @@ export function readEvent(r: FrameReader): Event {
     if (name === '__proto__') Object.defineProperty(attributes, name, { value: v, enumerable: true, writable: true, configurable: true });
     else attributes[name] = v;
   }
-  return Number.isNaN(radiusM) ? { id, lat, lon, attributes } : { id, lat, lon, radiusM, attributes };
+  const e: Event = Number.isNaN(radiusM) ? { id, lat, lon, attributes } : { id, lat, lon, radiusM, attributes };
+  const apiLen = r.u32();
+  if (apiLen > 0) {
+    if (r.o + apiLen > r.b.length) throw new RangeError(`event bytes of ${apiLen} past the frame's end`);
+    // A copy: the frame's buffer is not kept alive by the events it carried.
+    apiEventBytes.set(e, Buffer.from(r.b.subarray(r.o, r.o + apiLen)));
+    r.o += apiLen;
+  }
+  return e;
 }
 
 // ---- errors ----

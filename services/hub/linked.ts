@@ -159,6 +159,8 @@ export interface LinkedHubOptions {
 }
 
 export class LinkedHub implements Hub, WriterOwner<number> {
+  /** Events go to the node's hub process, and from its shards to every gateway with recipients. */
+  readonly forwardsEvents = true;
   private readonly window: number;
   private readonly maxFleetWriters: number;
   private readonly shardLinks: readonly Link[];

@@ -102,8 +102,23 @@ export interface DeviceInfo {
   location: { lat: number; lon: number } | null;
 }
 
+/**
+ * Events as the API encodes them (an `ambit.v1.Event`), kept while the event is alive: set by the
+ * gateway that accepted the publish when its hub sends events to other processes
+ * (`Hub.forwardsEvents`), carried beside the event on the node's links (link.ts), and spliced
+ * into every notification of the event (services/edge/notification-frame.ts). So an event is
+ * encoded once on a node, not once per gateway that delivers it.
+ */
+export const apiEventBytes = new WeakMap<Event, Uint8Array>();
+
 export interface Hub {
   readonly mode: 'embedded' | 'redis';
+  /**
+   * Events published here travel to other processes of the node, which deliver them (the
+   * node-local link): a gateway then encodes each event for the API once, before publishing
+   * (`apiEventBytes`).
+   */
+  readonly forwardsEvents?: boolean;
   /** ALREADY_EXISTS when the device has a subscription with that id. */
   addSubscription(device: string, sub: DeviceSubscription): Promise<void>;
   /** NOT_FOUND when the device has no subscription with that id. */

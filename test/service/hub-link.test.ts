@@ -16,8 +16,12 @@ import { CPU_ENGINES } from '../../src/engines/index.js';
 import { EmbeddedHub } from '../../services/hub/embedded.js';
 import { HubServer } from '../../services/hub/hub-server.js';
 import { FrameReader, FrameWriter, fromWire, portLink, readEvent, socketLink, toWire, writeEvent } from '../../services/hub/link.js';
+import { toBinary } from '@bufbuild/protobuf';
+import { EventSchema } from '../../api/gen/ambit/v1/types_pb.js';
+import { fromEvent } from '../../services/edge/convert.js';
+import { encodedEvent } from '../../services/edge/notification-frame.js';
 import { LinkedHub, type LinkedHubOptions } from '../../services/hub/linked.js';
-import { ENGINE_SIDE_LIMITS } from '../../services/hub/port.js';
+import { ENGINE_SIDE_LIMITS, apiEventBytes } from '../../services/hub/port.js';
 import { MatchCore } from '../../services/matcher/core.js';
 
 async function socketPair(): Promise<[Socket, Socket, () => void]> {
@@ -100,6 +104,36 @@ describe('hub link', () => {
     }
     assert.ok(Object.is(roundTrip(cases[1]).attributes.z, -0), '-0 stays -0');
     assert.equal(Object.getPrototypeOf(roundTrip(cases[3]).attributes), Object.prototype, 'an attribute named __proto__ is data, not a prototype');
+  });
+
+  it('carries an event\'s API bytes beside it, when a gateway encoded them, as a copy', () => {
+    const e: Event = { id: 'api', lat: 1, lon: 2, attributes: { k: 'v' } };
+    assert.equal(apiEventBytes.get(roundTrip(e)), undefined, 'none set, none carried');
+    const bytes = encodedEvent(e);
+    const w = new FrameWriter();
+    writeEvent(w, e);
+    const frame = w.take();
+    const back = readEvent(new FrameReader(frame));
+    assert.deepEqual(back, e);
+    assert.deepEqual(Buffer.from(apiEventBytes.get(back)!), Buffer.from(bytes));
+    assert.notEqual(apiEventBytes.get(back)!.buffer, frame.buffer, 'not a view of the frame');
+    assert.throws(() => readEvent(new FrameReader(frame.subarray(0, frame.length - 1))), RangeError);
+  });
+
+  it('a gateway delivers the API bytes its publisher encoded: each event is encoded once on the node', async () => {
+    await withLinked({}, async (linked) => {
+      assert.equal(linked.forwardsEvents, true);
+      await linked.addSubscription('a', { id: 'all', filters: [{ constraints: [] }] });
+      const box = await linked.openInbox('a', null);
+      const sent: Event = { id: 'enc', lat: 3, lon: 4, radiusM: 50, attributes: { n: 7, s: 'x', b: true } };
+      const bytes = encodedEvent(sent);
+      await linked.publish([sent]);
+      const [d] = await box.pull(10);
+      assert.notEqual(d.event, sent, 'decoded from the link');
+      assert.deepEqual(Buffer.from(apiEventBytes.get(d.event)!), Buffer.from(bytes), 'the publisher\'s bytes came with it');
+      assert.deepEqual(Buffer.from(toBinary(EventSchema, fromEvent(d.event))), Buffer.from(bytes), 'and they are what encoding the delivered event gives');
+      box.close();
+    });
   });
 
   it('keeps an error\'s code, field and rule', () => {
