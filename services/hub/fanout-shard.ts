@@ -21,7 +21,7 @@ import type { Recipient } from '../matcher/core.js';
 import { type DeliverySource, reachedBy } from '../matcher/fanout.js';
 import type { HubFanOut } from './embedded.js';
 import type { InboxStore } from './inboxes.js';
-import { EventCache, FrameReader, H, type Link, Outbox, S, writeEventRecord } from './link.js';
+import { EventCache, FrameReader, H, type Link, Outbox, S, strBytes, writeEventRecord } from './link.js';
 
 /** The shard of a device among `n`: FNV-1a over its id's UTF-16 code units, the same in every process. */
 export function shardOf(device: string, n: number): number {
@@ -53,6 +53,9 @@ export class ShardedFanOut implements HubFanOut {
   private readonly stored: number[];
   private readonly droppedBy: number[];
   private flushes: Flush[] = [];
+  /** Per shard, the event last written in this deliver call and its number in the frame. */
+  private readonly lastEvent: (Event | null)[];
+  private readonly lastRef: number[];
   private broken: AmbitError | null = null;
 
   constructor(
@@ -66,6 +69,8 @@ export class ShardedFanOut implements HubFanOut {
     this.sent = new Array<number>(n).fill(0);
     this.stored = new Array<number>(n).fill(0);
     this.droppedBy = new Array<number>(n).fill(0);
+    this.lastEvent = new Array<Event | null>(n).fill(null);
+    this.lastRef = new Array<number>(n).fill(0);
     links.forEach((link, k) =>
       link.listen(
         (frame) => {
@@ -101,19 +106,35 @@ export class ShardedFanOut implements HubFanOut {
       const e = events[i];
       for (let j = 0; j < rs.length; j++) {
         const r = rs[j];
-        const k = shardOf(r.device, n);
+        const memo = r.memo;
+        let k: number;
+        if (memo === undefined) k = shardOf(r.device, n);
+        else {
+          if (memo.shards !== n) {
+            memo.shard = shardOf(r.device, n);
+            memo.shards = n;
+          }
+          k = memo.shard;
+        }
         const w = this.outs[k].frame;
-        const refs = this.refs[k];
-        let ref = refs.get(e);
+        // The event's number in shard k's frame: looked up once per event and shard.
+        let ref = this.lastEvent[k] === e ? this.lastRef[k] : undefined;
         if (ref === undefined) {
-          ref = refs.size;
-          refs.set(e, ref);
-writeEventRecord(w, ref, e);
+          const refs = this.refs[k];
+          ref = refs.get(e);
+          if (ref === undefined) {
+            ref = refs.size;
+            refs.set(e, ref);
+            writeEventRecord(w, ref, e);
+          }
+          this.lastEvent[k] = e;
+          this.lastRef[k] = ref;
         }
         w.u8(S.NOTE);
         w.u32(ref);
         w.f64(source.ms);
-        w.str(r.device);
+        if (memo === undefined) w.str(r.device);
+        else w.raw((memo.idBytes ??= strBytes(r.device)));
         const ids = r.subscriptionIds;
         w.u32(ids.length);
         for (let m = 0; m < ids.length; m++) w.str(ids[m]);
@@ -121,6 +142,7 @@ writeEventRecord(w, ref, e);
         this.notifications++;
       }
     }
+    this.lastEvent.fill(null);
     for (let k = 0; k < n; k++) {
       if (this.sent[k] !== seq) continue;
       const w = this.outs[k].frame;

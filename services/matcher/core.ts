@@ -13,10 +13,23 @@ import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE, type DeviceSubscription, type Hub
 export interface Recipient {
   device: string;
   subscriptionIds: string[];
+  /** What the fan-out keeps for the device across matches (absent for a late match). */
+  memo?: DeviceMemo;
+}
+
+/**
+ * What a fan-out may compute once per device and reuse for each of its notifications: the
+ * device's shard among `shards` (0: not computed yet) and the device id as the node's link
+ * writes it (services/hub/fanout-shard.ts). Kept with the device's subscriptions.
+ */
+export interface DeviceMemo {
+  shards: number;
+  shard: number;
+  idBytes: Uint8Array | null;
 }
 
 /** A device's subscriptions, and the marks that group one event's matches by device. */
-interface DeviceSubs {
+interface DeviceSubs extends DeviceMemo {
   readonly device: string;
   readonly subs: Map<string, DeviceSubscription>;
   /** The match that last touched this device, and its recipient's index in that match. */
@@ -65,7 +78,7 @@ export class MatchCore {
     if (exists) this.engine.replace(engineSub);
     else this.engine.add(engineSub);
     if (mine === undefined) {
-      mine = { device, subs: new Map(), stamp: 0, slot: 0 };
+      mine = { device, subs: new Map(), stamp: 0, slot: 0, shards: 0, shard: 0, idBytes: null };
       this.subs.set(device, mine);
     }
     if (!exists) {
@@ -171,7 +184,7 @@ export class MatchCore {
       if (d.stamp !== stamp) {
         d.stamp = stamp;
         d.slot = out.length;
-        out.push({ device: d.device, subscriptionIds: [o.id] });
+        out.push({ device: d.device, subscriptionIds: [o.id], memo: d });
       } else out[d.slot].subscriptionIds.push(o.id);
     }
     for (let i = 0; i < out.length; i++) if (out[i].subscriptionIds.length > 1) out[i].subscriptionIds.sort();
@@ -186,7 +199,7 @@ export class MatchCore {
   private lateMatch(key: string, out: Recipient[]): void {
     const [device, id] = splitSubscriptionKey(key);
     const r = out.find((x) => x.device === device);
-    if (r === undefined) out.push({ device, subscriptionIds: [id] });
+    if (r === undefined) out.push({ device, subscriptionIds: [id], memo: undefined });
     else r.subscriptionIds.push(id);
   }
 
