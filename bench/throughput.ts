@@ -236,10 +236,11 @@ async function parent(): Promise<void> {
   const { serverCpus, loadCpus } = cpuLists(a, fail);
   const run = new ResultRun({ out: args.out, name: 'throughput', fail });
   // The server inherits the environment: AMBIT_DIRECT_WRITES=0 compares with notifications written through grpc-js.
+  const deviceStreams = process.env.AMBIT_DEVICE_STREAMS === 'grpc-js' ? 'grpc-js' : 'http2';
   const directWrites = !['0', 'false'].includes(process.env.AMBIT_DIRECT_WRITES ?? '');
   const out = (s: string) => process.stdout.write(`${s}\n`);
   out(`machine: ${describeMachine(run.machine)}; load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')} before the run`);
-  out(`server: role all, ${redisUrl === null ? 'embedded hub' : 'Redis hub'}, ${gateways} gateway process${gateways > 1 ? 'es' : ''}${gateways > 1 && redisUrl === null ? ' beside the hub process' : ''}${fanoutShards > 0 ? `, device logs in ${fanoutShards} fan-out shard threads` : ''}${directWrites ? '' : ', notifications through grpc-js one by one (AMBIT_DIRECT_WRITES=0)'}, engine ${engine}; load: ${publishers} publisher and ${subscribers} subscriber processes (${client === 'wire' ? 'lean wire' : 'SDK'} device client)${serverCpus === null ? '' : `; server on CPUs ${serverCpus}`}${loadCpus === null ? '' : `, load on CPUs ${loadCpus}`}${ackDelayMs === 0 ? '' : `; devices ack every ${ackDelayMs} ms`}`);
+  out(`server: role all, ${redisUrl === null ? 'embedded hub' : 'Redis hub'}, ${gateways} gateway process${gateways > 1 ? 'es' : ''}${gateways > 1 && redisUrl === null ? ' beside the hub process' : ''}${fanoutShards > 0 ? `, device logs in ${fanoutShards} fan-out shard threads` : ''}${deviceStreams === 'http2' ? '' : `, device streams through grpc-js (AMBIT_DEVICE_STREAMS=grpc-js${directWrites ? '' : ', AMBIT_DIRECT_WRITES=0: notifications one by one'})`}, engine ${engine}; load: ${publishers} publisher and ${subscribers} subscriber processes (${client === 'wire' ? 'lean wire' : 'SDK'} device client)${serverCpus === null ? '' : `; server on CPUs ${serverCpus}`}${loadCpus === null ? '' : `, load on CPUs ${loadCpus}`}${ackDelayMs === 0 ? '' : `; devices ack every ${ackDelayMs} ms`}`);
   out(`workload: ${devices} devices x ${subsPerDevice} subscriptions (one of ${kinds} kinds, a level 1-5, 200-1000 m around the device), events within 300 m of a random device, ${seconds} s per rate`);
 
   const warmupSeconds = a.num('warmup', quick ? 0 : 2, 0, 600);
@@ -363,7 +364,7 @@ async function parent(): Promise<void> {
       steps.push(s);
       const f = (x: number, d = 0) => x.toLocaleString('en-US', { maximumFractionDigits: d });
       out(`| ${f(rate)} | ${f(s.eventsPerSecond)} | ${f(errors)} | ${f(s.notificationsPerSecond)} | ${f(s.notificationsPerEvent, 2)} | ${f(s.latencyMs.median, 2)} | ${f(s.latencyMs.p99, 2)} | ${f(max, 1)} | ${f(s.serverCores, 2)} | ${f(s.clientCores, 2)} | ${f(publisherCpuS / windowS, 2)} | ${f(s.serverCpuUsPerEvent, 1)} | ${f(s.serverCpuUsPerNotification, 1)} | ${f(drainSeconds, 2)} |`);
-      run.write({ kind: 'throughput', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', gateways, fanoutShards, directWrites, serverCpus, loadCpus, devices, subsPerDevice, kinds, publishers, subscribers, connections, client, ackDelayMs, seed, warmupSeconds, steps });
+      run.write({ kind: 'throughput', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', gateways, fanoutShards, deviceStreams, directWrites, serverCpus, loadCpus, devices, subsPerDevice, kinds, publishers, subscribers, connections, client, ackDelayMs, seed, warmupSeconds, steps });
     }
     out('');
     out(`Latency quantiles are exact to one histogram bucket (4.7%).${warmupSeconds > 0 ? '' : " The first step's publisher cores include connecting."}`);
