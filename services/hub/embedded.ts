@@ -15,7 +15,7 @@ import {
   type LocationWriter,
   type PublishResult,
 } from './port.js';
-import { type MatchCore, type Recipient, hubStats } from '../matcher/core.js';
+import { type MatchCore, type Owner, type Recipient, hubStats } from '../matcher/core.js';
 import type { DeliverySource, Retention } from '../matcher/fanout.js';
 import { type EmbeddedInbox, InboxStore } from './inboxes.js';
 
@@ -24,6 +24,13 @@ export { DEFAULT_RETENTION, type Retention } from '../matcher/fanout.js';
 /** Where the hub's notifications go: its own inbox store, or the node's fan-out shards. */
 export interface HubFanOut {
   deliver(source: DeliverySource, events: readonly Event[], recipients: readonly (readonly Recipient[])[]): number[];
+  /**
+   * Instead of `deliver`, for a fan-out that groups matches by device itself (fan-out shards): the
+   * engine's keys of each event and the core that resolves them.
+   */
+  deliverMatches?(source: DeliverySource, events: readonly Event[], matches: readonly (readonly string[])[], owners: { ownerOf(key: string): Owner | undefined }): number[];
+  /** A subscription left the core (with deliverMatches: forget its number). */
+  forget?(o: Owner): void;
   /** Resolves once everything delivered so far is stored. */
   flush(): Promise<void>;
   readonly notifications: number;
@@ -54,6 +61,8 @@ export class EmbeddedHub implements Hub {
   ) {
     this.store = options.shards === undefined ? new InboxStore({ retention: options.retention, now: options.now }) : null;
     this.fanout = options.shards ?? this.store!.fanout;
+    const fanout = this.fanout;
+    if (fanout.forget !== undefined) core.onOwnerRemoved = (o) => fanout.forget!(o);
   }
 
   async addSubscription(device: string, sub: DeviceSubscription): Promise<void> {
@@ -88,8 +97,14 @@ export class EmbeddedHub implements Hub {
 
   async publish(events: readonly Event[]): Promise<PublishResult[]> {
     if (this.closed) throw new AmbitError('UNAVAILABLE', 'hub: closed');
-    const recipients = await this.core.match(events);
-    const reached = this.fanout.deliver({ id: '', ms: this.fanout.now() }, events, recipients);
+    let reached: number[];
+    if (this.fanout.deliverMatches !== undefined) {
+      const matches = await this.core.matchKeys(events);
+      reached = this.fanout.deliverMatches({ id: '', ms: this.fanout.now() }, events, matches, this.core);
+    } else {
+      const recipients = await this.core.match(events);
+      reached = this.fanout.deliver({ id: '', ms: this.fanout.now() }, events, recipients);
+    }
     // Shards store asynchronously: the reply waits until they have.
     if (this.store === null) await this.fanout.flush();
     this.eventsPublished += events.length;

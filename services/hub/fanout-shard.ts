@@ -8,6 +8,11 @@
  *   link of its device's shard (an event once per frame), each deliver call ends with a SEQ; the
  *   hub's publish replies once every shard it wrote to has answered STORED for that sequence, so
  *   "stored before Publish replies" holds as in one process.
+ * - With the embedded hub the hub's thread does not group matches by device: `deliverMatches`
+ *   sends each event's matched subscriptions to their devices' shards as numbers (a number is
+ *   told once, with its device and id, and forgotten when the subscription leaves), and the
+ *   shard groups them (`MatchGrouper`): one notification per device, ids sorted, as the match
+ *   core groups them.
  * - `serveShard` is the shard's side of that link: it appends each NOTE to the device's log in
  *   the shard's InboxStore (delivery ids, retention and order per device exactly as the embedded
  *   hub's, since one shard holds the whole log of a device) and answers STORED once per turn.
@@ -17,11 +22,12 @@
 import type { Logger } from 'pino';
 import { AmbitError } from '../../src/model/errors.js';
 import type { Event } from '../../src/model/types.js';
-import type { Recipient } from '../matcher/core.js';
+import type { Owner, Recipient } from '../matcher/core.js';
+import { splitSubscriptionKey } from './port.js';
 import { type DeliverySource, reachedBy } from '../matcher/fanout.js';
 import type { HubFanOut } from './embedded.js';
 import type { InboxStore } from './inboxes.js';
-import { EventCache, FrameReader, H, type Link, Outbox, S, strBytes, writeEventRecord } from './link.js';
+import { EventCache, FrameReader, type FrameWriter, H, type Link, M, Outbox, S, strBytes, writeEventRecord } from './link.js';
 
 /** The shard of a device among `n`: FNV-1a over its id's UTF-16 code units, the same in every process. */
 export function shardOf(device: string, n: number): number {
@@ -43,7 +49,6 @@ interface Flush {
 
 /** The hub's side: routes each notification to its device's shard and waits for them to store it. */
 export class ShardedFanOut implements HubFanOut {
-  notifications = 0;
   private readonly outs: Outbox[];
   /** Events written to each shard's current frame, by number. */
   private readonly refs: Map<Event, number>[];
@@ -52,6 +57,11 @@ export class ShardedFanOut implements HubFanOut {
   private readonly sent: number[];
   private readonly stored: number[];
   private readonly droppedBy: number[];
+  /** Notifications each shard has stored (its totals, from STORED). */
+  private readonly storedBy: number[];
+  /** Per shard, while one event's matches are written: where its entry count goes, and the count. */
+  private readonly countAt: number[];
+  private readonly counts: number[];
   private flushes: Flush[] = [];
   /** Per shard, the event last written in this deliver call and its number in the frame. */
   private readonly lastEvent: (Event | null)[];
@@ -69,6 +79,9 @@ export class ShardedFanOut implements HubFanOut {
     this.sent = new Array<number>(n).fill(0);
     this.stored = new Array<number>(n).fill(0);
     this.droppedBy = new Array<number>(n).fill(0);
+    this.storedBy = new Array<number>(n).fill(0);
+    this.countAt = new Array<number>(n).fill(-1);
+    this.counts = new Array<number>(n).fill(0);
     this.lastEvent = new Array<Event | null>(n).fill(null);
     this.lastRef = new Array<number>(n).fill(0);
     links.forEach((link, k) =>
@@ -87,6 +100,13 @@ export class ShardedFanOut implements HubFanOut {
 
   get shards(): number {
     return this.outs.length;
+  }
+
+  /** Notifications stored by the shards (as of their last STORED). */
+  get notifications(): number {
+    let s = 0;
+    for (const x of this.storedBy) s += x;
+    return s;
   }
 
   get dropped(): number {
@@ -139,7 +159,6 @@ export class ShardedFanOut implements HubFanOut {
         w.u32(ids.length);
         for (let m = 0; m < ids.length; m++) w.str(ids[m]);
         this.sent[k] = seq;
-        this.notifications++;
       }
     }
     this.lastEvent.fill(null);
@@ -150,6 +169,107 @@ export class ShardedFanOut implements HubFanOut {
       w.f64(seq);
     }
     return reached;
+  }
+
+  /**
+   * The engine's matched keys of each event, resolved through the match core's owner table and
+   * sent to the devices' shards as numbers; each shard groups its part by device (serveShard).
+   * The hub's thread writes a few bytes per matched subscription and allocates nothing per
+   * recipient. Returns the subscriptions each event reached, as `deliver` does.
+   */
+  deliverMatches(source: DeliverySource, events: readonly Event[], matches: readonly (readonly string[])[], owners: { ownerOf(key: string): Owner | undefined }): number[] {
+    if (this.broken !== null) throw this.broken;
+    const n = this.outs.length;
+    const seq = ++this.seq;
+    const reached = new Array<number>(events.length);
+    const countAt = this.countAt;
+    const counts = this.counts;
+    for (let i = 0; i < events.length; i++) {
+      const keys = matches[i];
+      reached[i] = keys.length;
+      const e = events[i];
+      for (let j = 0; j < keys.length; j++) {
+        const o = owners.ownerOf(keys[j]);
+        let device: string;
+        let memo: Owner['of'] | undefined;
+        if (o === undefined) {
+          device = splitSubscriptionKey(keys[j])[0];
+          memo = undefined;
+        } else {
+          memo = o.of;
+          device = memo.device;
+        }
+        let k: number;
+        if (memo === undefined) k = shardOf(device, n);
+        else {
+          if (memo.shards !== n) {
+            memo.shard = shardOf(device, n);
+            memo.shards = n;
+          }
+          k = memo.shard;
+        }
+        const w = this.outs[k].frame;
+        if (countAt[k] < 0) {
+          // This event's first match in shard k: its record's head, the count written at the end.
+          const ref = this.refOf(k, w, e);
+          w.u8(S.MATCH);
+          w.u32(ref);
+          w.f64(source.ms);
+          countAt[k] = w.n;
+          w.u32(0);
+          counts[k] = 0;
+          this.sent[k] = seq;
+        }
+        counts[k]++;
+        if (o === undefined) {
+          const [, id] = splitSubscriptionKey(keys[j]);
+          w.u8(M.KEY);
+          w.str(device);
+          w.str(id);
+        } else if (o.sent) {
+          w.u8(M.NUM);
+          w.u32(o.num);
+        } else {
+          w.u8(M.TELL);
+          w.u32(o.num);
+          w.raw((memo!.idBytes ??= strBytes(device)));
+          w.str(o.id);
+          o.sent = true;
+        }
+      }
+      for (let k = 0; k < n; k++) {
+        if (countAt[k] < 0) continue;
+        this.outs[k].w.buf.writeUInt32LE(counts[k], countAt[k]);
+        countAt[k] = -1;
+      }
+    }
+    for (let k = 0; k < n; k++) {
+      if (this.sent[k] !== seq) continue;
+      const w = this.outs[k].frame;
+      w.u8(S.SEQ);
+      w.f64(seq);
+    }
+    return reached;
+  }
+
+  /** A subscription left the match core: the shard that was told its number forgets it. */
+  forget(o: Owner): void {
+    if (!o.sent || this.broken !== null) return;
+    const w = this.outs[o.of.shard].frame;
+    w.u8(S.FORGET);
+    w.u32(o.num);
+  }
+
+  /** The number of event `e` in shard k's current frame (written there first if it is not yet). */
+  private refOf(k: number, w: FrameWriter, e: Event): number {
+    const refs = this.refs[k];
+    let ref = refs.get(e);
+    if (ref === undefined) {
+      ref = refs.size;
+      refs.set(e, ref);
+      writeEventRecord(w, ref, e);
+    }
+    return ref;
   }
 
   flush(): Promise<void> {
@@ -168,7 +288,7 @@ export class ShardedFanOut implements HubFanOut {
       const tag = r.u8();
       if (tag !== S.STORED) throw new Error(`unknown record ${tag}`);
       this.stored[k] = r.f64();
-      r.f64();
+      this.storedBy[k] = r.f64();
       this.droppedBy[k] = r.f64();
     }
     // Flushes were queued in order and their targets never go down: settle from the front.
@@ -193,6 +313,7 @@ export class ShardedFanOut implements HubFanOut {
 export function serveShard(store: InboxStore, link: Link, log: Logger): () => void {
   const fanout = store.fanout;
   const cache = new EventCache(1024);
+  const matches = new MatchGrouper((device, event, ids, ms) => fanout.store(device, event, ids, ms));
   // One STORED per turn, however many frames the turn read.
   const out: Outbox = new Outbox(link, () => {
     const w = out.w;
@@ -227,6 +348,14 @@ export function serveShard(store: InboxStore, link: Link, log: Logger): () => vo
               fanout.store(device, event, ids, ms);
               break;
             }
+            case S.MATCH: {
+              const event = events[r.u32()];
+              matches.group(r, event, r.f64());
+              break;
+            }
+            case S.FORGET:
+              matches.forget(r.u32());
+              break;
             case S.SEQ:
               seq = r.f64();
               break;
@@ -252,4 +381,98 @@ export function serveShard(store: InboxStore, link: Link, log: Logger): () => vo
     stopped = true;
     out.closed = true;
   };
+}
+
+/** A device of a shard, as the subscription numbers the hub told it refer to it. */
+interface ShardDevice {
+  readonly device: string;
+  /** Numbers that name a subscription of this device. */
+  subscriptions: number;
+  /** The S.MATCH record that last touched it, and its recipient's index there. */
+  stamp: number;
+  slot: number;
+}
+
+interface Told {
+  readonly of: ShardDevice;
+  readonly id: string;
+}
+
+/**
+ * The shard's side of S.MATCH: resolves the matched subscriptions of one event to their devices
+ * and stores one notification per device with its subscription ids sorted, exactly as the match
+ * core's grouping does for a hub that stores its own notifications.
+ */
+export class MatchGrouper {
+  private readonly told = new Map<number, Told>();
+  private readonly devices = new Map<string, ShardDevice>();
+  private stamp = 0;
+  private readonly out: { of: ShardDevice; ids: string[] }[] = [];
+
+  constructor(private readonly store: (device: string, event: Event, ids: string[], ms: number) => void) {}
+
+  /** Subscription numbers this shard knows. */
+  get size(): number {
+    return this.told.size;
+  }
+
+  /** Reads one S.MATCH record after its event number and time. */
+  group(r: FrameReader, event: Event, ms: number): void {
+    const n = r.u32();
+    const stamp = ++this.stamp;
+    const out = this.out;
+    out.length = 0;
+    let late: Map<string, ShardDevice> | null = null;
+    for (let j = 0; j < n; j++) {
+      const kind = r.u8();
+      let d: ShardDevice;
+      let id: string;
+      if (kind === M.NUM) {
+        const t = this.told.get(r.u32());
+        if (t === undefined) throw new Error('a subscription number the hub did not tell');
+        d = t.of;
+        id = t.id;
+      } else if (kind === M.TELL) {
+        const num = r.u32();
+        const device = r.str();
+        id = r.str();
+        let dev = this.devices.get(device);
+        if (dev === undefined) {
+          dev = { device, subscriptions: 0, stamp: 0, slot: 0 };
+          this.devices.set(device, dev);
+        }
+        dev.subscriptions++;
+        this.told.set(num, { of: dev, id });
+        d = dev;
+      } else if (kind === M.KEY) {
+        const device = r.str();
+        id = r.str();
+        // A subscription removed while its match was awaited: its device may have none left here.
+        let dev = this.devices.get(device) ?? late?.get(device);
+        if (dev === undefined) {
+          dev = { device, subscriptions: 0, stamp: 0, slot: 0 };
+          (late ??= new Map()).set(device, dev);
+        }
+        d = dev;
+      } else throw new Error(`unknown match entry ${kind}`);
+      if (d.stamp !== stamp) {
+        d.stamp = stamp;
+        d.slot = out.length;
+        out.push({ of: d, ids: [id] });
+      } else out[d.slot].ids.push(id);
+    }
+    for (let i = 0; i < out.length; i++) {
+      const x = out[i];
+      if (x.ids.length > 1) x.ids.sort();
+      this.store(x.of.device, event, x.ids, ms);
+    }
+    out.length = 0;
+  }
+
+  forget(num: number): void {
+    const t = this.told.get(num);
+    if (t === undefined) return;
+    this.told.delete(num);
+    if (--t.of.subscriptions === 0) this.devices.delete(t.of.device);
+  }
 }

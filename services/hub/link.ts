@@ -75,7 +75,19 @@ export const S = {
   SEQ: 41,
   /** Shard → hub: f64 last sequence number stored, f64 notifications stored, f64 dropped by retention (totals). */
   STORED: 42,
+  /**
+   * u32 event number, f64 published at, u32 n, then n matched subscriptions of devices of this
+   * shard, each: u8 M.NUM u32 number (told before) | u8 M.TELL u32 number, str device, str id (the
+   * number's first use) | u8 M.KEY str device, str id (a subscription removed while its match was
+   * awaited). The shard groups them by device: one notification per device, ids sorted.
+   */
+  MATCH: 43,
+  /** u32 number: a subscription that left; the shard forgets its number. */
+  FORGET: 44,
 } as const;
+
+/** The kinds of entry of an S.MATCH record. */
+export const M = { NUM: 1, TELL: 2, KEY: 3 } as const;
 
 export const CALL_OPS = ['add', 'replace', 'remove', 'list', 'info', 'open', 'stats'] as const;
 export type CallOp = (typeof CALL_OPS)[number];

@@ -37,10 +37,20 @@ interface DeviceSubs extends DeviceMemo {
   slot: number;
 }
 
-/** What an engine subscription key stands for. */
-interface Owner {
-  readonly of: DeviceSubs;
+/**
+ * What an engine subscription key stands for: the device (with its memo) and the subscription
+ * id; `num` numbers the subscription in this core for fan-outs that resolve matches elsewhere
+ * (fan-out shards: they are told a number once, `sent`, and get numbers after that).
+ */
+export interface Owner {
+  readonly of: DeviceMemo & { readonly device: string };
   readonly id: string;
+  readonly num: number;
+  sent: boolean;
+}
+
+interface OwnerEntry extends Owner {
+  readonly of: DeviceSubs;
 }
 
 /** A device's last position plus the engine handle that moves it (two writes per update). */
@@ -53,8 +63,11 @@ interface Position {
 export class MatchCore {
   private readonly subs = new Map<string, DeviceSubs>();
   /** Engine key → owner, so a match is grouped by device without decoding keys. */
-  private readonly owners = new Map<string, Owner>();
+  private readonly owners = new Map<string, OwnerEntry>();
   private stamp = 0;
+  private nextOwner = 1;
+  /** Told when a subscription leaves the table (a fan-out that was sent its number forgets it). */
+  onOwnerRemoved: ((o: Owner) => void) | null = null;
   private readonly positions = new Map<string, Position>();
   private subscriptionCount = 0;
   locationUpdates = 0;
@@ -83,7 +96,7 @@ export class MatchCore {
     }
     if (!exists) {
       this.subscriptionCount++;
-      this.owners.set(engineSub.id, { of: mine, id: sub.id });
+      this.owners.set(engineSub.id, { of: mine, id: sub.id, num: this.nextOwner++, sent: false });
     }
     mine.subs.set(sub.id, sub);
   }
@@ -94,7 +107,9 @@ export class MatchCore {
     if (mine === undefined || !mine.subs.has(subscriptionId)) return false;
     const key = subscriptionKey(device, subscriptionId);
     this.engine.remove(key);
+    const o = this.owners.get(key);
     this.owners.delete(key);
+    if (o !== undefined && this.onOwnerRemoved !== null) this.onOwnerRemoved(o);
     mine.subs.delete(subscriptionId);
     this.subscriptionCount--;
     if (mine.subs.size === 0) this.subs.delete(device);
@@ -160,6 +175,20 @@ export class MatchCore {
 
   get subscriptions(): number {
     return this.subscriptionCount;
+  }
+
+  /**
+   * The engine's matched keys of each event, ungrouped: for a fan-out that groups them by device
+   * itself (`ownerOf` resolves each key; a key it does not know was removed while the match was
+   * awaited and is delivered as matched, as `match` does).
+   */
+  async matchKeys(events: readonly Event[]): Promise<readonly (readonly string[])[]> {
+    if (events.length === 0) return [];
+    return events.length === 1 ? [await this.engine.match(events[0])] : await this.engine.matchBatch(events);
+  }
+
+  ownerOf(key: string): Owner | undefined {
+    return this.owners.get(key);
   }
 
   /** Recipients of each event, grouped by device, subscription ids in engine order. */

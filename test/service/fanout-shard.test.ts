@@ -174,6 +174,70 @@ describe('fan-out shards', { timeout: 30_000 }, () => {
     }
   });
 
+  it('grouping matches in the shards stores what the match core groups, with subscriptions removed and re-added while matches are awaited', async () => {
+    const quiet = pino({ level: 'silent' });
+    const n = 3;
+    const stores = Array.from({ length: n }, () => new InboxStore());
+    const ports = stores.map((store) => {
+      const { port1, port2 } = new MessageChannel();
+      serveShard(store, portLink(port2), quiet);
+      return port1;
+    });
+    const fan = new ShardedFanOut(ports.map(portLink));
+    const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }));
+    core.onOwnerRemoved = (o) => fan.forget(o);
+    let seed = 42;
+    const rand = (k: number) => {
+      seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
+      return (seed >>> 8) % k;
+    };
+    const devices = Array.from({ length: 25 }, (_, i) => `d${i}`);
+    const kSub = (id: string, v: number) => ({ id, filters: [{ constraints: [{ name: 'k', op: 'eq' as const, value: v }] }] });
+    const put = () => {
+      const d = devices[rand(devices.length)];
+      const id = `s${rand(6)}`;
+      core.put(d, kSub(id, rand(4)), 'upsert');
+    };
+    for (let i = 0; i < 80; i++) put();
+    const expected = new Map<string, [string, string[]][]>();
+    let eventNo = 0;
+    for (let round = 0; round < 40; round++) {
+      const events = Array.from({ length: 1 + rand(6) }, () => ({ id: `e${eventNo++}`, lat: 0, lon: 0, attributes: { k: rand(4) } }));
+      const keys = await core.matchKeys(events);
+      const grouped = await core.match(events);
+      // While the match is "awaited": some subscriptions leave (their keys arrive unknown), some come back under new numbers.
+      for (let i = rand(4); i > 0; i--) {
+        const d = devices[rand(devices.length)];
+        const subs = core.list(d);
+        if (subs.length > 0) core.remove(d, subs[rand(subs.length)].id);
+      }
+      for (let i = rand(4); i > 0; i--) put();
+      const reached = fan.deliverMatches({ id: '', ms: Date.now() }, events, keys, core);
+      await fan.flush();
+      events.forEach((e, i) => {
+        let sum = 0;
+        for (const r of grouped[i]) {
+          sum += r.subscriptionIds.length;
+          const list = expected.get(r.device) ?? [];
+          list.push([e.id, [...r.subscriptionIds]]);
+          expected.set(r.device, list);
+        }
+        assert.equal(reached[i], sum, `reached of ${e.id}`);
+      });
+    }
+    let total = 0;
+    for (const d of devices) {
+      const got = stores[shardOf(d, n)].openInbox(d, null).take(100_000);
+      assert.deepEqual(got.map((x) => [x.event.id, x.subscriptionIds]), expected.get(d) ?? [], d);
+      total += got.length;
+    }
+    assert.ok(total > 100, `a workload that delivers (${total})`);
+    assert.equal(fan.notifications, total);
+    for (const p of ports) p.close();
+    for (const st of stores) st.close();
+    await core.close();
+  });
+
   it('spreads device ids evenly and the same way every time', () => {
     const counts = [0, 0, 0, 0];
     for (let i = 0; i < 40_000; i++) counts[shardOf(`device-${i}`, 4)]++;
