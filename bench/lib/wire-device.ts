@@ -1,14 +1,14 @@
 /**
- * A lean device client for load generation: one Connect stream per device over grpc-js, requests
- * encoded with the generated code, but notifications read straight from their bytes (only the
- * delivery id and the numeric attributes asked for) and acks written as bytes, coalesced across
- * all devices of the process once per `ackDelayMs` (0: once per turn). It costs a fraction of the
- * SDK per notification, so a benchmark's load processes are not what limits the server. It does
- * not reconnect: a stream that fails is counted and stays down (the benchmark reports it).
+ * A lean device client for load generation: one Connect stream per device over node:http2
+ * itself (gRPC framing written and read here, no gRPC library in the way), requests encoded with
+ * the generated code, but notifications read straight from their bytes (only the delivery id and
+ * the numeric attributes asked for) and acks written as bytes, coalesced across all devices of
+ * the process once per `ackDelayMs` (0: once per turn). It costs a fraction of the SDK per
+ * notification, so a benchmark's load processes are not what limits the server. It does not
+ * reconnect: a stream that fails is counted and stays down (the benchmark reports it).
  */
-import * as grpc from '@grpc/grpc-js';
+import * as http2 from 'node:http2';
 import { ConnectRequestSchema } from '../../api/gen/ambit/v1/device_pb.js';
-import { grpcDefinition } from '../../api/rpc.js';
 import { DeviceService } from '../../api/gen/ambit/v1/device_pb.js';
 import type { Subscription } from '../../sdk/types.js';
 import { toWireSubscription } from '../../sdk/types.js';
@@ -87,66 +87,55 @@ function ackBytes(id: string): Buffer {
 
 // ---- the devices ----
 
-const definition = (() => {
-  const def = grpcDefinition(DeviceService) as Record<string, grpc.MethodDefinition<unknown, unknown>>;
-  return { connect: { ...def.connect, responseDeserialize: (b: Buffer) => b } } as grpc.ServiceDefinition;
-})();
-const Client = grpc.makeGenericClientConstructor(definition, DeviceService.typeName);
+const CONNECT = `/${DeviceService.typeName}/${DeviceService.method.connect.name}`;
 
-type Stream = grpc.ClientDuplexStream<unknown, Buffer>;
+/** `msg` as one gRPC message (flag, length, bytes). */
+function framed(msg: Uint8Array): Buffer {
+  const out = Buffer.allocUnsafe(5 + msg.length);
+  out[0] = 0;
+  out.writeUInt32BE(msg.length, 1);
+  out.set(msg, 5);
+  return out;
+}
 
 export class WireDevices {
-  private readonly clients: grpc.Client[];
-  private readonly streams: Stream[] = [];
-  private readonly byDevice = new Map<number, Stream>();
+  private readonly sessions: http2.ClientHttp2Session[];
+  private readonly streams: WireDevice[] = [];
+  private readonly byDevice = new Map<number, WireDevice>();
   private dirty: WireDevice[] = [];
   private flushScheduled = false;
   private flushTimer: NodeJS.Timeout | null = null;
+  /** One map for every notification's attributes (read synchronously by the callback). */
+  readonly attrs = new Map<string, number>();
   failures = 0;
 
   constructor(
     address: string,
     connections: number,
     private readonly ackDelayMs: number,
-    private readonly wanted: readonly string[],
+    readonly wanted: readonly string[],
   ) {
-    // Distinct channel options: a connection of its own per client. No transparent retries: grpc-js
-    // would keep every message a stream sends in case the call is retried, at a cost that grows
-    // with the stream (most of the client's time when streams send locations, profiled).
-    this.clients = Array.from({ length: connections }, (_, i) => new Client(address, grpc.credentials.createInsecure(), { 'ambit-bench.connection': i, 'grpc.enable_retries': 0, 'grpc.per_rpc_retry_buffer_size': 1 }));
+    this.sessions = Array.from({ length: connections }, () => {
+      const s = http2.connect(`http://${address}`);
+      s.on('error', () => this.failures++);
+      return s;
+    });
   }
 
   /** Opens device `i`'s stream, subscribes, and resolves once every subscription is answered. */
   connect(i: number, token: string, subs: readonly Subscription[], onNotification: OnNotification): Promise<void> {
-    const md = new grpc.Metadata();
-    md.set('authorization', `Bearer ${token}`);
-    const s = (this.clients[i % this.clients.length] as unknown as { connect(md: grpc.Metadata): Stream }).connect(md);
-    this.streams.push(s);
-    this.byDevice.set(i, s);
-    const d = new WireDevice(this, s);
-    let replies = 0;
+    const req = this.sessions[i % this.sessions.length].request({
+      ':method': 'POST',
+      ':path': CONNECT,
+      'content-type': 'application/grpc',
+      te: 'trailers',
+      authorization: `Bearer ${token}`,
+    });
     return new Promise<void>((resolve, reject) => {
-      s.on('error', (err: Error) => {
-        this.failures++;
-        reject(err);
-      });
-      s.on('data', (b: Buffer) => {
-        fields(b, 0, b.length, (field, _wt, start, stop) => {
-          if (field === 3) d.notification(b, start, stop, this.wanted, onNotification);
-          else if (field === 2) {
-            // Reply{request_id = 1, status = 2 {code = 1}}: a code other than 0 fails the setup.
-            let code = 0;
-            fields(b, start, stop, (f, wt, s0, s1) => {
-              if (f === 2) fields(b, s0, s1, (g, wt2, t0) => (g === 1 && wt2 === 0 ? (code = varint(b, t0)[0]) : undefined));
-              void wt;
-              void s1;
-            });
-            if (code !== 0) reject(new Error(`wire-device: subscribe failed with code ${code}`));
-            else if (++replies === subs.length) resolve();
-          }
-        });
-      });
-      const w = (m: unknown) => s.write(Buffer.from(toBinary(ConnectRequestSchema, create(ConnectRequestSchema, m as never))));
+      const d = new WireDevice(this, req, subs.length, onNotification, resolve, reject);
+      this.streams.push(d);
+      this.byDevice.set(i, d);
+      const w = (m: unknown) => req.write(framed(toBinary(ConnectRequestSchema, create(ConnectRequestSchema, m as never))));
       w({ message: { case: 'hello', value: { resumeToken: '' } } });
       subs.forEach((sub, k) => w({ message: { case: 'subscribe', value: { requestId: String(k), subscription: toWireSubscription('subscription', sub) } } }));
       if (subs.length === 0) resolve();
@@ -158,10 +147,10 @@ export class WireDevices {
    * asks to wait, then `ready` is called once the stream drains.
    */
   send(i: number, bytes: Buffer, ready: () => void): boolean {
-    const s = this.byDevice.get(i);
-    if (s === undefined) throw new Error(`wire-device: device ${i} is not connected`);
-    if (s.write(bytes)) return true;
-    s.once('drain', ready);
+    const d = this.byDevice.get(i);
+    if (d === undefined) throw new Error(`wire-device: device ${i} is not connected`);
+    if (d.req.write(framed(bytes))) return true;
+    d.req.once('drain', ready);
     return false;
   }
 
@@ -186,46 +175,140 @@ export class WireDevices {
   close(): void {
     if (this.flushTimer !== null) clearTimeout(this.flushTimer);
     if (this.flushScheduled) this.flush();
-    for (const s of this.streams) s.end();
-    for (const c of this.clients) c.close();
+    for (const d of this.streams) if (!d.req.closed) d.req.end();
+    for (const s of this.sessions) s.close();
   }
 }
 
 class WireDevice {
   private last = '';
   private marked = false;
+  private replies = 0;
+  /** Bytes of a response message not complete yet. */
+  private rest: Buffer | null = null;
 
   constructor(
     private readonly owner: WireDevices,
-    private readonly stream: Stream,
-  ) {}
-
-  notification(b: Buffer, at: number, end: number, wanted: readonly string[], on: OnNotification): void {
-    const attrs = new Map<string, number>();
-    fields(b, at, end, (field, _wt, start, stop) => {
-      if (field === 1) this.last = b.toString('utf8', start, stop);
-      else if (field === 2)
-        // Event{attributes = 4: map entry {key = 1, value = 2: Value{number = 1}}}
-        fields(b, start, stop, (f, _w, s0, s1) => {
-          if (f !== 4) return;
-          let key = '';
-          let num = NaN;
-          fields(b, s0, s1, (g, _w2, t0, t1) => {
-            if (g === 1) key = b.toString('utf8', t0, t1);
-            else if (g === 2) fields(b, t0, t1, (h, wt3, u0) => (h === 1 && wt3 === 1 ? (num = b.readDoubleLE(u0)) : undefined));
-          });
-          if (wanted.includes(key)) attrs.set(key, num);
-        });
+    readonly req: http2.ClientHttp2Stream,
+    private readonly subscriptions: number,
+    private readonly on: OnNotification,
+    private readonly subscribed: () => void,
+    private readonly failed: (err: Error) => void,
+  ) {
+    req.on('data', (chunk: Buffer) => this.received(chunk));
+    const end = (h: http2.IncomingHttpHeaders) => {
+      const code = h['grpc-status'];
+      if (code !== undefined && code !== '0') {
+        owner.failures++;
+        failed(new Error(`wire-device: stream ended with status ${String(code)} ${decodeURI(String(h['grpc-message'] ?? ''))}`));
+      }
+    };
+    req.on('response', end);
+    req.on('trailers', end);
+    req.on('error', (err: Error) => {
+      owner.failures++;
+      failed(err);
     });
-    on(attrs);
+  }
+
+  private received(chunk: Buffer): void {
+    let b = chunk;
+    if (this.rest !== null) {
+      b = Buffer.concat([this.rest, chunk]);
+      this.rest = null;
+    }
+    let at = 0;
+    while (b.length - at >= 5) {
+      const len = b.readUInt32BE(at + 1);
+      if (b.length - at - 5 < len) break;
+      this.message(b, at + 5, at + 5 + len);
+      at += 5 + len;
+    }
+    if (at < b.length) this.rest = b.subarray(at);
+  }
+
+  /** One ConnectResponse in b[at..end). */
+  private message(b: Buffer, at: number, end: number): void {
+    while (at < end) {
+      const [key, p] = varint(b, at);
+      const wt = key & 7;
+      if (wt !== 2) {
+        at = skip(b, p, wt);
+        continue;
+      }
+      const [n, q] = varint(b, p);
+      const field = key >>> 3;
+      if (field === 3) this.notification(b, q, q + n);
+      else if (field === 2) this.reply(b, q, q + n);
+      at = q + n;
+    }
+  }
+
+  /** Reply{request_id = 1, status = 2 {code = 1}}: a code other than 0 fails the setup. */
+  private reply(b: Buffer, at: number, end: number): void {
+    let code = 0;
+    fields(b, at, end, (f, _wt, s0, s1) => {
+      if (f === 2) fields(b, s0, s1, (g, wt2, t0) => (g === 1 && wt2 === 0 ? (code = varint(b, t0)[0]) : undefined));
+    });
+    if (code !== 0) this.failed(new Error(`wire-device: subscribe failed with code ${code}`));
+    else if (++this.replies === this.subscriptions) this.subscribed();
+  }
+
+  /** Notification{delivery_id = 1, event = 2 {attributes = 4: entry {key = 1, value = 2: Value{number = 1}}}}. */
+  private notification(b: Buffer, at: number, end: number): void {
+    const attrs = this.owner.attrs;
+    const wanted = this.owner.wanted;
+    attrs.clear();
+    while (at < end) {
+      const [key, p] = varint(b, at);
+      const wt = key & 7;
+      if (wt !== 2) {
+        at = skip(b, p, wt);
+        continue;
+      }
+      const [n, q] = varint(b, p);
+      const field = key >>> 3;
+      if (field === 1) this.last = b.toString('latin1', q, q + n);
+      else if (field === 2) this.attributes(b, q, q + n, wanted, attrs);
+      at = q + n;
+    }
+    this.on(attrs);
     if (!this.marked) {
       this.marked = true;
       this.owner.mark(this);
     }
   }
 
+  private attributes(b: Buffer, at: number, end: number, wanted: readonly string[], attrs: Map<string, number>): void {
+    while (at < end) {
+      const [key, p] = varint(b, at);
+      const wt = key & 7;
+      if (wt !== 2) {
+        at = skip(b, p, wt);
+        continue;
+      }
+      const [n, q] = varint(b, p);
+      if (key >>> 3 === 4) {
+        // A map entry: key = 1 (string), value = 2 (Value{number = 1 (double)}).
+        let name = '';
+        let num = NaN;
+        let e = q;
+        const stop = q + n;
+        while (e < stop) {
+          const [k2, p2] = varint(b, e);
+          const [n2, q2] = (k2 & 7) === 2 ? varint(b, p2) : [0, p2];
+          if (k2 >>> 3 === 1) name = b.toString('latin1', q2, q2 + n2);
+          else if (k2 >>> 3 === 2 && b[q2] === ((1 << 3) | 1)) num = b.readDoubleLE(q2 + 1);
+          e = (k2 & 7) === 2 ? q2 + n2 : skip(b, p2, k2 & 7);
+        }
+        if (wanted.includes(name)) attrs.set(name, num);
+      }
+      at = q + n;
+    }
+  }
+
   sendAck(): void {
     this.marked = false;
-    if (this.last !== '') this.stream.write(ackBytes(this.last));
+    if (this.last !== '' && !this.req.closed) this.req.write(framed(ackBytes(this.last)));
   }
 }
