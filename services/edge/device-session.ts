@@ -143,7 +143,12 @@ export class DeviceSession implements Expiring, StreamListener {
     this.readsPaused = true;
     this.host.counters.streamsHeldBack++;
     this.stream.pause();
-    this.stream.onceDrain(() => this.releaseReads());
+    const w = (): void => {
+      // Registered with every emitter that may drain (grpc-js: the call and its HTTP/2 stream): the others let go.
+      this.stream.offDrain(w);
+      this.releaseReads();
+    };
+    this.stream.onceDrain(w);
   }
 
   private releaseReads(): void {

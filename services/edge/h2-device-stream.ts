@@ -39,6 +39,7 @@ const RESPONSE_HEADERS: OutgoingHttpHeaders = Object.freeze({
 });
 const RESPOND_OPTIONS = Object.freeze({ waitForTrailers: true });
 const DEADLINE = /^(\d{1,8})([HMSmun])$/;
+const MAX_TIMER_MS = 2 ** 31 - 1;
 const UNIT_MS: Record<string, number> = { H: 3_600_000, M: 60_000, S: 1000, m: 1, u: 0.001, n: 0.000_001 };
 
 /** Where a stream's shared listeners find their transport (an idle stream holds no closures). */
@@ -54,9 +55,12 @@ export class H2DeviceStream implements DeviceStream {
   private halfClosed = false;
   /** Bytes that arrived while reads were paused. */
   private backlog: Buffer | null = null;
-  /** A message that spans chunks: its bytes (5-byte prefix first), `fill` of them received; a 5-byte buffer while the prefix itself is incomplete. */
-  private partial: Buffer | null = null;
-  private fill = 0;
+  /**
+   * The start of a message that spans chunks, as they came (nothing is allocated for a message
+   * before its bytes arrive), and how many bytes they hold.
+   */
+  private partial: Buffer[] | null = null;
+  private partialBytes = 0;
   private deadline: NodeJS.Timeout | null = null;
   /** The request messages' compression (grpc-encoding). */
   private readonly encoding: string;
@@ -85,6 +89,8 @@ export class H2DeviceStream implements DeviceStream {
     const m = DEADLINE.exec(value.trim());
     if (m === null) return this.status(grpc.status.INTERNAL, `Invalid grpc-timeout value "${value}"`, '');
     const ms = Math.ceil(Number(m[1]) * UNIT_MS[m[2]]);
+    // Past what a timer can hold (about 24.8 days) the deadline is as good as none.
+    if (ms > MAX_TIMER_MS) return;
     this.deadline = setTimeout(() => this.status(grpc.status.DEADLINE_EXCEEDED, 'Deadline exceeded', ''), ms);
   }
 
@@ -120,12 +126,17 @@ export class H2DeviceStream implements DeviceStream {
       this.backlog = this.backlog === null ? chunk : Buffer.concat([this.backlog, chunk]);
       return;
     }
-    let at = 0;
+    this.process(chunk);
+  }
+
+  /** Received bytes, reads not paused: after the message begun before them, if one was. */
+  private process(chunk: Buffer): void {
     if (this.partial !== null) {
-      at = this.continuePartial(chunk);
-      if (at < 0) return;
+      const whole = this.completePartial(chunk);
+      if (whole === null) return;
+      chunk = whole;
     }
-    this.consume(chunk, at);
+    this.consume(chunk, 0);
   }
 
   /** Frames and delivers the messages in chunk[at..]; keeps an incomplete last one, or the rest when reads pause. */
@@ -138,54 +149,45 @@ export class H2DeviceStream implements DeviceStream {
         this.backlog = chunk.subarray(at);
         return;
       }
-      if (n - at < 5) {
-        this.partial = Buffer.allocUnsafe(5);
-        this.fill = chunk.copy(this.partial, 0, at, n);
-        return;
-      }
+      if (n - at < 5) return this.keepPartial(chunk.subarray(at));
       const len = chunk.readUInt32BE(at + 1);
       if (len > max) return this.tooLarge(len);
       const end = at + 5 + len;
-      if (end > n) {
-        this.partial = Buffer.allocUnsafe(5 + len);
-        this.fill = chunk.copy(this.partial, 0, at, n);
-        return;
-      }
+      if (end > n) return this.keepPartial(chunk.subarray(at));
       this.deliver(chunk[at], chunk.subarray(at + 5, end));
       at = end;
     }
   }
 
-  /** Adds chunk's first bytes to the message begun before it; returns where the rest starts, or -1 when the chunk was all used. */
-  private continuePartial(chunk: Buffer): number {
-    let p = this.partial as Buffer;
-    let at = 0;
-    if (p.length === 5 && this.fill < 5) {
-      const k = chunk.copy(p, this.fill, 0, 5 - this.fill);
-      this.fill += k;
-      at = k;
-      if (this.fill < 5) return -1;
-      const len = p.readUInt32BE(1);
-      if (len > this.opts.maxReceiveBytes) {
-        this.tooLarge(len);
-        return -1;
-      }
-      const whole = Buffer.allocUnsafe(5 + len);
-      p.copy(whole, 0, 0, 5);
-      p = this.partial = whole;
+  private keepPartial(start: Buffer): void {
+    this.partial = [start];
+    this.partialBytes = start.length;
+  }
+
+  /**
+   * Adds a chunk to the message begun before it: null while the message is still incomplete (or
+   * was refused), else the bytes from the message's start to the chunk's end, in one buffer.
+   */
+  private completePartial(chunk: Buffer): Buffer | null {
+    const parts = this.partial as Buffer[];
+    parts.push(chunk);
+    const have = (this.partialBytes += chunk.length);
+    if (have < 5) return null;
+    const head = parts[0].length >= 5 ? parts[0] : Buffer.concat(parts, 5);
+    const len = head.readUInt32BE(1);
+    if (len > this.opts.maxReceiveBytes) {
+      this.tooLarge(len);
+      return null;
     }
-    const k = chunk.copy(p, this.fill, at, at + p.length - this.fill);
-    this.fill += k;
-    at += k;
-    if (this.fill < p.length) return -1;
+    if (have < 5 + len) return null;
     this.partial = null;
-    this.fill = 0;
-    this.deliver(p[0], p.subarray(5));
-    return at;
+    this.partialBytes = 0;
+    return Buffer.concat(parts, have);
   }
 
   private tooLarge(len: number): void {
     this.partial = null;
+    this.partialBytes = 0;
     this.status(grpc.status.RESOURCE_EXHAUSTED, `Received message larger than max (${len} vs ${this.opts.maxReceiveBytes})`, '');
   }
 
@@ -236,9 +238,7 @@ export class H2DeviceStream implements DeviceStream {
     this.clearDeadline();
     this.backlog = null;
     this.partial = null;
-    const l = this.listener;
-    this.listener = null;
-    l?.onGone();
+    this.tellGone();
   }
 
   pause(): void {
@@ -254,7 +254,7 @@ export class H2DeviceStream implements DeviceStream {
     const b = this.backlog;
     if (b !== null) {
       this.backlog = null;
-      this.consume(b, 0);
+      this.process(b);
       if (this.paused || this.done) return;
     }
     if (this.halfClosed) {
@@ -318,8 +318,9 @@ export class H2DeviceStream implements DeviceStream {
     this.clearDeadline();
     this.backlog = null;
     this.partial = null;
+    this.partialBytes = 0;
     const s = this.stream;
-    if (s.destroyed || s.closed) return;
+    if (s.destroyed || s.closed) return this.tellGone();
     const trailers: OutgoingHttpHeaders = { 'grpc-status': String(code), 'grpc-message': encodeURI(message) };
     if (field !== '') trailers['ambit-field'] = asciiField(field);
     try {
@@ -338,9 +339,19 @@ export class H2DeviceStream implements DeviceStream {
     } catch {
       s.close();
     }
-    // Whatever the client still sends is read and dropped, so flow control does not hold the connection.
-    if (this.paused) s.resume();
+    // Whatever the client still sends is read and dropped, so flow control does not hold the
+    // connection and the stream can close (also when reads were paused, or a resume is replaying).
     s.on('data', DROP);
+    s.resume();
+    // The session ends with its status, as with grpc-js, not when the client gets round to closing.
+    this.tellGone();
+  }
+
+  /** Tells the session once that its stream is over. */
+  private tellGone(): void {
+    const l = this.listener;
+    this.listener = null;
+    l?.onGone();
   }
 }
 
@@ -362,7 +373,9 @@ type StreamHandler = (stream: ServerHttp2Stream, headers: IncomingHttpHeaders, f
  * handler, and every other stream to grpc-js as before. grpc-js keeps its one 'stream' listener
  * per HTTP/2 server in a private map (the pinned version's shape); when that is not found, nothing
  * changes, this returns false and those paths stay with grpc-js (the test suite checks it returns
- * true, so an upgrade that changes the shape is seen).
+ * true, so an upgrade that changes the shape is seen). grpc-js does not count the streams routed
+ * away: with `grpc.max_connection_idle_ms` set (the server leaves it unset) a connection carrying
+ * only device streams would be closed as idle.
  */
 export function takeOverStreams(server: grpc.Server, routes: ReadonlyMap<string, (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => void>): boolean {
   const servers = (server as unknown as { http2Servers?: unknown }).http2Servers;

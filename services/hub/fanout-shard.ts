@@ -228,10 +228,10 @@ export class ShardedFanOut implements HubFanOut {
           w.str(id);
         } else if (o.sent) {
           w.u8(M.NUM);
-          w.u32(o.num);
+          w.f64(o.num);
         } else {
           w.u8(M.TELL);
-          w.u32(o.num);
+          w.f64(o.num);
           w.raw((memo!.idBytes ??= strBytes(device)));
           w.str(o.id);
           o.sent = true;
@@ -257,7 +257,7 @@ export class ShardedFanOut implements HubFanOut {
     if (!o.sent || this.broken !== null) return;
     const w = this.outs[o.of.shard].frame;
     w.u8(S.FORGET);
-    w.u32(o.num);
+    w.f64(o.num);
   }
 
   /** The number of event `e` in shard k's current frame (written there first if it is not yet). */
@@ -354,7 +354,7 @@ export function serveShard(store: InboxStore, link: Link, log: Logger): () => vo
               break;
             }
             case S.FORGET:
-              matches.forget(r.u32());
+              matches.forget(r.f64());
               break;
             case S.SEQ:
               seq = r.f64();
@@ -428,17 +428,19 @@ export class MatchGrouper {
       let d: ShardDevice;
       let id: string;
       if (kind === M.NUM) {
-        const t = this.told.get(r.u32());
+        const t = this.told.get(r.f64());
         if (t === undefined) throw new Error('a subscription number the hub did not tell');
         d = t.of;
         id = t.id;
       } else if (kind === M.TELL) {
-        const num = r.u32();
+        const num = r.f64();
         const device = r.str();
         id = r.str();
         let dev = this.devices.get(device);
         if (dev === undefined) {
-          dev = { device, subscriptions: 0, stamp: 0, slot: 0 };
+          // One entry per device in this record: a removed subscription's key may have come first.
+          dev = late?.get(device) ?? { device, subscriptions: 0, stamp: 0, slot: 0 };
+          late?.delete(device);
           this.devices.set(device, dev);
         }
         dev.subscriptions++;

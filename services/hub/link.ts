@@ -77,12 +77,13 @@ export const S = {
   STORED: 42,
   /**
    * u32 event number, f64 published at, u32 n, then n matched subscriptions of devices of this
-   * shard, each: u8 M.NUM u32 number (told before) | u8 M.TELL u32 number, str device, str id (the
+   * shard, each: u8 M.NUM f64 number (told before) | u8 M.TELL f64 number, str device, str id (the
    * number's first use) | u8 M.KEY str device, str id (a subscription removed while its match was
-   * awaited). The shard groups them by device: one notification per device, ids sorted.
+   * awaited). The shard groups them by device: one notification per device, ids sorted. Numbers
+   * are f64 so that they never wrap.
    */
   MATCH: 43,
-  /** u32 number: a subscription that left; the shard forgets its number. */
+  /** f64 number: a subscription that left; the shard forgets its number. */
   FORGET: 44,
 } as const;
 

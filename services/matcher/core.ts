@@ -206,7 +206,7 @@ export class MatchCore {
     for (let i = 0; i < keys.length; i++) {
       const o = this.owners.get(keys[i]);
       if (o === undefined) {
-        this.lateMatch(keys[i], out);
+        this.lateMatch(keys[i], out, stamp);
         continue;
       }
       const d = o.of;
@@ -225,8 +225,18 @@ export class MatchCore {
    * unsubscribe that arrived in the same turn): it is delivered as matched, decoded from the key,
    * as it was before the removal. Rare, so a linear search for the device's recipient is fine.
    */
-  private lateMatch(key: string, out: Recipient[]): void {
+  private lateMatch(key: string, out: Recipient[], stamp: number): void {
     const [device, id] = splitSubscriptionKey(key);
+    // A device with subscriptions left groups under its marks, whichever of its keys came first.
+    const d = this.subs.get(device);
+    if (d !== undefined) {
+      if (d.stamp !== stamp) {
+        d.stamp = stamp;
+        d.slot = out.length;
+        out.push({ device, subscriptionIds: [id], memo: d });
+      } else out[d.slot].subscriptionIds.push(id);
+      return;
+    }
     const r = out.find((x) => x.device === device);
     if (r === undefined) out.push({ device, subscriptionIds: [id], memo: undefined });
     else r.subscriptionIds.push(id);

@@ -15,7 +15,7 @@ import { gzipSync } from 'node:zlib';
 import * as grpc from '@grpc/grpc-js';
 import { create, fromBinary, toBinary } from '@bufbuild/protobuf';
 import { ConnectRequestSchema, ConnectResponseSchema, DeviceService } from '../../api/gen/ambit/v1/device_pb.js';
-import { takeOverStreams } from '../../services/edge/h2-device-stream.js';
+import { H2DeviceStream, takeOverStreams } from '../../services/edge/h2-device-stream.js';
 import { type TestServer, startTestServer, unary } from '../support/grpc.js';
 
 const CONNECT = `/${DeviceService.typeName}/Connect`;
@@ -131,6 +131,7 @@ const CASES: [string, (t: (sub: string, scopes?: string[]) => string) => CallPla
   ['a compressed message in an encoding the server lacks', () => ({ headers: { 'grpc-encoding': 'snappy' }, writes: [frame(Buffer.from('xyz'), 1)], end: false }), { messages: [], code: grpc.status.UNIMPLEMENTED }],
   ['a message over the size limit', () => ({ writes: [Buffer.from([0, 0, 0x50, 0, 0])], end: false }), { messages: [], code: grpc.status.RESOURCE_EXHAUSTED, field: null }],
   ['a deadline that passes on an open stream', () => ({ headers: { 'grpc-timeout': '300m' }, writes: [hello()], end: false }), { messages: ['welcome'], code: grpc.status.DEADLINE_EXCEEDED, details: 'Deadline exceeded' }],
+  ['a deadline longer than a timer can hold (none, in effect)', () => ({ headers: { 'grpc-timeout': '99999999S' }, writes: [hello()], end: true }), { messages: ['welcome'], code: 0 }],
   ['a malformed grpc-timeout', () => ({ headers: { 'grpc-timeout': 'soon' }, writes: [hello()], end: false }), { messages: [], code: grpc.status.INTERNAL }],
   ['no token', () => ({ token: null, writes: [hello()], end: false }), { http: 200, messages: [], code: grpc.status.UNAUTHENTICATED, trailersOnly: true }],
   ['a token without the device scope', (t) => ({ token: t('pub', ['publish']), writes: [hello()], end: false }), { messages: [], code: grpc.status.PERMISSION_DENIED, trailersOnly: true }],
@@ -176,6 +177,74 @@ describe('device stream transports', { timeout: 120_000 }, () => {
       if (own.code === grpc.status.UNAUTHENTICATED || own.code === grpc.status.FAILED_PRECONDITION) assert.equal(own.details, theirs.details);
     });
   }
+
+  it('a stream the transport ends (deadline, size limit) ends its session at once, the client still connected', async () => {
+    for (const [kind, n] of nodes) {
+      const ops = n.clients();
+      const opsMd = n.meta('ops', ['ops']);
+      for (const [name, headers, second] of [
+        ['deadline', { 'grpc-timeout': '200m' }, null],
+        ['size limit', {}, Buffer.from([0, 0x7f, 0, 0, 0])],
+      ] as const) {
+        const session = http2.connect(`http://127.0.0.1:${n.server.port}`);
+        const req = session.request({ ':method': 'POST', ':path': CONNECT, 'content-type': 'application/grpc', te: 'trailers', authorization: `Bearer ${n.token(`gone-${kind}-${name.replace(' ', '-')}`, ['device'])}`, ...headers });
+        req.on('error', () => {});
+        const status = new Promise<string>((resolve) => {
+          req.on('response', (h) => h['grpc-status'] !== undefined && resolve(String(h['grpc-status'])));
+          req.on('trailers', (h) => resolve(String(h['grpc-status'])));
+        });
+        req.on('data', () => {});
+        req.write(hello());
+        if (second !== null) req.write(second);
+        assert.notEqual(await status, '0', `${kind}, ${name}: the stream failed`);
+        // The client neither ends nor resets its side: the session must be gone all the same.
+        const stats = await unary<{ connectedDevices: bigint }>(ops.ops, 'getStats', {}, opsMd);
+        assert.equal(stats.connectedDevices, 0n, `${kind}, ${name}: no session left`);
+        req.close();
+        session.close();
+      }
+    }
+  });
+
+  it('a status sent while a resume replays what came during a pause: the stream still reads to its end and closes', async () => {
+    const server = http2.createServer();
+    let gone = 0;
+    let serverClosed!: () => void;
+    const closed = new Promise<void>((resolve) => (serverClosed = resolve));
+    server.on('stream', (stream, headers) => {
+      const t = new H2DeviceStream(stream, headers, { maxReceiveBytes: 1000, decode: (b) => b });
+      let first = true;
+      t.attach({
+        onMessage: () => {
+          if (!first) return;
+          // The session pauses reads on the first message (its replies back up) and resumes later:
+          // the rest of the chunk, a prefix over the limit, waits in the backlog until then.
+          first = false;
+          t.pause();
+          setImmediate(() => t.resume());
+        },
+        onHalfClose: () => {},
+        onGone: () => gone++,
+      });
+      stream.on('close', serverClosed);
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const session = http2.connect(`http://127.0.0.1:${(server.address() as { port: number }).port}`);
+    try {
+      const req = session.request({ ':method': 'POST', ':path': CONNECT, 'content-type': 'application/grpc', te: 'trailers' });
+      req.on('error', () => {});
+      const code = new Promise<string>((resolve) => req.on('response', (h) => resolve(String(h['grpc-status']))));
+      req.write(Buffer.concat([hello(), Buffer.from([0, 0, 0, 0x13, 0x88])]));
+      assert.equal(await code, String(grpc.status.RESOURCE_EXHAUSTED));
+      req.write(hello());
+      req.end(hello());
+      await closed;
+      assert.equal(gone, 1, 'the listener heard of the end once');
+    } finally {
+      session.close();
+      server.close();
+    }
+  });
 
   it('a content type that is not gRPC gets HTTP 415 from both', async () => {
     for (const n of nodes.values()) {

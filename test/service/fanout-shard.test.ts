@@ -238,6 +238,51 @@ describe('fan-out shards', { timeout: 30_000 }, () => {
     await core.close();
   });
 
+  for (const where of ['in the hub', 'in 3 shards'] as const) {
+    it(`a subscription removed while its match is awaited: the device still gets one notification with both ids (grouped ${where})`, async () => {
+      for (const removed of ['a', 'b']) {
+        // The engine's answer waits for `release`: the removal lands while the match is awaited.
+        let release!: () => void;
+        const gate = new Promise<void>((resolve) => (release = resolve));
+        const engine = CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS });
+        const gatedEngine = new Proxy(engine, {
+          get(t, p) {
+            const v = (t as unknown as Record<string | symbol, unknown>)[p];
+            if (p === 'match' || p === 'matchBatch') {
+              return async (...args: unknown[]) => {
+                const r = await (v as (...a: unknown[]) => Promise<unknown>).apply(t, args);
+                await gate;
+                return r;
+              };
+            }
+            return typeof v === 'function' ? v.bind(t) : v;
+          },
+        });
+        const core = new MatchCore(gatedEngine);
+        const quiet = pino({ level: 'silent' });
+        const stores = where === 'in the hub' ? [] : [0, 1, 2].map(() => new InboxStore());
+        const ports = stores.map((store) => {
+          const { port1, port2 } = new MessageChannel();
+          serveShard(store, portLink(port2), quiet);
+          return port1;
+        });
+        const hub = new EmbeddedHub(core, stores.length === 0 ? {} : { shards: new ShardedFanOut(ports.map(portLink)) });
+        for (const id of ['a', 'b']) await hub.addSubscription('dev', { ...everything, id });
+        const published = hub.publish([{ id: 'e', lat: 0, lon: 0, attributes: {} }]);
+        await hub.removeSubscription('dev', removed);
+        release();
+        const [r] = await published;
+        assert.equal(r.reached, 2);
+        const box = stores.length === 0 ? await hub.openInbox('dev', null) : stores[shardOf('dev', 3)].openInbox('dev', null);
+        const got = await box.pull(10);
+        assert.deepEqual(got.map((d) => [d.event.id, d.subscriptionIds]), [['e', ['a', 'b']]], `with ${removed} removed`);
+        await hub.close();
+        for (const p of ports) p.close();
+        for (const st of stores) st.close();
+      }
+    });
+  }
+
   it('spreads device ids evenly and the same way every time', () => {
     const counts = [0, 0, 0, 0];
     for (let i = 0; i < 40_000; i++) counts[shardOf(`device-${i}`, 4)]++;
