@@ -2,8 +2,8 @@
  * Device streams served on the HTTP/2 stream itself: the gateway reads and writes the gRPC
  * framing of `DeviceService.Connect` (a 1-byte flag and a 4-byte length before each message, the
  * status in trailers) where grpc-js would take each message through its decoder, interceptor
- * chain, object-mode Readable and Writable. That machinery was most of a gateway's CPU per
- * location update and per notification, and a third of the memory of an idle stream (measured:
+ * chain, object-mode Readable and Writable. That machinery was two thirds of a gateway's CPU per
+ * location update and a third to two fifths of the memory of an idle stream (measured:
  * docs/service.md). grpc-js keeps the server, its sessions (keepalive, shutdown) and every other
  * method: `takeOverStreams` routes the streams of the taken paths here before grpc-js sees them.
  *
@@ -11,7 +11,10 @@
  * `grpc-status`/`grpc-message` trailers (a trailers-only response when nothing was sent), a
  * `grpc-timeout` deadline, gzip and deflate request messages, RESOURCE_EXHAUSTED past the size
  * limit, 415 for a content type that is not gRPC; test/service/device-transport.test.ts holds the
- * two transports side by side.
+ * two transports side by side. Two protocol errors grpc-js lets pass end the stream INTERNAL
+ * here: a message flagged compressed on a stream without a grpc-encoding, and a half-close in the
+ * middle of a message. As with grpc-js, the stream's session ends with the status the transport
+ * sends (a deadline, the size limit), not when the client gets round to closing its side.
  */
 import type { IncomingHttpHeaders, OutgoingHttpHeaders, ServerHttp2Stream } from 'node:http2';
 import { EventEmitter } from 'node:events';
