@@ -65,6 +65,37 @@ function fields(b: Buffer, at: number, end: number, f: (field: number, wt: numbe
   }
 }
 
+/** Walks the fields of a message in [at, end): after next(), the field, its wire type and where its value lies (a length-delimited value without its length). */
+class FieldCursor {
+  field = 0;
+  wt = 0;
+  start = 0;
+  stop = 0;
+
+  constructor(
+    private readonly b: Buffer,
+    private at: number,
+    private readonly end: number,
+  ) {}
+
+  next(): boolean {
+    if (this.at >= this.end) return false;
+    const [key, p] = varint(this.b, this.at);
+    this.field = key >>> 3;
+    this.wt = key & 7;
+    if (this.wt === 2) {
+      const [n, q] = varint(this.b, p);
+      this.start = q;
+      this.stop = q + n;
+    } else {
+      this.start = p;
+      this.stop = skip(this.b, p, this.wt);
+    }
+    this.at = this.stop;
+    return true;
+  }
+}
+
 // ---- protobuf wire writing (acks) ----
 
 function lenPrefix(n: number): number[] {
@@ -227,20 +258,13 @@ class WireDevice {
     if (at < b.length) this.rest = b.subarray(at);
   }
 
-  /** One ConnectResponse in b[at..end). */
+  /** One ConnectResponse in b[at..end): a reply (2) or a notification (3). */
   private message(b: Buffer, at: number, end: number): void {
-    while (at < end) {
-      const [key, p] = varint(b, at);
-      const wt = key & 7;
-      if (wt !== 2) {
-        at = skip(b, p, wt);
-        continue;
-      }
-      const [n, q] = varint(b, p);
-      const field = key >>> 3;
-      if (field === 3) this.notification(b, q, q + n);
-      else if (field === 2) this.reply(b, q, q + n);
-      at = q + n;
+    const f = new FieldCursor(b, at, end);
+    while (f.next()) {
+      if (f.wt !== 2) continue;
+      if (f.field === 3) this.notification(b, f.start, f.stop);
+      else if (f.field === 2) this.reply(b, f.start, f.stop);
     }
   }
 
@@ -259,51 +283,30 @@ class WireDevice {
     const attrs = this.owner.attrs;
     const wanted = this.owner.wanted;
     attrs.clear();
-    while (at < end) {
-      const [key, p] = varint(b, at);
-      const wt = key & 7;
-      if (wt !== 2) {
-        at = skip(b, p, wt);
-        continue;
+    const f = new FieldCursor(b, at, end);
+    while (f.next()) {
+      if (f.wt !== 2) continue;
+      if (f.field === 1) this.last = b.toString('latin1', f.start, f.stop);
+      else if (f.field === 2) {
+        const ev = new FieldCursor(b, f.start, f.stop);
+        while (ev.next()) {
+          if (ev.field !== 4 || ev.wt !== 2) continue;
+          // A map entry: key = 1 (string), value = 2 (Value{number = 1 (double)}).
+          let name = '';
+          let num = NaN;
+          const entry = new FieldCursor(b, ev.start, ev.stop);
+          while (entry.next()) {
+            if (entry.field === 1 && entry.wt === 2) name = b.toString('latin1', entry.start, entry.stop);
+            else if (entry.field === 2 && entry.wt === 2 && b[entry.start] === ((1 << 3) | 1)) num = b.readDoubleLE(entry.start + 1);
+          }
+          if (wanted.includes(name)) attrs.set(name, num);
+        }
       }
-      const [n, q] = varint(b, p);
-      const field = key >>> 3;
-      if (field === 1) this.last = b.toString('latin1', q, q + n);
-      else if (field === 2) this.attributes(b, q, q + n, wanted, attrs);
-      at = q + n;
     }
     this.on(attrs);
     if (!this.marked) {
       this.marked = true;
       this.owner.mark(this);
-    }
-  }
-
-  private attributes(b: Buffer, at: number, end: number, wanted: readonly string[], attrs: Map<string, number>): void {
-    while (at < end) {
-      const [key, p] = varint(b, at);
-      const wt = key & 7;
-      if (wt !== 2) {
-        at = skip(b, p, wt);
-        continue;
-      }
-      const [n, q] = varint(b, p);
-      if (key >>> 3 === 4) {
-        // A map entry: key = 1 (string), value = 2 (Value{number = 1 (double)}).
-        let name = '';
-        let num = NaN;
-        let e = q;
-        const stop = q + n;
-        while (e < stop) {
-          const [k2, p2] = varint(b, e);
-          const [n2, q2] = (k2 & 7) === 2 ? varint(b, p2) : [0, p2];
-          if (k2 >>> 3 === 1) name = b.toString('latin1', q2, q2 + n2);
-          else if (k2 >>> 3 === 2 && b[q2] === ((1 << 3) | 1)) num = b.readDoubleLE(q2 + 1);
-          e = (k2 & 7) === 2 ? q2 + n2 : skip(b, p2, k2 & 7);
-        }
-        if (wanted.includes(name)) attrs.set(name, num);
-      }
-      at = q + n;
     }
   }
 

@@ -22,7 +22,7 @@
 import type { Logger } from 'pino';
 import { AmbitError } from '../../src/model/errors.js';
 import type { Event } from '../../src/model/types.js';
-import type { Owner, Recipient } from '../matcher/core.js';
+import type { DeviceMemo, Owner, Recipient } from '../matcher/core.js';
 import { splitSubscriptionKey } from './port.js';
 import { type DeliverySource, reachedBy } from '../matcher/fanout.js';
 import type { HubFanOut } from './embedded.js';
@@ -38,6 +38,16 @@ export function shardOf(device: string, n: number): number {
     h = Math.imul(h, 0x01000193);
   }
   return (h >>> 0) % n;
+}
+
+/** The device's shard, kept in its memo (computed once per device and shard count). */
+function shardWith(device: string, memo: DeviceMemo | undefined, n: number): number {
+  if (memo === undefined) return shardOf(device, n);
+  if (memo.shards !== n) {
+    memo.shard = shardOf(device, n);
+    memo.shards = n;
+  }
+  return memo.shard;
 }
 
 interface Flush {
@@ -127,15 +137,7 @@ export class ShardedFanOut implements HubFanOut {
       for (let j = 0; j < rs.length; j++) {
         const r = rs[j];
         const memo = r.memo;
-        let k: number;
-        if (memo === undefined) k = shardOf(r.device, n);
-        else {
-          if (memo.shards !== n) {
-            memo.shard = shardOf(r.device, n);
-            memo.shards = n;
-          }
-          k = memo.shard;
-        }
+        const k = shardWith(r.device, memo, n);
         const w = this.outs[k].frame;
         // The event's number in shard k's frame: looked up once per event and shard.
         let ref = this.lastEvent[k] === e ? this.lastRef[k] : undefined;
@@ -162,12 +164,7 @@ export class ShardedFanOut implements HubFanOut {
       }
     }
     this.lastEvent.fill(null);
-    for (let k = 0; k < n; k++) {
-      if (this.sent[k] !== seq) continue;
-      const w = this.outs[k].frame;
-      w.u8(S.SEQ);
-      w.f64(seq);
-    }
+    this.endCall(seq);
     return reached;
   }
 
@@ -199,15 +196,7 @@ export class ShardedFanOut implements HubFanOut {
           memo = o.of;
           device = memo.device;
         }
-        let k: number;
-        if (memo === undefined) k = shardOf(device, n);
-        else {
-          if (memo.shards !== n) {
-            memo.shard = shardOf(device, n);
-            memo.shards = n;
-          }
-          k = memo.shard;
-        }
+        const k = shardWith(device, memo, n);
         const w = this.outs[k].frame;
         if (countAt[k] < 0) {
           // This event's first match in shard k: its record's head, the count written at the end.
@@ -243,13 +232,18 @@ export class ShardedFanOut implements HubFanOut {
         countAt[k] = -1;
       }
     }
-    for (let k = 0; k < n; k++) {
+    this.endCall(seq);
+    return reached;
+  }
+
+  /** Closes a deliver call: each shard written to gets its sequence number. */
+  private endCall(seq: number): void {
+    for (let k = 0; k < this.outs.length; k++) {
       if (this.sent[k] !== seq) continue;
       const w = this.outs[k].frame;
       w.u8(S.SEQ);
       w.f64(seq);
     }
-    return reached;
   }
 
   /** A subscription left the match core: the shard that was told its number forgets it. */
