@@ -30,6 +30,8 @@ export interface FastMatcherOptions extends MatcherOptions {
 }
 
 const NONE = -1;
+/** An event value that is no interned constraint string (or no string at all). */
+const STR_NONE = -2;
 const SLOT_DEVICE = 1;
 const SLOT_FIXED = 2;
 const MAX_LEVELS = 16;
@@ -131,6 +133,10 @@ export class FastMatcher extends CpuMatcher {
   private fPrev = new Int32Array(this.fCap);
   private fCounter = new Uint16Array(this.fCap); // counting algorithm, content-only filters
   private fAlwaysPos = new Int32Array(this.fCap); // index in `always`, or NONE
+  // A filter's first string-equality constraint (name id, interned value id; NONE: it has none):
+  // the grid scan rejects a filter whose event value differs with two reads, before the distance.
+  private fEqName = new Int32Array(this.fCap);
+  private fEqStr = new Int32Array(this.fCap);
   /** Content-only filters without constraints: they match every event. */
   private readonly always: number[] = [];
 
@@ -177,6 +183,8 @@ export class FastMatcher extends CpuMatcher {
   private stamp = 0;
   private attrStamp = new Uint32Array(64);
   private attrIndex = new Int32Array(64);
+  /** Per name, this event's value as an interned string id (STR_NONE: a string no constraint holds, or not a string). */
+  private attrStr = new Int32Array(64);
   private eType = new Uint8Array(64);
   private eNum = new Float64Array(64);
   private eStr: string[] = [];
@@ -211,6 +219,7 @@ export class FastMatcher extends CpuMatcher {
         this.nameRefs = growI32(this.nameRefs, n);
         this.attrStamp = growU32(this.attrStamp, n);
         this.attrIndex = growI32(this.attrIndex, n);
+        this.attrStr = growI32(this.attrStr, n);
       }
       this.postings[id] = [];
       this.nameRefs[id] = 0;
@@ -521,6 +530,8 @@ export class FastMatcher extends CpuMatcher {
     this.fPrev = growI32(this.fPrev, n);
     this.fCounter = growU16(this.fCounter, n);
     this.fAlwaysPos = growI32(this.fAlwaysPos, n);
+    this.fEqName = growI32(this.fEqName, n);
+    this.fEqStr = growI32(this.fEqStr, n);
     this.fCap = n;
   }
 
@@ -539,6 +550,7 @@ export class FastMatcher extends CpuMatcher {
     this.fCCount[f] = n;
     let lo = 0;
     let hi = 0;
+    this.fEqName[f] = NONE;
     for (let i = 0; i < n; i++) {
       const c = flt.constraints[i];
       const ci = start + i;
@@ -554,6 +566,10 @@ export class FastMatcher extends CpuMatcher {
       } else if (c.type === 'string') {
         this.cType[ci] = T_STR;
         this.cNum[ci] = this.internString(c.value as string);
+        if (this.cOp[ci] === OP_EQ && this.fEqName[f] === NONE) {
+          this.fEqName[f] = id;
+          this.fEqStr[f] = this.cNum[ci];
+        }
       } else {
         this.cType[ci] = c.type === 'number' ? T_NUM : T_BOOL;
         this.cNum[ci] = c.type === 'number' ? (c.value as number) : c.value ? 1 : 0;
@@ -773,12 +789,15 @@ export class FastMatcher extends CpuMatcher {
       if (typeof v === 'number') {
         this.eType[i] = T_NUM;
         this.eNum[i] = v;
+        this.attrStr[id] = STR_NONE;
       } else if (typeof v === 'string') {
         this.eType[i] = T_STR;
         this.eStr[i] = v;
+        this.attrStr[id] = this.strIds.get(v) ?? STR_NONE;
       } else {
         this.eType[i] = T_BOOL;
         this.eNum[i] = v ? 1 : 0;
+        this.attrStr[id] = STR_NONE;
       }
     }
     const notLo = ~lo;
@@ -871,6 +890,9 @@ export class FastMatcher extends CpuMatcher {
         if ((this.fBloomLo[f] & notLo) !== 0 || (this.fBloomHi[f] & notHi) !== 0) continue;
         const si = this.fSub[f];
         if (this.subStamp[si] === stamp) continue; // subscription already matched
+        // A string-equality constraint the event's value fails (or lacks): exact, as `sat` would say.
+        const en = this.fEqName[f];
+        if (en !== NONE && (this.attrStamp[en] !== stamp || this.attrStr[en] !== this.fEqStr[f])) continue;
         // S1b: exact float64 great-circle distance, computed once per slot.
         if (d < 0) d = haversineM(this.sLat[s], this.sLon[s], e.lat, e.lon);
         if (!(d <= this.fRadius[f] + e.radiusM)) continue;
