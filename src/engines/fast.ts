@@ -8,8 +8,8 @@
  *   s_L = minCell·2^L and holds the slots that own filters with radius in (s_L/2, s_L]. Cells in 3-D
  *   have no antimeridian and no poles, and a move only touches the grid when the slot changes cell.
  *   An event visits, per populated level, the cells within s_L + r_e of it (chord <= arc, so this is
- *   a superset), then applies the Bloom test (CLCB S1a), the exact float64 haversine (S1b) and the
- *   constraints.
+ *   a superset), then applies the Bloom test (CLCB S1a), the filter's first string equality (its
+ *   value interned: two reads), the exact float64 haversine (S1b) and the constraints.
  * - Content-only filters (no area) use CCM's counting algorithm over per-name posting lists.
  *
  * Distances use the reference haversine, so this engine agrees with the reference exactly.
