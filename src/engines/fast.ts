@@ -49,6 +49,8 @@ interface Level {
   idx: Int32Array;
   /** Number of the slot's filters that live at this level. */
   count: Uint16Array;
+  /** The first of the slot's filters at this level (a list through fNext/fPrev; NONE: none). */
+  head: Int32Array;
   /** Occupied cells per hash bucket: most of a query's 27 cells are empty and skip the Map. */
   occ: Uint32Array;
 }
@@ -171,7 +173,6 @@ export class FastMatcher extends CpuMatcher {
   private sLat = new Float64Array(this.sCap);
   private sLon = new Float64Array(this.sCap);
   private sXYZ = new Float64Array(3 * this.sCap);
-  private sHead = new Int32Array(this.sCap).fill(NONE);
   private sFilters = new Int32Array(this.sCap);
   private sPins = new Uint16Array(this.sCap); // open DeviceHandles keep a device's slot
   private sLevels = new Uint16Array(this.sCap); // bit L set: the slot has filters at level L
@@ -286,6 +287,7 @@ export class FastMatcher extends CpuMatcher {
         cellOf: new Float64Array(this.sCap).fill(NaN),
         idx: new Int32Array(this.sCap),
         count: new Uint16Array(this.sCap),
+        head: new Int32Array(this.sCap).fill(NONE),
         occ: new Uint32Array(1 << OCC_BITS),
       };
       this.levels[l] = lv;
@@ -339,7 +341,6 @@ export class FastMatcher extends CpuMatcher {
     this.sLat = growF64(this.sLat, n);
     this.sLon = growF64(this.sLon, n);
     this.sXYZ = growF64(this.sXYZ, 3 * n);
-    this.sHead = growI32(this.sHead, n, NONE);
     this.sFilters = growI32(this.sFilters, n);
     this.sPins = growU16(this.sPins, n);
     this.sLevels = growU16(this.sLevels, n);
@@ -348,6 +349,7 @@ export class FastMatcher extends CpuMatcher {
       lv.cellOf = growF64(lv.cellOf, n, NaN);
       lv.idx = growI32(lv.idx, n);
       lv.count = growU16(lv.count, n);
+      lv.head = growI32(lv.head, n, NONE);
     }
     this.sCap = n;
   }
@@ -362,7 +364,6 @@ export class FastMatcher extends CpuMatcher {
     this.sKind[s] = kind;
     this.sDevice[s] = device;
     this.sHasPos[s] = 0;
-    this.sHead[s] = NONE;
     this.sFilters[s] = 0;
     this.sPins[s] = 0;
     this.sLevels[s] = 0;
@@ -443,13 +444,14 @@ export class FastMatcher extends CpuMatcher {
   }
 
   private attach(f: number, s: number, l: number): void {
-    const head = this.sHead[s];
+    const lv = this.level(l);
+    // The slot's filters of one level form one list: a level's scan walks only its own.
+    const head = lv.head[s];
     this.fNext[f] = head;
     this.fPrev[f] = NONE;
     if (head !== NONE) this.fPrev[head] = f;
-    this.sHead[s] = f;
+    lv.head[s] = f;
     this.sFilters[s]++;
-    const lv = this.level(l);
     if (lv.count[s]++ === 0) {
       this.sLevels[s] |= 1 << l;
       // A moved slot is filed by the next flush; a settled one has a valid 3-D point now.
@@ -461,12 +463,12 @@ export class FastMatcher extends CpuMatcher {
     const s = this.fSlot[f];
     const next = this.fNext[f];
     const prev = this.fPrev[f];
-    if (prev !== NONE) this.fNext[prev] = next;
-    else this.sHead[s] = next;
-    if (next !== NONE) this.fPrev[next] = prev;
-    this.sFilters[s]--;
     const l = this.fLevel[f];
     const lv = this.levels[l]!;
+    if (prev !== NONE) this.fNext[prev] = next;
+    else lv.head[s] = next;
+    if (next !== NONE) this.fPrev[next] = prev;
+    this.sFilters[s]--;
     if (--lv.count[s] === 0) {
       this.sLevels[s] &= ~(1 << l);
       if (lv.cellOf[s] === lv.cellOf[s]) this.gridRemove(lv, s);
@@ -874,6 +876,7 @@ export class FastMatcher extends CpuMatcher {
   private scanCell(cell: number[], l: number, e: NEvent, notLo: number, notHi: number, stamp: number, out: string[], q: Float64Array): void {
     const xyz = this.sXYZ;
     const reach2 = q[3];
+    const head = this.levels[l]!.head;
     for (let j = 0; j < cell.length; j++) {
       const s = cell[j];
       // A slot whose chord to the event exceeds this level's reach (largest radius + r_e) has no
@@ -884,8 +887,7 @@ export class FastMatcher extends CpuMatcher {
       const dz = xyz[o + 2] - q[2];
       if (dx * dx + dy * dy + dz * dz > reach2) continue;
       let d = -1;
-      for (let f = this.sHead[s]; f !== NONE; f = this.fNext[f]) {
-        if (this.fLevel[f] !== l) continue;
+      for (let f = head[s]; f !== NONE; f = this.fNext[f]) {
         // S1a: names of the filter ⊆ names of the event (Bloom inclusion).
         if ((this.fBloomLo[f] & notLo) !== 0 || (this.fBloomHi[f] & notHi) !== 0) continue;
         const si = this.fSub[f];
@@ -967,7 +969,7 @@ export class FastMatcher extends CpuMatcher {
       levels++;
       cells += lv.cells.size;
       for (const c of lv.cells.values()) cellEntries += c.length;
-      levelBytes += lv.cellOf.byteLength + lv.idx.byteLength + lv.count.byteLength;
+      levelBytes += lv.cellOf.byteLength + lv.idx.byteLength + lv.count.byteLength + lv.head.byteLength;
     }
     const typed =
       this.fSub.byteLength + this.fNextInSub.byteLength + this.fSlot.byteLength + this.fRadius.byteLength +
@@ -976,7 +978,7 @@ export class FastMatcher extends CpuMatcher {
       this.fAlwaysPos.byteLength + this.cName.byteLength + this.cOp.byteLength + this.cType.byteLength +
       this.cNum.byteLength + this.cFilter.byteLength + this.cPostingPos.byteLength + this.sKind.byteLength +
       this.sHasPos.byteLength + this.sDirty.byteLength + this.sLat.byteLength + this.sLon.byteLength + this.sXYZ.byteLength +
-      this.sHead.byteLength + this.sFilters.byteLength + this.sPins.byteLength + this.sLevels.byteLength + this.subHead.byteLength +
+      this.sFilters.byteLength + this.sPins.byteLength + this.sLevels.byteLength + this.subHead.byteLength +
       this.subStamp.byteLength + levelBytes;
     // Maps and arrays of references: ~ 8 bytes a slot plus ~ 60 bytes per map entry (V8 estimates).
     const refs = 8 * (this.strOf.length + this.subId.length + this.subOwner.length + this.sDevice.length) +
