@@ -469,11 +469,32 @@ describe('gpu engine: CPU below the crossover', () => {
     }
   });
 
+  it('adaptive: on a busy thread lone events go to the GPU even when the CPU is cheaper', async () => {
+    let busy = false;
+    const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, costSample: (path) => (path === 'cpu' ? 10 : 100), threadBusy: () => busy });
+    const ref = new ReferenceMatcher();
+    try {
+      const subs = randomWorkload(44, 200, 2);
+      twin(m, subs, 4);
+      twin(ref, subs, 4);
+      await agree(m, ref, 4, 40);
+      const idle = m.stats().extra!;
+      assert.ok((idle.adaptiveCpu as number) > (idle.adaptiveGpu as number), 'an idle thread takes the cheaper CPU');
+      busy = true;
+      await agree(m, ref, 5, 40);
+      const loaded = m.stats().extra!;
+      assert.equal((loaded.adaptiveCpu as number) - (idle.adaptiveCpu as number), 0, 'a busy thread sends every lone event to the GPU');
+      assert.equal((loaded.gpuEvents as number) - (idle.gpuEvents as number), 2 * 40, 'all of them answered by the GPU');
+    } finally {
+      await m.close();
+    }
+  });
+
   // Costs are fixed through costSample, so the choice does not depend on how fast this machine is.
   for (const cheaper of ['cpu', 'gpu'] as const) {
     it(`adaptive: lone events go to the cheaper path (${cheaper}), probing the other; load goes to the GPU`, async () => {
       const cost = { cpu: cheaper === 'cpu' ? 10 : 100, gpu: cheaper === 'gpu' ? 10 : 100 };
-      const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, costSample: (path) => cost[path] });
+      const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, costSample: (path) => cost[path], threadBusy: () => false });
       const ref = new ReferenceMatcher();
       try {
         const subs = randomWorkload(43, 300, 2);

@@ -27,7 +27,7 @@ import { GpuContext } from './device.js';
 import { GpuKernels } from './kernels.js';
 import { GpuLayout } from './layout.js';
 import { type BatchTiming, type GpuMatcherOptions, type ResolvedGpuMatcherOptions, type StageTimes, resolveGpuMatcherOptions } from './options.js';
-import { BatchQueue, PathChoice, newCounters } from './queue.js';
+import { BatchQueue, PathChoice, eventLoopBusy, newCounters } from './queue.js';
 
 // The engine's public surface stays importable from this module.
 export { GpuKernels } from './kernels.js';
@@ -55,7 +55,7 @@ export class GpuMatcher implements Matcher {
     this.cpu = new FastMatcher({ limits: options.limits });
     this.limits = this.cpu.limits;
     this.opts = resolveGpuMatcherOptions(options);
-    this.choice = new PathChoice(this.opts.select, this.counters, this.opts.costSample);
+    this.choice = new PathChoice(this.opts.select, this.counters, this.opts.costSample, this.opts.threadBusy ?? eventLoopBusy());
     this.queue = new BatchQueue(this.opts, () => this.gpuState, (e) => this.matchOnCpu(e), this.choice, this.counters);
   }
 

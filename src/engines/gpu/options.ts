@@ -40,6 +40,12 @@ export interface GpuMatcherOptions extends MatcherOptions {
    * it, so that tests can fix the costs and check the choice without depending on timing.
    */
   costSample?: (path: 'cpu' | 'gpu', measuredUs: number) => number;
+  /**
+   * @internal Whether the calling thread is busy (default: its event loop was busy more than half
+   * of the last 100 ms): then lone events go to the GPU too, since a CPU match holds the thread
+   * for its whole cost and a GPU match only for encoding and reading back. Tests fix it.
+   */
+  threadBusy?: () => boolean;
 }
 
 export const defaultGpuMatcherOptions = Object.freeze({
@@ -55,7 +61,8 @@ export const defaultGpuMatcherOptions = Object.freeze({
   gridMinEvents: 16,
 });
 
-export type ResolvedGpuMatcherOptions = Required<Omit<GpuMatcherOptions, 'gpu' | 'limits' | 'costSample'>> & {
+export type ResolvedGpuMatcherOptions = Required<Omit<GpuMatcherOptions, 'gpu' | 'limits' | 'costSample' | 'threadBusy'>> & {
+  threadBusy: (() => boolean) | null;
   gpu: Partial<GpuOptions>;
   costSample: ((path: 'cpu' | 'gpu', measuredUs: number) => number) | null;
 };
@@ -76,6 +83,7 @@ export function resolveGpuMatcherOptions(options: GpuMatcherOptions): ResolvedGp
     gridMinEvents: checkInt('gridMinEvents', o.gridMinEvents, 1, 2 ** 31),
     gpu: options.gpu ?? {},
     costSample: typeof options.costSample === 'function' ? options.costSample : null,
+    threadBusy: typeof options.threadBusy === 'function' ? options.threadBusy : null,
   };
 }
 

@@ -45,7 +45,31 @@ class CostAverage {
   }
 }
 
-/** The choice of path for lone events, from the measured cost of each. */
+/**
+ * Whether this thread's event loop was busy more than `above` of the time, measured over windows
+ * of `windowMs` (the answer changes at most once a window).
+ */
+export function eventLoopBusy(above = 0.5, windowMs = 100): () => boolean {
+  let last = performance.eventLoopUtilization();
+  let lastAt = performance.now();
+  let busy = false;
+  return () => {
+    const now = performance.now();
+    if (now - lastAt >= windowMs) {
+      const cur = performance.eventLoopUtilization();
+      busy = performance.eventLoopUtilization(cur, last).utilization > above;
+      last = cur;
+      lastAt = now;
+    }
+    return busy;
+  };
+}
+
+/**
+ * The choice of path for lone events, from the measured cost of each, and the thread's load: a
+ * CPU answer holds the thread for its whole cost, a GPU answer only for encoding and reading
+ * back, so on a busy thread lone events go to the GPU whatever their latency on the CPU.
+ */
 export class PathChoice {
   /** Moving averages of the cost of one event on each path, µs. */
   cpuCostUs = 0;
@@ -60,6 +84,7 @@ export class PathChoice {
     private readonly select: PathSelect,
     private readonly counters: Counters,
     private readonly costSample: ((path: 'cpu' | 'gpu', us: number) => number) | null,
+    private readonly threadBusy: () => boolean = () => false,
   ) {}
 
   /** Adds a measured per-event cost of a path. */
@@ -82,7 +107,7 @@ export class PathChoice {
         this.burstReset = false;
       });
     }
-    if (busy || this.burst > 1) return false; // load: batch on the GPU
+    if (busy || this.burst > 1 || this.threadBusy()) return false; // load: batch on the GPU
     const probe = ++this.lone % 32 === 0;
     // Until both paths have been measured, measure them; then the cheaper, probing the other.
     const cpuCheaper = this.cpuCostUs === 0 || (this.gpuCostUs !== 0 && this.cpuCostUs <= this.gpuCostUs);
