@@ -23,7 +23,8 @@ export { DEFAULT_RETENTION, type Retention } from '../matcher/fanout.js';
 
 /** Where the hub's notifications go: its own inbox store, or the node's fan-out shards. */
 export interface HubFanOut {
-  deliver(source: DeliverySource, events: readonly Event[], recipients: readonly (readonly Recipient[])[]): number[];
+  /** Stores the notifications of grouped recipients (the hub's own inbox store). */
+  deliver?(source: DeliverySource, events: readonly Event[], recipients: readonly (readonly Recipient[])[]): number[];
   /**
    * Instead of `deliver`, for a fan-out that groups matches by device itself (fan-out shards): the
    * engine's keys of each event and the core that resolves them.
@@ -62,6 +63,7 @@ export class EmbeddedHub implements Hub {
     this.store = options.shards === undefined ? new InboxStore({ retention: options.retention, now: options.now }) : null;
     this.fanout = options.shards ?? this.store!.fanout;
     const fanout = this.fanout;
+    if (fanout.deliver === undefined && fanout.deliverMatches === undefined) throw new Error('hub: a fan-out delivers recipients or matches');
     if (fanout.forget !== undefined) core.onOwnerRemoved = (o) => fanout.forget!(o);
   }
 
@@ -103,7 +105,7 @@ export class EmbeddedHub implements Hub {
       reached = this.fanout.deliverMatches({ id: '', ms: this.fanout.now() }, events, matches, this.core);
     } else {
       const recipients = await this.core.match(events);
-      reached = this.fanout.deliver({ id: '', ms: this.fanout.now() }, events, recipients);
+      reached = this.fanout.deliver!({ id: '', ms: this.fanout.now() }, events, recipients);
     }
     // Shards store asynchronously: the reply waits until they have.
     if (this.store === null) await this.fanout.flush();

@@ -4,16 +4,14 @@
  * sending notifications runs on K threads instead of the hub's one. The hub keeps the engine,
  * the subscriptions and the positions: it matches and routes.
  *
- * - `ShardedFanOut` is the hub's side: each notification of a publish is one NOTE record on the
- *   link of its device's shard (an event once per frame), each deliver call ends with a SEQ; the
- *   hub's publish replies once every shard it wrote to has answered STORED for that sequence, so
- *   "stored before Publish replies" holds as in one process.
- * - With the embedded hub the hub's thread does not group matches by device: `deliverMatches`
- *   sends each event's matched subscriptions to their devices' shards as numbers (a number is
- *   told once, with its device and id, and forgotten when the subscription leaves), and the
- *   shard groups them (`MatchGrouper`): one notification per device, ids sorted, as the match
- *   core groups them.
- * - `serveShard` is the shard's side of that link: it appends each NOTE to the device's log in
+ * - `ShardedFanOut` is the hub's side. The hub's thread does not group matches by device:
+ *   `deliverMatches` sends each event's matched subscriptions to their devices' shards as numbers
+ *   in one MATCH record per event and shard (the event once per frame; a number is told once, with
+ *   its device and id, and forgotten when the subscription leaves); each deliver call ends with a
+ *   SEQ, and the hub's publish replies once every shard it wrote to has answered STORED for that
+ *   sequence, so "stored before Publish replies" holds as in one process.
+ * - `serveShard` is the shard's side of that link: it groups each MATCH by device as the match core
+ *   would (`MatchGrouper`: one notification per device, ids sorted), appends them to the devices' logs in
  *   the shard's InboxStore (delivery ids, retention and order per device exactly as the embedded
  *   hub's, since one shard holds the whole log of a device) and answers STORED once per turn.
  * - Gateways open inboxes, ack and take credit on a link of their own to each shard (hub-server.ts
@@ -22,9 +20,9 @@
 import type { Logger } from 'pino';
 import { AmbitError } from '../../src/model/errors.js';
 import type { Event } from '../../src/model/types.js';
-import type { DeviceMemo, Owner, Recipient } from '../matcher/core.js';
+import type { DeviceMemo, Owner } from '../matcher/core.js';
 import { splitSubscriptionKey } from './port.js';
-import { type DeliverySource, reachedBy } from '../matcher/fanout.js';
+import type { DeliverySource } from '../matcher/fanout.js';
 import type { HubFanOut } from './embedded.js';
 import type { InboxStore } from './inboxes.js';
 import { EventCache, FrameReader, type FrameWriter, H, type Link, M, Outbox, S, strBytes, writeEventRecord } from './link.js';
@@ -73,9 +71,6 @@ export class ShardedFanOut implements HubFanOut {
   private readonly countAt: number[];
   private readonly counts: number[];
   private flushes: Flush[] = [];
-  /** Per shard, the event last written in this deliver call and its number in the frame. */
-  private readonly lastEvent: (Event | null)[];
-  private readonly lastRef: number[];
   private broken: AmbitError | null = null;
 
   constructor(
@@ -92,8 +87,6 @@ export class ShardedFanOut implements HubFanOut {
     this.storedBy = new Array<number>(n).fill(0);
     this.countAt = new Array<number>(n).fill(-1);
     this.counts = new Array<number>(n).fill(0);
-    this.lastEvent = new Array<Event | null>(n).fill(null);
-    this.lastRef = new Array<number>(n).fill(0);
     links.forEach((link, k) =>
       link.listen(
         (frame) => {
@@ -123,49 +116,6 @@ export class ShardedFanOut implements HubFanOut {
     let d = 0;
     for (const x of this.droppedBy) d += x;
     return d;
-  }
-
-  deliver(source: DeliverySource, events: readonly Event[], recipients: readonly (readonly Recipient[])[]): number[] {
-    if (this.broken !== null) throw this.broken;
-    const n = this.outs.length;
-    const seq = ++this.seq;
-    const reached = new Array<number>(events.length);
-    for (let i = 0; i < events.length; i++) {
-      const rs = recipients[i];
-      reached[i] = reachedBy(rs);
-      const e = events[i];
-      for (let j = 0; j < rs.length; j++) {
-        const r = rs[j];
-        const memo = r.memo;
-        const k = shardWith(r.device, memo, n);
-        const w = this.outs[k].frame;
-        // The event's number in shard k's frame: looked up once per event and shard.
-        let ref = this.lastEvent[k] === e ? this.lastRef[k] : undefined;
-        if (ref === undefined) {
-          const refs = this.refs[k];
-          ref = refs.get(e);
-          if (ref === undefined) {
-            ref = refs.size;
-            refs.set(e, ref);
-            writeEventRecord(w, ref, e);
-          }
-          this.lastEvent[k] = e;
-          this.lastRef[k] = ref;
-        }
-        w.u8(S.NOTE);
-        w.u32(ref);
-        w.f64(source.ms);
-        if (memo === undefined) w.str(r.device);
-        else w.raw((memo.idBytes ??= strBytes(r.device)));
-        const ids = r.subscriptionIds;
-        w.u32(ids.length);
-        for (let m = 0; m < ids.length; m++) w.str(ids[m]);
-        this.sent[k] = seq;
-      }
-    }
-    this.lastEvent.fill(null);
-    this.endCall(seq);
-    return reached;
   }
 
   /**
@@ -330,16 +280,6 @@ export function serveShard(store: InboxStore, link: Link, log: Logger): () => vo
             case H.EVENT: {
               const [ref, e] = cache.read(r);
               events[ref] = e;
-              break;
-            }
-            case S.NOTE: {
-              const event = events[r.u32()];
-              const ms = r.f64();
-              const device = r.str();
-              const m = r.u32();
-              const ids = new Array<string>(m);
-              for (let j = 0; j < m; j++) ids[j] = r.str();
-              fanout.store(device, event, ids, ms);
               break;
             }
             case S.MATCH: {

@@ -69,8 +69,6 @@ export const H = {
 
 /** Hub (the matcher of a node with fan-out shards) ↔ one fan-out shard; events are H.EVENT records. */
 export const S = {
-  /** u32 event number, f64 published at, str device, u32 n, n × str subscription id: one notification to store. */
-  NOTE: 40,
   /** f64 sequence number of the deliver call whose notifications came before it (f64: it never wraps). */
   SEQ: 41,
   /** Shard → hub: f64 last sequence number stored, f64 notifications stored, f64 dropped by retention (totals). */

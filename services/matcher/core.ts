@@ -13,8 +13,6 @@ import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE, type DeviceSubscription, type Hub
 export interface Recipient {
   device: string;
   subscriptionIds: string[];
-  /** What the fan-out keeps for the device across matches (absent for a late match). */
-  memo?: DeviceMemo;
 }
 
 /**
@@ -213,7 +211,7 @@ export class MatchCore {
       if (d.stamp !== stamp) {
         d.stamp = stamp;
         d.slot = out.length;
-        out.push({ device: d.device, subscriptionIds: [o.id], memo: d });
+        out.push({ device: d.device, subscriptionIds: [o.id] });
       } else out[d.slot].subscriptionIds.push(o.id);
     }
     for (let i = 0; i < out.length; i++) if (out[i].subscriptionIds.length > 1) out[i].subscriptionIds.sort();
@@ -233,12 +231,12 @@ export class MatchCore {
       if (d.stamp !== stamp) {
         d.stamp = stamp;
         d.slot = out.length;
-        out.push({ device, subscriptionIds: [id], memo: d });
+        out.push({ device, subscriptionIds: [id] });
       } else out[d.slot].subscriptionIds.push(id);
       return;
     }
     const r = out.find((x) => x.device === device);
-    if (r === undefined) out.push({ device, subscriptionIds: [id], memo: undefined });
+    if (r === undefined) out.push({ device, subscriptionIds: [id] });
     else r.subscriptionIds.push(id);
   }
 
