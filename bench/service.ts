@@ -93,7 +93,7 @@ async function main(): Promise<void> {
   const loadBefore = os.loadavg();
   out(`server: the server (npm run serve) as a child process: role all, ${redisUrl === null ? 'embedded hub' : 'Redis hub'}${gateways > 1 ? `, ${gateways} gateway processes on one port beside the ${redisUrl === null ? 'hub process' : 'matcher'} (server CPU and memory summed over them)` : ''}, engine ${engine}; client: this process, SDK over loopback`);
   const t0 = performance.now();
-  const server = await startChildServer(engine, serverNodeArgs, redisUrl, gateways);
+  const server = await startChildServer(engine, serverNodeArgs, redisUrl, { gateways });
   const results: Record<string, unknown> = {};
   try {
     const s0 = await server.ops.stats();

@@ -141,7 +141,7 @@ async function parent(): Promise<void> {
   out(`machine: ${describeMachine(run.machine)}; load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')} before the run`);
   out(`server: role all, ${redisUrl === null ? 'embedded hub' : 'Redis hub'}, ${gateways} gateway process${gateways > 1 ? 'es' : ''}, engine ${engine}${serverCpus === null ? '' : `, on CPUs ${serverCpus}`}; load: ${workers} processes, ${devices} device streams over ${workers * connections} HTTP/2 connections, ${perWrite} message${perWrite > 1 ? 's' : ''} per write${loadCpus === null ? '' : `, on CPUs ${loadCpus}`}; ${rounds} rounds of ${seconds} s after a warm-up round`);
 
-  const server = await startChildServer(engine, [], redisUrl, gateways, 0, serverCpus);
+  const server = await startChildServer(engine, [], redisUrl, { gateways, cpus: serverCpus });
   const procs: ReturnType<typeof fork>[] = [];
   try {
     const secret = server.authority.secretForDev();

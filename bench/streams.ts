@@ -92,7 +92,7 @@ async function parent(): Promise<void> {
   out(`machine: ${describeMachine(run.machine)}`);
   out(`server: ${redisUrl === null ? 'embedded hub' : 'Redis hub'}, ${gateways} gateway process${gateways > 1 ? 'es' : ''}, engine ${engine}; ${streams} idle device streams in ${steps} steps, ${perConnection} per connection, over ${clients} client processes`);
 
-  const server = await startChildServer(engine, [], redisUrl, gateways);
+  const server = await startChildServer(engine, [], redisUrl, { gateways });
   const procs: ReturnType<typeof fork>[] = [];
   const settle = () => new Promise((r) => setTimeout(r, settleSeconds * 1000));
   const points: { streams: number; connections: number; serverRssBytes: number; clientRssBytes: number }[] = [];

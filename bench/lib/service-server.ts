@@ -107,11 +107,20 @@ function rssOf(pid: number): number {
  * key prefix, instead of the embedded hub. `gateways` > 1: that many gateway processes share the
  * port beside the matcher (Redis) or the process holding the embedded hub; CPU and memory are
  * summed over all of them. `fanoutShards` > 0 (embedded, several gateways): the device logs live in
- * that many shard threads of the hub's process (AMBIT_FANOUT_SHARDS). `cpus`: a taskset CPU list
+ * that many shard threads of the hub's process (AMBIT_FANOUT_SHARDS). `partitions` > 0 (embedded):
+ * the hub is split by device over that many threads (AMBIT_PARTITIONS). `cpus`: a taskset CPU list
  * the server's processes are confined to (e.g. "0-15"), so a load generator on the other CPUs of a
  * larger host measures one node of that many cores.
  */
-export async function startChildServer(engine: string, nodeArgs: readonly string[] = [], redisUrl: string | null = null, gateways = 1, fanoutShards = 0, cpus: string | null = null): Promise<ChildServer> {
+export interface ChildServerShape {
+  gateways?: number;
+  fanoutShards?: number;
+  partitions?: number;
+  cpus?: string | null;
+}
+
+export async function startChildServer(engine: string, nodeArgs: readonly string[] = [], redisUrl: string | null = null, shape: ChildServerShape = {}): Promise<ChildServer> {
+  const { gateways = 1, fanoutShards = 0, partitions = 0, cpus = null } = shape;
   if (process.platform !== 'linux') throw new Error('bench/service: measuring the server process needs Linux /proc');
   const secret = randomBytes(32).toString('base64url');
   const port = await freePort();
@@ -130,6 +139,7 @@ export async function startChildServer(engine: string, nodeArgs: readonly string
       ...(redisUrl === null ? {} : { REDIS_URL: redisUrl, AMBIT_REDIS_PREFIX: `bench-${randomBytes(4).toString('hex')}:` }),
       AMBIT_GATEWAYS: String(gateways),
       AMBIT_FANOUT_SHARDS: String(fanoutShards),
+      AMBIT_PARTITIONS: String(partitions),
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

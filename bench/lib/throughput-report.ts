@@ -39,6 +39,7 @@ export interface ThroughputFile {
   gateways: number;
   /** Fan-out shard threads (absent in the first files: none). */
   fanoutShards?: number;
+  partitions?: number;
   /** False when the server wrote each notification through grpc-js (AMBIT_DIRECT_WRITES=0). */
   directWrites?: boolean;
   /** Who carried device streams: the gateway on HTTP/2 (absent in files from before the option: grpc-js). */
@@ -99,7 +100,7 @@ export function throughputSection(runs: readonly ThroughputRun[], dir: string, r
     lines.push(
       `### ${r.name} — ${f.startedAt.slice(0, 16).replace('T', ' ')}`,
       '',
-      `Source: \`${rel(r.file)}\`. ${describeMachine(f.machine)}. Server: ${f.mode === 'embedded' ? 'embedded hub' : 'Redis hub'}, ${f.gateways} gateway process${f.gateways > 1 ? 'es' : ''}${f.gateways > 1 || f.mode === 'redis' ? ` beside the ${f.mode === 'embedded' ? 'hub process' : 'matcher'}` : ''}, ${(f.fanoutShards ?? 0) > 0 ? `device logs in ${f.fanoutShards} fan-out shard threads, ` : ''}${f.deviceStreams === 'http2' ? 'device streams served by the gateways on HTTP/2, ' : `device streams through grpc-js${f.directWrites === false ? ', notifications written one by one (AMBIT_DIRECT_WRITES=0)' : ''}, `}engine ${f.engine}; ${f.devices} devices × ${f.subsPerDevice} subscriptions (${f.kinds} kinds); ${f.publishers} publisher and ${f.subscribers} subscriber processes (${f.client === 'wire' ? 'lean wire device client' : 'SDK devices'}${(f.ackDelayMs ?? 0) > 0 ? `, acking every ${f.ackDelayMs} ms` : ''}).${f.serverCpus ? ` The server ran on CPUs ${f.serverCpus} only${f.loadCpus ? `, the load on CPUs ${f.loadCpus}` : ''}.` : ''}`,
+      `Source: \`${rel(r.file)}\`. ${describeMachine(f.machine)}. Server: ${f.mode === 'embedded' ? 'embedded hub' : 'Redis hub'}, ${f.gateways} gateway process${f.gateways > 1 ? 'es' : ''}${f.gateways > 1 || f.mode === 'redis' ? ` beside the ${f.mode === 'embedded' ? 'hub process' : 'matcher'}` : ''}, ${(f.fanoutShards ?? 0) > 0 ? `device logs in ${f.fanoutShards} fan-out shard threads, ` : ''}${(f.partitions ?? 0) > 0 ? `the hub split by device over ${f.partitions} partition threads, ` : ''}${f.deviceStreams === 'http2' ? 'device streams served by the gateways on HTTP/2, ' : `device streams through grpc-js${f.directWrites === false ? ', notifications written one by one (AMBIT_DIRECT_WRITES=0)' : ''}, `}engine ${f.engine}; ${f.devices} devices × ${f.subsPerDevice} subscriptions (${f.kinds} kinds); ${f.publishers} publisher and ${f.subscribers} subscriber processes (${f.client === 'wire' ? 'lean wire device client' : 'SDK devices'}${(f.ackDelayMs ?? 0) > 0 ? `, acking every ${f.ackDelayMs} ms` : ''}).${f.serverCpus ? ` The server ran on CPUs ${f.serverCpus} only${f.loadCpus ? `, the load on CPUs ${f.loadCpus}` : ''}.` : ''}`,
       '',
       '| offered ev/s | published ev/s | errors | notifications/s | per event | median ms | p99 ms | server cores | subscriber cores | publisher cores | server µs/event | server µs/notification | drain s |',
       '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',

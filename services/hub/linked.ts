@@ -156,6 +156,8 @@ export interface LinkedHubOptions {
   maxFleetWriters?: number;
   /** Links to the node's fan-out shards, where inboxes open (none: in the hub). */
   shards?: readonly Link[];
+  /** What the hub's end is called in the error once it is gone ('the node process holding the hub'). */
+  name?: string;
 }
 
 export class LinkedHub implements Hub, WriterOwner<number> {
@@ -204,7 +206,7 @@ export class LinkedHub implements Hub, WriterOwner<number> {
             for (const x of links) x.close();
           }
         },
-        () => this.end(new AmbitError('UNAVAILABLE', k === 0 ? 'hub: the node process holding the hub is gone' : `hub: fan-out shard ${k - 1} is gone`)),
+        () => this.end(new AmbitError('UNAVAILABLE', k === 0 ? `hub: ${options.name ?? 'the node process holding the hub'} is gone` : `hub: fan-out shard ${k - 1} is gone`)),
       ),
     );
   }

@@ -52,6 +52,14 @@ export interface ServerConfig {
   /** A gateway of a node with fan-out shards: where each shard listens (set by gateways.ts). */
   hubShards: string[];
   /**
+   * Hub partitions of an embedded node (0: one hub on the main thread): threads, each matching,
+   * storing and serving the devices that hash to it with an engine of its own; a publish goes to
+   * every partition. Uses K cores for what one hub thread does otherwise.
+   */
+  partitions: number;
+  /** A gateway process of a node with hub partitions: where each partition listens (set by gateways.ts). */
+  hubPartitions: string[];
+  /**
    * Who carries device streams (`DeviceService.Connect`): 'http2', the gateway on the HTTP/2
    * stream itself (services/edge/h2-device-stream.ts), or 'grpc-js', as every other method.
    */
@@ -65,6 +73,9 @@ export interface ServerConfig {
 
 /** Fan-out shards one node may run. */
 export const MAX_FANOUT_SHARDS = 64;
+
+/** Hub partitions one node may run. */
+export const MAX_PARTITIONS = 64;
 
 export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   role: 'all',
@@ -85,6 +96,8 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   hubInParent: false,
   fanoutShards: 0,
   hubShards: [],
+  partitions: 0,
+  hubPartitions: [],
   deviceStreams: 'http2',
   directWrites: true,
 });
@@ -152,18 +165,23 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
   if (hub !== undefined && hub !== 'parent') throw new Error(`config: AMBIT_HUB may only be "parent" (set by a node for its gateway processes), got ${JSON.stringify(hub)}`);
   c.hubInParent = hub === 'parent';
   c.fanoutShards = int('AMBIT_FANOUT_SHARDS', 0, MAX_FANOUT_SHARDS) ?? c.fanoutShards;
-  const shards = str('AMBIT_HUB_SHARDS');
-  if (shards !== undefined) {
-    let paths: unknown;
-    try {
-      paths = JSON.parse(shards);
-    } catch {
-      paths = null;
-    }
-    if (!Array.isArray(paths) || !paths.every((p) => typeof p === 'string' && p !== '')) throw new Error(`config: AMBIT_HUB_SHARDS must be a JSON array of socket paths (set by a node for its gateway processes), got ${JSON.stringify(shards.slice(0, 80))}`);
-    c.hubShards = paths as string[];
-  }
+  c.hubShards = socketPaths('AMBIT_HUB_SHARDS', str('AMBIT_HUB_SHARDS')) ?? c.hubShards;
+  c.partitions = int('AMBIT_PARTITIONS', 0, MAX_PARTITIONS) ?? c.partitions;
+  c.hubPartitions = socketPaths('AMBIT_HUB_PARTITIONS', str('AMBIT_HUB_PARTITIONS')) ?? c.hubPartitions;
   return c;
+}
+
+/** A JSON array of socket paths that a node sets for its gateway processes. */
+function socketPaths(name: string, v: string | undefined): string[] | undefined {
+  if (v === undefined) return undefined;
+  let paths: unknown;
+  try {
+    paths = JSON.parse(v);
+  } catch {
+    paths = null;
+  }
+  if (!Array.isArray(paths) || paths.length === 0 || !paths.every((p) => typeof p === 'string' && p !== '')) throw new Error(`config: ${name} must be a JSON array of socket paths (set by a node for its gateway processes), got ${JSON.stringify(v.slice(0, 80))}`);
+  return paths as string[];
 }
 
 /** A PEM file named by `name`; a read error names the variable (ENOENT alone does not say which). */
@@ -187,6 +205,11 @@ export function checkConfig(c: ServerConfig): void {
   if (c.fanoutShards > 0 && c.redisUrl !== null) throw new Error('config: AMBIT_FANOUT_SHARDS is for an embedded node (without REDIS_URL): with Redis the notification logs live in Redis');
   if (c.fanoutShards > 0 && c.gateways < 2) throw new Error(`config: AMBIT_FANOUT_SHARDS=${c.fanoutShards} needs AMBIT_GATEWAYS >= 2: the shards send notifications to gateway processes`);
   if (c.hubShards.length > 0 && !c.hubInParent) throw new Error('config: AMBIT_HUB_SHARDS is for a gateway process of an embedded node (with AMBIT_HUB=parent)');
+  if (!Number.isSafeInteger(c.partitions) || c.partitions < 0 || c.partitions > MAX_PARTITIONS) throw new Error(`config: AMBIT_PARTITIONS must be an integer in [0, ${MAX_PARTITIONS}], got ${String(c.partitions)}`);
+  if (c.partitions > 0 && c.redisUrl !== null) throw new Error('config: AMBIT_PARTITIONS is for an embedded node (without REDIS_URL): with Redis the matcher runs in its own process');
+  if (c.partitions > 0 && c.fanoutShards > 0) throw new Error('config: AMBIT_PARTITIONS and AMBIT_FANOUT_SHARDS exclude each other: each partition keeps its devices\' notification logs itself');
+  if (c.hubPartitions.length > 0 && !c.hubInParent) throw new Error('config: AMBIT_HUB_PARTITIONS is for a gateway process of an embedded node (with AMBIT_HUB=parent)');
+  if (c.hubPartitions.length > 0 && c.hubShards.length > 0) throw new Error('config: AMBIT_HUB_PARTITIONS and AMBIT_HUB_SHARDS exclude each other');
   const cap = c.maxSubscriptionsPerDevice;
   if (!Number.isSafeInteger(cap) || cap < 1) throw new Error(`config: maxSubscriptionsPerDevice must be an integer >= 1, got ${String(cap)}`);
 }

@@ -6,7 +6,8 @@
  * Redis this process keeps the embedded hub (engine, subscriptions, notification logs) and serves
  * it to its workers over a private pipe each (hub-server.ts); with AMBIT_FANOUT_SHARDS the
  * notification logs live in shard threads of this process that the workers reach over Unix
- * sockets of their own (fanout-shards.ts). Either way it starts the workers,
+ * sockets of their own (fanout-shards.ts); with AMBIT_PARTITIONS the whole hub is split by device
+ * over threads of this process, and the workers link to each (partitions.ts). Either way it starts the workers,
  * restarts one that dies, and stops them all on shutdown.
  */
 import cluster, { type Worker } from 'node:cluster';
@@ -66,10 +67,14 @@ export async function startGatewayNode(config: ServerConfig, env: NodeJS.Process
       throw err;
     }
     const hub = matcher.hub;
-    if (!(hub instanceof EmbeddedHub)) throw new Error('gateways: an embedded node serves its embedded hub');
-    // With shards, inboxes open there (the gateways have a link to each), not in the hub.
-    hubServer = new HubServer(hub, log.child({ component: 'hub-server' }), shards === null ? hub : null);
+    if (matcher.partitionPaths.length === 0) {
+      if (!(hub instanceof EmbeddedHub)) throw new Error('gateways: an embedded node serves its embedded hub');
+      // With shards, inboxes open there (the gateways have a link to each), not in the hub.
+      hubServer = new HubServer(hub, log.child({ component: 'hub-server' }), shards === null ? hub : null);
+    }
   } else if (config.role === 'all') matcher = await startServer({ ...config, role: 'matcher', gateways: 1 }, log);
+  // With hub partitions the gateways link to each partition's thread; nothing goes through this one.
+  const partitionPaths = matcher?.partitionPaths ?? [];
   const n = config.gateways;
   const base = config.metricsPort;
   const workerEnv = (i: number): NodeJS.ProcessEnv => ({
@@ -77,7 +82,9 @@ export async function startGatewayNode(config: ServerConfig, env: NodeJS.Process
     AMBIT_ROLE: 'gateway',
     ...(embedded ? { AMBIT_HUB: 'parent' } : {}),
     ...(shards === null ? {} : { AMBIT_HUB_SHARDS: JSON.stringify(shards.paths) }),
+    ...(partitionPaths.length === 0 ? {} : { AMBIT_HUB_PARTITIONS: JSON.stringify(partitionPaths) }),
     AMBIT_FANOUT_SHARDS: '0',
+    AMBIT_PARTITIONS: '0',
     AMBIT_GATEWAYS: '1',
     AMBIT_TOKEN_SECRET: secret,
     AMBIT_DEV: '0',
@@ -86,8 +93,9 @@ export async function startGatewayNode(config: ServerConfig, env: NodeJS.Process
     AMBIT_GATEWAY_INDEX: String(i),
   });
   // Workers get their settings from the environment only (flags were applied to `env`).
-  // Without Redis each worker gets a private pipe to the hub (its fd 4, HUB_PIPE_FD).
-  cluster.setupPrimary({ args: [], ...(embedded ? { stdio: ['inherit', 'inherit', 'inherit', 'ipc', 'pipe'] } : {}) });
+  // Without Redis each worker gets a private pipe to the hub (its fd 4, HUB_PIPE_FD), unless the
+  // hub is partitioned.
+  cluster.setupPrimary({ args: [], ...(hubServer !== null ? { stdio: ['inherit', 'inherit', 'inherit', 'ipc', 'pipe'] } : {}) });
 
   const workers: (Worker | null)[] = new Array(n).fill(null);
   let stopping = false;

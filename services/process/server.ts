@@ -16,6 +16,8 @@ import { openEngine } from '../matcher/engine.js';
 import { Gateway } from '../edge/gateway.js';
 import type { Hub, HubStats } from '../hub/port.js';
 import { LinkedHub } from '../hub/linked.js';
+import { PartitionedHub } from '../hub/partitioned.js';
+import { startPartitions } from './partitions.js';
 import { Socket, connect } from 'node:net';
 import { HUB_PIPE_FD, type Link, socketLink } from '../hub/link.js';
 import type { HubFanOut } from '../hub/embedded.js';
@@ -39,6 +41,8 @@ export interface RunningServer {
   readonly engineDetail: string;
   /** Who carries this process's device streams (null: it serves no gRPC). */
   readonly deviceStreams: 'http2' | 'grpc-js' | null;
+  /** With AMBIT_PARTITIONS: where each hub partition listens for the node's gateway processes. */
+  readonly partitionPaths: string[];
   stop(): Promise<void>;
 }
 
@@ -49,14 +53,25 @@ export interface StartOptions {
   shards?: HubFanOut;
 }
 
-/** A gateway's link to one fan-out shard of its node (a Unix socket). */
-async function connectShard(path: string): Promise<Link> {
+/** A gateway's link to one fan-out shard or hub partition of its node (a Unix socket). */
+async function connectThread(what: string, path: string): Promise<Link> {
   const socket = connect(path);
   await new Promise<void>((resolve, reject) => {
     socket.once('connect', resolve);
-    socket.once('error', (err) => reject(new Error(`hub: cannot reach the fan-out shard at ${path}: ${err.message}`)));
+    socket.once('error', (err) => reject(new Error(`hub: cannot reach the ${what} at ${path}: ${err.message}`)));
   });
   return socketLink(socket);
+}
+
+/** Links to each of `paths`, or none (those made are closed) if one cannot be reached. */
+async function connectAll(what: string, paths: readonly string[]): Promise<Link[]> {
+  const connected = await Promise.allSettled(paths.map((p) => connectThread(what, p)));
+  const failed = connected.find((c): c is PromiseRejectedResult => c.status === 'rejected');
+  if (failed !== undefined) {
+    for (const c of connected) if (c.status === 'fulfilled') c.value.close();
+    throw failed.reason;
+  }
+  return connected.map((c) => (c as PromiseFulfilledResult<Link>).value);
 }
 
 export async function startServer(partial: Partial<ServerConfig> = {}, log: Logger = silentLogger(), options: StartOptions = {}): Promise<RunningServer> {
@@ -71,18 +86,31 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
     let engineDetail = '';
     // What /metrics reads engine figures from: the hub, or in a matcher-only process the matcher.
     let statsSource: { stats(): Promise<HubStats> } | null = null;
-    if (config.hubInParent) {
+    let partitionPaths: string[] = [];
+    if (config.hubInParent && config.hubPartitions.length > 0) {
+      // A gateway of a node whose parent process holds hub partitions: a link to each.
+      const links = await connectAll('hub partition', config.hubPartitions);
+      const h = new PartitionedHub(links.map((l, k) => new LinkedHub(l, { name: `hub partition ${k}` })));
+      hub = h;
+      cleanups.push(() => h.close());
+    } else if (config.hubInParent) {
       // A gateway of a node whose parent process holds the embedded hub.
-      const connected = await Promise.allSettled(config.hubShards.map(connectShard));
-      const failed = connected.find((c): c is PromiseRejectedResult => c.status === 'rejected');
-      if (failed !== undefined) {
-        for (const c of connected) if (c.status === 'fulfilled') c.value.close();
-        throw failed.reason;
-      }
-      const shardLinks = connected.map((c) => (c as PromiseFulfilledResult<Link>).value);
+      const shardLinks = await connectAll('fan-out shard', config.hubShards);
       const h = new LinkedHub(socketLink(new Socket({ fd: HUB_PIPE_FD, readable: true, writable: true })), { shards: shardLinks });
       hub = h;
       cleanups.push(() => h.close());
+    } else if (config.redisUrl === null && config.partitions > 0) {
+      const mlog = log.child({ component: 'matcher' });
+      const parts = await startPartitions(config.partitions, config, mlog, (err) => {
+        // Its devices' subscriptions and logs are gone: stop the node.
+        mlog.fatal({ err }, 'a hub partition died; the node stops');
+        process.exit(1);
+      });
+      cleanups.push(() => parts.stop());
+      hub = parts.hub;
+      partitionPaths = parts.paths;
+      engineDetail = (await hub.stats()).engineDetail;
+      mlog.info({ partitions: config.partitions, mode: 'embedded', durable: false }, `${config.partitions} hub partitions (${engineDetail}); embedded mode keeps all state in memory (not durable)`);
     } else if (config.redisUrl === null) {
       const { engine, detail } = await openEngine(config.engine);
       engineDetail = detail;
@@ -162,6 +190,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
       hub,
       engineDetail,
       deviceStreams,
+      partitionPaths,
       stop: () => (stopped ??= cleanup()),
     };
   } catch (err) {

@@ -46,6 +46,8 @@ describe('api config: configFromEnv', () => {
     [{ AMBIT_FANOUT_SHARDS: '65', AMBIT_GATEWAYS: '4' }, 'config: AMBIT_FANOUT_SHARDS must be an integer in [0, 64], got "65"'],
     [{ AMBIT_FANOUT_SHARDS: '-1' }, 'config: AMBIT_FANOUT_SHARDS must be an integer in [0, 64], got "-1"'],
     [{ AMBIT_HUB_SHARDS: '/tmp/a.sock' }, 'config: AMBIT_HUB_SHARDS must be a JSON array of socket paths (set by a node for its gateway processes), got "/tmp/a.sock"'],
+    [{ AMBIT_HUB_PARTITIONS: '[]' }, 'config: AMBIT_HUB_PARTITIONS must be a JSON array of socket paths (set by a node for its gateway processes), got "[]"'],
+    [{ AMBIT_PARTITIONS: '-1' }, 'config: AMBIT_PARTITIONS must be an integer in [0, 64], got "-1"'],
     [{ AMBIT_HUB_SHARDS: '["", "b"]' }, 'config: AMBIT_HUB_SHARDS must be a JSON array of socket paths (set by a node for its gateway processes), got "[\\"\\", \\"b\\"]"'],
   ];
   for (const [env, message] of bad) {
@@ -125,6 +127,10 @@ describe('api config: checkConfig', () => {
     ['fan-out shards beside Redis', { fanoutShards: 2, gateways: 4, redisUrl: 'redis://r:6379' }, 'config: AMBIT_FANOUT_SHARDS is for an embedded node (without REDIS_URL): with Redis the notification logs live in Redis'],
     ['fan-out shards with one gateway', { fanoutShards: 2 }, 'config: AMBIT_FANOUT_SHARDS=2 needs AMBIT_GATEWAYS >= 2: the shards send notifications to gateway processes'],
     ['shard sockets outside a node', { hubShards: ['/tmp/x.sock'] }, 'config: AMBIT_HUB_SHARDS is for a gateway process of an embedded node (with AMBIT_HUB=parent)'],
+    ['hub partitions beside Redis', { partitions: 2, redisUrl: 'redis://r:6379' }, 'config: AMBIT_PARTITIONS is for an embedded node (without REDIS_URL): with Redis the matcher runs in its own process'],
+    ['hub partitions with fan-out shards', { partitions: 2, fanoutShards: 2, gateways: 2 }, "config: AMBIT_PARTITIONS and AMBIT_FANOUT_SHARDS exclude each other: each partition keeps its devices' notification logs itself"],
+    ['too many hub partitions', { partitions: 65 }, 'config: AMBIT_PARTITIONS must be an integer in [0, 64], got 65'],
+    ['partition sockets outside a node', { hubPartitions: ['/tmp/x.sock'] }, 'config: AMBIT_HUB_PARTITIONS is for a gateway process of an embedded node (with AMBIT_HUB=parent)'],
     ['a fractional number of shards', { fanoutShards: 0.5, gateways: 2 }, 'config: AMBIT_FANOUT_SHARDS must be an integer in [0, 64], got 0.5'],
     ['a fractional number of gateways', { gateways: 1.5 }, 'config: gateways must be an integer in [1, 256], got 1.5'],
     ['no secret outside dev mode', { dev: false }, 'config: AMBIT_TOKEN_SECRET is required (at least 32 bytes), or AMBIT_DEV=1 for a made-up one'],

@@ -122,7 +122,9 @@ class Gen {
   }
 }
 
-describe('api e2e: seeded workload against the reference engine', () => {
+// The same workload on a node with one hub and on one whose hub is split by device over three
+// threads (AMBIT_PARTITIONS), each with its own engine and logs.
+for (const [deployment, config] of [['one hub', {}], ['3 hub partitions', { partitions: 3 }]] as const) describe(`api e2e (${deployment}): seeded workload against the reference engine`, () => {
   let srv: TestServer;
   let clients: Clients;
   const ref = new ReferenceMatcher({ limits: ENGINE_SIDE_LIMITS });
@@ -141,7 +143,7 @@ describe('api e2e: seeded workload against the reference engine', () => {
   const key = (device: string, id: string) => `${device}/${id}`;
 
   before(async () => {
-    srv = await startTestServer();
+    srv = await startTestServer(config);
     clients = srv.clients();
     publisherMd = srv.meta('publisher-1', ['publish']);
     opsMd = srv.meta('ops', ['ops']);

@@ -49,7 +49,7 @@ function alive(pid: number): boolean {
   }
 }
 
-for (const mode of ['redis', 'embedded', 'embedded with 2 fan-out shards'] as const) describe(`gateways (${mode}): one node, two gateway processes on one port`, { skip: (mode === 'redis' && redisServerMissing()) || false, timeout: 120_000 }, () => {
+for (const mode of ['redis', 'embedded', 'embedded with 2 fan-out shards', 'embedded with 3 hub partitions'] as const) describe(`gateways (${mode}): one node, two gateway processes on one port`, { skip: (mode === 'redis' && redisServerMissing()) || false, timeout: 120_000 }, () => {
   let redis: RedisServer | null = null;
   let node: AmbitProcess;
   const open: Clients[] = [];
@@ -64,11 +64,13 @@ for (const mode of ['redis', 'embedded', 'embedded with 2 fan-out shards'] as co
 
   before(async () => {
     if (mode === 'redis') redis = await startRedisServer();
-    const shards: Record<string, string> = mode === 'embedded with 2 fan-out shards' ? { AMBIT_FANOUT_SHARDS: '2' } : {};
+    const shards: Record<string, string> = mode === 'embedded with 2 fan-out shards' ? { AMBIT_FANOUT_SHARDS: '2' } : mode === 'embedded with 3 hub partitions' ? { AMBIT_PARTITIONS: '3' } : {};
     node = await startAmbit({ ...(redis === null ? {} : { REDIS_URL: redis.url }), ...shards, AMBIT_GATEWAYS: '2', AMBIT_TOKEN_SECRET: SECRET, AMBIT_ENGINE: 'fast', AMBIT_METRICS_PORT: '0' }, [], 30_000);
     await node.waitForLog((l) => l.component === 'gateways' && l.gateways === 2, 30_000);
     // The device logs live in the shards: the node said it started them.
     if ('AMBIT_FANOUT_SHARDS' in shards) await node.waitForLog((l) => l.component === 'gateways' && l.shards === 2, 1);
+    // The hub is split over three threads, each with its own engine.
+    if ('AMBIT_PARTITIONS' in shards) for (const k of [0, 1, 2]) await node.waitForLog((l) => l.component === 'partition' && l.partition === k && l.engine === 'fast', 1);
   });
 
   after(async () => {

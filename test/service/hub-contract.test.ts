@@ -14,6 +14,7 @@ import { LinkedHub } from '../../services/hub/linked.js';
 import { portLink } from '../../services/hub/link.js';
 import { InboxStore } from '../../services/hub/inboxes.js';
 import { ShardedFanOut, serveShard } from '../../services/hub/fanout-shard.js';
+import { PartitionedHub } from '../../services/hub/partitioned.js';
 
 runHubContract('embedded', async (setup) => {
   const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }), setup.maxSubscriptionsPerDevice);
@@ -102,6 +103,31 @@ runHubContract('linked, with 3 fan-out shards', async (setup) => {
       for (const p of [hubChannel.port1, ...shardChannels.map((c) => c.port1), ...toShards]) p.close();
       await hub.close();
       for (const s of stores) s.close();
+    },
+  };
+});
+
+// And split by device (AMBIT_PARTITIONS): three embedded hubs, each with its own engine and logs,
+// each behind a link as a gateway reaches a partition's thread, and one PartitionedHub in front.
+runHubContract('partitioned over 3 linked hubs', async (setup) => {
+  const quiet = pino({ level: 'silent' });
+  const parts = Array.from({ length: 3 }, () => {
+    const hub = new EmbeddedHub(new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }), setup.maxSubscriptionsPerDevice), { retention: setup.retention });
+    const { port1, port2 } = new MessageChannel();
+    const server = new HubServer(hub, quiet, hub);
+    server.serve(portLink(port1));
+    return { hub, server, port1, linked: new LinkedHub(portLink(port2), { name: 'hub partition' }) };
+  });
+  const hub = new PartitionedHub(parts.map((p) => p.linked));
+  return {
+    hub,
+    dispose: async () => {
+      await hub.close();
+      for (const p of parts) {
+        p.server.close();
+        p.port1.close();
+        await p.hub.close();
+      }
     },
   };
 });

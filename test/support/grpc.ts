@@ -40,7 +40,7 @@ export async function startTestServer(config: Partial<ServerConfig> = {}): Promi
       done();
     },
   });
-  const server = await startServer({ host: '127.0.0.1', port: 0, metricsPort: 0, engine: 'fast', dev: true, shutdownGraceS: 1, ...config }, rootLogger('warn', sink));
+  const server = await startServer({ host: '127.0.0.1', port: 0, metricsPort: 0, engine: 'fast', dev: true, shutdownGraceS: 1, logLevel: 'warn', ...config }, rootLogger('warn', sink));
   return new TestServer(server, lines);
 }
 
@@ -74,6 +74,7 @@ export async function startHubServer(hub: Hub, secret = 'hub-server-test-secret-
     hub,
     engineDetail: 'test hub',
     deviceStreams: 'http2',
+    partitionPaths: [],
     stop: () =>
       (stopped ??= (async () => {
         gateway.drain();

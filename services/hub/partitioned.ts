@@ -1,0 +1,112 @@
+/**
+ * A hub split by device (AMBIT_PARTITIONS=K): K hubs, each holding the subscriptions, positions,
+ * engine and notification logs of the devices whose id hashes to it (`shardOf`), and one Hub in
+ * front of them. Everything about one device goes to its partition; a publish goes to every
+ * partition, each matches the events against its own devices, and the reached counts add up. On
+ * a node the partitions are threads (services/process/partitions.ts) and the parts here are
+ * LinkedHubs to them, so matching, grouping and storing use K cores and no thread sees every
+ * notification.
+ *
+ * Order: what one gateway sends to a partition arrives in the order sent (one link each), so a
+ * publish sees the moves and subscriptions this gateway made before it, as with one hub.
+ */
+import type { Event, PositionUpdate } from '../../src/model/types.js';
+import { shardOf } from './fanout-shard.js';
+import type { DeviceInfo, DeviceSubscription, Hub, HubStats, Inbox, LocationWriter, PublishResult } from './port.js';
+
+/** Engine figures that are settings or per-item averages: the largest, not the sum, of the parts. */
+const NOT_SUMMED = /Us$|Per|^cpuBelowFilters$/;
+
+export class PartitionedHub implements Hub {
+  readonly mode = 'embedded' as const;
+  readonly forwardsEvents: boolean;
+
+  constructor(private readonly parts: readonly Hub[]) {
+    if (parts.length === 0) throw new Error('hub: a partitioned hub needs at least one partition');
+    this.forwardsEvents = parts.every((p) => p.forwardsEvents === true);
+  }
+
+  get partitions(): number {
+    return this.parts.length;
+  }
+
+  /** The partition holding `device`. */
+  of(device: string): Hub {
+    return this.parts[shardOf(device, this.parts.length)];
+  }
+
+  addSubscription(device: string, sub: DeviceSubscription): Promise<void> {
+    return this.of(device).addSubscription(device, sub);
+  }
+
+  replaceSubscription(device: string, sub: DeviceSubscription): Promise<void> {
+    return this.of(device).replaceSubscription(device, sub);
+  }
+
+  removeSubscription(device: string, subscriptionId: string): Promise<void> {
+    return this.of(device).removeSubscription(device, subscriptionId);
+  }
+
+  listSubscriptions(device: string): Promise<DeviceSubscription[]> {
+    return this.of(device).listSubscriptions(device);
+  }
+
+  deviceInfo(device: string): Promise<DeviceInfo> {
+    return this.of(device).deviceInfo(device);
+  }
+
+  async updateLocations(updates: readonly PositionUpdate[]): Promise<void> {
+    const n = this.parts.length;
+    const by: PositionUpdate[][] = Array.from({ length: n }, () => []);
+    for (const u of updates) by[shardOf(u.device, n)].push(u);
+    await Promise.all(by.map((us, k) => (us.length === 0 ? undefined : this.parts[k].updateLocations(us))));
+  }
+
+  locationWriter(device: string): LocationWriter {
+    return this.of(device).locationWriter(device);
+  }
+
+  async publish(events: readonly Event[]): Promise<PublishResult[]> {
+    const each = await Promise.all(this.parts.map((p) => p.publish(events)));
+    const out = each[0].map((r) => ({ eventId: r.eventId, reached: r.reached }));
+    for (let k = 1; k < each.length; k++) {
+      const rs = each[k];
+      for (let i = 0; i < out.length; i++) out[i].reached += rs[i].reached;
+    }
+    return out;
+  }
+
+  openInbox(device: string, resumeAfter: string | null): Promise<Inbox> {
+    return this.of(device).openInbox(device, resumeAfter);
+  }
+
+  /**
+   * The node's figures: counts and sizes add up over the partitions; every partition sees every
+   * event, so events published is the largest count of any (they agree once all have applied).
+   */
+  async stats(): Promise<HubStats> {
+    const all = await Promise.all(this.parts.map((p) => p.stats()));
+    const s: HubStats = { ...all[0], extra: { ...all[0].extra, partitions: all.length } };
+    for (let k = 1; k < all.length; k++) {
+      const t = all[k];
+      s.subscriptions += t.subscriptions;
+      s.filters += t.filters;
+      s.devices += t.devices;
+      s.notifications += t.notifications;
+      s.locationUpdates += t.locationUpdates;
+      s.notificationsDropped += t.notificationsDropped;
+      s.engineMemoryBytes += t.engineMemoryBytes;
+      s.eventsPublished = Math.max(s.eventsPublished, t.eventsPublished);
+      for (const [key, v] of Object.entries(t.extra)) {
+        const had = s.extra[key];
+        if (typeof v !== 'number' || typeof had !== 'number') continue;
+        s.extra[key] = NOT_SUMMED.test(key) ? Math.max(had, v) : had + v;
+      }
+    }
+    return s;
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.parts.map((p) => p.close()));
+  }
+}
