@@ -256,7 +256,7 @@ export class ShardedFanOut implements HubFanOut {
  */
 export function serveShard(store: InboxStore, link: Link, log: Logger): () => void {
   const fanout = store.fanout;
-  const cache = new EventCache(1024);
+  const cache = new EventCache();
   const matches = new MatchGrouper((device, event, ids, ms) => fanout.store(device, event, ids, ms));
   // One STORED per turn, however many frames the turn read.
   const out: Outbox = new Outbox(link, () => {

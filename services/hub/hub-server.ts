@@ -9,7 +9,7 @@
 import type { Logger } from 'pino';
 import type { Event } from '../../src/model/types.js';
 import type { Delivery, DrainableInbox, Hub, LocationWriter, PublishResult } from './port.js';
-import { type CallArgs, CALL_OPS, type CallOp, FrameReader, type FrameWriter, G, H, type Link, Outbox, readEvent, toWire, writeEventRecord } from './link.js';
+import { type CallArgs, CALL_OPS, type CallOp, FrameReader, type FrameWriter, G, H, type Link, Outbox, readPublished, toWire, writeEventRecord } from './link.js';
 
 /** Where a served link's inboxes open: the embedded hub, or a fan-out shard's store. */
 export interface InboxSource {
@@ -199,7 +199,7 @@ export class HubServer {
           const i = r.u32();
           const n = r.u32();
           const events = new Array<Event>(n);
-          for (let k = 0; k < n; k++) events[k] = readEvent(r);
+          for (let k = 0; k < n; k++) events[k] = readPublished(r);
           if (served === null) return fail(i, new Error('hub link: publish goes to the hub, not to a fan-out shard'));
           served.publish(events).then((rs) => published(i, rs), (err: unknown) => fail(i, err));
           return;

@@ -449,16 +449,26 @@ export function encodedEvent(e: Event): Buffer {
 }
 
 /**
- * Each event published on a node has a number there, given by the hub's thread (the one that
- * publishes) and kept by a fan-out shard for the events it receives (`EventCache.read` adopts
- * it). A gateway that gets an event again, in another frame or from another shard, finds the
- * object it decoded the first time: the event is decoded, converted and encoded for its devices
- * once, not once per frame.
+ * Each event published on a node has a number there, given by the gateway process that accepted
+ * it (its origin, unique among the node's gateway processes, in the high bits; a count in the low
+ * 32) and carried with it on every link: the hub, its partitions and its fan-out shards keep it
+ * (`readPublished`, `EventCache.read`). A gateway that gets an event again, in another frame or
+ * from another shard or partition, finds the object it decoded the first time: the event is
+ * decoded, converted and encoded for its devices once, not once per frame.
  */
 const eventNumbers = new WeakMap<Event, number>();
+const ORIGIN_UNIT = 2 ** 32;
+/** Origins a node may number events with (the number stays an exact double). */
+export const MAX_EVENT_ORIGIN = 2 ** 20;
 let nextEventNumber = 1;
 
-function eventNumber(e: Event): number {
+/** Numbers this process's events from `origin` on (a gateway process of a node: its own origin). */
+export function setEventOrigin(origin: number): void {
+  if (!Number.isSafeInteger(origin) || origin < 0 || origin >= MAX_EVENT_ORIGIN) throw new RangeError(`event origin ${origin} outside [0, ${MAX_EVENT_ORIGIN})`);
+  nextEventNumber = origin * ORIGIN_UNIT + 1;
+}
+
+export function eventNumber(e: Event): number {
   let n = eventNumbers.get(e);
   if (n === undefined) {
     n = nextEventNumber++;
@@ -477,18 +487,81 @@ export function writeEventRecord(w: FrameWriter, ref: number, e: Event): void {
   w.raw(b);
 }
 
-/** The events a reader received lately, by their number in the node (oldest dropped first). */
-export class EventCache {
-  private readonly recent = new Map<number, Event>();
+/** Writes a published event: its number, then the event (encoded once for every link it goes on). */
+export function writePublished(w: FrameWriter, e: Event): void {
+  w.f64(eventNumber(e));
+  w.raw(encodedEvent(e));
+}
 
-  constructor(private readonly max = 8192) {}
+/** Reads what `writePublished` wrote; the event keeps its number and its bytes for the links it goes on. */
+export function readPublished(r: FrameReader): Event {
+  const n = r.f64();
+  const start = r.o;
+  const e = readEvent(r);
+  eventNumbers.set(e, n);
+  eventBytes.set(e, Buffer.from(r.b.subarray(start, r.o)));
+  return e;
+}
+
+/** Events a cache keeps per origin (a power of two): the newest of each slot. */
+const RING = 1024;
+
+/** One origin's events lately received, each in the slot of its count. */
+interface Ring {
+  readonly ns: Float64Array;
+  readonly es: (Event | undefined)[];
+}
+
+/**
+ * The events a reader received lately, by their number in the node: per origin, a ring of the
+ * newest in each slot (an event that lost its slot is decoded again if it comes again). Shared by
+ * the links of one gateway (one per hub partition), so an event is decoded once per process.
+ */
+export class EventCache {
+  private readonly rings = new Map<number, Ring>();
+  private lastOrigin = -1;
+  private last: Ring | null = null;
+
+  /** `maxOrigins`: origins it keeps rings for (the oldest ring goes first). */
+  constructor(private readonly maxOrigins = 1024) {}
+
+  private ring(n: number, make: boolean): Ring | null {
+    const origin = Math.floor(n / ORIGIN_UNIT);
+    if (origin === this.lastOrigin) return this.last;
+    let ring = this.rings.get(origin) ?? null;
+    if (ring === null) {
+      if (!make) return null;
+      ring = { ns: new Float64Array(RING).fill(-1), es: new Array<Event | undefined>(RING).fill(undefined) };
+      this.rings.set(origin, ring);
+      if (this.rings.size > this.maxOrigins) this.rings.delete(this.rings.keys().next().value as number);
+    }
+    this.lastOrigin = origin;
+    this.last = ring;
+    return ring;
+  }
+
+  /** The event numbered `n`, if it is still here. */
+  get(n: number): Event | undefined {
+    const ring = this.ring(n, false);
+    if (ring === null) return undefined;
+    const slot = n % RING;
+    return ring.ns[slot] === n ? ring.es[slot] : undefined;
+  }
+
+  /** Keeps `e` (numbered `n`). */
+  remember(n: number, e: Event): void {
+    const ring = this.ring(n, true)!;
+    const slot = n % RING;
+    ring.ns[slot] = n;
+    ring.es[slot] = e;
+  }
 
   /** Reads an H.EVENT record (its tag already read): the frame's number for it and the event. */
   read(r: FrameReader): [ref: number, e: Event] {
     const ref = r.u32();
     const n = r.f64();
     const len = r.u32();
-    const known = this.recent.get(n);
+    const known = this.get(n);
     if (known !== undefined) {
       r.o += len;
       return [ref, known];
@@ -497,8 +570,7 @@ export class EventCache {
     const e = readEvent(r);
     if (r.o !== end) throw new Error(`event record of ${len} bytes read as ${len + r.o - end}`);
     eventNumbers.set(e, n);
-    this.recent.set(n, e);
-    if (this.recent.size > this.max) this.recent.delete(this.recent.keys().next().value as number);
+    this.remember(n, e);
     return [ref, e];
   }
 }

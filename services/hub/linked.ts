@@ -9,7 +9,7 @@ import type { Event, PositionUpdate } from '../../src/model/types.js';
 import { type Delivery, type DeviceInfo, type DeviceSubscription, type DrainableInbox, type Hub, type HubStats, type Inbox, type LocationWriter, type PublishResult, compareDeliveryIds } from './port.js';
 import { CoalescedWriter, type WriterOwner } from './coalesced-writer.js';
 import { shardOf } from './fanout-shard.js';
-import { type CallArgs, CALL_OPS, type CallOp, EventCache, FrameReader, type FrameWriter, G, H, type Link, Outbox, type WireError, fromWire, writeEvent } from './link.js';
+import { type CallArgs, CALL_OPS, type CallOp, EventCache, FrameReader, type FrameWriter, G, H, type Link, Outbox, type WireError, eventNumber, fromWire, writePublished } from './link.js';
 
 interface Pending {
   resolve(v: unknown): void;
@@ -158,6 +158,8 @@ export interface LinkedHubOptions {
   shards?: readonly Link[];
   /** What the hub's end is called in the error once it is gone ('the node process holding the hub'). */
   name?: string;
+  /** The events lately received, shared with the process's other links (a hub partition's each). */
+  events?: EventCache;
 }
 
 export class LinkedHub implements Hub, WriterOwner<number> {
@@ -172,7 +174,7 @@ export class LinkedHub implements Hub, WriterOwner<number> {
   private readonly outs: Outbox[];
   private readonly pending = new Map<number, Pending>();
   /** Events lately received, so one that comes again is the same object (encoded once for the devices). */
-  private readonly events = new EventCache();
+  private readonly events: EventCache;
   private readonly inboxes = new Map<number, LinkedInbox>();
   private nextRequest = 1;
   private nextWriter = 1;
@@ -191,6 +193,7 @@ export class LinkedHub implements Hub, WriterOwner<number> {
     this.window = options.window ?? DEFAULT_WINDOW;
     this.maxFleetWriters = options.maxFleetWriters ?? MAX_FLEET_WRITERS;
     this.shardLinks = options.shards ?? [];
+    this.events = options.events ?? new EventCache();
     const links = [link, ...this.shardLinks];
     this.dues = links.map(() => []);
     this.outs = links.map((l, k) => new Outbox(l, k === 0 ? () => this.writeCoalesced() : () => this.writeDues(k)));
@@ -434,7 +437,11 @@ export class LinkedHub implements Hub, WriterOwner<number> {
       w.u8(G.PUB);
       w.u32(i);
       w.u32(events.length);
-      for (const e of events) writeEvent(w, e);
+      for (const e of events) {
+        writePublished(w, e);
+        // Its pushes back to this gateway find it without decoding it.
+        this.events.remember(eventNumber(e), e);
+      }
     });
   }
 

@@ -12,6 +12,8 @@
  */
 import type { Event, PositionUpdate } from '../../src/model/types.js';
 import { shardOf } from './fanout-shard.js';
+import { EventCache, type Link } from './link.js';
+import { LinkedHub } from './linked.js';
 import type { DeviceInfo, DeviceSubscription, Hub, HubStats, Inbox, LocationWriter, PublishResult } from './port.js';
 
 /** Engine figures that are settings or per-item averages: the largest, not the sum, of the parts. */
@@ -109,4 +111,13 @@ export class PartitionedHub implements Hub {
   async close(): Promise<void> {
     await Promise.all(this.parts.map((p) => p.close()));
   }
+}
+
+/**
+ * A gateway's hub on a node with hub partitions: a LinkedHub on the link to each, sharing one
+ * cache of received events, so an event pushed by several partitions is decoded once.
+ */
+export function linkedPartitions(links: readonly Link[]): PartitionedHub {
+  const events = new EventCache();
+  return new PartitionedHub(links.map((l, k) => new LinkedHub(l, { name: `hub partition ${k}`, events })));
 }

@@ -7,6 +7,7 @@ import { DEFAULT_RETENTION, type Retention } from '../hub/embedded.js';
 import { ENGINE_CHOICES, type EngineChoice } from '../matcher/engine.js';
 import { LOG_LEVELS } from './log.js';
 import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE } from '../hub/port.js';
+import { MAX_EVENT_ORIGIN } from '../hub/link.js';
 
 export type Role = 'all' | 'gateway' | 'matcher';
 
@@ -59,6 +60,8 @@ export interface ServerConfig {
   partitions: number;
   /** A gateway process of a node with hub partitions: where each partition listens (set by gateways.ts). */
   hubPartitions: string[];
+  /** A gateway process of an embedded node: the origin its events are numbered from, unique in the node (set by gateways.ts). */
+  eventOrigin: number;
   /**
    * Who carries device streams (`DeviceService.Connect`): 'http2', the gateway on the HTTP/2
    * stream itself (services/edge/h2-device-stream.ts), or 'grpc-js', as every other method.
@@ -98,6 +101,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   hubShards: [],
   partitions: 0,
   hubPartitions: [],
+  eventOrigin: 0,
   deviceStreams: 'http2',
   directWrites: true,
 });
@@ -168,6 +172,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
   c.hubShards = socketPaths('AMBIT_HUB_SHARDS', str('AMBIT_HUB_SHARDS')) ?? c.hubShards;
   c.partitions = int('AMBIT_PARTITIONS', 0, MAX_PARTITIONS) ?? c.partitions;
   c.hubPartitions = socketPaths('AMBIT_HUB_PARTITIONS', str('AMBIT_HUB_PARTITIONS')) ?? c.hubPartitions;
+  c.eventOrigin = int('AMBIT_EVENT_ORIGIN', 0, MAX_EVENT_ORIGIN - 1) ?? c.eventOrigin;
   return c;
 }
 
@@ -209,6 +214,7 @@ export function checkConfig(c: ServerConfig): void {
   if (c.partitions > 0 && c.redisUrl !== null) throw new Error('config: AMBIT_PARTITIONS is for an embedded node (without REDIS_URL): with Redis the matcher runs in its own process');
   if (c.partitions > 0 && c.fanoutShards > 0) throw new Error('config: AMBIT_PARTITIONS and AMBIT_FANOUT_SHARDS exclude each other: each partition keeps its devices\' notification logs itself');
   if (c.hubPartitions.length > 0 && !c.hubInParent) throw new Error('config: AMBIT_HUB_PARTITIONS is for a gateway process of an embedded node (with AMBIT_HUB=parent)');
+  if (!Number.isSafeInteger(c.eventOrigin) || c.eventOrigin < 0 || c.eventOrigin >= MAX_EVENT_ORIGIN) throw new Error(`config: AMBIT_EVENT_ORIGIN must be an integer in [0, ${MAX_EVENT_ORIGIN - 1}], got ${String(c.eventOrigin)}`);
   if (c.hubPartitions.length > 0 && c.hubShards.length > 0) throw new Error('config: AMBIT_HUB_PARTITIONS and AMBIT_HUB_SHARDS exclude each other');
   const cap = c.maxSubscriptionsPerDevice;
   if (!Number.isSafeInteger(cap) || cap < 1) throw new Error(`config: maxSubscriptionsPerDevice must be an integer >= 1, got ${String(cap)}`);

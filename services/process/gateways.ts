@@ -77,6 +77,8 @@ export async function startGatewayNode(config: ServerConfig, env: NodeJS.Process
   const partitionPaths = matcher?.partitionPaths ?? [];
   const n = config.gateways;
   const base = config.metricsPort;
+  /** Each started worker numbers its events from an origin no other worker of this node had. */
+  let origins = 0;
   const workerEnv = (i: number): NodeJS.ProcessEnv => ({
     ...env,
     AMBIT_ROLE: 'gateway',
@@ -91,6 +93,7 @@ export async function startGatewayNode(config: ServerConfig, env: NodeJS.Process
     // Each worker's own /metrics: the port after the matcher's, one per worker (0: any free one).
     AMBIT_METRICS_PORT: base === null ? 'off' : base === 0 ? '0' : String(base + 1 + i),
     AMBIT_GATEWAY_INDEX: String(i),
+    AMBIT_EVENT_ORIGIN: String(++origins),
   });
   // Workers get their settings from the environment only (flags were applied to `env`).
   // Without Redis each worker gets a private pipe to the hub (its fd 4, HUB_PIPE_FD), unless the

@@ -7,9 +7,8 @@
  * devices' state with it, so the node stops (embedded state is not durable anyway).
  */
 import type { Logger } from 'pino';
-import { LinkedHub } from '../hub/linked.js';
 import { portLink } from '../hub/link.js';
-import { PartitionedHub } from '../hub/partitioned.js';
+import { type PartitionedHub, linkedPartitions } from '../hub/partitioned.js';
 import type { Retention } from '../matcher/fanout.js';
 import type { EngineChoice } from '../matcher/engine.js';
 import { type PoolThreadData, startThreadPool } from './thread-pool.js';
@@ -46,7 +45,7 @@ export async function startPartitions(count: number, s: PartitionSettings, log: 
     onDeath,
   );
   log.info({ partitions: count, dir: pool.dir }, `${count} hub partitions listening`);
-  const hub = new PartitionedHub(pool.ports.map((p, k) => new LinkedHub(portLink(p), { name: `hub partition ${k}` })));
+  const hub = linkedPartitions(pool.ports.map((p) => portLink(p)));
   return {
     hub,
     paths: pool.paths,

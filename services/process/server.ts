@@ -16,10 +16,10 @@ import { openEngine } from '../matcher/engine.js';
 import { Gateway } from '../edge/gateway.js';
 import type { Hub, HubStats } from '../hub/port.js';
 import { LinkedHub } from '../hub/linked.js';
-import { PartitionedHub } from '../hub/partitioned.js';
+import { linkedPartitions } from '../hub/partitioned.js';
 import { startPartitions } from './partitions.js';
 import { Socket, connect } from 'node:net';
-import { HUB_PIPE_FD, type Link, socketLink } from '../hub/link.js';
+import { HUB_PIPE_FD, type Link, setEventOrigin, socketLink } from '../hub/link.js';
 import type { HubFanOut } from '../hub/embedded.js';
 import { type Logger, silentLogger } from './log.js';
 import { MatchCore } from '../matcher/core.js';
@@ -87,10 +87,11 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
     // What /metrics reads engine figures from: the hub, or in a matcher-only process the matcher.
     let statsSource: { stats(): Promise<HubStats> } | null = null;
     let partitionPaths: string[] = [];
+    // A gateway process numbers the events it accepts from its own origin (unique in the node).
+    if (config.hubInParent) setEventOrigin(config.eventOrigin);
     if (config.hubInParent && config.hubPartitions.length > 0) {
       // A gateway of a node whose parent process holds hub partitions: a link to each.
-      const links = await connectAll('hub partition', config.hubPartitions);
-      const h = new PartitionedHub(links.map((l, k) => new LinkedHub(l, { name: `hub partition ${k}` })));
+      const h = linkedPartitions(await connectAll('hub partition', config.hubPartitions));
       hub = h;
       cleanups.push(() => h.close());
     } else if (config.hubInParent) {

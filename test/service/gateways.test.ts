@@ -94,10 +94,13 @@ for (const mode of ['redis', 'embedded', 'embedded with 2 fan-out shards', 'embe
     assert.equal(counts[0] + counts[1], DEVICES.length, `connected devices per worker: ${counts.join(', ')}`);
     assert.ok(counts[0] > 0 && counts[1] > 0, `both workers hold streams: ${counts.join(', ')}`);
 
-    const pub = channel();
-    assert.equal((await publish(pub, accident('ev-1'))).reached, BigInt(DEVICES.length));
-    const first = await Promise.all(devices.map(async (s) => (await s.notifications(1, 10_000))[0]));
-    for (const n of first) assert.equal(n.event?.id, 'ev-1');
+    // Four events, each over a connection of its own: the cluster hands them to both workers, and
+    // each device gets each one (events numbered by two processes never pass for one another).
+    const ids = ['ev-1a', 'ev-1b', 'ev-1c', 'ev-1d'];
+    for (const id of ids) assert.equal((await publish(channel(), accident(id))).reached, BigInt(DEVICES.length));
+    const got = await Promise.all(devices.map((s) => s.notifications(ids.length, 10_000)));
+    for (const ns of got) assert.deepEqual(ns.map((n) => n.event?.id), ids);
+    const first = got.map((ns) => ns[ids.length - 1]);
     devices.forEach((s, i) => s.ack(first[i].deliveryId));
     await Promise.all(devices.map((s) => s.sync()));
 

@@ -15,7 +15,9 @@ import type { Event } from '../../src/model/types.js';
 import { CPU_ENGINES } from '../../src/engines/index.js';
 import { EmbeddedHub } from '../../services/hub/embedded.js';
 import { HubServer } from '../../services/hub/hub-server.js';
-import { FrameReader, FrameWriter, fromWire, portLink, readEvent, socketLink, toWire, writeEvent } from '../../services/hub/link.js';
+import { EventCache, FrameReader, FrameWriter, fromWire, portLink, readEvent, socketLink, toWire, writeEvent } from '../../services/hub/link.js';
+import { type PartitionedHub, linkedPartitions } from '../../services/hub/partitioned.js';
+import { shardOf } from '../../services/hub/fanout-shard.js';
 import { toBinary } from '@bufbuild/protobuf';
 import { EventSchema } from '../../api/gen/ambit/v1/types_pb.js';
 import { fromEvent } from '../../services/edge/convert.js';
@@ -46,15 +48,21 @@ function roundTrip(e: Event): Event {
 }
 
 /** An embedded hub served over a MessageChannel to its gateway side; `port` is the gateway's raw end. */
-async function withLinked(options: LinkedHubOptions, run: (linked: LinkedHub, hub: EmbeddedHub, port: MessagePort) => Promise<void>): Promise<void> {
+async function withLinked(options: LinkedHubOptions, run: (linked: LinkedHub, hub: EmbeddedHub, port: MessagePort, other: LinkedHub) => Promise<void>): Promise<void> {
   const hub = new EmbeddedHub(new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS })));
+  const server = new HubServer(hub, pino({ level: 'silent' }), hub);
   const { port1, port2 } = new MessageChannel();
-  new HubServer(hub, pino({ level: 'silent' }), hub).serve(portLink(port1));
+  server.serve(portLink(port1));
   const linked = new LinkedHub(portLink(port2), options);
+  // Another gateway of the node, on a link of its own.
+  const second = new MessageChannel();
+  server.serve(portLink(second.port1));
+  const other = new LinkedHub(portLink(second.port2));
   try {
-    await run(linked, hub, port2);
+    await run(linked, hub, port2, other);
   } finally {
     await linked.close();
+    await other.close();
     await hub.close();
   }
 }
@@ -121,19 +129,89 @@ describe('hub link', () => {
   });
 
   it('a gateway delivers the API bytes its publisher encoded: each event is encoded once on the node', async () => {
-    await withLinked({}, async (linked) => {
+    await withLinked({}, async (linked, _hub, _port, other) => {
       assert.equal(linked.forwardsEvents, true);
       await linked.addSubscription('a', { id: 'all', filters: [{ constraints: [] }] });
-      const box = await linked.openInbox('a', null);
+      const box = await other.openInbox('a', null);
       const sent: Event = { id: 'enc', lat: 3, lon: 4, radiusM: 50, attributes: { n: 7, s: 'x', b: true } };
       const bytes = encodedEvent(sent);
       await linked.publish([sent]);
       const [d] = await box.pull(10);
-      assert.notEqual(d.event, sent, 'decoded from the link');
+      assert.notEqual(d.event, sent, 'decoded from the link by the other gateway');
       assert.deepEqual(Buffer.from(apiEventBytes.get(d.event)!), Buffer.from(bytes), 'the publisher\'s bytes came with it');
       assert.deepEqual(Buffer.from(toBinary(EventSchema, fromEvent(d.event))), Buffer.from(bytes), 'and they are what encoding the delivered event gives');
       box.close();
+      // The publishing gateway's own devices get the object it published: nothing to decode.
+      const mine = await linked.openInbox('a', null);
+      const [again] = await mine.pull(10);
+      assert.equal(again.event, sent);
+      mine.close();
     });
+  });
+
+  it('the event cache keeps events apart by origin and slot, and decodes again what it let go', () => {
+    const record = (n: number, e: Event): FrameReader => {
+      const inner = new FrameWriter();
+      writeEvent(inner, e);
+      const b = inner.take();
+      const w = new FrameWriter();
+      w.u32(0);
+      w.f64(n);
+      w.u32(b.length);
+      w.raw(b);
+      return new FrameReader(w.take());
+    };
+    const ev = (id: string): Event => ({ id, lat: 1, lon: 2, attributes: { id } });
+    const cache = new EventCache(2);
+    const ORIGIN = 2 ** 32;
+    const [, a] = cache.read(record(1, ev('a')));
+    const [, b] = cache.read(record(ORIGIN + 1, ev('b')));
+    assert.deepEqual([a.id, b.id], ['a', 'b'], 'the same count from two origins: two events');
+    assert.equal(cache.read(record(1, ev('ignored')))[1], a, 'a number it holds is not decoded again');
+    assert.equal(cache.get(ORIGIN + 1), b);
+    // Same origin, same slot (the ring holds 1024): the newer one takes it.
+    const [, c] = cache.read(record(1 + 1024, ev('c')));
+    assert.equal(cache.get(1), undefined, 'a let go');
+    assert.equal(cache.get(1 + 1024), c);
+    const [, a2] = cache.read(record(1, ev('a')));
+    assert.notEqual(a2, a, 'decoded again');
+    assert.deepEqual(a2, a);
+    // A third origin: the oldest origin's ring goes (two kept).
+    cache.read(record(2 * ORIGIN + 5, ev('d')));
+    assert.equal(cache.get(1), undefined);
+    assert.equal(cache.get(ORIGIN + 1), b);
+    assert.equal(cache.get(2 * ORIGIN + 5)?.id, 'd');
+  });
+
+  it('a gateway decodes an event once however many hub partitions push it', async () => {
+    const quiet = pino({ level: 'silent' });
+    const hubs = [0, 1, 2].map(() => new EmbeddedHub(new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }))));
+    const servers = hubs.map((h) => new HubServer(h, quiet, h));
+    const gateway = (): PartitionedHub =>
+      linkedPartitions(servers.map((srv) => {
+        const { port1, port2 } = new MessageChannel();
+        srv.serve(portLink(port1));
+        return portLink(port2);
+      }));
+    const [publisher, receiver] = [gateway(), gateway()];
+    try {
+      // Devices until every partition holds some.
+      const devices: string[] = [];
+      for (let i = 0; new Set(devices.map((d) => shardOf(d, 3))).size < 3 || devices.length < 6; i++) devices.push(`dev-${i}`);
+      for (const d of devices) await publisher.addSubscription(d, { id: 'all', filters: [{ constraints: [] }] });
+      const boxes = await Promise.all(devices.map((d) => receiver.openInbox(d, null)));
+      const sent: Event = { id: 'once', lat: 0, lon: 0, attributes: {} };
+      assert.deepEqual(await publisher.publish([sent]), [{ eventId: 'once', reached: devices.length }]);
+      const got = await Promise.all(boxes.map(async (b) => (await b.pull(10))[0].event));
+      assert.notEqual(got[0], sent);
+      for (const e of got) assert.equal(e, got[0], 'one object for every partition\'s push');
+      for (const b of boxes) b.close();
+    } finally {
+      await publisher.close();
+      await receiver.close();
+      for (const srv of servers) srv.close();
+      for (const h of hubs) await h.close();
+    }
   });
 
   it('keeps an error\'s code, field and rule', () => {
