@@ -35,6 +35,8 @@ export async function startThreadPool<D extends object>(what: string, script: UR
   const dir = mkdtempSync(join(tmpdir(), 'ambit-threads-'));
   const workers: Worker[] = [];
   const ports: MessagePort[] = [];
+  /** Threads that have not exited (stop waits for these only). */
+  const running = new Set<Worker>();
   let stopping = false;
   const paths = Array.from({ length: count }, (_, k) => join(dir, `${k}.sock`));
   try {
@@ -44,8 +46,10 @@ export async function startThreadPool<D extends object>(what: string, script: UR
         const own: PoolThreadData = { index, socketPath, logLevel };
         const w = new Worker(script, { workerData: { ...data(index), ...own, port: port2 }, transferList: [port2] });
         workers.push(w);
+        running.add(w);
         ports.push(port1);
         w.once('exit', (code) => {
+          running.delete(w);
           if (!stopping) onDeath(new Error(`${what} ${index} exited (${code})`));
         });
         return new Promise<void>((resolve, reject) => {
@@ -72,7 +76,7 @@ export async function startThreadPool<D extends object>(what: string, script: UR
       if (stopping) return;
       stopping = true;
       await Promise.all(
-        workers.map(
+        [...running].map(
           (w) =>
             new Promise<void>((resolve) => {
               // A thread that does not stop within 5 s is terminated.
