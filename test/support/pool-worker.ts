@@ -1,23 +1,29 @@
 /**
  * A thread for the thread-pool test (test/service/thread-pool.test.ts): listens on its socket
  * like a fan-out shard or a hub partition, answers a connection with its index, exits with code
- * 3 on 'die' (sent on its link), stops on 'stop', and with `failBeforeListening` throws before it listens.
+ * 3 on 'die' (sent on its link), stops on 'stop', and with `failBeforeListening` throws before it
+ * listens.
  */
 import { createServer } from 'node:net';
 import { type MessagePort, parentPort, workerData } from 'node:worker_threads';
 
-const data = workerData as { index: number; socketPath: string; port: MessagePort; failBeforeListening?: number };
-if (data.failBeforeListening === data.index) throw new Error(`thread ${data.index} cannot start`);
-const server = createServer((socket) => socket.end(`thread ${data.index}`));
-server.listen(data.socketPath, () => parentPort!.postMessage({ listening: true }));
-// 'die' comes on the thread's link (the pool's port to it), 'stop' from the pool.
-data.port.on('message', (m: unknown) => {
-  if (m === 'die') process.exit(3);
-});
-parentPort!.on('message', (m: unknown) => {
-  if (m === 'stop') {
-    server.close();
-    data.port.close();
-    parentPort!.close();
-  }
-});
+function startThread(pool: NonNullable<typeof parentPort>): void {
+  const data = workerData as { index: number; socketPath: string; port: MessagePort; failBeforeListening?: number };
+  if (data.failBeforeListening === data.index) throw new Error(`thread ${data.index} cannot start`);
+  const server = createServer((socket) => socket.end(`thread ${data.index}`));
+  server.listen(data.socketPath, () => pool.postMessage({ listening: true }));
+  // 'die' comes on the thread's link (the pool's port to it), 'stop' from the pool.
+  data.port.on('message', (m: unknown) => {
+    if (m === 'die') process.exit(3);
+  });
+  pool.on('message', (m: unknown) => {
+    if (m === 'stop') {
+      server.close();
+      data.port.close();
+      pool.close();
+    }
+  });
+}
+
+// The test runner also loads every file under test/ on its own: outside a pool's thread this does nothing.
+if (parentPort !== null) startThread(parentPort);
