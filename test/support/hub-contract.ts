@@ -65,11 +65,33 @@ export async function addPing(hub: Hub, device: string): Promise<void> {
   await hub.addSubscription(device, sub('ping', anywhere(eq('ping', device))));
 }
 
+/** How long a pull the contract expects an answer to may wait before the test fails. */
+const PULL_WAIT_MS = 10_000;
+
+/**
+ * One pull that the contract expects to be answered: one that is not, within PULL_WAIT_MS,
+ * closes the inbox and fails the test, so the hub is disposed of instead of a test hanging.
+ */
+export async function pullOnce(inbox: Inbox, max: number): Promise<Delivery[]> {
+  let timer: NodeJS.Timeout | undefined;
+  const never = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      inbox.close();
+      reject(new Error(`no notification came within ${PULL_WAIT_MS} ms`));
+    }, PULL_WAIT_MS);
+  });
+  try {
+    return await Promise.race([inbox.pull(max), never]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** Pulls until `n` notifications arrived (each pull may return fewer). */
 export async function pullN(inbox: Inbox, n: number): Promise<Delivery[]> {
   const out: Delivery[] = [];
   while (out.length < n) {
-    const got = await inbox.pull(n - out.length);
+    const got = await pullOnce(inbox, n - out.length);
     assert.ok(got.length > 0, `pull ended after ${out.length} of ${n} notifications`);
     out.push(...got);
   }
@@ -83,7 +105,7 @@ export async function drain(hub: Hub, inbox: Inbox, device: string): Promise<Del
   assert.equal(r.reached, 1, `the ping of ${device} reaches its ping subscription only`);
   const out: Delivery[] = [];
   for (;;) {
-    const got = await inbox.pull(100);
+    const got = await pullOnce(inbox, 100);
     assert.ok(got.length > 0, `inbox of ${device} ended before its ping`);
     for (const d of got) {
       if (d.event.id === ping.id) return out;
@@ -287,7 +309,7 @@ export function runHubContract(name: string, makeHub: MakeHub, options: { timeou
         // Later notifications continue the same order.
         const e6 = event({ i: 6 });
         await hub.publish([e6]);
-        const [sixth] = await again.pull(10);
+        const [sixth] = await pullOnce(again, 10);
         assert.equal(sixth.event.id, e6.id);
         assert.ok(compareDeliveryIds(got[4].deliveryId, sixth.deliveryId) < 0);
         // Acks in one turn, out of order: the ack point is the highest of them.
@@ -315,7 +337,7 @@ export function runHubContract(name: string, makeHub: MakeHub, options: { timeou
         const future = await hub.openInbox('fay', `${Date.now() + 1000}-999999`);
         assert.equal(future.resumeToken, '');
         assert.equal(future.missed, 0);
-        assert.equal((await future.pull(1))[0].deliveryId, all[0].deliveryId);
+        assert.equal((await pullOnce(future, 1))[0].deliveryId, all[0].deliveryId);
         future.close();
       }));
 
@@ -324,7 +346,7 @@ export function runHubContract(name: string, makeHub: MakeHub, options: { timeou
         await hub.addSubscription('gus', sub('all', anywhere()));
         await hub.publish([event({ i: 1 })]);
         const box = await hub.openInbox('gus', null);
-        const [one] = await box.pull(10);
+        const [one] = await pullOnce(box, 10);
         await box.ack(one.deliveryId);
         box.close();
         const later = [2, 3, 4, 5, 6].map((i) => event({ i }));
