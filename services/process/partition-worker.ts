@@ -4,15 +4,15 @@
  * MessagePort to the node's main thread and on a Unix socket to its gateway processes
  * (HubServer, inboxes included).
  */
-import { createServer, type Socket } from 'node:net';
 import { type MessagePort, parentPort, workerData } from 'node:worker_threads';
 import { EmbeddedHub } from '../hub/embedded.js';
 import { HubServer } from '../hub/hub-server.js';
-import { portLink, socketLink } from '../hub/link.js';
+import { portLink } from '../hub/link.js';
 import { MatchCore } from '../matcher/core.js';
 import { openEngine } from '../matcher/engine.js';
 import type { PartitionWorkerData } from './partitions.js';
 import { rootLogger } from './log.js';
+import { listenForGateways } from './thread-pool.js';
 
 const data = workerData as PartitionWorkerData & { port: MessagePort };
 const log = rootLogger(data.logLevel).child({ component: 'partition', partition: data.index });
@@ -21,22 +21,11 @@ const hub = new EmbeddedHub(new MatchCore(engine, data.maxSubscriptionsPerDevice
 log.info({ engine: engine.name, detail }, `partition ${data.index}: engine ${engine.name}: ${detail}`);
 const hubServer = new HubServer(hub, log, hub);
 hubServer.serve(portLink(data.port));
-const sockets = new Set<Socket>();
-const server = createServer((socket) => {
-  sockets.add(socket);
-  socket.once('close', () => sockets.delete(socket));
-  hubServer.serve(socketLink(socket));
-});
-server.on('error', (err) => {
-  log.error({ err }, 'partition socket failed');
-  process.exit(1);
-});
-server.listen(data.socketPath, () => parentPort!.postMessage({ listening: true }));
+const stopListening = listenForGateways(data.socketPath, (link) => hubServer.serve(link), log);
 parentPort!.on('message', (m: unknown) => {
   if (m !== 'stop') return;
   hubServer.close();
-  for (const s of sockets) s.destroy();
-  server.close();
+  stopListening();
   // The engine lets go of its GPU before the thread ends.
   void hub.close().finally(() => {
     data.port.close();

@@ -8,7 +8,10 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { MessageChannel, type MessagePort, Worker } from 'node:worker_threads';
+import { createServer, type Socket } from 'node:net';
+import { MessageChannel, type MessagePort, Worker, parentPort } from 'node:worker_threads';
+import type { Logger } from 'pino';
+import { type Link, socketLink } from '../hub/link.js';
 
 export interface ThreadPool {
   /** This thread's end of each thread's MessagePort. */
@@ -93,5 +96,28 @@ export async function startThreadPool<D extends object>(what: string, script: UR
       process.off('exit', removeDir);
       removeDir();
     },
+  };
+}
+
+/**
+ * In a pool's thread: listens on its socket path, hands each gateway process's connection to
+ * `serve` as a link, and tells the pool once it listens (a socket error ends the thread). Returns
+ * what closes the server and every connection.
+ */
+export function listenForGateways(socketPath: string, serve: (link: Link) => void, log: Logger): () => void {
+  const sockets = new Set<Socket>();
+  const server = createServer((socket) => {
+    sockets.add(socket);
+    socket.once('close', () => sockets.delete(socket));
+    serve(socketLink(socket));
+  });
+  server.on('error', (err) => {
+    log.error({ err }, 'socket for gateway processes failed');
+    process.exit(1);
+  });
+  server.listen(socketPath, () => parentPort!.postMessage({ listening: true }));
+  return () => {
+    for (const s of sockets) s.destroy();
+    server.close();
   };
 }
