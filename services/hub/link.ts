@@ -375,7 +375,8 @@ export function writeEvent(w: FrameWriter, e: Event): void {
   else w.bytes(api);
 }
 
-export function readEvent(r: FrameReader): Event {
+/** `keepApi` false: the API bytes are skipped, not kept (a reader that keeps the whole record instead). */
+export function readEvent(r: FrameReader, keepApi = true): Event {
   const id = r.str();
   const lat = r.f64();
   const lon = r.f64();
@@ -395,7 +396,7 @@ export function readEvent(r: FrameReader): Event {
   if (apiLen > 0) {
     if (r.o + apiLen > r.b.length) throw new RangeError(`event bytes of ${apiLen} past the frame's end`);
     // A copy: the frame's buffer is not kept alive by the events it carried.
-    apiEventBytes.set(e, Buffer.from(r.b.subarray(r.o, r.o + apiLen)));
+    if (keepApi) apiEventBytes.set(e, Buffer.from(r.b.subarray(r.o, r.o + apiLen)));
     r.o += apiLen;
   }
   return e;
@@ -497,7 +498,8 @@ export function writePublished(w: FrameWriter, e: Event): void {
 export function readPublished(r: FrameReader): Event {
   const n = r.f64();
   const start = r.o;
-  const e = readEvent(r);
+  // The record kept whole carries the API bytes on to the gateways: no second copy of them.
+  const e = readEvent(r, false);
   eventNumbers.set(e, n);
   eventBytes.set(e, Buffer.from(r.b.subarray(start, r.o)));
   return e;
