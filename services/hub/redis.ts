@@ -468,6 +468,7 @@ export class RedisHub implements Hub, InboxHost {
         matcherAlive: matcher !== null,
         matcherId: matcher?.matcherId ?? '',
         matcherOffset: matcher?.offset ?? '',
+        matcherEpoch: matcher?.epoch ?? 0,
         gatewayId: this.gatewayId,
       },
     };

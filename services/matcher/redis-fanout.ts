@@ -26,6 +26,10 @@ export class RedisFanOut implements FanOut {
   private eventArgs: (string | number)[] = [];
   private recipientArgs: (string | number)[] = [];
   private events = 0;
+  /** The fencing token every call carries (the matcher's lease token; '' for none). */
+  token = '';
+  /** @internal test hook: awaited before a flush's calls are sent (the batch is already detached). */
+  beforeExec: (() => Promise<void> | void) | undefined;
 
   /**
    * `cmd` must have the scripts defined (defineScripts). `now`: the clock retention ages by; null
@@ -82,7 +86,7 @@ export class RedisFanOut implements FanOut {
     const k = this.k;
     const p = (this.pipeline ??= this.cmd.pipeline());
     const { maxPerDevice, maxAgeMs } = this.retention;
-    queueScript(p, 'ambitDeliver', 4 + n, k.dstate, k.stats, k.nseq, k.nlast, ...this.keys, maxPerDevice, maxAgeMs, k.wakePrefix, this.now === null ? '' : this.now(), this.events, ...this.eventArgs, ...this.recipientArgs);
+    queueScript(p, 'ambitDeliver', 5 + n, k.dstate, k.stats, k.nseq, k.nlast, ...this.keys, k.matcherEpoch, maxPerDevice, maxAgeMs, k.wakePrefix, this.now === null ? '' : this.now(), this.events, ...this.eventArgs, ...this.recipientArgs, this.token);
     this.keys = [];
     this.eventArgs = [];
     this.recipientArgs = [];
@@ -104,6 +108,7 @@ export class RedisFanOut implements FanOut {
     if (p === null) return;
     this.pipeline = null;
     this.queued = 0;
+    await this.beforeExec?.();
     const results = await p.exec();
     if (results === null) throw new Error('redis fan-out: pipeline aborted');
     for (const [err] of results) if (err !== null) throw err;

@@ -1,8 +1,17 @@
 /**
- * The matcher role of the Redis deployment: one process owns the engine, rebuilt from Redis at
+ * The matcher role of the Redis deployment: a process owns an engine, rebuilt from Redis at
  * start, and consumes the command stream `{p}in` in order: subscription changes and location
  * batches change the engine, publishes are matched and their notifications stored in each
  * recipient's stream, then the gateway that published gets the reached counts.
+ *
+ * Leadership: any number of matchers may run on one deployment; the one holding the lease
+ * (`{p}matcher:lease`, a TTL renewed every quarter of it) leads, the others stand by. A standby
+ * tails the stream too and applies every subscription change and location batch to its own engine
+ * (warm), skipping publishes; when the lease lapses it takes it, with a token one above the last
+ * (`{p}matcher:epoch`), and resumes leading from the older of its own position and the stored
+ * offset. Everything a leader writes (notifications, offset, replies) is fenced by its token: a
+ * leader that paused past its lease while another took over has its late writes refused whole, and
+ * steps down when it finds out.
  *
  * Guarantees: a batch's notifications are stored before the offset that covers it is written, so a
  * crash replays at least what was not finished; the deliver script's per-device marker (last
@@ -22,7 +31,7 @@ import { compareStreamIds, decodeLocations, decodePosition, splitStoredSubscript
 import { DEFAULT_REDIS, type RedisSource, closeConnection, connectAll, intOption, openConnection, prefixOption, sleep } from '../redis/connection.js';
 import { DEFAULT_PREFIX, Keys } from '../redis/keys.js';
 import { type InEntry, type MatcherStatsRecord, encodeReply, parseInEntry } from '../redis/protocol.js';
-import { defineScripts } from '../redis/scripts.js';
+import { defineScripts, runScript } from '../redis/scripts.js';
 import { MatchCore, type Recipient } from './core.js';
 import { type EngineChoice, openEngine } from './engine.js';
 import { DEFAULT_RETENTION, type Retention } from './fanout.js';
@@ -47,6 +56,11 @@ export interface RedisMatcherOptions {
   blockMs?: number;
   /** Stats/liveness key refresh (ms); the key lives 3× this. Default 1000. */
   statsMs?: number;
+  /**
+   * How long the lease lives without renewal (ms); default 2000. A standby takes over within about
+   * 1.25× this after a leader dies (a leader that stops cleanly hands over at once).
+   */
+  leaseMs?: number;
   /** @internal test and benchmark hooks */
   hooks?: MatcherHooks;
   /**
@@ -62,7 +76,11 @@ export interface MatcherHooks {
   afterDeliver?(): void | Promise<void>;
   /** After each batch: entries, location updates applied and how long applying took. */
   onBatch?(b: { entries: number; locations: number; ms: number }): void;
+  /** Awaited before a batch's notifications are sent to Redis (they are built already). */
+  beforeStore?(): Promise<void> | void;
 }
+
+export type MatcherRole = 'leader' | 'standby';
 
 type PubEntry = InEntry & { t: 'pub' };
 
@@ -96,6 +114,19 @@ export class RedisMatcher {
   private readonly handles = new Map<string, DeviceHandle>();
   private eventsMatched = 0;
   private invalid = 0;
+  private readonly leaseMs: number;
+  private leaseTimer: NodeJS.Timeout | null = null;
+  private leaseBusy = false;
+  private leaseSuspended = false;
+  private currentRole: MatcherRole = 'standby';
+  /** The lease token this matcher leads (or last led) with; '' before it ever led. */
+  private token = '';
+  /** When the lease was last renewed or taken (performance.now()). */
+  private leaseAt = 0;
+  /** Set when the lease was taken: the loop turns leader before its next read. */
+  private promotion = false;
+  private fenced = 0;
+  private roleWaiters: { role: MatcherRole; resolve: () => void }[] = [];
 
   /** Opens the engine (when given a choice), connects, rebuilds from Redis and starts consuming. */
   static async start(options: RedisMatcherOptions = {}): Promise<RedisMatcher> {
@@ -129,6 +160,7 @@ export class RedisMatcher {
     this.readCount = intOption(COMPONENT, 'readCount', options.readCount, 256, 1, 100_000);
     this.blockMs = intOption(COMPONENT, 'blockMs', options.blockMs, 1000, 1, 60_000);
     this.statsMs = intOption(COMPONENT, 'statsMs', options.statsMs, 1000, 10, 60_000);
+    this.leaseMs = intOption(COMPONENT, 'leaseMs', options.leaseMs, 2000, 100, 600_000);
     this.hooks = options.hooks ?? {};
     this.core = new MatchCore(engine);
     this.engineDetail = detail;
@@ -137,11 +169,47 @@ export class RedisMatcher {
     this.blocking = openConnection(source, `matcher-${this.matcherId}-read`, COMPONENT, this.log, { maxRetriesPerRequest: null });
     this.now = options.now ?? null;
     this.fanout = new RedisFanOut(this.cmd, this.keys, this.retention, this.now);
+    this.fanout.beforeExec = () => this.hooks.beforeStore?.();
+  }
+
+  /** Whether this matcher leads (matches and delivers) or stands by (keeps its engine warm). */
+  get role(): MatcherRole {
+    return this.currentRole;
+  }
+
+  /** The lease token this matcher leads with (0 while it has never led). */
+  get epoch(): number {
+    return this.token === '' ? 0 : Number(this.token);
+  }
+
+  /** Writes of this matcher that Redis refused because another had taken the lease. */
+  get fencedWrites(): number {
+    return this.fenced;
+  }
+
+  /** Resolves when this matcher has the given role (at once if it has it now). */
+  whenRole(role: MatcherRole): Promise<void> {
+    if (this.currentRole === role && !(role === 'standby' && this.promotion)) return Promise.resolve();
+    return new Promise((resolve) => this.roleWaiters.push({ role, resolve }));
+  }
+
+  /**
+   * Test hook: the lease is no longer renewed nor taken, as if the process were paused for the lease
+   * timer only; the loop goes on.
+   * @internal
+   */
+  suspendLease(): void {
+    this.leaseSuspended = true;
   }
 
   /** Last `{p}in` entry whose effects are stored. */
   get offset(): string {
     return this.committed;
+  }
+
+  /** The last `{p}in` entry this matcher has read and applied (a standby's too). */
+  get position(): string {
+    return this.lastId;
   }
 
   /** Location updates applied from the stream since start (the snapshot not included). */
@@ -153,14 +221,86 @@ export class RedisMatcher {
     await connectAll(COMPONENT, [this.cmd, this.blocking]);
     defineScripts(this.cmd);
     this.blockingId = Number(await this.blocking.client('ID'));
-    await this.cmd.hset(this.keys.config, 'maxPerDevice', this.retention.maxPerDevice, 'maxAgeMs', this.retention.maxAgeMs);
     await this.rebuild();
-    await this.writeStats();
+    await this.leaseTick();
+    if (this.promotion) await this.lead();
+    else this.log?.info({ matcherId: this.matcherId }, `${COMPONENT}: standing by (another matcher holds the lease); tailing ${this.keys.in}`);
     this.statsTimer = setInterval(() => {
       this.writeStats().catch((err: unknown) => this.log?.warn({ err }, `${COMPONENT}: stats not written`));
     }, this.statsMs);
     this.statsTimer.unref();
+    this.leaseTimer = setInterval(() => void this.leaseTick(), Math.max(25, Math.floor(this.leaseMs / 4)));
+    this.leaseTimer.unref();
     this.loopDone = this.loop();
+  }
+
+  private get leaseValue(): string {
+    return `${this.token} ${this.matcherId}`;
+  }
+
+  /**
+   * Every quarter lease: the leader renews (and steps down when the lease is someone else's, or
+   * could not be renewed for a whole lease); a standby tries to take it.
+   */
+  private async leaseTick(): Promise<void> {
+    if (this.leaseBusy || this.leaseSuspended || this.stopping) return;
+    this.leaseBusy = true;
+    const k = this.keys;
+    try {
+      if (this.currentRole === 'leader') {
+        let held: boolean;
+        try {
+          held = (await runScript(this.cmd, 'ambitLeaseRenew', k.matcherLease, this.leaseValue, this.leaseMs)) === 1;
+          if (held) this.leaseAt = performance.now();
+        } catch (err) {
+          held = performance.now() - this.leaseAt < this.leaseMs;
+          if (!held) this.log?.warn({ err }, `${COMPONENT}: lease not renewed for ${this.leaseMs} ms`);
+        }
+        if (!held && !this.stopping) this.stepDown('the lease passed to another matcher or lapsed');
+      } else if (!this.promotion) {
+        const [taken, value] = (await runScript(this.cmd, 'ambitLeaseAcquire', k.matcherLease, k.matcherEpoch, this.matcherId, this.leaseMs)) as [number, string];
+        if (taken === 1 && !this.stopping) {
+          this.token = String(value);
+          this.leaseAt = performance.now();
+          this.promotion = true;
+          // Wake the loop's blocked read so it leads at once.
+          if (this.blockingId >= 0 && this.loopDone !== null) this.cmd.client('UNBLOCK', this.blockingId).catch(() => {});
+        }
+      }
+    } catch (err) {
+      this.log?.warn({ err }, `${COMPONENT}: lease check failed`);
+    } finally {
+      this.leaseBusy = false;
+    }
+  }
+
+  /** The lease was taken: lead from the older of this matcher's position and the stored offset. */
+  private async lead(): Promise<void> {
+    const k = this.keys;
+    const stored = (await this.cmd.get(k.matcherOffset)) ?? '0-0';
+    const from = compareStreamIds(this.lastId, stored) < 0 ? this.lastId : stored;
+    await this.cmd.hset(k.config, 'maxPerDevice', this.retention.maxPerDevice, 'maxAgeMs', this.retention.maxAgeMs);
+    this.lastId = this.committed = from;
+    this.fanout.token = this.token;
+    this.promotion = false;
+    this.currentRole = 'leader';
+    await this.writeStats();
+    this.log?.info({ epoch: this.epoch, offset: from, stored }, `${COMPONENT}: leading (lease epoch ${this.token}) from ${from}`);
+    this.roleChanged();
+  }
+
+  /** Stops leading: what this matcher still writes is fenced; it tails the stream as a standby. */
+  private stepDown(why: string): void {
+    if (this.currentRole !== 'leader') return;
+    this.currentRole = 'standby';
+    this.log?.error({ epoch: this.epoch }, `${COMPONENT}: standing down from epoch ${this.token}: ${why}`);
+    this.roleChanged();
+  }
+
+  private roleChanged(): void {
+    const ready = this.roleWaiters.filter((w) => w.role === this.currentRole);
+    this.roleWaiters = this.roleWaiters.filter((w) => w.role !== this.currentRole);
+    for (const w of ready) w.resolve();
   }
 
   /**
@@ -245,6 +385,16 @@ export class RedisMatcher {
   private async loop(): Promise<void> {
     const k = this.keys;
     while (!this.stopping) {
+      if (this.promotion && !this.crashed) {
+        try {
+          await this.lead();
+        } catch (err) {
+          if (this.stopping) break;
+          this.log?.warn({ err }, `${COMPONENT}: taking the lead failed; retrying`);
+          await sleep(200);
+          continue;
+        }
+      }
       let reply: [Buffer, [Buffer, Buffer[]][]][] | null;
       try {
         reply = (await this.blocking.xreadBuffer('COUNT', this.readCount, 'BLOCK', this.blockMs, 'STREAMS', k.in, this.lastId)) as typeof reply;
@@ -259,6 +409,12 @@ export class RedisMatcher {
         await this.process(reply[0][1]);
       } catch (err) {
         if (this.crashed) break;
+        if (isFenced(err)) {
+          this.fenced++;
+          this.stepDown(`a write was refused: ${err instanceof Error ? err.message : String(err)}`);
+          this.lastId = this.committed;
+          continue;
+        }
         this.log?.error({ err }, `${COMPONENT}: batch failed; replaying it from ${this.committed}`);
         this.lastId = this.committed;
         await sleep(1000);
@@ -266,8 +422,12 @@ export class RedisMatcher {
     }
   }
 
-  /** Applies one read batch in stream order; consecutive publishes are matched as one engine batch. */
+  /**
+   * Applies one read batch in stream order; consecutive publishes are matched as one engine batch.
+   * A standby applies everything but the publishes and stores nothing.
+   */
   private async process(entries: [Buffer, Buffer[]][]): Promise<void> {
+    const leading = this.currentRole === 'leader';
     const t0 = performance.now();
     const applied0 = this.applied;
     const flights: Promise<void>[] = [];
@@ -282,7 +442,7 @@ export class RedisMatcher {
         continue;
       }
       if (entry.t === 'pub') {
-        pubs.push(entry);
+        if (leading) pubs.push(entry);
         continue;
       }
       if (pubs.length > 0) {
@@ -299,12 +459,17 @@ export class RedisMatcher {
     }
     if (pubs.length > 0) flights.push((await this.matchPubs(pubs)).done);
     const applyMs = performance.now() - t0;
+    const last = entries[entries.length - 1][0].toString('latin1');
+    if (!leading) {
+      this.lastId = last;
+      this.hooks.onBatch?.({ entries: entries.length, locations: this.applied - applied0, ms: applyMs });
+      return;
+    }
     await Promise.all(flights);
     if (this.crashed) throw new Error(`${COMPONENT}: crashed`);
     await this.hooks.afterDeliver?.();
     if (this.crashed) throw new Error(`${COMPONENT}: crashed`);
-    const last = entries[entries.length - 1][0].toString('latin1');
-    await this.cmd.set(this.keys.matcherOffset, last);
+    await runScript(this.cmd, 'ambitCommit', this.keys.matcherOffset, this.keys.matcherEpoch, this.token, last);
     this.lastId = this.committed = last;
     this.hooks.onBatch?.({ entries: entries.length, locations: this.applied - applied0, ms: applyMs });
   }
@@ -378,17 +543,15 @@ export class RedisMatcher {
     const stored = this.fanout.flush();
     const done = (async () => {
       await stored;
-      const answer = this.cmd.pipeline();
       // Counted before the replies, so a publisher's stats() after its publish includes it.
-      if (events > 0) answer.hincrby(k.stats, 'events', events);
-      for (const [channel, reply] of replies) answer.publish(channel, reply);
-      checkResults(await answer.exec());
+      await runScript(this.cmd, 'ambitAnswer', k.stats, k.matcherEpoch, this.token, events, ...replies.flat());
     })();
     done.catch(() => {}); // awaited by process(); this keeps an early failure from being reported as unhandled
     return { done };
   }
 
   private async writeStats(): Promise<void> {
+    if (this.currentRole !== 'leader') return;
     const s = this.core.stats();
     const record: MatcherStatsRecord = {
       matcherId: this.matcherId,
@@ -400,7 +563,8 @@ export class RedisMatcher {
       memoryBytes: s.memoryBytes,
       offset: this.committed,
       locationsApplied: this.applied,
-      extra: { ...(s.extra ?? {}), eventsMatched: this.eventsMatched, locationsApplied: this.applied, invalidUpdates: this.invalid },
+      epoch: this.epoch,
+      extra: { ...(s.extra ?? {}), eventsMatched: this.eventsMatched, locationsApplied: this.applied, invalidUpdates: this.invalid, fencedWrites: this.fenced },
     };
     await this.cmd.set(this.keys.matcherStats, JSON.stringify(record), 'PX', this.statsMs * 3);
   }
@@ -429,6 +593,7 @@ export class RedisMatcher {
   private async shutdown(): Promise<void> {
     this.stopping = true;
     if (this.statsTimer !== null) clearInterval(this.statsTimer);
+    if (this.leaseTimer !== null) clearInterval(this.leaseTimer);
     // Wake the blocked XREAD; repeated because it may reach Redis before the XREAD it should end.
     // With Redis unreachable neither the UNBLOCK nor the XREAD ever answers: after a bounded
     // wait the blocking connection is dropped, which rejects the XREAD and ends the loop (the
@@ -446,7 +611,12 @@ export class RedisMatcher {
       await Promise.race([this.loopDone, sleep(50)]);
     }
     const reachable = this.cmd.status === 'ready';
-    if (reachable) await Promise.race([this.cmd.del(this.keys.matcherStats).catch(() => {}), sleep(1000)]);
+    if (reachable && this.currentRole === 'leader') {
+      // The stats key goes first: a standby taking the lease writes its own.
+      await Promise.race([this.cmd.del(this.keys.matcherStats).catch(() => {}), sleep(1000)]);
+      // Hand over at once instead of after the lease's TTL.
+      await Promise.race([runScript(this.cmd, 'ambitLeaseRelease', this.keys.matcherLease, this.leaseValue).catch(() => {}), sleep(1000)]);
+    }
     await this.closeEngine();
     if (reachable) await Promise.race([Promise.all([closeConnection(this.cmd), closeConnection(this.blocking)]), sleep(2000)]);
     this.cmd.disconnect();
@@ -464,6 +634,7 @@ export class RedisMatcher {
     this.crashed = true;
     this.stopping = true;
     if (this.statsTimer !== null) clearInterval(this.statsTimer);
+    if (this.leaseTimer !== null) clearInterval(this.leaseTimer);
     this.cmd.disconnect();
     this.blocking.disconnect();
     return (this.ended = this.loopDone.then(() => this.closeEngine()));
@@ -477,7 +648,7 @@ function errorReply(err: unknown): { code: ErrorCode; message: string } {
   return { code: 'UNAVAILABLE', message: `${COMPONENT}: ${err instanceof Error ? err.message : String(err)}` };
 }
 
-function checkResults(results: [Error | null, unknown][] | null): void {
-  if (results === null) throw new Error(`${COMPONENT}: pipeline aborted`);
-  for (const [err] of results) if (err !== null) throw err;
+/** A write Redis refused because this matcher's lease token is no longer the newest. */
+function isFenced(err: unknown): boolean {
+  return err instanceof Error && err.message.includes('FENCED');
 }

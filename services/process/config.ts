@@ -32,6 +32,11 @@ export interface ServerConfig {
   dev: boolean;
   tls: { cert: Buffer; key: Buffer } | null;
   retention: Retention;
+  /**
+   * Redis mode: how long a matcher's lease lives without renewal (ms). Every matcher of a
+   * deployment but the lease holder stands by; one takes over within about 1.25× this.
+   */
+  matcherLeaseMs: number;
   /** Subscriptions one device may hold; one more is RESOURCE_EXHAUSTED. */
   maxSubscriptionsPerDevice: number;
   logLevel: string;
@@ -92,6 +97,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   dev: false,
   tls: null,
   retention: DEFAULT_RETENTION,
+  matcherLeaseMs: 2000,
   maxSubscriptionsPerDevice: DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE,
   logLevel: 'info',
   shutdownGraceS: 10,
@@ -158,6 +164,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
   c.retention.maxPerDevice = int('AMBIT_RETENTION_MAX', 1, 10_000_000) ?? c.retention.maxPerDevice;
   const hours = int('AMBIT_RETENTION_HOURS', 1, 24 * 365);
   if (hours !== undefined) c.retention.maxAgeMs = hours * 3600_000;
+  c.matcherLeaseMs = int('AMBIT_MATCHER_LEASE_MS', 100, 600_000) ?? c.matcherLeaseMs;
   const level = str('AMBIT_LOG_LEVEL');
   if (level !== undefined) {
     if (!(LOG_LEVELS as readonly string[]).includes(level)) throw new Error(`config: AMBIT_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(level)}`);

@@ -87,6 +87,12 @@ export class Metrics implements EdgeMetrics {
         [new client.Gauge({ name: 'ambit_notifications_dropped', help: 'Notifications dropped by retention (oldest first)', registers: [r] }), (s) => s.notificationsDropped],
         [new client.Gauge({ name: 'ambit_location_updates_applied', help: 'Location updates the engine has applied', registers: [r] }), (s) => s.locationUpdates],
       ];
+      if (role === 'matcher') {
+        gauges.push(
+          [new client.Gauge({ name: 'ambit_matcher_leader', help: 'Redis mode: 1 while this matcher holds the lease and delivers, 0 while it stands by', registers: [r] }), (s) => (s.extra.matcherLeader === true ? 1 : 0)],
+          [new client.Gauge({ name: 'ambit_matcher_epoch', help: 'Redis mode: the lease token this matcher leads (or last led) with', registers: [r] }), (s) => num(s.extra.matcherEpoch)],
+        );
+      }
       const info = new client.Gauge({ name: 'ambit_engine_info', help: 'The engine in use (value 1)', labelNames: ['engine', 'mode', 'path'], registers: [r] });
     }
   }

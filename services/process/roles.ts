@@ -22,11 +22,13 @@ export interface MatcherRole {
 }
 
 export async function startMatcherRole(config: ServerConfig, log: Logger): Promise<MatcherRole> {
-  const m = await RedisMatcher.start({ redis: redisUrl(config), prefix: config.redisPrefix, engine: config.engine, retention: config.retention, log });
+  const m = await RedisMatcher.start({ redis: redisUrl(config), prefix: config.redisPrefix, engine: config.engine, retention: config.retention, leaseMs: config.matcherLeaseMs, log });
   log.info({ engine: m.core.engine.name, detail: m.engineDetail, mode: 'redis', offset: m.offset }, `engine ${m.core.engine.name}: ${m.engineDetail}`);
   // Notifications are counted by the deliver script in Redis; gateways report them.
-  const stats = async (): Promise<HubStats> =>
-    hubStats(m.core, { mode: 'redis', engineDetail: m.engineDetail, devices: m.devices, eventsPublished: m.eventsMatchedCount, notifications: 0, notificationsDropped: 0, locationUpdates: m.locationsApplied });
+  const stats = async (): Promise<HubStats> => {
+    const s = await hubStats(m.core, { mode: 'redis', engineDetail: m.engineDetail, devices: m.devices, eventsPublished: m.eventsMatchedCount, notifications: 0, notificationsDropped: 0, locationUpdates: m.locationsApplied });
+    return { ...s, extra: { ...s.extra, matcherLeader: m.role === 'leader', matcherEpoch: m.epoch, fencedWrites: m.fencedWrites } };
+  };
   return { engineDetail: m.engineDetail, stats, stop: () => m.stop() };
 }
 

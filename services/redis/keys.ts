@@ -31,6 +31,8 @@ export class Keys {
   readonly config: string;
   readonly matcherOffset: string;
   readonly matcherStats: string;
+  readonly matcherLease: string;
+  readonly matcherEpoch: string;
   readonly wakePrefix: string;
 
   constructor(readonly prefix: string) {
@@ -45,6 +47,8 @@ export class Keys {
     this.config = `${prefix}config`;
     this.matcherOffset = `${prefix}matcher:offset`;
     this.matcherStats = `${prefix}matcher:stats`;
+    this.matcherLease = `${prefix}matcher:lease`;
+    this.matcherEpoch = `${prefix}matcher:epoch`;
     this.wakePrefix = `${prefix}wake:`;
   }
 

@@ -35,6 +35,8 @@ export interface MatcherStatsRecord {
   memoryBytes: number;
   offset: string;
   locationsApplied: number;
+  /** The leader's lease token (absent from versions without leases). */
+  epoch?: number;
   extra: Record<string, number | string | boolean>;
 }
 

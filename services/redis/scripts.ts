@@ -29,6 +29,72 @@ end
 `;
 
 /**
+ * Fencing: the matcher that holds the lease got its token from INCR of the epoch key, so the epoch
+ * is the token of the newest leader. A write that carries an older token (a leader that paused past
+ * its lease while another took over) is refused whole, before it changes anything. '' skips the
+ * check (tools that own the deployment alone).
+ */
+const FENCE = `
+local function check_fence(epoch_key, token)
+  if token == '' then return end
+  local epoch = redis.call('GET', epoch_key)
+  if epoch ~= token then
+    error({err = 'FENCED matcher lease epoch is ' .. tostring(epoch) .. ', this matcher holds ' .. token})
+  end
+end
+`;
+
+/**
+ * Take the matcher lease if nobody holds it: the new token is INCR of the epoch.
+ * KEYS: lease, epoch. ARGV: matcher id, lease ms.
+ * Returns {1, token} when taken, {0, "<token> <matcher id>" of the holder} otherwise.
+ */
+const LEASE_ACQUIRE = `
+local cur = redis.call('GET', KEYS[1])
+if cur then return {0, cur} end
+local token = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], token .. ' ' .. ARGV[1], 'PX', ARGV[2])
+return {1, tostring(token)}
+`;
+
+/**
+ * Extend the lease if this holder still has it. KEYS: lease. ARGV: "<token> <matcher id>", lease ms.
+ * Returns 1, or 0 when the lease is gone or someone else's.
+ */
+const LEASE_RENEW = `
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`;
+
+/** Give the lease up if this holder still has it. KEYS: lease. ARGV: "<token> <matcher id>". */
+const LEASE_RELEASE = `
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+return redis.call('DEL', KEYS[1])
+`;
+
+/**
+ * The leader's offset, fenced. KEYS: offset, epoch. ARGV: token, last applied in-entry id.
+ */
+const COMMIT = `${FENCE}
+check_fence(KEYS[2], ARGV[1])
+redis.call('SET', KEYS[1], ARGV[2])
+return 1
+`;
+
+/**
+ * A batch's answers, fenced: the events counter, then each publisher's reply.
+ * KEYS: stats, epoch. ARGV: token, events matched, then channel, reply, channel, reply, ...
+ */
+const ANSWER = `${FENCE}
+check_fence(KEYS[2], ARGV[1])
+local events = tonumber(ARGV[2])
+if events > 0 then redis.call('HINCRBY', KEYS[1], 'events', events) end
+for i = 3, #ARGV - 1, 2 do redis.call('PUBLISH', ARGV[i], ARGV[i + 1]) end
+return 1
+`;
+
+/**
  * Add or replace one subscription and queue its command.
  * KEYS: subs:{device}, in, subdevs. ARGV: mode ('add'|'replace'), device, subscription id, JSON, cap, in maxlen.
  * Returns the `in` entry id, or ALREADY_EXISTS / NOT_FOUND / RESOURCE_EXHAUSTED.
@@ -91,14 +157,15 @@ end
  * published on the device's doorbell channel whole ("<id>\n<published ms>\n<subscription ids
  * JSON>\n<event JSON>"), so a gateway with the device's stream open delivers it without a read.
  * KEYS: dstate, stats, nseq, nlast (the last two read only for devices without a state), then
- *       n:{device} of each recipient.
+ *       n:{device} of each recipient, then the lease epoch (fencing, see FENCE).
  * ARGV: max per device, max age ms, doorbell channel prefix, now ms ('' = Redis's clock), event
  *       count E, then per event: source in-entry id, event index, published ms, event JSON; then
- *       per recipient: device, its event's number (1..E), subscription ids JSON. A device's events
- *       come in (in-entry, index) order.
+ *       per recipient: device, its event's number (1..E), subscription ids JSON, then the caller's
+ *       fencing token. A device's events come in (in-entry, index) order.
  * Returns how many notifications were stored (a device that already has one is skipped).
  */
-const DELIVER = `${PARSE_ID}${STATE}
+const DELIVER = `${PARSE_ID}${STATE}${FENCE}
+check_fence(KEYS[#KEYS], ARGV[#ARGV])
 local max_len = tonumber(ARGV[1])
 local max_age = tonumber(ARGV[2])
 local wake = ARGV[3]
@@ -115,7 +182,7 @@ for e = 1, nev do
   epub[e] = tonumber(ARGV[b + 2])
 end
 local base = 6 + 4 * nev
-local n = #KEYS - 4
+local n = #KEYS - 5
 local devs = {}
 for i = 1, n do devs[i] = ARGV[base + 3 * (i - 1)] end
 local raws = redis.call('HMGET', KEYS[1], unpack(devs))
@@ -264,6 +331,11 @@ const DEFINITIONS = {
   ambitDeliver: { lua: DELIVER },
   ambitOpen: { lua: OPEN, numberOfKeys: 7 },
   ambitAcks: { lua: ACKS, numberOfKeys: 1 },
+  ambitLeaseAcquire: { lua: LEASE_ACQUIRE, numberOfKeys: 2 },
+  ambitLeaseRenew: { lua: LEASE_RENEW, numberOfKeys: 1 },
+  ambitLeaseRelease: { lua: LEASE_RELEASE, numberOfKeys: 1 },
+  ambitCommit: { lua: COMMIT, numberOfKeys: 2 },
+  ambitAnswer: { lua: ANSWER, numberOfKeys: 2 },
 } as const;
 
 export type ScriptName = keyof typeof DEFINITIONS;

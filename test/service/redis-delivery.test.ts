@@ -160,12 +160,13 @@ describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
         runScript(
           r,
           'ambitDeliver',
-          4 + recipients.length,
+          5 + recipients.length,
           k.dstate,
           k.stats,
           k.nseq,
           k.nlast,
           ...recipients.map(([dev]) => k.notes(dev)),
+          k.matcherEpoch,
           100,
           3_600_000,
           k.wakePrefix,
@@ -173,6 +174,7 @@ describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
           events.length,
           ...events.flatMap(([entry, index]) => [entry, index, ms, JSON.stringify({ id: `e${index}` })]),
           ...recipients.flatMap(([dev, n]) => [dev, n, `["s-${dev}"]`]),
+          '',
         );
       const e0: [string, number] = [src, 0];
       const e1: [string, number] = [src, 1];
@@ -215,7 +217,7 @@ describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
       const ms = Date.now();
       await r.set(k.notes('bad'), 'not a stream');
       const deliver = () =>
-        runScript(r, 'ambitDeliver', 7, k.dstate, k.stats, k.nseq, k.nlast, k.notes('ok1'), k.notes('bad'), k.notes('ok3'), 100, 3_600_000, k.wakePrefix, '', 1, `${ms}-1`, 0, ms, '{"id":"e"}', 'ok1', 1, '[]', 'bad', 1, '[]', 'ok3', 1, '[]');
+        runScript(r, 'ambitDeliver', 8, k.dstate, k.stats, k.nseq, k.nlast, k.notes('ok1'), k.notes('bad'), k.notes('ok3'), k.matcherEpoch, 100, 3_600_000, k.wakePrefix, '', 1, `${ms}-1`, 0, ms, '{"id":"e"}', 'ok1', 1, '[]', 'bad', 1, '[]', 'ok3', 1, '[]', '');
       await assert.rejects(deliver(), /WRONGTYPE/);
       await r.del(k.notes('bad'));
       assert.equal(await deliver(), 2, 'the replay skips ok1 and stores bad and ok3');
@@ -234,7 +236,7 @@ describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
         await listener.subscribe(k.wake('late'));
         const now = Date.now();
         const deliver = (pub: number, entry: string) =>
-          runScript(r, 'ambitDeliver', 5, k.dstate, k.stats, k.nseq, k.nlast, k.notes('late'), 100, 60_000, k.wakePrefix, String(now), 1, entry, 0, pub, `{"id":"${entry}"}`, 'late', 1, '[]');
+          runScript(r, 'ambitDeliver', 6, k.dstate, k.stats, k.nseq, k.nlast, k.notes('late'), k.matcherEpoch, 100, 60_000, k.wakePrefix, String(now), 1, entry, 0, pub, `{"id":"${entry}"}`, 'late', 1, '[]', '');
         assert.equal(await deliver(now - 120_000, '1-1'), 1);
         assert.equal(await deliver(now, '2-1'), 1);
         assert.match(await first, /^\d+-2\n/, 'the first message on the channel is the second notification');
@@ -259,7 +261,7 @@ describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
       const open = () => runScript(r, 'ambitOpen', k.notes('old'), k.dstate, k.acked, k.stats, k.config, k.nseq, k.nlast, 'old', 'acked', '', '');
       assert.deepEqual(await open(), ['', '41', `${ms}-40`]);
       const deliver = (entry: string, index: number) =>
-        runScript(r, 'ambitDeliver', 5, k.dstate, k.stats, k.nseq, k.nlast, k.notes('old'), 100, 3_600_000, k.wakePrefix, '', 1, entry, index, ms + 1, '{"id":"z"}', 'old', 1, '["s"]');
+        runScript(r, 'ambitDeliver', 6, k.dstate, k.stats, k.nseq, k.nlast, k.notes('old'), k.matcherEpoch, 100, 3_600_000, k.wakePrefix, '', 1, entry, index, ms + 1, '{"id":"z"}', 'old', 1, '["s"]', '');
       assert.equal(await deliver(`${ms}-3`, 2), 0, 'the entry it already has is skipped');
       assert.equal(await deliver(`${ms}-3`, 3), 1);
       const last = await r.xrevrange(k.notes('old'), '+', '-', 'COUNT', 1);
