@@ -7,7 +7,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { create } from '@bufbuild/protobuf';
 import { timestampFromMs } from '@bufbuild/protobuf/wkt';
-import { AmbitError, ValidationError, show } from '../../src/model/errors.js';
+import { AmbitError, PublishError, type PublishOutcome, ValidationError, show } from '../../src/model/errors.js';
 import { type Limits, checkLat, checkLon, inRange, validateEvent, validateSubscription } from '../../src/model/limits.js';
 import type { Constraint as MConstraint, Event as MEvent, Filter as MFilter, Op as MOp, Value as MValue } from '../../src/model/types.js';
 import { AuthError } from './auth.js';
@@ -186,10 +186,13 @@ export interface StatusInfo {
   field: string;
   /** True for errors the client caused (no error log). */
   expected: boolean;
+  /** A failed publish: what became of its events (the `ambit-publish` trailer). */
+  outcome?: PublishOutcome;
 }
 
 /** What an error means on the wire. Anything unexpected is INTERNAL with a generic message. */
 export function statusOf(err: unknown): StatusInfo {
+  if (err instanceof PublishError) return { code: CODES[err.code], message: err.message, field: '', expected: err.outcome === 'queued', outcome: err.outcome };
   if (err instanceof AmbitError) return { code: CODES[err.code] ?? grpc.status.UNKNOWN, message: err.message, field: err.field ?? '', expected: err.code !== 'UNAVAILABLE' };
   if (err instanceof AuthError) return { code: CODES[err.code], message: err.message, field: '', expected: true };
   if (err instanceof ApiError) return { code: err.code, message: err.message, field: err.field, expected: true };
@@ -211,6 +214,7 @@ export class ApiError extends Error {
 export function toServiceError(s: StatusInfo): Partial<grpc.StatusObject> {
   const metadata = new grpc.Metadata();
   if (s.field !== '') metadata.set('ambit-field', asciiField(s.field));
+  if (s.outcome !== undefined) metadata.set('ambit-publish', s.outcome);
   return { code: s.code, details: s.message, metadata };
 }
 

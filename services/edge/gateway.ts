@@ -125,8 +125,8 @@ export class Gateway implements SessionHost {
           const [r] = await this.hub.publish([event]);
           this.metrics.publishSeconds.observe((performance.now() - t0) / 1000);
           this.counters.eventsPublished++;
-          this.counters.subscriptionsReached += r.reached;
-          return create(PublishResponseSchema, { eventId: r.eventId, reached: BigInt(r.reached) });
+          if (r.duplicate !== true) this.counters.subscriptionsReached += r.reached;
+          return create(PublishResponseSchema, { eventId: r.eventId, reached: BigInt(r.reached), duplicate: r.duplicate === true });
         }),
         bulkPublish: (call: grpc.ServerReadableStream<BulkPublishRequest, unknown>, cb: grpc.sendUnaryData<unknown>) => this.bulkPublish(call, cb),
       },
@@ -374,6 +374,7 @@ export class Gateway implements SessionHost {
   private bulkPublish(call: grpc.ServerReadableStream<BulkPublishRequest, unknown>, cb: grpc.sendUnaryData<unknown>): void {
     let accepted = 0;
     let reached = 0;
+    let duplicates = 0;
     this.clientStream(
       call,
       cb,
@@ -394,13 +395,18 @@ export class Gateway implements SessionHost {
         this.metrics.publishSeconds.observe((performance.now() - t0) / 1000);
         accepted += rs.length;
         let n = 0;
-        for (const r of rs) n += r.reached;
+        let fresh = 0;
+        for (const r of rs) {
+          n += r.reached;
+          if (r.duplicate === true) duplicates++;
+          else fresh += r.reached;
+        }
         reached += n;
         // Counted per message with the events, so a call that fails later still counts its matches.
         this.counters.eventsPublished += rs.length;
-        this.counters.subscriptionsReached += n;
+        this.counters.subscriptionsReached += fresh;
       },
-      () => create(BulkPublishResponseSchema, { accepted: BigInt(accepted), reached: BigInt(reached) }),
+      () => create(BulkPublishResponseSchema, { accepted: BigInt(accepted), reached: BigInt(reached), duplicates: BigInt(duplicates) }),
     );
   }
 

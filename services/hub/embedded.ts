@@ -5,7 +5,7 @@
  * the shards instead (fanout-shard.ts) and this hub only matches and routes. Nothing survives a
  * restart.
  */
-import { AmbitError, show } from '../../src/model/errors.js';
+import { AmbitError, PublishError, show } from '../../src/model/errors.js';
 import type { Event, PositionUpdate } from '../../src/model/types.js';
 import {
   type DeviceInfo,
@@ -17,6 +17,7 @@ import {
 } from './port.js';
 import { type MatchCore, type Owner, type Recipient, hubStats } from '../matcher/core.js';
 import type { DeliverySource, Retention } from '../matcher/fanout.js';
+import { type DedupeOptions, DEFAULT_DEDUPE, EventIdWindow, type IdEntry, planPublish, settlePublish } from '../matcher/event-ids.js';
 import { type EmbeddedInbox, InboxStore } from './inboxes.js';
 
 export { DEFAULT_RETENTION, type Retention } from '../matcher/fanout.js';
@@ -46,6 +47,8 @@ export interface EmbeddedHubOptions {
   now?: () => number;
   /** The node's fan-out shards: the device logs live there, not in this hub (no inboxes here). */
   shards?: HubFanOut;
+  /** How long event ids deduplicate (by `now`), and how many are held at most. */
+  dedupe?: Partial<DedupeOptions>;
 }
 
 export class EmbeddedHub implements Hub {
@@ -54,7 +57,9 @@ export class EmbeddedHub implements Hub {
   private readonly store: InboxStore | null;
   private readonly fanout: HubFanOut;
   private eventsPublished = 0;
+  private duplicates = 0;
   private closed = false;
+  private readonly ids: EventIdWindow;
 
   constructor(
     private readonly core: MatchCore,
@@ -65,6 +70,7 @@ export class EmbeddedHub implements Hub {
     const fanout = this.fanout;
     if (fanout.deliver === undefined && fanout.deliverMatches === undefined) throw new Error('hub: a fan-out delivers recipients or matches');
     if (fanout.forget !== undefined) core.onOwnerRemoved = (o) => fanout.forget!(o);
+    this.ids = new EventIdWindow({ ...DEFAULT_DEDUPE, ...options.dedupe }, fanout.now);
   }
 
   async addSubscription(device: string, sub: DeviceSubscription): Promise<void> {
@@ -98,7 +104,37 @@ export class EmbeddedHub implements Hub {
   }
 
   async publish(events: readonly Event[]): Promise<PublishResult[]> {
-    if (this.closed) throw new AmbitError('UNAVAILABLE', 'hub: closed');
+    if (this.closed) throw new PublishError('not-stored', 'hub: closed');
+    const ids = this.ids;
+    if (!ids.enabled) {
+      const reached = await this.deliver(events);
+      return events.map((e, i) => ({ eventId: e.id, reached: reached[i] }));
+    }
+    // Ids are remembered before matching, so a retry that comes while this one is matched waits
+    // for its reach instead of delivering again.
+    const plan = planPublish(events, (id) => ids.get(id));
+    let answer!: (r: readonly number[]) => void;
+    let fail!: (err: unknown) => void;
+    const pending = new Promise<readonly number[]>((resolve, reject) => ((answer = resolve), (fail = reject)));
+    pending.catch(() => {}); // a duplicate awaiting it rejects with it; nobody else need look
+    const entries: IdEntry[] = plan.fresh.map((e, k) => ids.remember(e.id, pending, k));
+    let reached: number[];
+    try {
+      reached = plan.fresh.length === 0 ? [] : await this.deliver(plan.fresh);
+    } catch (err) {
+      for (let k = 0; k < entries.length; k++) ids.drop(plan.fresh[k].id, entries[k]);
+      fail(err);
+      throw err;
+    }
+    for (let k = 0; k < entries.length; k++) ids.settle(entries[k], reached[k]);
+    answer(reached);
+    const results = await settlePublish(plan, reached);
+    this.duplicates += events.length - plan.fresh.length;
+    return events.map((e, i) => (results[i].duplicate ? { eventId: e.id, reached: results[i].reached, duplicate: true } : { eventId: e.id, reached: results[i].reached }));
+  }
+
+  /** Matches and stores `events`; their reach. */
+  private async deliver(events: readonly Event[]): Promise<number[]> {
     let reached: number[];
     if (this.fanout.deliverMatches !== undefined) {
       const matches = await this.core.matchKeys(events);
@@ -110,7 +146,7 @@ export class EmbeddedHub implements Hub {
     // Shards store asynchronously: the reply waits until they have.
     if (this.store === null) await this.fanout.flush();
     this.eventsPublished += events.length;
-    return events.map((e, i) => ({ eventId: e.id, reached: reached[i] }));
+    return reached;
   }
 
   async openInbox(device: string, resumeAfter: string | null): Promise<EmbeddedInbox> {
@@ -125,6 +161,7 @@ export class EmbeddedHub implements Hub {
       eventsPublished: this.eventsPublished,
       notifications: this.fanout.notifications,
       notificationsDropped: this.fanout.dropped,
+      extra: { duplicateEvents: this.duplicates },
     });
   }
 

@@ -81,6 +81,7 @@ export class HubServer {
       for (const r of rs) {
         w.str(r.eventId);
         w.f64(r.reached);
+        w.u8(r.duplicate === true ? 1 : 0);
       }
     };
     const push = (b: number, ds: Delivery[]): void => {

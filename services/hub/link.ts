@@ -22,7 +22,7 @@
 import type { Socket } from 'node:net';
 import { deserialize, serialize } from 'node:v8';
 import type { MessagePort } from 'node:worker_threads';
-import { AmbitError, type ErrorCode, ValidationError } from '../../src/model/errors.js';
+import { AmbitError, type ErrorCode, PublishError, type PublishOutcome, ValidationError } from '../../src/model/errors.js';
 import type { Event, Value } from '../../src/model/types.js';
 import { type DeviceSubscription, apiEventBytes } from './port.js';
 
@@ -59,7 +59,7 @@ export const H = {
   REPLY: 20,
   /** u32 request, bytes V8 WireError. */
   ERROR: 21,
-  /** u32 request, u32 count × (str event id, f64 reached). */
+  /** u32 request, u32 count × (str event id, f64 reached, u8 duplicate). */
   PUBLISHED: 22,
   /** u32 event number within this frame, f64 the event's number in the node, u32 length, event. */
   EVENT: 23,
@@ -412,10 +412,13 @@ export interface WireError {
   f?: string;
   /** A ValidationError's rule. */
   r?: string;
+  /** A PublishError's outcome. */
+  o?: PublishOutcome;
 }
 
 export function toWire(err: unknown): WireError {
   if (err instanceof ValidationError) return { c: err.code, m: err.rule, f: err.field, r: err.rule };
+  if (err instanceof PublishError) return { c: err.code, m: err.message, o: err.outcome };
   if (err instanceof AmbitError) {
     const f = err.field;
     return { c: err.code, m: f === undefined ? err.message : err.message.slice(f.length + 2), ...(f === undefined ? {} : { f }) };
@@ -425,6 +428,7 @@ export function toWire(err: unknown): WireError {
 
 export function fromWire(e: WireError): Error {
   if (e.r !== undefined && e.f !== undefined) return new ValidationError(e.f, e.r);
+  if (e.o !== undefined) return new PublishError(e.o, e.m);
   if (e.c !== '') return new AmbitError(e.c, e.m, e.f);
   return new Error(`hub: ${e.m}`);
 }

@@ -245,7 +245,11 @@ export class LinkedHub implements Hub, WriterOwner<number> {
           const i = r.u32();
           const n = r.u32();
           const rs = new Array<PublishResult>(n);
-          for (let k = 0; k < n; k++) rs[k] = { eventId: r.str(), reached: r.f64() };
+          for (let k = 0; k < n; k++) {
+            const eventId = r.str();
+            const reached = r.f64();
+            rs[k] = r.u8() === 1 ? { eventId, reached, duplicate: true } : { eventId, reached };
+          }
           this.settle(i, rs);
           break;
         }

@@ -16,8 +16,11 @@ import { EventCache, type Link } from './link.js';
 import { LinkedHub } from './linked.js';
 import type { DeviceInfo, DeviceSubscription, Hub, HubStats, Inbox, LocationWriter, PublishResult } from './port.js';
 
-/** Engine figures that are settings or per-item averages: the largest, not the sum, of the parts. */
-const NOT_SUMMED = /Us$|Per|^cpuBelowFilters$/;
+/**
+ * Figures that are settings, per-item averages or counts every part makes whole (each partition
+ * sees every duplicate event): the largest, not the sum, of the parts.
+ */
+const NOT_SUMMED = /Us$|Per|^cpuBelowFilters$|^duplicateEvents$/;
 
 export class PartitionedHub implements Hub {
   readonly mode = 'embedded' as const;
@@ -70,10 +73,15 @@ export class PartitionedHub implements Hub {
 
   async publish(events: readonly Event[]): Promise<PublishResult[]> {
     const each = await Promise.all(this.parts.map((p) => p.publish(events)));
-    const out = each[0].map((r) => ({ eventId: r.eventId, reached: r.reached }));
+    // A duplicate in any partition is one: that partition had the event from an earlier publish
+    // (all of them did, unless that publish failed halfway, when the others deliver their part now).
+    const out: PublishResult[] = each[0].map((r) => (r.duplicate === true ? { eventId: r.eventId, reached: r.reached, duplicate: true } : { eventId: r.eventId, reached: r.reached }));
     for (let k = 1; k < each.length; k++) {
       const rs = each[k];
-      for (let i = 0; i < out.length; i++) out[i].reached += rs[i].reached;
+      for (let i = 0; i < out.length; i++) {
+        out[i].reached += rs[i].reached;
+        if (rs[i].duplicate === true) out[i].duplicate = true;
+      }
     }
     return out;
   }

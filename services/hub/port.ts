@@ -37,8 +37,13 @@ export interface DeviceSubscription {
 
 export interface PublishResult {
   eventId: string;
-  /** Subscriptions the event matched. */
+  /** Subscriptions the event matched (a duplicate: those the first event with its id matched). */
   reached: number;
+  /**
+   * An event with this id was published within the dedupe window (or earlier in the same call):
+   * nothing was delivered for this one.
+   */
+  duplicate?: boolean;
 }
 
 /** The hot path of a device stream: a coalescing writer of one device's position. */

@@ -12,7 +12,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { AmbitError, show } from '../../src/model/errors.js';
+import { AmbitError, PublishError, show } from '../../src/model/errors.js';
 import { type Limits, resolveLimits, validateEvents, validateSubscription } from '../../src/model/limits.js';
 import type { Event, PositionUpdate } from '../../src/model/types.js';
 import {
@@ -33,7 +33,7 @@ import {
 import { type LocColumns, decodePosition, encodeLocations, encodePositionsHset, splitStoredSubscription } from '../redis/codec.js';
 import { DEFAULT_REDIS, RawCommand, type RedisSource, closeConnection, connectAll, intOption, openConnection, prefixOption, queueCommand } from '../redis/connection.js';
 import { DEFAULT_PREFIX, Keys } from '../redis/keys.js';
-import { type MatcherStatsRecord, RecentEvents, locFields, parseNotification, parsePushedNotification, parseReply, pubFields } from '../redis/protocol.js';
+import { type MatcherStatsRecord, type PublishReply, RecentEvents, locFields, parseNotification, parsePushedNotification, parseReply, pubFields } from '../redis/protocol.js';
 import { defineScripts, runScript } from '../redis/scripts.js';
 import { missedAfter, resumePoint } from '../matcher/fanout.js';
 import { type InboxHost, RedisInbox } from './redis-inbox.js';
@@ -76,7 +76,7 @@ export interface RedisHubOptions {
 }
 
 interface PendingPublish {
-  resolve(reached: number[]): void;
+  resolve(reply: PublishReply): void;
   reject(err: Error): void;
   timer: NodeJS.Timeout;
 }
@@ -259,19 +259,22 @@ export class RedisHub implements Hub, InboxHost {
   // ---- publish ----
 
   async publish(events: readonly Event[]): Promise<PublishResult[]> {
-    this.checkOpen();
+    if (this.closed || this.closing !== null) throw new PublishError('not-stored', `${COMPONENT}: closed`);
     if (events.length === 0) return [];
     validateEvents(events, this.limits);
+    // Nothing is sent while Redis is away: the caller hears so at once and retries (a command
+    // queued here and sent later, or lost on the way, would leave it guessing).
+    if (this.cmd.status !== 'ready') throw new PublishError('not-stored', `${COMPONENT}: Redis is not reachable (${this.cmd.status}); nothing was stored`);
     this.batcher.flush(); // the events see this hub's latest positions
     const corr = String(++this.corrSeq);
     const payload = JSON.stringify(events.map(plainEvent));
-    const reached = new Promise<number[]>((resolve, reject) => {
+    const reached = new Promise<PublishReply>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.pending.delete(corr);
         reject(
-          new AmbitError(
-            'UNAVAILABLE',
-            `${COMPONENT}: ${events.length === 1 ? 'the event is' : `the ${events.length} events are`} queued but not matched within ${this.publishTimeoutMs} ms (is a matcher running?); notifications follow when it catches up`,
+          new PublishError(
+            'queued',
+            `${COMPONENT}: ${events.length === 1 ? 'the event is' : `the ${events.length} events are`} stored but not matched within ${this.publishTimeoutMs} ms (is a matcher running?); notifications follow when it catches up`,
           ),
         );
       }, this.publishTimeoutMs);
@@ -279,17 +282,20 @@ export class RedisHub implements Hub, InboxHost {
     });
     reached.catch(() => {}); // observed below; keeps an early rejection from being reported as unhandled
     try {
-      await this.redis(() => this.cmd.xadd(this.keys.in, 'MAXLEN', '~', this.inMaxLen, '*', ...pubFields(corr, this.gatewayId, payload)));
+      await this.cmd.xadd(this.keys.in, 'MAXLEN', '~', this.inMaxLen, '*', ...pubFields(corr, this.gatewayId, payload));
     } catch (err) {
       const p = this.pending.get(corr);
       if (p !== undefined) {
         clearTimeout(p.timer);
         this.pending.delete(corr);
       }
-      throw err;
+      // Sent or not, stored or not: unknown (no outcome). A retry with the same ids is safe.
+      throw new AmbitError('UNAVAILABLE', `${COMPONENT}: the publish may or may not be stored (${err instanceof Error ? err.message : String(err)}); publish again with the same event ids`);
     }
-    const counts = await reached;
-    return events.map((e, i) => ({ eventId: e.id, reached: counts[i] ?? 0 }));
+    const answer = await reached;
+    const counts = answer.r ?? [];
+    const dups = answer.d === undefined ? null : new Set(answer.d);
+    return events.map((e, i) => (dups?.has(i) ? { eventId: e.id, reached: counts[i] ?? 0, duplicate: true } : { eventId: e.id, reached: counts[i] ?? 0 }));
   }
 
   private onMessage(channel: string, message: string): void {
@@ -304,7 +310,7 @@ export class RedisHub implements Hub, InboxHost {
       this.pending.delete(reply.c);
       clearTimeout(p.timer);
       if (reply.error !== undefined) p.reject(new AmbitError(reply.error.code, reply.error.message));
-      else p.resolve(reply.r ?? []);
+      else p.resolve(reply);
       return;
     }
     if (channel.startsWith(this.keys.wakePrefix)) {
@@ -469,6 +475,7 @@ export class RedisHub implements Hub, InboxHost {
         matcherId: matcher?.matcherId ?? '',
         matcherOffset: matcher?.offset ?? '',
         matcherEpoch: matcher?.epoch ?? 0,
+        duplicateEvents: num('duplicates'),
         gatewayId: this.gatewayId,
       },
     };
@@ -514,7 +521,7 @@ export class RedisHub implements Hub, InboxHost {
   private endWaiters(): void {
     for (const p of this.pending.values()) {
       clearTimeout(p.timer);
-      p.reject(new AmbitError('UNAVAILABLE', `${COMPONENT}: closed before the matcher answered; the events stay queued`));
+      p.reject(new PublishError('queued', `${COMPONENT}: closed before the matcher answered; the events are stored and will be delivered`));
     }
     this.pending.clear();
     this.ackBatch?.reject(new AmbitError('UNAVAILABLE', `${COMPONENT}: closed`));

@@ -26,16 +26,18 @@ import { AmbitError, type ErrorCode } from '../../src/model/errors.js';
 import type { DeviceHandle, Matcher } from '../../src/engines/matcher.js';
 import { inRange } from '../../src/model/limits.js';
 import type { Event } from '../../src/model/types.js';
-import type { DeviceSubscription } from '../hub/port.js';
-import { compareStreamIds, decodeLocations, decodePosition, splitStoredSubscription, streamIdMs } from '../redis/codec.js';
+import { compareStreamIds, decodeLocations, streamIdMs } from '../redis/codec.js';
 import { DEFAULT_REDIS, type RedisSource, closeConnection, connectAll, intOption, openConnection, prefixOption, sleep } from '../redis/connection.js';
 import { DEFAULT_PREFIX, Keys } from '../redis/keys.js';
 import { type InEntry, type MatcherStatsRecord, encodeReply, parseInEntry } from '../redis/protocol.js';
 import { defineScripts, runScript } from '../redis/scripts.js';
 import { MatchCore, type Recipient } from './core.js';
+import { MatcherLease } from './lease.js';
+import { rebuildFromRedis } from './snapshot.js';
 import { type EngineChoice, openEngine } from './engine.js';
 import { DEFAULT_RETENTION, type Retention } from './fanout.js';
 import { RedisFanOut } from './redis-fanout.js';
+import { DEFAULT_DEDUPE, type PublishPlan, type PublishSlot, planPublish, settlePublish } from './event-ids.js';
 
 const COMPONENT = 'redis matcher';
 
@@ -61,6 +63,12 @@ export interface RedisMatcherOptions {
    * 1.25× this after a leader dies (a leader that stops cleanly hands over at once).
    */
   leaseMs?: number;
+  /**
+   * How long an event id deduplicates (ms; default 300 000, 0 turns it off): an event whose id was
+   * matched within it is answered as a duplicate and delivers nothing. Ids live in Redis
+   * (`{p}eid:{id}`), so the window holds across matcher restarts and takeovers.
+   */
+  dedupeWindowMs?: number;
   /** @internal test and benchmark hooks */
   hooks?: MatcherHooks;
   /**
@@ -115,17 +123,15 @@ export class RedisMatcher {
   private eventsMatched = 0;
   private invalid = 0;
   private readonly leaseMs: number;
-  private leaseTimer: NodeJS.Timeout | null = null;
-  private leaseBusy = false;
-  private leaseSuspended = false;
+  private readonly lease: MatcherLease;
   private currentRole: MatcherRole = 'standby';
-  /** The lease token this matcher leads (or last led) with; '' before it ever led. */
-  private token = '';
-  /** When the lease was last renewed or taken (performance.now()). */
-  private leaseAt = 0;
   /** Set when the lease was taken: the loop turns leader before its next read. */
   private promotion = false;
   private fenced = 0;
+  private duplicates = 0;
+  private readonly dedupeWindowMs: number;
+  /** Fresh event ids of the read batch being applied, not yet in Redis: their reach. */
+  private inBatch = new Map<string, Promise<number>>();
   private roleWaiters: { role: MatcherRole; resolve: () => void }[] = [];
 
   /** Opens the engine (when given a choice), connects, rebuilds from Redis and starts consuming. */
@@ -161,6 +167,7 @@ export class RedisMatcher {
     this.blockMs = intOption(COMPONENT, 'blockMs', options.blockMs, 1000, 1, 60_000);
     this.statsMs = intOption(COMPONENT, 'statsMs', options.statsMs, 1000, 10, 60_000);
     this.leaseMs = intOption(COMPONENT, 'leaseMs', options.leaseMs, 2000, 100, 600_000);
+    this.dedupeWindowMs = intOption(COMPONENT, 'dedupeWindowMs', options.dedupeWindowMs, DEFAULT_DEDUPE.windowMs, 0, 7 * 24 * 3600 * 1000);
     this.hooks = options.hooks ?? {};
     this.core = new MatchCore(engine);
     this.engineDetail = detail;
@@ -170,6 +177,25 @@ export class RedisMatcher {
     this.now = options.now ?? null;
     this.fanout = new RedisFanOut(this.cmd, this.keys, this.retention, this.now);
     this.fanout.beforeExec = () => this.hooks.beforeStore?.();
+    this.lease = new MatcherLease(
+      this.cmd,
+      this.keys,
+      this.matcherId,
+      this.leaseMs,
+      {
+        taken: () => {
+          this.promotion = true;
+          // Wake the loop's blocked read so it leads at once.
+          if (this.blockingId >= 0) this.cmd.client('UNBLOCK', this.blockingId).catch(() => {});
+        },
+        lost: (why) => {
+          this.promotion = false;
+          this.stepDown(why);
+        },
+      },
+      this.log,
+      COMPONENT,
+    );
   }
 
   /** Whether this matcher leads (matches and delivers) or stands by (keeps its engine warm). */
@@ -180,6 +206,11 @@ export class RedisMatcher {
   /** The lease token this matcher leads with (0 while it has never led). */
   get epoch(): number {
     return this.token === '' ? 0 : Number(this.token);
+  }
+
+  /** The lease token this matcher leads (or last led) with; '' before it ever led. */
+  private get token(): string {
+    return this.lease.token;
   }
 
   /** Writes of this matcher that Redis refused because another had taken the lease. */
@@ -199,7 +230,7 @@ export class RedisMatcher {
    * @internal
    */
   suspendLease(): void {
-    this.leaseSuspended = true;
+    this.lease.suspend();
   }
 
   /** Last `{p}in` entry whose effects are stored. */
@@ -222,60 +253,22 @@ export class RedisMatcher {
     defineScripts(this.cmd);
     this.blockingId = Number(await this.blocking.client('ID'));
     await this.rebuild();
-    await this.leaseTick();
+    await this.lease.start();
     if (this.promotion) await this.lead();
     else this.log?.info({ matcherId: this.matcherId }, `${COMPONENT}: standing by (another matcher holds the lease); tailing ${this.keys.in}`);
     this.statsTimer = setInterval(() => {
       this.writeStats().catch((err: unknown) => this.log?.warn({ err }, `${COMPONENT}: stats not written`));
     }, this.statsMs);
     this.statsTimer.unref();
-    this.leaseTimer = setInterval(() => void this.leaseTick(), Math.max(25, Math.floor(this.leaseMs / 4)));
-    this.leaseTimer.unref();
     this.loopDone = this.loop();
-  }
-
-  private get leaseValue(): string {
-    return `${this.token} ${this.matcherId}`;
-  }
-
-  /**
-   * Every quarter lease: the leader renews (and steps down when the lease is someone else's, or
-   * could not be renewed for a whole lease); a standby tries to take it.
-   */
-  private async leaseTick(): Promise<void> {
-    if (this.leaseBusy || this.leaseSuspended || this.stopping) return;
-    this.leaseBusy = true;
-    const k = this.keys;
-    try {
-      if (this.currentRole === 'leader') {
-        let held: boolean;
-        try {
-          held = (await runScript(this.cmd, 'ambitLeaseRenew', k.matcherLease, this.leaseValue, this.leaseMs)) === 1;
-          if (held) this.leaseAt = performance.now();
-        } catch (err) {
-          held = performance.now() - this.leaseAt < this.leaseMs;
-          if (!held) this.log?.warn({ err }, `${COMPONENT}: lease not renewed for ${this.leaseMs} ms`);
-        }
-        if (!held && !this.stopping) this.stepDown('the lease passed to another matcher or lapsed');
-      } else if (!this.promotion) {
-        const [taken, value] = (await runScript(this.cmd, 'ambitLeaseAcquire', k.matcherLease, k.matcherEpoch, this.matcherId, this.leaseMs)) as [number, string];
-        if (taken === 1 && !this.stopping) {
-          this.token = String(value);
-          this.leaseAt = performance.now();
-          this.promotion = true;
-          // Wake the loop's blocked read so it leads at once.
-          if (this.blockingId >= 0 && this.loopDone !== null) this.cmd.client('UNBLOCK', this.blockingId).catch(() => {});
-        }
-      }
-    } catch (err) {
-      this.log?.warn({ err }, `${COMPONENT}: lease check failed`);
-    } finally {
-      this.leaseBusy = false;
-    }
   }
 
   /** The lease was taken: lead from the older of this matcher's position and the stored offset. */
   private async lead(): Promise<void> {
+    if (!this.lease.held) {
+      this.promotion = false;
+      return;
+    }
     const k = this.keys;
     const stored = (await this.cmd.get(k.matcherOffset)) ?? '0-0';
     const from = compareStreamIds(this.lastId, stored) < 0 ? this.lastId : stored;
@@ -303,83 +296,10 @@ export class RedisMatcher {
     for (const w of ready) w.resolve();
   }
 
-  /**
-   * The engine from Redis: every stored subscription and position, then the stream after the
-   * stored offset is replayed (idempotent: upserts, moves, unsubscribing a missing one is a no-op).
-   * A subscription written by a command still in the replay is left to that command, so publishes
-   * replayed before it do not see it. What the replay cannot restore: a subscription removed or
-   * replaced after a replayed publish is seen by it as it is now, and positions are the latest.
-   */
+  /** The engine from Redis (snapshot.ts); the stream is read from the stored offset on. */
   private async rebuild(): Promise<void> {
-    const t0 = performance.now();
-    const k = this.keys;
-    const offset = await this.cmd.get(k.matcherOffset);
-    const from = offset ?? '0-0';
-    const trimmedTo = await this.maxDeletedId();
-    if (compareStreamIds(trimmedTo, from) > 0) {
-      this.log?.warn(
-        { offset: from, trimmedTo },
-        `${COMPONENT}: ${k.in} was trimmed past the stored offset: commands up to ${trimmedTo} were never matched (their publishes are lost; subscriptions and positions come from the snapshot)`,
-      );
-    }
-    let subs = 0;
-    let deferred = 0;
-    let cursor = '0';
-    do {
-      const [next, devices] = await this.cmd.sscan(k.subDevices, cursor, 'COUNT', 500);
-      cursor = next;
-      if (devices.length === 0) continue;
-      const p = this.cmd.pipeline();
-      for (const d of devices) p.hgetall(k.subs(d));
-      const results = (await p.exec()) ?? [];
-      for (let i = 0; i < devices.length; i++) {
-        const [err, stored] = results[i];
-        if (err !== null) throw err;
-        for (const value of Object.values(stored as Record<string, string>)) {
-          const { version, json } = splitStoredSubscription(value);
-          if (compareStreamIds(version, from) > 0 && compareStreamIds(version, trimmedTo) > 0) {
-            deferred++; // its own command is in the replay
-            continue;
-          }
-          try {
-            this.core.put(devices[i], JSON.parse(json) as DeviceSubscription, 'upsert');
-            subs++;
-          } catch (err) {
-            this.log?.warn({ err, device: devices[i] }, `${COMPONENT}: stored subscription refused by the engine, skipped`);
-          }
-        }
-      }
-    } while (cursor !== '0');
-    let positions = 0;
-    cursor = '0';
-    do {
-      const [next, flat] = await this.cmd.hscanBuffer(k.pos, cursor, 'COUNT', 10_000);
-      cursor = next.toString();
-      for (let i = 0; i + 1 < flat.length; i += 2) {
-        const p = decodePosition(flat[i + 1]);
-        if (p === null) continue;
-        this.move(flat[i].toString('utf8'), p.lat, p.lon);
-        positions++;
-      }
-    } while (cursor !== '0');
+    const from = await rebuildFromRedis(this.cmd, this.keys, this.core, this.move, this.log, COMPONENT);
     this.lastId = this.committed = from;
-    this.log?.info(
-      { subscriptions: subs, deferred, positions, offset: from, ms: Math.round(performance.now() - t0) },
-      `${COMPONENT}: rebuilt ${subs} subscriptions and ${positions} positions; replaying ${k.in} after ${from}`,
-    );
-  }
-
-  /** Highest id trimmed from `{p}in` ('0-0' when none, or no stream yet). */
-  private async maxDeletedId(): Promise<string> {
-    let info: unknown;
-    try {
-      info = await this.cmd.call('XINFO', 'STREAM', this.keys.in);
-    } catch {
-      return '0-0'; // no stream yet
-    }
-    const flat = info as unknown[];
-    for (let i = 0; i + 1 < flat.length; i += 2) if (flat[i] === 'max-deleted-entry-id') return String(flat[i + 1]);
-    return '0-0';
   }
 
   private async loop(): Promise<void> {
@@ -411,7 +331,8 @@ export class RedisMatcher {
         if (this.crashed) break;
         if (isFenced(err)) {
           this.fenced++;
-          this.stepDown(`a write was refused: ${err instanceof Error ? err.message : String(err)}`);
+          this.lease.lose(`a write was refused: ${err instanceof Error ? err.message : String(err)}`);
+          this.stepDown('fenced');
           this.lastId = this.committed;
           continue;
         }
@@ -428,6 +349,7 @@ export class RedisMatcher {
    */
   private async process(entries: [Buffer, Buffer[]][]): Promise<void> {
     const leading = this.currentRole === 'leader';
+    this.inBatch = new Map();
     const t0 = performance.now();
     const applied0 = this.applied;
     const flights: Promise<void>[] = [];
@@ -501,25 +423,42 @@ export class RedisMatcher {
   /**
    * Matches publishes (the engine is awaited, so later commands see the state it matched) and
    * queues their notifications; the returned `done` settles once they are stored and the
-   * publishers answered. One bad event fails only its own publish.
+   * publishers answered. One bad event fails only its own publish. An event whose id was matched
+   * within the dedupe window (by another entry: a replay of the same entry is not a duplicate), or
+   * earlier in this read batch, is a duplicate: not matched, answered with the first one's reach.
    */
   private async matchPubs(pubs: PubEntry[]): Promise<{ done: Promise<void> }> {
+    const known = await this.knownIds(pubs);
+    let settleFlat!: (r: readonly number[]) => void;
+    const flatDone = new Promise<readonly number[]>((resolve) => (settleFlat = resolve));
+    const plans = new Map<PubEntry, PublishPlan>();
     const all: Event[] = [];
-    for (const p of pubs) if (p.events !== null) all.push(...p.events);
+    for (const p of pubs) {
+      if (p.events === null) continue;
+      const plan = planPublish(p.events, (id) => {
+        const kn = known.get(id);
+        if (kn !== undefined && kn.entry !== p.id) return kn.reached;
+        return this.inBatch.get(id);
+      });
+      for (const e of plan.fresh) {
+        const at = all.length;
+        all.push(e);
+        if (this.dedupeWindowMs > 0) this.inBatch.set(e.id, flatDone.then((r) => r[at]));
+      }
+      plans.set(p, plan);
+    }
     const results = new Map<PubEntry, Recipient[][]>();
     try {
-      const flat = await this.core.match(all);
+      const flat = all.length === 0 ? [] : await this.core.match(all);
       let i = 0;
-      for (const p of pubs) {
-        if (p.events === null) continue;
-        results.set(p, flat.slice(i, i + p.events.length));
-        i += p.events.length;
+      for (const [p, plan] of plans) {
+        results.set(p, flat.slice(i, i + plan.fresh.length));
+        i += plan.fresh.length;
       }
     } catch {
-      for (const p of pubs) {
-        if (p.events === null) continue;
+      for (const [p, plan] of plans) {
         try {
-          results.set(p, await this.core.match(p.events));
+          results.set(p, await this.core.match(plan.fresh));
         } catch (err) {
           p.error = errorReply(err);
           this.log?.warn({ err, entry: p.id }, `${COMPONENT}: publish ${p.id} refused by the engine`);
@@ -527,27 +466,86 @@ export class RedisMatcher {
       }
     }
     const k = this.keys;
-    const replies: [channel: string, reply: string][] = [];
+    const flatReached: number[] = [];
+    const fresh: { id: string; value: string }[] = [];
     let events = 0;
+    let duplicates = 0;
+    const answers: { p: PubEntry; plan: PublishPlan | undefined; freshReached: number[] }[] = [];
     for (const p of pubs) {
+      const plan = plans.get(p);
       const matched = results.get(p);
-      if (matched === undefined || p.events === null) {
-        replies.push([k.reply(p.gw), encodeReply({ c: p.corr, error: p.error })]);
+      if (plan === undefined || matched === undefined || p.events === null) {
+        if (plan !== undefined) for (let j = 0; j < plan.fresh.length; j++) flatReached.push(0);
+        answers.push({ p, plan: undefined, freshReached: [] });
         continue;
       }
-      const reached = this.fanout.deliver({ id: p.id, ms: this.now === null ? streamIdMs(p.id) : this.now() }, p.events, matched);
-      events += p.events.length;
-      replies.push([k.reply(p.gw), encodeReply({ c: p.corr, r: reached })]);
+      // Duplicates keep their place with no recipients: the replay marker counts events by index.
+      const recipients = plan.slots === null ? matched : plan.slots.map((s) => ('fresh' in s ? matched[s.fresh] : []));
+      const reached = this.fanout.deliver({ id: p.id, ms: this.now === null ? streamIdMs(p.id) : this.now() }, p.events, recipients);
+      const freshReached = plan.slots === null ? reached : freshOnly(plan.slots, reached);
+      for (let j = 0; j < plan.fresh.length; j++) {
+        flatReached.push(freshReached[j]);
+        fresh.push({ id: plan.fresh[j].id, value: `${freshReached[j]} ${p.id}` });
+      }
+      events += plan.fresh.length;
+      duplicates += p.events.length - plan.fresh.length;
+      answers.push({ p, plan, freshReached });
+    }
+    settleFlat(flatReached);
+    const replies: string[] = [];
+    for (const { p, plan, freshReached } of answers) {
+      if (plan === undefined) {
+        replies.push(k.reply(p.gw), encodeReply({ c: p.corr, error: p.error }));
+        continue;
+      }
+      const settled = await settlePublish(plan, freshReached);
+      const d: number[] = [];
+      for (let j = 0; j < settled.length; j++) if (settled[j].duplicate) d.push(j);
+      replies.push(k.reply(p.gw), encodeReply(d.length === 0 ? { c: p.corr, r: settled.map((x) => x.reached) } : { c: p.corr, r: settled.map((x) => x.reached), d }));
     }
     this.eventsMatched += events;
+    this.duplicates += duplicates;
+    const remembered = this.dedupeWindowMs > 0 ? fresh : [];
     const stored = this.fanout.flush();
     const done = (async () => {
       await stored;
       // Counted before the replies, so a publisher's stats() after its publish includes it.
-      await runScript(this.cmd, 'ambitAnswer', k.stats, k.matcherEpoch, this.token, events, ...replies.flat());
+      await runScript(
+        this.cmd,
+        'ambitAnswer',
+        2 + remembered.length,
+        k.stats,
+        k.matcherEpoch,
+        ...remembered.map((f) => k.eventId(f.id)),
+        this.token,
+        events,
+        duplicates,
+        this.dedupeWindowMs,
+        ...remembered.map((f) => f.value),
+        ...replies,
+      );
     })();
     done.catch(() => {}); // awaited by process(); this keeps an early failure from being reported as unhandled
     return { done };
+  }
+
+  /** The ids of these publishes' events matched within the dedupe window: reach and in-entry id. */
+  private async knownIds(pubs: readonly PubEntry[]): Promise<Map<string, { reached: number; entry: string }>> {
+    const known = new Map<string, { reached: number; entry: string }>();
+    if (this.dedupeWindowMs === 0) return known;
+    const ids = new Set<string>();
+    for (const p of pubs) if (p.events !== null) for (const e of p.events) if (typeof e.id === 'string') ids.add(e.id);
+    if (ids.size === 0) return known;
+    const list = [...ids];
+    const values = await this.cmd.mget(list.map((id) => this.keys.eventId(id)));
+    for (let i = 0; i < list.length; i++) {
+      const v = values[i];
+      if (v === null) continue;
+      const sp = v.indexOf(' ');
+      const reached = Number(v.slice(0, sp));
+      if (sp > 0 && Number.isFinite(reached)) known.set(list[i], { reached, entry: v.slice(sp + 1) });
+    }
+    return known;
   }
 
   private async writeStats(): Promise<void> {
@@ -564,7 +562,7 @@ export class RedisMatcher {
       offset: this.committed,
       locationsApplied: this.applied,
       epoch: this.epoch,
-      extra: { ...(s.extra ?? {}), eventsMatched: this.eventsMatched, locationsApplied: this.applied, invalidUpdates: this.invalid, fencedWrites: this.fenced },
+      extra: { ...(s.extra ?? {}), eventsMatched: this.eventsMatched, locationsApplied: this.applied, invalidUpdates: this.invalid, fencedWrites: this.fenced, duplicateEvents: this.duplicates },
     };
     await this.cmd.set(this.keys.matcherStats, JSON.stringify(record), 'PX', this.statsMs * 3);
   }
@@ -593,7 +591,7 @@ export class RedisMatcher {
   private async shutdown(): Promise<void> {
     this.stopping = true;
     if (this.statsTimer !== null) clearInterval(this.statsTimer);
-    if (this.leaseTimer !== null) clearInterval(this.leaseTimer);
+    void this.lease.stop(false);
     // Wake the blocked XREAD; repeated because it may reach Redis before the XREAD it should end.
     // With Redis unreachable neither the UNBLOCK nor the XREAD ever answers: after a bounded
     // wait the blocking connection is dropped, which rejects the XREAD and ends the loop (the
@@ -615,7 +613,7 @@ export class RedisMatcher {
       // The stats key goes first: a standby taking the lease writes its own.
       await Promise.race([this.cmd.del(this.keys.matcherStats).catch(() => {}), sleep(1000)]);
       // Hand over at once instead of after the lease's TTL.
-      await Promise.race([runScript(this.cmd, 'ambitLeaseRelease', this.keys.matcherLease, this.leaseValue).catch(() => {}), sleep(1000)]);
+      await Promise.race([this.lease.stop(true).catch(() => {}), sleep(1000)]);
     }
     await this.closeEngine();
     if (reachable) await Promise.race([Promise.all([closeConnection(this.cmd), closeConnection(this.blocking)]), sleep(2000)]);
@@ -634,7 +632,7 @@ export class RedisMatcher {
     this.crashed = true;
     this.stopping = true;
     if (this.statsTimer !== null) clearInterval(this.statsTimer);
-    if (this.leaseTimer !== null) clearInterval(this.leaseTimer);
+    void this.lease.stop(false);
     this.cmd.disconnect();
     this.blocking.disconnect();
     return (this.ended = this.loopDone.then(() => this.closeEngine()));
@@ -646,6 +644,13 @@ export class RedisMatcher {
 function errorReply(err: unknown): { code: ErrorCode; message: string } {
   if (err instanceof AmbitError) return { code: err.code, message: err.message };
   return { code: 'UNAVAILABLE', message: `${COMPONENT}: ${err instanceof Error ? err.message : String(err)}` };
+}
+
+/** The reach of a plan's fresh events, from the reach of all its events. */
+function freshOnly(slots: readonly PublishSlot[], reached: readonly number[]): number[] {
+  const out: number[] = [];
+  for (let i = 0; i < slots.length; i++) if ('fresh' in slots[i]) out.push(reached[i]);
+  return out;
 }
 
 /** A write Redis refused because this matcher's lease token is no longer the newest. */

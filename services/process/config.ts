@@ -2,6 +2,7 @@
  * Process configuration, from the environment (and flags in main.ts), validated whole with exact
  * errors before anything starts.
  */
+import { DEFAULT_DEDUPE, type DedupeOptions } from '../matcher/event-ids.js';
 import { readFileSync } from 'node:fs';
 import { DEFAULT_RETENTION, type Retention } from '../hub/embedded.js';
 import { ENGINE_CHOICES, type EngineChoice } from '../matcher/engine.js';
@@ -37,6 +38,11 @@ export interface ServerConfig {
    * deployment but the lease holder stands by; one takes over within about 1.25× this.
    */
   matcherLeaseMs: number;
+  /**
+   * Event ids deduplicate for `windowMs` (0: off); an embedded hub (each partition) holds at most
+   * `maxIds` of them. In Redis mode the ids live in Redis for the window.
+   */
+  dedupe: DedupeOptions;
   /** Subscriptions one device may hold; one more is RESOURCE_EXHAUSTED. */
   maxSubscriptionsPerDevice: number;
   logLevel: string;
@@ -98,6 +104,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   tls: null,
   retention: DEFAULT_RETENTION,
   matcherLeaseMs: 2000,
+  dedupe: DEFAULT_DEDUPE,
   maxSubscriptionsPerDevice: DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE,
   logLevel: 'info',
   shutdownGraceS: 10,
@@ -114,7 +121,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
 
 /** Reads AMBIT_* (and REDIS_URL) variables over the defaults; throws naming the variable. */
 export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfig {
-  const c: ServerConfig = { ...DEFAULT_CONFIG, retention: { ...DEFAULT_RETENTION } };
+  const c: ServerConfig = { ...DEFAULT_CONFIG, retention: { ...DEFAULT_RETENTION }, dedupe: { ...DEFAULT_DEDUPE } };
   const str = (name: string): string | undefined => {
     const v = env[name];
     return v === undefined || v === '' ? undefined : v;
@@ -165,6 +172,9 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
   const hours = int('AMBIT_RETENTION_HOURS', 1, 24 * 365);
   if (hours !== undefined) c.retention.maxAgeMs = hours * 3600_000;
   c.matcherLeaseMs = int('AMBIT_MATCHER_LEASE_MS', 100, 600_000) ?? c.matcherLeaseMs;
+  const dedupeS = int('AMBIT_DEDUPE_WINDOW_S', 0, 7 * 24 * 3600);
+  if (dedupeS !== undefined) c.dedupe.windowMs = dedupeS * 1000;
+  c.dedupe.maxIds = int('AMBIT_DEDUPE_MAX_IDS', 1, 100_000_000) ?? c.dedupe.maxIds;
   const level = str('AMBIT_LOG_LEVEL');
   if (level !== undefined) {
     if (!(LOG_LEVELS as readonly string[]).includes(level)) throw new Error(`config: AMBIT_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(level)}`);

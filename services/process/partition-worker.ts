@@ -17,7 +17,7 @@ import { listenForGateways } from './thread-pool.js';
 const data = workerData as PartitionWorkerData & { port: MessagePort };
 const log = rootLogger(data.logLevel).child({ component: 'partition', partition: data.index });
 const { engine, detail } = await openEngine(data.engine);
-const hub = new EmbeddedHub(new MatchCore(engine, data.maxSubscriptionsPerDevice), { retention: data.retention, engineDetail: detail });
+const hub = new EmbeddedHub(new MatchCore(engine, data.maxSubscriptionsPerDevice), { retention: data.retention, dedupe: data.dedupe, engineDetail: detail });
 log.info({ engine: engine.name, detail }, `partition ${data.index}: engine ${engine.name}: ${detail}`);
 const hubServer = new HubServer(hub, log, hub);
 hubServer.serve(portLink(data.port));

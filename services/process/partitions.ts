@@ -6,6 +6,7 @@
  * PartitionedHub of LinkedHubs (services/hub/partitioned.ts). A partition that dies takes its
  * devices' state with it, so the node stops (embedded state is not durable anyway).
  */
+import type { DedupeOptions } from '../matcher/event-ids.js';
 import type { Logger } from 'pino';
 import { portLink } from '../hub/link.js';
 import { type PartitionedHub, linkedPartitions } from '../hub/partitioned.js';
@@ -26,12 +27,14 @@ export interface PartitionWorkerData extends PoolThreadData {
   engine: EngineChoice;
   maxSubscriptionsPerDevice: number;
   retention: Retention;
+  dedupe: DedupeOptions;
 }
 
 export interface PartitionSettings {
   engine: EngineChoice;
   maxSubscriptionsPerDevice: number;
   retention: Retention;
+  dedupe: DedupeOptions;
   logLevel: string;
 }
 
@@ -40,7 +43,7 @@ export async function startPartitions(count: number, s: PartitionSettings, log: 
     'hub partition',
     new URL('./partition-worker.js', import.meta.url),
     count,
-    () => ({ engine: s.engine, maxSubscriptionsPerDevice: s.maxSubscriptionsPerDevice, retention: s.retention }),
+    () => ({ engine: s.engine, maxSubscriptionsPerDevice: s.maxSubscriptionsPerDevice, retention: s.retention, dedupe: s.dedupe }),
     s.logLevel,
     onDeath,
   );

@@ -22,7 +22,7 @@ export interface MatcherRole {
 }
 
 export async function startMatcherRole(config: ServerConfig, log: Logger): Promise<MatcherRole> {
-  const m = await RedisMatcher.start({ redis: redisUrl(config), prefix: config.redisPrefix, engine: config.engine, retention: config.retention, leaseMs: config.matcherLeaseMs, log });
+  const m = await RedisMatcher.start({ redis: redisUrl(config), prefix: config.redisPrefix, engine: config.engine, retention: config.retention, leaseMs: config.matcherLeaseMs, dedupeWindowMs: config.dedupe.windowMs, log });
   log.info({ engine: m.core.engine.name, detail: m.engineDetail, mode: 'redis', offset: m.offset }, `engine ${m.core.engine.name}: ${m.engineDetail}`);
   // Notifications are counted by the deliver script in Redis; gateways report them.
   const stats = async (): Promise<HubStats> => {

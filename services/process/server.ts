@@ -115,7 +115,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
     } else if (config.redisUrl === null) {
       const { engine, detail } = await openEngine(config.engine);
       engineDetail = detail;
-      hub = new EmbeddedHub(new MatchCore(engine, config.maxSubscriptionsPerDevice), { retention: config.retention, engineDetail: detail, ...(options.shards === undefined ? {} : { shards: options.shards }) });
+      hub = new EmbeddedHub(new MatchCore(engine, config.maxSubscriptionsPerDevice), { retention: config.retention, dedupe: config.dedupe, engineDetail: detail, ...(options.shards === undefined ? {} : { shards: options.shards }) });
       const h = hub;
       cleanups.push(() => h.close());
       log.child({ component: 'matcher' }).info({ engine: engine.name, detail, mode: 'embedded', durable: false }, `engine ${engine.name}: ${detail}; embedded mode keeps all state in memory (not durable)`);

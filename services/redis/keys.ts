@@ -16,6 +16,7 @@
  *   {p}config           HASH  the matcher's retention (maxPerDevice, maxAgeMs)
  *   {p}matcher:offset   STRING last `in` entry whose effects are stored
  *   {p}matcher:stats    STRING the matcher's engine figures as JSON; its TTL is the liveness signal
+ *   {p}eid:{event id}   STRING "<reached> <in-entry id>" of a matched event, for the dedupe window (PX)
  *   {p}reply:{gateway}  CHANNEL publish replies for one gateway
  *   {p}wake:{device}    CHANNEL each notification stored for the device, whole (scripts.ts)
  */
@@ -58,6 +59,10 @@ export class Keys {
 
   notes(device: string): string {
     return `${this.prefix}n:${device}`;
+  }
+
+  eventId(id: string): string {
+    return `${this.prefix}eid:${id}`;
   }
 
   reply(gatewayId: string): string {

@@ -21,6 +21,8 @@ export interface PublishReply {
   c: string;
   /** Reached count per event, in order. */
   r?: number[];
+  /** Indices of the events that were duplicates (their id published within the window). */
+  d?: number[];
   error?: { code: ErrorCode; message: string };
 }
 

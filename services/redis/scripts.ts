@@ -83,14 +83,20 @@ return 1
 `;
 
 /**
- * A batch's answers, fenced: the events counter, then each publisher's reply.
- * KEYS: stats, epoch. ARGV: token, events matched, then channel, reply, channel, reply, ...
+ * A batch's answers, fenced: the counters, the ids of its fresh events (each remembered with its
+ * reach and in-entry id for the dedupe window), then each publisher's reply.
+ * KEYS: stats, epoch, then eid:{id} of each fresh event. ARGV: token, events matched, duplicates,
+ * window ms, then per fresh event "<reached> <in-entry id>", then channel, reply, channel, reply, ...
  */
 const ANSWER = `${FENCE}
 check_fence(KEYS[2], ARGV[1])
 local events = tonumber(ARGV[2])
+local dups = tonumber(ARGV[3])
 if events > 0 then redis.call('HINCRBY', KEYS[1], 'events', events) end
-for i = 3, #ARGV - 1, 2 do redis.call('PUBLISH', ARGV[i], ARGV[i + 1]) end
+if dups > 0 then redis.call('HINCRBY', KEYS[1], 'duplicates', dups) end
+local n = #KEYS - 2
+for i = 1, n do redis.call('SET', KEYS[2 + i], ARGV[4 + i], 'PX', ARGV[4]) end
+for i = 5 + n, #ARGV - 1, 2 do redis.call('PUBLISH', ARGV[i], ARGV[i + 1]) end
 return 1
 `;
 
@@ -335,7 +341,8 @@ const DEFINITIONS = {
   ambitLeaseRenew: { lua: LEASE_RENEW, numberOfKeys: 1 },
   ambitLeaseRelease: { lua: LEASE_RELEASE, numberOfKeys: 1 },
   ambitCommit: { lua: COMMIT, numberOfKeys: 2 },
-  ambitAnswer: { lua: ANSWER, numberOfKeys: 2 },
+  // numberOfKeys is per call (the fresh events' ids are keys): it is passed as the first argument.
+  ambitAnswer: { lua: ANSWER },
 } as const;
 
 export type ScriptName = keyof typeof DEFINITIONS;

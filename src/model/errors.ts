@@ -2,7 +2,7 @@
  * Errors raised by the core. `code` maps one-to-one onto gRPC status codes at the service edge;
  * `field` is the path of the offending input (e.g. `subscription.filters[2].constraints[0].value`).
  */
-export type ErrorCode = 'INVALID_ARGUMENT' | 'NOT_FOUND' | 'ALREADY_EXISTS' | 'RESOURCE_EXHAUSTED' | 'UNAVAILABLE';
+export type ErrorCode = 'INVALID_ARGUMENT' | 'NOT_FOUND' | 'ALREADY_EXISTS' | 'RESOURCE_EXHAUSTED' | 'UNAVAILABLE' | 'DEADLINE_EXCEEDED';
 
 export class AmbitError extends Error {
   readonly code: ErrorCode;
@@ -13,6 +13,25 @@ export class AmbitError extends Error {
     this.name = 'AmbitError';
     this.code = code;
     this.field = field;
+  }
+}
+
+/**
+ * What a failed publish did with its events: 'queued' (stored, and will be delivered, but not
+ * confirmed in time: no need to publish again) or 'not-stored' (nothing was stored: publish again).
+ * A failure without one (a broken connection) leaves it unknown: publish again with the same ids,
+ * which the deployment deduplicates.
+ */
+export type PublishOutcome = 'queued' | 'not-stored';
+
+/** A publish that failed with a known outcome: 'queued' is DEADLINE_EXCEEDED, 'not-stored' UNAVAILABLE. */
+export class PublishError extends AmbitError {
+  constructor(
+    readonly outcome: PublishOutcome,
+    message: string,
+  ) {
+    super(outcome === 'queued' ? 'DEADLINE_EXCEEDED' : 'UNAVAILABLE', message);
+    this.name = 'PublishError';
   }
 }
 

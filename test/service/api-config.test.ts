@@ -37,6 +37,9 @@ describe('api config: configFromEnv', () => {
     [{ AMBIT_RETENTION_MAX: '10000001' }, 'config: AMBIT_RETENTION_MAX must be an integer in [1, 10000000], got "10000001"'],
     [{ AMBIT_RETENTION_HOURS: '0' }, 'config: AMBIT_RETENTION_HOURS must be an integer in [1, 8760], got "0"'],
     [{ AMBIT_RETENTION_HOURS: '1.5' }, 'config: AMBIT_RETENTION_HOURS must be an integer in [1, 8760], got "1.5"'],
+    [{ AMBIT_MATCHER_LEASE_MS: '99' }, 'config: AMBIT_MATCHER_LEASE_MS must be an integer in [100, 600000], got "99"'],
+    [{ AMBIT_DEDUPE_WINDOW_S: '-1' }, 'config: AMBIT_DEDUPE_WINDOW_S must be an integer in [0, 604800], got "-1"'],
+    [{ AMBIT_DEDUPE_MAX_IDS: '0' }, 'config: AMBIT_DEDUPE_MAX_IDS must be an integer in [1, 100000000], got "0"'],
     [{ AMBIT_LOG_LEVEL: 'verbose' }, 'config: AMBIT_LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent, got "verbose"'],
     [{ AMBIT_SHUTDOWN_GRACE_S: '3601' }, 'config: AMBIT_SHUTDOWN_GRACE_S must be an integer in [0, 3600], got "3601"'],
     [{ AMBIT_PORT: '99999999999999999999' }, 'config: AMBIT_PORT must be an integer in [0, 65535], got "99999999999999999999"'],
@@ -91,6 +94,9 @@ describe('api config: configFromEnv', () => {
       AMBIT_DEV: 'true',
       AMBIT_RETENTION_MAX: '5',
       AMBIT_RETENTION_HOURS: '2',
+      AMBIT_MATCHER_LEASE_MS: '5000',
+      AMBIT_DEDUPE_WINDOW_S: '0',
+      AMBIT_DEDUPE_MAX_IDS: '10',
       AMBIT_LOG_LEVEL: 'debug',
       AMBIT_SHUTDOWN_GRACE_S: '0',
     });
@@ -106,10 +112,14 @@ describe('api config: configFromEnv', () => {
       tokenSecret: 's'.repeat(32),
       dev: true,
       retention: { maxPerDevice: 5, maxAgeMs: 2 * 3600_000 },
+      matcherLeaseMs: 5000,
+      dedupe: { windowMs: 0, maxIds: 10 },
       logLevel: 'debug',
       shutdownGraceS: 0,
     } satisfies ServerConfig);
     assert.deepEqual(DEFAULT_RETENTION, { maxPerDevice: 10_000, maxAgeMs: 24 * 3600_000 });
+    assert.deepEqual(configFromEnv({}).dedupe, { windowMs: 300_000, maxIds: 1_000_000 });
+    assert.equal(configFromEnv({ AMBIT_DEDUPE_WINDOW_S: '60' }).dedupe.windowMs, 60_000);
     assert.equal(configFromEnv({ AMBIT_METRICS_PORT: '9100' }).metricsPort, 9100);
     assert.equal(configFromEnv({ AMBIT_DEV: '0' }).dev, false);
     assert.equal(configFromEnv({ AMBIT_DEV: '1' }).dev, true);

@@ -47,8 +47,11 @@ function validSub(id = 'x'): Init {
   };
 }
 
+let eventSeq = 0;
+
+/** A valid event with an id of its own (ids deduplicate: one id twice would deliver once). */
 function validEvent(): Init {
-  return { id: 'e1', position: { lat: 1, lon: 2 }, radiusM: 10, attributes: { price: num(5), kind: text('cafe') } };
+  return { id: `e${++eventSeq}`, position: { lat: 1, lon: 2 }, radiusM: 10, attributes: { price: num(5), kind: text('cafe') } };
 }
 
 type Case = [label: string, mutate: (x: Init) => void, field: string];

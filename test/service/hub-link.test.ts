@@ -13,7 +13,7 @@ import { pino } from 'pino';
 import { AmbitError, ValidationError } from '../../src/model/errors.js';
 import type { Event } from '../../src/model/types.js';
 import { CPU_ENGINES } from '../../src/engines/index.js';
-import { EmbeddedHub } from '../../services/hub/embedded.js';
+import { EmbeddedHub, type EmbeddedHubOptions } from '../../services/hub/embedded.js';
 import { HubServer } from '../../services/hub/hub-server.js';
 import { EventCache, FrameReader, FrameWriter, fromWire, portLink, readEvent, socketLink, toWire, writeEvent } from '../../services/hub/link.js';
 import { type PartitionedHub, linkedPartitions } from '../../services/hub/partitioned.js';
@@ -48,8 +48,12 @@ function roundTrip(e: Event): Event {
 }
 
 /** An embedded hub served over a MessageChannel to its gateway side; `port` is the gateway's raw end. */
-async function withLinked(options: LinkedHubOptions, run: (linked: LinkedHub, hub: EmbeddedHub, port: MessagePort, other: LinkedHub) => Promise<void>): Promise<void> {
-  const hub = new EmbeddedHub(new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS })));
+async function withLinked(
+  options: LinkedHubOptions,
+  run: (linked: LinkedHub, hub: EmbeddedHub, port: MessagePort, other: LinkedHub) => Promise<void>,
+  hubOptions: EmbeddedHubOptions = {},
+): Promise<void> {
+  const hub = new EmbeddedHub(new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS })), hubOptions);
   const server = new HubServer(hub, pino({ level: 'silent' }), hub);
   const { port1, port2 } = new MessageChannel();
   server.serve(portLink(port1));
@@ -280,14 +284,14 @@ describe('hub link', () => {
       const b = await linked.openInbox('b', null);
       const [fromB] = await b.pull(10);
       assert.equal(fromB.event, fromA.event, 'the same object, decoded once');
-      // Another event with the same id (publishers choose ids) is another event.
+      // Another event with the same id (with deduplication off, as here) is another event.
       await linked.publish([{ id: 'x', lat: 1, lon: 2, attributes: { n: 2 } }]);
       const [second] = await a.pull(10);
       assert.notEqual(second.event, fromA.event);
       assert.deepEqual(second.event.attributes, { n: 2 });
       a.close();
       b.close();
-    });
+    }, { dedupe: { windowMs: 0 } });
   });
 
   it('an unreadable frame ends the link: pending calls fail UNAVAILABLE and nothing of it applies', async () => {

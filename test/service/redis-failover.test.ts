@@ -84,15 +84,15 @@ describe('redis matcher leadership', { skip: missing ?? false, timeout: 60_000 }
       await sub.subscribe(k.reply('gw'));
       let replies = 0;
       sub.on('message', () => replies++);
-      await assert.rejects(runScript(r, 'ambitAnswer', k.stats, k.matcherEpoch, '1', 3, k.reply('gw'), 'stale'), /FENCED/);
+      await assert.rejects(runScript(r, 'ambitAnswer', 3, k.stats, k.matcherEpoch, k.eventId('e1'), '1', 3, 0, 60_000, '0 1-0', k.reply('gw'), 'stale'), /FENCED/);
       const ms = Date.now();
       await assert.rejects(
         runScript(r, 'ambitDeliver', 6, k.dstate, k.stats, k.nseq, k.nlast, k.notes('d'), k.matcherEpoch, 100, 60_000, k.wakePrefix, '', 1, `${ms}-1`, 0, ms, '{"id":"e"}', 'd', 1, '[]', '1'),
         /FENCED/,
       );
-      assert.equal(await r.exists(k.notes('d'), k.dstate, k.stats), 0);
+      assert.equal(await r.exists(k.notes('d'), k.dstate, k.stats, k.eventId('e1')), 0);
       // The current token passes; a reply published after the stale one arrives alone.
-      assert.equal(await runScript(r, 'ambitAnswer', k.stats, k.matcherEpoch, '2', 3, k.reply('gw'), 'fresh'), 1);
+      assert.equal(await runScript(r, 'ambitAnswer', 2, k.stats, k.matcherEpoch, '2', 3, 0, 60_000, k.reply('gw'), 'fresh'), 1);
       assert.equal(await r.hget(k.stats, 'events'), '3');
       await sub.quit();
       assert.equal(replies, 1);

@@ -12,6 +12,7 @@ import { Redis } from 'ioredis';
 import { CPU_ENGINES } from '../../src/engines/index.js';
 import { compareStreamIds, decodeLocations, encodeLocations, encodePosition, encodePositionsHset } from '../../services/redis/codec.js';
 import { RedisHub } from '../../services/hub/redis.js';
+import { PublishError } from '../../src/model/errors.js';
 import { RedisMatcher } from '../../services/matcher/redis.js';
 import { Keys } from '../../services/redis/keys.js';
 import { defineScripts, runScript } from '../../services/redis/scripts.js';
@@ -285,14 +286,14 @@ describe('redis hub', { skip: missing ?? false, timeout: 30_000 }, () => {
     }
   });
 
-  it('a publish with no matcher running fails UNAVAILABLE after its timeout, and is matched once one starts', async () => {
+  it('a publish with no matcher running fails DEADLINE_EXCEEDED, outcome queued, and is matched once one starts; its retry is a duplicate', async () => {
     const prefix = freshPrefix();
     const hub = await RedisHub.connect(hubOptions(prefix, { publishTimeoutMs: 200 }));
     let m: RedisMatcher | null = null;
     try {
       await hub.addSubscription('olga', sub('all', anywhere()));
       const e = event({});
-      await rejectsWith(hub.publish([e]), 'UNAVAILABLE', 'publish without a matcher');
+      await assert.rejects(hub.publish([e]), (err: unknown) => err instanceof PublishError && err.code === 'DEADLINE_EXCEEDED' && err.outcome === 'queued');
       const s = await hub.stats();
       assert.equal(s.engine, 'none');
       assert.equal(s.extra.matcherAlive, false);
@@ -300,6 +301,16 @@ describe('redis hub', { skip: missing ?? false, timeout: 30_000 }, () => {
       const inbox = await hub.openInbox('olga', null);
       const [got] = await inbox.pull(1);
       assert.equal(got.event.id, e.id);
+      // The publisher retries the same event: it was stored before, so nothing is delivered again.
+      assert.deepEqual(await hub.publish([e]), [{ eventId: e.id, reached: 1, duplicate: true }]);
+      const marker = event({});
+      assert.deepEqual(await hub.publish([marker]), [{ eventId: marker.id, reached: 1 }]);
+      const [next] = await inbox.pull(1);
+      assert.equal(next.event.id, marker.id, 'the retry added nothing before the next event');
+      assert.equal((await hub.stats()).extra.duplicateEvents, 1);
+      // The id is kept in Redis for the dedupe window (5 minutes by default), then forgotten.
+      const ttl = await inspect((r) => r.pttl(`${prefix}eid:${e.id}`));
+      assert.ok(ttl > 0 && ttl <= 300_000, `the id's key expires within the window: ${ttl} ms`);
       inbox.close();
     } finally {
       await hub.close();

@@ -394,6 +394,55 @@ export function runHubContract(name: string, makeHub: MakeHub, options: { timeou
         assert.deepEqual(await b.pull(10), []);
       }));
 
+    it('an event id published again is a duplicate: answered with the first reach, delivered once', () =>
+      withHub({}, async (hub) => {
+        await hub.addSubscription('ida', sub('all', anywhere({ name: 'i', op: 'exists' })));
+        await hub.addSubscription('ugo', sub('odd', anywhere(eq('odd', true))));
+        const first = event({ i: 1, odd: true });
+        assert.deepEqual(await hub.publish([first]), [{ eventId: first.id, reached: 2 }]);
+        // A retry, even with other content, delivers nothing and reports the first one's reach.
+        assert.deepEqual(await hub.publish([{ ...first, attributes: { i: 99 } }]), [{ eventId: first.id, reached: 2, duplicate: true }]);
+        // Within one call: the first of an id is delivered, the others are duplicates of it.
+        const two = event({ i: 2, odd: false });
+        const three = event({ i: 3, odd: true });
+        assert.deepEqual(await hub.publish([two, three, { ...two, attributes: { i: 98, odd: true } }, first]), [
+          { eventId: two.id, reached: 1 },
+          { eventId: three.id, reached: 2 },
+          { eventId: two.id, reached: 1, duplicate: true },
+          { eventId: first.id, reached: 2, duplicate: true },
+        ]);
+        // Concurrent retries: one of them is delivered, the other waits for its reach.
+        const four = event({ i: 4, odd: true });
+        const both = await Promise.all([hub.publish([four]), hub.publish([four])]);
+        assert.deepEqual(
+          both.map(([r]) => r.reached),
+          [2, 2],
+        );
+        assert.equal(both.filter(([r]) => r.duplicate === true).length, 1, `exactly one duplicate: ${JSON.stringify(both)}`);
+        const marker = event({ i: 5, odd: true });
+        await hub.publish([marker]);
+        const ida = await hub.openInbox('ida', null);
+        assert.deepEqual(
+          (await pullN(ida, 5)).map((d) => d.event.attributes.i),
+          [1, 2, 3, 4, 5],
+        );
+        const ugo = await hub.openInbox('ugo', null);
+        assert.deepEqual(
+          (await pullN(ugo, 4)).map((d) => d.event.attributes.i),
+          [1, 3, 4, 5],
+        );
+        ida.close();
+        ugo.close();
+        // Stats count each event once, and the duplicates apart. Engine figures may lag (Redis).
+        let s = await hub.stats();
+        for (let turns = 0; s.extra.duplicateEvents !== 4; turns++) {
+          assert.ok(turns < 250, `stats never showed 4 duplicates: ${JSON.stringify(s)}`);
+          await new Promise((r) => setTimeout(r, 20));
+          s = await hub.stats();
+        }
+        assert.equal(s.eventsPublished, 5);
+      }));
+
     it('reports its figures in stats()', () =>
       withHub({}, async (hub) => {
         await hub.addSubscription('jo', sub('s', anywhere(), anchored(10)));

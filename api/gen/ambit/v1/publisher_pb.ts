@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ambit/v1/publisher.proto.
  */
 export const file_ambit_v1_publisher: GenFile = /*@__PURE__*/
-  fileDesc("ChhhbWJpdC92MS9wdWJsaXNoZXIucHJvdG8SCGFtYml0LnYxIjAKDlB1Ymxpc2hSZXF1ZXN0Eh4KBWV2ZW50GAEgASgLMg8uYW1iaXQudjEuRXZlbnQiNAoPUHVibGlzaFJlc3BvbnNlEhAKCGV2ZW50X2lkGAEgASgJEg8KB3JlYWNoZWQYAiABKAQiNQoSQnVsa1B1Ymxpc2hSZXF1ZXN0Eh8KBmV2ZW50cxgBIAMoCzIPLmFtYml0LnYxLkV2ZW50IjgKE0J1bGtQdWJsaXNoUmVzcG9uc2USEAoIYWNjZXB0ZWQYASABKAQSDwoHcmVhY2hlZBgCIAEoBDKgAQoQUHVibGlzaGVyU2VydmljZRI+CgdQdWJsaXNoEhguYW1iaXQudjEuUHVibGlzaFJlcXVlc3QaGS5hbWJpdC52MS5QdWJsaXNoUmVzcG9uc2USTAoLQnVsa1B1Ymxpc2gSHC5hbWJpdC52MS5CdWxrUHVibGlzaFJlcXVlc3QaHS5hbWJpdC52MS5CdWxrUHVibGlzaFJlc3BvbnNlKAFiBnByb3RvMw", [file_ambit_v1_types]);
+  fileDesc("ChhhbWJpdC92MS9wdWJsaXNoZXIucHJvdG8SCGFtYml0LnYxIjAKDlB1Ymxpc2hSZXF1ZXN0Eh4KBWV2ZW50GAEgASgLMg8uYW1iaXQudjEuRXZlbnQiRwoPUHVibGlzaFJlc3BvbnNlEhAKCGV2ZW50X2lkGAEgASgJEg8KB3JlYWNoZWQYAiABKAQSEQoJZHVwbGljYXRlGAMgASgIIjUKEkJ1bGtQdWJsaXNoUmVxdWVzdBIfCgZldmVudHMYASADKAsyDy5hbWJpdC52MS5FdmVudCJMChNCdWxrUHVibGlzaFJlc3BvbnNlEhAKCGFjY2VwdGVkGAEgASgEEg8KB3JlYWNoZWQYAiABKAQSEgoKZHVwbGljYXRlcxgDIAEoBDKgAQoQUHVibGlzaGVyU2VydmljZRI+CgdQdWJsaXNoEhguYW1iaXQudjEuUHVibGlzaFJlcXVlc3QaGS5hbWJpdC52MS5QdWJsaXNoUmVzcG9uc2USTAoLQnVsa1B1Ymxpc2gSHC5hbWJpdC52MS5CdWxrUHVibGlzaFJlcXVlc3QaHS5hbWJpdC52MS5CdWxrUHVibGlzaFJlc3BvbnNlKAFiBnByb3RvMw", [file_ambit_v1_types]);
 
 /**
  * @generated from message ambit.v1.PublishRequest
@@ -41,11 +41,18 @@ export type PublishResponse = Message<"ambit.v1.PublishResponse"> & {
   eventId: string;
 
   /**
-   * Subscriptions the event matched.
+   * Subscriptions the event matched (for a duplicate: those the first event with its id matched).
    *
    * @generated from field: uint64 reached = 2;
    */
   reached: bigint;
+
+  /**
+   * An event with this id was published within the dedupe window: nothing was delivered again.
+   *
+   * @generated from field: bool duplicate = 3;
+   */
+  duplicate: boolean;
 };
 
 /**
@@ -77,6 +84,8 @@ export const BulkPublishRequestSchema: GenMessage<BulkPublishRequest> = /*@__PUR
  */
 export type BulkPublishResponse = Message<"ambit.v1.BulkPublishResponse"> & {
   /**
+   * Events taken, duplicates included.
+   *
    * @generated from field: uint64 accepted = 1;
    */
   accepted: bigint;
@@ -85,6 +94,13 @@ export type BulkPublishResponse = Message<"ambit.v1.BulkPublishResponse"> & {
    * @generated from field: uint64 reached = 2;
    */
   reached: bigint;
+
+  /**
+   * Events of `accepted` whose id had been published within the dedupe window (not delivered again).
+   *
+   * @generated from field: uint64 duplicates = 3;
+   */
+  duplicates: bigint;
 };
 
 /**
@@ -96,6 +112,16 @@ export const BulkPublishResponseSchema: GenMessage<BulkPublishResponse> = /*@__P
 
 /**
  * What publishers call; needs the `publish` scope.
+ *
+ * Event ids deduplicate: an event whose id was published within the deployment's window
+ * (AMBIT_DEDUPE_WINDOW_S) is not delivered again; it is reported as a duplicate with the reach
+ * of the first. So a publish can be retried with the same id whatever became of the first try.
+ * A failed publish says what became of its events in the `ambit-publish` trailer:
+ *   "queued"     (status DEADLINE_EXCEEDED): stored and will be delivered, but not confirmed in
+ *                time; nothing to do (a retry with the same ids is reported as duplicate).
+ *   "not-stored" (status UNAVAILABLE): nothing was stored; retry.
+ * Without the trailer (a broken connection, the caller's own deadline) the outcome is unknown:
+ * retry with the same ids.
  *
  * @generated from service ambit.v1.PublisherService
  */

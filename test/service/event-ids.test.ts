@@ -1,0 +1,77 @@
+/**
+ * Event-id deduplication in memory (the embedded hub's window): ids are forgotten after the
+ * window by the injected clock or beyond maxIds (oldest first); a publish that fails forgets its
+ * ids; a duplicate of a publish still being matched waits for its reach.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { EventIdWindow, planPublish, settlePublish } from '../../services/matcher/event-ids.js';
+import type { Event } from '../../src/model/types.js';
+
+const ev = (id: string): Event => ({ id, lat: 0, lon: 0, attributes: {} });
+const done = (r: number[]) => Promise.resolve(r);
+
+describe('event ids', () => {
+  it('an id is remembered for the window by the injected clock, then published anew', () => {
+    let now = 1000;
+    const w = new EventIdWindow({ windowMs: 100, maxIds: 10 }, () => now);
+    w.settle(w.remember('a', done([3]), 0), 3);
+    now = 1099;
+    assert.equal(w.get('a'), 3);
+    now = 1100;
+    assert.equal(w.get('a'), undefined);
+    w.settle(w.remember('a', done([5]), 0), 5);
+    assert.equal(w.get('a'), 5);
+    assert.equal(w.size, 1, 'expired entries are removed as new ones come');
+  });
+
+  it('holds at most maxIds, forgetting the oldest', () => {
+    const w = new EventIdWindow({ windowMs: 1e9, maxIds: 3 }, () => 0);
+    for (const id of ['a', 'b', 'c', 'd']) w.settle(w.remember(id, done([1]), 0), 1);
+    assert.equal(w.size, 3);
+    assert.deepEqual(['a', 'b', 'c', 'd'].map((id) => w.get(id)), [undefined, 1, 1, 1]);
+  });
+
+  it('a window of 0 remembers nothing', () => {
+    const w = new EventIdWindow({ windowMs: 0, maxIds: 3 }, () => 0);
+    w.remember('a', done([1]), 0);
+    assert.equal(w.get('a'), undefined);
+    assert.equal(w.size, 0);
+  });
+
+  it('a pending publish: its duplicates wait for its reach; a failed one is forgotten', async () => {
+    const w = new EventIdWindow({ windowMs: 1000, maxIds: 10 }, () => 0);
+    let answer!: (r: number[]) => void;
+    const pending = new Promise<number[]>((resolve) => (answer = resolve));
+    const e = w.remember('p', pending, 1);
+    const waiting = w.get('p');
+    assert.ok(waiting instanceof Promise);
+    answer([7, 9]);
+    w.settle(e, 9);
+    assert.equal(await waiting, 9);
+    assert.equal(w.get('p'), 9);
+    const f = w.remember('q', new Promise<number[]>(() => {}), 0);
+    w.drop('q', f);
+    assert.equal(w.get('q'), undefined);
+    // Dropping an entry that was replaced since leaves the newer one.
+    const old = w.remember('r', done([1]), 0);
+    w.settle(w.remember('r', done([2]), 0), 2);
+    w.drop('r', old);
+    assert.equal(w.get('r'), 2);
+  });
+
+  it('plans a call: fresh events in order, duplicates of earlier ones and of the window', async () => {
+    const seen = new Map([['old', 4]]);
+    const plan = planPublish([ev('a'), ev('old'), ev('b'), ev('a'), ev('b')], (id) => seen.get(id));
+    assert.deepEqual(plan.fresh.map((e) => e.id), ['a', 'b']);
+    assert.deepEqual(await settlePublish(plan, [1, 2]), [
+      { reached: 1, duplicate: false },
+      { reached: 4, duplicate: true },
+      { reached: 2, duplicate: false },
+      { reached: 1, duplicate: true },
+      { reached: 2, duplicate: true },
+    ]);
+    const plain = planPublish([ev('x'), ev('y')], () => undefined);
+    assert.equal(plain.slots, null, 'no per-event slots when nothing repeats');
+  });
+});
