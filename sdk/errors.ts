@@ -26,6 +26,13 @@ export class AmbitError extends Error {
   readonly details: string;
   /** Path of the offending input, e.g. "subscribe.subscription.filters[0].area.radius_m"; '' when none. */
   readonly field: string;
+  /**
+   * A failed publish: what became of its events. 'queued': stored and will be delivered (not
+   * confirmed in time; publishing again is not needed). 'not-stored': nothing was stored. 'unknown':
+   * the connection failed or the deadline passed first; publish again with the same event ids
+   * (the server deduplicates them). '' for anything but a publish.
+   */
+  publishOutcome: PublishOutcome | '' = '';
 
   constructor(code: number, details: string, field = '', options?: { cause?: unknown }) {
     super(`${statusName(code)}: ${details}`, options);
@@ -42,10 +49,24 @@ export class AmbitError extends Error {
     if (typeof err === 'object' && err !== null && typeof (err as { code?: unknown }).code === 'number') {
       const e = err as Partial<grpc.StatusObject> & { message?: string };
       const field = e.metadata?.get('ambit-field')[0];
-      return new AmbitError(e.code!, e.details ?? e.message ?? '', typeof field === 'string' ? fieldFromTrailer(field) : '', { cause: err });
+      const out = new AmbitError(e.code!, e.details ?? e.message ?? '', typeof field === 'string' ? fieldFromTrailer(field) : '', { cause: err });
+      const outcome = e.metadata?.get('ambit-publish')[0];
+      if (outcome === 'queued' || outcome === 'not-stored') out.publishOutcome = outcome;
+      return out;
     }
     return new AmbitError(grpc.status.UNKNOWN, err instanceof Error ? err.message : String(err), '', { cause: err });
   }
+}
+
+export type PublishOutcome = 'queued' | 'not-stored' | 'unknown';
+
+/** Codes after which a publish may or may not have been stored when the server did not say. */
+const UNSURE = new Set<number>([grpc.status.UNAVAILABLE, grpc.status.DEADLINE_EXCEEDED, grpc.status.UNKNOWN, grpc.status.INTERNAL, grpc.status.ABORTED, grpc.status.CANCELLED]);
+
+/** Sets a failed publish's outcome: the server's, else unknown after a transport failure, else not stored (refused). */
+export function withPublishOutcome(err: AmbitError): AmbitError {
+  if (err.publishOutcome === '') err.publishOutcome = UNSURE.has(err.code) ? 'unknown' : 'not-stored';
+  return err;
 }
 
 /** A local check failed before anything was sent: INVALID_ARGUMENT naming the field. */

@@ -8,7 +8,9 @@
 import * as grpc from '@grpc/grpc-js';
 import type { BulkPublishResponse, PublishResponse } from '../api/gen/ambit/v1/publisher_pb.js';
 import { PublisherService } from '../api/gen/ambit/v1/publisher_pb.js';
-import { AmbitError, invalid } from './errors.js';
+import { randomUUID } from 'node:crypto';
+import { type BackoffOptions, backoffDelay, resolveBackoff } from './backoff.js';
+import { AmbitError, StatusCode, invalid, withPublishOutcome } from './errors.js';
 import { type ClientOptions, ServiceClient, type TokenSource, clientStream, metadataFor, unary } from './transport.js';
 import { type EventInput, toWireEvent } from './types.js';
 
@@ -17,26 +19,79 @@ export const MAX_EVENTS_PER_MESSAGE = 1000;
 
 export interface PublishResult {
   eventId: string;
-  /** Subscriptions the event matched. */
+  /** Subscriptions the event matched (for a duplicate: those the first event with its id matched). */
   reached: number;
+  /**
+   * The server had an event with this id from within its dedupe window, so nothing was delivered
+   * again: an earlier attempt of this call that failed on the way back (`attempts` > 1), or an
+   * earlier publish of yours with the same id.
+   */
+  duplicate: boolean;
+  /** Calls it took (1 unless a failure was retried). */
+  attempts: number;
 }
 
 export interface BulkPublishResult {
+  /** Events taken, duplicates included. */
   accepted: number;
   reached: number;
+  /** Events whose id the server had from within its dedupe window (not delivered again). */
+  duplicates: number;
+}
+
+export interface PublisherOptions extends ClientOptions {
+  /**
+   * How many times `publish` tries again after a failure that left the event not stored or
+   * unknown (default 3; 0 never). A retry sends the same event id, so it is delivered at most once.
+   */
+  publishRetries?: number;
+  /** Delays between those tries (default: 250 ms doubling to 30 s, with jitter). */
+  publishBackoff?: Partial<BackoffOptions>;
+  /** Told before each retry, with the failure and the attempt that failed (1-based). */
+  onRetry?: (err: AmbitError, attempt: number) => void;
 }
 
 
 export class AmbitPublisher extends ServiceClient {
+  private readonly retries: number;
+  private readonly backoff: BackoffOptions;
+  private readonly onRetry: PublisherOptions['onRetry'];
+
   /** `token` needs the `publish` scope. Connects lazily, on the first call. */
-  constructor(address: string, token: TokenSource, options: ClientOptions = {}) {
-    super(PublisherService, address, token, options);
+  constructor(address: string, token: TokenSource, options: PublisherOptions = {}) {
+    const { publishRetries, publishBackoff, onRetry, ...client } = options;
+    super(PublisherService, address, token, client);
+    const retries = publishRetries ?? 3;
+    if (!Number.isInteger(retries) || retries < 0 || retries > 100) throw invalid('publishRetries', `must be an integer in [0, 100], got ${String(retries)}`);
+    this.retries = retries;
+    this.backoff = resolveBackoff(publishBackoff);
+    this.onRetry = onRetry;
   }
 
+  /**
+   * Publishes one event and resolves once it is matched and its notifications stored. An event
+   * without an id gets one here, so that a retry is recognised: after a failure that left it not
+   * stored or unknown (a broken connection, UNAVAILABLE) the call is retried up to `publishRetries`
+   * times, and a retry of an event the server had already stored comes back as a duplicate
+   * instead of being delivered twice. A failure with outcome 'queued' (stored, not confirmed in
+   * time) is not retried: the event will be delivered. The error says which (`publishOutcome`).
+   */
   async publish(event: EventInput): Promise<PublishResult> {
-    const req = { event: toWireEvent('event', event) };
-    const res = await unary<PublishResponse>(this.client, 'publish', req, this.token, this.deadlineMs);
-    return { eventId: res.eventId, reached: Number(res.reached) };
+    const wire = toWireEvent('event', event);
+    if (wire.id === '') wire.id = randomUUID();
+    const req = { event: wire };
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const res = await unary<PublishResponse>(this.client, 'publish', req, this.token, this.deadlineMs);
+        return { eventId: res.eventId, reached: Number(res.reached), duplicate: res.duplicate, attempts: attempt };
+      } catch (e) {
+        const err = withPublishOutcome(AmbitError.from(e));
+        const again = err.publishOutcome === 'unknown' || (err.publishOutcome === 'not-stored' && err.code === StatusCode.UNAVAILABLE);
+        if (!again || attempt > this.retries || this.closed) throw err;
+        this.onRetry?.(err, attempt);
+        await new Promise((resolve) => setTimeout(resolve, backoffDelay(this.backoff, attempt - 1)));
+      }
+    }
   }
 
   /**
@@ -62,8 +117,13 @@ export class AmbitPublisher extends ServiceClient {
       }
       if (chunk.length > 0) yield { events: chunk };
     }
-    const res = await clientStream<BulkPublishResponse>(this.client, 'bulkPublish', this.token, chunks());
-    return { accepted: Number(res.accepted), reached: Number(res.reached) };
+    let res: BulkPublishResponse;
+    try {
+      res = await clientStream<BulkPublishResponse>(this.client, 'bulkPublish', this.token, chunks());
+    } catch (err) {
+      throw withPublishOutcome(AmbitError.from(err));
+    }
+    return { accepted: Number(res.accepted), reached: Number(res.reached), duplicates: Number(res.duplicates) };
   }
 
   /**
@@ -103,10 +163,10 @@ export class PublishStream {
       type Start = (md: grpc.Metadata, cb: (err: grpc.ServiceError | null, res?: BulkPublishResponse) => void) => BulkCall;
       call = (client as unknown as Record<string, Start>).bulkPublish.call(client, md, (err, res) => {
         if (err !== null) {
-          this.failure = AmbitError.from(err);
+          this.failure = withPublishOutcome(AmbitError.from(err));
           this.queue = [];
           reject(this.failure);
-        } else resolve({ accepted: Number(res!.accepted), reached: Number(res!.reached) });
+        } else resolve({ accepted: Number(res!.accepted), reached: Number(res!.reached), duplicates: Number(res!.duplicates) });
       });
     });
     this.result.catch(() => {});

@@ -77,6 +77,8 @@ const constructors = new Map<string, grpc.ServiceClientConstructor>();
 export abstract class ServiceClient {
   protected readonly client: grpc.Client;
   protected readonly deadlineMs: number;
+  /** Set by close(). */
+  protected closed = false;
 
   constructor(
     service: DescService,
@@ -94,6 +96,7 @@ export abstract class ServiceClient {
   }
 
   close(): void {
+    this.closed = true;
     this.client.close();
   }
 }

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { AmbitDevice, AmbitError, AmbitFleet, AmbitOps, AmbitPublisher, StatusCode } from '../../sdk/index.js';
-import { type TestServer, next, startTestServer, waitFor } from './support.js';
+import { type TestServer, TcpProxy, next, startTestServer, waitFor } from './support.js';
 
 const P = { lat: 45.4642, lon: 9.19 };
 let t: TestServer;
@@ -48,7 +48,7 @@ describe('AmbitPublisher', () => {
     const r = await pub.bulkPublish(events(2500));
     assert.equal(r.accepted, 2500);
     assert.equal((await ops.stats()).eventsPublished - before, 2500);
-    assert.deepEqual(await pub.bulkPublish([]), { accepted: 0, reached: 0 });
+    assert.deepEqual(await pub.bulkPublish([]), { accepted: 0, reached: 0, duplicates: 0 });
     const small = await pub.bulkPublish(
       (async function* () {
         yield* events(7);
@@ -70,7 +70,7 @@ describe('AmbitPublisher', () => {
       assert.deepEqual([(await next(it)).event.id, (await next(it)).event.id, (await next(it)).event.id], ['st-0', 'st-1', 'st-2']);
       s.publish({ id: 'late', lat: 0, lon: 0, attributes: { line: 'train' } });
       assert.equal((await next(it)).event.id, 'late');
-      assert.deepEqual(await s.end(), { accepted: 2501, reached: 4 });
+      assert.deepEqual(await s.end(), { accepted: 2501, reached: 4, duplicates: 0 });
       assert.throws(() => s.publish({ lat: 0, lon: 0 }), (e: unknown) => e instanceof AmbitError && e.code === StatusCode.FAILED_PRECONDITION);
 
       const bad = await pub.stream();
@@ -92,8 +92,61 @@ describe('AmbitPublisher', () => {
       (e: unknown) => e instanceof AmbitError && e.code === StatusCode.INVALID_ARGUMENT && /^events\[1\]\.attributes/.test(e.field),
     );
     const denied = new AmbitPublisher(t.address, t.token('not-a-publisher'));
-    await assert.rejects(denied.publish({ lat: 0, lon: 0 }), (e: unknown) => e instanceof AmbitError && e.code === StatusCode.PERMISSION_DENIED);
+    await assert.rejects(denied.publish({ lat: 0, lon: 0 }), (e: unknown) => e instanceof AmbitError && e.code === StatusCode.PERMISSION_DENIED && e.publishOutcome === 'not-stored');
     denied.close();
+  });
+
+  test('an id published again is a duplicate: reported with the first reach, delivered once', async () => {
+    const d = await AmbitDevice.connect(t.address, t.token('dup-dev'));
+    try {
+      await d.subscribe({ id: 'dups', filters: [{ constraints: [{ name: 'dup', op: 'exists' }] }] });
+      const first = await pub.publish({ id: 'dup-1', lat: P.lat, lon: P.lon, attributes: { dup: 1 } });
+      assert.deepEqual(first, { eventId: 'dup-1', reached: 1, duplicate: false, attempts: 1 });
+      assert.deepEqual(await pub.publish({ id: 'dup-1', lat: P.lat, lon: P.lon, attributes: { dup: 2 } }), { eventId: 'dup-1', reached: 1, duplicate: true, attempts: 1 });
+      const bulk = await pub.bulkPublish(['dup-1', 'dup-2', 'dup-2', 'dup-3'].map((id) => ({ id, lat: P.lat, lon: P.lon, attributes: { dup: 3 } })));
+      assert.deepEqual(bulk, { accepted: 4, reached: 4, duplicates: 2 });
+      const it = d.notifications();
+      assert.deepEqual([(await next(it)).event.id, (await next(it)).event.id, (await next(it)).event.id], ['dup-1', 'dup-2', 'dup-3']);
+    } finally {
+      await d.close();
+    }
+  });
+
+  test('a publish that cannot reach the server is retried with the same id, and delivered once', async () => {
+    const proxy = await TcpProxy.start(t.server.port!);
+    proxy.refuse = true;
+    const retried: [string, number][] = [];
+    const flaky = new AmbitPublisher(proxy.address, t.publishToken, {
+      publishBackoff: { initialMs: 10, maxMs: 50 },
+      publishRetries: 20,
+      // The channel reconnects at once too (grpc-js waits a second by default).
+      channelOptions: { 'grpc.initial_reconnect_backoff_ms': 10, 'grpc.max_reconnect_backoff_ms': 20 },
+      onRetry(err, attempt) {
+        retried.push([err.publishOutcome, attempt]);
+        proxy.refuse = false; // the network comes back
+      },
+    });
+    const never = new AmbitPublisher(proxy.address, t.publishToken, { publishRetries: 0 });
+    const d = await AmbitDevice.connect(t.address, t.token('retry-dev'));
+    try {
+      await d.subscribe({ id: 'r', filters: [{ constraints: [{ name: 'retry', op: 'exists' }] }] });
+      const r = await flaky.publish({ lat: P.lat, lon: P.lon, attributes: { retry: 1 } });
+      assert.deepEqual(retried[0], ['unknown', 1]);
+      assert.ok(retried.every(([outcome]) => outcome === 'unknown'), JSON.stringify(retried));
+      assert.equal(r.attempts, retried.length + 1);
+      assert.equal(r.duplicate, false);
+      assert.match(r.eventId, /^[0-9a-f-]{36}$/, 'the SDK gave the event its id, the same on every attempt');
+      assert.equal((await next(d.notifications())).event.id, r.eventId);
+      proxy.refuse = true;
+      proxy.cut();
+      await assert.rejects(never.publish({ lat: P.lat, lon: P.lon, attributes: { retry: 2 } }), (e: unknown) => e instanceof AmbitError && e.code === StatusCode.UNAVAILABLE && e.publishOutcome === 'unknown');
+      assert.throws(() => new AmbitPublisher(t.address, t.publishToken, { publishRetries: -1 }), (e: unknown) => e instanceof AmbitError && e.field === 'publishRetries');
+    } finally {
+      flaky.close();
+      never.close();
+      await d.close();
+      await proxy.close();
+    }
   });
 });
 

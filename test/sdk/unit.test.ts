@@ -64,3 +64,22 @@ describe('sdk: the ambit-field trailer', () => {
     }
   });
 });
+
+describe('sdk: the ambit-publish trailer', () => {
+  test('a failed publish carries its outcome from the server to the SDK error; without one it is unknown or refused', async () => {
+    const { AmbitError, withPublishOutcome } = await import('../../sdk/errors.js');
+    const { statusOf, toServiceError } = await import('../../services/edge/convert.js');
+    const { PublishError, AmbitError: ModelError } = await import('../../src/model/errors.js');
+    const sent = (err: unknown) => withPublishOutcome(AmbitError.from(toServiceError(statusOf(err))));
+    const queued = sent(new PublishError('queued', 'stored, not matched in time'));
+    assert.equal(queued.codeName, 'DEADLINE_EXCEEDED');
+    assert.equal(queued.publishOutcome, 'queued');
+    const notStored = sent(new PublishError('not-stored', 'Redis is not reachable'));
+    assert.equal(notStored.codeName, 'UNAVAILABLE');
+    assert.equal(notStored.publishOutcome, 'not-stored');
+    // The server did not say: a transport-like code is unknown, a refusal is not stored.
+    assert.equal(sent(new ModelError('UNAVAILABLE', 'link lost')).publishOutcome, 'unknown');
+    assert.equal(sent(new ModelError('INVALID_ARGUMENT', 'bad', 'event.lat')).publishOutcome, 'not-stored');
+    assert.equal(AmbitError.from(toServiceError(statusOf(new ModelError('NOT_FOUND', 'x')))).publishOutcome, '', 'no outcome on other calls');
+  });
+});
