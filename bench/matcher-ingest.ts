@@ -26,6 +26,7 @@ import { describeMachine } from './lib/machine.js';
 import { sinkNumber, sinkValue } from './lib/sink.js';
 import { summarize } from './lib/stats.js';
 import { ResultRun } from './lib/result-file.js';
+import { wipePrefix } from './lib/redis.js';
 
 const HELP = `Usage: node dist/bench/matcher-ingest.js [options]
 
@@ -238,23 +239,7 @@ async function locationsCounted(hub: RedisHub): Promise<number> {
 }
 
 /** Deletes the benchmark's keys; returns the server's version. */
-async function wipe(url: string): Promise<string> {
-  const { Redis } = await import('ioredis');
-  const r = new Redis(url, { lazyConnect: true, protocol: 2 });
-  await r.connect();
-  try {
-    let cursor = '0';
-    do {
-      const [next, keys] = await r.scan(cursor, 'MATCH', `${PREFIX}*`, 'COUNT', 1000);
-      cursor = next;
-      if (keys.length > 0) await r.del(...keys);
-    } while (cursor !== '0');
-    const info = await r.info('server');
-    return /redis_version:(\S+)/.exec(info)?.[1] ?? 'unknown';
-  } finally {
-    r.disconnect();
-  }
-}
+const wipe = (url: string) => wipePrefix(url, PREFIX);
 
 function rate(n: number, ms: number): string {
   return fmt((n / ms) * 1000);

@@ -22,6 +22,19 @@ export function runMain(prog: string, main: () => Promise<void>): void {
   });
 }
 
+/**
+ * The command line of an entry point whose usage is `help`: its options and a reader, or null when
+ * --help was asked (the usage is printed then).
+ */
+export function readCommandLine(argv: string[], flags: Set<string>, valued: Set<string>, fail: Fail, help: string): { a: Args; r: ArgReader } | null {
+  const a = parseArgs(argv, flags, valued, fail);
+  if (a.help) {
+    process.stdout.write(`${help}\n`);
+    return null;
+  }
+  return { a, r: new ArgReader(a, fail) };
+}
+
 /** 1000, 10k, 2.5M, 1_000_000 → an integer, or NaN. */
 export function parseCount(s: string): number {
   const m = /^(\d+(?:\.\d+)?)([kKmM]?)$/.exec(s.replace(/_/g, ''));
