@@ -70,7 +70,7 @@ describe('AmbitDevice', () => {
     assert.equal((await pub.publish({ id: 'ping1', ...P, attributes: { type: 'ping' } })).reached, 3);
 
     await placed('rcpt-b', b, P.lat, P.lon);
-    assert.deepEqual(await pub.publish({ id: 'acc2', ...near, attributes: { type: 'accident', severity: 3 } }), { eventId: 'acc2', reached: 2 });
+    assert.deepEqual(await pub.publish({ id: 'acc2', ...near, attributes: { type: 'accident', severity: 3 } }), { eventId: 'acc2', reached: 2, duplicate: false, attempts: 1 });
     assert.equal((await pub.publish({ id: 'acc-minor', ...near, attributes: { type: 'accident', severity: 2 } })).reached, 0);
     assert.equal((await pub.publish({ id: 'deal1', ...near, attributes: { type: 'deal', price: 30 } })).reached, 1);
     assert.equal((await pub.publish({ id: 'ping2', ...P, attributes: { type: 'ping' } })).reached, 3);
