@@ -1,0 +1,186 @@
+/**
+ * The packaging in deploy/: the Dockerfile, the compose file and the Kubernetes manifests parse and
+ * agree with the server: every variable they set is documented and accepted by the configuration
+ * (configFromEnv + checkConfig), ports are the ones the server listens on, the image runs as a
+ * user of its own. The compose topology (Redis, two matchers, two gateways of two processes each)
+ * is then started with real processes from the compose file's own environment and serves a device
+ * end to end. Images cannot be pulled here: what Docker itself would do is not run.
+ */
+import assert from 'node:assert/strict';
+import { existsSync, readFileSync } from 'node:fs';
+import { after, before, describe, it } from 'node:test';
+import * as grpc from '@grpc/grpc-js';
+import { parse, parseAllDocuments } from 'yaml';
+import { SCOPES, TokenAuthority } from '../../services/edge/auth.js';
+import { checkConfig, configFromEnv } from '../../services/process/config.js';
+import { Op } from '../../api/gen/ambit/v1/types_pb.js';
+import { Clients, DeviceStream, unary } from '../support/grpc.js';
+import { type AmbitProcess, startAmbit } from '../support/processes.js';
+import { type RedisServer, redisServerMissing, startRedisServer } from '../support/redis-server.js';
+
+const ROOT = new URL('../../../', import.meta.url);
+const read = (p: string) => readFileSync(new URL(p, ROOT), 'utf8');
+
+/** The variables docs/service.md documents (its configuration table). */
+const DOCUMENTED = new Set(
+  [...read('docs/service.md').matchAll(/^\| (`(?:AMBIT_|REDIS_)[^|]*)\|/gm)].flatMap((m) => [...m[1].matchAll(/`((?:AMBIT_|REDIS_)[A-Z_]+)`/g)].map((n) => n[1])),
+);
+const SECRET = 'packaging-test-secret-0123456789abcdef01';
+
+type Env = Record<string, string>;
+
+/** A container's environment as the server would see it, checked whole; returns the config. */
+function accepted(where: string, env: Env) {
+  for (const name of Object.keys(env)) assert.ok(DOCUMENTED.has(name), `${where}: ${name} is not a documented variable`);
+  const c = configFromEnv(env);
+  checkConfig(c);
+  assert.equal(c.port, 50051, `${where}: the gRPC port is the image's`);
+  assert.equal(c.metricsPort, 9464, `${where}: the metrics port is the image's`);
+  return c;
+}
+
+interface ComposeService {
+  image?: string;
+  environment?: Record<string, string>;
+  ports?: string[];
+  command?: string[];
+}
+
+function compose(): Record<string, ComposeService> {
+  const doc = parse(read('deploy/compose.yaml'), { merge: true }) as { services: Record<string, ComposeService> };
+  return doc.services;
+}
+
+/** A compose environment with its `${VAR:?...}` references filled in. */
+function filled(env: Record<string, string>, vars: Env): Env {
+  const out: Env = {};
+  for (const [k, v] of Object.entries(env)) {
+    out[k] = String(v).replace(/\$\{([A-Z_]+)(?::\?[^}]*)?\}/g, (_, name: string) => {
+      assert.ok(name in vars, `compose refers to ${name}`);
+      return vars[name];
+    });
+  }
+  return out;
+}
+
+describe('packaging: deploy/ agrees with the server', () => {
+  it('the Dockerfile builds in stages, runs the server entry point as a user of its own, exposes its ports', () => {
+    const d = read('deploy/Dockerfile');
+    assert.equal([...d.matchAll(/^FROM /gm)].length, 2, 'a build stage and a runtime stage');
+    assert.match(d, /^USER node$/m);
+    assert.match(d, /^EXPOSE 50051 9464$/m);
+    const entry = /^ENTRYPOINT \[(.*)\]$/m.exec(d);
+    assert.ok(entry !== null);
+    const main = (JSON.parse(`[${entry[1]}]`) as string[]).find((a) => a.endsWith('.js'));
+    assert.equal(main, 'dist/services/process/main.js');
+    assert.ok(existsSync(new URL(main, ROOT)), 'the entry point is what the build makes');
+    // Every source folder the build compiles is copied into the build stage.
+    for (const dir of ['src', 'api', 'services', 'sdk', 'scripts']) assert.match(d, new RegExp(`^COPY ${dir} \\./${dir}$`, 'm'));
+    const env = Object.fromEntries([...d.matchAll(/^\s+(AMBIT_[A-Z_]+)=(\S+)/gm)].map((m) => [m[1], m[2]]));
+    accepted('Dockerfile ENV', { ...env, AMBIT_TOKEN_SECRET: SECRET });
+  });
+
+  it('the compose file: Redis without eviction, matchers and gateways whose environments the server accepts', () => {
+    const services = compose();
+    assert.deepEqual(services.redis.command?.slice(-2), ['--maxmemory-policy', 'noeviction']);
+    const roles: string[] = [];
+    for (const [name, s] of Object.entries(services)) {
+      if (name === 'redis') continue;
+      const c = accepted(`compose ${name}`, filled(s.environment ?? {}, { AMBIT_TOKEN_SECRET: SECRET }));
+      roles.push(c.role);
+      assert.equal(c.redisUrl, 'redis://redis:6379');
+      for (const p of s.ports ?? []) assert.match(p, /:(50051|9464)$/, `compose ${name}: publishes a port the server listens on`);
+    }
+    assert.deepEqual(roles.sort(), ['gateway', 'gateway', 'matcher', 'matcher'], 'a standby for the matcher, two gateways');
+  });
+
+  it('the Kubernetes manifests: every container environment is accepted, probes and services name real ports', () => {
+    const docs = parseAllDocuments(read('deploy/k8s/ambit.yaml')).map((d) => d.toJS() as Record<string, any>);
+    const byKind = (kind: string) => docs.filter((d) => d.kind === kind);
+    const config = byKind('ConfigMap')[0].data as Env;
+    const workloads = [...byKind('StatefulSet'), ...byKind('Deployment')];
+    assert.deepEqual(workloads.map((w) => `${w.kind}/${w.metadata.name}`).sort(), ['Deployment/ambit-gateway', 'StatefulSet/ambit-matcher']);
+    for (const w of workloads) {
+      const pod = w.spec.template.spec;
+      assert.equal(pod.securityContext.runAsNonRoot, true);
+      assert.ok(pod.terminationGracePeriodSeconds > Number(config.AMBIT_SHUTDOWN_GRACE_S), `${w.metadata.name}: the pod outlives the drain`);
+      assert.deepEqual(w.spec.selector.matchLabels, w.spec.template.metadata.labels);
+      for (const c of pod.containers) {
+        const env: Env = { ...config };
+        for (const e of c.env) env[e.name] = e.value ?? SECRET;
+        const cfg = accepted(`${w.metadata.name}/${c.name}`, env);
+        assert.equal(cfg.role, w.kind === 'StatefulSet' ? 'matcher' : 'gateway');
+        const ports = new Map<string, number>(c.ports.map((p: { name: string; containerPort: number }) => [p.name, p.containerPort]));
+        assert.equal(ports.get('metrics'), cfg.metricsPort);
+        if (cfg.role === 'gateway') {
+          assert.equal(ports.get('grpc'), cfg.port);
+          assert.equal(c.readinessProbe.grpc.port, cfg.port, 'gateway readiness is its gRPC health');
+        }
+        for (const probe of [c.livenessProbe, c.readinessProbe]) {
+          if (probe.httpGet !== undefined) {
+            assert.equal(probe.httpGet.path, '/healthz');
+            assert.ok(ports.has(probe.httpGet.port));
+          }
+        }
+      }
+      const pdb = byKind('PodDisruptionBudget').find((p) => JSON.stringify(p.spec.selector.matchLabels) === JSON.stringify(w.spec.selector.matchLabels));
+      assert.ok(pdb !== undefined, `${w.metadata.name} has a disruption budget`);
+      const svc = byKind('Service').find((s) => JSON.stringify(s.spec.selector) === JSON.stringify(w.spec.selector.matchLabels));
+      assert.ok(svc !== undefined, `${w.metadata.name} has a service`);
+      const named = new Set(pod.containers.flatMap((c: { ports: { name: string }[] }) => c.ports.map((p) => p.name)));
+      for (const p of svc.spec.ports) assert.ok(named.has(p.targetPort), `${svc.metadata.name}: port ${p.name} targets a container port`);
+    }
+    assert.equal(byKind('StatefulSet')[0].spec.replicas >= 2, true, 'a standby matcher');
+  });
+});
+
+describe('packaging: the compose topology as real processes', { skip: redisServerMissing() ?? false, timeout: 120_000 }, () => {
+  let redis: RedisServer;
+  const procs: AmbitProcess[] = [];
+  const byName = new Map<string, AmbitProcess>();
+
+  before(async () => {
+    redis = await startRedisServer();
+    for (const [name, s] of Object.entries(compose())) {
+      if (name === 'redis') continue;
+      // As compose runs it, but on this machine: the test's Redis, free ports, the CPU engine.
+      const env = { ...filled(s.environment ?? {}, { AMBIT_TOKEN_SECRET: SECRET }), REDIS_URL: redis.url, AMBIT_PORT: '0', AMBIT_METRICS_PORT: '0', AMBIT_ENGINE: 'fast' };
+      const p = await startAmbit(env, [], 30_000);
+      procs.push(p);
+      byName.set(name, p);
+    }
+  });
+
+  after(async () => {
+    await Promise.all(procs.map((p) => p.stop().catch(() => null)));
+    await redis?.stop();
+  });
+
+  it('one matcher leads, the other stands by; a device on one gateway gets an event published on the other', async () => {
+    const matchers = [...byName].filter(([n]) => n.startsWith('matcher')).map(([, p]) => p);
+    assert.equal(matchers.length, 2);
+    const leads = (l: Record<string, unknown>) => typeof l.msg === 'string' && l.msg.includes('leading (lease epoch');
+    await Promise.race(matchers.map((m) => m.waitForLog(leads, 15_000)));
+    assert.equal(matchers.filter((m) => m.logs.some(leads)).length, 1, 'exactly one leads');
+    const authority = new TokenAuthority(SECRET);
+    const g1 = new Clients(`127.0.0.1:${byName.get('gateway-1')!.port}`, grpc.credentials.createInsecure());
+    const g2 = new Clients(`127.0.0.1:${byName.get('gateway-2')!.port}`, grpc.credentials.createInsecure());
+    try {
+      const dev = await DeviceStream.open(g1, authority.issue({ subject: 'pkg-dev', scopes: [SCOPES.device] }));
+      dev.stream.move(45.4642, 9.19);
+      const num = (v: number) => ({ kind: { case: 'number', value: v } });
+      assert.equal((await dev.stream.subscribe({ id: 's', filters: [{ constraints: [{ name: 'sev', op: Op.GE, value: num(1) }], area: { radiusM: 1000 } }] })).code, 0);
+      await dev.stream.sync();
+      const md = new grpc.Metadata();
+      md.set('authorization', `Bearer ${authority.issue({ subject: 'pkg-pub', scopes: [SCOPES.publish] })}`);
+      const r = await unary<{ reached: bigint }>(g2.publisher, 'publish', { event: { id: 'pkg-1', position: { lat: 45.4642, lon: 9.19 }, attributes: { sev: num(2) } } }, md);
+      assert.equal(r.reached, 1n);
+      const [n] = await dev.stream.notifications(1, 10_000);
+      assert.equal(n.event?.id, 'pkg-1');
+      dev.stream.cancel();
+    } finally {
+      g1.close();
+      g2.close();
+    }
+  });
+});
