@@ -84,6 +84,10 @@ export interface MatcherHooks {
   afterDeliver?(): void | Promise<void>;
   /** After each batch: entries, location updates applied and how long applying took. */
   onBatch?(b: { entries: number; locations: number; ms: number }): void;
+  /** Awaited at the top of each turn of the loop (before it leads, if it is to, and reads). */
+  beforeRead?(): Promise<void> | void;
+  /** The lease was taken (the loop leads at its next turn). */
+  onLease?(): void;
   /** Awaited before a batch's notifications are sent to Redis (they are built already). */
   beforeStore?(): Promise<void> | void;
 }
@@ -185,6 +189,7 @@ export class RedisMatcher {
       {
         taken: () => {
           this.promotion = true;
+          this.hooks.onLease?.();
           // Wake the loop's blocked read so it leads at once.
           if (this.blockingId >= 0) this.cmd.client('UNBLOCK', this.blockingId).catch(() => {});
         },
@@ -305,6 +310,7 @@ export class RedisMatcher {
   private async loop(): Promise<void> {
     const k = this.keys;
     while (!this.stopping) {
+      await this.hooks.beforeRead?.();
       if (this.promotion && !this.crashed) {
         try {
           await this.lead();

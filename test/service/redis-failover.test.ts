@@ -173,6 +173,44 @@ describe('redis matcher leadership', { skip: missing ?? false, timeout: 60_000 }
       box.close();
     }));
 
+  it('a standby that lags behind the leader takes over from its own position: what it had not applied is applied, nothing delivered twice', () =>
+    leadership(async ({ prefix, start, hub }) => {
+      let lagging = false;
+      let release!: () => void;
+      const gate = new Promise<void>((resolve) => (release = resolve));
+      let held!: () => void;
+      const isHeld = new Promise<void>((resolve) => (held = resolve));
+      let leased!: () => void;
+      const hasLease = new Promise<void>((resolve) => (leased = resolve));
+      const a = await start();
+      const b = await start({
+        hooks: {
+          async beforeRead() {
+            if (!lagging) return;
+            held();
+            await gate;
+          },
+          onLease: () => leased(),
+        },
+      });
+      await hub.addSubscription('lou', all);
+      assert.deepEqual((await hub.publish([event({ i: 1 })])).map((r) => r.reached), [1]);
+      lagging = true;
+      await within(isHeld, 'the standby stopped reading');
+      // The standby reads none of this; the leader applies, delivers and commits it.
+      await hub.addSubscription('max', odd);
+      assert.deepEqual((await hub.publish([event({ i: 2, odd: true })])).map((r) => r.reached), [2]);
+      await a.crash();
+      await within(hasLease, 'the standby takes the lease');
+      lagging = false;
+      release();
+      await within(b.whenRole('leader'), 'the standby leads');
+      // It led from its own position, behind the stored offset: max's subscription is in its engine.
+      assert.deepEqual((await hub.publish([event({ i: 3, odd: true })])).map((r) => r.reached), [2]);
+      assert.deepEqual(await stored(prefix, 'lou'), { is: [1, 2, 3], ordinals: [1, 2, 3] });
+      assert.deepEqual((await stored(prefix, 'max')).is, [2, 3]);
+    }));
+
   it('a leader paused past its lease: the new leader delivers its batch; its late writes are refused and it stands down', () =>
     leadership(async ({ prefix, start, hub }) => {
       let release!: () => void;
