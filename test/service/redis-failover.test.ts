@@ -12,6 +12,7 @@ import { RedisHub } from '../../services/hub/redis.js';
 import { RedisMatcher, type RedisMatcherOptions } from '../../services/matcher/redis.js';
 import { defineScripts, runScript } from '../../services/redis/scripts.js';
 import { anywhere, eq, event, pullN, sub } from '../support/hub-contract.js';
+import { within } from '../support/grpc.js';
 import { redisTestKit, useRedisServer } from '../support/redis-deployment.js';
 
 const { missing, url } = useRedisServer();
@@ -49,17 +50,6 @@ async function stored(prefix: string, device: string): Promise<{ is: number[]; o
     is: entries.map(([, f]) => (JSON.parse(f[f.indexOf('e') + 1]) as { attributes: { i: number } }).attributes.i),
     ordinals: entries.map(([id]) => Number(id.split('-')[1])),
   };
-}
-
-/** `p`, or a failure naming `what` after 10 s (a signal that never comes fails instead of hanging). */
-async function within<T>(p: Promise<T>, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: not within 10 s`)), 10_000)));
-  try {
-    return await Promise.race([p, late]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
@@ -122,7 +112,7 @@ describe('redis matcher leadership', { skip: missing ?? false, timeout: 60_000 }
       assert.equal(stats.extra.matcherEpoch, 1);
       await a.stop();
       // Released, not lapsed: the standby takes it on its next lease tick.
-      await within(b.whenRole('leader'), 'the standby leads');
+      await within(b.whenRole('leader'), 10_000, 'the standby leads');
       assert.equal(b.epoch, 2);
       assert.deepEqual((await hub.publish([event({ i: 7, odd: true })])).map((r) => r.reached), [2]);
       assert.deepEqual(await stored(prefix, 'lou'), { is: range(1, 7), ordinals: range(1, 7) });
@@ -196,15 +186,15 @@ describe('redis matcher leadership', { skip: missing ?? false, timeout: 60_000 }
       await hub.addSubscription('lou', all);
       assert.deepEqual((await hub.publish([event({ i: 1 })])).map((r) => r.reached), [1]);
       lagging = true;
-      await within(isHeld, 'the standby stopped reading');
+      await within(isHeld, 10_000, 'the standby stopped reading');
       // The standby reads none of this; the leader applies, delivers and commits it.
       await hub.addSubscription('max', odd);
       assert.deepEqual((await hub.publish([event({ i: 2, odd: true })])).map((r) => r.reached), [2]);
       await a.crash();
-      await within(hasLease, 'the standby takes the lease');
+      await within(hasLease, 10_000, 'the standby takes the lease');
       lagging = false;
       release();
-      await within(b.whenRole('leader'), 'the standby leads');
+      await within(b.whenRole('leader'), 10_000, 'the standby leads');
       // It led from its own position, behind the stored offset: max's subscription is in its engine.
       assert.deepEqual((await hub.publish([event({ i: 3, odd: true })])).map((r) => r.reached), [2]);
       assert.deepEqual(await stored(prefix, 'lou'), { is: [1, 2, 3], ordinals: [1, 2, 3] });
@@ -233,11 +223,11 @@ describe('redis matcher leadership', { skip: missing ?? false, timeout: 60_000 }
       held = true;
       a.suspendLease(); // its lease timer stops: the lease lapses while its loop goes on
       const second = hub.publish([event({ i: 2 })]);
-      await within(atGate, 'the leader reached the gate'); // matched by a, its notifications built and not yet sent
-      await within(b.whenRole('leader'), 'the standby leads');
+      await within(atGate, 10_000, 'the leader reached the gate'); // matched by a, its notifications built and not yet sent
+      await within(b.whenRole('leader'), 10_000, 'the standby leads');
       assert.deepEqual((await second).map((r) => r.reached), [1]);
       release();
-      await within(a.whenRole('standby'), 'the fenced leader stands down');
+      await within(a.whenRole('standby'), 10_000, 'the fenced leader stands down');
       assert.equal(a.fencedWrites, 1);
       assert.deepEqual(await stored(prefix, 'lou'), { is: [1, 2], ordinals: [1, 2] });
       assert.deepEqual((await hub.publish([event({ i: 3 })])).map((r) => r.reached), [1]);
