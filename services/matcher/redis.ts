@@ -338,7 +338,6 @@ export class RedisMatcher {
         if (isFenced(err)) {
           this.fenced++;
           this.lease.lose(`a write was refused: ${err instanceof Error ? err.message : String(err)}`);
-          this.stepDown('fenced');
           this.lastId = this.committed;
           continue;
         }

@@ -52,6 +52,13 @@ async function stored(prefix: string, device: string): Promise<{ is: number[]; o
   };
 }
 
+/** A promise and the function that resolves it. */
+function signal(): { promise: Promise<void>; fire: () => void } {
+  let fire!: () => void;
+  const promise = new Promise<void>((resolve) => (fire = resolve));
+  return { promise, fire };
+}
+
 const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
 
 describe('redis matcher leadership', { skip: missing ?? false, timeout: 60_000 }, () => {
@@ -166,34 +173,31 @@ describe('redis matcher leadership', { skip: missing ?? false, timeout: 60_000 }
   it('a standby that lags behind the leader takes over from its own position: what it had not applied is applied, nothing delivered twice', () =>
     leadership(async ({ prefix, start, hub }) => {
       let lagging = false;
-      let release!: () => void;
-      const gate = new Promise<void>((resolve) => (release = resolve));
-      let held!: () => void;
-      const isHeld = new Promise<void>((resolve) => (held = resolve));
-      let leased!: () => void;
-      const hasLease = new Promise<void>((resolve) => (leased = resolve));
+      const gate = signal();
+      const held = signal();
+      const leased = signal();
       const a = await start();
       const b = await start({
         hooks: {
           async beforeRead() {
             if (!lagging) return;
-            held();
-            await gate;
+            held.fire();
+            await gate.promise;
           },
-          onLease: () => leased(),
+          onLease: leased.fire,
         },
       });
       await hub.addSubscription('lou', all);
       assert.deepEqual((await hub.publish([event({ i: 1 })])).map((r) => r.reached), [1]);
       lagging = true;
-      await within(isHeld, 10_000, 'the standby stopped reading');
+      await within(held.promise, 10_000, 'the standby stopped reading');
       // The standby reads none of this; the leader applies, delivers and commits it.
       await hub.addSubscription('max', odd);
       assert.deepEqual((await hub.publish([event({ i: 2, odd: true })])).map((r) => r.reached), [2]);
       await a.crash();
-      await within(hasLease, 10_000, 'the standby takes the lease');
+      await within(leased.promise, 10_000, 'the standby takes the lease');
       lagging = false;
-      release();
+      gate.fire();
       await within(b.whenRole('leader'), 10_000, 'the standby leads');
       // It led from its own position, behind the stored offset: max's subscription is in its engine.
       assert.deepEqual((await hub.publish([event({ i: 3, odd: true })])).map((r) => r.reached), [2]);
@@ -203,17 +207,15 @@ describe('redis matcher leadership', { skip: missing ?? false, timeout: 60_000 }
 
   it('a leader paused past its lease: the new leader delivers its batch; its late writes are refused and it stands down', () =>
     leadership(async ({ prefix, start, hub }) => {
-      let release!: () => void;
-      const gate = new Promise<void>((resolve) => (release = resolve));
+      const gate = signal();
       let held = false;
-      let arrived!: () => void;
-      const atGate = new Promise<void>((resolve) => (arrived = resolve));
+      const arrived = signal();
       const a = await start({
         hooks: {
           async beforeStore() {
             if (!held) return;
-            arrived();
-            await gate;
+            arrived.fire();
+            await gate.promise;
           },
         },
       });
@@ -223,10 +225,10 @@ describe('redis matcher leadership', { skip: missing ?? false, timeout: 60_000 }
       held = true;
       a.suspendLease(); // its lease timer stops: the lease lapses while its loop goes on
       const second = hub.publish([event({ i: 2 })]);
-      await within(atGate, 10_000, 'the leader reached the gate'); // matched by a, its notifications built and not yet sent
+      await within(arrived.promise, 10_000, 'the leader reached the gate'); // matched by a, its notifications built and not yet sent
       await within(b.whenRole('leader'), 10_000, 'the standby leads');
       assert.deepEqual((await second).map((r) => r.reached), [1]);
-      release();
+      gate.fire();
       await within(a.whenRole('standby'), 10_000, 'the fenced leader stands down');
       assert.equal(a.fencedWrites, 1);
       assert.deepEqual(await stored(prefix, 'lou'), { is: [1, 2], ordinals: [1, 2] });
