@@ -10,7 +10,7 @@
  * publishes), `read` the inbox traffic, `sub` the pub/sub channels (publish replies, doorbells).
  */
 import { randomBytes } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import { Cluster } from 'ioredis';
 import type { Logger } from 'pino';
 import { AmbitError, PublishError, show } from '../../src/model/errors.js';
 import { type Limits, resolveLimits, validateEvents, validateSubscription } from '../../src/model/limits.js';
@@ -31,8 +31,9 @@ import {
   ENGINE_SIDE_LIMITS,
 } from './port.js';
 import { type LocColumns, decodePosition, encodeLocations, encodePositionsHset, splitStoredSubscription } from '../redis/codec.js';
-import { DEFAULT_REDIS, RawCommand, type RedisSource, closeConnection, connectAll, intOption, openConnection, prefixOption, queueCommand } from '../redis/connection.js';
-import { DEFAULT_PREFIX, Keys } from '../redis/keys.js';
+import { type Conn, DEFAULT_REDIS, RawCommand, type RedisSource, closeConnection, connectAll, intOption, openConn, prefixOption, queueCommand } from '../redis/connection.js';
+import { DEFAULT_PREFIX, type GroupKeys, Keys } from '../redis/keys.js';
+import { checkLayout, layoutFor } from '../redis/layout.js';
 import { type MatcherStatsRecord, type PublishReply, RecentEvents, locFields, parseNotification, parsePushedNotification, parseReply, pubFields } from '../redis/protocol.js';
 import { defineScripts, runScript } from '../redis/scripts.js';
 import { missedAfter, resumePoint } from '../matcher/fanout.js';
@@ -45,10 +46,12 @@ const ACKS_PER_CALL = 512;
 
 
 export interface RedisHubOptions {
-  /** URL or ioredis options; default redis://127.0.0.1:6379. */
+  /** URL, ioredis options or a Redis Cluster; default redis://127.0.0.1:6379. */
   redis?: RedisSource;
   /** Key prefix of the deployment; default "ambit:". */
   prefix?: string;
+  /** Device groups of a cluster deployment (keys.ts); default 64. The same in every process. */
+  deviceGroups?: number;
   /** This gateway's id (its reply channel); default random. */
   gatewayId?: string;
   log?: Logger;
@@ -86,9 +89,11 @@ export class RedisHub implements Hub, InboxHost {
   readonly gatewayId: string;
   readonly keys: Keys;
   private readonly log: Logger | undefined;
-  private readonly cmd: Redis;
-  private readonly read: Redis;
-  private readonly sub: Redis;
+  private readonly cmd: Conn;
+  private readonly read: Conn;
+  private readonly sub: Conn;
+  /** Shard channels (SSUBSCRIBE) on a cluster, plain ones otherwise. */
+  private readonly sharded: boolean;
   private readonly limits: Limits;
   private readonly now: (() => number) | null;
   private readonly cap: number;
@@ -124,7 +129,8 @@ export class RedisHub implements Hub, InboxHost {
 
   private constructor(options: RedisHubOptions) {
     const source = options.redis ?? DEFAULT_REDIS;
-    this.keys = new Keys(prefixOption(COMPONENT, options.prefix, DEFAULT_PREFIX));
+    this.keys = new Keys(prefixOption(COMPONENT, options.prefix, DEFAULT_PREFIX), layoutFor(COMPONENT, source, options.deviceGroups));
+    this.sharded = this.keys.layout.cluster;
     this.gatewayId = options.gatewayId ?? randomBytes(8).toString('hex');
     if (typeof this.gatewayId !== 'string' || this.gatewayId.length === 0 || this.gatewayId.length > 128) {
       throw new Error(`${COMPONENT}: gatewayId must be a string of 1 to 128 characters, got ${show(this.gatewayId)}`);
@@ -144,9 +150,11 @@ export class RedisHub implements Hub, InboxHost {
     const fail = { maxRetriesPerRequest: 3 };
     // Auto-pipelining: the commands many device streams issue in one tick (inbox reads, acks,
     // subscription scripts) go out in one socket write instead of one write each.
-    this.cmd = openConnection(source, `gateway-${this.gatewayId}`, COMPONENT, this.log, { enableAutoPipelining: true }, fail);
-    this.read = openConnection(source, `gateway-${this.gatewayId}-read`, COMPONENT, this.log, { enableAutoPipelining: true }, fail);
-    this.sub = openConnection(source, `gateway-${this.gatewayId}-sub`, COMPONENT, this.log);
+    this.cmd = openConn(source, `gateway-${this.gatewayId}`, COMPONENT, this.log, { enableAutoPipelining: true }, fail);
+    this.read = openConn(source, `gateway-${this.gatewayId}-read`, COMPONENT, this.log, { enableAutoPipelining: true }, fail);
+    // On a cluster, doorbells and replies are shard channels: each is served by the master of
+    // its slot, so they spread with the device groups instead of reaching every node.
+    this.sub = openConn(source, `gateway-${this.gatewayId}-sub`, COMPONENT, this.log, {}, {}, { shardedSubscribers: true });
     this.batcher = new LocationBatcher((cols) => this.sendLocations(cols, flushSize), flushMs, flushSize, maxInFlight, this.log);
   }
 
@@ -154,16 +162,33 @@ export class RedisHub implements Hub, InboxHost {
     await connectAll(COMPONENT, [this.cmd, this.read, this.sub]);
     defineScripts(this.cmd);
     defineScripts(this.read);
-    this.sub.on('message', (channel: string, message: string) => this.onMessage(channel, message));
-    // After a reconnect notifications may have been missed: every open inbox reads its stream,
-    // once the channels are subscribed again (this subscribe is answered after ioredis's own).
-    this.sub.on('ready', () => {
-      const ringAll = () => {
-        for (const set of this.doorbells.values()) for (const inbox of set) inbox.ring();
-      };
-      this.sub.subscribe(this.replyChannel).then(ringAll, ringAll);
-    });
-    await this.sub.subscribe(this.replyChannel);
+    await checkLayout(COMPONENT, this.cmd, this.keys);
+    const ringAll = () => {
+      for (const set of this.doorbells.values()) for (const inbox of set) inbox.ring();
+    };
+    if (this.sub instanceof Cluster) {
+      this.sub.on('smessage', (channel: string, message: string) => this.onMessage(channel, message));
+      // A shard subscriber (re)connected, after a failover or a node's restart: notifications
+      // published meanwhile were missed, so every open inbox reads its stream.
+      this.sub.on('+subscriber', ringAll);
+      this.sub.on('subscribersReady', ringAll);
+    } else {
+      this.sub.on('message', (channel: string, message: string) => this.onMessage(channel, message));
+      // After a reconnect notifications may have been missed: every open inbox reads its stream,
+      // once the channels are subscribed again (this subscribe is answered after ioredis's own).
+      this.sub.on('ready', () => {
+        this.subscribe(this.replyChannel).then(ringAll, ringAll);
+      });
+    }
+    await this.subscribe(this.replyChannel);
+  }
+
+  private subscribe(channel: string): Promise<unknown> {
+    return this.sharded ? this.sub.ssubscribe(channel) : this.sub.subscribe(channel);
+  }
+
+  private unsubscribe(channel: string): Promise<unknown> {
+    return this.sharded ? this.sub.sunsubscribe(channel) : this.sub.unsubscribe(channel);
   }
 
   // ---- subscriptions ----
@@ -313,8 +338,9 @@ export class RedisHub implements Hub, InboxHost {
       else p.resolve(reply);
       return;
     }
-    if (channel.startsWith(this.keys.wakePrefix)) {
-      const set = this.doorbells.get(channel.slice(this.keys.wakePrefix.length));
+    const device = this.keys.deviceOfWake(channel);
+    if (device !== null) {
+      const set = this.doorbells.get(device);
       if (set === undefined) return;
       // The notification itself; a message that is not one (a plain doorbell) makes the inbox read.
       const d = parsePushedNotification(message, this.recentEvents);
@@ -336,9 +362,9 @@ export class RedisHub implements Hub, InboxHost {
     try {
       // Listen before reading, so a notification stored after our first read still rings.
       await this.watch(inbox);
-      const k = this.keys;
+      const g = this.keys.groupOf(device);
       const [acked, seqText, oldest] = (await this.redis(() =>
-        runScript(this.read, 'ambitOpen', k.notes(device), k.dstate, k.acked, k.stats, k.config, k.nseq, k.nlast, device, resumeAfter === null ? 'acked' : 'token', resumeAfter ?? '', this.now === null ? '' : this.now()),
+        runScript(this.read, 'ambitOpen', g.notes(device), g.dstate, g.acked, g.stats, g.config, g.nseq, g.nlast, device, resumeAfter === null ? 'acked' : 'token', resumeAfter ?? '', this.now === null ? '' : this.now()),
       )) as [string, string, string];
       const last = Number(seqText);
       const start = resumePoint(acked, last);
@@ -358,7 +384,7 @@ export class RedisHub implements Hub, InboxHost {
     }
     set.add(inbox);
     // Every open subscribes (SUBSCRIBE is idempotent) so each one waits until listening.
-    await this.redis(() => this.sub.subscribe(this.keys.wake(inbox.device)));
+    await this.redis(() => this.subscribe(this.keys.wake(inbox.device)));
   }
 
   /** @internal */
@@ -367,7 +393,7 @@ export class RedisHub implements Hub, InboxHost {
     if (set === undefined || !set.delete(inbox)) return;
     if (set.size === 0) {
       this.doorbells.delete(inbox.device);
-      if (!this.closed) this.sub.unsubscribe(this.keys.wake(inbox.device)).catch(() => {});
+      if (!this.closed) this.unsubscribe(this.keys.wake(inbox.device)).catch(() => {});
     }
   }
 
@@ -417,15 +443,19 @@ export class RedisHub implements Hub, InboxHost {
     this.acks = new Map();
     try {
       const calls: Promise<unknown>[] = [];
-      let args: string[] = [];
+      // One call per device group (a cluster script stays in one slot), of at most ACKS_PER_CALL.
+      const byGroup = new Map<GroupKeys, string[]>();
       for (const [device, id] of acks) {
+        const g = this.keys.groupOf(device);
+        let args = byGroup.get(g);
+        if (args === undefined) byGroup.set(g, (args = []));
         args.push(device, id);
         if (args.length === 2 * ACKS_PER_CALL) {
-          calls.push(runScript(this.read, 'ambitAcks', this.keys.acked, ...args));
-          args = [];
+          calls.push(runScript(this.read, 'ambitAcks', g.acked, ...args));
+          byGroup.delete(g);
         }
       }
-      if (args.length > 0) calls.push(runScript(this.read, 'ambitAcks', this.keys.acked, ...args));
+      for (const [g, args] of byGroup) calls.push(runScript(this.read, 'ambitAcks', g.acked, ...args));
       await this.redis(() => Promise.all(calls));
       batch.resolve();
     } catch (err) {
@@ -454,8 +484,14 @@ export class RedisHub implements Hub, InboxHost {
 
   async stats(): Promise<HubStats> {
     this.checkOpen();
-    const [m, s] = await this.redis(() => Promise.all([this.cmd.get(this.keys.matcherStats), this.cmd.hgetall(this.keys.stats)]));
-    const num = (k: string) => Number(s[k] ?? 0);
+    // The matcher's counters, plus each device group's on a cluster (notifications, dropped).
+    const statKeys = this.keys.layout.cluster ? [this.keys.stats, ...this.keys.groups.map((g) => g.stats)] : [this.keys.stats];
+    const [m, ...all] = await this.redis(() => Promise.all([this.cmd.get(this.keys.matcherStats), ...statKeys.map((key) => this.cmd.hgetall(key))]));
+    const num = (k: string) => {
+      let n = 0;
+      for (const s of all as Record<string, string>[]) n += Number(s[k] ?? 0);
+      return n;
+    };
     const matcher = m === null ? null : (JSON.parse(m) as MatcherStatsRecord);
     return {
       mode: 'redis',

@@ -5,7 +5,7 @@
  * of an older one (scripts.ts, FENCE). A holder that cannot renew for a whole lease, or finds it
  * someone else's, lets it go.
  */
-import type { Redis } from 'ioredis';
+import type { Conn } from '../redis/connection.js';
 import type { Logger } from 'pino';
 import type { Keys } from '../redis/keys.js';
 import { runScript } from '../redis/scripts.js';
@@ -28,7 +28,7 @@ export class MatcherLease {
   private timer: NodeJS.Timeout | null = null;
 
   constructor(
-    private readonly cmd: Redis,
+    private readonly cmd: Conn,
     private readonly keys: Keys,
     private readonly holder: string,
     private readonly leaseMs: number,

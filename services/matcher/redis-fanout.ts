@@ -1,15 +1,17 @@
 /**
  * The fan-out of the Redis matcher: one `ambitDeliver` script call per group of up to
- * RECIPIENTS_PER_CALL recipients, across the events of a read batch, all calls of the batch
- * pipelined. The script (redis/scripts.ts) gives each recipient's delivery id, applies retention,
+ * RECIPIENTS_PER_CALL recipients of one device group (all of them on a plain Redis), across the
+ * events of a read batch, all calls of the batch pipelined (a pipeline per device group: on a
+ * cluster each is one slot, and the groups' pipelines run on their masters at once). The script (redis/scripts.ts) gives each recipient's delivery id, applies retention,
  * counts, publishes the notification on the device's doorbell channel and keeps a per-device
  * marker (source entry id, event index) that turns a replay after a crash into at most one copy
  * per device. Redis runs scripts on one thread: a call's own cost and each command inside it are
  * what bound the deployment, so a call carries many recipients and each event's JSON once.
  */
-import type { ChainableCommander, Redis } from 'ioredis';
+import type { ChainableCommander } from 'ioredis';
+import type { Conn } from '../redis/connection.js';
 import type { Event } from '../../src/model/types.js';
-import type { Keys } from '../redis/keys.js';
+import type { GroupKeys, Keys } from '../redis/keys.js';
 import { queueScript } from '../redis/scripts.js';
 import type { Recipient } from './core.js';
 import { type DeliverySource, type FanOut, type Retention, reachedBy } from './fanout.js';
@@ -17,15 +19,29 @@ import { type DeliverySource, type FanOut, type Retention, reachedBy } from './f
 /** Recipients per script call: bounds one call's time (Redis serves nothing else meanwhile). */
 const RECIPIENTS_PER_CALL = 256;
 
+/** The call being built for one device group. */
+interface GroupCall {
+  readonly g: GroupKeys;
+  /** Its recipients' stream keys. */
+  keys: string[];
+  /** Its events' arguments (4 each). */
+  eventArgs: (string | number)[];
+  /** Its recipients' arguments (3 each). */
+  recipientArgs: (string | number)[];
+  events: number;
+  /** The number of the event being added in this call (0: not in it yet), and which event that is. */
+  number: number;
+  event: number;
+}
+
 export class RedisFanOut implements FanOut {
-  private pipeline: ChainableCommander | null = null;
+  /** Pipelines by device group (one on a plain Redis): a cluster pipeline must stay in one slot. */
+  private pipelines = new Map<number, ChainableCommander>();
   private queued = 0;
-  // The call being built: its recipients' stream keys, its events' arguments (4 each), its
-  // recipients' arguments (3 each).
-  private keys: string[] = [];
-  private eventArgs: (string | number)[] = [];
-  private recipientArgs: (string | number)[] = [];
-  private events = 0;
+  private calls: (GroupCall | undefined)[];
+  private readonly script: 'ambitDeliver' | 'ambitDeliverSharded';
+  /** The event being queued (its JSON is built once, on its first recipient). */
+  private eventSeq = 0;
   /** The fencing token every call carries (the matcher's lease token; '' for none). */
   token = '';
   /** @internal test hook: awaited before a flush's calls are sent (the batch is already detached). */
@@ -36,11 +52,14 @@ export class RedisFanOut implements FanOut {
    * (production) is Redis's own clock, which every process of a deployment shares.
    */
   constructor(
-    private readonly cmd: Redis,
+    private readonly cmd: Conn,
     private readonly k: Keys,
     private readonly retention: Retention,
     private readonly now: (() => number) | null = null,
-  ) {}
+  ) {
+    this.calls = new Array(k.groups.length).fill(undefined);
+    this.script = k.layout.cluster ? 'ambitDeliverSharded' : 'ambitDeliver';
+  }
 
   deliver(source: DeliverySource, events: readonly Event[], recipients: readonly (readonly Recipient[])[]): number[] {
     try {
@@ -60,58 +79,62 @@ export class RedisFanOut implements FanOut {
       if (rs.length === 0) continue;
       // The event is encoded once for all its recipients (once per call it spans).
       const json = JSON.stringify(events[e]);
-      let number = 0; // the event's number in the call being built; 0: not in it yet
+      const seq = ++this.eventSeq;
       for (let i = 0; i < rs.length; i++) {
-        if (this.keys.length === RECIPIENTS_PER_CALL) {
-          this.emit();
-          number = 0;
-        }
-        if (number === 0) {
-          this.eventArgs.push(source.id, e, source.ms, json);
-          number = ++this.events;
-        }
         const r = rs[i];
-        this.keys.push(this.k.notes(r.device));
-        this.recipientArgs.push(r.device, number, JSON.stringify(r.subscriptionIds));
+        const g = this.k.groupOf(r.device);
+        let call = this.calls[g.index];
+        if (call !== undefined && call.keys.length === RECIPIENTS_PER_CALL) {
+          this.emit(call);
+          call = undefined;
+        }
+        if (call === undefined) call = this.calls[g.index] = { g, keys: [], eventArgs: [], recipientArgs: [], events: 0, number: 0, event: 0 };
+        if (call.event !== seq) {
+          call.eventArgs.push(source.id, e, source.ms, json);
+          call.number = ++call.events;
+          call.event = seq;
+        }
+        call.keys.push(g.notes(r.device));
+        call.recipientArgs.push(r.device, call.number, JSON.stringify(r.subscriptionIds));
       }
       this.queued += rs.length;
     }
     return reached;
   }
 
-  /** Queues the call being built in the pipeline. */
-  private emit(): void {
-    const n = this.keys.length;
+  /** Queues a group's call in that group's pipeline. */
+  private emit(call: GroupCall): void {
+    this.calls[call.g.index] = undefined;
+    const n = call.keys.length;
     if (n === 0) return;
-    const k = this.k;
-    const p = (this.pipeline ??= this.cmd.pipeline());
+    const g = call.g;
+    let p = this.pipelines.get(g.index);
+    if (p === undefined) {
+      p = this.cmd.pipeline();
+      this.pipelines.set(g.index, p);
+    }
     const { maxPerDevice, maxAgeMs } = this.retention;
-    queueScript(p, 'ambitDeliver', 5 + n, k.dstate, k.stats, k.nseq, k.nlast, ...this.keys, k.matcherEpoch, maxPerDevice, maxAgeMs, k.wakePrefix, this.now === null ? '' : this.now(), this.events, ...this.eventArgs, ...this.recipientArgs, this.token);
-    this.keys = [];
-    this.eventArgs = [];
-    this.recipientArgs = [];
-    this.events = 0;
+    queueScript(p, this.script, 5 + n, g.dstate, g.stats, g.nseq, g.nlast, ...call.keys, g.fence, maxPerDevice, maxAgeMs, g.wakePrefix, this.now === null ? '' : this.now(), call.events, ...call.eventArgs, ...call.recipientArgs, this.token);
   }
 
   private reset(): void {
-    this.pipeline = null;
+    this.pipelines = new Map();
     this.queued = 0;
-    this.keys = [];
-    this.eventArgs = [];
-    this.recipientArgs = [];
-    this.events = 0;
+    this.calls.fill(undefined);
   }
 
   async flush(): Promise<void> {
-    this.emit();
-    const p = this.pipeline;
-    if (p === null) return;
-    this.pipeline = null;
+    for (const call of this.calls) if (call !== undefined) this.emit(call);
+    const pipelines = this.pipelines;
+    if (pipelines.size === 0) return;
+    this.pipelines = new Map();
     this.queued = 0;
     await this.beforeExec?.();
-    const results = await p.exec();
-    if (results === null) throw new Error('redis fan-out: pipeline aborted');
-    for (const [err] of results) if (err !== null) throw err;
+    const all = await Promise.all([...pipelines.values()].map((p) => p.exec()));
+    for (const results of all) {
+      if (results === null) throw new Error('redis fan-out: pipeline aborted');
+      for (const [err] of results) if (err !== null) throw err;
+    }
   }
 
   /** Notifications queued and not yet flushed. */

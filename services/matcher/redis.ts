@@ -20,15 +20,16 @@
  * `rebuild`).
  */
 import { randomBytes } from 'node:crypto';
-import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { AmbitError, type ErrorCode } from '../../src/model/errors.js';
 import type { DeviceHandle, Matcher } from '../../src/engines/matcher.js';
 import { inRange } from '../../src/model/limits.js';
 import type { Event } from '../../src/model/types.js';
 import { compareStreamIds, decodeLocations, streamIdMs } from '../redis/codec.js';
-import { DEFAULT_REDIS, type RedisSource, closeConnection, connectAll, intOption, openConnection, prefixOption, sleep } from '../redis/connection.js';
+import { type Conn, DEFAULT_REDIS, type RedisSource, closeConnection, connectAll, intOption, openConn, prefixOption, sleep } from '../redis/connection.js';
 import { DEFAULT_PREFIX, Keys } from '../redis/keys.js';
+import { checkLayout, layoutFor } from '../redis/layout.js';
+import { StreamReader } from '../redis/stream-reader.js';
 import { type InEntry, type MatcherStatsRecord, encodeReply, parseInEntry } from '../redis/protocol.js';
 import { defineScripts, runScript } from '../redis/scripts.js';
 import { MatchCore, type Recipient } from './core.js';
@@ -42,9 +43,11 @@ import { DEFAULT_DEDUPE, type PublishPlan, type PublishSlot, planPublish, settle
 const COMPONENT = 'redis matcher';
 
 export interface RedisMatcherOptions {
-  /** URL or ioredis options; default redis://127.0.0.1:6379. */
+  /** URL, ioredis options or a Redis Cluster; default redis://127.0.0.1:6379. */
   redis?: RedisSource;
   prefix?: string;
+  /** Device groups of a cluster deployment (keys.ts); default 64. The same in every process. */
+  deviceGroups?: number;
   /** An engine to own (closed by stop()), or which one to open; default 'auto'. */
   engine?: Matcher | EngineChoice;
   /** Why this engine, for stats (set from openEngine when `engine` is a choice). */
@@ -102,8 +105,8 @@ export class RedisMatcher {
   readonly core: MatchCore;
   readonly engineDetail: string;
   private readonly log: Logger | undefined;
-  private readonly cmd: Redis;
-  private readonly blocking: Redis;
+  private readonly cmd: Conn;
+  private readonly blocking: StreamReader;
   private readonly retention: Retention;
   private readonly readCount: number;
   private readonly blockMs: number;
@@ -111,7 +114,6 @@ export class RedisMatcher {
   private readonly hooks: MatcherHooks;
   private readonly fanout: RedisFanOut;
   private readonly now: (() => number) | null;
-  private blockingId = -1;
   /** Where the next XREAD starts. */
   private lastId = '0-0';
   /** The offset stored in Redis. */
@@ -160,7 +162,7 @@ export class RedisMatcher {
 
   private constructor(options: RedisMatcherOptions, engine: Matcher, detail: string) {
     const source = options.redis ?? DEFAULT_REDIS;
-    this.keys = new Keys(prefixOption(COMPONENT, options.prefix, DEFAULT_PREFIX));
+    this.keys = new Keys(prefixOption(COMPONENT, options.prefix, DEFAULT_PREFIX), layoutFor(COMPONENT, source, options.deviceGroups));
     this.log = options.log;
     const r = { ...DEFAULT_RETENTION, ...options.retention };
     this.retention = {
@@ -175,9 +177,8 @@ export class RedisMatcher {
     this.hooks = options.hooks ?? {};
     this.core = new MatchCore(engine);
     this.engineDetail = detail;
-    this.cmd = openConnection(source, `matcher-${this.matcherId}`, COMPONENT, this.log);
-    // Blocking reads wait as long as it takes for Redis to come back.
-    this.blocking = openConnection(source, `matcher-${this.matcherId}-read`, COMPONENT, this.log, { maxRetriesPerRequest: null });
+    this.cmd = openConn(source, `matcher-${this.matcherId}`, COMPONENT, this.log);
+    this.blocking = new StreamReader(source, this.cmd, this.keys.in, `matcher-${this.matcherId}`, COMPONENT, this.log);
     this.now = options.now ?? null;
     this.fanout = new RedisFanOut(this.cmd, this.keys, this.retention, this.now);
     this.fanout.beforeExec = () => this.hooks.beforeStore?.();
@@ -191,7 +192,7 @@ export class RedisMatcher {
           this.promotion = true;
           this.hooks.onLease?.();
           // Wake the loop's blocked read so it leads at once.
-          if (this.blockingId >= 0) this.cmd.client('UNBLOCK', this.blockingId).catch(() => {});
+          this.blocking.wake().catch(() => {});
         },
         lost: (why) => {
           this.promotion = false;
@@ -254,9 +255,10 @@ export class RedisMatcher {
   }
 
   private async open(): Promise<void> {
-    await connectAll(COMPONENT, [this.cmd, this.blocking]);
+    await connectAll(COMPONENT, [this.cmd]);
     defineScripts(this.cmd);
-    this.blockingId = Number(await this.blocking.client('ID'));
+    await checkLayout(COMPONENT, this.cmd, this.keys);
+    await this.blocking.open();
     await this.rebuild();
     await this.lease.start();
     if (this.promotion) await this.lead();
@@ -278,6 +280,17 @@ export class RedisMatcher {
     const stored = (await this.cmd.get(k.matcherOffset)) ?? '0-0';
     const from = compareStreamIds(this.lastId, stored) < 0 ? this.lastId : stored;
     await this.cmd.hset(k.config, 'maxPerDevice', this.retention.maxPerDevice, 'maxAgeMs', this.retention.maxAgeMs);
+    if (k.layout.cluster) {
+      // Each device group's copy of the retention (gateways age a device's stream by it when it
+      // opens), and its fence raised to this lease's token before anything is delivered there: an
+      // older leader's late deliveries to the group are refused from here on.
+      await Promise.all(
+        k.groups.map(async (g) => {
+          await this.cmd.hset(g.config, 'maxPerDevice', this.retention.maxPerDevice, 'maxAgeMs', this.retention.maxAgeMs);
+          await runScript(this.cmd, 'ambitFenceRaise', g.fence, this.token);
+        }),
+      );
+    }
     this.lastId = this.committed = from;
     this.fanout.token = this.token;
     this.promotion = false;
@@ -308,7 +321,6 @@ export class RedisMatcher {
   }
 
   private async loop(): Promise<void> {
-    const k = this.keys;
     while (!this.stopping) {
       await this.hooks.beforeRead?.();
       if (this.promotion && !this.crashed) {
@@ -321,18 +333,18 @@ export class RedisMatcher {
           continue;
         }
       }
-      let reply: [Buffer, [Buffer, Buffer[]][]][] | null;
+      let entries: [Buffer, Buffer[]][] | null;
       try {
-        reply = (await this.blocking.xreadBuffer('COUNT', this.readCount, 'BLOCK', this.blockMs, 'STREAMS', k.in, this.lastId)) as typeof reply;
+        entries = await this.blocking.read(this.readCount, this.blockMs, this.lastId);
       } catch (err) {
         if (this.stopping) break;
         this.log?.warn({ err }, `${COMPONENT}: read failed; retrying`);
         await sleep(500);
         continue;
       }
-      if (reply === null || reply.length === 0 || this.crashed) continue;
+      if (entries === null || entries.length === 0 || this.crashed) continue;
       try {
-        await this.process(reply[0][1]);
+        await this.process(entries);
       } catch (err) {
         if (this.crashed) break;
         if (isFenced(err)) {
@@ -517,7 +529,7 @@ export class RedisMatcher {
       // Counted before the replies, so a publisher's stats() after its publish includes it.
       await runScript(
         this.cmd,
-        'ambitAnswer',
+        k.layout.cluster ? 'ambitAnswerSharded' : 'ambitAnswer',
         2 + remembered.length,
         k.stats,
         k.matcherEpoch,
@@ -605,12 +617,12 @@ export class RedisMatcher {
     void this.loopDone.then(() => (exited = true));
     const giveUp = Date.now() + 3000;
     while (!exited) {
-      if (Date.now() > giveUp || this.blocking.status !== 'ready') {
+      if (Date.now() > giveUp || !this.blocking.ready) {
         this.blocking.disconnect();
         await Promise.race([this.loopDone, sleep(1000)]);
         break;
       }
-      await Promise.race([this.cmd.client('UNBLOCK', this.blockingId).catch(() => {}), sleep(200)]);
+      await Promise.race([this.blocking.wake().catch(() => {}), sleep(200)]);
       await Promise.race([this.loopDone, sleep(50)]);
     }
     const reachable = this.cmd.status === 'ready';
@@ -621,7 +633,7 @@ export class RedisMatcher {
       await Promise.race([this.lease.stop(true).catch(() => {}), sleep(1000)]);
     }
     await this.closeEngine();
-    if (reachable) await Promise.race([Promise.all([closeConnection(this.cmd), closeConnection(this.blocking)]), sleep(2000)]);
+    if (reachable) await Promise.race([Promise.all([closeConnection(this.cmd), this.blocking.close()]), sleep(2000)]);
     this.cmd.disconnect();
     this.blocking.disconnect();
     this.log?.info({ offset: this.committed }, `${COMPONENT}: stopped at ${this.committed}`);

@@ -2,7 +2,7 @@
  * A matcher's engine rebuilt from what Redis keeps: every stored subscription and position; the
  * caller then replays the command stream from the returned offset.
  */
-import type { Redis } from 'ioredis';
+import type { Conn } from '../redis/connection.js';
 import type { Logger } from 'pino';
 import type { DeviceSubscription } from '../hub/port.js';
 import { compareStreamIds, decodePosition, splitStoredSubscription } from '../redis/codec.js';
@@ -16,7 +16,7 @@ import type { MatchCore } from './core.js';
  * replayed before it do not see it. What the replay cannot restore: a subscription removed or
  * replaced after a replayed publish is seen by it as it is now, and positions are the latest.
  */
-export async function rebuildFromRedis(cmd: Redis, keys: Keys, core: MatchCore, move: (device: string, lat: number, lon: number) => void, log: Logger | undefined, component: string): Promise<string> {
+export async function rebuildFromRedis(cmd: Conn, keys: Keys, core: MatchCore, move: (device: string, lat: number, lon: number) => void, log: Logger | undefined, component: string): Promise<string> {
   const t0 = performance.now();
   const k = keys;
   const offset = await cmd.get(k.matcherOffset);
@@ -76,7 +76,7 @@ export async function rebuildFromRedis(cmd: Redis, keys: Keys, core: MatchCore, 
 }
 
 /** Highest id trimmed from `{p}in` ('0-0' when none, or no stream yet). */
-async function maxDeletedId(cmd: Redis, keys: Keys): Promise<string> {
+async function maxDeletedId(cmd: Conn, keys: Keys): Promise<string> {
   let info: unknown;
   try {
     info = await cmd.call('XINFO', 'STREAM', keys.in);

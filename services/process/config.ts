@@ -9,6 +9,8 @@ import { ENGINE_CHOICES, type EngineChoice } from '../matcher/engine.js';
 import { LOG_LEVELS } from './log.js';
 import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE } from '../hub/port.js';
 import { MAX_EVENT_ORIGIN } from '../hub/link.js';
+import { clusterSourceFromUrl } from '../redis/connection.js';
+import { DEFAULT_CLUSTER_GROUPS, MAX_CLUSTER_GROUPS } from '../redis/keys.js';
 
 export type Role = 'all' | 'gateway' | 'matcher';
 
@@ -26,6 +28,13 @@ export interface ServerConfig {
   redisUrl: string | null;
   /** Prefix of every Redis key, so several deployments can share one Redis. */
   redisPrefix: string;
+  /**
+   * REDIS_URL names seed nodes of a Redis Cluster (redis://h1:p1,h2:p2): the matcher's keys share
+   * one hash slot and devices' notification keys spread over `redisDeviceGroups` slots.
+   */
+  redisCluster: boolean;
+  /** Device groups of a cluster deployment; the same in every process (checked at start). */
+  redisDeviceGroups: number;
   engine: EngineChoice;
   /** HMAC secret for tokens (≥ 32 bytes); null only in dev mode, which makes one up. */
   tokenSecret: string | null;
@@ -98,6 +107,8 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   metricsPort: 9464,
   redisUrl: null,
   redisPrefix: 'ambit:',
+  redisCluster: false,
+  redisDeviceGroups: DEFAULT_CLUSTER_GROUPS,
   engine: 'auto',
   tokenSecret: null,
   dev: false,
@@ -133,6 +144,12 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
     if (!/^\d+$/.test(v) || !Number.isSafeInteger(n) || n < lo || n > hi) throw new Error(`config: ${name} must be an integer in [${lo}, ${hi}], got ${JSON.stringify(v)}`);
     return n;
   };
+  function flagOf(name: string): boolean | undefined {
+    const v = str(name);
+    if (v === undefined) return undefined;
+    if (!['0', '1', 'true', 'false'].includes(v)) throw new Error(`config: ${name} must be 0, 1, true or false, got ${JSON.stringify(v)}`);
+    return v === '1' || v === 'true';
+  }
   const role = str('AMBIT_ROLE');
   if (role !== undefined) {
     if (role !== 'all' && role !== 'gateway' && role !== 'matcher') throw new Error(`config: AMBIT_ROLE must be all, gateway or matcher, got ${JSON.stringify(role)}`);
@@ -145,18 +162,21 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
   c.redisUrl = str('REDIS_URL') ?? null;
   if (c.redisUrl !== null && !/^rediss?:\/\//.test(c.redisUrl)) throw new Error(`config: REDIS_URL must start with redis:// or rediss://, got ${JSON.stringify(c.redisUrl)}`);
   c.redisPrefix = str('AMBIT_REDIS_PREFIX') ?? c.redisPrefix;
+  c.redisCluster = flagOf('AMBIT_REDIS_CLUSTER') ?? c.redisCluster;
+  c.redisDeviceGroups = int('AMBIT_REDIS_DEVICE_GROUPS', 1, MAX_CLUSTER_GROUPS) ?? c.redisDeviceGroups;
+  if (env.AMBIT_REDIS_DEVICE_GROUPS !== undefined && env.AMBIT_REDIS_DEVICE_GROUPS !== '' && !c.redisCluster) throw new Error('config: AMBIT_REDIS_DEVICE_GROUPS is for a Redis Cluster (AMBIT_REDIS_CLUSTER=1)');
+  if (c.redisCluster) {
+    if (c.redisUrl === null) throw new Error('config: AMBIT_REDIS_CLUSTER needs REDIS_URL (the seed nodes: redis://host:port[,host:port...])');
+    clusterSourceFromUrl(c.redisUrl); // exact error now rather than at connect
+    if (/[{}]/.test(c.redisPrefix)) throw new Error(`config: AMBIT_REDIS_PREFIX must not contain { or } on a Redis Cluster (keys carry hash tags), got ${JSON.stringify(c.redisPrefix)}`);
+  }
   const engine = str('AMBIT_ENGINE');
   if (engine !== undefined) {
     if (!(ENGINE_CHOICES as readonly string[]).includes(engine)) throw new Error(`config: AMBIT_ENGINE must be one of ${ENGINE_CHOICES.join(', ')}, got ${JSON.stringify(engine)}`);
     c.engine = engine as EngineChoice;
   }
   c.tokenSecret = str('AMBIT_TOKEN_SECRET') ?? null;
-  const flag = (name: string): boolean | undefined => {
-    const v = str(name);
-    if (v === undefined) return undefined;
-    if (!['0', '1', 'true', 'false'].includes(v)) throw new Error(`config: ${name} must be 0, 1, true or false, got ${JSON.stringify(v)}`);
-    return v === '1' || v === 'true';
-  };
+  const flag = flagOf;
   c.dev = flag('AMBIT_DEV') ?? false;
   c.directWrites = flag('AMBIT_DIRECT_WRITES') ?? c.directWrites;
   const streams = str('AMBIT_DEVICE_STREAMS');

@@ -8,11 +8,16 @@ import type { Hub, HubStats } from '../hub/port.js';
 import { RedisHub } from '../hub/redis.js';
 import { hubStats } from '../matcher/core.js';
 import { RedisMatcher } from '../matcher/redis.js';
+import { type RedisSource, clusterSourceFromUrl } from '../redis/connection.js';
 
-function redisUrl(config: ServerConfig): string {
+/** The Redis source of a config: REDIS_URL, or the seed nodes of a cluster it names. */
+export function redisSource(config: ServerConfig): RedisSource {
   if (config.redisUrl === null) throw new Error('redis roles: REDIS_URL is not set');
-  return config.redisUrl;
+  return config.redisCluster ? clusterSourceFromUrl(config.redisUrl) : config.redisUrl;
 }
+
+/** The device-group setting for the hub and matcher (cluster only). */
+const groups = (config: ServerConfig) => (config.redisCluster ? { deviceGroups: config.redisDeviceGroups } : {});
 
 export interface MatcherRole {
   engineDetail: string;
@@ -22,7 +27,7 @@ export interface MatcherRole {
 }
 
 export async function startMatcherRole(config: ServerConfig, log: Logger): Promise<MatcherRole> {
-  const m = await RedisMatcher.start({ redis: redisUrl(config), prefix: config.redisPrefix, engine: config.engine, retention: config.retention, leaseMs: config.matcherLeaseMs, dedupeWindowMs: config.dedupe.windowMs, log });
+  const m = await RedisMatcher.start({ redis: redisSource(config), prefix: config.redisPrefix, ...groups(config), engine: config.engine, retention: config.retention, leaseMs: config.matcherLeaseMs, dedupeWindowMs: config.dedupe.windowMs, log });
   log.info({ engine: m.core.engine.name, detail: m.engineDetail, mode: 'redis', offset: m.offset }, `engine ${m.core.engine.name}: ${m.engineDetail}`);
   // Notifications are counted by the deliver script in Redis; gateways report them.
   const stats = async (): Promise<HubStats> => {
@@ -33,7 +38,7 @@ export async function startMatcherRole(config: ServerConfig, log: Logger): Promi
 }
 
 export async function connectGatewayHub(config: ServerConfig, log: Logger): Promise<Hub> {
-  const hub = await RedisHub.connect({ redis: redisUrl(config), prefix: config.redisPrefix, log, maxSubscriptionsPerDevice: config.maxSubscriptionsPerDevice });
+  const hub = await RedisHub.connect({ redis: redisSource(config), prefix: config.redisPrefix, ...groups(config), log, maxSubscriptionsPerDevice: config.maxSubscriptionsPerDevice });
   log.info({ gatewayId: hub.gatewayId }, `redis hub connected as gateway ${hub.gatewayId}`);
   return hub;
 }

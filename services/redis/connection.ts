@@ -3,12 +3,52 @@
  * 'error' events (ioredis emits one per failed reconnect; an unhandled one would crash the process)
  * and speaks RESP2, whose reply shapes (XREAD as [[key, entries]]) do not depend on the server.
  */
-import { Command, Redis, type RedisOptions } from 'ioredis';
+import { Cluster, type ClusterOptions, Command, Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from 'pino';
 import { show } from '../../src/model/errors.js';
 
-/** A Redis URL ("redis://host:port/db") or ioredis options. */
-export type RedisSource = string | RedisOptions;
+/** A Redis Cluster: seed nodes (any live node will do; the rest is discovered) and options. */
+export interface ClusterSource {
+  cluster: { host: string; port: number }[];
+  /** ioredis cluster options; `redisOptions` apply to every node connection (password, TLS). */
+  options?: ClusterOptions;
+}
+
+/** A Redis URL ("redis://host:port/db"), ioredis options, or a Redis Cluster. */
+export type RedisSource = string | RedisOptions | ClusterSource;
+
+/** A connection: to a plain Redis, or to a Redis Cluster (commands routed by their keys' slot). */
+export type Conn = Redis | Cluster;
+
+export function isClusterSource(source: RedisSource): source is ClusterSource {
+  return typeof source === 'object' && source !== null && Array.isArray((source as ClusterSource).cluster);
+}
+
+/**
+ * Seed nodes of a cluster from "redis://h1:p1,h2:p2" (or rediss://, user and password on the
+ * first): the ioredis cluster source. Exact error naming `name` otherwise.
+ */
+export function clusterSourceFromUrl(url: string, name = 'REDIS_URL'): ClusterSource {
+  const m = /^(rediss?):\/\/(?:([^@/]*)@)?([^/?#]+)\/?$/.exec(url);
+  if (m === null) throw new Error(`config: ${name} for a cluster must be redis://[user:password@]host:port[,host:port...], got ${JSON.stringify(url)}`);
+  const nodes = m[3].split(',').map((hp) => {
+    const at = hp.lastIndexOf(':');
+    const port = Number(hp.slice(at + 1));
+    const host = hp.slice(0, at).replace(/^\[|\]$/g, '');
+    if (at <= 0 || !Number.isInteger(port) || port < 1 || port > 65535 || host === '') throw new Error(`config: ${name}: ${JSON.stringify(hp)} is not host:port`);
+    return { host, port };
+  });
+  const redisOptions: RedisOptions = {};
+  if (m[2] !== undefined) {
+    const [user, pass] = m[2].split(':');
+    if (pass !== undefined) {
+      if (user !== '') redisOptions.username = decodeURIComponent(user);
+      redisOptions.password = decodeURIComponent(pass);
+    } else redisOptions.password = decodeURIComponent(user);
+  }
+  if (m[1] === 'rediss') redisOptions.tls = {};
+  return { cluster: nodes, options: { redisOptions } };
+}
 
 export const DEFAULT_REDIS: RedisSource = 'redis://127.0.0.1:6379';
 
@@ -30,7 +70,51 @@ export function openConnection(
 ): Redis {
   const must: RedisOptions = { lazyConnect: true, protocol: 2, ...forced };
   const base: RedisOptions = { connectionName: `ambit-${role}`, ...defaults };
+  if (isClusterSource(source)) throw new Error(`${component}: openConnection is for a plain Redis; use openConn for a cluster`);
   const r = typeof source === 'string' ? new Redis(source, { ...base, ...must }) : new Redis({ ...base, ...source, ...must });
+  logErrors(r, role, component, log);
+  return r;
+}
+
+/**
+ * A connection to a plain Redis or, for a cluster source, a cluster client (not yet connected).
+ * On a cluster, `forced` and `defaults` apply to every node connection; `cluster` adds cluster
+ * options (e.g. sharded subscribers).
+ */
+export function openConn(
+  source: RedisSource,
+  role: string,
+  component: string,
+  log: Logger | undefined,
+  forced: RedisOptions = {},
+  defaults: RedisOptions = {},
+  cluster: ClusterOptions = {},
+): Conn {
+  if (!isClusterSource(source)) return openConnection(source, role, component, log, forced, defaults);
+  const o = source.options ?? {};
+  const { enableAutoPipelining, maxRetriesPerRequest, ...nodeForced } = forced;
+  const c = new Cluster(source.cluster, {
+    ...o,
+    lazyConnect: true,
+    ...(enableAutoPipelining === undefined ? {} : { enableAutoPipelining }),
+    ...cluster,
+    redisOptions: {
+      connectionName: `ambit-${role}`,
+      ...defaults,
+      ...o.redisOptions,
+      protocol: 2,
+      ...nodeForced,
+      ...(maxRetriesPerRequest === undefined ? {} : { maxRetriesPerRequest }),
+    },
+  });
+  logErrors(c, role, component, log);
+  clusterSeeds.set(c, source.cluster.map((n) => `${n.host}:${n.port}`).join(','));
+  return c;
+}
+
+const clusterSeeds = new WeakMap<Cluster, string>();
+
+function logErrors(r: Conn, role: string, component: string, log: Logger | undefined): void {
   let lastLog = 0;
   let suppressed = 0;
   r.on('error', (err: Error) => {
@@ -44,25 +128,26 @@ export function openConnection(
     lastLog = now;
     suppressed = 0;
   });
-  return r;
 }
 
-const lastErrors = new WeakMap<Redis, Error>();
+const lastErrors = new WeakMap<Conn, Error>();
 
 /** Connects every connection; a failure names the server and the socket's own error. */
-export async function connectAll(component: string, conns: readonly Redis[]): Promise<void> {
+export async function connectAll(component: string, conns: readonly Conn[]): Promise<void> {
   try {
     await Promise.all(conns.map((c) => c.connect()));
   } catch (err) {
-    const o = conns[0].options;
+    const c0 = conns[0];
     const cause = conns.map((c) => lastErrors.get(c)).find((e) => e !== undefined) ?? err;
-    const where = o.path ? o.path : `${o.host ?? '127.0.0.1'}:${o.port ?? 6379}`;
+    let where: string;
+    if (c0 instanceof Cluster) where = `cluster nodes ${clusterSeeds.get(c0) ?? '?'}`;
+    else where = c0.options.path ? c0.options.path : `${c0.options.host ?? '127.0.0.1'}:${c0.options.port ?? 6379}`;
     throw new Error(`${component}: cannot connect to Redis at ${where}: ${cause instanceof Error ? cause.message : String(cause)}`);
   }
 }
 
 /** Ends a connection: QUIT when it is up (pending replies arrive first), else drop it. */
-export async function closeConnection(r: Redis): Promise<void> {
+export async function closeConnection(r: Conn): Promise<void> {
   if (r.status === 'ready') {
     try {
       await r.quit();

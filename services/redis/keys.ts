@@ -1,72 +1,84 @@
 /**
  * Every Redis key and channel Ambit uses, in one place. All of them start with the deployment's
- * prefix so several deployments can share one Redis. Scripts touch several of these keys at once,
- * so the layout needs one Redis (not a cluster).
+ * prefix so several deployments can share one Redis.
  *
+ * Two layouts. On a plain Redis (`single`) the names are as below. On a Redis Cluster (`cluster`)
+ * every Lua script must touch one hash slot, so each name carries a hash tag after the prefix:
+ * the matcher's keys (its command stream and everything a script writes beside it) share the tag
+ * `{m0}`, and each device's notification keys share the tag of its device group `{d<g>}`, so the
+ * notification streams, delivery states and doorbells spread over the cluster's slots by device.
+ *
+ *   matcher scope (cluster tag {m0})
  *   {p}subs:{device}    HASH  subscription id → "<in-entry id> <DeviceSubscription JSON>"
  *   {p}subdevs          SET   devices with at least one subscription (the matcher's snapshot list)
  *   {p}pos              HASH  device → 16 bytes: lat, lon as float64 LE
  *   {p}in               STREAM every gateway → matcher command, in one total order
+ *   {p}stats            HASH  events, duplicates, locations (single: notifications and dropped too)
+ *   {p}config           HASH  the matcher's retention (maxPerDevice, maxAgeMs)
+ *   {p}layout           STRING the layout's device-group count (cluster), checked by every process
+ *   {p}matcher:offset   STRING last `in` entry whose effects are stored
+ *   {p}matcher:stats    STRING the matcher's engine figures as JSON; its TTL is the liveness signal
+ *   {p}matcher:lease    STRING "<token> <matcher id>" of the leader, with a TTL (lease.ts)
+ *   {p}matcher:epoch    STRING the newest leader's token (INCR)
+ *   {p}eid:{event id}   STRING "<reached> <in-entry id>" of a matched event, for the dedupe window (PX)
+ *   {p}reply:{gateway}  CHANNEL publish replies for one gateway (cluster: a shard channel)
+ *
+ *   device-group scope (cluster tag {d<g>}; single: one group whose keys are the names above)
  *   {p}n:{device}       STREAM the device's notifications, ids "<ms>-<ordinal>"
  *   {p}dstate           HASH  device → its delivery state, 56 bytes (scripts.ts: last id, length,
  *                             TTL time, the (in-entry, event index) marker of its last notification)
  *   {p}nseq, {p}nlast   HASH  the same for devices notified by versions before {p}dstate (read only)
  *   {p}acked            HASH  device → last acknowledged delivery id
- *   {p}stats            HASH  events, notifications, dropped, locations
- *   {p}config           HASH  the matcher's retention (maxPerDevice, maxAgeMs)
- *   {p}matcher:offset   STRING last `in` entry whose effects are stored
- *   {p}matcher:stats    STRING the matcher's engine figures as JSON; its TTL is the liveness signal
- *   {p}eid:{event id}   STRING "<reached> <in-entry id>" of a matched event, for the dedupe window (PX)
- *   {p}reply:{gateway}  CHANNEL publish replies for one gateway
- *   {p}wake:{device}    CHANNEL each notification stored for the device, whole (scripts.ts)
+ *   {p}stats            HASH  notifications, dropped (the group's own in a cluster)
+ *   {p}config           HASH  a copy of the matcher's retention, written by the leader (cluster)
+ *   {p}fence            STRING the newest leader's token, raised by a new leader before it writes
+ *                             (cluster; single: the epoch key itself)
+ *   {p}wake:{device}    CHANNEL each notification stored for the device, whole (scripts.ts;
+ *                             cluster: a shard channel)
  */
-export class Keys {
-  readonly subDevices: string;
-  readonly pos: string;
-  readonly in: string;
+
+/** Where a deployment's keys live: a plain Redis, or a Redis Cluster with `groups` device groups. */
+export interface Layout {
+  cluster: boolean;
+  /** Device groups (cluster only; 1 on a plain Redis). */
+  groups: number;
+}
+
+export const SINGLE: Layout = { cluster: false, groups: 1 };
+/** Device groups of a cluster deployment unless configured: enough to spread over 64 masters. */
+export const DEFAULT_CLUSTER_GROUPS = 64;
+export const MAX_CLUSTER_GROUPS = 4096;
+
+/** The keys of one device group: a device's notifications and delivery state. */
+export class GroupKeys {
   readonly dstate: string;
   readonly nseq: string;
   readonly nlast: string;
   readonly acked: string;
   readonly stats: string;
   readonly config: string;
-  readonly matcherOffset: string;
-  readonly matcherStats: string;
-  readonly matcherLease: string;
-  readonly matcherEpoch: string;
+  readonly fence: string;
   readonly wakePrefix: string;
+  private readonly notesPrefix: string;
 
-  constructor(readonly prefix: string) {
-    this.subDevices = `${prefix}subdevs`;
-    this.pos = `${prefix}pos`;
-    this.in = `${prefix}in`;
-    this.dstate = `${prefix}dstate`;
-    this.nseq = `${prefix}nseq`;
-    this.nlast = `${prefix}nlast`;
-    this.acked = `${prefix}acked`;
-    this.stats = `${prefix}stats`;
-    this.config = `${prefix}config`;
-    this.matcherOffset = `${prefix}matcher:offset`;
-    this.matcherStats = `${prefix}matcher:stats`;
-    this.matcherLease = `${prefix}matcher:lease`;
-    this.matcherEpoch = `${prefix}matcher:epoch`;
-    this.wakePrefix = `${prefix}wake:`;
-  }
-
-  subs(device: string): string {
-    return `${this.prefix}subs:${device}`;
+  constructor(
+    readonly index: number,
+    base: string,
+    fence: string,
+  ) {
+    this.dstate = `${base}dstate`;
+    this.nseq = `${base}nseq`;
+    this.nlast = `${base}nlast`;
+    this.acked = `${base}acked`;
+    this.stats = `${base}stats`;
+    this.config = `${base}config`;
+    this.fence = fence;
+    this.wakePrefix = `${base}wake:`;
+    this.notesPrefix = `${base}n:`;
   }
 
   notes(device: string): string {
-    return `${this.prefix}n:${device}`;
-  }
-
-  eventId(id: string): string {
-    return `${this.prefix}eid:${id}`;
-  }
-
-  reply(gatewayId: string): string {
-    return `${this.prefix}reply:${gatewayId}`;
+    return this.notesPrefix + device;
   }
 
   wake(device: string): string {
@@ -74,4 +86,118 @@ export class Keys {
   }
 }
 
+export class Keys {
+  readonly subDevices: string;
+  readonly pos: string;
+  readonly in: string;
+  readonly stats: string;
+  readonly config: string;
+  readonly layoutKey: string;
+  readonly matcherOffset: string;
+  readonly matcherStats: string;
+  readonly matcherLease: string;
+  readonly matcherEpoch: string;
+  /** Every device group; one on a plain Redis. */
+  readonly groups: readonly GroupKeys[];
+  private readonly base: string;
+
+  constructor(
+    readonly prefix: string,
+    readonly layout: Layout = SINGLE,
+  ) {
+    if (layout.cluster && /[{}]/.test(prefix)) throw new Error(`redis keys: a cluster deployment's prefix must not contain { or }, got ${JSON.stringify(prefix)}`);
+    if (!Number.isInteger(layout.groups) || layout.groups < 1 || layout.groups > MAX_CLUSTER_GROUPS || (!layout.cluster && layout.groups !== 1)) {
+      throw new Error(`redis keys: device groups must be 1 on a plain Redis and in [1, ${MAX_CLUSTER_GROUPS}] on a cluster, got ${layout.groups}`);
+    }
+    const base = (this.base = layout.cluster ? `${prefix}{m0}` : prefix);
+    this.subDevices = `${base}subdevs`;
+    this.pos = `${base}pos`;
+    this.in = `${base}in`;
+    this.stats = `${base}stats`;
+    this.config = `${base}config`;
+    this.layoutKey = `${base}layout`;
+    this.matcherOffset = `${base}matcher:offset`;
+    this.matcherStats = `${base}matcher:stats`;
+    this.matcherLease = `${base}matcher:lease`;
+    this.matcherEpoch = `${base}matcher:epoch`;
+    const groups: GroupKeys[] = [];
+    if (layout.cluster) for (let g = 0; g < layout.groups; g++) groups.push(new GroupKeys(g, `${prefix}{d${g}}`, `${prefix}{d${g}}fence`));
+    else groups.push(new GroupKeys(0, prefix, this.matcherEpoch));
+    this.groups = groups;
+  }
+
+  /** The device group a device's notifications live in. */
+  groupOf(device: string): GroupKeys {
+    return this.groups.length === 1 ? this.groups[0] : this.groups[deviceGroup(device, this.groups.length)];
+  }
+
+  subs(device: string): string {
+    return `${this.base}subs:${device}`;
+  }
+
+  notes(device: string): string {
+    return this.groupOf(device).notes(device);
+  }
+
+  wake(device: string): string {
+    return this.groupOf(device).wake(device);
+  }
+
+  /** The device whose doorbell channel this is, or null for another channel. */
+  deviceOfWake(channel: string): string | null {
+    if (!this.layout.cluster) {
+      const w = this.groups[0].wakePrefix;
+      return channel.startsWith(w) ? channel.slice(w.length) : null;
+    }
+    const open = this.prefix.length;
+    if (!channel.startsWith(this.prefix) || channel.charCodeAt(open) !== 0x7b || channel.charCodeAt(open + 1) !== 0x64) return null; // "{d"
+    const close = channel.indexOf('}', open);
+    const g = Number(channel.slice(open + 2, close));
+    if (close < 0 || !Number.isInteger(g) || g < 0 || g >= this.groups.length) return null;
+    const w = this.groups[g].wakePrefix;
+    if (!channel.startsWith(w)) return null;
+    const device = channel.slice(w.length);
+    return this.groupOf(device).index === g ? device : null;
+  }
+
+  eventId(id: string): string {
+    return `${this.base}eid:${id}`;
+  }
+
+  reply(gatewayId: string): string {
+    return `${this.base}reply:${gatewayId}`;
+  }
+}
+
 export const DEFAULT_PREFIX = 'ambit:';
+
+/** A device's group: FNV-1a over the id's UTF-16 code units, modulo the group count. Stable across processes. */
+export function deviceGroup(device: string, groups: number): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < device.length; i++) {
+    h ^= device.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return (h >>> 0) % groups;
+}
+
+/** The Redis Cluster hash slot of a key (CRC16/XMODEM of its hash tag, or of the whole key). */
+export function keySlot(key: string): number {
+  const bytes = Buffer.from(key, 'utf8');
+  let from = 0;
+  let to = bytes.length;
+  const open = bytes.indexOf(0x7b); // {
+  if (open >= 0) {
+    const close = bytes.indexOf(0x7d, open + 1); // }
+    if (close > open + 1) {
+      from = open + 1;
+      to = close;
+    }
+  }
+  let crc = 0;
+  for (let i = from; i < to; i++) {
+    crc ^= bytes[i] << 8;
+    for (let b = 0; b < 8; b++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+  }
+  return crc % 16384;
+}

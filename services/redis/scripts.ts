@@ -7,7 +7,8 @@
  * Ids are compared as two numbers (ms, seq); both are below 2^53 so Lua's doubles hold them.
  * Numbers are written back with '%.0f' because Lua's tostring would print 1.7e+12.
  */
-import type { ChainableCommander, Redis } from 'ioredis';
+import type { ChainableCommander } from 'ioredis';
+import type { Conn } from './connection.js';
 
 const PARSE_ID = `
 local function parse_id(id)
@@ -42,6 +43,21 @@ local function check_fence(epoch_key, token)
     error({err = 'FENCED matcher lease epoch is ' .. tostring(epoch) .. ', this matcher holds ' .. token})
   end
 end
+`;
+
+/**
+ * A new leader's fence on a device group (cluster layout, where a group's keys cannot see the
+ * epoch): raised to the leader's token before it writes there, so an older leader's deliveries to
+ * the group are refused from then on. KEYS: the group's fence. ARGV: token.
+ * Returns 1, or fails FENCED when a newer leader has raised it already.
+ */
+const FENCE_RAISE = `
+local cur = redis.call('GET', KEYS[1])
+if cur and tonumber(cur) > tonumber(ARGV[1]) then
+  return redis.error_reply('FENCED device group fence is ' .. cur .. ', this matcher holds ' .. ARGV[1])
+end
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
 `;
 
 /**
@@ -85,6 +101,7 @@ return 1
 /**
  * A batch's answers, fenced: the counters, the ids of its fresh events (each remembered with its
  * reach and in-entry id for the dedupe window), then each publisher's reply.
+ * Replies go out with PUBLISH (SPUBLISH on a cluster).
  * KEYS: stats, epoch, then eid:{id} of each fresh event. ARGV: token, events matched, duplicates,
  * window ms, then per fresh event "<reached> <in-entry id>", then channel, reply, channel, reply, ...
  */
@@ -96,7 +113,7 @@ if events > 0 then redis.call('HINCRBY', KEYS[1], 'events', events) end
 if dups > 0 then redis.call('HINCRBY', KEYS[1], 'duplicates', dups) end
 local n = #KEYS - 2
 for i = 1, n do redis.call('SET', KEYS[2 + i], ARGV[4 + i], 'PX', ARGV[4]) end
-for i = 5 + n, #ARGV - 1, 2 do redis.call('PUBLISH', ARGV[i], ARGV[i + 1]) end
+for i = 5 + n, #ARGV - 1, 2 do redis.call('$PUBLISH', ARGV[i], ARGV[i + 1]) end
 return 1
 `;
 
@@ -156,7 +173,7 @@ end
  * Store notifications: one call for a group of recipients across events (up to a few hundred), at
  * most once per device and (in-entry, event index): the matcher replays entries after a crash, and
  * the marker in the device's state makes the replay a no-op for a device that already has it.
- * Per recipient: XADD (trimming by age), XLEN, PUBLISH; the states are read with one HMGET and
+ * Per recipient: XADD (trimming by age), XLEN, PUBLISH (SPUBLISH on a cluster); the states are read with one HMGET and
  * written with one HSET, the clock read and the counters added once per call. A device's stream
  * TTL is refreshed when an eighth of the max age has passed since it was last set, to 1.25 × the
  * max age: a stream lives at least max age after its last notification. Each notification is
@@ -254,7 +271,7 @@ for i = 1, n do
     end
     -- One older than the max age was trimmed at once (a late replay): stored and dropped, not sent.
     if ms >= now - max_age then
-      redis.call('PUBLISH', wake .. dev, id .. '\\n' .. ARGV[b + 2] .. '\\n' .. ARGV[j + 2] .. '\\n' .. ARGV[b + 3])
+      redis.call('$PUBLISH', wake .. dev, id .. '\\n' .. ARGV[b + 2] .. '\\n' .. ARGV[j + 2] .. '\\n' .. ARGV[b + 3])
     end
     stored = stored + 1
   end
@@ -330,11 +347,15 @@ if #out > 0 then redis.call('HSET', KEYS[1], unpack(out)) end
 return #out / 2
 `;
 
+/** A script that publishes, with PUBLISH (plain Redis) or SPUBLISH (a shard channel on a cluster). */
+const publishing = (lua: string, cmd: 'PUBLISH' | 'SPUBLISH') => lua.replaceAll('$PUBLISH', cmd);
+
 const DEFINITIONS = {
   ambitSub: { lua: SUB, numberOfKeys: 3 },
   ambitUnsub: { lua: UNSUB, numberOfKeys: 3 },
   // numberOfKeys is per call (the recipients' streams are keys): it is passed as the first argument.
-  ambitDeliver: { lua: DELIVER },
+  ambitDeliver: { lua: publishing(DELIVER, 'PUBLISH') },
+  ambitDeliverSharded: { lua: publishing(DELIVER, 'SPUBLISH') },
   ambitOpen: { lua: OPEN, numberOfKeys: 7 },
   ambitAcks: { lua: ACKS, numberOfKeys: 1 },
   ambitLeaseAcquire: { lua: LEASE_ACQUIRE, numberOfKeys: 2 },
@@ -342,19 +363,21 @@ const DEFINITIONS = {
   ambitLeaseRelease: { lua: LEASE_RELEASE, numberOfKeys: 1 },
   ambitCommit: { lua: COMMIT, numberOfKeys: 2 },
   // numberOfKeys is per call (the fresh events' ids are keys): it is passed as the first argument.
-  ambitAnswer: { lua: ANSWER },
+  ambitAnswer: { lua: publishing(ANSWER, 'PUBLISH') },
+  ambitAnswerSharded: { lua: publishing(ANSWER, 'SPUBLISH') },
+  ambitFenceRaise: { lua: FENCE_RAISE, numberOfKeys: 1 },
 } as const;
 
 export type ScriptName = keyof typeof DEFINITIONS;
 type Arg = string | number | Buffer;
 
 /** Registers every script on a connection (pipelines made from it get them too). */
-export function defineScripts(r: Redis): void {
+export function defineScripts(r: Conn): void {
   for (const [name, def] of Object.entries(DEFINITIONS)) r.defineCommand(name, def);
 }
 
 /** Runs a script on a connection defined with defineScripts(). */
-export function runScript(r: Redis, name: ScriptName, ...args: Arg[]): Promise<unknown> {
+export function runScript(r: Conn, name: ScriptName, ...args: Arg[]): Promise<unknown> {
   return (r as unknown as Record<ScriptName, (...a: Arg[]) => Promise<unknown>>)[name](...args);
 }
 

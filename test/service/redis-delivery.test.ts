@@ -141,7 +141,7 @@ describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
       // Out of order within the turn: the highest of each device counts.
       await Promise.all(got.flatMap((ds, i) => [boxes[i].ack(ds[2].deliveryId), boxes[i].ack(ds[i].deliveryId)]));
       assert.equal((await inspect((r) => calls(r, 'evalsha'))) - before, 1, 'one script call for six acks');
-      const acked = await inspect((r) => r.hmget(hub.keys.acked, ...devices));
+      const acked = await inspect((r) => r.hmget(hub.keys.groups[0].acked, ...devices));
       assert.deepEqual(
         acked,
         got.map((ds) => ds[2].deliveryId),
@@ -161,15 +161,15 @@ describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
           r,
           'ambitDeliver',
           5 + recipients.length,
-          k.dstate,
+          k.groups[0].dstate,
           k.stats,
-          k.nseq,
-          k.nlast,
+          k.groups[0].nseq,
+          k.groups[0].nlast,
           ...recipients.map(([dev]) => k.notes(dev)),
           k.matcherEpoch,
           100,
           3_600_000,
-          k.wakePrefix,
+          k.groups[0].wakePrefix,
           '',
           events.length,
           ...events.flatMap(([entry, index]) => [entry, index, ms, JSON.stringify({ id: `e${index}` })]),
@@ -217,7 +217,7 @@ describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
       const ms = Date.now();
       await r.set(k.notes('bad'), 'not a stream');
       const deliver = () =>
-        runScript(r, 'ambitDeliver', 8, k.dstate, k.stats, k.nseq, k.nlast, k.notes('ok1'), k.notes('bad'), k.notes('ok3'), k.matcherEpoch, 100, 3_600_000, k.wakePrefix, '', 1, `${ms}-1`, 0, ms, '{"id":"e"}', 'ok1', 1, '[]', 'bad', 1, '[]', 'ok3', 1, '[]', '');
+        runScript(r, 'ambitDeliver', 8, k.groups[0].dstate, k.stats, k.groups[0].nseq, k.groups[0].nlast, k.notes('ok1'), k.notes('bad'), k.notes('ok3'), k.matcherEpoch, 100, 3_600_000, k.groups[0].wakePrefix, '', 1, `${ms}-1`, 0, ms, '{"id":"e"}', 'ok1', 1, '[]', 'bad', 1, '[]', 'ok3', 1, '[]', '');
       await assert.rejects(deliver(), /WRONGTYPE/);
       await r.del(k.notes('bad'));
       assert.equal(await deliver(), 2, 'the replay skips ok1 and stores bad and ok3');
@@ -236,7 +236,7 @@ describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
         await listener.subscribe(k.wake('late'));
         const now = Date.now();
         const deliver = (pub: number, entry: string) =>
-          runScript(r, 'ambitDeliver', 6, k.dstate, k.stats, k.nseq, k.nlast, k.notes('late'), k.matcherEpoch, 100, 60_000, k.wakePrefix, String(now), 1, entry, 0, pub, `{"id":"${entry}"}`, 'late', 1, '[]', '');
+          runScript(r, 'ambitDeliver', 6, k.groups[0].dstate, k.stats, k.groups[0].nseq, k.groups[0].nlast, k.notes('late'), k.matcherEpoch, 100, 60_000, k.groups[0].wakePrefix, String(now), 1, entry, 0, pub, `{"id":"${entry}"}`, 'late', 1, '[]', '');
         assert.equal(await deliver(now - 120_000, '1-1'), 1);
         assert.equal(await deliver(now, '2-1'), 1);
         assert.match(await first, /^\d+-2\n/, 'the first message on the channel is the second notification');
@@ -256,12 +256,12 @@ describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
       // What the earlier scripts left: ordinal 41, the last from entry ms-3 index 2, 2 in the stream.
       await r.xadd(k.notes('old'), `${ms}-40`, 'e', '{"id":"x"}', 's', '[]', 'p', String(ms));
       await r.xadd(k.notes('old'), `${ms}-41`, 'e', '{"id":"y"}', 's', '[]', 'p', String(ms));
-      await r.hset(k.nseq, 'old', '41');
-      await r.hset(k.nlast, 'old', `${ms} ${ms}-3 2 2`);
-      const open = () => runScript(r, 'ambitOpen', k.notes('old'), k.dstate, k.acked, k.stats, k.config, k.nseq, k.nlast, 'old', 'acked', '', '');
+      await r.hset(k.groups[0].nseq, 'old', '41');
+      await r.hset(k.groups[0].nlast, 'old', `${ms} ${ms}-3 2 2`);
+      const open = () => runScript(r, 'ambitOpen', k.notes('old'), k.groups[0].dstate, k.groups[0].acked, k.stats, k.config, k.groups[0].nseq, k.groups[0].nlast, 'old', 'acked', '', '');
       assert.deepEqual(await open(), ['', '41', `${ms}-40`]);
       const deliver = (entry: string, index: number) =>
-        runScript(r, 'ambitDeliver', 6, k.dstate, k.stats, k.nseq, k.nlast, k.notes('old'), k.matcherEpoch, 100, 3_600_000, k.wakePrefix, '', 1, entry, index, ms + 1, '{"id":"z"}', 'old', 1, '["s"]', '');
+        runScript(r, 'ambitDeliver', 6, k.groups[0].dstate, k.stats, k.groups[0].nseq, k.groups[0].nlast, k.notes('old'), k.matcherEpoch, 100, 3_600_000, k.groups[0].wakePrefix, '', 1, entry, index, ms + 1, '{"id":"z"}', 'old', 1, '["s"]', '');
       assert.equal(await deliver(`${ms}-3`, 2), 0, 'the entry it already has is skipped');
       assert.equal(await deliver(`${ms}-3`, 3), 1);
       const last = await r.xrevrange(k.notes('old'), '+', '-', 'COUNT', 1);

@@ -2,7 +2,10 @@
  * Matcher leadership in the Redis deployment, against a real redis-server: one matcher holds the
  * lease and leads, the others stand by with warm engines; a standby takes over when the leader
  * stops or dies, and a leader that paused past its lease has its late writes refused (fenced by
- * the lease token) and steps down. Counts every notification: none lost, none twice.
+ * the lease token) and steps down. Counts every notification: none lost, none twice. The same
+ * tests run on a Redis Cluster (3 masters with a replica each), where the notifications live in
+ * device groups spread over the masters and each group is fenced by its own key, which a new
+ * leader raises before it writes there.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
@@ -13,14 +16,21 @@ import { RedisMatcher, type RedisMatcherOptions } from '../../services/matcher/r
 import { defineScripts, runScript } from '../../services/redis/scripts.js';
 import { anywhere, eq, event, pullN, sub } from '../support/hub-contract.js';
 import { within } from '../support/grpc.js';
-import { redisTestKit, useRedisServer } from '../support/redis-deployment.js';
+import { redisTestKit, useRedisCluster, useRedisServer } from '../support/redis-deployment.js';
+import type { RedisSource } from '../../services/redis/connection.js';
 
-const { missing, url } = useRedisServer();
-const { freshPrefix, matcherOptions, hubOptions, inspect } = redisTestKit(url);
+const single = useRedisServer();
+const cluster = useRedisCluster();
 
 const LEASE_MS = 300;
 const all = sub('all', anywhere({ name: 'i', op: 'exists' }));
 const odd = sub('odd', anywhere(eq('odd', true)));
+
+for (const kind of ['single', 'cluster'] as const) {
+const source: () => RedisSource = kind === 'single' ? single.url : cluster.source;
+const missing = kind === 'single' ? single.missing : cluster.missing;
+// Few device groups on the cluster, so the devices of a test share groups as well as spreading.
+const { freshPrefix, keysOf, matcherOptions, hubOptions, inspect } = redisTestKit(source, 4);
 
 /** Matchers and one gateway on a fresh prefix; everything still running is stopped by close(). */
 async function leadership(f: (d: { prefix: string; start(more?: Partial<RedisMatcherOptions>): Promise<RedisMatcher>; hub: RedisHub }) => Promise<void>) {
@@ -45,7 +55,7 @@ async function leadership(f: (d: { prefix: string; start(more?: Partial<RedisMat
 
 /** Each stored notification's `i` of a device, in stream order, and its ordinals. */
 async function stored(prefix: string, device: string): Promise<{ is: number[]; ordinals: number[] }> {
-  const entries = await inspect((r) => r.xrange(`${prefix}n:${device}`, '-', '+'));
+  const entries = await inspect((r) => r.xrange(keysOf(prefix).notes(device), '-', '+'));
   return {
     is: entries.map(([, f]) => (JSON.parse(f[f.indexOf('e') + 1]) as { attributes: { i: number } }).attributes.i),
     ordinals: entries.map(([id]) => Number(id.split('-')[1])),
@@ -61,8 +71,9 @@ function signal(): { promise: Promise<void>; fire: () => void } {
 
 const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
 
-describe('redis matcher leadership', { skip: missing ?? false, timeout: 60_000 }, () => {
-  it('the lease scripts: one holder at a time, tokens grow, and a write with an older token changes nothing', async () => {
+describe(`redis matcher leadership (${kind === 'single' ? 'one redis-server' : 'Redis Cluster'})`, { skip: missing ?? false, timeout: 60_000 }, () => {
+  // The scripts on one server (the cluster's group fences have their own test in redis-cluster.test.ts).
+  if (kind === 'single') it('the lease scripts: one holder at a time, tokens grow, and a write with an older token changes nothing', async () => {
     const k = new Keys(freshPrefix());
     await inspect(async (r) => {
       defineScripts(r);
@@ -84,10 +95,10 @@ describe('redis matcher leadership', { skip: missing ?? false, timeout: 60_000 }
       await assert.rejects(runScript(r, 'ambitAnswer', 3, k.stats, k.matcherEpoch, k.eventId('e1'), '1', 3, 0, 60_000, '0 1-0', k.reply('gw'), 'stale'), /FENCED/);
       const ms = Date.now();
       await assert.rejects(
-        runScript(r, 'ambitDeliver', 6, k.dstate, k.stats, k.nseq, k.nlast, k.notes('d'), k.matcherEpoch, 100, 60_000, k.wakePrefix, '', 1, `${ms}-1`, 0, ms, '{"id":"e"}', 'd', 1, '[]', '1'),
+        runScript(r, 'ambitDeliver', 6, k.groups[0].dstate, k.stats, k.groups[0].nseq, k.groups[0].nlast, k.notes('d'), k.matcherEpoch, 100, 60_000, k.groups[0].wakePrefix, '', 1, `${ms}-1`, 0, ms, '{"id":"e"}', 'd', 1, '[]', '1'),
         /FENCED/,
       );
-      assert.equal(await r.exists(k.notes('d'), k.dstate, k.stats, k.eventId('e1')), 0);
+      assert.equal(await r.exists(k.notes('d'), k.groups[0].dstate, k.stats, k.eventId('e1')), 0);
       // The current token passes; a reply published after the stale one arrives alone.
       assert.equal(await runScript(r, 'ambitAnswer', 2, k.stats, k.matcherEpoch, '2', 3, 0, 60_000, k.reply('gw'), 'fresh'), 1);
       assert.equal(await r.hget(k.stats, 'events'), '3');
@@ -110,7 +121,7 @@ describe('redis matcher leadership', { skip: missing ?? false, timeout: 60_000 }
       for (let i = 1; i <= 6; i++) assert.deepEqual((await hub.publish([event({ i, odd: i % 2 === 1 })])).map((r) => r.reached), [i % 2 === 1 ? 2 : 1]);
       assert.equal(b.eventsMatchedCount, 0);
       // The standby applied the subscriptions and the move once it has read the whole stream.
-      const last = await inspect(async (r) => (await r.xrevrange(`${prefix}in`, '+', '-', 'COUNT', 1))[0][0]);
+      const last = await inspect(async (r) => (await r.xrevrange(keysOf(prefix).in, '+', '-', 'COUNT', 1))[0][0]);
       while (compareStreamIds(b.position, last) < 0) await new Promise<void>((resolve) => (read = resolve));
       assert.equal(b.core.subscriptions, 2);
       assert.equal(b.devices, 1);
@@ -238,3 +249,4 @@ describe('redis matcher leadership', { skip: missing ?? false, timeout: 60_000 }
       assert.equal((await hub.stats()).extra.matcherId, b.matcherId);
     }));
 });
+}

@@ -1,10 +1,15 @@
 /**
- * A Redis deployment for tests, on one redis-server: fresh key prefixes, a matcher and gateway hubs
- * on a prefix, and a plain connection to look at Redis directly.
+ * A Redis deployment for tests, on one redis-server or on a Redis Cluster: fresh key prefixes, a
+ * matcher and gateway hubs on a prefix, the prefix's keys, and a connection to look at Redis
+ * directly.
  */
 import assert from 'node:assert/strict';
 import { after, before } from 'node:test';
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
+import { type Conn, type RedisSource, isClusterSource } from '../../services/redis/connection.js';
+import { Keys } from '../../services/redis/keys.js';
+import { layoutFor } from '../../services/redis/layout.js';
+import { type RedisClusterHandle, redisClusterMissing, startRedisCluster } from './redis-cluster.js';
 import { CPU_ENGINES } from '../../src/engines/index.js';
 import type { Retention } from '../../services/hub/embedded.js';
 import { ENGINE_SIDE_LIMITS } from '../../services/hub/port.js';
@@ -34,18 +39,45 @@ export function useRedisServer(): { missing: string | null; url: () => string } 
   };
 }
 
+/**
+ * One Redis Cluster for a test file (3 masters, a replica each, node timeout 1 s): started before
+ * its tests, stopped after them. `source()` is the cluster's seed nodes.
+ */
+export function useRedisCluster(): { missing: string | null; source: () => RedisSource; cluster: () => RedisClusterHandle } {
+  const missing = redisClusterMissing();
+  let handle: RedisClusterHandle | null = null;
+  before(async () => {
+    if (missing === null) handle = await startRedisCluster({ masters: 3, replicasPerMaster: 1 });
+  });
+  after(async () => {
+    await handle?.stop();
+  });
+  const cluster = () => {
+    assert.ok(handle !== null, 'the Redis Cluster is running');
+    return handle;
+  };
+  return { missing, cluster, source: () => ({ cluster: cluster().nodes }) };
+}
+
 let prefixSeq = 0;
 
-/** `url`: the server's address (asked when a deployment starts). */
-export function redisTestKit(url: () => string) {
+/**
+ * `url`: the server's address or a cluster source (asked when a deployment starts). `deviceGroups`:
+ * of a cluster deployment (default: the library's).
+ */
+export function redisTestKit(url: () => RedisSource, deviceGroups?: number) {
   const freshPrefix = () => `t${process.pid}-${++prefixSeq}:`;
+  const groups = () => (isClusterSource(url()) && deviceGroups !== undefined ? { deviceGroups } : {});
+
+  /** The keys of a deployment on `prefix`, in its layout. */
+  const keysOf = (prefix: string) => new Keys(prefix, layoutFor('test', url(), groups().deviceGroups));
 
   function matcherOptions(prefix: string, more: Partial<RedisMatcherOptions> = {}): RedisMatcherOptions {
-    return { redis: url(), prefix, engine: CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }), engineDetail: 'fast (test)', statsMs: 100, ...more };
+    return { redis: url(), prefix, ...groups(), engine: CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }), engineDetail: 'fast (test)', statsMs: 100, ...more };
   }
 
   function hubOptions(prefix: string, more: Partial<RedisHubOptions> = {}): RedisHubOptions {
-    return { redis: url(), prefix, publishTimeoutMs: 5000, pollMs: 600_000, ...more };
+    return { redis: url(), prefix, ...groups(), publishTimeoutMs: 5000, pollMs: 600_000, ...more };
   }
 
   /** A deployment on a fresh prefix: one matcher and `gateways` hubs; close() ends whatever is still running. */
@@ -77,9 +109,10 @@ export function redisTestKit(url: () => string) {
     };
   }
 
-  /** A plain connection for looking at Redis directly. */
-  async function inspect<T>(f: (r: Redis) => Promise<T>): Promise<T> {
-    const r = new Redis(url(), { lazyConnect: true, protocol: 2 });
+  /** A connection for looking at Redis directly (a cluster client on a cluster). */
+  async function inspect<T, C extends Conn = Redis>(f: (r: C) => Promise<T>): Promise<T> {
+    const source = url();
+    const r = (isClusterSource(source) ? new Cluster(source.cluster, { lazyConnect: true, redisOptions: { protocol: 2 } }) : new Redis(source as string, { lazyConnect: true, protocol: 2 })) as C;
     await r.connect();
     try {
       return await f(r);
@@ -88,5 +121,5 @@ export function redisTestKit(url: () => string) {
     }
   }
 
-  return { freshPrefix, matcherOptions, hubOptions, deployment, inspect };
+  return { freshPrefix, keysOf, matcherOptions, hubOptions, deployment, inspect };
 }
