@@ -22,14 +22,17 @@ import { note } from './lib/progress.js';
 import { ResultRun } from './lib/result-file.js';
 import { deviceOptions, place, positions, subscriptionsOf } from './lib/service-load.js';
 import { cpuLists, startChildServer } from './lib/service-server.js';
+import { redisCpuSeconds, startBenchRedis } from './lib/redis-nodes.js';
 import type { ThroughputStep } from './lib/throughput-report.js';
 import { WireDevices } from './lib/wire-device.js';
 
 const USAGE = `usage: node dist/bench/throughput.js [--rates LIST] [--seconds S] [--devices N] [--subs-per-device N] [--kinds N]
-  [--publishers P] [--subscribers S] [--connections C] [--engine fast|rtree|auto] [--redis URL] [--gateways N] [--fanout-shards K] [--partitions K] [--server-cpus LIST] [--load-cpus LIST] [--client wire|sdk] [--ack-delay-ms N] [--seed N] [--out FILE] [--quick]
+  [--publishers P] [--subscribers S] [--connections C] [--engine fast|rtree|auto] [--redis URL | --redis-nodes N] [--gateways N] [--fanout-shards K] [--partitions K] [--server-cpus LIST] [--load-cpus LIST] [--client wire|sdk] [--ack-delay-ms N] [--seed N] [--out FILE] [--quick]
   [--warmup S] [--server-profile DIR] [--client-profile DIR]
 Defaults: rates 1000,2000,5000,10000,20000,50000,100000 events/s for 5 s each; 10000 devices x 5 subscriptions (one of 20 kinds, a level,
 a 200-1000 m circle), publishers and subscribers: half the cores each (at least 1), 8 connections per subscriber.
+--redis-nodes N: start Redis on this host for the run and use it: 1 = one redis-server, N >= 3 = a Redis Cluster of N masters
+(AMBIT_REDIS_CLUSTER); the table adds the Redis servers' CPU (INFO cpu) and their CPU per notification.
 --fanout-shards K: with --gateways >= 2 and no --redis, the device logs live in K shard threads of the hub's process.
 --partitions K: without --redis, the hub is split by device over K threads, each matching, storing and serving its devices (AMBIT_PARTITIONS).
 --server-cpus LIST, --load-cpus LIST: confine the server's processes, or the load's, to those CPUs (taskset lists, e.g. 0-15): one
@@ -209,7 +212,7 @@ type Step = ThroughputStep;
 
 async function parent(): Promise<void> {
   const fail = cliFail('bench/throughput', USAGE);
-  const args = parseArgs(process.argv.slice(2), new Set(['quick', 'help']), new Set(['rates', 'seconds', 'devices', 'subs-per-device', 'kinds', 'publishers', 'subscribers', 'connections', 'engine', 'redis', 'gateways', 'fanout-shards', 'partitions', 'server-cpus', 'load-cpus', 'ack-delay-ms', 'client', 'seed', 'out', 'server-profile', 'client-profile', 'warmup']), fail);
+  const args = parseArgs(process.argv.slice(2), new Set(['quick', 'help']), new Set(['rates', 'seconds', 'devices', 'subs-per-device', 'kinds', 'publishers', 'subscribers', 'connections', 'engine', 'redis', 'redis-nodes', 'gateways', 'fanout-shards', 'partitions', 'server-cpus', 'load-cpus', 'ack-delay-ms', 'client', 'seed', 'out', 'server-profile', 'client-profile', 'warmup']), fail);
   if (args.help === true) {
     process.stdout.write(`${USAGE}\n`);
     return;
@@ -227,7 +230,11 @@ async function parent(): Promise<void> {
   const connections = a.int('connections', 8, 1, 10_000);
   const seed = a.int('seed', 1, 0, 0xffffffff);
   const engine = a.str('engine') ?? 'fast';
-  const redisUrl = a.str('redis') ?? null;
+  const redisNodes = a.int('redis-nodes', 0, 0, 64);
+  if (redisNodes > 0 && a.str('redis') !== undefined) fail('--redis and --redis-nodes exclude each other');
+  if (redisNodes === 2) fail('--redis-nodes must be 1 (one redis-server) or at least 3 (a Redis Cluster)');
+  const benchRedis = redisNodes > 0 ? await startBenchRedis(redisNodes) : null;
+  const redisUrl = benchRedis?.url ?? a.str('redis') ?? null;
   const gateways = a.int('gateways', 1, 1, 256);
   const fanoutShards = a.int('fanout-shards', 0, 0, 64);
   if (fanoutShards > 0 && (gateways < 2 || redisUrl !== null)) fail('--fanout-shards needs --gateways >= 2 and no --redis (the embedded node keeps its device logs in the shards)');
@@ -243,13 +250,13 @@ async function parent(): Promise<void> {
   const directWrites = !['0', 'false'].includes(process.env.AMBIT_DIRECT_WRITES ?? '');
   const out = (s: string) => process.stdout.write(`${s}\n`);
   out(`machine: ${describeMachine(run.machine)}; load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')} before the run`);
-  out(`server: role all, ${redisUrl === null ? 'embedded hub' : 'Redis hub'}, ${gateways} gateway process${gateways > 1 ? 'es' : ''}${gateways > 1 && redisUrl === null ? (partitions > 0 ? ' beside the process of the partitions' : ' beside the hub process') : ''}${fanoutShards > 0 ? `, device logs in ${fanoutShards} fan-out shard threads` : ''}${partitions > 0 ? `, the hub split by device over ${partitions} partition threads` : ''}${deviceStreams === 'http2' ? '' : `, device streams through grpc-js (AMBIT_DEVICE_STREAMS=grpc-js${directWrites ? '' : ', AMBIT_DIRECT_WRITES=0: notifications one by one'})`}, engine ${engine}; load: ${publishers} publisher and ${subscribers} subscriber processes (${client === 'wire' ? 'lean wire' : 'SDK'} device client)${serverCpus === null ? '' : `; server on CPUs ${serverCpus}`}${loadCpus === null ? '' : `, load on CPUs ${loadCpus}`}${ackDelayMs === 0 ? '' : `; devices ack every ${ackDelayMs} ms`}`);
+  out(`server: role all, ${redisUrl === null ? 'embedded hub' : `Redis hub${benchRedis === null ? '' : ` on ${benchRedis.describe}`}`}, ${gateways} gateway process${gateways > 1 ? 'es' : ''}${gateways > 1 && redisUrl === null ? (partitions > 0 ? ' beside the process of the partitions' : ' beside the hub process') : ''}${fanoutShards > 0 ? `, device logs in ${fanoutShards} fan-out shard threads` : ''}${partitions > 0 ? `, the hub split by device over ${partitions} partition threads` : ''}${deviceStreams === 'http2' ? '' : `, device streams through grpc-js (AMBIT_DEVICE_STREAMS=grpc-js${directWrites ? '' : ', AMBIT_DIRECT_WRITES=0: notifications one by one'})`}, engine ${engine}; load: ${publishers} publisher and ${subscribers} subscriber processes (${client === 'wire' ? 'lean wire' : 'SDK'} device client)${serverCpus === null ? '' : `; server on CPUs ${serverCpus}`}${loadCpus === null ? '' : `, load on CPUs ${loadCpus}`}${ackDelayMs === 0 ? '' : `; devices ack every ${ackDelayMs} ms`}`);
   out(`workload: ${devices} devices x ${subsPerDevice} subscriptions (one of ${kinds} kinds, a level 1-5, 200-1000 m around the device), events within 300 m of a random device, ${seconds} s per rate`);
 
   const warmupSeconds = a.num('warmup', quick ? 0 : 2, 0, 600);
   const profileDir = a.str('server-profile') ?? null;
   const clientProfileDir = a.str('client-profile') ?? null;
-  const server = await startChildServer(engine, profileDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${profileDir}`], redisUrl, { gateways, fanoutShards, partitions, cpus: serverCpus });
+  const server = await startChildServer(engine, profileDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${profileDir}`], redisUrl, { gateways, fanoutShards, partitions, cpus: serverCpus, redisCluster: benchRedis?.cluster ?? false });
   const workers: { proc: ReturnType<typeof fork>; kind: 'publisher' | 'subscriber' }[] = [];
   const steps: Step[] = [];
   try {
@@ -281,8 +288,9 @@ async function parent(): Promise<void> {
     const s0 = await server.ops.stats();
     out(`${s0.subscriptions} subscriptions on ${devices} connected devices in ${((performance.now() - t0) / 1000).toFixed(1)} s; engine ${s0.engine} (${s0.engineDetail})`);
     out('');
-    out('| offered ev/s | published ev/s | errors | notifications/s | per event | latency median ms | p99 ms | max ms | server cores | subscriber cores | publisher cores | server µs/event | server µs/notification | drain s |');
-    out('|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+    const redisCols = benchRedis === null ? '' : ' redis cores | redis µs/notification |';
+    out(`| offered ev/s | published ev/s | errors | notifications/s | per event | latency median ms | p99 ms | max ms | server cores | subscriber cores | publisher cores | server µs/event | server µs/notification | drain s |${redisCols}`);
+    out(`|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|${benchRedis === null ? '' : '---:|---:|'}`);
 
     const ask = <T extends FromWorker['t']>(w: (typeof workers)[number], msg: ToWorker, t: T, step: number) =>
       new Promise<Extract<FromWorker, { t: T }>>((resolve) => {
@@ -314,6 +322,7 @@ async function parent(): Promise<void> {
       const before = await clientCpu(-1 - step);
       const subCpu0 = before.reduce((s, r) => s + r.cpuSeconds, 0);
       const cpu0 = server.cpuSeconds();
+      const redis0 = benchRedis === null ? 0 : await redisCpuSeconds(benchRedis.ports);
       const w0 = performance.now();
       const ran = await Promise.all(pubs.map((w) => ask(w, { t: 'run', step, rate: rate / pubs.length, seconds }, 'ran', step)));
       const windowS = (performance.now() - w0) / 1000;
@@ -329,6 +338,7 @@ async function parent(): Promise<void> {
         reports = await clientCpu(step);
       }
       const drainSeconds = (performance.now() - d0) / 1000;
+      const redisCpu = benchRedis === null ? null : (await redisCpuSeconds(benchRedis.ports)) - redis0;
       const histogram = new Array<number>(N_BUCKETS).fill(0);
       let received = 0;
       let min = Infinity;
@@ -363,11 +373,12 @@ async function parent(): Promise<void> {
         publisherCores: publisherCpuS / windowS,
         serverCpuUsPerEvent: (serverCpu * 1e6) / Math.max(1, published),
         serverCpuUsPerNotification: (serverCpu * 1e6) / Math.max(1, received),
+        ...(redisCpu === null ? {} : { redisCores: redisCpu / (windowS + drainSeconds), redisCpuUsPerNotification: (redisCpu * 1e6) / Math.max(1, received) }),
       };
       steps.push(s);
       const f = (x: number, d = 0) => x.toLocaleString('en-US', { maximumFractionDigits: d });
-      out(`| ${f(rate)} | ${f(s.eventsPerSecond)} | ${f(errors)} | ${f(s.notificationsPerSecond)} | ${f(s.notificationsPerEvent, 2)} | ${f(s.latencyMs.median, 2)} | ${f(s.latencyMs.p99, 2)} | ${f(max, 1)} | ${f(s.serverCores, 2)} | ${f(s.clientCores, 2)} | ${f(publisherCpuS / windowS, 2)} | ${f(s.serverCpuUsPerEvent, 1)} | ${f(s.serverCpuUsPerNotification, 1)} | ${f(drainSeconds, 2)} |`);
-      run.write({ kind: 'throughput', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', gateways, fanoutShards, partitions, deviceStreams, directWrites, serverCpus, loadCpus, devices, subsPerDevice, kinds, publishers, subscribers, connections, client, ackDelayMs, seed, warmupSeconds, steps });
+      out(`| ${f(rate)} | ${f(s.eventsPerSecond)} | ${f(errors)} | ${f(s.notificationsPerSecond)} | ${f(s.notificationsPerEvent, 2)} | ${f(s.latencyMs.median, 2)} | ${f(s.latencyMs.p99, 2)} | ${f(max, 1)} | ${f(s.serverCores, 2)} | ${f(s.clientCores, 2)} | ${f(publisherCpuS / windowS, 2)} | ${f(s.serverCpuUsPerEvent, 1)} | ${f(s.serverCpuUsPerNotification, 1)} | ${f(drainSeconds, 2)} |${redisCpu === null ? '' : ` ${f(s.redisCores ?? NaN, 2)} | ${f(s.redisCpuUsPerNotification ?? NaN, 1)} |`}`);
+      run.write({ kind: 'throughput', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', redisNodes, redisCluster: benchRedis?.cluster ?? false, gateways, fanoutShards, partitions, deviceStreams, directWrites, serverCpus, loadCpus, devices, subsPerDevice, kinds, publishers, subscribers, connections, client, ackDelayMs, seed, warmupSeconds, steps });
     }
     out('');
     out(`Latency quantiles are exact to one histogram bucket (4.7%).${warmupSeconds > 0 ? '' : " The first step's publisher cores include connecting."}`);
@@ -376,6 +387,7 @@ async function parent(): Promise<void> {
     for (const w of workers) w.proc.send({ t: 'exit' } satisfies ToWorker);
     await Promise.all(workers.map((w) => new Promise<void>((resolve) => (w.proc.exitCode !== null ? resolve() : w.proc.once('exit', () => resolve())))));
     await server.stop();
+    await benchRedis?.stop();
   }
 }
 

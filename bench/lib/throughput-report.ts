@@ -27,6 +27,9 @@ export interface ThroughputStep {
   publisherCores?: number;
   serverCpuUsPerEvent: number;
   serverCpuUsPerNotification: number;
+  /** Redis mode, Redis servers the benchmark can reach: their CPU summed, over the window and the drain. */
+  redisCores?: number;
+  redisCpuUsPerNotification?: number;
 }
 
 export interface ThroughputFile {
@@ -36,6 +39,9 @@ export interface ThroughputFile {
   command: string;
   engine: string;
   mode: 'embedded' | 'redis';
+  /** Redis servers the run started on its host (1: one redis-server, >= 3: a cluster's masters); absent or 0: none. */
+  redisNodes?: number;
+  redisCluster?: boolean;
   gateways: number;
   /** Fan-out shard threads (absent in the first files: none). */
   fanoutShards?: number;
