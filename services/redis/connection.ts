@@ -40,11 +40,19 @@ export function clusterSourceFromUrl(url: string, name = 'REDIS_URL'): ClusterSo
   });
   const redisOptions: RedisOptions = {};
   if (m[2] !== undefined) {
-    const [user, pass] = m[2].split(':');
-    if (pass !== undefined) {
-      if (user !== '') redisOptions.username = decodeURIComponent(user);
-      redisOptions.password = decodeURIComponent(pass);
-    } else redisOptions.password = decodeURIComponent(user);
+    // As ioredis reads a plain URL: "user:password", ":password", or "user" alone; the password
+    // may hold colons (split at the first only) and percent-escapes.
+    const decode = (v: string) => {
+      try {
+        return decodeURIComponent(v);
+      } catch {
+        throw new Error(`config: ${name}: the user or password has a malformed %-escape`);
+      }
+    };
+    const colon = m[2].indexOf(':');
+    const user = colon < 0 ? m[2] : m[2].slice(0, colon);
+    if (user !== '') redisOptions.username = decode(user);
+    if (colon >= 0) redisOptions.password = decode(m[2].slice(colon + 1));
   }
   if (m[1] === 'rediss') redisOptions.tls = {};
   return { cluster: nodes, options: { redisOptions } };

@@ -14,6 +14,8 @@ import { DEFAULT_CONFIG, type ServerConfig, checkConfig, configFromEnv } from '.
 import { DEFAULT_RETENTION } from '../../services/hub/embedded.js';
 import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE } from '../../services/hub/port.js';
 import { startServer } from '../../services/process/server.js';
+import { redisSource } from '../../services/process/roles.js';
+import { DEFAULT_CLUSTER_GROUPS, MAX_CLUSTER_GROUPS } from '../../services/redis/keys.js';
 
 // dist/test/service/x.js → the repository root.
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
@@ -123,6 +125,111 @@ describe('api config: configFromEnv', () => {
     assert.equal(configFromEnv({ AMBIT_METRICS_PORT: '9100' }).metricsPort, 9100);
     assert.equal(configFromEnv({ AMBIT_DEV: '0' }).dev, false);
     assert.equal(configFromEnv({ AMBIT_DEV: '1' }).dev, true);
+  });
+});
+
+describe('api config: Redis Cluster variables', () => {
+  const seeds = 'redis://10.0.0.1:7000,10.0.0.2:7001';
+  const cluster = { AMBIT_REDIS_CLUSTER: '1', REDIS_URL: seeds };
+  const urlShape = (url: string) => `config: REDIS_URL for a cluster must be redis://[user:password@]host:port[,host:port...], got ${JSON.stringify(url)}`;
+  const notHostPort = (hp: string) => `config: REDIS_URL: ${JSON.stringify(hp)} is not host:port`;
+  const groupsRange = (v: string) => `config: AMBIT_REDIS_DEVICE_GROUPS must be an integer in [1, ${MAX_CLUSTER_GROUPS}], got ${JSON.stringify(v)}`;
+  const groupsNeedCluster = 'config: AMBIT_REDIS_DEVICE_GROUPS is for a Redis Cluster (AMBIT_REDIS_CLUSTER=1)';
+  const prefixBraces = (v: string) => `config: AMBIT_REDIS_PREFIX must not contain { or } on a Redis Cluster (keys carry hash tags), got ${JSON.stringify(v)}`;
+  const bad: [Record<string, string>, string][] = [
+    [{ AMBIT_REDIS_CLUSTER: 'maybe' }, 'config: AMBIT_REDIS_CLUSTER must be 0, 1, true or false, got "maybe"'],
+    [{ AMBIT_REDIS_CLUSTER: 'maybe', REDIS_URL: seeds }, 'config: AMBIT_REDIS_CLUSTER must be 0, 1, true or false, got "maybe"'],
+    [{ AMBIT_REDIS_CLUSTER: '1' }, 'config: AMBIT_REDIS_CLUSTER needs REDIS_URL (the seed nodes: redis://host:port[,host:port...])'],
+    [{ AMBIT_REDIS_CLUSTER: 'true', REDIS_URL: '' }, 'config: AMBIT_REDIS_CLUSTER needs REDIS_URL (the seed nodes: redis://host:port[,host:port...])'],
+    [{ AMBIT_REDIS_CLUSTER: '1', REDIS_URL: 'redis://a:notaport' }, notHostPort('a:notaport')],
+    [{ AMBIT_REDIS_CLUSTER: '1', REDIS_URL: 'redis://' }, urlShape('redis://')],
+    [{ AMBIT_REDIS_CLUSTER: '1', REDIS_URL: 'redis://a:7000,b' }, notHostPort('b')],
+    [{ AMBIT_REDIS_CLUSTER: '1', REDIS_URL: 'redis://a:7000,,b:7001' }, notHostPort('')],
+    [{ AMBIT_REDIS_CLUSTER: '1', REDIS_URL: 'redis://:7000' }, notHostPort(':7000')],
+    [{ AMBIT_REDIS_CLUSTER: '1', REDIS_URL: 'redis://a:0' }, notHostPort('a:0')],
+    [{ AMBIT_REDIS_CLUSTER: '1', REDIS_URL: 'redis://a:65536' }, notHostPort('a:65536')],
+    [{ AMBIT_REDIS_CLUSTER: '1', REDIS_URL: 'redis://a:7000/0' }, urlShape('redis://a:7000/0')],
+    [{ AMBIT_REDIS_CLUSTER: '1', REDIS_URL: 'redis://a:7000?db=1' }, urlShape('redis://a:7000?db=1')],
+    [{ AMBIT_REDIS_CLUSTER: '1', REDIS_URL: 'http://a:7000' }, 'config: REDIS_URL must start with redis:// or rediss://, got "http://a:7000"'],
+    [{ AMBIT_REDIS_DEVICE_GROUPS: '16' }, groupsNeedCluster],
+    [{ AMBIT_REDIS_DEVICE_GROUPS: '16', REDIS_URL: 'redis://r:6379' }, groupsNeedCluster],
+    [{ AMBIT_REDIS_DEVICE_GROUPS: '16', REDIS_URL: seeds, AMBIT_REDIS_CLUSTER: '0' }, groupsNeedCluster],
+    [{ AMBIT_REDIS_DEVICE_GROUPS: '16', REDIS_URL: seeds, AMBIT_REDIS_CLUSTER: 'false' }, groupsNeedCluster],
+    [{ ...cluster, AMBIT_REDIS_DEVICE_GROUPS: '0' }, groupsRange('0')],
+    [{ ...cluster, AMBIT_REDIS_DEVICE_GROUPS: '4097' }, groupsRange('4097')],
+    [{ ...cluster, AMBIT_REDIS_DEVICE_GROUPS: '-1' }, groupsRange('-1')],
+    [{ ...cluster, AMBIT_REDIS_DEVICE_GROUPS: '8.5' }, groupsRange('8.5')],
+    [{ ...cluster, AMBIT_REDIS_DEVICE_GROUPS: '1e2' }, groupsRange('1e2')],
+    [{ ...cluster, AMBIT_REDIS_DEVICE_GROUPS: ' 16' }, groupsRange(' 16')],
+    [{ ...cluster, AMBIT_REDIS_DEVICE_GROUPS: 'many' }, groupsRange('many')],
+    [{ ...cluster, AMBIT_REDIS_DEVICE_GROUPS: '99999999999999999999' }, groupsRange('99999999999999999999')],
+    [{ ...cluster, AMBIT_REDIS_PREFIX: 'app{1}:' }, prefixBraces('app{1}:')],
+    [{ ...cluster, AMBIT_REDIS_PREFIX: 'app{' }, prefixBraces('app{')],
+    [{ ...cluster, AMBIT_REDIS_PREFIX: '}app:' }, prefixBraces('}app:')],
+  ];
+  for (const [env, message] of bad) {
+    it(`${Object.entries(env).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(' ')} → ${JSON.stringify(message)}`, () => {
+      assert.throws(() => configFromEnv(env), { message });
+    });
+  }
+
+  it('a cluster config parses: the flag, the group count, the seeds for redisSource, the password on every node connection', () => {
+    const c = configFromEnv({ ...cluster, AMBIT_REDIS_DEVICE_GROUPS: '16', AMBIT_REDIS_PREFIX: 'prod:' });
+    assert.deepEqual(c, { ...DEFAULT_CONFIG, retention: { ...DEFAULT_RETENTION }, redisUrl: seeds, redisCluster: true, redisDeviceGroups: 16, redisPrefix: 'prod:' } satisfies ServerConfig);
+    const cs = redisSource(c);
+    assert.ok(typeof cs === 'object' && 'cluster' in cs, 'a cluster source');
+    assert.deepEqual(cs.cluster, [{ host: '10.0.0.1', port: 7000 }, { host: '10.0.0.2', port: 7001 }]);
+    assert.equal(cs.options?.redisOptions?.password, undefined, 'no password in the URL, none set');
+
+    const secret = configFromEnv({ AMBIT_REDIS_CLUSTER: 'true', REDIS_URL: 'redis://:secret@h:1,h2:2' });
+    const s = redisSource(secret);
+    assert.ok(typeof s === 'object' && 'cluster' in s, 'a cluster source');
+    assert.deepEqual(s.cluster, [{ host: 'h', port: 1 }, { host: 'h2', port: 2 }], 'every seed, in order');
+    assert.equal(s.options?.redisOptions?.password, 'secret');
+    assert.equal(s.options?.redisOptions?.username, undefined);
+
+    // User and password (percent-encoded), TLS, a trailing slash, IPv6 in brackets, many seeds.
+    const full = redisSource(configFromEnv({ AMBIT_REDIS_CLUSTER: '1', REDIS_URL: 'rediss://app:p%40ss@[::1]:7000,n2:7001,n3:7002/' }));
+    assert.ok(typeof full === 'object' && 'cluster' in full, 'a cluster source');
+    assert.deepEqual(full.cluster, [{ host: '::1', port: 7000 }, { host: 'n2', port: 7001 }, { host: 'n3', port: 7002 }]);
+    assert.equal(full.options?.redisOptions?.username, 'app');
+    assert.equal(full.options?.redisOptions?.password, 'p@ss');
+    assert.deepEqual(full.options?.redisOptions?.tls, {}, 'rediss: TLS to every node');
+    // As ioredis reads a plain URL: a password holding colons is split at the first only; a user alone is a user.
+    const colons = redisSource(configFromEnv({ AMBIT_REDIS_CLUSTER: '1', REDIS_URL: 'redis://:pa:ss@h:1' }));
+    assert.ok(typeof colons === 'object' && 'cluster' in colons);
+    assert.equal(colons.options?.redisOptions?.password, 'pa:ss');
+    const userOnly = redisSource(configFromEnv({ AMBIT_REDIS_CLUSTER: '1', REDIS_URL: 'redis://app@h:1' }));
+    assert.ok(typeof userOnly === 'object' && 'cluster' in userOnly);
+    assert.equal(userOnly.options?.redisOptions?.username, 'app');
+    assert.equal(userOnly.options?.redisOptions?.password, undefined);
+    // A malformed escape names the variable.
+    assert.throws(() => configFromEnv({ AMBIT_REDIS_CLUSTER: '1', REDIS_URL: 'redis://:50%@h:1' }), /^Error: config: REDIS_URL: the user or password has a malformed %-escape$/);
+
+    // One seed is enough; the group count defaults; a prefix without braces is fine.
+    const one = configFromEnv({ AMBIT_REDIS_CLUSTER: '1', REDIS_URL: 'redis://127.0.0.1:7000' });
+    assert.equal(one.redisCluster, true);
+    assert.equal(one.redisDeviceGroups, DEFAULT_CLUSTER_GROUPS);
+    assert.equal(one.redisPrefix, 'ambit:');
+    const os = redisSource(one);
+    assert.ok(typeof os === 'object' && 'cluster' in os, 'a cluster source');
+    assert.deepEqual(os.cluster, [{ host: '127.0.0.1', port: 7000 }]);
+    assert.equal(os.options?.redisOptions?.tls, undefined, 'redis: no TLS');
+    // The bounds of the group count.
+    assert.equal(configFromEnv({ ...cluster, AMBIT_REDIS_DEVICE_GROUPS: '1' }).redisDeviceGroups, 1);
+    assert.equal(configFromEnv({ ...cluster, AMBIT_REDIS_DEVICE_GROUPS: String(MAX_CLUSTER_GROUPS) }).redisDeviceGroups, MAX_CLUSTER_GROUPS);
+  });
+
+  it('without the flag REDIS_URL is one plain Redis: redisSource is the URL itself, and braces in the prefix are fine', () => {
+    for (const flag of [{}, { AMBIT_REDIS_CLUSTER: '0' }, { AMBIT_REDIS_CLUSTER: 'false' }, { AMBIT_REDIS_CLUSTER: '' }]) {
+      const c = configFromEnv({ ...flag, REDIS_URL: 'redis://:secret@r:6379/2', AMBIT_REDIS_PREFIX: 'app{1}:' });
+      assert.equal(c.redisCluster, false, JSON.stringify(flag));
+      assert.equal(c.redisDeviceGroups, DEFAULT_CLUSTER_GROUPS);
+      assert.equal(redisSource(c), 'redis://:secret@r:6379/2');
+    }
+    assert.equal(configFromEnv({ ...cluster, AMBIT_REDIS_DEVICE_GROUPS: '' }).redisDeviceGroups, DEFAULT_CLUSTER_GROUPS, 'an empty group count counts as unset');
+    assert.deepEqual(configFromEnv({ AMBIT_REDIS_DEVICE_GROUPS: '' }), configFromEnv({}), 'an empty group count needs no cluster');
+    assert.throws(() => redisSource(configFromEnv({ AMBIT_REDIS_CLUSTER: '0' })), { message: 'redis roles: REDIS_URL is not set' });
   });
 });
 

@@ -17,7 +17,7 @@ import { anywhere, pullN, runHubContract, sub } from '../support/hub-contract.js
 import { redisTestKit, useRedisCluster } from '../support/redis-deployment.js';
 
 const { missing, source, cluster } = useRedisCluster();
-const { freshPrefix, keysOf, matcherOptions, hubOptions, deployment, inspect } = redisTestKit(source, 8);
+const { freshPrefix, keysOf, matcherOptions, hubOptions, deployment, contractFixture, inspect } = redisTestKit(source, 8);
 
 const all = sub('all', anywhere({ name: 'i', op: 'exists' }));
 const ev = (i: number) => ({ id: `ev-${i}`, lat: 45.4642, lon: 9.19, attributes: { i } });
@@ -37,18 +37,7 @@ async function publishUntilAnswered(hub: Hub, i: number): Promise<{ reached: num
 }
 
 describe('redis cluster deployment', { skip: missing ?? false, timeout: 120_000 }, () => {
-  runHubContract('redis cluster', async (setup) => {
-    const prefix = freshPrefix();
-    const matcher = await RedisMatcher.start(matcherOptions(prefix, { retention: setup.retention }));
-    const hub = await RedisHub.connect(hubOptions(prefix, { maxSubscriptionsPerDevice: setup.maxSubscriptionsPerDevice }));
-    return {
-      hub,
-      dispose: async () => {
-        await hub.close();
-        await matcher.stop();
-      },
-    };
-  });
+  runHubContract('redis cluster', contractFixture);
 
   it('notifications live in device groups spread over the masters; the counters add up over the groups', async () => {
     const d = await deployment(2);

@@ -23,21 +23,10 @@ import { redisTestKit, useRedisServer } from '../support/redis-deployment.js';
 import { ENGINE_SIDE_LIMITS } from '../../services/hub/port.js';
 
 const { missing, url } = useRedisServer();
-const { freshPrefix, matcherOptions, hubOptions, deployment, inspect } = redisTestKit(url);
+const { freshPrefix, matcherOptions, hubOptions, deployment, contractFixture, inspect } = redisTestKit(url);
 
 describe('redis hub', { skip: missing ?? false, timeout: 30_000 }, () => {
-  runHubContract('redis', async (setup) => {
-    const prefix = freshPrefix();
-    const matcher = await RedisMatcher.start(matcherOptions(prefix, { retention: setup.retention }));
-    const hub = await RedisHub.connect(hubOptions(prefix, { maxSubscriptionsPerDevice: setup.maxSubscriptionsPerDevice }));
-    return {
-      hub,
-      dispose: async () => {
-        await hub.close();
-        await matcher.stop();
-      },
-    };
-  });
+  runHubContract('redis', contractFixture);
 
   it('encodes and decodes a location batch', () => {
     const devices = ['a', 'ü-device', '', 'x'.repeat(300)].map((d) => Buffer.from(d));

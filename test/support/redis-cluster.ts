@@ -26,12 +26,11 @@
 import { type ChildProcess, execFile, execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { Redis } from 'ioredis';
 import { freePort } from './ports.js';
-import { redisServerMissing } from './redis-server.js';
+import { ping, redisServerMissing } from './redis-server.js';
 
 export interface ClusterNode {
   port: number;
@@ -388,21 +387,3 @@ async function ask(port: number, commands: string[][]): Promise<unknown[]> {
   }
 }
 
-/** True when a raw PING on the port answers +PONG. */
-function ping(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const sock = net.connect(port, HOST);
-    let buf = '';
-    const done = (ok: boolean) => {
-      sock.destroy();
-      resolve(ok);
-    };
-    sock.setTimeout(500, () => done(false));
-    sock.once('error', () => done(false));
-    sock.once('connect', () => sock.write('PING\r\n'));
-    sock.on('data', (d) => {
-      buf += d.toString();
-      if (buf.includes('\r\n')) done(buf.startsWith('+PONG'));
-    });
-  });
-}

@@ -9,6 +9,7 @@ import { Cluster, Redis } from 'ioredis';
 import { type Conn, type RedisSource, isClusterSource } from '../../services/redis/connection.js';
 import { Keys } from '../../services/redis/keys.js';
 import { layoutFor } from '../../services/redis/layout.js';
+import type { HubFixture, HubSetup } from './hub-contract.js';
 import { type RedisClusterHandle, redisClusterMissing, startRedisCluster } from './redis-cluster.js';
 import { CPU_ENGINES } from '../../src/engines/index.js';
 import type { Retention } from '../../services/hub/embedded.js';
@@ -109,6 +110,20 @@ export function redisTestKit(url: () => RedisSource, deviceGroups?: number) {
     };
   }
 
+  /** The hub contract's fixture: a matcher and one gateway hub on a fresh prefix. */
+  async function contractFixture(setup: HubSetup): Promise<HubFixture> {
+    const prefix = freshPrefix();
+    const matcher = await RedisMatcher.start(matcherOptions(prefix, { retention: setup.retention }));
+    const hub = await RedisHub.connect(hubOptions(prefix, { maxSubscriptionsPerDevice: setup.maxSubscriptionsPerDevice }));
+    return {
+      hub,
+      dispose: async () => {
+        await hub.close();
+        await matcher.stop();
+      },
+    };
+  }
+
   /** A connection for looking at Redis directly (a cluster client on a cluster). */
   async function inspect<T, C extends Conn = Redis>(f: (r: C) => Promise<T>): Promise<T> {
     const source = url();
@@ -121,5 +136,5 @@ export function redisTestKit(url: () => RedisSource, deviceGroups?: number) {
     }
   }
 
-  return { freshPrefix, keysOf, matcherOptions, hubOptions, deployment, inspect };
+  return { freshPrefix, keysOf, matcherOptions, hubOptions, deployment, contractFixture, inspect };
 }

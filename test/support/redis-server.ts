@@ -104,10 +104,10 @@ async function launch(options: RedisServerOptions, port: number): Promise<RedisS
 }
 
 
-/** True when a raw PING on the port answers +PONG. */
-function ping(port: number): Promise<boolean> {
+/** True when a raw PING on the port (of 127.0.0.1) answers +PONG. */
+export function ping(port: number, host = '127.0.0.1'): Promise<boolean> {
   return new Promise((resolve) => {
-    const sock = net.connect(port, '127.0.0.1');
+    const sock = net.connect(port, host);
     let buf = '';
     const done = (ok: boolean) => {
       sock.destroy();
