@@ -1,0 +1,147 @@
+/**
+ * The shard map's geometry (services/matcher/shard-map.ts). The property everything rests on: a
+ * device homed by the map's rules (placed at its cell's shard, kept while its guard circle touches
+ * that shard) is always on a shard an event visits when the exact distance test admits the pair.
+ * Checked on seeded walks and events everywhere, near the antimeridian and the poles included.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { haversineM } from '../../src/model/geo.js';
+import { ShardMap, type ShardMapSpec } from '../../services/matcher/shard-map.js';
+import { Rng } from '../support/rng.js';
+
+const DEG_PER_M = 180 / (Math.PI * 6_371_008.8);
+
+/** A point `m` metres from (lat, lon) in a random direction (small steps; longitude wraps). */
+function step(rng: Rng, lat: number, lon: number, m: number): [number, number] {
+  const a = rng.next() * 2 * Math.PI;
+  let la = lat + Math.cos(a) * m * DEG_PER_M;
+  let lo = lon + (Math.sin(a) * m * DEG_PER_M) / Math.max(0.01, Math.cos((lat * Math.PI) / 180));
+  if (la > 90) la = 180 - la;
+  if (la < -90) la = -180 - la;
+  lo = ((((lo + 180) % 360) + 360) % 360) - 180;
+  return [la, lo];
+}
+
+function checkRouting(spec: ShardMapSpec, seed: number, centre: [number, number], spreadM: number, maxRadiusM: number) {
+  const map = new ShardMap(spec);
+  const rng = new Rng(seed);
+  const devices: { lat: number; lon: number; home: number; r: number }[] = [];
+  let moves = 0;
+  for (let d = 0; d < 60; d++) {
+    let [lat, lon] = step(rng, centre[0], centre[1], rng.next() * spreadM);
+    let home = map.home(lat, lon, null);
+    assert.equal(home, map.shardOf(lat, lon));
+    for (let k = 0; k < 40; k++) {
+      [lat, lon] = step(rng, lat, lon, rng.next() * spec.guardM * 1.5);
+      const next = map.home(lat, lon, home);
+      if (next !== home) moves++;
+      home = next;
+      assert.ok(map.staysAt(home, lat, lon), 'a device stays where it is homed');
+    }
+    // Most filters have the largest radius, so the shard's reach is no wider than a pair needs.
+    devices.push({ lat, lon, home, r: rng.next() < 0.7 ? maxRadiusM : 1 + rng.next() * maxRadiusM });
+  }
+  const reach = new Map<number, number>();
+  for (const d of devices) reach.set(d.home, Math.max(reach.get(d.home) ?? 0, d.r));
+  let pairs = 0;
+  for (let e = 0; e < 400; e++) {
+    const re = rng.next() < 0.5 ? 0 : rng.next() * maxRadiusM;
+    // Half the events anywhere; half just inside a device's reach, where a shard too few is a miss.
+    const near = rng.next() < 0.5 ? devices[rng.int(devices.length)] : null;
+    const [lat, lon] = near === null ? step(rng, centre[0], centre[1], rng.next() * (spreadM + maxRadiusM)) : step(rng, near.lat, near.lon, (near.r + re) * (0.95 + 0.0499 * rng.next()));
+    const targets = map.eventShards(lat, lon, re, reach);
+    for (const d of devices) {
+      if (haversineM(d.lat, d.lon, lat, lon) > d.r + re) continue;
+      pairs++;
+      assert.ok(targets.has(d.home), `event at ${lat},${lon} r ${re} matches a device on shard ${d.home} at ${d.lat},${d.lon} r ${d.r}; visits ${[...targets]}`);
+    }
+  }
+  return { pairs, moves };
+}
+
+describe('shard map', () => {
+  it('cells, default layouts and overrides', () => {
+    const m = new ShardMap({ version: 1, shards: 4, cellDeg: 1, guardM: 0 });
+    assert.equal(m.rows, 180);
+    assert.equal(m.cols, 360);
+    assert.equal(m.shardOf(0, -180), 0);
+    assert.equal(m.shardOf(0, 180), 0, '180 and -180 are one meridian');
+    assert.equal(m.shardOf(45, 9), 2, 'sectors: Milan in the third quarter of the longitudes');
+    assert.equal(m.shardOf(-33.9, 151.2), 3);
+    assert.equal(m.shardOf(90, 0), m.shardOf(89.9, 0), 'the pole row is the last row');
+    const s = new ShardMap({ version: 1, shards: 3, cellDeg: 0.5, guardM: 0, layout: 'stripes' });
+    assert.equal(s.shardOf(45.1, 9.1), s.col(9.1) % 3);
+    assert.notEqual(s.shardOf(45.1, 9.1), s.shardOf(45.1, 9.6), 'neighbouring stripes differ');
+    const o = new ShardMap({ version: 2, shards: 4, cellDeg: 1, guardM: 0, cells: { '135,189': 0 } });
+    assert.equal(o.shardOf(45.5, 9.5), 0, 'an overridden cell');
+    assert.equal(o.shardOf(46.5, 9.5), 2, 'its neighbour keeps the default');
+    assert.deepEqual(new ShardMap(o.spec()).spec(), o.spec());
+    assert.deepEqual([...o.shardsNear(45.5, 9.5, 1000)].sort(), [0]);
+    assert.deepEqual([...o.shardsNear(45.9, 9.5, 20_000)].sort(), [0, 2]);
+  });
+
+  it('refuses a bad spec, naming the field', () => {
+    const ok = { version: 1, shards: 2, cellDeg: 1, guardM: 100 };
+    assert.throws(() => new ShardMap({ ...ok, shards: 0 }), /shards must be an integer in \[1, 256\]/);
+    assert.throws(() => new ShardMap({ ...ok, cellDeg: 0 }), /cellDeg must be in/);
+    assert.throws(() => new ShardMap({ ...ok, cellDeg: Number.NaN }), /cellDeg must be in/);
+    assert.throws(() => new ShardMap({ ...ok, guardM: -1 }), /guardM must be in/);
+    assert.throws(() => new ShardMap({ ...ok, version: 1.5 }), /version must be an integer/);
+    assert.throws(() => new ShardMap({ ...ok, cells: { '1,2': 5 } }), /names shard 5/);
+    assert.throws(() => new ShardMap({ ...ok, cells: { x: 0 } }), /is not "row,col"/);
+    assert.throws(() => new ShardMap({ ...ok, cells: { '999,0': 0 } }), /is not "row,col"/);
+  });
+
+  it('a homed device keeps its shard inside the guard band and moves beyond it', () => {
+    const m = new ShardMap({ version: 1, shards: 2, cellDeg: 0.01, guardM: 200, layout: 'stripes' });
+    // A column border at lon 9.19 (cell 18919 starts there); the band reaches about 140 m east of it.
+    const border = -180 + 18919 * 0.01;
+    const west = border - 0.001;
+    const home = m.home(45.46, west, null);
+    assert.equal(home, m.shardOf(45.46, west));
+    const justOver = border + 100 * DEG_PER_M / Math.cos((45.46 * Math.PI) / 180);
+    assert.notEqual(m.shardOf(45.46, justOver), home, 'across the border');
+    assert.equal(m.home(45.46, justOver, home), home, 'within the guard band: stays');
+    const farOver = border + 0.005; // about 390 m from both borders of its column
+    assert.notEqual(m.home(45.46, farOver, home), home, 'beyond the band: moves');
+  });
+
+  // [name, map, centre, spread of devices (m), largest radius (m), whether devices must change shards]
+  for (const [name, spec, centre, spread, maxR, moving] of [
+    ['stripes of 1 km cells, city radii', { version: 1, shards: 3, cellDeg: 0.01, guardM: 300, layout: 'stripes' }, [45.46, 9.19], 5000, 800, true],
+    ['sectors with overrides, large radii', { version: 3, shards: 4, cellDeg: 0.5, guardM: 2000, cells: { '270,378': 1, '271,378': 3 } }, [45.2, 9.1], 60_000, 40_000, false],
+    ['the antimeridian', { version: 1, shards: 5, cellDeg: 0.02, guardM: 500, layout: 'stripes' }, [-16.5, 179.99], 4000, 2000, true],
+    // Near a pole a guard circle spans many columns: devices rarely leave their shard.
+    ['near the north pole', { version: 1, shards: 3, cellDeg: 0.05, guardM: 500, layout: 'stripes' }, [89.97, 20], 3000, 1500, false],
+    ['no guard band', { version: 1, shards: 3, cellDeg: 0.01, guardM: 0, layout: 'stripes' }, [45.46, 9.19], 3000, 500, false],
+  ] as [string, ShardMapSpec, [number, number], number, number, boolean][]) {
+    it(`every admitted pair is on a shard the event visits: ${name}`, () => {
+      let pairs = 0;
+      let moves = 0;
+      for (let seed = 1; seed <= 6; seed++) {
+        const r = checkRouting(spec, seed * 7919, centre, spread, maxR);
+        pairs += r.pairs;
+        moves += r.moves;
+      }
+      assert.ok(pairs > 200, `enough admitted pairs to mean something (${pairs})`);
+      if (moving) assert.ok(moves > 10, `devices changed shards (${moves})`);
+    });
+  }
+
+  it('an event visits only shards with a filter that can reach it', () => {
+    const m = new ShardMap({ version: 1, shards: 4, cellDeg: 1, guardM: 100 });
+    const reach = new Map([
+      [0, 500],
+      [2, 500],
+    ]);
+    assert.deepEqual([...m.eventShards(45.5, 9.5, 0, reach)], [2], 'Milan: its own sector only');
+    assert.deepEqual([...m.eventShards(45.5, 9.5, 0, new Map())], [], 'no filters anywhere');
+    const wide = new Map([
+      [0, 500],
+      [2, 9_000_000],
+    ]);
+    assert.deepEqual([...m.eventShards(-40, 120, 0, wide)].sort(), [2], 'a shard whose filters reach around the world');
+    assert.deepEqual([...m.eventShards(-40, -120, 0, wide)].sort(), [0, 2], 'and the sector of the event');
+  });
+});
