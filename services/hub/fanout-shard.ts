@@ -21,7 +21,7 @@ import type { Logger } from 'pino';
 import { AmbitError } from '../../src/model/errors.js';
 import type { Event } from '../../src/model/types.js';
 import type { DeviceMemo, Owner } from '../matcher/core.js';
-import { splitSubscriptionKey } from './port.js';
+import { devicePart, splitSubscriptionKey } from './port.js';
 import type { DeliverySource } from '../matcher/fanout.js';
 import type { HubFanOut } from './embedded.js';
 import type { InboxStore } from './inboxes.js';
@@ -29,13 +29,7 @@ import { EventCache, FrameReader, type FrameWriter, H, type Link, M, Outbox, S, 
 
 /** The shard of a device among `n`: FNV-1a over its id's UTF-16 code units, the same in every process. */
 export function shardOf(device: string, n: number): number {
-  if (n === 1) return 0;
-  let h = 0x811c9dc5;
-  for (let i = 0; i < device.length; i++) {
-    h ^= device.charCodeAt(i);
-    h = Math.imul(h, 0x01000193);
-  }
-  return (h >>> 0) % n;
+  return devicePart(device, n);
 }
 
 /** The device's shard, kept in its memo (computed once per device and shard count). */

@@ -23,11 +23,14 @@ import type { DeviceInfo, DeviceSubscription, Hub, HubStats, Inbox, LocationWrit
 const NOT_SUMMED = /Us$|Per|^cpuBelowFilters$|^duplicateEvents$/;
 
 export class PartitionedHub implements Hub {
-  readonly mode = 'embedded' as const;
+  readonly mode: 'embedded' | 'redis';
   readonly forwardsEvents: boolean;
 
+  /** `parts`: one hub per partition, all embedded (a node's partitions) or all Redis (matcher partitions). */
   constructor(private readonly parts: readonly Hub[]) {
     if (parts.length === 0) throw new Error('hub: a partitioned hub needs at least one partition');
+    this.mode = parts[0].mode;
+    if (parts.some((p) => p.mode !== this.mode)) throw new Error('hub: the partitions of a hub must be of one mode');
     this.forwardsEvents = parts.every((p) => p.forwardsEvents === true);
   }
 

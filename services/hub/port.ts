@@ -198,3 +198,18 @@ export function splitSubscriptionKey(key: string): [device: string, subscription
   const v = JSON.parse(key) as [string, string];
   return v;
 }
+
+/**
+ * Which of `n` parts a device belongs to (hub partitions, fan-out shards, matcher partitions,
+ * Redis device groups): FNV-1a over the id's UTF-16 code units, modulo n. Stable across processes
+ * and versions: every process of a deployment must place a device in the same part.
+ */
+export function devicePart(device: string, n: number): number {
+  if (n === 1) return 0;
+  let h = 0x811c9dc5;
+  for (let i = 0; i < device.length; i++) {
+    h ^= device.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return (h >>> 0) % n;
+}

@@ -53,6 +53,13 @@ export interface RedisHubOptions {
   prefix?: string;
   /** Device groups of a cluster deployment (keys.ts); default 64. The same in every process. */
   deviceGroups?: number;
+  /**
+   * Matcher partitions of the deployment (default 1) and the one this hub speaks to (default 0):
+   * a gateway of a partitioned deployment holds one RedisHub per partition behind a
+   * PartitionedHub, which sends each device's calls to its partition's hub.
+   */
+  partitions?: number;
+  partition?: number;
   /** This gateway's id (its reply channel); default random. */
   gatewayId?: string;
   log?: Logger;
@@ -130,7 +137,10 @@ export class RedisHub implements Hub, InboxHost {
 
   private constructor(options: RedisHubOptions) {
     const source = options.redis ?? DEFAULT_REDIS;
-    this.keys = new Keys(prefixOption(COMPONENT, options.prefix, DEFAULT_PREFIX), layoutFor(COMPONENT, source, options.deviceGroups));
+    const partitions = options.partitions ?? 1;
+    const partition = options.partition ?? 0;
+    if (!Number.isInteger(partition) || partition < 0 || partition >= partitions) throw new Error(`${COMPONENT}: partition must be an integer in [0, ${partitions - 1}], got ${show(partition)}`);
+    this.keys = new Keys(prefixOption(COMPONENT, options.prefix, DEFAULT_PREFIX), layoutFor(COMPONENT, source, options.deviceGroups, options.partitions), partition);
     this.sharded = this.keys.layout.cluster;
     this.gatewayId = options.gatewayId ?? randomBytes(8).toString('hex');
     if (typeof this.gatewayId !== 'string' || this.gatewayId.length === 0 || this.gatewayId.length > 128) {
@@ -485,8 +495,11 @@ export class RedisHub implements Hub, InboxHost {
 
   async stats(): Promise<HubStats> {
     this.checkOpen();
-    // The matcher's counters, plus each device group's on a cluster (notifications, dropped).
-    const statKeys = this.keys.layout.cluster ? [this.keys.stats, ...this.keys.groups.map((g) => g.stats)] : [this.keys.stats];
+    // The matcher's counters, plus the device groups' (notifications, dropped) where they are
+    // other keys: a cluster's groups, or a partitioned deployment's. The groups are shared by the
+    // partitions, so partition 0's hub alone counts them.
+    const groupStats = this.keys.partition === 0 ? this.keys.groups.map((g) => g.stats).filter((k) => k !== this.keys.stats) : [];
+    const statKeys = [this.keys.stats, ...new Set(groupStats)];
     const [m, ...all] = await this.redis(() => Promise.all([this.cmd.get(this.keys.matcherStats), ...statKeys.map((key) => this.cmd.hgetall(key))]));
     const num = (k: string) => {
       let n = 0;

@@ -48,6 +48,13 @@ export interface RedisMatcherOptions {
   prefix?: string;
   /** Device groups of a cluster deployment (keys.ts); default 64. The same in every process. */
   deviceGroups?: number;
+  /**
+   * Matcher partitions of the deployment (default 1) and the one this matcher serves (default 0):
+   * devices are split over the partitions by id, each with its own command stream, state, lease
+   * and matchers. The same count in every process.
+   */
+  partitions?: number;
+  partition?: number;
   /** An engine to own (closed by stop()), or which one to open; default 'auto'. */
   engine?: Matcher | EngineChoice;
   /** Why this engine, for stats (set from openEngine when `engine` is a choice). */
@@ -162,7 +169,7 @@ export class RedisMatcher {
 
   private constructor(options: RedisMatcherOptions, engine: Matcher, detail: string) {
     const source = options.redis ?? DEFAULT_REDIS;
-    this.keys = new Keys(prefixOption(COMPONENT, options.prefix, DEFAULT_PREFIX), layoutFor(COMPONENT, source, options.deviceGroups));
+    this.keys = new Keys(prefixOption(COMPONENT, options.prefix, DEFAULT_PREFIX), layoutFor(COMPONENT, source, options.deviceGroups, options.partitions), partitionOption(options));
     this.log = options.log;
     const r = { ...DEFAULT_RETENTION, ...options.retention };
     this.retention = {
@@ -657,6 +664,13 @@ export class RedisMatcher {
 }
 
 // ---- helpers ----
+
+function partitionOption(o: RedisMatcherOptions): number {
+  const k = o.partitions ?? 1;
+  const v = o.partition ?? 0;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v >= k) throw new Error(`${COMPONENT}: partition must be an integer in [0, ${k - 1}], got ${JSON.stringify(v)}`);
+  return v;
+}
 
 function errorReply(err: unknown): { code: ErrorCode; message: string } {
   if (err instanceof AmbitError) return { code: err.code, message: err.message };

@@ -7,6 +7,9 @@
  * the matcher's keys (its command stream and everything a script writes beside it) share the tag
  * `{m0}`, and each device's notification keys share the tag of its device group `{d<g>}`, so the
  * notification streams, delivery states and doorbells spread over the cluster's slots by device.
+ * With matcher partitions (devices split over K matchers, each with its own stream and state),
+ * partition k's matcher keys are `{p}p<k>:…` on a plain Redis and carry the tag `{m<k>}` on a
+ * cluster; the device groups are shared, and each group has a fence per partition.
  *
  *   matcher scope (cluster tag {m0})
  *   {p}subs:{device}    HASH  subscription id → "<in-entry id> <DeviceSubscription JSON>"
@@ -15,7 +18,8 @@
  *   {p}in               STREAM every gateway → matcher command, in one total order
  *   {p}stats            HASH  events, duplicates, locations (single: notifications and dropped too)
  *   {p}config           HASH  the matcher's retention (maxPerDevice, maxAgeMs)
- *   {p}layout           STRING the layout's device-group count (cluster), checked by every process
+ *   {p}layout           STRING the layout (kind, device groups, matcher partitions), checked by every process;
+ *                             one key per deployment, outside the matcher scope
  *   {p}matcher:offset   STRING last `in` entry whose effects are stored
  *   {p}matcher:stats    STRING the matcher's engine figures as JSON; its TTL is the liveness signal
  *   {p}matcher:lease    STRING "<token> <matcher id>" of the leader, with a TTL (lease.ts)
@@ -37,14 +41,23 @@
  *                             cluster: a shard channel)
  */
 
-/** Where a deployment's keys live: a plain Redis, or a Redis Cluster with `groups` device groups. */
+import { devicePart } from '../hub/port.js';
+
+/**
+ * Where a deployment's keys live: a plain Redis, or a Redis Cluster with `groups` device groups;
+ * and how many matcher partitions split its devices (each with its own command stream, matchers,
+ * lease and state: `partitions` > 1 names the matcher keys `{p}p<k>:…`, on a cluster `{p}{m<k>}…`).
+ */
 export interface Layout {
   cluster: boolean;
   /** Device groups (cluster only; 1 on a plain Redis). */
   groups: number;
+  /** Matcher partitions (default 1). */
+  partitions?: number;
 }
 
 export const SINGLE: Layout = { cluster: false, groups: 1 };
+export const MAX_MATCHER_PARTITIONS = 256;
 /** Device groups of a cluster deployment unless configured: enough to spread over 64 masters. */
 export const DEFAULT_CLUSTER_GROUPS = 64;
 export const MAX_CLUSTER_GROUPS = 4096;
@@ -101,34 +114,46 @@ export class Keys {
   readonly groups: readonly GroupKeys[];
   private readonly base: string;
 
+  /** The matcher partition these keys are of (0 of 1 unless partitioned). */
+  readonly partition: number;
+  readonly partitions: number;
+
   constructor(
     readonly prefix: string,
     readonly layout: Layout = SINGLE,
+    partition = 0,
   ) {
+    const partitions = layout.partitions ?? 1;
+    if (!Number.isInteger(partitions) || partitions < 1 || partitions > MAX_MATCHER_PARTITIONS) throw new Error(`redis keys: matcher partitions must be an integer in [1, ${MAX_MATCHER_PARTITIONS}], got ${partitions}`);
+    if (!Number.isInteger(partition) || partition < 0 || partition >= partitions) throw new Error(`redis keys: partition must be an integer in [0, ${partitions - 1}], got ${partition}`);
+    this.partition = partition;
+    this.partitions = partitions;
     if (layout.cluster && /[{}]/.test(prefix)) throw new Error(`redis keys: a cluster deployment's prefix must not contain { or }, got ${JSON.stringify(prefix)}`);
     if (!Number.isInteger(layout.groups) || layout.groups < 1 || layout.groups > MAX_CLUSTER_GROUPS || (!layout.cluster && layout.groups !== 1)) {
       throw new Error(`redis keys: device groups must be 1 on a plain Redis and in [1, ${MAX_CLUSTER_GROUPS}] on a cluster, got ${layout.groups}`);
     }
-    const base = (this.base = layout.cluster ? `${prefix}{m0}` : prefix);
+    const base = (this.base = layout.cluster ? `${prefix}{m${partition}}` : partitions > 1 ? `${prefix}p${partition}:` : prefix);
     this.subDevices = `${base}subdevs`;
     this.pos = `${base}pos`;
     this.in = `${base}in`;
     this.stats = `${base}stats`;
     this.config = `${base}config`;
-    this.layoutKey = `${base}layout`;
+    this.layoutKey = `${prefix}layout`;
     this.matcherOffset = `${base}matcher:offset`;
     this.matcherStats = `${base}matcher:stats`;
     this.matcherLease = `${base}matcher:lease`;
     this.matcherEpoch = `${base}matcher:epoch`;
     const groups: GroupKeys[] = [];
-    if (layout.cluster) for (let g = 0; g < layout.groups; g++) groups.push(new GroupKeys(g, `${prefix}{d${g}}`, `${prefix}{d${g}}fence`));
+    // A group's fence is this partition's: each partition's leader raises and checks its own.
+    const fence = partitions > 1 ? `:${partition}` : '';
+    if (layout.cluster) for (let g = 0; g < layout.groups; g++) groups.push(new GroupKeys(g, `${prefix}{d${g}}`, `${prefix}{d${g}}fence${fence}`));
     else groups.push(new GroupKeys(0, prefix, this.matcherEpoch));
     this.groups = groups;
   }
 
   /** The device group a device's notifications live in. */
   groupOf(device: string): GroupKeys {
-    return this.groups.length === 1 ? this.groups[0] : this.groups[deviceGroup(device, this.groups.length)];
+    return this.groups.length === 1 ? this.groups[0] : this.groups[devicePart(device, this.groups.length)];
   }
 
   subs(device: string): string {
@@ -171,15 +196,6 @@ export class Keys {
 
 export const DEFAULT_PREFIX = 'ambit:';
 
-/** A device's group: FNV-1a over the id's UTF-16 code units, modulo the group count. Stable across processes. */
-export function deviceGroup(device: string, groups: number): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < device.length; i++) {
-    h ^= device.charCodeAt(i);
-    h = Math.imul(h, 0x01000193);
-  }
-  return (h >>> 0) % groups;
-}
 
 /** The Redis Cluster hash slot of a key (CRC16/XMODEM of its hash tag, or of the whole key). */
 export function keySlot(key: string): number {

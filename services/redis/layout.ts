@@ -6,24 +6,36 @@
  */
 import { show } from '../../src/model/errors.js';
 import { type Conn, type RedisSource, isClusterSource } from './connection.js';
-import { DEFAULT_CLUSTER_GROUPS, type Keys, type Layout, MAX_CLUSTER_GROUPS, SINGLE } from './keys.js';
+import { DEFAULT_CLUSTER_GROUPS, type Keys, type Layout, MAX_CLUSTER_GROUPS, MAX_MATCHER_PARTITIONS } from './keys.js';
 
-/** The layout for a source: a cluster gets `groups` device groups (default 64), a plain Redis one. */
-export function layoutFor(component: string, source: RedisSource, groups: unknown): Layout {
+/**
+ * The layout for a source: a cluster gets `groups` device groups (default 64), a plain Redis one;
+ * `partitions` matcher partitions (default 1).
+ */
+export function layoutFor(component: string, source: RedisSource, groups: unknown, partitions: unknown = undefined): Layout {
+  let k = 1;
+  if (partitions !== undefined) {
+    if (typeof partitions !== 'number' || !Number.isInteger(partitions) || partitions < 1 || partitions > MAX_MATCHER_PARTITIONS) {
+      throw new Error(`${component}: partitions must be an integer in [1, ${MAX_MATCHER_PARTITIONS}], got ${show(partitions)}`);
+    }
+    k = partitions;
+  }
+  const parts = k > 1 ? { partitions: k } : {};
   if (!isClusterSource(source)) {
     if (groups !== undefined && groups !== 1) throw new Error(`${component}: deviceGroups is for a Redis Cluster (a plain Redis has one), got ${show(groups)}`);
-    return SINGLE;
+    return { cluster: false, groups: 1, ...parts };
   }
-  if (groups === undefined) return { cluster: true, groups: DEFAULT_CLUSTER_GROUPS };
+  if (groups === undefined) return { cluster: true, groups: DEFAULT_CLUSTER_GROUPS, ...parts };
   if (typeof groups !== 'number' || !Number.isInteger(groups) || groups < 1 || groups > MAX_CLUSTER_GROUPS) {
     throw new Error(`${component}: deviceGroups must be an integer in [1, ${MAX_CLUSTER_GROUPS}], got ${show(groups)}`);
   }
-  return { cluster: true, groups };
+  return { cluster: true, groups, ...parts };
 }
 
 /** What `{p}layout` holds for a layout. */
 function describe(layout: Layout): string {
-  return layout.cluster ? `cluster groups=${layout.groups}` : 'single';
+  const k = layout.partitions ?? 1;
+  return (layout.cluster ? `cluster groups=${layout.groups}` : 'single') + (k > 1 ? ` partitions=${k}` : '');
 }
 
 /**
@@ -36,6 +48,6 @@ export async function checkLayout(component: string, cmd: Conn, keys: Keys): Pro
   await cmd.set(keys.layoutKey, mine, 'NX');
   const stored = await cmd.get(keys.layoutKey);
   if (stored !== mine) {
-    throw new Error(`${component}: the deployment ${show(keys.prefix)} uses the key layout "${stored}", this process "${mine}" (every process of a deployment needs the same Redis kind and AMBIT_REDIS_DEVICE_GROUPS)`);
+    throw new Error(`${component}: the deployment ${show(keys.prefix)} uses the key layout "${stored}", this process "${mine}" (every process of a deployment needs the same Redis kind, AMBIT_REDIS_DEVICE_GROUPS and AMBIT_MATCHER_PARTITIONS)`);
   }
 }

@@ -17,7 +17,7 @@ import { anywhere, pullN, runHubContract, sub } from '../support/hub-contract.js
 import { redisTestKit, useRedisCluster } from '../support/redis-deployment.js';
 
 const { missing, source, cluster } = useRedisCluster();
-const { freshPrefix, keysOf, matcherOptions, hubOptions, deployment, contractFixture, inspect } = redisTestKit(source, 8);
+const { freshPrefix, keysOf, matcherOptions, hubOptions, deployment, contractFixture, partitionedFixture, inspect } = redisTestKit(source, 8);
 
 const all = sub('all', anywhere({ name: 'i', op: 'exists' }));
 const ev = (i: number) => ({ id: `ev-${i}`, lat: 45.4642, lon: 9.19, attributes: { i } });
@@ -38,6 +38,7 @@ async function publishUntilAnswered(hub: Hub, i: number): Promise<{ reached: num
 
 describe('redis cluster deployment', { skip: missing ?? false, timeout: 120_000 }, () => {
   runHubContract('redis cluster', contractFixture);
+  runHubContract('redis cluster, devices split over 3 matcher partitions', partitionedFixture(3));
 
   it('notifications live in device groups spread over the masters; the counters add up over the groups', async () => {
     const d = await deployment(2);

@@ -23,10 +23,11 @@ import { redisTestKit, useRedisServer } from '../support/redis-deployment.js';
 import { ENGINE_SIDE_LIMITS } from '../../services/hub/port.js';
 
 const { missing, url } = useRedisServer();
-const { freshPrefix, matcherOptions, hubOptions, deployment, contractFixture, inspect } = redisTestKit(url);
+const { freshPrefix, matcherOptions, hubOptions, deployment, contractFixture, partitionedFixture, inspect } = redisTestKit(url);
 
 describe('redis hub', { skip: missing ?? false, timeout: 30_000 }, () => {
   runHubContract('redis', contractFixture);
+  runHubContract('redis, devices split over 3 matcher partitions', partitionedFixture(3));
 
   it('encodes and decodes a location batch', () => {
     const devices = ['a', 'ü-device', '', 'x'.repeat(300)].map((d) => Buffer.from(d));

@@ -14,6 +14,7 @@ import { type RedisClusterHandle, redisClusterMissing, startRedisCluster } from 
 import { CPU_ENGINES } from '../../src/engines/index.js';
 import type { Retention } from '../../services/hub/embedded.js';
 import { ENGINE_SIDE_LIMITS } from '../../services/hub/port.js';
+import { PartitionedHub } from '../../services/hub/partitioned.js';
 import { RedisHub, type RedisHubOptions } from '../../services/hub/redis.js';
 import { RedisMatcher, type RedisMatcherOptions } from '../../services/matcher/redis.js';
 import { type RedisServer, redisServerMissing, startRedisServer } from './redis-server.js';
@@ -124,6 +125,25 @@ export function redisTestKit(url: () => RedisSource, deviceGroups?: number) {
     };
   }
 
+  /**
+   * The hub contract's fixture on `k` matcher partitions: a matcher per partition and, as a
+   * gateway has it, a PartitionedHub of one RedisHub per partition.
+   */
+  function partitionedFixture(k: number) {
+    return async (setup: HubSetup): Promise<HubFixture> => {
+      const prefix = freshPrefix();
+      const matchers = await Promise.all(Array.from({ length: k }, (_, i) => RedisMatcher.start(matcherOptions(prefix, { retention: setup.retention, partitions: k, partition: i }))));
+      const hub = new PartitionedHub(await Promise.all(Array.from({ length: k }, (_, i) => RedisHub.connect(hubOptions(prefix, { maxSubscriptionsPerDevice: setup.maxSubscriptionsPerDevice, partitions: k, partition: i })))));
+      return {
+        hub,
+        dispose: async () => {
+          await hub.close();
+          for (const m of matchers) await m.stop();
+        },
+      };
+    };
+  }
+
   /** A connection for looking at Redis directly (a cluster client on a cluster). */
   async function inspect<T, C extends Conn = Redis>(f: (r: C) => Promise<T>): Promise<T> {
     const source = url();
@@ -136,5 +156,5 @@ export function redisTestKit(url: () => RedisSource, deviceGroups?: number) {
     }
   }
 
-  return { freshPrefix, keysOf, matcherOptions, hubOptions, deployment, contractFixture, inspect };
+  return { freshPrefix, keysOf, matcherOptions, hubOptions, deployment, contractFixture, partitionedFixture, inspect };
 }
