@@ -115,6 +115,8 @@ function rssOf(pid: number): number {
 export interface ChildServerShape {
   /** `redisUrl` names the seed nodes of a Redis Cluster (AMBIT_REDIS_CLUSTER=1). */
   redisCluster?: boolean;
+  /** Redis mode: matcher partitions (AMBIT_MATCHER_PARTITIONS), a thread each in the server. */
+  matcherPartitions?: number;
   gateways?: number;
   fanoutShards?: number;
   partitions?: number;
@@ -122,7 +124,7 @@ export interface ChildServerShape {
 }
 
 export async function startChildServer(engine: string, nodeArgs: readonly string[] = [], redisUrl: string | null = null, shape: ChildServerShape = {}): Promise<ChildServer> {
-  const { gateways = 1, fanoutShards = 0, partitions = 0, cpus = null, redisCluster = false } = shape;
+  const { gateways = 1, fanoutShards = 0, partitions = 0, cpus = null, redisCluster = false, matcherPartitions = 1 } = shape;
   if (process.platform !== 'linux') throw new Error('bench/service: measuring the server process needs Linux /proc');
   const secret = randomBytes(32).toString('base64url');
   const port = await freePort();
@@ -138,7 +140,7 @@ export async function startChildServer(engine: string, nodeArgs: readonly string
       AMBIT_ENGINE: engine,
       AMBIT_LOG_LEVEL: 'warn',
       AMBIT_DEV: '',
-      ...(redisUrl === null ? {} : { REDIS_URL: redisUrl, AMBIT_REDIS_PREFIX: `bench-${randomBytes(4).toString('hex')}:`, AMBIT_REDIS_CLUSTER: redisCluster ? '1' : '' }),
+      ...(redisUrl === null ? {} : { REDIS_URL: redisUrl, AMBIT_REDIS_PREFIX: `bench-${randomBytes(4).toString('hex')}:`, AMBIT_REDIS_CLUSTER: redisCluster ? '1' : '', AMBIT_MATCHER_PARTITIONS: String(matcherPartitions) }),
       AMBIT_GATEWAYS: String(gateways),
       AMBIT_FANOUT_SHARDS: String(fanoutShards),
       AMBIT_PARTITIONS: String(partitions),

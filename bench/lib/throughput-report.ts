@@ -42,6 +42,8 @@ export interface ThroughputFile {
   /** Redis servers the run started on its host (1: one redis-server, >= 3: a cluster's masters); absent or 0: none. */
   redisNodes?: number;
   redisCluster?: boolean;
+  /** Redis mode: matcher partitions (absent: 1). */
+  matcherPartitions?: number;
   gateways: number;
   /** Fan-out shard threads (absent in the first files: none). */
   fanoutShards?: number;
@@ -105,10 +107,11 @@ export function throughputSection(runs: readonly ThroughputRun[], dir: string, r
     const f = r.f;
     const redisCpu = f.steps.some((s) => s.redisCores !== undefined);
     const redisKind = f.mode !== 'redis' || f.redisNodes === undefined || f.redisNodes === 0 ? '' : f.redisCluster ? ` on a Redis Cluster of ${f.redisNodes} masters (the run's own, same host)` : ' on one redis-server (the run\'s own, same host)';
+    const mparts = (f.matcherPartitions ?? 1) > 1 ? `, devices split over ${f.matcherPartitions} matcher partitions (a thread each)` : '';
     lines.push(
       `### ${r.name} — ${f.startedAt.slice(0, 16).replace('T', ' ')}`,
       '',
-      `Source: \`${rel(r.file)}\`. ${describeMachine(f.machine)}. Server: ${f.mode === 'embedded' ? 'embedded hub' : `Redis hub${redisKind}`}, ${f.gateways} gateway process${f.gateways > 1 ? 'es' : ''}${f.gateways > 1 || f.mode === 'redis' ? ` beside the ${f.mode === 'embedded' ? ((f.partitions ?? 0) > 0 ? 'process of the partitions' : 'hub process') : 'matcher'}` : ''}, ${(f.fanoutShards ?? 0) > 0 ? `device logs in ${f.fanoutShards} fan-out shard threads, ` : ''}${(f.partitions ?? 0) > 0 ? `the hub split by device over ${f.partitions} partition threads, ` : ''}${f.deviceStreams === 'http2' ? 'device streams served by the gateways on HTTP/2, ' : `device streams through grpc-js${f.directWrites === false ? ', notifications written one by one (AMBIT_DIRECT_WRITES=0)' : ''}, `}engine ${f.engine}; ${f.devices} devices × ${f.subsPerDevice} subscriptions (${f.kinds} kinds); ${f.publishers} publisher and ${f.subscribers} subscriber processes (${f.client === 'wire' ? 'lean wire device client' : 'SDK devices'}${(f.ackDelayMs ?? 0) > 0 ? `, acking every ${f.ackDelayMs} ms` : ''}).${f.serverCpus ? ` The server ran on CPUs ${f.serverCpus} only${f.loadCpus ? `, the load on CPUs ${f.loadCpus}` : ''}.` : ''}`,
+      `Source: \`${rel(r.file)}\`. ${describeMachine(f.machine)}. Server: ${f.mode === 'embedded' ? 'embedded hub' : `Redis hub${redisKind}${mparts}`}, ${f.gateways} gateway process${f.gateways > 1 ? 'es' : ''}${f.gateways > 1 || f.mode === 'redis' ? ` beside the ${f.mode === 'embedded' ? ((f.partitions ?? 0) > 0 ? 'process of the partitions' : 'hub process') : 'matcher'}` : ''}, ${(f.fanoutShards ?? 0) > 0 ? `device logs in ${f.fanoutShards} fan-out shard threads, ` : ''}${(f.partitions ?? 0) > 0 ? `the hub split by device over ${f.partitions} partition threads, ` : ''}${f.deviceStreams === 'http2' ? 'device streams served by the gateways on HTTP/2, ' : `device streams through grpc-js${f.directWrites === false ? ', notifications written one by one (AMBIT_DIRECT_WRITES=0)' : ''}, `}engine ${f.engine}; ${f.devices} devices × ${f.subsPerDevice} subscriptions (${f.kinds} kinds); ${f.publishers} publisher and ${f.subscribers} subscriber processes (${f.client === 'wire' ? 'lean wire device client' : 'SDK devices'}${(f.ackDelayMs ?? 0) > 0 ? `, acking every ${f.ackDelayMs} ms` : ''}).${f.serverCpus ? ` The server ran on CPUs ${f.serverCpus} only${f.loadCpus ? `, the load on CPUs ${f.loadCpus}` : ''}.` : ''}`,
       '',
       `| offered ev/s | published ev/s | errors | notifications/s | per event | median ms | p99 ms | server cores | subscriber cores | publisher cores | server µs/event | server µs/notification | drain s |${redisCpu ? ' redis cores | redis µs/notification |' : ''}`,
       `|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|${redisCpu ? '---:|---:|' : ''}`,

@@ -10,7 +10,7 @@ import { LOG_LEVELS } from './log.js';
 import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE } from '../hub/port.js';
 import { MAX_EVENT_ORIGIN } from '../hub/link.js';
 import { clusterSourceFromUrl } from '../redis/connection.js';
-import { DEFAULT_CLUSTER_GROUPS, MAX_CLUSTER_GROUPS } from '../redis/keys.js';
+import { DEFAULT_CLUSTER_GROUPS, MAX_CLUSTER_GROUPS, MAX_MATCHER_PARTITIONS } from '../redis/keys.js';
 
 export type Role = 'all' | 'gateway' | 'matcher';
 
@@ -35,6 +35,10 @@ export interface ServerConfig {
   redisCluster: boolean;
   /** Device groups of a cluster deployment; the same in every process (checked at start). */
   redisDeviceGroups: number;
+  /** Redis mode: matcher partitions the devices are split over; the same in every process. */
+  matcherPartitions: number;
+  /** The partition a matcher process serves; null: all of them (a thread each when several). */
+  matcherPartition: number | null;
   engine: EngineChoice;
   /** HMAC secret for tokens (≥ 32 bytes); null only in dev mode, which makes one up. */
   tokenSecret: string | null;
@@ -109,6 +113,8 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   redisPrefix: 'ambit:',
   redisCluster: false,
   redisDeviceGroups: DEFAULT_CLUSTER_GROUPS,
+  matcherPartitions: 1,
+  matcherPartition: null,
   engine: 'auto',
   tokenSecret: null,
   dev: false,
@@ -164,6 +170,11 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
   c.redisPrefix = str('AMBIT_REDIS_PREFIX') ?? c.redisPrefix;
   c.redisCluster = flagOf('AMBIT_REDIS_CLUSTER') ?? c.redisCluster;
   c.redisDeviceGroups = int('AMBIT_REDIS_DEVICE_GROUPS', 1, MAX_CLUSTER_GROUPS) ?? c.redisDeviceGroups;
+  c.matcherPartitions = int('AMBIT_MATCHER_PARTITIONS', 1, MAX_MATCHER_PARTITIONS) ?? c.matcherPartitions;
+  const mpart = str('AMBIT_MATCHER_PARTITION');
+  if (mpart !== undefined && mpart !== 'all') c.matcherPartition = int('AMBIT_MATCHER_PARTITION', 0, c.matcherPartitions - 1) ?? null;
+  if (c.matcherPartitions > 1 && c.redisUrl === null) throw new Error('config: AMBIT_MATCHER_PARTITIONS is for Redis mode (REDIS_URL); an embedded node splits its hub with AMBIT_PARTITIONS');
+  if (c.matcherPartition !== null && c.role === 'gateway') throw new Error('config: AMBIT_MATCHER_PARTITION is for a process that runs a matcher (role matcher or all)');
   if (env.AMBIT_REDIS_DEVICE_GROUPS !== undefined && env.AMBIT_REDIS_DEVICE_GROUPS !== '' && !c.redisCluster) throw new Error('config: AMBIT_REDIS_DEVICE_GROUPS is for a Redis Cluster (AMBIT_REDIS_CLUSTER=1)');
   if (c.redisCluster) {
     if (c.redisUrl === null) throw new Error('config: AMBIT_REDIS_CLUSTER needs REDIS_URL (the seed nodes: redis://host:port[,host:port...])');

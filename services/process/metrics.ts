@@ -89,7 +89,7 @@ export class Metrics implements EdgeMetrics {
       ];
       if (role === 'matcher') {
         gauges.push(
-          [new client.Gauge({ name: 'ambit_matcher_leader', help: 'Redis mode: 1 while this matcher holds the lease and delivers, 0 while it stands by', registers: [r] }), (s) => (s.extra.matcherLeader === true ? 1 : 0)],
+          [new client.Gauge({ name: 'ambit_matcher_leader', help: 'Redis mode: 1 while this matcher holds the lease and delivers, 0 while it stands by (a process serving several matcher partitions: how many it leads)', registers: [r] }), (s) => (s.extra.matcherLeader === true ? 1 : num(s.extra.matcherLeader))],
           [new client.Gauge({ name: 'ambit_matcher_epoch', help: 'Redis mode: the lease token this matcher leads (or last led) with', registers: [r] }), (s) => num(s.extra.matcherEpoch)],
         );
       }

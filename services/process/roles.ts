@@ -9,6 +9,9 @@ import { RedisHub } from '../hub/redis.js';
 import { hubStats } from '../matcher/core.js';
 import { RedisMatcher } from '../matcher/redis.js';
 import { type RedisSource, clusterSourceFromUrl } from '../redis/connection.js';
+import { Worker } from 'node:worker_threads';
+import { PartitionedHub } from '../hub/partitioned.js';
+import type { MatcherWorkerData } from './matcher-worker.js';
 
 /** The Redis source of a config: REDIS_URL, or the seed nodes of a cluster it names. */
 export function redisSource(config: ServerConfig): RedisSource {
@@ -27,8 +30,12 @@ export interface MatcherRole {
 }
 
 export async function startMatcherRole(config: ServerConfig, log: Logger): Promise<MatcherRole> {
-  const m = await RedisMatcher.start({ redis: redisSource(config), prefix: config.redisPrefix, ...groups(config), engine: config.engine, retention: config.retention, leaseMs: config.matcherLeaseMs, dedupeWindowMs: config.dedupe.windowMs, log });
-  log.info({ engine: m.core.engine.name, detail: m.engineDetail, mode: 'redis', offset: m.offset }, `engine ${m.core.engine.name}: ${m.engineDetail}`);
+  const k = config.matcherPartitions;
+  const served = config.matcherPartition === null ? Array.from({ length: k }, (_, i) => i) : [config.matcherPartition];
+  if (served.length > 1) return startMatcherThreads(config, served, log);
+  const partition = served[0];
+  const m = await RedisMatcher.start({ ...matcherOptions(config, partition), log });
+  log.info({ engine: m.core.engine.name, detail: m.engineDetail, mode: 'redis', offset: m.offset, partition, partitions: k }, `engine ${m.core.engine.name}: ${m.engineDetail}${k > 1 ? ` (matcher partition ${partition} of ${k})` : ''}`);
   // Notifications are counted by the deliver script in Redis; gateways report them.
   const stats = async (): Promise<HubStats> => {
     const s = await hubStats(m.core, { mode: 'redis', engineDetail: m.engineDetail, devices: m.devices, eventsPublished: m.eventsMatchedCount, notifications: 0, notificationsDropped: 0, locationUpdates: m.locationsApplied });
@@ -37,8 +44,90 @@ export async function startMatcherRole(config: ServerConfig, log: Logger): Promi
   return { engineDetail: m.engineDetail, stats, stop: () => m.stop() };
 }
 
+function matcherOptions(config: ServerConfig, partition: number) {
+  const k = config.matcherPartitions;
+  return {
+    redis: redisSource(config),
+    prefix: config.redisPrefix,
+    ...groups(config),
+    ...(k > 1 ? { partitions: k, partition } : {}),
+    engine: config.engine,
+    retention: config.retention,
+    leaseMs: config.matcherLeaseMs,
+    dedupeWindowMs: config.dedupe.windowMs,
+  };
+}
+
+/**
+ * Several matcher partitions in one process: a thread each (matcher-worker.ts), so they match on
+ * as many cores. A thread that dies stops the process (exit 1): its partition would stop matching.
+ */
+async function startMatcherThreads(config: ServerConfig, partitions: number[], log: Logger): Promise<MatcherRole> {
+  const script = new URL('./matcher-worker.js', import.meta.url);
+  let stopping = false;
+  const workers = await Promise.all(
+    partitions.map(
+      (partition) =>
+        new Promise<{ w: Worker; detail: string }>((resolve, reject) => {
+          const data: MatcherWorkerData = { options: matcherOptions(config, partition), logLevel: config.logLevel };
+          const w = new Worker(script, { workerData: data });
+          w.once('message', (m: { ready?: boolean; engineDetail?: string; failed?: string }) => (m.ready === true ? resolve({ w, detail: m.engineDetail ?? '' }) : reject(new Error(`matcher partition ${partition}: ${m.failed ?? JSON.stringify(m)}`))));
+          w.once('error', reject);
+          w.once('exit', (code) => {
+            if (stopping) return;
+            log.fatal({ partition, code }, `matcher partition ${partition}'s thread exited (${code}); the process stops`);
+            process.exit(1);
+          });
+        }),
+    ),
+  );
+  log.info({ partitions, of: config.matcherPartitions, detail: workers[0].detail }, `matcher partitions ${partitions.join(', ')} of ${config.matcherPartitions}, a thread each: ${workers[0].detail}`);
+  let seq = 0;
+  const ask = (w: Worker) =>
+    new Promise<HubStats>((resolve) => {
+      const id = ++seq;
+      const on = (m: { t?: string; id?: number; stats?: HubStats }) => {
+        if (m.t !== 'stats' || m.id !== id) return;
+        w.off('message', on);
+        resolve(m.stats!);
+      };
+      w.on('message', on);
+      w.postMessage({ t: 'stats', id });
+    });
+  return {
+    engineDetail: workers[0].detail,
+    async stats() {
+      const all = await Promise.all(workers.map(({ w }) => ask(w)));
+      const s: HubStats = { ...all[0], extra: { ...all[0].extra } };
+      for (const t of all.slice(1)) {
+        s.subscriptions += t.subscriptions;
+        s.filters += t.filters;
+        s.devices += t.devices;
+        s.locationUpdates += t.locationUpdates;
+        s.engineMemoryBytes += t.engineMemoryBytes;
+        s.eventsPublished = Math.max(s.eventsPublished, t.eventsPublished);
+        for (const key of ['matcherLeader', 'fencedWrites']) s.extra[key] = Number(s.extra[key] ?? 0) + Number(t.extra[key] ?? 0);
+      }
+      return s;
+    },
+    async stop() {
+      stopping = true;
+      await Promise.all(workers.map(({ w }) => new Promise<void>((resolve) => (w.once('exit', () => resolve()), w.postMessage('stop')))));
+    },
+  };
+}
+
 export async function connectGatewayHub(config: ServerConfig, log: Logger): Promise<Hub> {
-  const hub = await RedisHub.connect({ redis: redisSource(config), prefix: config.redisPrefix, ...groups(config), log, maxSubscriptionsPerDevice: config.maxSubscriptionsPerDevice });
-  log.info({ gatewayId: hub.gatewayId }, `redis hub connected as gateway ${hub.gatewayId}`);
-  return hub;
+  const k = config.matcherPartitions;
+  const one = (partition: number) =>
+    RedisHub.connect({ redis: redisSource(config), prefix: config.redisPrefix, ...groups(config), ...(k > 1 ? { partitions: k, partition } : {}), log, maxSubscriptionsPerDevice: config.maxSubscriptionsPerDevice });
+  if (k === 1) {
+    const hub = await one(0);
+    log.info({ gatewayId: hub.gatewayId }, `redis hub connected as gateway ${hub.gatewayId}`);
+    return hub;
+  }
+  // One hub per matcher partition: a device's calls go to its partition, a publish to all.
+  const parts = await Promise.all(Array.from({ length: k }, (_, i) => one(i)));
+  log.info({ gatewayIds: parts.map((p) => p.gatewayId), partitions: k }, `redis hub connected to ${k} matcher partitions`);
+  return new PartitionedHub(parts);
 }
