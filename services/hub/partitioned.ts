@@ -1,7 +1,9 @@
 /**
- * A hub split by device (AMBIT_PARTITIONS=K): K hubs, each holding the subscriptions, positions,
- * engine and notification logs of the devices whose id hashes to it (`shardOf`), and one Hub in
- * front of them. Everything about one device goes to its partition; a publish goes to every
+ * A hub split by device: K hubs, each holding the subscriptions, positions and engine (and, on an
+ * embedded node, the notification logs) of the devices whose id hashes to it (`shardOf`), and one
+ * Hub in front of them. Two uses: an embedded node's hub partitions (AMBIT_PARTITIONS=K, the parts
+ * LinkedHubs to threads) and a Redis deployment's matcher partitions (AMBIT_MATCHER_PARTITIONS=K,
+ * the parts one RedisHub per partition's command stream). Everything about one device goes to its partition; a publish goes to every
  * partition, each matches the events against its own devices, and the reached counts add up. On
  * a node the partitions are threads (services/process/partitions.ts) and the parts here are
  * LinkedHubs to them, so matching, grouping and storing use K cores and no thread sees every
