@@ -17,8 +17,16 @@ export class Metrics implements EdgeMetrics {
   private http: Server | null = null;
   private refresh: () => Promise<void> = async () => {};
 
-  /** `hub`: whatever reports the engine figures (a Hub, or the matcher in a matcher-only process). */
-  constructor(private readonly hub: Pick<Hub, 'stats'> | null, role: string) {
+  /**
+   * `hub`: whatever reports the engine figures (a Hub, or the matcher in a matcher-only process).
+   * `matcher`: the Redis matcher of a process that also runs a gateway (role all): its lease
+   * figures (ambit_matcher_leader, ambit_matcher_epoch) come from it.
+   */
+  constructor(
+    private readonly hub: Pick<Hub, 'stats'> | null,
+    role: string,
+    matcher: Pick<Hub, 'stats'> | null = null,
+  ) {
     const r = this.registry;
     r.setDefaultLabels({ role });
     client.collectDefaultMetrics({ register: r, prefix: 'ambit_' }); // ambit_process_*, ambit_nodejs_*
@@ -68,11 +76,15 @@ export class Metrics implements EdgeMetrics {
       // prom-client collects all metrics concurrently, so the hub's figures are read once per
       // scrape, before the registry (see scrape()).
       const readTime = new client.Gauge({ name: 'ambit_stats_read_seconds', help: 'Time this scrape took to read the engine figures', registers: [r] });
+      const leaseSource = role === 'matcher' ? hub : matcher;
+      let leaseStats: HubStats | null = null;
       this.refresh = async () => {
         const t0 = performance.now();
-        this.hubStats = await hub.stats().catch(() => this.hubStats);
+        const [s, l] = await Promise.all([hub.stats().catch(() => this.hubStats), leaseSource === null || leaseSource === hub ? null : leaseSource.stats().catch(() => leaseStats)]);
+        this.hubStats = s;
+        leaseStats = leaseSource === hub ? s : l;
         readTime.set((performance.now() - t0) / 1000);
-        const s = this.hubStats;
+        if (leaseStats !== null) for (const [g, read] of leaseGauges) g.set(read(leaseStats));
         if (s === null) return;
         for (const [g, read] of gauges) g.set(read(s));
         info.reset();
@@ -87,8 +99,9 @@ export class Metrics implements EdgeMetrics {
         [new client.Gauge({ name: 'ambit_notifications_dropped', help: 'Notifications dropped by retention (oldest first)', registers: [r] }), (s) => s.notificationsDropped],
         [new client.Gauge({ name: 'ambit_location_updates_applied', help: 'Location updates the engine has applied', registers: [r] }), (s) => s.locationUpdates],
       ];
-      if (role === 'matcher') {
-        gauges.push(
+      const leaseGauges: [client.Gauge, (s: HubStats) => number][] = [];
+      if (leaseSource !== null) {
+        leaseGauges.push(
           [new client.Gauge({ name: 'ambit_matcher_leader', help: 'Redis mode: 1 while this matcher holds the lease and delivers, 0 while it stands by (a process serving several matcher partitions: how many it leads)', registers: [r] }), (s) => (s.extra.matcherLeader === true ? 1 : num(s.extra.matcherLeader))],
           [new client.Gauge({ name: 'ambit_matcher_epoch', help: 'Redis mode: the lease token this matcher leads (or last led) with', registers: [r] }), (s) => num(s.extra.matcherEpoch)],
         );

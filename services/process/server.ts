@@ -133,7 +133,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
       }
     }
 
-    const metrics = new Metrics(hub ?? statsSource, config.role);
+    const metrics = new Metrics(hub ?? statsSource, config.role, statsSource);
     cleanups.push(() => metrics.close());
     const metricsPort = config.metricsPort === null ? null : await metrics.listen(config.host, config.metricsPort);
 

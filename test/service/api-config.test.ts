@@ -15,7 +15,7 @@ import { DEFAULT_RETENTION } from '../../services/hub/embedded.js';
 import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE } from '../../services/hub/port.js';
 import { startServer } from '../../services/process/server.js';
 import { redisSource } from '../../services/process/roles.js';
-import { DEFAULT_CLUSTER_GROUPS, MAX_CLUSTER_GROUPS } from '../../services/redis/keys.js';
+import { DEFAULT_CLUSTER_GROUPS, MAX_CLUSTER_GROUPS, MAX_MATCHER_PARTITIONS } from '../../services/redis/keys.js';
 
 // dist/test/service/x.js → the repository root.
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
@@ -230,6 +230,93 @@ describe('api config: Redis Cluster variables', () => {
     assert.equal(configFromEnv({ ...cluster, AMBIT_REDIS_DEVICE_GROUPS: '' }).redisDeviceGroups, DEFAULT_CLUSTER_GROUPS, 'an empty group count counts as unset');
     assert.deepEqual(configFromEnv({ AMBIT_REDIS_DEVICE_GROUPS: '' }), configFromEnv({}), 'an empty group count needs no cluster');
     assert.throws(() => redisSource(configFromEnv({ AMBIT_REDIS_CLUSTER: '0' })), { message: 'redis roles: REDIS_URL is not set' });
+  });
+});
+
+describe('api config: matcher partitions (AMBIT_MATCHER_PARTITIONS, AMBIT_MATCHER_PARTITION)', () => {
+  const redis = { REDIS_URL: 'redis://r:6379' };
+  const countRange = (v: string) => `config: AMBIT_MATCHER_PARTITIONS must be an integer in [1, ${MAX_MATCHER_PARTITIONS}], got ${JSON.stringify(v)}`;
+  const partRange = (k: number, v: string) => `config: AMBIT_MATCHER_PARTITION must be an integer in [0, ${k - 1}], got ${JSON.stringify(v)}`;
+  const needRedis = 'config: AMBIT_MATCHER_PARTITIONS is for Redis mode (REDIS_URL); an embedded node splits its hub with AMBIT_PARTITIONS';
+  const notGateway = 'config: AMBIT_MATCHER_PARTITION is for a process that runs a matcher (role matcher or all)';
+  const bad: [Record<string, string>, string][] = [
+    [{ ...redis, AMBIT_MATCHER_PARTITIONS: 'many' }, countRange('many')],
+    [{ ...redis, AMBIT_MATCHER_PARTITIONS: '0' }, countRange('0')],
+    [{ ...redis, AMBIT_MATCHER_PARTITIONS: '257' }, countRange('257')],
+    [{ ...redis, AMBIT_MATCHER_PARTITIONS: '-2' }, countRange('-2')],
+    [{ ...redis, AMBIT_MATCHER_PARTITIONS: '2.5' }, countRange('2.5')],
+    [{ ...redis, AMBIT_MATCHER_PARTITIONS: '1e1' }, countRange('1e1')],
+    [{ ...redis, AMBIT_MATCHER_PARTITIONS: ' 2' }, countRange(' 2')],
+    [{ ...redis, AMBIT_MATCHER_PARTITIONS: '99999999999999999999' }, countRange('99999999999999999999')],
+    [{ AMBIT_MATCHER_PARTITIONS: '0' }, countRange('0')],
+    // More than one partition is Redis mode only; the message points an embedded node at AMBIT_PARTITIONS.
+    [{ AMBIT_MATCHER_PARTITIONS: '2' }, needRedis],
+    [{ AMBIT_MATCHER_PARTITIONS: '256', AMBIT_ROLE: 'all' }, needRedis],
+    [{ AMBIT_MATCHER_PARTITIONS: '2', REDIS_URL: '' }, needRedis],
+    [{ AMBIT_MATCHER_PARTITIONS: '4', AMBIT_MATCHER_PARTITION: '3' }, needRedis],
+    // The partition must be one of the deployment's: [0, K-1] (K = 1 unless set).
+    [{ ...redis, AMBIT_MATCHER_PARTITIONS: '2', AMBIT_MATCHER_PARTITION: '2' }, partRange(2, '2')],
+    [{ ...redis, AMBIT_MATCHER_PARTITIONS: '2', AMBIT_MATCHER_PARTITION: '3' }, partRange(2, '3')],
+    [{ ...redis, AMBIT_MATCHER_PARTITIONS: '256', AMBIT_MATCHER_PARTITION: '256' }, partRange(256, '256')],
+    [{ ...redis, AMBIT_MATCHER_PARTITIONS: '2', AMBIT_MATCHER_PARTITION: '-1' }, partRange(2, '-1')],
+    [{ ...redis, AMBIT_MATCHER_PARTITIONS: '2', AMBIT_MATCHER_PARTITION: 'one' }, partRange(2, 'one')],
+    [{ ...redis, AMBIT_MATCHER_PARTITIONS: '2', AMBIT_MATCHER_PARTITION: 'ALL' }, partRange(2, 'ALL')],
+    [{ ...redis, AMBIT_MATCHER_PARTITIONS: '2', AMBIT_MATCHER_PARTITION: '0.5' }, partRange(2, '0.5')],
+    [{ ...redis, AMBIT_MATCHER_PARTITIONS: '2', AMBIT_MATCHER_PARTITION: ' 1' }, partRange(2, ' 1')],
+    [{ ...redis, AMBIT_MATCHER_PARTITION: '1' }, partRange(1, '1')],
+    [{ AMBIT_MATCHER_PARTITION: '1' }, partRange(1, '1')],
+    // A gateway runs no matcher, so naming a partition for it is a mistake.
+    [{ ...redis, AMBIT_ROLE: 'gateway', AMBIT_MATCHER_PARTITIONS: '2', AMBIT_MATCHER_PARTITION: '0' }, notGateway],
+    [{ ...redis, AMBIT_ROLE: 'gateway', AMBIT_MATCHER_PARTITIONS: '2', AMBIT_MATCHER_PARTITION: '1' }, notGateway],
+    [{ ...redis, AMBIT_ROLE: 'gateway', AMBIT_MATCHER_PARTITION: '0' }, notGateway],
+  ];
+  for (const [env, message] of bad) {
+    it(`${Object.entries(env).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(' ')} → ${JSON.stringify(message)}`, () => {
+      assert.throws(() => configFromEnv(env), { message });
+    });
+  }
+
+  it('defaults: one partition, served whole; "all", unset and empty all mean every partition (null)', () => {
+    assert.equal(DEFAULT_CONFIG.matcherPartitions, 1);
+    assert.equal(DEFAULT_CONFIG.matcherPartition, null);
+    assert.equal(configFromEnv({}).matcherPartitions, 1);
+    assert.equal(configFromEnv({}).matcherPartition, null);
+    assert.deepEqual(configFromEnv({ AMBIT_MATCHER_PARTITIONS: '', AMBIT_MATCHER_PARTITION: '' }), configFromEnv({}), 'empty values count as unset');
+    for (const role of ['matcher', 'all']) {
+      for (const part of [{}, { AMBIT_MATCHER_PARTITION: 'all' }, { AMBIT_MATCHER_PARTITION: '' }]) {
+        const c = configFromEnv({ ...redis, AMBIT_ROLE: role, AMBIT_MATCHER_PARTITIONS: '3', ...part });
+        assert.equal(c.matcherPartitions, 3, `${role} ${JSON.stringify(part)}`);
+        assert.equal(c.matcherPartition, null, `${role} ${JSON.stringify(part)}`);
+      }
+    }
+    // A gateway may say "all" (the default): it serves no matcher partition either way.
+    const gw = configFromEnv({ ...redis, AMBIT_ROLE: 'gateway', AMBIT_MATCHER_PARTITIONS: '2', AMBIT_MATCHER_PARTITION: 'all' });
+    assert.equal(gw.matcherPartitions, 2);
+    assert.equal(gw.matcherPartition, null);
+    // One partition needs no Redis (it is the default), and an embedded node keeps its own AMBIT_PARTITIONS.
+    assert.deepEqual(configFromEnv({ AMBIT_MATCHER_PARTITIONS: '1' }), configFromEnv({}));
+    assert.equal(configFromEnv({ AMBIT_MATCHER_PARTITIONS: '1', AMBIT_PARTITIONS: '4' }).partitions, 4);
+  });
+
+  it('good values parse: the count, the partition, the bounds, beside a cluster; nothing else changes', () => {
+    const c = configFromEnv({ ...redis, AMBIT_ROLE: 'matcher', AMBIT_MATCHER_PARTITIONS: '4', AMBIT_MATCHER_PARTITION: '3' });
+    assert.deepEqual(c, { ...DEFAULT_CONFIG, retention: { ...DEFAULT_RETENTION }, role: 'matcher', redisUrl: 'redis://r:6379', matcherPartitions: 4, matcherPartition: 3 } satisfies ServerConfig);
+    checkConfig(c);
+    assert.equal(configFromEnv({ ...redis, AMBIT_ROLE: 'matcher', AMBIT_MATCHER_PARTITIONS: '2', AMBIT_MATCHER_PARTITION: '0' }).matcherPartition, 0, 'partition 0 is a partition, not unset');
+    assert.equal(configFromEnv({ ...redis, AMBIT_MATCHER_PARTITION: '0' }).matcherPartition, 0, 'partition 0 of the default one');
+    const most = configFromEnv({ ...redis, AMBIT_MATCHER_PARTITIONS: String(MAX_MATCHER_PARTITIONS), AMBIT_MATCHER_PARTITION: String(MAX_MATCHER_PARTITIONS - 1) });
+    assert.equal(most.matcherPartitions, MAX_MATCHER_PARTITIONS);
+    assert.equal(most.matcherPartition, MAX_MATCHER_PARTITIONS - 1);
+    assert.equal(MAX_MATCHER_PARTITIONS, 256);
+    const gateway = configFromEnv({ ...redis, AMBIT_ROLE: 'gateway', AMBIT_MATCHER_PARTITIONS: '8', AMBIT_TOKEN_SECRET: 's'.repeat(32) });
+    assert.equal(gateway.matcherPartitions, 8);
+    assert.equal(gateway.matcherPartition, null);
+    checkConfig(gateway);
+    const onCluster = configFromEnv({ AMBIT_REDIS_CLUSTER: '1', REDIS_URL: 'redis://10.0.0.1:7000', AMBIT_REDIS_DEVICE_GROUPS: '16', AMBIT_MATCHER_PARTITIONS: '3', AMBIT_MATCHER_PARTITION: '2', AMBIT_ROLE: 'matcher' });
+    assert.equal(onCluster.redisCluster, true);
+    assert.equal(onCluster.redisDeviceGroups, 16);
+    assert.equal(onCluster.matcherPartitions, 3);
+    assert.equal(onCluster.matcherPartition, 2);
   });
 });
 
