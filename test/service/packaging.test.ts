@@ -2,9 +2,9 @@
  * The packaging in deploy/: the Dockerfile, the compose file and the Kubernetes manifests parse and
  * agree with the server: every variable they set is documented and accepted by the configuration
  * (configFromEnv + checkConfig), ports are the ones the server listens on, the image runs as a
- * user of its own. The compose topology (Redis, two matchers, two gateways of two processes each)
- * is then started with real processes from the compose file's own environment and serves a device
- * end to end. Images cannot be pulled here: what Docker itself would do is not run.
+ * user of its own. The compose topologies (Redis, two matchers, two gateways of two processes each;
+ * a Redis Cluster, two matcher partitions with a standby each, two gateways) are then started with
+ * real processes from the compose files' own environments and serve devices end to end. Images cannot be pulled here: what Docker itself would do is not run.
  */
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
@@ -17,6 +17,7 @@ import { Op } from '../../api/gen/ambit/v1/types_pb.js';
 import { Clients, DeviceStream, unary } from '../support/grpc.js';
 import { type AmbitProcess, startAmbit } from '../support/processes.js';
 import { type RedisServer, redisServerMissing, startRedisServer } from '../support/redis-server.js';
+import { type RedisClusterHandle, redisClusterMissing, startRedisCluster } from '../support/redis-cluster.js';
 
 const ROOT = new URL('../../../', import.meta.url);
 const read = (p: string) => readFileSync(new URL(p, ROOT), 'utf8');
@@ -46,10 +47,13 @@ interface ComposeService {
   command?: string[];
 }
 
-function compose(): Record<string, ComposeService> {
-  const doc = parse(read('deploy/compose.yaml'), { merge: true }) as { services: Record<string, ComposeService> };
+function compose(file = 'deploy/compose.yaml'): Record<string, ComposeService> {
+  const doc = parse(read(file), { merge: true }) as { services: Record<string, ComposeService> };
   return doc.services;
 }
+
+/** The compose services that run Ambit (the rest are Redis nodes and their one-shot init). */
+const ambitServices = (services: Record<string, ComposeService>) => Object.entries(services).filter(([, s]) => s.image === 'ambit:latest');
 
 /** A compose environment with its `${VAR:?...}` references filled in. */
 function filled(env: Record<string, string>, vars: Env): Env {
@@ -94,6 +98,36 @@ describe('packaging: deploy/ agrees with the server', () => {
     assert.deepEqual(roles.sort(), ['gateway', 'gateway', 'matcher', 'matcher'], 'a standby for the matcher, two gateways');
   });
 
+  it('the cluster compose file: six Redis nodes joined as three masters with replicas, two matcher partitions with a standby each, two gateways', () => {
+    const services = compose('deploy/compose-cluster.yaml');
+    const nodes = Object.keys(services).filter((n) => /^redis-\d+$/.test(n));
+    assert.equal(nodes.length, 6);
+    for (const n of nodes) {
+      const cmd = services[n].command ?? [];
+      assert.equal(cmd[cmd.indexOf('--cluster-enabled') + 1], 'yes', `${n} runs in cluster mode`);
+      assert.deepEqual(cmd.slice(-2), ['--maxmemory-policy', 'noeviction']);
+    }
+    const init = (services['redis-init'].command ?? []).join(' ');
+    for (const n of nodes) assert.ok(init.includes(`${n}:6379`), `redis-init joins ${n}`);
+    assert.match(init, /--cluster-replicas 1/);
+    const byPartition = new Map<number, number>();
+    const roles: string[] = [];
+    for (const [name, s] of ambitServices(services)) {
+      const c = accepted(`compose-cluster ${name}`, filled(s.environment ?? {}, { AMBIT_TOKEN_SECRET: SECRET }));
+      roles.push(c.role);
+      assert.equal(c.redisCluster, true);
+      assert.equal(c.matcherPartitions, 2);
+      // Every seed is a node of the file.
+      for (const seed of c.redisUrl!.replace('redis://', '').split(',')) assert.ok(nodes.includes(seed.split(':')[0]), `${name}: seed ${seed}`);
+      if (c.role === 'matcher') {
+        assert.notEqual(c.matcherPartition, null, `${name} serves one partition`);
+        byPartition.set(c.matcherPartition!, (byPartition.get(c.matcherPartition!) ?? 0) + 1);
+      }
+    }
+    assert.deepEqual(roles.sort(), ['gateway', 'gateway', 'matcher', 'matcher', 'matcher', 'matcher']);
+    assert.deepEqual([...byPartition].sort(), [[0, 2], [1, 2]], 'a leader and a standby for each partition');
+  });
+
   it('the Kubernetes manifests: every container environment is accepted, probes and services name real ports', () => {
     const docs = parseAllDocuments(read('deploy/k8s/ambit.yaml')).map((d) => d.toJS() as Record<string, any>);
     const byKind = (kind: string) => docs.filter((d) => d.kind === kind);
@@ -134,6 +168,45 @@ describe('packaging: deploy/ agrees with the server', () => {
   });
 });
 
+/** Starts the Ambit services of a compose file as real processes against `redisUrl` (free ports, the CPU engine). */
+async function startTopology(file: string, redisUrl: string, procs: AmbitProcess[], byName: Map<string, AmbitProcess>): Promise<void> {
+  for (const [name, s] of ambitServices(compose(file))) {
+    // As compose runs it, but on this machine: the test's Redis, free ports, the CPU engine.
+    const env = { ...filled(s.environment ?? {}, { AMBIT_TOKEN_SECRET: SECRET }), REDIS_URL: redisUrl, AMBIT_PORT: '0', AMBIT_METRICS_PORT: '0', AMBIT_ENGINE: 'fast' };
+    const p = await startAmbit(env, [], 30_000);
+    procs.push(p);
+    byName.set(name, p);
+  }
+}
+
+const leads = (l: Record<string, unknown>) => typeof l.msg === 'string' && l.msg.includes('leading (lease epoch');
+
+/** A device on gateway-1 subscribes; an event published on gateway-2 reaches it. */
+async function endToEnd(byName: Map<string, AmbitProcess>, device: string, eventId: string): Promise<void> {
+  const authority = new TokenAuthority(SECRET);
+  const g1 = new Clients(`127.0.0.1:${byName.get('gateway-1')!.port}`, grpc.credentials.createInsecure());
+  const g2 = new Clients(`127.0.0.1:${byName.get('gateway-2')!.port}`, grpc.credentials.createInsecure());
+  try {
+    const dev = await DeviceStream.open(g1, authority.issue({ subject: device, scopes: [SCOPES.device] }));
+    dev.stream.move(45.4642, 9.19);
+    const num = (v: number) => ({ kind: { case: 'number', value: v } });
+    const str = (v: string) => ({ kind: { case: 'text', value: v } });
+    // Each call's event is for its own device only (the devices of earlier calls keep their subscriptions).
+    assert.equal((await dev.stream.subscribe({ id: 's', filters: [{ constraints: [{ name: 'sev', op: Op.GE, value: num(1) }, { name: 'for', op: Op.EQ, value: str(device) }], area: { radiusM: 1000 } }] })).code, 0);
+    await dev.stream.sync();
+    const md = new grpc.Metadata();
+    md.set('authorization', `Bearer ${authority.issue({ subject: 'pkg-pub', scopes: [SCOPES.publish] })}`);
+    const r = await unary<{ reached: bigint }>(g2.publisher, 'publish', { event: { id: eventId, position: { lat: 45.4642, lon: 9.19 }, attributes: { sev: num(2), for: str(device) } } }, md);
+    assert.equal(r.reached, 1n);
+    const [n] = await dev.stream.notifications(1, 10_000);
+    assert.equal(n.event?.id, eventId);
+    dev.stream.cancel();
+  } finally {
+    g1.close();
+    g2.close();
+  }
+}
+
 describe('packaging: the compose topology as real processes', { skip: redisServerMissing() ?? false, timeout: 120_000 }, () => {
   let redis: RedisServer;
   const procs: AmbitProcess[] = [];
@@ -141,14 +214,7 @@ describe('packaging: the compose topology as real processes', { skip: redisServe
 
   before(async () => {
     redis = await startRedisServer();
-    for (const [name, s] of Object.entries(compose())) {
-      if (name === 'redis') continue;
-      // As compose runs it, but on this machine: the test's Redis, free ports, the CPU engine.
-      const env = { ...filled(s.environment ?? {}, { AMBIT_TOKEN_SECRET: SECRET }), REDIS_URL: redis.url, AMBIT_PORT: '0', AMBIT_METRICS_PORT: '0', AMBIT_ENGINE: 'fast' };
-      const p = await startAmbit(env, [], 30_000);
-      procs.push(p);
-      byName.set(name, p);
-    }
+    await startTopology('deploy/compose.yaml', redis.url, procs, byName);
   });
 
   after(async () => {
@@ -159,28 +225,37 @@ describe('packaging: the compose topology as real processes', { skip: redisServe
   it('one matcher leads, the other stands by; a device on one gateway gets an event published on the other', async () => {
     const matchers = [...byName].filter(([n]) => n.startsWith('matcher')).map(([, p]) => p);
     assert.equal(matchers.length, 2);
-    const leads = (l: Record<string, unknown>) => typeof l.msg === 'string' && l.msg.includes('leading (lease epoch');
     await Promise.race(matchers.map((m) => m.waitForLog(leads, 15_000)));
     assert.equal(matchers.filter((m) => m.logs.some(leads)).length, 1, 'exactly one leads');
-    const authority = new TokenAuthority(SECRET);
-    const g1 = new Clients(`127.0.0.1:${byName.get('gateway-1')!.port}`, grpc.credentials.createInsecure());
-    const g2 = new Clients(`127.0.0.1:${byName.get('gateway-2')!.port}`, grpc.credentials.createInsecure());
-    try {
-      const dev = await DeviceStream.open(g1, authority.issue({ subject: 'pkg-dev', scopes: [SCOPES.device] }));
-      dev.stream.move(45.4642, 9.19);
-      const num = (v: number) => ({ kind: { case: 'number', value: v } });
-      assert.equal((await dev.stream.subscribe({ id: 's', filters: [{ constraints: [{ name: 'sev', op: Op.GE, value: num(1) }], area: { radiusM: 1000 } }] })).code, 0);
-      await dev.stream.sync();
-      const md = new grpc.Metadata();
-      md.set('authorization', `Bearer ${authority.issue({ subject: 'pkg-pub', scopes: [SCOPES.publish] })}`);
-      const r = await unary<{ reached: bigint }>(g2.publisher, 'publish', { event: { id: 'pkg-1', position: { lat: 45.4642, lon: 9.19 }, attributes: { sev: num(2) } } }, md);
-      assert.equal(r.reached, 1n);
-      const [n] = await dev.stream.notifications(1, 10_000);
-      assert.equal(n.event?.id, 'pkg-1');
-      dev.stream.cancel();
-    } finally {
-      g1.close();
-      g2.close();
+    await endToEnd(byName, 'pkg-dev', 'pkg-1');
+  });
+});
+
+describe('packaging: the cluster compose topology as real processes', { skip: redisClusterMissing() ?? false, timeout: 120_000 }, () => {
+  let cluster: RedisClusterHandle;
+  const procs: AmbitProcess[] = [];
+  const byName = new Map<string, AmbitProcess>();
+
+  before(async () => {
+    cluster = await startRedisCluster({ masters: 3, replicasPerMaster: 1 });
+    await startTopology('deploy/compose-cluster.yaml', `redis://${cluster.nodes.map((n) => `${n.host}:${n.port}`).join(',')}`, procs, byName);
+  });
+
+  after(async () => {
+    await Promise.all(procs.map((p) => p.stop().catch(() => null)));
+    await cluster?.stop();
+  });
+
+  it('one matcher leads each partition, the other stands by; a device on one gateway gets an event published on the other', async () => {
+    for (const k of [0, 1]) {
+      const matchers = [...byName].filter(([n]) => n.startsWith(`matcher-p${k}-`)).map(([, p]) => p);
+      assert.equal(matchers.length, 2);
+      await Promise.race(matchers.map((m) => m.waitForLog(leads, 15_000)));
+      assert.equal(matchers.filter((m) => m.logs.some(leads)).length, 1, `exactly one leads partition ${k}`);
     }
+    // Devices of both partitions.
+    await endToEnd(byName, 'pkg-dev-a', 'pkg-a');
+    await endToEnd(byName, 'pkg-dev-b', 'pkg-b');
+    await endToEnd(byName, 'pkg-dev-c', 'pkg-c');
   });
 });
