@@ -34,7 +34,7 @@ import { type LocColumns, decodePosition, encodeLocations, encodePositionsHset, 
 import { type Conn, DEFAULT_REDIS, RawCommand, type RedisSource, closeConnection, connectAll, intOption, openConn, prefixOption, queueCommand } from '../redis/connection.js';
 import { DEFAULT_PREFIX, type GroupKeys, Keys } from '../redis/keys.js';
 import { checkLayout, layoutFor } from '../redis/layout.js';
-import { type MatcherStatsRecord, type PublishReply, RecentEvents, locFields, parseNotification, parsePushedNotification, parseReply, pubFields } from '../redis/protocol.js';
+import { type MatcherStatsRecord, type PublishReply, RecentEvents, locFields, parsePushedNotification, parseReply, parseStoredNotification, pubFields } from '../redis/protocol.js';
 import { defineScripts, runScript } from '../redis/scripts.js';
 import { missedAfter, resumePoint } from '../matcher/fanout.js';
 import { type InboxHost, RedisInbox } from './redis-inbox.js';
@@ -408,15 +408,35 @@ export class RedisHub implements Hub, InboxHost {
     }
   }
 
-  /** @internal XRANGE after `cursor` (exclusive; '' = from the start). */
+  /**
+   * @internal XRANGE after `cursor` (exclusive; '' = from the start), with the events the entries
+   * name read in one MGET (they are in this partition's slot). An entry whose event has expired
+   * (older than twice the max age, which retention drops at the next write or open) is left out.
+   */
   async range(device: string, cursor: string, max: number): Promise<Delivery[]> {
     const rows = await this.redis(() => this.read.xrange(this.keys.notes(device), cursor === '' ? '-' : `(${cursor}`, '+', 'COUNT', max));
-    const out: Delivery[] = new Array(rows.length);
-    for (let i = 0; i < rows.length; i++) {
-      const [id, f] = rows[i];
-      const d = parseNotification(id, f);
-      if (d === null) throw new AmbitError('UNAVAILABLE', `${COMPONENT}: notification ${id} of ${show(device)} has no event`);
-      out[i] = d;
+    const parsed = rows.map(([id, f]) => {
+      const n = parseStoredNotification(id, f);
+      if (n === null) throw new AmbitError('UNAVAILABLE', `${COMPONENT}: notification ${id} of ${show(device)} has no event`);
+      return n;
+    });
+    const refs = [...new Set(parsed.filter((n) => n.event === null).map((n) => n.ref as string))];
+    const events = new Map<string, Event>();
+    if (refs.length > 0) {
+      const values = await this.redis(() => this.read.mget(refs.map((r) => this.keys.event(r))));
+      for (let i = 0; i < refs.length; i++) {
+        const v = values[i];
+        if (v !== null) events.set(refs[i], this.recentEvents.get(v));
+      }
+    }
+    const out: Delivery[] = [];
+    for (const n of parsed) {
+      const event = n.event ?? events.get(n.ref as string);
+      if (event === undefined) {
+        this.log?.warn({ device, deliveryId: n.deliveryId }, `${COMPONENT}: notification ${n.deliveryId} names an event that has expired; skipped`);
+        continue;
+      }
+      out.push({ deliveryId: n.deliveryId, event, subscriptionIds: n.subscriptionIds, publishedAtMs: n.publishedAtMs });
     }
     return out;
   }

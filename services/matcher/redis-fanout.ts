@@ -42,6 +42,8 @@ export class RedisFanOut implements FanOut {
   private readonly script: 'ambitDeliver' | 'ambitDeliverSharded';
   /** The event being queued (its JSON is built once, on its first recipient). */
   private eventSeq = 0;
+  /** The events of the batch with recipients: stored once ({p}ev:<ref>) before the deliver calls. */
+  private stored: (string | number)[] = [];
   /** The fencing token every call carries (the matcher's lease token; '' for none). */
   token = '';
   /** @internal test hook: awaited before a flush's calls are sent (the batch is already detached). */
@@ -77,9 +79,10 @@ export class RedisFanOut implements FanOut {
       const rs = recipients[e];
       reached[e] = reachedBy(rs);
       if (rs.length === 0) continue;
-      // The event is encoded once for all its recipients (once per call it spans).
+      // The event is encoded once for all its recipients (once per call it spans), and stored once.
       const json = JSON.stringify(events[e]);
       const seq = ++this.eventSeq;
+      this.stored.push(this.k.event(`${source.id}:${e}`), json);
       for (let i = 0; i < rs.length; i++) {
         const r = rs[i];
         const g = this.k.groupOf(r.device);
@@ -118,6 +121,7 @@ export class RedisFanOut implements FanOut {
   }
 
   private reset(): void {
+    this.stored = [];
     this.pipelines = new Map();
     this.queued = 0;
     this.calls.fill(undefined);
@@ -127,9 +131,19 @@ export class RedisFanOut implements FanOut {
     for (const call of this.calls) if (call !== undefined) this.emit(call);
     const pipelines = this.pipelines;
     if (pipelines.size === 0) return;
+    const stored = this.stored;
     this.pipelines = new Map();
+    this.stored = [];
     this.queued = 0;
     await this.beforeExec?.();
+    // The events first, so a notification is never readable before the event it names. They live
+    // twice the max age: past any notification that names them (streams are trimmed by age).
+    const ev = this.cmd.pipeline();
+    const ttl = 2 * this.retention.maxAgeMs;
+    for (let i = 0; i < stored.length; i += 2) ev.set(stored[i] as string, stored[i + 1], 'PX', ttl);
+    const evResults = await ev.exec();
+    if (evResults === null) throw new Error('redis fan-out: pipeline aborted');
+    for (const [err] of evResults) if (err !== null) throw err;
     const all = await Promise.all([...pipelines.values()].map((p) => p.exec()));
     for (const results of all) {
       if (results === null) throw new Error('redis fan-out: pipeline aborted');

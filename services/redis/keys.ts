@@ -25,6 +25,8 @@
  *   {p}matcher:lease    STRING "<token> <matcher id>" of the leader, with a TTL (lease.ts)
  *   {p}matcher:epoch    STRING the newest leader's token (INCR)
  *   {p}eid:{event id}   STRING "<reached> <in-entry id>" of a matched event, for the dedupe window (PX)
+ *   {p}ev:{entry}:{i}   STRING the JSON of the i-th event of in-entry {entry}, stored once for all its
+ *                             recipients' notifications (which name it), for twice the max age (PX)
  *   {p}reply:{gateway}  CHANNEL publish replies for one gateway (cluster: a shard channel)
  *
  *   device-group scope (cluster tag {d<g>}; single: one group whose keys are the names above)
@@ -183,6 +185,11 @@ export class Keys {
     if (!channel.startsWith(w)) return null;
     const device = channel.slice(w.length);
     return this.groupOf(device).index === g ? device : null;
+  }
+
+  /** The stored event a notification refers to ("<in-entry id>:<event index>"). */
+  event(ref: string): string {
+    return `${this.base}ev:${ref}`;
   }
 
   eventId(id: string): string {

@@ -114,15 +114,30 @@ export function parseReply(message: string): PublishReply | null {
 
 /** A stored notification, from XRANGE's flat [field, value, ...]; null when it has no event. */
 export function parseNotification(deliveryId: string, f: readonly string[]): Delivery | null {
-  let event: Event | undefined;
+  const n = parseStoredNotification(deliveryId, f);
+  return n === null || n.event === null ? null : { deliveryId, event: n.event, subscriptionIds: n.subscriptionIds, publishedAtMs: n.publishedAtMs };
+}
+
+/**
+ * A stored notification as its stream holds it: with its event (entries of earlier versions, field
+ * 'e') or naming it (field 'r': the reference of `Keys.event`, read separately). Null when it has
+ * neither.
+ */
+export function parseStoredNotification(
+  deliveryId: string,
+  f: readonly string[],
+): { deliveryId: string; event: Event | null; ref: string | null; subscriptionIds: string[]; publishedAtMs: number } | null {
+  let event: Event | null = null;
+  let ref: string | null = null;
   let subscriptionIds: string[] = [];
   let publishedAtMs = 0;
   for (let j = 0; j + 1 < f.length; j += 2) {
-    if (f[j] === 'e') event = JSON.parse(f[j + 1]) as Event;
+    if (f[j] === 'r') ref = f[j + 1];
+    else if (f[j] === 'e') event = JSON.parse(f[j + 1]) as Event;
     else if (f[j] === 's') subscriptionIds = JSON.parse(f[j + 1]) as string[];
     else if (f[j] === 'p') publishedAtMs = Number(f[j + 1]);
   }
-  return event === undefined ? null : { deliveryId, event, subscriptionIds, publishedAtMs };
+  return event === null && ref === null ? null : { deliveryId, event, ref, subscriptionIds, publishedAtMs };
 }
 
 /**

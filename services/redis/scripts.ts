@@ -179,6 +179,9 @@ end
  * max age: a stream lives at least max age after its last notification. Each notification is
  * published on the device's doorbell channel whole ("<id>\n<published ms>\n<subscription ids
  * JSON>\n<event JSON>"), so a gateway with the device's stream open delivers it without a read.
+ * The stored entry names its event ('r' = "<in-entry id>:<event index>", the matcher stores the
+ * event's JSON once under {p}ev:<ref> before the call) instead of holding it: an event's bytes are
+ * kept once, not once per recipient.
  * KEYS: dstate, stats, nseq, nlast (the last two read only for devices without a state), then
  *       n:{device} of each recipient, then the lease epoch (fencing, see FENCE).
  * ARGV: max per device, max age ms, doorbell channel prefix, now ms ('' = Redis's clock), event
@@ -248,7 +251,7 @@ for i = 1, n do
     local ord = s[2] + 1
     local id = string.format('%.0f-%.0f', ms, ord)
     local b = 2 + 4 * e
-    local added = redis.pcall('XADD', key, 'MINID', minid, id, 'e', ARGV[b + 3], 's', ARGV[j + 2], 'p', ARGV[b + 2])
+    local added = redis.pcall('XADD', key, 'MINID', minid, id, 'r', ARGV[b] .. ':' .. ARGV[b + 1], 's', ARGV[j + 2], 'p', ARGV[b + 2])
     if type(added) == 'table' and added.err then
       -- Keep what was stored so far consistent with the states (a replay then skips it), then fail.
       save_states()

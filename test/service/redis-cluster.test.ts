@@ -17,7 +17,7 @@ import { anywhere, pullN, runHubContract, sub } from '../support/hub-contract.js
 import { redisTestKit, useRedisCluster } from '../support/redis-deployment.js';
 
 const { missing, source, cluster } = useRedisCluster();
-const { freshPrefix, keysOf, matcherOptions, hubOptions, deployment, contractFixture, partitionedFixture, inspect } = redisTestKit(source, 8);
+const { freshPrefix, keysOf, matcherOptions, hubOptions, deployment, contractFixture, partitionedFixture, inspect, storedEvents } = redisTestKit(source, 8);
 
 const all = sub('all', anywhere({ name: 'i', op: 'exists' }));
 const ev = (i: number) => ({ id: `ev-${i}`, lat: 45.4642, lon: 9.19, attributes: { i } });
@@ -135,7 +135,7 @@ describe('redis cluster deployment', { skip: missing ?? false, timeout: 120_000 
         boxes[b].close();
       }
       for (const dev of devices) {
-        const ids = (await inspect((r) => r.xrange(k.notes(dev), '-', '+'))).map(([, f]) => (JSON.parse(f[f.indexOf('e') + 1]) as { attributes: { i: number } }).attributes.i);
+        const ids = (await storedEvents(d.prefix, dev)).map(([, e]) => e.attributes.i);
         assert.deepEqual(ids, range(1, N), `${dev}: each event stored once`);
       }
     } finally {

@@ -63,6 +63,42 @@ describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
     for (const bad of ['5-1', 'x-1\n1\n[]\n{}', '5-1\n1\n[\n{}', '5-1\n1\n[]\n{', '5-1\n1\n[]']) assert.equal(parsePushedNotification(bad, events), null, JSON.stringify(bad));
   });
 
+  it("an event is stored once for all its recipients: their entries name it, a read after a gap resolves it, and an entry whose event expired is skipped", () =>
+    live(1, async (d) => {
+      const [hub] = d.hubs;
+      const k = hub.keys;
+      for (const dev of ['ev-a', 'ev-b', 'ev-c']) await hub.addSubscription(dev, all);
+      assert.deepEqual((await hub.publish([event({ i: 1 }), event({ i: 2 })])).map((r) => r.reached), [3, 3]);
+      const refs = await inspect(async (r) => {
+        const out: string[][] = [];
+        for (const dev of ['ev-a', 'ev-b', 'ev-c']) {
+          const rows = await r.xrange(k.notes(dev), '-', '+');
+          for (const [, f] of rows) assert.ok(!f.includes('e'), 'the entry does not hold the event');
+          out.push(rows.map(([, f]) => f[f.indexOf('r') + 1]));
+        }
+        return out;
+      });
+      assert.deepEqual(refs[1], refs[0], 'the recipients name the same events');
+      assert.deepEqual(refs[2], refs[0]);
+      const maxAge = 24 * 3600_000; // the matcher's default retention
+      await inspect(async (r) => {
+        for (const ref of refs[0]) {
+          assert.equal((JSON.parse((await r.get(k.event(ref)))!) as { attributes: { i: number } }).attributes.i, refs[0].indexOf(ref) + 1);
+          const ttl = await r.pttl(k.event(ref));
+          assert.ok(ttl > maxAge && ttl <= 2 * maxAge, `the event outlives the notifications that name it (${ttl} ms)`);
+        }
+      });
+      // Opened behind its backlog, the inbox reads the stream and gets the events whole.
+      const a = await hub.openInbox('ev-a', '');
+      assert.deepEqual((await pullN(a, 2)).map((x) => x.event.attributes.i), [1, 2]);
+      a.close();
+      // The first event's key gone (as after twice the max age): its entry is skipped, the next delivered.
+      await inspect((r) => r.del(k.event(refs[0][0])));
+      const b = await hub.openInbox('ev-b', '');
+      assert.deepEqual((await pullN(b, 1)).map((x) => x.event.attributes.i), [2]);
+      b.close();
+    }));
+
   it('a live inbox gets its notifications pushed: its stream is read at open, not per notification', () =>
     live(1, async (d) => {
       const [hub] = d.hubs;
@@ -184,7 +220,8 @@ describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
       assert.equal(await deliver([e0, e1], [ada1, bo1, ada2]), 3);
       assert.equal(await deliver([e0, e1], [ada1, bo1, ada2, ['bo', 2]]), 1, 'the replay stores only what bo lacked');
       assert.equal(await deliver([[`${ms}-8`, 0]], [['bo', 1]]), 1, 'a later entry is stored');
-      const ids = async (dev: string) => (await r.xrange(k.notes(dev), '-', '+')).map(([id, f]) => [id, JSON.parse(f[1]).id]);
+      // Each entry names its event: "<in-entry id>:<event index>" (the events here are e<index>).
+      const ids = async (dev: string) => (await r.xrange(k.notes(dev), '-', '+')).map(([id, f]) => [id, `e${f[f.indexOf('r') + 1].split(':')[1]}`]);
       assert.deepEqual(await ids('ada'), [
         [`${ms}-1`, 'e0'],
         [`${ms}-2`, 'e1'],

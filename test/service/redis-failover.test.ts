@@ -30,7 +30,7 @@ for (const kind of ['single', 'cluster'] as const) {
 const source: () => RedisSource = kind === 'single' ? single.url : cluster.source;
 const missing = kind === 'single' ? single.missing : cluster.missing;
 // Few device groups on the cluster, so the devices of a test share groups as well as spreading.
-const { freshPrefix, keysOf, matcherOptions, hubOptions, inspect } = redisTestKit(source, 4);
+const { freshPrefix, keysOf, matcherOptions, hubOptions, inspect, storedEvents } = redisTestKit(source, 4);
 
 /** Matchers and one gateway on a fresh prefix; everything still running is stopped by close(). */
 async function leadership(f: (d: { prefix: string; start(more?: Partial<RedisMatcherOptions>): Promise<RedisMatcher>; hub: RedisHub }) => Promise<void>) {
@@ -55,9 +55,9 @@ async function leadership(f: (d: { prefix: string; start(more?: Partial<RedisMat
 
 /** Each stored notification's `i` of a device, in stream order, and its ordinals. */
 async function stored(prefix: string, device: string): Promise<{ is: number[]; ordinals: number[] }> {
-  const entries = await inspect((r) => r.xrange(keysOf(prefix).notes(device), '-', '+'));
+  const entries = await storedEvents(prefix, device);
   return {
-    is: entries.map(([, f]) => (JSON.parse(f[f.indexOf('e') + 1]) as { attributes: { i: number } }).attributes.i),
+    is: entries.map(([, e]) => e.attributes.i as number),
     ordinals: entries.map(([id]) => Number(id.split('-')[1])),
   };
 }

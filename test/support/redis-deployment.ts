@@ -8,6 +8,7 @@ import { after, before } from 'node:test';
 import { Cluster, Redis } from 'ioredis';
 import { type Conn, type RedisSource, isClusterSource } from '../../services/redis/connection.js';
 import { Keys } from '../../services/redis/keys.js';
+import type { Event } from '../../src/model/types.js';
 import { layoutFor } from '../../services/redis/layout.js';
 import type { HubFixture, HubSetup } from './hub-contract.js';
 import { type RedisClusterHandle, redisClusterMissing, startRedisCluster } from './redis-cluster.js';
@@ -156,5 +157,23 @@ export function redisTestKit(url: () => RedisSource, deviceGroups?: number) {
     }
   }
 
-  return { freshPrefix, keysOf, matcherOptions, hubOptions, deployment, contractFixture, partitionedFixture, inspect };
+  /**
+   * A device's stored notifications as [delivery id, event], in stream order: the events the
+   * entries name are read from their keys (an entry of earlier versions holds its event).
+   */
+  async function storedEvents(prefix: string, device: string, partition = 0): Promise<[string, Event][]> {
+    const k = new Keys(prefix, keysOf(prefix).layout, partition);
+    return inspect(async (r) => {
+      const out: [string, Event][] = [];
+      for (const [id, f] of await r.xrange(k.notes(device), '-', '+')) {
+        const ref = f[f.indexOf('r') + 1];
+        const json = f.includes('e') ? f[f.indexOf('e') + 1] : await r.get(k.event(ref));
+        assert.ok(json !== null, `the event of ${device}'s ${id} is stored`);
+        out.push([id, JSON.parse(json) as Event]);
+      }
+      return out;
+    });
+  }
+
+  return { freshPrefix, keysOf, matcherOptions, hubOptions, deployment, contractFixture, partitionedFixture, inspect, storedEvents };
 }
