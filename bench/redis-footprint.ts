@@ -10,7 +10,11 @@
  *   3. E events are published, each reaching about R devices; the notifications stay stored;
  *   4. every device opens its inbox and acknowledges what it has (the ack point is stored).
  *
- *   node dist/bench/redis-footprint.js [--devices 20000] [--subs-per-device 5] [--events 2000] [--reach 10] [--out FILE]
+ * Redis preallocates a stream's first node (`stream-node-max-bytes`, 4096 by default), so a device's
+ * first notification costs a node and later ones fill it: --stream-node-max-bytes sets the server's
+ * value for the run (docs/service.md recommends 512).
+ *
+ *   node dist/bench/redis-footprint.js [--devices 20000] [--subs-per-device 5] [--events 2000] [--reach 10] [--stream-node-max-bytes 4096] [--out FILE]
  */
 import os from 'node:os';
 import { Redis } from 'ioredis';
@@ -32,6 +36,7 @@ const HELP = `Usage: node dist/bench/redis-footprint.js [options]
   --subs-per-device N  subscriptions per device (default 5)
   --events N           events published (default 2000)
   --reach N            devices an event reaches on average (default 10)
+  --stream-node-max-bytes N  the redis-server's stream-node-max-bytes for the run (default 4096, Redis's own)
   --seed N             seed (default 1)
   --out PATH           result file (default bench/results/redis-footprint.json)
   --help`;
@@ -47,7 +52,7 @@ async function usedMemory(r: Redis): Promise<number> {
 }
 
 async function main(): Promise<void> {
-  const cl = readCommandLine(process.argv.slice(2), new Set(['help']), new Set(['devices', 'subs-per-device', 'events', 'reach', 'seed', 'out']), fail, HELP);
+  const cl = readCommandLine(process.argv.slice(2), new Set(['help']), new Set(['devices', 'subs-per-device', 'events', 'reach', 'seed', 'out', 'stream-node-max-bytes']), fail, HELP);
   if (cl === null) return;
   const { a, r } = cl;
   const devices = r.int('devices', 20_000, 10);
@@ -55,10 +60,12 @@ async function main(): Promise<void> {
   const events = r.int('events', 2000, 1);
   const reach = r.int('reach', 10, 1);
   const seed = r.int('seed', 1, 0);
+  const nodeBytes = r.int('stream-node-max-bytes', 4096, 0);
   const run = new ResultRun({ out: a.out, defaultFile: 'bench/results/redis-footprint.json', fail });
-  process.stdout.write(`machine: ${describeMachine(run.machine)}\nparams: ${JSON.stringify({ devices, subsPerDevice, events, reach, seed })}\n`);
+  process.stdout.write(`machine: ${describeMachine(run.machine)}\nparams: ${JSON.stringify({ devices, subsPerDevice, events, reach, seed, streamNodeMaxBytes: nodeBytes })}\n`);
   const server = await startRedisServer();
   const look = new Redis(server.url, { protocol: 2 });
+  await look.config('SET', 'stream-node-max-bytes', String(nodeBytes));
   const rng = new Prng(seed);
   // A radius such that an event reaches about `reach` devices of the city.
   const areaM2 = (SPAN_DEG * 111_320) * (SPAN_DEG * 111_320 * Math.cos((CENTER.lat * Math.PI) / 180));
@@ -106,27 +113,36 @@ async function main(): Promise<void> {
     });
     // Notifications: a first round gives most devices their stream and delivery state, a second
     // round adds entries to existing streams (the cost per notification at steady state).
+    const storedNow = async () => (await Promise.all(ids.map((d) => look.xlen(hub.keys.notes(d))))).reduce((x, y) => x + y, 0);
     const publishRound = async (n: number) => {
-      let reached = 0;
+      const before = await storedNow();
       for (let i = 0; i < n; i++) {
-        const [res] = await hub.publish([{ id: `e${rng.int(0, 2 ** 30)}-${i}`, lat: CENTER.lat - SPAN_DEG / 2 + rng.float() * SPAN_DEG, lon: CENTER.lon - SPAN_DEG / 2 + rng.float() * SPAN_DEG, attributes: { kind: KINDS[rng.int(0, KINDS.length - 1)], level: 4, price: 5 } }]);
-        reached += res.reached;
+        await hub.publish([{ id: `e${rng.int(0, 2 ** 30)}-${i}`, lat: CENTER.lat - SPAN_DEG / 2 + rng.float() * SPAN_DEG, lon: CENTER.lon - SPAN_DEG / 2 + rng.float() * SPAN_DEG, attributes: { kind: KINDS[rng.int(0, KINDS.length - 1)], level: 4, price: 5 } }]);
       }
       await settle();
-      return reached;
+      return (await storedNow()) - before;
     };
     for (const [name, n] of [
       ['notifications, first round', events],
-      ['notifications, later rounds', events * 4],
+      ['notifications, later rounds', events * 9],
     ] as [string, number][]) {
-      let reached = 0;
+      let stored = 0;
+      // The measurement of the round includes counting what it stored (no memory of its own).
       await measure(name, 1, async () => {
-        reached = await publishRound(n);
+        stored = await publishRound(n);
       });
-      steps[name].items = reached;
-      steps[name].bytesPerItem = steps[name].bytes / Math.max(1, reached);
-      process.stdout.write(`  (${n} events, ${reached} notifications: ${steps[name].bytesPerItem.toFixed(1)} B each, with delivery states and event ids)\n`);
+      steps[name].items = stored;
+      steps[name].bytesPerItem = steps[name].bytes / Math.max(1, stored);
+      process.stdout.write(`  (${n} events, ${stored} notifications stored: ${steps[name].bytesPerItem.toFixed(1)} B each, with delivery states, stored events and event ids)\n`);
     }
+    // What notifications cost per device: its stream (a node preallocated at its first entry) and
+    // its entries, over both rounds.
+    const lens = await Promise.all(ids.map((d) => look.xlen(hub.keys.notes(d))));
+    const notifiedDevices = lens.filter((n) => n > 0).length;
+    const storedNotifications = lens.reduce((a2, b2) => a2 + b2, 0);
+    const notificationBytes = steps['notifications, first round'].bytes + steps['notifications, later rounds'].bytes;
+    const perDevice = { notifiedDevices, storedNotifications, perNotifiedDevice: notificationBytes / notifiedDevices, notificationsPerDevice: storedNotifications / notifiedDevices };
+    process.stdout.write(`notification storage: ${perDevice.perNotifiedDevice.toFixed(0)} B per notified device, ${perDevice.notificationsPerDevice.toFixed(1)} notifications each on average (${notifiedDevices} devices)\n`);
     await measure('ack points', devices, async () => {
       for (let from = 0; from < devices; from += 200) {
         await Promise.all(
@@ -144,7 +160,7 @@ async function main(): Promise<void> {
     const total = (await usedMemory(look)) - base;
     const engine = { filters: stats.filters, memoryBytes: stats.memoryBytes, bytesPerFilter: stats.memoryBytes / Math.max(1, stats.filters) };
     process.stdout.write(`matcher engine (fast): ${stats.filters} filters, ${engine.bytesPerFilter.toFixed(0)} B each (its own estimate)\nRedis in all: ${(total / 1e6).toFixed(1)} MB for ${devices} devices\n`);
-    run.write({ schema: 'ambit-redis-footprint/1', createdAt: new Date().toISOString(), machine: run.machine, loadAverage: os.loadavg()[0], params: { devices, subsPerDevice, events, reach, seed, radiusM }, steps, engine, redisTotalBytes: total });
+    run.write({ schema: 'ambit-redis-footprint/1', createdAt: new Date().toISOString(), machine: run.machine, loadAverage: os.loadavg()[0], params: { devices, subsPerDevice, events, reach, seed, radiusM, streamNodeMaxBytes: nodeBytes }, steps, perDevice, engine, redisTotalBytes: total });
     process.stdout.write(`wrote ${run.shown}\n`);
   } finally {
     await hub.close();

@@ -87,6 +87,8 @@ describe('packaging: deploy/ agrees with the server', () => {
   it('the compose file: Redis without eviction, matchers and gateways whose environments the server accepts', () => {
     const services = compose();
     assert.deepEqual(services.redis.command?.slice(-2), ['--maxmemory-policy', 'noeviction']);
+    const cmd = services.redis.command ?? [];
+    assert.equal(cmd[cmd.indexOf('--stream-node-max-bytes') + 1], '512', 'small stream nodes (docs/service.md, Sizing Redis)');
     const roles: string[] = [];
     for (const [name, s] of Object.entries(services)) {
       if (name === 'redis') continue;
@@ -106,6 +108,7 @@ describe('packaging: deploy/ agrees with the server', () => {
       const cmd = services[n].command ?? [];
       assert.equal(cmd[cmd.indexOf('--cluster-enabled') + 1], 'yes', `${n} runs in cluster mode`);
       assert.deepEqual(cmd.slice(-2), ['--maxmemory-policy', 'noeviction']);
+      assert.equal(cmd[cmd.indexOf('--stream-node-max-bytes') + 1], '512', `${n}: small stream nodes`);
     }
     const init = (services['redis-init'].command ?? []).join(' ');
     for (const n of nodes) assert.ok(init.includes(`${n}:6379`), `redis-init joins ${n}`);
