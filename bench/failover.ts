@@ -22,12 +22,14 @@ import { RedisHub } from '../services/hub/redis.js';
 import { RedisMatcher } from '../services/matcher/redis.js';
 import { ENGINE_SIDE_LIMITS } from '../services/hub/port.js';
 import { compareStreamIds } from '../services/redis/codec.js';
-import { type RedisServer, startRedisServer } from '../test/support/redis-server.js';
+import { startRedisServer } from '../test/support/redis-server.js';
+import { startRedisCluster } from '../test/support/redis-cluster.js';
+import type { RedisSource } from '../services/redis/connection.js';
 import { type Fail, cliFail, readCommandLine, runMain } from './lib/args.js';
 import { describeMachine } from './lib/machine.js';
 import { type Summary, summarize } from './lib/stats.js';
 import { ResultRun } from './lib/result-file.js';
-import { wipePrefix, withRedis } from './lib/redis.js';
+import { wipePrefix, withConn } from './lib/redis.js';
 
 const HELP = `Usage: node dist/bench/failover.js [options]
 
@@ -39,12 +41,14 @@ const HELP = `Usage: node dist/bench/failover.js [options]
                         the count grows, so every size stores about the same notifications per second
   --seed N              positions seed (default 1)
   --redis URL           use this Redis (its prefix bench-failover: is wiped) instead of starting a redis-server
+  --redis-nodes N       start a Redis Cluster of N masters (N >= 3, no replicas) for the run instead (AMBIT_REDIS_CLUSTER: a
+                        new leader raises the fence of every device group before it leads)
   --out PATH            result file (default bench/results/failover.json)
   --help`;
 
 const fail: Fail = cliFail('failover', HELP);
 const FLAGS = new Set(['help']);
-const VALUED = new Set(['subscriptions', 'reps', 'lease-ms', 'rate', 'reach', 'seed', 'redis', 'out']);
+const VALUED = new Set(['subscriptions', 'reps', 'lease-ms', 'rate', 'reach', 'seed', 'redis', 'redis-nodes', 'out']);
 const PREFIX = 'bench-failover:';
 const CENTER = { lat: 45.4642, lon: 9.19 };
 /** About 20 km across. */
@@ -88,16 +92,29 @@ async function main(): Promise<void> {
   const reach = r.int('reach', 10, 1);
   const seed = r.int('seed', 1, 0);
   const run = new ResultRun({ out: a.out, defaultFile: 'bench/results/failover.json', fail });
-  const params = { sizes, reps, leaseMs, rate, reach, seed, engine: 'fast' };
+  const redisNodes = r.int('redis-nodes', 0, 0);
+  if (redisNodes > 0 && redisNodes < 3) fail('--redis-nodes must be at least 3 (a Redis Cluster)');
+  if (redisNodes > 0 && typeof a.redis === 'string') fail('--redis and --redis-nodes exclude each other');
+  const params = { sizes, reps, leaseMs, rate, reach, seed, engine: 'fast', redisNodes };
   process.stdout.write(`machine: ${describeMachine(run.machine)}\nparams: ${JSON.stringify(params)}\n`);
   const loadBefore = os.loadavg();
-  let server: RedisServer | null = null;
-  const url = typeof a.redis === 'string' ? a.redis : (server = await startRedisServer()).url;
+  let server: { stop(): Promise<void> } | null = null;
+  let url: RedisSource;
+  if (redisNodes > 0) {
+    const c = await startRedisCluster({ masters: redisNodes, replicasPerMaster: 0 });
+    server = c;
+    url = { cluster: c.nodes };
+  } else if (typeof a.redis === 'string') url = a.redis;
+  else {
+    const s1 = await startRedisServer();
+    server = s1;
+    url = s1.url;
+  }
   const results: SizeResult[] = [];
   try {
     for (const n of sizes) results.push(await oneSize(url, n, { reps, leaseMs, rate, radiusM: radiusFor(n, reach), seed }));
   } finally {
-    await wipe(url);
+    if (typeof url === 'string') await wipe(url);
     await server?.stop();
   }
   const fmt = (s: Summary) => `${s.min.toFixed(0)} / ${s.median.toFixed(0)} / ${s.p99.toFixed(0)}`;
@@ -123,14 +140,16 @@ async function main(): Promise<void> {
   process.stdout.write(`wrote ${run.shown}\n`);
 }
 
-async function oneSize(url: string, n: number, o: { reps: number; leaseMs: number; rate: number; radiusM: number; seed: number }): Promise<SizeResult> {
-  await wipe(url);
-  const hubs = [0, 1].map(() => RedisHub.connect({ redis: url, prefix: PREFIX, publishTimeoutMs: 120_000 }));
+async function oneSize(url: RedisSource, n: number, o: { reps: number; leaseMs: number; rate: number; radiusM: number; seed: number }): Promise<SizeResult> {
+  // A fresh prefix per size (a cluster is not wiped, a plain Redis is).
+  const prefix = `${PREFIX}${n}:`;
+  if (typeof url === 'string') await wipe(url);
+  const hubs = [0, 1].map(() => RedisHub.connect({ redis: url, prefix, publishTimeoutMs: 120_000 }));
   const [hubA, hubB] = await Promise.all(hubs);
   const matchers: RedisMatcher[] = [];
   const start = async () => {
     const t0 = performance.now();
-    const m = await RedisMatcher.start({ redis: url, prefix: PREFIX, engine: CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }), engineDetail: 'fast', leaseMs: o.leaseMs, readCount: 1024 });
+    const m = await RedisMatcher.start({ redis: url, prefix, engine: CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }), engineDetail: 'fast', leaseMs: o.leaseMs, readCount: 1024 });
     matchers.push(m);
     return { m, ms: performance.now() - t0 };
   };
@@ -151,18 +170,18 @@ async function oneSize(url: string, n: number, o: { reps: number; leaseMs: numbe
       await hubA.updateLocations(moves);
       if (i % 100_000 === 0 && i > 0) log(`${n}: loaded ${i}`);
     }
-    await caughtUp(url, leader);
+    await caughtUp(url, hubA, leader);
     const loadMs = performance.now() - t0;
     log(`${n}: ${n} subscriptions and positions loaded in ${(loadMs / 1000).toFixed(1)} s; the leader has applied them`);
     const cold: number[] = [];
     let standby = await start();
     cold.push(standby.ms);
-    await caughtUp(url, standby.m);
+    await caughtUp(url, hubA, standby.m);
     const takeovers: Takeover[] = [];
     const latencies: number[] = [];
     let seq = 0;
     for (let rep = 0; rep < o.reps; rep++) {
-      const before = await stored(url);
+      const before = await stored(hubA);
       const answers: { sent: number; done: Promise<{ at: number; reached: number }> }[] = [];
       let crashAt = Infinity;
       let stop = false;
@@ -196,11 +215,11 @@ async function oneSize(url: string, n: number, o: { reps: number; leaseMs: numbe
         if (d.sent >= crashAt - 500) outageMs = Math.max(outageMs, d.at - d.sent);
         else latencies.push(d.at - d.sent);
       }
-      const notificationsStored = (await stored(url)) - before;
+      const notificationsStored = (await stored(hubA)) - before;
       // The next standby, cold-started while the new leader serves.
       standby = await start();
       cold.push(standby.ms);
-      await caughtUp(url, standby.m);
+      await caughtUp(url, hubA, standby.m);
       takeovers.push({ takeoverMs, outageMs, standbyStartMs: standby.ms, publishes: done.length, reached, notificationsStored });
       log(`${n} rep ${rep}: takeover ${takeoverMs.toFixed(0)} ms, outage ${outageMs.toFixed(0)} ms, ${done.length} publishes, reached ${reached}, stored ${notificationsStored}; cold start ${standby.ms.toFixed(0)} ms`);
     }
@@ -232,13 +251,14 @@ function radiusFor(n: number, reach: number): number {
 const wipe = (url: string) => wipePrefix(url, PREFIX);
 
 /** Resolves once `m` has applied everything now in the command stream. */
-async function caughtUp(url: string, m: RedisMatcher): Promise<void> {
-  const last = await withRedis(url, async (r) => (await r.xrevrange(`${PREFIX}in`, '+', '-', 'COUNT', 1))[0]?.[0] ?? '0-0');
+async function caughtUp(url: RedisSource, hub: RedisHub, m: RedisMatcher): Promise<void> {
+  const last = await withConn(url, async (r) => (await r.xrevrange(hub.keys.in, '+', '-', 'COUNT', 1))[0]?.[0] ?? '0-0');
   while (compareStreamIds(m.position, last) < 0) await new Promise((res) => setTimeout(res, 20));
 }
 
-async function stored(url: string): Promise<number> {
-  return withRedis(url, async (r) => Number((await r.hget(`${PREFIX}stats`, 'notifications')) ?? 0));
+/** Notifications stored in the deployment (summed over the device groups on a cluster). */
+async function stored(hub: RedisHub): Promise<number> {
+  return (await hub.stats()).notifications;
 }
 
 runMain('failover', main);

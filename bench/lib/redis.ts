@@ -1,5 +1,6 @@
-/** A plain Redis connection for benchmarks that look at or clean up Redis directly. */
-import { Redis } from 'ioredis';
+/** Redis connections for benchmarks that look at or clean up Redis directly. */
+import { Cluster, Redis } from 'ioredis';
+import { type Conn, type RedisSource, isClusterSource } from '../../services/redis/connection.js';
 
 /** Runs `f` on a connection of its own, closed after. */
 export async function withRedis<T>(url: string, f: (r: Redis) => Promise<T>): Promise<T> {
@@ -23,4 +24,15 @@ export async function wipePrefix(url: string, prefix: string): Promise<string> {
     } while (cursor !== '0');
     return /redis_version:(\S+)/.exec(await r.info('server'))?.[1] ?? 'unknown';
   });
+}
+
+/** Runs `f` on a connection of its own to a plain Redis or a cluster (a cluster client), closed after. */
+export async function withConn<T>(source: RedisSource, f: (r: Conn) => Promise<T>): Promise<T> {
+  const r: Conn = isClusterSource(source) ? new Cluster(source.cluster, { lazyConnect: true, redisOptions: { protocol: 2 } }) : new Redis(source as string, { lazyConnect: true, protocol: 2 });
+  await r.connect();
+  try {
+    return await f(r);
+  } finally {
+    r.disconnect();
+  }
 }
