@@ -137,22 +137,30 @@ export class RedisFanOut implements FanOut {
     this.queued = 0;
     await this.beforeExec?.();
     // The events first, so a notification is never readable before the event it names. They live
-    // twice the max age: past any notification that names them (streams are trimmed by age).
-    const ev = this.cmd.pipeline();
+    // twice the max age: past any notification that names them (streams are trimmed by age). On
+    // one server they go in the same connection's stream of commands, ahead of the deliver calls;
+    // on a cluster they are on another node than most groups, so they are stored before the calls
+    // are sent.
     const ttl = 2 * this.retention.maxAgeMs;
-    for (let i = 0; i < stored.length; i += 2) ev.set(stored[i] as string, stored[i + 1], 'PX', ttl);
-    const evResults = await ev.exec();
-    if (evResults === null) throw new Error('redis fan-out: pipeline aborted');
-    for (const [err] of evResults) if (err !== null) throw err;
+    const ev = this.k.layout.cluster ? this.cmd.pipeline() : null;
+    const evPipe = ev ?? this.cmd.pipeline();
+    for (let i = 0; i < stored.length; i += 2) evPipe.set(stored[i] as string, stored[i + 1], 'PX', ttl);
+    const evDone = evPipe.exec();
+    evDone.catch(() => {}); // awaited below; a failure of the calls first must not leave it unhandled
+    if (ev !== null) check(await evDone);
     const all = await Promise.all([...pipelines.values()].map((p) => p.exec()));
-    for (const results of all) {
-      if (results === null) throw new Error('redis fan-out: pipeline aborted');
-      for (const [err] of results) if (err !== null) throw err;
-    }
+    if (ev === null) check(await evDone);
+    for (const results of all) check(results);
   }
 
   /** Notifications queued and not yet flushed. */
   get pending(): number {
     return this.queued;
   }
+}
+
+/** A pipeline's answers: aborted or a command's error fails the flush. */
+function check(results: [Error | null, unknown][] | null): void {
+  if (results === null) throw new Error('redis fan-out: pipeline aborted');
+  for (const [err] of results) if (err !== null) throw err;
 }
