@@ -21,9 +21,9 @@ import { Redis } from 'ioredis';
 import { SCOPES, TokenAuthority } from '../../services/edge/auth.js';
 import { devicePart } from '../../services/hub/port.js';
 import { Keys } from '../../services/redis/keys.js';
-import { haversineM } from '../../src/model/geo.js';
 import { type Notification, Op } from '../../api/gen/ambit/v1/types_pb.js';
 import { Clients, DeviceStream, Status, eventually, meta, unary } from '../support/grpc.js';
+import { MILAN, type Ev, type Point, ROUND_1_EVENTS, ROUND_2_EVENTS, at, deviceWorld, eventOf, markerFor, markerSub, matching, num, phaseEvent, phaseSub, seqOf } from '../support/device-world.js';
 import { type AmbitProcess, startAmbit } from '../support/processes.js';
 import { useRedisServer } from '../support/redis-deployment.js';
 
@@ -32,102 +32,8 @@ const authority = new TokenAuthority(SECRET);
 const deviceToken = (d: string) => authority.issue({ subject: d, scopes: [SCOPES.device] });
 const publisherToken = authority.issue({ subject: 'pub', scopes: [SCOPES.publish] });
 
-const MILAN = { lat: 45.4642, lon: 9.19 };
-const M_PER_DEG = 111_195;
-/** A point `eastM` metres east and `northM` metres north of Milan's centre. */
-const at = (eastM: number, northM: number) => ({ lat: MILAN.lat + northM / M_PER_DEG, lon: MILAN.lon + eastM / (M_PER_DEG * Math.cos((MILAN.lat * Math.PI) / 180)) });
-type Point = ReturnType<typeof at>;
-const num = (v: number) => ({ kind: { case: 'number', value: v } });
-const text = (v: string) => ({ kind: { case: 'text', value: v } });
-
-/** A subscription of the model: `sev > sevGt`, within `radiusM` of the device (null: anywhere). */
-interface Sub {
-  id: string;
-  radiusM: number | null;
-  sevGt: number;
-}
-interface Dev {
-  name: string;
-  gateway: 'A' | 'B';
-  subs: Sub[];
-}
-interface Ev {
-  seq: number;
-  where: Point;
-  sev: number;
-}
-
 /** Gateways A, A, B, B, ...: the names alternate partitions, so each gateway holds devices of both. */
-const DEVICES: Dev[] = [
-  { name: 'mp-0', gateway: 'A', subs: [{ id: 'near', radiusM: 500, sevGt: 2 }, { id: 'severe', radiusM: 10_000, sevGt: 4 }] },
-  { name: 'mp-1', gateway: 'A', subs: [{ id: 'near', radiusM: 1000, sevGt: 0 }] },
-  { name: 'mp-2', gateway: 'B', subs: [{ id: 'near', radiusM: 300, sevGt: 0 }] },
-  { name: 'mp-3', gateway: 'B', subs: [{ id: 'wide', radiusM: 5000, sevGt: 3 }] },
-  { name: 'mp-4', gateway: 'A', subs: [{ id: 'any', radiusM: null, sevGt: 4 }] },
-  { name: 'mp-5', gateway: 'A', subs: [{ id: 'near', radiusM: 800, sevGt: 1 }, { id: 'severe', radiusM: 10_000, sevGt: 4 }] },
-  { name: 'mp-6', gateway: 'B', subs: [{ id: 'near', radiusM: 1500, sevGt: 2 }] },
-  { name: 'mp-7', gateway: 'B', subs: [{ id: 'near', radiusM: 600, sevGt: 0 }] },
-];
-
-const ROUND_1_POSITIONS: Record<string, Point> = {
-  'mp-0': at(0, 100),
-  'mp-1': at(0, 450),
-  'mp-2': at(0, 1000),
-  'mp-3': at(0, 2200),
-  'mp-4': at(0, -250),
-  'mp-5': at(0, 5500),
-  'mp-6': at(800, 0),
-};
-const ROUND_2_MOVES: Record<string, Point> = {
-  'mp-7': at(0, 0),
-  'mp-0': at(0, 8000),
-  'mp-5': at(0, 300),
-  'mp-2': at(-2000, 0),
-};
-const ROUND_1_EVENTS: Ev[] = [
-  { seq: 1, where: at(0, 0), sev: 3 },
-  { seq: 2, where: at(0, 1000), sev: 1 },
-  { seq: 3, where: at(0, 2200), sev: 5 },
-  { seq: 4, where: at(800, 0), sev: 2 },
-  { seq: 5, where: at(0, 5500), sev: 4 },
-  { seq: 6, where: at(0, -3000), sev: 5 },
-];
-const ROUND_2_EVENTS: Ev[] = [
-  { seq: 7, where: at(0, 0), sev: 2 },
-  { seq: 8, where: at(0, 8000), sev: 5 },
-  { seq: 9, where: at(0, 300), sev: 3 },
-  { seq: 10, where: at(-2000, 100), sev: 1 },
-  { seq: 11, where: at(0, 20_000), sev: 5 },
-  { seq: 12, where: at(0, 0), sev: 0 },
-];
-
-/** No event lies this close to a subscription's boundary, so the expectation does not hang on rounding. */
-const MARGIN_M = 25;
-
-/** The subscriptions of `dev` (at `pos`) that `ev` matches, by the rules of docs/semantics.md. */
-function matching(dev: Dev, pos: Point | undefined, ev: Ev): string[] {
-  const ids: string[] = [];
-  for (const s of dev.subs) {
-    if (!(ev.sev > s.sevGt)) continue;
-    if (s.radiusM !== null) {
-      if (pos === undefined) continue;
-      const d = haversineM(pos.lat, pos.lon, ev.where.lat, ev.where.lon);
-      assert.ok(Math.abs(d - s.radiusM) >= MARGIN_M, `the test's world: ev-${ev.seq} is ${d.toFixed(1)} m from ${dev.name}, too close to ${s.id}'s ${s.radiusM} m`);
-      if (d > s.radiusM) continue;
-    }
-    ids.push(s.id);
-  }
-  return ids.sort();
-}
-
-const eventOf = (ev: Ev) => ({ id: `ev-${ev.seq}`, position: ev.where, attributes: { sev: num(ev.sev), seq: num(ev.seq) } });
-/** An event only `device`'s marker subscription matches. */
-const markerFor = (device: string, n = 0) => ({ id: `mk-${device}-${n}`, position: MILAN, attributes: { to: text(device) } });
-const markerSub = (device: string) => ({ id: 'mk', filters: [{ constraints: [{ name: 'to', op: Op.EQ, value: text(device) }] }] });
-/** An event of one phase: only subscriptions to that phase match it. */
-const phaseEvent = (phase: string, i: number) => ({ id: `${phase}-${i}`, position: MILAN, attributes: { phase: text(phase), seq: num(i) } });
-const phaseSub = (phase: string) => ({ id: phase, filters: [{ constraints: [{ name: 'phase', op: Op.EQ, value: text(phase) }] }] });
-const seqOf = (n: Notification) => n.event!.attributes.seq.kind.value as number;
+const { devices: DEVICES, round1Positions: ROUND_1_POSITIONS, round2Moves: ROUND_2_MOVES } = deviceWorld('mp', ['A', 'A', 'B', 'B', 'A', 'A', 'B', 'B']);
 
 const leading = (l: Record<string, unknown>) => l.component === 'matcher' && typeof l.msg === 'string' && l.msg.includes('leading (lease epoch');
 

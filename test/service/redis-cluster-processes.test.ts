@@ -13,9 +13,9 @@ import * as grpc from '@grpc/grpc-js';
 import { Cluster } from 'ioredis';
 import { SCOPES, TokenAuthority } from '../../services/edge/auth.js';
 import { Keys, keySlot } from '../../services/redis/keys.js';
-import { haversineM } from '../../src/model/geo.js';
-import { type Notification, Op } from '../../api/gen/ambit/v1/types_pb.js';
+import { Op } from '../../api/gen/ambit/v1/types_pb.js';
 import { Clients, DeviceStream, Status, meta, unary, within } from '../support/grpc.js';
+import { type Ev, type Point, ROUND_1_EVENTS, ROUND_2_EVENTS, deviceWorld, eventOf, markerFor, markerSub, matching, num, phaseEvent, phaseSub, seqOf } from '../support/device-world.js';
 import { type AmbitProcess, startAmbit } from '../support/processes.js';
 import { type RedisClusterHandle, redisClusterMissing, startRedisCluster } from '../support/redis-cluster.js';
 
@@ -25,100 +25,9 @@ const deviceToken = (d: string) => authority.issue({ subject: d, scopes: [SCOPES
 const publisherToken = authority.issue({ subject: 'pub', scopes: [SCOPES.publish] });
 const GROUPS = 16;
 
-const MILAN = { lat: 45.4642, lon: 9.19 };
-const M_PER_DEG = 111_195;
-/** A point `eastM` metres east and `northM` metres north of Milan's centre. */
-const at = (eastM: number, northM: number) => ({ lat: MILAN.lat + northM / M_PER_DEG, lon: MILAN.lon + eastM / (M_PER_DEG * Math.cos((MILAN.lat * Math.PI) / 180)) });
-type Point = ReturnType<typeof at>;
-const num = (v: number) => ({ kind: { case: 'number', value: v } });
-const text = (v: string) => ({ kind: { case: 'text', value: v } });
-
-/** A subscription of the model: `sev > sevGt`, within `radiusM` of the device (null: anywhere). */
-interface Sub {
-  id: string;
-  radiusM: number | null;
-  sevGt: number;
-}
-interface Dev {
-  name: string;
-  gateway: 'A' | 'B';
-  subs: Sub[];
-}
-interface Ev {
-  seq: number;
-  where: Point;
-  sev: number;
-}
-
-const DEVICES: Dev[] = [
-  { name: 'rc-0', gateway: 'A', subs: [{ id: 'near', radiusM: 500, sevGt: 2 }, { id: 'severe', radiusM: 10_000, sevGt: 4 }] },
-  { name: 'rc-1', gateway: 'B', subs: [{ id: 'near', radiusM: 1000, sevGt: 0 }] },
-  { name: 'rc-2', gateway: 'A', subs: [{ id: 'near', radiusM: 300, sevGt: 0 }] },
-  { name: 'rc-3', gateway: 'B', subs: [{ id: 'wide', radiusM: 5000, sevGt: 3 }] },
-  { name: 'rc-4', gateway: 'A', subs: [{ id: 'any', radiusM: null, sevGt: 4 }] },
-  { name: 'rc-5', gateway: 'B', subs: [{ id: 'near', radiusM: 800, sevGt: 1 }, { id: 'severe', radiusM: 10_000, sevGt: 4 }] },
-  { name: 'rc-6', gateway: 'A', subs: [{ id: 'near', radiusM: 1500, sevGt: 2 }] },
-  { name: 'rc-7', gateway: 'B', subs: [{ id: 'near', radiusM: 600, sevGt: 0 }] },
-];
-
-/** Where each device is in each round (absent: no position yet, so its anchored areas admit nothing). */
-const ROUND_1_POSITIONS: Record<string, Point> = {
-  'rc-0': at(0, 100),
-  'rc-1': at(0, 450),
-  'rc-2': at(0, 1000),
-  'rc-3': at(0, 2200),
-  'rc-4': at(0, -250),
-  'rc-5': at(0, 5500),
-  'rc-6': at(800, 0),
-};
-const ROUND_2_MOVES: Record<string, Point> = {
-  'rc-7': at(0, 0),
-  'rc-0': at(0, 8000),
-  'rc-5': at(0, 300),
-  'rc-2': at(-2000, 0),
-};
-const ROUND_1_EVENTS: Ev[] = [
-  { seq: 1, where: at(0, 0), sev: 3 },
-  { seq: 2, where: at(0, 1000), sev: 1 },
-  { seq: 3, where: at(0, 2200), sev: 5 },
-  { seq: 4, where: at(800, 0), sev: 2 },
-  { seq: 5, where: at(0, 5500), sev: 4 },
-  { seq: 6, where: at(0, -3000), sev: 5 },
-];
-const ROUND_2_EVENTS: Ev[] = [
-  { seq: 7, where: at(0, 0), sev: 2 },
-  { seq: 8, where: at(0, 8000), sev: 5 },
-  { seq: 9, where: at(0, 300), sev: 3 },
-  { seq: 10, where: at(-2000, 100), sev: 1 },
-  { seq: 11, where: at(0, 20_000), sev: 5 },
-  { seq: 12, where: at(0, 0), sev: 0 },
-];
-
-/** No event lies this close to a subscription's boundary, so the expectation does not hang on rounding. */
-const MARGIN_M = 25;
-
-/** The subscriptions of `dev` (at `pos`) that `ev` matches, by the rules of docs/semantics.md. */
-function matching(dev: Dev, pos: Point | undefined, ev: Ev): string[] {
-  const ids: string[] = [];
-  for (const s of dev.subs) {
-    if (!(ev.sev > s.sevGt)) continue;
-    if (s.radiusM !== null) {
-      if (pos === undefined) continue;
-      const d = haversineM(pos.lat, pos.lon, ev.where.lat, ev.where.lon);
-      assert.ok(Math.abs(d - s.radiusM) >= MARGIN_M, `the test's world: ev-${ev.seq} is ${d.toFixed(1)} m from ${dev.name}, too close to ${s.id}'s ${s.radiusM} m`);
-      if (d > s.radiusM) continue;
-    }
-    ids.push(s.id);
-  }
-  return ids.sort();
-}
-
-const eventOf = (ev: Ev) => ({ id: `ev-${ev.seq}`, position: ev.where, attributes: { sev: num(ev.sev), seq: num(ev.seq) } });
-/** An event only `device`'s marker subscription matches. */
-const markerFor = (device: string, n = 0) => ({ id: `mk-${device}-${n}`, position: MILAN, attributes: { to: text(device) } });
+const { devices: DEVICES, round1Positions: ROUND_1_POSITIONS, round2Moves: ROUND_2_MOVES } = deviceWorld('rc', ['A', 'B', 'A', 'B', 'A', 'B', 'A', 'B']);
 /** An event for the matcher-restart test: only the watchers' subscriptions match it. */
-const killEvent = (i: number) => ({ id: `kill-${i}`, position: MILAN, attributes: { phase: text('kill'), seq: num(i) } });
-const seqOf = (n: Notification) => n.event!.attributes.seq.kind.value as number;
+const killEvent = (i: number) => phaseEvent('kill', i);
 
 describe('redis cluster processes: two gateways and a matcher on a Redis Cluster', { skip: redisClusterMissing() ?? false, timeout: 120_000 }, () => {
   let cluster: RedisClusterHandle;
@@ -190,7 +99,7 @@ describe('redis cluster processes: two gateways and a matcher on a Redis Cluster
       const { stream, welcome } = await DeviceStream.open(d.gateway === 'A' ? ca : cb, deviceToken(d.name));
       assert.equal(welcome.missed, 0n, d.name);
       streams.set(d.name, stream);
-      await stream.subscribeOk({ id: 'mk', filters: [{ constraints: [{ name: 'to', op: Op.EQ, value: text(d.name) }] }] });
+      await stream.subscribeOk(markerSub(d.name));
       for (const s of d.subs) {
         const constraints = [{ name: 'sev', op: Op.GT, value: num(s.sevGt) }];
         await stream.subscribeOk({ id: s.id, filters: [s.radiusM === null ? { constraints } : { constraints, area: { radiusM: s.radiusM } }] });
@@ -262,7 +171,7 @@ describe('redis cluster processes: two gateways and a matcher on a Redis Cluster
   it('matcher SIGKILL: publishes queue on the cluster and are delivered after the restart, in order, once; reconnecting devices resume after their last ack', async () => {
     const ca = clients(gwA);
     const cb = clients(gwB);
-    const watch = { id: 'k', filters: [{ constraints: [{ name: 'phase', op: Op.EQ, value: text('kill') }] }] };
+    const watch = phaseSub('kill', 'k');
     const a = (await DeviceStream.open(ca, deviceToken('kw-a'))).stream;
     const b = (await DeviceStream.open(cb, deviceToken('kw-b'))).stream;
     await a.subscribeOk(watch);
