@@ -143,8 +143,18 @@ export class RedisMatcher {
   private fenced = 0;
   private duplicates = 0;
   private readonly dedupeWindowMs: number;
-  /** Fresh event ids of the read batch being applied, not yet in Redis: their reach. */
-  private inBatch = new Map<string, Promise<number>>();
+  /**
+   * Fresh event ids of the batches matched and not yet answered (their `{p}eid:` keys may not be in
+   * Redis yet): their reach, and the batch that holds them.
+   */
+  private inBatch = new Map<string, { reach: Promise<number>; batch: number }>();
+  /** Read batches so far; the one being applied. */
+  private batchSeq = 0;
+  /**
+   * The writes of the batch before this one (its notifications, answers and offset), still in
+   * flight while the next batch is read and matched; null when none is.
+   */
+  private finishing: Promise<void> | null = null;
   private roleWaiters: { role: MatcherRole; resolve: () => void }[] = [];
 
   /** Opens the engine (when given a choice), connects, rebuilds from Redis and starts consuming. */
@@ -349,31 +359,77 @@ export class RedisMatcher {
         await sleep(500);
         continue;
       }
-      if (entries === null || entries.length === 0 || this.crashed) continue;
-      try {
-        await this.process(entries);
-      } catch (err) {
-        if (this.crashed) break;
-        if (isFenced(err)) {
-          this.fenced++;
-          this.lease.lose(`a write was refused: ${err instanceof Error ? err.message : String(err)}`);
-          this.lastId = this.committed;
-          continue;
-        }
-        this.log?.error({ err }, `${COMPONENT}: batch failed; replaying it from ${this.committed}`);
-        this.lastId = this.committed;
-        await sleep(1000);
+      if (entries === null || entries.length === 0 || this.crashed) {
+        // Nothing new: let the batch in flight finish before blocking again.
+        if (this.finishing !== null && !(await this.settle())) continue;
+        continue;
       }
+      try {
+        // Batch N is applied and matched while batch N-1's writes are still in flight; N's
+        // offset is written only after N-1's (the chain below), and N+1 waits for N-1.
+        const before = this.finishing;
+        const finish = await this.process(entries);
+        if (finish !== null) {
+          const chained = (async () => {
+            if (before !== null) await before;
+            await finish();
+          })();
+          chained.catch(() => {}); // observed by settle()
+          this.finishing = chained;
+        }
+        if (before !== null) await before;
+      } catch (err) {
+        if (!(await this.failed(err))) break;
+      }
+    }
+    // What is in flight stores its effects (or fails and is replayed by the next leader).
+    if (this.finishing !== null) await this.finishing.catch(() => {});
+  }
+
+  /** Waits for the batch in flight; false when it failed (handled) or the matcher crashed. */
+  private async settle(): Promise<boolean> {
+    const f = this.finishing;
+    if (f === null) return true;
+    try {
+      await f;
+      if (this.finishing === f) this.finishing = null;
+      return true;
+    } catch (err) {
+      await this.failed(err);
+      return false;
     }
   }
 
   /**
-   * Applies one read batch in stream order; consecutive publishes are matched as one engine batch.
-   * A standby applies everything but the publishes and stores nothing.
+   * A batch failed: everything in flight is let finish or fail, then the stream is read again
+   * from the stored offset (fenced: this matcher stands down first). False when crashed.
    */
-  private async process(entries: [Buffer, Buffer[]][]): Promise<void> {
+  private async failed(err: unknown): Promise<boolean> {
+    if (this.finishing !== null) await this.finishing.catch(() => {});
+    this.finishing = null;
+    this.inBatch.clear();
+    if (this.crashed) return false;
+    if (isFenced(err)) {
+      this.fenced++;
+      this.lease.lose(`a write was refused: ${err instanceof Error ? err.message : String(err)}`);
+      this.lastId = this.committed;
+      return true;
+    }
+    this.log?.error({ err }, `${COMPONENT}: batch failed; replaying it from ${this.committed}`);
+    this.lastId = this.committed;
+    await sleep(1000);
+    return true;
+  }
+
+  /**
+   * Applies one read batch in stream order; consecutive publishes are matched as one engine batch,
+   * and their notifications and answers are sent at once. Returns what finishes the batch (waits
+   * for those writes, then stores the offset), or null for a standby, which applies everything but
+   * the publishes and stores nothing. The next read starts after the batch either way.
+   */
+  private async process(entries: [Buffer, Buffer[]][]): Promise<(() => Promise<void>) | null> {
     const leading = this.currentRole === 'leader';
-    this.inBatch = new Map();
+    const batch = ++this.batchSeq;
     const t0 = performance.now();
     const applied0 = this.applied;
     const flights: Promise<void>[] = [];
@@ -392,7 +448,7 @@ export class RedisMatcher {
         continue;
       }
       if (pubs.length > 0) {
-        flights.push((await this.matchPubs(pubs)).done);
+        flights.push((await this.matchPubs(pubs, batch)).done);
         pubs = [];
       }
       try {
@@ -403,21 +459,26 @@ export class RedisMatcher {
         this.log?.warn({ err, entry: id }, `${COMPONENT}: command ${id} skipped`);
       }
     }
-    if (pubs.length > 0) flights.push((await this.matchPubs(pubs)).done);
+    if (pubs.length > 0) flights.push((await this.matchPubs(pubs, batch)).done);
     const applyMs = performance.now() - t0;
     const last = entries[entries.length - 1][0].toString('latin1');
+    this.lastId = last;
     if (!leading) {
-      this.lastId = last;
       this.hooks.onBatch?.({ entries: entries.length, locations: this.applied - applied0, ms: applyMs });
-      return;
+      return null;
     }
-    await Promise.all(flights);
-    if (this.crashed) throw new Error(`${COMPONENT}: crashed`);
-    await this.hooks.afterDeliver?.();
-    if (this.crashed) throw new Error(`${COMPONENT}: crashed`);
-    await runScript(this.cmd, 'ambitCommit', this.keys.matcherOffset, this.keys.matcherEpoch, this.token, last);
-    this.lastId = this.committed = last;
-    this.hooks.onBatch?.({ entries: entries.length, locations: this.applied - applied0, ms: applyMs });
+    const applied = this.applied - applied0;
+    return async () => {
+      await Promise.all(flights);
+      if (this.crashed) throw new Error(`${COMPONENT}: crashed`);
+      await this.hooks.afterDeliver?.();
+      if (this.crashed) throw new Error(`${COMPONENT}: crashed`);
+      await runScript(this.cmd, 'ambitCommit', this.keys.matcherOffset, this.keys.matcherEpoch, this.token, last);
+      this.committed = last;
+      // Its fresh ids are in Redis now (answered before the offset): lookups find them there.
+      for (const [id, v] of this.inBatch) if (v.batch <= batch) this.inBatch.delete(id);
+      this.hooks.onBatch?.({ entries: entries.length, locations: applied, ms: applyMs });
+    };
   }
 
   /**
@@ -451,7 +512,7 @@ export class RedisMatcher {
    * within the dedupe window (by another entry: a replay of the same entry is not a duplicate), or
    * earlier in this read batch, is a duplicate: not matched, answered with the first one's reach.
    */
-  private async matchPubs(pubs: PubEntry[]): Promise<{ done: Promise<void> }> {
+  private async matchPubs(pubs: PubEntry[], batch: number): Promise<{ done: Promise<void> }> {
     const known = await this.knownIds(pubs);
     let settleFlat!: (r: readonly number[]) => void;
     const flatDone = new Promise<readonly number[]>((resolve) => (settleFlat = resolve));
@@ -462,12 +523,12 @@ export class RedisMatcher {
       const plan = planPublish(p.events, (id) => {
         const kn = known.get(id);
         if (kn !== undefined && kn.entry !== p.id) return kn.reached;
-        return this.inBatch.get(id);
+        return this.inBatch.get(id)?.reach;
       });
       for (const e of plan.fresh) {
         const at = all.length;
         all.push(e);
-        if (this.dedupeWindowMs > 0) this.inBatch.set(e.id, flatDone.then((r) => r[at]));
+        if (this.dedupeWindowMs > 0) this.inBatch.set(e.id, { reach: flatDone.then((r) => r[at]), batch });
       }
       plans.set(p, plan);
     }
