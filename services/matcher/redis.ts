@@ -18,6 +18,13 @@
  * in-entry id and event index) turns that replay into at most one copy per device. Matching a
  * replayed publish sees the state rebuilt at restart, not the state of its first run (see
  * `rebuild`).
+ *
+ * Batches: a batch is applied and matched while the previous one's writes are in flight; each
+ * batch's offset is written after the one before it, and a failure replays from the stored offset.
+ *
+ * One file because the loop, the two batches in flight, the lease's transitions and the replay
+ * after a failure read and write the same position, offset and in-flight event ids, which must
+ * change together; the lease, the rebuild and the fan-out are already modules of their own.
  */
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
