@@ -44,6 +44,13 @@ export class RedisFanOut implements FanOut {
   private eventSeq = 0;
   /** The events of the batch with recipients: stored once ({p}ev:<ref>) before the deliver calls. */
   private stored: (string | number)[] = [];
+  /**
+   * The last flush: a flush sends nothing until the one before it has stored its notifications,
+   * and fails (sending nothing) if that one failed. A device's notifications are stored in order,
+   * and a replay after a failure finds no later notification stored ahead of the one it repeats
+   * (the deliver script's per-device marker only moves forward).
+   */
+  private chain: Promise<void> = Promise.resolve();
   /** The fencing token every call carries (the matcher's lease token; '' for none). */
   token = '';
   /** @internal test hook: awaited before a flush's calls are sent (the batch is already detached). */
@@ -127,14 +134,30 @@ export class RedisFanOut implements FanOut {
     this.calls.fill(undefined);
   }
 
-  async flush(): Promise<void> {
+  flush(): Promise<void> {
     for (const call of this.calls) if (call !== undefined) this.emit(call);
     const pipelines = this.pipelines;
-    if (pipelines.size === 0) return;
+    if (pipelines.size === 0) return Promise.resolve();
     const stored = this.stored;
     this.pipelines = new Map();
     this.stored = [];
     this.queued = 0;
+    const before = this.chain;
+    const run = (async () => {
+      await before;
+      await this.send(pipelines, stored);
+    })();
+    run.catch(() => {}); // the caller awaits it; the next flush sees its failure through the chain
+    this.chain = run;
+    return run;
+  }
+
+  /** After a failure, once nothing is in flight: the next flush (a replay) sends again. */
+  resetChain(): void {
+    this.chain = Promise.resolve();
+  }
+
+  private async send(pipelines: Map<number, ChainableCommander>, stored: (string | number)[]): Promise<void> {
     await this.beforeExec?.();
     // The events first, so a notification is never readable before the event it names. They live
     // twice the max age: past any notification that names them (streams are trimmed by age). On

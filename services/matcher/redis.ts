@@ -304,18 +304,17 @@ export class RedisMatcher {
     const stored = (await this.cmd.get(k.matcherOffset)) ?? '0-0';
     const from = compareStreamIds(this.lastId, stored) < 0 ? this.lastId : stored;
     await this.cmd.hset(k.config, 'maxPerDevice', this.retention.maxPerDevice, 'maxAgeMs', this.retention.maxAgeMs);
+    // Each device group's copy of the retention where it is another key (a cluster's groups, or
+    // the shared groups of matcher partitions): gateways age a device's stream by it when it opens.
+    await Promise.all(k.groups.filter((g) => g.config !== k.config).map((g) => this.cmd.hset(g.config, 'maxPerDevice', this.retention.maxPerDevice, 'maxAgeMs', this.retention.maxAgeMs)));
     if (k.layout.cluster) {
-      // Each device group's copy of the retention (gateways age a device's stream by it when it
-      // opens), and its fence raised to this lease's token before anything is delivered there: an
+      // Each group's fence raised to this lease's token before anything is delivered there: an
       // older leader's late deliveries to the group are refused from here on.
-      await Promise.all(
-        k.groups.map(async (g) => {
-          await this.cmd.hset(g.config, 'maxPerDevice', this.retention.maxPerDevice, 'maxAgeMs', this.retention.maxAgeMs);
-          await runScript(this.cmd, 'ambitFenceRaise', g.fence, this.token);
-        }),
-      );
+      await Promise.all(k.groups.map((g) => runScript(this.cmd, 'ambitFenceRaise', g.fence, this.token)));
     }
     this.lastId = this.committed = from;
+    this.inBatch.clear();
+    this.fanout.resetChain();
     this.fanout.token = this.token;
     this.promotion = false;
     this.currentRole = 'leader';
@@ -348,6 +347,9 @@ export class RedisMatcher {
     while (!this.stopping) {
       await this.hooks.beforeRead?.();
       if (this.promotion && !this.crashed) {
+        // Writes of an earlier term still in flight settle first: their refusals must not be taken
+        // for the new lease's, and their event ids must not count as seen by the new term.
+        if (this.finishing !== null && !(await this.settle())) continue;
         try {
           await this.lead();
         } catch (err) {
@@ -408,13 +410,16 @@ export class RedisMatcher {
   }
 
   /**
-   * A batch failed: everything in flight is let finish or fail, then the stream is read again
-   * from the stored offset (fenced: this matcher stands down first). False when crashed.
+   * A batch failed: the batches in flight settle (a batch after a failed one stores no
+   * notification: its flush fails without sending), then the stream is read again from the stored
+   * offset (fenced: this matcher stands down first). False when crashed.
    */
   private async failed(err: unknown): Promise<boolean> {
     if (this.finishing !== null) await this.finishing.catch(() => {});
     this.finishing = null;
     this.inBatch.clear();
+    // The batch after the failed one sent nothing (the fan-out's flushes are chained); the replay does.
+    this.fanout.resetChain();
     if (this.crashed) return false;
     if (isFenced(err)) {
       this.fenced++;

@@ -65,22 +65,39 @@ function matcherOptions(config: ServerConfig, partition: number) {
 async function startMatcherThreads(config: ServerConfig, partitions: number[], log: Logger): Promise<MatcherRole> {
   const script = new URL('./matcher-worker.js', import.meta.url);
   let stopping = false;
-  const workers = await Promise.all(
+  const started = await Promise.allSettled(
     partitions.map(
       (partition) =>
         new Promise<{ w: Worker; detail: string }>((resolve, reject) => {
           const data: MatcherWorkerData = { options: matcherOptions(config, partition), logLevel: config.logLevel };
           const w = new Worker(script, { workerData: data });
-          w.once('message', (m: { ready?: boolean; engineDetail?: string; failed?: string }) => (m.ready === true ? resolve({ w, detail: m.engineDetail ?? '' }) : reject(new Error(`matcher partition ${partition}: ${m.failed ?? JSON.stringify(m)}`))));
+          let running = false;
+          w.once('message', (m: { ready?: boolean; engineDetail?: string; failed?: string }) => {
+            running = m.ready === true;
+            if (running) resolve({ w, detail: m.engineDetail ?? '' });
+            else reject(new Error(`matcher partition ${partition}: ${m.failed ?? JSON.stringify(m)}`));
+          });
           w.once('error', reject);
           w.once('exit', (code) => {
-            if (stopping) return;
+            // A thread that never ran failed its start, which the caller reports.
+            if (stopping || !running) {
+              reject(new Error(`matcher partition ${partition}: its thread exited (${code}) before it ran`));
+              return;
+            }
             log.fatal({ partition, code }, `matcher partition ${partition}'s thread exited (${code}); the process stops`);
             process.exit(1);
           });
         }),
     ),
   );
+  const failure = started.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  const workers = started.filter((r): r is PromiseFulfilledResult<{ w: Worker; detail: string }> => r.status === 'fulfilled').map((r) => r.value);
+  if (failure !== undefined) {
+    // The threads that did start stop again; the process reports the one that did not.
+    stopping = true;
+    await Promise.all(workers.map(({ w }) => new Promise<void>((resolve) => (w.once('exit', () => resolve()), w.postMessage('stop')))));
+    throw failure.reason;
+  }
   log.info({ partitions, of: config.matcherPartitions, detail: workers[0].detail }, `matcher partitions ${partitions.join(', ')} of ${config.matcherPartitions}, a thread each: ${workers[0].detail}`);
   let seq = 0;
   const ask = (w: Worker) =>

@@ -216,6 +216,44 @@ describe(`redis matcher leadership (${kind === 'single' ? 'one redis-server' : '
       assert.deepEqual((await stored(prefix, 'max')).is, [2, 3]);
     }));
 
+  it("a batch whose notifications fail to store: the batch read meanwhile stores nothing ahead of it, and the replay stores both in order", () =>
+    leadership(async ({ prefix, start, hub }) => {
+      const entered = signal();
+      const gate = signal();
+      let calls = 0;
+      const m = await start({
+        hooks: {
+          async beforeStore() {
+            if (++calls !== 1) return;
+            entered.fire();
+            await gate.promise;
+            throw new Error('injected: the first batch fails to store');
+          },
+        },
+      });
+      await hub.addSubscription('lou', all);
+      const first = hub.publish([event({ i: 1 })]);
+      await within(entered.promise, 10_000, 'the first batch reached its store');
+      const second = hub.publish([event({ i: 2 })]);
+      // The matcher reads and matches the second publish while the first batch is held.
+      const last = await inspect(async (r) => {
+        for (let turns = 0; ; turns++) {
+          const entries = await r.xrange(keysOf(prefix).in, '-', '+');
+          if (entries.length >= 3) return entries[entries.length - 1][0]; // the subscription and both publishes
+          assert.ok(turns < 500, 'the second publish reached the stream');
+          await new Promise((res) => setTimeout(res, 10));
+        }
+      });
+      for (let turns = 0; compareStreamIds(m.position, last) < 0; turns++) {
+        assert.ok(turns < 500, 'the matcher read the second publish');
+        await new Promise((res) => setTimeout(res, 10));
+      }
+      gate.fire();
+      assert.deepEqual((await first).map((r) => r.reached), [1]);
+      assert.deepEqual((await second).map((r) => r.reached), [1]);
+      assert.deepEqual(await stored(prefix, 'lou'), { is: [1, 2], ordinals: [1, 2] });
+    }));
+
   it('a leader paused past its lease: the new leader delivers its batch; its late writes are refused and it stands down', () =>
     leadership(async ({ prefix, start, hub }) => {
       const gate = signal();

@@ -49,6 +49,19 @@ describe('redis hub', { skip: missing ?? false, timeout: 30_000 }, () => {
     assert.ok(compareStreamIds('10-2', '9-30') > 0 && compareStreamIds('5-1', '5-10') < 0 && compareStreamIds('3-3', '3-3') === 0);
   });
 
+  it("matcher partitions write the retention where gateways read it: the shared device groups' config", async () => {
+    const make = partitionedFixture(2);
+    const f = await make({ retention: { maxPerDevice: 7, maxAgeMs: 3_600_000 } });
+    try {
+      const prefix = (f.hub as unknown as { parts: RedisHub[] }).parts[0].keys.prefix;
+      // Each partition's leader writes its own config and the groups' (read by the open script).
+      assert.deepEqual(await inspect((r) => r.hgetall(`${prefix}config`)), { maxPerDevice: '7', maxAgeMs: '3600000' });
+      assert.deepEqual(await inspect((r) => r.hgetall(`${prefix}p1:config`)), { maxPerDevice: '7', maxAgeMs: '3600000' });
+    } finally {
+      await f.dispose();
+    }
+  });
+
   it('a restarted matcher rebuilds the same state from Redis', async () => {
     const d = await deployment();
     try {
