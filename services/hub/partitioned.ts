@@ -22,7 +22,33 @@ import type { DeviceInfo, DeviceSubscription, Hub, HubStats, Inbox, LocationWrit
  * Figures that are settings, per-item averages or counts every part makes whole (each partition
  * sees every duplicate event): the largest, not the sum, of the parts.
  */
-const NOT_SUMMED = /Us$|Per|^cpuBelowFilters$|^duplicateEvents$/;
+const NOT_SUMMED = /Us$|Per|^cpuBelowFilters$|^duplicateEvents$|^eventsMatched$|^matcherEpoch$/;
+
+/**
+ * The figures of several partitions as one: counts and sizes add up; every partition sees every
+ * event, so events published (and matched) is the largest count of any; settings and averages are
+ * the largest.
+ */
+export function sumHubStats(all: readonly HubStats[]): HubStats {
+  const s: HubStats = { ...all[0], extra: { ...all[0].extra } };
+  for (let k = 1; k < all.length; k++) {
+    const t = all[k];
+    s.subscriptions += t.subscriptions;
+    s.filters += t.filters;
+    s.devices += t.devices;
+    s.notifications += t.notifications;
+    s.locationUpdates += t.locationUpdates;
+    s.notificationsDropped += t.notificationsDropped;
+    s.engineMemoryBytes += t.engineMemoryBytes;
+    s.eventsPublished = Math.max(s.eventsPublished, t.eventsPublished);
+    for (const [key, v] of Object.entries(t.extra)) {
+      const had = s.extra[key];
+      if (typeof v !== 'number' || typeof had !== 'number') continue;
+      s.extra[key] = NOT_SUMMED.test(key) ? Math.max(had, v) : had + v;
+    }
+  }
+  return s;
+}
 
 export class PartitionedHub implements Hub {
   readonly mode: 'embedded' | 'redis';
@@ -101,23 +127,8 @@ export class PartitionedHub implements Hub {
    */
   async stats(): Promise<HubStats> {
     const all = await Promise.all(this.parts.map((p) => p.stats()));
-    const s: HubStats = { ...all[0], extra: { ...all[0].extra, partitions: all.length } };
-    for (let k = 1; k < all.length; k++) {
-      const t = all[k];
-      s.subscriptions += t.subscriptions;
-      s.filters += t.filters;
-      s.devices += t.devices;
-      s.notifications += t.notifications;
-      s.locationUpdates += t.locationUpdates;
-      s.notificationsDropped += t.notificationsDropped;
-      s.engineMemoryBytes += t.engineMemoryBytes;
-      s.eventsPublished = Math.max(s.eventsPublished, t.eventsPublished);
-      for (const [key, v] of Object.entries(t.extra)) {
-        const had = s.extra[key];
-        if (typeof v !== 'number' || typeof had !== 'number') continue;
-        s.extra[key] = NOT_SUMMED.test(key) ? Math.max(had, v) : had + v;
-      }
-    }
+    const s = sumHubStats(all);
+    s.extra.partitions = all.length;
     return s;
   }
 

@@ -10,7 +10,7 @@ import { hubStats } from '../matcher/core.js';
 import { RedisMatcher } from '../matcher/redis.js';
 import { type RedisSource, clusterSourceFromUrl } from '../redis/connection.js';
 import { Worker } from 'node:worker_threads';
-import { PartitionedHub } from '../hub/partitioned.js';
+import { PartitionedHub, sumHubStats } from '../hub/partitioned.js';
 import type { MatcherWorkerData } from './matcher-worker.js';
 
 /** The Redis source of a config: REDIS_URL, or the seed nodes of a cluster it names. */
@@ -114,18 +114,8 @@ async function startMatcherThreads(config: ServerConfig, partitions: number[], l
   return {
     engineDetail: workers[0].detail,
     async stats() {
-      const all = await Promise.all(workers.map(({ w }) => ask(w)));
-      const s: HubStats = { ...all[0], extra: { ...all[0].extra } };
-      for (const t of all.slice(1)) {
-        s.subscriptions += t.subscriptions;
-        s.filters += t.filters;
-        s.devices += t.devices;
-        s.locationUpdates += t.locationUpdates;
-        s.engineMemoryBytes += t.engineMemoryBytes;
-        s.eventsPublished = Math.max(s.eventsPublished, t.eventsPublished);
-        for (const key of ['matcherLeader', 'fencedWrites']) s.extra[key] = Number(s.extra[key] ?? 0) + Number(t.extra[key] ?? 0);
-      }
-      return s;
+      // Leaders and fenced writes add up (the threads report numbers), the rest as for any partitions.
+      return sumHubStats(await Promise.all(workers.map(({ w }) => ask(w))));
     },
     async stop() {
       stopping = true;
