@@ -180,9 +180,15 @@ export class RedisHub implements Hub, InboxHost {
     if (this.sub instanceof Cluster) {
       this.sub.on('smessage', (channel: string, message: string) => this.onMessage(channel, message));
       // A shard subscriber (re)connected, after a failover or a node's restart: notifications
-      // published meanwhile were missed, so every open inbox reads its stream.
-      this.sub.on('+subscriber', ringAll);
-      this.sub.on('subscribersReady', ringAll);
+      // published meanwhile were missed, so every open inbox reads its stream. The events come
+      // before its SSUBSCRIBEs are answered, so a notification stored in between would wait for
+      // the next one: the inboxes read again a second later.
+      const again = () => {
+        ringAll();
+        setTimeout(ringAll, 1000).unref();
+      };
+      this.sub.on('+subscriber', again);
+      this.sub.on('subscribersReady', again);
     } else {
       this.sub.on('message', (channel: string, message: string) => this.onMessage(channel, message));
       // After a reconnect notifications may have been missed: every open inbox reads its stream,

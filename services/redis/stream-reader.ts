@@ -63,6 +63,11 @@ export class StreamReader {
     this.ctl = ctl;
     await connectAll(this.component, [conn, ctl]);
     this.clientId = Number(await conn.client('ID'));
+    // Closed while connecting: these connections were opened after the close and end here.
+    if (this.closed) {
+      conn.disconnect();
+      ctl.disconnect();
+    }
   }
 
   /** The master serving the stream's slot now, from CLUSTER SLOTS through the cluster client. */
