@@ -2,15 +2,9 @@
 import { Cluster, Redis } from 'ioredis';
 import { type Conn, type RedisSource, isClusterSource } from '../../services/redis/connection.js';
 
-/** Runs `f` on a connection of its own, closed after. */
-export async function withRedis<T>(url: string, f: (r: Redis) => Promise<T>): Promise<T> {
-  const r = new Redis(url, { lazyConnect: true, protocol: 2 });
-  await r.connect();
-  try {
-    return await f(r);
-  } finally {
-    r.disconnect();
-  }
+/** Runs `f` on a connection of its own to a plain Redis (a URL), closed after. */
+export function withRedis<T>(url: string, f: (r: Redis) => Promise<T>): Promise<T> {
+  return withConn(url, (r) => f(r as Redis));
 }
 
 /** Deletes every key under `prefix`; returns the server's version. */

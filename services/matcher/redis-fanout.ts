@@ -165,14 +165,13 @@ export class RedisFanOut implements FanOut {
     // on a cluster they are on another node than most groups, so they are stored before the calls
     // are sent.
     const ttl = 2 * this.retention.maxAgeMs;
-    const ev = this.k.layout.cluster ? this.cmd.pipeline() : null;
-    const evPipe = ev ?? this.cmd.pipeline();
-    for (let i = 0; i < stored.length; i += 2) evPipe.set(stored[i] as string, stored[i + 1], 'PX', ttl);
-    const evDone = evPipe.exec();
-    evDone.catch(() => {}); // awaited below; a failure of the calls first must not leave it unhandled
-    if (ev !== null) check(await evDone);
+    const events = this.cmd.pipeline();
+    for (let i = 0; i < stored.length; i += 2) events.set(stored[i] as string, stored[i + 1], 'PX', ttl);
+    const eventsStored = events.exec();
+    eventsStored.catch(() => {}); // awaited below; a failure of the calls first must not leave it unhandled
+    if (this.k.layout.cluster) check(await eventsStored);
     const all = await Promise.all([...pipelines.values()].map((p) => p.exec()));
-    if (ev === null) check(await evDone);
+    check(await eventsStored);
     for (const results of all) check(results);
   }
 

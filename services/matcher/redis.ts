@@ -107,6 +107,8 @@ export interface MatcherHooks {
   onLease?(): void;
   /** Awaited before a batch's notifications are sent to Redis (they are built already). */
   beforeStore?(): Promise<void> | void;
+  /** A leader's batch is applied and matched (its writes may wait for the batch before it). */
+  onMatched?(b: { last: string; publishes: number }): void;
 }
 
 export type MatcherRole = 'leader' | 'standby';
@@ -349,7 +351,7 @@ export class RedisMatcher {
       if (this.promotion && !this.crashed) {
         // Writes of an earlier term still in flight settle first: their refusals must not be taken
         // for the new lease's, and their event ids must not count as seen by the new term.
-        if (this.finishing !== null && !(await this.settle())) continue;
+        if (!(await this.settle())) continue;
         try {
           await this.lead();
         } catch (err) {
@@ -369,8 +371,8 @@ export class RedisMatcher {
         continue;
       }
       if (entries === null || entries.length === 0 || this.crashed) {
-        // Nothing new: let the batch in flight finish before blocking again.
-        if (this.finishing !== null && !(await this.settle())) continue;
+        // Nothing new: let the batch in flight finish (or fail and be replayed) before blocking again.
+        await this.settle();
         continue;
       }
       try {
@@ -446,6 +448,7 @@ export class RedisMatcher {
     const applied0 = this.applied;
     const flights: Promise<void>[] = [];
     let pubs: PubEntry[] = [];
+    let publishes = 0;
     for (const [idBuf, fields] of entries) {
       const id = idBuf.toString('latin1');
       let entry: InEntry;
@@ -456,7 +459,10 @@ export class RedisMatcher {
         continue;
       }
       if (entry.t === 'pub') {
-        if (leading) pubs.push(entry);
+        if (leading) {
+          pubs.push(entry);
+          publishes++;
+        }
         continue;
       }
       if (pubs.length > 0) {
@@ -480,6 +486,7 @@ export class RedisMatcher {
       return null;
     }
     const applied = this.applied - applied0;
+    this.hooks.onMatched?.({ last, publishes });
     return async () => {
       await Promise.all(flights);
       if (this.crashed) throw new Error(`${COMPONENT}: crashed`);

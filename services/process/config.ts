@@ -150,7 +150,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
     if (!/^\d+$/.test(v) || !Number.isSafeInteger(n) || n < lo || n > hi) throw new Error(`config: ${name} must be an integer in [${lo}, ${hi}], got ${JSON.stringify(v)}`);
     return n;
   };
-  function flagOf(name: string): boolean | undefined {
+  function flag(name: string): boolean | undefined {
     const v = str(name);
     if (v === undefined) return undefined;
     if (!['0', '1', 'true', 'false'].includes(v)) throw new Error(`config: ${name} must be 0, 1, true or false, got ${JSON.stringify(v)}`);
@@ -168,7 +168,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
   c.redisUrl = str('REDIS_URL') ?? null;
   if (c.redisUrl !== null && !/^rediss?:\/\//.test(c.redisUrl)) throw new Error(`config: REDIS_URL must start with redis:// or rediss://, got ${JSON.stringify(c.redisUrl)}`);
   c.redisPrefix = str('AMBIT_REDIS_PREFIX') ?? c.redisPrefix;
-  c.redisCluster = flagOf('AMBIT_REDIS_CLUSTER') ?? c.redisCluster;
+  c.redisCluster = flag('AMBIT_REDIS_CLUSTER') ?? c.redisCluster;
   c.redisDeviceGroups = int('AMBIT_REDIS_DEVICE_GROUPS', 1, MAX_CLUSTER_GROUPS) ?? c.redisDeviceGroups;
   c.matcherPartitions = int('AMBIT_MATCHER_PARTITIONS', 1, MAX_MATCHER_PARTITIONS) ?? c.matcherPartitions;
   const mpart = str('AMBIT_MATCHER_PARTITION');
@@ -187,7 +187,6 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
     c.engine = engine as EngineChoice;
   }
   c.tokenSecret = str('AMBIT_TOKEN_SECRET') ?? null;
-  const flag = flagOf;
   c.dev = flag('AMBIT_DEV') ?? false;
   c.directWrites = flag('AMBIT_DIRECT_WRITES') ?? c.directWrites;
   const streams = str('AMBIT_DEVICE_STREAMS');

@@ -113,11 +113,6 @@ export function parseReply(message: string): PublishReply | null {
 }
 
 /** A stored notification, from XRANGE's flat [field, value, ...]; null when it has no event. */
-export function parseNotification(deliveryId: string, f: readonly string[]): Delivery | null {
-  const n = parseStoredNotification(deliveryId, f);
-  return n === null || n.event === null ? null : { deliveryId, event: n.event, subscriptionIds: n.subscriptionIds, publishedAtMs: n.publishedAtMs };
-}
-
 /**
  * A stored notification as its stream holds it: with its event (entries of earlier versions, field
  * 'e') or naming it (field 'r': the reference of `Keys.event`, read separately). Null when it has

@@ -23,7 +23,7 @@ import { devicePart } from '../../services/hub/port.js';
 import { Keys } from '../../services/redis/keys.js';
 import { type Notification, Op } from '../../api/gen/ambit/v1/types_pb.js';
 import { Clients, DeviceStream, Status, eventually, meta, unary } from '../support/grpc.js';
-import { MILAN, type Ev, type Point, ROUND_1_EVENTS, ROUND_2_EVENTS, at, deviceWorld, eventOf, markerFor, markerSub, matching, num, phaseEvent, phaseSub, seqOf } from '../support/device-world.js';
+import { MILAN, type Ev, type Point, ROUND_1_EVENTS, ROUND_2_EVENTS, at, deviceWorld, eventOf, openDevices, markerFor, markerSub, matching, num, phaseEvent, phaseSub, seqOf } from '../support/device-world.js';
 import { type AmbitProcess, startAmbit } from '../support/processes.js';
 import { useRedisServer } from '../support/redis-deployment.js';
 
@@ -139,17 +139,7 @@ describe('matcher partitions processes: K=2, a leader and a standby for partitio
 
     const ca = d.clients(gwA);
     const cb = d.clients(gwB);
-    const streams = new Map<string, DeviceStream>();
-    for (const dev of DEVICES) {
-      const { stream, welcome } = await DeviceStream.open(dev.gateway === 'A' ? ca : cb, deviceToken(dev.name));
-      assert.equal(welcome.missed, 0n, dev.name);
-      streams.set(dev.name, stream);
-      await stream.subscribeOk(markerSub(dev.name));
-      for (const s of dev.subs) {
-        const constraints = [{ name: 'sev', op: Op.GT, value: num(s.sevGt) }];
-        await stream.subscribeOk({ id: s.id, filters: [s.radiusM === null ? { constraints } : { constraints, area: { radiusM: s.radiusM } }] });
-      }
-    }
+    const streams = await openDevices(DEVICES, (g) => (g === 'A' ? ca : cb), deviceToken);
     const pub = ca; // every publish goes through gateway A; half the devices read on B
     const positions: Record<string, Point> = {};
     const expected = new Map<string, { id: string; subs: string[] }[]>(DEVICES.map((dev) => [dev.name, []]));
@@ -260,7 +250,7 @@ describe('matcher partitions processes: K=2, a leader and a standby for partitio
     assert.equal(answered + timedOut, 20);
     t.diagnostic(`during the takeover: ${answered} publishes answered, ${timedOut} timed out`);
     await standby0.waitForLog(leading, 15_000);
-    await eventually(async () => (await metricOf(standby0, 'ambit_matcher_leader', 'matcher')) === 1, 'the standby leads partition 0', 10_000);
+    assert.equal(await metricOf(standby0, 'ambit_matcher_leader', 'matcher'), 1, 'the standby leads partition 0');
     assert.equal(await metricOf(standby0, 'ambit_matcher_epoch', 'matcher'), 2, "partition 0's second lease");
     // Partition 1's lease is its own: its leader never changed.
     assert.equal(await metricOf(leader1, 'ambit_matcher_leader', 'matcher'), 1);
@@ -377,7 +367,9 @@ describe('matcher partitions processes: K=3 in one process of role all (a matche
     }
     for (let i = 0; i < 3; i++) assert.equal((await publish(c, phaseEvent('t', i))).reached, BigInt(NAMES.length), `t-${i}`);
     await node.kill9();
-    await eventually(async () => (await metricOf(threads, 'ambit_matcher_leader', 'matcher')) === 3, 'the matcher process leads all three partitions', 15_000);
+    // Each of its threads logs when it leads its partition.
+    for (let k = 0; k < 3; k++) await threads.waitForLog((l) => leading(l) && l.partition === k, 15_000);
+    assert.equal(await metricOf(threads, 'ambit_matcher_leader', 'matcher'), 3, 'the matcher process leads all three partitions');
     for (let i = 3; i < 6; i++) assert.equal((await publish(c, phaseEvent('t', i))).reached, BigInt(NAMES.length), `t-${i}`);
     for (const [name, s] of streams) {
       const got = await s.notifications(6, 15_000);

@@ -17,16 +17,17 @@ function direct(port: number): Redis {
   return r;
 }
 
-/** Retries `f` (the client may still route to the dead master for a moment) until it succeeds or `ms` pass. */
-async function eventually<T>(f: () => Promise<T>, ms: number, onFail: () => void = () => {}): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
+/**
+ * Runs `f`, and while it fails (the client may still route to the dead master) has the client
+ * refresh its slot map and tries again once the refresh is done, up to `tries` times.
+ */
+async function afterRefresh<T>(client: Cluster, f: () => Promise<T>, tries = 20): Promise<T> {
+  for (let t = 1; ; t++) {
     try {
       return await f();
     } catch (err) {
-      if (Date.now() > deadline) throw err;
-      onFail();
-      await new Promise((r) => setTimeout(r, 200));
+      if (t >= tries) throw err;
+      await new Promise<void>((resolve) => client.refreshSlotsCache(() => resolve()));
     }
   }
 }
@@ -93,9 +94,8 @@ describe('redis cluster harness', { skip: redisClusterMissing() ?? false, timeou
     assert.notEqual(now, before, 'a replica was promoted');
     assert.ok(c.servers.find((s) => s.port === now)?.alive);
 
-    const refresh = () => client!.refreshSlotsCache();
-    assert.equal(await eventually(() => client!.get(key), 15_000, refresh), 'v1', 'the promoted replica kept the key');
-    await eventually(() => client!.set(key, 'v2'), 15_000, refresh);
+    assert.equal(await afterRefresh(client, () => client!.get(key)), 'v1', 'the promoted replica kept the key');
+    await afterRefresh(client, () => client!.set(key, 'v2'));
     assert.equal(await client.get(key), 'v2');
     const promoted = direct(now);
     try {

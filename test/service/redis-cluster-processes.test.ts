@@ -15,7 +15,7 @@ import { SCOPES, TokenAuthority } from '../../services/edge/auth.js';
 import { Keys, keySlot } from '../../services/redis/keys.js';
 import { Op } from '../../api/gen/ambit/v1/types_pb.js';
 import { Clients, DeviceStream, Status, meta, unary, within } from '../support/grpc.js';
-import { type Ev, type Point, ROUND_1_EVENTS, ROUND_2_EVENTS, deviceWorld, eventOf, markerFor, markerSub, matching, num, phaseEvent, phaseSub, seqOf } from '../support/device-world.js';
+import { type Ev, type Point, ROUND_1_EVENTS, ROUND_2_EVENTS, deviceWorld, eventOf, openDevices, markerFor, markerSub, matching, num, phaseEvent, phaseSub, seqOf } from '../support/device-world.js';
 import { type AmbitProcess, startAmbit } from '../support/processes.js';
 import { type RedisClusterHandle, redisClusterMissing, startRedisCluster } from '../support/redis-cluster.js';
 
@@ -94,17 +94,7 @@ describe('redis cluster processes: two gateways and a matcher on a Redis Cluster
 
     const ca = clients(gwA);
     const cb = clients(gwB);
-    const streams = new Map<string, DeviceStream>();
-    for (const d of DEVICES) {
-      const { stream, welcome } = await DeviceStream.open(d.gateway === 'A' ? ca : cb, deviceToken(d.name));
-      assert.equal(welcome.missed, 0n, d.name);
-      streams.set(d.name, stream);
-      await stream.subscribeOk(markerSub(d.name));
-      for (const s of d.subs) {
-        const constraints = [{ name: 'sev', op: Op.GT, value: num(s.sevGt) }];
-        await stream.subscribeOk({ id: s.id, filters: [s.radiusM === null ? { constraints } : { constraints, area: { radiusM: s.radiusM } }] });
-      }
-    }
+    const streams = await openDevices(DEVICES, (g) => (g === 'A' ? ca : cb), deviceToken);
     const pub = ca; // every publish goes through gateway A; half the devices read on B
     const positions: Record<string, Point> = {};
     const expected = new Map<string, { id: string; subs: string[] }[]>(DEVICES.map((d) => [d.name, []]));

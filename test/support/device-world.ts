@@ -9,6 +9,7 @@
 import assert from 'node:assert/strict';
 import { haversineM } from '../../src/model/geo.js';
 import { type Notification, Op } from '../../api/gen/ambit/v1/types_pb.js';
+import { type Clients, DeviceStream } from './grpc.js';
 
 export const MILAN = { lat: 45.4642, lon: 9.19 };
 const M_PER_DEG = 111_195;
@@ -126,3 +127,22 @@ export const phaseEvent = (phase: string, i: number) => ({ id: `${phase}-${i}`, 
 export const phaseSub = (phase: string, id = phase) => ({ id, filters: [{ constraints: [{ name: 'phase', op: Op.EQ, value: text(phase) }] }] });
 /** The `seq` attribute of a notification's event. */
 export const seqOf = (n: Notification) => n.event!.attributes.seq.kind.value as number;
+
+/**
+ * Opens every device's stream on its gateway (a new device: nothing missed) and subscribes its
+ * marker and its subscriptions of the model; the streams by device name.
+ */
+export async function openDevices(devices: readonly Dev[], clientsOf: (gateway: Gateway) => Clients, token: (device: string) => string): Promise<Map<string, DeviceStream>> {
+  const streams = new Map<string, DeviceStream>();
+  for (const dev of devices) {
+    const { stream, welcome } = await DeviceStream.open(clientsOf(dev.gateway), token(dev.name));
+    assert.equal(welcome.missed, 0n, dev.name);
+    streams.set(dev.name, stream);
+    await stream.subscribeOk(markerSub(dev.name));
+    for (const s of dev.subs) {
+      const constraints = [{ name: 'sev', op: Op.GT, value: num(s.sevGt) }];
+      await stream.subscribeOk({ id: s.id, filters: [s.radiusM === null ? { constraints } : { constraints, area: { radiusM: s.radiusM } }] });
+    }
+  }
+  return streams;
+}
