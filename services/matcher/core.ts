@@ -123,9 +123,9 @@ export class MatchCore {
     return this.subs.get(device)?.subs.has(subscriptionId) ?? false;
   }
 
-  /** Every (device, subscription), for snapshots. */
-  *all(): Generator<[string, DeviceSubscription]> {
-    for (const [device, mine] of this.subs) for (const s of mine.subs.values()) yield [device, s];
+  /** Each device with subscriptions and its subscriptions (live: take them before the next change). */
+  *byDevice(): Generator<[string, Iterable<DeviceSubscription>]> {
+    for (const [device, mine] of this.subs) yield [device, mine.subs.values()];
   }
 
   /** Positions are range-checked by the caller. */

@@ -27,6 +27,7 @@
  * change together; the lease, the rebuild and the fan-out are already modules of their own.
  */
 import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { AmbitError, type ErrorCode } from '../../src/model/errors.js';
 import type { DeviceHandle, Matcher } from '../../src/engines/matcher.js';
@@ -41,7 +42,8 @@ import { type InEntry, type MatcherStatsRecord, encodeReply, parseInEntry } from
 import { defineScripts, runScript } from '../redis/scripts.js';
 import { MatchCore, type Recipient } from './core.js';
 import { MatcherLease } from './lease.js';
-import { rebuildFromRedis } from './snapshot.js';
+import { holdsAfter, rebuildFromRedis, streamBounds } from './rebuild.js';
+import { type SnapshotInfo, SnapshotRefused, type SnapshotSource, checkSnapshot, readSnapshot, writeSnapshot } from './snapshot.js';
 import { type EngineChoice, openEngine } from './engine.js';
 import { DEFAULT_RETENTION, type Retention } from './fanout.js';
 import { RedisFanOut } from './redis-fanout.js';
@@ -86,6 +88,13 @@ export interface RedisMatcherOptions {
    * (`{p}eid:{id}`), so the window holds across matcher restarts and takeovers.
    */
   dedupeWindowMs?: number;
+  /**
+   * Snapshot files (snapshot.ts) in `dir`, one per matcher partition: written every `intervalMs`
+   * (default 300 000; 0: only at a clean stop) and when the matcher stops cleanly; read at start,
+   * when the command stream still holds every command after it, instead of reading every
+   * subscription back from Redis. Each matcher needs a directory of its own.
+   */
+  snapshot?: { dir: string; intervalMs?: number; /** @internal bytes per block (tests) */ blockBytes?: number };
   /** @internal test and benchmark hooks */
   hooks?: MatcherHooks;
   /**
@@ -107,6 +116,8 @@ export interface MatcherHooks {
   onLease?(): void;
   /** Awaited before a batch's notifications are sent to Redis (they are built already). */
   beforeStore?(): Promise<void> | void;
+  /** Awaited after each block of a snapshot file is written (the matcher goes on meanwhile). */
+  snapshotBlock?(): Promise<void> | void;
   /** A leader's batch is applied and matched (its writes may wait for the batch before it). */
   onMatched?(b: { last: string; publishes: number }): void;
 }
@@ -140,8 +151,26 @@ export class RedisMatcher {
   private statsTimer: NodeJS.Timeout | null = null;
   private ended: Promise<void> | null = null;
   private applied = 0;
-  /** Engine handles of the devices with a position (see `move`). */
-  private readonly handles = new Map<string, DeviceHandle>();
+  /** Devices with a position: their slot in the lists below (see `move`). */
+  private readonly deviceSlots = new Map<string, number>();
+  private readonly slotHandles: DeviceHandle[] = [];
+  private readonly slotDevices: string[] = [];
+  /** Each slot's position (lat, lon), for snapshots. */
+  private coords = new Float64Array(2048);
+  /** The highest stream id any applied command had: no state holds the effect of a later one. */
+  private appliedMax = '0-0';
+  /** `{p}matcher:instance`: names this deployment's stream in snapshots. */
+  private instance = '';
+  private readonly snapshotPath: string | null;
+  private readonly snapshotIntervalMs: number;
+  private readonly snapshotBlockBytes: number | undefined;
+  private snapshotTimer: NodeJS.Timeout | null = null;
+  /** Snapshot writes run one after another on this chain; `snapshotsPending` counts them. */
+  private snapshotChain: Promise<unknown> = Promise.resolve();
+  private snapshotsPending = 0;
+  private lastSnapshot: (SnapshotInfo & { ms: number }) | null = null;
+  /** Where the engine came from at start, and how long that took. */
+  private restored: { from: 'snapshot' | 'redis'; ms: number; replayed: number } = { from: 'redis', ms: 0, replayed: 0 };
   private eventsMatched = 0;
   private invalid = 0;
   private readonly leaseMs: number;
@@ -201,6 +230,13 @@ export class RedisMatcher {
     this.leaseMs = intOption(COMPONENT, 'leaseMs', options.leaseMs, 2000, 100, 600_000);
     this.dedupeWindowMs = intOption(COMPONENT, 'dedupeWindowMs', options.dedupeWindowMs, DEFAULT_DEDUPE.windowMs, 0, 7 * 24 * 3600 * 1000);
     this.hooks = options.hooks ?? {};
+    const snap = options.snapshot;
+    if (snap !== undefined && (typeof snap !== 'object' || snap === null || typeof snap.dir !== 'string' || snap.dir === '')) {
+      throw new Error(`${COMPONENT}: snapshot.dir must be a directory path, got ${JSON.stringify(snap)}`);
+    }
+    this.snapshotPath = snap === undefined ? null : join(snap.dir, snapshotFileName(this.keys));
+    this.snapshotBlockBytes = snap?.blockBytes;
+    this.snapshotIntervalMs = intOption(COMPONENT, 'snapshot.intervalMs', snap?.intervalMs, 300_000, 0, 7 * 24 * 3600 * 1000);
     this.core = new MatchCore(engine);
     this.engineDetail = detail;
     this.cmd = openConn(source, `matcher-${this.matcherId}`, COMPONENT, this.log);
@@ -284,6 +320,8 @@ export class RedisMatcher {
     await connectAll(COMPONENT, [this.cmd]);
     defineScripts(this.cmd);
     await checkLayout(COMPONENT, this.cmd, this.keys);
+    await this.cmd.set(this.keys.matcherInstance, randomBytes(8).toString('hex'), 'NX');
+    this.instance = (await this.cmd.get(this.keys.matcherInstance)) ?? '';
     await this.blocking.open();
     await this.rebuild();
     await this.lease.start();
@@ -293,6 +331,12 @@ export class RedisMatcher {
       this.writeStats().catch((err: unknown) => this.log?.warn({ err }, `${COMPONENT}: stats not written`));
     }, this.statsMs);
     this.statsTimer.unref();
+    if (this.snapshotPath !== null && this.snapshotIntervalMs > 0) {
+      this.snapshotTimer = setInterval(() => {
+        if (this.snapshotsPending === 0 && !this.stopping) void this.snapshotNow();
+      }, this.snapshotIntervalMs);
+      this.snapshotTimer.unref();
+    }
     this.loopDone = this.loop();
   }
 
@@ -339,10 +383,172 @@ export class RedisMatcher {
     for (const w of ready) w.resolve();
   }
 
-  /** The engine from Redis (snapshot.ts); the stream is read from the stored offset on. */
+  /**
+   * The engine from this matcher's snapshot file when there is a usable one (`restore`), else from
+   * Redis (rebuild.ts); the stream is read from the stored offset on.
+   */
   private async rebuild(): Promise<void> {
-    const from = await rebuildFromRedis(this.cmd, this.keys, this.core, this.move, this.log, COMPONENT);
-    this.lastId = this.committed = from;
+    const t0 = performance.now();
+    const replayed = this.snapshotPath === null ? null : await this.restore(this.snapshotPath);
+    if (replayed === null) {
+      const from = await rebuildFromRedis(this.cmd, this.keys, this.core, this.move, this.log, COMPONENT);
+      this.lastId = this.committed = from;
+      // Redis's state may hold the effect of any command written before this read.
+      this.appliedMax = (await streamBounds(this.cmd, this.keys)).lastId;
+    }
+    this.restored = { from: replayed === null ? 'redis' : 'snapshot', ms: performance.now() - t0, replayed: replayed ?? 0 };
+  }
+
+  /**
+   * Loads the snapshot file when it is of this deployment, whole, and the stream still holds every
+   * command after its start and no less than it saw; then applies the commands after its start up
+   * to the stored offset (their publishes were answered). Returns how many it applied, or null
+   * when the snapshot is not used (nothing was loaded).
+   */
+  private async restore(path: string): Promise<number | null> {
+    let info: SnapshotInfo;
+    try {
+      info = await checkSnapshot(path, this.identity);
+    } catch (err) {
+      if (!(err instanceof SnapshotRefused)) throw err;
+      if (err.missing) this.log?.info({ path }, `${COMPONENT}: no snapshot at ${path}; rebuilding from Redis`);
+      else this.log?.warn({ path, reason: err.reason }, `${COMPONENT}: ${err.message}; rebuilding from Redis`);
+      return null;
+    }
+    const bounds = await streamBounds(this.cmd, this.keys);
+    if (!holdsAfter(bounds, info.start)) {
+      this.log?.warn({ path, start: info.start, first: bounds.first }, `${COMPONENT}: snapshot ${path} starts at ${info.start} but ${this.keys.in} no longer holds every command after it (trimmed up to ${bounds.first ?? bounds.lastId}); rebuilding from Redis`);
+      return null;
+    }
+    if (compareStreamIds(info.end, bounds.lastId) > 0) {
+      this.log?.warn({ path, end: info.end, streamLast: bounds.lastId }, `${COMPONENT}: snapshot ${path} has seen commands up to ${info.end}, ${this.keys.in} only up to ${bounds.lastId} (Redis lost acknowledged writes); rebuilding from Redis`);
+      return null;
+    }
+    const t0 = performance.now();
+    await readSnapshot(path, this.identity, {
+      subscriptions: (device, subs) => {
+        for (const sub of subs) {
+          try {
+            this.core.put(device, sub, 'upsert');
+          } catch (err) {
+            this.log?.warn({ err, device }, `${COMPONENT}: a subscription of the snapshot refused by the engine, skipped`);
+          }
+        }
+      },
+      position: this.move,
+    });
+    const loadMs = performance.now() - t0;
+    const stored = (await this.cmd.get(this.keys.matcherOffset)) ?? '0-0';
+    const replayed = compareStreamIds(info.start, stored) < 0 ? await this.applyRange(info.start, stored) : 0;
+    this.lastId = this.committed = stored;
+    this.appliedMax = compareStreamIds(info.end, stored) > 0 ? info.end : stored;
+    this.log?.info(
+      { path, subscriptions: info.subscriptions, positions: info.positions, start: info.start, end: info.end, replayed, offset: stored, loadMs: Math.round(loadMs), ms: Math.round(performance.now() - t0) },
+      `${COMPONENT}: loaded ${info.subscriptions} subscriptions and ${info.positions} positions from ${path} (taken ${info.start}..${info.end}), applied ${replayed} commands up to the stored offset ${stored}`,
+    );
+    return replayed;
+  }
+
+  /** Applies the subscription changes and location batches after `after` up to `upTo` (not the publishes). */
+  private async applyRange(after: string, upTo: string): Promise<number> {
+    let from = `(${after}`;
+    let n = 0;
+    for (;;) {
+      const page = await this.cmd.xrangeBuffer(this.keys.in, from, upTo, 'COUNT', 1000);
+      for (const [idBuf, fields] of page) {
+        const id = idBuf.toString('latin1');
+        let entry: InEntry;
+        try {
+          entry = parseInEntry(id, fields);
+        } catch (err) {
+          this.log?.warn({ err, entry: id }, `${COMPONENT}: command ${id} skipped`);
+          continue;
+        }
+        if (entry.t !== 'pub') {
+          this.applyState(entry);
+          n++;
+        }
+      }
+      if (page.length < 1000) return n;
+      from = `(${page[page.length - 1][0].toString('latin1')}`;
+    }
+  }
+
+  /** A subscription change or location batch; a bad one is logged and skipped. */
+  private applyState(entry: Exclude<InEntry, PubEntry>): void {
+    try {
+      if (entry.t === 'loc') this.applied += decodeLocations(entry.data, this.move);
+      else if (entry.t === 'sub') this.core.put(entry.device, entry.sub, 'upsert');
+      else this.core.remove(entry.device, entry.subscriptionId);
+    } catch (err) {
+      this.log?.warn({ err, entry: entry.id }, `${COMPONENT}: command ${entry.id} skipped`);
+    }
+  }
+
+  /** What a snapshot of this matcher is of: its stream and the deployment's instance. */
+  private get identity(): string {
+    return `${this.keys.in} ${this.instance}`;
+  }
+
+  /**
+   * Writes this matcher's snapshot file now (after the one being written, if any), a block at a
+   * time between batches. Resolves to what it holds, or null when it could not be written (logged)
+   * or this matcher keeps none.
+   */
+  async snapshotNow(): Promise<SnapshotInfo | null> {
+    const path = this.snapshotPath;
+    if (path === null) return null;
+    const run = this.snapshotChain.then(async () => {
+      const t0 = performance.now();
+      try {
+        const info = await writeSnapshot(path, this.identity, this.snapshotSource(), {
+          blockBytes: this.snapshotBlockBytes,
+          betweenBlocks: async () => {
+            await new Promise<void>((res) => setImmediate(res));
+            await this.hooks.snapshotBlock?.();
+            // A crash clears the engine's lists: a snapshot of what is left would be wrong.
+            if (this.crashed) throw new Error(`${COMPONENT}: crashed while writing the snapshot`);
+          },
+        });
+        const ms = performance.now() - t0;
+        this.lastSnapshot = { ...info, ms };
+        this.log?.info({ path, subscriptions: info.subscriptions, positions: info.positions, bytes: info.bytes, start: info.start, end: info.end, ms: Math.round(ms) }, `${COMPONENT}: snapshot written to ${path}`);
+        return info;
+      } catch (err) {
+        this.log?.warn({ err, path }, `${COMPONENT}: snapshot not written`);
+        return null;
+      }
+    });
+    this.snapshotChain = run;
+    this.snapshotsPending++;
+    try {
+      return await run;
+    } finally {
+      this.snapshotsPending--;
+    }
+  }
+
+  /** The snapshot this matcher last wrote (with how long it took), or null. */
+  get snapshot(): (SnapshotInfo & { ms: number }) | null {
+    return this.lastSnapshot;
+  }
+
+  /** How the engine was filled at start: from the snapshot or Redis, how long, and commands replayed after a snapshot. */
+  get restoredFrom(): { from: 'snapshot' | 'redis'; ms: number; replayed: number } {
+    return this.restored;
+  }
+
+  private snapshotSource(): SnapshotSource {
+    const self = this;
+    return {
+      engine: this.core.engine.name,
+      start: () => this.lastId,
+      end: () => this.appliedMax,
+      subscriptions: () => this.core.byDevice(),
+      *positions() {
+        for (let i = 0; i < self.slotDevices.length; i++) yield [self.slotDevices[i], self.coords[2 * i], self.coords[2 * i + 1]];
+      },
+    };
   }
 
   private async loop(): Promise<void> {
@@ -444,6 +650,8 @@ export class RedisMatcher {
   private async process(entries: [Buffer, Buffer[]][]): Promise<(() => Promise<void>) | null> {
     const leading = this.currentRole === 'leader';
     const batch = ++this.batchSeq;
+    const last = entries[entries.length - 1][0].toString('latin1');
+    if (compareStreamIds(last, this.appliedMax) > 0) this.appliedMax = last;
     const t0 = performance.now();
     const applied0 = this.applied;
     const flights: Promise<void>[] = [];
@@ -469,17 +677,10 @@ export class RedisMatcher {
         flights.push((await this.matchPubs(pubs, batch)).done);
         pubs = [];
       }
-      try {
-        if (entry.t === 'loc') this.applied += decodeLocations(entry.data, this.move);
-        else if (entry.t === 'sub') this.core.put(entry.device, entry.sub, 'upsert');
-        else this.core.remove(entry.device, entry.subscriptionId);
-      } catch (err) {
-        this.log?.warn({ err, entry: id }, `${COMPONENT}: command ${id} skipped`);
-      }
+      this.applyState(entry);
     }
     if (pubs.length > 0) flights.push((await this.matchPubs(pubs, batch)).done);
     const applyMs = performance.now() - t0;
-    const last = entries[entries.length - 1][0].toString('latin1');
     this.lastId = last;
     if (!leading) {
       this.hooks.onBatch?.({ entries: entries.length, locations: this.applied - applied0, ms: applyMs });
@@ -511,17 +712,28 @@ export class RedisMatcher {
       this.invalid++;
       return;
     }
-    let h = this.handles.get(device);
-    if (h === undefined) {
+    let i = this.deviceSlots.get(device);
+    if (i === undefined) {
+      let h: DeviceHandle;
       try {
         h = this.core.engine.openDevice(device);
       } catch {
         this.invalid++; // a device id the engine refuses
         return;
       }
-      this.handles.set(device, h);
+      i = this.slotHandles.length;
+      this.slotHandles.push(h);
+      this.slotDevices.push(device);
+      if (2 * i + 2 > this.coords.length) {
+        const grown = new Float64Array(this.coords.length * 2);
+        grown.set(this.coords);
+        this.coords = grown;
+      }
+      this.deviceSlots.set(device, i);
     }
-    h.update(lat, lon);
+    this.slotHandles[i].update(lat, lon);
+    this.coords[2 * i] = lat;
+    this.coords[2 * i + 1] = lon;
   };
 
   /**
@@ -661,12 +873,22 @@ export class RedisMatcher {
       engineDetail: this.engineDetail,
       subscriptions: this.core.subscriptions,
       filters: s.filters,
-      devices: this.handles.size,
+      devices: this.deviceSlots.size,
       memoryBytes: s.memoryBytes,
       offset: this.committed,
       locationsApplied: this.applied,
       epoch: this.epoch,
-      extra: { ...(s.extra ?? {}), eventsMatched: this.eventsMatched, locationsApplied: this.applied, invalidUpdates: this.invalid, fencedWrites: this.fenced, duplicateEvents: this.duplicates },
+      extra: {
+        ...(s.extra ?? {}),
+        eventsMatched: this.eventsMatched,
+        locationsApplied: this.applied,
+        invalidUpdates: this.invalid,
+        fencedWrites: this.fenced,
+        duplicateEvents: this.duplicates,
+        restoredFrom: this.restored.from,
+        restoreMs: Math.round(this.restored.ms),
+        ...(this.lastSnapshot === null ? {} : { snapshotAt: this.lastSnapshot.createdAt, snapshotBytes: this.lastSnapshot.bytes, snapshotMs: Math.round(this.lastSnapshot.ms) }),
+      },
     };
     await this.cmd.set(this.keys.matcherStats, JSON.stringify(record), 'PX', this.statsMs * 3);
   }
@@ -678,12 +900,14 @@ export class RedisMatcher {
 
   /** Devices with a position in the engine. */
   get devices(): number {
-    return this.handles.size;
+    return this.deviceSlots.size;
   }
 
   private async closeEngine(): Promise<void> {
-    for (const h of this.handles.values()) h.release();
-    this.handles.clear();
+    for (const h of this.slotHandles) h.release();
+    this.slotHandles.length = 0;
+    this.slotDevices.length = 0;
+    this.deviceSlots.clear();
     await this.core.close();
   }
 
@@ -712,6 +936,9 @@ export class RedisMatcher {
       await Promise.race([this.blocking.wake().catch(() => {}), sleep(200)]);
       await Promise.race([this.loopDone, sleep(50)]);
     }
+    if (this.snapshotTimer !== null) clearInterval(this.snapshotTimer);
+    // Nothing is applied any more: this snapshot is exact at its position.
+    if (this.snapshotPath !== null) await this.snapshotNow();
     const reachable = this.cmd.status === 'ready';
     if (reachable && this.currentRole === 'leader') {
       // The stats key goes first: a standby taking the lease writes its own.
@@ -736,6 +963,7 @@ export class RedisMatcher {
     this.crashed = true;
     this.stopping = true;
     if (this.statsTimer !== null) clearInterval(this.statsTimer);
+    if (this.snapshotTimer !== null) clearInterval(this.snapshotTimer);
     void this.lease.stop(false);
     this.cmd.disconnect();
     this.blocking.disconnect();
@@ -744,6 +972,11 @@ export class RedisMatcher {
 }
 
 // ---- helpers ----
+
+/** The snapshot file of a matcher partition: its stream's name, made safe for a file name. */
+export function snapshotFileName(keys: Keys): string {
+  return `${keys.in.replace(/[^A-Za-z0-9._-]/g, '_')}.snapshot`;
+}
 
 function partitionOption(o: RedisMatcherOptions): number {
   const k = o.partitions ?? 1;

@@ -52,6 +52,13 @@ export interface ServerConfig {
    */
   matcherLeaseMs: number;
   /**
+   * Redis mode: the directory of a matcher's snapshot files (null: none, a start reads every
+   * subscription back from Redis) and how often one is written besides at a clean stop (s; 0: only
+   * then).
+   */
+  snapshotDir: string | null;
+  snapshotIntervalS: number;
+  /**
    * Event ids deduplicate for `windowMs` (0: off); an embedded hub (each partition) holds at most
    * `maxIds` of them. In Redis mode the ids live in Redis for the window.
    */
@@ -121,6 +128,8 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   tls: null,
   retention: DEFAULT_RETENTION,
   matcherLeaseMs: 2000,
+  snapshotDir: null,
+  snapshotIntervalS: 300,
   dedupe: DEFAULT_DEDUPE,
   maxSubscriptionsPerDevice: DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE,
   logLevel: 'info',
@@ -202,6 +211,10 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
   const hours = int('AMBIT_RETENTION_HOURS', 1, 24 * 365);
   if (hours !== undefined) c.retention.maxAgeMs = hours * 3600_000;
   c.matcherLeaseMs = int('AMBIT_MATCHER_LEASE_MS', 100, 600_000) ?? c.matcherLeaseMs;
+  c.snapshotDir = str('AMBIT_SNAPSHOT_DIR') ?? c.snapshotDir;
+  c.snapshotIntervalS = int('AMBIT_SNAPSHOT_INTERVAL_S', 0, 7 * 24 * 3600) ?? c.snapshotIntervalS;
+  if (c.snapshotDir !== null && c.redisUrl === null) throw new Error('config: AMBIT_SNAPSHOT_DIR is for Redis mode (REDIS_URL): an embedded node keeps nothing across restarts');
+  if (c.snapshotDir !== null && c.role === 'gateway') throw new Error('config: AMBIT_SNAPSHOT_DIR is for a process that runs a matcher (role matcher or all)');
   const dedupeS = int('AMBIT_DEDUPE_WINDOW_S', 0, 7 * 24 * 3600);
   if (dedupeS !== undefined) c.dedupe.windowMs = dedupeS * 1000;
   c.dedupe.maxIds = int('AMBIT_DEDUPE_MAX_IDS', 1, 100_000_000) ?? c.dedupe.maxIds;

@@ -39,7 +39,7 @@ export async function startMatcherRole(config: ServerConfig, log: Logger): Promi
   // Notifications are counted by the deliver script in Redis; gateways report them.
   const stats = async (): Promise<HubStats> => {
     const s = await hubStats(m.core, { mode: 'redis', engineDetail: m.engineDetail, devices: m.devices, eventsPublished: m.eventsMatchedCount, notifications: 0, notificationsDropped: 0, locationUpdates: m.locationsApplied });
-    return { ...s, extra: { ...s.extra, matcherLeader: m.role === 'leader', matcherEpoch: m.epoch, fencedWrites: m.fencedWrites } };
+    return { ...s, extra: { ...s.extra, matcherLeader: m.role === 'leader', matcherEpoch: m.epoch, fencedWrites: m.fencedWrites, restoredFrom: m.restoredFrom.from, restoreMs: Math.round(m.restoredFrom.ms) } };
   };
   return { engineDetail: m.engineDetail, stats, stop: () => m.stop() };
 }
@@ -55,6 +55,7 @@ function matcherOptions(config: ServerConfig, partition: number) {
     retention: config.retention,
     leaseMs: config.matcherLeaseMs,
     dedupeWindowMs: config.dedupe.windowMs,
+    ...(config.snapshotDir === null ? {} : { snapshot: { dir: config.snapshotDir, intervalMs: config.snapshotIntervalS * 1000 } }),
   };
 }
 

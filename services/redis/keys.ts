@@ -24,6 +24,9 @@
  *   {p}matcher:stats    STRING the matcher's engine figures as JSON; its TTL is the liveness signal
  *   {p}matcher:lease    STRING "<token> <matcher id>" of the leader, with a TTL (lease.ts)
  *   {p}matcher:epoch    STRING the newest leader's token (INCR)
+ *   {p}matcher:instance STRING a random id set by the first matcher (NX): a matcher's snapshot file
+ *                             (services/matcher/snapshot.ts) names it, so a snapshot of a stream that
+ *                             was deleted or flushed since is refused
  *   {p}eid:{event id}   STRING "<reached> <in-entry id>" of a matched event, for the dedupe window (PX)
  *   {p}ev:{entry}:{i}   STRING the JSON of the i-th event of in-entry {entry}, stored once for all its
  *                             recipients' notifications (which name it), for twice the max age (PX)
@@ -112,6 +115,7 @@ export class Keys {
   readonly matcherStats: string;
   readonly matcherLease: string;
   readonly matcherEpoch: string;
+  readonly matcherInstance: string;
   /** Every device group; one on a plain Redis. */
   readonly groups: readonly GroupKeys[];
   private readonly base: string;
@@ -145,6 +149,7 @@ export class Keys {
     this.matcherStats = `${base}matcher:stats`;
     this.matcherLease = `${base}matcher:lease`;
     this.matcherEpoch = `${base}matcher:epoch`;
+    this.matcherInstance = `${base}matcher:instance`;
     const groups: GroupKeys[] = [];
     // A group's fence is this partition's: each partition's leader raises and checks its own.
     const fence = partitions > 1 ? `:${partition}` : '';

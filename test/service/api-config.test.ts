@@ -40,6 +40,9 @@ describe('api config: configFromEnv', () => {
     [{ AMBIT_RETENTION_HOURS: '0' }, 'config: AMBIT_RETENTION_HOURS must be an integer in [1, 8760], got "0"'],
     [{ AMBIT_RETENTION_HOURS: '1.5' }, 'config: AMBIT_RETENTION_HOURS must be an integer in [1, 8760], got "1.5"'],
     [{ AMBIT_MATCHER_LEASE_MS: '99' }, 'config: AMBIT_MATCHER_LEASE_MS must be an integer in [100, 600000], got "99"'],
+    [{ AMBIT_SNAPSHOT_DIR: '/var/lib/ambit' }, 'config: AMBIT_SNAPSHOT_DIR is for Redis mode (REDIS_URL): an embedded node keeps nothing across restarts'],
+    [{ AMBIT_SNAPSHOT_DIR: '/var/lib/ambit', REDIS_URL: 'redis://r:6379', AMBIT_ROLE: 'gateway' }, 'config: AMBIT_SNAPSHOT_DIR is for a process that runs a matcher (role matcher or all)'],
+    [{ AMBIT_SNAPSHOT_INTERVAL_S: '-5' }, 'config: AMBIT_SNAPSHOT_INTERVAL_S must be an integer in [0, 604800], got "-5"'],
     [{ AMBIT_DEDUPE_WINDOW_S: '-1' }, 'config: AMBIT_DEDUPE_WINDOW_S must be an integer in [0, 604800], got "-1"'],
     [{ AMBIT_DEDUPE_MAX_IDS: '0' }, 'config: AMBIT_DEDUPE_MAX_IDS must be an integer in [1, 100000000], got "0"'],
     [{ AMBIT_LOG_LEVEL: 'verbose' }, 'config: AMBIT_LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent, got "verbose"'],
@@ -123,6 +126,9 @@ describe('api config: configFromEnv', () => {
     assert.deepEqual(configFromEnv({}).dedupe, { windowMs: 300_000, maxIds: 1_000_000 });
     assert.equal(configFromEnv({ AMBIT_DEDUPE_WINDOW_S: '60' }).dedupe.windowMs, 60_000);
     assert.equal(configFromEnv({ AMBIT_METRICS_PORT: '9100' }).metricsPort, 9100);
+    const snap = configFromEnv({ REDIS_URL: 'redis://r:6379', AMBIT_ROLE: 'matcher', AMBIT_SNAPSHOT_DIR: '/var/lib/ambit', AMBIT_SNAPSHOT_INTERVAL_S: '60' });
+    assert.deepEqual([snap.snapshotDir, snap.snapshotIntervalS], ['/var/lib/ambit', 60]);
+    assert.deepEqual([DEFAULT_CONFIG.snapshotDir, DEFAULT_CONFIG.snapshotIntervalS], [null, 300]);
     assert.equal(configFromEnv({ AMBIT_DEV: '0' }).dev, false);
     assert.equal(configFromEnv({ AMBIT_DEV: '1' }).dev, true);
   });
