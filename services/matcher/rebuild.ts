@@ -91,7 +91,8 @@ export async function streamBounds(cmd: Conn, keys: Keys): Promise<StreamBounds>
   let info: unknown;
   try {
     info = await cmd.call('XINFO', 'STREAM', keys.in);
-  } catch {
+  } catch (err) {
+    if (!(err instanceof Error && /no such key/i.test(err.message))) throw err;
     return { first: null, removed: true, maxDeleted: '0-0', lastId: '0-0' }; // no stream (any more)
   }
   const flat = info as unknown[];

@@ -116,6 +116,8 @@ export interface MatcherHooks {
   onLease?(): void;
   /** Awaited before a batch's notifications are sent to Redis (they are built already). */
   beforeStore?(): Promise<void> | void;
+  /** Awaited at start once a snapshot file is loaded, before the commands after it are applied. */
+  restoring?(): Promise<void> | void;
   /** Awaited after each block of a snapshot file is written (the matcher goes on meanwhile). */
   snapshotBlock?(): Promise<void> | void;
   /** A leader's batch is applied and matched (its writes may wait for the batch before it). */
@@ -168,6 +170,12 @@ export class RedisMatcher {
   /** Snapshot writes run one after another on this chain; `snapshotsPending` counts them. */
   private snapshotChain: Promise<unknown> = Promise.resolve();
   private snapshotsPending = 0;
+  /**
+   * While a snapshot is written: the lowest read position since it began. A replay (a failed batch,
+   * a new term) moves the read position back and applies older commands again over the state the
+   * writer is taking; the snapshot's start must be at or before them.
+   */
+  private snapshotLow: string | null = null;
   private lastSnapshot: (SnapshotInfo & { ms: number }) | null = null;
   /** Where the engine came from at start, and how long that took. */
   private restored: { from: 'snapshot' | 'redis'; ms: number; replayed: number } = { from: 'redis', ms: 0, replayed: 0 };
@@ -358,7 +366,8 @@ export class RedisMatcher {
       // older leader's late deliveries to the group are refused from here on.
       await Promise.all(k.groups.map((g) => runScript(this.cmd, 'ambitFenceRaise', g.fence, this.token)));
     }
-    this.lastId = this.committed = from;
+    this.rewind(from);
+    this.committed = from;
     this.inBatch.clear();
     this.fanout.resetChain();
     this.fanout.token = this.token;
@@ -424,6 +433,13 @@ export class RedisMatcher {
       this.log?.warn({ path, end: info.end, streamLast: bounds.lastId }, `${COMPONENT}: snapshot ${path} has seen commands up to ${info.end}, ${this.keys.in} only up to ${bounds.lastId} (Redis lost acknowledged writes); rebuilding from Redis`);
       return null;
     }
+    const stored = (await this.cmd.get(this.keys.matcherOffset)) ?? '0-0';
+    if (compareStreamIds(info.end, stored) > 0) {
+      // Publishes after the stored offset are matched again: against the state of the snapshot's
+      // end they could reach subscriptions made after them.
+      this.log?.warn({ path, end: info.end, offset: stored }, `${COMPONENT}: snapshot ${path} has applied commands up to ${info.end}, past the stored offset ${stored} whose publishes are matched again; rebuilding from Redis`);
+      return null;
+    }
     const t0 = performance.now();
     await readSnapshot(path, this.identity, {
       subscriptions: (device, subs) => {
@@ -436,12 +452,17 @@ export class RedisMatcher {
         }
       },
       position: this.move,
-    });
+    }, undefined, false);
     const loadMs = performance.now() - t0;
-    const stored = (await this.cmd.get(this.keys.matcherOffset)) ?? '0-0';
+    await this.hooks.restoring?.();
     const replayed = compareStreamIds(info.start, stored) < 0 ? await this.applyRange(info.start, stored) : 0;
+    // Gateways trim the stream as they write: if it was trimmed past the snapshot's start while the
+    // file loaded, commands were skipped. The engine holds them half applied: start again.
+    if (!holdsAfter(await streamBounds(this.cmd, this.keys), info.start)) {
+      throw new Error(`${COMPONENT}: ${this.keys.in} was trimmed past the start of snapshot ${path} (${info.start}) while it loaded; a new start rebuilds from Redis`);
+    }
     this.lastId = this.committed = stored;
-    this.appliedMax = compareStreamIds(info.end, stored) > 0 ? info.end : stored;
+    this.appliedMax = stored;
     this.log?.info(
       { path, subscriptions: info.subscriptions, positions: info.positions, start: info.start, end: info.end, replayed, offset: stored, loadMs: Math.round(loadMs), ms: Math.round(performance.now() - t0) },
       `${COMPONENT}: loaded ${info.subscriptions} subscriptions and ${info.positions} positions from ${path} (taken ${info.start}..${info.end}), applied ${replayed} commands up to the stored offset ${stored}`,
@@ -485,6 +506,12 @@ export class RedisMatcher {
     }
   }
 
+  /** Reads from `id` on; a snapshot being written starts no later than it. */
+  private rewind(id: string): void {
+    this.lastId = id;
+    if (this.snapshotLow !== null && compareStreamIds(id, this.snapshotLow) < 0) this.snapshotLow = id;
+  }
+
   /** What a snapshot of this matcher is of: its stream and the deployment's instance. */
   private get identity(): string {
     return `${this.keys.in} ${this.instance}`;
@@ -497,8 +524,9 @@ export class RedisMatcher {
    */
   async snapshotNow(): Promise<SnapshotInfo | null> {
     const path = this.snapshotPath;
-    if (path === null) return null;
+    if (path === null || this.engineClosed) return null;
     const run = this.snapshotChain.then(async () => {
+      if (this.engineClosed) return null;
       const t0 = performance.now();
       try {
         const info = await writeSnapshot(path, this.identity, this.snapshotSource(), {
@@ -542,7 +570,14 @@ export class RedisMatcher {
     const self = this;
     return {
       engine: this.core.engine.name,
-      start: () => this.lastId,
+      begin: () => {
+        this.snapshotLow = this.lastId;
+      },
+      start: () => {
+        const low = this.snapshotLow ?? this.lastId;
+        this.snapshotLow = null;
+        return low;
+      },
       end: () => this.appliedMax,
       subscriptions: () => this.core.byDevice(),
       *positions() {
@@ -632,11 +667,11 @@ export class RedisMatcher {
     if (isFenced(err)) {
       this.fenced++;
       this.lease.lose(`a write was refused: ${err instanceof Error ? err.message : String(err)}`);
-      this.lastId = this.committed;
+      this.rewind(this.committed);
       return true;
     }
     this.log?.error({ err }, `${COMPONENT}: batch failed; replaying it from ${this.committed}`);
-    this.lastId = this.committed;
+    this.rewind(this.committed);
     await sleep(1000);
     return true;
   }
@@ -903,7 +938,10 @@ export class RedisMatcher {
     return this.deviceSlots.size;
   }
 
+  private engineClosed = false;
+
   private async closeEngine(): Promise<void> {
+    this.engineClosed = true;
     for (const h of this.slotHandles) h.release();
     this.slotHandles.length = 0;
     this.slotDevices.length = 0;
@@ -937,8 +975,6 @@ export class RedisMatcher {
       await Promise.race([this.loopDone, sleep(50)]);
     }
     if (this.snapshotTimer !== null) clearInterval(this.snapshotTimer);
-    // Nothing is applied any more: this snapshot is exact at its position.
-    if (this.snapshotPath !== null) await this.snapshotNow();
     const reachable = this.cmd.status === 'ready';
     if (reachable && this.currentRole === 'leader') {
       // The stats key goes first: a standby taking the lease writes its own.
@@ -946,6 +982,9 @@ export class RedisMatcher {
       // Hand over at once instead of after the lease's TTL.
       await Promise.race([this.lease.stop(true).catch(() => {}), sleep(1000)]);
     }
+    // Nothing is applied any more: this snapshot is exact at its position. Written after the
+    // hand-over, which it does not need.
+    if (this.snapshotPath !== null) await this.snapshotNow();
     await this.closeEngine();
     if (reachable) await Promise.race([Promise.all([closeConnection(this.cmd), this.blocking.close()]), sleep(2000)]);
     this.cmd.disconnect();

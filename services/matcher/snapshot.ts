@@ -12,12 +12,12 @@
  *
  * The file (little-endian):
  *   "AMBSNAP1"                      magic, 8 bytes
- *   u32 n, n bytes                  header JSON: format, identity, start, engine, createdAt
+ *   u32 n, n bytes                  header JSON: format, identity, engine, createdAt
  *   blocks: u32 n (> 0), n bytes    whole records; a record never spans blocks
  *     0x01 u32 a, a bytes (device), u32 b, b bytes (JSON array of its DeviceSubscription)
  *     0x02 u32 a, a bytes (device), f64 lat, f64 lon
  *   u32 0                           the end of the blocks
- *   u32 n, n bytes                  trailer JSON: end, devices, subscriptions, positions
+ *   u32 n, n bytes                  trailer JSON: start, end, devices, subscriptions, positions
  *   32 bytes                        SHA-256 of every byte before it
  * It is written to `<file>.tmp` (the directory made if missing), synced and renamed over the file, so a crash mid-write leaves
  * the previous snapshot. A reader checks the hash over the whole file before it hands out a record.
@@ -57,7 +57,12 @@ export interface SnapshotInfo {
 
 /** What a snapshot holds, read when it is written (between blocks the matcher goes on). */
 export interface SnapshotSource {
-  /** Read before the first record: every command up to it is in the state (the replay starts after it). */
+  /** Called before the first record is taken. */
+  begin?(): void;
+  /**
+   * Read after the last record: every command up to it was in the state whenever a record was
+   * taken (the replay starts after it).
+   */
   start(): string;
   /** Read after the last record: no record holds the effect of a command after it. */
   end(): string;
@@ -107,9 +112,9 @@ export async function writeSnapshot(path: string, identity: SnapshotIdentity, so
     while (at < b.length) at += (await fh.write(b, at, b.length - at)).bytesWritten;
   };
   try {
-    const start = source.start();
+    source.begin?.();
     const createdAt = new Date().toISOString();
-    const header = Buffer.from(JSON.stringify({ format: FORMAT, identity, start, engine: source.engine, createdAt }), 'utf8');
+    const header = Buffer.from(JSON.stringify({ format: FORMAT, identity, engine: source.engine, createdAt }), 'utf8');
     await put(Buffer.concat([MAGIC, u32(header.length), header]));
     const block = new BlockWriter(blockBytes);
     const flush = async (): Promise<void> => {
@@ -134,8 +139,9 @@ export async function writeSnapshot(path: string, identity: SnapshotIdentity, so
       if (block.size >= blockBytes) await flush();
     }
     await flush();
+    const start = source.start();
     const end = source.end();
-    const trailer = Buffer.from(JSON.stringify({ end, devices, subscriptions, positions }), 'utf8');
+    const trailer = Buffer.from(JSON.stringify({ start, end, devices, subscriptions, positions }), 'utf8');
     await put(Buffer.concat([u32(0), u32(trailer.length), trailer]));
     const digest = hash.digest();
     await fh.write(digest);
@@ -162,10 +168,11 @@ export async function checkSnapshot(path: string, identity: SnapshotIdentity): P
 
 /**
  * Reads a snapshot into `sink`: checks it whole first (checkSnapshot), so a refused snapshot hands
- * out nothing. `betweenBlocks` is awaited after each block's records.
+ * out nothing; `check` false skips that for a caller that has just checked it. `betweenBlocks` is
+ * awaited after each block's records.
  */
-export async function readSnapshot(path: string, identity: SnapshotIdentity, sink: SnapshotSink, betweenBlocks?: () => Promise<void> | void): Promise<SnapshotInfo> {
-  await checkSnapshot(path, identity);
+export async function readSnapshot(path: string, identity: SnapshotIdentity, sink: SnapshotSink, betweenBlocks?: () => Promise<void> | void, check = true): Promise<SnapshotInfo> {
+  if (check) await checkSnapshot(path, identity);
   return scan(path, identity, { sink, betweenBlocks });
 }
 
@@ -205,7 +212,7 @@ async function scan(path: string, identity: SnapshotIdentity, apply: { sink: Sna
     const header = parseJson(await reader.take((await reader.take(4, refuse)).readUInt32LE(0), refuse), 'header', refuse);
     if (header.format !== FORMAT) refuse(`format ${String(header.format)}, this version reads ${FORMAT}`);
     if (header.identity !== identity) refuse(`of ${JSON.stringify(header.identity)}, not of this matcher (${JSON.stringify(identity)})`);
-    if (typeof header.start !== 'string' || typeof header.engine !== 'string' || typeof header.createdAt !== 'string') refuse('header incomplete');
+    if (typeof header.engine !== 'string' || typeof header.createdAt !== 'string') refuse('header incomplete');
     let devices = 0;
     let subscriptions = 0;
     let positions = 0;
@@ -225,13 +232,13 @@ async function scan(path: string, identity: SnapshotIdentity, apply: { sink: Sna
     }
     const trailer = parseJson(await reader.take((await reader.take(4, refuse)).readUInt32LE(0), refuse), 'trailer', refuse);
     if (reader.at !== size - HASH_BYTES) refuse('bytes after its trailer');
-    if (typeof trailer.end !== 'string') refuse('trailer incomplete');
+    if (typeof trailer.start !== 'string' || typeof trailer.end !== 'string') refuse('trailer incomplete');
     if (typeof trailer.devices !== 'number' || typeof trailer.subscriptions !== 'number' || typeof trailer.positions !== 'number') refuse('trailer incomplete');
     if (apply === null) ({ devices, subscriptions, positions } = trailer as { devices: number; subscriptions: number; positions: number });
     else if (trailer.devices !== devices || trailer.subscriptions !== subscriptions || trailer.positions !== positions) {
       refuse(`its trailer counts ${String(trailer.subscriptions)} subscriptions and ${String(trailer.positions)} positions, its blocks ${subscriptions} and ${positions}`);
     }
-    return { identity, start: header.start as string, end: trailer.end as string, engine: header.engine as string, createdAt: header.createdAt as string, devices, subscriptions, positions, bytes: size };
+    return { identity, start: trailer.start as string, end: trailer.end as string, engine: header.engine as string, createdAt: header.createdAt as string, devices, subscriptions, positions, bytes: size };
   } finally {
     await fh.close();
   }

@@ -345,6 +345,131 @@ describe('matcher snapshots in a Redis deployment', { skip: missing ?? false, ti
       assertSubscriptions(b, w, 'from the snapshot before the crash');
     }));
 
+  it('a batch replayed while a snapshot is written (its commit failed) moves the snapshot start back: a subscription made and removed meanwhile does not come back', () =>
+    deployment(async ({ prefix, hub, start }) => {
+      const dir = tempDir();
+      // Waiters re-check their condition whenever the matcher reports progress.
+      const waiters = new Set<() => void>();
+      const progress = () => waiters.forEach((w) => w());
+      const until = async (cond: () => boolean) => {
+        while (!cond()) await new Promise<void>((resolve) => waiters.add(() => (waiters.clear(), resolve())));
+      };
+      let holdCommit = false;
+      let failCommit = false;
+      let releaseCommit = () => {};
+      let commitGate: Promise<void> = Promise.resolve();
+      let pauseAt: string | null = null;
+      let paused = () => {};
+      const pausedThere = new Promise<void>((resolve) => (paused = resolve));
+      let releaseLoop = () => {};
+      const loopGate = new Promise<void>((resolve) => (releaseLoop = resolve));
+      let c1 = '';
+      let blocks = 0;
+      const a: RedisMatcher = await start({
+        readCount: 1,
+        snapshot: { dir, intervalMs: 0, blockBytes: 50 },
+        hooks: {
+          onMatched: progress,
+          afterDeliver: async () => {
+            if (!holdCommit) return;
+            await commitGate;
+            if (failCommit) {
+              failCommit = holdCommit = false;
+              throw new Error('the commit fails (test)');
+            }
+          },
+          beforeRead: async () => {
+            progress();
+            if (pauseAt !== null && a.position === pauseAt) {
+              paused();
+              await loopGate;
+            }
+          },
+          snapshotBlock: async () => {
+            if (++blocks !== 1) return;
+            // The held commit (of c1) fails: the loop reads again from before c1, applies c1, and
+            // stops there, with the subscription c2 removed back in the state being written.
+            failCommit = true;
+            pauseAt = c1;
+            releaseCommit();
+            await pausedThere;
+          },
+        },
+      });
+      for (let i = 0; i < 5; i++) await hub.addSubscription(`e${i}`, sub('s', anywhere(eq('k', 'a'))));
+      await until(() => a.core.subscriptions === 5 && a.offset === a.position);
+      commitGate = new Promise<void>((resolve) => (releaseCommit = resolve));
+      holdCommit = true;
+      await hub.addSubscription('d', sub('ghost', anywhere(eq('k', 'a'))));
+      await hub.removeSubscription('d', 'ghost');
+      const [[c2], [first]] = await inspect((r) => r.xrevrange(keysOf(prefix).in, '+', '-', 'COUNT', 2));
+      c1 = first;
+      await until(() => a.position === c2);
+      assert.equal(a.core.has('d', 'ghost'), false);
+      const info = await a.snapshotNow();
+      assert.ok(info !== null && blocks > 1);
+      assert.ok(compareStreamIds(info.start, c1) < 0, `the snapshot starts before the replayed command (${info.start} < ${c1})`);
+      pauseAt = null;
+      releaseLoop();
+      await until(() => a.offset === c2 && a.position === c2);
+      await a.crash();
+      let caught = () => {};
+      const b = await start({ snapshot: { dir, intervalMs: 0 }, hooks: { onBatch: () => caught() } });
+      assert.equal(b.restoredFrom.from, 'snapshot');
+      while (compareStreamIds(b.position, c2) < 0) await new Promise<void>((resolve) => (caught = resolve));
+      assert.equal(b.core.has('d', 'ghost'), false, 'the removed subscription stays removed');
+      assert.equal(b.core.subscriptions, 5);
+    }));
+
+  it('a snapshot that has applied commands past the stored offset is refused: their publishes are matched again', () =>
+    deployment(async ({ hub, start, caughtUp }) => {
+      const dir = tempDir();
+      const w = new World(hub, 16);
+      let hold = false;
+      let release = () => {};
+      const gate = new Promise<void>((resolve) => (release = resolve));
+      let applied = () => {};
+      const a = await start({
+        snapshot: { dir, intervalMs: 0 },
+        hooks: {
+          afterDeliver: async () => {
+            if (hold) await gate;
+          },
+          onMatched: () => applied(),
+        },
+      });
+      await w.step(60);
+      await caughtUp(a);
+      hold = true; // the offset stops at the next batch; the matcher applies the one after it too
+      await w.step(40);
+      while (compareStreamIds(a.position, a.offset) <= 0) await new Promise<void>((resolve) => (applied = resolve));
+      const info = await a.snapshotNow();
+      assert.ok(info !== null && compareStreamIds(info.end, a.offset) > 0, 'the snapshot is ahead of the stored offset');
+      const crashed = a.crash();
+      release();
+      await crashed;
+      const b = await start({ snapshot: { dir, intervalMs: 0 } });
+      assert.equal(b.restoredFrom.from, 'redis');
+      await caughtUp(b);
+      assertSubscriptions(b, w, 'rebuilt');
+    }));
+
+  it('a stream trimmed past the snapshot while it loads fails the start; the next start rebuilds from Redis', () =>
+    deployment(async ({ prefix, hub, start, caughtUp }) => {
+      const dir = tempDir();
+      const w = new World(hub, 17);
+      const a = await start({ snapshot: { dir, intervalMs: 0 } });
+      await w.step(60);
+      await caughtUp(a);
+      await a.stop();
+      await w.step(40);
+      const trim = () => inspect(async (r) => void (await r.xtrim(keysOf(prefix).in, 'MAXLEN', 0)));
+      await assert.rejects(start({ snapshot: { dir, intervalMs: 0 }, hooks: { restoring: trim } }), /was trimmed past the start of snapshot .* while it loaded/);
+      const c = await start({ snapshot: { dir, intervalMs: 0 } });
+      assert.equal(c.restoredFrom.from, 'redis');
+      assertSubscriptions(c, w, 'rebuilt');
+    }));
+
   const refusals: [string, (d: { prefix: string; path: string }) => Promise<void>][] = [
     [
       'damaged',
