@@ -7,7 +7,9 @@
  * real processes from the compose files' own environments and serve devices end to end. Images cannot be pulled here: what Docker itself would do is not run.
  */
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { parse, parseAllDocuments } from 'yaml';
@@ -30,6 +32,16 @@ const SECRET = 'packaging-test-secret-0123456789abcdef01';
 
 type Env = Record<string, string>;
 
+/** One scratch directory for the processes' snapshot volumes, removed at the end. */
+let scratchDir: string | null = null;
+function scratch(): string {
+  scratchDir ??= mkdtempSync(join(tmpdir(), 'ambit-packaging-'));
+  return scratchDir;
+}
+after(() => {
+  if (scratchDir !== null) rmSync(scratchDir, { recursive: true, force: true });
+});
+
 /** A container's environment as the server would see it, checked whole; returns the config. */
 function accepted(where: string, env: Env) {
   for (const name of Object.keys(env)) assert.ok(DOCUMENTED.has(name), `${where}: ${name} is not a documented variable`);
@@ -42,6 +54,7 @@ function accepted(where: string, env: Env) {
 
 interface ComposeService {
   image?: string;
+  volumes?: string[];
   environment?: Record<string, string>;
   ports?: string[];
   command?: string[];
@@ -98,6 +111,7 @@ describe('packaging: deploy/ agrees with the server', () => {
       for (const p of s.ports ?? []) assert.match(p, /:(50051|9464)$/, `compose ${name}: publishes a port the server listens on`);
     }
     assert.deepEqual(roles.sort(), ['gateway', 'gateway', 'matcher', 'matcher'], 'a standby for the matcher, two gateways');
+    snapshotVolumes(services);
   });
 
   it('the cluster compose file: six Redis nodes joined as three masters with replicas, two matcher partitions with a standby each, two gateways', () => {
@@ -129,6 +143,7 @@ describe('packaging: deploy/ agrees with the server', () => {
     }
     assert.deepEqual(roles.sort(), ['gateway', 'gateway', 'matcher', 'matcher', 'matcher', 'matcher']);
     assert.deepEqual([...byPartition].sort(), [[0, 2], [1, 2]], 'a leader and a standby for each partition');
+    snapshotVolumes(services);
   });
 
   it('the Kubernetes manifests: every container environment is accepted, probes and services name real ports', () => {
@@ -153,7 +168,15 @@ describe('packaging: deploy/ agrees with the server', () => {
           assert.equal(ports.get('grpc'), cfg.port);
           assert.equal(c.readinessProbe.grpc.port, cfg.port, 'gateway readiness is its gRPC health');
         }
-        for (const probe of [c.livenessProbe, c.readinessProbe]) {
+        if (cfg.role === 'matcher') {
+          // The snapshot directory is a volume of the pod's own, and liveness waits for the engine's build.
+          const mount = (c.volumeMounts ?? []).find((m: { mountPath: string }) => m.mountPath === cfg.snapshotDir);
+          assert.ok(mount !== undefined, `${w.metadata.name}: AMBIT_SNAPSHOT_DIR is a mounted volume`);
+          assert.ok((w.spec.volumeClaimTemplates ?? []).some((t: { metadata: { name: string } }) => t.metadata.name === mount.name), `${w.metadata.name}: the snapshot volume is claimed per pod`);
+          assert.equal(pod.securityContext.fsGroup, 1000, 'the snapshot volume is writable by the image user');
+          assert.ok(c.startupProbe.periodSeconds * c.startupProbe.failureThreshold >= 300, `${w.metadata.name}: a start may take minutes`);
+        }
+        for (const probe of [c.livenessProbe, c.readinessProbe, ...(c.startupProbe === undefined ? [] : [c.startupProbe])]) {
           if (probe.httpGet !== undefined) {
             assert.equal(probe.httpGet.path, '/healthz');
             assert.ok(ports.has(probe.httpGet.port));
@@ -171,14 +194,36 @@ describe('packaging: deploy/ agrees with the server', () => {
   });
 });
 
+/** Every matcher keeps its snapshot on a volume of its own. */
+function snapshotVolumes(services: Record<string, ComposeService>): void {
+  const volumes: string[] = [];
+  for (const [name, s] of ambitServices(services)) {
+    const env = s.environment ?? {};
+    if (env.AMBIT_ROLE !== 'matcher') continue;
+    const dir = env.AMBIT_SNAPSHOT_DIR;
+    assert.ok(dir !== undefined, `${name}: a matcher keeps a snapshot`);
+    const v = (s.volumes ?? []).find((x) => x.endsWith(`:${dir}`));
+    assert.ok(v !== undefined, `${name}: its snapshot directory is a volume`);
+    volumes.push(v.split(':')[0]);
+  }
+  assert.equal(new Set(volumes).size, volumes.length, 'no two matchers share a snapshot volume');
+}
+
 /** Starts the Ambit services of a compose file as real processes against `redisUrl` (free ports, the CPU engine). */
-async function startTopology(file: string, redisUrl: string, procs: AmbitProcess[], byName: Map<string, AmbitProcess>): Promise<void> {
+async function startTopology(file: string, redisUrl: string, procs: AmbitProcess[], byName: Map<string, AmbitProcess>, envs = new Map<string, Env>()): Promise<void> {
   for (const [name, s] of ambitServices(compose(file))) {
-    // As compose runs it, but on this machine: the test's Redis, free ports, the CPU engine.
-    const env = { ...filled(s.environment ?? {}, { AMBIT_TOKEN_SECRET: SECRET }), REDIS_URL: redisUrl, AMBIT_PORT: '0', AMBIT_METRICS_PORT: '0', AMBIT_ENGINE: 'fast' };
+    // As compose runs it, but on this machine: the test's Redis, free ports, the CPU engine, and a
+    // directory of its own where compose mounts a volume of its own.
+    const env: Env = { ...filled(s.environment ?? {}, { AMBIT_TOKEN_SECRET: SECRET }), REDIS_URL: redisUrl, AMBIT_PORT: '0', AMBIT_METRICS_PORT: '0', AMBIT_ENGINE: 'fast' };
+    if (env.AMBIT_SNAPSHOT_DIR !== undefined) {
+      const volume = (s.volumes ?? []).find((v) => v.endsWith(`:${env.AMBIT_SNAPSHOT_DIR}`));
+      assert.ok(volume !== undefined, `${name}: AMBIT_SNAPSHOT_DIR is a volume`);
+      env.AMBIT_SNAPSHOT_DIR = join(scratch(), volume.split(':')[0]);
+    }
     const p = await startAmbit(env, [], 30_000);
     procs.push(p);
     byName.set(name, p);
+    envs.set(name, env);
   }
 }
 
@@ -215,9 +260,11 @@ describe('packaging: the compose topology as real processes', { skip: redisServe
   const procs: AmbitProcess[] = [];
   const byName = new Map<string, AmbitProcess>();
 
+  const envs = new Map<string, Env>();
+
   before(async () => {
     redis = await startRedisServer();
-    await startTopology('deploy/compose.yaml', redis.url, procs, byName);
+    await startTopology('deploy/compose.yaml', redis.url, procs, byName, envs);
   });
 
   after(async () => {
@@ -231,6 +278,19 @@ describe('packaging: the compose topology as real processes', { skip: redisServe
     await Promise.race(matchers.map((m) => m.waitForLog(leads, 15_000)));
     assert.equal(matchers.filter((m) => m.logs.some(leads)).length, 1, 'exactly one leads');
     await endToEnd(byName, 'pkg-dev', 'pkg-1');
+  });
+
+  it('a matcher stopped with SIGTERM writes its snapshot; started again on its volume, it loads it', async () => {
+    const written = (l: Record<string, unknown>) => typeof l.msg === 'string' && l.msg.includes('snapshot written to');
+    const loaded = (l: Record<string, unknown>) => typeof l.msg === 'string' && /loaded \d+ subscriptions and \d+ positions from/.test(l.msg);
+    const before = byName.get('matcher-b')!;
+    assert.equal(await before.stop(), 0);
+    assert.ok(before.logs.some(written), 'the snapshot was written at the stop');
+    const again = await startAmbit(envs.get('matcher-b')!, [], 30_000);
+    procs.push(again);
+    byName.set('matcher-b', again);
+    const line = await again.waitForLog(loaded, 15_000);
+    assert.match(String(line.msg), /loaded [1-9]\d* subscriptions/, 'what the devices subscribed');
   });
 });
 
