@@ -13,10 +13,12 @@ import type { MatchCore } from './core.js';
  * The engine from Redis: every stored subscription and position, then the stream after the
  * stored offset is replayed (idempotent: upserts, moves, unsubscribing a missing one is a no-op).
  * A subscription written by a command still in the replay is left to that command, so publishes
- * replayed before it do not see it. What the replay cannot restore: a subscription removed or
- * replaced after a replayed publish is seen by it as it is now, and positions are the latest.
+ * replayed before it do not see it; it is returned as deferred, for the matcher to apply itself
+ * should the command be trimmed away before the replay reads it. What the replay cannot restore: a
+ * subscription removed or replaced after a replayed publish is seen by it as it is now, and
+ * positions are the latest.
  */
-export async function rebuildFromRedis(cmd: Conn, keys: Keys, core: MatchCore, move: (device: string, lat: number, lon: number) => void, log: Logger | undefined, component: string): Promise<string> {
+export async function rebuildFromRedis(cmd: Conn, keys: Keys, core: MatchCore, move: (device: string, lat: number, lon: number) => void, log: Logger | undefined, component: string): Promise<{ from: string; deferred: Deferred[] }> {
   const t0 = performance.now();
   const k = keys;
   const offset = await cmd.get(k.matcherOffset);
@@ -29,7 +31,7 @@ export async function rebuildFromRedis(cmd: Conn, keys: Keys, core: MatchCore, m
     );
   }
   let subs = 0;
-  let deferred = 0;
+  const deferred: Deferred[] = [];
   let cursor = '0';
   do {
     const [next, devices] = await cmd.sscan(k.subDevices, cursor, 'COUNT', 500);
@@ -44,7 +46,12 @@ export async function rebuildFromRedis(cmd: Conn, keys: Keys, core: MatchCore, m
       for (const value of Object.values(stored as Record<string, string>)) {
         const { version, json } = splitStoredSubscription(value);
         if (compareStreamIds(version, from) > 0 && holdsEntry(bounds, version)) {
-          deferred++; // its own command is in the replay
+          // Its own command is in the replay.
+          try {
+            deferred.push({ version, device: devices[i], sub: JSON.parse(json) as DeviceSubscription });
+          } catch (err) {
+            log?.warn({ err, device: devices[i] }, `${component}: stored subscription refused by the engine, skipped`);
+          }
           continue;
         }
         try {
@@ -69,10 +76,18 @@ export async function rebuildFromRedis(cmd: Conn, keys: Keys, core: MatchCore, m
     }
   } while (cursor !== '0');
   log?.info(
-    { subscriptions: subs, deferred, positions, offset: from, ms: Math.round(performance.now() - t0) },
+    { subscriptions: subs, deferred: deferred.length, positions, offset: from, ms: Math.round(performance.now() - t0) },
     `${component}: rebuilt ${subs} subscriptions and ${positions} positions; replaying ${k.in} after ${from}`,
   );
-  return from;
+  deferred.sort((a, b) => compareStreamIds(a.version, b.version));
+  return { from, deferred };
+}
+
+/** A stored subscription left to its command in the stream (`version`, the command's id). */
+export interface Deferred {
+  version: string;
+  device: string;
+  sub: DeviceSubscription;
 }
 
 /** What `{p}in` holds now, from XINFO STREAM. */

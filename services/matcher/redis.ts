@@ -42,7 +42,7 @@ import { type InEntry, type MatcherStatsRecord, encodeReply, parseInEntry } from
 import { defineScripts, runScript } from '../redis/scripts.js';
 import { MatchCore, type Recipient } from './core.js';
 import { MatcherLease } from './lease.js';
-import { holdsAfter, rebuildFromRedis, streamBounds } from './rebuild.js';
+import { type Deferred, holdsAfter, holdsEntry, rebuildFromRedis, streamBounds } from './rebuild.js';
 import { type SnapshotInfo, SnapshotRefused, type SnapshotSource, checkSnapshot, readSnapshot, writeSnapshot } from './snapshot.js';
 import { type EngineChoice, openEngine } from './engine.js';
 import { DEFAULT_RETENTION, type Retention } from './fanout.js';
@@ -116,7 +116,10 @@ export interface MatcherHooks {
   onLease?(): void;
   /** Awaited before a batch's notifications are sent to Redis (they are built already). */
   beforeStore?(): Promise<void> | void;
-  /** Awaited at start once a snapshot file is loaded, before the commands after it are applied. */
+  /**
+   * Awaited at start once the state is loaded (a snapshot file, before the commands after it are
+   * applied; or the rebuild from Redis, before the stream is read).
+   */
   restoring?(): Promise<void> | void;
   /** Awaited after each block of a snapshot file is written (the matcher goes on meanwhile). */
   snapshotBlock?(): Promise<void> | void;
@@ -177,6 +180,11 @@ export class RedisMatcher {
    */
   private snapshotLow: string | null = null;
   private lastSnapshot: (SnapshotInfo & { ms: number }) | null = null;
+  /**
+   * Stored subscriptions a rebuild from Redis left to their commands in the stream, by command id;
+   * dropped as the loop reads past them, applied here when their command was trimmed away first.
+   */
+  private deferred: Deferred[] = [];
   /** Where the engine came from at start, and how long that took. */
   private restored: { from: 'snapshot' | 'redis'; ms: number; replayed: number } = { from: 'redis', ms: 0, replayed: 0 };
   private eventsMatched = 0;
@@ -400,12 +408,46 @@ export class RedisMatcher {
     const t0 = performance.now();
     const replayed = this.snapshotPath === null ? null : await this.restore(this.snapshotPath);
     if (replayed === null) {
-      const from = await rebuildFromRedis(this.cmd, this.keys, this.core, this.move, this.log, COMPONENT);
+      const { from, deferred } = await rebuildFromRedis(this.cmd, this.keys, this.core, this.move, this.log, COMPONENT);
+      this.deferred = deferred;
       this.lastId = this.committed = from;
       // Redis's state may hold the effect of any command written before this read.
       this.appliedMax = (await streamBounds(this.cmd, this.keys)).lastId;
     }
+    if (replayed === null) await this.hooks.restoring?.();
     this.restored = { from: replayed === null ? 'redis' : 'snapshot', ms: performance.now() - t0, replayed: replayed ?? 0 };
+  }
+
+  /**
+   * Deferred subscriptions whose command the stream no longer holds, though the loop has not read
+   * it: applied now (they come before anything the loop reads next). `firstRead` is the first id of
+   * the batch about to be applied, or null when the loop found nothing to read.
+   */
+  private async applyDeferred(firstRead: string | null): Promise<void> {
+    let gone: Deferred[];
+    if (firstRead !== null) gone = this.deferred.filter((d) => compareStreamIds(d.version, firstRead) < 0);
+    else {
+      const bounds = await streamBounds(this.cmd, this.keys);
+      gone = this.deferred.filter((d) => !holdsEntry(bounds, d.version));
+    }
+    if (gone.length === 0) return;
+    for (const d of gone) {
+      try {
+        this.core.put(d.device, d.sub, 'upsert');
+      } catch (err) {
+        this.log?.warn({ err, device: d.device }, `${COMPONENT}: stored subscription refused by the engine, skipped`);
+      }
+    }
+    const done = new Set(gone);
+    this.deferred = this.deferred.filter((d) => !done.has(d));
+    this.log?.warn({ subscriptions: gone.length }, `${COMPONENT}: the commands of ${gone.length} stored subscriptions were trimmed from ${this.keys.in} before they were read; applied as stored`);
+  }
+
+  /** Deferred subscriptions whose command was read (at or before `last`) are the stream's now. */
+  private dropDeferred(last: string): void {
+    let n = 0;
+    while (n < this.deferred.length && compareStreamIds(this.deferred[n].version, last) <= 0) n++;
+    if (n > 0) this.deferred = this.deferred.slice(n);
   }
 
   /**
@@ -614,8 +656,10 @@ export class RedisMatcher {
       if (entries === null || entries.length === 0 || this.crashed) {
         // Nothing new: let the batch in flight finish (or fail and be replayed) before blocking again.
         await this.settle();
+        if (this.deferred.length > 0 && !this.crashed) await this.applyDeferred(null).catch((err: unknown) => this.log?.warn({ err }, `${COMPONENT}: deferred subscriptions not checked`));
         continue;
       }
+      if (this.deferred.length > 0) await this.applyDeferred(entries[0][0].toString('latin1'));
       try {
         // Batch N is applied and matched while batch N-1's writes are still in flight; N's
         // offset is written only after N-1's (the chain below), and N+1 waits for N-1.
@@ -717,6 +761,7 @@ export class RedisMatcher {
     if (pubs.length > 0) flights.push((await this.matchPubs(pubs, batch)).done);
     const applyMs = performance.now() - t0;
     this.lastId = last;
+    if (this.deferred.length > 0) this.dropDeferred(last);
     if (!leading) {
       this.hooks.onBatch?.({ entries: entries.length, locations: this.applied - applied0, ms: applyMs });
       return null;

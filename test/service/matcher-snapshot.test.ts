@@ -226,7 +226,12 @@ describe('matcher snapshots in a Redis deployment', { skip: missing ?? false, ti
         prefix,
         hub,
         async start(more = {}) {
-          const m = await RedisMatcher.start(matcherOptions(prefix, { ...more, hooks: { ...more.hooks, onBatch: () => batches.forEach((b) => b()) } }));
+          const mine = more.hooks?.onBatch;
+          const onBatch = (x: { entries: number; locations: number; ms: number }) => {
+            mine?.(x);
+            batches.forEach((b) => b());
+          };
+          const m = await RedisMatcher.start(matcherOptions(prefix, { ...more, hooks: { ...more.hooks, onBatch } }));
           matchers.push(m);
           return m;
         },
@@ -469,6 +474,44 @@ describe('matcher snapshots in a Redis deployment', { skip: missing ?? false, ti
       assert.equal(c.restoredFrom.from, 'redis');
       assertSubscriptions(c, w, 'rebuilt');
     }));
+
+  for (const next of ['the stream is idle', 'the next command arrives'] as const) {
+    it(`a rebuild from Redis leaves subscriptions to their commands in the stream; trimmed away before they are read, they are applied as stored (${next})`, () =>
+      deployment(async ({ prefix, hub, start, caughtUp }) => {
+        const w = new World(hub, 18);
+        const a = await start();
+        await w.step(40);
+        await caughtUp(a);
+        await a.stop();
+        await w.step(60); // stored with versions past the offset: left to their commands
+        let progress = () => {};
+        let reads = 0;
+        let batches = 0;
+        const b = await start({
+          hooks: {
+            restoring: () => inspect(async (r) => void (await r.xtrim(keysOf(prefix).in, 'MAXLEN', 0))),
+            beforeRead: () => {
+              reads++;
+              progress();
+            },
+            onBatch: () => {
+              batches++;
+              progress();
+            },
+          },
+        });
+        // Idle: the loop's second turn comes after a read that found nothing (and the check after it).
+        let done = () => reads >= 2;
+        if (next === 'the next command arrives') {
+          const s = sub('next', anywhere(eq('k', 'a')));
+          await hub.addSubscription('d0', s);
+          w.subs.set('d0', (w.subs.get('d0') ?? new Map<string, DeviceSubscription>()).set(s.id, s));
+          done = () => batches >= 1;
+        }
+        while (!done()) await new Promise<void>((resolve) => (progress = resolve));
+        assertSubscriptions(b, w, 'after the trim');
+      }));
+  }
 
   const refusals: [string, (d: { prefix: string; path: string }) => Promise<void>][] = [
     [
