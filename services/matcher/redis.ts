@@ -519,21 +519,25 @@ export class RedisMatcher {
     for (;;) {
       const page = await this.cmd.xrangeBuffer(this.keys.in, from, upTo, 'COUNT', 1000);
       for (const [idBuf, fields] of page) {
-        const id = idBuf.toString('latin1');
-        let entry: InEntry;
-        try {
-          entry = parseInEntry(id, fields);
-        } catch (err) {
-          this.log?.warn({ err, entry: id }, `${COMPONENT}: command ${id} skipped`);
-          continue;
-        }
-        if (entry.t !== 'pub') {
+        const entry = this.parse(idBuf, fields);
+        if (entry !== null && entry.t !== 'pub') {
           this.applyState(entry);
           n++;
         }
       }
       if (page.length < 1000) return n;
       from = `(${page[page.length - 1][0].toString('latin1')}`;
+    }
+  }
+
+  /** A stream entry as a command, or null (logged) when it is not one. */
+  private parse(idBuf: Buffer, fields: Buffer[]): InEntry | null {
+    const id = idBuf.toString('latin1');
+    try {
+      return parseInEntry(id, fields);
+    } catch (err) {
+      this.log?.warn({ err, entry: id }, `${COMPONENT}: command ${id} skipped`);
+      return null;
     }
   }
 
@@ -737,14 +741,8 @@ export class RedisMatcher {
     let pubs: PubEntry[] = [];
     let publishes = 0;
     for (const [idBuf, fields] of entries) {
-      const id = idBuf.toString('latin1');
-      let entry: InEntry;
-      try {
-        entry = parseInEntry(id, fields);
-      } catch (err) {
-        this.log?.warn({ err, entry: id }, `${COMPONENT}: command ${id} skipped`);
-        continue;
-      }
+      const entry = this.parse(idBuf, fields);
+      if (entry === null) continue;
       if (entry.t === 'pub') {
         if (leading) {
           pubs.push(entry);

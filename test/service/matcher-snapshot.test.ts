@@ -216,13 +216,21 @@ function assertSubscriptions(m: RedisMatcher, w: World, what: string): void {
 
 describe('matcher snapshots in a Redis deployment', { skip: missing ?? false, timeout: 60_000 }, () => {
   /** A fresh deployment: one gateway hub; matchers started (and all stopped at the end) through it. */
-  async function deployment(f: (d: { prefix: string; hub: RedisHub; start(more?: Partial<RedisMatcherOptions>): Promise<RedisMatcher>; caughtUp(m: RedisMatcher): Promise<void> }) => Promise<void>): Promise<void> {
+  type Deployment = {
+    prefix: string;
+    hub: RedisHub;
+    start(more?: Partial<RedisMatcherOptions>): Promise<RedisMatcher>;
+    caughtUp(m: RedisMatcher): Promise<void>;
+    /** A matcher (`more`) that applies `before` commands of the world and stops; then `after` more commands. */
+    stoppedThen(w: World, before: number, after: number, more?: Partial<RedisMatcherOptions>): Promise<RedisMatcher>;
+  };
+  async function deployment(f: (d: Deployment) => Promise<void>): Promise<void> {
     const prefix = freshPrefix();
     const hub = await Hub.connect(hubOptions(prefix));
     const matchers: RedisMatcher[] = [];
     const batches = new Set<() => void>();
     try {
-      await f({
+      const d: Deployment = {
         prefix,
         hub,
         async start(more = {}) {
@@ -248,7 +256,16 @@ describe('matcher snapshots in a Redis deployment', { skip: missing ?? false, ti
             });
           }
         },
-      });
+        async stoppedThen(w, before, after, more = {}) {
+          const m = await d.start(more);
+          await w.step(before);
+          await d.caughtUp(m);
+          await m.stop();
+          await w.step(after);
+          return m;
+        },
+      };
+      await f(d);
     } finally {
       await hub.close();
       for (const m of matchers) await m.stop();
@@ -460,14 +477,10 @@ describe('matcher snapshots in a Redis deployment', { skip: missing ?? false, ti
     }));
 
   it('a stream trimmed past the snapshot while it loads fails the start; the next start rebuilds from Redis', () =>
-    deployment(async ({ prefix, hub, start, caughtUp }) => {
+    deployment(async ({ prefix, hub, start, stoppedThen }) => {
       const dir = tempDir();
       const w = new World(hub, 17);
-      const a = await start({ snapshot: { dir, intervalMs: 0 } });
-      await w.step(60);
-      await caughtUp(a);
-      await a.stop();
-      await w.step(40);
+      await stoppedThen(w, 60, 40, { snapshot: { dir, intervalMs: 0 } });
       const trim = () => inspect(async (r) => void (await r.xtrim(keysOf(prefix).in, 'MAXLEN', 0)));
       await assert.rejects(start({ snapshot: { dir, intervalMs: 0 }, hooks: { restoring: trim } }), /was trimmed past the start of snapshot .* while it loaded/);
       const c = await start({ snapshot: { dir, intervalMs: 0 } });
@@ -477,13 +490,10 @@ describe('matcher snapshots in a Redis deployment', { skip: missing ?? false, ti
 
   for (const next of ['the stream is idle', 'the next command arrives'] as const) {
     it(`a rebuild from Redis leaves subscriptions to their commands in the stream; trimmed away before they are read, they are applied as stored (${next})`, () =>
-      deployment(async ({ prefix, hub, start, caughtUp }) => {
+      deployment(async ({ prefix, hub, start, stoppedThen }) => {
         const w = new World(hub, 18);
-        const a = await start();
-        await w.step(40);
-        await caughtUp(a);
-        await a.stop();
-        await w.step(60); // stored with versions past the offset: left to their commands
+        // The commands after the stop are stored with versions past the offset: left to their commands.
+        await stoppedThen(w, 40, 60);
         let progress = () => {};
         let reads = 0;
         let batches = 0;
@@ -527,14 +537,10 @@ describe('matcher snapshots in a Redis deployment', { skip: missing ?? false, ti
   ];
   for (const [what, spoil] of refusals) {
     it(`a snapshot ${what} is refused: the matcher rebuilds from Redis and holds what the model holds`, () =>
-      deployment(async ({ prefix, hub, start, caughtUp }) => {
+      deployment(async ({ prefix, hub, start, caughtUp, stoppedThen }) => {
         const dir = tempDir();
         const w = new World(hub, 14);
-        const a = await start({ snapshot: { dir, intervalMs: 0 } });
-        await w.step(120);
-        await caughtUp(a);
-        await a.stop();
-        await w.step(80);
+        const a = await stoppedThen(w, 120, 80, { snapshot: { dir, intervalMs: 0 } });
         await spoil({ prefix, path: join(dir, snapshotFileName(a.keys)) });
         const b = await start({ snapshot: { dir, intervalMs: 0 } });
         assert.equal(b.restoredFrom.from, 'redis');
@@ -544,13 +550,10 @@ describe('matcher snapshots in a Redis deployment', { skip: missing ?? false, ti
   }
 
   it('a snapshot that saw more of the stream than Redis still has (writes lost) is refused', () =>
-    deployment(async ({ prefix, hub, start, caughtUp }) => {
+    deployment(async ({ prefix, hub, start, stoppedThen }) => {
       const dir = tempDir();
       const w = new World(hub, 15);
-      const a = await start({ snapshot: { dir, intervalMs: 0 } });
-      await w.step(60);
-      await caughtUp(a);
-      await a.stop();
+      const a = await stoppedThen(w, 60, 0, { snapshot: { dir, intervalMs: 0 } });
       // As after a failover to a replica that had not received the last writes: the snapshot saw
       // an entry the stream never gave. The same records, written as if seen a minute later.
       const path = join(dir, snapshotFileName(a.keys));
