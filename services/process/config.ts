@@ -59,6 +59,11 @@ export interface ServerConfig {
   snapshotDir: string | null;
   snapshotIntervalS: number;
   /**
+   * Redis mode, gateways: about how many entries the command stream keeps (XADD MAXLEN ~). A
+   * matcher further behind loses publishes, and a snapshot older than that is refused.
+   */
+  commandStreamMaxLen: number;
+  /**
    * Event ids deduplicate for `windowMs` (0: off); an embedded hub (each partition) holds at most
    * `maxIds` of them. In Redis mode the ids live in Redis for the window.
    */
@@ -130,6 +135,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   matcherLeaseMs: 2000,
   snapshotDir: null,
   snapshotIntervalS: 300,
+  commandStreamMaxLen: 100_000,
   dedupe: DEFAULT_DEDUPE,
   maxSubscriptionsPerDevice: DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE,
   logLevel: 'info',
@@ -215,6 +221,8 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
   c.snapshotIntervalS = int('AMBIT_SNAPSHOT_INTERVAL_S', 0, 7 * 24 * 3600) ?? c.snapshotIntervalS;
   if (c.snapshotDir !== null && c.redisUrl === null) throw new Error('config: AMBIT_SNAPSHOT_DIR is for Redis mode (REDIS_URL): an embedded node keeps nothing across restarts');
   if (c.snapshotDir !== null && c.role === 'gateway') throw new Error('config: AMBIT_SNAPSHOT_DIR is for a process that runs a matcher (role matcher or all)');
+  c.commandStreamMaxLen = int('AMBIT_COMMAND_STREAM_MAXLEN', 100, 1_000_000_000) ?? c.commandStreamMaxLen;
+  if (env.AMBIT_COMMAND_STREAM_MAXLEN !== undefined && env.AMBIT_COMMAND_STREAM_MAXLEN !== '' && c.redisUrl === null) throw new Error('config: AMBIT_COMMAND_STREAM_MAXLEN is for Redis mode (REDIS_URL)');
   const dedupeS = int('AMBIT_DEDUPE_WINDOW_S', 0, 7 * 24 * 3600);
   if (dedupeS !== undefined) c.dedupe.windowMs = dedupeS * 1000;
   c.dedupe.maxIds = int('AMBIT_DEDUPE_MAX_IDS', 1, 100_000_000) ?? c.dedupe.maxIds;

@@ -128,7 +128,7 @@ async function startMatcherThreads(config: ServerConfig, partitions: number[], l
 export async function connectGatewayHub(config: ServerConfig, log: Logger): Promise<Hub> {
   const k = config.matcherPartitions;
   const one = (partition: number) =>
-    RedisHub.connect({ redis: redisSource(config), prefix: config.redisPrefix, ...groups(config), ...(k > 1 ? { partitions: k, partition } : {}), log, maxSubscriptionsPerDevice: config.maxSubscriptionsPerDevice });
+    RedisHub.connect({ redis: redisSource(config), prefix: config.redisPrefix, ...groups(config), ...(k > 1 ? { partitions: k, partition } : {}), log, maxSubscriptionsPerDevice: config.maxSubscriptionsPerDevice, inMaxLen: config.commandStreamMaxLen });
   if (k === 1) {
     const hub = await one(0);
     log.info({ gatewayId: hub.gatewayId }, `redis hub connected as gateway ${hub.gatewayId}`);

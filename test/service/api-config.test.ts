@@ -42,6 +42,8 @@ describe('api config: configFromEnv', () => {
     [{ AMBIT_MATCHER_LEASE_MS: '99' }, 'config: AMBIT_MATCHER_LEASE_MS must be an integer in [100, 600000], got "99"'],
     [{ AMBIT_SNAPSHOT_DIR: '/var/lib/ambit' }, 'config: AMBIT_SNAPSHOT_DIR is for Redis mode (REDIS_URL): an embedded node keeps nothing across restarts'],
     [{ AMBIT_SNAPSHOT_DIR: '/var/lib/ambit', REDIS_URL: 'redis://r:6379', AMBIT_ROLE: 'gateway' }, 'config: AMBIT_SNAPSHOT_DIR is for a process that runs a matcher (role matcher or all)'],
+    [{ AMBIT_COMMAND_STREAM_MAXLEN: '99', REDIS_URL: 'redis://r:6379' }, 'config: AMBIT_COMMAND_STREAM_MAXLEN must be an integer in [100, 1000000000], got "99"'],
+    [{ AMBIT_COMMAND_STREAM_MAXLEN: '500000' }, 'config: AMBIT_COMMAND_STREAM_MAXLEN is for Redis mode (REDIS_URL)'],
     [{ AMBIT_SNAPSHOT_INTERVAL_S: '-5' }, 'config: AMBIT_SNAPSHOT_INTERVAL_S must be an integer in [0, 604800], got "-5"'],
     [{ AMBIT_DEDUPE_WINDOW_S: '-1' }, 'config: AMBIT_DEDUPE_WINDOW_S must be an integer in [0, 604800], got "-1"'],
     [{ AMBIT_DEDUPE_MAX_IDS: '0' }, 'config: AMBIT_DEDUPE_MAX_IDS must be an integer in [1, 100000000], got "0"'],
@@ -129,6 +131,8 @@ describe('api config: configFromEnv', () => {
     const snap = configFromEnv({ REDIS_URL: 'redis://r:6379', AMBIT_ROLE: 'matcher', AMBIT_SNAPSHOT_DIR: '/var/lib/ambit', AMBIT_SNAPSHOT_INTERVAL_S: '60' });
     assert.deepEqual([snap.snapshotDir, snap.snapshotIntervalS], ['/var/lib/ambit', 60]);
     assert.deepEqual([DEFAULT_CONFIG.snapshotDir, DEFAULT_CONFIG.snapshotIntervalS], [null, 300]);
+    assert.equal(configFromEnv({ REDIS_URL: 'redis://r:6379', AMBIT_COMMAND_STREAM_MAXLEN: '2000000' }).commandStreamMaxLen, 2_000_000);
+    assert.equal(DEFAULT_CONFIG.commandStreamMaxLen, 100_000);
     assert.equal(configFromEnv({ AMBIT_DEV: '0' }).dev, false);
     assert.equal(configFromEnv({ AMBIT_DEV: '1' }).dev, true);
   });

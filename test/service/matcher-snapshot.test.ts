@@ -22,6 +22,9 @@ import type { Event, Filter } from '../../src/model/types.js';
 import { anchored, anywhere, eq, fixed, sub } from '../support/hub-contract.js';
 import { redisTestKit, useRedisServer } from '../support/redis-deployment.js';
 import { Rng } from '../support/rng.js';
+import { pino } from 'pino';
+import { configFromEnv } from '../../services/process/config.js';
+import { connectGatewayHub } from '../../services/process/roles.js';
 
 const dirs: string[] = [];
 function tempDir(): string {
@@ -566,6 +569,34 @@ describe('matcher snapshots in a Redis deployment', { skip: missing ?? false, ti
       assert.equal(b.restoredFrom.from, 'redis');
       assertSubscriptions(b, w, 'rebuilt');
     }));
+
+  it("the gateways' AMBIT_COMMAND_STREAM_MAXLEN caps the command stream; a snapshot older than what it keeps is refused", async () => {
+    const prefix = freshPrefix();
+    const dir = tempDir();
+    const config = configFromEnv({ REDIS_URL: url() as string, AMBIT_REDIS_PREFIX: prefix, AMBIT_ROLE: 'gateway', AMBIT_COMMAND_STREAM_MAXLEN: '100' });
+    const hub = (await connectGatewayHub(config, pino({ level: 'silent' }))) as RedisHub;
+    const matchers: RedisMatcher[] = [];
+    try {
+      const w = new World(hub, 19);
+      const a = await RedisMatcher.start(matcherOptions(prefix, { snapshot: { dir, intervalMs: 0 } }));
+      matchers.push(a);
+      await w.step(50);
+      await a.stop();
+      await w.step(600);
+      const length = await inspect((r) => r.xlen(keysOf(prefix).in));
+      assert.ok(length < 400, `the stream keeps about 100 entries (XLEN ${length}), not the 600 commands after the stop`);
+      let wake = () => {};
+      const b = await RedisMatcher.start(matcherOptions(prefix, { snapshot: { dir, intervalMs: 0 }, hooks: { onBatch: () => wake() } }));
+      matchers.push(b);
+      assert.equal(b.restoredFrom.from, 'redis');
+      const last = await inspect(async (r) => (await r.xrevrange(keysOf(prefix).in, '+', '-', 'COUNT', 1))[0][0]);
+      while (compareStreamIds(b.position, last) < 0) await new Promise<void>((resolve) => (wake = resolve));
+      assertSubscriptions(b, w, 'rebuilt');
+    } finally {
+      await hub.close();
+      for (const m of matchers) await m.stop();
+    }
+  });
 
   it('each matcher partition keeps its own file in a shared directory', async () => {
     {
