@@ -146,12 +146,17 @@ describe('packaging: deploy/ agrees with the server', () => {
     snapshotVolumes(services);
   });
 
-  it('the Kubernetes manifests: every container environment is accepted, probes and services name real ports', () => {
-    const docs = parseAllDocuments(read('deploy/k8s/ambit.yaml')).map((d) => d.toJS() as Record<string, any>);
+  const manifests: [string, string[]][] = [
+    ['deploy/k8s/ambit.yaml', ['Deployment/ambit-gateway', 'StatefulSet/ambit-matcher']],
+    ['deploy/k8s/ambit-cluster.yaml', ['Deployment/ambit-gateway', 'StatefulSet/ambit-matcher-p0', 'StatefulSet/ambit-matcher-p1']],
+  ];
+  for (const [file, expected] of manifests) it(`the Kubernetes manifests of ${file}: every container environment is accepted, probes and services name real ports`, () => {
+    const docs = parseAllDocuments(read(file)).map((d) => d.toJS() as Record<string, any>);
     const byKind = (kind: string) => docs.filter((d) => d.kind === kind);
     const config = byKind('ConfigMap')[0].data as Env;
     const workloads = [...byKind('StatefulSet'), ...byKind('Deployment')];
-    assert.deepEqual(workloads.map((w) => `${w.kind}/${w.metadata.name}`).sort(), ['Deployment/ambit-gateway', 'StatefulSet/ambit-matcher']);
+    assert.deepEqual(workloads.map((w) => `${w.kind}/${w.metadata.name}`).sort(), expected);
+    const partitions = new Set<number>();
     for (const w of workloads) {
       const pod = w.spec.template.spec;
       assert.equal(pod.securityContext.runAsNonRoot, true);
@@ -169,6 +174,9 @@ describe('packaging: deploy/ agrees with the server', () => {
           assert.equal(c.readinessProbe.grpc.port, cfg.port, 'gateway readiness is its gRPC health');
         }
         if (cfg.role === 'matcher') {
+          // One StatefulSet per partition (or one serving all), each with a standby.
+          assert.ok(w.spec.replicas >= 2, `${w.metadata.name}: a standby matcher`);
+          for (let k = 0; k < cfg.matcherPartitions; k++) if (cfg.matcherPartition === null || cfg.matcherPartition === k) partitions.add(k);
           // The snapshot directory is a volume of the pod's own, and liveness waits for the engine's build.
           const mount = (c.volumeMounts ?? []).find((m: { mountPath: string }) => m.mountPath === cfg.snapshotDir);
           assert.ok(mount !== undefined, `${w.metadata.name}: AMBIT_SNAPSHOT_DIR is a mounted volume`);
@@ -190,7 +198,7 @@ describe('packaging: deploy/ agrees with the server', () => {
       const named = new Set(pod.containers.flatMap((c: { ports: { name: string }[] }) => c.ports.map((p) => p.name)));
       for (const p of svc.spec.ports) assert.ok(named.has(p.targetPort), `${svc.metadata.name}: port ${p.name} targets a container port`);
     }
-    assert.equal(byKind('StatefulSet')[0].spec.replicas >= 2, true, 'a standby matcher');
+    assert.equal(partitions.size, Number(config.AMBIT_MATCHER_PARTITIONS ?? '1'), 'every matcher partition has its matchers');
   });
 });
 
