@@ -33,7 +33,7 @@ import { AmbitError, type ErrorCode } from '../../src/model/errors.js';
 import type { DeviceHandle, Matcher } from '../../src/engines/matcher.js';
 import { inRange } from '../../src/model/limits.js';
 import type { Event } from '../../src/model/types.js';
-import { compareStreamIds, decodeLocations, streamIdMs } from '../redis/codec.js';
+import { compareStreamIds, decodeLocations, splitStoredSubscription, streamIdMs } from '../redis/codec.js';
 import { type Conn, DEFAULT_REDIS, type RedisSource, closeConnection, connectAll, intOption, openConn, prefixOption, sleep } from '../redis/connection.js';
 import { DEFAULT_PREFIX, Keys } from '../redis/keys.js';
 import { checkLayout, layoutFor } from '../redis/layout.js';
@@ -41,6 +41,7 @@ import { StreamReader } from '../redis/stream-reader.js';
 import { type InEntry, type MatcherStatsRecord, encodeReply, parseInEntry } from '../redis/protocol.js';
 import { defineScripts, runScript } from '../redis/scripts.js';
 import { MatchCore, type Recipient } from './core.js';
+import type { DeviceSubscription } from '../hub/port.js';
 import { MatcherLease } from './lease.js';
 import { type Deferred, holdsAfter, holdsEntry, rebuildFromRedis, streamBounds } from './rebuild.js';
 import { type SnapshotInfo, SnapshotRefused, type SnapshotSource, checkSnapshot, readSnapshot, writeSnapshot } from './snapshot.js';
@@ -420,27 +421,43 @@ export class RedisMatcher {
 
   /**
    * Deferred subscriptions whose command the stream no longer holds, though the loop has not read
-   * it: applied now (they come before anything the loop reads next). `firstRead` is the first id of
-   * the batch about to be applied, or null when the loop found nothing to read.
+   * it: what Redis stores for them now is applied (they come before anything the loop reads next);
+   * one removed since is gone, one written again by a command still to be read stays deferred
+   * under that command. `firstRead` is the first id of the batch about to be applied, or null when
+   * the loop found nothing to read.
    */
   private async applyDeferred(firstRead: string | null): Promise<void> {
-    let gone: Deferred[];
-    if (firstRead !== null) gone = this.deferred.filter((d) => compareStreamIds(d.version, firstRead) < 0);
-    else {
-      const bounds = await streamBounds(this.cmd, this.keys);
-      gone = this.deferred.filter((d) => !holdsEntry(bounds, d.version));
-    }
+    const bounds = firstRead === null ? await streamBounds(this.cmd, this.keys) : null;
+    const trimmed = (version: string) => (bounds === null ? compareStreamIds(version, firstRead!) < 0 : !holdsEntry(bounds, version));
+    const gone = this.deferred.filter((d) => trimmed(d.version));
     if (gone.length === 0) return;
-    for (const d of gone) {
+    const p = this.cmd.pipeline();
+    for (const d of gone) p.hget(this.keys.subs(d.device), d.sub.id);
+    const now = (await p.exec()) ?? [];
+    const still: Deferred[] = [];
+    let applied = 0;
+    for (let i = 0; i < gone.length; i++) {
+      const [err, value] = now[i];
+      if (err !== null) throw err;
+      if (value === null) continue; // removed since, by a command trimmed too: not in the engine
+      const { version, json } = splitStoredSubscription(value as string);
       try {
-        this.core.put(d.device, d.sub, 'upsert');
+        const sub = JSON.parse(json) as DeviceSubscription;
+        if (!trimmed(version)) still.push({ version, device: gone[i].device, sub });
+        else {
+          this.core.put(gone[i].device, sub, 'upsert');
+          applied++;
+        }
       } catch (err) {
-        this.log?.warn({ err, device: d.device }, `${COMPONENT}: stored subscription refused by the engine, skipped`);
+        this.log?.warn({ err, device: gone[i].device }, `${COMPONENT}: stored subscription refused by the engine, skipped`);
       }
     }
     const done = new Set(gone);
-    this.deferred = this.deferred.filter((d) => !done.has(d));
-    this.log?.warn({ subscriptions: gone.length }, `${COMPONENT}: the commands of ${gone.length} stored subscriptions were trimmed from ${this.keys.in} before they were read; applied as stored`);
+    this.deferred = [...this.deferred.filter((d) => !done.has(d)), ...still].sort((a, b) => compareStreamIds(a.version, b.version));
+    this.log?.warn(
+      { subscriptions: gone.length, applied },
+      `${COMPONENT}: the commands of ${gone.length} stored subscriptions were trimmed from ${this.keys.in} before they were read; ${applied} applied as Redis stores them now`,
+    );
   }
 
   /** Deferred subscriptions whose command was read (at or before `last`) are the stream's now. */

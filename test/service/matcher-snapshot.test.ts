@@ -526,6 +526,42 @@ describe('matcher snapshots in a Redis deployment', { skip: missing ?? false, ti
       }));
   }
 
+  it('a deferred subscription removed or replaced before its trimmed command is read takes what Redis stores now', () =>
+    deployment(async ({ prefix, hub, start, stoppedThen }) => {
+      const w = new World(hub, 20);
+      await stoppedThen(w, 30, 0);
+      // Written while no matcher runs: a rebuild leaves them to their commands.
+      const put = async (device: string, s: ReturnType<typeof sub>, how: 'add' | 'replace') => {
+        if (how === 'add') await hub.addSubscription(device, s);
+        else await hub.replaceSubscription(device, s);
+        w.subs.set(device, (w.subs.get(device) ?? new Map<string, DeviceSubscription>()).set(s.id, s));
+      };
+      await put('dx', sub('gone', anywhere(eq('k', 'a'))), 'add');
+      await put('dy', sub('changed', anywhere(eq('k', 'a'))), 'add');
+      let batches = 0;
+      let progress = () => {};
+      const b = await start({
+        hooks: {
+          restoring: async () => {
+            // After the rebuild deferred them: the devices change them, and every command is trimmed.
+            await hub.removeSubscription('dx', 'gone');
+            w.subs.delete('dx');
+            await put('dy', sub('changed', anywhere(eq('k', 'b'))), 'replace');
+            await inspect(async (r) => void (await r.xtrim(keysOf(prefix).in, 'MAXLEN', 0)));
+          },
+          onBatch: () => {
+            batches++;
+            progress();
+          },
+        },
+      });
+      await put('dz', sub('next', anywhere(eq('k', 'c'))), 'add');
+      while (batches < 1) await new Promise<void>((resolve) => (progress = resolve));
+      assert.equal(b.core.has('dx', 'gone'), false, 'the removed subscription does not come back');
+      assert.deepEqual(b.core.list('dy'), [sub('changed', anywhere(eq('k', 'b')))], 'the replaced subscription is the new one');
+      assertSubscriptions(b, w, 'after the trim');
+    }));
+
   const refusals: [string, (d: { prefix: string; path: string }) => Promise<void>][] = [
     [
       'damaged',
