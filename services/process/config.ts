@@ -222,7 +222,10 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
   if (c.snapshotDir !== null && c.redisUrl === null) throw new Error('config: AMBIT_SNAPSHOT_DIR is for Redis mode (REDIS_URL): an embedded node keeps nothing across restarts');
   if (c.snapshotDir !== null && c.role === 'gateway') throw new Error('config: AMBIT_SNAPSHOT_DIR is for a process that runs a matcher (role matcher or all)');
   c.commandStreamMaxLen = int('AMBIT_COMMAND_STREAM_MAXLEN', 100, 1_000_000_000) ?? c.commandStreamMaxLen;
-  if (env.AMBIT_COMMAND_STREAM_MAXLEN !== undefined && env.AMBIT_COMMAND_STREAM_MAXLEN !== '' && c.redisUrl === null) throw new Error('config: AMBIT_COMMAND_STREAM_MAXLEN is for Redis mode (REDIS_URL)');
+  if (env.AMBIT_COMMAND_STREAM_MAXLEN !== undefined && env.AMBIT_COMMAND_STREAM_MAXLEN !== '') {
+    if (c.redisUrl === null) throw new Error('config: AMBIT_COMMAND_STREAM_MAXLEN is for Redis mode (REDIS_URL)');
+    if (c.role === 'matcher') throw new Error('config: AMBIT_COMMAND_STREAM_MAXLEN is for a process that runs a gateway (role gateway or all): gateways trim the command stream');
+  }
   const dedupeS = int('AMBIT_DEDUPE_WINDOW_S', 0, 7 * 24 * 3600);
   if (dedupeS !== undefined) c.dedupe.windowMs = dedupeS * 1000;
   c.dedupe.maxIds = int('AMBIT_DEDUPE_MAX_IDS', 1, 100_000_000) ?? c.dedupe.maxIds;

@@ -29,7 +29,10 @@ async function main(): Promise<void> {
     process.stderr.write(
       'usage: node dist/services/process/main.js [--role all|gateway|matcher] [--host H] [--port N] [--metrics-port N|off] [--engine auto|gpu|fast|rtree|reference] [--gateways N] [--dev]\n' +
         'Environment: AMBIT_ROLE AMBIT_HOST AMBIT_PORT AMBIT_METRICS_PORT REDIS_URL AMBIT_REDIS_PREFIX AMBIT_ENGINE AMBIT_GATEWAYS AMBIT_FANOUT_SHARDS AMBIT_DEVICE_STREAMS AMBIT_DIRECT_WRITES AMBIT_TOKEN_SECRET AMBIT_DEV\n' +
-        '             AMBIT_TLS_CERT AMBIT_TLS_KEY AMBIT_RETENTION_MAX AMBIT_RETENTION_HOURS AMBIT_LOG_LEVEL AMBIT_SHUTDOWN_GRACE_S\n',
+        '             AMBIT_TLS_CERT AMBIT_TLS_KEY AMBIT_RETENTION_MAX AMBIT_RETENTION_HOURS AMBIT_LOG_LEVEL AMBIT_SHUTDOWN_GRACE_S\n' +
+        '             AMBIT_PARTITIONS AMBIT_DEDUPE_WINDOW_S AMBIT_DEDUPE_MAX_IDS AMBIT_REDIS_CLUSTER AMBIT_REDIS_DEVICE_GROUPS AMBIT_MATCHER_PARTITIONS\n' +
+        '             AMBIT_MATCHER_PARTITION AMBIT_MATCHER_LEASE_MS AMBIT_SNAPSHOT_DIR AMBIT_SNAPSHOT_INTERVAL_S AMBIT_COMMAND_STREAM_MAXLEN\n' +
+        '             (docs/service.md, "Configuration", says what each does)\n',
     );
     return;
   }

@@ -44,6 +44,7 @@ describe('api config: configFromEnv', () => {
     [{ AMBIT_SNAPSHOT_DIR: '/var/lib/ambit', REDIS_URL: 'redis://r:6379', AMBIT_ROLE: 'gateway' }, 'config: AMBIT_SNAPSHOT_DIR is for a process that runs a matcher (role matcher or all)'],
     [{ AMBIT_COMMAND_STREAM_MAXLEN: '99', REDIS_URL: 'redis://r:6379' }, 'config: AMBIT_COMMAND_STREAM_MAXLEN must be an integer in [100, 1000000000], got "99"'],
     [{ AMBIT_COMMAND_STREAM_MAXLEN: '500000' }, 'config: AMBIT_COMMAND_STREAM_MAXLEN is for Redis mode (REDIS_URL)'],
+    [{ AMBIT_COMMAND_STREAM_MAXLEN: '500000', REDIS_URL: 'redis://r:6379', AMBIT_ROLE: 'matcher' }, 'config: AMBIT_COMMAND_STREAM_MAXLEN is for a process that runs a gateway (role gateway or all): gateways trim the command stream'],
     [{ AMBIT_SNAPSHOT_INTERVAL_S: '-5' }, 'config: AMBIT_SNAPSHOT_INTERVAL_S must be an integer in [0, 604800], got "-5"'],
     [{ AMBIT_DEDUPE_WINDOW_S: '-1' }, 'config: AMBIT_DEDUPE_WINDOW_S must be an integer in [0, 604800], got "-1"'],
     [{ AMBIT_DEDUPE_MAX_IDS: '0' }, 'config: AMBIT_DEDUPE_MAX_IDS must be an integer in [1, 100000000], got "0"'],

@@ -173,9 +173,15 @@ describe('packaging: deploy/ agrees with the server', () => {
           assert.equal(ports.get('grpc'), cfg.port);
           assert.equal(c.readinessProbe.grpc.port, cfg.port, 'gateway readiness is its gRPC health');
         }
+        assert.equal(cfg.matcherPartitions, Number(config.AMBIT_MATCHER_PARTITIONS ?? '1'), `${w.metadata.name}: every process of a deployment has the same partition count`);
         if (cfg.role === 'matcher') {
-          // One StatefulSet per partition (or one serving all), each with a standby.
+          // One StatefulSet per partition (or one serving all), each with a standby on another node.
           assert.ok(w.spec.replicas >= 2, `${w.metadata.name}: a standby matcher`);
+          const apart = pod.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0];
+          assert.deepEqual(apart.labelSelector.matchLabels, w.spec.template.metadata.labels, `${w.metadata.name}: its pods on different nodes`);
+          const headless = byKind('Service').find((x) => x.metadata.name === w.spec.serviceName);
+          assert.ok(headless !== undefined && headless.spec.clusterIP === 'None', `${w.metadata.name}: serviceName names a headless Service`);
+          assert.deepEqual(headless.spec.selector, w.spec.template.metadata.labels, `${w.metadata.name}: its Service selects its pods`);
           for (let k = 0; k < cfg.matcherPartitions; k++) if (cfg.matcherPartition === null || cfg.matcherPartition === k) partitions.add(k);
           // The snapshot directory is a volume of the pod's own, and liveness waits for the engine's build.
           const mount = (c.volumeMounts ?? []).find((m: { mountPath: string }) => m.mountPath === cfg.snapshotDir);
