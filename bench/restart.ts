@@ -21,12 +21,12 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Redis } from 'ioredis';
 import { RedisHub } from '../services/hub/redis.js';
 import { RedisMatcher } from '../services/matcher/redis.js';
 import { type EngineChoice, ENGINE_CHOICES } from '../services/matcher/engine.js';
 import { compareStreamIds, encodePosition } from '../services/redis/codec.js';
 import { Keys, MAX_MATCHER_PARTITIONS } from '../services/redis/keys.js';
+import { layoutFor } from '../services/redis/layout.js';
 import { devicePart } from '../services/hub/port.js';
 import { PartitionedHub } from '../services/hub/partitioned.js';
 import { Prng } from '../src/workload/prng.js';
@@ -36,6 +36,7 @@ import { heapLimitMb } from './lib/fork.js';
 import { describeMachine } from './lib/machine.js';
 import { Progress } from './lib/progress.js';
 import { ResultRun } from './lib/result-file.js';
+import { withRedis, wipePrefix } from './lib/redis.js';
 import { type Summary, summarize } from './lib/stats.js';
 import { linePlot } from './lib/svg.js';
 
@@ -128,7 +129,7 @@ async function main(): Promise<void> {
       writeResults(run, params, results);
     }
   } finally {
-    await wipe(url);
+    await wipePrefix(url, PREFIX);
     await server?.stop();
     if (typeof a.dir !== 'string') rmSync(dir, { recursive: true, force: true });
   }
@@ -175,7 +176,7 @@ function writeResults(run: ResultRun, params: object, results: SizeResult[]): vo
 }
 
 async function oneSize(url: string, dir: string, n: number, o: { perDevice: number; partitions: number; reps: number; engine: EngineChoice; seed: number }): Promise<SizeResult> {
-  await wipe(url);
+  await wipePrefix(url, PREFIX);
   rmSync(dir, { recursive: true, force: true });
   const devices = Math.ceil(n / o.perDevice);
   const t0 = performance.now();
@@ -222,12 +223,10 @@ function check(r: ChildReport, n: number, devices: number, what: string): void {
 
 /** Each device's subscriptions, position and membership as the gateways' scripts store them; then commands through a hub. */
 async function load(url: string, n: number, devices: number, perDevice: number, partitions: number, seed: number): Promise<void> {
-  const keysOf = Array.from({ length: partitions }, (_, k) => new Keys(PREFIX, { cluster: false, groups: 1, ...(partitions > 1 ? { partitions } : {}) }, k));
+  const keysOf = Array.from({ length: partitions }, (_, k) => keysFor(url, partitions, k));
   const rng = new Prng(seed);
-  const redis = new Redis(url, { lazyConnect: true });
-  await redis.connect();
   const progress = new Progress(`writing ${n} subscriptions`, devices);
-  try {
+  await withRedis(url, async (redis) => {
     let written = 0;
     const chunk = 5000;
     for (let d0 = 0; d0 < devices; d0 += chunk) {
@@ -249,10 +248,8 @@ async function load(url: string, n: number, devices: number, perDevice: number, 
       }
       await p.exec();
     }
-  } finally {
-    progress.end();
-    redis.disconnect();
-  }
+  });
+  progress.end();
   // Commands in the stream, as a running deployment has: replaces of existing subscriptions.
   const hub = new PartitionedHub(await Promise.all(Array.from({ length: partitions }, (_, k) => RedisHub.connect({ redis: url, prefix: PREFIX, ...(partitions > 1 ? { partitions, partition: k } : {}) }))));
   try {
@@ -267,14 +264,9 @@ async function load(url: string, n: number, devices: number, perDevice: number, 
   }
 }
 
-async function wipe(url: string): Promise<void> {
-  const redis = new Redis(url, { lazyConnect: true });
-  await redis.connect();
-  try {
-    await redis.flushdb();
-  } finally {
-    redis.disconnect();
-  }
+/** A partition's keys (`partitions` > 1 names them per partition, as the service does). */
+function keysFor(url: string, partitions: number, partition: number): Keys {
+  return new Keys(PREFIX, layoutFor('restart', url, undefined, partitions), partition);
 }
 
 // ---- the child processes ----
@@ -371,10 +363,8 @@ async function child(job: ChildJob): Promise<void> {
 
 async function partitionThread(job: ThreadJob): Promise<void> {
   const k = job.partitions;
-  const keys = new Keys(PREFIX, { cluster: false, groups: 1, ...(k > 1 ? { partitions: k } : {}) }, job.partition);
-  const redis = new Redis(job.url);
-  const last = (await redis.xrevrange(keys.in, '+', '-', 'COUNT', 1))[0]?.[0] ?? '0-0';
-  redis.disconnect();
+  const keys = keysFor(job.url, k, job.partition);
+  const last = await withRedis(job.url, async (r) => (await r.xrevrange(keys.in, '+', '-', 'COUNT', 1))[0]?.[0] ?? '0-0');
   let batch = () => {};
   const t0 = performance.now();
   const m = await RedisMatcher.start({

@@ -54,12 +54,7 @@ export async function rebuildFromRedis(cmd: Conn, keys: Keys, core: MatchCore, m
           }
           continue;
         }
-        try {
-          core.put(devices[i], JSON.parse(json) as DeviceSubscription, 'upsert');
-          subs++;
-        } catch (err) {
-          log?.warn({ err, device: devices[i] }, `${component}: stored subscription refused by the engine, skipped`);
-        }
+        if (putStored(core, devices[i], json, log, `${component}: stored subscription`)) subs++;
       }
     }
   } while (cursor !== '0');
@@ -81,6 +76,20 @@ export async function rebuildFromRedis(cmd: Conn, keys: Keys, core: MatchCore, m
   );
   deferred.sort((a, b) => compareStreamIds(a.version, b.version));
   return { from, deferred };
+}
+
+/**
+ * Puts a subscription (its JSON, or parsed) into the core; one the engine refuses is logged as
+ * `<what> refused by the engine, skipped` and left out (false).
+ */
+export function putStored(core: MatchCore, device: string, sub: DeviceSubscription | string, log: Logger | undefined, what: string): boolean {
+  try {
+    core.put(device, typeof sub === 'string' ? (JSON.parse(sub) as DeviceSubscription) : sub, 'upsert');
+    return true;
+  } catch (err) {
+    log?.warn({ err, device }, `${what} refused by the engine, skipped`);
+    return false;
+  }
 }
 
 /** A stored subscription left to its command in the stream (`version`, the command's id). */

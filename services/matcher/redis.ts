@@ -43,7 +43,7 @@ import { defineScripts, runScript } from '../redis/scripts.js';
 import { MatchCore, type Recipient } from './core.js';
 import type { DeviceSubscription } from '../hub/port.js';
 import { MatcherLease } from './lease.js';
-import { type Deferred, holdsAfter, holdsEntry, rebuildFromRedis, streamBounds } from './rebuild.js';
+import { type Deferred, holdsAfter, holdsEntry, putStored, rebuildFromRedis, streamBounds } from './rebuild.js';
 import { type SnapshotInfo, SnapshotRefused, type SnapshotSource, checkSnapshot, readSnapshot, writeSnapshot } from './snapshot.js';
 import { type EngineChoice, openEngine } from './engine.js';
 import { DEFAULT_RETENTION, type Retention } from './fanout.js';
@@ -414,8 +414,8 @@ export class RedisMatcher {
       this.lastId = this.committed = from;
       // Redis's state may hold the effect of any command written before this read.
       this.appliedMax = (await streamBounds(this.cmd, this.keys)).lastId;
+      await this.hooks.restoring?.();
     }
-    if (replayed === null) await this.hooks.restoring?.();
     this.restored = { from: replayed === null ? 'redis' : 'snapshot', ms: performance.now() - t0, replayed: replayed ?? 0 };
   }
 
@@ -441,16 +441,13 @@ export class RedisMatcher {
       if (err !== null) throw err;
       if (value === null) continue; // removed since, by a command trimmed too: not in the engine
       const { version, json } = splitStoredSubscription(value as string);
-      try {
-        const sub = JSON.parse(json) as DeviceSubscription;
-        if (!trimmed(version)) still.push({ version, device: gone[i].device, sub });
-        else {
-          this.core.put(gone[i].device, sub, 'upsert');
-          applied++;
+      if (!trimmed(version)) {
+        try {
+          still.push({ version, device: gone[i].device, sub: JSON.parse(json) as DeviceSubscription });
+        } catch (err) {
+          this.log?.warn({ err, device: gone[i].device }, `${COMPONENT}: stored subscription refused by the engine, skipped`);
         }
-      } catch (err) {
-        this.log?.warn({ err, device: gone[i].device }, `${COMPONENT}: stored subscription refused by the engine, skipped`);
-      }
+      } else if (putStored(this.core, gone[i].device, json, this.log, `${COMPONENT}: stored subscription`)) applied++;
     }
     const done = new Set(gone);
     this.deferred = [...this.deferred.filter((d) => !done.has(d)), ...still].sort((a, b) => compareStreamIds(a.version, b.version));
@@ -502,13 +499,7 @@ export class RedisMatcher {
     const t0 = performance.now();
     await readSnapshot(path, this.identity, {
       subscriptions: (device, subs) => {
-        for (const sub of subs) {
-          try {
-            this.core.put(device, sub, 'upsert');
-          } catch (err) {
-            this.log?.warn({ err, device }, `${COMPONENT}: a subscription of the snapshot refused by the engine, skipped`);
-          }
-        }
+        for (const sub of subs) putStored(this.core, device, sub, this.log, `${COMPONENT}: a subscription of the snapshot`);
       },
       position: this.move,
     }, undefined, false);

@@ -23,7 +23,7 @@ import { devicePart } from '../../services/hub/port.js';
 import { Keys } from '../../services/redis/keys.js';
 import { type Notification, Op } from '../../api/gen/ambit/v1/types_pb.js';
 import { Clients, DeviceStream, Status, eventually, meta, unary } from '../support/grpc.js';
-import { MILAN, type Ev, type Point, ROUND_1_EVENTS, ROUND_2_EVENTS, at, deviceWorld, eventOf, openDevices, markerFor, markerSub, matching, num, phaseEvent, phaseSub, seqOf } from '../support/device-world.js';
+import { at, deviceWorld, type Ev, eventOf, markerFor, markerSub, matching, MILAN, moveDevices, num, openDevices, phaseEvent, phaseSub, type Point, ROUND_1_EVENTS, ROUND_2_EVENTS, seqOf } from '../support/device-world.js';
 import { type AmbitProcess, startAmbit } from '../support/processes.js';
 import { useRedisServer } from '../support/redis-deployment.js';
 
@@ -145,11 +145,7 @@ describe('matcher partitions processes: K=2, a leader and a standby for partitio
     const expected = new Map<string, { id: string; subs: string[] }[]>(DEVICES.map((dev) => [dev.name, []]));
     const reachedOf = new Map<number, number[]>(); // per partition
     const round = async (moves: Record<string, Point>, events: Ev[]) => {
-      for (const [name, p] of Object.entries(moves)) {
-        streams.get(name)!.move(p.lat, p.lon);
-        positions[name] = p;
-      }
-      for (const name of Object.keys(moves)) await streams.get(name)!.sync(); // the moves are applied
+      await moveDevices(streams, positions, moves);
       for (const ev of events) {
         const per = Array<number>(K).fill(0);
         for (const dev of DEVICES) {

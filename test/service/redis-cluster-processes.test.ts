@@ -15,7 +15,7 @@ import { SCOPES, TokenAuthority } from '../../services/edge/auth.js';
 import { Keys, keySlot } from '../../services/redis/keys.js';
 import { Op } from '../../api/gen/ambit/v1/types_pb.js';
 import { Clients, DeviceStream, Status, meta, unary, within } from '../support/grpc.js';
-import { type Ev, type Point, ROUND_1_EVENTS, ROUND_2_EVENTS, deviceWorld, eventOf, openDevices, markerFor, markerSub, matching, num, phaseEvent, phaseSub, seqOf } from '../support/device-world.js';
+import { deviceWorld, type Ev, eventOf, markerFor, markerSub, matching, moveDevices, num, openDevices, phaseEvent, phaseSub, type Point, ROUND_1_EVENTS, ROUND_2_EVENTS, seqOf } from '../support/device-world.js';
 import { type AmbitProcess, startAmbit } from '../support/processes.js';
 import { type RedisClusterHandle, redisClusterMissing, startRedisCluster } from '../support/redis-cluster.js';
 
@@ -100,11 +100,7 @@ describe('redis cluster processes: two gateways and a matcher on a Redis Cluster
     const expected = new Map<string, { id: string; subs: string[] }[]>(DEVICES.map((d) => [d.name, []]));
     const reachedOf = new Map<number, number>();
     const round = async (moves: Record<string, Point>, events: Ev[]) => {
-      for (const [name, p] of Object.entries(moves)) {
-        streams.get(name)!.move(p.lat, p.lon);
-        positions[name] = p;
-      }
-      for (const name of Object.keys(moves)) await streams.get(name)!.sync(); // the moves are applied
+      await moveDevices(streams, positions, moves);
       for (const ev of events) {
         let reached = 0;
         for (const d of DEVICES) {

@@ -146,3 +146,12 @@ export async function openDevices(devices: readonly Dev[], clientsOf: (gateway: 
   }
   return streams;
 }
+
+/** Moves each named device on its stream and records where it is; resolves once the moves are applied. */
+export async function moveDevices(streams: ReadonlyMap<string, DeviceStream>, positions: Record<string, Point>, moves: Record<string, Point>): Promise<void> {
+  for (const [name, p] of Object.entries(moves)) {
+    streams.get(name)!.move(p.lat, p.lon);
+    positions[name] = p;
+  }
+  for (const name of Object.keys(moves)) await streams.get(name)!.sync();
+}
