@@ -32,7 +32,7 @@ import {
 } from './port.js';
 import { type LocColumns, decodePosition, encodeLocations, encodePositionsHset, splitStoredSubscription } from '../redis/codec.js';
 import { type Conn, DEFAULT_REDIS, RawCommand, type RedisSource, closeConnection, connectAll, intOption, openConn, prefixOption, queueCommand } from '../redis/connection.js';
-import { DEFAULT_PREFIX, type GroupKeys, Keys } from '../redis/keys.js';
+import { DEFAULT_PREFIX, type GeoSpec, type GroupKeys, Keys } from '../redis/keys.js';
 import { checkLayout, layoutFor } from '../redis/layout.js';
 import { type MatcherStatsRecord, type PublishReply, RecentEvents, locFields, parsePushedNotification, parseReply, parseStoredNotification, pubFields } from '../redis/protocol.js';
 import { defineScripts, runScript } from '../redis/scripts.js';
@@ -40,6 +40,8 @@ import { missedAfter, resumePoint } from '../matcher/fanout.js';
 import { type InboxHost, RedisInbox } from './redis-inbox.js';
 import { CoalescedWriter } from './coalesced-writer.js';
 import { LocationBatcher } from './location-batcher.js';
+import { GeoRouter, subscriptionPlacement } from './geo-router.js';
+import { type GeoPending, geoHubStats, publishGeo, sendGeoLocations } from './redis-geo.js';
 
 const COMPONENT = 'redis hub';
 /** Devices per ack script call. */
@@ -60,6 +62,11 @@ export interface RedisHubOptions {
    */
   partitions?: number;
   partition?: number;
+  /**
+   * Sharding by space (keys.ts `GeoSpec`): one hub speaks to every shard, placing each device and
+   * sending each publish to the shards it can reach (geo-router.ts). Excludes `partitions`.
+   */
+  geo?: GeoSpec;
   /** This gateway's id (its reply channel); default random. */
   gatewayId?: string;
   log?: Logger;
@@ -90,6 +97,8 @@ interface PendingPublish {
   resolve(reply: PublishReply): void;
   reject(err: Error): void;
   timer: NodeJS.Timeout;
+  /** Sharding by space: the shards still to answer, with their events' indices, and the sums so far. */
+  shards?: GeoPending;
 }
 
 export class RedisHub implements Hub, InboxHost {
@@ -111,6 +120,8 @@ export class RedisHub implements Hub, InboxHost {
   readonly pollMs: number;
   private readonly replyChannel: string;
   private readonly batcher: LocationBatcher;
+  /** Sharding by space: where devices and publishes go; null otherwise. */
+  private readonly router: GeoRouter | null;
   private readonly pending = new Map<string, PendingPublish>();
   private corrSeq = 0;
   /** Open inboxes by device; a device's doorbell channel is subscribed while its set is non-empty. */
@@ -140,7 +151,8 @@ export class RedisHub implements Hub, InboxHost {
     const partitions = options.partitions ?? 1;
     const partition = options.partition ?? 0;
     if (!Number.isInteger(partition) || partition < 0 || partition >= partitions) throw new Error(`${COMPONENT}: partition must be an integer in [0, ${partitions - 1}], got ${show(partition)}`);
-    this.keys = new Keys(prefixOption(COMPONENT, options.prefix, DEFAULT_PREFIX), layoutFor(COMPONENT, source, options.deviceGroups, options.partitions), partition);
+    this.keys = new Keys(prefixOption(COMPONENT, options.prefix, DEFAULT_PREFIX), layoutFor(COMPONENT, source, options.deviceGroups, options.partitions, options.geo), partition);
+    this.router = this.keys.layout.geo === undefined ? null : new GeoRouter(this.keys.layout.geo);
     this.sharded = this.keys.layout.cluster;
     this.gatewayId = options.gatewayId ?? randomBytes(8).toString('hex');
     if (typeof this.gatewayId !== 'string' || this.gatewayId.length === 0 || this.gatewayId.length > 128) {
@@ -174,6 +186,7 @@ export class RedisHub implements Hub, InboxHost {
     defineScripts(this.cmd);
     defineScripts(this.read);
     await checkLayout(COMPONENT, this.cmd, this.keys);
+    if (this.router !== null) await this.loadReach();
     const ringAll = () => {
       for (const set of this.doorbells.values()) for (const inbox of set) inbox.ring();
     };
@@ -225,7 +238,14 @@ export class RedisHub implements Hub, InboxHost {
     this.batcher.flush(); // this device's earlier positions go first
     const json = JSON.stringify({ id: sub.id, filters: sub.filters });
     const k = this.keys;
-    const r = await this.redis(() => runScript(this.cmd, 'ambitSub', k.subs(device), k.in, k.subDevices, mode, device, sub.id, json, this.cap, this.inMaxLen));
+    const router = this.router;
+    let r: unknown;
+    if (router !== null) {
+      const { radiusM, wide } = subscriptionPlacement(sub.filters);
+      r = await this.redis(() =>
+        runScript(this.cmd, 'ambitGeoSub', k.seq, k.subs(device), k.meta(device), k.home, k.wide, k.reach, k.pos, k.shardPrefix, mode, device, sub.id, json, this.cap, this.inMaxLen, String(radiusM), wide ? '1' : '0', String(router.wideShard(device)), String(router.shards)),
+      );
+    } else r = await this.redis(() => runScript(this.cmd, 'ambitSub', k.subs(device), k.in, k.subDevices, mode, device, sub.id, json, this.cap, this.inMaxLen));
     if (r === 'ALREADY_EXISTS') throw new AmbitError('ALREADY_EXISTS', `device already has subscription ${show(sub.id)}`, 'subscription.id');
     if (r === 'NOT_FOUND') throw new AmbitError('NOT_FOUND', `device has no subscription ${show(sub.id)}`, 'subscription.id');
     if (r === 'RESOURCE_EXHAUSTED') throw new AmbitError('RESOURCE_EXHAUSTED', `device already has ${this.cap} subscriptions, the most allowed`, 'subscription');
@@ -235,7 +255,11 @@ export class RedisHub implements Hub, InboxHost {
     this.checkOpen();
     this.batcher.flush();
     const k = this.keys;
-    const r = await this.redis(() => runScript(this.cmd, 'ambitUnsub', k.subs(device), k.in, k.subDevices, device, subscriptionId, this.inMaxLen));
+    const r = await this.redis(() =>
+      this.router !== null
+        ? runScript(this.cmd, 'ambitGeoUnsub', k.seq, k.subs(device), k.meta(device), k.home, k.wide, k.shardPrefix, device, subscriptionId, this.inMaxLen)
+        : runScript(this.cmd, 'ambitUnsub', k.subs(device), k.in, k.subDevices, device, subscriptionId, this.inMaxLen),
+    );
     if (r === 'NOT_FOUND') throw new AmbitError('NOT_FOUND', `device has no subscription ${show(subscriptionId)}`, 'subscription_id');
   }
 
@@ -287,6 +311,7 @@ export class RedisHub implements Hub, InboxHost {
    * (at most `chunk` per entry), so the stored positions and the stream agree.
    */
   private async sendLocations(cols: LocColumns, chunk: number): Promise<void> {
+    if (this.router !== null) return sendGeoLocations(this.cmd, this.keys, this.router, cols, chunk, this.inMaxLen);
     const m = this.cmd.multi();
     for (let from = 0; from < cols.n; from += chunk) {
       const to = Math.min(cols.n, from + chunk);
@@ -296,6 +321,12 @@ export class RedisHub implements Hub, InboxHost {
     }
     m.hincrby(this.keys.stats, 'locations', cols.n);
     checkResults(await m.exec());
+  }
+
+  /** Sharding by space: the reach hash as stored now. */
+  private async loadReach(): Promise<void> {
+    const flat = (await this.redis(() => this.cmd.call('HGETALL', this.keys.reach))) as string[];
+    this.router!.setReach(flat);
   }
 
   // ---- publish ----
@@ -309,7 +340,7 @@ export class RedisHub implements Hub, InboxHost {
     if (this.cmd.status !== 'ready') throw new PublishError('not-stored', `${COMPONENT}: Redis is not reachable (${this.cmd.status}); nothing was stored`);
     this.batcher.flush(); // the events see this hub's latest positions
     const corr = String(++this.corrSeq);
-    const payload = JSON.stringify(events.map(plainEvent));
+    const payload = this.router === null ? JSON.stringify(events.map(plainEvent)) : '';
     const reached = new Promise<PublishReply>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.pending.delete(corr);
@@ -324,7 +355,8 @@ export class RedisHub implements Hub, InboxHost {
     });
     reached.catch(() => {}); // observed below; keeps an early rejection from being reported as unhandled
     try {
-      await this.cmd.xadd(this.keys.in, 'MAXLEN', '~', this.inMaxLen, '*', ...pubFields(corr, this.gatewayId, payload));
+      if (this.router !== null) await publishGeo(this.cmd, this.keys, this.router, this.gatewayId, this.inMaxLen, this.pending.get(corr), corr, events.map(plainEvent));
+      else await this.cmd.xadd(this.keys.in, 'MAXLEN', '~', this.inMaxLen, '*', ...pubFields(corr, this.gatewayId, payload));
     } catch (err) {
       const p = this.pending.get(corr);
       if (p !== undefined) {
@@ -349,6 +381,20 @@ export class RedisHub implements Hub, InboxHost {
       }
       const p = this.pending.get(reply.c);
       if (p === undefined) return; // timed out, or a replay after a matcher restart
+      const sh = p.shards;
+      if (sh !== undefined && reply.error === undefined) {
+        // One shard's answer: its counts and duplicates, by its events' indices in the publish.
+        const idx = reply.s === undefined ? undefined : sh.idx.get(reply.s);
+        if (idx === undefined) return; // a shard this publish did not visit, or answered already (a replay)
+        sh.idx.delete(reply.s!);
+        for (let j = 0; j < idx.length; j++) sh.reached[idx[j]] += reply.r?.[j] ?? 0;
+        for (const j of reply.d ?? []) if (idx[j] !== undefined) sh.dups.add(idx[j]);
+        if (sh.idx.size > 0) return;
+        this.pending.delete(reply.c);
+        clearTimeout(p.timer);
+        p.resolve({ c: reply.c, r: sh.reached, ...(sh.dups.size > 0 ? { d: [...sh.dups] } : {}) });
+        return;
+      }
       this.pending.delete(reply.c);
       clearTimeout(p.timer);
       if (reply.error !== undefined) p.reject(new AmbitError(reply.error.code, reply.error.message));
@@ -521,6 +567,7 @@ export class RedisHub implements Hub, InboxHost {
 
   async stats(): Promise<HubStats> {
     this.checkOpen();
+    if (this.router !== null) return this.redis(() => geoHubStats(this.cmd, this.keys, this.router!, this.gatewayId));
     // The matcher's counters, plus the device groups' (notifications, dropped) where they are
     // other keys: a cluster's groups, or a partitioned deployment's. The groups are shared by the
     // partitions, so partition 0's hub alone counts them.

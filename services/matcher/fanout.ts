@@ -23,6 +23,11 @@ export const DEFAULT_RETENTION: Readonly<Retention> = Object.freeze({ maxPerDevi
 export interface DeliverySource {
   id: string;
   ms: number;
+  /**
+   * Each event's index in its publish when the events are a part of it (sharding by space: a
+   * shard gets the events that visit it); absent: their own positions.
+   */
+  index?: readonly number[];
 }
 
 export interface FanOut {

@@ -32,11 +32,23 @@ export async function rebuildFromRedis(cmd: Conn, keys: Keys, core: MatchCore, m
   }
   let subs = 0;
   const deferred: Deferred[] = [];
+  // Sharding by space: the shard's devices are those homed there (k.subDevices), positions and all.
+  const geo = k.layout.geo !== undefined;
+  let positions = 0;
   let cursor = '0';
   do {
     const [next, devices] = await cmd.sscan(k.subDevices, cursor, 'COUNT', 500);
     cursor = next;
     if (devices.length === 0) continue;
+    if (geo) {
+      const at = await cmd.hmgetBuffer(k.pos, ...devices);
+      for (let i = 0; i < devices.length; i++) {
+        const p = decodePosition(at[i]);
+        if (p === null) continue;
+        move(devices[i], p.lat, p.lon);
+        positions++;
+      }
+    }
     const p = cmd.pipeline();
     for (const d of devices) p.hgetall(k.subs(d));
     const results = (await p.exec()) ?? [];
@@ -58,9 +70,8 @@ export async function rebuildFromRedis(cmd: Conn, keys: Keys, core: MatchCore, m
       }
     }
   } while (cursor !== '0');
-  let positions = 0;
   cursor = '0';
-  do {
+  if (!geo) do {
     const [next, flat] = await cmd.hscanBuffer(k.pos, cursor, 'COUNT', 10_000);
     cursor = next.toString();
     for (let i = 0; i + 1 < flat.length; i += 2) {

@@ -89,7 +89,8 @@ export class RedisFanOut implements FanOut {
       // The event is encoded once for all its recipients (once per call it spans), and stored once.
       const json = JSON.stringify(events[e]);
       const seq = ++this.eventSeq;
-      this.stored.push(this.k.event(`${source.id}:${e}`), json);
+      const index = source.index === undefined ? e : source.index[e];
+      this.stored.push(this.k.event(`${source.id}:${index}`), json);
       for (let i = 0; i < rs.length; i++) {
         const r = rs[i];
         const g = this.k.groupOf(r.device);
@@ -100,7 +101,7 @@ export class RedisFanOut implements FanOut {
         }
         if (call === undefined) call = this.calls[g.index] = { g, keys: [], eventArgs: [], recipientArgs: [], events: 0, number: 0, event: 0 };
         if (call.event !== seq) {
-          call.eventArgs.push(source.id, e, source.ms, json);
+          call.eventArgs.push(source.id, index, source.ms, json);
           call.number = ++call.events;
           call.event = seq;
         }

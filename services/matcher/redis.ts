@@ -35,10 +35,10 @@ import { inRange } from '../../src/model/limits.js';
 import type { Event } from '../../src/model/types.js';
 import { compareStreamIds, decodeLocations, splitStoredSubscription, streamIdMs } from '../redis/codec.js';
 import { type Conn, DEFAULT_REDIS, type RedisSource, closeConnection, connectAll, intOption, openConn, prefixOption, sleep } from '../redis/connection.js';
-import { DEFAULT_PREFIX, Keys } from '../redis/keys.js';
+import { DEFAULT_PREFIX, type GeoSpec, Keys } from '../redis/keys.js';
 import { checkLayout, layoutFor } from '../redis/layout.js';
 import { StreamReader } from '../redis/stream-reader.js';
-import { type InEntry, type MatcherStatsRecord, encodeReply, parseInEntry } from '../redis/protocol.js';
+import { type Acquired, type InEntry, type MatcherStatsRecord, encodeReply, parseInEntry } from '../redis/protocol.js';
 import { defineScripts, runScript } from '../redis/scripts.js';
 import { MatchCore, type Recipient } from './core.js';
 import type { DeviceSubscription } from '../hub/port.js';
@@ -65,6 +65,12 @@ export interface RedisMatcherOptions {
    */
   partitions?: number;
   partition?: number;
+  /**
+   * Sharding by space (keys.ts `GeoSpec`; excludes `partitions`): this matcher serves shard
+   * `partition` of the `geo.shards + geo.wide` shards. A shard applies a device it takes over
+   * (an `acq` entry) only once the shard it leaves has stored its offset past the hand-over.
+   */
+  geo?: GeoSpec;
   /** An engine to own (closed by stop()), or which one to open; default 'auto'. */
   engine?: Matcher | EngineChoice;
   /** Why this engine, for stats (set from openEngine when `engine` is a choice). */
@@ -126,6 +132,8 @@ export interface MatcherHooks {
   snapshotBlock?(): Promise<void> | void;
   /** A leader's batch is applied and matched (its writes may wait for the batch before it). */
   onMatched?(b: { last: string; publishes: number }): void;
+  /** Sharding by space: a leader waits for the shards devices leave before it applies their arrival. */
+  onHandOverWait?(w: { entry: string; from: number[] }): void;
 }
 
 export type MatcherRole = 'leader' | 'standby';
@@ -159,8 +167,10 @@ export class RedisMatcher {
   private applied = 0;
   /** Devices with a position: their slot in the lists below (see `move`). */
   private readonly deviceSlots = new Map<string, number>();
-  private readonly slotHandles: DeviceHandle[] = [];
+  private readonly slotHandles: (DeviceHandle | null)[] = [];
+  /** '' for a slot a released device left (sharding by space); reused from `freeSlots`. */
   private readonly slotDevices: string[] = [];
+  private readonly freeSlots: number[] = [];
   /** Each slot's position (lat, lon), for snapshots. */
   private coords = new Float64Array(2048);
   /** The highest stream id any applied command had: no state holds the effect of a later one. */
@@ -196,6 +206,8 @@ export class RedisMatcher {
   /** Set when the lease was taken: the loop turns leader before its next read. */
   private promotion = false;
   private fenced = 0;
+  /** Sharding by space: time spent waiting for shards that devices left (ms). */
+  private handOverWaitMs = 0;
   private duplicates = 0;
   private readonly dedupeWindowMs: number;
   /**
@@ -234,7 +246,7 @@ export class RedisMatcher {
 
   private constructor(options: RedisMatcherOptions, engine: Matcher, detail: string) {
     const source = options.redis ?? DEFAULT_REDIS;
-    this.keys = new Keys(prefixOption(COMPONENT, options.prefix, DEFAULT_PREFIX), layoutFor(COMPONENT, source, options.deviceGroups, options.partitions), partitionOption(options));
+    this.keys = new Keys(prefixOption(COMPONENT, options.prefix, DEFAULT_PREFIX), layoutFor(COMPONENT, source, options.deviceGroups, options.partitions, options.geo), partitionOption(options));
     this.log = options.log;
     const r = { ...DEFAULT_RETENTION, ...options.retention };
     this.retention = {
@@ -554,9 +566,35 @@ export class RedisMatcher {
     try {
       if (entry.t === 'loc') this.applied += decodeLocations(entry.data, this.move);
       else if (entry.t === 'sub') this.core.put(entry.device, entry.sub, 'upsert');
-      else this.core.remove(entry.device, entry.subscriptionId);
+      else if (entry.t === 'unsub') this.core.remove(entry.device, entry.subscriptionId);
+      else if (entry.t === 'rel') for (const d of entry.devices) this.release(d);
+      else for (const a of entry.devices) this.acquire(a);
     } catch (err) {
       this.log?.warn({ err, entry: entry.id }, `${COMPONENT}: command ${entry.id} skipped`);
+    }
+  }
+
+  /** Sharding by space: a device leaves this shard (its subscriptions and position). */
+  private release(device: string): void {
+    for (const sub of this.core.list(device)) this.core.remove(device, sub.id);
+    if (this.deferred.length > 0) this.deferred = this.deferred.filter((d) => d.device !== device);
+    const i = this.deviceSlots.get(device);
+    if (i === undefined) return;
+    this.slotHandles[i]?.release();
+    this.core.engine.removeDevice(device);
+    this.slotHandles[i] = null;
+    this.slotDevices[i] = '';
+    this.deviceSlots.delete(device);
+    this.freeSlots.push(i);
+  }
+
+  /** Sharding by space: a device comes to this shard, whole (what it held here before is replaced). */
+  private acquire(a: Acquired): void {
+    this.release(a.device);
+    for (const stored of a.stored) putStored(this.core, a.device, splitStoredSubscription(stored).json, this.log, `${COMPONENT}: a handed-over subscription`);
+    if (a.lat !== null && a.lon !== null) {
+      this.move(a.device, a.lat, a.lon);
+      this.applied++;
     }
   }
 
@@ -635,7 +673,7 @@ export class RedisMatcher {
       end: () => this.appliedMax,
       subscriptions: () => this.core.byDevice(),
       *positions() {
-        for (let i = 0; i < self.slotDevices.length; i++) yield [self.slotDevices[i], self.coords[2 * i], self.coords[2 * i + 1]];
+        for (let i = 0; i < self.slotDevices.length; i++) if (self.slotDevices[i] !== '') yield [self.slotDevices[i], self.coords[2 * i], self.coords[2 * i + 1]];
       },
     };
   }
@@ -671,6 +709,11 @@ export class RedisMatcher {
         if (this.deferred.length > 0 && !this.crashed) await this.applyDeferred(null).catch((err: unknown) => this.log?.warn({ err }, `${COMPONENT}: deferred subscriptions not checked`));
         continue;
       }
+      if (this.keys.layout.geo !== undefined) {
+        const gated = await this.gateHandOvers(entries);
+        if (gated === null) continue;
+        entries = gated;
+      }
       if (this.deferred.length > 0) await this.applyDeferred(entries[0][0].toString('latin1'));
       try {
         // Batch N is applied and matched while batch N-1's writes are still in flight; N's
@@ -692,6 +735,63 @@ export class RedisMatcher {
     }
     // What is in flight stores its effects (or fails and is replayed by the next leader).
     if (this.finishing !== null) await this.finishing.catch(() => {});
+  }
+
+  /**
+   * Sharding by space: a batch holds at most one hand-over's arrivals (an `acq` entry), as its
+   * first entry; what a read brought after it is read again. A leader applies an `acq` entry only
+   * when everything before it is stored (its own offset, which a shard waiting on this one reads)
+   * and every shard its devices leave has stored its offset at or past their `rel` entry: what that
+   * shard owes the devices is stored before this one stores anything for them. Null when the batch
+   * before failed (the loop replays it).
+   */
+  private async gateHandOvers(entries: [Buffer, Buffer[]][]): Promise<[Buffer, Buffer[]][] | null> {
+    const isAcq = (fields: Buffer[]) => fields.length > 1 && fields[1].length === 3 && fields[1].toString('latin1') === 'acq';
+    let at = -1;
+    for (let i = 0; i < entries.length; i++) {
+      if (isAcq(entries[i][1])) {
+        at = i;
+        break;
+      }
+    }
+    if (at < 0) return entries;
+    if (at > 0) return entries.slice(0, at);
+    let next = 1;
+    while (next < entries.length && !isAcq(entries[next][1])) next++;
+    const batch = next === entries.length ? entries : entries.slice(0, next);
+    if (this.currentRole !== 'leader' || this.crashed) return batch;
+    if (!(await this.settle())) return null;
+    const entry = this.parse(entries[0][0], entries[0][1]);
+    if (entry === null || entry.t !== 'acq') return batch;
+    const sources = new Set<number>();
+    for (const a of entry.devices) {
+      const from = Number(a.from);
+      if (a.from !== '' && Number.isInteger(from) && from !== this.keys.partition && from >= 0 && from < this.keys.partitions) sources.add(from);
+    }
+    if (sources.size === 0) return batch;
+    const [ms, q] = entry.id.split('-');
+    const released = `${ms}-${Number(q) - 1}`;
+    const offsets = [...sources].map((from) => this.keys.of(from).matcherOffset);
+    const t0 = Date.now();
+    let pause = 1;
+    let warned = false;
+    let told = false;
+    while (!this.stopping && !this.crashed && this.currentRole === 'leader') {
+      const stored = await this.cmd.mget(offsets);
+      if (stored.every((o) => o !== null && compareStreamIds(o, released) >= 0)) break;
+      if (!told) {
+        told = true;
+        this.hooks.onHandOverWait?.({ entry: entry.id, from: [...sources] });
+      }
+      if (!warned && Date.now() - t0 > 5000) {
+        warned = true;
+        this.log?.warn({ entry: entry.id, from: [...sources] }, `${COMPONENT}: hand-over ${entry.id} waits for shards ${[...sources].join(', ')} to store their offsets past ${released}`);
+      }
+      await sleep(pause);
+      pause = Math.min(50, pause * 2);
+    }
+    this.handOverWaitMs += Date.now() - t0;
+    return batch;
   }
 
   /** Waits for the batch in flight; false when it failed (handled) or the matcher crashed. */
@@ -807,9 +907,18 @@ export class RedisMatcher {
         this.invalid++; // a device id the engine refuses
         return;
       }
-      i = this.slotHandles.length;
-      this.slotHandles.push(h);
-      this.slotDevices.push(device);
+      // A freed slot is reused: a snapshot being written may have passed it, but the command that
+      // brings this device is after the snapshot's start, so a restore replays it.
+      const free = this.freeSlots.pop();
+      if (free !== undefined) {
+        i = free;
+        this.slotHandles[i] = h;
+        this.slotDevices[i] = device;
+      } else {
+        i = this.slotHandles.length;
+        this.slotHandles.push(h);
+        this.slotDevices.push(device);
+      }
       if (2 * i + 2 > this.coords.length) {
         const grown = new Float64Array(this.coords.length * 2);
         grown.set(this.coords);
@@ -817,7 +926,7 @@ export class RedisMatcher {
       }
       this.deviceSlots.set(device, i);
     }
-    this.slotHandles[i].update(lat, lon);
+    this.slotHandles[i]!.update(lat, lon);
     this.coords[2 * i] = lat;
     this.coords[2 * i + 1] = lon;
   };
@@ -883,7 +992,7 @@ export class RedisMatcher {
       }
       // Duplicates keep their place with no recipients: the replay marker counts events by index.
       const recipients = plan.slots === null ? matched : plan.slots.map((s) => ('fresh' in s ? matched[s.fresh] : []));
-      const reached = this.fanout.deliver({ id: p.id, ms: this.now === null ? streamIdMs(p.id) : this.now() }, p.events, recipients);
+      const reached = this.fanout.deliver({ id: p.id, ms: this.now === null ? streamIdMs(p.id) : this.now(), index: p.idx }, p.events, recipients);
       const freshReached = plan.slots === null ? reached : freshOnly(plan.slots, reached);
       for (let j = 0; j < plan.fresh.length; j++) {
         flatReached.push(freshReached[j]);
@@ -895,15 +1004,17 @@ export class RedisMatcher {
     }
     settleFlat(flatReached);
     const replies: string[] = [];
+    // Sharding by space: a publish is answered by every shard it visits, each naming itself.
+    const shard = k.layout.geo === undefined ? {} : { s: k.partition };
     for (const { p, plan, freshReached } of answers) {
       if (plan === undefined) {
-        replies.push(k.reply(p.gw), encodeReply({ c: p.corr, error: p.error }));
+        replies.push(k.reply(p.gw), encodeReply({ c: p.corr, ...shard, error: p.error }));
         continue;
       }
       const settled = await settlePublish(plan, freshReached);
       const d: number[] = [];
       for (let j = 0; j < settled.length; j++) if (settled[j].duplicate) d.push(j);
-      replies.push(k.reply(p.gw), encodeReply(d.length === 0 ? { c: p.corr, r: settled.map((x) => x.reached) } : { c: p.corr, r: settled.map((x) => x.reached), d }));
+      replies.push(k.reply(p.gw), encodeReply(d.length === 0 ? { c: p.corr, ...shard, r: settled.map((x) => x.reached) } : { c: p.corr, ...shard, r: settled.map((x) => x.reached), d }));
     }
     this.eventsMatched += events;
     this.duplicates += duplicates;
@@ -993,9 +1104,10 @@ export class RedisMatcher {
 
   private async closeEngine(): Promise<void> {
     this.engineClosed = true;
-    for (const h of this.slotHandles) h.release();
+    for (const h of this.slotHandles) h?.release();
     this.slotHandles.length = 0;
     this.slotDevices.length = 0;
+    this.freeSlots.length = 0;
     this.deviceSlots.clear();
     await this.core.close();
   }
@@ -1069,7 +1181,7 @@ export function snapshotFileName(keys: Keys): string {
 }
 
 function partitionOption(o: RedisMatcherOptions): number {
-  const k = o.partitions ?? 1;
+  const k = o.geo !== undefined && typeof o.geo === 'object' && o.geo !== null ? o.geo.shards + o.geo.wide : (o.partitions ?? 1);
   const v = o.partition ?? 0;
   if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v >= k) throw new Error(`${COMPONENT}: partition must be an integer in [0, ${k - 1}], got ${JSON.stringify(v)}`);
   return v;

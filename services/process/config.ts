@@ -10,7 +10,8 @@ import { LOG_LEVELS } from './log.js';
 import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE } from '../hub/port.js';
 import { MAX_EVENT_ORIGIN } from '../hub/link.js';
 import { clusterSourceFromUrl } from '../redis/connection.js';
-import { DEFAULT_CLUSTER_GROUPS, MAX_CLUSTER_GROUPS, MAX_MATCHER_PARTITIONS } from '../redis/keys.js';
+import { DEFAULT_CLUSTER_GROUPS, type GeoSpec, MAX_CLUSTER_GROUPS, MAX_MATCHER_PARTITIONS } from '../redis/keys.js';
+import { MAX_GEO_SHARDS, MAX_WIDE_SHARDS } from '../redis/layout.js';
 
 export type Role = 'all' | 'gateway' | 'matcher';
 
@@ -39,6 +40,11 @@ export interface ServerConfig {
   matcherPartitions: number;
   /** The partition a matcher process serves; null: all of them (a thread each when several). */
   matcherPartition: number | null;
+  /**
+   * Redis mode sharded by space (keys.ts `GeoSpec`; null: not): the matcher partitions are then
+   * its geographic shards and wide shards (`matcherPartitions` = shards + wide).
+   */
+  geo: GeoSpec | null;
   engine: EngineChoice;
   /** HMAC secret for tokens (≥ 32 bytes); null only in dev mode, which makes one up. */
   tokenSecret: string | null;
@@ -127,6 +133,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   redisDeviceGroups: DEFAULT_CLUSTER_GROUPS,
   matcherPartitions: 1,
   matcherPartition: null,
+  geo: null,
   engine: 'auto',
   tokenSecret: null,
   dev: false,
@@ -165,6 +172,13 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
     if (!/^\d+$/.test(v) || !Number.isSafeInteger(n) || n < lo || n > hi) throw new Error(`config: ${name} must be an integer in [${lo}, ${hi}], got ${JSON.stringify(v)}`);
     return n;
   };
+  const decimal = (name: string, lo: number, hi: number): number | undefined => {
+    const v = str(name);
+    if (v === undefined) return undefined;
+    const n = Number(v);
+    if (!/^\d+(\.\d+)?$/.test(v) || !(n >= lo && n <= hi)) throw new Error(`config: ${name} must be a number in [${lo}, ${hi}], got ${JSON.stringify(v)}`);
+    return n;
+  };
   function flag(name: string): boolean | undefined {
     const v = str(name);
     if (v === undefined) return undefined;
@@ -186,6 +200,17 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
   c.redisCluster = flag('AMBIT_REDIS_CLUSTER') ?? c.redisCluster;
   c.redisDeviceGroups = int('AMBIT_REDIS_DEVICE_GROUPS', 1, MAX_CLUSTER_GROUPS) ?? c.redisDeviceGroups;
   c.matcherPartitions = int('AMBIT_MATCHER_PARTITIONS', 1, MAX_MATCHER_PARTITIONS) ?? c.matcherPartitions;
+  const geoShards = int('AMBIT_GEO_SHARDS', 1, MAX_GEO_SHARDS);
+  if (geoShards !== undefined) {
+    if (c.redisUrl === null) throw new Error('config: AMBIT_GEO_SHARDS is for Redis mode (REDIS_URL)');
+    if (str('AMBIT_MATCHER_PARTITIONS') !== undefined) throw new Error('config: AMBIT_GEO_SHARDS and AMBIT_MATCHER_PARTITIONS exclude each other: a deployment sharded by space has AMBIT_GEO_SHARDS + AMBIT_GEO_WIDE_SHARDS matcher partitions');
+    const layout = str('AMBIT_GEO_LAYOUT') ?? 'stripes';
+    if (layout !== 'stripes' && layout !== 'sectors') throw new Error(`config: AMBIT_GEO_LAYOUT must be stripes or sectors, got ${JSON.stringify(layout)}`);
+    c.geo = { shards: geoShards, wide: int('AMBIT_GEO_WIDE_SHARDS', 1, MAX_WIDE_SHARDS) ?? 1, cellDeg: decimal('AMBIT_GEO_CELL_DEG', 0.001, 30) ?? 0.05, guardM: decimal('AMBIT_GEO_GUARD_M', 0, 100_000) ?? 500, layout };
+    c.matcherPartitions = c.geo.shards + c.geo.wide;
+  } else {
+    for (const name of ['AMBIT_GEO_WIDE_SHARDS', 'AMBIT_GEO_CELL_DEG', 'AMBIT_GEO_GUARD_M', 'AMBIT_GEO_LAYOUT']) if (str(name) !== undefined) throw new Error(`config: ${name} needs AMBIT_GEO_SHARDS (sharding by space)`);
+  }
   const mpart = str('AMBIT_MATCHER_PARTITION');
   if (mpart !== undefined && mpart !== 'all') c.matcherPartition = int('AMBIT_MATCHER_PARTITION', 0, c.matcherPartitions - 1) ?? null;
   if (c.matcherPartitions > 1 && c.redisUrl === null) throw new Error('config: AMBIT_MATCHER_PARTITIONS is for Redis mode (REDIS_URL); an embedded node splits its hub with AMBIT_PARTITIONS');

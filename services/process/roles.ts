@@ -50,7 +50,7 @@ function matcherOptions(config: ServerConfig, partition: number) {
     redis: redisSource(config),
     prefix: config.redisPrefix,
     ...groups(config),
-    ...(k > 1 ? { partitions: k, partition } : {}),
+    ...(config.geo !== null ? { geo: config.geo, partition } : k > 1 ? { partitions: k, partition } : {}),
     engine: config.engine,
     retention: config.retention,
     leaseMs: config.matcherLeaseMs,
@@ -128,8 +128,17 @@ async function startMatcherThreads(config: ServerConfig, partitions: number[], l
 export async function connectGatewayHub(config: ServerConfig, log: Logger): Promise<Hub> {
   const k = config.matcherPartitions;
   const one = (partition: number) =>
-    RedisHub.connect({ redis: redisSource(config), prefix: config.redisPrefix, ...groups(config), ...(k > 1 ? { partitions: k, partition } : {}), log, maxSubscriptionsPerDevice: config.maxSubscriptionsPerDevice, inMaxLen: config.commandStreamMaxLen });
-  if (k === 1) {
+    RedisHub.connect({
+      redis: redisSource(config),
+      prefix: config.redisPrefix,
+      ...groups(config),
+      ...(config.geo !== null ? { geo: config.geo } : k > 1 ? { partitions: k, partition } : {}),
+      log,
+      maxSubscriptionsPerDevice: config.maxSubscriptionsPerDevice,
+      inMaxLen: config.commandStreamMaxLen,
+    });
+  if (k === 1 || config.geo !== null) {
+    // One hub: a single matcher, or every shard of a deployment sharded by space (it places devices and routes publishes).
     const hub = await one(0);
     log.info({ gatewayId: hub.gatewayId }, `redis hub connected as gateway ${hub.gatewayId}`);
     return hub;

@@ -57,8 +57,26 @@ export interface Layout {
   cluster: boolean;
   /** Device groups (cluster only; 1 on a plain Redis). */
   groups: number;
-  /** Matcher partitions (default 1). */
+  /** Matcher partitions (default 1); with `geo`, its shards + wide shards. */
   partitions?: number;
+  /** Sharding by space (geo.ts): the partitions are geographic shards and wide shards. */
+  geo?: GeoSpec;
+}
+
+/**
+ * A deployment sharded by space: `shards` geographic shards (0 … shards−1) on the shard map of
+ * `cellDeg`, `guardM` and `layout` (services/matcher/shard-map.ts), and `wide` shards
+ * (shards … shards+wide−1) for the devices that hold a subscription with a fixed or no area, split
+ * by device id. Every stream and state key of all of them, and the devices' subscriptions,
+ * positions and homes, share one hash slot (tag `{g}`), so one script orders a publish or a
+ * hand-over across shards; notifications stay in the device groups.
+ */
+export interface GeoSpec {
+  shards: number;
+  wide: number;
+  cellDeg: number;
+  guardM: number;
+  layout: 'sectors' | 'stripes';
 }
 
 export const SINGLE: Layout = { cluster: false, groups: 1 };
@@ -123,6 +141,23 @@ export class Keys {
   /** The matcher partition these keys are of (0 of 1 unless partitioned). */
   readonly partition: number;
   readonly partitions: number;
+  /**
+   * Where the keys every partition shares live (a device's subscriptions and position, stored
+   * events, reply channels): the partition's own base, except with sharding by space.
+   */
+  readonly shared: string;
+  /** Sharding by space: shard k's keys are `${shardPrefix}${k}:…`; '' otherwise. */
+  readonly shardPrefix: string;
+  /** Sharding by space (shared by all shards; '' otherwise): the device → home shard hash, … */
+  readonly home: string;
+  /** … device → how many of its subscriptions have a fixed or no area, … */
+  readonly wide: string;
+  /** … shard → the largest anchored radius it ever held, and 'v', the version of that hash, … */
+  readonly reach: string;
+  /** … the last command id given ("<ms>-<seq>"): every shard's stream takes its ids from it, … */
+  readonly seq: string;
+  /** … and counters of the whole deployment (published events, location updates). */
+  readonly geoStats: string;
 
   constructor(
     readonly prefix: string,
@@ -138,9 +173,20 @@ export class Keys {
     if (!Number.isInteger(layout.groups) || layout.groups < 1 || layout.groups > MAX_CLUSTER_GROUPS || (!layout.cluster && layout.groups !== 1)) {
       throw new Error(`redis keys: device groups must be 1 on a plain Redis and in [1, ${MAX_CLUSTER_GROUPS}] on a cluster, got ${layout.groups}`);
     }
-    const base = (this.base = layout.cluster ? `${prefix}{m${partition}}` : partitions > 1 ? `${prefix}p${partition}:` : prefix);
+    const geo = layout.geo;
+    if (geo !== undefined && geo.shards + geo.wide !== partitions) throw new Error(`redis keys: a deployment sharded by space has shards + wide shards partitions, got ${partitions} for ${geo.shards} + ${geo.wide}`);
+    const shared = geo === undefined ? '' : layout.cluster ? `${prefix}{g}` : prefix;
+    this.shardPrefix = geo === undefined ? '' : `${shared}s`;
+    const base = (this.base = geo !== undefined ? `${this.shardPrefix}${partition}:` : layout.cluster ? `${prefix}{m${partition}}` : partitions > 1 ? `${prefix}p${partition}:` : prefix);
+    this.shared = geo === undefined ? base : shared;
+    this.home = geo === undefined ? '' : `${shared}home`;
+    this.wide = geo === undefined ? '' : `${shared}wide`;
+    this.reach = geo === undefined ? '' : `${shared}reach`;
+    this.seq = geo === undefined ? '' : `${shared}seq`;
+    this.geoStats = geo === undefined ? '' : `${shared}stats`;
+    // With sharding by space, a shard's subdevs are the devices homed there (with or without subscriptions).
     this.subDevices = `${base}subdevs`;
-    this.pos = `${base}pos`;
+    this.pos = `${this.shared}pos`;
     this.in = `${base}in`;
     this.stats = `${base}stats`;
     this.config = `${base}config`;
@@ -164,7 +210,17 @@ export class Keys {
   }
 
   subs(device: string): string {
-    return `${this.base}subs:${device}`;
+    return `${this.shared}subs:${device}`;
+  }
+
+  /** Sharding by space: subscription id → "<anchored radius> a|w" (w: a fixed or no area). */
+  meta(device: string): string {
+    return `${this.shared}meta:${device}`;
+  }
+
+  /** The keys of another partition (shard) of this deployment. */
+  of(partition: number): Keys {
+    return partition === this.partition ? this : new Keys(this.prefix, this.layout, partition);
   }
 
   notes(device: string): string {
@@ -194,7 +250,7 @@ export class Keys {
 
   /** The stored event a notification refers to ("<in-entry id>:<event index>"). */
   event(ref: string): string {
-    return `${this.base}ev:${ref}`;
+    return `${this.shared}ev:${ref}`;
   }
 
   eventId(id: string): string {
@@ -202,7 +258,7 @@ export class Keys {
   }
 
   reply(gatewayId: string): string {
-    return `${this.base}reply:${gatewayId}`;
+    return `${this.shared}reply:${gatewayId}`;
   }
 }
 

@@ -9,6 +9,11 @@
  *     loc    data <loc batch, codec.ts>                                             gateway MULTI
  *     sub    dev <device> sub <DeviceSubscription JSON>                             script ambitSub
  *     unsub  dev <device> id <subscription id>                                      script ambitUnsub
+ *   sharded by space (scripts ambitGeo*; ids from {p}{g}seq, so every shard's stream is in one
+ *   order): pub entries carry `idx`, the JSON array of each event's index in the publish; and
+ *     rel    d <device> d <device> …      the devices leave this shard (hand-over, id "<ms>-<q+1>")
+ *     acq    then per device: d <device> f <shard it comes from, or ''> [p <16 position bytes>]
+ *            s <stored subscription> s … (the devices come to this shard, id "<ms>-<q+2>")
  *   {p}n:{device} entries (id "<ms>-<ordinal>"):
  *     e <event JSON> s <JSON array of the device's matched subscription ids> p <published ms>
  */
@@ -19,6 +24,8 @@ import { type Delivery, type DeviceSubscription, parseDeliveryId } from '../hub/
 /** What the matcher publishes on a gateway's reply channel. */
 export interface PublishReply {
   c: string;
+  /** The shard that answers (sharding by space: a publish is answered by every shard it visits). */
+  s?: number;
   /** Reached count per event, in order. */
   r?: number[];
   /** Indices of the events that were duplicates (their id published within the window). */
@@ -44,10 +51,23 @@ export interface MatcherStatsRecord {
 
 /** One `{p}in` entry as the matcher reads it. */
 export type InEntry =
-  | { t: 'pub'; id: string; corr: string; gw: string; events: Event[] | null; error: PublishReply['error'] }
+  | { t: 'pub'; id: string; corr: string; gw: string; events: Event[] | null; error: PublishReply['error']; idx?: number[] }
+  | { t: 'rel'; id: string; devices: string[] }
+  | { t: 'acq'; id: string; devices: Acquired[] }
   | { t: 'loc'; id: string; data: Buffer }
   | { t: 'sub'; id: string; device: string; sub: DeviceSubscription }
   | { t: 'unsub'; id: string; device: string; subscriptionId: string };
+
+/** A device a shard takes over: where from, its position (null: none yet) and its stored subscriptions. */
+export interface Acquired {
+  device: string;
+  /** The shard it leaves ('' for none: a device new to the deployment). */
+  from: string;
+  lat: number | null;
+  lon: number | null;
+  /** Its subscriptions as `{p}subs:{device}` stores them ("<in-entry id> <JSON>"). */
+  stored: string[];
+}
 
 /** The XADD field list of a publish (after '*'). `eventsJson` is a JSON array of plain events. */
 export function pubFields(corr: string, gatewayId: string, eventsJson: string): string[] {
@@ -75,9 +95,35 @@ export function parseInEntry(id: string, fields: Buffer[]): InEntry {
       return { t: 'sub', id, device: required(fields, 'dev', id).toString('utf8'), sub: JSON.parse(required(fields, 'sub', id).toString('utf8')) as DeviceSubscription };
     case 'unsub':
       return { t: 'unsub', id, device: required(fields, 'dev', id).toString('utf8'), subscriptionId: required(fields, 'id', id).toString('utf8') };
+    case 'rel': {
+      const devices: string[] = [];
+      for (let i = 2; i + 1 < fields.length; i += 2) if (fields[i].toString('latin1') === 'd') devices.push(fields[i + 1].toString('utf8'));
+      return { t: 'rel', id, devices };
+    }
+    case 'acq':
+      return { t: 'acq', id, devices: parseAcquired(id, fields) };
     default:
       throw new Error(`redis protocol: entry ${id} has unknown command type ${JSON.stringify(type)}`);
   }
+}
+
+function parseAcquired(id: string, fields: Buffer[]): Acquired[] {
+  const out: Acquired[] = [];
+  let cur: Acquired | null = null;
+  for (let i = 2; i + 1 < fields.length; i += 2) {
+    const name = fields[i].toString('latin1');
+    const v = fields[i + 1];
+    if (name === 'd') out.push((cur = { device: v.toString('utf8'), from: '', lat: null, lon: null, stored: [] }));
+    else if (cur === null) throw new Error(`redis protocol: acq entry ${id} has field ${JSON.stringify(name)} before its first device`);
+    else if (name === 'f') cur.from = v.toString('latin1');
+    else if (name === 'p') {
+      if (v.length !== 16) throw new Error(`redis protocol: acq entry ${id} has a position of ${v.length} bytes, not 16`);
+      cur.lat = v.readDoubleLE(0);
+      cur.lon = v.readDoubleLE(8);
+    } else if (name === 's') cur.stored.push(v.toString('utf8'));
+    else throw new Error(`redis protocol: acq entry ${id} has unknown field ${JSON.stringify(name)}`);
+  }
+  return out;
 }
 
 function parsePub(id: string, fields: Buffer[]): InEntry {
@@ -92,6 +138,12 @@ function parsePub(id: string, fields: Buffer[]): InEntry {
   try {
     const events = JSON.parse(field(fields, 'events')?.toString('utf8') ?? 'null') as unknown;
     if (!Array.isArray(events)) throw new Error('events must be an array');
+    const idx = field(fields, 'idx');
+    if (idx !== undefined) {
+      const list = JSON.parse(idx.toString('latin1')) as unknown;
+      if (!Array.isArray(list) || list.length !== events.length || !list.every((x) => Number.isInteger(x) && (x as number) >= 0)) throw new Error('idx must be an array of event indices, one per event');
+      p.idx = list as number[];
+    }
     p.events = events as Event[];
   } catch (err) {
     p.error = { code: 'INVALID_ARGUMENT', message: `redis matcher: malformed publish entry ${id}: ${err instanceof Error ? err.message : String(err)}` };

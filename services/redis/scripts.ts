@@ -9,6 +9,7 @@
  */
 import type { ChainableCommander } from 'ioredis';
 import type { Conn } from './connection.js';
+import { GEO_LOC, GEO_PUB, GEO_SUB, GEO_UNSUB } from './geo-scripts.js';
 
 const PARSE_ID = `
 local function parse_id(id)
@@ -369,6 +370,11 @@ const DEFINITIONS = {
   ambitAnswer: { lua: publishing(ANSWER, 'PUBLISH') },
   ambitAnswerSharded: { lua: publishing(ANSWER, 'SPUBLISH') },
   ambitFenceRaise: { lua: FENCE_RAISE, numberOfKeys: 1 },
+  // Sharding by space (geo-scripts.ts).
+  ambitGeoSub: { lua: GEO_SUB, numberOfKeys: 7 },
+  ambitGeoUnsub: { lua: GEO_UNSUB, numberOfKeys: 5 },
+  ambitGeoLoc: { lua: GEO_LOC, numberOfKeys: 6 },
+  ambitGeoPub: { lua: GEO_PUB, numberOfKeys: 3 },
 } as const;
 
 export type ScriptName = keyof typeof DEFINITIONS;

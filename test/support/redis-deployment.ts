@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before } from 'node:test';
 import { Cluster, Redis } from 'ioredis';
 import { type Conn, type RedisSource, isClusterSource } from '../../services/redis/connection.js';
-import { Keys } from '../../services/redis/keys.js';
+import { type GeoSpec, Keys } from '../../services/redis/keys.js';
 import type { Event } from '../../src/model/types.js';
 import { layoutFor } from '../../services/redis/layout.js';
 import type { HubFixture, HubSetup } from './hub-contract.js';
@@ -145,6 +145,26 @@ export function redisTestKit(url: () => RedisSource, deviceGroups?: number) {
     };
   }
 
+  /**
+   * The hub contract's fixture sharded by space: a matcher per shard (geographic and wide) and one
+   * gateway hub that speaks to all of them.
+   */
+  function geoFixture(geo: GeoSpec) {
+    return async (setup: HubSetup): Promise<HubFixture> => {
+      const prefix = freshPrefix();
+      const n = geo.shards + geo.wide;
+      const matchers = await Promise.all(Array.from({ length: n }, (_, i) => RedisMatcher.start(matcherOptions(prefix, { retention: setup.retention, geo, partition: i }))));
+      const hub = await RedisHub.connect(hubOptions(prefix, { maxSubscriptionsPerDevice: setup.maxSubscriptionsPerDevice, geo }));
+      return {
+        hub,
+        dispose: async () => {
+          await hub.close();
+          for (const m of matchers) await m.stop();
+        },
+      };
+    };
+  }
+
   /** A connection for looking at Redis directly (a cluster client on a cluster). */
   async function inspect<T, C extends Conn = Redis>(f: (r: C) => Promise<T>): Promise<T> {
     const source = url();
@@ -175,5 +195,5 @@ export function redisTestKit(url: () => RedisSource, deviceGroups?: number) {
     });
   }
 
-  return { freshPrefix, keysOf, matcherOptions, hubOptions, deployment, contractFixture, partitionedFixture, inspect, storedEvents };
+  return { freshPrefix, keysOf, matcherOptions, hubOptions, deployment, contractFixture, partitionedFixture, geoFixture, inspect, storedEvents };
 }

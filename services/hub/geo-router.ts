@@ -1,0 +1,103 @@
+/**
+ * The gateway's half of sharding by space (keys.ts `GeoSpec`): which shards a publish visits and
+ * what a position update tells the location script (redis/geo-scripts.ts), which places devices.
+ *
+ * - A device with a wide subscription (a fixed area or none) lives on its wide shard, one of
+ *   `wide` chosen by its id; every publish visits every wide shard.
+ * - A device whose subscriptions are all anchored lives on a geographic shard: while its guard
+ *   circle touches a cell of the shard it is homed at, it stays; else it goes to its cell's shard.
+ * - A publish visits every geographic shard whose cells come within the event's radius plus the
+ *   largest anchored radius that shard ever held plus the homing slack (shard-map.ts) of the event,
+ *   and no other: a device homed there is within the slack of one of its cells, so no match is
+ *   missed. The reach is read from Redis and checked by the publish script at its version.
+ */
+import type { Event, Filter } from '../../src/model/types.js';
+import type { GeoSpec } from '../redis/keys.js';
+import { ShardMap } from '../matcher/shard-map.js';
+import { devicePart } from './port.js';
+
+export class GeoRouter {
+  readonly map: ShardMap;
+  readonly shards: number;
+  readonly wide: number;
+  /** Geographic shard → the largest anchored radius it ever held. */
+  private reach = new Map<number, number>();
+  /** The version of the reach hash those radii are of ('0': none yet). */
+  reachVersion = '0';
+  private readonly near = new Set<number>();
+
+  constructor(spec: GeoSpec) {
+    this.map = new ShardMap({ version: 1, shards: spec.shards, cellDeg: spec.cellDeg, guardM: spec.guardM, layout: spec.layout });
+    this.shards = spec.shards;
+    this.wide = spec.wide;
+  }
+
+  /** The wide shard of a device. */
+  wideShard(device: string): number {
+    return this.shards + (this.wide === 1 ? 0 : devicePart(device, this.wide));
+  }
+
+  /** Takes the reach hash as HGETALL gives it (flat field, value pairs). */
+  setReach(flat: readonly string[]): void {
+    const reach = new Map<number, number>();
+    let version = '0';
+    for (let i = 0; i + 1 < flat.length; i += 2) {
+      if (flat[i] === 'v') version = flat[i + 1];
+      else {
+        const k = Number(flat[i]);
+        const r = Number(flat[i + 1]);
+        if (Number.isInteger(k) && k >= 0 && k < this.shards && r > 0) reach.set(k, r);
+      }
+    }
+    this.reach = reach;
+    this.reachVersion = version;
+  }
+
+  /** The shards a publish visits, each with the indices of its events (ascending), wide shards included. */
+  route(events: readonly Event[]): Map<number, number[]> {
+    const out = new Map<number, number[]>();
+    const all: number[] = [];
+    for (let i = 0; i < events.length; i++) all.push(i);
+    for (let w = 0; w < this.wide; w++) out.set(this.shards + w, all);
+    if (this.reach.size === 0) return out;
+    for (let i = 0; i < events.length; i++) {
+      const e = events[i];
+      this.near.clear();
+      this.map.eventShards(e.lat, e.lon, e.radiusM ?? 0, this.reach, this.near);
+      for (const s of this.near) {
+        let list = out.get(s);
+        if (list === undefined) out.set(s, (list = []));
+        list.push(i);
+      }
+    }
+    return out;
+  }
+
+  /**
+   * What the location script needs of a position: the shards the device may stay at (",3,4,": its
+   * cell's and those its guard circle touches) and its cell's shard.
+   */
+  placement(lat: number, lon: number): { stay: string; cell: number } {
+    const cell = this.map.shardOf(lat, lon);
+    if (this.map.guardM === 0 || this.shards === 1) return { stay: `,${cell},`, cell };
+    this.near.clear();
+    this.map.shardsNear(lat, lon, this.map.guardM, this.near);
+    this.near.add(cell);
+    return { stay: `,${[...this.near].join(',')},`, cell };
+  }
+}
+
+/**
+ * How a subscription is placed: its largest anchored radius (0: none) and whether it is wide (a
+ * filter with a fixed area or with none matches events anywhere near that area, or anywhere).
+ */
+export function subscriptionPlacement(filters: readonly Filter[]): { radiusM: number; wide: boolean } {
+  let radiusM = 0;
+  let wide = false;
+  for (const f of filters) {
+    const a = f.area;
+    if (a === undefined || a === null || (a.center !== undefined && a.center !== null)) wide = true;
+    else if (a.radiusM > radiusM) radiusM = a.radiusM;
+  }
+  return { radiusM, wide };
+}

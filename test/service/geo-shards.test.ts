@@ -1,0 +1,139 @@
+/**
+ * Sharding by space on a real redis-server: the hub contract over geographic shards and wide
+ * shards, then devices that cross shard borders while events are published, against the
+ * reference engine.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { RedisHub } from '../../services/hub/redis.js';
+import { RedisMatcher } from '../../services/matcher/redis.js';
+import type { GeoSpec } from '../../services/redis/keys.js';
+import { runHubContract } from '../support/hub-contract.js';
+import { runGeoWorld } from '../support/geo-world.js';
+import { redisTestKit, useRedisServer } from '../support/redis-deployment.js';
+
+const { missing, url } = useRedisServer();
+const { freshPrefix, matcherOptions, hubOptions, geoFixture, inspect } = redisTestKit(url);
+
+/** Stripes of 0.004° (about 310 m at Milan) over 3 shards: walkers cross a border every few steps. */
+const STRIPES: GeoSpec = { shards: 3, wide: 1, cellDeg: 0.004, guardM: 60, layout: 'stripes' };
+
+/** A geo deployment on a fresh prefix: a matcher per shard and `gateways` hubs. */
+async function geoDeployment(geo: GeoSpec, gateways: number) {
+  const prefix = freshPrefix();
+  const matchers = await Promise.all(Array.from({ length: geo.shards + geo.wide }, (_, i) => RedisMatcher.start(matcherOptions(prefix, { geo, partition: i }))));
+  const hubs: RedisHub[] = [];
+  for (let i = 0; i < gateways; i++) hubs.push(await RedisHub.connect(hubOptions(prefix, { geo })));
+  return {
+    prefix,
+    matchers,
+    hubs,
+    async close() {
+      for (const h of hubs) await h.close();
+      for (const m of matchers) await m.stop();
+    },
+  };
+}
+
+/** How many `acq` entries (hand-overs) each shard's stream holds. */
+async function handOvers(prefix: string, geo: GeoSpec): Promise<number[]> {
+  return inspect(async (r) => {
+    const out: number[] = [];
+    for (let k = 0; k < geo.shards + geo.wide; k++) {
+      const entries = await r.xrange(`${prefix}s${k}:in`, '-', '+');
+      out.push(entries.filter(([, f]) => f[1] === 'acq').length);
+    }
+    return out;
+  });
+}
+
+describe('sharded by space', { skip: missing ?? false, timeout: 60_000 }, () => {
+  // Milan's centre sits on stripes 0.01° wide: the contract's moves cross shard borders.
+  runHubContract('redis, 3 geographic shards (0.01° stripes) + 1 wide shard', geoFixture({ shards: 3, wide: 1, cellDeg: 0.01, guardM: 200, layout: 'stripes' }));
+  runHubContract('redis, 2 geographic shards (sectors) + 2 wide shards', geoFixture({ shards: 2, wide: 2, cellDeg: 1, guardM: 1000, layout: 'sectors' }));
+
+  it('devices walking across shard borders get exactly what one matcher holding everything gives (reference engine as oracle), through two gateways', async () => {
+    const d = await geoDeployment(STRIPES, 2);
+    try {
+      const r = await runGeoWorld(d.hubs, { seed: 11, devices: 24, rounds: 30, eventsPerRound: 4 });
+      assert.ok(r.notifications > 100, `the world delivers (${r.notifications} notifications)`);
+      assert.ok(r.wideDevices > 0, 'some devices took a wide subscription');
+      const acq = await handOvers(d.prefix, STRIPES);
+      assert.ok(acq.slice(0, STRIPES.shards).every((n) => n > 5), `every geographic shard took devices over (${acq.join(', ')})`);
+      assert.ok(acq[STRIPES.shards] > 0, `the wide shard took devices over (${acq.join(', ')})`);
+    } finally {
+      await d.close();
+    }
+  });
+
+  it('a shard applies a device it takes over only once the shard the device left has stored what it owed the device: a notification of that shard is never overtaken, nor lost', async () => {
+    const geo: GeoSpec = { shards: 3, wide: 1, cellDeg: 0.004, guardM: 60, layout: 'stripes' };
+    const prefix = freshPrefix();
+    const hold: { release: () => void } = { release: () => {} };
+    let heldA: Promise<void> = Promise.resolve();
+    const waits: { entry: string; from: number[] }[] = [];
+    let waiting!: () => void;
+    const bWaits = new Promise<void>((resolve) => (waiting = resolve));
+    // Milan's column of cells and the next: shards j mod 3 and j+1 mod 3.
+    const j = Math.floor((9.19 + 180) / geo.cellDeg);
+    const a = j % 3;
+    const b = (j + 1) % 3;
+    const lonOf = (col: number) => (col + 0.5) * geo.cellDeg - 180;
+    let matchedA!: () => void;
+    let matchedB!: () => void;
+    const bMatched = new Promise<void>((resolve) => (matchedB = resolve));
+    const aMatched = new Promise<void>((resolve) => (matchedA = resolve));
+    const hooks = (k: number) =>
+      k === a
+        ? {
+            beforeStore: () => heldA,
+            onMatched: (m: { publishes: number }) => {
+              if (m.publishes > 0) matchedA();
+            },
+          }
+        : k === b
+          ? {
+              onHandOverWait: (w: { entry: string; from: number[] }) => {
+                waits.push(w);
+                waiting();
+              },
+              onMatched: (m: { publishes: number }) => {
+                if (m.publishes > 0) matchedB();
+              },
+            }
+          : {};
+    const matchers = await Promise.all(Array.from({ length: 4 }, (_, k) => RedisMatcher.start(matcherOptions(prefix, { geo, partition: k, hooks: hooks(k) }))));
+    const hub = await RedisHub.connect(hubOptions(prefix, { geo }));
+    try {
+      const dev = 'walker';
+      await hub.updateLocations([{ device: dev, lat: 45.4642, lon: lonOf(j) }]);
+      await hub.addSubscription(dev, { id: 'near', filters: [{ constraints: [], area: { radiusM: 100 } }] });
+      await hub.updateLocations([{ device: dev, lat: 45.4642, lon: lonOf(j) }]); // homes it on shard a
+      assert.equal(await inspect((r) => r.hget(`${prefix}home`, dev)), String(a));
+      // Shard a holds its notifications back; the device moves to shard b; an event there.
+      heldA = new Promise<void>((resolve) => (hold.release = resolve));
+      const first = hub.publish([{ id: 'at-a', lat: 45.4642, lon: lonOf(j), attributes: {} }]);
+      first.catch(() => {}); // awaited below
+      await aMatched; // matched on shard a, its notification held back
+      await hub.updateLocations([{ device: dev, lat: 45.4642, lon: lonOf(j + 1) }]);
+      assert.equal(await inspect((r) => r.hget(`${prefix}home`, dev)), String(b));
+      const second = hub.publish([{ id: 'at-b', lat: 45.4642, lon: lonOf(j + 1), attributes: {} }]);
+      second.catch(() => {}); // awaited below
+      const raced = await Promise.race([bWaits.then(() => 'waits' as const), bMatched.then(() => 'matched' as const)]);
+      assert.equal(raced, 'waits', 'shard b waits for shard a before it applies the arrival');
+      assert.deepEqual(waits.map((w) => w.from), [[a]]);
+      hold.release();
+      assert.equal((await first)[0].reached, 1);
+      assert.equal((await second)[0].reached, 1);
+      const inbox = await hub.openInbox(dev, '');
+      const got = [...(await inbox.pull(10))];
+      if (got.length < 2) got.push(...(await inbox.pull(10)));
+      inbox.close();
+      assert.deepEqual(got.map((n) => n.event.id), ['at-a', 'at-b'], 'both notifications, in publish order');
+    } finally {
+      hold.release();
+      await hub.close();
+      for (const m of matchers) await m.stop();
+    }
+  });
+});
