@@ -35,7 +35,7 @@ export async function startMatcherRole(config: ServerConfig, log: Logger): Promi
   if (served.length > 1) return startMatcherThreads(config, served, log);
   const partition = served[0];
   const m = await RedisMatcher.start({ ...matcherOptions(config, partition), log });
-  log.info({ engine: m.core.engine.name, detail: m.engineDetail, mode: 'redis', offset: m.offset, partition, partitions: k }, `engine ${m.core.engine.name}: ${m.engineDetail}${k > 1 ? ` (matcher partition ${partition} of ${k})` : ''}`);
+  log.info({ engine: m.core.engine.name, detail: m.engineDetail, mode: 'redis', offset: m.offset, partition, partitions: k }, `engine ${m.core.engine.name}: ${m.engineDetail}${config.geo !== null ? ` (${partition < config.geo.shards ? 'geographic' : 'wide'} shard ${partition} of ${k})` : k > 1 ? ` (matcher partition ${partition} of ${k})` : ''}`);
   // Notifications are counted by the deliver script in Redis; gateways report them.
   const stats = async (): Promise<HubStats> => {
     const s = await hubStats(m.core, { mode: 'redis', engineDetail: m.engineDetail, devices: m.devices, eventsPublished: m.eventsMatchedCount, notifications: 0, notificationsDropped: 0, locationUpdates: m.locationsApplied });

@@ -402,3 +402,52 @@ describe('api config: proto/ and api/gen/', () => {
     }
   });
 });
+
+describe('api config: sharding by space (AMBIT_GEO_*)', () => {
+  const redis = { REDIS_URL: 'redis://r:6379' };
+  const shardsRange = (v: string) => `config: AMBIT_GEO_SHARDS must be an integer in [1, 128], got ${JSON.stringify(v)}`;
+  const needShards = (name: string) => `config: ${name} needs AMBIT_GEO_SHARDS (sharding by space)`;
+  const bad: [Record<string, string>, string][] = [
+    [{ ...redis, AMBIT_GEO_SHARDS: '0' }, shardsRange('0')],
+    [{ ...redis, AMBIT_GEO_SHARDS: '129' }, shardsRange('129')],
+    [{ ...redis, AMBIT_GEO_SHARDS: 'two' }, shardsRange('two')],
+    [{ ...redis, AMBIT_GEO_SHARDS: '1.5' }, shardsRange('1.5')],
+    [{ AMBIT_GEO_SHARDS: '2' }, 'config: AMBIT_GEO_SHARDS is for Redis mode (REDIS_URL)'],
+    [{ ...redis, AMBIT_GEO_SHARDS: '2', AMBIT_MATCHER_PARTITIONS: '2' }, 'config: AMBIT_GEO_SHARDS and AMBIT_MATCHER_PARTITIONS exclude each other: a deployment sharded by space has AMBIT_GEO_SHARDS + AMBIT_GEO_WIDE_SHARDS matcher partitions'],
+    [{ ...redis, AMBIT_GEO_SHARDS: '2', AMBIT_GEO_WIDE_SHARDS: '0' }, 'config: AMBIT_GEO_WIDE_SHARDS must be an integer in [1, 64], got "0"'],
+    [{ ...redis, AMBIT_GEO_SHARDS: '2', AMBIT_GEO_WIDE_SHARDS: '65' }, 'config: AMBIT_GEO_WIDE_SHARDS must be an integer in [1, 64], got "65"'],
+    [{ ...redis, AMBIT_GEO_SHARDS: '2', AMBIT_GEO_CELL_DEG: '0' }, 'config: AMBIT_GEO_CELL_DEG must be a number in [0.001, 30], got "0"'],
+    [{ ...redis, AMBIT_GEO_SHARDS: '2', AMBIT_GEO_CELL_DEG: '31' }, 'config: AMBIT_GEO_CELL_DEG must be a number in [0.001, 30], got "31"'],
+    [{ ...redis, AMBIT_GEO_SHARDS: '2', AMBIT_GEO_CELL_DEG: 'NaN' }, 'config: AMBIT_GEO_CELL_DEG must be a number in [0.001, 30], got "NaN"'],
+    [{ ...redis, AMBIT_GEO_SHARDS: '2', AMBIT_GEO_CELL_DEG: '1e-2' }, 'config: AMBIT_GEO_CELL_DEG must be a number in [0.001, 30], got "1e-2"'],
+    [{ ...redis, AMBIT_GEO_SHARDS: '2', AMBIT_GEO_GUARD_M: '-1' }, 'config: AMBIT_GEO_GUARD_M must be a number in [0, 100000], got "-1"'],
+    [{ ...redis, AMBIT_GEO_SHARDS: '2', AMBIT_GEO_GUARD_M: 'Infinity' }, 'config: AMBIT_GEO_GUARD_M must be a number in [0, 100000], got "Infinity"'],
+    [{ ...redis, AMBIT_GEO_SHARDS: '2', AMBIT_GEO_GUARD_M: '100001' }, 'config: AMBIT_GEO_GUARD_M must be a number in [0, 100000], got "100001"'],
+    [{ ...redis, AMBIT_GEO_SHARDS: '2', AMBIT_GEO_LAYOUT: 'hexagons' }, 'config: AMBIT_GEO_LAYOUT must be stripes or sectors, got "hexagons"'],
+    [{ ...redis, AMBIT_GEO_WIDE_SHARDS: '2' }, needShards('AMBIT_GEO_WIDE_SHARDS')],
+    [{ ...redis, AMBIT_GEO_CELL_DEG: '0.1' }, needShards('AMBIT_GEO_CELL_DEG')],
+    [{ ...redis, AMBIT_GEO_GUARD_M: '10' }, needShards('AMBIT_GEO_GUARD_M')],
+    [{ AMBIT_GEO_LAYOUT: 'stripes' }, needShards('AMBIT_GEO_LAYOUT')],
+    // The shards are the deployment's matcher partitions: geographic, then wide.
+    [{ ...redis, AMBIT_GEO_SHARDS: '2', AMBIT_MATCHER_PARTITION: '3' }, 'config: AMBIT_MATCHER_PARTITION must be an integer in [0, 2], got "3"'],
+  ];
+  for (const [env, message] of bad) {
+    it(`${Object.entries(env).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(' ')} → ${JSON.stringify(message)}`, () => {
+      assert.throws(() => configFromEnv(env), { message });
+    });
+  }
+
+  it('defaults: not sharded by space; with AMBIT_GEO_SHARDS one wide shard, 0.05° stripes and a 500 m guard band; the shards are the matcher partitions', () => {
+    assert.equal(DEFAULT_CONFIG.geo, null);
+    assert.equal(configFromEnv(redis).geo, null);
+    const c = configFromEnv({ ...redis, AMBIT_GEO_SHARDS: '3' });
+    assert.deepEqual(c.geo, { shards: 3, wide: 1, cellDeg: 0.05, guardM: 500, layout: 'stripes' });
+    assert.equal(c.matcherPartitions, 4);
+    assert.equal(c.matcherPartition, null);
+    const d = configFromEnv({ ...redis, AMBIT_GEO_SHARDS: '4', AMBIT_GEO_WIDE_SHARDS: '2', AMBIT_GEO_CELL_DEG: '0.25', AMBIT_GEO_GUARD_M: '0', AMBIT_GEO_LAYOUT: 'sectors', AMBIT_ROLE: 'matcher', AMBIT_MATCHER_PARTITION: '5' });
+    assert.deepEqual(d.geo, { shards: 4, wide: 2, cellDeg: 0.25, guardM: 0, layout: 'sectors' });
+    assert.equal(d.matcherPartitions, 6);
+    assert.equal(d.matcherPartition, 5);
+    assert.deepEqual(configFromEnv({ ...redis, AMBIT_GEO_SHARDS: '', AMBIT_GEO_LAYOUT: '' }), configFromEnv(redis), 'empty values count as unset');
+  });
+});

@@ -13,39 +13,10 @@ import { runGeoWorld } from '../support/geo-world.js';
 import { redisTestKit, useRedisServer } from '../support/redis-deployment.js';
 
 const { missing, url } = useRedisServer();
-const { freshPrefix, matcherOptions, hubOptions, geoFixture, inspect } = redisTestKit(url);
+const { freshPrefix, matcherOptions, hubOptions, geoFixture, geoDeployment, inspect } = redisTestKit(url);
 
 /** Stripes of 0.004° (about 310 m at Milan) over 3 shards: walkers cross a border every few steps. */
 const STRIPES: GeoSpec = { shards: 3, wide: 1, cellDeg: 0.004, guardM: 60, layout: 'stripes' };
-
-/** A geo deployment on a fresh prefix: a matcher per shard and `gateways` hubs. */
-async function geoDeployment(geo: GeoSpec, gateways: number) {
-  const prefix = freshPrefix();
-  const matchers = await Promise.all(Array.from({ length: geo.shards + geo.wide }, (_, i) => RedisMatcher.start(matcherOptions(prefix, { geo, partition: i }))));
-  const hubs: RedisHub[] = [];
-  for (let i = 0; i < gateways; i++) hubs.push(await RedisHub.connect(hubOptions(prefix, { geo })));
-  return {
-    prefix,
-    matchers,
-    hubs,
-    async close() {
-      for (const h of hubs) await h.close();
-      for (const m of matchers) await m.stop();
-    },
-  };
-}
-
-/** How many `acq` entries (hand-overs) each shard's stream holds. */
-async function handOvers(prefix: string, geo: GeoSpec): Promise<number[]> {
-  return inspect(async (r) => {
-    const out: number[] = [];
-    for (let k = 0; k < geo.shards + geo.wide; k++) {
-      const entries = await r.xrange(`${prefix}s${k}:in`, '-', '+');
-      out.push(entries.filter(([, f]) => f[1] === 'acq').length);
-    }
-    return out;
-  });
-}
 
 describe('sharded by space', { skip: missing ?? false, timeout: 60_000 }, () => {
   // Milan's centre sits on stripes 0.01° wide: the contract's moves cross shard borders.
@@ -58,7 +29,7 @@ describe('sharded by space', { skip: missing ?? false, timeout: 60_000 }, () => 
       const r = await runGeoWorld(d.hubs, { seed: 11, devices: 24, rounds: 30, eventsPerRound: 4 });
       assert.ok(r.notifications > 100, `the world delivers (${r.notifications} notifications)`);
       assert.ok(r.wideDevices > 0, 'some devices took a wide subscription');
-      const acq = await handOvers(d.prefix, STRIPES);
+      const acq = await d.handOvers();
       assert.ok(acq.slice(0, STRIPES.shards).every((n) => n > 5), `every geographic shard took devices over (${acq.join(', ')})`);
       assert.ok(acq[STRIPES.shards] > 0, `the wide shard took devices over (${acq.join(', ')})`);
     } finally {
@@ -134,6 +105,43 @@ describe('sharded by space', { skip: missing ?? false, timeout: 60_000 }, () => 
       hold.release();
       await hub.close();
       for (const m of matchers) await m.stop();
+    }
+  });
+
+  it('a shard leader killed right after it matched a publish: its standby takes over and replays; every reach and notification is still exact', async () => {
+    const crashed: number[] = [];
+    let matched = [0, 0, 0, 0];
+    const crashAt = new Map([
+      [0, 8],
+      [3, 15],
+    ]);
+    const leaders: RedisMatcher[] = [];
+    const d = await geoDeployment(STRIPES, 2, (k) => ({
+      leaseMs: 400,
+      hooks: {
+        onMatched: (m: { publishes: number }) => {
+          if (m.publishes === 0 || !crashAt.has(k)) return;
+          matched[k]++;
+          if (matched[k] === crashAt.get(k)) {
+            crashed.push(k);
+            void leaders[k].crash(); // before its notifications and answers are stored
+          }
+        },
+      },
+    }));
+    leaders.push(...d.matchers);
+    const standbys = await Promise.all(d.matchers.map((_, k) => RedisMatcher.start(matcherOptions(d.prefix, { geo: STRIPES, partition: k, leaseMs: 400 }))));
+    try {
+      assert.deepEqual(standbys.map((m) => m.role), ['standby', 'standby', 'standby', 'standby']);
+      const r = await runGeoWorld(d.hubs, { seed: 23, devices: 24, rounds: 24, eventsPerRound: 4 });
+      assert.deepEqual(crashed.sort(), [0, 3], 'a geographic shard and the wide shard lost their leaders mid-publish');
+      assert.equal(standbys[0].role, 'leader');
+      assert.equal(standbys[3].role, 'leader');
+      assert.ok(r.notifications > 100);
+    } finally {
+      matched = [-1e9, -1e9, -1e9, -1e9];
+      for (const m of standbys) await m.stop();
+      await d.close();
     }
   });
 });

@@ -15,9 +15,10 @@ import { keySlot } from '../../services/redis/keys.js';
 import { defineScripts, runScript } from '../../services/redis/scripts.js';
 import { anywhere, pullN, runHubContract, sub } from '../support/hub-contract.js';
 import { redisTestKit, useRedisCluster } from '../support/redis-deployment.js';
+import { runGeoWorld } from '../support/geo-world.js';
 
 const { missing, source, cluster } = useRedisCluster();
-const { freshPrefix, keysOf, matcherOptions, hubOptions, deployment, contractFixture, partitionedFixture, inspect, storedEvents } = redisTestKit(source, 8);
+const { freshPrefix, keysOf, matcherOptions, hubOptions, deployment, contractFixture, partitionedFixture, geoFixture, geoDeployment, inspect, storedEvents } = redisTestKit(source, 8);
 
 const all = sub('all', anywhere({ name: 'i', op: 'exists' }));
 const ev = (i: number) => ({ id: `ev-${i}`, lat: 45.4642, lon: 9.19, attributes: { i } });
@@ -42,6 +43,24 @@ async function publishUntilAnswered(hub: Hub, i: number): Promise<{ reached: num
 describe('redis cluster deployment', { skip: missing ?? false, timeout: 120_000 }, () => {
   runHubContract('redis cluster', contractFixture);
   runHubContract('redis cluster, devices split over 3 matcher partitions', partitionedFixture(3));
+  runHubContract('redis cluster, sharded by space: 3 geographic shards + 1 wide shard', geoFixture({ shards: 3, wide: 1, cellDeg: 0.01, guardM: 200, layout: 'stripes' }));
+
+  it('sharded by space: devices walking across shard borders get exactly what the reference engine gives; the shards\' keys share one slot', async () => {
+    const geo = { shards: 3, wide: 1, cellDeg: 0.004, guardM: 60, layout: 'stripes' as const };
+    const d = await geoDeployment(geo, 2);
+    try {
+      const r = await runGeoWorld(d.hubs, { seed: 5, devices: 16, rounds: 16, eventsPerRound: 4 });
+      assert.ok(r.notifications > 40, `the world delivers (${r.notifications})`);
+      const acq = await d.handOvers();
+      assert.ok(acq.every((n) => n > 0), `every shard took devices over (${acq.join(', ')})`);
+      const k0 = d.keys(0);
+      const slot = keySlot(k0.in);
+      for (let k = 0; k < 4; k++) assert.equal(keySlot(d.keys(k).in), slot);
+      for (const key of [k0.home, k0.wide, k0.reach, k0.seq, k0.pos, k0.subs('x'), k0.meta('x'), k0.event('1-0:0')]) assert.equal(keySlot(key), slot, key);
+    } finally {
+      await d.close();
+    }
+  });
 
   it('notifications live in device groups spread over the masters; the counters add up over the groups', async () => {
     const d = await deployment(2);

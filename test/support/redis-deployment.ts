@@ -165,6 +165,35 @@ export function redisTestKit(url: () => RedisSource, deviceGroups?: number) {
     };
   }
 
+  /**
+   * A deployment sharded by space on a fresh prefix: a matcher per shard (`more(k)`: options of
+   * shard k's) and `gateways` hubs; `handOvers()` counts the `acq` entries of each shard's stream.
+   */
+  async function geoDeployment(geo: GeoSpec, gateways: number, more: (k: number) => Partial<RedisMatcherOptions> = () => ({})) {
+    const prefix = freshPrefix();
+    const n = geo.shards + geo.wide;
+    const matchers = await Promise.all(Array.from({ length: n }, (_, i) => RedisMatcher.start(matcherOptions(prefix, { geo, partition: i, ...more(i) }))));
+    const hubs: RedisHub[] = [];
+    for (let i = 0; i < gateways; i++) hubs.push(await RedisHub.connect(hubOptions(prefix, { geo })));
+    const keys = (k: number) => new Keys(prefix, layoutFor('test', url(), groups().deviceGroups, undefined, geo), k);
+    return {
+      prefix,
+      matchers,
+      hubs,
+      keys,
+      handOvers: () =>
+        inspect(async (r) => {
+          const out: number[] = [];
+          for (let k = 0; k < n; k++) out.push((await r.xrange(keys(k).in, '-', '+')).filter(([, f]) => f[1] === 'acq').length);
+          return out;
+        }),
+      async close() {
+        for (const h of hubs) await h.close();
+        for (const m of matchers) await m.stop();
+      },
+    };
+  }
+
   /** A connection for looking at Redis directly (a cluster client on a cluster). */
   async function inspect<T, C extends Conn = Redis>(f: (r: C) => Promise<T>): Promise<T> {
     const source = url();
@@ -195,5 +224,5 @@ export function redisTestKit(url: () => RedisSource, deviceGroups?: number) {
     });
   }
 
-  return { freshPrefix, keysOf, matcherOptions, hubOptions, deployment, contractFixture, partitionedFixture, geoFixture, inspect, storedEvents };
+  return { freshPrefix, keysOf, matcherOptions, hubOptions, deployment, contractFixture, partitionedFixture, geoFixture, geoDeployment, inspect, storedEvents };
 }
