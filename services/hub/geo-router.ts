@@ -3,13 +3,15 @@
  * what a position update tells the location script (redis/geo-scripts.ts), which places devices.
  *
  * - A device with a wide subscription (a fixed area or none) lives on its wide shard, one of
- *   `wide` chosen by its id; every publish visits every wide shard.
+ *   `wide` chosen by its id; every publish visits every wide shard that ever held a device.
  * - A device whose subscriptions are all anchored lives on a geographic shard: while its guard
  *   circle touches a cell of the shard it is homed at, it stays; else it goes to its cell's shard.
  * - A publish visits every geographic shard whose cells come within the event's radius plus the
  *   largest anchored radius that shard ever held plus the homing slack (shard-map.ts) of the event,
  *   and no other: a device homed there is within the slack of one of its cells, so no match is
  *   missed. The reach is read from Redis and checked by the publish script at its version.
+ * - An event that would visit no shard visits its cell's, so every event is matched somewhere:
+ *   its id is remembered for the dedupe window, and it is counted once.
  */
 import type { Event, Filter } from '../../src/model/types.js';
 import type { GeoSpec } from '../redis/keys.js';
@@ -22,6 +24,8 @@ export class GeoRouter {
   readonly wide: number;
   /** Geographic shard → the largest anchored radius it ever held. */
   private reach = new Map<number, number>();
+  /** Wide shards that ever held a device. */
+  private occupied: number[] = [];
   /** The version of the reach hash those radii are of ('0': none yet). */
   reachVersion = '0';
   private readonly near = new Set<number>();
@@ -40,37 +44,45 @@ export class GeoRouter {
   /** Takes the reach hash as HGETALL gives it (flat field, value pairs). */
   setReach(flat: readonly string[]): void {
     const reach = new Map<number, number>();
+    const occupied: number[] = [];
     let version = '0';
     for (let i = 0; i + 1 < flat.length; i += 2) {
       if (flat[i] === 'v') version = flat[i + 1];
       else {
         const k = Number(flat[i]);
         const r = Number(flat[i + 1]);
-        if (Number.isInteger(k) && k >= 0 && k < this.shards && r > 0) reach.set(k, r);
+        if (!Number.isInteger(k) || k < 0) continue;
+        if (k < this.shards && r > 0) reach.set(k, r);
+        else if (k >= this.shards && k < this.shards + this.wide) occupied.push(k);
       }
     }
     this.reach = reach;
+    this.occupied = occupied.sort((a, b) => a - b);
     this.reachVersion = version;
   }
 
-  /** The shards a publish visits, each with the indices of its events (ascending), wide shards included. */
-  route(events: readonly Event[]): Map<number, number[]> {
+  /**
+   * The shards a publish visits, each with the indices of its events (ascending), wide shards
+   * included; and for each event the one shard that counts it (the lowest it visits).
+   */
+  route(events: readonly Event[]): { shards: Map<number, number[]>; owner: Int32Array } {
     const out = new Map<number, number[]>();
-    const all: number[] = [];
-    for (let i = 0; i < events.length; i++) all.push(i);
-    for (let w = 0; w < this.wide; w++) out.set(this.shards + w, all);
-    if (this.reach.size === 0) return out;
+    const owner = new Int32Array(events.length).fill(-1);
+    const add = (s: number, i: number) => {
+      let list = out.get(s);
+      if (list === undefined) out.set(s, (list = []));
+      list.push(i);
+      if (owner[i] < 0 || s < owner[i]) owner[i] = s;
+    };
     for (let i = 0; i < events.length; i++) {
       const e = events[i];
       this.near.clear();
-      this.map.eventShards(e.lat, e.lon, e.radiusM ?? 0, this.reach, this.near);
-      for (const s of this.near) {
-        let list = out.get(s);
-        if (list === undefined) out.set(s, (list = []));
-        list.push(i);
-      }
+      if (this.reach.size > 0) this.map.eventShards(e.lat, e.lon, e.radiusM ?? 0, this.reach, this.near);
+      for (const s of this.near) add(s, i);
+      for (const w of this.occupied) add(w, i);
+      if (owner[i] < 0) add(this.map.shardOf(e.lat, e.lon), i);
     }
-    return out;
+    return { shards: out, owner };
   }
 
   /**

@@ -57,11 +57,15 @@ export async function sendGeoLocations(cmd: Conn, k: Keys, router: GeoRouter, co
 export async function publishGeo(cmd: Conn, k: Keys, router: GeoRouter, gatewayId: string, inMaxLen: number, pending: { shards?: GeoPending } | undefined, corr: string, events: readonly Event[]): Promise<void> {
   const jsons = events.map((e) => JSON.stringify(e));
   for (let attempt = 0; ; attempt++) {
-    const routes = router.route(events);
+    const { shards: routes, owner } = router.route(events);
     if (pending === undefined) throw new Error('the publish timed out before it was sent');
     pending.shards = { idx: new Map(routes), reached: new Array<number>(events.length).fill(0), dups: new Set() };
     const args: string[] = [];
-    for (const [shard, idx] of routes) args.push(String(shard), `[${idx.map((i) => jsons[i]).join(',')}]`, JSON.stringify(idx));
+    for (const [shard, idx] of routes) {
+      const own: number[] = [];
+      for (let j = 0; j < idx.length; j++) if (owner[idx[j]] === shard) own.push(j);
+      args.push(String(shard), `[${idx.map((i) => jsons[i]).join(',')}]`, JSON.stringify(idx), JSON.stringify(own));
+    }
     const r = (await runScript(cmd, 'ambitGeoPub', k.seq, k.reach, k.geoStats, k.shardPrefix, inMaxLen, router.reachVersion, corr, gatewayId, events.length, ...args)) as string[];
     if (r[0] === 'OK') return;
     if (r[0] !== 'REACH' || attempt >= 20) throw new Error(`unexpected answer of the publish script: ${String(r[0])}`);
@@ -70,8 +74,8 @@ export async function publishGeo(cmd: Conn, k: Keys, router: GeoRouter, gatewayI
 }
 
 /**
- * The shards' matcher figures add up; events published are those the first wide shard matched
- * (every publish visits it); location updates and notifications are the deployment's counters.
+ * The shards' matcher figures add up; events published and duplicates too (each event is counted by
+ * one shard it visits); location updates and notifications are the deployment's counters.
  */
 export async function geoHubStats(cmd: Conn, keys: Keys, router: GeoRouter, gatewayId: string): Promise<HubStats> {
   const all = Array.from({ length: router.shards + router.wide }, (_, i) => keys.of(i));
@@ -89,8 +93,8 @@ export async function geoHubStats(cmd: Conn, keys: Keys, router: GeoRouter, gate
   const alive = (records as (string | null)[]).filter((r): r is string => r !== null).map((r) => JSON.parse(r) as MatcherStatsRecord);
   const sum = (f: (m: MatcherStatsRecord) => number) => alive.reduce((a, m) => a + f(m), 0);
   const perShard = shardStats as Record<string, string>[];
-  // Every shard a publish visits sees its duplicates; the most any shard saw is the deployment's.
-  const duplicates = Math.max(0, ...perShard.map((s) => Number(s.duplicates ?? 0)));
+  // Each event is counted by one shard it visits (its duplicates too).
+  const shardSum = (field: string) => perShard.reduce((a, s) => a + Number(s[field] ?? 0), 0);
   return {
     mode: 'redis',
     engine: alive[0]?.engine ?? 'none',
@@ -98,7 +102,7 @@ export async function geoHubStats(cmd: Conn, keys: Keys, router: GeoRouter, gate
     subscriptions: sum((m) => m.subscriptions),
     filters: sum((m) => m.filters),
     devices: sum((m) => m.devices),
-    eventsPublished: Number(perShard[router.shards].events ?? 0),
+    eventsPublished: shardSum('events'),
     notifications: num('notifications'),
     locationUpdates: num('locations'),
     notificationsDropped: num('dropped'),
@@ -109,7 +113,7 @@ export async function geoHubStats(cmd: Conn, keys: Keys, router: GeoRouter, gate
       geoShards: router.shards,
       wideShards: router.wide,
       reachVersion: Number(router.reachVersion),
-      duplicateEvents: duplicates,
+      duplicateEvents: shardSum('duplicates'),
       gatewayId,
     },
   };

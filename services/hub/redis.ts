@@ -242,8 +242,12 @@ export class RedisHub implements Hub, InboxHost {
     let r: unknown;
     if (router !== null) {
       const { radiusM, wide } = subscriptionPlacement(sub.filters);
+      // The device's stored position, placed here: a device without a home is homed by it.
+      const pos = await this.redis(() => this.cmd.hgetBuffer(k.pos, device));
+      const at = decodePosition(pos);
+      const cell = at === null ? '' : String(router.map.shardOf(at.lat, at.lon));
       r = await this.redis(() =>
-        runScript(this.cmd, 'ambitGeoSub', k.seq, k.subs(device), k.meta(device), k.home, k.wide, k.reach, k.pos, k.shardPrefix, mode, device, sub.id, json, this.cap, this.inMaxLen, String(radiusM), wide ? '1' : '0', String(router.wideShard(device)), String(router.shards)),
+        runScript(this.cmd, 'ambitGeoSub', k.seq, k.subs(device), k.meta(device), k.home, k.wide, k.reach, k.pos, k.shardPrefix, mode, device, sub.id, json, this.cap, this.inMaxLen, String(radiusM), wide ? '1' : '0', String(router.wideShard(device)), String(router.shards), pos ?? '', cell),
       );
     } else r = await this.redis(() => runScript(this.cmd, 'ambitSub', k.subs(device), k.in, k.subDevices, mode, device, sub.id, json, this.cap, this.inMaxLen));
     if (r === 'ALREADY_EXISTS') throw new AmbitError('ALREADY_EXISTS', `device already has subscription ${show(sub.id)}`, 'subscription.id');

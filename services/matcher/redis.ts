@@ -998,8 +998,17 @@ export class RedisMatcher {
         flatReached.push(freshReached[j]);
         fresh.push({ id: plan.fresh[j].id, value: `${freshReached[j]} ${p.id}` });
       }
-      events += plan.fresh.length;
-      duplicates += p.events.length - plan.fresh.length;
+      if (p.own === undefined) {
+        events += plan.fresh.length;
+        duplicates += p.events.length - plan.fresh.length;
+      } else {
+        // Sharding by space: this shard counts only the events it owns (each is counted once).
+        for (const j of p.own) {
+          const slot = plan.slots === null ? null : plan.slots[j];
+          if (slot === null || 'fresh' in slot) events++;
+          else duplicates++;
+        }
+      }
       answers.push({ p, plan, freshReached });
     }
     settleFlat(flatReached);

@@ -43,6 +43,10 @@ local function grow_reach(reach_key, k, r)
     redis.call('HINCRBY', reach_key, 'v', 1)
   end
 end
+-- A wide shard that holds a device is visited by every publish from then on (grow-only, like reach).
+local function occupy(reach_key, k)
+  if redis.call('HSETNX', reach_key, k, 'w') == 1 then redis.call('HINCRBY', reach_key, 'v', 1) end
+end
 -- A device's largest anchored radius, from its subscriptions' "<radius> a|w" records.
 local function device_reach(meta_key)
   local r = 0
@@ -63,13 +67,17 @@ end
 
 /**
  * Add or replace one subscription of a device; queue its command on the device's home shard. A
- * device that now holds a subscription with a fixed or no area (wide) moves to its wide shard; a
- * device without a home (no position and no subscription so far) is homed on its wide shard until
- * its first position. The stored subscription's version is the id of the entry that carries it.
+ * device that now holds a subscription with a fixed or no area (wide) moves to its wide shard. A
+ * device without a home is homed by its position: at its cell's shard (the gateway placed the
+ * position it read; one that moved since goes to its wide shard until its next position), or,
+ * without a position and without a wide subscription, nowhere yet (its anchored areas match
+ * nothing until its first position, which homes it with its subscriptions). The stored
+ * subscription's version is the id of the entry that carries it.
  * KEYS: seq, subs:{device}, meta:{device}, home, wide, reach, pos.
  * ARGV: shard prefix, mode ('add'|'replace'), device, subscription id, JSON, cap, in maxlen,
- *       anchored radius (its largest, 0 for none), wide ('1'|'0'), the device's wide shard, shards.
- * Returns {entry id, home shard, wide count}, or ALREADY_EXISTS / NOT_FOUND / RESOURCE_EXHAUSTED.
+ *       anchored radius (its largest, 0 for none), wide ('1'|'0'), the device's wide shard, shards,
+ *       the 16 position bytes the gateway placed the device by ('' none), that position's cell shard.
+ * Returns {entry id, home shard ('' none), wide count}, or ALREADY_EXISTS / NOT_FOUND / RESOURCE_EXHAUSTED.
  */
 export const GEO_SUB = `${NEXT_ID}
 local sp, mode, dev, sid, json = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
@@ -88,14 +96,28 @@ if wide and not was_wide then w = w + 1 elseif was_wide and not wide then w = w 
 if w > 0 then redis.call('HSET', KEYS[5], dev, w) else redis.call('HDEL', KEYS[5], dev) end
 redis.call('HSET', KEYS[3], sid, ARGV[8] .. (wide and ' w' or ' a'))
 local cur = redis.call('HGET', KEYS[4], dev)
+local pos = redis.call('HGET', KEYS[7], dev)
+local placed = pos and ARGV[12] ~= '' and pos == ARGV[12]
 local target
 if w > 0 then
   if cur and tonumber(cur) >= shards then target = cur else target = wshard end
+elseif cur and (tonumber(cur) < shards or not placed) then
+  target = cur
+elseif placed then
+  target = ARGV[13]
+elseif pos then
+  target = wshard
 else
-  target = cur or wshard
+  target = false
 end
 local base, q = next_id(KEYS[1])
 local id
+if not target then
+  -- Homed nowhere yet: stored only; its first position carries it to a shard.
+  id = id_at(base, q, 0)
+  redis.call('HSET', KEYS[2], sid, id .. ' ' .. json)
+  return {id, '', tostring(w)}
+end
 if cur == target then
   id = id_at(base, q, 0)
   redis.call('XADD', sp .. target .. ':in', 'MAXLEN', '~', maxlen, id, 't', 'sub', 'dev', dev, 'sub', json)
@@ -112,7 +134,7 @@ else
   redis.call('XADD', sp .. target .. ':in', 'MAXLEN', '~', maxlen, id, unpack(f))
   redis.call('HSET', KEYS[4], dev, target)
   redis.call('SADD', sp .. target .. ':subdevs', dev)
-  if tonumber(target) < shards then grow_reach(KEYS[6], target, device_reach(KEYS[3])) end
+  if tonumber(target) < shards then grow_reach(KEYS[6], target, device_reach(KEYS[3])) else occupy(KEYS[6], target) end
 end
 if tonumber(target) < shards and not wide then grow_reach(KEYS[6], target, radius) end
 return {id, target, tostring(w)}
@@ -136,7 +158,7 @@ end
 local cur = redis.call('HGET', KEYS[4], dev)
 local base, q = next_id(KEYS[1])
 local id = id_at(base, q, 0)
-redis.call('XADD', sp .. cur .. ':in', 'MAXLEN', '~', ARGV[4], id, 't', 'unsub', 'dev', dev, 'id', sid)
+if cur then redis.call('XADD', sp .. cur .. ':in', 'MAXLEN', '~', ARGV[4], id, 't', 'unsub', 'dev', dev, 'id', sid) end
 return id
 `;
 
@@ -202,7 +224,7 @@ for i = 1, n do
     acq_fields(acq[target], dev, cur or '', p, shp .. 'subs:' .. dev)
     redis.call('HSET', KEYS[2], dev, target)
     redis.call('SADD', sp .. target .. ':subdevs', dev)
-    if tonumber(target) < shards then grow_reach(KEYS[5], target, device_reach(shp .. 'meta:' .. dev)) end
+    if tonumber(target) < shards then grow_reach(KEYS[5], target, device_reach(shp .. 'meta:' .. dev)) else occupy(KEYS[5], target) end
   end
 end
 for _, k in ipairs(loc_order) do
@@ -221,7 +243,8 @@ return moved
  * visit that shard and their indices in the publish. The gateway chose the shards by the reach
  * hash at the version it names; a newer version fails the call with the hash, to choose again.
  * KEYS: seq, reach, stats. ARGV: shard prefix, in maxlen, reach version, correlation id, gateway id,
- *       event count, then per shard: shard, events JSON, indices JSON.
+ *       event count, then per shard: shard, events JSON, indices JSON, and the positions among
+ *       them of the events it counts (each event is counted by one shard it visits).
  * Returns {'OK', entry id} or {'REACH', field, value, …}.
  */
 export const GEO_PUB = `${NEXT_ID}
@@ -232,8 +255,8 @@ if (redis.call('HGET', KEYS[2], 'v') or '0') ~= ARGV[3] then
 end
 local base, q = next_id(KEYS[1])
 local id = id_at(base, q, 0)
-for i = 7, #ARGV, 3 do
-  redis.call('XADD', ARGV[1] .. ARGV[i] .. ':in', 'MAXLEN', '~', ARGV[2], id, 't', 'pub', 'corr', ARGV[4], 'gw', ARGV[5], 'events', ARGV[i + 1], 'idx', ARGV[i + 2])
+for i = 7, #ARGV, 4 do
+  redis.call('XADD', ARGV[1] .. ARGV[i] .. ':in', 'MAXLEN', '~', ARGV[2], id, 't', 'pub', 'corr', ARGV[4], 'gw', ARGV[5], 'events', ARGV[i + 1], 'idx', ARGV[i + 2], 'own', ARGV[i + 3])
 end
 redis.call('HINCRBY', KEYS[3], 'published', ARGV[6])
 return {'OK', id}

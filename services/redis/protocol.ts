@@ -10,7 +10,8 @@
  *     sub    dev <device> sub <DeviceSubscription JSON>                             script ambitSub
  *     unsub  dev <device> id <subscription id>                                      script ambitUnsub
  *   sharded by space (scripts ambitGeo*; ids from {p}{g}seq, so every shard's stream is in one
- *   order): pub entries carry `idx`, the JSON array of each event's index in the publish; and
+ *   order): pub entries carry `idx`, the JSON array of each event's index in the publish, and
+ *   `own`, the positions of the events this shard counts (each event is counted by one shard); and
  *     rel    d <device> d <device> …      the devices leave this shard (hand-over, id "<ms>-<q+1>")
  *     acq    then per device: d <device> f <shard it comes from, or ''> [p <16 position bytes>]
  *            s <stored subscription> s … (the devices come to this shard, id "<ms>-<q+2>")
@@ -51,7 +52,7 @@ export interface MatcherStatsRecord {
 
 /** One `{p}in` entry as the matcher reads it. */
 export type InEntry =
-  | { t: 'pub'; id: string; corr: string; gw: string; events: Event[] | null; error: PublishReply['error']; idx?: number[] }
+  | { t: 'pub'; id: string; corr: string; gw: string; events: Event[] | null; error: PublishReply['error']; idx?: number[]; own?: number[] }
   | { t: 'rel'; id: string; devices: string[] }
   | { t: 'acq'; id: string; devices: Acquired[] }
   | { t: 'loc'; id: string; data: Buffer }
@@ -143,6 +144,12 @@ function parsePub(id: string, fields: Buffer[]): InEntry {
       const list = JSON.parse(idx.toString('latin1')) as unknown;
       if (!Array.isArray(list) || list.length !== events.length || !list.every((x) => Number.isInteger(x) && (x as number) >= 0)) throw new Error('idx must be an array of event indices, one per event');
       p.idx = list as number[];
+      const own = field(fields, 'own');
+      if (own !== undefined) {
+        const mine = JSON.parse(own.toString('latin1')) as unknown;
+        if (!Array.isArray(mine) || !mine.every((x) => Number.isInteger(x) && (x as number) >= 0 && (x as number) < events.length)) throw new Error('own must be an array of positions among the events');
+        p.own = mine as number[];
+      }
     }
     p.events = events as Event[];
   } catch (err) {
