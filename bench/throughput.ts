@@ -27,13 +27,16 @@ import type { ThroughputStep } from './lib/throughput-report.js';
 import { WireDevices } from './lib/wire-device.js';
 
 const USAGE = `usage: node dist/bench/throughput.js [--rates LIST] [--seconds S] [--devices N] [--subs-per-device N] [--kinds N]
-  [--publishers P] [--subscribers S] [--connections C] [--engine fast|rtree|auto] [--redis URL | --redis-nodes N] [--matcher-partitions K] [--gateways N] [--fanout-shards K] [--partitions K] [--server-cpus LIST] [--load-cpus LIST] [--client wire|sdk] [--ack-delay-ms N] [--seed N] [--out FILE] [--quick]
+  [--publishers P] [--subscribers S] [--connections C] [--engine fast|rtree|auto] [--redis URL | --redis-nodes N] [--matcher-partitions K] [--geo-shards K] [--cities C] [--gateways N] [--fanout-shards K] [--partitions K] [--server-cpus LIST] [--load-cpus LIST] [--client wire|sdk] [--ack-delay-ms N] [--seed N] [--out FILE] [--quick]
   [--warmup S] [--server-profile DIR] [--client-profile DIR]
 Defaults: rates 1000,2000,5000,10000,20000,50000,100000 events/s for 5 s each; 10000 devices x 5 subscriptions (one of 20 kinds, a level,
 a 200-1000 m circle), publishers and subscribers: half the cores each (at least 1), 8 connections per subscriber.
 --redis-nodes N: start Redis on this host for the run and use it: 1 = one redis-server, N >= 3 = a Redis Cluster of N masters
 (AMBIT_REDIS_CLUSTER); the table adds the Redis servers' CPU (INFO cpu) and their CPU per notification.
 --matcher-partitions K: with Redis, the devices split over K matcher partitions, a matcher thread each in the server (AMBIT_MATCHER_PARTITIONS).
+--geo-shards K: with Redis, sharded by space over K geographic shards (AMBIT_GEO_SHARDS; --geo-wide-shards G, default 1; --geo-cell-deg D, default 1;
+  --geo-guard-m M, default 500; --geo-layout stripes|sectors, default stripes), a matcher thread per shard in the server.
+--cities C: devices spread over C copies of Milan's square, 1° of longitude apart (default 1); events follow the devices.
 --fanout-shards K: with --gateways >= 2 and no --redis, the device logs live in K shard threads of the hub's process.
 --partitions K: without --redis, the hub is split by device over K threads, each matching, storing and serving its devices (AMBIT_PARTITIONS).
 --server-cpus LIST, --load-cpus LIST: confine the server's processes, or the load's, to those CPUs (taskset lists, e.g. 0-15): one
@@ -213,7 +216,7 @@ type Step = ThroughputStep;
 
 async function parent(): Promise<void> {
   const fail = cliFail('bench/throughput', USAGE);
-  const args = parseArgs(process.argv.slice(2), new Set(['quick', 'help']), new Set(['rates', 'seconds', 'devices', 'subs-per-device', 'kinds', 'publishers', 'subscribers', 'connections', 'engine', 'redis', 'redis-nodes', 'matcher-partitions', 'gateways', 'fanout-shards', 'partitions', 'server-cpus', 'load-cpus', 'ack-delay-ms', 'client', 'seed', 'out', 'server-profile', 'client-profile', 'warmup']), fail);
+  const args = parseArgs(process.argv.slice(2), new Set(['quick', 'help']), new Set(['rates', 'seconds', 'devices', 'subs-per-device', 'kinds', 'publishers', 'subscribers', 'connections', 'engine', 'redis', 'redis-nodes', 'matcher-partitions', 'geo-shards', 'geo-wide-shards', 'geo-cell-deg', 'geo-guard-m', 'geo-layout', 'cities', 'gateways', 'fanout-shards', 'partitions', 'server-cpus', 'load-cpus', 'ack-delay-ms', 'client', 'seed', 'out', 'server-profile', 'client-profile', 'warmup']), fail);
   if (args.help === true) {
     process.stdout.write(`${USAGE}\n`);
     return;
@@ -238,6 +241,12 @@ async function parent(): Promise<void> {
   const redisUrl = benchRedis?.url ?? a.str('redis') ?? null;
   const matcherPartitions = a.int('matcher-partitions', 1, 1, 64);
   if (matcherPartitions > 1 && redisUrl === null) fail('--matcher-partitions needs Redis (--redis or --redis-nodes)');
+  const geoShards = a.int('geo-shards', 0, 0, 64);
+  if (geoShards > 0 && (redisUrl === null || matcherPartitions > 1)) fail('--geo-shards needs Redis (--redis or --redis-nodes) and no --matcher-partitions');
+  const geoLayout = a.str('geo-layout') ?? 'stripes';
+  if (geoLayout !== 'stripes' && geoLayout !== 'sectors') fail(`--geo-layout must be stripes or sectors, got ${JSON.stringify(geoLayout)}`);
+  const geo = geoShards === 0 ? undefined : { shards: geoShards, wide: a.int('geo-wide-shards', 1, 1, 16), cellDeg: a.num('geo-cell-deg', 1, 0.001, 30), guardM: a.num('geo-guard-m', 500, 0, 100_000), layout: geoLayout as 'stripes' | 'sectors' };
+  const cities = a.int('cities', 1, 1, 64);
   const gateways = a.int('gateways', 1, 1, 256);
   const fanoutShards = a.int('fanout-shards', 0, 0, 64);
   if (fanoutShards > 0 && (gateways < 2 || redisUrl !== null)) fail('--fanout-shards needs --gateways >= 2 and no --redis (the embedded node keeps its device logs in the shards)');
@@ -253,18 +262,18 @@ async function parent(): Promise<void> {
   const directWrites = !['0', 'false'].includes(process.env.AMBIT_DIRECT_WRITES ?? '');
   const out = (s: string) => process.stdout.write(`${s}\n`);
   out(`machine: ${describeMachine(run.machine)}; load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')} before the run`);
-  out(`server: role all, ${redisUrl === null ? 'embedded hub' : `Redis hub${benchRedis === null ? '' : ` on ${benchRedis.describe}`}${matcherPartitions > 1 ? `, devices split over ${matcherPartitions} matcher partitions (a thread each)` : ''}`}, ${gateways} gateway process${gateways > 1 ? 'es' : ''}${gateways > 1 && redisUrl === null ? (partitions > 0 ? ' beside the process of the partitions' : ' beside the hub process') : ''}${fanoutShards > 0 ? `, device logs in ${fanoutShards} fan-out shard threads` : ''}${partitions > 0 ? `, the hub split by device over ${partitions} partition threads` : ''}${deviceStreams === 'http2' ? '' : `, device streams through grpc-js (AMBIT_DEVICE_STREAMS=grpc-js${directWrites ? '' : ', AMBIT_DIRECT_WRITES=0: notifications one by one'})`}, engine ${engine}; load: ${publishers} publisher and ${subscribers} subscriber processes (${client === 'wire' ? 'lean wire' : 'SDK'} device client)${serverCpus === null ? '' : `; server on CPUs ${serverCpus}`}${loadCpus === null ? '' : `, load on CPUs ${loadCpus}`}${ackDelayMs === 0 ? '' : `; devices ack every ${ackDelayMs} ms`}`);
-  out(`workload: ${devices} devices x ${subsPerDevice} subscriptions (one of ${kinds} kinds, a level 1-5, 200-1000 m around the device), events within 300 m of a random device, ${seconds} s per rate`);
+  out(`server: role all, ${redisUrl === null ? 'embedded hub' : `Redis hub${benchRedis === null ? '' : ` on ${benchRedis.describe}`}${matcherPartitions > 1 ? `, devices split over ${matcherPartitions} matcher partitions (a thread each)` : ''}${geo === undefined ? '' : `, sharded by space over ${geo.shards} geographic shards (${geo.layout} of ${geo.cellDeg}°, guard ${geo.guardM} m) + ${geo.wide} wide, a matcher thread each`}`}, ${gateways} gateway process${gateways > 1 ? 'es' : ''}${gateways > 1 && redisUrl === null ? (partitions > 0 ? ' beside the process of the partitions' : ' beside the hub process') : ''}${fanoutShards > 0 ? `, device logs in ${fanoutShards} fan-out shard threads` : ''}${partitions > 0 ? `, the hub split by device over ${partitions} partition threads` : ''}${deviceStreams === 'http2' ? '' : `, device streams through grpc-js (AMBIT_DEVICE_STREAMS=grpc-js${directWrites ? '' : ', AMBIT_DIRECT_WRITES=0: notifications one by one'})`}, engine ${engine}; load: ${publishers} publisher and ${subscribers} subscriber processes (${client === 'wire' ? 'lean wire' : 'SDK'} device client)${serverCpus === null ? '' : `; server on CPUs ${serverCpus}`}${loadCpus === null ? '' : `, load on CPUs ${loadCpus}`}${ackDelayMs === 0 ? '' : `; devices ack every ${ackDelayMs} ms`}`);
+  out(`workload: ${devices} devices${cities > 1 ? ` in ${cities} cities (Milan's square, 1° apart)` : ''} x ${subsPerDevice} subscriptions (one of ${kinds} kinds, a level 1-5, 200-1000 m around the device), events within 300 m of a random device, ${seconds} s per rate`);
 
   const warmupSeconds = a.num('warmup', quick ? 0 : 2, 0, 600);
   const profileDir = a.str('server-profile') ?? null;
   const clientProfileDir = a.str('client-profile') ?? null;
-  const server = await startChildServer(engine, profileDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${profileDir}`], redisUrl, { gateways, fanoutShards, partitions, cpus: serverCpus, redisCluster: benchRedis?.cluster ?? false, matcherPartitions });
+  const server = await startChildServer(engine, profileDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${profileDir}`], redisUrl, { gateways, fanoutShards, partitions, cpus: serverCpus, redisCluster: benchRedis?.cluster ?? false, matcherPartitions, geo });
   const workers: { proc: ReturnType<typeof fork>; kind: 'publisher' | 'subscriber' }[] = [];
   const steps: Step[] = [];
   try {
     const ids = Array.from({ length: devices }, (_, i) => `dev-${i}`);
-    const { lat, lon } = positions(devices, new Prng(seed, 11));
+    const { lat, lon } = positions(devices, new Prng(seed, 11), cities);
     await place(server, ids, lat, lon);
     const secret = server.authority.secretForDev();
     const pubCpu: number[] = [];
@@ -381,7 +390,7 @@ async function parent(): Promise<void> {
       steps.push(s);
       const f = (x: number, d = 0) => x.toLocaleString('en-US', { maximumFractionDigits: d });
       out(`| ${f(rate)} | ${f(s.eventsPerSecond)} | ${f(errors)} | ${f(s.notificationsPerSecond)} | ${f(s.notificationsPerEvent, 2)} | ${f(s.latencyMs.median, 2)} | ${f(s.latencyMs.p99, 2)} | ${f(max, 1)} | ${f(s.serverCores, 2)} | ${f(s.clientCores, 2)} | ${f(publisherCpuS / windowS, 2)} | ${f(s.serverCpuUsPerEvent, 1)} | ${f(s.serverCpuUsPerNotification, 1)} | ${f(drainSeconds, 2)} |${redisCpu === null ? '' : ` ${f(s.redisCores ?? NaN, 2)} | ${f(s.redisCpuUsPerNotification ?? NaN, 1)} |`}`);
-      run.write({ kind: 'throughput', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', redisNodes, redisCluster: benchRedis?.cluster ?? false, matcherPartitions, gateways, fanoutShards, partitions, deviceStreams, directWrites, serverCpus, loadCpus, devices, subsPerDevice, kinds, publishers, subscribers, connections, client, ackDelayMs, seed, warmupSeconds, steps });
+      run.write({ kind: 'throughput', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', redisNodes, redisCluster: benchRedis?.cluster ?? false, matcherPartitions, geo: geo ?? null, cities, gateways, fanoutShards, partitions, deviceStreams, directWrites, serverCpus, loadCpus, devices, subsPerDevice, kinds, publishers, subscribers, connections, client, ackDelayMs, seed, warmupSeconds, steps });
     }
     out('');
     out(`Latency quantiles are exact to one histogram bucket (4.7%).${warmupSeconds > 0 ? '' : " The first step's publisher cores include connecting."}`);

@@ -36,13 +36,14 @@ function openWindow(server: ChildServer): () => Window {
   return () => ({ seconds: (performance.now() - t) / 1000, serverCpuSeconds: server.cpuSeconds() - s, clientCpuSeconds: clientCpu() - c });
 }
 
-export function positions(n: number, rng: Prng): { lat: Float64Array; lon: Float64Array } {
+export function positions(n: number, rng: Prng, cities = 1): { lat: Float64Array; lon: Float64Array } {
   const r = makeRegion('milan');
   const lat = new Float64Array(n);
   const lon = new Float64Array(n);
   for (let i = 0; i < n; i++) {
     lat[i] = r.minLat + rng.float() * (r.maxLat - r.minLat);
-    lon[i] = r.minLon + rng.float() * (r.maxLon - r.minLon);
+    // With several cities, device i lives in city i mod cities: Milan's square, 1° further east each.
+    lon[i] = r.minLon + rng.float() * (r.maxLon - r.minLon) + (i % cities);
   }
   return { lat, lon };
 }

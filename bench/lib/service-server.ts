@@ -2,6 +2,7 @@
  * The server under test, as a child process (`node dist/services/process/main.js`), so its CPU time is its
  * own: read from /proc/<pid>/stat (utime + stime) before and after each measured window.
  */
+import type { GeoSpec } from '../../services/redis/keys.js';
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFileSync, readdirSync } from 'node:fs';
@@ -117,6 +118,8 @@ export interface ChildServerShape {
   redisCluster?: boolean;
   /** Redis mode: matcher partitions (AMBIT_MATCHER_PARTITIONS), a thread each in the server. */
   matcherPartitions?: number;
+  /** Redis mode sharded by space (AMBIT_GEO_*), a matcher thread per shard in the server; excludes matcherPartitions. */
+  geo?: GeoSpec;
   gateways?: number;
   fanoutShards?: number;
   partitions?: number;
@@ -124,7 +127,11 @@ export interface ChildServerShape {
 }
 
 export async function startChildServer(engine: string, nodeArgs: readonly string[] = [], redisUrl: string | null = null, shape: ChildServerShape = {}): Promise<ChildServer> {
-  const { gateways = 1, fanoutShards = 0, partitions = 0, cpus = null, redisCluster = false, matcherPartitions = 1 } = shape;
+  const { gateways = 1, fanoutShards = 0, partitions = 0, cpus = null, redisCluster = false, matcherPartitions = 1, geo } = shape;
+  const shards =
+    geo === undefined
+      ? { AMBIT_MATCHER_PARTITIONS: String(matcherPartitions) }
+      : { AMBIT_GEO_SHARDS: String(geo.shards), AMBIT_GEO_WIDE_SHARDS: String(geo.wide), AMBIT_GEO_CELL_DEG: String(geo.cellDeg), AMBIT_GEO_GUARD_M: String(geo.guardM), AMBIT_GEO_LAYOUT: geo.layout };
   if (process.platform !== 'linux') throw new Error('bench/service: measuring the server process needs Linux /proc');
   const secret = randomBytes(32).toString('base64url');
   const port = await freePort();
@@ -140,7 +147,7 @@ export async function startChildServer(engine: string, nodeArgs: readonly string
       AMBIT_ENGINE: engine,
       AMBIT_LOG_LEVEL: 'warn',
       AMBIT_DEV: '',
-      ...(redisUrl === null ? {} : { REDIS_URL: redisUrl, AMBIT_REDIS_PREFIX: `bench-${randomBytes(4).toString('hex')}:`, AMBIT_REDIS_CLUSTER: redisCluster ? '1' : '', AMBIT_MATCHER_PARTITIONS: String(matcherPartitions) }),
+      ...(redisUrl === null ? {} : { REDIS_URL: redisUrl, AMBIT_REDIS_PREFIX: `bench-${randomBytes(4).toString('hex')}:`, AMBIT_REDIS_CLUSTER: redisCluster ? '1' : '', ...shards }),
       AMBIT_GATEWAYS: String(gateways),
       AMBIT_FANOUT_SHARDS: String(fanoutShards),
       AMBIT_PARTITIONS: String(partitions),
