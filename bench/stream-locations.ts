@@ -29,7 +29,7 @@ import { cpuLists, startChildServer } from './lib/service-server.js';
 import { summarize } from './lib/stats.js';
 
 const USAGE = `usage: node dist/bench/stream-locations.js [--devices N] [--workers W] [--connections C] [--rounds R] [--seconds S] [--per-write K]
-  [--engine fast|rtree|auto] [--redis URL] [--gateways N] [--partitions K] [--server-cpus LIST] [--load-cpus LIST] [--seed N] [--out FILE] [--quick]
+  [--engine fast|rtree|auto] [--redis URL] [--geo-shards K] [--geo-cell-deg D] [--gateways N] [--partitions K] [--server-cpus LIST] [--load-cpus LIST] [--seed N] [--out FILE] [--quick]
 Defaults: 4000 device streams over W load processes (half the cores), 8 HTTP/2 connections each; 5 rounds of 3 s after a
 warm-up round; one message per DATA frame (--per-write K: K messages in each); engine fast; embedded, one gateway process.
 --server-cpus LIST, --load-cpus LIST: confine the server's processes, or the load's, to those CPUs (taskset lists).
@@ -118,7 +118,7 @@ async function worker(init: Init, send: (m: FromWorker) => void, on: (f: (m: ToW
 
 async function parent(): Promise<void> {
   const fail = cliFail('bench/stream-locations', USAGE);
-  const args = parseArgs(process.argv.slice(2), new Set(['quick', 'help']), new Set(['devices', 'workers', 'connections', 'per-write', 'rounds', 'seconds', 'engine', 'redis', 'gateways', 'partitions', 'server-cpus', 'load-cpus', 'seed', 'out']), fail);
+  const args = parseArgs(process.argv.slice(2), new Set(['quick', 'help']), new Set(['devices', 'workers', 'connections', 'per-write', 'rounds', 'seconds', 'engine', 'redis', 'gateways', 'partitions', 'geo-shards', 'geo-cell-deg', 'server-cpus', 'load-cpus', 'seed', 'out']), fail);
   if (args.help === true) {
     process.stdout.write(`${USAGE}\n`);
     return;
@@ -136,14 +136,17 @@ async function parent(): Promise<void> {
   const gateways = a.int('gateways', 1, 1, 256);
   const partitions = a.int('partitions', 0, 0, 64);
   if (partitions > 0 && redisUrl !== null) fail('--partitions is for the embedded hub (no --redis)');
+  const geoShards = a.int('geo-shards', 0, 0, 64);
+  if (geoShards > 0 && redisUrl === null) fail('--geo-shards needs --redis');
+  const geo = geoShards === 0 ? undefined : { shards: geoShards, wide: 1, cellDeg: a.num('geo-cell-deg', 0.01, 0.001, 30), guardM: 100, layout: 'stripes' as const };
   const seed = a.int('seed', 1, 0, 0xffffffff);
   const { serverCpus, loadCpus } = cpuLists(a, fail);
   const run = new ResultRun({ out: args.out, name: 'stream-locations', fail });
   const out = (s: string) => process.stdout.write(`${s}\n`);
   out(`machine: ${describeMachine(run.machine)}; load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')} before the run`);
-  out(`server: role all, ${redisUrl === null ? 'embedded hub' : 'Redis hub'}, ${gateways} gateway process${gateways > 1 ? 'es' : ''}${partitions > 0 ? `, the hub split by device over ${partitions} partition threads` : ''}, engine ${engine}${serverCpus === null ? '' : `, on CPUs ${serverCpus}`}; load: ${workers} processes, ${devices} device streams over ${workers * connections} HTTP/2 connections, ${perWrite} message${perWrite > 1 ? 's' : ''} per write${loadCpus === null ? '' : `, on CPUs ${loadCpus}`}; ${rounds} rounds of ${seconds} s after a warm-up round`);
+  out(`server: role all, ${redisUrl === null ? 'embedded hub' : 'Redis hub'}${geo === undefined ? '' : ` sharded by space over ${geo.shards} geographic shards (stripes of ${geo.cellDeg}°, guard ${geo.guardM} m) + 1 wide`}, ${gateways} gateway process${gateways > 1 ? 'es' : ''}${partitions > 0 ? `, the hub split by device over ${partitions} partition threads` : ''}, engine ${engine}${serverCpus === null ? '' : `, on CPUs ${serverCpus}`}; load: ${workers} processes, ${devices} device streams over ${workers * connections} HTTP/2 connections, ${perWrite} message${perWrite > 1 ? 's' : ''} per write${loadCpus === null ? '' : `, on CPUs ${loadCpus}`}; ${rounds} rounds of ${seconds} s after a warm-up round`);
 
-  const server = await startChildServer(engine, [], redisUrl, { gateways, partitions, cpus: serverCpus });
+  const server = await startChildServer(engine, [], redisUrl, { gateways, partitions, cpus: serverCpus, geo });
   const procs: ReturnType<typeof fork>[] = [];
   try {
     const secret = server.authority.secretForDev();
@@ -211,7 +214,7 @@ async function parent(): Promise<void> {
     const rate = summarize(results.map((x) => x.updatesPerSecond));
     out('');
     out(`updates/s sent: min ${Math.round(rate.min).toLocaleString('en-US')}, median ${Math.round(rate.median).toLocaleString('en-US')}, p99 ${Math.round(rate.p99).toLocaleString('en-US')} over ${rounds} rounds`);
-    run.write({ kind: 'stream-locations', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', gateways, partitions, serverCpus, loadCpus, devices, workers, connections, perWrite, rounds, seconds, seed, updatesPerSecond: rate, results });
+    run.write({ kind: 'stream-locations', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', geo: geo ?? null, gateways, partitions, serverCpus, loadCpus, devices, workers, connections, perWrite, rounds, seconds, seed, updatesPerSecond: rate, results });
     out(`results: ${run.shown}`);
   } finally {
     for (const p of procs) if (p.connected) p.send({ t: 'exit' } satisfies ToWorker);

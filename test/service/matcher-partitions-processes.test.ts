@@ -39,7 +39,7 @@ const leading = (l: Record<string, unknown>) => l.component === 'matcher' && typ
 
 /** The exact error a process of layout `mine` gets on a deployment recorded as `stored`. */
 const layoutError = (component: string, prefix: string, stored: string, mine: string) =>
-  `${component}: the deployment ${JSON.stringify(prefix)} uses the key layout "${stored}", this process "${mine}" (every process of a deployment needs the same Redis kind, AMBIT_REDIS_DEVICE_GROUPS and AMBIT_MATCHER_PARTITIONS)`;
+  `${component}: the deployment ${JSON.stringify(prefix)} uses the key layout "${stored}", this process "${mine}" (every process of a deployment needs the same Redis kind, AMBIT_REDIS_DEVICE_GROUPS, AMBIT_MATCHER_PARTITIONS and AMBIT_GEO_* settings)`;
 
 /** One value of `name` on a process's /metrics (null when it is not exported). */
 async function metricOf(p: AmbitProcess, name: string, role: string): Promise<number | null> {
