@@ -32,6 +32,18 @@
  *                             recipients' notifications (which name it), for twice the max age (PX)
  *   {p}reply:{gateway}  CHANNEL publish replies for one gateway (cluster: a shard channel)
  *
+ *   sharded by space (layout.geo): shard k's stream, stats, offset, lease, epoch, instance and
+ *   homed devices ({base}subdevs) are {p}s<k>:… ({p}{g}s<k>:… on a cluster); a device's
+ *   subscriptions, its position, stored events and reply channels are shared by all shards, and
+ *   beside them (all in the slot of {g} on a cluster):
+ *   {p}meta:{device}    HASH  subscription id → "<largest anchored radius> a|w" (w: a fixed area or none)
+ *   {p}home             HASH  device → the shard it lives on
+ *   {p}wide             HASH  device → how many of its subscriptions are wide
+ *   {p}reach            HASH  geographic shard → the largest anchored radius it ever held; wide shard
+ *                             → 'w' once it held a device; 'v' → the hash's version
+ *   {p}seq              STRING the last command id given ("<ms>-<q>"), for every shard's stream
+ *   {p}stats            HASH  published, locations (single: shared with the device group's)
+ *
  *   device-group scope (cluster tag {d<g>}; single: one group whose keys are the names above)
  *   {p}n:{device}       STREAM the device's notifications, ids "<ms>-<ordinal>"
  *   {p}dstate           HASH  device → its delivery state, 56 bytes (scripts.ts: last id, length,
