@@ -18,8 +18,19 @@ import type { GeoSpec } from '../redis/keys.js';
 import { ShardMap } from '../matcher/shard-map.js';
 import { devicePart } from './port.js';
 
+/** What `{p}map` holds: the cells moved from the configured layout, and while a move is under way the map before it. */
+export interface StoredMap {
+  version: number;
+  cells: Record<string, number>;
+  prev?: { version: number; cells: Record<string, number> };
+}
+
 export class GeoRouter {
-  readonly map: ShardMap;
+  /** The shard map devices are placed by. */
+  map: ShardMap;
+  /** While cells move: the map before, whose shards publishes visit too. */
+  prev: ShardMap | null = null;
+  private readonly spec: GeoSpec;
   readonly shards: number;
   readonly wide: number;
   /** Geographic shard → the largest anchored radius it ever held. */
@@ -31,7 +42,8 @@ export class GeoRouter {
   private readonly near = new Set<number>();
 
   constructor(spec: GeoSpec) {
-    this.map = new ShardMap({ version: 1, shards: spec.shards, cellDeg: spec.cellDeg, guardM: spec.guardM, layout: spec.layout });
+    this.spec = spec;
+    this.map = this.mapOf(0, {});
     this.shards = spec.shards;
     this.wide = spec.wide;
   }
@@ -39,6 +51,28 @@ export class GeoRouter {
   /** The wide shard of a device. */
   wideShard(device: string): number {
     return this.shards + (this.wide === 1 ? 0 : devicePart(device, this.wide));
+  }
+
+  private mapOf(version: number, cells: Record<string, number>): ShardMap {
+    const { shards, cellDeg, guardM, layout } = this.spec;
+    return new ShardMap({ version, shards, cellDeg, guardM, layout, cells });
+  }
+
+  /** The map version devices are placed by (0: as configured). */
+  get mapVersion(): number {
+    return this.map.version;
+  }
+
+  /** Takes `{p}map` as stored (null: no cell moved yet). Throws on a map this deployment cannot have. */
+  setMap(stored: StoredMap | null): void {
+    this.map = stored === null ? this.mapOf(0, {}) : this.mapOf(stored.version, stored.cells);
+    this.prev = stored?.prev === undefined ? null : this.mapOf(stored.prev.version, stored.prev.cells);
+  }
+
+  /** The map version the reach hash names (a newer one than this router's means: load the map). */
+  storedMapVersion(flat: readonly string[]): number {
+    for (let i = 0; i + 1 < flat.length; i += 2) if (flat[i] === 'map') return Number(flat[i + 1]);
+    return 0;
   }
 
   /** Takes the reach hash as HGETALL gives it (flat field, value pairs). */
@@ -51,7 +85,7 @@ export class GeoRouter {
       else {
         const k = Number(flat[i]);
         const r = Number(flat[i + 1]);
-        if (!Number.isInteger(k) || k < 0) continue;
+        if (flat[i] === 'map' || flat[i] === 'moving' || !Number.isInteger(k) || k < 0) continue;
         if (k < this.shards && r > 0) reach.set(k, r);
         else if (k >= this.shards && k < this.shards + this.wide) occupied.push(k);
       }
@@ -77,7 +111,11 @@ export class GeoRouter {
     for (let i = 0; i < events.length; i++) {
       const e = events[i];
       this.near.clear();
-      if (this.reach.size > 0) this.map.eventShards(e.lat, e.lon, e.radiusM ?? 0, this.reach, this.near);
+      if (this.reach.size > 0) {
+        this.map.eventShards(e.lat, e.lon, e.radiusM ?? 0, this.reach, this.near);
+        // While cells move, a device may still be homed by the map before.
+        this.prev?.eventShards(e.lat, e.lon, e.radiusM ?? 0, this.reach, this.near);
+      }
       for (const s of this.near) add(s, i);
       for (const w of this.occupied) add(w, i);
       if (owner[i] < 0) add(this.map.shardOf(e.lat, e.lon), i);

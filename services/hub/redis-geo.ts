@@ -3,13 +3,15 @@
  * redis/geo-scripts.ts write): location batches, publishes to the shards they visit, and the
  * figures of all shards as one.
  */
+import { AmbitError } from '../../src/model/errors.js';
 import type { Event } from '../../src/model/types.js';
-import { type LocColumns, encodeLocations } from '../redis/codec.js';
+import type { Logger } from 'pino';
+import { type LocColumns, decodePosition, encodeLocations } from '../redis/codec.js';
 import type { Conn } from '../redis/connection.js';
 import type { Keys } from '../redis/keys.js';
 import type { MatcherStatsRecord } from '../redis/protocol.js';
 import { queueScript, runScript } from '../redis/scripts.js';
-import type { GeoRouter } from './geo-router.js';
+import type { GeoRouter, StoredMap } from './geo-router.js';
 import type { HubStats } from './port.js';
 
 /** A publish waiting for the shards it visits: each one's events (indices), and the sums so far. */
@@ -19,9 +21,24 @@ export interface GeoPending {
   dups: Set<number>;
 }
 
+/** A location batch placed by a shard map that has changed since: nothing was written; the router has the new map now. */
+export class MapChanged extends Error {
+  constructor() {
+    super('redis hub: the shard map changed while the positions were placed; they are sent again');
+  }
+}
+
+/** The shard map and reach as Redis has them now, into the router. */
+export async function loadMap(cmd: Conn, k: Keys, router: GeoRouter): Promise<void> {
+  const [json, flat] = await Promise.all([cmd.get(k.map), cmd.call('HGETALL', k.reach) as Promise<string[]>]);
+  router.setMap(json === null ? null : (JSON.parse(json) as StoredMap));
+  router.setReach(flat);
+}
+
 /**
  * The newest position of each device, at most `chunk` devices per location script call, which
- * homes and hands over devices; the calls are pipelined.
+ * homes and hands over devices; the calls are pipelined. MapChanged when the shard map moved on
+ * (the calls that were placed by the old one wrote nothing; the caller sends the positions again).
  */
 export async function sendGeoLocations(cmd: Conn, k: Keys, router: GeoRouter, cols: LocColumns, chunk: number, inMaxLen: number): Promise<void> {
   // One update per device (the last): the script places each device once per call.
@@ -34,7 +51,7 @@ export async function sendGeoLocations(cmd: Conn, k: Keys, router: GeoRouter, co
   const p = cmd.pipeline();
   for (let from = 0; from < n; from += chunk) {
     const to = Math.min(n, from + chunk);
-    const args: (string | Buffer)[] = [k.shardPrefix, k.shared, String(inMaxLen), String(router.shards)];
+    const args: (string | Buffer)[] = [k.shardPrefix, k.shared, String(inMaxLen), String(router.shards), String(router.mapVersion)];
     for (let j = from; j < to; j++) {
       const i = at(j);
       const d = cols.devices[i];
@@ -47,6 +64,10 @@ export async function sendGeoLocations(cmd: Conn, k: Keys, router: GeoRouter, co
   const results = await p.exec();
   if (results === null) throw new Error('redis hub: location pipeline aborted');
   for (const [err] of results) if (err !== null) throw err;
+  if (results.some(([, r]) => r === 'MAP')) {
+    await loadMap(cmd, k, router);
+    throw new MapChanged();
+  }
 }
 
 /**
@@ -69,7 +90,8 @@ export async function publishGeo(cmd: Conn, k: Keys, router: GeoRouter, gatewayI
     const r = (await runScript(cmd, 'ambitGeoPub', k.seq, k.reach, k.geoStats, k.shardPrefix, inMaxLen, router.reachVersion, corr, gatewayId, events.length, ...args)) as string[];
     if (r[0] === 'OK') return;
     if (r[0] !== 'REACH' || attempt >= 20) throw new Error(`unexpected answer of the publish script: ${String(r[0])}`);
-    router.setReach(r.slice(1));
+    // The reach grew, or the shard map moved (its version is in the same hash): take both again.
+    await loadMap(cmd, k, router);
   }
 }
 
@@ -113,8 +135,104 @@ export async function geoHubStats(cmd: Conn, keys: Keys, router: GeoRouter, gate
       geoShards: router.shards,
       wideShards: router.wide,
       reachVersion: Number(router.reachVersion),
+      shardMapVersion: router.mapVersion,
+      shardMapMoving: router.prev !== null,
       duplicateEvents: shardSum('duplicates'),
       gatewayId,
     },
   };
+}
+
+/** One cell of the shard map and the geographic shard it is to belong to. */
+export interface CellMove {
+  row: number;
+  col: number;
+  shard: number;
+}
+
+/**
+ * Gives cells of the shard map to other geographic shards while traffic flows: (1) the new map is
+ * stored holding the old one (publishes visit the shards of both; positions are placed by the new
+ * one from then on, a gateway with the old one is told so and loads it); (2) every device homed on
+ * a geographic shard that the new map no longer keeps it on is handed over to its cell's shard
+ * (skipped if it moved since it was read: its own position placed it by the new map); (3) the old
+ * map is dropped. A move cut off after (1) leaves publishes visiting both maps' shards, which is
+ * exact but costs more: repeating the same move finishes it.
+ */
+export async function moveCells(
+  cmd: Conn,
+  k: Keys,
+  router: GeoRouter,
+  moves: readonly CellMove[],
+  log: Logger | undefined,
+  /** @internal test hook: awaited once the new map is stored, before devices are handed over. */
+  afterBegin?: () => Promise<void>,
+): Promise<{ version: number; devicesMoved: number }> {
+  const map = router.map;
+  if (moves.length === 0) throw new AmbitError('INVALID_ARGUMENT', 'must name at least one cell', 'moves');
+  if (moves.length > 100_000) throw new AmbitError('INVALID_ARGUMENT', `names ${moves.length} cells, more than 100000`, 'moves');
+  const wanted: Record<string, number> = {};
+  moves.forEach((m, i) => {
+    const int = (v: unknown, hi: number, name: string) => {
+      if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v >= hi) throw new AmbitError('INVALID_ARGUMENT', `must be an integer in [0, ${hi - 1}], got ${String(v)}`, `moves[${i}].${name}`);
+    };
+    int(m.row, map.rows, 'row');
+    int(m.col, map.cols, 'col');
+    int(m.shard, router.shards, 'shard');
+    const key = `${m.row},${m.col}`;
+    if (key in wanted && wanted[key] !== m.shard) throw new AmbitError('INVALID_ARGUMENT', `cell ${key} is named twice with different shards`, `moves[${i}]`);
+    wanted[key] = m.shard;
+  });
+  const json = await cmd.get(k.map);
+  const cur: StoredMap = json === null ? { version: 0, cells: {} } : (JSON.parse(json) as StoredMap);
+  // The cells after the move: the map's overrides, then these (a cell moved back to its default shard keeps the override).
+  const target = { ...(cur.prev === undefined ? cur.cells : cur.prev.cells), ...wanted };
+  let version: number;
+  if (cur.prev !== undefined) {
+    // A move under way: repeated, it is finished; another one must wait.
+    if (JSON.stringify(sorted(cur.cells)) !== JSON.stringify(sorted(target))) {
+      throw new AmbitError('FAILED_PRECONDITION', `another move of cells (to map version ${cur.version}) is under way; repeat that one to finish it`, 'moves');
+    }
+    version = cur.version;
+  } else {
+    version = cur.version + 1;
+    const next: StoredMap = { version, cells: target, prev: { version: cur.version, cells: cur.cells } };
+    const r = await runScript(cmd, 'ambitGeoMap', k.map, k.reach, 'begin', String(cur.version), JSON.stringify(next), String(version));
+    if (r !== 'OK') throw new AmbitError('FAILED_PRECONDITION', `the shard map changed meanwhile (now version ${String((r as string[])[1])}); try again`, 'moves');
+    log?.info({ version, cells: Object.keys(wanted).length }, `shard map version ${version}: moving ${Object.keys(wanted).length} cells`);
+  }
+  await loadMap(cmd, k, router);
+  await afterBegin?.();
+  const next = router.map;
+  let devicesMoved = 0;
+  for (let shard = 0; shard < router.shards; shard++) {
+    const homed = k.of(shard).subDevices;
+    let cursor = '0';
+    do {
+      const [nextCursor, devices] = await cmd.sscan(homed, cursor, 'COUNT', 500);
+      cursor = nextCursor;
+      if (devices.length === 0) continue;
+      const at = await cmd.hmgetBuffer(k.pos, ...devices);
+      const args: (string | Buffer)[] = [];
+      for (let i = 0; i < devices.length; i++) {
+        const p = decodePosition(at[i]);
+        if (p === null || next.staysAt(shard, p.lat, p.lon)) continue;
+        args.push(devices[i], String(shard), at[i]!, String(next.shardOf(p.lat, p.lon)));
+      }
+      if (args.length === 0) continue;
+      const moved = await runScript(cmd, 'ambitGeoMove', k.seq, k.home, k.pos, k.reach, k.shardPrefix, k.shared, '100000', String(router.shards), String(version), ...args);
+      if (moved === 'MAP') throw new AmbitError('FAILED_PRECONDITION', 'the shard map changed while its cells were moving; repeat the move', 'moves');
+      devicesMoved += Number(moved);
+    } while (cursor !== '0');
+  }
+  const done: StoredMap = { version, cells: target };
+  const r = await runScript(cmd, 'ambitGeoMap', k.map, k.reach, 'end', String(version), JSON.stringify(done), String(version));
+  if (r !== 'OK') throw new AmbitError('FAILED_PRECONDITION', `the shard map changed while its cells were moving (now version ${String((r as string[])[1])})`, 'moves');
+  await loadMap(cmd, k, router);
+  log?.info({ version, devicesMoved }, `shard map version ${version}: cells moved, ${devicesMoved} devices handed over`);
+  return { version, devicesMoved };
+}
+
+function sorted(cells: Record<string, number>): [string, number][] {
+  return Object.entries(cells).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
 }

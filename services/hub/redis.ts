@@ -41,7 +41,7 @@ import { type InboxHost, RedisInbox } from './redis-inbox.js';
 import { CoalescedWriter } from './coalesced-writer.js';
 import { LocationBatcher } from './location-batcher.js';
 import { GeoRouter, subscriptionPlacement } from './geo-router.js';
-import { type GeoPending, geoHubStats, publishGeo, sendGeoLocations } from './redis-geo.js';
+import { type CellMove, type GeoPending, MapChanged, geoHubStats, loadMap, moveCells, publishGeo, sendGeoLocations } from './redis-geo.js';
 
 const COMPONENT = 'redis hub';
 /** Devices per ack script call. */
@@ -186,7 +186,7 @@ export class RedisHub implements Hub, InboxHost {
     defineScripts(this.cmd);
     defineScripts(this.read);
     await checkLayout(COMPONENT, this.cmd, this.keys);
-    if (this.router !== null) await this.loadReach();
+    if (this.router !== null) await loadMap(this.cmd, this.keys, this.router);
     const ringAll = () => {
       for (const set of this.doorbells.values()) for (const inbox of set) inbox.ring();
     };
@@ -242,13 +242,17 @@ export class RedisHub implements Hub, InboxHost {
     let r: unknown;
     if (router !== null) {
       const { radiusM, wide } = subscriptionPlacement(sub.filters);
-      // The device's stored position, placed here: a device without a home is homed by it.
-      const pos = await this.redis(() => this.cmd.hgetBuffer(k.pos, device));
-      const at = decodePosition(pos);
-      const cell = at === null ? '' : String(router.map.shardOf(at.lat, at.lon));
-      r = await this.redis(() =>
-        runScript(this.cmd, 'ambitGeoSub', k.seq, k.subs(device), k.meta(device), k.home, k.wide, k.reach, k.pos, k.shardPrefix, mode, device, sub.id, json, this.cap, this.inMaxLen, String(radiusM), wide ? '1' : '0', String(router.wideShard(device)), String(router.shards), pos ?? '', cell),
-      );
+      for (let attempt = 0; ; attempt++) {
+        // The device's stored position, placed here: a device without a home is homed by it.
+        const pos = await this.redis(() => this.cmd.hgetBuffer(k.pos, device));
+        const at = decodePosition(pos);
+        const cell = at === null ? '' : String(router.map.shardOf(at.lat, at.lon));
+        r = await this.redis(() =>
+          runScript(this.cmd, 'ambitGeoSub', k.seq, k.subs(device), k.meta(device), k.home, k.wide, k.reach, k.pos, k.shardPrefix, mode, device, sub.id, json, this.cap, this.inMaxLen, String(radiusM), wide ? '1' : '0', String(router.wideShard(device)), String(router.shards), pos ?? '', cell, String(router.mapVersion), k.shared),
+        );
+        if (r !== 'MAP' || attempt >= 10) break;
+        await this.redis(() => loadMap(this.cmd, k, router)); // the shard map moved: place again
+      }
     } else r = await this.redis(() => runScript(this.cmd, 'ambitSub', k.subs(device), k.in, k.subDevices, mode, device, sub.id, json, this.cap, this.inMaxLen));
     if (r === 'ALREADY_EXISTS') throw new AmbitError('ALREADY_EXISTS', `device already has subscription ${show(sub.id)}`, 'subscription.id');
     if (r === 'NOT_FOUND') throw new AmbitError('NOT_FOUND', `device has no subscription ${show(sub.id)}`, 'subscription.id');
@@ -296,7 +300,16 @@ export class RedisHub implements Hub, InboxHost {
       (cols.lat as Float64Array)[i] = updates[i].lat;
       (cols.lon as Float64Array)[i] = updates[i].lon;
     }
-    await this.redis(() => this.sendLocations(cols, this.batcher.flushSize));
+    await this.redis(async () => {
+      for (let attempt = 0; ; attempt++) {
+        try {
+          return await this.sendLocations(cols, this.batcher.flushSize);
+        } catch (err) {
+          // Placed by a shard map that moved on: nothing was written, the router has the new map.
+          if (!(err instanceof MapChanged) || attempt >= 10) throw err;
+        }
+      }
+    });
   }
 
   /** Sends every writer's pending position and resolves once Redis has them (UNAVAILABLE if not). */
@@ -327,10 +340,16 @@ export class RedisHub implements Hub, InboxHost {
     checkResults(await m.exec());
   }
 
-  /** Sharding by space: the reach hash as stored now. */
-  private async loadReach(): Promise<void> {
-    const flat = (await this.redis(() => this.cmd.call('HGETALL', this.keys.reach))) as string[];
-    this.router!.setReach(flat);
+  /**
+   * Sharding by space: gives cells of the shard map to other geographic shards while traffic
+   * flows (redis-geo.ts `moveCells`); resolves once every device homed in them lives on its new
+   * shard. FAILED_PRECONDITION when this deployment is not sharded by space.
+   */
+  async moveCells(moves: readonly CellMove[], /** @internal test hook */ afterBegin?: () => Promise<void>): Promise<{ version: number; devicesMoved: number }> {
+    this.checkOpen();
+    if (this.router === null) throw new AmbitError('FAILED_PRECONDITION', 'the deployment is not sharded by space (AMBIT_GEO_SHARDS)', 'moves');
+    this.batcher.flush();
+    return this.redis(() => moveCells(this.cmd, this.keys, this.router!, moves, this.log, afterBegin));
   }
 
   // ---- publish ----

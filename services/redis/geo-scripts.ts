@@ -63,6 +63,29 @@ local function acq_fields(out, dev, from, pos, subs_key)
   if pos then out[#out + 1] = 'p'; out[#out + 1] = pos end
   for _, v in ipairs(redis.call('HVALS', subs_key)) do out[#out + 1] = 's'; out[#out + 1] = v end
 end
+-- The hand-overs of one script: rel and acq entries by shard, written by write_hand_overs.
+local function hand_overs() return {rel = {}, acq = {}, rel_order = {}, acq_order = {}, n = 0} end
+-- Device dev leaves shard cur (false: none) for target, with position pos (false: none).
+local function hand_over(h, sp, shp, shards, home_key, reach_key, dev, cur, target, pos)
+  h.n = h.n + 1
+  if cur then
+    if not h.rel[cur] then h.rel[cur] = {'t', 'rel'}; h.rel_order[#h.rel_order + 1] = cur end
+    local r = h.rel[cur]
+    r[#r + 1] = 'd'; r[#r + 1] = dev
+    redis.call('SREM', sp .. cur .. ':subdevs', dev)
+  end
+  if not h.acq[target] then h.acq[target] = {'t', 'acq'}; h.acq_order[#h.acq_order + 1] = target end
+  acq_fields(h.acq[target], dev, cur or '', pos, shp .. 'subs:' .. dev)
+  redis.call('HSET', home_key, dev, target)
+  redis.call('SADD', sp .. target .. ':subdevs', dev)
+  if tonumber(target) < shards then grow_reach(reach_key, target, device_reach(shp .. 'meta:' .. dev)) else occupy(reach_key, target) end
+end
+local function write_hand_overs(h, sp, maxlen, base, q)
+  for _, k in ipairs(h.rel_order) do redis.call('XADD', sp .. k .. ':in', 'MAXLEN', '~', maxlen, id_at(base, q, 1), unpack(h.rel[k])) end
+  for _, k in ipairs(h.acq_order) do redis.call('XADD', sp .. k .. ':in', 'MAXLEN', '~', maxlen, id_at(base, q, 2), unpack(h.acq[k])) end
+end
+-- Whether the gateway placed by the shard map version the deployment has now.
+local function map_is(reach_key, version) return (redis.call('HGET', reach_key, 'map') or '0') == version end
 `;
 
 /**
@@ -76,11 +99,14 @@ end
  * KEYS: seq, subs:{device}, meta:{device}, home, wide, reach, pos.
  * ARGV: shard prefix, mode ('add'|'replace'), device, subscription id, JSON, cap, in maxlen,
  *       anchored radius (its largest, 0 for none), wide ('1'|'0'), the device's wide shard, shards,
- *       the 16 position bytes the gateway placed the device by ('' none), that position's cell shard.
- * Returns {entry id, home shard ('' none), wide count}, or ALREADY_EXISTS / NOT_FOUND / RESOURCE_EXHAUSTED.
+ *       the 16 position bytes the gateway placed the device by ('' none), that position's cell shard,
+ *       the shard map version the gateway placed it by, the shared prefix.
+ * Returns {entry id, home shard ('' none), wide count}, or ALREADY_EXISTS / NOT_FOUND /
+ * RESOURCE_EXHAUSTED, or MAP when the shard map has another version now (nothing written).
  */
 export const GEO_SUB = `${NEXT_ID}
 local sp, mode, dev, sid, json = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+if not map_is(KEYS[6], ARGV[14]) then return 'MAP' end
 local maxlen, radius, wide, wshard, shards = ARGV[7], tonumber(ARGV[8]), ARGV[9] == '1', ARGV[10], tonumber(ARGV[11])
 local exists = redis.call('HEXISTS', KEYS[2], sid) == 1
 if mode == 'add' then
@@ -125,16 +151,9 @@ if cur == target then
 else
   id = id_at(base, q, 2)
   redis.call('HSET', KEYS[2], sid, id .. ' ' .. json)
-  if cur then
-    redis.call('XADD', sp .. cur .. ':in', 'MAXLEN', '~', maxlen, id_at(base, q, 1), 't', 'rel', 'd', dev)
-    redis.call('SREM', sp .. cur .. ':subdevs', dev)
-  end
-  local f = {'t', 'acq'}
-  acq_fields(f, dev, cur or '', redis.call('HGET', KEYS[7], dev), KEYS[2])
-  redis.call('XADD', sp .. target .. ':in', 'MAXLEN', '~', maxlen, id, unpack(f))
-  redis.call('HSET', KEYS[4], dev, target)
-  redis.call('SADD', sp .. target .. ':subdevs', dev)
-  if tonumber(target) < shards then grow_reach(KEYS[6], target, device_reach(KEYS[3])) else occupy(KEYS[6], target) end
+  local h = hand_overs()
+  hand_over(h, sp, ARGV[15], shards, KEYS[4], KEYS[6], dev, cur, target, pos)
+  write_hand_overs(h, sp, maxlen, base, q)
 end
 if tonumber(target) < shards and not wide then grow_reach(KEYS[6], target, radius) end
 return {id, target, tostring(w)}
@@ -173,14 +192,17 @@ return id
  * subscriptions) in each they come to. The positions go to `pos` either way; a device that has
  * neither a home nor a subscription gets no home (its first subscription gives it one).
  * KEYS: seq, home, wide, pos, reach, stats.
- * ARGV: shard prefix, shared prefix (meta:, subs:), in maxlen, shards, then per device (each
- *       once): device, its encoded record (u16 id length, id, f64 lat, f64 lon), the shards it may
- *       stay at (",3,4,"), the shard of its cell, its wide shard.
- * Returns the number of devices handed over.
+ * ARGV: shard prefix, shared prefix (meta:, subs:), in maxlen, shards, the shard map version the
+ *       gateway placed by, then per device (each once): device, its encoded record (u16 id
+ *       length, id, f64 lat, f64 lon), the shards it may stay at (",3,4,"), the shard of its cell,
+ *       its wide shard.
+ * Returns the number of devices handed over, or MAP when the shard map has another version now
+ * (nothing written).
  */
 export const GEO_LOC = `${NEXT_ID}
 local sp, shp, maxlen, shards = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-local first = 5
+if not map_is(KEYS[5], ARGV[5]) then return 'MAP' end
+local first = 6
 local n = (#ARGV - first + 1) / 5
 local devs = {}
 for i = 1, n do devs[i] = ARGV[first + 5 * (i - 1)] end
@@ -188,9 +210,8 @@ local homes = redis.call('HMGET', KEYS[2], unpack(devs))
 local wides = redis.call('HMGET', KEYS[3], unpack(devs))
 local base, q = next_id(KEYS[1])
 local locs, loc_order = {}, {}
-local rel, acq, rel_order, acq_order = {}, {}, {}, {}
+local h = hand_overs()
 local pos = {}
-local moved = 0
 for i = 1, n do
   local j = first + 5 * (i - 1)
   local dev, rec = devs[i], ARGV[j + 1]
@@ -213,18 +234,7 @@ for i = 1, n do
     local l = locs[target]
     l[#l + 1] = rec
   else
-    moved = moved + 1
-    if cur then
-      if not rel[cur] then rel[cur] = {'t', 'rel'}; rel_order[#rel_order + 1] = cur end
-      local r = rel[cur]
-      r[#r + 1] = 'd'; r[#r + 1] = dev
-      redis.call('SREM', sp .. cur .. ':subdevs', dev)
-    end
-    if not acq[target] then acq[target] = {'t', 'acq'}; acq_order[#acq_order + 1] = target end
-    acq_fields(acq[target], dev, cur or '', p, shp .. 'subs:' .. dev)
-    redis.call('HSET', KEYS[2], dev, target)
-    redis.call('SADD', sp .. target .. ':subdevs', dev)
-    if tonumber(target) < shards then grow_reach(KEYS[5], target, device_reach(shp .. 'meta:' .. dev)) else occupy(KEYS[5], target) end
+    hand_over(h, sp, shp, shards, KEYS[2], KEYS[5], dev, cur, target, p)
   end
 end
 for _, k in ipairs(loc_order) do
@@ -232,10 +242,60 @@ for _, k in ipairs(loc_order) do
   redis.call('XADD', sp .. k .. ':in', 'MAXLEN', '~', maxlen, id_at(base, q, 0), 't', 'loc', 'data', struct.pack('<BI4', 1, #l) .. table.concat(l))
 end
 redis.call('HSET', KEYS[4], unpack(pos))
-for _, k in ipairs(rel_order) do redis.call('XADD', sp .. k .. ':in', 'MAXLEN', '~', maxlen, id_at(base, q, 1), unpack(rel[k])) end
-for _, k in ipairs(acq_order) do redis.call('XADD', sp .. k .. ':in', 'MAXLEN', '~', maxlen, id_at(base, q, 2), unpack(acq[k])) end
+write_hand_overs(h, sp, maxlen, base, q)
 redis.call('HINCRBY', KEYS[6], 'locations', n)
-return moved
+return h.n
+`;
+
+/**
+ * A move of cells between geographic shards (services/hub/redis-geo.ts `moveCells`): the devices
+ * the gateway found homed where the new map no longer keeps them, each handed over to the shard of
+ * its cell, unless it moved or changed home since the gateway read it (its own position then
+ * placed it by the new map).
+ * KEYS: seq, home, pos, reach. ARGV: shard prefix, shared prefix, in maxlen, shards, the shard
+ *       map version, then per device: device, the home it was read with, the 16 position bytes it
+ *       was read with, the shard it goes to.
+ * Returns the number of devices handed over, or MAP when the shard map has another version now.
+ */
+export const GEO_MOVE = `${NEXT_ID}
+local sp, shp, maxlen, shards = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+if not map_is(KEYS[4], ARGV[5]) then return 'MAP' end
+local n = (#ARGV - 5) / 4
+if n == 0 then return 0 end
+local devs = {}
+for i = 1, n do devs[i] = ARGV[2 + 4 * i] end
+local homes = redis.call('HMGET', KEYS[2], unpack(devs))
+local at = redis.call('HMGET', KEYS[3], unpack(devs))
+local base, q = next_id(KEYS[1])
+local h = hand_overs()
+for i = 1, n do
+  local j = 2 + 4 * i
+  if homes[i] == ARGV[j + 1] and at[i] == ARGV[j + 2] and ARGV[j + 3] ~= homes[i] then
+    hand_over(h, sp, shp, shards, KEYS[2], KEYS[4], devs[i], homes[i], ARGV[j + 3], at[i])
+  end
+end
+write_hand_overs(h, sp, maxlen, base, q)
+return h.n
+`;
+
+/**
+ * The shard map's version, moved in two steps by `moveCells`: 'begin' (the new map holds the old
+ * one as `prev`: publishes visit the shards of both while devices are handed over) and 'end' (the
+ * old one dropped). Each bumps the reach hash's version, so gateways load the map again.
+ * KEYS: map, reach. ARGV: 'begin' | 'end', the version expected now, the map JSON to store, its version.
+ * Returns 'OK', or {'STALE', version now, moving ('1' | '')}.
+ */
+export const GEO_MAP = `
+local now = redis.call('HGET', KEYS[2], 'map') or '0'
+local moving = redis.call('HGET', KEYS[2], 'moving') or ''
+if now ~= ARGV[2] or (ARGV[1] == 'begin' and moving ~= '') or (ARGV[1] == 'end' and moving == '') then
+  return {'STALE', now, moving}
+end
+redis.call('SET', KEYS[1], ARGV[3])
+redis.call('HSET', KEYS[2], 'map', ARGV[4])
+if ARGV[1] == 'begin' then redis.call('HSET', KEYS[2], 'moving', '1') else redis.call('HDEL', KEYS[2], 'moving') end
+redis.call('HINCRBY', KEYS[2], 'v', 1)
+return 'OK'
 `;
 
 /**

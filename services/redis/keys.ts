@@ -42,6 +42,9 @@
  *   {p}reach            HASH  geographic shard → the largest anchored radius it ever held; wide shard
  *                             → 'w' once it held a device; 'v' → the hash's version
  *   {p}seq              STRING the last command id given ("<ms>-<q>"), for every shard's stream
+ *   {p}map              STRING the shard map's moved cells (JSON: version, cells, and while a move
+ *                             is under way the map before it); the reach hash holds its version
+ *                             ('map') and 'moving'
  *   {p}stats            HASH  published, locations (single: shared with the device group's)
  *
  *   device-group scope (cluster tag {d<g>}; single: one group whose keys are the names above)
@@ -168,8 +171,10 @@ export class Keys {
   readonly reach: string;
   /** … the last command id given ("<ms>-<seq>"): every shard's stream takes its ids from it, … */
   readonly seq: string;
-  /** … and counters of the whole deployment (published events, location updates). */
+  /** … counters of the whole deployment (published events, location updates), … */
   readonly geoStats: string;
+  /** … and the shard map's moved cells (JSON, services/hub/geo-router.ts `StoredMap`; absent: none). */
+  readonly map: string;
 
   constructor(
     readonly prefix: string,
@@ -196,6 +201,7 @@ export class Keys {
     this.reach = geo === undefined ? '' : `${shared}reach`;
     this.seq = geo === undefined ? '' : `${shared}seq`;
     this.geoStats = geo === undefined ? '' : `${shared}stats`;
+    this.map = geo === undefined ? '' : `${shared}map`;
     // With sharding by space, a shard's subdevs are the devices homed there (with or without subscriptions).
     this.subDevices = `${base}subdevs`;
     this.pos = `${this.shared}pos`;

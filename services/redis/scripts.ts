@@ -9,7 +9,7 @@
  */
 import type { ChainableCommander } from 'ioredis';
 import type { Conn } from './connection.js';
-import { GEO_LOC, GEO_PUB, GEO_SUB, GEO_UNSUB } from './geo-scripts.js';
+import { GEO_LOC, GEO_MAP, GEO_MOVE, GEO_PUB, GEO_SUB, GEO_UNSUB } from './geo-scripts.js';
 
 const PARSE_ID = `
 local function parse_id(id)
@@ -375,6 +375,8 @@ const DEFINITIONS = {
   ambitGeoUnsub: { lua: GEO_UNSUB, numberOfKeys: 5 },
   ambitGeoLoc: { lua: GEO_LOC, numberOfKeys: 6 },
   ambitGeoPub: { lua: GEO_PUB, numberOfKeys: 3 },
+  ambitGeoMove: { lua: GEO_MOVE, numberOfKeys: 4 },
+  ambitGeoMap: { lua: GEO_MAP, numberOfKeys: 2 },
 } as const;
 
 export type ScriptName = keyof typeof DEFINITIONS;

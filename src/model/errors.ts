@@ -2,7 +2,7 @@
  * Errors raised by the core. `code` maps one-to-one onto gRPC status codes at the service edge;
  * `field` is the path of the offending input (e.g. `subscription.filters[2].constraints[0].value`).
  */
-export type ErrorCode = 'INVALID_ARGUMENT' | 'NOT_FOUND' | 'ALREADY_EXISTS' | 'RESOURCE_EXHAUSTED' | 'UNAVAILABLE' | 'DEADLINE_EXCEEDED';
+export type ErrorCode = 'INVALID_ARGUMENT' | 'NOT_FOUND' | 'ALREADY_EXISTS' | 'RESOURCE_EXHAUSTED' | 'UNAVAILABLE' | 'DEADLINE_EXCEEDED' | 'FAILED_PRECONDITION';
 
 export class AmbitError extends Error {
   readonly code: ErrorCode;

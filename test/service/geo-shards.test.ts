@@ -8,6 +8,7 @@ import { describe, it } from 'node:test';
 import { RedisHub } from '../../services/hub/redis.js';
 import { RedisMatcher } from '../../services/matcher/redis.js';
 import type { GeoSpec } from '../../services/redis/keys.js';
+import { ShardMap } from '../../services/matcher/shard-map.js';
 import { runHubContract } from '../support/hub-contract.js';
 import { runGeoWorld } from '../support/geo-world.js';
 import { redisTestKit, useRedisServer } from '../support/redis-deployment.js';
@@ -32,6 +33,19 @@ describe('sharded by space', { skip: missing ?? false, timeout: 60_000 }, () => 
       const acq = await d.handOvers();
       assert.ok(acq.slice(0, STRIPES.shards).every((n) => n > 5), `every geographic shard took devices over (${acq.join(', ')})`);
       assert.ok(acq[STRIPES.shards] > 0, `the wide shard took devices over (${acq.join(', ')})`);
+    } finally {
+      await d.close();
+    }
+  });
+
+  it('with coarse cells and small radii a publish visits a shard or two: devices near borders still get exactly what the reference engine gives', async () => {
+    const geo: GeoSpec = { ...STRIPES, cellDeg: 0.01, guardM: 20 };
+    const d = await geoDeployment(geo, 2);
+    try {
+      const r = await runGeoWorld(d.hubs, { seed: 17, devices: 30, rounds: 30, eventsPerRound: 4, maxRadiusM: 200 });
+      assert.ok(r.notifications > 30, `the world delivers (${r.notifications})`);
+      const acq = await d.handOvers();
+      assert.ok(acq.slice(0, geo.shards).every((n) => n > 3), `every geographic shard took devices over (${acq.join(', ')})`);
     } finally {
       await d.close();
     }
@@ -141,6 +155,66 @@ describe('sharded by space', { skip: missing ?? false, timeout: 60_000 }, () => 
     } finally {
       matched = [-1e9, -1e9, -1e9, -1e9];
       for (const m of standbys) await m.stop();
+      await d.close();
+    }
+  });
+
+  it('cells move between shards while devices walk and publishes flow (two gateways, one of them with the old map): every reach and notification stays exact, and the map version shows', async () => {
+    // Columns of 0.01° (780 m) and radii up to 200 m: a publish visits a shard or two, so where a
+    // device is homed matters to every publish near it.
+    const geo: GeoSpec = { ...STRIPES, cellDeg: 0.01 };
+    const d = await geoDeployment(geo, 2);
+    try {
+      const [a, b] = d.hubs;
+      const map = new ShardMap({ version: 0, shards: 3, cellDeg: geo.cellDeg, guardM: geo.guardM, layout: 'stripes' });
+      // The columns and rows around Milan's centre, each column given to the next shard.
+      const moves: { row: number; col: number; shard: number }[] = [];
+      const c0 = map.col(9.19);
+      const r0 = map.row(45.4642);
+      for (let col = c0 - 1; col <= c0 + 1; col++) for (let row = r0 - 2; row <= r0 + 2; row++) moves.push({ row, col, shard: (map.shardOfCell(row, col) + 1) % 3 });
+      let moving: Promise<{ version: number; devicesMoved: number }> | null = null;
+      // The new map is stored at round 8; devices are handed over only from round 11 on, so rounds
+      // 8-10 publish while devices are homed by the old map and placed by the new one.
+      let handOver!: () => void;
+      const held = new Promise<void>((resolve) => (handOver = resolve));
+      const r = await runGeoWorld(d.hubs, {
+        seed: 31,
+        devices: 24,
+        rounds: 24,
+        eventsPerRound: 4,
+        maxRadiusM: 200,
+        standStillFrom: 6, // a third of the devices stay where the old map homed them: the move hands them over
+        onRound: async (round) => {
+          if (round === 8) moving = a.moveCells(moves, () => held); // not awaited: the rounds go on meanwhile
+          if (round === 9) assert.equal((await b.stats()).extra.shardMapMoving, true, 'a move is under way');
+          if (round === 11) handOver();
+          if (round === 12) {
+            const done = await moving!;
+            assert.equal(done.version, 1);
+            assert.ok(done.devicesMoved > 0, `devices were handed over (${done.devicesMoved})`);
+          }
+        },
+      });
+      assert.ok(r.notifications > 100);
+      const s = await b.stats();
+      assert.equal(s.extra.shardMapVersion, 1, 'the other gateway took the new map');
+      assert.equal(s.extra.shardMapMoving, false);
+      // Every homed device is where the new map keeps it.
+      const moved = new ShardMap({ version: 1, shards: 3, cellDeg: geo.cellDeg, guardM: geo.guardM, layout: 'stripes', cells: Object.fromEntries(moves.map((m) => [`${m.row},${m.col}`, m.shard])) });
+      const homes = await inspect((r) => r.hgetall(`${d.prefix}home`));
+      const at = await inspect((r) => r.hgetallBuffer(`${d.prefix}pos`));
+      let checked = 0;
+      for (const [dev, home] of Object.entries(homes)) {
+        const p = at[dev];
+        if (Number(home) >= geo.shards || p === undefined) continue;
+        assert.ok(moved.staysAt(Number(home), p.readDoubleLE(0), p.readDoubleLE(8)), `${dev} is homed on shard ${home}, where the new map keeps it`);
+        checked++;
+      }
+      assert.ok(checked > 10);
+      await assert.rejects(a.moveCells([{ row: 0, col: moved.cols, shard: 0 }]), /moves\[0\]\.col: must be an integer in \[0, /);
+      await assert.rejects(a.moveCells([{ row: 0, col: 0, shard: 3 }]), /moves\[0\]\.shard: must be an integer in \[0, 2\]/);
+      await assert.rejects(a.moveCells([]), /moves: must name at least one cell/);
+    } finally {
       await d.close();
     }
   });

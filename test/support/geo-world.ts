@@ -26,6 +26,15 @@ export interface GeoWorldOptions {
   devices: number;
   rounds: number;
   eventsPerRound: number;
+  /**
+   * Radii no larger than this (metres; default 1500: anchored areas of 50-950 m and some of 1500 m,
+   * events up to 300 m). A small one keeps each publish to a shard or two of a coarse map.
+   */
+  maxRadiusM?: number;
+  /** From this round on every third device stands still (default: never). */
+  standStillFrom?: number;
+  /** Called at the start of each round, before the moves (e.g. to move cells while traffic flows). */
+  onRound?: (round: number) => Promise<void> | void;
 }
 
 export interface GeoWorldResult {
@@ -73,6 +82,7 @@ export async function runGeoWorld(hubs: readonly RedisHub[], o: GeoWorldOptions)
     oracle.remove(subscriptionKey(d.id, id));
     d.subs.delete(id);
   };
+  const cap = o.maxRadiusM ?? 1500;
   let wideDevices = 0;
   for (let i = 0; i < o.devices; i++) {
     const id = `geo-${o.seed}-${i}`;
@@ -81,12 +91,13 @@ export async function runGeoWorld(hubs: readonly RedisHub[], o: GeoWorldOptions)
     devs.push(d);
     // The ping: only the device's own final event, at its final position, matches it.
     await put(d, { id: 'ping', filters: [{ constraints: [{ name: 'ping', op: 'eq', value: id }], area: { radiusM: 1 } }] });
-    await put(d, { id: 'near', filters: [anchored(100 + rng.int(0, 600), rng.int(0, 3))] });
-    if (rng.chance(0.3)) await put(d, { id: 'far', filters: [anchored(1500, 3)] });
+    await put(d, { id: 'near', filters: [anchored(Math.min(cap, 100 + rng.int(0, 600)), rng.int(0, 3))] });
+    if (rng.chance(0.3) && cap >= 1500) await put(d, { id: 'far', filters: [anchored(1500, 3)] });
   }
-  const move = async () => {
-    for (const d of devs) {
-      if (!rng.chance(0.8)) continue;
+  const move = async (round: number) => {
+    for (let i = 0; i < devs.length; i++) {
+      const d = devs[i];
+      if (!rng.chance(0.8) || (o.standStillFrom !== undefined && round >= o.standStillFrom && i % 3 === 0)) continue;
       const step = rng.float() * 250;
       const a = rng.float() * 2 * Math.PI;
       d.east = Math.max(-HALF_M, Math.min(HALF_M, d.east + step * Math.cos(a)));
@@ -119,7 +130,8 @@ export async function runGeoWorld(hubs: readonly RedisHub[], o: GeoWorldOptions)
     events += evs.length;
   };
   for (let round = 0; round < o.rounds; round++) {
-    await move();
+    await o.onRound?.(round);
+    await move(round);
     if (round % 4 === 1) {
       // Some devices take or drop a wide subscription (a fixed area): they move to their wide
       // shard and back. Others change their anchored radius.
@@ -130,14 +142,16 @@ export async function runGeoWorld(hubs: readonly RedisHub[], o: GeoWorldOptions)
             wideDevices++;
             await put(d, { id: 'city', filters: [{ constraints: [{ name: 'sev', op: 'ge', value: 4 }], area: { radiusM: 800, center: at(rng.float() * 2000 - 1000, rng.float() * 2000 - 1000) } }] });
           }
-        } else if (rng.chance(0.1)) await put(d, { id: 'near', filters: [anchored(50 + rng.int(0, 900), rng.int(0, 3))] });
+        } else if (rng.chance(0.1)) await put(d, { id: 'near', filters: [anchored(Math.min(cap, 50 + rng.int(0, 900)), rng.int(0, 3))] });
       }
     }
     const evs: Event[] = [];
     for (let j = 0; j < o.eventsPerRound; j++) {
-      const p = at(rng.float() * 2 * HALF_M - HALF_M, rng.float() * 2 * HALF_M - HALF_M);
+      // Half of the events fall near a device (within 250 m), the rest anywhere in the world.
+      const near = rng.chance(0.5) ? devs[rng.int(0, devs.length - 1)] : null;
+      const p = near === null ? at(rng.float() * 2 * HALF_M - HALF_M, rng.float() * 2 * HALF_M - HALF_M) : at(near.east + rng.float() * 500 - 250, near.north + rng.float() * 500 - 250);
       const e: Event = { id: `ev-${o.seed}-${round}-${j}`, lat: p.lat, lon: p.lon, attributes: { sev: rng.int(0, 5) } };
-      if (rng.chance(0.3)) e.radiusM = rng.int(1, 300);
+      if (rng.chance(0.3)) e.radiusM = rng.int(1, Math.min(cap, 300));
       evs.push(e);
     }
     await publish(hubs[round % hubs.length], evs);

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ambit/v1/ops.proto.
  */
 export const file_ambit_v1_ops: GenFile = /*@__PURE__*/
-  fileDesc("ChJhbWJpdC92MS9vcHMucHJvdG8SCGFtYml0LnYxIhEKD0dldFN0YXRzUmVxdWVzdCK6AgoQR2V0U3RhdHNSZXNwb25zZRIOCgZlbmdpbmUYASABKAkSFQoNZW5naW5lX2RldGFpbBgCIAEoCRIMCgRtb2RlGAMgASgJEhUKDXN1YnNjcmlwdGlvbnMYBCABKAQSDwoHZmlsdGVycxgFIAEoBBIPCgdkZXZpY2VzGAYgASgEEhkKEWNvbm5lY3RlZF9kZXZpY2VzGAcgASgEEhgKEGV2ZW50c19wdWJsaXNoZWQYCCABKAQSFQoNbm90aWZpY2F0aW9ucxgJIAEoBBIYChBsb2NhdGlvbl91cGRhdGVzGAogASgEEh0KFW5vdGlmaWNhdGlvbnNfZHJvcHBlZBgLIAEoBBIbChNlbmdpbmVfbWVtb3J5X2J5dGVzGAwgASgEEhYKDnVwdGltZV9zZWNvbmRzGA0gASgEIjIKHUdldERldmljZVN1YnNjcmlwdGlvbnNSZXF1ZXN0EhEKCWRldmljZV9pZBgBIAEoCSKGAQoeR2V0RGV2aWNlU3Vic2NyaXB0aW9uc1Jlc3BvbnNlEi0KDXN1YnNjcmlwdGlvbnMYASADKAsyFi5hbWJpdC52MS5TdWJzY3JpcHRpb24SIgoIbG9jYXRpb24YAiABKAsyEC5hbWJpdC52MS5MYXRMb24SEQoJY29ubmVjdGVkGAMgASgIMrwBCgpPcHNTZXJ2aWNlEkEKCEdldFN0YXRzEhkuYW1iaXQudjEuR2V0U3RhdHNSZXF1ZXN0GhouYW1iaXQudjEuR2V0U3RhdHNSZXNwb25zZRJrChZHZXREZXZpY2VTdWJzY3JpcHRpb25zEicuYW1iaXQudjEuR2V0RGV2aWNlU3Vic2NyaXB0aW9uc1JlcXVlc3QaKC5hbWJpdC52MS5HZXREZXZpY2VTdWJzY3JpcHRpb25zUmVzcG9uc2ViBnByb3RvMw", [file_ambit_v1_types]);
+  fileDesc("ChJhbWJpdC92MS9vcHMucHJvdG8SCGFtYml0LnYxIhEKD0dldFN0YXRzUmVxdWVzdCLvAgoQR2V0U3RhdHNSZXNwb25zZRIOCgZlbmdpbmUYASABKAkSFQoNZW5naW5lX2RldGFpbBgCIAEoCRIMCgRtb2RlGAMgASgJEhUKDXN1YnNjcmlwdGlvbnMYBCABKAQSDwoHZmlsdGVycxgFIAEoBBIPCgdkZXZpY2VzGAYgASgEEhkKEWNvbm5lY3RlZF9kZXZpY2VzGAcgASgEEhgKEGV2ZW50c19wdWJsaXNoZWQYCCABKAQSFQoNbm90aWZpY2F0aW9ucxgJIAEoBBIYChBsb2NhdGlvbl91cGRhdGVzGAogASgEEh0KFW5vdGlmaWNhdGlvbnNfZHJvcHBlZBgLIAEoBBIbChNlbmdpbmVfbWVtb3J5X2J5dGVzGAwgASgEEhYKDnVwdGltZV9zZWNvbmRzGA0gASgEEhkKEXNoYXJkX21hcF92ZXJzaW9uGA4gASgEEhgKEHNoYXJkX21hcF9tb3ZpbmcYDyABKAgiMwoIQ2VsbE1vdmUSCwoDcm93GAEgASgNEgsKA2NvbBgCIAEoDRINCgVzaGFyZBgDIAEoDSI1ChBNb3ZlQ2VsbHNSZXF1ZXN0EiEKBW1vdmVzGAEgAygLMhIuYW1iaXQudjEuQ2VsbE1vdmUiRQoRTW92ZUNlbGxzUmVzcG9uc2USGQoRc2hhcmRfbWFwX3ZlcnNpb24YASABKAQSFQoNZGV2aWNlc19tb3ZlZBgCIAEoBCIyCh1HZXREZXZpY2VTdWJzY3JpcHRpb25zUmVxdWVzdBIRCglkZXZpY2VfaWQYASABKAkihgEKHkdldERldmljZVN1YnNjcmlwdGlvbnNSZXNwb25zZRItCg1zdWJzY3JpcHRpb25zGAEgAygLMhYuYW1iaXQudjEuU3Vic2NyaXB0aW9uEiIKCGxvY2F0aW9uGAIgASgLMhAuYW1iaXQudjEuTGF0TG9uEhEKCWNvbm5lY3RlZBgDIAEoCDKCAgoKT3BzU2VydmljZRJBCghHZXRTdGF0cxIZLmFtYml0LnYxLkdldFN0YXRzUmVxdWVzdBoaLmFtYml0LnYxLkdldFN0YXRzUmVzcG9uc2USawoWR2V0RGV2aWNlU3Vic2NyaXB0aW9ucxInLmFtYml0LnYxLkdldERldmljZVN1YnNjcmlwdGlvbnNSZXF1ZXN0GiguYW1iaXQudjEuR2V0RGV2aWNlU3Vic2NyaXB0aW9uc1Jlc3BvbnNlEkQKCU1vdmVDZWxscxIaLmFtYml0LnYxLk1vdmVDZWxsc1JlcXVlc3QaGy5hbWJpdC52MS5Nb3ZlQ2VsbHNSZXNwb25zZWIGcHJvdG8z", [file_ambit_v1_types]);
 
 /**
  * @generated from message ambit.v1.GetStatsRequest
@@ -99,6 +99,19 @@ export type GetStatsResponse = Message<"ambit.v1.GetStatsResponse"> & {
    * @generated from field: uint64 uptime_seconds = 13;
    */
   uptimeSeconds: bigint;
+
+  /**
+   * Sharded by space: the shard map's version (0: as configured, no cell moved) and whether a
+   * move of cells is under way.
+   *
+   * @generated from field: uint64 shard_map_version = 14;
+   */
+  shardMapVersion: bigint;
+
+  /**
+   * @generated from field: bool shard_map_moving = 15;
+   */
+  shardMapMoving: boolean;
 };
 
 /**
@@ -107,6 +120,79 @@ export type GetStatsResponse = Message<"ambit.v1.GetStatsResponse"> & {
  */
 export const GetStatsResponseSchema: GenMessage<GetStatsResponse> = /*@__PURE__*/
   messageDesc(file_ambit_v1_ops, 1);
+
+/**
+ * A cell of the shard map (row from the south pole, column from the antimeridian, in cells of
+ * AMBIT_GEO_CELL_DEG degrees) and the geographic shard it is to belong to.
+ *
+ * @generated from message ambit.v1.CellMove
+ */
+export type CellMove = Message<"ambit.v1.CellMove"> & {
+  /**
+   * @generated from field: uint32 row = 1;
+   */
+  row: number;
+
+  /**
+   * @generated from field: uint32 col = 2;
+   */
+  col: number;
+
+  /**
+   * @generated from field: uint32 shard = 3;
+   */
+  shard: number;
+};
+
+/**
+ * Describes the message ambit.v1.CellMove.
+ * Use `create(CellMoveSchema)` to create a new message.
+ */
+export const CellMoveSchema: GenMessage<CellMove> = /*@__PURE__*/
+  messageDesc(file_ambit_v1_ops, 2);
+
+/**
+ * @generated from message ambit.v1.MoveCellsRequest
+ */
+export type MoveCellsRequest = Message<"ambit.v1.MoveCellsRequest"> & {
+  /**
+   * @generated from field: repeated ambit.v1.CellMove moves = 1;
+   */
+  moves: CellMove[];
+};
+
+/**
+ * Describes the message ambit.v1.MoveCellsRequest.
+ * Use `create(MoveCellsRequestSchema)` to create a new message.
+ */
+export const MoveCellsRequestSchema: GenMessage<MoveCellsRequest> = /*@__PURE__*/
+  messageDesc(file_ambit_v1_ops, 3);
+
+/**
+ * @generated from message ambit.v1.MoveCellsResponse
+ */
+export type MoveCellsResponse = Message<"ambit.v1.MoveCellsResponse"> & {
+  /**
+   * The shard map's version after the move.
+   *
+   * @generated from field: uint64 shard_map_version = 1;
+   */
+  shardMapVersion: bigint;
+
+  /**
+   * Devices handed over to the shards that now hold their cells.
+   *
+   * @generated from field: uint64 devices_moved = 2;
+   */
+  devicesMoved: bigint;
+};
+
+/**
+ * Describes the message ambit.v1.MoveCellsResponse.
+ * Use `create(MoveCellsResponseSchema)` to create a new message.
+ */
+export const MoveCellsResponseSchema: GenMessage<MoveCellsResponse> = /*@__PURE__*/
+  messageDesc(file_ambit_v1_ops, 4);
 
 /**
  * @generated from message ambit.v1.GetDeviceSubscriptionsRequest
@@ -123,7 +209,7 @@ export type GetDeviceSubscriptionsRequest = Message<"ambit.v1.GetDeviceSubscript
  * Use `create(GetDeviceSubscriptionsRequestSchema)` to create a new message.
  */
 export const GetDeviceSubscriptionsRequestSchema: GenMessage<GetDeviceSubscriptionsRequest> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 2);
+  messageDesc(file_ambit_v1_ops, 5);
 
 /**
  * @generated from message ambit.v1.GetDeviceSubscriptionsResponse
@@ -152,7 +238,7 @@ export type GetDeviceSubscriptionsResponse = Message<"ambit.v1.GetDeviceSubscrip
  * Use `create(GetDeviceSubscriptionsResponseSchema)` to create a new message.
  */
 export const GetDeviceSubscriptionsResponseSchema: GenMessage<GetDeviceSubscriptionsResponse> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 3);
+  messageDesc(file_ambit_v1_ops, 6);
 
 /**
  * Operators' calls; need the `ops` scope.
@@ -175,6 +261,19 @@ export const OpsService: GenService<{
     methodKind: "unary";
     input: typeof GetDeviceSubscriptionsRequestSchema;
     output: typeof GetDeviceSubscriptionsResponseSchema;
+  },
+  /**
+   * A deployment sharded by space (AMBIT_GEO_SHARDS): gives cells of the shard map to other
+   * geographic shards while traffic flows. Returns once every device homed in a moved cell lives
+   * on its new shard. FAILED_PRECONDITION when the deployment is not sharded by space or another
+   * move is under way (a move that was cut off is finished by repeating it).
+   *
+   * @generated from rpc ambit.v1.OpsService.MoveCells
+   */
+  moveCells: {
+    methodKind: "unary";
+    input: typeof MoveCellsRequestSchema;
+    output: typeof MoveCellsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_ambit_v1_ops, 0);
