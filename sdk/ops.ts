@@ -1,5 +1,5 @@
-/** Operators' calls (the `ops` scope): server totals and one device's state. */
-import type { GetDeviceSubscriptionsResponse, GetStatsResponse } from '../api/gen/ambit/v1/ops_pb.js';
+/** Operators' calls (the `ops` scope): server totals, one device's state, moving cells of the shard map. */
+import type { GetDeviceSubscriptionsResponse, GetStatsResponse, MoveCellsResponse } from '../api/gen/ambit/v1/ops_pb.js';
 import { OpsService } from '../api/gen/ambit/v1/ops_pb.js';
 import { type ClientOptions, ServiceClient, type TokenSource, unary } from './transport.js';
 import { type LatLon, type Subscription, fromWireSubscription } from './types.js';
@@ -20,6 +20,16 @@ export interface ServerStats {
   notificationsDropped: number;
   engineMemoryBytes: number;
   uptimeSeconds: number;
+  /** Sharded by space: the shard map's version (0: as configured) and whether a move of cells is under way. */
+  shardMapVersion: number;
+  shardMapMoving: boolean;
+}
+
+/** A cell of the shard map (row, column in cells of AMBIT_GEO_CELL_DEG degrees) and the geographic shard it is to belong to. */
+export interface CellMove {
+  row: number;
+  col: number;
+  shard: number;
 }
 
 export interface DeviceInfo {
@@ -51,7 +61,19 @@ export class AmbitOps extends ServiceClient {
       notificationsDropped: Number(s.notificationsDropped),
       engineMemoryBytes: Number(s.engineMemoryBytes),
       uptimeSeconds: Number(s.uptimeSeconds),
+      shardMapVersion: Number(s.shardMapVersion),
+      shardMapMoving: s.shardMapMoving,
     };
+  }
+
+  /**
+   * A deployment sharded by space: gives these cells to other geographic shards while traffic
+   * flows; resolves once every device homed in them lives on its new shard. FAILED_PRECONDITION
+   * when the deployment is not sharded by space or another move is under way.
+   */
+  async moveCells(moves: readonly CellMove[]): Promise<{ shardMapVersion: number; devicesMoved: number }> {
+    const r = await unary<MoveCellsResponse>(this.client, 'moveCells', { moves: moves.map((m) => ({ row: m.row, col: m.col, shard: m.shard })) }, this.token, this.deadlineMs);
+    return { shardMapVersion: Number(r.shardMapVersion), devicesMoved: Number(r.devicesMoved) };
   }
 
   async deviceSubscriptions(deviceId: string): Promise<DeviceInfo> {

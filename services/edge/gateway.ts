@@ -28,7 +28,7 @@ import {
   UpdateLocationsResponseSchema,
   DeviceService,
 } from '../../api/gen/ambit/v1/device_pb.js';
-import { OpsService, GetDeviceSubscriptionsResponseSchema, type GetDeviceSubscriptionsRequest, GetStatsResponseSchema } from '../../api/gen/ambit/v1/ops_pb.js';
+import { OpsService, GetDeviceSubscriptionsResponseSchema, type GetDeviceSubscriptionsRequest, GetStatsResponseSchema, type MoveCellsRequest, MoveCellsResponseSchema } from '../../api/gen/ambit/v1/ops_pb.js';
 import { type BulkPublishRequest, BulkPublishResponseSchema, type PublishRequest, PublishResponseSchema, PublisherService } from '../../api/gen/ambit/v1/publisher_pb.js';
 import type { Hub } from '../hub/port.js';
 import { DeviceSession, type SessionHost } from './device-session.js';
@@ -147,7 +147,14 @@ export class Gateway implements SessionHost {
             notificationsDropped: BigInt(s.notificationsDropped),
             engineMemoryBytes: BigInt(Math.max(0, Math.round(s.engineMemoryBytes))),
             uptimeSeconds: BigInt(Math.floor((Date.now() - this.startedAt) / 1000)),
+            shardMapVersion: BigInt(typeof s.extra.shardMapVersion === 'number' ? s.extra.shardMapVersion : 0),
+            shardMapMoving: s.extra.shardMapMoving === true,
           });
+        }),
+        moveCells: this.unary<MoveCellsRequest>(SCOPES.ops, async (req) => {
+          if (this.hub.moveCells === undefined) throw new ApiError(grpc.status.FAILED_PRECONDITION, 'the deployment is not sharded by space (AMBIT_GEO_SHARDS)', 'moves');
+          const r = await this.hub.moveCells(req.moves.map((m) => ({ row: m.row, col: m.col, shard: m.shard })));
+          return create(MoveCellsResponseSchema, { shardMapVersion: BigInt(r.version), devicesMoved: BigInt(r.devicesMoved) });
         }),
         getDeviceSubscriptions: this.unary<GetDeviceSubscriptionsRequest>(SCOPES.ops, async (req) => {
           const device = checkId('device_id', req.deviceId, this.limits);

@@ -141,6 +141,18 @@ export interface Hub {
   openInbox(device: string, resumeAfter: string | null): Promise<Inbox>;
   stats(): Promise<HubStats>;
   close(): Promise<void>;
+  /**
+   * A deployment sharded by space: gives cells of the shard map to other geographic shards while
+   * traffic flows. Absent on hubs that are not.
+   */
+  moveCells?(moves: readonly CellMove[]): Promise<{ version: number; devicesMoved: number }>;
+}
+
+/** A cell of a shard map (row, column) and the geographic shard it is to belong to. */
+export interface CellMove {
+  row: number;
+  col: number;
+  shard: number;
 }
 
 // ---- delivery ids ----

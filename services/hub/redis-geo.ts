@@ -12,7 +12,7 @@ import type { Keys } from '../redis/keys.js';
 import type { MatcherStatsRecord } from '../redis/protocol.js';
 import { queueScript, runScript } from '../redis/scripts.js';
 import type { GeoRouter, StoredMap } from './geo-router.js';
-import type { HubStats } from './port.js';
+import type { CellMove, HubStats } from './port.js';
 
 /** A publish waiting for the shards it visits: each one's events (indices), and the sums so far. */
 export interface GeoPending {
@@ -143,12 +143,6 @@ export async function geoHubStats(cmd: Conn, keys: Keys, router: GeoRouter, gate
   };
 }
 
-/** One cell of the shard map and the geographic shard it is to belong to. */
-export interface CellMove {
-  row: number;
-  col: number;
-  shard: number;
-}
 
 /**
  * Gives cells of the shard map to other geographic shards while traffic flows: (1) the new map is

@@ -19,6 +19,7 @@ import {
   type Delivery,
   type DeviceInfo,
   type DeviceSubscription,
+  type CellMove,
   type Hub,
   type HubStats,
   type Inbox,
@@ -41,7 +42,7 @@ import { type InboxHost, RedisInbox } from './redis-inbox.js';
 import { CoalescedWriter } from './coalesced-writer.js';
 import { LocationBatcher } from './location-batcher.js';
 import { GeoRouter, subscriptionPlacement } from './geo-router.js';
-import { type CellMove, type GeoPending, MapChanged, geoHubStats, loadMap, moveCells, publishGeo, sendGeoLocations } from './redis-geo.js';
+import { type GeoPending, MapChanged, geoHubStats, loadMap, moveCells, publishGeo, sendGeoLocations } from './redis-geo.js';
 
 const COMPONENT = 'redis hub';
 /** Devices per ack script call. */

@@ -98,6 +98,8 @@ export class Metrics implements EdgeMetrics {
         [new client.Gauge({ name: 'ambit_gpu_memory_bytes', help: 'GPU buffer memory of the engine (0 without a GPU)', registers: [r] }), (s) => num(s.extra.gpuBytes)],
         [new client.Gauge({ name: 'ambit_notifications_dropped', help: 'Notifications dropped by retention (oldest first)', registers: [r] }), (s) => s.notificationsDropped],
         [new client.Gauge({ name: 'ambit_location_updates_applied', help: 'Location updates the engine has applied', registers: [r] }), (s) => s.locationUpdates],
+        [new client.Gauge({ name: 'ambit_shard_map_version', help: 'Redis mode sharded by space: the shard map version this process places devices by (0: as configured)', registers: [r] }), (s) => num(s.extra.shardMapVersion)],
+        [new client.Gauge({ name: 'ambit_shard_map_moving', help: 'Redis mode sharded by space: 1 while cells move between shards', registers: [r] }), (s) => (s.extra.shardMapMoving === true ? 1 : 0)],
       ];
       const leaseGauges: [client.Gauge, (s: HubStats) => number][] = [];
       if (leaseSource !== null) {

@@ -157,6 +157,7 @@ describe('api ops: health, reflection, metrics and stats', () => {
     );
     assert.ok(stats.engineMemoryBytes > 0n);
     assert.ok(stats.uptimeSeconds >= 0n && stats.uptimeSeconds < 600n);
+    assert.deepEqual([stats.shardMapVersion, stats.shardMapMoving], [0n, false], 'not sharded by space');
 
     const info = await unary(clients.ops, 'getDeviceSubscriptions', { deviceId: 'dev-m' }, opsMd);
     assert.equal(info.connected, true);
@@ -189,6 +190,10 @@ describe('api ops: health, reflection, metrics and stats', () => {
     // One observation per hub publish: the Publish and the two BulkPublish messages.
     assert.equal(series('ambit_publish_seconds_count{role="all"}'), 3);
     assert.ok(series('ambit_publish_seconds_sum{role="all"}') > 0);
+    // Moving cells is for a deployment sharded by space, and for the ops scope.
+    const err = await expectStatus(unary(clients.ops, 'moveCells', { moves: [{ row: 1, col: 2, shard: 0 }] }, opsMd), Status.FAILED_PRECONDITION, 'moves');
+    assert.match(err.details, /not sharded by space \(AMBIT_GEO_SHARDS\)/);
+    await expectStatus(unary(clients.ops, 'moveCells', { moves: [] }, pubMd), Status.PERMISSION_DENIED);
     // The process and Node.js defaults, under ambit_process_ and ambit_nodejs_ (docs/service.md).
     assert.match(m, /^ambit_process_resident_memory_bytes\{role="all"\} [1-9]\d*$/m);
     assert.match(m, /^ambit_nodejs_eventloop_lag_seconds\{role="all"\} /m);
