@@ -11,6 +11,7 @@ import type { Conn } from '../redis/connection.js';
 import type { Keys } from '../redis/keys.js';
 import type { MatcherStatsRecord } from '../redis/protocol.js';
 import { queueScript, runScript } from '../redis/scripts.js';
+import { GEO_MAX_DEVICES_PER_CALL } from '../redis/geo-scripts.js';
 import type { GeoRouter, StoredMap } from './geo-router.js';
 import type { CellMove, HubStats } from './port.js';
 
@@ -49,6 +50,7 @@ export async function sendGeoLocations(cmd: Conn, k: Keys, router: GeoRouter, co
   const at = (i: number) => (order === null ? i : order[i]);
   const batch = encodeLocations(cols);
   const p = cmd.pipeline();
+  chunk = Math.min(chunk, GEO_MAX_DEVICES_PER_CALL);
   for (let from = 0; from < n; from += chunk) {
     const to = Math.min(n, from + chunk);
     const args: (string | Buffer)[] = [k.shardPrefix, k.shared, String(inMaxLen), String(router.shards), String(router.mapVersion)];
@@ -207,16 +209,18 @@ export async function moveCells(
       cursor = nextCursor;
       if (devices.length === 0) continue;
       const at = await cmd.hmgetBuffer(k.pos, ...devices);
-      const args: (string | Buffer)[] = [];
+      const leaving: (string | Buffer)[][] = [];
       for (let i = 0; i < devices.length; i++) {
         const p = decodePosition(at[i]);
         if (p === null || next.staysAt(shard, p.lat, p.lon)) continue;
-        args.push(devices[i], String(shard), at[i]!, String(next.shardOf(p.lat, p.lon)));
+        leaving.push([devices[i], String(shard), at[i]!, String(next.shardOf(p.lat, p.lon))]);
       }
-      if (args.length === 0) continue;
-      const moved = await runScript(cmd, 'ambitGeoMove', k.seq, k.home, k.pos, k.reach, k.shardPrefix, k.shared, '100000', String(router.shards), String(version), ...args);
-      if (moved === 'MAP') throw new AmbitError('FAILED_PRECONDITION', 'the shard map changed while its cells were moving; repeat the move', 'moves');
-      devicesMoved += Number(moved);
+      for (let from = 0; from < leaving.length; from += GEO_MAX_DEVICES_PER_CALL) {
+        const args = leaving.slice(from, from + GEO_MAX_DEVICES_PER_CALL).flat();
+        const moved = await runScript(cmd, 'ambitGeoMove', k.seq, k.home, k.pos, k.reach, k.shardPrefix, k.shared, '100000', String(router.shards), String(version), ...args);
+        if (moved === 'MAP') throw new AmbitError('FAILED_PRECONDITION', 'the shard map changed while its cells were moving; repeat the move', 'moves');
+        devicesMoved += Number(moved);
+      }
     } while (cursor !== '0');
   }
   const done: StoredMap = { version, cells: target };

@@ -301,16 +301,7 @@ export class RedisHub implements Hub, InboxHost {
       (cols.lat as Float64Array)[i] = updates[i].lat;
       (cols.lon as Float64Array)[i] = updates[i].lon;
     }
-    await this.redis(async () => {
-      for (let attempt = 0; ; attempt++) {
-        try {
-          return await this.sendLocations(cols, this.batcher.flushSize);
-        } catch (err) {
-          // Placed by a shard map that moved on: nothing was written, the router has the new map.
-          if (!(err instanceof MapChanged) || attempt >= 10) throw err;
-        }
-      }
-    });
+    await this.redis(() => this.sendLocations(cols, this.batcher.flushSize));
   }
 
   /** Sends every writer's pending position and resolves once Redis has them (UNAVAILABLE if not). */
@@ -329,7 +320,16 @@ export class RedisHub implements Hub, InboxHost {
    * (at most `chunk` per entry), so the stored positions and the stream agree.
    */
   private async sendLocations(cols: LocColumns, chunk: number): Promise<void> {
-    if (this.router !== null) return sendGeoLocations(this.cmd, this.keys, this.router, cols, chunk, this.inMaxLen);
+    if (this.router !== null) {
+      for (let attempt = 0; ; attempt++) {
+        try {
+          return await sendGeoLocations(this.cmd, this.keys, this.router, cols, chunk, this.inMaxLen);
+        } catch (err) {
+          // Placed by a shard map that moved on: nothing was written, the router has the new map now.
+          if (!(err instanceof MapChanged) || attempt >= 10) throw err;
+        }
+      }
+    }
     const m = this.cmd.multi();
     for (let from = 0; from < cols.n; from += chunk) {
       const to = Math.min(cols.n, from + chunk);

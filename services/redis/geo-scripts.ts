@@ -17,8 +17,14 @@
  * cluster). Shard k's keys are `<shard prefix>k:…` (keys.ts).
  */
 
+/**
+ * Devices one location or move call may carry: its entries then stay within what Lua unpacks
+ * (about 8000 values: an `acq` entry has 8 fields a device, a `rel` entry 2, the positions' HSET 2).
+ */
+export const GEO_MAX_DEVICES_PER_CALL = 512;
+
 /** The next command id: Redis's clock, never behind the last id given; q steps by 3. */
-const NEXT_ID = `
+const NEXT_ID = `local MAX_DEVICES = ${GEO_MAX_DEVICES_PER_CALL}
 local function next_id(seq_key)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -61,7 +67,10 @@ local function acq_fields(out, dev, from, pos, subs_key)
   out[#out + 1] = 'd'; out[#out + 1] = dev
   out[#out + 1] = 'f'; out[#out + 1] = from
   if pos then out[#out + 1] = 'p'; out[#out + 1] = pos end
-  for _, v in ipairs(redis.call('HVALS', subs_key)) do out[#out + 1] = 's'; out[#out + 1] = v end
+  -- Every stored subscription in one field, a line each (stored JSON has no raw newline), so an
+  -- entry's field count does not grow with them (Lua unpacks at most about 8000 values).
+  local subs = redis.call('HVALS', subs_key)
+  if #subs > 0 then out[#out + 1] = 's'; out[#out + 1] = table.concat(subs, '\\n') end
 end
 -- The hand-overs of one script: rel and acq entries by shard, written by write_hand_overs.
 local function hand_overs() return {rel = {}, acq = {}, rel_order = {}, acq_order = {}, n = 0} end
@@ -204,6 +213,8 @@ local sp, shp, maxlen, shards = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 if not map_is(KEYS[5], ARGV[5]) then return 'MAP' end
 local first = 6
 local n = (#ARGV - first + 1) / 5
+-- Checked before anything is written: a script that fails halfway keeps what it wrote.
+if n > MAX_DEVICES then return redis.error_reply('ERR at most ' .. MAX_DEVICES .. ' devices per call, got ' .. n) end
 local devs = {}
 for i = 1, n do devs[i] = ARGV[first + 5 * (i - 1)] end
 local homes = redis.call('HMGET', KEYS[2], unpack(devs))
@@ -262,6 +273,7 @@ local sp, shp, maxlen, shards = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 if not map_is(KEYS[4], ARGV[5]) then return 'MAP' end
 local n = (#ARGV - 5) / 4
 if n == 0 then return 0 end
+if n > MAX_DEVICES then return redis.error_reply('ERR at most ' .. MAX_DEVICES .. ' devices per call, got ' .. n) end
 local devs = {}
 for i = 1, n do devs[i] = ARGV[2 + 4 * i] end
 local homes = redis.call('HMGET', KEYS[2], unpack(devs))

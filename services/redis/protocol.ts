@@ -14,7 +14,7 @@
  *   `own`, the positions of the events this shard counts (each event is counted by one shard); and
  *     rel    d <device> d <device> …      the devices leave this shard (hand-over, id "<ms>-<q+1>")
  *     acq    then per device: d <device> f <shard it comes from, or ''> [p <16 position bytes>]
- *            s <stored subscription> s … (the devices come to this shard, id "<ms>-<q+2>")
+ *            s <stored subscriptions, a line each> (the devices come to this shard, id "<ms>-<q+2>")
  *   {p}n:{device} entries (id "<ms>-<ordinal>"):
  *     e <event JSON> s <JSON array of the device's matched subscription ids> p <published ms>
  */
@@ -121,7 +121,7 @@ function parseAcquired(id: string, fields: Buffer[]): Acquired[] {
       if (v.length !== 16) throw new Error(`redis protocol: acq entry ${id} has a position of ${v.length} bytes, not 16`);
       cur.lat = v.readDoubleLE(0);
       cur.lon = v.readDoubleLE(8);
-    } else if (name === 's') cur.stored.push(v.toString('utf8'));
+    } else if (name === 's') for (const line of v.toString('utf8').split('\n')) cur.stored.push(line);
     else throw new Error(`redis protocol: acq entry ${id} has unknown field ${JSON.stringify(name)}`);
   }
   return out;

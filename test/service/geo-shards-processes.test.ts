@@ -16,8 +16,13 @@
  * holds its devices' subscriptions only. Then shard 0's leader is killed with SIGKILL while
  * publishes go on and the round-2 moves are sent; its standby leads, the other shards keep their
  * leaders; the hand-overs are in the shards' command streams; the round-2 events are published and
- * every device gets every event that matches it once, in order. A process with other AMBIT_GEO_*
- * settings on the same prefix refuses to start with the layout error.
+ * every device gets every event that matches it once, in order. Then OpsService.MoveCells through
+ * gateway A (an ops token) gives the cells under four devices to the other geographic shard while
+ * the devices are connected and publishes flow through both gateways: the answer counts the
+ * devices handed over, both gateways report the new map version, the home hash, the command
+ * streams and the matchers follow the new map, and later events reach exactly the devices they
+ * match, once, in order; invalid moves are refused naming the field, other scopes are denied. A
+ * process with other AMBIT_GEO_* settings on the same prefix refuses to start with the layout error.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
@@ -27,7 +32,7 @@ import { SCOPES, TokenAuthority } from '../../services/edge/auth.js';
 import { ShardMap } from '../../services/matcher/shard-map.js';
 import type { GeoSpec } from '../../services/redis/keys.js';
 import { Op, type Notification } from '../../api/gen/ambit/v1/types_pb.js';
-import { Clients, DeviceStream, Status, eventually, meta, unary } from '../support/grpc.js';
+import { Clients, DeviceStream, Status, eventually, expectStatus, meta, unary } from '../support/grpc.js';
 import { type Dev, deviceWorld, type Ev, eventOf, type Gateway, markerFor, matching, moveDevices, num, phaseEvent, type Point, ROUND_1_EVENTS, ROUND_2_EVENTS, text } from '../support/device-world.js';
 import { type AmbitProcess, startAmbit } from '../support/processes.js';
 import { useRedisServer } from '../support/redis-deployment.js';
@@ -36,6 +41,7 @@ const SECRET = 'geo-shards-processes-secret-0123456789ab';
 const authority = new TokenAuthority(SECRET);
 const deviceToken = (d: string) => authority.issue({ subject: d, scopes: [SCOPES.device] });
 const publisherToken = authority.issue({ subject: 'pub', scopes: [SCOPES.publish] });
+const opsToken = authority.issue({ subject: 'ops', scopes: [SCOPES.ops] });
 
 /** Two geographic shards in stripes of 0.009° at Milan, one wide shard, a guard band of 20 m. */
 const GEO: GeoSpec = { shards: 2, wide: 1, cellDeg: 0.009, guardM: 20, layout: 'stripes' };
@@ -52,16 +58,24 @@ const markerSub = (device: string) => ({ id: 'mk', filters: [{ constraints: [{ n
 const phaseSub = (phase: string) => ({ id: phase, filters: [{ constraints: [{ name: 'phase', op: Op.EQ, value: text(phase) }], area: { radiusM: FAR_M } }] });
 
 /**
- * The model of a device's home: its wide shard while it holds a wide subscription; else none before
- * its first position, then its cell's shard (every position of the world is far from a border).
+ * The model of a device's home under a shard map (the configured one unless told): its wide shard
+ * while it holds a wide subscription; else none before its first position, then its cell's shard
+ * (every position of the world is far from a column border; a device whose cell changes shard in a
+ * move is far from every border of its cell: checked where cells move).
  */
 const isWide = (dev: Dev) => dev.subs.some((s) => s.radiusM === null);
-const homeOf = (dev: Dev, pos: Point | undefined): number | undefined => (isWide(dev) ? WIDE : pos === undefined ? undefined : MAP.shardOf(pos.lat, pos.lon));
+const homeOf = (dev: Dev, pos: Point | undefined, map: ShardMap = MAP): number | undefined => (isWide(dev) ? WIDE : pos === undefined ? undefined : map.shardOf(pos.lat, pos.lon));
 /** How far a point is from the nearest border of its column of cells, in metres. */
 function borderDistanceM(p: Point): number {
   const x = (p.lon + 180) / GEO.cellDeg;
   const frac = x - Math.floor(x);
   return Math.min(frac, 1 - frac) * GEO.cellDeg * 111_195 * Math.cos((p.lat * Math.PI) / 180);
+}
+/** How far a point is from the nearest border of its cell (its column's or its row's), in metres. */
+function cellBorderDistanceM(p: Point): number {
+  const y = (p.lat + 90) / GEO.cellDeg;
+  const frac = y - Math.floor(y);
+  return Math.min(borderDistanceM(p), Math.min(frac, 1 - frac) * GEO.cellDeg * 111_195);
 }
 
 const leading = (l: Record<string, unknown>) => l.component === 'matcher' && typeof l.msg === 'string' && l.msg.includes('leading (lease epoch');
@@ -158,10 +172,10 @@ describe('geo shards processes: 2 geographic shards (stripes) + 1 wide shard, a 
 
   /** The home hash of the deployment (device → shard), the world's devices only. */
   const homes = () => inspect(async (r) => Object.fromEntries(Object.entries(await r.hgetall(`${prefix}home`)).filter(([dev]) => DEVICES.some((d) => d.name === dev)).map(([dev, k]) => [dev, Number(k)])));
-  const modelHomes = () => {
+  const modelHomes = (map: ShardMap = MAP) => {
     const out: Record<string, number> = {};
     for (const dev of DEVICES) {
-      const home = homeOf(dev, positions[dev.name]);
+      const home = homeOf(dev, positions[dev.name], map);
       if (home !== undefined) out[dev.name] = home;
     }
     return out;
@@ -182,10 +196,10 @@ describe('geo shards processes: 2 geographic shards (stripes) + 1 wide shard, a 
       return out;
     });
   /** How many subscriptions each shard's devices hold (by the model's homes), `extra` more per device. */
-  const subsPerShard = (extra: number) => {
+  const subsPerShard = (extra: number, map: ShardMap = MAP) => {
     const per = Array<number>(GEO.shards + GEO.wide).fill(0);
     for (const dev of DEVICES) {
-      const home = homeOf(dev, positions[dev.name]);
+      const home = homeOf(dev, positions[dev.name], map);
       if (home !== undefined) per[home] += dev.subs.length + 1 + extra;
     }
     return per;
@@ -421,6 +435,135 @@ describe('geo shards processes: 2 geographic shards (stripes) + 1 wide shard, a 
     await eventually(async () => (await metricOf(standby0, 'ambit_subscriptions', 'matcher')) === subs[0], `shard 0's new leader holds ${subs[0]} subscriptions`, 10_000);
     await eventually(async () => (await metricOf(leader1, 'ambit_subscriptions', 'matcher')) === subs[1], `shard 1 holds ${subs[1]} subscriptions`, 10_000);
     await eventually(async () => (await metricOf(leader2, 'ambit_subscriptions', 'matcher')) === subs[2], `the wide shard holds ${subs[2]} subscriptions`, 10_000);
+  });
+
+  it('MoveCells through one gateway while devices are connected and publishes flow: devices in the moved cells are handed over, both gateways take the new map, later events reach exactly the devices they match; invalid moves and other scopes are refused', async (t) => {
+    const opsMd = meta(opsToken);
+    const stats = (c: Clients) => unary<{ shardMapVersion: bigint; shardMapMoving: boolean }>(c.ops, 'getStats', {}, opsMd);
+    const name = (i: number) => DEVICES[i].name;
+    const cellOf = (i: number) => ({ row: MAP.row(positions[name(i)].lat), col: MAP.col(positions[name(i)].lon) });
+    const other = (i: number) => 1 - MAP.shardOf(positions[name(i)].lat, positions[name(i)].lon);
+    // The cells: device 5's (it holds device 7 and the wide device 4 too) and device 3's go from
+    // shard 1 to shard 0, device 6's from shard 0 to shard 1; device 0's cell is named with the
+    // shard it has already (its device stays). Device 1 stays in the unmoved cell just north of
+    // device 5's, device 2 on shard 0 far west.
+    const moves = [
+      { ...cellOf(5), shard: other(5) },
+      { ...cellOf(6), shard: other(6) },
+      { ...cellOf(3), shard: other(3) },
+      { ...cellOf(0), shard: 1 - other(0) },
+    ];
+    const NEW = new ShardMap({ version: 1, ...GEO, cells: Object.fromEntries(moves.map((m) => [`${m.row},${m.col}`, m.shard])) });
+    const before = modelHomes();
+    const after = modelHomes(NEW);
+    const moved = DEVICES.filter((dev) => before[dev.name] !== after[dev.name]);
+    // The world: the model's moves, both ways, devices of both gateways; each device that changes
+    // shard is far enough from every border of its cell that its guard circle reaches no other cell.
+    assert.deepEqual(await homes(), before, 'the homes before the move');
+    assert.deepEqual(moved.map((dev) => `${dev.name}: ${before[dev.name]} → ${after[dev.name]}`), ['gs-3: 1 → 0', 'gs-5: 1 → 0', 'gs-6: 0 → 1', 'gs-7: 1 → 0'], 'the devices the move hands over');
+    assert.deepEqual(cellOf(7), cellOf(5), 'devices 5 and 7 share a cell');
+    assert.deepEqual(cellOf(4), cellOf(5), 'the wide device stands in a moved cell');
+    assert.equal(after[name(4)], WIDE, 'the wide device stays on the wide shard');
+    assert.deepEqual(new Set(moved.map((dev) => dev.gateway)), new Set(['A', 'B']), 'moved devices on both gateways');
+    for (const dev of moved) assert.ok(cellBorderDistanceM(positions[dev.name]) > 3 * GEO.guardM, `${dev.name} is ${cellBorderDistanceM(positions[dev.name]).toFixed(0)} m from a border of its cell`);
+
+    // Refused, and nothing changes: a shard that is not geographic (the wide shard's number), a
+    // column or a row outside the map, no cell at all; scopes other than ops.
+    const [row, col] = [cellOf(5).row, cellOf(5).col];
+    await expectStatus(unary(ca.ops, 'moveCells', { moves: [{ row, col, shard: GEO.shards }] }, opsMd), Status.INVALID_ARGUMENT, 'moves[0].shard');
+    await expectStatus(unary(cb.ops, 'moveCells', { moves: [{ row, col: MAP.cols, shard: 0 }] }, opsMd), Status.INVALID_ARGUMENT, 'moves[0].col');
+    await expectStatus(unary(ca.ops, 'moveCells', { moves: [moves[0], { row: MAP.rows, col, shard: 0 }] }, opsMd), Status.INVALID_ARGUMENT, 'moves[1].row');
+    await expectStatus(unary(cb.ops, 'moveCells', { moves: [] }, opsMd), Status.INVALID_ARGUMENT, 'moves');
+    await expectStatus(unary(ca.ops, 'moveCells', { moves }, meta(publisherToken)), Status.PERMISSION_DENIED);
+    await expectStatus(unary(cb.ops, 'moveCells', { moves }, meta(deviceToken(name(5)))), Status.PERMISSION_DENIED);
+    for (const [g, c] of [['A', ca], ['B', cb]] as const) {
+      const s = await stats(c);
+      assert.deepEqual([s.shardMapVersion, s.shardMapMoving], [0n, false], `gateway ${g}: the configured map, no move under way`);
+    }
+    assert.equal(await inspect((r) => r.get(`${prefix}map`)), null, 'no shard map is stored');
+    assert.deepEqual(await homes(), before, 'the refused moves moved nobody');
+
+    // Every device hears the move phase: each of its events reaches all eight (all have positions).
+    for (const dev of DEVICES) await streams.get(dev.name)!.subscribeOk(phaseSub('move'));
+    const everyone = DEVICES.filter((dev) => positions[dev.name] !== undefined).length;
+    assert.equal(everyone, DEVICES.length);
+    const acqsBefore = await handOvers();
+
+    // Publishes through both gateways before, during and after the move; device 2 (its cell
+    // unmoved) sends its position again through gateway B meanwhile (UpdateLocation, answered once
+    // it is placed), so B places by the map the move stores.
+    let published = 0;
+    const publishMove = async () => {
+      const i = published++;
+      const r = await publish(i % 2 === 0 ? cb : ca, phaseEvent('move', i));
+      assert.equal(r.reached, BigInt(everyone), `move-${i}`);
+    };
+    await publishMove();
+    const inFlight = publishMove();
+    let settled = false;
+    const answer = unary<{ shardMapVersion: bigint; devicesMoved: bigint }>(ca.ops, 'moveCells', { moves }, opsMd);
+    answer.then(
+      () => (settled = true),
+      () => (settled = true),
+    );
+    await inFlight;
+    let during = 0;
+    const again = () => unary(cb.device, 'updateLocation', { location: positions[name(2)] }, meta(deviceToken(name(2))));
+    while (!settled && published < 1000) {
+      await Promise.all([publishMove(), again()]);
+      during++;
+    }
+    const r = await answer;
+    assert.deepEqual([r.shardMapVersion, r.devicesMoved], [1n, BigInt(moved.length)], 'MoveCells: the new map version and the devices handed over');
+    // Both gateways publish after the move: B takes the map as it stands now (A moved it itself).
+    await publishMove();
+    await publishMove();
+    t.diagnostic(`${published} move-phase publishes, ${during} of them (each with a position of ${name(2)}) sent after the MoveCells call and answered before its answer`);
+    for (const [g, c] of [['A', ca], ['B', cb]] as const) {
+      const s = await stats(c);
+      assert.deepEqual([s.shardMapVersion, s.shardMapMoving], [1n, false], `gateway ${g}: the new map, no move under way`);
+    }
+
+    // Every device is homed where the new map puts it; each hand-over is an `acq` entry of the shard
+    // it went to, naming the shard it left; each shard's leader holds its devices' subscriptions.
+    assert.deepEqual(await homes(), after, 'after the move: the home of each device');
+    const key = (a: Acq) => `${a.d} ${a.from}→${a.to}`;
+    const wantAcqs = [...acqsBefore, ...moved.map((dev) => ({ d: dev.name, from: String(before[dev.name]), to: after[dev.name] }))];
+    assert.deepEqual((await handOvers()).map(key).sort(), wantAcqs.map(key).sort(), 'the hand-overs in the command streams');
+    const subs = subsPerShard(2, NEW);
+    await eventually(async () => (await metricOf(standby0, 'ambit_subscriptions', 'matcher')) === subs[0], `shard 0's leader holds ${subs[0]} subscriptions`, 10_000);
+    await eventually(async () => (await metricOf(leader1, 'ambit_subscriptions', 'matcher')) === subs[1], `shard 1 holds ${subs[1]} subscriptions`, 10_000);
+    await eventually(async () => (await metricOf(leader2, 'ambit_subscriptions', 'matcher')) === subs[2], `the wide shard holds ${subs[2]} subscriptions`, 10_000);
+
+    // Both rounds' events again (new ids), through both gateways: exact reach and recipients.
+    const expected = new Map<string, { id: string; subs: string[] }[]>(DEVICES.map((dev) => [dev.name, Array.from({ length: published }, (_, i) => ({ id: `move-${i}`, subs: ['move'] }))]));
+    for (const ev of [...ROUND_1_EVENTS, ...ROUND_2_EVENTS].map((e) => ({ ...e, seq: 100 + e.seq }))) {
+      let reached = 0;
+      for (const dev of DEVICES) {
+        const m = matching(dev, positions[dev.name], ev);
+        reached += m.length;
+        if (m.length > 0) expected.get(dev.name)!.push({ id: `ev-${ev.seq}`, subs: m });
+      }
+      const res = await publish(ev.seq % 2 === 0 ? ca : cb, eventOf(ev));
+      assert.equal(res.eventId, `ev-${ev.seq}`);
+      assert.equal(res.reached, BigInt(reached), `reached of ev-${ev.seq} after the move`);
+    }
+    for (const dev of moved) assert.ok(expected.get(dev.name)!.some((e) => e.id.startsWith('ev-')), `${dev.name} expects an event on its new shard`);
+    for (const dev of DEVICES) {
+      const stream = streams.get(dev.name)!;
+      const want = expected.get(dev.name)!;
+      const got = await stream.notifications(want.length, 15_000);
+      assert.deepEqual(
+        got.map((n) => ({ id: n.event!.id, subs: [...n.subscriptionIds].sort() })),
+        want,
+        `${dev.name} (shard ${before[dev.name]} then ${after[dev.name]}, on gateway ${dev.gateway}): every event that matches it once, in publish order`,
+      );
+      assertIncreasing(dev.name, got);
+      // Nothing twice, nothing more: the next notification is its own next marker.
+      await stream.expectNextNotification(`mk-${dev.name}-3`, async () => {
+        assert.equal((await publish(dev.gateway === 'A' ? cb : ca, markerFor(dev.name, 3))).reached, 1n, `only ${dev.name}'s marker subscription matches`);
+      }, 10_000);
+    }
   });
 
   it('a process with other AMBIT_GEO_* settings on the same prefix refuses to start with the layout error', async () => {

@@ -51,6 +51,34 @@ describe('sharded by space', { skip: missing ?? false, timeout: 60_000 }, () => 
     }
   });
 
+  it('hand-overs of many devices at once, and of a device with a thousand subscriptions, arrive whole', async () => {
+    const d = await geoDeployment(STRIPES, 1);
+    try {
+      const [hub] = d.hubs;
+      const j = Math.floor((9.19 + 180) / STRIPES.cellDeg);
+      const lonOf = (col: number) => (col + 0.5) * STRIPES.cellDeg - 180;
+      const everywhere = { id: 's', filters: [{ constraints: [], area: { radiusM: 50 } }] };
+      // 1100 devices subscribe before any position, then all arrive in one call: 1100 acquisitions.
+      const devs = Array.from({ length: 1100 }, (_, i) => `crowd-${i}`);
+      await Promise.all(devs.map((dev) => hub.addSubscription(dev, everywhere)));
+      await hub.updateLocations(devs.map((dev) => ({ device: dev, lat: 45.4642, lon: lonOf(j) })));
+      assert.equal((await hub.publish([{ id: 'crowd-1', lat: 45.4642, lon: lonOf(j), attributes: {} }]))[0].reached, 1100);
+      // ... and all leave for the next column in one call.
+      await hub.updateLocations(devs.map((dev) => ({ device: dev, lat: 45.4642, lon: lonOf(j + 1) })));
+      assert.equal((await hub.publish([{ id: 'crowd-2', lat: 45.4642, lon: lonOf(j + 1), attributes: {} }]))[0].reached, 1100);
+      assert.equal((await hub.publish([{ id: 'crowd-3', lat: 45.4642, lon: lonOf(j), attributes: {} }]))[0].reached, 0);
+      // One device with the most subscriptions a device may hold crosses a border.
+      const subs = Array.from({ length: 1000 }, (_, i) => ({ id: `s${i}`, filters: [{ constraints: [{ name: 'n', op: 'ge' as const, value: i }], area: { radiusM: 50 } }] }));
+      await hub.updateLocations([{ device: 'many', lat: 45.4642, lon: lonOf(j + 3) }]);
+      for (const sub of subs) await hub.addSubscription('many', sub);
+      await hub.updateLocations([{ device: 'many', lat: 45.4642, lon: lonOf(j + 4) }]);
+      assert.equal((await hub.publish([{ id: 'many-1', lat: 45.4642, lon: lonOf(j + 4), attributes: { n: 999 } }]))[0].reached, 1000);
+      assert.equal((await hub.publish([{ id: 'many-2', lat: 45.4642, lon: lonOf(j + 4), attributes: { n: 499 } }]))[0].reached, 500);
+    } finally {
+      await d.close();
+    }
+  });
+
   it('a shard applies a device it takes over only once the shard the device left has stored what it owed the device: a notification of that shard is never overtaken, nor lost', async () => {
     const geo: GeoSpec = { shards: 3, wide: 1, cellDeg: 0.004, guardM: 60, layout: 'stripes' };
     const prefix = freshPrefix();
