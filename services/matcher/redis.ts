@@ -33,7 +33,7 @@ import { AmbitError, type ErrorCode } from '../../src/model/errors.js';
 import type { DeviceHandle, Matcher } from '../../src/engines/matcher.js';
 import { inRange } from '../../src/model/limits.js';
 import type { Event } from '../../src/model/types.js';
-import { compareStreamIds, decodeLocations, splitStoredSubscription, streamIdMs } from '../redis/codec.js';
+import { compareStreamIds, decodeLocations, decodePosition, splitStoredSubscription, streamIdMs } from '../redis/codec.js';
 import { type Conn, DEFAULT_REDIS, type RedisSource, closeConnection, connectAll, intOption, openConn, prefixOption, sleep } from '../redis/connection.js';
 import { DEFAULT_PREFIX, type GeoSpec, Keys } from '../redis/keys.js';
 import { checkLayout, layoutFor } from '../redis/layout.js';
@@ -387,6 +387,7 @@ export class RedisMatcher {
       // older leader's late deliveries to the group are refused from here on.
       await Promise.all(k.groups.map((g) => runScript(this.cmd, 'ambitFenceRaise', g.fence, this.token)));
     }
+    await this.rewindHandOvers(from, this.lastId);
     this.rewind(from);
     this.committed = from;
     this.inBatch.clear();
@@ -423,6 +424,8 @@ export class RedisMatcher {
     if (replayed === null) {
       const { from, deferred } = await rebuildFromRedis(this.cmd, this.keys, this.core, this.move, this.log, COMPONENT);
       this.deferred = deferred;
+      // The homes read are those of now; the replay starts at the stored offset.
+      await this.rewindHandOvers(from, '+');
       this.lastId = this.committed = from;
       // Redis's state may hold the effect of any command written before this read.
       this.appliedMax = (await streamBounds(this.cmd, this.keys)).lastId;
@@ -596,6 +599,67 @@ export class RedisMatcher {
       this.move(a.device, a.lat, a.lon);
       this.applied++;
     }
+  }
+
+  /**
+   * Sharding by space: this matcher is about to read its stream again from `from` while its
+   * devices are those of a later point `upTo` (a standby's engine is at its read position, a
+   * failed batch was applied, a rebuild from Redis has the homes of now). A device whose first
+   * hand-over entry in (from, upTo] is an `acq` had not arrived at `from`: it is released (the
+   * replay brings it back at its `acq`, gated). A device whose first is a `rel` was still here: it
+   * is brought back at the position its `rel` names, with its subscriptions as Redis stores them
+   * (the replay releases it at its `rel`). So a publish replayed is matched by the shard that held
+   * each device at its place in the order.
+   */
+  private async rewindHandOvers(from: string, upTo: string): Promise<void> {
+    if (this.keys.layout.geo === undefined || (upTo !== '+' && compareStreamIds(from, upTo) >= 0)) return;
+    const first = new Map<string, 'rel' | 'acq'>();
+    const leftAt = new Map<string, { lat: number; lon: number } | null>();
+    let start = `(${from}`;
+    for (;;) {
+      const page = await this.cmd.xrangeBuffer(this.keys.in, start, upTo, 'COUNT', 1000);
+      for (const [idBuf, fields] of page) {
+        const kind = fields.length > 1 ? fields[1].toString('latin1') : '';
+        if (kind !== 'rel' && kind !== 'acq') continue;
+        const entry = this.parse(idBuf, fields);
+        if (entry === null || (entry.t !== 'rel' && entry.t !== 'acq')) continue;
+        if (entry.t === 'acq') {
+          for (const a of entry.devices) if (!first.has(a.device)) first.set(a.device, 'acq');
+        } else {
+          entry.devices.forEach((d, i) => {
+            if (first.has(d)) return;
+            first.set(d, 'rel');
+            leftAt.set(d, entry.at[i]);
+          });
+        }
+      }
+      if (page.length < 1000) break;
+      start = `(${page[page.length - 1][0].toString('latin1')}`;
+    }
+    let released = 0;
+    let restored = 0;
+    const back: string[] = [];
+    for (const [d, kind] of first) {
+      if (kind === 'acq') {
+        this.release(d);
+        released++;
+      } else back.push(d);
+    }
+    for (let i = 0; i < back.length; i += 500) {
+      const chunk = back.slice(i, i + 500);
+      const p = this.cmd.pipeline();
+      for (const d of chunk) p.hvals(this.keys.subs(d));
+      const [subs, at] = await Promise.all([p.exec(), this.cmd.hmgetBuffer(this.keys.pos, ...chunk)]);
+      for (let j = 0; j < chunk.length; j++) {
+        const [err, stored] = (subs ?? [])[j] ?? [null, []];
+        if (err !== null) throw err;
+        // The position it had here (its rel entry has it), else the stored one.
+        const pos = leftAt.get(chunk[j]) ?? decodePosition(at[j]);
+        this.acquire({ device: chunk[j], from: '', lat: pos?.lat ?? null, lon: pos?.lon ?? null, stored: stored as string[] });
+        restored++;
+      }
+    }
+    if (released + restored > 0) this.log?.info({ from, upTo, released, restored }, `${COMPONENT}: reading again from ${from}: ${released} devices that arrived since released, ${restored} that left since brought back`);
   }
 
   /** Reads from `id` on; a snapshot being written starts no later than it. */
@@ -823,10 +887,12 @@ export class RedisMatcher {
     if (isFenced(err)) {
       this.fenced++;
       this.lease.lose(`a write was refused: ${err instanceof Error ? err.message : String(err)}`);
+      await this.rewindHandOvers(this.committed, this.lastId).catch((e: unknown) => this.log?.warn({ err: e }, `${COMPONENT}: hand-overs not rewound`));
       this.rewind(this.committed);
       return true;
     }
     this.log?.error({ err }, `${COMPONENT}: batch failed; replaying it from ${this.committed}`);
+    await this.rewindHandOvers(this.committed, this.lastId).catch((e: unknown) => this.log?.warn({ err: e }, `${COMPONENT}: hand-overs not rewound`));
     this.rewind(this.committed);
     await sleep(1000);
     return true;

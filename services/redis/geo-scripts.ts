@@ -74,13 +74,17 @@ local function acq_fields(out, dev, from, pos, subs_key)
 end
 -- The hand-overs of one script: rel and acq entries by shard, written by write_hand_overs.
 local function hand_overs() return {rel = {}, acq = {}, rel_order = {}, acq_order = {}, n = 0} end
--- Device dev leaves shard cur (false: none) for target, with position pos (false: none).
+-- Device dev leaves shard cur (false: none) for target, with position pos (false: none). The rel
+-- entry carries the position the device had on cur (still the stored one: a location script
+-- stores the new positions after its hand-overs), for a shard that reads its stream again.
 local function hand_over(h, sp, shp, shards, home_key, reach_key, dev, cur, target, pos)
   h.n = h.n + 1
   if cur then
     if not h.rel[cur] then h.rel[cur] = {'t', 'rel'}; h.rel_order[#h.rel_order + 1] = cur end
     local r = h.rel[cur]
     r[#r + 1] = 'd'; r[#r + 1] = dev
+    local was = redis.call('HGET', shp .. 'pos', dev)
+    if was then r[#r + 1] = 'p'; r[#r + 1] = was end
     redis.call('SREM', sp .. cur .. ':subdevs', dev)
   end
   if not h.acq[target] then h.acq[target] = {'t', 'acq'}; h.acq_order[#h.acq_order + 1] = target end

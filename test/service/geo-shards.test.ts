@@ -79,6 +79,61 @@ describe('sharded by space', { skip: missing ?? false, timeout: 60_000 }, () => 
     }
   });
 
+  for (const how of ['its standby takes over', 'a new matcher rebuilds it from Redis'] as const) {
+    it(`a shard leader killed after matching a publish, before storing it, while the device then leaves for another shard: ${how} and the replayed publish still reaches the device`, async () => {
+      const geo: GeoSpec = { shards: 3, wide: 1, cellDeg: 0.004, guardM: 60, layout: 'stripes' };
+      const j = Math.floor((9.19 + 180) / geo.cellDeg);
+      const b = j % 3;
+      const lonOf = (col: number) => (col + 0.5) * geo.cellDeg - 180;
+      let armed = false;
+      let matched!: () => void;
+      const bMatched = new Promise<void>((resolve) => (matched = resolve));
+      const leaders: RedisMatcher[] = [];
+      const d = await geoDeployment(geo, 1, (k) =>
+        k === b
+          ? {
+              leaseMs: 400,
+              hooks: {
+                onMatched: (m: { publishes: number }) => {
+                  if (!armed || m.publishes === 0) return;
+                  armed = false;
+                  void leaders[b].crash(); // matched, nothing stored or answered
+                  matched();
+                },
+              },
+            }
+          : {},
+      );
+      leaders.push(...d.matchers);
+      const standby = how === 'its standby takes over' ? await RedisMatcher.start(matcherOptions(d.prefix, { geo, partition: b, leaseMs: 400 })) : null;
+      let fresh: RedisMatcher | null = null;
+      try {
+        const [hub] = d.hubs;
+        await hub.updateLocations([{ device: 'leaver', lat: 45.4642, lon: lonOf(j) }]);
+        await hub.addSubscription('leaver', { id: 'near', filters: [{ constraints: [], area: { radiusM: 300 } }] });
+        assert.equal(await inspect((r) => r.hget(`${d.prefix}home`, 'leaver')), String(b));
+        armed = true;
+        const p = hub.publish([{ id: 'while-here', lat: 45.4642, lon: lonOf(j), attributes: {} }]);
+        p.catch(() => {}); // awaited below
+        await bMatched;
+        // After the publish in the order: the device leaves shard b (its rel is after the publish).
+        await hub.updateLocations([{ device: 'leaver', lat: 45.4642, lon: lonOf(j + 1) }]);
+        assert.notEqual(await inspect((r) => r.hget(`${d.prefix}home`, 'leaver')), String(b));
+        if (standby === null) fresh = await RedisMatcher.start(matcherOptions(d.prefix, { geo, partition: b }));
+        else await standby.whenRole('leader');
+        assert.equal((await p)[0].reached, 1, 'the replayed publish reaches the device, as one matcher holding everything would');
+        const inbox = await hub.openInbox('leaver', '');
+        const got = await inbox.pull(10);
+        inbox.close();
+        assert.deepEqual(got.map((n) => n.event.id), ['while-here']);
+      } finally {
+        await standby?.stop();
+        await fresh?.stop();
+        await d.close();
+      }
+    });
+  }
+
   it('a shard applies a device it takes over only once the shard the device left has stored what it owed the device: a notification of that shard is never overtaken, nor lost', async () => {
     const geo: GeoSpec = { shards: 3, wide: 1, cellDeg: 0.004, guardM: 60, layout: 'stripes' };
     const prefix = freshPrefix();
