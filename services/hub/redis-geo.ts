@@ -9,7 +9,7 @@ import type { Logger } from 'pino';
 import { type LocColumns, decodePosition, encodeLocations } from '../redis/codec.js';
 import type { Conn } from '../redis/connection.js';
 import type { Keys } from '../redis/keys.js';
-import type { MatcherStatsRecord } from '../redis/protocol.js';
+import type { MatcherStatsRecord, PublishReply } from '../redis/protocol.js';
 import { queueScript, runScript } from '../redis/scripts.js';
 import { GEO_MAX_DEVICES_PER_CALL } from '../redis/geo-scripts.js';
 import type { GeoRouter, StoredMap } from './geo-router.js';
@@ -17,9 +17,33 @@ import type { CellMove, HubStats } from './port.js';
 
 /** A publish waiting for the shards it visits: each one's events (indices), and the sums so far. */
 export interface GeoPending {
+  /** The shards still to answer, each with its events' indices in the publish. */
   idx: Map<number, number[]>;
   reached: number[];
   dups: Set<number>;
+  /** False until the publish script has answered: shards' answers that come first wait in `early`. */
+  ready: boolean;
+  early: PublishReply[];
+  /** The publish's entry id ('' before the script answered). */
+  entry: string;
+  /** Duplicates whose first publish had no recorded reach yet (still being matched). */
+  unknown: Set<number>;
+}
+
+/**
+ * One shard's answer to a publish: its counts by its events' indices. True once every shard it
+ * visited has answered.
+ */
+export function foldReply(sh: GeoPending, reply: PublishReply): boolean {
+  if (!sh.ready) {
+    sh.early.push(reply);
+    return false;
+  }
+  const idx = reply.s === undefined ? undefined : sh.idx.get(reply.s);
+  if (idx === undefined) return sh.idx.size === 0; // a shard this publish did not visit, or answered already (a replay)
+  sh.idx.delete(reply.s!);
+  for (let j = 0; j < idx.length; j++) sh.reached[idx[j]] += reply.r?.[j] ?? 0;
+  return sh.idx.size === 0;
 }
 
 /** A location batch placed by a shard map that has changed since: nothing was written; the router has the new map now. */
@@ -73,28 +97,67 @@ export async function sendGeoLocations(cmd: Conn, k: Keys, router: GeoRouter, co
 }
 
 /**
- * One script call adds the publish to every shard it visits (chosen by the reach hash; a newer
- * hash than the router's is taken and the shards chosen again); `pending` then waits for each of
- * those shards' answers.
+ * One script call deduplicates the events' ids for the whole deployment and adds the fresh events
+ * to every shard they visit (chosen by the reach hash; a newer hash than the router's is taken and
+ * the shards chosen again); `pending` then waits for each of those shards' answers. A duplicate is
+ * answered with the reach recorded for its first publish (`recordReach`; 0 while that one is
+ * still being matched). True when some shard will answer, false when every event was a duplicate.
  */
-export async function publishGeo(cmd: Conn, k: Keys, router: GeoRouter, gatewayId: string, inMaxLen: number, pending: { shards?: GeoPending } | undefined, corr: string, events: readonly Event[]): Promise<void> {
+export async function publishGeo(
+  cmd: Conn,
+  k: Keys,
+  router: GeoRouter,
+  o: { gatewayId: string; inMaxLen: number; dedupeWindowMs: number },
+  pending: { shards?: GeoPending } | undefined,
+  corr: string,
+  events: readonly Event[],
+): Promise<boolean> {
   const jsons = events.map((e) => JSON.stringify(e));
   for (let attempt = 0; ; attempt++) {
     const { shards: routes, owner } = router.route(events);
     if (pending === undefined) throw new Error('the publish timed out before it was sent');
-    pending.shards = { idx: new Map(routes), reached: new Array<number>(events.length).fill(0), dups: new Set() };
+    const sh: GeoPending = (pending.shards = { idx: new Map(), reached: new Array<number>(events.length).fill(0), dups: new Set(), ready: false, early: [], entry: '', unknown: new Set() });
     const args: string[] = [];
-    for (const [shard, idx] of routes) {
-      const own: number[] = [];
-      for (let j = 0; j < idx.length; j++) if (owner[idx[j]] === shard) own.push(j);
-      args.push(String(shard), `[${idx.map((i) => jsons[i]).join(',')}]`, JSON.stringify(idx), JSON.stringify(own));
+    for (let i = 0; i < events.length; i++) args.push(events[i].id, jsons[i], String(owner[i]));
+    for (const [shard, idx] of routes) args.push(String(shard), idx.join(','));
+    const r = (await runScript(cmd, 'ambitGeoPub', k.seq, k.reach, k.geoStats, k.shardPrefix, o.inMaxLen, router.reachVersion, corr, o.gatewayId, events.length, o.dedupeWindowMs, k.geoEventId(''), ...args)) as string[];
+    if (r[0] === 'OK') {
+      sh.entry = r[1];
+      const dups = r[2] === '' ? [] : r[2].split(',').map(Number);
+      dups.forEach((i, j) => {
+        sh.dups.add(i);
+        const sp = r[3 + j].indexOf(' ');
+        if (sp < 0) sh.unknown.add(i);
+        else sh.reached[i] = Number(r[3 + j].slice(sp + 1)) || 0;
+      });
+      // The shards that got an entry: those with a fresh event (as the script decided).
+      for (const [shard, idx] of routes) {
+        const fresh = idx.filter((i) => !sh.dups.has(i));
+        if (fresh.length > 0) sh.idx.set(shard, fresh);
+      }
+      sh.ready = true;
+      const early = sh.early;
+      sh.early = [];
+      let done = sh.idx.size === 0;
+      for (const reply of early) done = foldReply(sh, reply);
+      return !done;
     }
-    const r = (await runScript(cmd, 'ambitGeoPub', k.seq, k.reach, k.geoStats, k.shardPrefix, inMaxLen, router.reachVersion, corr, gatewayId, events.length, ...args)) as string[];
-    if (r[0] === 'OK') return;
     if (r[0] !== 'REACH' || attempt >= 20) throw new Error(`unexpected answer of the publish script: ${String(r[0])}`);
     // The reach grew, or the shard map moved (its version is in the same hash): take both again.
     await loadMap(cmd, k, router);
   }
+}
+
+/** Records each fresh event's summed reach beside its id, for the answers to its duplicates. */
+export async function recordReach(cmd: Conn, k: Keys, sh: GeoPending, events: readonly Event[]): Promise<void> {
+  const p = cmd.pipeline();
+  let n = 0;
+  for (let i = 0; i < events.length; i++) {
+    if (sh.dups.has(i)) continue;
+    p.call('SET', k.geoEventId(events[i].id), `${sh.entry} ${sh.reached[i]}`, 'XX', 'KEEPTTL');
+    n++;
+  }
+  if (n > 0) await p.exec();
 }
 
 /**
@@ -127,6 +190,7 @@ export async function geoHubStats(cmd: Conn, keys: Keys, router: GeoRouter, gate
     filters: sum((m) => m.filters),
     devices: sum((m) => m.devices),
     eventsPublished: shardSum('events'),
+    // (duplicates are counted by the publish script, in the deployment's counters)
     notifications: num('notifications'),
     locationUpdates: num('locations'),
     notificationsDropped: num('dropped'),
@@ -139,7 +203,7 @@ export async function geoHubStats(cmd: Conn, keys: Keys, router: GeoRouter, gate
       reachVersion: Number(router.reachVersion),
       shardMapVersion: router.mapVersion,
       shardMapMoving: router.prev !== null,
-      duplicateEvents: shardSum('duplicates'),
+      duplicateEvents: num('duplicates'),
       gatewayId,
     },
   };

@@ -38,11 +38,12 @@ import { checkLayout, layoutFor } from '../redis/layout.js';
 import { type MatcherStatsRecord, type PublishReply, RecentEvents, locFields, parsePushedNotification, parseReply, parseStoredNotification, pubFields } from '../redis/protocol.js';
 import { defineScripts, runScript } from '../redis/scripts.js';
 import { missedAfter, resumePoint } from '../matcher/fanout.js';
+import { DEFAULT_DEDUPE } from '../matcher/event-ids.js';
 import { type InboxHost, RedisInbox } from './redis-inbox.js';
 import { CoalescedWriter } from './coalesced-writer.js';
 import { LocationBatcher } from './location-batcher.js';
 import { GeoRouter, subscriptionPlacement } from './geo-router.js';
-import { type GeoPending, MapChanged, geoHubStats, loadMap, moveCells, publishGeo, sendGeoLocations } from './redis-geo.js';
+import { type GeoPending, MapChanged, foldReply, geoHubStats, loadMap, moveCells, publishGeo, recordReach, sendGeoLocations } from './redis-geo.js';
 
 const COMPONENT = 'redis hub';
 /** Devices per ack script call. */
@@ -77,6 +78,11 @@ export interface RedisHubOptions {
   flushSize?: number;
   /** Flushes in flight before writers only coalesce (backpressure); default 4. */
   maxInFlightFlushes?: number;
+  /**
+   * Sharding by space: how long an event id deduplicates (ms; default 300 000, 0: off). Decided
+   * at publish, for the whole deployment; without sharding by space the matchers decide.
+   */
+  dedupeWindowMs?: number;
   /** How long publish() waits for the matcher; default 10 000 ms. */
   publishTimeoutMs?: number;
   /**
@@ -117,6 +123,8 @@ export class RedisHub implements Hub, InboxHost {
   private readonly cap: number;
   private readonly inMaxLen: number;
   private readonly publishTimeoutMs: number;
+  /** Sharding by space: how long event ids deduplicate (the deployment's window, decided by the publish script). */
+  private readonly dedupeWindowMs: number;
   /** @internal read by inboxes */
   readonly pollMs: number;
   private readonly replyChannel: string;
@@ -124,6 +132,8 @@ export class RedisHub implements Hub, InboxHost {
   /** Sharding by space: where devices and publishes go; null otherwise. */
   private readonly router: GeoRouter | null;
   private readonly pending = new Map<string, PendingPublish>();
+  /** Sharding by space: the fresh events this gateway is publishing, by id, with their reach once answered. */
+  private readonly inflight = new Map<string, { reach: Promise<number>; resolve(r: number): void }>();
   private corrSeq = 0;
   /** Open inboxes by device; a device's doorbell channel is subscribed while its set is non-empty. */
   private readonly doorbells = new Map<string, Set<RedisInbox>>();
@@ -164,6 +174,7 @@ export class RedisHub implements Hub, InboxHost {
     const flushSize = intOption(COMPONENT, 'flushSize', options.flushSize, 1024, 1, 65_536);
     const maxInFlight = intOption(COMPONENT, 'maxInFlightFlushes', options.maxInFlightFlushes, 4, 1, 1024);
     this.publishTimeoutMs = intOption(COMPONENT, 'publishTimeoutMs', options.publishTimeoutMs, 10_000, 1, 600_000);
+    this.dedupeWindowMs = intOption(COMPONENT, 'dedupeWindowMs', options.dedupeWindowMs, DEFAULT_DEDUPE.windowMs, 0, 7 * 24 * 3600 * 1000);
     this.pollMs = intOption(COMPONENT, 'pollMs', options.pollMs, 30_000, 10, 600_000);
     this.inMaxLen = intOption(COMPONENT, 'inMaxLen', options.inMaxLen, 100_000, 100, 1e9);
     this.cap = intOption(COMPONENT, 'maxSubscriptionsPerDevice', options.maxSubscriptionsPerDevice, DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE, 1, 1e6);
@@ -378,8 +389,31 @@ export class RedisHub implements Hub, InboxHost {
       this.pending.set(corr, { resolve, reject, timer });
     });
     reached.catch(() => {}); // observed below; keeps an early rejection from being reported as unhandled
+    const pend = this.pending.get(corr); // kept: sharded by space, its shards' answers are read after it resolves
     try {
-      if (this.router !== null) await publishGeo(this.cmd, this.keys, this.router, this.gatewayId, this.inMaxLen, this.pending.get(corr), corr, events.map(plainEvent));
+      if (this.router !== null) {
+        const p = this.pending.get(corr);
+        const answering = await publishGeo(this.cmd, this.keys, this.router, { gatewayId: this.gatewayId, inMaxLen: this.inMaxLen, dedupeWindowMs: this.dedupeWindowMs }, p, corr, events.map(plainEvent));
+        const sh = p?.shards;
+        if (sh !== undefined) {
+          for (let i = 0; i < events.length; i++) {
+            if (sh.dups.has(i) || this.inflight.has(events[i].id)) continue;
+            let resolve!: (r: number) => void;
+            const reach = new Promise<number>((res) => (resolve = res));
+            const id = events[i].id;
+            this.inflight.set(id, {
+              reach,
+              resolve: (r) => {
+                this.inflight.delete(id);
+                resolve(r);
+              },
+            });
+            // A publish that fails or times out leaves its duplicates to the recorded reach.
+            reached.catch(() => this.inflight.get(id)?.resolve(0));
+          }
+        }
+        if (!answering) this.settleGeo(corr); // every event a duplicate: no shard answers
+      }
       else await this.cmd.xadd(this.keys.in, 'MAXLEN', '~', this.inMaxLen, '*', ...pubFields(corr, this.gatewayId, payload));
     } catch (err) {
       const p = this.pending.get(corr);
@@ -391,9 +425,62 @@ export class RedisHub implements Hub, InboxHost {
       throw new AmbitError('UNAVAILABLE', `${COMPONENT}: the publish may or may not be stored (${err instanceof Error ? err.message : String(err)}); publish again with the same event ids`);
     }
     const answer = await reached;
+    if (this.router !== null) await this.afterGeoPublish(corr, pend?.shards, events, answer);
     const counts = answer.r ?? [];
     const dups = answer.d === undefined ? null : new Set(answer.d);
     return events.map((e, i) => (dups?.has(i) ? { eventId: e.id, reached: counts[i] ?? 0, duplicate: true } : { eventId: e.id, reached: counts[i] ?? 0 }));
+  }
+
+  /** Sharding by space: the publish `corr` has every answer it waits for; it resolves. */
+  private settleGeo(corr: string): void {
+    const p = this.pending.get(corr);
+    const sh = p?.shards;
+    if (p === undefined || sh === undefined) return;
+    this.pending.delete(corr);
+    clearTimeout(p.timer);
+    p.resolve({ c: corr, r: sh.reached, ...(sh.dups.size > 0 ? { d: [...sh.dups] } : {}) });
+  }
+
+  /**
+   * Sharding by space, once a publish is answered: a duplicate of an event earlier in the same
+   * publish takes its reach; each fresh event's reach is recorded for its later duplicates.
+   */
+  private async afterGeoPublish(corr: string, sh: GeoPending | undefined, events: readonly Event[], answer: PublishReply): Promise<void> {
+    const entry = sh?.entry ?? '';
+    const r = answer.r ?? [];
+    const dups = new Set(answer.d ?? []);
+    const firstOf = new Map<string, number>();
+    events.forEach((e, i) => {
+      if (!dups.has(i) && !firstOf.has(e.id)) firstOf.set(e.id, i);
+    });
+    try {
+      if (this.dedupeWindowMs > 0 && entry !== '') await recordReach(this.cmd, this.keys, { idx: new Map(), reached: r, dups, ready: true, early: [], entry, unknown: new Set() }, events);
+    } catch (err) {
+      this.log?.warn({ err, corr }, `${COMPONENT}: the reach of a publish was not recorded for its duplicates`);
+    } finally {
+      for (const [id, i] of firstOf) this.inflight.get(id)?.resolve(r[i]);
+    }
+    // A duplicate whose first publish was still being matched: of this call, of another call of
+    // this gateway (its answer is awaited), or of another gateway (its recorded reach is awaited).
+    for (const i of sh?.unknown ?? []) {
+      const id = events[i].id;
+      const f = firstOf.get(id);
+      if (f !== undefined && f < i) r[i] = r[f];
+      else r[i] = await (this.inflight.get(id)?.reach ?? this.recordedReach(id));
+    }
+  }
+
+  /** The reach another gateway records for an event id, once it has (0 if it never does in time). */
+  private async recordedReach(id: string): Promise<number> {
+    const until = Date.now() + this.publishTimeoutMs;
+    for (let pause = 2; Date.now() < until && !this.closed; pause = Math.min(100, pause * 2)) {
+      const v = await this.cmd.get(this.keys.geoEventId(id));
+      const sp = v === null ? -1 : v.indexOf(' ');
+      if (v === null) return 0;
+      if (sp > 0) return Number(v.slice(sp + 1)) || 0;
+      await new Promise((resolve) => setTimeout(resolve, pause));
+    }
+    return 0;
   }
 
   private onMessage(channel: string, message: string): void {
@@ -407,16 +494,8 @@ export class RedisHub implements Hub, InboxHost {
       if (p === undefined) return; // timed out, or a replay after a matcher restart
       const sh = p.shards;
       if (sh !== undefined && reply.error === undefined) {
-        // One shard's answer: its counts and duplicates, by its events' indices in the publish.
-        const idx = reply.s === undefined ? undefined : sh.idx.get(reply.s);
-        if (idx === undefined) return; // a shard this publish did not visit, or answered already (a replay)
-        sh.idx.delete(reply.s!);
-        for (let j = 0; j < idx.length; j++) sh.reached[idx[j]] += reply.r?.[j] ?? 0;
-        for (const j of reply.d ?? []) if (idx[j] !== undefined) sh.dups.add(idx[j]);
-        if (sh.idx.size > 0) return;
-        this.pending.delete(reply.c);
-        clearTimeout(p.timer);
-        p.resolve({ c: reply.c, r: sh.reached, ...(sh.dups.size > 0 ? { d: [...sh.dups] } : {}) });
+        // One shard's answer: its counts, by its events' indices in the publish.
+        if (foldReply(sh, reply)) this.settleGeo(reply.c);
         return;
       }
       this.pending.delete(reply.c);

@@ -257,7 +257,8 @@ export class RedisMatcher {
     this.blockMs = intOption(COMPONENT, 'blockMs', options.blockMs, 1000, 1, 60_000);
     this.statsMs = intOption(COMPONENT, 'statsMs', options.statsMs, 1000, 10, 60_000);
     this.leaseMs = intOption(COMPONENT, 'leaseMs', options.leaseMs, 2000, 100, 600_000);
-    this.dedupeWindowMs = intOption(COMPONENT, 'dedupeWindowMs', options.dedupeWindowMs, DEFAULT_DEDUPE.windowMs, 0, 7 * 24 * 3600 * 1000);
+    // Sharded by space, event ids are deduplicated by the publish script for all shards at once.
+    this.dedupeWindowMs = options.geo !== undefined ? 0 : intOption(COMPONENT, 'dedupeWindowMs', options.dedupeWindowMs, DEFAULT_DEDUPE.windowMs, 0, 7 * 24 * 3600 * 1000);
     this.hooks = options.hooks ?? {};
     const snap = options.snapshot;
     if (snap !== undefined && (typeof snap !== 'object' || snap === null || typeof snap.dir !== 'string' || snap.dir === '')) {

@@ -136,6 +136,7 @@ export async function connectGatewayHub(config: ServerConfig, log: Logger): Prom
       log,
       maxSubscriptionsPerDevice: config.maxSubscriptionsPerDevice,
       inMaxLen: config.commandStreamMaxLen,
+      dedupeWindowMs: config.dedupe.windowMs,
     });
   if (k === 1 || config.geo !== null) {
     // One hub: a single matcher, or every shard of a deployment sharded by space (it places devices and routes publishes).

@@ -315,13 +315,18 @@ return 'OK'
 `;
 
 /**
- * A publish: one `pub` entry in every shard it visits, all with one id, each with the events that
- * visit that shard and their indices in the publish. The gateway chose the shards by the reach
- * hash at the version it names; a newer version fails the call with the hash, to choose again.
+ * A publish: event ids are deduplicated here, for the whole deployment (an id seen within the
+ * window, or earlier in this publish, is a duplicate: matched nowhere, answered with the reach the
+ * gateway recorded for its first publish); then one `pub` entry in every shard the fresh events
+ * visit, all with one id, each with its events, their indices in the publish and the positions
+ * among them of the events it counts (each event is counted by one shard it visits). The gateway
+ * chose the shards by the reach hash at the version it names; a newer version fails the call with
+ * the hash, to choose again.
  * KEYS: seq, reach, stats. ARGV: shard prefix, in maxlen, reach version, correlation id, gateway id,
- *       event count, then per shard: shard, events JSON, indices JSON, and the positions among
- *       them of the events it counts (each event is counted by one shard it visits).
- * Returns {'OK', entry id} or {'REACH', field, value, …}.
+ *       event count n, dedupe window ms (0: none), event-id key prefix, then per event: id, JSON,
+ *       the shard that counts it; then per shard: shard, its events' indices ("0,3,5").
+ * Returns {'OK', entry id, duplicate indices ("1,4"), then each duplicate's recorded
+ * "<entry id> <reach>"}, or {'REACH', field, value, …}.
  */
 export const GEO_PUB = `${NEXT_ID}
 if (redis.call('HGET', KEYS[2], 'v') or '0') ~= ARGV[3] then
@@ -329,11 +334,38 @@ if (redis.call('HGET', KEYS[2], 'v') or '0') ~= ARGV[3] then
   table.insert(r, 1, 'REACH')
   return r
 end
+local n, window, eid = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
 local base, q = next_id(KEYS[1])
 local id = id_at(base, q, 0)
-for i = 7, #ARGV, 4 do
-  redis.call('XADD', ARGV[1] .. ARGV[i] .. ':in', 'MAXLEN', '~', ARGV[2], id, 't', 'pub', 'corr', ARGV[4], 'gw', ARGV[5], 'events', ARGV[i + 1], 'idx', ARGV[i + 2], 'own', ARGV[i + 3])
+local fresh, dupi, dupv = {}, {}, {}
+for i = 0, n - 1 do
+  local key = ARGV[9 + 3 * i]
+  if window > 0 and not redis.call('SET', eid .. key, id, 'NX', 'PX', window) then
+    dupi[#dupi + 1] = tostring(i)
+    dupv[#dupv + 1] = redis.call('GET', eid .. key) or ''
+  else
+    fresh[i] = true
+  end
 end
-redis.call('HINCRBY', KEYS[3], 'published', ARGV[6])
-return {'OK', id}
+for s = 9 + 3 * n, #ARGV, 2 do
+  local shard = ARGV[s]
+  local jsons, idx, own = {}, {}, {}
+  for w in string.gmatch(ARGV[s + 1], '%d+') do
+    local i = tonumber(w)
+    if fresh[i] then
+      jsons[#jsons + 1] = ARGV[10 + 3 * i]
+      idx[#idx + 1] = w
+      if ARGV[11 + 3 * i] == shard then own[#own + 1] = tostring(#idx - 1) end
+    end
+  end
+  if #idx > 0 then
+    redis.call('XADD', ARGV[1] .. shard .. ':in', 'MAXLEN', '~', ARGV[2], id, 't', 'pub', 'corr', ARGV[4], 'gw', ARGV[5],
+      'events', '[' .. table.concat(jsons, ',') .. ']', 'idx', '[' .. table.concat(idx, ',') .. ']', 'own', '[' .. table.concat(own, ',') .. ']')
+  end
+end
+redis.call('HINCRBY', KEYS[3], 'published', n)
+if #dupi > 0 then redis.call('HINCRBY', KEYS[3], 'duplicates', #dupi) end
+local out = {'OK', id, table.concat(dupi, ',')}
+for _, v in ipairs(dupv) do out[#out + 1] = v end
+return out
 `;

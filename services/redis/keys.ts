@@ -275,6 +275,11 @@ export class Keys {
     return `${this.base}eid:${id}`;
   }
 
+  /** Sharding by space: an event id of the whole deployment's dedupe window ("<entry id>[ <reach>]"). */
+  geoEventId(id: string): string {
+    return `${this.shared}eid:${id}`;
+  }
+
   reply(gatewayId: string): string {
     return `${this.shared}reply:${gatewayId}`;
   }
