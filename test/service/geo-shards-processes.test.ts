@@ -36,6 +36,7 @@ import { Clients, DeviceStream, Status, eventually, expectStatus, meta, unary } 
 import { type Dev, deviceWorld, type Ev, eventOf, type Gateway, markerFor, matching, moveDevices, num, phaseEvent, type Point, ROUND_1_EVENTS, ROUND_2_EVENTS, text } from '../support/device-world.js';
 import { type AmbitProcess, startAmbit } from '../support/processes.js';
 import { useRedisServer } from '../support/redis-deployment.js';
+import { assertIncreasing, inspectServer, layoutError, leading, metricOf } from '../support/process-checks.js';
 
 const SECRET = 'geo-shards-processes-secret-0123456789ab';
 const authority = new TokenAuthority(SECRET);
@@ -78,42 +79,8 @@ function cellBorderDistanceM(p: Point): number {
   return Math.min(borderDistanceM(p), Math.min(frac, 1 - frac) * GEO.cellDeg * 111_195);
 }
 
-const leading = (l: Record<string, unknown>) => l.component === 'matcher' && typeof l.msg === 'string' && l.msg.includes('leading (lease epoch');
-
-/** The exact error a process of layout `mine` gets on a deployment recorded as `stored` (layout.ts checkLayout). */
-const layoutError = (component: string, prefix: string, stored: string, mine: string) =>
-  `${component}: the deployment ${JSON.stringify(prefix)} uses the key layout "${stored}", this process "${mine}" (every process of a deployment needs the same Redis kind, AMBIT_REDIS_DEVICE_GROUPS, AMBIT_MATCHER_PARTITIONS and AMBIT_GEO_* settings)`;
-
-/** One value of `name` on a process's /metrics (null when it is not exported). */
-async function metricOf(p: AmbitProcess, name: string, role: string): Promise<number | null> {
-  assert.ok(p.metricsPort !== null, 'the process serves metrics');
-  const body = await (await fetch(`http://127.0.0.1:${p.metricsPort}/metrics`)).text();
-  const m = new RegExp(`^${name}\\{role="${role}"\\} (\\S+)$`, 'm').exec(body);
-  return m === null ? null : Number(m[1]);
-}
-
-function cmpId(a: string, b: string): number {
-  const [x1, x2] = a.split('-').map(Number);
-  const [y1, y2] = b.split('-').map(Number);
-  return x1 - y1 || x2 - y2;
-}
-
-function assertIncreasing(name: string, all: Notification[]): void {
-  for (let i = 1; i < all.length; i++) assert.ok(cmpId(all[i - 1].deliveryId, all[i].deliveryId) < 0, `${name}: delivery ids increase (${all[i - 1].deliveryId} then ${all[i].deliveryId})`);
-}
-
 const redis = useRedisServer();
-
-/** A look at the redis-server itself. */
-async function inspect<T>(f: (r: Redis) => Promise<T>): Promise<T> {
-  const r = new Redis(redis.url(), { lazyConnect: true, protocol: 2 });
-  await r.connect();
-  try {
-    return await f(r);
-  } finally {
-    r.disconnect();
-  }
-}
+const inspect = <T>(f: (r: Redis) => Promise<T>): Promise<T> => inspectServer(redis.url(), f);
 
 const publish = (c: Clients, ev: unknown, deadlineMs = 10_000) =>
   unary<{ eventId: string; reached: bigint }>(c.publisher, 'publish', { event: ev }, meta(publisherToken), { deadline: Date.now() + deadlineMs });
