@@ -12,8 +12,8 @@ import type { Keys } from '../redis/keys.js';
 import type { MatcherStatsRecord, PublishReply } from '../redis/protocol.js';
 import { queueScript, runScript } from '../redis/scripts.js';
 import { GEO_MAX_DEVICES_PER_CALL } from '../redis/geo-scripts.js';
-import type { GeoRouter, StoredMap } from './geo-router.js';
-import type { CellMove, HubStats } from './port.js';
+import { type GeoRouter, type StoredMap, subscriptionPlacement } from './geo-router.js';
+import type { CellMove, DeviceSubscription, HubStats } from './port.js';
 
 /** A publish waiting for the shards it visits: each one's events (indices), and the sums so far. */
 export interface GeoPending {
@@ -62,10 +62,21 @@ export async function loadMap(cmd: Conn, k: Keys, router: GeoRouter): Promise<vo
 
 /**
  * The newest position of each device, at most `chunk` devices per location script call, which
- * homes and hands over devices; the calls are pipelined. MapChanged when the shard map moved on
- * (the calls that were placed by the old one wrote nothing; the caller sends the positions again).
+ * homes and hands over devices; the calls are pipelined. Calls placed by a shard map that moved on
+ * wrote nothing: the positions are placed by the new one and sent again.
  */
 export async function sendGeoLocations(cmd: Conn, k: Keys, router: GeoRouter, cols: LocColumns, chunk: number, inMaxLen: number): Promise<void> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await sendPlaced(cmd, k, router, cols, chunk, inMaxLen);
+    } catch (err) {
+      // Placed by a shard map that moved on: nothing was written, the router has the new map now.
+      if (!(err instanceof MapChanged) || attempt >= 10) throw err;
+    }
+  }
+}
+
+async function sendPlaced(cmd: Conn, k: Keys, router: GeoRouter, cols: LocColumns, chunk: number, inMaxLen: number): Promise<void> {
   // One update per device (the last): the script places each device once per call.
   const newest = new Map<string, number>();
   for (let i = 0; i < cols.n; i++) newest.set(cols.devices[i].toString('latin1'), i);
@@ -297,4 +308,103 @@ export async function moveCells(
 
 function sorted(cells: Record<string, number>): [string, number][] {
   return Object.entries(cells).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+}
+
+/**
+ * The reach of a gateway's publishes, for their duplicates: each fresh event's summed reach is
+ * recorded beside its id once answered; a duplicate whose first publish was still being matched
+ * waits for it (of the same call, of another call of this gateway, or of another gateway: then
+ * for the reach it records).
+ */
+export class GeoDuplicates {
+  /** The fresh events this gateway is publishing, by id, with their reach once answered. */
+  private readonly inflight = new Map<string, { reach: Promise<number>; resolve(r: number): void }>();
+
+  constructor(
+    private readonly cmd: Conn,
+    private readonly k: Keys,
+    private readonly windowMs: number,
+    private readonly waitMs: number,
+    private readonly closed: () => boolean,
+    private readonly log: Logger | undefined,
+  ) {}
+
+  /** The publish script took `events`; `answered` resolves (or rejects) with their answer. */
+  publishing(sh: GeoPending, events: readonly Event[], answered: Promise<unknown>): void {
+    for (let i = 0; i < events.length; i++) {
+      const id = events[i].id;
+      if (sh.dups.has(i) || this.inflight.has(id)) continue;
+      let resolve!: (r: number) => void;
+      const reach = new Promise<number>((res) => (resolve = res));
+      this.inflight.set(id, {
+        reach,
+        resolve: (r) => {
+          this.inflight.delete(id);
+          resolve(r);
+        },
+      });
+      // A publish that fails or times out leaves its duplicates to the recorded reach.
+      answered.catch(() => this.inflight.get(id)?.resolve(0));
+    }
+  }
+
+  /** Once a publish is answered: records its fresh events' reach and fills in its duplicates'. */
+  async answered(corr: string, sh: GeoPending | undefined, events: readonly Event[], answer: PublishReply): Promise<void> {
+    const entry = sh?.entry ?? '';
+    const r = answer.r ?? [];
+    const dups = new Set(answer.d ?? []);
+    const firstOf = new Map<string, number>();
+    events.forEach((e, i) => {
+      if (!dups.has(i) && !firstOf.has(e.id)) firstOf.set(e.id, i);
+    });
+    try {
+      if (this.windowMs > 0 && entry !== '') await recordReach(this.cmd, this.k, { idx: new Map(), reached: r, dups, ready: true, early: [], entry, unknown: new Set() }, events);
+    } catch (err) {
+      this.log?.warn({ err, corr }, 'redis hub: the reach of a publish was not recorded for its duplicates');
+    } finally {
+      for (const [id, i] of firstOf) this.inflight.get(id)?.resolve(r[i]);
+    }
+    for (const i of sh?.unknown ?? []) {
+      const id = events[i].id;
+      const f = firstOf.get(id);
+      if (f !== undefined && f < i) r[i] = r[f];
+      else r[i] = await (this.inflight.get(id)?.reach ?? this.recorded(id));
+    }
+  }
+
+  /** The reach another gateway records for an event id, once it has (0 if it never does in time). */
+  private async recorded(id: string): Promise<number> {
+    const until = Date.now() + this.waitMs;
+    for (let pause = 2; Date.now() < until && !this.closed(); pause = Math.min(100, pause * 2)) {
+      const v = await this.cmd.get(this.k.geoEventId(id));
+      if (v === null) return 0;
+      const sp = v.indexOf(' ');
+      if (sp > 0) return Number(v.slice(sp + 1)) || 0;
+      await new Promise((resolve) => setTimeout(resolve, pause));
+    }
+    return 0;
+  }
+}
+
+/**
+ * Adds or replaces a subscription (the subscribe script homes the device by its stored position,
+ * placed here, or moves it to its wide shard); placed again when the shard map moved meanwhile.
+ * Returns the script's answer (the entry, or ALREADY_EXISTS / NOT_FOUND / RESOURCE_EXHAUSTED).
+ */
+export async function putGeoSubscription(
+  cmd: Conn,
+  k: Keys,
+  router: GeoRouter,
+  o: { mode: 'add' | 'replace'; device: string; sub: DeviceSubscription; json: string; cap: number; inMaxLen: number },
+): Promise<unknown> {
+  const { radiusM, wide } = subscriptionPlacement(o.sub.filters);
+  const device = o.device;
+  for (let attempt = 0; ; attempt++) {
+    const pos = await cmd.hgetBuffer(k.pos, device);
+    const at = decodePosition(pos);
+    const cell = at === null ? '' : String(router.map.shardOf(at.lat, at.lon));
+    const r = await runScript(cmd, 'ambitGeoSub', k.seq, k.subs(device), k.meta(device), k.home, k.wide, k.reach, k.pos, k.shardPrefix, o.mode, device, o.sub.id, o.json, o.cap, o.inMaxLen, String(radiusM), wide ? '1' : '0', String(router.wideShard(device)), String(router.shards), pos ?? '', cell, String(router.mapVersion), k.shared);
+    if (r !== 'MAP' || attempt >= 10) return r;
+    await loadMap(cmd, k, router); // the shard map moved: place again
+  }
 }

@@ -8,6 +8,9 @@
  *
  * Connections: `cmd` carries this hub's writes in order (location flushes, subscription scripts,
  * publishes), `read` the inbox traffic, `sub` the pub/sub channels (publish replies, doorbells).
+ *
+ * One file because every call of the Hub contract here shares the three connections, the pending
+ * publishes and the doorbell table; what differs when sharded by space lives in redis-geo.ts.
  */
 import { randomBytes } from 'node:crypto';
 import { Cluster } from 'ioredis';
@@ -42,8 +45,8 @@ import { DEFAULT_DEDUPE } from '../matcher/event-ids.js';
 import { type InboxHost, RedisInbox } from './redis-inbox.js';
 import { CoalescedWriter } from './coalesced-writer.js';
 import { LocationBatcher } from './location-batcher.js';
-import { GeoRouter, subscriptionPlacement } from './geo-router.js';
-import { type GeoPending, MapChanged, foldReply, geoHubStats, loadMap, moveCells, publishGeo, recordReach, sendGeoLocations } from './redis-geo.js';
+import { GeoRouter } from './geo-router.js';
+import { type GeoPending, GeoDuplicates, foldReply, geoHubStats, loadMap, moveCells, publishGeo, putGeoSubscription, sendGeoLocations } from './redis-geo.js';
 
 const COMPONENT = 'redis hub';
 /** Devices per ack script call. */
@@ -132,8 +135,8 @@ export class RedisHub implements Hub, InboxHost {
   /** Sharding by space: where devices and publishes go; null otherwise. */
   private readonly router: GeoRouter | null;
   private readonly pending = new Map<string, PendingPublish>();
-  /** Sharding by space: the fresh events this gateway is publishing, by id, with their reach once answered. */
-  private readonly inflight = new Map<string, { reach: Promise<number>; resolve(r: number): void }>();
+  /** Sharding by space: the reach of events for their duplicates (redis-geo.ts). */
+  private readonly geoDups: GeoDuplicates;
   private corrSeq = 0;
   /** Open inboxes by device; a device's doorbell channel is subscribed while its set is non-empty. */
   private readonly doorbells = new Map<string, Set<RedisInbox>>();
@@ -191,6 +194,7 @@ export class RedisHub implements Hub, InboxHost {
     // its slot, so they spread with the device groups instead of reaching every node.
     this.sub = openConn(source, `gateway-${this.gatewayId}-sub`, COMPONENT, this.log, {}, {}, { shardedSubscribers: true });
     this.batcher = new LocationBatcher((cols) => this.sendLocations(cols, flushSize), flushMs, flushSize, maxInFlight, this.log);
+    this.geoDups = new GeoDuplicates(this.cmd, this.keys, this.dedupeWindowMs, this.publishTimeoutMs, () => this.closed, this.log);
   }
 
   private async start(): Promise<void> {
@@ -253,18 +257,7 @@ export class RedisHub implements Hub, InboxHost {
     const router = this.router;
     let r: unknown;
     if (router !== null) {
-      const { radiusM, wide } = subscriptionPlacement(sub.filters);
-      for (let attempt = 0; ; attempt++) {
-        // The device's stored position, placed here: a device without a home is homed by it.
-        const pos = await this.redis(() => this.cmd.hgetBuffer(k.pos, device));
-        const at = decodePosition(pos);
-        const cell = at === null ? '' : String(router.map.shardOf(at.lat, at.lon));
-        r = await this.redis(() =>
-          runScript(this.cmd, 'ambitGeoSub', k.seq, k.subs(device), k.meta(device), k.home, k.wide, k.reach, k.pos, k.shardPrefix, mode, device, sub.id, json, this.cap, this.inMaxLen, String(radiusM), wide ? '1' : '0', String(router.wideShard(device)), String(router.shards), pos ?? '', cell, String(router.mapVersion), k.shared),
-        );
-        if (r !== 'MAP' || attempt >= 10) break;
-        await this.redis(() => loadMap(this.cmd, k, router)); // the shard map moved: place again
-      }
+      r = await this.redis(() => putGeoSubscription(this.cmd, k, router, { mode, device, sub, json, cap: this.cap, inMaxLen: this.inMaxLen }));
     } else r = await this.redis(() => runScript(this.cmd, 'ambitSub', k.subs(device), k.in, k.subDevices, mode, device, sub.id, json, this.cap, this.inMaxLen));
     if (r === 'ALREADY_EXISTS') throw new AmbitError('ALREADY_EXISTS', `device already has subscription ${show(sub.id)}`, 'subscription.id');
     if (r === 'NOT_FOUND') throw new AmbitError('NOT_FOUND', `device has no subscription ${show(sub.id)}`, 'subscription.id');
@@ -331,16 +324,7 @@ export class RedisHub implements Hub, InboxHost {
    * (at most `chunk` per entry), so the stored positions and the stream agree.
    */
   private async sendLocations(cols: LocColumns, chunk: number): Promise<void> {
-    if (this.router !== null) {
-      for (let attempt = 0; ; attempt++) {
-        try {
-          return await sendGeoLocations(this.cmd, this.keys, this.router, cols, chunk, this.inMaxLen);
-        } catch (err) {
-          // Placed by a shard map that moved on: nothing was written, the router has the new map now.
-          if (!(err instanceof MapChanged) || attempt >= 10) throw err;
-        }
-      }
-    }
+    if (this.router !== null) return sendGeoLocations(this.cmd, this.keys, this.router, cols, chunk, this.inMaxLen);
     const m = this.cmd.multi();
     for (let from = 0; from < cols.n; from += chunk) {
       const to = Math.min(cols.n, from + chunk);
@@ -394,24 +378,7 @@ export class RedisHub implements Hub, InboxHost {
       if (this.router !== null) {
         const p = this.pending.get(corr);
         const answering = await publishGeo(this.cmd, this.keys, this.router, { gatewayId: this.gatewayId, inMaxLen: this.inMaxLen, dedupeWindowMs: this.dedupeWindowMs }, p, corr, events.map(plainEvent));
-        const sh = p?.shards;
-        if (sh !== undefined) {
-          for (let i = 0; i < events.length; i++) {
-            if (sh.dups.has(i) || this.inflight.has(events[i].id)) continue;
-            let resolve!: (r: number) => void;
-            const reach = new Promise<number>((res) => (resolve = res));
-            const id = events[i].id;
-            this.inflight.set(id, {
-              reach,
-              resolve: (r) => {
-                this.inflight.delete(id);
-                resolve(r);
-              },
-            });
-            // A publish that fails or times out leaves its duplicates to the recorded reach.
-            reached.catch(() => this.inflight.get(id)?.resolve(0));
-          }
-        }
+        if (p?.shards !== undefined) this.geoDups.publishing(p.shards, events, reached);
         if (!answering) this.settleGeo(corr); // every event a duplicate: no shard answers
       }
       else await this.cmd.xadd(this.keys.in, 'MAXLEN', '~', this.inMaxLen, '*', ...pubFields(corr, this.gatewayId, payload));
@@ -425,7 +392,7 @@ export class RedisHub implements Hub, InboxHost {
       throw new AmbitError('UNAVAILABLE', `${COMPONENT}: the publish may or may not be stored (${err instanceof Error ? err.message : String(err)}); publish again with the same event ids`);
     }
     const answer = await reached;
-    if (this.router !== null) await this.afterGeoPublish(corr, pend?.shards, events, answer);
+    if (this.router !== null) await this.geoDups.answered(corr, pend?.shards, events, answer);
     const counts = answer.r ?? [];
     const dups = answer.d === undefined ? null : new Set(answer.d);
     return events.map((e, i) => (dups?.has(i) ? { eventId: e.id, reached: counts[i] ?? 0, duplicate: true } : { eventId: e.id, reached: counts[i] ?? 0 }));
@@ -439,48 +406,6 @@ export class RedisHub implements Hub, InboxHost {
     this.pending.delete(corr);
     clearTimeout(p.timer);
     p.resolve({ c: corr, r: sh.reached, ...(sh.dups.size > 0 ? { d: [...sh.dups] } : {}) });
-  }
-
-  /**
-   * Sharding by space, once a publish is answered: a duplicate of an event earlier in the same
-   * publish takes its reach; each fresh event's reach is recorded for its later duplicates.
-   */
-  private async afterGeoPublish(corr: string, sh: GeoPending | undefined, events: readonly Event[], answer: PublishReply): Promise<void> {
-    const entry = sh?.entry ?? '';
-    const r = answer.r ?? [];
-    const dups = new Set(answer.d ?? []);
-    const firstOf = new Map<string, number>();
-    events.forEach((e, i) => {
-      if (!dups.has(i) && !firstOf.has(e.id)) firstOf.set(e.id, i);
-    });
-    try {
-      if (this.dedupeWindowMs > 0 && entry !== '') await recordReach(this.cmd, this.keys, { idx: new Map(), reached: r, dups, ready: true, early: [], entry, unknown: new Set() }, events);
-    } catch (err) {
-      this.log?.warn({ err, corr }, `${COMPONENT}: the reach of a publish was not recorded for its duplicates`);
-    } finally {
-      for (const [id, i] of firstOf) this.inflight.get(id)?.resolve(r[i]);
-    }
-    // A duplicate whose first publish was still being matched: of this call, of another call of
-    // this gateway (its answer is awaited), or of another gateway (its recorded reach is awaited).
-    for (const i of sh?.unknown ?? []) {
-      const id = events[i].id;
-      const f = firstOf.get(id);
-      if (f !== undefined && f < i) r[i] = r[f];
-      else r[i] = await (this.inflight.get(id)?.reach ?? this.recordedReach(id));
-    }
-  }
-
-  /** The reach another gateway records for an event id, once it has (0 if it never does in time). */
-  private async recordedReach(id: string): Promise<number> {
-    const until = Date.now() + this.publishTimeoutMs;
-    for (let pause = 2; Date.now() < until && !this.closed; pause = Math.min(100, pause * 2)) {
-      const v = await this.cmd.get(this.keys.geoEventId(id));
-      const sp = v === null ? -1 : v.indexOf(' ');
-      if (v === null) return 0;
-      if (sp > 0) return Number(v.slice(sp + 1)) || 0;
-      await new Promise((resolve) => setTimeout(resolve, pause));
-    }
-    return 0;
   }
 
   private onMessage(channel: string, message: string): void {

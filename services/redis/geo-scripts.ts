@@ -235,7 +235,7 @@ for i = 1, n do
   local target
   if wides[i] and tonumber(wides[i]) > 0 then
     target = cur or ARGV[j + 4]
-  elseif cur and tonumber(cur) < shards and string.find(ARGV[j + 2], ',' .. cur .. ',', 1, true) then
+  elseif cur and (cur == ARGV[j + 3] or (tonumber(cur) < shards and string.find(ARGV[j + 2], ',' .. cur .. ',', 1, true))) then
     target = cur
   else
     target = ARGV[j + 3]
