@@ -236,6 +236,7 @@ export async function moveCells(
   router: GeoRouter,
   moves: readonly CellMove[],
   log: Logger | undefined,
+  inMaxLen: number,
   /** @internal test hook: awaited once the new map is stored, before devices are handed over. */
   afterBegin?: () => Promise<void>,
 ): Promise<{ version: number; devicesMoved: number }> {
@@ -292,7 +293,7 @@ export async function moveCells(
       }
       for (let from = 0; from < leaving.length; from += GEO_MAX_DEVICES_PER_CALL) {
         const args = leaving.slice(from, from + GEO_MAX_DEVICES_PER_CALL).flat();
-        const moved = await runScript(cmd, 'ambitGeoMove', k.seq, k.home, k.pos, k.reach, k.shardPrefix, k.shared, '100000', String(router.shards), String(version), ...args);
+        const moved = await runScript(cmd, 'ambitGeoMove', k.seq, k.home, k.pos, k.reach, k.shardPrefix, k.shared, String(inMaxLen), String(router.shards), String(version), ...args);
         if (moved === 'MAP') throw new AmbitError('FAILED_PRECONDITION', 'the shard map changed while its cells were moving; repeat the move', 'moves');
         devicesMoved += Number(moved);
       }

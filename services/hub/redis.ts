@@ -345,7 +345,7 @@ export class RedisHub implements Hub, InboxHost {
     this.checkOpen();
     if (this.router === null) throw new AmbitError('FAILED_PRECONDITION', 'the deployment is not sharded by space (AMBIT_GEO_SHARDS)', 'moves');
     this.batcher.flush();
-    return this.redis(() => moveCells(this.cmd, this.keys, this.router!, moves, this.log, afterBegin));
+    return this.redis(() => moveCells(this.cmd, this.keys, this.router!, moves, this.log, this.inMaxLen, afterBegin));
   }
 
   // ---- publish ----

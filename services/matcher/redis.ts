@@ -614,8 +614,9 @@ export class RedisMatcher {
    */
   private async rewindHandOvers(from: string, upTo: string): Promise<void> {
     if (this.keys.layout.geo === undefined || (upTo !== '+' && compareStreamIds(from, upTo) >= 0)) return;
+    // Everything is read first and applied at once: a failed read changes nothing (the caller retries).
     const first = new Map<string, 'rel' | 'acq'>();
-    const leftAt = new Map<string, { lat: number; lon: number } | null>();
+    const left = new Map<string, { at: { lat: number; lon: number } | null; to: string; id: string }>();
     let start = `(${from}`;
     for (;;) {
       const page = await this.cmd.xrangeBuffer(this.keys.in, start, upTo, 'COUNT', 1000);
@@ -630,37 +631,67 @@ export class RedisMatcher {
           entry.devices.forEach((d, i) => {
             if (first.has(d)) return;
             first.set(d, 'rel');
-            leftAt.set(d, entry.at[i]);
+            left.set(d, { at: entry.at[i], to: entry.to[i], id: entry.id });
           });
         }
       }
       if (page.length < 1000) break;
       start = `(${page[page.length - 1][0].toString('latin1')}`;
     }
-    let released = 0;
-    let restored = 0;
-    const back: string[] = [];
-    for (const [d, kind] of first) {
-      if (kind === 'acq') {
-        this.release(d);
-        released++;
-      } else back.push(d);
+    // A device that left comes back with the subscriptions it took along: the acq entry the same
+    // script wrote to the shard it went to (id q+2 beside the rel's q+1) holds them.
+    const took = new Map<string, string[]>();
+    const arrivals = new Map<string, Set<string>>(); // "<shard> <acq id>" → devices
+    for (const [d, l] of left) {
+      if (l.to === '') continue;
+      const [ms, q] = l.id.split('-');
+      const key = `${l.to} ${ms}-${Number(q) + 1}`;
+      let set = arrivals.get(key);
+      if (set === undefined) arrivals.set(key, (set = new Set()));
+      set.add(d);
     }
-    for (let i = 0; i < back.length; i += 500) {
-      const chunk = back.slice(i, i + 500);
-      const p = this.cmd.pipeline();
-      for (const d of chunk) p.hvals(this.keys.subs(d));
-      const [subs, at] = await Promise.all([p.exec(), this.cmd.hmgetBuffer(this.keys.pos, ...chunk)]);
-      for (let j = 0; j < chunk.length; j++) {
-        const [err, stored] = (subs ?? [])[j] ?? [null, []];
-        if (err !== null) throw err;
-        // The position it had here (its rel entry has it), else the stored one.
-        const pos = leftAt.get(chunk[j]) ?? decodePosition(at[j]);
-        this.acquire({ device: chunk[j], from: '', lat: pos?.lat ?? null, lon: pos?.lon ?? null, stored: stored as string[] });
-        restored++;
+    for (const [key, devices] of arrivals) {
+      const [shard, id] = key.split(' ');
+      const rows = await this.cmd.xrangeBuffer(this.keys.of(Number(shard)).in, id, id);
+      for (const [idBuf, fields] of rows) {
+        const entry = this.parse(idBuf, fields);
+        if (entry?.t === 'acq') for (const a of entry.devices) if (devices.has(a.device)) took.set(a.device, a.stored);
       }
     }
-    if (released + restored > 0) this.log?.info({ from, upTo, released, restored }, `${COMPONENT}: reading again from ${from}: ${released} devices that arrived since released, ${restored} that left since brought back`);
+    // Without that entry (trimmed, or a rel of an earlier version): the subscriptions stored now.
+    const missing = [...left.keys()].filter((d) => !took.has(d));
+    for (let i = 0; i < missing.length; i += 500) {
+      const chunk = missing.slice(i, i + 500);
+      const p = this.cmd.pipeline();
+      for (const d of chunk) p.hvals(this.keys.subs(d));
+      const subs = (await p.exec()) ?? [];
+      chunk.forEach((d, j) => {
+        const [err, stored] = subs[j] ?? [null, []];
+        if (err !== null) throw err;
+        took.set(d, stored as string[]);
+      });
+    }
+    let released = 0;
+    for (const [d, kind] of first) {
+      if (kind !== 'acq') continue;
+      this.release(d);
+      released++;
+    }
+    for (const [d, l] of left) this.acquire({ device: d, from: '', lat: l.at?.lat ?? null, lon: l.at?.lon ?? null, stored: took.get(d) ?? [] });
+    if (released + left.size > 0) this.log?.info({ from, upTo, released, restored: left.size }, `${COMPONENT}: reading again from ${from}: ${released} devices that arrived since released, ${left.size} that left since brought back`);
+  }
+
+  /** rewindHandOvers, tried again until it succeeds (a replay must not start from devices half put back). */
+  private async rewindUntilDone(from: string, upTo: string): Promise<void> {
+    for (;;) {
+      try {
+        return await this.rewindHandOvers(from, upTo);
+      } catch (err) {
+        if (this.crashed || this.stopping) throw err;
+        this.log?.warn({ err }, `${COMPONENT}: putting devices back before a replay failed; retrying`);
+        await sleep(500);
+      }
+    }
   }
 
   /** Reads from `id` on; a snapshot being written starts no later than it. */
@@ -888,12 +919,12 @@ export class RedisMatcher {
     if (isFenced(err)) {
       this.fenced++;
       this.lease.lose(`a write was refused: ${err instanceof Error ? err.message : String(err)}`);
-      await this.rewindHandOvers(this.committed, this.lastId).catch((e: unknown) => this.log?.warn({ err: e }, `${COMPONENT}: hand-overs not rewound`));
+      await this.rewindUntilDone(this.committed, this.lastId).catch(() => {});
       this.rewind(this.committed);
       return true;
     }
     this.log?.error({ err }, `${COMPONENT}: batch failed; replaying it from ${this.committed}`);
-    await this.rewindHandOvers(this.committed, this.lastId).catch((e: unknown) => this.log?.warn({ err: e }, `${COMPONENT}: hand-overs not rewound`));
+    await this.rewindUntilDone(this.committed, this.lastId).catch(() => {});
     this.rewind(this.committed);
     await sleep(1000);
     return true;

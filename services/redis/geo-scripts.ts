@@ -85,6 +85,7 @@ local function hand_over(h, sp, shp, shards, home_key, reach_key, dev, cur, targ
     r[#r + 1] = 'd'; r[#r + 1] = dev
     local was = redis.call('HGET', shp .. 'pos', dev)
     if was then r[#r + 1] = 'p'; r[#r + 1] = was end
+    r[#r + 1] = 'to'; r[#r + 1] = target
     redis.call('SREM', sp .. cur .. ':subdevs', dev)
   end
   if not h.acq[target] then h.acq[target] = {'t', 'acq'}; h.acq_order[#h.acq_order + 1] = target end
@@ -337,15 +338,17 @@ end
 local n, window, eid = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
 local base, q = next_id(KEYS[1])
 local id = id_at(base, q, 0)
-local fresh, dupi, dupv = {}, {}, {}
+local fresh, dupi, dupv, seen = {}, {}, {}, {}
 for i = 0, n - 1 do
   local key = ARGV[9 + 3 * i]
-  if window > 0 and not redis.call('SET', eid .. key, id, 'NX', 'PX', window) then
+  -- An id earlier in this publish is a duplicate whatever the window.
+  if seen[key] or (window > 0 and not redis.call('SET', eid .. key, id, 'NX', 'PX', window)) then
     dupi[#dupi + 1] = tostring(i)
     dupv[#dupv + 1] = redis.call('GET', eid .. key) or ''
   else
     fresh[i] = true
   end
+  seen[key] = true
 end
 for s = 9 + 3 * n, #ARGV, 2 do
   local shard = ARGV[s]

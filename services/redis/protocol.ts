@@ -12,8 +12,8 @@
  *   sharded by space (scripts ambitGeo*; ids from {p}{g}seq, so every shard's stream is in one
  *   order): pub entries carry `idx`, the JSON array of each event's index in the publish, and
  *   `own`, the positions of the events this shard counts (each event is counted by one shard); and
- *     rel    d <device> [p <16 position bytes>] d … the devices leave this shard, each with the position
- *            it had until then (hand-over, id "<ms>-<q+1>")
+ *     rel    d <device> [p <16 position bytes>] to <shard> d … the devices leave this shard, each with
+ *            the position it had until then and the shard it goes to (hand-over, id "<ms>-<q+1>")
  *     acq    then per device: d <device> f <shard it comes from, or ''> [p <16 position bytes>]
  *            s <stored subscriptions, a line each> (the devices come to this shard, id "<ms>-<q+2>")
  *   {p}n:{device} entries (id "<ms>-<ordinal>"):
@@ -54,7 +54,7 @@ export interface MatcherStatsRecord {
 /** One `{p}in` entry as the matcher reads it. */
 export type InEntry =
   | { t: 'pub'; id: string; corr: string; gw: string; events: Event[] | null; error: PublishReply['error']; idx?: number[]; own?: number[] }
-  | { t: 'rel'; id: string; devices: string[]; /** each device's position when it left (null: none) */ at: ({ lat: number; lon: number } | null)[] }
+  | { t: 'rel'; id: string; devices: string[]; /** each device's position when it left (null: none) */ at: ({ lat: number; lon: number } | null)[]; /** the shard each went to ('' unknown) */ to: string[] }
   | { t: 'acq'; id: string; devices: Acquired[] }
   | { t: 'loc'; id: string; data: Buffer }
   | { t: 'sub'; id: string; device: string; sub: DeviceSubscription }
@@ -100,15 +100,18 @@ export function parseInEntry(id: string, fields: Buffer[]): InEntry {
     case 'rel': {
       const devices: string[] = [];
       const at: ({ lat: number; lon: number } | null)[] = [];
+      const to: string[] = [];
       for (let i = 2; i + 1 < fields.length; i += 2) {
         const name = fields[i].toString('latin1');
         const v = fields[i + 1];
         if (name === 'd') {
           devices.push(v.toString('utf8'));
           at.push(null);
+          to.push('');
         } else if (name === 'p' && at.length > 0 && v.length === 16) at[at.length - 1] = { lat: v.readDoubleLE(0), lon: v.readDoubleLE(8) };
+        else if (name === 'to' && to.length > 0) to[to.length - 1] = v.toString('latin1');
       }
-      return { t: 'rel', id, devices, at };
+      return { t: 'rel', id, devices, at, to };
     }
     case 'acq':
       return { t: 'acq', id, devices: parseAcquired(id, fields) };

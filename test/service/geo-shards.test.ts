@@ -116,16 +116,19 @@ describe('sharded by space', { skip: missing ?? false, timeout: 60_000 }, () => 
         const p = hub.publish([{ id: 'while-here', lat: 45.4642, lon: lonOf(j), attributes: {} }]);
         p.catch(() => {}); // awaited below
         await bMatched;
-        // After the publish in the order: the device leaves shard b (its rel is after the publish).
+        // After the publish in the order: the device leaves shard b (its rel is after the publish),
+        // then, on its new shard, drops the subscription the publish matched and takes another.
         await hub.updateLocations([{ device: 'leaver', lat: 45.4642, lon: lonOf(j + 1) }]);
         assert.notEqual(await inspect((r) => r.hget(`${d.prefix}home`, 'leaver')), String(b));
+        await hub.removeSubscription('leaver', 'near');
+        await hub.addSubscription('leaver', { id: 'later', filters: [{ constraints: [], area: { radiusM: 5000 } }] });
         if (standby === null) fresh = await RedisMatcher.start(matcherOptions(d.prefix, { geo, partition: b }));
         else await standby.whenRole('leader');
         assert.equal((await p)[0].reached, 1, 'the replayed publish reaches the device, as one matcher holding everything would');
         const inbox = await hub.openInbox('leaver', '');
         const got = await inbox.pull(10);
         inbox.close();
-        assert.deepEqual(got.map((n) => n.event.id), ['while-here']);
+        assert.deepEqual(got.map((n) => [n.event.id, n.subscriptionIds]), [['while-here', ['near']]], 'matched with the subscriptions the device had then');
       } finally {
         await standby?.stop();
         await fresh?.stop();
@@ -172,6 +175,19 @@ describe('sharded by space', { skip: missing ?? false, timeout: 60_000 }, () => 
       const s = await hub.stats();
       assert.equal(s.extra.duplicateEvents, 2);
       assert.equal(s.eventsPublished, 4);
+      // Without a dedupe window, an id repeated within one publish is still a duplicate.
+      const noWindow = await RedisHub.connect(hubOptions(d.prefix, { geo: STRIPES, dedupeWindowMs: 0 }));
+      try {
+        assert.deepEqual(await noWindow.publish([at(j, 'twice'), at(j + 3, 'twice')]), [
+          { eventId: 'twice', reached: 1 },
+          { eventId: 'twice', reached: 1, duplicate: true },
+        ]);
+        assert.deepEqual(await noWindow.publish([at(j, 'twice')]), [{ eventId: 'twice', reached: 1 }], 'without a window a later publish of the id is new');
+      } finally {
+        await noWindow.close();
+      }
+      await hub.publish([at(j + 3, 'marker-2')]);
+      assert.deepEqual(await got('y'), ['marker', 'marker-2'], 'the repeated id reached nobody on its second place');
     } finally {
       await d.close();
     }
