@@ -137,9 +137,8 @@ export async function publishGeo(
       const dups = r[2] === '' ? [] : r[2].split(',').map(Number);
       dups.forEach((i, j) => {
         sh.dups.add(i);
-        const sp = r[3 + j].indexOf(' ');
-        if (sp < 0) sh.unknown.add(i);
-        else sh.reached[i] = Number(r[3 + j].slice(sp + 1)) || 0;
+        if (r[3 + j] === '') sh.unknown.add(i);
+        else sh.reached[i] = Number(r[3 + j]) || 0;
       });
       // The shards that got an entry: those with a fresh event (as the script decided).
       for (const [shard, idx] of routes) {
@@ -157,18 +156,6 @@ export async function publishGeo(
     // The reach grew, or the shard map moved (its version is in the same hash): take both again.
     await loadMap(cmd, k, router);
   }
-}
-
-/** Records each fresh event's summed reach beside its id, for the answers to its duplicates. */
-export async function recordReach(cmd: Conn, k: Keys, sh: GeoPending, events: readonly Event[]): Promise<void> {
-  const p = cmd.pipeline();
-  let n = 0;
-  for (let i = 0; i < events.length; i++) {
-    if (sh.dups.has(i)) continue;
-    p.call('SET', k.geoEventId(events[i].id), `${sh.entry} ${sh.reached[i]}`, 'XX', 'KEEPTTL');
-    n++;
-  }
-  if (n > 0) await p.exec();
 }
 
 /**
@@ -312,10 +299,9 @@ function sorted(cells: Record<string, number>): [string, number][] {
 }
 
 /**
- * The reach of a gateway's publishes, for their duplicates: each fresh event's summed reach is
- * recorded beside its id once answered; a duplicate whose first publish was still being matched
- * waits for it (of the same call, of another call of this gateway, or of another gateway: then
- * for the reach it records).
+ * The reach of duplicates whose first publish was still being matched: of the same call, of
+ * another call of this gateway (its answer is awaited), or of another gateway or one that failed
+ * (the event's record is read until every shard it visited has added its reach).
  */
 export class GeoDuplicates {
   /** The fresh events this gateway is publishing, by id, with their reach once answered. */
@@ -358,13 +344,7 @@ export class GeoDuplicates {
     events.forEach((e, i) => {
       if (!dups.has(i) && !firstOf.has(e.id)) firstOf.set(e.id, i);
     });
-    try {
-      if (this.windowMs > 0 && entry !== '') await recordReach(this.cmd, this.k, { idx: new Map(), reached: r, dups, ready: true, early: [], entry, unknown: new Set() }, events);
-    } catch (err) {
-      this.log?.warn({ err, corr }, 'redis hub: the reach of a publish was not recorded for its duplicates');
-    } finally {
-      for (const [id, i] of firstOf) this.inflight.get(id)?.resolve(r[i]);
-    }
+    for (const [id, i] of firstOf) this.inflight.get(id)?.resolve(r[i]);
     for (const i of sh?.unknown ?? []) {
       const id = events[i].id;
       const f = firstOf.get(id);
@@ -373,14 +353,21 @@ export class GeoDuplicates {
     }
   }
 
-  /** The reach another gateway records for an event id, once it has (0 if it never does in time). */
+  /** An event's reach from its record, once every shard it visits has added its own (0 if none does in time). */
   private async recorded(id: string): Promise<number> {
     const until = Date.now() + this.waitMs;
     for (let pause = 2; Date.now() < until && !this.closed(); pause = Math.min(100, pause * 2)) {
-      const v = await this.cmd.get(this.k.geoEventId(id));
-      if (v === null) return 0;
-      const sp = v.indexOf(' ');
-      if (sp > 0) return Number(v.slice(sp + 1)) || 0;
+      const h = await this.cmd.hgetall(this.k.geoEventId(id));
+      if (h.w === undefined) return 0; // no record (expired)
+      let got = 0;
+      let reach = 0;
+      for (const [f, v] of Object.entries(h)) {
+        if (f.startsWith('s')) {
+          got++;
+          reach += Number(v) || 0;
+        }
+      }
+      if (got >= Number(h.w)) return reach;
       await new Promise((resolve) => setTimeout(resolve, pause));
     }
     return 0;

@@ -1125,7 +1125,11 @@ export class RedisMatcher {
     }
     this.eventsMatched += events;
     this.duplicates += duplicates;
-    const remembered = this.dedupeWindowMs > 0 ? fresh : [];
+    // Sharded by space each shard adds its reach of the fresh events to their records, which the
+    // publish script made (it deduplicates for all shards).
+    const geo = k.layout.geo !== undefined;
+    const remembered = geo ? fresh.map((f) => ({ key: k.geoEventId(f.id), value: f.value.slice(0, f.value.indexOf(' ')) })) : this.dedupeWindowMs > 0 ? fresh.map((f) => ({ key: k.eventId(f.id), value: f.value })) : [];
+    const window = geo ? `geo:s${k.partition}` : String(this.dedupeWindowMs);
     const stored = this.fanout.flush();
     const done = (async () => {
       await stored;
@@ -1136,11 +1140,11 @@ export class RedisMatcher {
         2 + remembered.length,
         k.stats,
         k.matcherEpoch,
-        ...remembered.map((f) => k.eventId(f.id)),
+        ...remembered.map((f) => f.key),
         this.token,
         events,
         duplicates,
-        this.dedupeWindowMs,
+        window,
         ...remembered.map((f) => f.value),
         ...replies,
       );

@@ -318,7 +318,7 @@ return 'OK'
 /**
  * A publish: event ids are deduplicated here, for the whole deployment (an id seen within the
  * window, or earlier in this publish, is a duplicate: matched nowhere, answered with the reach the
- * gateway recorded for its first publish); then one `pub` entry in every shard the fresh events
+ * shards recorded for its first publish); then one `pub` entry in every shard the fresh events
  * visit, all with one id, each with its events, their indices in the publish and the positions
  * among them of the events it counts (each event is counted by one shard it visits). The gateway
  * chose the shards by the reach hash at the version it names; a newer version fails the call with
@@ -326,8 +326,9 @@ return 'OK'
  * KEYS: seq, reach, stats. ARGV: shard prefix, in maxlen, reach version, correlation id, gateway id,
  *       event count n, dedupe window ms (0: none), event-id key prefix, then per event: id, JSON,
  *       the shard that counts it; then per shard: shard, its events' indices ("0,3,5").
- * Returns {'OK', entry id, duplicate indices ("1,4"), then each duplicate's recorded
- * "<entry id> <reach>"}, or {'REACH', field, value, …}.
+ * Returns {'OK', entry id, duplicate indices ("1,4"), then each duplicate's recorded reach ('' while
+ * its first publish is still being matched)}, or {'REACH', field, value, …}. Each shard's answer
+ * script adds its reach of the fresh events to their records (scripts.ts ANSWER).
  */
 export const GEO_PUB = `${NEXT_ID}
 if (redis.call('HGET', KEYS[2], 'v') or '0') ~= ARGV[3] then
@@ -338,15 +339,28 @@ end
 local n, window, eid = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
 local base, q = next_id(KEYS[1])
 local id = id_at(base, q, 0)
-local fresh, dupi, dupv, seen = {}, {}, {}, {}
+-- An event's record: e (the first publish's entry), w (the shards it visits), s<k> (shard k's
+-- reach of it, written by that shard's answer). Its reach once every shard has answered, else ''.
+local function recorded_reach(key)
+  local h = redis.call('HGETALL', key)
+  local w, got, r = nil, 0, 0
+  for j = 1, #h, 2 do
+    if h[j] == 'w' then w = tonumber(h[j + 1])
+    elseif string.sub(h[j], 1, 1) == 's' then got = got + 1; r = r + tonumber(h[j + 1]) end
+  end
+  if w and got >= w then return tostring(r) end
+  return ''
+end
+local fresh, dupi, dupv, seen, visits = {}, {}, {}, {}, {}
 for i = 0, n - 1 do
   local key = ARGV[9 + 3 * i]
   -- An id earlier in this publish is a duplicate whatever the window.
-  if seen[key] or (window > 0 and not redis.call('SET', eid .. key, id, 'NX', 'PX', window)) then
+  if seen[key] or (window > 0 and redis.call('HSETNX', eid .. key, 'e', id) == 0) then
     dupi[#dupi + 1] = tostring(i)
-    dupv[#dupv + 1] = redis.call('GET', eid .. key) or ''
+    dupv[#dupv + 1] = seen[key] and '' or recorded_reach(eid .. key)
   else
     fresh[i] = true
+    if window > 0 then redis.call('PEXPIRE', eid .. key, window) end
   end
   seen[key] = true
 end
@@ -356,6 +370,7 @@ for s = 9 + 3 * n, #ARGV, 2 do
   for w in string.gmatch(ARGV[s + 1], '%d+') do
     local i = tonumber(w)
     if fresh[i] then
+      visits[i] = (visits[i] or 0) + 1
       jsons[#jsons + 1] = ARGV[10 + 3 * i]
       idx[#idx + 1] = w
       if ARGV[11 + 3 * i] == shard then own[#own + 1] = tostring(#idx - 1) end
@@ -365,6 +380,9 @@ for s = 9 + 3 * n, #ARGV, 2 do
     redis.call('XADD', ARGV[1] .. shard .. ':in', 'MAXLEN', '~', ARGV[2], id, 't', 'pub', 'corr', ARGV[4], 'gw', ARGV[5],
       'events', '[' .. table.concat(jsons, ',') .. ']', 'idx', '[' .. table.concat(idx, ',') .. ']', 'own', '[' .. table.concat(own, ',') .. ']')
   end
+end
+if window > 0 then
+  for i, v in pairs(visits) do redis.call('HSET', eid .. ARGV[9 + 3 * i], 'w', v) end
 end
 redis.call('HINCRBY', KEYS[3], 'published', n)
 if #dupi > 0 then redis.call('HINCRBY', KEYS[3], 'duplicates', #dupi) end

@@ -105,6 +105,8 @@ return 1
  * Replies go out with PUBLISH (SPUBLISH on a cluster).
  * KEYS: stats, epoch, then eid:{id} of each fresh event. ARGV: token, events matched, duplicates,
  * window ms, then per fresh event "<reached> <in-entry id>", then channel, reply, channel, reply, ...
+ * (sharded by space: the window is "geo:s<shard>", the keys are the deployment's event records
+ * and the values this shard's reach of each).
  */
 const ANSWER = `${FENCE}
 check_fence(KEYS[2], ARGV[1])
@@ -113,7 +115,16 @@ local dups = tonumber(ARGV[3])
 if events > 0 then redis.call('HINCRBY', KEYS[1], 'events', events) end
 if dups > 0 then redis.call('HINCRBY', KEYS[1], 'duplicates', dups) end
 local n = #KEYS - 2
-for i = 1, n do redis.call('SET', KEYS[2 + i], ARGV[4 + i], 'PX', ARGV[4]) end
+-- Sharded by space the window argument is "geo:<field>": each event's record (a hash the publish
+-- script made) takes this shard's reach under the field, while the record lives.
+local field = string.match(ARGV[4], '^geo:(.+)$')
+for i = 1, n do
+  if field then
+    if redis.call('EXISTS', KEYS[2 + i]) == 1 then redis.call('HSET', KEYS[2 + i], field, ARGV[4 + i]) end
+  else
+    redis.call('SET', KEYS[2 + i], ARGV[4 + i], 'PX', ARGV[4])
+  end
+end
 for i = 5 + n, #ARGV - 1, 2 do redis.call('$PUBLISH', ARGV[i], ARGV[i + 1]) end
 return 1
 `;

@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { RedisHub } from '../../services/hub/redis.js';
+import { PublishError } from '../../src/model/errors.js';
 import { RedisMatcher } from '../../services/matcher/redis.js';
 import type { GeoSpec } from '../../services/redis/keys.js';
 import { ShardMap } from '../../services/matcher/shard-map.js';
@@ -189,6 +190,35 @@ describe('sharded by space', { skip: missing ?? false, timeout: 60_000 }, () => 
       await hub.publish([at(j + 3, 'marker-2')]);
       assert.deepEqual(await got('y'), ['marker', 'marker-2'], 'the repeated id reached nobody on its second place');
     } finally {
+      await d.close();
+    }
+  });
+
+  it('a publish that timed out while a shard was down, retried after the shard came back: a duplicate answered with the reach the shards recorded', async () => {
+    const d = await geoDeployment(STRIPES, 1);
+    const j = Math.floor((9.19 + 180) / STRIPES.cellDeg);
+    const a = j % 3;
+    const lonOf = (col: number) => (col + 0.5) * STRIPES.cellDeg - 180;
+    const impatient = await RedisHub.connect(hubOptions(d.prefix, { geo: STRIPES, publishTimeoutMs: 300 }));
+    let back: RedisMatcher | null = null;
+    try {
+      const [hub] = d.hubs;
+      await hub.updateLocations([{ device: 'x', lat: 45.4642, lon: lonOf(j) }]);
+      await hub.addSubscription('x', { id: 'near', filters: [{ constraints: [], area: { radiusM: 50 } }] });
+      await d.matchers[a].stop();
+      const ev = { id: 'lost', lat: 45.4642, lon: lonOf(j), attributes: {} };
+      await assert.rejects(impatient.publish([ev]), (err: unknown) => err instanceof PublishError && err.outcome === 'queued');
+      back = await RedisMatcher.start(matcherOptions(d.prefix, { geo: STRIPES, partition: a }));
+      // Through the other gateway, which never saw the first publish: its retry is a duplicate
+      // answered with the reach the shards record once the one that was down has matched it.
+      assert.deepEqual(await hub.publish([ev]), [{ eventId: 'lost', reached: 1, duplicate: true }]);
+      const inbox = await hub.openInbox('x', '');
+      const got = await inbox.pull(10);
+      inbox.close();
+      assert.deepEqual(got.map((n) => n.event.id), ['lost']);
+    } finally {
+      await impatient.close();
+      await back?.stop();
       await d.close();
     }
   });
