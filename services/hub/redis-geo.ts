@@ -200,6 +200,8 @@ export async function geoHubStats(cmd: Conn, keys: Keys, router: GeoRouter, gate
       wideShards: router.wide,
       reachVersion: Number(router.reachVersion),
       shardMapVersion: router.mapVersion,
+      // Time the shards' leaders spent waiting for shards that devices left (ms, summed).
+      handOverWaitMs: alive.reduce((a, m) => a + (typeof m.extra.handOverWaitMs === 'number' ? m.extra.handOverWaitMs : 0), 0),
       shardMapMoving: router.prev !== null,
       duplicateEvents: num('duplicates'),
       gatewayId,

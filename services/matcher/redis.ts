@@ -870,7 +870,7 @@ export class RedisMatcher {
     const offsets = [...sources].map((from) => this.keys.of(from).matcherOffset);
     const t0 = Date.now();
     let pause = 1;
-    let warned = false;
+    let warned = t0;
     let told = false;
     while (!this.stopping && !this.crashed && this.currentRole === 'leader') {
       const stored = await this.cmd.mget(offsets);
@@ -879,9 +879,9 @@ export class RedisMatcher {
         told = true;
         this.hooks.onHandOverWait?.({ entry: entry.id, from: [...sources] });
       }
-      if (!warned && Date.now() - t0 > 5000) {
-        warned = true;
-        this.log?.warn({ entry: entry.id, from: [...sources] }, `${COMPONENT}: hand-over ${entry.id} waits for shards ${[...sources].join(', ')} to store their offsets past ${released}`);
+      if (Date.now() - warned > 5000) {
+        warned = Date.now();
+        this.log?.warn({ entry: entry.id, from: [...sources], waitedMs: warned - t0 }, `${COMPONENT}: hand-over ${entry.id} waits for shards ${[...sources].join(', ')} to store their offsets past ${released} (is a leader of each running?)`);
       }
       await sleep(pause);
       pause = Math.min(50, pause * 2);
@@ -1195,6 +1195,7 @@ export class RedisMatcher {
         duplicateEvents: this.duplicates,
         restoredFrom: this.restored.from,
         restoreMs: Math.round(this.restored.ms),
+        ...(this.keys.layout.geo === undefined ? {} : { handOverWaitMs: this.handOverWaitMs }),
         ...(this.lastSnapshot === null ? {} : { snapshotAt: this.lastSnapshot.createdAt, snapshotBytes: this.lastSnapshot.bytes, snapshotMs: Math.round(this.lastSnapshot.ms) }),
       },
     };
