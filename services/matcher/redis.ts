@@ -132,6 +132,8 @@ export interface MatcherHooks {
   snapshotBlock?(): Promise<void> | void;
   /** A leader's batch is applied and matched (its writes may wait for the batch before it). */
   onMatched?(b: { last: string; publishes: number }): void;
+  /** The stream was found trimmed past this matcher's read position. */
+  onTrimmedPast?(readPosition: string): void;
   /** Sharding by space: a leader waits for the shards devices leave before it applies their arrival. */
   onHandOverWait?(w: { entry: string; from: number[] }): void;
 }
@@ -206,6 +208,10 @@ export class RedisMatcher {
   /** Set when the lease was taken: the loop turns leader before its next read. */
   private promotion = false;
   private fenced = 0;
+  /** Times the stream was found trimmed past this matcher's read position (commands it never applied). */
+  private trimmedPast = 0;
+  private trimmedReported = '';
+  private readSinceStart = false;
   /** Sharding by space: time spent waiting for shards that devices left (ms). */
   private handOverWaitMs = 0;
   private duplicates = 0;
@@ -359,6 +365,7 @@ export class RedisMatcher {
     else this.log?.info({ matcherId: this.matcherId }, `${COMPONENT}: standing by (another matcher holds the lease); tailing ${this.keys.in}`);
     this.statsTimer = setInterval(() => {
       this.writeStats().catch((err: unknown) => this.log?.warn({ err }, `${COMPONENT}: stats not written`));
+      this.checkTrimmed().catch((err: unknown) => this.log?.warn({ err }, `${COMPONENT}: the command stream's bounds not read`));
     }, this.statsMs);
     this.statsTimer.unref();
     if (this.snapshotPath !== null && this.snapshotIntervalMs > 0) {
@@ -890,6 +897,26 @@ export class RedisMatcher {
     return batch;
   }
 
+  /**
+   * Whether the stream was trimmed past where this matcher reads (it fell further behind than the
+   * gateways' cap keeps): the commands in between were never applied (subscription changes,
+   * positions, hand-overs, publishes). Logged as an error once per read position and counted in
+   * the stats (`trimmedPastReads`); a restart rebuilds from what Redis stores.
+   */
+  private async checkTrimmed(): Promise<void> {
+    if (!this.readSinceStart || this.stopping) return;
+    const at = this.lastId;
+    const b = await streamBounds(this.cmd, this.keys);
+    if (holdsAfter(b, at) || this.lastId !== at || this.trimmedReported === at) return;
+    this.trimmedReported = at;
+    this.trimmedPast++;
+    this.log?.error(
+      { readPosition: at, first: b.first },
+      `${COMPONENT}: ${this.keys.in} was trimmed past this matcher's read position ${at}: the commands up to ${b.first ?? b.lastId} were never applied; raise AMBIT_COMMAND_STREAM_MAXLEN, and restart this matcher to rebuild from Redis`,
+    );
+    this.hooks.onTrimmedPast?.(at);
+  }
+
   /** Waits for the batch in flight; false when it failed (handled) or the matcher crashed. */
   private async settle(): Promise<boolean> {
     const f = this.finishing;
@@ -965,6 +992,7 @@ export class RedisMatcher {
     if (pubs.length > 0) flights.push((await this.matchPubs(pubs, batch)).done);
     const applyMs = performance.now() - t0;
     this.lastId = last;
+    this.readSinceStart = true;
     if (this.deferred.length > 0) this.dropDeferred(last);
     if (!leading) {
       this.hooks.onBatch?.({ entries: entries.length, locations: this.applied - applied0, ms: applyMs });
@@ -1195,6 +1223,7 @@ export class RedisMatcher {
         duplicateEvents: this.duplicates,
         restoredFrom: this.restored.from,
         restoreMs: Math.round(this.restored.ms),
+        trimmedPastReads: this.trimmedPast,
         ...(this.keys.layout.geo === undefined ? {} : { handOverWaitMs: this.handOverWaitMs }),
         ...(this.lastSnapshot === null ? {} : { snapshotAt: this.lastSnapshot.createdAt, snapshotBytes: this.lastSnapshot.bytes, snapshotMs: Math.round(this.lastSnapshot.ms) }),
       },

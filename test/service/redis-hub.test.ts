@@ -23,11 +23,51 @@ import { redisTestKit, useRedisServer } from '../support/redis-deployment.js';
 import { ENGINE_SIDE_LIMITS } from '../../services/hub/port.js';
 
 const { missing, url } = useRedisServer();
-const { freshPrefix, matcherOptions, hubOptions, deployment, contractFixture, partitionedFixture, inspect } = redisTestKit(url);
+const { freshPrefix, keysOf, matcherOptions, hubOptions, deployment, contractFixture, partitionedFixture, inspect } = redisTestKit(url);
 
 describe('redis hub', { skip: missing ?? false, timeout: 30_000 }, () => {
   runHubContract('redis', contractFixture);
   runHubContract('redis, devices split over 3 matcher partitions', partitionedFixture(3));
+
+  it('a matcher whose read position the stream was trimmed past says so: logged and counted once', async () => {
+    let armed = false;
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let stopped!: () => void;
+    const atHold = new Promise<void>((resolve) => (stopped = resolve));
+    const found: string[] = [];
+    let told!: () => void;
+    const trimmedSeen = new Promise<void>((resolve) => (told = resolve));
+    const d = await deployment(1, undefined, {}, {
+      hooks: {
+        beforeRead: () => {
+          if (!armed) return;
+          stopped();
+          return held;
+        },
+        onTrimmedPast: (at: string) => {
+          found.push(at);
+          told();
+        },
+      },
+    });
+    try {
+      const [hub] = d.hubs;
+      await hub.addSubscription('a', sub('s0', anywhere(eq('k', 0))));
+      assert.deepEqual(await hub.publish([event({ k: 0 })]).then((r) => r.map((x) => x.reached)), [1], 'the matcher has read');
+      armed = true;
+      await hub.addSubscription('a', sub('s1', anywhere(eq('k', 1)))); // read, then the loop holds
+      await atHold;
+      for (let i = 2; i < 6; i++) await hub.addSubscription('a', sub(`s${i}`, anywhere(eq('k', i))));
+      await inspect((r) => r.xtrim(keysOf(d.prefix).in, 'MAXLEN', 1));
+      await trimmedSeen;
+      assert.equal(found.length, 1);
+      assert.equal(d.matcher.position, found[0], 'reported at the position it reads from');
+    } finally {
+      release();
+      await d.close();
+    }
+  });
 
   it('encodes and decodes a location batch', () => {
     const devices = ['a', 'ü-device', '', 'x'.repeat(300)].map((d) => Buffer.from(d));
