@@ -314,10 +314,8 @@ export class GeoDuplicates {
   constructor(
     private readonly cmd: Conn,
     private readonly k: Keys,
-    private readonly windowMs: number,
     private readonly waitMs: number,
     private readonly closed: () => boolean,
-    private readonly log: Logger | undefined,
   ) {}
 
   /** The publish script took `events`; `answered` resolves (or rejects) with their answer. */
@@ -340,8 +338,7 @@ export class GeoDuplicates {
   }
 
   /** Once a publish is answered: records its fresh events' reach and fills in its duplicates'. */
-  async answered(corr: string, sh: GeoPending | undefined, events: readonly Event[], answer: PublishReply): Promise<void> {
-    const entry = sh?.entry ?? '';
+  async answered(sh: GeoPending | undefined, events: readonly Event[], answer: PublishReply): Promise<void> {
     const r = answer.r ?? [];
     const dups = new Set(answer.d ?? []);
     const firstOf = new Map<string, number>();

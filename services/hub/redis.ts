@@ -194,7 +194,7 @@ export class RedisHub implements Hub, InboxHost {
     // its slot, so they spread with the device groups instead of reaching every node.
     this.sub = openConn(source, `gateway-${this.gatewayId}-sub`, COMPONENT, this.log, {}, {}, { shardedSubscribers: true });
     this.batcher = new LocationBatcher((cols) => this.sendLocations(cols, flushSize), flushMs, flushSize, maxInFlight, this.log);
-    this.geoDups = new GeoDuplicates(this.cmd, this.keys, this.dedupeWindowMs, this.publishTimeoutMs, () => this.closed, this.log);
+    this.geoDups = new GeoDuplicates(this.cmd, this.keys, this.publishTimeoutMs, () => this.closed);
   }
 
   private async start(): Promise<void> {
@@ -392,7 +392,7 @@ export class RedisHub implements Hub, InboxHost {
       throw new AmbitError('UNAVAILABLE', `${COMPONENT}: the publish may or may not be stored (${err instanceof Error ? err.message : String(err)}); publish again with the same event ids`);
     }
     const answer = await reached;
-    if (this.router !== null) await this.geoDups.answered(corr, pend?.shards, events, answer);
+    if (this.router !== null) await this.geoDups.answered(pend?.shards, events, answer);
     const counts = answer.r ?? [];
     const dups = answer.d === undefined ? null : new Set(answer.d);
     return events.map((e, i) => (dups?.has(i) ? { eventId: e.id, reached: counts[i] ?? 0, duplicate: true } : { eventId: e.id, reached: counts[i] ?? 0 }));

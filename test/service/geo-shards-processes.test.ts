@@ -33,10 +33,10 @@ import { ShardMap } from '../../services/matcher/shard-map.js';
 import type { GeoSpec } from '../../services/redis/keys.js';
 import { Op, type Notification } from '../../api/gen/ambit/v1/types_pb.js';
 import { Clients, DeviceStream, Status, eventually, expectStatus, meta, unary } from '../support/grpc.js';
-import { type Dev, deviceWorld, type Ev, eventOf, type Gateway, markerFor, matching, moveDevices, num, phaseEvent, type Point, ROUND_1_EVENTS, ROUND_2_EVENTS, text } from '../support/device-world.js';
+import { type Dev, deviceWorld, type Ev, eventOf, type Gateway, markerFor, matching, moveDevices, num, openDevices, phaseEvent, type Point, ROUND_1_EVENTS, ROUND_2_EVENTS, text } from '../support/device-world.js';
 import { type AmbitProcess, startAmbit } from '../support/processes.js';
 import { useRedisServer } from '../support/redis-deployment.js';
-import { assertIncreasing, inspectServer, layoutError, leading, metricOf } from '../support/process-checks.js';
+import { expectExactly, inspectServer, layoutError, leading, metricOf } from '../support/process-checks.js';
 
 const SECRET = 'geo-shards-processes-secret-0123456789ab';
 const authority = new TokenAuthority(SECRET);
@@ -199,16 +199,7 @@ describe('geo shards processes: 2 geographic shards (stripes) + 1 wide shard, a 
     for (const gw of [gwA, gwB]) assert.equal(gw.logs.filter((l) => typeof l.msg === 'string' && l.msg.startsWith('redis hub connected')).length, 1, 'a gateway holds one hub for every shard');
 
     // Open every device on its gateway: its anchored marker, then its subscriptions of the model.
-    for (const dev of DEVICES) {
-      const { stream, welcome } = await DeviceStream.open(clientsOf(dev.gateway), deviceToken(dev.name));
-      assert.equal(welcome.missed, 0n, dev.name);
-      streams.set(dev.name, stream);
-      await stream.subscribeOk(markerSub(dev.name));
-      for (const s of dev.subs) {
-        const constraints = [{ name: 'sev', op: Op.GT, value: num(s.sevGt) }];
-        await stream.subscribeOk({ id: s.id, filters: [s.radiusM === null ? { constraints } : { constraints, area: { radiusM: s.radiusM } }] });
-      }
-    }
+    for (const [name, stream] of await openDevices(DEVICES, clientsOf, deviceToken, markerSub)) streams.set(name, stream);
     // Before any position only the device with a wide subscription has a home: the wide shard.
     assert.deepEqual(await homes(), { 'gs-4': WIDE }, 'no position yet: only the wide device is homed');
     await moveDevices(streams, positions, ROUND_1_POSITIONS);
@@ -251,14 +242,7 @@ describe('geo shards processes: 2 geographic shards (stripes) + 1 wide shard, a 
 
     for (const dev of DEVICES) {
       const stream = streams.get(dev.name)!;
-      const want = expected.get(dev.name)!;
-      const got = await stream.notifications(want.length, 15_000);
-      assert.deepEqual(
-        got.map((n) => ({ id: n.event!.id, subs: [...n.subscriptionIds].sort() })),
-        want,
-        `${dev.name} (shard ${homes1[dev.name]}, on gateway ${dev.gateway}) gets exactly its events, in publish order`,
-      );
-      assertIncreasing(dev.name, got);
+      await expectExactly(stream, dev.name, expected.get(dev.name)!, 15_000, `${dev.name} (shard ${homes1[dev.name]}, on gateway ${dev.gateway}) gets exactly its events, in publish order`);
       // Nothing else came: the next notification is the one only this device's marker matches
       // (gs-7 has no position: its anchored marker admits nothing yet; it is checked in round 2).
       if (positions[dev.name] === undefined) continue;
@@ -381,15 +365,7 @@ describe('geo shards processes: 2 geographic shards (stripes) + 1 wide shard, a 
     assert.ok(expected.get('gs-7')!.some((e) => e.id.startsWith('ev-')), 'gs-7 expects a round-2 event on shard 1');
 
     for (const dev of DEVICES) {
-      const stream = streams.get(dev.name)!;
-      const wantN = expected.get(dev.name)!;
-      const got = await stream.notifications(wantN.length, 20_000);
-      assert.deepEqual(
-        got.map((n) => ({ id: n.event!.id, subs: [...n.subscriptionIds].sort() })),
-        wantN,
-        `${dev.name} (shard ${homes1[dev.name]} then ${homes2[dev.name]}, on gateway ${dev.gateway}): every event that matches it once, in publish order`,
-      );
-      assertIncreasing(dev.name, got);
+      await expectExactly(streams.get(dev.name)!, dev.name, expected.get(dev.name)!, 20_000, `${dev.name} (shard ${homes1[dev.name]} then ${homes2[dev.name]}, on gateway ${dev.gateway}): every event that matches it once, in publish order`);
     }
     // Nothing twice, nothing more: the next notification of each is its own next marker.
     for (const dev of DEVICES) {
@@ -518,14 +494,7 @@ describe('geo shards processes: 2 geographic shards (stripes) + 1 wide shard, a 
     for (const dev of moved) assert.ok(expected.get(dev.name)!.some((e) => e.id.startsWith('ev-')), `${dev.name} expects an event on its new shard`);
     for (const dev of DEVICES) {
       const stream = streams.get(dev.name)!;
-      const want = expected.get(dev.name)!;
-      const got = await stream.notifications(want.length, 15_000);
-      assert.deepEqual(
-        got.map((n) => ({ id: n.event!.id, subs: [...n.subscriptionIds].sort() })),
-        want,
-        `${dev.name} (shard ${before[dev.name]} then ${after[dev.name]}, on gateway ${dev.gateway}): every event that matches it once, in publish order`,
-      );
-      assertIncreasing(dev.name, got);
+      await expectExactly(stream, dev.name, expected.get(dev.name)!, 15_000, `${dev.name} (shard ${before[dev.name]} then ${after[dev.name]}, on gateway ${dev.gateway}): every event that matches it once, in publish order`);
       // Nothing twice, nothing more: the next notification is its own next marker.
       await stream.expectNextNotification(`mk-${dev.name}-3`, async () => {
         assert.equal((await publish(dev.gateway === 'A' ? cb : ca, markerFor(dev.name, 3))).reached, 1n, `only ${dev.name}'s marker subscription matches`);

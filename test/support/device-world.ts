@@ -130,15 +130,20 @@ export const seqOf = (n: Notification) => n.event!.attributes.seq.kind.value as 
 
 /**
  * Opens every device's stream on its gateway (a new device: nothing missed) and subscribes its
- * marker and its subscriptions of the model; the streams by device name.
+ * marker (`marker`, default `markerSub`) and its subscriptions of the model; the streams by device name.
  */
-export async function openDevices(devices: readonly Dev[], clientsOf: (gateway: Gateway) => Clients, token: (device: string) => string): Promise<Map<string, DeviceStream>> {
+export async function openDevices(
+  devices: readonly Dev[],
+  clientsOf: (gateway: Gateway) => Clients,
+  token: (device: string) => string,
+  marker: (device: string) => ReturnType<typeof markerSub> = markerSub,
+): Promise<Map<string, DeviceStream>> {
   const streams = new Map<string, DeviceStream>();
   for (const dev of devices) {
     const { stream, welcome } = await DeviceStream.open(clientsOf(dev.gateway), token(dev.name));
     assert.equal(welcome.missed, 0n, dev.name);
     streams.set(dev.name, stream);
-    await stream.subscribeOk(markerSub(dev.name));
+    await stream.subscribeOk(marker(dev.name));
     for (const s of dev.subs) {
       const constraints = [{ name: 'sev', op: Op.GT, value: num(s.sevGt) }];
       await stream.subscribeOk({ id: s.id, filters: [s.radiusM === null ? { constraints } : { constraints, area: { radiusM: s.radiusM } }] });

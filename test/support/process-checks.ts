@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
 import type { Notification } from '../../api/gen/ambit/v1/types_pb.js';
+import type { DeviceStream } from './grpc.js';
 import type { AmbitProcess } from './processes.js';
 
 export const leading = (l: Record<string, unknown>) => l.component === 'matcher' && typeof l.msg === 'string' && l.msg.includes('leading (lease epoch');
@@ -30,6 +31,20 @@ function cmpId(a: string, b: string): number {
 
 export function assertIncreasing(name: string, all: Notification[]): void {
   for (let i = 1; i < all.length; i++) assert.ok(cmpId(all[i - 1].deliveryId, all[i].deliveryId) < 0, `${name}: delivery ids increase (${all[i - 1].deliveryId} then ${all[i].deliveryId})`);
+}
+
+/**
+ * The next `want.length` notifications of a device stream are exactly `want` (event id and sorted
+ * subscription ids), in order, with increasing delivery ids.
+ */
+export async function expectExactly(stream: DeviceStream, name: string, want: readonly { id: string; subs: string[] }[], timeoutMs: number, message: string): Promise<void> {
+  const got = await stream.notifications(want.length, timeoutMs);
+  assert.deepEqual(
+    got.map((n) => ({ id: n.event!.id, subs: [...n.subscriptionIds].sort() })),
+    want,
+    message,
+  );
+  assertIncreasing(name, got);
 }
 
 /** A look at the redis-server at `url`. */
