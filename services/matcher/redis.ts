@@ -101,7 +101,17 @@ export interface RedisMatcherOptions {
    * when the command stream still holds every command after it, instead of reading every
    * subscription back from Redis. Each matcher needs a directory of its own.
    */
-  snapshot?: { dir: string; intervalMs?: number; /** @internal bytes per block (tests) */ blockBytes?: number };
+  snapshot?: {
+    dir: string;
+    intervalMs?: number;
+    /**
+     * How long the stream keeps the commands after this matcher's snapshot start once the matcher
+     * stops renewing the claim (it died, or stopped cleanly): a restart within it loads the file.
+     * Default twice the interval plus a minute, at least 10 minutes (11 at the default interval).
+     */
+    holdMs?: number;
+    /** @internal bytes per block (tests) */ blockBytes?: number;
+  };
   /** @internal test and benchmark hooks */
   hooks?: MatcherHooks;
   /**
@@ -134,6 +144,8 @@ export interface MatcherHooks {
   onMatched?(b: { last: string; publishes: number }): void;
   /** The stream was found trimmed past this matcher's read position. */
   onTrimmedPast?(readPosition: string): void;
+  /** The leader ran its trim: the stream was trimmed below `below` ('' when nothing may go), `removed` entries. */
+  onKeep?(t: { below: string; removed: number }): void;
   /** Sharding by space: a leader waits for the shards devices leave before it applies their arrival. */
   onHandOverWait?(w: { entry: string; from: number[] }): void;
 }
@@ -193,6 +205,12 @@ export class RedisMatcher {
    */
   private snapshotLow: string | null = null;
   private lastSnapshot: (SnapshotInfo & { ms: number }) | null = null;
+  /** Where the snapshot file on disk starts (loaded at start or written since): the stream is kept from there. */
+  private snapshotStart: string | null = null;
+  private readonly snapshotHoldMs: number;
+  /** Set once the engine is built: the read position is kept from then on. */
+  private reading = false;
+  private streamTrims = 0;
   /**
    * Stored subscriptions a rebuild from Redis left to their commands in the stream, by command id;
    * dropped as the loop reads past them, applied here when their command was trimmed away first.
@@ -214,6 +232,9 @@ export class RedisMatcher {
   private readSinceStart = false;
   /** Sharding by space: time spent waiting for shards that devices left (ms). */
   private handOverWaitMs = 0;
+  /** Devices this matcher's engine took over from another shard, and gave to one (hand-over entries applied). */
+  private handOversIn = 0;
+  private handOversOut = 0;
   private duplicates = 0;
   private readonly dedupeWindowMs: number;
   /**
@@ -273,6 +294,7 @@ export class RedisMatcher {
     this.snapshotPath = snap === undefined ? null : join(snap.dir, snapshotFileName(this.keys));
     this.snapshotBlockBytes = snap?.blockBytes;
     this.snapshotIntervalMs = intOption(COMPONENT, 'snapshot.intervalMs', snap?.intervalMs, 300_000, 0, 7 * 24 * 3600 * 1000);
+    this.snapshotHoldMs = intOption(COMPONENT, 'snapshot.holdMs', snap?.holdMs, Math.max(600_000, 2 * this.snapshotIntervalMs + 60_000), 1000, 30 * 24 * 3600 * 1000);
     this.core = new MatchCore(engine);
     this.engineDetail = detail;
     this.cmd = openConn(source, `matcher-${this.matcherId}`, COMPONENT, this.log);
@@ -360,12 +382,15 @@ export class RedisMatcher {
     this.instance = (await this.cmd.get(this.keys.matcherInstance)) ?? '';
     await this.blocking.open();
     await this.rebuild();
+    this.reading = true;
+    await this.keepStream();
     await this.lease.start();
     if (this.promotion) await this.lead();
     else this.log?.info({ matcherId: this.matcherId }, `${COMPONENT}: standing by (another matcher holds the lease); tailing ${this.keys.in}`);
     this.statsTimer = setInterval(() => {
       this.writeStats().catch((err: unknown) => this.log?.warn({ err }, `${COMPONENT}: stats not written`));
       this.checkTrimmed().catch((err: unknown) => this.log?.warn({ err }, `${COMPONENT}: the command stream's bounds not read`));
+      this.keepStream().catch((err: unknown) => this.log?.warn({ err }, `${COMPONENT}: the command stream's keep not written`));
     }, this.statsMs);
     this.statsTimer.unref();
     if (this.snapshotPath !== null && this.snapshotIntervalMs > 0) {
@@ -512,6 +537,9 @@ export class RedisMatcher {
       this.log?.warn({ path, end: info.end, streamLast: bounds.lastId }, `${COMPONENT}: snapshot ${path} has seen commands up to ${info.end}, ${this.keys.in} only up to ${bounds.lastId} (Redis lost acknowledged writes); rebuilding from Redis`);
       return null;
     }
+    // The stream is kept from the file's start while it loads (and after, until a newer file).
+    this.snapshotStart = info.start;
+    await this.keepStream();
     const stored = (await this.cmd.get(this.keys.matcherOffset)) ?? '0-0';
     if (compareStreamIds(info.end, stored) > 0) {
       // Publishes after the stored offset are matched again: against the state of the snapshot's
@@ -578,8 +606,13 @@ export class RedisMatcher {
       if (entry.t === 'loc') this.applied += decodeLocations(entry.data, this.move);
       else if (entry.t === 'sub') this.core.put(entry.device, entry.sub, 'upsert');
       else if (entry.t === 'unsub') this.core.remove(entry.device, entry.subscriptionId);
-      else if (entry.t === 'rel') for (const d of entry.devices) this.release(d);
-      else for (const a of entry.devices) this.acquire(a);
+      else if (entry.t === 'rel') {
+        for (const d of entry.devices) this.release(d);
+        this.handOversOut += entry.devices.length;
+      } else {
+        for (const a of entry.devices) this.acquire(a);
+        this.handOversIn += entry.devices.length;
+      }
     } catch (err) {
       this.log?.warn({ err, entry: entry.id }, `${COMPONENT}: command ${entry.id} skipped`);
     }
@@ -735,6 +768,7 @@ export class RedisMatcher {
         });
         const ms = performance.now() - t0;
         this.lastSnapshot = { ...info, ms };
+        this.snapshotStart = info.start;
         this.log?.info({ path, subscriptions: info.subscriptions, positions: info.positions, bytes: info.bytes, start: info.start, end: info.end, ms: Math.round(ms) }, `${COMPONENT}: snapshot written to ${path}`);
         return info;
       } catch (err) {
@@ -915,6 +949,30 @@ export class RedisMatcher {
       `${COMPONENT}: ${this.keys.in} was trimmed past this matcher's read position ${at}: the commands up to ${b.first ?? b.lastId} were never applied; raise AMBIT_COMMAND_STREAM_MAXLEN, and restart this matcher to rebuild from Redis`,
     );
     this.hooks.onTrimmedPast?.(at);
+  }
+
+  /**
+   * Says what this matcher still needs of its stream (its read position, and the start of its
+   * snapshot file), held for a while if it stops saying so; the leader also trims the stream below
+   * what every matcher of the partition (of every shard, sharded by space) and the stored offsets
+   * still need (scripts.ts KEEP).
+   */
+  private async keepStream(final = false): Promise<void> {
+    if (this.crashed || (this.stopping && !final)) return;
+    const trim = !final && this.currentRole === 'leader' && this.reading;
+    const args: (string | number)[] = [this.now === null ? '' : String(this.now()), trim ? '1' : '0'];
+    const low = this.snapshotLow !== null && compareStreamIds(this.snapshotLow, this.lastId) < 0 ? this.snapshotLow : this.lastId;
+    // Before the engine is built (a snapshot loading) the read position is the file's start.
+    const read = this.reading ? low : final || this.snapshotStart === null ? '' : this.snapshotStart;
+    args.push(`${this.matcherId}:read`, read, Math.max(30_000, 10 * this.statsMs));
+    args.push(`${this.matcherId}:snap`, this.snapshotStart ?? '', this.snapshotHoldMs);
+    const keys = [this.keys.matcherKeep, this.keys.in];
+    const holders = [this.keys.partition];
+    if (this.keys.layout.geo !== undefined) for (let k = 0; k < this.keys.partitions; k++) if (k !== this.keys.partition) holders.push(k);
+    for (const k of holders) keys.push(this.keys.of(k).matcherOffset, this.keys.of(k).in);
+    const [below, removed] = (await runScript(this.cmd, 'ambitKeep', keys.length, ...keys, ...args)) as [string, number];
+    this.streamTrims += removed;
+    if (trim) this.hooks.onKeep?.({ below, removed });
   }
 
   /** Waits for the batch in flight; false when it failed (handled) or the matcher crashed. */
@@ -1224,11 +1282,22 @@ export class RedisMatcher {
         restoredFrom: this.restored.from,
         restoreMs: Math.round(this.restored.ms),
         trimmedPastReads: this.trimmedPast,
-        ...(this.keys.layout.geo === undefined ? {} : { handOverWaitMs: this.handOverWaitMs }),
+        streamTrims: this.streamTrims,
+        ...(this.keys.layout.geo === undefined ? {} : { handOverWaitMs: this.handOverWaitMs, handOversIn: this.handOversIn, handOversOut: this.handOversOut }),
         ...(this.lastSnapshot === null ? {} : { snapshotAt: this.lastSnapshot.createdAt, snapshotBytes: this.lastSnapshot.bytes, snapshotMs: Math.round(this.lastSnapshot.ms) }),
       },
     };
     await this.cmd.set(this.keys.matcherStats, JSON.stringify(record), 'PX', this.statsMs * 3);
+  }
+
+  /** Sharding by space: devices this matcher's engine took over from other shards, and handed to them, since start. */
+  get handOvers(): { in: number; out: number } {
+    return { in: this.handOversIn, out: this.handOversOut };
+  }
+
+  /** Entries this matcher, leading, trimmed from its stream below what every matcher still needs. */
+  get streamTrimmed(): number {
+    return this.streamTrims;
   }
 
   /** Events matched since start. */
@@ -1289,6 +1358,9 @@ export class RedisMatcher {
     // Nothing is applied any more: this snapshot is exact at its position. Written after the
     // hand-over, which it does not need.
     if (this.snapshotPath !== null) await this.snapshotNow();
+    // The read position is no longer needed; the snapshot's start is, for the restart.
+    this.reading = false;
+    if (reachable) await Promise.race([this.keepStream(true).catch((err: unknown) => this.log?.warn({ err }, `${COMPONENT}: the command stream's keep not written`)), sleep(1000)]);
     await this.closeEngine();
     if (reachable) await Promise.race([Promise.all([closeConnection(this.cmd), this.blocking.close()]), sleep(2000)]);
     this.cmd.disconnect();

@@ -149,6 +149,11 @@ export class Keys {
   readonly matcherLease: string;
   readonly matcherEpoch: string;
   readonly matcherInstance: string;
+  /**
+   * What each matcher of the partition still needs of `in`: field "<matcher id>:read" (its read
+   * position) or ":snap" (its snapshot file's start) → "<stream id> <Redis ms it is held until>".
+   */
+  readonly matcherKeep: string;
   /** Every device group; one on a plain Redis. */
   readonly groups: readonly GroupKeys[];
   private readonly base: string;
@@ -214,6 +219,7 @@ export class Keys {
     this.matcherLease = `${base}matcher:lease`;
     this.matcherEpoch = `${base}matcher:epoch`;
     this.matcherInstance = `${base}matcher:instance`;
+    this.matcherKeep = `${base}matcher:keep`;
     const groups: GroupKeys[] = [];
     // A group's fence is this partition's: each partition's leader raises and checks its own.
     const fence = partitions > 1 ? `:${partition}` : '';

@@ -100,6 +100,65 @@ return 1
 `;
 
 /**
+ * Trimming `{p}in` by progress. Each matcher says what it still needs of its stream (its read
+ * position; its snapshot file's start, which a restart reads from) and for how long; the leader
+ * also trims the stream below the oldest of those and of the stored offsets that hold it back, so
+ * the stream stays short while matchers keep up and nobody loses what it still has to read. (The
+ * gateways' count cap stays as a safety bound on memory.) A record not renewed in time (a matcher
+ * that died) stops holding the stream.
+ * KEYS: keep, in, then per partition whose offset holds this stream, this one's first: its
+ * offset, its in (sharded by space: every shard, since a shard replaying a hand-over reads the
+ * paired entry in the stream the device went to; a shard that has read all its stream holds nothing). ARGV: now ms ('' = Redis's clock), trim ('1'|'0'), then per record: field,
+ * stream id ('' removes it), ms to hold it.
+ * Returns {the id the stream was trimmed below, or '' when it was not trimmed; entries removed}.
+ */
+const KEEP = `${PARSE_ID}
+local now = now_ms(ARGV[1])
+for i = 3, #ARGV, 3 do
+  if ARGV[i + 1] == '' then redis.call('HDEL', KEYS[1], ARGV[i])
+  else redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1] .. ' ' .. string.format('%.0f', now + tonumber(ARGV[i + 2]))) end
+end
+if ARGV[2] ~= '1' then return {'', 0} end
+local fm, fs = nil, nil
+local function lower(id)
+  local m, s = parse_id(id)
+  if m == nil then return false end
+  if fm == nil or m < fm or (m == fm and s < fs) then fm, fs = m, s end
+  return true
+end
+for k = 3, #KEYS, 2 do
+  local o = redis.call('GET', KEYS[k])
+  if o then
+    if k == 3 then
+      if not lower(o) then return {'', 0} end
+    else
+      -- Another shard replays only what its stream holds after its offset: one that has read
+      -- everything it has holds nothing here.
+      local last = redis.call('XREVRANGE', KEYS[k + 1], '+', '-', 'COUNT', 1)[1]
+      if last then
+        local om, os = parse_id(o)
+        local lm, ls = parse_id(last[1])
+        if om == nil then return {'', 0} end
+        if lm > om or (lm == om and ls > os) then lower(o) end
+      end
+    end
+  elseif redis.call('XLEN', KEYS[k + 1]) > 0 then
+    -- A partition with commands but no stored offset yet: what it will read is unknown.
+    return {'', 0}
+  end
+end
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local id, until_ms = string.match(all[i + 1], '^(%S+) (%d+)$')
+  if until_ms == nil or tonumber(until_ms) < now then redis.call('HDEL', KEYS[1], all[i])
+  elseif not lower(id) then return {'', 0} end
+end
+if fm == nil or fm == 0 then return {'', 0} end
+local below = string.format('%.0f', fm) .. '-' .. string.format('%.0f', fs)
+return {below, redis.call('XTRIM', KEYS[2], 'MINID', '~', below)}
+`;
+
+/**
  * A batch's answers, fenced: the counters, the ids of its fresh events (each remembered with its
  * reach and in-entry id for the dedupe window), then each publisher's reply.
  * Replies go out with PUBLISH (SPUBLISH on a cluster).
@@ -381,6 +440,8 @@ const DEFINITIONS = {
   ambitAnswer: { lua: publishing(ANSWER, 'PUBLISH') },
   ambitAnswerSharded: { lua: publishing(ANSWER, 'SPUBLISH') },
   ambitFenceRaise: { lua: FENCE_RAISE, numberOfKeys: 1 },
+  // numberOfKeys is per call (the offsets that hold the stream are keys): passed first.
+  ambitKeep: { lua: KEEP },
   // Sharding by space (geo-scripts.ts).
   ambitGeoSub: { lua: GEO_SUB, numberOfKeys: 7 },
   ambitGeoUnsub: { lua: GEO_UNSUB, numberOfKeys: 5 },

@@ -173,6 +173,12 @@ describe('geo shards processes: 2 geographic shards (stripes) + 1 wide shard, a 
   };
 
   before(async () => {
+    // The checks below read every hand-over from the command streams: a reader of the streams
+    // holds them the way a matcher does (scripts.ts KEEP), from the start and for the whole run.
+    await inspect(async (r) => {
+      const [sec] = await r.time();
+      for (let k = 0; k < GEO.shards + GEO.wide; k++) await r.hset(`${prefix}s${k}:matcher:keep`, 'test-reader:read', `0-1 ${(Number(sec) + 3600) * 1000}`);
+    });
     leader0 = await matcher(0);
     await leader0.waitForLog(leading);
     [leader1, leader2] = await Promise.all([matcher(1), matcher(2)]);

@@ -10,6 +10,7 @@ import { PublishError } from '../../src/model/errors.js';
 import { RedisMatcher } from '../../services/matcher/redis.js';
 import type { GeoSpec } from '../../services/redis/keys.js';
 import { ShardMap } from '../../services/matcher/shard-map.js';
+import { compareStreamIds } from '../../services/redis/codec.js';
 import { runHubContract } from '../support/hub-contract.js';
 import { runGeoWorld } from '../support/geo-world.js';
 import { redisTestKit, useRedisServer } from '../support/redis-deployment.js';
@@ -76,6 +77,81 @@ describe('sharded by space', { skip: missing ?? false, timeout: 60_000 }, () => 
       assert.equal((await hub.publish([{ id: 'many-1', lat: 45.4642, lon: lonOf(j + 4), attributes: { n: 999 } }]))[0].reached, 1000);
       assert.equal((await hub.publish([{ id: 'many-2', lat: 45.4642, lon: lonOf(j + 4), attributes: { n: 499 } }]))[0].reached, 500);
     } finally {
+      await d.close();
+    }
+  });
+
+  it("a shard's leader trims its stream only below every shard's stored offset: a shard held back can still read the hand-overs it is owed", async () => {
+    const j = Math.floor((9.19 + 180) / STRIPES.cellDeg);
+    const col = (shard: number) => j + ((shard - (j % STRIPES.shards) + STRIPES.shards) % STRIPES.shards);
+    const lonOf = (c: number) => (c + 0.5) * STRIPES.cellDeg - 180;
+    let hold: Promise<void> | null = null;
+    let release = () => {};
+    let held = () => {};
+    const belows: string[] = [];
+    let kept = () => {};
+    let batched = () => {};
+    const d = await geoDeployment(STRIPES, 1, (k) => ({
+      statsMs: 50,
+      hooks: {
+        onBatch: () => batched(),
+        ...(k === 0
+          ? {
+              beforeRead: async () => {
+                if (hold === null) return;
+                held();
+                await hold;
+              },
+            }
+          : {}),
+        ...(k === 1
+          ? {
+              onKeep: (t: { below: string }) => {
+                belows.push(t.below);
+                kept();
+              },
+            }
+          : {}),
+      },
+    }));
+    const nextKeep = () => new Promise<void>((resolve) => (kept = resolve));
+    const caughtUp = async (m: RedisMatcher) => {
+      const last = await d.inspectStream(m.keys.partition);
+      while (compareStreamIds(m.position, last.last) < 0) await new Promise<void>((resolve) => (batched = resolve));
+    };
+    try {
+      const [hub] = d.hubs;
+      const near = { id: 's', filters: [{ constraints: [], area: { radiusM: 30 } }] };
+      await hub.addSubscription('on0', near);
+      await hub.addSubscription('on1', near);
+      await hub.updateLocations([
+        { device: 'on0', lat: 45.4642, lon: lonOf(col(0)) },
+        { device: 'on1', lat: 45.4642, lon: lonOf(col(1)) },
+      ]);
+      await Promise.all([caughtUp(d.matchers[0]), caughtUp(d.matchers[1])]);
+      const isHeld = new Promise<void>((resolve) => (held = resolve));
+      hold = new Promise<void>((resolve) => (release = resolve));
+      await hub.updateLocations([{ device: 'on0', lat: 45.4643, lon: lonOf(col(0)) }]); // wakes shard 0 into its hold
+      await isHeld;
+      // Shard 0 now has a command it has not read (a shard that has read all it has holds nothing back).
+      await hub.updateLocations([{ device: 'on0', lat: 45.4644, lon: lonOf(col(0)) }]);
+      for (let i = 0; i < 300; i++) await hub.updateLocations([{ device: 'on1', lat: 45.4642 + i * 1e-6, lon: lonOf(col(1)) }]);
+      await caughtUp(d.matchers[1]);
+      for (let i = 0; i < 3; i++) await nextKeep();
+      // Shard 0 reads nothing while held: what it stored is final by now.
+      const stored0 = d.matchers[0].offset;
+      const s1 = await d.inspectStream(1);
+      assert.ok(s1.length >= 300, `shard 1 keeps its entries after shard 0's stored offset ${stored0} (XLEN ${s1.length})`);
+      assert.ok(belows.every((x) => x === '' || compareStreamIds(x, stored0) <= 0), `no trim of shard 1 went past shard 0's stored offset: ${belows.filter((x) => x !== '').join(' ')}`);
+      hold = null;
+      release();
+      await caughtUp(d.matchers[0]);
+      while (!(belows.length > 0 && belows[belows.length - 1] !== '' && compareStreamIds(belows[belows.length - 1], stored0) > 0)) await nextKeep();
+      assert.ok((await d.inspectStream(1)).length < 300, 'shard 1 trims once shard 0 has gone on');
+      assert.equal((await hub.publish([{ id: 'after', lat: 45.4642 + 299e-6, lon: lonOf(col(1)), attributes: {} }]))[0].reached, 1);
+    } finally {
+      hold = null;
+      release();
       await d.close();
     }
   });

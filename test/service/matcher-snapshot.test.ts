@@ -634,6 +634,123 @@ describe('matcher snapshots in a Redis deployment', { skip: missing ?? false, ti
     }
   });
 
+  /** A leader's trims, as its hooks report them; `after(n)` resolves after n more. */
+  function keepLog() {
+    const belows: string[] = [];
+    const waiters: { n: number; resolve: () => void }[] = [];
+    return {
+      belows,
+      hook: (t: { below: string; removed: number }) => {
+        belows.push(t.below);
+        for (const w of [...waiters]) if (--w.n <= 0) waiters.splice(waiters.indexOf(w), 1), w.resolve();
+      },
+      after: (n: number) => new Promise<void>((resolve) => waiters.push({ n, resolve })),
+    };
+  }
+  const bounds = (prefix: string) =>
+    inspect(async (r) => {
+      const first = (await r.xrange(keysOf(prefix).in, '-', '+', 'COUNT', 1))[0]?.[0] ?? null;
+      return { first, length: await r.xlen(keysOf(prefix).in) };
+    });
+
+  it('the leader trims the stream as it goes, but never past what a standby has still to read: the standby held back catches up with nothing lost', () =>
+    deployment(async ({ prefix, hub, start, caughtUp }) => {
+      const w = new World(hub, 31);
+      const keeps = keepLog();
+      const leader = await start({ statsMs: 50, hooks: { onKeep: keeps.hook } });
+      let hold: Promise<void> | null = null;
+      let release = () => {};
+      let held = () => {};
+      const standby = await start({
+        statsMs: 50,
+        hooks: {
+          beforeRead: async () => {
+            if (hold === null) return;
+            held();
+            await hold;
+          },
+        },
+      });
+      assert.equal(standby.role, 'standby');
+      await w.step(400);
+      await caughtUp(leader);
+      await caughtUp(standby);
+      const isHeld = new Promise<void>((resolve) => (held = resolve));
+      hold = new Promise<void>((resolve) => (release = resolve));
+      await isHeld;
+      const at = standby.position;
+      await w.step(600);
+      await caughtUp(leader);
+      await keeps.after(3);
+      const b = await bounds(prefix);
+      assert.ok(b.first !== null && compareStreamIds(b.first, at) <= 0, `the stream still holds what the standby has to read after ${at} (first entry ${b.first})`);
+      assert.ok(keeps.belows.every((x) => x === '' || compareStreamIds(x, at) <= 0), `no trim went past the standby's position ${at}: ${keeps.belows.filter((x) => x !== '').join(' ')}`);
+      assert.ok(leader.streamTrimmed > 0, 'the leader trimmed below the standby what nobody needs');
+      hold = null;
+      release();
+      await caughtUp(standby);
+      assertSubscriptions(standby, w, 'the standby held back');
+      // Nobody needs the old entries now: the stream shrinks to about the last node.
+      const trimmedBelow = new Promise<void>((resolve) => {
+        const check = async () => {
+          while (true) {
+            await keeps.after(1);
+            const x = keeps.belows[keeps.belows.length - 1];
+            if (x !== '' && compareStreamIds(x, at) > 0) return resolve();
+          }
+        };
+        void check();
+      });
+      await trimmedBelow;
+      const after = await bounds(prefix);
+      assert.ok(after.length < 400, `the stream keeps few entries once everyone has read them (XLEN ${after.length} of the 1000 commands)`);
+      const stats = JSON.parse((await inspect((r) => r.get(keysOf(prefix).matcherStats))) ?? '{}') as { extra?: { trimmedPastReads?: number; streamTrims?: number } };
+      assert.equal(stats.extra?.trimmedPastReads, 0);
+      assert.ok((stats.extra?.streamTrims ?? 0) > 0, 'the stats count the trimmed entries');
+    }));
+
+  it("a stopped matcher's snapshot start holds the stream while its hold lasts (a restart loads the file), and no longer after", () =>
+    deployment(async ({ prefix, hub, start, caughtUp }) => {
+      let t = Date.now();
+      const now = () => t;
+      const dir = tempDir();
+      const w = new World(hub, 37);
+      const a = await start({ statsMs: 50, now, snapshot: { dir, intervalMs: 0, holdMs: 60_000 } });
+      await w.step(300);
+      await caughtUp(a);
+      await a.stop();
+      const snap = a.snapshot;
+      assert.ok(snap !== null, 'written at the stop');
+      const keeps = keepLog();
+      const b = await start({ statsMs: 50, now, hooks: { onKeep: keeps.hook } });
+      await w.step(500);
+      await caughtUp(b);
+      await keeps.after(3);
+      const held = await bounds(prefix);
+      assert.ok(held.first !== null && compareStreamIds(held.first, snap.start) <= 0, `the stream still holds the commands after the snapshot's start ${snap.start} (first ${held.first})`);
+      // A copy of the file loads: the stream still has everything after its start.
+      const copy = tempDir();
+      writeFileSync(join(copy, snapshotFileName(a.keys)), readFileSync(join(dir, snapshotFileName(a.keys))));
+      const c = await start({ statsMs: 50, now, snapshot: { dir: copy, intervalMs: 0, holdMs: 60_000 } });
+      assert.equal(c.restoredFrom.from, 'snapshot');
+      await caughtUp(c);
+      assertSubscriptions(c, w, 'from the held snapshot');
+      await c.crash();
+      // The holds pass: the stream is trimmed to the leader's progress, and the file is refused.
+      t += 61_000;
+      await w.step(300);
+      await caughtUp(b);
+      while (true) {
+        await keeps.after(1);
+        const x = keeps.belows[keeps.belows.length - 1];
+        if (x !== '' && compareStreamIds(x, snap.start) > 0) break;
+      }
+      const d = await start({ statsMs: 50, now, snapshot: { dir, intervalMs: 0 } });
+      assert.equal(d.restoredFrom.from, 'redis', 'the stream no longer holds what the file needs');
+      await caughtUp(d);
+      assertSubscriptions(d, w, 'rebuilt from Redis');
+    }));
+
   it('each matcher partition keeps its own file in a shared directory', async () => {
     {
       const prefix = freshPrefix();

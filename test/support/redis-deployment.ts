@@ -167,7 +167,7 @@ export function redisTestKit(url: () => RedisSource, deviceGroups?: number) {
 
   /**
    * A deployment sharded by space on a fresh prefix: a matcher per shard (`more(k)`: options of
-   * shard k's) and `gateways` hubs; `handOvers()` counts the `acq` entries of each shard's stream.
+   * shard k's) and `gateways` hubs; `handOvers()` counts the devices each shard took over.
    */
   async function geoDeployment(geo: GeoSpec, gateways: number, more: (k: number) => Partial<RedisMatcherOptions> = () => ({})) {
     const prefix = freshPrefix();
@@ -181,12 +181,11 @@ export function redisTestKit(url: () => RedisSource, deviceGroups?: number) {
       matchers,
       hubs,
       keys,
-      handOvers: () =>
-        inspect(async (r) => {
-          const out: number[] = [];
-          for (let k = 0; k < n; k++) out.push((await r.xrange(keys(k).in, '-', '+')).filter(([, f]) => f[1] === 'acq').length);
-          return out;
-        }),
+      /** Shard k's command stream: its length and last entry id ('0-0' when empty). */
+      inspectStream: (k: number) =>
+        inspect(async (r) => ({ length: await r.xlen(keys(k).in), last: (await r.xrevrange(keys(k).in, '+', '-', 'COUNT', 1))[0]?.[0] ?? '0-0' })),
+      /** Devices each shard's leader took over (its streams are trimmed as the shards go on). */
+      handOvers: async () => matchers.map((m) => m.handOvers.in),
       async close() {
         for (const h of hubs) await h.close();
         for (const m of matchers) await m.stop();
