@@ -43,6 +43,8 @@ export function sumHubStats(all: readonly HubStats[]): HubStats {
     s.eventsPublished = Math.max(s.eventsPublished, t.eventsPublished);
     for (const [key, v] of Object.entries(t.extra)) {
       const had = s.extra[key];
+      // Alive only when every partition's matcher is.
+      if (key === 'matcherAlive') s.extra[key] = had === true && v === true;
       if (typeof v !== 'number' || typeof had !== 'number') continue;
       s.extra[key] = NOT_SUMMED.test(key) ? Math.max(had, v) : had + v;
     }

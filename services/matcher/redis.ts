@@ -359,6 +359,11 @@ export class RedisMatcher {
     this.lease.suspend();
   }
 
+  /** Whether its connections to Redis are up and its loop runs (readiness). */
+  get redisReady(): boolean {
+    return !this.crashed && !this.stopping && this.cmd.status === 'ready' && this.blocking.ready;
+  }
+
   /** Last `{p}in` entry whose effects are stored. */
   get offset(): string {
     return this.committed;

@@ -79,6 +79,8 @@ export interface ServerConfig {
   logLevel: string;
   /** Seconds to wait for calls to finish on shutdown before cutting them. */
   shutdownGraceS: number;
+  /** How often the gRPC health service is brought in line with readiness (ms; readiness.ts). */
+  healthIntervalMs: number;
   /**
    * Gateway processes sharing the gRPC port (1: this process serves it). Without Redis, this
    * process keeps the embedded hub and the gateways reach it over a private pipe each.
@@ -147,6 +149,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   maxSubscriptionsPerDevice: DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE,
   logLevel: 'info',
   shutdownGraceS: 10,
+  healthIntervalMs: 1000,
   gateways: 1,
   hubInParent: false,
   fanoutShards: 0,

@@ -35,7 +35,7 @@ if (parentPort !== null && data?.options !== undefined) {
     const ask = msg as { t?: string; id?: number };
     if (ask?.t === 'stats') {
       const s = hubStats(m.core, { mode: 'redis', engineDetail: m.engineDetail, devices: m.devices, eventsPublished: m.eventsMatchedCount, notifications: 0, notificationsDropped: 0, locationUpdates: m.locationsApplied });
-      port.postMessage({ t: 'stats', id: ask.id, stats: { ...s, extra: { ...s.extra, matcherLeader: m.role === 'leader' ? 1 : 0, matcherEpoch: m.epoch, fencedWrites: m.fencedWrites } } });
+      port.postMessage({ t: 'stats', id: ask.id, stats: { ...s, extra: { ...s.extra, matcherLeader: m.role === 'leader' ? 1 : 0, matcherEpoch: m.epoch, fencedWrites: m.fencedWrites, matchersServed: 1, matchersReady: m.redisReady ? 1 : 0 } } });
     }
   });
 }

@@ -7,6 +7,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import client from 'prom-client';
 import { Counters, type EdgeMetrics } from '../edge/counters.js';
+import type { Readiness } from './readiness.js';
 import type { Hub, HubStats } from '../hub/port.js';
 
 export class Metrics implements EdgeMetrics {
@@ -118,7 +119,10 @@ export class Metrics implements EdgeMetrics {
     return this.registry.metrics();
   }
 
-  /** Serves /metrics (and /healthz) on `port` (0 = any free port); resolves with the port. */
+  /** What `/readyz` reports (readiness.ts); without one it answers as `/healthz`. */
+  readiness: Readiness | null = null;
+
+  /** Serves /metrics, /healthz (liveness) and /readyz (readiness) on `port` (0 = any free port); resolves with the port. */
   async listen(host: string, port: number): Promise<number> {
     const http = createServer((req, res) => {
       if (req.url === '/metrics') {
@@ -135,9 +139,26 @@ export class Metrics implements EdgeMetrics {
       } else if (req.url === '/healthz') {
         res.writeHead(200, { 'content-type': 'text/plain' });
         res.end('ok\n');
+      } else if (req.url === '/readyz' || req.url?.startsWith('/readyz?')) {
+        const r = this.readiness;
+        if (r === null) {
+          res.writeHead(200, { 'content-type': 'application/json' });
+          res.end(`${JSON.stringify({ ready: true, draining: false, checks: {} })}\n`);
+          return;
+        }
+        r.report().then(
+          (report) => {
+            res.writeHead(report.ready ? 200 : 503, { 'content-type': 'application/json', 'cache-control': 'no-store' });
+            res.end(`${JSON.stringify(report)}\n`);
+          },
+          (err: unknown) => {
+            res.writeHead(503, { 'content-type': 'text/plain' });
+            res.end(`readiness: ${err instanceof Error ? err.message : String(err)}\n`);
+          },
+        );
       } else {
         res.writeHead(404, { 'content-type': 'text/plain' });
-        res.end('not found: try /metrics\n');
+        res.end('not found: try /metrics, /healthz or /readyz\n');
       }
     });
     this.http = http;

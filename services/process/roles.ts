@@ -39,7 +39,7 @@ export async function startMatcherRole(config: ServerConfig, log: Logger): Promi
   // Notifications are counted by the deliver script in Redis; gateways report them.
   const stats = async (): Promise<HubStats> => {
     const s = await hubStats(m.core, { mode: 'redis', engineDetail: m.engineDetail, devices: m.devices, eventsPublished: m.eventsMatchedCount, notifications: 0, notificationsDropped: 0, locationUpdates: m.locationsApplied });
-    return { ...s, extra: { ...s.extra, matcherLeader: m.role === 'leader', matcherEpoch: m.epoch, fencedWrites: m.fencedWrites, restoredFrom: m.restoredFrom.from, restoreMs: Math.round(m.restoredFrom.ms) } };
+    return { ...s, extra: { ...s.extra, matcherLeader: m.role === 'leader', matcherEpoch: m.epoch, fencedWrites: m.fencedWrites, matchersServed: 1, matchersReady: m.redisReady ? 1 : 0, restoredFrom: m.restoredFrom.from, restoreMs: Math.round(m.restoredFrom.ms) } };
   };
   return { engineDetail: m.engineDetail, stats, stop: () => m.stop() };
 }

@@ -26,6 +26,7 @@ import { MatchCore } from '../matcher/core.js';
 import { Metrics } from './metrics.js';
 import { connectGatewayHub, startMatcherRole } from './roles.js';
 import { SERVICES, reflectionPackage } from '../../api/rpc.js';
+import { Readiness } from './readiness.js';
 
 /** The largest request message the server takes (grpc-js and the gateway's own device streams alike). */
 const MAX_RECEIVE_BYTES = 4 * 1024 * 1024;
@@ -135,6 +136,10 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
 
     const metrics = new Metrics(hub ?? statsSource, config.role, statsSource);
     cleanups.push(() => metrics.close());
+    const readiness = new Readiness();
+    if (hub !== null) readiness.watchHub(hub);
+    if (statsSource !== null) readiness.watchMatchers(statsSource);
+    metrics.readiness = readiness;
     const metricsPort = config.metricsPort === null ? null : await metrics.listen(config.host, config.metricsPort);
 
     let authority: TokenAuthority | null = null;
@@ -158,6 +163,20 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
       gateway.addTo(server);
       const health = new HealthImplementation({ '': 'SERVING', ...Object.fromEntries(SERVICES.map((s) => [s.typeName, 'SERVING' as const])) });
       health.addToServer(server);
+      // Health follows readiness: every service while the process is ready; the Publisher service
+      // only while matchers also run (otherwise events are stored and wait).
+      const publisher = SERVICES.find((x) => x.typeName.endsWith('PublisherService'));
+      const follow = async () => {
+        const r = await readiness.report();
+        const status = r.ready ? 'SERVING' : 'NOT_SERVING';
+        health.setStatus('', status);
+        for (const x of SERVICES) health.setStatus(x.typeName, x === publisher && r.checks.matchers?.ok === false ? 'NOT_SERVING' : status);
+        return r;
+      };
+      await follow();
+      const healthTimer = setInterval(() => void follow().catch((err: unknown) => log.warn({ err }, 'readiness not checked')), config.healthIntervalMs);
+      healthTimer.unref();
+      cleanups.push(async () => clearInterval(healthTimer));
       new ReflectionService(reflectionPackage() as never).addToServer(server);
       const creds = config.tls === null ? grpc.ServerCredentials.createInsecure() : grpc.ServerCredentials.createSsl(null, [{ cert_chain: config.tls.cert, private_key: config.tls.key }], false);
       port = await new Promise<number>((resolve, reject) => server.bindAsync(`${config.host.includes(':') ? `[${config.host}]` : config.host}:${config.port}`, creds, (err, p) => (err ? reject(err) : resolve(p))));
@@ -181,6 +200,8 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
       });
       log.child({ component: 'server' }).info({ port, metricsPort, tls: config.tls !== null, role: config.role, deviceStreams }, `listening on ${config.host}:${port}`);
     }
+    // Stopping: unready first, before anything closes.
+    cleanups.push(async () => readiness.drain());
     if (port === null) log.child({ component: 'server' }).info({ port: null, metricsPort, role: config.role }, `${hub === null ? 'matcher' : 'hub'} ready${metricsPort === null ? '' : `; metrics on ${config.host}:${metricsPort}`}`);
     let stopped: Promise<void> | null = null;
     return {

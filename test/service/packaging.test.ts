@@ -190,11 +190,13 @@ describe('packaging: deploy/ agrees with the server', () => {
           assert.equal(pod.securityContext.fsGroup, 1000, 'the snapshot volume is writable by the image user');
           assert.ok(c.startupProbe.periodSeconds * c.startupProbe.failureThreshold >= 300, `${w.metadata.name}: a start may take minutes`);
         }
-        for (const probe of [c.livenessProbe, c.readinessProbe, ...(c.startupProbe === undefined ? [] : [c.startupProbe])]) {
+        // Liveness and start on /healthz (the process answers); readiness on /readyz or the gRPC
+        // health service, which follow Redis, the matchers and the engine.
+        for (const [probe, path] of [[c.livenessProbe, '/healthz'], [c.readinessProbe, '/readyz'], ...(c.startupProbe === undefined ? [] : [[c.startupProbe, '/healthz']])]) {
           if (probe.httpGet !== undefined) {
-            assert.equal(probe.httpGet.path, '/healthz');
+            assert.equal(probe.httpGet.path, path);
             assert.ok(ports.has(probe.httpGet.port));
-          }
+          } else assert.ok(probe === c.readinessProbe && probe.grpc !== undefined, 'a probe is an HTTP GET, or readiness by gRPC health');
         }
       }
       const pdb = byKind('PodDisruptionBudget').find((p) => JSON.stringify(p.spec.selector.matchLabels) === JSON.stringify(w.spec.selector.matchLabels));
