@@ -61,7 +61,12 @@ export interface DeviceOptions extends ClientOptions {
 
 export interface DeviceEventMap {
   /** A stream is open (welcome received). `reconnect` is false for the first one. */
-  connected: { deviceId: string; resumeToken: string; missed: number; reconnect: boolean };
+  /**
+   * `stateLost`: the server no longer had this device's state (an embedded server restarted, or a
+   * Redis deployment lost its data); the SDK has subscribed again to every subscription it had
+   * made (`stats.resubscribed`), and delivery starts afresh.
+   */
+  connected: { deviceId: string; resumeToken: string; missed: number; reconnect: boolean; stateLost: boolean };
   /** An open stream ended. */
   disconnected: { error: AmbitError; willReconnect: boolean };
   /** The next attempt starts after `delayMs`; `error` is why the last stream or attempt ended. */
@@ -84,6 +89,8 @@ export interface DeviceCounters {
   /** Repeated deliveries dropped. */
   duplicates: number;
   acksSent: number;
+  /** Subscriptions made again after the server lost the device's state. */
+  resubscribed: number;
   /** Streams opened after the first one. */
   reconnects: number;
 }
@@ -144,7 +151,7 @@ export class AmbitDevice {
   private readonly now: () => number;
   private readonly client: grpc.Client;
   private readonly listeners = new Map<keyof DeviceEventMap, Set<(e: never) => void>>();
-  private readonly counters: DeviceCounters = { locationUpdates: 0, locationsSent: 0, locationsCoalesced: 0, notifications: 0, duplicates: 0, acksSent: 0, reconnects: 0 };
+  private readonly counters: DeviceCounters = { locationUpdates: 0, locationsSent: 0, locationsCoalesced: 0, notifications: 0, duplicates: 0, acksSent: 0, resubscribed: 0, reconnects: 0 };
 
   private _state: DeviceState = 'connecting';
   private _deviceId = '';
@@ -167,6 +174,10 @@ export class AmbitDevice {
 
   // requests
   private nextRequestId = 1;
+  /** The subscriptions the server has confirmed, by id: made again should it lose them. */
+  private readonly held = new Map<string, Subscription>();
+  /** The store of this device's state at the last welcome ('' before one). */
+  private stateId = '';
   private readonly queue: Pending[] = [];
   private readonly inflight: Pending[] = [];
 
@@ -185,6 +196,8 @@ export class AmbitDevice {
   private paused = false;
   /** Highest delivery id handed to the application: anything not above it is a repeat. */
   private highestSeen = '';
+  /** The highest id delivered before the server last lost this device's state ('' if it never did). */
+  private lostUpTo = '';
   /** Highest delivery id the application has processed: the resume point. */
   private acked = '';
   /** Highest id the server has sent on the current stream (or its resume point): acks may not pass it. */
@@ -291,17 +304,17 @@ export class AmbitDevice {
 
   /** Adds a subscription; rejects with ALREADY_EXISTS (field subscribe.subscription.id) if the device has one with that id. */
   subscribe(sub: Subscription): Promise<void> {
-    return this.request('subscribe', (requestId) => ({ message: { case: 'subscribe', value: { requestId, subscription: toWireSubscription('subscribe.subscription', sub) } } }));
+    return this.request('subscribe', (requestId) => ({ message: { case: 'subscribe', value: { requestId, subscription: toWireSubscription('subscribe.subscription', sub) } } })).then(() => void this.held.set(sub.id, sub));
   }
 
   /** Replaces a subscription in one step; NOT_FOUND if there is none with that id. */
   replace(sub: Subscription): Promise<void> {
-    return this.request('replace', (requestId) => ({ message: { case: 'replace', value: { requestId, subscription: toWireSubscription('replace.subscription', sub) } } }));
+    return this.request('replace', (requestId) => ({ message: { case: 'replace', value: { requestId, subscription: toWireSubscription('replace.subscription', sub) } } })).then(() => void this.held.set(sub.id, sub));
   }
 
   /** Removes a subscription; NOT_FOUND if there is none with that id. */
   unsubscribe(subscriptionId: string): Promise<void> {
-    return this.request('unsubscribe', (requestId) => ({ message: { case: 'unsubscribe', value: { requestId, subscriptionId } } }));
+    return this.request('unsubscribe', (requestId) => ({ message: { case: 'unsubscribe', value: { requestId, subscriptionId } } })).then(() => void this.held.delete(subscriptionId));
   }
 
   /** The device's subscriptions (a unary call beside the stream). */
@@ -401,6 +414,8 @@ export class AmbitDevice {
   ack(n: Notification | string): void {
     const id = typeof n === 'string' ? n : n.deliveryId;
     if (!isDeliveryId(id)) throw invalid('deliveryId', `must be a delivery id ("<ms>-<seq>"), got ${JSON.stringify(id)}`);
+    // One delivered before the server lost this device's state: nothing left there to acknowledge.
+    if (this.lostUpTo !== '' && compareDeliveryIds(id, this.lostUpTo) <= 0 && compareDeliveryIds(id, this.highestSeen) > 0) return;
     if (compareDeliveryIds(id, this.highestSeen) > 0) throw invalid('deliveryId', `${id} was not delivered yet (last delivered ${this.highestSeen || 'none'})`);
     if (compareDeliveryIds(id, this.acked) <= 0) return;
     this.acked = id;
@@ -518,10 +533,36 @@ export class AmbitDevice {
     this._deviceId = w.deviceId;
     this.streamLast = w.resumeToken;
     this.ackSent = w.resumeToken;
+    // The server lost this device's state: its delivery ids start again, and the subscriptions
+    // it had confirmed are made again, ahead of what waited for the stream.
+    const lost = w.stateLost || (this.stateId !== '' && w.stateId !== '' && w.stateId !== this.stateId);
+    if (w.stateId !== '') this.stateId = w.stateId;
+    if (lost) {
+      if (compareDeliveryIds(this.highestSeen, this.lostUpTo) > 0) this.lostUpTo = this.highestSeen;
+      this.highestSeen = this.acked = w.resumeToken;
+    }
     // A fresh SDK resumes where the server's acks are.
     if (compareDeliveryIds(w.resumeToken, this.acked) > 0) this.acked = w.resumeToken;
     // What waited for the stream goes first, in order; then listeners hear of it.
     const s = this.stream!;
+    if (lost) {
+      for (const sub of this.held.values()) {
+        const requestId = String(this.nextRequestId++);
+        const message = { message: { case: 'subscribe', value: { requestId, subscription: toWireSubscription('subscribe.subscription', sub) } } };
+        this.inflight.push({
+          requestId,
+          kind: 'subscribe',
+          message,
+          resolve: () => {},
+          // Made meanwhile by another client of the device: it holds one already.
+          reject: (error) => {
+            if (error.code !== grpc.status.ALREADY_EXISTS) this.emit('warning', { error });
+          },
+        });
+        s.write(message);
+        this.counters.resubscribed++;
+      }
+    }
     for (const p of this.queue.splice(0)) {
       this.inflight.push(p);
       s.write(p.message);
@@ -532,7 +573,7 @@ export class AmbitDevice {
     }
     this.flushAck();
     this.readyResolve();
-    this.emit('connected', { deviceId: w.deviceId, resumeToken: w.resumeToken, missed: Number(w.missed), reconnect });
+    this.emit('connected', { deviceId: w.deviceId, resumeToken: w.resumeToken, missed: Number(w.missed), reconnect, stateLost: lost });
   }
 
   private onReply(r: Reply): void {

@@ -249,7 +249,7 @@ export class DeviceSession implements Expiring, StreamListener {
     this.inbox = box;
     this.phase = 'open';
     this.lastSent = box.resumeToken;
-    this.write(create(ConnectResponseSchema, { message: { case: 'welcome', value: { deviceId: this.device, resumeToken: box.resumeToken, missed: BigInt(box.missed) } } }));
+    this.write(create(ConnectResponseSchema, { message: { case: 'welcome', value: { deviceId: this.device, resumeToken: box.resumeToken, missed: BigInt(box.missed), stateLost: box.stateLost, stateId: box.stateId } } }));
     if (isDrainable(box)) this.pump();
     else this.deliver(box).catch(this.fail);
   }

@@ -165,7 +165,7 @@ export class HubServer {
             inboxes.set(b, s);
             // Its backlog goes behind the reply, at the end of this turn.
             wake(s);
-            return { t: box.resumeToken, m: box.missed };
+            return { t: box.resumeToken, m: box.missed, l: box.stateLost, s: box.stateId };
           }),
       );
     };

@@ -3,6 +3,7 @@
  * the readers of it. The embedded hub holds one store for every device; a node with fan-out
  * shards (fanout-shard.ts) holds one per shard, each for the devices that hash to it.
  */
+import { randomBytes } from 'node:crypto';
 import type { Event } from '../../src/model/types.js';
 import type { Delivery, DrainableInbox } from './port.js';
 import type { Recipient } from '../matcher/core.js';
@@ -17,6 +18,8 @@ export interface InboxStoreOptions {
 
 export class InboxStore {
   readonly fanout: MemoryFanOut;
+  /** New with every store: a device's state lives in one store, so a new id means it started empty. */
+  readonly stateId = randomBytes(8).toString('hex');
   private closed = false;
 
   constructor(options: InboxStoreOptions = {}) {
@@ -32,8 +35,9 @@ export class InboxStore {
   openInbox(device: string, resumeAfter: string | null): EmbeddedInbox {
     const log = this.fanout.log(device);
     this.fanout.expire(log);
-    const { start, missed } = log.resume(resumeAfter ?? log.acked);
-    return new EmbeddedInbox(this, log, start, missed);
+    const asked = resumeAfter ?? log.acked;
+    const { start, missed } = log.resume(asked);
+    return new EmbeddedInbox(this, log, start, missed, start !== asked, this.stateId);
   }
 
   get isClosed(): boolean {
@@ -69,6 +73,8 @@ export class EmbeddedInbox implements DrainableInbox {
     private readonly log: DeviceLog,
     readonly resumeToken: string,
     readonly missed: number,
+    readonly stateLost: boolean,
+    readonly stateId: string,
   ) {
     this.cursor = ordinalOf(resumeToken);
   }

@@ -22,6 +22,8 @@ const NONE: Delivery[] = [];
 class LinkedInbox implements DrainableInbox {
   resumeToken = '';
   missed = 0;
+  stateLost = false;
+  stateId = '';
   private closed = false;
   /** Deliveries the hub pushed that the stream has not taken (at most the window). */
   private queue = NONE;
@@ -457,10 +459,12 @@ export class LinkedHub implements Hub, WriterOwner<number> {
     const box = new LinkedInbox(this, b, n === 0 ? 0 : 1 + shardOf(device, n));
     this.inboxes.set(b, box);
     try {
-      const r = await this.call<{ t: string; m: number } | null>('open', { d: device, r: resumeAfter, b, c: this.window }, box.at);
+      const r = await this.call<{ t: string; m: number; l?: boolean; s?: string } | null>('open', { d: device, r: resumeAfter, b, c: this.window }, box.at);
       if (r === null) throw new AmbitError('UNAVAILABLE', 'hub: closed');
       box.resumeToken = r.t;
       box.missed = r.m;
+      box.stateLost = r.l === true;
+      box.stateId = r.s ?? '';
       return box;
     } catch (err) {
       this.inboxes.delete(b);

@@ -63,6 +63,10 @@ export interface Inbox {
   readonly resumeToken: string;
   /** Notifications known to be lost between the resume point and the oldest retained one. */
   readonly missed: number;
+  /** The resume token asked for names a notification the device's log never issued: its state was lost. */
+  readonly stateLost: boolean;
+  /** The store holding the device's state; new whenever that state starts empty. */
+  readonly stateId: string;
   /** Resolves with 1..max notifications after the last pulled one, waiting for them; [] once closed. */
   pull(max: number): Promise<Delivery[]>;
   /** Records that the device has processed everything up to and including `deliveryId`. */

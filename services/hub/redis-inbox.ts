@@ -37,6 +37,8 @@ export interface InboxHost {
 export class RedisInbox implements DrainableInbox {
   resumeToken = '';
   missed = 0;
+  stateLost = false;
+  stateId = '';
   /** The last delivery queued (or the resume point) and its ordinal. */
   private tail = '';
   private tailOrdinal = 0;
@@ -63,7 +65,9 @@ export class RedisInbox implements DrainableInbox {
   ) {}
 
   /** @internal */
-  begin(start: string, missed: number): void {
+  begin(start: string, missed: number, stateLost: boolean, stateId: string): void {
+    this.stateLost = stateLost;
+    this.stateId = stateId;
     this.resumeToken = start;
     this.tail = start;
     this.tailOrdinal = ordinalOf(start);

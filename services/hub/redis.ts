@@ -197,11 +197,18 @@ export class RedisHub implements Hub, InboxHost {
     this.geoDups = new GeoDuplicates(this.cmd, this.keys, this.publishTimeoutMs, () => this.closed);
   }
 
+  /** The deployment's instance id (`{p}matcher:instance`), read at start. */
+  private instance = '';
+
   private async start(): Promise<void> {
     await connectAll(COMPONENT, [this.cmd, this.read, this.sub]);
     defineScripts(this.cmd);
     defineScripts(this.read);
     await checkLayout(COMPONENT, this.cmd, this.keys);
+    // The deployment's instance (set by the first of its processes): new when Redis lost its data,
+    // and with it every device's state (welcome.state_id).
+    await this.cmd.set(this.keys.matcherInstance, randomBytes(8).toString('hex'), 'NX');
+    this.instance = (await this.cmd.get(this.keys.matcherInstance)) ?? '';
     if (this.router !== null) await loadMap(this.cmd, this.keys, this.router);
     const ringAll = () => {
       for (const set of this.doorbells.values()) for (const inbox of set) inbox.ring();
@@ -459,7 +466,7 @@ export class RedisHub implements Hub, InboxHost {
       )) as [string, string, string];
       const last = Number(seqText);
       const start = resumePoint(acked, last);
-      inbox.begin(start, missedAfter(start, oldest, last));
+      inbox.begin(start, missedAfter(start, oldest, last), start !== acked, this.instance);
       return inbox;
     } catch (err) {
       inbox.close();

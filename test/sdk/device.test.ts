@@ -10,6 +10,8 @@ import { DeviceService } from '../../api/gen/ambit/v1/device_pb.js';
 import { grpcClient } from '../../api/rpc.js';
 import { AmbitDevice, AmbitError, compareDeliveryIds, AmbitOps, AmbitPublisher, type DeviceEventMap, type Notification, StatusCode, type Subscription } from '../../sdk/index.js';
 import { TcpProxy, type TestServer, next, startTestServer, waitFor } from './support.js';
+import { SCOPES } from '../../services/edge/auth.js';
+import { startServer } from '../../services/process/server.js';
 
 const P = { lat: 45.4642, lon: 9.19 };
 /** Degrees of latitude per metre. */
@@ -282,5 +284,80 @@ describe('AmbitDevice', () => {
     const again = await device('manual', { autoAck: false });
     assert.equal(again.resumeToken, m1.deliveryId);
     assert.equal((await next(again.notifications())).event.id, 'm2');
+  });
+
+  test('an embedded server restarted: the welcome says the state is gone and the SDK subscribes again to what the server had confirmed; delivery starts afresh', async () => {
+    const secret = 'restart-test-secret-0123456789abcdef0123';
+    const first = await startServer({ port: 0, metricsPort: null, engine: 'fast', tokenSecret: secret, shutdownGraceS: 1 });
+    const proxy = await TcpProxy.start(first.port!);
+    let second: Awaited<ReturnType<typeof startServer>> | null = null;
+    const devs: AmbitDevice[] = [];
+    try {
+      const token = (subject: string, scopes: string[] = [SCOPES.device]) => first.authority!.issue({ subject, scopes, ttlSeconds: 600 });
+      const connected = new Map<string, DeviceEventMap['connected'][]>();
+      const open2 = async (name: string) => {
+        const d = await AmbitDevice.connect(proxy.address, token(name), FAST);
+        devs.push(d);
+        const seen: DeviceEventMap['connected'][] = [];
+        connected.set(name, seen);
+        d.on('connected', (e) => seen.push(e));
+        return d;
+      };
+      // `heard` acknowledges a notification (a resume token); `quiet` acknowledges none (no token: only the state id tells).
+      const [heard, quiet] = await Promise.all([open2('heard'), open2('quiet')]);
+      await Promise.all([heard.subscribe(ping), heard.subscribe(accidents), heard.subscribe(deals), quiet.subscribe(ping)]);
+      await heard.unsubscribe('deals');
+      await heard.replace({ ...accidents, filters: [{ constraints: [{ name: 'type', op: 'eq', value: 'accident' }] }] });
+      const p1 = new AmbitPublisher(proxy.address, token('pub', [SCOPES.publish]));
+      try {
+        assert.equal((await p1.publish({ id: 'before', ...P, attributes: { type: 'ping' } })).reached, 2);
+      } finally {
+        p1.close();
+      }
+      const it = heard.notifications();
+      const before = await next(it);
+      assert.equal(before.event.id, 'before');
+      heard.ack(before);
+      await waitFor('the notification acknowledged', () => heard.resumeToken === before.deliveryId);
+
+      await first.stop();
+      second = await startServer({ port: 0, metricsPort: null, engine: 'fast', tokenSecret: secret, shutdownGraceS: 1 });
+      proxy.retarget(second.port!);
+      proxy.cut();
+      // (the listeners were added after the first welcome: each has seen the new server's only)
+      await waitFor('both devices welcomed by the new server', () => connected.get('heard')!.length === 1 && connected.get('quiet')!.length === 1, 10_000);
+      for (const name of ['heard', 'quiet']) {
+        const again = connected.get(name)![0];
+        assert.equal(again.reconnect, true);
+        assert.equal(again.stateLost, true, `${name}: told its state is gone`);
+      }
+      assert.equal(heard.stats.resubscribed, 2);
+      assert.equal(quiet.stats.resubscribed, 1);
+      const ops2 = new AmbitOps(proxy.address, token('ops', [SCOPES.ops]));
+      const p2 = new AmbitPublisher(proxy.address, token('pub', [SCOPES.publish]));
+      try {
+        // What the server had confirmed, as it was last: deals removed, accidents replaced.
+        await waitFor('the subscriptions made again', async () => (await ops2.deviceSubscriptions('heard')).subscriptions.length === 2 && (await ops2.deviceSubscriptions('quiet')).subscriptions.length === 1);
+        const held = (await ops2.deviceSubscriptions('heard')).subscriptions.sort((a, b) => a.id.localeCompare(b.id));
+        assert.deepEqual(held.map((x) => x.id), ['accidents', 'ping']);
+        assert.deepEqual(held[0].filters[0].constraints, [{ name: 'type', op: 'eq', value: 'accident' }]);
+        // Delivery starts afresh: the new server's first notification is not taken for a repeat.
+        assert.equal((await p2.publish({ id: 'after', ...P, attributes: { type: 'ping' } })).reached, 2);
+        assert.equal((await next(it)).event.id, 'after');
+        // `quiet` acknowledged nothing (its resume token is empty): it still holds the first server's notification, then the new one.
+        const qi = quiet.notifications();
+        assert.equal((await next(qi)).event.id, 'before');
+        assert.equal((await next(qi)).event.id, 'after');
+        assert.equal(heard.stats.duplicates, 0);
+      } finally {
+        ops2.close();
+        p2.close();
+      }
+    } finally {
+      await Promise.all(devs.map((d) => d.close()));
+      await proxy.close();
+      await first.stop();
+      await second?.stop();
+    }
   });
 });

@@ -60,7 +60,7 @@ export class TcpProxy {
   private readonly server: net.Server;
   port = 0;
 
-  private constructor(private readonly targetPort: number) {
+  private constructor(private targetPort: number) {
     this.server = net.createServer((client) => {
       if (this.refuse) {
         client.destroy();
@@ -95,6 +95,11 @@ export class TcpProxy {
 
   get connections(): number {
     return this.sockets.size / 2;
+  }
+
+  /** New connections go to `port` from now on (a server started again elsewhere). */
+  retarget(port: number): void {
+    this.targetPort = port;
   }
 
   cut(): void {

@@ -57,7 +57,8 @@ describe('api stream: acknowledgements, resume and supersede', () => {
   it('a reconnect resumes after the last ack with exactly the un-acked notifications, in order', async () => {
     const token = srv.token('dev-r', ['device']);
     const { stream: s1, welcome: w1 } = await DeviceStream.open(clients, token);
-    assert.deepEqual([w1.deviceId, w1.resumeToken, w1.missed], ['dev-r', '', 0n]);
+    assert.deepEqual([w1.deviceId, w1.resumeToken, w1.missed, w1.stateLost], ['dev-r', '', 0n, false]);
+    assert.match(w1.stateId, /^[0-9a-f]{16}$/);
     await s1.subscribeOk(everything);
     await publish('e1', 'e2', 'e3', 'e4', 'e5');
     const first = await s1.notifications(5);
@@ -74,6 +75,7 @@ describe('api stream: acknowledgements, resume and supersede', () => {
     const { stream: s2, welcome: w2 } = await DeviceStream.open(clients, token);
     assert.equal(w2.resumeToken, first[1].deliveryId);
     assert.equal(w2.missed, 0n);
+    assert.deepEqual([w2.stateLost, w2.stateId], [false, w1.stateId]);
     const second = await s2.notifications(5);
     assert.deepEqual(eventIds(second), ['e3', 'e4', 'e5', 'e6', 'e7']);
     assert.deepEqual(second.slice(0, 3).map((n) => n.deliveryId), first.slice(2).map((n) => n.deliveryId), 'redelivered under the same ids');
@@ -88,6 +90,7 @@ describe('api stream: acknowledgements, resume and supersede', () => {
     // An explicit resume token wins over the stored ack point.
     const { stream: s3, welcome: w3 } = await DeviceStream.open(clients, token, second[3].deliveryId);
     assert.equal(w3.resumeToken, second[3].deliveryId);
+    assert.equal(w3.stateLost, false);
     assert.deepEqual(eventIds(await s3.notifications(1)), ['e7']);
     await s3.expectQuiet('notification');
     s3.cancel();
@@ -112,6 +115,7 @@ describe('api stream: acknowledgements, resume and supersede', () => {
     await s5.end();
     const { stream: s6, welcome: w6 } = await DeviceStream.open(clients, token, '99999999999999-99');
     assert.equal(w6.resumeToken, '');
+    assert.deepEqual([w6.stateLost, w6.stateId], [true, w1.stateId], 'told: the token is of a state this server does not have');
     assert.deepEqual(eventIds(await s6.notifications(8)), ['e1', 'e2', 'e3', 'e4', 'e5', 'e6', 'e7', 'e8']);
     s6.cancel();
   });

@@ -327,16 +327,20 @@ export function runHubContract(name: string, makeHub: MakeHub, options: { timeou
         const all = await pullN(await hub.openInbox('fay', null), 4);
         const after1 = await hub.openInbox('fay', all[1].deliveryId);
         assert.equal(after1.resumeToken, all[1].deliveryId);
+        assert.equal(after1.stateLost, false);
+        assert.ok(after1.stateId !== '', 'the store holding the device has an id');
         assert.deepEqual((await pullN(after1, 2)).map((d) => d.deliveryId), [all[2].deliveryId, all[3].deliveryId]);
         after1.close();
         const fromStart = await hub.openInbox('fay', '');
         assert.equal(fromStart.resumeToken, '');
+        assert.deepEqual([fromStart.stateLost, fromStart.stateId], [false, after1.stateId]);
         assert.deepEqual((await pullN(fromStart, 4)).map((d) => d.deliveryId), all.map((d) => d.deliveryId));
         fromStart.close();
         // A token this device was never given (its ordinal is ahead of the log): start from the oldest.
         const future = await hub.openInbox('fay', `${Date.now() + 1000}-999999`);
         assert.equal(future.resumeToken, '');
         assert.equal(future.missed, 0);
+        assert.deepEqual([future.stateLost, future.stateId], [true, after1.stateId], 'the token is of a state this hub does not hold');
         assert.equal((await pullOnce(future, 1))[0].deliveryId, all[0].deliveryId);
         future.close();
       }));
