@@ -207,6 +207,8 @@ export class RedisMatcher {
   private lastSnapshot: (SnapshotInfo & { ms: number }) | null = null;
   /** Where the snapshot file on disk starts (loaded at start or written since): the stream is kept from there. */
   private snapshotStart: string | null = null;
+  /** The start of the snapshot being written, from when it is taken until the file is in place. */
+  private writingStart: string | null = null;
   private readonly snapshotHoldMs: number;
   /** Set once the engine is built: the read position is kept from then on. */
   private reading = false;
@@ -386,6 +388,7 @@ export class RedisMatcher {
     await this.cmd.set(this.keys.matcherInstance, randomBytes(8).toString('hex'), 'NX');
     this.instance = (await this.cmd.get(this.keys.matcherInstance)) ?? '';
     await this.blocking.open();
+    await this.keepStream();
     await this.rebuild();
     this.reading = true;
     await this.keepStream();
@@ -550,6 +553,7 @@ export class RedisMatcher {
       // Publishes after the stored offset are matched again: against the state of the snapshot's
       // end they could reach subscriptions made after them.
       this.log?.warn({ path, end: info.end, offset: stored }, `${COMPONENT}: snapshot ${path} has applied commands up to ${info.end}, past the stored offset ${stored} whose publishes are matched again; rebuilding from Redis`);
+      this.snapshotStart = null; // not used: the stream need not be kept for it
       return null;
     }
     const t0 = performance.now();
@@ -779,6 +783,8 @@ export class RedisMatcher {
       } catch (err) {
         this.log?.warn({ err, path }, `${COMPONENT}: snapshot not written`);
         return null;
+      } finally {
+        this.writingStart = null;
       }
     });
     this.snapshotChain = run;
@@ -810,6 +816,8 @@ export class RedisMatcher {
       start: () => {
         const low = this.snapshotLow ?? this.lastId;
         this.snapshotLow = null;
+        // Kept from here until the file is in place (then as its start).
+        this.writingStart = low;
         return low;
       },
       end: () => this.appliedMax,
@@ -966,9 +974,15 @@ export class RedisMatcher {
     if (this.crashed || (this.stopping && !final)) return;
     const trim = !final && this.currentRole === 'leader' && this.reading;
     const args: (string | number)[] = [this.now === null ? '' : String(this.now()), trim ? '1' : '0'];
-    const low = this.snapshotLow !== null && compareStreamIds(this.snapshotLow, this.lastId) < 0 ? this.snapshotLow : this.lastId;
-    // Before the engine is built (a snapshot loading) the read position is the file's start.
-    const read = this.reading ? low : final || this.snapshotStart === null ? '' : this.snapshotStart;
+    // What a replay may read again: a leader's (or a deposed leader's, batches still in flight)
+    // from its last stored offset; a snapshot being written from its start.
+    let low = this.lastId;
+    if ((this.currentRole === 'leader' || this.finishing !== null) && compareStreamIds(this.committed, low) < 0) low = this.committed;
+    for (const x of [this.snapshotLow, this.writingStart]) if (x !== null && compareStreamIds(x, low) < 0) low = x;
+    // Before the engine is built the whole stream is kept ('0-0'): a rebuild from Redis reads the
+    // stored offset and then every subscription, and must still find every command after that
+    // offset; a snapshot loading needs what follows its start.
+    const read = this.reading ? low : final ? '' : (this.snapshotStart ?? '0-0');
     args.push(`${this.matcherId}:read`, read, Math.max(30_000, 10 * this.statsMs));
     args.push(`${this.matcherId}:snap`, this.snapshotStart ?? '', this.snapshotHoldMs);
     const keys = [this.keys.matcherKeep, this.keys.in];

@@ -709,6 +709,38 @@ describe('matcher snapshots in a Redis deployment', { skip: missing ?? false, ti
       assert.ok((stats.extra?.streamTrims ?? 0) > 0, 'the stats count the trimmed entries');
     }));
 
+  it('a matcher rebuilding from Redis while the leader trims: the commands after the offset it read are kept until it reads them', () =>
+    deployment(async ({ hub, start, caughtUp }) => {
+      const w = new World(hub, 41);
+      const keeps = keepLog();
+      const leader = await start({ statsMs: 50, hooks: { onKeep: keeps.hook } });
+      await w.step(300);
+      await caughtUp(leader);
+      // A standby reads the stored offset and every subscription, then waits before its first read.
+      let rebuilt = () => {};
+      let proceed = () => {};
+      const gate = new Promise<void>((resolve) => (proceed = resolve));
+      const isRebuilt = new Promise<void>((resolve) => (rebuilt = resolve));
+      const standbyStarting = start({
+        statsMs: 50,
+        hooks: {
+          restoring: async () => {
+            rebuilt();
+            await gate;
+          },
+        },
+      });
+      await isRebuilt;
+      // Meanwhile subscriptions change and the leader stores and trims what it applied.
+      await w.step(400);
+      await caughtUp(leader);
+      await keeps.after(3);
+      proceed();
+      const standby = await standbyStarting;
+      await caughtUp(standby);
+      assertSubscriptions(standby, w, 'the standby rebuilt while the leader went on');
+    }));
+
   it("a stopped matcher's snapshot start holds the stream while its hold lasts (a restart loads the file), and no longer after", () =>
     deployment(async ({ prefix, hub, start, caughtUp }) => {
       let t = Date.now();
