@@ -15,6 +15,7 @@ export class Metrics implements EdgeMetrics {
   readonly counters = new Counters();
   readonly publishSeconds: client.Histogram;
   private hubStats: HubStats | null = null;
+  private readonly readyGauge: client.Gauge;
   private http: Server | null = null;
   private refresh: () => Promise<void> = async () => {};
 
@@ -30,6 +31,8 @@ export class Metrics implements EdgeMetrics {
   ) {
     const r = this.registry;
     r.setDefaultLabels({ role });
+    this.readyGauge = new client.Gauge({ name: 'ambit_ready', help: 'Whether the process is ready (what /readyz answers: 1 for 200, 0 for 503)', registers: [r] });
+    this.readyGauge.set(1);
     client.collectDefaultMetrics({ register: r, prefix: 'ambit_' }); // ambit_process_*, ambit_nodejs_*
     const c = this.counters;
     const counter = (name: string, help: string, read: () => number) => {
@@ -97,6 +100,7 @@ export class Metrics implements EdgeMetrics {
         [new client.Gauge({ name: 'ambit_devices', help: 'Devices with a known position', registers: [r] }), (s) => s.devices],
         [new client.Gauge({ name: 'ambit_engine_memory_bytes', help: 'Memory of the engine structures', registers: [r] }), (s) => s.engineMemoryBytes],
         [new client.Gauge({ name: 'ambit_gpu_memory_bytes', help: 'GPU buffer memory of the engine (0 without a GPU)', registers: [r] }), (s) => num(s.extra.gpuBytes)],
+        [new client.Gauge({ name: 'ambit_matchers_alive', help: 'Redis mode, gateways: 1 while every matcher partition (or shard) has a live matcher, 0 otherwise (1 where it does not apply)', registers: [r] }), (s) => (s.extra.matcherAlive === false ? 0 : 1)],
         [new client.Gauge({ name: 'ambit_notifications_dropped', help: 'Notifications dropped by retention (oldest first)', registers: [r] }), (s) => s.notificationsDropped],
         [new client.Gauge({ name: 'ambit_location_updates_applied', help: 'Location updates the engine has applied', registers: [r] }), (s) => s.locationUpdates],
         [new client.Gauge({ name: 'ambit_shard_map_version', help: 'Redis mode sharded by space: the shard map version this process places devices by (0: as configured)', registers: [r] }), (s) => num(s.extra.shardMapVersion)],
@@ -113,9 +117,12 @@ export class Metrics implements EdgeMetrics {
     }
   }
 
-  /** The exposition text, with the hub's figures read now. */
+  /** The exposition text, with the hub's figures and readiness read now. */
   async scrape(): Promise<string> {
-    await this.refresh();
+    await Promise.all([
+      this.refresh(),
+      this.readiness === null ? null : this.readiness.report().then((rep) => this.readyGauge.set(rep.ready ? 1 : 0), () => this.readyGauge.set(0)),
+    ]);
     return this.registry.metrics();
   }
 
