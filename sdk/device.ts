@@ -6,9 +6,14 @@
  * When the stream ends for a reason worth retrying (UNAVAILABLE, a newer stream of the same device
  * (ABORTED), a network failure, ...), the SDK reconnects with exponential backoff and jitter,
  * resumes delivery after the last notification the application has processed, and re-sends the
- * latest location. It restores nothing else: subscriptions are server state and survive the
- * stream. Notifications are delivered at least once by the server; the SDK drops repeats by
- * delivery id, which increases per device, so the application sees each one once, in order.
+ * latest location. Subscriptions are server state and survive the stream; should the server say
+ * it lost this device's state (welcome state_lost, or a new state_id), the SDK subscribes again to
+ * what the server had confirmed. Notifications are delivered at least once by the server; the SDK
+ * drops repeats by delivery id, which increases per device, so the application sees each one once,
+ * in order.
+ *
+ * One file because the stream's life (connect, welcome, reconnect), the requests waiting for it,
+ * the acknowledgements and the coalesced location all change together on every stream event.
  */
 import * as grpc from '@grpc/grpc-js';
 import type { ConnectResponse, ListSubscriptionsResponse, Reply, Welcome } from '../api/gen/ambit/v1/device_pb.js';

@@ -38,6 +38,7 @@ export const LAYERS: Layer[] = [
   { name: 'edge', paths: ['services/edge/'], uses: ['model', 'api', 'port'], packages: ['@grpc/grpc-js', '@bufbuild/protobuf', 'pino'] },
   { name: 'process', paths: ['services/process/'], uses: ['model', 'engines', 'api', 'port', 'redis', 'matcher', 'hub', 'edge'], packages: ['*'] },
   { name: 'sdk', paths: ['sdk/'], uses: ['api', 'model-types'], packages: ['@grpc/grpc-js', '@bufbuild/protobuf'] },
+  { name: 'cli', paths: ['services/cli/'], uses: ['edge', 'sdk'], packages: [] },
   { name: 'bench', paths: ['bench/'], uses: ['*'], packages: ['*'] },
   { name: 'test', paths: ['test/'], uses: ['*'], packages: ['*'] },
 ];

@@ -18,7 +18,7 @@ export const SCOPES = Object.freeze({
 
 export type Scope = (typeof SCOPES)[keyof typeof SCOPES];
 
-const KNOWN_SCOPES = new Set<string>(Object.values(SCOPES));
+export const KNOWN_SCOPES: ReadonlySet<string> = new Set<string>(Object.values(SCOPES));
 
 export interface Principal {
   subject: string;

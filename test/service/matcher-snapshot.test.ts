@@ -5,6 +5,11 @@
  * every command sent holds, and matches probe events exactly as a matcher rebuilt from Redis
  * does: after a clean stop, after a crash with a snapshot written while commands flowed, and when
  * the snapshot is refused (damaged, of a flushed deployment, trimmed past, ahead of the stream).
+ * Then the stream's trimming by progress, which exists for these matchers and their files: a
+ * standby held back, a rebuild while the leader trims, a stopped matcher's file held and let go.
+ *
+ * One file because every case drives the same model of commands (World), the same deployment
+ * helper and the same checks of what a matcher holds.
  */
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';

@@ -1,0 +1,157 @@
+#!/usr/bin/env node
+/**
+ * `ambit`: the operators' command line, so running a deployment needs no TypeScript.
+ *
+ *   ambit token --subject S --scopes device,publish [--ttl SECONDS]   mint a token (AMBIT_TOKEN_SECRET)
+ *   ambit stats                                                       server totals
+ *   ambit device ID                                                   a device's subscriptions, position, connection
+ *   ambit move-cells ROW,COL:SHARD ...                                give cells of the shard map to other shards
+ *   ambit ready [--metrics URL]                                       a process's /readyz (exit 0 ready, 1 not)
+ *
+ * Calls go to `--address` (AMBIT_ADDRESS, default 127.0.0.1:50051) with `--token` (AMBIT_OPS_TOKEN)
+ * over plaintext, or TLS with `--tls` (system roots) or `--tls-ca FILE`. `--json` prints JSON.
+ * Exit status: 0 done, 1 the call failed (the error's code, message and field on stderr), 2 usage.
+ */
+import { readFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { AmbitOps } from '../../sdk/ops.js';
+import { AmbitError } from '../../sdk/errors.js';
+import { KNOWN_SCOPES, TokenAuthority } from '../edge/auth.js';
+
+const USAGE = `usage: ambit <command> [options]
+  token --subject S --scopes LIST [--ttl SECONDS]   mint a token with AMBIT_TOKEN_SECRET (scopes: ${[...KNOWN_SCOPES].join(', ')})
+  stats                                             the server's totals
+  device ID                                         a device's subscriptions, last position and connection
+  move-cells ROW,COL:SHARD ...                      give cells of the shard map to other geographic shards
+  ready [--metrics URL]                             a process's readiness (default http://127.0.0.1:9464)
+options: --address HOST:PORT (AMBIT_ADDRESS, 127.0.0.1:50051)  --token T (AMBIT_OPS_TOKEN)  --tls  --tls-ca FILE
+         --deadline-ms N (30000)  --json
+`;
+
+class Usage extends Error {}
+
+function out(json: boolean, value: unknown, text: () => string): void {
+  process.stdout.write(json ? `${JSON.stringify(value, null, 2)}\n` : `${text()}\n`);
+}
+
+async function main(argv: string[]): Promise<number> {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: argv,
+      allowPositionals: true,
+      options: {
+        address: { type: 'string' },
+        token: { type: 'string' },
+        tls: { type: 'boolean' },
+        'tls-ca': { type: 'string' },
+        'deadline-ms': { type: 'string' },
+        json: { type: 'boolean' },
+        subject: { type: 'string' },
+        scopes: { type: 'string' },
+        ttl: { type: 'string' },
+        metrics: { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    });
+  } catch (err) {
+    throw new Usage(err instanceof Error ? err.message : String(err));
+  }
+  const { values: v, positionals } = parsed;
+  const [command, ...rest] = positionals;
+  if (v.help === true || command === undefined || command === 'help') {
+    if (command === undefined && v.help !== true) {
+      process.stderr.write(USAGE);
+      return 2;
+    }
+    process.stdout.write(USAGE);
+    return 0;
+  }
+  const json = v.json === true;
+
+  if (command === 'token') {
+    const secret = process.env.AMBIT_TOKEN_SECRET;
+    if (secret === undefined || secret === '') throw new Usage('token: set AMBIT_TOKEN_SECRET to the deployment\'s secret');
+    if (v.subject === undefined) throw new Usage('token: --subject is required');
+    if (v.scopes === undefined) throw new Usage('token: --scopes is required (a comma-separated list)');
+    const ttl = v.ttl === undefined ? 86_400 : Number(v.ttl);
+    if (!Number.isInteger(ttl) || ttl <= 0) throw new Usage(`token: --ttl must be a whole number of seconds > 0, got ${JSON.stringify(v.ttl)}`);
+    let token: string;
+    try {
+      token = new TokenAuthority(secret).issue({ subject: v.subject, scopes: v.scopes.split(',').map((s) => s.trim()).filter((s) => s !== ''), ttlSeconds: ttl });
+    } catch (err) {
+      throw new Usage(`token: ${err instanceof Error ? err.message.replace(/^auth: /, '') : String(err)}`);
+    }
+    out(json, { token, subject: v.subject, scopes: v.scopes.split(','), expiresInSeconds: ttl }, () => token);
+    return 0;
+  }
+
+  if (command === 'ready') {
+    const base = (v.metrics ?? 'http://127.0.0.1:9464').replace(/\/+$/, '');
+    let res: Response;
+    try {
+      res = await fetch(`${base}/readyz`);
+    } catch (err) {
+      process.stderr.write(`ambit: cannot reach ${base}/readyz: ${err instanceof Error ? (err.cause instanceof Error ? err.cause.message : err.message) : String(err)}\n`);
+      return 1;
+    }
+    const report = (await res.json()) as { ready: boolean; draining: boolean; checks: Record<string, { ok: boolean; required: boolean; detail: string }> };
+    out(json, report, () =>
+      [`${report.ready ? 'ready' : 'NOT READY'}${report.draining ? ' (stopping)' : ''}`, ...Object.entries(report.checks).map(([name, c]) => `  ${c.ok ? 'ok  ' : c.required ? 'FAIL' : 'warn'} ${name}: ${c.detail}`)].join('\n'),
+    );
+    return report.ready ? 0 : 1;
+  }
+
+  if (!['stats', 'device', 'move-cells'].includes(command)) throw new Usage(`unknown command ${JSON.stringify(command)}`);
+  const token = v.token ?? process.env.AMBIT_OPS_TOKEN;
+  if (token === undefined || token === '') throw new Usage(`${command}: pass --token or set AMBIT_OPS_TOKEN (a token with the ops scope: ambit token --subject you --scopes ops)`);
+  const deadlineMs = v['deadline-ms'] === undefined ? 30_000 : Number(v['deadline-ms']);
+  if (!Number.isInteger(deadlineMs) || deadlineMs <= 0) throw new Usage(`--deadline-ms must be a whole number > 0, got ${JSON.stringify(v['deadline-ms'])}`);
+  const tls = v['tls-ca'] !== undefined ? { rootCerts: readFileSync(v['tls-ca']) } : v.tls === true;
+  const ops = new AmbitOps(v.address ?? process.env.AMBIT_ADDRESS ?? '127.0.0.1:50051', token, { tls, deadlineMs });
+  try {
+    if (command === 'stats') {
+      const s = await ops.stats();
+      out(json, s, () => Object.entries(s).map(([k, x]) => `${k.padEnd(22)} ${String(x)}`).join('\n'));
+    } else if (command === 'device') {
+      if (rest.length !== 1) throw new Usage('device: give one device id');
+      const d = await ops.deviceSubscriptions(rest[0]);
+      out(json, d, () =>
+        [
+          `device ${rest[0]}: ${d.connected ? 'connected' : 'not connected'}, ${d.location === null ? 'no position' : `at ${d.location.lat}, ${d.location.lon}`}, ${d.subscriptions.length} subscriptions`,
+          ...d.subscriptions.map((s) => `  ${s.id}: ${JSON.stringify(s.filters)}`),
+        ].join('\n'),
+      );
+    } else {
+      if (rest.length === 0) throw new Usage('move-cells: give at least one ROW,COL:SHARD');
+      const moves = rest.map((m) => {
+        const x = /^(-?\d+),(-?\d+):(\d+)$/.exec(m);
+        if (x === null) throw new Usage(`move-cells: ${JSON.stringify(m)} is not ROW,COL:SHARD (e.g. 2270,4729:1)`);
+        return { row: Number(x[1]), col: Number(x[2]), shard: Number(x[3]) };
+      });
+      const r = await ops.moveCells(moves);
+      out(json, r, () => `shard map version ${r.shardMapVersion}: ${r.devicesMoved} devices moved`);
+    }
+    return 0;
+  } finally {
+    ops.close();
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (err: unknown) => {
+    if (err instanceof Usage) {
+      process.stderr.write(`ambit: ${err.message}\n\n${USAGE}`);
+      process.exitCode = 2;
+    } else if (err instanceof AmbitError) {
+      process.stderr.write(`ambit: ${err.codeName}: ${err.details}${err.field === '' ? '' : ` (field ${err.field})`}\n`);
+      process.exitCode = 1;
+    } else {
+      process.stderr.write(`ambit: ${err instanceof Error ? err.message : String(err)}\n`);
+      process.exitCode = 1;
+    }
+  },
+);
