@@ -1,5 +1,5 @@
 /** Operators' calls (the `ops` scope): server totals, one device's state, moving cells of the shard map. */
-import type { GetDeviceSubscriptionsResponse, GetStatsResponse, MoveCellsResponse } from '../api/gen/ambit/v1/ops_pb.js';
+import type { DrainGatewayResponse, GetDeviceSubscriptionsResponse, GetStatsResponse, MoveCellsResponse } from '../api/gen/ambit/v1/ops_pb.js';
 import { OpsService } from '../api/gen/ambit/v1/ops_pb.js';
 import { type ClientOptions, ServiceClient, type TokenSource, unary } from './transport.js';
 import { type LatLon, type Subscription, fromWireSubscription } from './types.js';
@@ -74,6 +74,16 @@ export class AmbitOps extends ServiceClient {
   async moveCells(moves: readonly CellMove[]): Promise<{ shardMapVersion: number; devicesMoved: number }> {
     const r = await unary<MoveCellsResponse>(this.client, 'moveCells', { moves: moves.map((m) => ({ row: m.row, col: m.col, shard: m.shard })) }, this.token, this.deadlineMs);
     return { shardMapVersion: Number(r.shardMapVersion), devicesMoved: Number(r.devicesMoved) };
+  }
+
+  /**
+   * Drains the gateway process that takes the call (before stopping or replacing it): it turns
+   * unready, ends its device streams (devices reconnect elsewhere) and refuses new ones. Resolves
+   * with the streams it ended. FAILED_PRECONDITION for a gateway of a node of several processes.
+   */
+  async drainGateway(): Promise<{ streamsEnded: number }> {
+    const r = await unary<DrainGatewayResponse>(this.client, 'drainGateway', {}, this.token, this.deadlineMs);
+    return { streamsEnded: Number(r.streamsEnded) };
   }
 
   async deviceSubscriptions(deviceId: string): Promise<DeviceInfo> {

@@ -7,6 +7,7 @@
  *   ambit device ID                                                   a device's subscriptions, position, connection
  *   ambit move-cells ROW,COL:SHARD ...                                give cells of the shard map to other shards
  *   ambit ready [--metrics URL]                                       a process's /readyz (exit 0 ready, 1 not)
+ *   ambit drain                                                       drain the gateway at --address
  *
  * Calls go to `--address` (AMBIT_ADDRESS, default 127.0.0.1:50051) with `--token` (AMBIT_OPS_TOKEN)
  * over plaintext, or TLS with `--tls` (system roots) or `--tls-ca FILE`. `--json` prints JSON.
@@ -24,6 +25,7 @@ const USAGE = `usage: ambit <command> [options]
   device ID                                         a device's subscriptions, last position and connection
   move-cells ROW,COL:SHARD ...                      give cells of the shard map to other geographic shards
   ready [--metrics URL]                             a process's readiness (default http://127.0.0.1:9464)
+  drain                                             drain the gateway at --address before stopping it
 options: --address HOST:PORT (AMBIT_ADDRESS, 127.0.0.1:50051)  --token T (AMBIT_OPS_TOKEN)  --tls  --tls-ca FILE
          --deadline-ms N (30000)  --json
 `;
@@ -102,7 +104,7 @@ async function main(argv: string[]): Promise<number> {
     return report.ready ? 0 : 1;
   }
 
-  if (!['stats', 'device', 'move-cells'].includes(command)) throw new Usage(`unknown command ${JSON.stringify(command)}`);
+  if (!['stats', 'device', 'move-cells', 'drain'].includes(command)) throw new Usage(`unknown command ${JSON.stringify(command)}`);
   const token = v.token ?? process.env.AMBIT_OPS_TOKEN;
   if (token === undefined || token === '') throw new Usage(`${command}: pass --token or set AMBIT_OPS_TOKEN (a token with the ops scope: ambit token --subject you --scopes ops)`);
   const deadlineMs = v['deadline-ms'] === undefined ? 30_000 : Number(v['deadline-ms']);
@@ -122,6 +124,9 @@ async function main(argv: string[]): Promise<number> {
           ...d.subscriptions.map((s) => `  ${s.id}: ${JSON.stringify(s.filters)}`),
         ].join('\n'),
       );
+    } else if (command === 'drain') {
+      const r = await ops.drainGateway();
+      out(json, r, () => `draining: ${r.streamsEnded} device streams ended; new ones are refused until the process stops`);
     } else {
       if (rest.length === 0) throw new Usage('move-cells: give at least one ROW,COL:SHARD');
       const moves = rest.map((m) => {

@@ -28,7 +28,7 @@ import {
   UpdateLocationsResponseSchema,
   DeviceService,
 } from '../../api/gen/ambit/v1/device_pb.js';
-import { OpsService, GetDeviceSubscriptionsResponseSchema, type GetDeviceSubscriptionsRequest, GetStatsResponseSchema, type MoveCellsRequest, MoveCellsResponseSchema } from '../../api/gen/ambit/v1/ops_pb.js';
+import { OpsService, GetDeviceSubscriptionsResponseSchema, type GetDeviceSubscriptionsRequest, GetStatsResponseSchema, type MoveCellsRequest, MoveCellsResponseSchema, DrainGatewayResponseSchema } from '../../api/gen/ambit/v1/ops_pb.js';
 import { type BulkPublishRequest, BulkPublishResponseSchema, type PublishRequest, PublishResponseSchema, PublisherService } from '../../api/gen/ambit/v1/publisher_pb.js';
 import type { Hub } from '../hub/port.js';
 import { DeviceSession, type SessionHost } from './device-session.js';
@@ -58,6 +58,11 @@ export interface GatewayOptions {
   rawWrites: boolean;
   /** The largest request message, in bytes (the server's grpc.max_receive_message_length). */
   maxReceiveBytes: number;
+  /**
+   * What DrainGateway does besides ending the device streams (the process turns unready); null:
+   * this process cannot be drained alone (a gateway of a node of several), answered FAILED_PRECONDITION.
+   */
+  onDrain: (() => void) | null;
 }
 
 export const DEFAULT_GATEWAY_OPTIONS: Readonly<GatewayOptions> = Object.freeze({
@@ -67,6 +72,7 @@ export const DEFAULT_GATEWAY_OPTIONS: Readonly<GatewayOptions> = Object.freeze({
   deviceStreams: 'http2',
   rawWrites: true,
   maxReceiveBytes: 4 * 1024 * 1024,
+  onDrain: () => {},
 });
 
 const CONNECT_PATH = `/${DeviceService.typeName}/${DeviceService.method.connect.name}`;
@@ -82,6 +88,7 @@ export class Gateway implements SessionHost {
   private readonly opts: GatewayOptions;
   private readonly startedAt = Date.now();
   private draining = false;
+  private drainMessage = 'server is shutting down; reconnect';
 
   constructor(
     readonly hub: Hub,
@@ -151,6 +158,14 @@ export class Gateway implements SessionHost {
             shardMapMoving: s.extra.shardMapMoving === true,
           });
         }),
+        drainGateway: this.unary(SCOPES.ops, async () => {
+          const onDrain = this.opts.onDrain;
+          if (onDrain === null) throw new ApiError(grpc.status.FAILED_PRECONDITION, 'this gateway is one of a node of several gateway processes (AMBIT_GATEWAYS): stop the node (SIGTERM) to drain it', '');
+          this.log.warn('draining on request (DrainGateway): device streams end and new ones are refused; other calls are still served');
+          onDrain();
+          const ended = this.drain('this gateway is draining; reconnect');
+          return create(DrainGatewayResponseSchema, { streamsEnded: BigInt(ended) });
+        }),
         moveCells: this.unary<MoveCellsRequest>(SCOPES.ops, async (req) => {
           if (this.hub.moveCells === undefined) throw new ApiError(grpc.status.FAILED_PRECONDITION, 'the deployment is not sharded by space (AMBIT_GEO_SHARDS)', 'moves');
           const r = await this.hub.moveCells(req.moves.map((m) => ({ row: m.row, col: m.col, shard: m.shard })));
@@ -194,10 +209,14 @@ export class Gateway implements SessionHost {
   }
 
   /** Ends every device stream with UNAVAILABLE so clients reconnect elsewhere; new ones are refused. */
-  drain(): void {
+  /** Ends every device stream with UNAVAILABLE and refuses new ones; returns how many ended. */
+  drain(message = 'server is shutting down; reconnect'): number {
     this.draining = true;
-    const status: StatusInfo = { code: grpc.status.UNAVAILABLE, message: 'server is shutting down; reconnect', field: '', expected: true };
-    for (const s of [...this.sessions.values()]) s.close(status);
+    this.drainMessage = message;
+    const status: StatusInfo = { code: grpc.status.UNAVAILABLE, message, field: '', expected: true };
+    const open = [...this.sessions.values()];
+    for (const s of open) s.close(status);
+    return open.length;
   }
 
   // ---- plumbing ----
@@ -435,7 +454,7 @@ export class Gateway implements SessionHost {
     let device: string;
     let principal: Principal;
     try {
-      if (this.draining) throw new ApiError(grpc.status.UNAVAILABLE, 'server is shutting down; reconnect');
+      if (this.draining) throw new ApiError(grpc.status.UNAVAILABLE, this.drainMessage);
       principal = this.authorize(authorization, SCOPES.device);
       device = this.deviceOf(principal);
     } catch (err) {

@@ -26,6 +26,7 @@ import { MatchCore } from '../matcher/core.js';
 import { Metrics } from './metrics.js';
 import { connectGatewayHub, startMatcherRole } from './roles.js';
 import { SERVICES, reflectionPackage } from '../../api/rpc.js';
+import cluster from 'node:cluster';
 import { Readiness } from './readiness.js';
 
 /** The largest request message the server takes (grpc-js and the gateway's own device streams alike). */
@@ -142,6 +143,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
     metrics.readiness = readiness;
     const metricsPort = config.metricsPort === null ? null : await metrics.listen(config.host, config.metricsPort);
 
+    let followHealth: () => Promise<unknown> = async () => {};
     let authority: TokenAuthority | null = null;
     let port: number | null = null;
     let deviceStreams: RunningServer['deviceStreams'] = null;
@@ -152,6 +154,13 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
         deviceStreams: config.deviceStreams,
         rawWrites: config.directWrites,
         maxReceiveBytes: MAX_RECEIVE_BYTES,
+        // A gateway of a node of several shares its port: it cannot be drained alone.
+        onDrain: config.hubInParent || cluster.isWorker
+          ? null
+          : () => {
+              readiness.drain();
+              void followHealth().catch(() => {});
+            },
       });
       const server = new grpc.Server({
         // A client that never reads must not hold memory: keepalive finds dead peers.
@@ -173,6 +182,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
         for (const x of SERVICES) health.setStatus(x.typeName, x === publisher && r.checks.matchers?.ok === false ? 'NOT_SERVING' : status);
         return r;
       };
+      followHealth = follow;
       await follow();
       const healthTimer = setInterval(() => void follow().catch((err: unknown) => log.warn({ err }, 'readiness not checked')), config.healthIntervalMs);
       healthTimer.unref();

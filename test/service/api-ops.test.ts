@@ -17,7 +17,7 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { service as healthService } from 'grpc-health-check';
 import { Op } from '../../api/gen/ambit/v1/types_pb.js';
-import { Clients, DeviceStream, type Init, Status, type TestServer, checkStatus, clientStream, eventually, expectStatus, startTestServer, unary, within } from '../support/grpc.js';
+import { Clients, DeviceStream, type Init, Status, type TestServer, checkStatus, clientStream, eventually, expectStatus, meta, startTestServer, unary, within } from '../support/grpc.js';
 
 const HealthClient = grpc.makeGenericClientConstructor(healthService, 'Health');
 const AMBIT_SERVICES = ['ambit.v1.DeviceService', 'ambit.v1.PublisherService', 'ambit.v1.OpsService'];
@@ -295,4 +295,39 @@ describe('api ops: TLS', () => {
   });
 });
 
+describe('api ops: DrainGateway', () => {
+  it('drains the gateway: unready and NOT_SERVING, device streams end UNAVAILABLE and new ones are refused, other calls still served; ops scope only', async () => {
+    const srv = await startTestServer();
+    const clients = new Clients(srv.target, grpc.credentials.createInsecure());
+    const h = healthClient(srv.target);
+    try {
+      const { stream } = await DeviceStream.open(clients, srv.token('drained-dev', ['device']));
+      await expectStatus(unary(clients.ops, 'drainGateway', {}, srv.meta('dev', ['device'])), Status.PERMISSION_DENIED);
+      const base = `http://127.0.0.1:${srv.server.metricsPort}`;
+      assert.equal((await fetch(`${base}/readyz`)).status, 200, 'ready before');
+      const r = (await unary(clients.ops, 'drainGateway', {}, srv.meta('ops', ['ops']))) as Init;
+      assert.equal(r.streamsEnded, 1n);
+      const end = await stream.end();
+      checkStatus(end, Status.UNAVAILABLE);
+      assert.match(end.details, /this gateway is draining; reconnect/);
+      const refused = new DeviceStream(clients.device, meta(srv.token('drained-dev', ['device'])));
+      refused.send({ message: { case: 'hello', value: { resumeToken: '' } } });
+      const no = await refused.end();
+      checkStatus(no, Status.UNAVAILABLE);
+      assert.match(no.details, /this gateway is draining/);
+      const ready = await fetch(`${base}/readyz`);
+      assert.equal(ready.status, 503);
+      assert.equal(((await ready.json()) as { draining: boolean }).draining, true);
+      await eventually(async () => (await check(h, '')) === 'NOT_SERVING', 'health to follow the drain');
+      assert.equal(await check(h, 'ambit.v1.DeviceService'), 'NOT_SERVING');
+      // Other calls are still answered while the process drains.
+      const stats = (await unary(clients.ops, 'getStats', {}, srv.meta('ops', ['ops']))) as Init;
+      assert.equal(stats.mode, 'embedded');
+    } finally {
+      h.close();
+      clients.close();
+      await srv.stop();
+    }
+  });
+});
 

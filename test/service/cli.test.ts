@@ -110,6 +110,25 @@ describe('ambit command line', () => {
     assert.match(down.stderr, /^ambit: (UNAVAILABLE|DEADLINE_EXCEEDED): /);
   });
 
+  it('drain: the gateway ends its device streams and turns unready; ready then exits 1 naming it', async () => {
+    const other = await startTestServer({ tokenSecret: SECRET, dev: false });
+    try {
+      const dev = await AmbitDevice.connect(other.target, other.token('drain-dev', ['device']), { backoff: { initialMs: 60_000, maxMs: 60_000 } });
+      try {
+        const r = await ambit(['drain', '--address', other.target, '--token', other.token('ops', ['ops']), '--json']);
+        assert.equal(r.code, 0, r.stderr);
+        assert.deepEqual(JSON.parse(r.stdout), { streamsEnded: 1 });
+        const ready = await ambit(['ready', '--metrics', `http://127.0.0.1:${other.server.metricsPort}`]);
+        assert.equal(ready.code, 1);
+        assert.match(ready.stdout, /^NOT READY \(stopping\)$/m);
+      } finally {
+        await dev.close();
+      }
+    } finally {
+      await other.stop();
+    }
+  });
+
   it('ready: prints the readiness report and exits 0 while ready; 1 when the process cannot be reached', async () => {
     const metrics = `http://127.0.0.1:${srv.server.metricsPort}`;
     const r = await ambit(['ready', '--metrics', metrics]);

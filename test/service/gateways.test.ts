@@ -10,7 +10,7 @@ import { after, before, describe, it } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { SCOPES, TokenAuthority } from '../../services/edge/auth.js';
 import { Op } from '../../api/gen/ambit/v1/types_pb.js';
-import { Clients, DeviceStream, meta, unary } from '../support/grpc.js';
+import { Clients, DeviceStream, Status, expectStatus, meta, unary } from '../support/grpc.js';
 import { type AmbitProcess, startAmbit } from '../support/processes.js';
 import { type RedisServer, redisServerMissing, startRedisServer } from '../support/redis-server.js';
 
@@ -77,6 +77,11 @@ for (const mode of ['redis', 'embedded', 'embedded with 2 fan-out shards', 'embe
     for (const c of open) c.close();
     await node?.stop().catch(() => null);
     await redis?.stop();
+  });
+
+  it('DrainGateway is refused with FAILED_PRECONDITION: one process of the node cannot be drained alone', async () => {
+    const opsToken = authority.issue({ subject: 'ops', scopes: [SCOPES.ops] });
+    await expectStatus(unary(channel().ops, 'drainGateway', {}, meta(opsToken)), Status.FAILED_PRECONDITION);
   });
 
   it('spreads devices over both workers, delivers across them, restarts a killed one, and stops whole', async () => {

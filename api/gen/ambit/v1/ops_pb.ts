@@ -12,7 +12,39 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ambit/v1/ops.proto.
  */
 export const file_ambit_v1_ops: GenFile = /*@__PURE__*/
-  fileDesc("ChJhbWJpdC92MS9vcHMucHJvdG8SCGFtYml0LnYxIhEKD0dldFN0YXRzUmVxdWVzdCLvAgoQR2V0U3RhdHNSZXNwb25zZRIOCgZlbmdpbmUYASABKAkSFQoNZW5naW5lX2RldGFpbBgCIAEoCRIMCgRtb2RlGAMgASgJEhUKDXN1YnNjcmlwdGlvbnMYBCABKAQSDwoHZmlsdGVycxgFIAEoBBIPCgdkZXZpY2VzGAYgASgEEhkKEWNvbm5lY3RlZF9kZXZpY2VzGAcgASgEEhgKEGV2ZW50c19wdWJsaXNoZWQYCCABKAQSFQoNbm90aWZpY2F0aW9ucxgJIAEoBBIYChBsb2NhdGlvbl91cGRhdGVzGAogASgEEh0KFW5vdGlmaWNhdGlvbnNfZHJvcHBlZBgLIAEoBBIbChNlbmdpbmVfbWVtb3J5X2J5dGVzGAwgASgEEhYKDnVwdGltZV9zZWNvbmRzGA0gASgEEhkKEXNoYXJkX21hcF92ZXJzaW9uGA4gASgEEhgKEHNoYXJkX21hcF9tb3ZpbmcYDyABKAgiMwoIQ2VsbE1vdmUSCwoDcm93GAEgASgNEgsKA2NvbBgCIAEoDRINCgVzaGFyZBgDIAEoDSI1ChBNb3ZlQ2VsbHNSZXF1ZXN0EiEKBW1vdmVzGAEgAygLMhIuYW1iaXQudjEuQ2VsbE1vdmUiRQoRTW92ZUNlbGxzUmVzcG9uc2USGQoRc2hhcmRfbWFwX3ZlcnNpb24YASABKAQSFQoNZGV2aWNlc19tb3ZlZBgCIAEoBCIyCh1HZXREZXZpY2VTdWJzY3JpcHRpb25zUmVxdWVzdBIRCglkZXZpY2VfaWQYASABKAkihgEKHkdldERldmljZVN1YnNjcmlwdGlvbnNSZXNwb25zZRItCg1zdWJzY3JpcHRpb25zGAEgAygLMhYuYW1iaXQudjEuU3Vic2NyaXB0aW9uEiIKCGxvY2F0aW9uGAIgASgLMhAuYW1iaXQudjEuTGF0TG9uEhEKCWNvbm5lY3RlZBgDIAEoCDKCAgoKT3BzU2VydmljZRJBCghHZXRTdGF0cxIZLmFtYml0LnYxLkdldFN0YXRzUmVxdWVzdBoaLmFtYml0LnYxLkdldFN0YXRzUmVzcG9uc2USawoWR2V0RGV2aWNlU3Vic2NyaXB0aW9ucxInLmFtYml0LnYxLkdldERldmljZVN1YnNjcmlwdGlvbnNSZXF1ZXN0GiguYW1iaXQudjEuR2V0RGV2aWNlU3Vic2NyaXB0aW9uc1Jlc3BvbnNlEkQKCU1vdmVDZWxscxIaLmFtYml0LnYxLk1vdmVDZWxsc1JlcXVlc3QaGy5hbWJpdC52MS5Nb3ZlQ2VsbHNSZXNwb25zZWIGcHJvdG8z", [file_ambit_v1_types]);
+  fileDesc("ChJhbWJpdC92MS9vcHMucHJvdG8SCGFtYml0LnYxIhUKE0RyYWluR2F0ZXdheVJlcXVlc3QiLQoURHJhaW5HYXRld2F5UmVzcG9uc2USFQoNc3RyZWFtc19lbmRlZBgBIAEoBCIRCg9HZXRTdGF0c1JlcXVlc3Qi7wIKEEdldFN0YXRzUmVzcG9uc2USDgoGZW5naW5lGAEgASgJEhUKDWVuZ2luZV9kZXRhaWwYAiABKAkSDAoEbW9kZRgDIAEoCRIVCg1zdWJzY3JpcHRpb25zGAQgASgEEg8KB2ZpbHRlcnMYBSABKAQSDwoHZGV2aWNlcxgGIAEoBBIZChFjb25uZWN0ZWRfZGV2aWNlcxgHIAEoBBIYChBldmVudHNfcHVibGlzaGVkGAggASgEEhUKDW5vdGlmaWNhdGlvbnMYCSABKAQSGAoQbG9jYXRpb25fdXBkYXRlcxgKIAEoBBIdChVub3RpZmljYXRpb25zX2Ryb3BwZWQYCyABKAQSGwoTZW5naW5lX21lbW9yeV9ieXRlcxgMIAEoBBIWCg51cHRpbWVfc2Vjb25kcxgNIAEoBBIZChFzaGFyZF9tYXBfdmVyc2lvbhgOIAEoBBIYChBzaGFyZF9tYXBfbW92aW5nGA8gASgIIjMKCENlbGxNb3ZlEgsKA3JvdxgBIAEoDRILCgNjb2wYAiABKA0SDQoFc2hhcmQYAyABKA0iNQoQTW92ZUNlbGxzUmVxdWVzdBIhCgVtb3ZlcxgBIAMoCzISLmFtYml0LnYxLkNlbGxNb3ZlIkUKEU1vdmVDZWxsc1Jlc3BvbnNlEhkKEXNoYXJkX21hcF92ZXJzaW9uGAEgASgEEhUKDWRldmljZXNfbW92ZWQYAiABKAQiMgodR2V0RGV2aWNlU3Vic2NyaXB0aW9uc1JlcXVlc3QSEQoJZGV2aWNlX2lkGAEgASgJIoYBCh5HZXREZXZpY2VTdWJzY3JpcHRpb25zUmVzcG9uc2USLQoNc3Vic2NyaXB0aW9ucxgBIAMoCzIWLmFtYml0LnYxLlN1YnNjcmlwdGlvbhIiCghsb2NhdGlvbhgCIAEoCzIQLmFtYml0LnYxLkxhdExvbhIRCgljb25uZWN0ZWQYAyABKAgy0QIKCk9wc1NlcnZpY2USQQoIR2V0U3RhdHMSGS5hbWJpdC52MS5HZXRTdGF0c1JlcXVlc3QaGi5hbWJpdC52MS5HZXRTdGF0c1Jlc3BvbnNlEmsKFkdldERldmljZVN1YnNjcmlwdGlvbnMSJy5hbWJpdC52MS5HZXREZXZpY2VTdWJzY3JpcHRpb25zUmVxdWVzdBooLmFtYml0LnYxLkdldERldmljZVN1YnNjcmlwdGlvbnNSZXNwb25zZRJECglNb3ZlQ2VsbHMSGi5hbWJpdC52MS5Nb3ZlQ2VsbHNSZXF1ZXN0GhsuYW1iaXQudjEuTW92ZUNlbGxzUmVzcG9uc2USTQoMRHJhaW5HYXRld2F5Eh0uYW1iaXQudjEuRHJhaW5HYXRld2F5UmVxdWVzdBoeLmFtYml0LnYxLkRyYWluR2F0ZXdheVJlc3BvbnNlYgZwcm90bzM", [file_ambit_v1_types]);
+
+/**
+ * @generated from message ambit.v1.DrainGatewayRequest
+ */
+export type DrainGatewayRequest = Message<"ambit.v1.DrainGatewayRequest"> & {
+};
+
+/**
+ * Describes the message ambit.v1.DrainGatewayRequest.
+ * Use `create(DrainGatewayRequestSchema)` to create a new message.
+ */
+export const DrainGatewayRequestSchema: GenMessage<DrainGatewayRequest> = /*@__PURE__*/
+  messageDesc(file_ambit_v1_ops, 0);
+
+/**
+ * @generated from message ambit.v1.DrainGatewayResponse
+ */
+export type DrainGatewayResponse = Message<"ambit.v1.DrainGatewayResponse"> & {
+  /**
+   * Device streams this gateway ended.
+   *
+   * @generated from field: uint64 streams_ended = 1;
+   */
+  streamsEnded: bigint;
+};
+
+/**
+ * Describes the message ambit.v1.DrainGatewayResponse.
+ * Use `create(DrainGatewayResponseSchema)` to create a new message.
+ */
+export const DrainGatewayResponseSchema: GenMessage<DrainGatewayResponse> = /*@__PURE__*/
+  messageDesc(file_ambit_v1_ops, 1);
 
 /**
  * @generated from message ambit.v1.GetStatsRequest
@@ -25,7 +57,7 @@ export type GetStatsRequest = Message<"ambit.v1.GetStatsRequest"> & {
  * Use `create(GetStatsRequestSchema)` to create a new message.
  */
 export const GetStatsRequestSchema: GenMessage<GetStatsRequest> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 0);
+  messageDesc(file_ambit_v1_ops, 2);
 
 /**
  * @generated from message ambit.v1.GetStatsResponse
@@ -119,7 +151,7 @@ export type GetStatsResponse = Message<"ambit.v1.GetStatsResponse"> & {
  * Use `create(GetStatsResponseSchema)` to create a new message.
  */
 export const GetStatsResponseSchema: GenMessage<GetStatsResponse> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 1);
+  messageDesc(file_ambit_v1_ops, 3);
 
 /**
  * A cell of the shard map (row from the south pole, column from the antimeridian, in cells of
@@ -149,7 +181,7 @@ export type CellMove = Message<"ambit.v1.CellMove"> & {
  * Use `create(CellMoveSchema)` to create a new message.
  */
 export const CellMoveSchema: GenMessage<CellMove> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 2);
+  messageDesc(file_ambit_v1_ops, 4);
 
 /**
  * @generated from message ambit.v1.MoveCellsRequest
@@ -166,7 +198,7 @@ export type MoveCellsRequest = Message<"ambit.v1.MoveCellsRequest"> & {
  * Use `create(MoveCellsRequestSchema)` to create a new message.
  */
 export const MoveCellsRequestSchema: GenMessage<MoveCellsRequest> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 3);
+  messageDesc(file_ambit_v1_ops, 5);
 
 /**
  * @generated from message ambit.v1.MoveCellsResponse
@@ -192,7 +224,7 @@ export type MoveCellsResponse = Message<"ambit.v1.MoveCellsResponse"> & {
  * Use `create(MoveCellsResponseSchema)` to create a new message.
  */
 export const MoveCellsResponseSchema: GenMessage<MoveCellsResponse> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 4);
+  messageDesc(file_ambit_v1_ops, 6);
 
 /**
  * @generated from message ambit.v1.GetDeviceSubscriptionsRequest
@@ -209,7 +241,7 @@ export type GetDeviceSubscriptionsRequest = Message<"ambit.v1.GetDeviceSubscript
  * Use `create(GetDeviceSubscriptionsRequestSchema)` to create a new message.
  */
 export const GetDeviceSubscriptionsRequestSchema: GenMessage<GetDeviceSubscriptionsRequest> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 5);
+  messageDesc(file_ambit_v1_ops, 7);
 
 /**
  * @generated from message ambit.v1.GetDeviceSubscriptionsResponse
@@ -238,7 +270,7 @@ export type GetDeviceSubscriptionsResponse = Message<"ambit.v1.GetDeviceSubscrip
  * Use `create(GetDeviceSubscriptionsResponseSchema)` to create a new message.
  */
 export const GetDeviceSubscriptionsResponseSchema: GenMessage<GetDeviceSubscriptionsResponse> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 6);
+  messageDesc(file_ambit_v1_ops, 8);
 
 /**
  * Operators' calls; need the `ops` scope.
@@ -274,6 +306,21 @@ export const OpsService: GenService<{
     methodKind: "unary";
     input: typeof MoveCellsRequestSchema;
     output: typeof MoveCellsResponseSchema;
+  },
+  /**
+   * Drains the gateway process that takes the call, before it is stopped or replaced: it turns
+   * unready (/readyz 503, gRPC health NOT_SERVING, so a load balancer sends new clients
+   * elsewhere), ends its device streams with UNAVAILABLE (devices reconnect, through the balancer,
+   * to another gateway and resume after their last ack) and refuses new ones; other calls are
+   * still served. It stays drained until it stops. FAILED_PRECONDITION in a node of several
+   * gateway processes (AMBIT_GATEWAYS), where one process cannot be picked: stop the node instead.
+   *
+   * @generated from rpc ambit.v1.OpsService.DrainGateway
+   */
+  drainGateway: {
+    methodKind: "unary";
+    input: typeof DrainGatewayRequestSchema;
+    output: typeof DrainGatewayResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_ambit_v1_ops, 0);
