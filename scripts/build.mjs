@@ -3,7 +3,7 @@
 // so an unchanged tree builds in about a second. Then outputs whose source is gone are removed:
 // a renamed or deleted test would otherwise still run from dist/test/.
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, rmSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -12,6 +12,12 @@ const dist = join(root, 'dist');
 const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc');
 const r = spawnSync(process.execPath, [tsc, '-b', join(root, 'tsconfig.json')], { stdio: 'inherit' });
 if (r.status !== 0) process.exit(r.status ?? 1);
+
+// The ops dashboard's page (services/ops-ui/: HTML, CSS and a browser module) goes beside the
+// compiled code, so dist/ is all a process needs.
+const ui = join(root, 'services', 'ops-ui');
+mkdirSync(join(dist, 'services', 'ops-ui'), { recursive: true });
+for (const f of readdirSync(ui)) copyFileSync(join(ui, f), join(dist, 'services', 'ops-ui', f));
 
 let removed = 0;
 const prune = (dir) => {

@@ -3,7 +3,7 @@
  * process). Hot paths bump plain numbers; the registry reads them at scrape time through
  * `collect`, so a location update costs an increment, not a prom-client call.
  */
-import { createServer, type Server } from 'node:http';
+import { type IncomingMessage, type ServerResponse, createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import client from 'prom-client';
 import { Counters, type EdgeMetrics } from '../edge/counters.js';
@@ -128,6 +128,8 @@ export class Metrics implements EdgeMetrics {
 
   /** What `/readyz` reports (readiness.ts); without one it answers as `/healthz`. */
   readiness: Readiness | null = null;
+  /** More routes on the ops port (the dashboard): true when it answered the request. */
+  routes: ((req: IncomingMessage, res: ServerResponse) => boolean) | null = null;
 
   /** Serves /metrics, /healthz (liveness) and /readyz (readiness) on `port` (0 = any free port); resolves with the port. */
   async listen(host: string, port: number): Promise<number> {
@@ -163,9 +165,9 @@ export class Metrics implements EdgeMetrics {
             res.end(`readiness: ${err instanceof Error ? err.message : String(err)}\n`);
           },
         );
-      } else {
+      } else if (this.routes === null || !this.routes(req, res)) {
         res.writeHead(404, { 'content-type': 'text/plain' });
-        res.end('not found: try /metrics, /healthz or /readyz\n');
+        res.end('not found: try /metrics, /healthz, /readyz or /dashboard\n');
       }
     });
     this.http = http;

@@ -28,6 +28,7 @@ import { connectGatewayHub, startMatcherRole } from './roles.js';
 import { SERVICES, reflectionPackage } from '../../api/rpc.js';
 import cluster from 'node:cluster';
 import { Readiness } from './readiness.js';
+import { Dashboard } from './dashboard.js';
 
 /** The largest request message the server takes (grpc-js and the gateway's own device streams alike). */
 const MAX_RECEIVE_BYTES = 4 * 1024 * 1024;
@@ -141,10 +142,16 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
     if (hub !== null) readiness.watchHub(hub);
     if (statsSource !== null) readiness.watchMatchers(statsSource);
     metrics.readiness = readiness;
+    // The dashboard's data needs an ops token: the gateway's authority, or one of the configured
+    // secret in a process without gRPC.
+    let authority: TokenAuthority | null = null;
+    const ownAuthority = config.tokenSecret === null ? null : new TokenAuthority(config.tokenSecret);
+    const dashboard = new Dashboard({ role: config.role, counters: metrics.counters, publishSeconds: metrics.publishSeconds, stats: hub !== null ? () => hub!.stats() : statsSource !== null ? () => statsSource!.stats() : null, readiness }, () => authority ?? ownAuthority);
+    metrics.routes = (req, res) => dashboard.handle(req, res);
+    cleanups.push(async () => dashboard.close());
     const metricsPort = config.metricsPort === null ? null : await metrics.listen(config.host, config.metricsPort);
 
     let followHealth: () => Promise<unknown> = async () => {};
-    let authority: TokenAuthority | null = null;
     let port: number | null = null;
     let deviceStreams: RunningServer['deviceStreams'] = null;
     if (hub !== null && options.grpc !== false) {

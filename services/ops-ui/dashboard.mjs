@@ -1,0 +1,192 @@
+// The ops dashboard's page: asks for an ops token, then reads one sample a second from
+// /dashboard/api/live (server-sent events over fetch, so the token travels in a header, never in
+// a URL) and draws it with uPlot.
+const $ = (id) => document.getElementById(id);
+const KEY = 'ambit-ops-token';
+const WINDOW = 300;
+const fmt = new Intl.NumberFormat('en', { maximumFractionDigits: 1 });
+const int = new Intl.NumberFormat('en', { maximumFractionDigits: 0 });
+const mib = (b) => b / 1048576;
+let charts = null;
+let abort = null;
+
+function state(text, cls) {
+  const s = $('state');
+  s.textContent = text;
+  s.className = `badge ${cls ?? ''}`;
+}
+
+function showLogin(error) {
+  if (abort !== null) abort.abort();
+  sessionStorage.removeItem(KEY);
+  $('main').hidden = true;
+  $('signout').hidden = true;
+  $('login').hidden = false;
+  $('login-error').textContent = error ?? '';
+  state(error ? 'signed out' : 'token needed');
+}
+
+function makeCharts() {
+  const width = (el) => Math.max(300, el.clientWidth - 16);
+  const chart = (el, series, scale) =>
+    new uPlot({ width: width($(el)), height: 220, series: [{}, ...series], scales: { x: { time: true }, y: scale ?? {} }, axes: [{}, { size: 60 }] }, [[], ...series.map(() => [])], $(el));
+  return {
+    rates: chart('c-rates', [
+      { label: 'events', stroke: '#2e90fa', width: 2 },
+      { label: 'notifications', stroke: '#12b76a', width: 2 },
+      { label: 'location updates', stroke: '#f79009', width: 2 },
+    ]),
+    latency: chart('c-latency', [
+      { label: 'p50', stroke: '#12b76a', width: 2 },
+      { label: 'p90', stroke: '#f79009', width: 2 },
+      { label: 'p99', stroke: '#f04438', width: 2 },
+    ]),
+    streams: chart('c-streams', [
+      { label: 'connected', stroke: '#2e90fa', width: 2 },
+      { label: 'send queue', stroke: '#f04438', width: 2 },
+      { label: 'held back', stroke: '#7a5af8', width: 2 },
+    ]),
+    memory: chart('c-memory', [
+      { label: 'process RSS', stroke: '#2e90fa', width: 2 },
+      { label: 'heap', stroke: '#12b76a', width: 2 },
+      { label: 'engine', stroke: '#f79009', width: 2 },
+      { label: 'GPU', stroke: '#7a5af8', width: 2 },
+    ]),
+  };
+}
+
+const samples = [];
+function draw() {
+  const t = samples.map((s) => s.at / 1000);
+  const col = (f) => samples.map(f);
+  charts.rates.setData([t, col((s) => s.rates.events), col((s) => s.rates.notifications), col((s) => s.rates.locations)]);
+  charts.latency.setData([t, col((s) => s.latencyMs.p50), col((s) => s.latencyMs.p90), col((s) => s.latencyMs.p99)]);
+  charts.streams.setData([t, col((s) => s.gauges.connectedDevices), col((s) => s.gauges.sendQueue), col((s) => s.gauges.streamsHeldBack)]);
+  charts.memory.setData([t, col((s) => mib(s.memory.rss)), col((s) => mib(s.memory.heapUsed)), col((s) => mib(s.memory.engine)), col((s) => mib(s.memory.gpu))]);
+}
+
+function dl(el, rows) {
+  el.replaceChildren(...rows.flatMap(([k, v]) => {
+    const dt = document.createElement('dt');
+    dt.textContent = k;
+    const dd = document.createElement('dd');
+    dd.textContent = String(v);
+    return [dt, dd];
+  }));
+}
+
+function show(s) {
+  samples.push(s);
+  if (samples.length > WINDOW) samples.shift();
+  $('process').textContent = `${s.role} · pid ${s.pid} · up ${s.uptimeS} s · ${s.mode}`;
+  if (s.ready === null) state('no checks');
+  else state(s.ready.ready ? 'ready' : s.ready.draining ? 'draining' : 'NOT READY', s.ready.ready ? 'ok' : 'bad');
+  $('t-events').textContent = fmt.format(s.rates.events);
+  $('t-notifications').textContent = fmt.format(s.rates.notifications);
+  $('t-locations').textContent = fmt.format(s.rates.locations);
+  $('t-p99').textContent = s.latencyMs.p99 === null ? '–' : `${fmt.format(s.latencyMs.p99)} ms`;
+  $('t-events-total').textContent = int.format(s.totals.eventsPublished);
+  $('t-connected').textContent = int.format(s.gauges.connectedDevices);
+  $('t-queue').textContent = int.format(s.gauges.sendQueue);
+  $('t-dropped').textContent = int.format(s.totals.dropped);
+  const rows = Object.entries(s.ready?.checks ?? {}).map(([name, c]) => {
+    const tr = document.createElement('tr');
+    const a = document.createElement('td');
+    a.textContent = c.ok ? 'ok' : c.required ? 'FAIL' : 'warn';
+    a.className = c.ok ? 'ok' : c.required ? 'bad' : 'warn';
+    const b = document.createElement('td');
+    b.textContent = name;
+    const d = document.createElement('td');
+    d.textContent = c.detail;
+    tr.append(a, b, d);
+    return tr;
+  });
+  $('checks').replaceChildren(...rows);
+  dl($('engine'), [
+    ['engine', `${s.engine}${s.enginePath ? ` (${s.enginePath})` : ''}`],
+    ['detail', s.engineDetail],
+    ['subscriptions', int.format(s.gauges.subscriptions)],
+    ['filters', int.format(s.gauges.filters)],
+    ['devices', int.format(s.gauges.devices)],
+    ['engine memory', `${fmt.format(mib(s.memory.engine))} MiB`],
+  ]);
+  const m = s.matchers;
+  dl($('shards'), [
+    ['matchers alive', m.alive === null ? 'n/a (embedded)' : m.alive ? 'yes' : 'NO'],
+    ...(m.leading === null ? [] : [['leading here', m.leading]]),
+    ...(m.epoch === null ? [] : [['lease epoch', m.epoch]]),
+    ...(s.shards === null
+      ? [['shards', 'not sharded by space']]
+      : [
+          ['shards alive', `${s.shards.alive} of ${s.shards.geo + s.shards.wide}`],
+          ['shard map version', s.shards.mapVersion],
+          ['cells moving', s.shards.moving ? 'yes' : 'no'],
+        ]),
+  ]);
+}
+
+async function connect(token) {
+  abort = new AbortController();
+  let res;
+  try {
+    res = await fetch('/dashboard/api/live', { headers: { authorization: `Bearer ${token}` }, signal: abort.signal });
+  } catch (err) {
+    state('unreachable', 'bad');
+    setTimeout(() => connect(token), 2000);
+    return;
+  }
+  if (res.status === 401 || res.status === 403) {
+    const body = await res.json().catch(() => ({ error: res.statusText }));
+    showLogin(`refused: ${body.error}`);
+    return;
+  }
+  if (!res.ok) {
+    state(`error ${res.status}`, 'bad');
+    setTimeout(() => connect(token), 2000);
+    return;
+  }
+  $('login').hidden = true;
+  $('main').hidden = false;
+  $('signout').hidden = false;
+  if (charts === null) charts = makeCharts();
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = '';
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += value;
+      let end;
+      while ((end = buf.indexOf('\n\n')) >= 0) {
+        const frame = buf.slice(0, end);
+        buf = buf.slice(end + 2);
+        const event = /^event: (.*)$/m.exec(frame)?.[1] ?? 'message';
+        const data = frame.split('\n').filter((l) => l.startsWith('data: ')).map((l) => l.slice(6)).join('\n');
+        if (data === '') continue;
+        if (event === 'history') {
+          samples.length = 0;
+          for (const s of JSON.parse(data)) show(s);
+        } else show(JSON.parse(data));
+        draw();
+      }
+    }
+  } catch (err) {
+    if (abort.signal.aborted) return;
+  }
+  state('reconnecting', 'bad');
+  setTimeout(() => connect(token), 1000);
+}
+
+$('login').addEventListener('submit', (e) => {
+  e.preventDefault();
+  const token = $('token').value.trim();
+  if (token === '') return;
+  sessionStorage.setItem(KEY, token);
+  $('token').value = '';
+  $('login-error').textContent = '';
+  void connect(token);
+});
+$('signout').addEventListener('click', () => showLogin());
+const saved = sessionStorage.getItem(KEY);
+if (saved) void connect(saved);
+else showLogin();

@@ -1,0 +1,235 @@
+/**
+ * The ops dashboard on the ops port (`/dashboard`): a page (services/ops-ui/) and its data, one
+ * sample a second pushed over server-sent events (`/dashboard/api/live`, the last 5 minutes first)
+ * or read once (`/dashboard/api/snapshot`). Every data request needs a token with the `ops` scope
+ * in its Authorization header; the page asks for one and keeps it in the tab's session storage.
+ *
+ * A sample: this process (role, uptime, memory, readiness and its checks), the deployment as its
+ * hub sees it (engine and path, subscriptions, filters, devices, events, notifications and
+ * location updates per second, dropped notifications, matchers and shards in Redis mode), and
+ * what this process serves (connected device streams, send queue, streams held back, rejected
+ * requests, publish → stored latency quantiles over the last second).
+ */
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type client from 'prom-client';
+import type { Counters } from '../edge/counters.js';
+import { AuthError, type TokenAuthority, requireScope, SCOPES } from '../edge/auth.js';
+import type { HubStats } from '../hub/port.js';
+import type { Readiness, ReadinessReport } from './readiness.js';
+
+const UI = new URL('../ops-ui/', import.meta.url);
+const HISTORY = 300;
+
+export interface DashboardSource {
+  role: string;
+  counters: Counters;
+  publishSeconds: client.Histogram;
+  stats: (() => Promise<HubStats>) | null;
+  readiness: Readiness | null;
+}
+
+export interface Sample {
+  at: number;
+  role: string;
+  pid: number;
+  uptimeS: number;
+  ready: ReadinessReport | null;
+  mode: string;
+  engine: string;
+  engineDetail: string;
+  enginePath: string;
+  totals: { eventsPublished: number; notifications: number; locationUpdates: number; dropped: number; rejected: number };
+  rates: { events: number; notifications: number; locations: number; rejected: number };
+  latencyMs: { p50: number | null; p90: number | null; p99: number | null; publishes: number };
+  gauges: { connectedDevices: number; sendQueue: number; streamsHeldBack: number; subscriptions: number; filters: number; devices: number };
+  memory: { rss: number; heapUsed: number; engine: number; gpu: number };
+  matchers: { alive: boolean | null; leading: number | null; epoch: number | null };
+  shards: { geo: number; wide: number; alive: number; mapVersion: number; moving: boolean } | null;
+}
+
+type Buckets = { le: number; count: number }[];
+
+export class Dashboard {
+  private readonly clients = new Set<ServerResponse>();
+  private readonly history: Sample[] = [];
+  private timer: NodeJS.Timeout | null = null;
+  private prev: { at: number; totals: Sample['totals']; buckets: Buckets } | null = null;
+  private readonly startedAt = Date.now();
+  private readonly files = new Map<string, { type: string; body: Buffer }>();
+
+  constructor(
+    private readonly src: DashboardSource,
+    /** The tokens' authority; null: no token secret here, the data is not served. */
+    private readonly authority: () => TokenAuthority | null,
+    private readonly intervalMs = 1000,
+  ) {}
+
+  /** Serves a dashboard route; false when the URL is not one. */
+  handle(req: IncomingMessage, res: ServerResponse): boolean {
+    const path = (req.url ?? '').split('?')[0];
+    if (path === '/dashboard' || path === '/dashboard/') return this.file(res, 'index.html', 'text/html; charset=utf-8');
+    if (path === '/dashboard/dashboard.mjs') return this.file(res, 'dashboard.mjs', 'text/javascript; charset=utf-8');
+    if (path === '/dashboard/dashboard.css') return this.file(res, 'dashboard.css', 'text/css; charset=utf-8');
+    if (path === '/dashboard/uplot.js') return this.vendor(res, 'uplot/dist/uPlot.iife.min.js', 'text/javascript; charset=utf-8');
+    if (path === '/dashboard/uplot.css') return this.vendor(res, 'uplot/dist/uPlot.min.css', 'text/css; charset=utf-8');
+    if (path === '/dashboard/api/snapshot' || path === '/dashboard/api/live') {
+      if (!this.authorized(req, res)) return true;
+      if (path === '/dashboard/api/snapshot') {
+        this.sample().then(
+          (s) => json(res, 200, s),
+          (err: unknown) => json(res, 500, { error: err instanceof Error ? err.message : String(err) }),
+        );
+      } else this.live(res);
+      return true;
+    }
+    return false;
+  }
+
+  close(): void {
+    if (this.timer !== null) clearInterval(this.timer);
+    this.timer = null;
+    for (const c of this.clients) c.end();
+    this.clients.clear();
+  }
+
+  private authorized(req: IncomingMessage, res: ServerResponse): boolean {
+    const authority = this.authority();
+    if (authority === null) {
+      json(res, 403, { error: 'this process has no token secret (AMBIT_TOKEN_SECRET): its dashboard data is not served' });
+      return false;
+    }
+    const h = req.headers.authorization;
+    try {
+      if (h === undefined || !/^Bearer \S+$/i.test(h)) throw new AuthError('UNAUTHENTICATED', 'send the ops token as "Authorization: Bearer <token>"');
+      requireScope(authority.verify(h.slice(7).trim()), SCOPES.ops);
+      return true;
+    } catch (err) {
+      const code = err instanceof AuthError && err.code === 'PERMISSION_DENIED' ? 403 : 401;
+      json(res, code, { error: err instanceof Error ? err.message : String(err) });
+      return false;
+    }
+  }
+
+  private live(res: ServerResponse): void {
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', connection: 'keep-alive' });
+    res.write(`event: history\ndata: ${JSON.stringify(this.history)}\n\n`);
+    this.clients.add(res);
+    res.on('close', () => {
+      this.clients.delete(res);
+      if (this.clients.size === 0 && this.timer !== null) {
+        clearInterval(this.timer);
+        this.timer = null;
+      }
+    });
+    if (this.timer === null) {
+      this.timer = setInterval(() => void this.tick(), this.intervalMs);
+      this.timer.unref();
+      void this.tick();
+    }
+  }
+
+  private async tick(): Promise<void> {
+    let s: Sample;
+    try {
+      s = await this.sample();
+    } catch {
+      return;
+    }
+    this.history.push(s);
+    if (this.history.length > HISTORY) this.history.shift();
+    const frame = `data: ${JSON.stringify(s)}\n\n`;
+    for (const c of this.clients) c.write(frame);
+  }
+
+  /** A sample now; rates and latency are over the time since the one before. */
+  async sample(): Promise<Sample> {
+    const src = this.src;
+    const c = src.counters;
+    const [stats, ready, hist] = await Promise.all([src.stats === null ? null : src.stats().catch(() => null), src.readiness === null ? null : src.readiness.report(), src.publishSeconds.get()]);
+    const at = Date.now();
+    const totals = {
+      eventsPublished: stats?.eventsPublished ?? c.eventsPublished,
+      notifications: stats !== null && stats.notifications > 0 ? stats.notifications : c.notificationsSent,
+      locationUpdates: stats !== null && stats.locationUpdates > 0 ? stats.locationUpdates : c.locationUpdatesStream + c.locationUpdatesUnary,
+      dropped: stats?.notificationsDropped ?? 0,
+      rejected: c.rejectedRequests,
+    };
+    const buckets: Buckets = hist.values.filter((v) => v.metricName?.endsWith('_bucket')).map((v) => ({ le: v.labels.le === '+Inf' ? Infinity : Number(v.labels.le), count: v.value })).sort((a, b) => a.le - b.le);
+    const prev = this.prev;
+    this.prev = { at, totals, buckets };
+    const dt = prev === null ? 0 : (at - prev.at) / 1000;
+    const rate = (k: keyof Sample['totals']) => (prev === null || dt <= 0 ? 0 : Math.max(0, (totals[k] - prev.totals[k]) / dt));
+    const window = buckets.map((b, i) => ({ le: b.le, count: b.count - (prev?.buckets[i]?.count ?? 0) }));
+    const x = stats?.extra ?? {};
+    const num = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : null);
+    const mem = process.memoryUsage();
+    return {
+      at,
+      role: src.role,
+      pid: process.pid,
+      uptimeS: Math.round((at - this.startedAt) / 1000),
+      ready,
+      mode: stats?.mode ?? '',
+      engine: stats?.engine ?? '',
+      engineDetail: stats?.engineDetail ?? 'no figures from the hub',
+      enginePath: typeof x.path === 'string' ? x.path : '',
+      totals,
+      rates: { events: rate('eventsPublished'), notifications: rate('notifications'), locations: rate('locationUpdates'), rejected: rate('rejected') },
+      latencyMs: { p50: quantileMs(window, 0.5), p90: quantileMs(window, 0.9), p99: quantileMs(window, 0.99), publishes: window.length === 0 ? 0 : window[window.length - 1].count },
+      gauges: { connectedDevices: c.connectedDevices, sendQueue: c.sendQueue, streamsHeldBack: c.streamsHeldBack, subscriptions: stats?.subscriptions ?? 0, filters: stats?.filters ?? 0, devices: stats?.devices ?? 0 },
+      memory: { rss: mem.rss, heapUsed: mem.heapUsed, engine: stats?.engineMemoryBytes ?? 0, gpu: num(x.gpuBytes) ?? 0 },
+      matchers: { alive: typeof x.matcherAlive === 'boolean' ? x.matcherAlive : null, leading: x.matcherLeader === true ? 1 : x.matcherLeader === false ? 0 : num(x.matcherLeader), epoch: num(x.matcherEpoch) },
+      shards: typeof x.geoShards === 'number' ? { geo: x.geoShards, wide: num(x.wideShards) ?? 0, alive: num(x.shardsAlive) ?? 0, mapVersion: num(x.shardMapVersion) ?? 0, moving: x.shardMapMoving === true } : null,
+    };
+  }
+
+  private file(res: ServerResponse, name: string, type: string): boolean {
+    let f = this.files.get(name);
+    if (f === undefined) {
+      f = { type, body: readFileSync(new URL(name, UI)) };
+      this.files.set(name, f);
+    }
+    res.writeHead(200, { 'content-type': f.type, 'cache-control': 'no-cache', 'x-content-type-options': 'nosniff' });
+    res.end(f.body);
+    return true;
+  }
+
+  private vendor(res: ServerResponse, module: string, type: string): boolean {
+    let f = this.files.get(module);
+    if (f === undefined) {
+      f = { type, body: readFileSync(createRequire(import.meta.url).resolve(module)) };
+      this.files.set(module, f);
+    }
+    res.writeHead(200, { 'content-type': f.type, 'cache-control': 'max-age=3600', 'x-content-type-options': 'nosniff' });
+    res.end(f.body);
+    return true;
+  }
+}
+
+/** A quantile (ms) of the publishes counted in cumulative buckets, interpolated within its bucket; null when none. */
+export function quantileMs(buckets: Buckets, q: number): number | null {
+  if (buckets.length === 0) return null;
+  const total = buckets[buckets.length - 1].count;
+  if (total <= 0) return null;
+  const rank = q * total;
+  let lower = 0;
+  let below = 0;
+  for (const b of buckets) {
+    if (b.count >= rank) {
+      if (!Number.isFinite(b.le)) return lower * 1000;
+      const inBucket = b.count - below;
+      const f = inBucket <= 0 ? 1 : (rank - below) / inBucket;
+      return (lower + (b.le - lower) * f) * 1000;
+    }
+    lower = b.le;
+    below = b.count;
+  }
+  return lower * 1000;
+}
+
+function json(res: ServerResponse, status: number, body: unknown): void {
+  res.writeHead(status, { 'content-type': 'application/json', 'cache-control': 'no-store' });
+  res.end(`${JSON.stringify(body)}\n`);
+}

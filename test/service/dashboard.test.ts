@@ -1,0 +1,144 @@
+/**
+ * The ops dashboard in a real browser (Debian's chromium driven by playwright-core) against a live
+ * server under load: it asks for a token and refuses an expired one and one without the ops scope
+ * (the server's reason on the page), then draws its charts, and its numbers follow the traffic
+ * and agree with /metrics. With AMBIT_SCREENSHOT_DIR set it leaves a screenshot there
+ * (docs/dashboard.png is made so).
+ */
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { type Browser, chromium } from 'playwright-core';
+import { SCOPES, TokenAuthority } from '../../services/edge/auth.js';
+import { type RunningServer, startServer } from '../../services/process/server.js';
+import { AmbitDevice, AmbitPublisher } from '../../sdk/index.js';
+
+const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
+const SECRET = 'dashboard-test-secret-0123456789abcdef0123';
+
+function chromiumMissing(): string | null {
+  if (process.env.AMBIT_REQUIRE_TOOLS === '1') return null;
+  try {
+    execFileSync(CHROMIUM, ['--version'], { stdio: 'ignore' });
+    return null;
+  } catch {
+    return `no ${CHROMIUM} (Debian package chromium)`;
+  }
+}
+
+function metric(text: string, name: string): number {
+  const m = new RegExp(`^${name}\\{[^}]*\\} (\\S+)$`, 'm').exec(text);
+  assert.ok(m !== null, `${name} in /metrics`);
+  return Number(m[1]);
+}
+
+describe('ops dashboard in a browser', { skip: chromiumMissing() ?? false, timeout: 120_000 }, () => {
+  let server: RunningServer;
+  let browser: Browser;
+  let base: string;
+  const authority = new TokenAuthority(SECRET);
+
+  before(async () => {
+    server = await startServer({ host: '127.0.0.1', port: 0, metricsPort: 0, engine: 'fast', tokenSecret: SECRET, shutdownGraceS: 1, logLevel: 'warn' });
+    base = `http://127.0.0.1:${server.metricsPort}`;
+    browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    });
+  });
+  after(async () => {
+    await browser?.close();
+    await server?.stop();
+  });
+
+  it('refuses an expired token and one without the ops scope, naming why', async () => {
+    const page = await browser.newPage();
+    try {
+      await page.goto(`${base}/dashboard`);
+      await page.waitForSelector('#login:not([hidden])');
+      const expired = new TokenAuthority(SECRET, () => Date.now() / 1000 - 7200).issue({ subject: 'late', scopes: [SCOPES.ops], ttlSeconds: 60 });
+      await page.fill('#token', expired);
+      await page.click('#login button[type=submit]');
+      await page.waitForFunction("document.getElementById('login-error').textContent !== ''");
+      assert.equal(await page.textContent('#login-error'), 'refused: token has expired');
+      assert.equal(await page.isHidden('#main'), true);
+      await page.fill('#token', authority.issue({ subject: 'dev', scopes: [SCOPES.device] }));
+      await page.click('#login button[type=submit]');
+      await page.waitForFunction("/ops/.test(document.getElementById('login-error').textContent)");
+      assert.match((await page.textContent('#login-error'))!, /^refused: .*ops/);
+      assert.equal(await page.isHidden('#main'), true);
+    } finally {
+      await page.close();
+    }
+  });
+
+  it('with an ops token: charts draw, numbers follow the traffic and agree with /metrics, readiness and the engine show', async () => {
+    const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+    const pub = new AmbitPublisher(`127.0.0.1:${server.port}`, authority.issue({ subject: 'pub', scopes: [SCOPES.publish] }));
+    const devices: AmbitDevice[] = [];
+    try {
+      for (let i = 0; i < 5; i++) {
+        const d = await AmbitDevice.connect(`127.0.0.1:${server.port}`, authority.issue({ subject: `dash-${i}`, scopes: [SCOPES.device] }));
+        await d.subscribe({ id: 'all', filters: [{ constraints: [{ name: 'kind', op: 'eq', value: 'demo' }], area: { radiusM: 5000 } }] });
+        d.updateLocation(45.46 + i * 0.001, 9.19);
+        devices.push(d);
+        void (async () => {
+          for await (const _ of d.notifications()) {
+            // read and acknowledge
+          }
+        })().catch(() => {});
+      }
+      await page.goto(`${base}/dashboard`);
+      await page.fill('#token', authority.issue({ subject: 'ops', scopes: [SCOPES.ops] }));
+      await page.click('#login button[type=submit]');
+      await page.waitForSelector('#main:not([hidden])');
+      assert.equal(await page.textContent('#state'), 'ready');
+      // Four charts, each a canvas drawn by uPlot.
+      await page.waitForFunction("document.querySelectorAll('figure .uplot canvas').length === 4");
+      // Traffic: the events-per-second tile moves off zero while publishing.
+      let published = 0;
+      let sawRate = false;
+      for (let round = 0; round < 40 && !sawRate; round++) {
+        for (let i = 0; i < 20; i++) await pub.publish({ id: `ev-${published++}`, lat: 45.46, lon: 9.19, attributes: { kind: 'demo' } });
+        const t = Number((await page.textContent('#t-events'))!.replace(/,/g, ''));
+        sawRate = t > 0;
+      }
+      assert.ok(sawRate, 'the events/s tile showed the publishing');
+      // After the traffic: the total on the page is the one /metrics reports.
+      await page.waitForFunction(`document.getElementById('t-events-total').textContent === ${JSON.stringify(new Intl.NumberFormat('en').format(published))}`, undefined, { timeout: 10_000 });
+      const m = await (await fetch(`${base}/metrics`)).text();
+      assert.equal(metric(m, 'ambit_events_published_total'), published);
+      assert.equal(await page.textContent('#t-connected'), String(metric(m, 'ambit_connected_devices')));
+      // The notifications/s and p99 tiles had something to show.
+      await page.waitForFunction("document.getElementById('t-p99').textContent !== '–'");
+      assert.match((await page.textContent('#checks'))!, /okhubembedded: fast/);
+      assert.match((await page.textContent('#engine'))!, /subscriptions5/);
+      assert.match((await page.textContent('#shards'))!, /not sharded by space/);
+      if (process.env.AMBIT_SCREENSHOT_DIR) await page.screenshot({ path: join(process.env.AMBIT_SCREENSHOT_DIR, 'dashboard.png'), fullPage: true });
+    } finally {
+      pub.close();
+      await Promise.all(devices.map((d) => d.close()));
+      await page.close();
+    }
+  });
+});
+
+describe('ops dashboard samples', () => {
+  it('latency quantiles come from the window of cumulative buckets, interpolated within a bucket; none without publishes', async () => {
+    const { quantileMs } = await import('../../services/process/dashboard.js');
+    // 100 publishes: 50 under 1 ms, 40 more under 5 ms, 10 more under 10 ms.
+    const b = [
+      { le: 0.001, count: 50 },
+      { le: 0.005, count: 90 },
+      { le: 0.01, count: 100 },
+      { le: Infinity, count: 100 },
+    ];
+    assert.equal(quantileMs(b, 0.5), 1);
+    assert.equal(quantileMs(b, 0.7), 3);
+    assert.ok(Math.abs(quantileMs(b, 0.99)! - 9.5) < 1e-9);
+    assert.equal(quantileMs([{ le: 0.001, count: 0 }, { le: Infinity, count: 0 }], 0.5), null);
+    // Beyond the last finite bucket: its bound (no more is known).
+    assert.equal(quantileMs([{ le: 0.001, count: 1 }, { le: Infinity, count: 10 }], 0.99), 1);
+  });
+});
