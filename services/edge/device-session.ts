@@ -41,6 +41,9 @@ type Phase = 'hello' | 'opening' | 'open' | 'closed';
 /** Where a session's request chain starts (shared: most streams never queue anything). */
 const SETTLED: Promise<void> = Promise.resolve();
 export class DeviceSession implements Expiring, StreamListener {
+  /** The last position the device sent on this stream (NaN before one): the dashboard's map. */
+  lastLat = Number.NaN;
+  lastLon = Number.NaN;
   private phase: Phase = 'hello';
   private writer: LocationWriter | null = null;
   private inbox: Inbox | null = null;
@@ -317,6 +320,8 @@ export class DeviceSession implements Expiring, StreamListener {
         const lon = m.value.lon;
         if (inRange(lat, lon)) {
           const writer = this.writer ?? this.openWriter();
+          this.lastLat = lat;
+          this.lastLon = lon;
           if (writer !== null) writer.update(lat, lon);
           else this.enqueue(this.chain.then(() => this.openWriter()?.update(lat, lon)));
           this.host.counters.locationUpdatesStream++;

@@ -3,6 +3,7 @@
  * change nothing), and turns calls into Hub operations. Each device stream is a DeviceSession
  * (device-session.ts); unary and client-streaming calls are handled here.
  */
+import { type DensityMap, RecentEvents, densityMap } from './density.js';
 import { randomUUID } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
 import { create } from '@bufbuild/protobuf';
@@ -88,6 +89,8 @@ export class Gateway implements SessionHost {
   private readonly opts: GatewayOptions;
   private readonly startedAt = Date.now();
   private draining = false;
+  /** Where the events accepted here lately were (the dashboard's map). */
+  readonly recentEvents = new RecentEvents();
   private drainMessage = 'server is shutting down; reconnect';
 
   constructor(
@@ -132,6 +135,7 @@ export class Gateway implements SessionHost {
           const [r] = await this.hub.publish([event]);
           this.metrics.publishSeconds.observe((performance.now() - t0) / 1000);
           this.counters.eventsPublished++;
+          this.recentEvents.record(event.lat, event.lon, Date.now());
           if (r.duplicate !== true) this.counters.subscriptionsReached += r.reached;
           return create(PublishResponseSchema, { eventId: r.eventId, reached: BigInt(r.reached), duplicate: r.duplicate === true });
         }),
@@ -209,6 +213,15 @@ export class Gateway implements SessionHost {
   }
 
   /** Ends every device stream with UNAVAILABLE so clients reconnect elsewhere; new ones are refused. */
+  /** The dashboard's map: devices connected here at their last position, and events of the last `windowMs`. */
+  density(windowMs = 300_000): DensityMap {
+    const self = this;
+    function* devices(): Generator<[number, number]> {
+      for (const s of self.sessions.values()) if (s.lastLat === s.lastLat) yield [s.lastLat, s.lastLon];
+    }
+    return densityMap(devices(), this.recentEvents.since(Date.now() - windowMs), windowMs);
+  }
+
   /** Ends every device stream with UNAVAILABLE and refuses new ones; returns how many ended. */
   drain(message = 'server is shutting down; reconnect'): number {
     this.draining = true;
@@ -431,6 +444,8 @@ export class Gateway implements SessionHost {
         // Counted per message with the events, so a call that fails later still counts its matches.
         this.counters.eventsPublished += rs.length;
         this.counters.subscriptionsReached += fresh;
+        const now = Date.now();
+        for (let i = 0; i < events.length; i++) this.recentEvents.record(events[i].lat, events[i].lon, now);
       },
       () => create(BulkPublishResponseSchema, { accepted: BigInt(accepted), reached: BigInt(reached), duplicates: BigInt(duplicates) }),
     );

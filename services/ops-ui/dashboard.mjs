@@ -65,6 +65,41 @@ function draw() {
   charts.memory.setData([t, col((s) => mib(s.memory.rss)), col((s) => mib(s.memory.heapUsed)), col((s) => mib(s.memory.engine)), col((s) => mib(s.memory.gpu))]);
 }
 
+let lastMap = null;
+// The map: cells on an equirectangular projection fitted to what is shown (longitude scaled by the
+// cosine of the middle latitude), shade by count on a log scale; no tiles (none can be fetched).
+function drawMap(map) {
+  if (map === null || map === lastMap) return;
+  lastMap = map;
+  const cv = $('map');
+  const ctx = cv.getContext('2d');
+  ctx.clearRect(0, 0, cv.width, cv.height);
+  const all = [...map.devices, ...map.events];
+  $('map-window').textContent = String(Math.round(map.windowMs / 60000));
+  $('map-scale').textContent = all.length === 0 ? '(nothing yet)' : `(cells of ${map.cellDeg}°)`;
+  if (all.length === 0) return;
+  const half = map.cellDeg / 2;
+  const minLat = Math.min(...all.map((c) => c.lat)) - half;
+  const maxLat = Math.max(...all.map((c) => c.lat)) + half;
+  const minLon = Math.min(...all.map((c) => c.lon)) - half;
+  const maxLon = Math.max(...all.map((c) => c.lon)) + half;
+  const k = Math.cos((((minLat + maxLat) / 2) * Math.PI) / 180);
+  const pad = 20;
+  const scale = Math.min((cv.width - 2 * pad) / Math.max((maxLon - minLon) * k, 1e-9), (cv.height - 2 * pad) / Math.max(maxLat - minLat, 1e-9));
+  const x = (lon) => pad + (lon - minLon) * k * scale;
+  const y = (lat) => cv.height - pad - (lat - minLat) * scale;
+  const side = Math.max(2, map.cellDeg * scale * Math.min(k, 1));
+  const layer = (cells, rgb) => {
+    const top = Math.log1p(Math.max(...cells.map((c) => c.n), 1));
+    for (const c of cells) {
+      ctx.fillStyle = `rgba(${rgb}, ${0.25 + (0.75 * Math.log1p(c.n)) / top})`;
+      ctx.fillRect(x(c.lon) - side / 2, y(c.lat) - side / 2, side, side);
+    }
+  };
+  layer(map.devices, '46, 144, 250');
+  layer(map.events, '240, 68, 56');
+}
+
 function dl(el, rows) {
   el.replaceChildren(...rows.flatMap(([k, v]) => {
     const dt = document.createElement('dt');
@@ -102,6 +137,7 @@ function show(s) {
     return tr;
   });
   $('checks').replaceChildren(...rows);
+  drawMap(s.map);
   dl($('engine'), [
     ['engine', `${s.engine}${s.enginePath ? ` (${s.enginePath})` : ''}`],
     ['detail', s.engineDetail],

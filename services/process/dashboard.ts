@@ -17,6 +17,7 @@ import type client from 'prom-client';
 import type { Counters } from '../edge/counters.js';
 import { AuthError, type TokenAuthority, requireScope, SCOPES } from '../edge/auth.js';
 import type { HubStats } from '../hub/port.js';
+import type { DensityMap } from '../edge/density.js';
 import type { Readiness, ReadinessReport } from './readiness.js';
 
 const UI = new URL('../ops-ui/', import.meta.url);
@@ -28,6 +29,8 @@ export interface DashboardSource {
   publishSeconds: client.Histogram;
   stats: (() => Promise<HubStats>) | null;
   readiness: Readiness | null;
+  /** The map of this process's gateway (null without one). */
+  density: () => DensityMap | null;
 }
 
 export interface Sample {
@@ -47,6 +50,8 @@ export interface Sample {
   memory: { rss: number; heapUsed: number; engine: number; gpu: number };
   matchers: { alive: boolean | null; leading: number | null; epoch: number | null };
   shards: { geo: number; wide: number; alive: number; mapVersion: number; moving: boolean } | null;
+  /** Devices connected here and events accepted here lately, binned (refreshed every 5 s); null without a gateway. */
+  map: DensityMap | null;
 }
 
 type Buckets = { le: number; count: number }[];
@@ -58,6 +63,7 @@ export class Dashboard {
   private prev: { at: number; totals: Sample['totals']; buckets: Buckets } | null = null;
   private readonly startedAt = Date.now();
   private readonly files = new Map<string, { type: string; body: Buffer }>();
+  private map: { at: number; map: DensityMap | null } | null = null;
 
   constructor(
     private readonly src: DashboardSource,
@@ -165,6 +171,7 @@ export class Dashboard {
     const x = stats?.extra ?? {};
     const num = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : null);
     const mem = process.memoryUsage();
+    if (this.map === null || at - this.map.at >= 5000) this.map = { at, map: src.density() };
     return {
       at,
       role: src.role,
@@ -181,6 +188,7 @@ export class Dashboard {
       gauges: { connectedDevices: c.connectedDevices, sendQueue: c.sendQueue, streamsHeldBack: c.streamsHeldBack, subscriptions: stats?.subscriptions ?? 0, filters: stats?.filters ?? 0, devices: stats?.devices ?? 0 },
       memory: { rss: mem.rss, heapUsed: mem.heapUsed, engine: stats?.engineMemoryBytes ?? 0, gpu: num(x.gpuBytes) ?? 0 },
       matchers: { alive: typeof x.matcherAlive === 'boolean' ? x.matcherAlive : null, leading: x.matcherLeader === true ? 1 : x.matcherLeader === false ? 0 : num(x.matcherLeader), epoch: num(x.matcherEpoch) },
+      map: this.map.map,
       shards: typeof x.geoShards === 'number' ? { geo: x.geoShards, wide: num(x.wideShards) ?? 0, alive: num(x.shardsAlive) ?? 0, mapVersion: num(x.shardMapVersion) ?? 0, moving: x.shardMapMoving === true } : null,
     };
   }

@@ -146,12 +146,13 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
     // secret in a process without gRPC.
     let authority: TokenAuthority | null = null;
     const ownAuthority = config.tokenSecret === null ? null : new TokenAuthority(config.tokenSecret);
-    const dashboard = new Dashboard({ role: config.role, counters: metrics.counters, publishSeconds: metrics.publishSeconds, stats: hub !== null ? () => hub!.stats() : statsSource !== null ? () => statsSource!.stats() : null, readiness }, () => authority ?? ownAuthority);
+    const dashboard = new Dashboard({ role: config.role, counters: metrics.counters, publishSeconds: metrics.publishSeconds, stats: hub !== null ? () => hub!.stats() : statsSource !== null ? () => statsSource!.stats() : null, readiness, density: () => gatewayRef?.density() ?? null }, () => authority ?? ownAuthority);
     metrics.routes = (req, res) => dashboard.handle(req, res);
     cleanups.push(async () => dashboard.close());
     const metricsPort = config.metricsPort === null ? null : await metrics.listen(config.host, config.metricsPort);
 
     let followHealth: () => Promise<unknown> = async () => {};
+    let gatewayRef: Gateway | null = null;
     let port: number | null = null;
     let deviceStreams: RunningServer['deviceStreams'] = null;
     if (hub !== null && options.grpc !== false) {
@@ -177,6 +178,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
         'grpc.max_receive_message_length': MAX_RECEIVE_BYTES,
       });
       gateway.addTo(server);
+      gatewayRef = gateway;
       const health = new HealthImplementation({ '': 'SERVING', ...Object.fromEntries(SERVICES.map((s) => [s.typeName, 'SERVING' as const])) });
       health.addToServer(server);
       // Health follows readiness: every service while the process is ready; the Publisher service

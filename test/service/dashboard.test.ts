@@ -115,6 +115,21 @@ describe('ops dashboard in a browser', { skip: chromiumMissing() ?? false, timeo
       assert.match((await page.textContent('#checks'))!, /okhubembedded: fast/);
       assert.match((await page.textContent('#engine'))!, /subscriptions5/);
       assert.match((await page.textContent('#shards'))!, /not sharded by space/);
+      // The map: devices connected here and the events accepted here, binned (refreshed every 5 s).
+      const ops = { authorization: `Bearer ${authority.issue({ subject: 'ops', scopes: [SCOPES.ops] })}` };
+      type Cells = { n: number }[];
+      const sum = (c: Cells) => c.reduce((t, x) => t + x.n, 0);
+      let map = null as { devices: Cells; events: Cells } | null;
+      for (let i = 0; i < 100 && (map === null || sum(map.events) !== published || sum(map.devices) !== 5); i++) {
+        if (i > 0) await page.waitForTimeout(100);
+        map = ((await (await fetch(`${base}/dashboard/api/snapshot`, { headers: ops })).json()) as { map: typeof map }).map;
+      }
+      assert.ok(map !== null);
+      assert.equal(sum(map.devices), 5, 'the five devices at their positions');
+      assert.equal(sum(map.events), published, 'every event published here');
+      await page.waitForFunction("/cells of/.test(document.getElementById('map-scale').textContent)", undefined, { timeout: 10_000 });
+      const painted = await page.evaluate("(() => { const c = document.getElementById('map'); const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n; })()");
+      assert.ok((painted as number) > 0, 'the map is drawn');
       if (process.env.AMBIT_SCREENSHOT_DIR) await page.screenshot({ path: join(process.env.AMBIT_SCREENSHOT_DIR, 'dashboard.png'), fullPage: true });
     } finally {
       pub.close();
