@@ -67,6 +67,12 @@ export class Metrics implements EdgeMetrics {
     counter('ambit_matches_total', 'Subscriptions reached by published events', () => c.subscriptionsReached);
     counter('ambit_notifications_sent_total', 'Notifications written to device streams', () => c.notificationsSent);
     counter('ambit_requests_rejected_total', 'Requests answered with a client error', () => c.rejectedRequests);
+    // Sharded by space: time the shards' leaders spent waiting to take devices over from shards
+    // that had not stored their offsets past the hand-over (a shard without a leader stalls them).
+    counter('ambit_handover_wait_seconds_total', 'Sharded by space: seconds shard leaders waited for the shards devices left to store past the hand-over', () => {
+      const ms = this.hubStats?.extra.handOverWaitMs;
+      return typeof ms === 'number' && Number.isFinite(ms) ? ms / 1000 : 0;
+    });
     new client.Gauge({ name: 'ambit_connected_devices', help: 'Open device streams', registers: [r], collect() { this.set(c.connectedDevices); } });
     new client.Gauge({ name: 'ambit_send_queue', help: 'Notifications waiting for device streams to drain', registers: [r], collect() { this.set(c.sendQueue); } });
     new client.Gauge({ name: 'ambit_streams_held_back', help: 'Device streams not read because the client does not read its replies', registers: [r], collect() { this.set(c.streamsHeldBack); } });
