@@ -86,6 +86,11 @@ export class AmbitOps extends ServiceClient {
     return { streamsEnded: Number(r.streamsEnded) };
   }
 
+  /** Removes one subscription of a device (as its own unsubscribe would); NOT_FOUND (field subscription_id) when it has none with that id. */
+  async deleteSubscription(deviceId: string, subscriptionId: string): Promise<void> {
+    await unary(this.client, 'deleteSubscription', { deviceId, subscriptionId }, this.token, this.deadlineMs);
+  }
+
   async deviceSubscriptions(deviceId: string): Promise<DeviceInfo> {
     const r = await unary<GetDeviceSubscriptionsResponse>(this.client, 'getDeviceSubscriptions', { deviceId }, this.token, this.deadlineMs);
     return {

@@ -8,6 +8,7 @@
  *   ambit move-cells ROW,COL:SHARD ...                                give cells of the shard map to other shards
  *   ambit ready [--metrics URL]                                       a process's /readyz (exit 0 ready, 1 not)
  *   ambit drain                                                       drain the gateway at --address
+ *   ambit unsubscribe DEVICE SUBSCRIPTION                             remove one subscription of a device
  *
  * Calls go to `--address` (AMBIT_ADDRESS, default 127.0.0.1:50051) with `--token` (AMBIT_OPS_TOKEN)
  * over plaintext, or TLS with `--tls` (system roots) or `--tls-ca FILE`. `--json` prints JSON.
@@ -26,6 +27,7 @@ const USAGE = `usage: ambit <command> [options]
   move-cells ROW,COL:SHARD ...                      give cells of the shard map to other geographic shards
   ready [--metrics URL]                             a process's readiness (default http://127.0.0.1:9464)
   drain                                             drain the gateway at --address before stopping it
+  unsubscribe DEVICE SUBSCRIPTION                   remove one subscription of a device
 options: --address HOST:PORT (AMBIT_ADDRESS, 127.0.0.1:50051)  --token T (AMBIT_OPS_TOKEN)  --tls  --tls-ca FILE
          --deadline-ms N (30000)  --json
 `;
@@ -104,7 +106,7 @@ async function main(argv: string[]): Promise<number> {
     return report.ready ? 0 : 1;
   }
 
-  if (!['stats', 'device', 'move-cells', 'drain'].includes(command)) throw new Usage(`unknown command ${JSON.stringify(command)}`);
+  if (!['stats', 'device', 'move-cells', 'drain', 'unsubscribe'].includes(command)) throw new Usage(`unknown command ${JSON.stringify(command)}`);
   const token = v.token ?? process.env.AMBIT_OPS_TOKEN;
   if (token === undefined || token === '') throw new Usage(`${command}: pass --token or set AMBIT_OPS_TOKEN (a token with the ops scope: ambit token --subject you --scopes ops)`);
   const deadlineMs = v['deadline-ms'] === undefined ? 30_000 : Number(v['deadline-ms']);
@@ -124,6 +126,10 @@ async function main(argv: string[]): Promise<number> {
           ...d.subscriptions.map((s) => `  ${s.id}: ${JSON.stringify(s.filters)}`),
         ].join('\n'),
       );
+    } else if (command === 'unsubscribe') {
+      if (rest.length !== 2) throw new Usage('unsubscribe: give the device id and the subscription id');
+      await ops.deleteSubscription(rest[0], rest[1]);
+      out(json, { deviceId: rest[0], subscriptionId: rest[1], removed: true }, () => `removed subscription ${rest[1]} of device ${rest[0]}`);
     } else if (command === 'drain') {
       const r = await ops.drainGateway();
       out(json, r, () => `draining: ${r.streamsEnded} device streams ended; new ones are refused until the process stops`);

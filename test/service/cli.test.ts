@@ -78,6 +78,35 @@ describe('ambit command line', () => {
     }
   });
 
+  it('unsubscribe: removes one subscription of a device; an unknown one is NOT_FOUND naming the field; a bad id is INVALID_ARGUMENT', async () => {
+    const opsToken = srv.token('ops', ['ops']);
+    const env = { AMBIT_ADDRESS: address, AMBIT_OPS_TOKEN: opsToken };
+    const dev = await AmbitDevice.connect(address, srv.token('cli-unsub', ['device']));
+    try {
+      await dev.subscribe({ id: 'a', filters: [{ constraints: [{ name: 'k', op: 'eq', value: 'x' }] }] });
+      await dev.subscribe({ id: 'b', filters: [{ constraints: [{ name: 'k', op: 'eq', value: 'y' }] }] });
+      const r = await ambit(['unsubscribe', 'cli-unsub', 'a'], env);
+      assert.equal(r.code, 0, r.stderr);
+      assert.equal(r.stdout, 'removed subscription a of device cli-unsub\n');
+      assert.deepEqual((await dev.listSubscriptions()).map((x) => x.id), ['b']);
+      const again = await ambit(['unsubscribe', 'cli-unsub', 'a'], env);
+      assert.equal(again.code, 1);
+      assert.match(again.stderr, /^ambit: NOT_FOUND: .* \(field subscription_id\)$/m);
+      const bad = await ambit(['unsubscribe', 'cli-unsub', 'x'.repeat(300)], env);
+      assert.equal(bad.code, 1);
+      assert.match(bad.stderr, /^ambit: INVALID_ARGUMENT: .*\(field subscription_id\)$/m);
+      const usage = await ambit(['unsubscribe', 'cli-unsub'], env);
+      assert.equal(usage.code, 2);
+      assert.match(usage.stderr, /give the device id and the subscription id/);
+      const denied = await ambit(['unsubscribe', 'cli-unsub', 'b', '--token', srv.token('cli-unsub', ['device'])], env);
+      assert.equal(denied.code, 1);
+      assert.match(denied.stderr, /^ambit: PERMISSION_DENIED/);
+      assert.deepEqual((await dev.listSubscriptions()).map((x) => x.id), ['b']);
+    } finally {
+      await dev.close();
+    }
+  });
+
   it('a failed call exits 1 with its code, message and field; usage errors exit 2', async () => {
     const opsToken = srv.token('ops', ['ops']);
     const env = { AMBIT_ADDRESS: address };

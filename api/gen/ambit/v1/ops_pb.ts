@@ -12,7 +12,42 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ambit/v1/ops.proto.
  */
 export const file_ambit_v1_ops: GenFile = /*@__PURE__*/
-  fileDesc("ChJhbWJpdC92MS9vcHMucHJvdG8SCGFtYml0LnYxIhUKE0RyYWluR2F0ZXdheVJlcXVlc3QiLQoURHJhaW5HYXRld2F5UmVzcG9uc2USFQoNc3RyZWFtc19lbmRlZBgBIAEoBCIRCg9HZXRTdGF0c1JlcXVlc3Qi7wIKEEdldFN0YXRzUmVzcG9uc2USDgoGZW5naW5lGAEgASgJEhUKDWVuZ2luZV9kZXRhaWwYAiABKAkSDAoEbW9kZRgDIAEoCRIVCg1zdWJzY3JpcHRpb25zGAQgASgEEg8KB2ZpbHRlcnMYBSABKAQSDwoHZGV2aWNlcxgGIAEoBBIZChFjb25uZWN0ZWRfZGV2aWNlcxgHIAEoBBIYChBldmVudHNfcHVibGlzaGVkGAggASgEEhUKDW5vdGlmaWNhdGlvbnMYCSABKAQSGAoQbG9jYXRpb25fdXBkYXRlcxgKIAEoBBIdChVub3RpZmljYXRpb25zX2Ryb3BwZWQYCyABKAQSGwoTZW5naW5lX21lbW9yeV9ieXRlcxgMIAEoBBIWCg51cHRpbWVfc2Vjb25kcxgNIAEoBBIZChFzaGFyZF9tYXBfdmVyc2lvbhgOIAEoBBIYChBzaGFyZF9tYXBfbW92aW5nGA8gASgIIjMKCENlbGxNb3ZlEgsKA3JvdxgBIAEoDRILCgNjb2wYAiABKA0SDQoFc2hhcmQYAyABKA0iNQoQTW92ZUNlbGxzUmVxdWVzdBIhCgVtb3ZlcxgBIAMoCzISLmFtYml0LnYxLkNlbGxNb3ZlIkUKEU1vdmVDZWxsc1Jlc3BvbnNlEhkKEXNoYXJkX21hcF92ZXJzaW9uGAEgASgEEhUKDWRldmljZXNfbW92ZWQYAiABKAQiMgodR2V0RGV2aWNlU3Vic2NyaXB0aW9uc1JlcXVlc3QSEQoJZGV2aWNlX2lkGAEgASgJIoYBCh5HZXREZXZpY2VTdWJzY3JpcHRpb25zUmVzcG9uc2USLQoNc3Vic2NyaXB0aW9ucxgBIAMoCzIWLmFtYml0LnYxLlN1YnNjcmlwdGlvbhIiCghsb2NhdGlvbhgCIAEoCzIQLmFtYml0LnYxLkxhdExvbhIRCgljb25uZWN0ZWQYAyABKAgy0QIKCk9wc1NlcnZpY2USQQoIR2V0U3RhdHMSGS5hbWJpdC52MS5HZXRTdGF0c1JlcXVlc3QaGi5hbWJpdC52MS5HZXRTdGF0c1Jlc3BvbnNlEmsKFkdldERldmljZVN1YnNjcmlwdGlvbnMSJy5hbWJpdC52MS5HZXREZXZpY2VTdWJzY3JpcHRpb25zUmVxdWVzdBooLmFtYml0LnYxLkdldERldmljZVN1YnNjcmlwdGlvbnNSZXNwb25zZRJECglNb3ZlQ2VsbHMSGi5hbWJpdC52MS5Nb3ZlQ2VsbHNSZXF1ZXN0GhsuYW1iaXQudjEuTW92ZUNlbGxzUmVzcG9uc2USTQoMRHJhaW5HYXRld2F5Eh0uYW1iaXQudjEuRHJhaW5HYXRld2F5UmVxdWVzdBoeLmFtYml0LnYxLkRyYWluR2F0ZXdheVJlc3BvbnNlYgZwcm90bzM", [file_ambit_v1_types]);
+  fileDesc("ChJhbWJpdC92MS9vcHMucHJvdG8SCGFtYml0LnYxIkcKGURlbGV0ZVN1YnNjcmlwdGlvblJlcXVlc3QSEQoJZGV2aWNlX2lkGAEgASgJEhcKD3N1YnNjcmlwdGlvbl9pZBgCIAEoCSIcChpEZWxldGVTdWJzY3JpcHRpb25SZXNwb25zZSIVChNEcmFpbkdhdGV3YXlSZXF1ZXN0Ii0KFERyYWluR2F0ZXdheVJlc3BvbnNlEhUKDXN0cmVhbXNfZW5kZWQYASABKAQiEQoPR2V0U3RhdHNSZXF1ZXN0Iu8CChBHZXRTdGF0c1Jlc3BvbnNlEg4KBmVuZ2luZRgBIAEoCRIVCg1lbmdpbmVfZGV0YWlsGAIgASgJEgwKBG1vZGUYAyABKAkSFQoNc3Vic2NyaXB0aW9ucxgEIAEoBBIPCgdmaWx0ZXJzGAUgASgEEg8KB2RldmljZXMYBiABKAQSGQoRY29ubmVjdGVkX2RldmljZXMYByABKAQSGAoQZXZlbnRzX3B1Ymxpc2hlZBgIIAEoBBIVCg1ub3RpZmljYXRpb25zGAkgASgEEhgKEGxvY2F0aW9uX3VwZGF0ZXMYCiABKAQSHQoVbm90aWZpY2F0aW9uc19kcm9wcGVkGAsgASgEEhsKE2VuZ2luZV9tZW1vcnlfYnl0ZXMYDCABKAQSFgoOdXB0aW1lX3NlY29uZHMYDSABKAQSGQoRc2hhcmRfbWFwX3ZlcnNpb24YDiABKAQSGAoQc2hhcmRfbWFwX21vdmluZxgPIAEoCCIzCghDZWxsTW92ZRILCgNyb3cYASABKA0SCwoDY29sGAIgASgNEg0KBXNoYXJkGAMgASgNIjUKEE1vdmVDZWxsc1JlcXVlc3QSIQoFbW92ZXMYASADKAsyEi5hbWJpdC52MS5DZWxsTW92ZSJFChFNb3ZlQ2VsbHNSZXNwb25zZRIZChFzaGFyZF9tYXBfdmVyc2lvbhgBIAEoBBIVCg1kZXZpY2VzX21vdmVkGAIgASgEIjIKHUdldERldmljZVN1YnNjcmlwdGlvbnNSZXF1ZXN0EhEKCWRldmljZV9pZBgBIAEoCSKGAQoeR2V0RGV2aWNlU3Vic2NyaXB0aW9uc1Jlc3BvbnNlEi0KDXN1YnNjcmlwdGlvbnMYASADKAsyFi5hbWJpdC52MS5TdWJzY3JpcHRpb24SIgoIbG9jYXRpb24YAiABKAsyEC5hbWJpdC52MS5MYXRMb24SEQoJY29ubmVjdGVkGAMgASgIMrIDCgpPcHNTZXJ2aWNlEkEKCEdldFN0YXRzEhkuYW1iaXQudjEuR2V0U3RhdHNSZXF1ZXN0GhouYW1iaXQudjEuR2V0U3RhdHNSZXNwb25zZRJrChZHZXREZXZpY2VTdWJzY3JpcHRpb25zEicuYW1iaXQudjEuR2V0RGV2aWNlU3Vic2NyaXB0aW9uc1JlcXVlc3QaKC5hbWJpdC52MS5HZXREZXZpY2VTdWJzY3JpcHRpb25zUmVzcG9uc2USRAoJTW92ZUNlbGxzEhouYW1iaXQudjEuTW92ZUNlbGxzUmVxdWVzdBobLmFtYml0LnYxLk1vdmVDZWxsc1Jlc3BvbnNlEk0KDERyYWluR2F0ZXdheRIdLmFtYml0LnYxLkRyYWluR2F0ZXdheVJlcXVlc3QaHi5hbWJpdC52MS5EcmFpbkdhdGV3YXlSZXNwb25zZRJfChJEZWxldGVTdWJzY3JpcHRpb24SIy5hbWJpdC52MS5EZWxldGVTdWJzY3JpcHRpb25SZXF1ZXN0GiQuYW1iaXQudjEuRGVsZXRlU3Vic2NyaXB0aW9uUmVzcG9uc2ViBnByb3RvMw", [file_ambit_v1_types]);
+
+/**
+ * @generated from message ambit.v1.DeleteSubscriptionRequest
+ */
+export type DeleteSubscriptionRequest = Message<"ambit.v1.DeleteSubscriptionRequest"> & {
+  /**
+   * @generated from field: string device_id = 1;
+   */
+  deviceId: string;
+
+  /**
+   * @generated from field: string subscription_id = 2;
+   */
+  subscriptionId: string;
+};
+
+/**
+ * Describes the message ambit.v1.DeleteSubscriptionRequest.
+ * Use `create(DeleteSubscriptionRequestSchema)` to create a new message.
+ */
+export const DeleteSubscriptionRequestSchema: GenMessage<DeleteSubscriptionRequest> = /*@__PURE__*/
+  messageDesc(file_ambit_v1_ops, 0);
+
+/**
+ * @generated from message ambit.v1.DeleteSubscriptionResponse
+ */
+export type DeleteSubscriptionResponse = Message<"ambit.v1.DeleteSubscriptionResponse"> & {
+};
+
+/**
+ * Describes the message ambit.v1.DeleteSubscriptionResponse.
+ * Use `create(DeleteSubscriptionResponseSchema)` to create a new message.
+ */
+export const DeleteSubscriptionResponseSchema: GenMessage<DeleteSubscriptionResponse> = /*@__PURE__*/
+  messageDesc(file_ambit_v1_ops, 1);
 
 /**
  * @generated from message ambit.v1.DrainGatewayRequest
@@ -25,7 +60,7 @@ export type DrainGatewayRequest = Message<"ambit.v1.DrainGatewayRequest"> & {
  * Use `create(DrainGatewayRequestSchema)` to create a new message.
  */
 export const DrainGatewayRequestSchema: GenMessage<DrainGatewayRequest> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 0);
+  messageDesc(file_ambit_v1_ops, 2);
 
 /**
  * @generated from message ambit.v1.DrainGatewayResponse
@@ -44,7 +79,7 @@ export type DrainGatewayResponse = Message<"ambit.v1.DrainGatewayResponse"> & {
  * Use `create(DrainGatewayResponseSchema)` to create a new message.
  */
 export const DrainGatewayResponseSchema: GenMessage<DrainGatewayResponse> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 1);
+  messageDesc(file_ambit_v1_ops, 3);
 
 /**
  * @generated from message ambit.v1.GetStatsRequest
@@ -57,7 +92,7 @@ export type GetStatsRequest = Message<"ambit.v1.GetStatsRequest"> & {
  * Use `create(GetStatsRequestSchema)` to create a new message.
  */
 export const GetStatsRequestSchema: GenMessage<GetStatsRequest> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 2);
+  messageDesc(file_ambit_v1_ops, 4);
 
 /**
  * @generated from message ambit.v1.GetStatsResponse
@@ -151,7 +186,7 @@ export type GetStatsResponse = Message<"ambit.v1.GetStatsResponse"> & {
  * Use `create(GetStatsResponseSchema)` to create a new message.
  */
 export const GetStatsResponseSchema: GenMessage<GetStatsResponse> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 3);
+  messageDesc(file_ambit_v1_ops, 5);
 
 /**
  * A cell of the shard map (row from the south pole, column from the antimeridian, in cells of
@@ -181,7 +216,7 @@ export type CellMove = Message<"ambit.v1.CellMove"> & {
  * Use `create(CellMoveSchema)` to create a new message.
  */
 export const CellMoveSchema: GenMessage<CellMove> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 4);
+  messageDesc(file_ambit_v1_ops, 6);
 
 /**
  * @generated from message ambit.v1.MoveCellsRequest
@@ -198,7 +233,7 @@ export type MoveCellsRequest = Message<"ambit.v1.MoveCellsRequest"> & {
  * Use `create(MoveCellsRequestSchema)` to create a new message.
  */
 export const MoveCellsRequestSchema: GenMessage<MoveCellsRequest> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 5);
+  messageDesc(file_ambit_v1_ops, 7);
 
 /**
  * @generated from message ambit.v1.MoveCellsResponse
@@ -224,7 +259,7 @@ export type MoveCellsResponse = Message<"ambit.v1.MoveCellsResponse"> & {
  * Use `create(MoveCellsResponseSchema)` to create a new message.
  */
 export const MoveCellsResponseSchema: GenMessage<MoveCellsResponse> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 6);
+  messageDesc(file_ambit_v1_ops, 8);
 
 /**
  * @generated from message ambit.v1.GetDeviceSubscriptionsRequest
@@ -241,7 +276,7 @@ export type GetDeviceSubscriptionsRequest = Message<"ambit.v1.GetDeviceSubscript
  * Use `create(GetDeviceSubscriptionsRequestSchema)` to create a new message.
  */
 export const GetDeviceSubscriptionsRequestSchema: GenMessage<GetDeviceSubscriptionsRequest> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 7);
+  messageDesc(file_ambit_v1_ops, 9);
 
 /**
  * @generated from message ambit.v1.GetDeviceSubscriptionsResponse
@@ -270,7 +305,7 @@ export type GetDeviceSubscriptionsResponse = Message<"ambit.v1.GetDeviceSubscrip
  * Use `create(GetDeviceSubscriptionsResponseSchema)` to create a new message.
  */
 export const GetDeviceSubscriptionsResponseSchema: GenMessage<GetDeviceSubscriptionsResponse> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 8);
+  messageDesc(file_ambit_v1_ops, 10);
 
 /**
  * Operators' calls; need the `ops` scope.
@@ -321,6 +356,17 @@ export const OpsService: GenService<{
     methodKind: "unary";
     input: typeof DrainGatewayRequestSchema;
     output: typeof DrainGatewayResponseSchema;
+  },
+  /**
+   * Removes one subscription of a device, as the device's own unsubscribe would (the device's
+   * open stream is not told). NOT_FOUND (field subscription_id) when it has none with that id.
+   *
+   * @generated from rpc ambit.v1.OpsService.DeleteSubscription
+   */
+  deleteSubscription: {
+    methodKind: "unary";
+    input: typeof DeleteSubscriptionRequestSchema;
+    output: typeof DeleteSubscriptionResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_ambit_v1_ops, 0);
