@@ -181,6 +181,11 @@ export class AmbitDevice {
   private nextRequestId = 1;
   /** The subscriptions the server has confirmed, by id: made again should it lose them. */
   private readonly held = new Map<string, Subscription>();
+  /** Subscriptions to make again after a state loss, until the server confirms each (kept across reconnects). */
+  private readonly remake = new Map<string, Subscription>();
+  /** Increments at every state loss: notifications of an older state are not acknowledged. */
+  private stateGen = 0;
+  private readonly genOf = new WeakMap<Notification, number>();
   /** The store of this device's state at the last welcome ('' before one). */
   private stateId = '';
   private readonly queue: Pending[] = [];
@@ -211,7 +216,7 @@ export class AmbitDevice {
   private ackScheduled = false;
   private readonly ackDelayMs: number;
   /** Auto-ack: taken by the consumer, acknowledged when it asks for the next one. */
-  private taken: string | null = null;
+  private taken: Notification | null = null;
 
   /** Starts connecting at once; see `AmbitDevice.connect` to wait for the first connection. */
   constructor(address: string, token: TokenSource, options: DeviceOptions = {}) {
@@ -309,17 +314,39 @@ export class AmbitDevice {
 
   /** Adds a subscription; rejects with ALREADY_EXISTS (field subscribe.subscription.id) if the device has one with that id. */
   subscribe(sub: Subscription): Promise<void> {
-    return this.request('subscribe', (requestId) => ({ message: { case: 'subscribe', value: { requestId, subscription: toWireSubscription('subscribe.subscription', sub) } } })).then(() => void this.held.set(sub.id, sub));
+    return this.request('subscribe', (requestId) => ({ message: { case: 'subscribe', value: { requestId, subscription: toWireSubscription('subscribe.subscription', sub) } } })).then(() => this.confirmed(sub.id, sub));
   }
 
   /** Replaces a subscription in one step; NOT_FOUND if there is none with that id. */
   replace(sub: Subscription): Promise<void> {
-    return this.request('replace', (requestId) => ({ message: { case: 'replace', value: { requestId, subscription: toWireSubscription('replace.subscription', sub) } } })).then(() => void this.held.set(sub.id, sub));
+    return this.request('replace', (requestId) => ({ message: { case: 'replace', value: { requestId, subscription: toWireSubscription('replace.subscription', sub) } } })).then(
+      () => this.confirmed(sub.id, sub),
+      (err: AmbitError) => this.refused(sub.id, err),
+    );
   }
 
   /** Removes a subscription; NOT_FOUND if there is none with that id. */
   unsubscribe(subscriptionId: string): Promise<void> {
-    return this.request('unsubscribe', (requestId) => ({ message: { case: 'unsubscribe', value: { requestId, subscriptionId } } })).then(() => void this.held.delete(subscriptionId));
+    return this.request('unsubscribe', (requestId) => ({ message: { case: 'unsubscribe', value: { requestId, subscriptionId } } })).then(
+      () => this.confirmed(subscriptionId, null),
+      (err: AmbitError) => this.refused(subscriptionId, err),
+    );
+  }
+
+  /** The server now holds `sub` under `id` (null: none): what a state loss makes again. */
+  private confirmed(id: string, sub: Subscription | null): void {
+    if (sub === null) this.held.delete(id);
+    else this.held.set(id, sub);
+    this.remake.delete(id);
+  }
+
+  /** NOT_FOUND: the server holds none under `id` (removed by an operator or another client). */
+  private refused(id: string, err: AmbitError): never {
+    if (err.code === grpc.status.NOT_FOUND) {
+      this.held.delete(id);
+      this.remake.delete(id);
+    }
+    throw err;
   }
 
   /** The device's subscriptions (a unary call beside the stream). */
@@ -419,8 +446,11 @@ export class AmbitDevice {
   ack(n: Notification | string): void {
     const id = typeof n === 'string' ? n : n.deliveryId;
     if (!isDeliveryId(id)) throw invalid('deliveryId', `must be a delivery id ("<ms>-<seq>"), got ${JSON.stringify(id)}`);
-    // One delivered before the server lost this device's state: nothing left there to acknowledge.
-    if (this.lostUpTo !== '' && compareDeliveryIds(id, this.lostUpTo) <= 0 && compareDeliveryIds(id, this.highestSeen) > 0) return;
+    // One delivered before the server lost this device's state: nothing left there to acknowledge
+    // (its id means nothing to the new log). A notification object knows its state; an id string
+    // is taken for an old one when it is not above the last id of the lost state.
+    if (typeof n !== 'string' && (this.genOf.get(n) ?? 0) !== this.stateGen) return;
+    if (typeof n === 'string' && this.lostUpTo !== '' && compareDeliveryIds(id, this.lostUpTo) <= 0) return;
     if (compareDeliveryIds(id, this.highestSeen) > 0) throw invalid('deliveryId', `${id} was not delivered yet (last delivered ${this.highestSeen || 'none'})`);
     if (compareDeliveryIds(id, this.acked) <= 0) return;
     this.acked = id;
@@ -429,9 +459,9 @@ export class AmbitDevice {
 
   private ackTaken(): void {
     if (this.taken !== null) {
-      const id = this.taken;
+      const n = this.taken;
       this.taken = null;
-      this.ack(id);
+      this.ack(n);
     }
   }
 
@@ -450,7 +480,7 @@ export class AmbitDevice {
         this.paused = false;
         this.stream?.resume();
       }
-      if (this.autoAck) this.taken = n.deliveryId;
+      if (this.autoAck) this.taken = n;
       return Promise.resolve({ value: n, done: false });
     }
     if (this._state === 'closed') {
@@ -545,28 +575,36 @@ export class AmbitDevice {
     if (lost) {
       if (compareDeliveryIds(this.highestSeen, this.lostUpTo) > 0) this.lostUpTo = this.highestSeen;
       this.highestSeen = this.acked = w.resumeToken;
+      this.stateGen++;
+      this.taken = null;
+      for (const [id, sub] of this.held) this.remake.set(id, sub);
+      this.counters.resubscribed += this.held.size;
     }
     // A fresh SDK resumes where the server's acks are.
     if (compareDeliveryIds(w.resumeToken, this.acked) > 0) this.acked = w.resumeToken;
     // What waited for the stream goes first, in order; then listeners hear of it.
     const s = this.stream!;
-    if (lost) {
-      for (const sub of this.held.values()) {
-        const requestId = String(this.nextRequestId++);
-        const message = { message: { case: 'subscribe', value: { requestId, subscription: toWireSubscription('subscribe.subscription', sub) } } };
-        this.inflight.push({
-          requestId,
-          kind: 'subscribe',
-          message,
-          resolve: () => {},
-          // Made meanwhile by another client of the device: it holds one already.
-          reject: (error) => {
-            if (error.code !== grpc.status.ALREADY_EXISTS) this.emit('warning', { error });
-          },
-        });
-        s.write(message);
-        this.counters.resubscribed++;
-      }
+    // Made again until confirmed: a stream that ends before the reply sends them on the next one.
+    for (const [id, sub] of this.remake) {
+      const requestId = String(this.nextRequestId++);
+      const message = { message: { case: 'subscribe', value: { requestId, subscription: toWireSubscription('subscribe.subscription', sub) } } };
+      const settled = () => {
+        if (this.remake.get(id) === sub) this.remake.delete(id);
+      };
+      this.inflight.push({
+        requestId,
+        kind: 'subscribe',
+        message,
+        resolve: settled,
+        reject: (error) => {
+          // The stream ended first: the next welcome sends it again.
+          if (error.code === grpc.status.UNAVAILABLE || error.code === grpc.status.ABORTED) return;
+          settled();
+          // ALREADY_EXISTS: made meanwhile by another client of the device.
+          if (error.code !== grpc.status.ALREADY_EXISTS) this.emit('warning', { error });
+        },
+      });
+      s.write(message);
     }
     for (const p of this.queue.splice(0)) {
       this.inflight.push(p);
@@ -605,9 +643,10 @@ export class AmbitDevice {
     this.highestSeen = id;
     this.counters.notifications++;
     const n = fromWireNotification(wire);
+    if (this.stateGen !== 0) this.genOf.set(n, this.stateGen);
     const w = this.waiters.shift();
     if (w !== undefined) {
-      if (this.autoAck) this.taken = n.deliveryId;
+      if (this.autoAck) this.taken = n;
       w.resolve({ value: n, done: false });
       return;
     }

@@ -80,26 +80,38 @@ async function main(argv: string[]): Promise<number> {
     if (v.scopes === undefined) throw new Usage('token: --scopes is required (a comma-separated list)');
     const ttl = v.ttl === undefined ? 86_400 : Number(v.ttl);
     if (!Number.isInteger(ttl) || ttl <= 0) throw new Usage(`token: --ttl must be a whole number of seconds > 0, got ${JSON.stringify(v.ttl)}`);
+    if (rest.length > 0) throw new Usage(`token: unexpected ${JSON.stringify(rest[0])}`);
+    const scopes = v.scopes.split(',').map((x) => x.trim()).filter((x) => x !== '');
     let token: string;
     try {
-      token = new TokenAuthority(secret).issue({ subject: v.subject, scopes: v.scopes.split(',').map((s) => s.trim()).filter((s) => s !== ''), ttlSeconds: ttl });
+      token = new TokenAuthority(secret).issue({ subject: v.subject, scopes, ttlSeconds: ttl });
     } catch (err) {
       throw new Usage(`token: ${err instanceof Error ? err.message.replace(/^auth: /, '') : String(err)}`);
     }
-    out(json, { token, subject: v.subject, scopes: v.scopes.split(','), expiresInSeconds: ttl }, () => token);
+    out(json, { token, subject: v.subject, scopes, expiresInSeconds: ttl }, () => token);
     return 0;
   }
 
+  const deadlineMs = v['deadline-ms'] === undefined ? 30_000 : Number(v['deadline-ms']);
+  if (!Number.isInteger(deadlineMs) || deadlineMs <= 0) throw new Usage(`--deadline-ms must be a whole number > 0, got ${JSON.stringify(v['deadline-ms'])}`);
+
   if (command === 'ready') {
+    if (rest.length > 0) throw new Usage(`ready: unexpected ${JSON.stringify(rest[0])}`);
     const base = (v.metrics ?? 'http://127.0.0.1:9464').replace(/\/+$/, '');
-    let res: Response;
+    let report: { ready: boolean; draining: boolean; checks: Record<string, { ok: boolean; required: boolean; detail: string }> };
     try {
-      res = await fetch(`${base}/readyz`);
+      const res = await fetch(`${base}/readyz`, { signal: AbortSignal.timeout(deadlineMs) });
+      const text = await res.text();
+      try {
+        report = JSON.parse(text) as typeof report;
+      } catch {
+        process.stderr.write(`ambit: ${base}/readyz answered ${res.status}: ${text.trim()}\n`);
+        return 1;
+      }
     } catch (err) {
       process.stderr.write(`ambit: cannot reach ${base}/readyz: ${err instanceof Error ? (err.cause instanceof Error ? err.cause.message : err.message) : String(err)}\n`);
       return 1;
     }
-    const report = (await res.json()) as { ready: boolean; draining: boolean; checks: Record<string, { ok: boolean; required: boolean; detail: string }> };
     out(json, report, () =>
       [`${report.ready ? 'ready' : 'NOT READY'}${report.draining ? ' (stopping)' : ''}`, ...Object.entries(report.checks).map(([name, c]) => `  ${c.ok ? 'ok  ' : c.required ? 'FAIL' : 'warn'} ${name}: ${c.detail}`)].join('\n'),
     );
@@ -109,9 +121,15 @@ async function main(argv: string[]): Promise<number> {
   if (!['stats', 'device', 'move-cells', 'drain', 'unsubscribe'].includes(command)) throw new Usage(`unknown command ${JSON.stringify(command)}`);
   const token = v.token ?? process.env.AMBIT_OPS_TOKEN;
   if (token === undefined || token === '') throw new Usage(`${command}: pass --token or set AMBIT_OPS_TOKEN (a token with the ops scope: ambit token --subject you --scopes ops)`);
-  const deadlineMs = v['deadline-ms'] === undefined ? 30_000 : Number(v['deadline-ms']);
-  if (!Number.isInteger(deadlineMs) || deadlineMs <= 0) throw new Usage(`--deadline-ms must be a whole number > 0, got ${JSON.stringify(v['deadline-ms'])}`);
-  const tls = v['tls-ca'] !== undefined ? { rootCerts: readFileSync(v['tls-ca']) } : v.tls === true;
+  if ((command === 'stats' || command === 'drain') && rest.length > 0) throw new Usage(`${command}: unexpected ${JSON.stringify(rest[0])}`);
+  let tls: boolean | { rootCerts: Buffer } = v.tls === true;
+  if (v['tls-ca'] !== undefined) {
+    try {
+      tls = { rootCerts: readFileSync(v['tls-ca']) };
+    } catch (err) {
+      throw new Usage(`--tls-ca: cannot read ${v['tls-ca']}: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  }
   const ops = new AmbitOps(v.address ?? process.env.AMBIT_ADDRESS ?? '127.0.0.1:50051', token, { tls, deadlineMs });
   try {
     if (command === 'stats') {

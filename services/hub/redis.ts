@@ -197,18 +197,21 @@ export class RedisHub implements Hub, InboxHost {
     this.geoDups = new GeoDuplicates(this.cmd, this.keys, this.publishTimeoutMs, () => this.closed);
   }
 
-  /** The deployment's instance id (`{p}matcher:instance`), read at start. */
-  private instance = '';
+  /**
+   * The deployment's instance id (`{p}matcher:instance`), set by the first of its processes: new
+   * when Redis lost its data, and with it every device's state (welcome.state_id).
+   */
+  private async setInstance(): Promise<string> {
+    await this.redis(() => this.cmd.set(this.keys.matcherInstance, randomBytes(8).toString('hex'), 'NX'));
+    return (await this.redis(() => this.cmd.get(this.keys.matcherInstance))) ?? '';
+  }
 
   private async start(): Promise<void> {
     await connectAll(COMPONENT, [this.cmd, this.read, this.sub]);
     defineScripts(this.cmd);
     defineScripts(this.read);
     await checkLayout(COMPONENT, this.cmd, this.keys);
-    // The deployment's instance (set by the first of its processes): new when Redis lost its data,
-    // and with it every device's state (welcome.state_id).
-    await this.cmd.set(this.keys.matcherInstance, randomBytes(8).toString('hex'), 'NX');
-    this.instance = (await this.cmd.get(this.keys.matcherInstance)) ?? '';
+    await this.setInstance();
     if (this.router !== null) await loadMap(this.cmd, this.keys, this.router);
     const ringAll = () => {
       for (const set of this.doorbells.values()) for (const inbox of set) inbox.ring();
@@ -461,12 +464,16 @@ export class RedisHub implements Hub, InboxHost {
       // Listen before reading, so a notification stored after our first read still rings.
       await this.watch(inbox);
       const g = this.keys.groupOf(device);
-      const [acked, seqText, oldest] = (await this.redis(() =>
-        runScript(this.read, 'ambitOpen', g.notes(device), g.dstate, g.acked, g.stats, g.config, g.nseq, g.nlast, device, resumeAfter === null ? 'acked' : 'token', resumeAfter ?? '', this.now === null ? '' : this.now()),
-      )) as [string, string, string];
+      const [[acked, seqText, oldest], instance] = await Promise.all([
+        this.redis(() =>
+          runScript(this.read, 'ambitOpen', g.notes(device), g.dstate, g.acked, g.stats, g.config, g.nseq, g.nlast, device, resumeAfter === null ? 'acked' : 'token', resumeAfter ?? '', this.now === null ? '' : this.now()),
+        ) as Promise<[string, string, string]>,
+        // Read at every open: a Redis that lost its data gets a new one (the first process to see it sets it).
+        this.redis(() => this.read.get(this.keys.matcherInstance)).then(async (v) => v ?? (await this.setInstance())),
+      ]);
       const last = Number(seqText);
       const start = resumePoint(acked, last);
-      inbox.begin(start, missedAfter(start, oldest, last), start !== acked, this.instance);
+      inbox.begin(start, missedAfter(start, oldest, last), start !== acked, instance);
       return inbox;
     } catch (err) {
       inbox.close();

@@ -9,6 +9,16 @@ const int = new Intl.NumberFormat('en', { maximumFractionDigits: 0 });
 const mib = (b) => b / 1048576;
 let charts = null;
 let abort = null;
+let retry = null;
+
+/** Tries again later with the token of now (none after signing out). */
+function again(ms) {
+  clearTimeout(retry);
+  retry = setTimeout(() => {
+    const token = sessionStorage.getItem(KEY);
+    if (token) void connect(token);
+  }, ms);
+}
 
 function state(text, cls) {
   const s = $('state');
@@ -17,6 +27,7 @@ function state(text, cls) {
 }
 
 function showLogin(error) {
+  clearTimeout(retry);
   if (abort !== null) abort.abort();
   sessionStorage.removeItem(KEY);
   $('main').hidden = true;
@@ -162,13 +173,16 @@ function show(s) {
 }
 
 async function connect(token) {
-  abort = new AbortController();
+  if (abort !== null) abort.abort();
+  const mine = new AbortController();
+  abort = mine;
   let res;
   try {
-    res = await fetch('/dashboard/api/live', { headers: { authorization: `Bearer ${token}` }, signal: abort.signal });
+    res = await fetch('/dashboard/api/live', { headers: { authorization: `Bearer ${token}` }, signal: mine.signal });
   } catch (err) {
+    if (mine.signal.aborted) return;
     state('unreachable', 'bad');
-    setTimeout(() => connect(token), 2000);
+    again(2000);
     return;
   }
   if (res.status === 401 || res.status === 403) {
@@ -178,7 +192,7 @@ async function connect(token) {
   }
   if (!res.ok) {
     state(`error ${res.status}`, 'bad');
-    setTimeout(() => connect(token), 2000);
+    again(2000);
     return;
   }
   $('login').hidden = true;
@@ -207,10 +221,11 @@ async function connect(token) {
       }
     }
   } catch (err) {
-    if (abort.signal.aborted) return;
+    if (mine.signal.aborted) return;
   }
+  if (mine.signal.aborted) return;
   state('reconnecting', 'bad');
-  setTimeout(() => connect(token), 1000);
+  again(1000);
 }
 
 $('login').addEventListener('submit', (e) => {

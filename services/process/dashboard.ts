@@ -22,6 +22,13 @@ import type { Readiness, ReadinessReport } from './readiness.js';
 
 const UI = new URL('../ops-ui/', import.meta.url);
 const HISTORY = 300;
+/** Bytes queued to a viewer beyond which it is let go. */
+const MAX_BUFFERED = 4 << 20;
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms)))]).finally(() => clearTimeout(timer));
+}
 
 export interface DashboardSource {
   role: string;
@@ -64,6 +71,8 @@ export class Dashboard {
   private readonly startedAt = Date.now();
   private readonly files = new Map<string, { type: string; body: Buffer }>();
   private map: { at: number; map: DensityMap | null } | null = null;
+  private mapSent: { at: number; map: DensityMap | null } | null = null;
+  private ticking = false;
 
   constructor(
     private readonly src: DashboardSource,
@@ -81,13 +90,15 @@ export class Dashboard {
     if (path === '/dashboard/uplot.js') return this.vendor(res, 'uplot/dist/uPlot.iife.min.js', 'text/javascript; charset=utf-8');
     if (path === '/dashboard/uplot.css') return this.vendor(res, 'uplot/dist/uPlot.min.css', 'text/css; charset=utf-8');
     if (path === '/dashboard/api/snapshot' || path === '/dashboard/api/live') {
-      if (!this.authorized(req, res)) return true;
+      const expiresAt = this.authorized(req, res);
+      if (expiresAt === null) return true;
       if (path === '/dashboard/api/snapshot') {
-        this.sample().then(
+        // A look now: the live stream's window is not moved by it.
+        this.sample(false).then(
           (s) => json(res, 200, s),
           (err: unknown) => json(res, 500, { error: err instanceof Error ? err.message : String(err) }),
         );
-      } else this.live(res);
+      } else this.live(res, expiresAt);
       return true;
     }
     return false;
@@ -100,33 +111,43 @@ export class Dashboard {
     this.clients.clear();
   }
 
-  private authorized(req: IncomingMessage, res: ServerResponse): boolean {
+  /** The token's expiry (unix s) when it has the ops scope; null (answered) otherwise. */
+  private authorized(req: IncomingMessage, res: ServerResponse): number | null {
     const authority = this.authority();
     if (authority === null) {
       json(res, 403, { error: 'this process has no token secret (AMBIT_TOKEN_SECRET): its dashboard data is not served' });
-      return false;
+      return null;
     }
     const h = req.headers.authorization;
     try {
       if (h === undefined || !/^Bearer \S+$/i.test(h)) throw new AuthError('UNAUTHENTICATED', 'send the ops token as "Authorization: Bearer <token>"');
-      requireScope(authority.verify(h.slice(7).trim()), SCOPES.ops);
-      return true;
+      const p = authority.verify(h.slice(7).trim());
+      requireScope(p, SCOPES.ops);
+      return p.expiresAt;
     } catch (err) {
       const code = err instanceof AuthError && err.code === 'PERMISSION_DENIED' ? 403 : 401;
       json(res, code, { error: err instanceof Error ? err.message : String(err) });
-      return false;
+      return null;
     }
   }
 
-  private live(res: ServerResponse): void {
+  private live(res: ServerResponse, expiresAt: number): void {
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', connection: 'keep-alive' });
-    res.write(`event: history\ndata: ${JSON.stringify(this.history)}\n\n`);
+    // The history without its maps, but for the newest one.
+    const last = this.history.length - 1;
+    res.write(`event: history\ndata: ${JSON.stringify(this.history.map((h, i) => (i === last ? { ...h, map: this.map?.map ?? null } : h)))}\n\n`);
     this.clients.add(res);
+    // The stream lasts no longer than the token that opened it (the page asks for a new one).
+    const expiry = setTimeout(() => res.end(), Math.max(0, Math.min(expiresAt * 1000 - Date.now(), 2 ** 31 - 1)));
+    expiry.unref();
     res.on('close', () => {
+      clearTimeout(expiry);
       this.clients.delete(res);
       if (this.clients.size === 0 && this.timer !== null) {
         clearInterval(this.timer);
         this.timer = null;
+        // The next viewer's first rates start afresh, not from this one's last sample.
+        this.prev = null;
       }
     });
     if (this.timer === null) {
@@ -137,34 +158,53 @@ export class Dashboard {
   }
 
   private async tick(): Promise<void> {
+    if (this.ticking) return; // the one before still waits for the hub
+    this.ticking = true;
     let s: Sample;
     try {
-      s = await this.sample();
+      s = await this.sample(true);
     } catch {
       return;
+    } finally {
+      this.ticking = false;
     }
-    this.history.push(s);
+    this.history.push({ ...s, map: null });
     if (this.history.length > HISTORY) this.history.shift();
-    const frame = `data: ${JSON.stringify(s)}\n\n`;
-    for (const c of this.clients) c.write(frame);
+    // The map goes out when it was refreshed (every 5 s); the page keeps the last one.
+    const frame = `data: ${JSON.stringify(this.mapSent === this.map ? { ...s, map: null } : s)}\n\n`;
+    this.mapSent = this.map;
+    for (const c of this.clients) {
+      // A viewer that does not read is let go rather than buffered without end.
+      if (c.writableLength > MAX_BUFFERED) c.destroy();
+      else c.write(frame);
+    }
   }
 
-  /** A sample now; rates and latency are over the time since the one before. */
-  async sample(): Promise<Sample> {
+  /**
+   * A sample now; rates and latency are over the time since the sample before, which `advance`
+   * moves here (the live stream's ticks; a snapshot looks without moving it).
+   */
+  async sample(advance = true): Promise<Sample> {
     const src = this.src;
     const c = src.counters;
-    const [stats, ready, hist] = await Promise.all([src.stats === null ? null : src.stats().catch(() => null), src.readiness === null ? null : src.readiness.report(), src.publishSeconds.get()]);
+    const [stats, ready, hist] = await Promise.all([src.stats === null ? null : withTimeout(src.stats(), 2000).catch(() => null), src.readiness === null ? null : src.readiness.report(), src.publishSeconds.get()]);
     const at = Date.now();
-    const totals = {
-      eventsPublished: stats?.eventsPublished ?? c.eventsPublished,
-      notifications: stats !== null && stats.notifications > 0 ? stats.notifications : c.notificationsSent,
-      locationUpdates: stats !== null && stats.locationUpdates > 0 ? stats.locationUpdates : c.locationUpdatesStream + c.locationUpdatesUnary,
-      dropped: stats?.notificationsDropped ?? 0,
-      rejected: c.rejectedRequests,
-    };
-    const buckets: Buckets = hist.values.filter((v) => v.metricName?.endsWith('_bucket')).map((v) => ({ le: v.labels.le === '+Inf' ? Infinity : Number(v.labels.le), count: v.value })).sort((a, b) => a.le - b.le);
     const prev = this.prev;
-    this.prev = { at, totals, buckets };
+    // The deployment's figures come from the hub; this process's own counters only without one.
+    // A failed read keeps the last figures (no rate) rather than switching source.
+    const fromHub = src.stats !== null;
+    const totals =
+      fromHub && stats === null && prev !== null
+        ? { ...prev.totals, rejected: c.rejectedRequests }
+        : {
+            eventsPublished: fromHub ? (stats?.eventsPublished ?? 0) : c.eventsPublished,
+            notifications: fromHub ? (stats?.notifications ?? 0) : c.notificationsSent,
+            locationUpdates: fromHub ? (stats?.locationUpdates ?? 0) : c.locationUpdatesStream + c.locationUpdatesUnary,
+            dropped: stats?.notificationsDropped ?? 0,
+            rejected: c.rejectedRequests,
+          };
+    const buckets: Buckets = hist.values.filter((v) => v.metricName?.endsWith('_bucket')).map((v) => ({ le: v.labels.le === '+Inf' ? Infinity : Number(v.labels.le), count: v.value })).sort((a, b) => a.le - b.le);
+    if (advance) this.prev = { at, totals, buckets };
     const dt = prev === null ? 0 : (at - prev.at) / 1000;
     const rate = (k: keyof Sample['totals']) => (prev === null || dt <= 0 ? 0 : Math.max(0, (totals[k] - prev.totals[k]) / dt));
     const window = buckets.map((b, i) => ({ le: b.le, count: b.count - (prev?.buckets[i]?.count ?? 0) }));

@@ -102,10 +102,16 @@ async function startMatcherThreads(config: ServerConfig, partitions: number[], l
   log.info({ partitions, of: config.matcherPartitions, detail: workers[0].detail }, `matcher partitions ${partitions.join(', ')} of ${config.matcherPartitions}, a thread each: ${workers[0].detail}`);
   let seq = 0;
   const ask = (w: Worker) =>
-    new Promise<HubStats>((resolve) => {
+    new Promise<HubStats>((resolve, reject) => {
       const id = ++seq;
+      // A thread that does not answer does not keep a listener per question.
+      const timer = setTimeout(() => {
+        w.off('message', on);
+        reject(new Error('a matcher partition thread did not answer for its stats within 5 s'));
+      }, 5000);
       const on = (m: { t?: string; id?: number; stats?: HubStats }) => {
         if (m.t !== 'stats' || m.id !== id) return;
+        clearTimeout(timer);
         w.off('message', on);
         resolve(m.stats!);
       };

@@ -157,3 +157,29 @@ describe('ops dashboard samples', () => {
     assert.equal(quantileMs([{ le: 0.001, count: 1 }, { le: Infinity, count: 10 }], 0.99), 1);
   });
 });
+
+describe('ops dashboard data', () => {
+  it('the live stream sends its history then samples, and ends when the token that opened it expires', async () => {
+    const server = await startServer({ host: '127.0.0.1', port: 0, metricsPort: 0, engine: 'fast', tokenSecret: SECRET, shutdownGraceS: 1, logLevel: 'warn' });
+    try {
+      const token = new TokenAuthority(SECRET).issue({ subject: 'brief', scopes: [SCOPES.ops], ttlSeconds: 2 });
+      const res = await fetch(`http://127.0.0.1:${server.metricsPort}/dashboard/api/live`, { headers: { authorization: `Bearer ${token}` } });
+      assert.equal(res.status, 200);
+      assert.equal(res.headers.get('content-type'), 'text/event-stream');
+      let text = '';
+      const decoder = new TextDecoder();
+      for await (const chunk of res.body!) text += decoder.decode(chunk as Uint8Array, { stream: true });
+      // The stream ended by itself (the token's expiry): what came before is whole.
+      const frames = text.split('\n\n').filter((f) => f !== '');
+      assert.match(frames[0], /^event: history\ndata: \[/);
+      const samples = frames.slice(1).map((f) => JSON.parse(f.replace(/^data: /, '')) as { role: string; ready: { ready: boolean } });
+      assert.ok(samples.length >= 1, 'samples came while the token was valid');
+      assert.deepEqual([samples[0].role, samples[0].ready.ready], ['all', true]);
+      const late = await fetch(`http://127.0.0.1:${server.metricsPort}/dashboard/api/live`, { headers: { authorization: `Bearer ${token}` } });
+      assert.equal(late.status, 401);
+      assert.deepEqual(await late.json(), { error: 'token has expired' });
+    } finally {
+      await server.stop();
+    }
+  });
+});
