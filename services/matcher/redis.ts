@@ -51,6 +51,8 @@ import { RedisFanOut } from './redis-fanout.js';
 import { DEFAULT_DEDUPE, type PublishPlan, type PublishSlot, planPublish, settlePublish } from './event-ids.js';
 
 const COMPONENT = 'redis matcher';
+/** Stream entries held back by another matcher beyond which the leader warns. */
+const HELD_WARN_ENTRIES = 10_000;
 
 export interface RedisMatcherOptions {
   /** URL, ioredis options or a Redis Cluster; default redis://127.0.0.1:6379. */
@@ -213,6 +215,10 @@ export class RedisMatcher {
   /** Set once the engine is built: the read position is kept from then on. */
   private reading = false;
   private streamTrims = 0;
+  /** What holds the stream's trimming (a keep record's field or an offset key) and its length, as the leader last saw. */
+  private streamHeldBy = '';
+  private streamLength = 0;
+  private heldWarnedAt = 0;
   /**
    * Stored subscriptions a rebuild from Redis left to their commands in the stream, by command id;
    * dropped as the loop reads past them, applied here when their command was trimmed away first.
@@ -989,9 +995,19 @@ export class RedisMatcher {
     const holders = [this.keys.partition];
     if (this.keys.layout.geo !== undefined) for (let k = 0; k < this.keys.partitions; k++) if (k !== this.keys.partition) holders.push(k);
     for (const k of holders) keys.push(this.keys.of(k).matcherOffset, this.keys.of(k).in);
-    const [below, removed] = (await runScript(this.cmd, 'ambitKeep', keys.length, ...keys, ...args)) as [string, number];
+    const [below, removed, holder, length] = (await runScript(this.cmd, 'ambitKeep', keys.length, ...keys, ...args)) as [string, number, string?, number?];
     this.streamTrims += removed;
-    if (trim) this.hooks.onKeep?.({ below, removed });
+    if (!trim) return;
+    this.streamHeldBy = holder ?? '';
+    this.streamLength = length ?? 0;
+    // Another matcher's record holds a long stream: a standby stuck or far behind (alive, since
+    // it renews it) keeps trimming back to the gateways' cap. Said once a minute.
+    const mine = this.streamHeldBy.startsWith(`${this.matcherId}:`);
+    if (!mine && this.streamHeldBy !== '' && !this.streamHeldBy.endsWith(':offset') && this.streamLength > HELD_WARN_ENTRIES && Date.now() - this.heldWarnedAt > 60_000) {
+      this.heldWarnedAt = Date.now();
+      this.log?.warn({ heldBy: this.streamHeldBy, below, length: this.streamLength }, `${COMPONENT}: ${this.keys.in} keeps ${this.streamLength} entries because ${this.streamHeldBy} still needs them from ${below}: a matcher stuck or far behind holds trimming back (the gateways' cap, AMBIT_COMMAND_STREAM_MAXLEN, still bounds the stream)`);
+    }
+    this.hooks.onKeep?.({ below, removed });
   }
 
   /** Waits for the batch in flight; false when it failed (handled) or the matcher crashed. */
@@ -1302,6 +1318,8 @@ export class RedisMatcher {
         restoreMs: Math.round(this.restored.ms),
         trimmedPastReads: this.trimmedPast,
         streamTrims: this.streamTrims,
+        streamLength: this.streamLength,
+        streamHeldBy: this.streamHeldBy,
         ...(this.keys.layout.geo === undefined ? {} : { handOverWaitMs: this.handOverWaitMs, handOversIn: this.handOversIn, handOversOut: this.handOversOut }),
         ...(this.lastSnapshot === null ? {} : { snapshotAt: this.lastSnapshot.createdAt, snapshotBytes: this.lastSnapshot.bytes, snapshotMs: Math.round(this.lastSnapshot.ms) }),
       },
@@ -1312,6 +1330,11 @@ export class RedisMatcher {
   /** Sharding by space: devices this matcher's engine took over from other shards, and handed to them, since start. */
   get handOvers(): { in: number; out: number } {
     return { in: this.handOversIn, out: this.handOversOut };
+  }
+
+  /** Leading: what holds its stream's trimming (a keep record's field, or an offset key) and the stream's length, as last seen. */
+  get streamHold(): { heldBy: string; length: number } {
+    return { heldBy: this.streamHeldBy, length: this.streamLength };
   }
 
   /** Entries this matcher, leading, trimmed from its stream below what every matcher still needs. */

@@ -110,7 +110,8 @@ return 1
  * offset, its in (sharded by space: every shard, since a shard replaying a hand-over reads the
  * paired entry in the stream the device went to; a shard that has read all its stream holds nothing). ARGV: now ms ('' = Redis's clock), trim ('1'|'0'), then per record: field,
  * stream id ('' removes it), ms to hold it.
- * Returns {the id the stream was trimmed below, or '' when it was not trimmed; entries removed}.
+ * Returns {the id the stream was trimmed below, or '' when it was not trimmed; entries removed;
+ * what holds it there (a record's field or an offset's key; '' when unknown); entries left}.
  */
 const KEEP = `${PARSE_ID}
 local now = now_ms(ARGV[1])
@@ -119,18 +120,18 @@ for i = 3, #ARGV, 3 do
   else redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1] .. ' ' .. string.format('%.0f', now + tonumber(ARGV[i + 2]))) end
 end
 if ARGV[2] ~= '1' then return {'', 0} end
-local fm, fs = nil, nil
-local function lower(id)
+local fm, fs, holder = nil, nil, ''
+local function lower(id, who)
   local m, s = parse_id(id)
   if m == nil then return false end
-  if fm == nil or m < fm or (m == fm and s < fs) then fm, fs = m, s end
+  if fm == nil or m < fm or (m == fm and s < fs) then fm, fs, holder = m, s, who end
   return true
 end
 for k = 3, #KEYS, 2 do
   local o = redis.call('GET', KEYS[k])
   if o then
     if k == 3 then
-      if not lower(o) then return {'', 0} end
+      if not lower(o, KEYS[k]) then return {'', 0} end
     else
       -- Another shard replays only what its stream holds after its offset: one that has read
       -- everything it has holds nothing here.
@@ -139,7 +140,7 @@ for k = 3, #KEYS, 2 do
         local om, os = parse_id(o)
         local lm, ls = parse_id(last[1])
         if om == nil then return {'', 0} end
-        if lm > om or (lm == om and ls > os) then lower(o) end
+        if lm > om or (lm == om and ls > os) then lower(o, KEYS[k]) end
       end
     end
   elseif redis.call('XLEN', KEYS[k + 1]) > 0 then
@@ -151,11 +152,12 @@ local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
   local id, until_ms = string.match(all[i + 1], '^(%S+) (%d+)$')
   if until_ms == nil or tonumber(until_ms) < now then redis.call('HDEL', KEYS[1], all[i])
-  elseif not lower(id) then return {'', 0} end
+  elseif not lower(id, all[i]) then return {'', 0} end
 end
-if fm == nil or fm == 0 then return {'', 0} end
+if fm == nil or fm == 0 then return {'', 0, holder, redis.call('XLEN', KEYS[2])} end
 local below = string.format('%.0f', fm) .. '-' .. string.format('%.0f', fs)
-return {below, redis.call('XTRIM', KEYS[2], 'MINID', '~', below)}
+local removed = redis.call('XTRIM', KEYS[2], 'MINID', '~', below)
+return {below, removed, holder, redis.call('XLEN', KEYS[2])}
 `;
 
 /**

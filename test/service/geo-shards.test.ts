@@ -143,6 +143,7 @@ describe('sharded by space', { skip: missing ?? false, timeout: 60_000 }, () => 
       const s1 = await d.inspectStream(1);
       assert.ok(s1.length >= 300, `shard 1 keeps its entries after shard 0's stored offset ${stored0} (XLEN ${s1.length})`);
       assert.ok(belows.every((x) => x === '' || compareStreamIds(x, stored0) <= 0), `no trim of shard 1 went past shard 0's stored offset: ${belows.filter((x) => x !== '').join(' ')}`);
+      assert.equal(d.matchers[1].streamHold.heldBy, d.keys(0).matcherOffset, "shard 1's leader knows shard 0's offset holds its stream");
       hold = null;
       release();
       await caughtUp(d.matchers[0]);

@@ -691,6 +691,8 @@ describe('matcher snapshots in a Redis deployment', { skip: missing ?? false, ti
       assert.ok(b.first !== null && compareStreamIds(b.first, at) <= 0, `the stream still holds what the standby has to read after ${at} (first entry ${b.first})`);
       assert.ok(keeps.belows.every((x) => x === '' || compareStreamIds(x, at) <= 0), `no trim went past the standby's position ${at}: ${keeps.belows.filter((x) => x !== '').join(' ')}`);
       assert.ok(leader.streamTrimmed > 0, 'the leader trimmed below the standby what nobody needs');
+      assert.equal(leader.streamHold.heldBy, `${standby.matcherId}:read`, 'the leader knows who holds the stream');
+      assert.ok(leader.streamHold.length >= 600, `the stream keeps what the standby has to read (${leader.streamHold.length})`);
       hold = null;
       release();
       await caughtUp(standby);
