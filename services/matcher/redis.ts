@@ -215,6 +215,7 @@ export class RedisMatcher {
   /** Set once the engine is built: the read position is kept from then on. */
   private reading = false;
   private streamTrims = 0;
+  private keepKeys: string[] | null = null;
   /** What holds the stream's trimming (a keep record's field or an offset key) and its length, as the leader last saw. */
   private streamHeldBy = '';
   private streamLength = 0;
@@ -991,10 +992,7 @@ export class RedisMatcher {
     const read = this.reading ? low : final ? '' : (this.snapshotStart ?? '0-0');
     args.push(`${this.matcherId}:read`, read, Math.max(30_000, 10 * this.statsMs));
     args.push(`${this.matcherId}:snap`, this.snapshotStart ?? '', this.snapshotHoldMs);
-    const keys = [this.keys.matcherKeep, this.keys.in];
-    const holders = [this.keys.partition];
-    if (this.keys.layout.geo !== undefined) for (let k = 0; k < this.keys.partitions; k++) if (k !== this.keys.partition) holders.push(k);
-    for (const k of holders) keys.push(this.keys.of(k).matcherOffset, this.keys.of(k).in);
+    const keys = (this.keepKeys ??= this.keepKeyList());
     const [below, removed, holder, length] = (await runScript(this.cmd, 'ambitKeep', keys.length, ...keys, ...args)) as [string, number, string?, number?];
     this.streamTrims += removed;
     if (!trim) return;
@@ -1008,6 +1006,13 @@ export class RedisMatcher {
       this.log?.warn({ heldBy: this.streamHeldBy, below, length: this.streamLength }, `${COMPONENT}: ${this.keys.in} keeps ${this.streamLength} entries because ${this.streamHeldBy} still needs them from ${below}: a matcher stuck or far behind holds trimming back (the gateways' cap, AMBIT_COMMAND_STREAM_MAXLEN, still bounds the stream)`);
     }
     this.hooks.onKeep?.({ below, removed });
+  }
+
+  /** KEEP's keys: the keep hash, the stream, then the offsets (and streams) that hold it, this partition's first. */
+  private keepKeyList(): string[] {
+    const keys = [this.keys.matcherKeep, this.keys.in, this.keys.matcherOffset, this.keys.in];
+    if (this.keys.layout.geo !== undefined) for (let k = 0; k < this.keys.partitions; k++) if (k !== this.keys.partition) keys.push(this.keys.of(k).matcherOffset, this.keys.of(k).in);
+    return keys;
   }
 
   /** Waits for the batch in flight; false when it failed (handled) or the matcher crashed. */

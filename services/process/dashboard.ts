@@ -15,12 +15,30 @@ import { createRequire } from 'node:module';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type client from 'prom-client';
 import type { Counters } from '../edge/counters.js';
-import { AuthError, type TokenAuthority, requireScope, SCOPES } from '../edge/auth.js';
+import { AuthError, type TokenAuthority, bearer, requireScope, SCOPES } from '../edge/auth.js';
 import type { HubStats } from '../hub/port.js';
 import type { DensityMap } from '../edge/density.js';
 import type { Readiness, ReadinessReport } from './readiness.js';
 
 const UI = new URL('../ops-ui/', import.meta.url);
+const vendor = (module: string) => () => createRequire(import.meta.url).resolve(module);
+const own = (name: string) => () => new URL(name, UI);
+
+interface StaticFile {
+  from: () => string | URL;
+  type: string;
+  cache: string;
+}
+
+/** The page's files: its own (no-cache: they change with a build) and uPlot's (cached an hour). */
+const FILES = new Map<string, StaticFile>(Object.entries({
+  '/dashboard': { from: own('index.html'), type: 'text/html; charset=utf-8', cache: 'no-cache' },
+  '/dashboard/': { from: own('index.html'), type: 'text/html; charset=utf-8', cache: 'no-cache' },
+  '/dashboard/dashboard.mjs': { from: own('dashboard.mjs'), type: 'text/javascript; charset=utf-8', cache: 'no-cache' },
+  '/dashboard/dashboard.css': { from: own('dashboard.css'), type: 'text/css; charset=utf-8', cache: 'no-cache' },
+  '/dashboard/uplot.js': { from: vendor('uplot/dist/uPlot.iife.min.js'), type: 'text/javascript; charset=utf-8', cache: 'max-age=3600' },
+  '/dashboard/uplot.css': { from: vendor('uplot/dist/uPlot.min.css'), type: 'text/css; charset=utf-8', cache: 'max-age=3600' },
+}));
 const HISTORY = 300;
 /** Bytes queued to a viewer beyond which it is let go. */
 const MAX_BUFFERED = 4 << 20;
@@ -69,7 +87,7 @@ export class Dashboard {
   private timer: NodeJS.Timeout | null = null;
   private prev: { at: number; totals: Sample['totals']; buckets: Buckets } | null = null;
   private readonly startedAt = Date.now();
-  private readonly files = new Map<string, { type: string; body: Buffer }>();
+  private readonly files = new Map<string, Buffer>();
   private map: { at: number; map: DensityMap | null } | null = null;
   private mapSent: { at: number; map: DensityMap | null } | null = null;
   private ticking = false;
@@ -84,11 +102,8 @@ export class Dashboard {
   /** Serves a dashboard route; false when the URL is not one. */
   handle(req: IncomingMessage, res: ServerResponse): boolean {
     const path = (req.url ?? '').split('?')[0];
-    if (path === '/dashboard' || path === '/dashboard/') return this.file(res, 'index.html', 'text/html; charset=utf-8');
-    if (path === '/dashboard/dashboard.mjs') return this.file(res, 'dashboard.mjs', 'text/javascript; charset=utf-8');
-    if (path === '/dashboard/dashboard.css') return this.file(res, 'dashboard.css', 'text/css; charset=utf-8');
-    if (path === '/dashboard/uplot.js') return this.vendor(res, 'uplot/dist/uPlot.iife.min.js', 'text/javascript; charset=utf-8');
-    if (path === '/dashboard/uplot.css') return this.vendor(res, 'uplot/dist/uPlot.min.css', 'text/css; charset=utf-8');
+    const file = FILES.get(path);
+    if (file !== undefined) return this.file(res, path, file);
     if (path === '/dashboard/api/snapshot' || path === '/dashboard/api/live') {
       const expiresAt = this.authorized(req, res);
       if (expiresAt === null) return true;
@@ -118,10 +133,8 @@ export class Dashboard {
       json(res, 403, { error: 'this process has no token secret (AMBIT_TOKEN_SECRET): its dashboard data is not served' });
       return null;
     }
-    const h = req.headers.authorization;
     try {
-      if (h === undefined || !/^Bearer \S+$/i.test(h)) throw new AuthError('UNAUTHENTICATED', 'send the ops token as "Authorization: Bearer <token>"');
-      const p = authority.verify(h.slice(7).trim());
+      const p = authority.verify(bearer(req.headers.authorization));
       requireScope(p, SCOPES.ops);
       return p.expiresAt;
     } catch (err) {
@@ -233,25 +246,15 @@ export class Dashboard {
     };
   }
 
-  private file(res: ServerResponse, name: string, type: string): boolean {
-    let f = this.files.get(name);
-    if (f === undefined) {
-      f = { type, body: readFileSync(new URL(name, UI)) };
-      this.files.set(name, f);
+  /** A file of the page, read once. */
+  private file(res: ServerResponse, path: string, f: StaticFile): boolean {
+    let body = this.files.get(path);
+    if (body === undefined) {
+      body = readFileSync(f.from());
+      this.files.set(path, body);
     }
-    res.writeHead(200, { 'content-type': f.type, 'cache-control': 'no-cache', 'x-content-type-options': 'nosniff' });
-    res.end(f.body);
-    return true;
-  }
-
-  private vendor(res: ServerResponse, module: string, type: string): boolean {
-    let f = this.files.get(module);
-    if (f === undefined) {
-      f = { type, body: readFileSync(createRequire(import.meta.url).resolve(module)) };
-      this.files.set(module, f);
-    }
-    res.writeHead(200, { 'content-type': f.type, 'cache-control': 'max-age=3600', 'x-content-type-options': 'nosniff' });
-    res.end(f.body);
+    res.writeHead(200, { 'content-type': f.type, 'cache-control': f.cache, 'x-content-type-options': 'nosniff' });
+    res.end(body);
     return true;
   }
 }

@@ -15,22 +15,13 @@ import { fromBinary } from '@bufbuild/protobuf';
 import { FileDescriptorProtoSchema } from '@bufbuild/protobuf/wkt';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
-import { service as healthService } from 'grpc-health-check';
 import { Op } from '../../api/gen/ambit/v1/types_pb.js';
-import { Clients, DeviceStream, type Init, Status, type TestServer, checkStatus, clientStream, eventually, expectStatus, meta, startTestServer, unary, within } from '../support/grpc.js';
+import { Clients, DeviceStream, type Init, Status, type TestServer, checkStatus, clientStream, eventually, expectStatus, healthCheck, healthClient, meta, startTestServer, unary, within } from '../support/grpc.js';
 
-const HealthClient = grpc.makeGenericClientConstructor(healthService, 'Health');
 const AMBIT_SERVICES = ['ambit.v1.DeviceService', 'ambit.v1.PublisherService', 'ambit.v1.OpsService'];
 
-function healthClient(target: string): grpc.Client {
-  return new HealthClient(target, grpc.credentials.createInsecure());
-}
 
-function check(client: grpc.Client, service: string): Promise<string> {
-  return new Promise((resolve, reject) =>
-    (client as unknown as { check: (r: Init, o: Init, cb: (e: grpc.ServiceError | null, r: Init) => void) => void }).check({ service }, { deadline: Date.now() + 2000 }, (e, r) => (e ? reject(e) : resolve(r.status as string))),
-  );
-}
+const check = healthCheck;
 
 /** The reflection service's client, from the proto shipped inside @grpc/reflection. */
 function reflectionClient(target: string): grpc.Client {

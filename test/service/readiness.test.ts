@@ -8,20 +8,14 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
-import { service as healthService } from 'grpc-health-check';
 import type { HubStats } from '../../services/hub/port.js';
 import { Readiness } from '../../services/process/readiness.js';
-import { type Init, eventually } from '../support/grpc.js';
+import { eventually, healthCheck, healthClient } from '../support/grpc.js';
 import { type AmbitProcess, startAmbit } from '../support/processes.js';
 import { type RedisServer, redisServerMissing, startRedisServer } from '../support/redis-server.js';
 
-const HealthClient = grpc.makeGenericClientConstructor(healthService, 'Health');
 
-function check(client: grpc.Client, service: string): Promise<string> {
-  return new Promise((resolve, reject) =>
-    (client as unknown as { check: (r: Init, o: Init, cb: (e: grpc.ServiceError | null, r: Init) => void) => void }).check({ service }, { deadline: Date.now() + 2000 }, (e, r) => (e ? reject(e) : resolve(r.status as string))),
-  );
-}
+const check = healthCheck;
 
 function stats(mode: 'embedded' | 'redis', extra: Record<string, unknown>): HubStats {
   return { mode, engine: 'fast', engineDetail: 'fast (test)', subscriptions: 0, filters: 0, devices: 0, eventsPublished: 0, notifications: 0, locationUpdates: 0, notificationsDropped: 0, engineMemoryBytes: 0, extra } as HubStats;
@@ -87,7 +81,7 @@ describe('readiness of real processes', { skip: missing ?? false, timeout: 90_00
     redis = await startRedisServer();
     matcher = await start('matcher');
     gateway = await start('gateway');
-    health = new HealthClient(`127.0.0.1:${gateway.port}`, grpc.credentials.createInsecure());
+    health = healthClient(`127.0.0.1:${gateway.port}`);
   });
   after(async () => {
     health?.close();

@@ -8,6 +8,7 @@
 import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import * as grpc from '@grpc/grpc-js';
+import { service as healthService } from 'grpc-health-check';
 import { DEFAULT_LIMITS } from '../../src/model/limits.js';
 import { TokenAuthority } from '../../services/edge/auth.js';
 import { Gateway } from '../../services/edge/gateway.js';
@@ -508,4 +509,18 @@ export class DeviceStream {
       this.waiters.add(done);
     });
   }
+}
+
+const HealthClient = grpc.makeGenericClientConstructor(healthService, 'Health');
+
+/** A grpc.health.v1 client of `target` (plaintext). */
+export function healthClient(target: string): grpc.Client {
+  return new HealthClient(target, grpc.credentials.createInsecure());
+}
+
+/** grpc.health.v1 Check of `service` ('' = the server): its status name. */
+export function healthCheck(client: grpc.Client, service: string): Promise<string> {
+  return new Promise((resolve, reject) =>
+    (client as unknown as { check: (r: Init, o: Init, cb: (e: grpc.ServiceError | null, r: Init) => void) => void }).check({ service }, { deadline: Date.now() + 2000 }, (e, r) => (e ? reject(e) : resolve(r.status as string))),
+  );
 }
