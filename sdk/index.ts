@@ -9,7 +9,7 @@
  */
 export { AmbitDevice, encodeLocation, type DeviceCounters, type DeviceEventMap, type DeviceOptions, type DeviceState } from './device.js';
 export { AmbitPublisher, PublishStream, MAX_EVENTS_PER_MESSAGE, type BulkPublishResult, type PublishResult, type PublisherOptions } from './publisher.js';
-export { AmbitOps, type DeviceInfo, type ServerStats } from './ops.js';
+export { AmbitOps, type CellMove, type DeviceInfo, type DevicePage, type DeviceSummary as OpsDeviceSummary, type PurgeResult, type ServerStats } from './ops.js';
 export { AmbitFleet, MAX_UPDATES_PER_MESSAGE, type LocationUpdate } from './fleet.js';
 export { AmbitError, StatusCode, statusName, type PublishOutcome } from './errors.js';
 export { DEFAULT_BACKOFF, backoffDelay, resolveBackoff, type BackoffOptions } from './backoff.js';

@@ -1,5 +1,5 @@
-/** Operators' calls (the `ops` scope): server totals, one device's state, moving cells of the shard map. */
-import type { DrainGatewayResponse, GetDeviceSubscriptionsResponse, GetStatsResponse, MoveCellsResponse } from '../api/gen/ambit/v1/ops_pb.js';
+/** Operators' calls (the `ops` scope): server totals, devices (listed, inspected, purged), moving cells of the shard map. */
+import type { DrainGatewayResponse, GetDeviceSubscriptionsResponse, GetStatsResponse, ListDevicesResponse, MoveCellsResponse, PurgeDeviceResponse } from '../api/gen/ambit/v1/ops_pb.js';
 import { OpsService } from '../api/gen/ambit/v1/ops_pb.js';
 import { type ClientOptions, ServiceClient, type TokenSource, unary } from './transport.js';
 import { type LatLon, type Subscription, fromWireSubscription } from './types.js';
@@ -39,6 +39,28 @@ export interface DeviceInfo {
   connected: boolean;
 }
 
+
+/** One device of a listing. */
+export interface DeviceSummary {
+  deviceId: string;
+  subscriptions: number;
+  location: LatLon | null;
+  /** When a gateway last saw it (ms since the epoch; 0: not recorded). */
+  lastSeenMs: number;
+}
+
+export interface DevicePage {
+  devices: DeviceSummary[];
+  /** Pass as `pageToken` for the next page; '' after the last. */
+  nextPageToken: string;
+}
+
+/** What a purge removed. */
+export interface PurgeResult {
+  subscriptionsRemoved: number;
+  notificationsRemoved: number;
+  hadLocation: boolean;
+}
 
 export class AmbitOps extends ServiceClient {
   constructor(address: string, token: TokenSource, options: ClientOptions = {}) {
@@ -89,6 +111,37 @@ export class AmbitOps extends ServiceClient {
   /** Removes one subscription of a device (as its own unsubscribe would); NOT_FOUND (field subscription_id) when it has none with that id. */
   async deleteSubscription(deviceId: string, subscriptionId: string): Promise<void> {
     await unary(this.client, 'deleteSubscription', { deviceId, subscriptionId }, this.token, this.deadlineMs);
+  }
+
+  /**
+   * A page of the devices holding subscriptions (1..1000 a page, default 100), in no order to rely
+   * on; `idPrefix` keeps those whose id starts with it.
+   */
+  async listDevices(options: { pageSize?: number; pageToken?: string; idPrefix?: string } = {}): Promise<DevicePage> {
+    const r = await unary<ListDevicesResponse>(this.client, 'listDevices', { pageSize: options.pageSize ?? 0, pageToken: options.pageToken ?? '', idPrefix: options.idPrefix ?? '' }, this.token, this.deadlineMs);
+    return {
+      devices: r.devices.map((d) => ({ deviceId: d.deviceId, subscriptions: d.subscriptions, location: d.location === undefined ? null : { lat: d.location.lat, lon: d.location.lon }, lastSeenMs: Number(d.lastSeenMs) })),
+      nextPageToken: r.nextPageToken,
+    };
+  }
+
+  /** Every device holding subscriptions, page after page. */
+  async *allDevices(options: { pageSize?: number; idPrefix?: string } = {}): AsyncGenerator<DeviceSummary> {
+    let pageToken = '';
+    do {
+      const page = await this.listDevices({ ...options, pageToken });
+      yield* page.devices;
+      pageToken = page.nextPageToken;
+    } while (pageToken !== '');
+  }
+
+  /**
+   * Removes everything the deployment holds for a device (subscriptions, position, backlog,
+   * acknowledgements); its open stream ends UNAVAILABLE and a reconnect finds its state lost.
+   */
+  async purgeDevice(deviceId: string): Promise<PurgeResult> {
+    const r = await unary<PurgeDeviceResponse>(this.client, 'purgeDevice', { deviceId }, this.token, this.deadlineMs);
+    return { subscriptionsRemoved: Number(r.subscriptionsRemoved), notificationsRemoved: Number(r.notificationsRemoved), hadLocation: r.hadLocation };
   }
 
   async deviceSubscriptions(deviceId: string): Promise<DeviceInfo> {

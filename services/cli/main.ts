@@ -9,6 +9,8 @@
  *   ambit ready [--metrics URL]                                       a process's /readyz (exit 0 ready, 1 not)
  *   ambit drain                                                       drain the gateway at --address
  *   ambit unsubscribe DEVICE SUBSCRIPTION                             remove one subscription of a device
+ *   ambit devices [--prefix P] [--limit N] [--page-token T] [--all]   devices holding subscriptions, a page at a time
+ *   ambit purge DEVICE                                                remove everything held for a device
  *
  * Calls go to `--address` (AMBIT_ADDRESS, default 127.0.0.1:50051) with `--token` (AMBIT_OPS_TOKEN)
  * over plaintext, or TLS with `--tls` (system roots) or `--tls-ca FILE`. `--json` prints JSON.
@@ -16,7 +18,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { AmbitOps } from '../../sdk/ops.js';
+import { AmbitOps, type DeviceSummary as OpsDeviceSummary } from '../../sdk/ops.js';
 import { AmbitError } from '../../sdk/errors.js';
 import { KNOWN_SCOPES, TokenAuthority } from '../edge/auth.js';
 
@@ -28,6 +30,9 @@ const USAGE = `usage: ambit <command> [options]
   ready [--metrics URL]                             a process's readiness (default http://127.0.0.1:9464)
   drain                                             drain the gateway at --address before stopping it
   unsubscribe DEVICE SUBSCRIPTION                   remove one subscription of a device
+  devices [--prefix P] [--limit N] [--page-token T] [--all]
+                                                    the devices holding subscriptions, a page (or --all pages)
+  purge DEVICE                                      remove a device's subscriptions, position and backlog
 options: --address HOST:PORT (AMBIT_ADDRESS, 127.0.0.1:50051)  --token T (AMBIT_OPS_TOKEN)  --tls  --tls-ca FILE
          --deadline-ms N (30000)  --json
 `;
@@ -55,6 +60,10 @@ async function main(argv: string[]): Promise<number> {
         scopes: { type: 'string' },
         ttl: { type: 'string' },
         metrics: { type: 'string' },
+        prefix: { type: 'string' },
+        limit: { type: 'string' },
+        'page-token': { type: 'string' },
+        all: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -118,10 +127,16 @@ async function main(argv: string[]): Promise<number> {
     return report.ready ? 0 : 1;
   }
 
-  if (!['stats', 'device', 'move-cells', 'drain', 'unsubscribe'].includes(command)) throw new Usage(`unknown command ${JSON.stringify(command)}`);
+  if (!['stats', 'device', 'move-cells', 'drain', 'unsubscribe', 'devices', 'purge'].includes(command)) throw new Usage(`unknown command ${JSON.stringify(command)}`);
   const token = v.token ?? process.env.AMBIT_OPS_TOKEN;
   if (token === undefined || token === '') throw new Usage(`${command}: pass --token or set AMBIT_OPS_TOKEN (a token with the ops scope: ambit token --subject you --scopes ops)`);
-  if ((command === 'stats' || command === 'drain') && rest.length > 0) throw new Usage(`${command}: unexpected ${JSON.stringify(rest[0])}`);
+  if ((command === 'stats' || command === 'drain' || command === 'devices') && rest.length > 0) throw new Usage(`${command}: unexpected ${JSON.stringify(rest[0])}`);
+  let limit = 0;
+  if (v.limit !== undefined) {
+    limit = Number(v.limit);
+    if (!/^\d+$/.test(v.limit) || limit < 1 || limit > 1000) throw new Usage(`--limit: an integer in [1, 1000], got ${JSON.stringify(v.limit)}`);
+  }
+  if (v.all === true && v['page-token'] !== undefined) throw new Usage('devices: --all starts from the first page; leave out --page-token');
   let tls: boolean | { rootCerts: Buffer } = v.tls === true;
   if (v['tls-ca'] !== undefined) {
     try {
@@ -148,6 +163,21 @@ async function main(argv: string[]): Promise<number> {
       if (rest.length !== 2) throw new Usage('unsubscribe: give the device id and the subscription id');
       await ops.deleteSubscription(rest[0], rest[1]);
       out(json, { deviceId: rest[0], subscriptionId: rest[1], removed: true }, () => `removed subscription ${rest[1]} of device ${rest[0]}`);
+    } else if (command === 'devices') {
+      const line = (d: { deviceId: string; subscriptions: number; location: { lat: number; lon: number } | null; lastSeenMs: number }) =>
+        `${d.deviceId}  ${d.subscriptions} subscriptions  ${d.location === null ? 'no position' : `at ${d.location.lat}, ${d.location.lon}`}  ${d.lastSeenMs === 0 ? 'never seen' : `seen ${new Date(d.lastSeenMs).toISOString()}`}`;
+      if (v.all === true) {
+        const all: OpsDeviceSummary[] = [];
+        for await (const d of ops.allDevices({ pageSize: limit || 1000, idPrefix: v.prefix ?? '' })) all.push(d);
+        out(json, { devices: all }, () => (all.length === 0 ? 'no devices' : all.map(line).join('\n')));
+      } else {
+        const page = await ops.listDevices({ pageSize: limit, pageToken: v['page-token'] ?? '', idPrefix: v.prefix ?? '' });
+        out(json, page, () => [...(page.devices.length === 0 ? ['no devices'] : page.devices.map(line)), ...(page.nextPageToken === '' ? [] : [`more: ambit devices --page-token ${page.nextPageToken}${v.prefix === undefined ? '' : ` --prefix ${JSON.stringify(v.prefix)}`}`])].join('\n'));
+      }
+    } else if (command === 'purge') {
+      if (rest.length !== 1) throw new Usage('purge: give one device id');
+      const r = await ops.purgeDevice(rest[0]);
+      out(json, { deviceId: rest[0], ...r }, () => `purged device ${rest[0]}: ${r.subscriptionsRemoved} subscriptions, ${r.notificationsRemoved} notifications, ${r.hadLocation ? 'its position' : 'no position'}`);
     } else if (command === 'drain') {
       const r = await ops.drainGateway();
       out(json, r, () => `draining: ${r.streamsEnded} device streams ended; new ones are refused until the process stops`);

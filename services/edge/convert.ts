@@ -11,7 +11,7 @@ import { AmbitError, PublishError, type PublishOutcome, ValidationError, show } 
 import { type Limits, checkLat, checkLon, inRange, validateEvent, validateSubscription } from '../../src/model/limits.js';
 import type { Constraint as MConstraint, Event as MEvent, Filter as MFilter, Op as MOp, Value as MValue } from '../../src/model/types.js';
 import { AuthError } from './auth.js';
-import type { Delivery, DeviceSubscription } from '../hub/port.js';
+import { type Delivery, type DeviceSubscription, DevicePurgedError } from '../hub/port.js';
 import {
   type Constraint,
   type Event,
@@ -193,6 +193,8 @@ export interface StatusInfo {
 /** What an error means on the wire. Anything unexpected is INTERNAL with a generic message. */
 export function statusOf(err: unknown): StatusInfo {
   if (err instanceof PublishError) return { code: CODES[err.code], message: err.message, field: '', expected: err.outcome === 'queued', outcome: err.outcome };
+  // A purged device's stream ends UNAVAILABLE by design, not because something failed.
+  if (err instanceof DevicePurgedError) return { code: grpc.status.UNAVAILABLE, message: err.message, field: '', expected: true };
   if (err instanceof AmbitError) return { code: CODES[err.code] ?? grpc.status.UNKNOWN, message: err.message, field: err.field ?? '', expected: err.code !== 'UNAVAILABLE' };
   if (err instanceof AuthError) return { code: CODES[err.code], message: err.message, field: '', expected: true };
   if (err instanceof ApiError) return { code: err.code, message: err.message, field: err.field, expected: true };

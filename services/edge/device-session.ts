@@ -15,6 +15,7 @@ import { notificationFrame } from './notification-frame.js';
 import { type Delivery, type DrainableInbox, type Hub, type Inbox, type LocationWriter, compareDeliveryIds, parseDeliveryId } from '../hub/port.js';
 import type { Logger } from 'pino';
 import type { Counters } from './counters.js';
+import type { SeenTracker } from './seen.js';
 import type { ExpiryClock, Expiring } from './expiry.js';
 import type { DeviceStream, StreamListener } from './device-stream.js';
 
@@ -34,6 +35,8 @@ export interface SessionHost {
   readonly expiry: ExpiryClock;
   /** Clock (ms since the epoch), for token expiry. */
   now(): number;
+  /** Notes the devices whose streams open and close (when they were last seen); null: not recorded. */
+  readonly seen: SeenTracker | null;
 }
 
 type Phase = 'hello' | 'opening' | 'open' | 'closed';
@@ -71,6 +74,7 @@ export class DeviceSession implements Expiring, StreamListener {
     // The newest stream of a device wins: a phone that reconnected leaves a half-open one behind.
     const previous = sessions.get(this.device);
     sessions.set(this.device, this);
+    this.host.seen?.note(this.device);
     previous?.close({ code: grpc.status.ABORTED, message: 'superseded by a newer stream of this device', field: '', expected: true });
     counters.connectedDevices = sessions.size;
     this.armExpiry();
@@ -116,6 +120,7 @@ export class DeviceSession implements Expiring, StreamListener {
     this.host.expiry.remove(this, this.principal.expiresAt);
     const { sessions, counters, log } = this.host;
     if (sessions.get(this.device) === this) sessions.delete(this.device);
+    this.host.seen?.note(this.device);
     counters.connectedDevices = sessions.size;
     this.inbox?.close();
     this.drainWaiter?.();

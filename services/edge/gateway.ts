@@ -29,9 +29,9 @@ import {
   UpdateLocationsResponseSchema,
   DeviceService,
 } from '../../api/gen/ambit/v1/device_pb.js';
-import { OpsService, GetDeviceSubscriptionsResponseSchema, type GetDeviceSubscriptionsRequest, GetStatsResponseSchema, type MoveCellsRequest, MoveCellsResponseSchema, DrainGatewayResponseSchema, type DeleteSubscriptionRequest, DeleteSubscriptionResponseSchema } from '../../api/gen/ambit/v1/ops_pb.js';
+import { OpsService, GetDeviceSubscriptionsResponseSchema, type GetDeviceSubscriptionsRequest, GetStatsResponseSchema, type MoveCellsRequest, MoveCellsResponseSchema, DrainGatewayResponseSchema, type DeleteSubscriptionRequest, DeleteSubscriptionResponseSchema, type ListDevicesRequest, ListDevicesResponseSchema, type PurgeDeviceRequest, PurgeDeviceResponseSchema } from '../../api/gen/ambit/v1/ops_pb.js';
 import { type BulkPublishRequest, BulkPublishResponseSchema, type PublishRequest, PublishResponseSchema, PublisherService } from '../../api/gen/ambit/v1/publisher_pb.js';
-import type { Hub } from '../hub/port.js';
+import { type Hub, MAX_DEVICE_PAGE } from '../hub/port.js';
 import { DeviceSession, type SessionHost } from './device-session.js';
 import { encodedEvent } from './notification-frame.js';
 import { GrpcJsDeviceStream } from './device-stream.js';
@@ -39,6 +39,7 @@ import { H2DeviceStream, type H2StreamOptions, takeOverStreams } from './h2-devi
 import type { Logger } from 'pino';
 import type { Counters, EdgeMetrics } from './counters.js';
 import { ExpiryClock } from './expiry.js';
+import { type SeenOptions, SeenTracker } from './seen.js';
 import type { IncomingHttpHeaders, ServerHttp2Stream } from 'node:http2';
 import { grpcServerDefinition, isMalformed, requestDecoder } from '../../api/rpc.js';
 import { fastConnectRequest, fastUpdateLocationsRequest } from '../../api/fast-decode.js';
@@ -64,6 +65,10 @@ export interface GatewayOptions {
    * this process cannot be drained alone (a gateway of a node of several), answered FAILED_PRECONDITION.
    */
   onDrain: (() => void) | null;
+  /** When devices were last seen is written to the hub on these periods (null: not recorded). */
+  seen: SeenOptions | null;
+  /** Clock (ms since the epoch): token expiry and when devices were seen. */
+  now: () => number;
 }
 
 export const DEFAULT_GATEWAY_OPTIONS: Readonly<GatewayOptions> = Object.freeze({
@@ -74,6 +79,8 @@ export const DEFAULT_GATEWAY_OPTIONS: Readonly<GatewayOptions> = Object.freeze({
   rawWrites: true,
   maxReceiveBytes: 4 * 1024 * 1024,
   onDrain: () => {},
+  seen: null,
+  now: Date.now,
 });
 
 const CONNECT_PATH = `/${DeviceService.typeName}/${DeviceService.method.connect.name}`;
@@ -84,8 +91,10 @@ export class Gateway implements SessionHost {
   readonly sessions = new Map<string, DeviceSession>();
   readonly counters: Counters;
   readonly sendBatch: number;
-  readonly now: () => number = Date.now;
+  readonly now: () => number;
   readonly expiry = new ExpiryClock(() => this.now());
+  /** Notes the devices heard from and writes when they were seen (Hub.markSeen); null: off. */
+  readonly seen: SeenTracker | null;
   private readonly opts: GatewayOptions;
   private readonly startedAt = Date.now();
   private draining = false;
@@ -102,6 +111,9 @@ export class Gateway implements SessionHost {
     options: Partial<GatewayOptions> = {},
   ) {
     this.opts = { ...DEFAULT_GATEWAY_OPTIONS, ...options };
+    this.now = this.opts.now;
+    this.seen = this.opts.seen === null ? null : new SeenTracker(hub, () => this.sessions.keys(), this.now, this.opts.seen, log);
+    this.seen?.start();
     this.counters = metrics.counters;
     this.sendBatch = this.opts.sendBatch;
     this.h2 = { maxReceiveBytes: this.opts.maxReceiveBytes, decode: requestDecoder(DeviceService.method.connect, fastConnectRequest) };
@@ -116,13 +128,17 @@ export class Gateway implements SessionHost {
         connect: (call: grpc.ServerDuplexStream<ConnectRequest, ConnectResponse>) => this.connect(call),
         updateLocation: this.unary<UpdateLocationRequest>(SCOPES.device, async (req, p) => {
           const { lat, lon } = position('location', req.location);
-          await this.hub.updateLocations([{ device: this.deviceOf(p), lat, lon }]);
+          const device = this.deviceOf(p);
+          this.seen?.note(device);
+          await this.hub.updateLocations([{ device, lat, lon }]);
           this.counters.locationUpdatesUnary++;
           return create(UpdateLocationResponseSchema);
         }),
         updateLocations: (call: grpc.ServerReadableStream<UpdateLocationsRequest, unknown>, cb: grpc.sendUnaryData<unknown>) => this.updateLocations(call, cb),
         listSubscriptions: this.unary(SCOPES.device, async (_req, p) => {
-          const subs = await this.hub.listSubscriptions(this.deviceOf(p));
+          const device = this.deviceOf(p);
+          this.seen?.note(device);
+          const subs = await this.hub.listSubscriptions(device);
           return create(ListSubscriptionsResponseSchema, { subscriptions: subs.map(fromSubscription) });
         }),
       },
@@ -180,6 +196,23 @@ export class Gateway implements SessionHost {
           const id = checkId('subscription_id', req.subscriptionId, this.limits);
           await this.hub.removeSubscription(device, id);
           return create(DeleteSubscriptionResponseSchema, {});
+        }),
+        listDevices: this.unary<ListDevicesRequest>(SCOPES.ops, async (req) => {
+          const limit = req.pageSize === 0 ? 100 : req.pageSize;
+          if (limit > MAX_DEVICE_PAGE) throw new ApiError(grpc.status.INVALID_ARGUMENT, `must be at most ${MAX_DEVICE_PAGE}, got ${req.pageSize}`, 'page_size');
+          if (req.pageToken.length > 1024) throw new ApiError(grpc.status.INVALID_ARGUMENT, 'is not a page token this listing gave', 'page_token');
+          if (Buffer.byteLength(req.idPrefix) > this.limits.maxIdBytes) throw new ApiError(grpc.status.INVALID_ARGUMENT, `must be at most ${this.limits.maxIdBytes} bytes`, 'id_prefix');
+          const page = await this.hub.listDevices({ prefix: req.idPrefix, after: req.pageToken, limit });
+          return create(ListDevicesResponseSchema, {
+            devices: page.devices.map((d) => ({ deviceId: d.device, subscriptions: d.subscriptions, location: d.location ?? undefined, lastSeenMs: BigInt(Math.max(0, Math.round(d.lastSeenMs))) })),
+            nextPageToken: page.next,
+          });
+        }),
+        purgeDevice: this.unary<PurgeDeviceRequest>(SCOPES.ops, async (req) => {
+          const device = checkId('device_id', req.deviceId, this.limits);
+          const r = await this.hub.purgeDevice(device);
+          this.log.info({ device, ...r }, 'device purged on request (PurgeDevice)');
+          return create(PurgeDeviceResponseSchema, { subscriptionsRemoved: BigInt(r.subscriptions), notificationsRemoved: BigInt(r.notifications), hadLocation: r.location });
         }),
         getDeviceSubscriptions: this.unary<GetDeviceSubscriptionsRequest>(SCOPES.ops, async (req) => {
           const device = checkId('device_id', req.deviceId, this.limits);
@@ -409,6 +442,8 @@ export class Gateway implements SessionHost {
       async (batches) => {
         const all = batches.length === 1 ? batches[0] : batches.flat();
         await this.hub.updateLocations(all);
+        const seen = this.seen;
+        if (seen !== null) for (let i = 0; i < all.length; i++) seen.note(all[i].device);
         accepted += all.length;
         this.counters.locationUpdatesUnary += all.length;
       },

@@ -9,11 +9,14 @@ import { AmbitError, PublishError, show } from '../../src/model/errors.js';
 import type { Event, PositionUpdate } from '../../src/model/types.js';
 import {
   type DeviceInfo,
+  type DevicePage,
+  type DeviceQuery,
   type DeviceSubscription,
   type Hub,
   type HubStats,
   type LocationWriter,
   type PublishResult,
+  type PurgeResult,
 } from './port.js';
 import { type MatchCore, type Owner, type Recipient, hubStats } from '../matcher/core.js';
 import type { DeliverySource, Retention } from '../matcher/fanout.js';
@@ -21,6 +24,18 @@ import { type DedupeOptions, DEFAULT_DEDUPE, EventIdWindow, type IdEntry, planPu
 import { type EmbeddedInbox, InboxStore } from './inboxes.js';
 
 export { DEFAULT_RETENTION, type Retention } from '../matcher/fanout.js';
+
+/** A listing's page token in a hub that lists in id order: the last id of the page, opaque to callers. */
+export function pageToken(lastId: string): string {
+  return Buffer.from(lastId, 'utf8').toString('base64url');
+}
+
+/** The last id of the previous page; INVALID_ARGUMENT (page_token) when it is not a token of ours. */
+export function pageAfter(token: string): string {
+  const id = Buffer.from(token, 'base64url').toString('utf8');
+  if (id === '' || pageToken(id) !== token) throw new AmbitError('INVALID_ARGUMENT', 'is not a page token this listing gave', 'page_token');
+  return id;
+}
 
 /** Where the hub's notifications go: its own inbox store, or the node's fan-out shards. */
 export interface HubFanOut {
@@ -33,6 +48,11 @@ export interface HubFanOut {
   deliverMatches?(source: DeliverySource, events: readonly Event[], matches: readonly (readonly string[])[], owners: { ownerOf(key: string): Owner | undefined }): number[];
   /** A subscription left the core (with deliverMatches: forget its number). */
   forget?(o: Owner): void;
+  /**
+   * Drops the device's log and ends its open inboxes (`purgedError`); resolves with how many
+   * notifications it held.
+   */
+  purge(device: string): Promise<number>;
   /** Resolves once everything delivered so far is stored. */
   flush(): Promise<void>;
   readonly notifications: number;
@@ -60,6 +80,10 @@ export class EmbeddedHub implements Hub {
   private duplicates = 0;
   private closed = false;
   private readonly ids: EventIdWindow;
+  /** Device → when a gateway last saw it (ms since the epoch). */
+  private readonly seen = new Map<string, number>();
+  private purged = 0;
+  private expired = 0;
 
   constructor(
     private readonly core: MatchCore,
@@ -154,6 +178,49 @@ export class EmbeddedHub implements Hub {
     return this.store.openInbox(device, resumeAfter);
   }
 
+  async listDevices(q: DeviceQuery): Promise<DevicePage> {
+    const after = q.after === '' ? '' : pageAfter(q.after);
+    const ids: string[] = [];
+    for (const d of this.core.subscribedDevices()) if (d > after && d.startsWith(q.prefix)) ids.push(d);
+    ids.sort();
+    const page = ids.length > q.limit ? ids.slice(0, q.limit) : ids;
+    return {
+      devices: page.map((device) => ({ device, subscriptions: this.core.count(device), location: this.core.position(device), lastSeenMs: this.seen.get(device) ?? 0 })),
+      next: ids.length > q.limit ? pageToken(page[page.length - 1]) : '',
+    };
+  }
+
+  async purgeDevice(device: string): Promise<PurgeResult> {
+    const r = await this.drop(device);
+    if (r.held) this.purged++;
+    return r.result;
+  }
+
+  /** Purges the device; `held`: it had subscriptions, a position or a last-seen record (it counts). */
+  private async drop(device: string): Promise<{ result: PurgeResult; held: boolean }> {
+    const r = this.core.purge(device);
+    const wasSeen = this.seen.delete(device);
+    return { result: { ...r, notifications: await this.fanout.purge(device) }, held: r.subscriptions > 0 || r.location || wasSeen };
+  }
+
+  async markSeen(devices: readonly string[], ms: number): Promise<void> {
+    for (let i = 0; i < devices.length; i++) {
+      const was = this.seen.get(devices[i]);
+      if (was === undefined || was < ms) this.seen.set(devices[i], ms);
+    }
+  }
+
+  async expireDevices(beforeMs: number, max: number): Promise<string[]> {
+    const gone: string[] = [];
+    for (const [device, ms] of this.seen) {
+      if (gone.length >= max) break;
+      if (ms < beforeMs) gone.push(device);
+    }
+    for (const device of gone) await this.drop(device);
+    this.expired += gone.length;
+    return gone;
+  }
+
   async stats(): Promise<HubStats> {
     return hubStats(this.core, {
       mode: 'embedded',
@@ -161,7 +228,7 @@ export class EmbeddedHub implements Hub {
       eventsPublished: this.eventsPublished,
       notifications: this.fanout.notifications,
       notificationsDropped: this.fanout.dropped,
-      extra: { duplicateEvents: this.duplicates },
+      extra: { duplicateEvents: this.duplicates, devicesPurged: this.purged, devicesExpired: this.expired },
     });
   }
 

@@ -66,6 +66,9 @@ export class ShardedFanOut implements HubFanOut {
   private readonly counts: number[];
   private flushes: Flush[] = [];
   private broken: AmbitError | null = null;
+  /** Purges awaiting their shard's answer, by request. */
+  private readonly purges = new Map<number, { resolve(n: number): void; reject(err: Error): void }>();
+  private nextPurge = 0;
 
   constructor(
     links: readonly Link[],
@@ -198,6 +201,17 @@ export class ShardedFanOut implements HubFanOut {
     w.f64(o.num);
   }
 
+  /** Drops the device's log in its shard (after what was delivered before); the notifications it held. */
+  purge(device: string): Promise<number> {
+    if (this.broken !== null) return Promise.reject(this.broken);
+    const req = ++this.nextPurge;
+    const w = this.outs[shardOf(device, this.outs.length)].frame;
+    w.u8(S.PURGE);
+    w.f64(req);
+    w.str(device);
+    return new Promise((resolve, reject) => this.purges.set(req, { resolve, reject }));
+  }
+
   /** The number of event `e` in shard k's current frame (written there first if it is not yet). */
   private refOf(k: number, w: FrameWriter, e: Event): number {
     const refs = this.refs[k];
@@ -224,6 +238,14 @@ export class ShardedFanOut implements HubFanOut {
   private read(k: number, r: FrameReader): void {
     while (r.more) {
       const tag = r.u8();
+      if (tag === S.PURGED) {
+        const req = r.f64();
+        const n = r.f64();
+        const p = this.purges.get(req);
+        this.purges.delete(req);
+        p?.resolve(n);
+        continue;
+      }
       if (tag !== S.STORED) throw new Error(`unknown record ${tag}`);
       this.stored[k] = r.f64();
       this.storedBy[k] = r.f64();
@@ -241,6 +263,8 @@ export class ShardedFanOut implements HubFanOut {
     for (const o of this.outs) o.closed = true;
     for (const f of this.flushes) f.reject(err);
     this.flushes = [];
+    for (const p of this.purges.values()) p.reject(err);
+    this.purges.clear();
   }
 }
 
@@ -287,6 +311,15 @@ export function serveShard(store: InboxStore, link: Link, log: Logger): () => vo
             case S.SEQ:
               seq = r.f64();
               break;
+            case S.PURGE: {
+              const req = r.f64();
+              const n = fanout.drop(r.str());
+              const w = out.frame;
+              w.u8(S.PURGED);
+              w.f64(req);
+              w.f64(n);
+              break;
+            }
             default:
               throw new Error(`unknown record ${tag}`);
           }

@@ -118,7 +118,18 @@ export class HubServer {
       for (const s of list) {
         s.due = false;
         if (s.credit <= 0 || inboxes.get(s.b) !== s) continue;
-        const ds = s.box.take(s.credit);
+        let ds: Delivery[];
+        try {
+          ds = s.box.take(s.credit);
+        } catch {
+          // The device was purged: its inbox on the gateway ends too.
+          inboxes.delete(s.b);
+          s.box.close();
+          const w = out.frame;
+          w.u8(H.PURGED);
+          w.u32(s.b);
+          continue;
+        }
         if (ds.length !== 0) {
           s.credit -= ds.length;
           push(s.b, ds);
@@ -144,6 +155,14 @@ export class HubServer {
           return answer(i, hub.deviceInfo(a.d));
         case 'stats':
           return answer(i, hub.stats());
+        case 'devices':
+          return answer(i, hub.listDevices(a.q!));
+        case 'purge':
+          return answer(i, hub.purgeDevice(a.d));
+        case 'seen':
+          return answer(i, hub.markSeen(a.ds!, a.ms!));
+        case 'expire':
+          return answer(i, hub.expireDevices(a.ms!, a.n!));
       }
     };
 

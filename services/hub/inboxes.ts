@@ -5,7 +5,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Event } from '../../src/model/types.js';
-import type { Delivery, DrainableInbox } from './port.js';
+import { type Delivery, type DrainableInbox, purgedError } from './port.js';
 import type { Recipient } from '../matcher/core.js';
 import { type DeliverySource, type Retention, ordinalOf } from '../matcher/fanout.js';
 import { type DeviceLog, MemoryFanOut } from '../matcher/memory-fanout.js';
@@ -37,7 +37,8 @@ export class InboxStore {
     this.fanout.expire(log);
     const asked = resumeAfter ?? log.acked;
     const { start, missed } = log.resume(asked);
-    return new EmbeddedInbox(this, log, start, missed, start !== asked, this.stateId);
+    // The device's state is its log: one made anew (after a purge) is another state.
+    return new EmbeddedInbox(this, log, start, missed, start !== asked, `${this.stateId}.${log.born}`);
   }
 
   get isClosed(): boolean {
@@ -82,14 +83,17 @@ export class EmbeddedInbox implements DrainableInbox {
   async pull(max: number): Promise<Delivery[]> {
     for (;;) {
       if (this.closed || this.store.isClosed) return [];
+      if (this.log.purged) throw purgedError();
       const out = this.take(max);
       if (out.length !== 0) return out;
       await new Promise<void>((resolve) => this.notify(resolve));
     }
   }
 
+  /** Throws `purgedError` once the device's state was purged. */
   take(max: number): Delivery[] {
     if (this.closed || this.store.isClosed) return [];
+    if (this.log.purged) throw purgedError();
     this.store.expire(this.log);
     const entries = this.log.entries;
     const from = this.log.firstAfter(this.cursor);
@@ -101,7 +105,7 @@ export class EmbeddedInbox implements DrainableInbox {
 
   notify(ready: () => void): void {
     if (this.closed || this.wake !== null || this.store.isClosed) return;
-    if (this.log.firstAfter(this.cursor) < this.log.entries.length) return ready();
+    if (this.log.purged || this.log.firstAfter(this.cursor) < this.log.entries.length) return ready();
     const wake = (): void => {
       this.wake = null;
       ready();

@@ -24,7 +24,7 @@ import { deserialize, serialize } from 'node:v8';
 import type { MessagePort } from 'node:worker_threads';
 import { AmbitError, type ErrorCode, PublishError, type PublishOutcome, ValidationError } from '../../src/model/errors.js';
 import type { Event, Value } from '../../src/model/types.js';
-import { type DeviceSubscription, apiEventBytes } from './port.js';
+import { type DeviceQuery, type DeviceSubscription, apiEventBytes } from './port.js';
 
 /** The file descriptor of a gateway process's pipe to the hub (its fifth stdio entry). */
 export const HUB_PIPE_FD = 4;
@@ -65,6 +65,8 @@ export const H = {
   EVENT: 23,
   /** u32 inbox, u32 count × (str delivery id, f64 published at, u32 event number, u32 n, n × str). */
   PUSH: 24,
+  /** u32 inbox: the device's state was purged; the inbox ends (purgedError). */
+  PURGED: 25,
 } as const;
 
 /** Hub (the matcher of a node with fan-out shards) ↔ one fan-out shard; events are H.EVENT records. */
@@ -83,12 +85,16 @@ export const S = {
   MATCH: 43,
   /** f64 number: a subscription that left; the shard forgets its number. */
   FORGET: 44,
+  /** f64 request, str device: drop the device's log (after everything sent before it). */
+  PURGE: 45,
+  /** Shard → hub: f64 request, f64 notifications the purged log held. */
+  PURGED: 46,
 } as const;
 
 /** The kinds of entry of an S.MATCH record. */
 export const M = { NUM: 1, TELL: 2, KEY: 3 } as const;
 
-export const CALL_OPS = ['add', 'replace', 'remove', 'list', 'info', 'open', 'stats'] as const;
+export const CALL_OPS = ['add', 'replace', 'remove', 'list', 'info', 'open', 'stats', 'devices', 'purge', 'seen', 'expire'] as const;
 export type CallOp = (typeof CALL_OPS)[number];
 
 /** A CALL's payload: the device, and what the op needs (subscription, id, resume point). */
@@ -100,6 +106,12 @@ export interface CallArgs {
   /** open: the inbox's number (the gateway's) and its first credit. */
   b?: number;
   c?: number;
+  /** devices: the listing's query. */
+  q?: DeviceQuery;
+  /** seen: the devices; seen and expire: the time; expire: the most to purge. */
+  ds?: readonly string[];
+  ms?: number;
+  n?: number;
 }
 
 // ---- links ----

@@ -6,7 +6,7 @@
  */
 import { AmbitError } from '../../src/model/errors.js';
 import type { Event, PositionUpdate } from '../../src/model/types.js';
-import { type Delivery, type DeviceInfo, type DeviceSubscription, type DrainableInbox, type Hub, type HubStats, type Inbox, type LocationWriter, type PublishResult, compareDeliveryIds } from './port.js';
+import { type Delivery, type DeviceInfo, type DevicePage, type DeviceQuery, type DeviceSubscription, type DrainableInbox, type Hub, type HubStats, type Inbox, type LocationWriter, type PublishResult, type PurgeResult, compareDeliveryIds, purgedError } from './port.js';
 import { CoalescedWriter, type WriterOwner } from './coalesced-writer.js';
 import { shardOf } from './fanout-shard.js';
 import { type CallArgs, CALL_OPS, type CallOp, EventCache, FrameReader, type FrameWriter, G, H, type Link, Outbox, type WireError, eventNumber, fromWire, writePublished } from './link.js';
@@ -44,8 +44,12 @@ class LinkedInbox implements DrainableInbox {
     readonly at: number,
   ) {}
 
+  /** The hub said the device was purged: takes and pulls throw once the queue is empty. */
+  private purged = false;
+
   async pull(max: number): Promise<Delivery[]> {
     for (;;) {
+      if (this.purged && this.head >= this.queue.length) throw purgedError();
       if (this.closed) return [];
       const ds = this.take(max);
       if (ds.length !== 0) return ds;
@@ -55,14 +59,27 @@ class LinkedInbox implements DrainableInbox {
   }
 
   take(max: number): Delivery[] {
+    if (this.purged && this.head >= this.queue.length) throw purgedError();
     if (this.closed || this.head >= this.queue.length) return [];
     return this.takeQueued(max);
   }
 
   notify(ready: () => void): void {
+    if (this.purged) return ready();
     if (this.closed || this.waiter !== null) return;
     if (this.head < this.queue.length) return ready();
     this.waiter = ready;
+  }
+
+  /** @internal The hub ended this inbox: the device's state was purged (the hub closed its side). */
+  purge(): void {
+    if (this.closed) return;
+    this.purged = true;
+    this.closed = true;
+    this.hub.forget(this);
+    const w = this.waiter;
+    this.waiter = null;
+    w?.();
   }
 
   /** @internal Deliveries the hub pushed. */
@@ -243,6 +260,9 @@ export class LinkedHub implements Hub, WriterOwner<number> {
           this.inboxes.get(b)?.receive(ds);
           break;
         }
+        case H.PURGED:
+          this.inboxes.get(r.u32())?.purge();
+          break;
         case H.PUBLISHED: {
           const i = r.u32();
           const n = r.u32();
@@ -385,6 +405,22 @@ export class LinkedHub implements Hub, WriterOwner<number> {
 
   deviceInfo(device: string): Promise<DeviceInfo> {
     return this.call('info', { d: device });
+  }
+
+  listDevices(q: DeviceQuery): Promise<DevicePage> {
+    return this.call('devices', { d: '', q });
+  }
+
+  purgeDevice(device: string): Promise<PurgeResult> {
+    return this.call('purge', { d: device });
+  }
+
+  markSeen(devices: readonly string[], ms: number): Promise<void> {
+    return this.call('seen', { d: '', ds: devices, ms });
+  }
+
+  expireDevices(beforeMs: number, max: number): Promise<string[]> {
+    return this.call('expire', { d: '', ms: beforeMs, n: max });
   }
 
   updateLocations(updates: readonly PositionUpdate[]): Promise<void> {

@@ -12,11 +12,12 @@
  * Order: what one gateway sends to a partition arrives in the order sent (one link each), so a
  * publish sees the moves and subscriptions this gateway made before it, as with one hub.
  */
+import { AmbitError } from '../../src/model/errors.js';
 import type { Event, PositionUpdate } from '../../src/model/types.js';
 import { shardOf } from './fanout-shard.js';
 import { EventCache, type Link } from './link.js';
 import { LinkedHub } from './linked.js';
-import type { DeviceInfo, DeviceSubscription, Hub, HubStats, Inbox, LocationWriter, PublishResult } from './port.js';
+import type { DeviceInfo, DevicePage, DeviceQuery, DeviceSubscription, Hub, HubStats, Inbox, LocationWriter, PublishResult, PurgeResult } from './port.js';
 
 /**
  * Figures that are settings, per-item averages or counts every part makes whole (each partition
@@ -132,6 +133,46 @@ export class PartitionedHub implements Hub {
     const s = sumHubStats(all);
     s.extra.partitions = all.length;
     return s;
+  }
+
+  /** Partition after partition; the token is "<partition>.<that partition's token>". */
+  async listDevices(q: DeviceQuery): Promise<DevicePage> {
+    let k = 0;
+    let after = '';
+    if (q.after !== '') {
+      const dot = q.after.indexOf('.');
+      k = dot > 0 ? Number(q.after.slice(0, dot)) : NaN;
+      if (!Number.isInteger(k) || k < 0 || k >= this.parts.length || String(k) !== q.after.slice(0, dot)) throw new AmbitError('INVALID_ARGUMENT', 'is not a page token this listing gave', 'page_token');
+      after = q.after.slice(dot + 1);
+    }
+    const devices: DevicePage['devices'] = [];
+    for (; k < this.parts.length; k++, after = '') {
+      const page = await this.parts[k].listDevices({ prefix: q.prefix, after, limit: q.limit - devices.length });
+      devices.push(...page.devices);
+      if (page.next !== '') return { devices, next: `${k}.${page.next}` };
+      if (devices.length === q.limit) return { devices, next: k + 1 < this.parts.length ? `${k + 1}.` : '' };
+    }
+    return { devices, next: '' };
+  }
+
+  purgeDevice(device: string): Promise<PurgeResult> {
+    return this.of(device).purgeDevice(device);
+  }
+
+  async markSeen(devices: readonly string[], ms: number): Promise<void> {
+    const n = this.parts.length;
+    const by: string[][] = Array.from({ length: n }, () => []);
+    for (const d of devices) by[shardOf(d, n)].push(d);
+    await Promise.all(by.map((ds, k) => (ds.length === 0 ? undefined : this.parts[k].markSeen(ds, ms))));
+  }
+
+  async expireDevices(beforeMs: number, max: number): Promise<string[]> {
+    const gone: string[] = [];
+    for (const p of this.parts) {
+      if (gone.length >= max) break;
+      gone.push(...(await p.expireDevices(beforeMs, max - gone.length)));
+    }
+    return gone;
   }
 
   async close(): Promise<void> {

@@ -5,6 +5,7 @@
  * only validated input and throws AmbitError (NOT_FOUND, ALREADY_EXISTS, RESOURCE_EXHAUSTED,
  * UNAVAILABLE) for what depends on state.
  */
+import { AmbitError } from '../../src/model/errors.js';
 import type { Limits } from '../../src/model/limits.js';
 import type { Event, PositionUpdate, Subscription } from '../../src/model/types.js';
 
@@ -65,9 +66,15 @@ export interface Inbox {
   readonly missed: number;
   /** The resume token asked for names a notification the device's log never issued: its state was lost. */
   readonly stateLost: boolean;
-  /** The store holding the device's state; new whenever that state starts empty. */
+  /**
+   * Names the device's state where it is held: new whenever that state starts empty (the store
+   * restarted empty, or the device was purged), the same otherwise.
+   */
   readonly stateId: string;
-  /** Resolves with 1..max notifications after the last pulled one, waiting for them; [] once closed. */
+  /**
+   * Resolves with 1..max notifications after the last pulled one, waiting for them; [] once closed;
+   * rejects with `purgedError` once the device's state was purged.
+   */
   pull(max: number): Promise<Delivery[]>;
   /** Records that the device has processed everything up to and including `deliveryId`. */
   ack(deliveryId: string): Promise<void>;
@@ -80,7 +87,10 @@ export interface Inbox {
  * pushes from it to gateway processes instead of answering pulls.
  */
 export interface DrainableInbox extends Inbox {
-  /** Up to `max` notifications after the last taken one, available now ([] when none or closed). */
+  /**
+   * Up to `max` notifications after the last taken one, available now ([] when none or closed);
+   * throws `purgedError` once the device's state was purged (as `pull` rejects).
+   */
   take(max: number): Delivery[];
   /**
    * Calls `ready` once, when notifications after the last taken one exist (at once if they do
@@ -109,6 +119,58 @@ export interface HubStats {
 export interface DeviceInfo {
   subscriptions: DeviceSubscription[];
   location: { lat: number; lon: number } | null;
+}
+
+/** One device of a listing: what it holds and when it was last seen. */
+export interface DeviceSummary {
+  device: string;
+  subscriptions: number;
+  location: { lat: number; lon: number } | null;
+  /** Milliseconds since the epoch when a gateway last saw the device (0: not recorded). */
+  lastSeenMs: number;
+}
+
+/** A page of devices that hold subscriptions, in no order a caller may rely on. */
+export interface DeviceQuery {
+  /** Only devices whose id starts with this ('' for all). */
+  prefix: string;
+  /** Where the previous page ended ('' for the first page): a hub's own token, opaque to callers. */
+  after: string;
+  /** At most this many devices (≥ 1). */
+  limit: number;
+}
+
+export interface DevicePage {
+  devices: DeviceSummary[];
+  /** Token of the next page; '' when this was the last. */
+  next: string;
+}
+
+/** What a purge removed. */
+export interface PurgeResult {
+  subscriptions: number;
+  /** Notifications of its backlog (stored, not yet trimmed by retention). */
+  notifications: number;
+  /** Whether it had a position. */
+  location: boolean;
+}
+
+/** Devices at most per `listDevices` page. */
+export const MAX_DEVICE_PAGE = 1000;
+
+/** The message an open inbox of a purged device ends with. */
+export const PURGED_MESSAGE = "the device's state was purged (reconnect to start afresh)";
+
+/** What ends an open inbox of a device whose state was purged: UNAVAILABLE (reconnect), an expected end. */
+export class DevicePurgedError extends AmbitError {
+  constructor() {
+    super('UNAVAILABLE', PURGED_MESSAGE);
+    this.name = 'DevicePurgedError';
+  }
+}
+
+export function purgedError(): DevicePurgedError {
+  return new DevicePurgedError();
 }
 
 /**
@@ -144,6 +206,25 @@ export interface Hub {
   /** Opens the device's inbox after `resumeAfter` (null: after the last acknowledged). */
   openInbox(device: string, resumeAfter: string | null): Promise<Inbox>;
   stats(): Promise<HubStats>;
+  /**
+   * Devices that hold at least one subscription, a page at a time (`DeviceQuery`); a device
+   * may be missing from a listing made while it subscribes or is purged, never twice in one page.
+   */
+  listDevices(query: DeviceQuery): Promise<DevicePage>;
+  /**
+   * Removes everything the deployment holds for a device: its subscriptions, its position, its
+   * notification backlog, its acknowledgements and when it was last seen. Its open inboxes end
+   * (`purgedError`); a device that connects again starts with empty state (`stateLost`).
+   */
+  purgeDevice(device: string): Promise<PurgeResult>;
+  /** Records that gateways saw these devices at `ms` (an older time than one recorded changes nothing). */
+  markSeen(devices: readonly string[], ms: number): Promise<void>;
+  /**
+   * Purges up to `max` devices last seen before `beforeMs` (devices never recorded as seen are
+   * kept); returns the ids purged. Connected devices are seen again by their gateways on a
+   * period much shorter than any expiry, so they do not expire.
+   */
+  expireDevices(beforeMs: number, max: number): Promise<string[]>;
   close(): Promise<void>;
   /**
    * A deployment sharded by space: gives cells of the shard map to other geographic shards while

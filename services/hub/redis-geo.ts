@@ -204,6 +204,8 @@ export async function geoHubStats(cmd: Conn, keys: Keys, router: GeoRouter, gate
       handOverWaitMs: alive.reduce((a, m) => a + (typeof m.extra.handOverWaitMs === 'number' ? m.extra.handOverWaitMs : 0), 0),
       shardMapMoving: router.prev !== null,
       duplicateEvents: num('duplicates'),
+      devicesPurged: num('devicesPurged'),
+      devicesExpired: num('devicesExpired'),
       gatewayId,
     },
   };

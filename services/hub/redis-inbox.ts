@@ -4,7 +4,7 @@
  */
 import { AmbitError } from '../../src/model/errors.js';
 import { ordinalOf } from '../matcher/fanout.js';
-import { type Delivery, type DrainableInbox, compareDeliveryIds, parseDeliveryId } from './port.js';
+import { type Delivery, type DrainableInbox, compareDeliveryIds, parseDeliveryId, purgedError } from './port.js';
 
 const COMPONENT = 'redis hub';
 /** Pushed notifications an inbox holds for a stream that does not take them; then it reads the stream when it does. */
@@ -56,6 +56,7 @@ export class RedisInbox implements DrainableInbox {
   private readTo = '';
   private early: Delivery[] | null = null;
   private closed = false;
+  private purged = false;
   private waiter: (() => void) | null = null;
   private poll: NodeJS.Timeout | null = null;
 
@@ -111,7 +112,15 @@ export class RedisInbox implements DrainableInbox {
     this.tailOrdinal = ordinal;
   }
 
+  /** @internal The device's state was purged: the inbox ends (takes and pulls throw purgedError). */
+  purge(): void {
+    if (this.closed) return;
+    this.purged = true;
+    this.close();
+  }
+
   take(max: number): Delivery[] {
+    if (this.purged) throw purgedError();
     if (this.closed || this.hub.isClosed) return [];
     const avail = this.queue.length - this.head;
     if (avail === 0) {
@@ -129,6 +138,7 @@ export class RedisInbox implements DrainableInbox {
   }
 
   notify(ready: () => void): void {
+    if (this.purged) return ready();
     if (this.closed || this.hub.isClosed || this.waiter !== null) return;
     if (this.head < this.queue.length) return ready();
     this.waiter = ready;
@@ -196,6 +206,7 @@ export class RedisInbox implements DrainableInbox {
 
   async pull(max: number): Promise<Delivery[]> {
     for (;;) {
+      if (this.purged) throw purgedError();
       if (this.closed || this.hub.isClosed) return [];
       const ds = this.take(max);
       if (ds.length !== 0) return ds;

@@ -21,7 +21,11 @@ import type { Event, PositionUpdate } from '../../src/model/types.js';
 import {
   type Delivery,
   type DeviceInfo,
+  type DevicePage,
+  type DeviceQuery,
   type DeviceSubscription,
+  type DeviceSummary,
+  type PurgeResult,
   type CellMove,
   type Hub,
   type HubStats,
@@ -39,7 +43,7 @@ import { type Conn, DEFAULT_REDIS, RawCommand, type RedisSource, closeConnection
 import { DEFAULT_PREFIX, type GeoSpec, type GroupKeys, Keys } from '../redis/keys.js';
 import { checkLayout, layoutFor } from '../redis/layout.js';
 import { type MatcherStatsRecord, type PublishReply, RecentEvents, locFields, parsePushedNotification, parseReply, parseStoredNotification, pubFields } from '../redis/protocol.js';
-import { defineScripts, runScript } from '../redis/scripts.js';
+import { PURGED_DOORBELL, defineScripts, runScript } from '../redis/scripts.js';
 import { missedAfter, resumePoint } from '../matcher/fanout.js';
 import { DEFAULT_DEDUPE } from '../matcher/event-ids.js';
 import { type InboxHost, RedisInbox } from './redis-inbox.js';
@@ -302,6 +306,112 @@ export class RedisHub implements Hub, InboxHost {
     return { subscriptions, location: decodePosition(pos) };
   }
 
+  // ---- devices ----
+
+  /**
+   * SSCAN over the devices' set (each geographic or wide shard's in turn when sharded by space,
+   * keeping those with subscriptions). The token is "<shard>:<cursor>:<skip>": the scan call to
+   * repeat and how many of its devices the last page took.
+   */
+  async listDevices(q: DeviceQuery): Promise<DevicePage> {
+    this.checkOpen();
+    const shards = this.router === null ? 1 : this.keys.partitions;
+    let shard = 0;
+    let cursor = '0';
+    let skip = 0;
+    if (q.after !== '') {
+      const m = /^(\d{1,3}):(\d{1,20}):(\d{1,7})$/.exec(q.after);
+      if (m === null || Number(m[1]) >= shards) throw new AmbitError('INVALID_ARGUMENT', 'is not a page token this listing gave', 'page_token');
+      [shard, cursor, skip] = [Number(m[1]), m[2], Number(m[3])];
+    }
+    const match = `${globEscape(q.prefix)}*`;
+    const out: DeviceSummary[] = [];
+    const taken = new Set<string>();
+    for (; shard < shards; shard++, cursor = '0', skip = 0) {
+      const set = this.router === null ? this.keys.subDevices : this.keys.of(shard).subDevices;
+      for (;;) {
+        const [next, found] = await this.redis(() => this.read.sscan(set, cursor, 'MATCH', match, 'COUNT', Math.max(100, q.limit)));
+        const fresh = found.slice(skip).filter((d) => !taken.has(d));
+        const rows = await this.summaries(fresh);
+        let used = skip;
+        for (let i = 0; i < fresh.length; i++) {
+          used++;
+          if (rows[i].subscriptions === 0) continue; // homed without subscriptions, or purged meanwhile
+          out.push(rows[i]);
+          taken.add(fresh[i]);
+          if (out.length === q.limit) {
+            const more = used < found.length || next !== '0' || shard + 1 < shards;
+            return { devices: out, next: !more ? '' : used < found.length ? `${shard}:${cursor}:${used}` : next !== '0' ? `${shard}:${next}:0` : `${shard + 1}:0:0` };
+          }
+        }
+        skip = 0;
+        cursor = next;
+        if (cursor === '0') break;
+      }
+    }
+    return { devices: out, next: '' };
+  }
+
+  /** What a listing shows of each device (one pipeline in the devices' slot). */
+  private async summaries(devices: readonly string[]): Promise<DeviceSummary[]> {
+    if (devices.length === 0) return [];
+    const k = this.keys;
+    const p = this.read.pipeline();
+    for (const d of devices) {
+      p.hlen(k.subs(d));
+      p.hgetBuffer(k.pos, d);
+      p.zscore(k.seen, d);
+    }
+    const res = await this.redis(async () => {
+      const r = await p.exec();
+      checkResults(r);
+      return r!;
+    });
+    return devices.map((device, i) => ({
+      device,
+      subscriptions: Number(res[3 * i][1]),
+      location: decodePosition(res[3 * i + 1][1] as Buffer | null),
+      lastSeenMs: Number(res[3 * i + 2][1] ?? 0),
+    }));
+  }
+
+  async purgeDevice(device: string): Promise<PurgeResult> {
+    this.checkOpen();
+    return (await this.purge(device, '', 'devicesPurged')) as PurgeResult;
+  }
+
+  /** The purge script; SEEN when `seenBefore` is set and the device was seen at or after it. */
+  private async purge(device: string, seenBefore: string, counter: 'devicesPurged' | 'devicesExpired'): Promise<PurgeResult | 'SEEN'> {
+    // This gateway's pending positions first: none may bring the device back after its purge.
+    this.batcher.flush();
+    const k = this.keys;
+    const notifications = await this.redis(() => this.read.xlen(k.notes(device)));
+    const r = (await this.redis(() =>
+      this.router !== null
+        ? runScript(this.cmd, 'ambitGeoPurge', k.seq, k.subs(device), k.meta(device), k.home, k.wide, k.pos, k.seen, k.geoStats, k.shardPrefix, device, this.inMaxLen, seenBefore, counter)
+        : runScript(this.cmd, 'ambitPurge', k.subs(device), k.in, k.subDevices, k.pos, k.seen, k.stats, device, this.inMaxLen, seenBefore, counter),
+    )) as [number, number] | 'SEEN';
+    if (r === 'SEEN') return r;
+    return { subscriptions: Number(r[0]), location: Number(r[1]) === 1, notifications };
+  }
+
+  async markSeen(devices: readonly string[], ms: number): Promise<void> {
+    this.checkOpen();
+    for (let i = 0; i < devices.length; i += 1000) {
+      const args: (string | number)[] = [];
+      for (const d of devices.slice(i, i + 1000)) args.push(ms, d);
+      await this.redis(() => this.cmd.zadd(this.keys.seen, 'GT', ...args));
+    }
+  }
+
+  async expireDevices(beforeMs: number, max: number): Promise<string[]> {
+    this.checkOpen();
+    const stale = await this.redis(() => this.read.zrangebyscore(this.keys.seen, '-inf', `(${beforeMs}`, 'LIMIT', 0, max));
+    const gone: string[] = [];
+    for (const device of stale) if ((await this.purge(device, String(beforeMs), 'devicesExpired')) !== 'SEEN') gone.push(device);
+    return gone;
+  }
+
   // ---- locations ----
 
   async updateLocations(updates: readonly PositionUpdate[]): Promise<void> {
@@ -443,6 +553,10 @@ export class RedisHub implements Hub, InboxHost {
     if (device !== null) {
       const set = this.doorbells.get(device);
       if (set === undefined) return;
+      if (message === PURGED_DOORBELL) {
+        for (const inbox of [...set]) inbox.purge();
+        return;
+      }
       // The notification itself; a message that is not one (a plain doorbell) makes the inbox read.
       const d = parsePushedNotification(message, this.recentEvents);
       for (const inbox of set) {
@@ -464,16 +578,16 @@ export class RedisHub implements Hub, InboxHost {
       // Listen before reading, so a notification stored after our first read still rings.
       await this.watch(inbox);
       const g = this.keys.groupOf(device);
-      const [[acked, seqText, oldest], instance] = await Promise.all([
+      const [[acked, seqText, oldest, born], instance] = await Promise.all([
         this.redis(() =>
-          runScript(this.read, 'ambitOpen', g.notes(device), g.dstate, g.acked, g.stats, g.config, g.nseq, g.nlast, device, resumeAfter === null ? 'acked' : 'token', resumeAfter ?? '', this.now === null ? '' : this.now()),
-        ) as Promise<[string, string, string]>,
+          runScript(this.read, 'ambitOpen', g.notes(device), g.dstate, g.acked, g.stats, g.config, g.nseq, g.nlast, g.born, device, resumeAfter === null ? 'acked' : 'token', resumeAfter ?? '', this.now === null ? '' : this.now(), randomBytes(6).toString('hex')),
+        ) as Promise<[string, string, string, string]>,
         // Read at every open: a Redis that lost its data gets a new one (the first process to see it sets it).
         this.redis(() => this.read.get(this.keys.matcherInstance)).then(async (v) => v ?? (await this.setInstance())),
       ]);
       const last = Number(seqText);
       const start = resumePoint(acked, last);
-      inbox.begin(start, missedAfter(start, oldest, last), start !== acked, instance);
+      inbox.begin(start, missedAfter(start, oldest, last), start !== acked, `${instance}.${born}`);
       return inbox;
     } catch (err) {
       inbox.close();
@@ -641,6 +755,8 @@ export class RedisHub implements Hub, InboxHost {
         matcherOffset: matcher?.offset ?? '',
         matcherEpoch: matcher?.epoch ?? 0,
         duplicateEvents: num('duplicates'),
+        devicesPurged: num('devicesPurged'),
+        devicesExpired: num('devicesExpired'),
         gatewayId: this.gatewayId,
       },
     };
@@ -712,6 +828,11 @@ export class RedisHub implements Hub, InboxHost {
 }
 
 // ---- helpers ----
+
+/** A prefix as a literal SCAN pattern (glob's special characters escaped). */
+function globEscape(s: string): string {
+  return s.replace(/[*?[\]\\]/g, '\\$&');
+}
 
 /** Only the Event fields, so nothing else a caller attached travels through Redis. */
 function plainEvent(e: Event): Event {

@@ -56,6 +56,8 @@ interface Position {
   lat: number;
   lon: number;
   handle: DeviceHandle | null;
+  /** Purged: a writer holding this record resolves the device again. */
+  dead?: boolean;
 }
 
 export class MatchCore {
@@ -114,6 +116,34 @@ export class MatchCore {
     return true;
   }
 
+  /**
+   * Removes every subscription of the device and its position (the engine forgets both); what
+   * was removed. A location writer opened before finds the device again on its next update.
+   */
+  purge(device: string): { subscriptions: number; location: boolean } {
+    const ids = [...(this.subs.get(device)?.subs.keys() ?? [])];
+    for (const id of ids) this.remove(device, id);
+    const p = this.positions.get(device);
+    if (p !== undefined) {
+      this.positions.delete(device);
+      p.dead = true;
+      p.handle?.release();
+      p.handle = null;
+      this.engine.removeDevice(device);
+    }
+    return { subscriptions: ids.length, location: p !== undefined };
+  }
+
+  /** How many subscriptions the device holds. */
+  count(device: string): number {
+    return this.subs.get(device)?.subs.size ?? 0;
+  }
+
+  /** Ids of the devices holding subscriptions (live: take them before the next change). */
+  subscribedDevices(): IterableIterator<string> {
+    return this.subs.keys();
+  }
+
   list(device: string): DeviceSubscription[] {
     const mine = this.subs.get(device);
     return mine === undefined ? [] : [...mine.subs.values()];
@@ -139,7 +169,10 @@ export class MatchCore {
    */
   writer(device: string): (lat: number, lon: number) => void {
     let p: Position | null = null;
-    return (lat, lon) => this.place((p ??= this.record(device)), lat, lon);
+    return (lat, lon) => {
+      if (p === null || p.dead === true) p = this.record(device);
+      this.place(p, lat, lon);
+    };
   }
 
   private record(device: string): Position {

@@ -19,6 +19,10 @@ export class DeviceLog {
   /** Ordinal of the last appended notification (the seq part of its id). */
   last = 0;
   lastMs = 0;
+  /** The device's state was purged: this log is no longer its log, and its readers end. */
+  purged = false;
+  /** Numbers this log among the store's: a device's log made anew (after a purge) has another. */
+  born = 0;
   /**
    * Readers waiting for the next entry: none, the one (the usual case: a device's one stream, so
    * an idle stream holds no set), or a set of them.
@@ -122,6 +126,7 @@ export class MemoryFanOut implements FanOut {
   dropped = 0;
   private readonly logs = new Map<string, DeviceLog>();
   private readonly sweeper: NodeJS.Timeout;
+  private logsMade = 0;
 
   constructor(options: MemoryFanOutOptions = {}) {
     this.retention = { ...DEFAULT_RETENTION, ...options.retention };
@@ -148,6 +153,7 @@ export class MemoryFanOut implements FanOut {
     let log = this.logs.get(device);
     if (log === undefined) {
       log = new DeviceLog();
+      log.born = ++this.logsMade;
       this.logs.set(device, log);
     }
     return log;
@@ -161,6 +167,20 @@ export class MemoryFanOut implements FanOut {
   /** Drops what retention no longer keeps. */
   expire(log: DeviceLog): void {
     this.dropped += log.trim(Infinity, this.now() - this.retention.maxAgeMs);
+  }
+
+  /** Drops the device's log (its readers see it `purged`); how many notifications it held. */
+  async purge(device: string): Promise<number> {
+    return this.drop(device);
+  }
+
+  drop(device: string): number {
+    const log = this.logs.get(device);
+    if (log === undefined) return 0;
+    this.logs.delete(device);
+    log.purged = true;
+    log.wakeAll();
+    return log.size;
   }
 
   close(): void {

@@ -128,6 +128,22 @@ export class RedisFanOut implements FanOut {
     queueScript(p, this.script, 5 + n, g.dstate, g.stats, g.nseq, g.nlast, ...call.keys, g.fence, maxPerDevice, maxAgeMs, g.wakePrefix, this.now === null ? '' : this.now(), call.events, ...call.eventArgs, ...call.recipientArgs, this.token);
   }
 
+  /**
+   * Queues the drop of a purged device's notifications (ambitDrop) behind what was queued for its
+   * group before, so it goes after them in the next flush.
+   */
+  drop(device: string): void {
+    const g = this.k.groupOf(device);
+    const call = this.calls[g.index];
+    if (call !== undefined) this.emit(call);
+    let p = this.pipelines.get(g.index);
+    if (p === undefined) {
+      p = this.cmd.pipeline();
+      this.pipelines.set(g.index, p);
+    }
+    queueScript(p, this.k.layout.cluster ? 'ambitDropSharded' : 'ambitDrop', g.notes(device), g.dstate, g.nseq, g.nlast, g.acked, g.fence, g.born, device, g.wake(device), this.token);
+  }
+
   private reset(): void {
     this.stored = [];
     this.pipelines = new Map();

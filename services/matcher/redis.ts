@@ -244,6 +244,8 @@ export class RedisMatcher {
   /** Devices this matcher's engine took over from another shard, and gave to one (hand-over entries applied). */
   private handOversIn = 0;
   private handOversOut = 0;
+  /** A purge's drop was queued in the fan-out since the batch's last flush. */
+  private dropsQueued = false;
   private duplicates = 0;
   private readonly dedupeWindowMs: number;
   /**
@@ -622,7 +624,14 @@ export class RedisMatcher {
       if (entry.t === 'loc') this.applied += decodeLocations(entry.data, this.move);
       else if (entry.t === 'sub') this.core.put(entry.device, entry.sub, 'upsert');
       else if (entry.t === 'unsub') this.core.remove(entry.device, entry.subscriptionId);
-      else if (entry.t === 'rel') {
+      else if (entry.t === 'purge') {
+        this.release(entry.device);
+        // The leader drops its notifications, after those of the commands before (one flush chain).
+        if (this.currentRole === 'leader') {
+          this.fanout.drop(entry.device);
+          this.dropsQueued = true;
+        }
+      } else if (entry.t === 'rel') {
         for (const d of entry.devices) this.release(d);
         this.handOversOut += entry.devices.length;
       } else {
@@ -634,7 +643,7 @@ export class RedisMatcher {
     }
   }
 
-  /** Sharding by space: a device leaves this shard (its subscriptions and position). */
+  /** A device leaves this matcher (its subscriptions and position): handed over or purged. */
   private release(device: string): void {
     for (const sub of this.core.list(device)) this.core.remove(device, sub.id);
     if (this.deferred.length > 0) this.deferred = this.deferred.filter((d) => d.device !== device);
@@ -1088,6 +1097,11 @@ export class RedisMatcher {
       this.applyState(entry);
     }
     if (pubs.length > 0) flights.push((await this.matchPubs(pubs, batch)).done);
+    if (this.dropsQueued) {
+      // Purges after the batch's last publish: their drops go out before the offset moves past them.
+      this.dropsQueued = false;
+      if (leading) flights.push(this.fanout.flush());
+    }
     const applyMs = performance.now() - t0;
     this.lastId = last;
     this.readSinceStart = true;

@@ -82,6 +82,11 @@ export interface ServerConfig {
   /** How often the gRPC health service is brought in line with readiness (ms; readiness.ts). */
   healthIntervalMs: number;
   /**
+   * Devices unseen for this long expire: their subscriptions, position and backlog are purged
+   * (ms; 0: never). A device is seen when a gateway hears from it and while its stream is open.
+   */
+  deviceExpiryMs: number;
+  /**
    * Gateway processes sharing the gRPC port (1: this process serves it). Without Redis, this
    * process keeps the embedded hub and the gateways reach it over a private pipe each.
    */
@@ -150,6 +155,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   logLevel: 'info',
   shutdownGraceS: 10,
   healthIntervalMs: 1000,
+  deviceExpiryMs: 30 * 86_400_000,
   gateways: 1,
   hubInParent: false,
   fanoutShards: 0,
@@ -263,6 +269,8 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
     c.logLevel = level;
   }
   c.shutdownGraceS = int('AMBIT_SHUTDOWN_GRACE_S', 0, 3600) ?? c.shutdownGraceS;
+  const expiryDays = int('AMBIT_DEVICE_EXPIRY_DAYS', 0, 3650);
+  if (expiryDays !== undefined) c.deviceExpiryMs = expiryDays * 86_400_000;
   c.gateways = int('AMBIT_GATEWAYS', 1, MAX_GATEWAYS) ?? c.gateways;
   const hub = str('AMBIT_HUB');
   if (hub !== undefined && hub !== 'parent') throw new Error(`config: AMBIT_HUB may only be "parent" (set by a node for its gateway processes), got ${JSON.stringify(hub)}`);
@@ -303,6 +311,7 @@ export function checkConfig(c: ServerConfig): void {
   if (c.role !== 'all' && c.redisUrl === null && !c.hubInParent) throw new Error(`config: role ${c.role} needs REDIS_URL (only role all runs without Redis)`);
   if (c.tokenSecret === null && !c.dev && c.role !== 'matcher') throw new Error('config: AMBIT_TOKEN_SECRET is required (at least 32 bytes), or AMBIT_DEV=1 for a made-up one');
   if (c.tokenSecret !== null && Buffer.byteLength(c.tokenSecret) < 32) throw new Error(`config: AMBIT_TOKEN_SECRET must be at least 32 bytes, got ${Buffer.byteLength(c.tokenSecret)}`);
+  if (!Number.isSafeInteger(c.deviceExpiryMs) || c.deviceExpiryMs < 0) throw new Error(`config: deviceExpiryMs must be an integer ≥ 0 (AMBIT_DEVICE_EXPIRY_DAYS), got ${String(c.deviceExpiryMs)}`);
   if (!Number.isSafeInteger(c.gateways) || c.gateways < 1 || c.gateways > MAX_GATEWAYS) throw new Error(`config: gateways must be an integer in [1, ${MAX_GATEWAYS}], got ${String(c.gateways)}`);
   if (c.gateways > 1 && c.role === 'matcher') throw new Error(`config: AMBIT_GATEWAYS=${c.gateways} with role matcher: a matcher serves no gRPC`);
   if (!Number.isSafeInteger(c.fanoutShards) || c.fanoutShards < 0 || c.fanoutShards > MAX_FANOUT_SHARDS) throw new Error(`config: AMBIT_FANOUT_SHARDS must be an integer in [0, ${MAX_FANOUT_SHARDS}], got ${String(c.fanoutShards)}`);

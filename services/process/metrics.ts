@@ -73,6 +73,14 @@ export class Metrics implements EdgeMetrics {
       const ms = this.hubStats?.extra.handOverWaitMs;
       return typeof ms === 'number' && Number.isFinite(ms) ? ms / 1000 : 0;
     });
+    // Device lifecycle: counted by the hub (in Redis mode, the deployment's totals: every gateway
+    // reports the same figure, so aggregate with max, not sum).
+    const hubCount = (key: string) => () => {
+      const v = this.hubStats?.extra[key];
+      return typeof v === 'number' && Number.isFinite(v) ? v : 0;
+    };
+    counter('ambit_devices_purged_total', 'Devices purged on request (PurgeDevice), by the hub (Redis mode: the deployment)', hubCount('devicesPurged'));
+    counter('ambit_devices_expired_total', 'Devices purged because no gateway saw them for AMBIT_DEVICE_EXPIRY_DAYS, by the hub (Redis mode: the deployment)', hubCount('devicesExpired'));
     new client.Gauge({ name: 'ambit_connected_devices', help: 'Open device streams', registers: [r], collect() { this.set(c.connectedDevices); } });
     new client.Gauge({ name: 'ambit_send_queue', help: 'Notifications waiting for device streams to drain', registers: [r], collect() { this.set(c.sendQueue); } });
     new client.Gauge({ name: 'ambit_streams_held_back', help: 'Device streams not read because the client does not read its replies', registers: [r], collect() { this.set(c.streamsHeldBack); } });

@@ -29,6 +29,7 @@ import { SERVICES, reflectionPackage } from '../../api/rpc.js';
 import cluster from 'node:cluster';
 import { Readiness } from './readiness.js';
 import { Dashboard } from './dashboard.js';
+import { DeviceExpiry, type SeenTracker } from '../edge/seen.js';
 
 /** The largest request message the server takes (grpc-js and the gateway's own device streams alike). */
 const MAX_RECEIVE_BYTES = 4 * 1024 * 1024;
@@ -46,6 +47,10 @@ export interface RunningServer {
   readonly deviceStreams: 'http2' | 'grpc-js' | null;
   /** With AMBIT_PARTITIONS: where each hub partition listens for the node's gateway processes. */
   readonly partitionPaths: string[];
+  /** This gateway's record of when devices were seen (null: no gateway here). */
+  readonly seen: SeenTracker | null;
+  /** The sweep of devices unseen for AMBIT_DEVICE_EXPIRY_DAYS (null: none runs here). */
+  readonly expiry: DeviceExpiry | null;
   stop(): Promise<void>;
 }
 
@@ -54,6 +59,14 @@ export interface StartOptions {
   grpc?: boolean;
   /** The node's fan-out shards: the embedded hub's device logs live there (gateways.ts). */
   shards?: HubFanOut;
+  /** Clock (ms since the epoch) of tokens and device lifecycle, for tests. */
+  now?: () => number;
+}
+
+/** How often a gateway writes when devices were seen, and rewrites its connected ones, for an expiry. */
+export function seenPeriods(expiryMs: number): { flushMs: number; refreshMs: number } {
+  const e = expiryMs > 0 ? expiryMs : 30 * 86_400_000;
+  return { flushMs: Math.max(1, Math.min(60_000, Math.floor(e / 8))), refreshMs: Math.max(1, Math.min(3_600_000, Math.floor(e / 4))) };
 }
 
 /** A gateway's link to one fan-out shard or hub partition of its node (a Unix socket). */
@@ -136,6 +149,16 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
       }
     }
 
+    const now = options.now ?? Date.now;
+    // Devices unseen for the expiry are purged by the process that holds the hub (each gateway
+    // process in Redis mode: sweeps are idempotent), not by a gateway of a node's parent.
+    let expiry: DeviceExpiry | null = null;
+    if (hub !== null && !config.hubInParent && config.deviceExpiryMs > 0) {
+      const e = new DeviceExpiry(hub, now, { expiryMs: config.deviceExpiryMs, everyMs: Math.max(1, Math.min(3_600_000, Math.floor(config.deviceExpiryMs / 4))) }, log.child({ component: 'lifecycle' }));
+      e.start();
+      expiry = e;
+      cleanups.push(async () => e.stop());
+    }
     const metrics = new Metrics(hub ?? statsSource, config.role, statsSource);
     cleanups.push(() => metrics.close());
     const readiness = new Readiness();
@@ -169,7 +192,11 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
               readiness.drain();
               void followHealth().catch(() => {});
             },
+        seen: seenPeriods(config.deviceExpiryMs),
+        now,
       });
+      // At shutdown, after the streams ended (cleanups run last first): the last seen times are written.
+      cleanups.push(async () => gateway.seen?.close());
       const server = new grpc.Server({
         // A client that never reads must not hold memory: keepalive finds dead peers.
         'grpc.keepalive_time_ms': 30_000,
@@ -232,6 +259,8 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
       engineDetail,
       deviceStreams,
       partitionPaths,
+      seen: gatewayRef?.seen ?? null,
+      expiry,
       stop: () => (stopped ??= cleanup()),
     };
   } catch (err) {

@@ -196,6 +196,37 @@ return id
 `;
 
 /**
+ * Purge a device: its subscriptions, homes, position and last-seen record go, and its home shard
+ * (if it has one) gets a `purge` command (the shard forgets it and drops its notifications). With
+ * a time in ARGV[4], only if the device was last seen before it.
+ * KEYS: seq, subs:{device}, meta:{device}, home, wide, pos, seen, stats. ARGV: shard prefix,
+ * device, in maxlen, seen-before ms or '', the counter to add one to (devicesPurged or
+ * devicesExpired) if the device held anything. Returns {subscriptions removed, 1 if it had a
+ * position}, or SEEN.
+ */
+export const GEO_PURGE = `${NEXT_ID}
+local sp, dev = ARGV[1], ARGV[2]
+if ARGV[4] ~= '' then
+  local at = redis.call('ZSCORE', KEYS[7], dev)
+  if at and tonumber(at) >= tonumber(ARGV[4]) then return 'SEEN' end
+end
+local n = redis.call('HLEN', KEYS[2])
+redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('HDEL', KEYS[5], dev)
+local had = redis.call('HDEL', KEYS[6], dev)
+local was_seen = redis.call('ZREM', KEYS[7], dev)
+local cur = redis.call('HGET', KEYS[4], dev)
+if cur then
+  redis.call('HDEL', KEYS[4], dev)
+  redis.call('SREM', sp .. cur .. ':subdevs', dev)
+  local base, q = next_id(KEYS[1])
+  redis.call('XADD', sp .. cur .. ':in', 'MAXLEN', '~', ARGV[3], id_at(base, q, 0), 't', 'purge', 'dev', dev)
+end
+if n > 0 or had > 0 or was_seen > 0 then redis.call('HINCRBY', KEYS[8], ARGV[5], 1) end
+return {n, had}
+`;
+
+/**
  * A gateway's batch of positions. Each device goes to its home: its wide shard while it holds a
  * wide subscription (or, without a home, would be placed there); else the home it has while that
  * is one of the shards its guard circle touches (so a device near a border does not hop), else

@@ -15,6 +15,7 @@
  *   {p}subs:{device}    HASH  subscription id → "<in-entry id> <DeviceSubscription JSON>"
  *   {p}subdevs          SET   devices with at least one subscription (the matcher's snapshot list)
  *   {p}pos              HASH  device → 16 bytes: lat, lon as float64 LE
+ *   {p}seen             ZSET  device → when a gateway last saw it (ms; expiry purges the oldest)
  *   {p}in               STREAM every gateway → matcher command, in one total order
  *   {p}stats            HASH  events, duplicates, locations (single: notifications and dropped too)
  *   {p}config           HASH  the matcher's retention (maxPerDevice, maxAgeMs)
@@ -53,6 +54,8 @@
  *                             TTL time, the (in-entry, event index) marker of its last notification)
  *   {p}nseq, {p}nlast   HASH  the same for devices notified by versions before {p}dstate (read only)
  *   {p}acked            HASH  device → last acknowledged delivery id
+ *   {p}born             HASH  device → the id of its state, set at its first inbox open, dropped by a
+ *                             purge (its inbox's state id is "<instance>.<born>")
  *   {p}stats            HASH  notifications, dropped (the group's own in a cluster)
  *   {p}config           HASH  a copy of the matcher's retention, written by the leader (cluster)
  *   {p}fence            STRING the newest leader's token, raised by a new leader before it writes
@@ -106,6 +109,8 @@ export class GroupKeys {
   readonly nseq: string;
   readonly nlast: string;
   readonly acked: string;
+  /** device → the id of its state (new after a purge): part of the state id its inbox reports. */
+  readonly born: string;
   readonly stats: string;
   readonly config: string;
   readonly fence: string;
@@ -121,6 +126,7 @@ export class GroupKeys {
     this.nseq = `${base}nseq`;
     this.nlast = `${base}nlast`;
     this.acked = `${base}acked`;
+    this.born = `${base}born`;
     this.stats = `${base}stats`;
     this.config = `${base}config`;
     this.fence = fence;
@@ -140,6 +146,8 @@ export class GroupKeys {
 export class Keys {
   readonly subDevices: string;
   readonly pos: string;
+  /** Device → when a gateway last saw it (ms): a sorted set, beside the device's subscriptions. */
+  readonly seen: string;
   readonly in: string;
   readonly stats: string;
   readonly config: string;
@@ -210,6 +218,7 @@ export class Keys {
     // With sharding by space, a shard's subdevs are the devices homed there (with or without subscriptions).
     this.subDevices = `${base}subdevs`;
     this.pos = `${this.shared}pos`;
+    this.seen = `${this.shared}seen`;
     this.in = `${base}in`;
     this.stats = `${base}stats`;
     this.config = `${base}config`;

@@ -9,6 +9,7 @@
  *     loc    data <loc batch, codec.ts>                                             gateway MULTI
  *     sub    dev <device> sub <DeviceSubscription JSON>                             script ambitSub
  *     unsub  dev <device> id <subscription id>                                      script ambitUnsub
+ *     purge  dev <device>: forget the device, drop its notifications      script ambitPurge (ambitGeoPurge)
  *   sharded by space (scripts ambitGeo*; ids from {p}{g}seq, so every shard's stream is in one
  *   order): pub entries carry `idx`, the JSON array of each event's index in the publish, and
  *   `own`, the positions of the events this shard counts (each event is counted by one shard); and
@@ -58,7 +59,8 @@ export type InEntry =
   | { t: 'acq'; id: string; devices: Acquired[] }
   | { t: 'loc'; id: string; data: Buffer }
   | { t: 'sub'; id: string; device: string; sub: DeviceSubscription }
-  | { t: 'unsub'; id: string; device: string; subscriptionId: string };
+  | { t: 'unsub'; id: string; device: string; subscriptionId: string }
+  | { t: 'purge'; id: string; device: string };
 
 /** A device a shard takes over: where from, its position (null: none yet) and its stored subscriptions. */
 export interface Acquired {
@@ -97,6 +99,8 @@ export function parseInEntry(id: string, fields: Buffer[]): InEntry {
       return { t: 'sub', id, device: required(fields, 'dev', id).toString('utf8'), sub: JSON.parse(required(fields, 'sub', id).toString('utf8')) as DeviceSubscription };
     case 'unsub':
       return { t: 'unsub', id, device: required(fields, 'dev', id).toString('utf8'), subscriptionId: required(fields, 'id', id).toString('utf8') };
+    case 'purge':
+      return { t: 'purge', id, device: required(fields, 'dev', id).toString('utf8') };
     case 'rel': {
       const devices: string[] = [];
       const at: ({ lat: number; lon: number } | null)[] = [];

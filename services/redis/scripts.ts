@@ -9,7 +9,7 @@
  */
 import type { ChainableCommander } from 'ioredis';
 import type { Conn } from './connection.js';
-import { GEO_LOC, GEO_MAP, GEO_MOVE, GEO_PUB, GEO_SUB, GEO_UNSUB } from './geo-scripts.js';
+import { GEO_LOC, GEO_MAP, GEO_MOVE, GEO_PUB, GEO_PURGE, GEO_SUB, GEO_UNSUB } from './geo-scripts.js';
 
 const PARSE_ID = `
 local function parse_id(id)
@@ -219,6 +219,52 @@ if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('SREM', KEYS[3], ARGV[1]) 
 return redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 't', 'unsub', 'dev', ARGV[1], 'id', ARGV[2])
 `;
 
+/** What a doorbell says when the device's state was purged (never the start of a notification). */
+export const PURGED_DOORBELL = 'purged';
+
+/**
+ * Purge a device from the matcher's scope and queue its command: its subscriptions, its place in
+ * subdevs, its position and its last-seen record go; the matcher then forgets it and drops its
+ * notifications (DROP). With a time in ARGV[3], only if the device was last seen before it
+ * (expiry: a device seen since is kept).
+ * KEYS: subs:{device}, in, subdevs, pos, seen, stats. ARGV: device, in maxlen, seen-before ms or
+ * '', the counter to add one to (devicesPurged or devicesExpired) if the device held anything.
+ * Returns {subscriptions removed, 1 if it had a position}, or SEEN.
+ */
+const PURGE = `
+if ARGV[3] ~= '' then
+  local at = redis.call('ZSCORE', KEYS[5], ARGV[1])
+  if at and tonumber(at) >= tonumber(ARGV[3]) then return 'SEEN' end
+end
+local n = redis.call('HLEN', KEYS[1])
+redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[3], ARGV[1])
+local had = redis.call('HDEL', KEYS[4], ARGV[1])
+local was_seen = redis.call('ZREM', KEYS[5], ARGV[1])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 't', 'purge', 'dev', ARGV[1])
+if n > 0 or had > 0 or was_seen > 0 then redis.call('HINCRBY', KEYS[6], ARGV[4], 1) end
+return {n, had}
+`;
+
+/**
+ * The matcher drops a purged device's notifications, after those it stored before (fenced): its
+ * stream, delivery state and ack point, and rings its doorbell with PURGED_DOORBELL so open inboxes
+ * end, and the id of its state (OPEN gives it a new one). KEYS: n:{device}, dstate, nseq, nlast,
+ * acked, fence, born. ARGV: device, wake channel, token. Returns the notifications dropped.
+ */
+const DROP = `${FENCE}
+check_fence(KEYS[6], ARGV[3])
+redis.call('HDEL', KEYS[7], ARGV[1])
+local n = redis.call('XLEN', KEYS[1])
+redis.call('DEL', KEYS[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1])
+redis.call('HDEL', KEYS[5], ARGV[1])
+redis.call('$PUBLISH', ARGV[2], '${PURGED_DOORBELL}')
+return n
+`;
+
 // A device's delivery state, one field of {p}dstate: seven doubles (struct '<ddddddd'):
 // last id's ms, last ordinal, stream length after the last change, when its TTL was last set
 // (ms), and the marker of its last stored notification (source in-entry ms, seq, event index).
@@ -361,8 +407,10 @@ return stored
  * oldest retained id, after dropping (and counting) what is older than the matcher's max age,
  * the whole stream included when it expired.
  * KEYS: n:{device}, dstate, acked, stats, config, nseq, nlast (the last two: a device without a
- * state, from earlier versions). ARGV: device, 'acked' | 'token', token, now ms ('' = Redis's clock).
- * Returns { start, last ordinal, oldest retained id or '' }.
+ * state, from earlier versions), born. ARGV: device, 'acked' | 'token', token, now ms ('' = Redis's
+ * clock), a fresh id for the device's state should it have none.
+ * Returns { start, last ordinal, oldest retained id or '', the id of the device's state }: the
+ * state's id stays until the device is purged (DROP), so a new one means its state started empty.
  */
 const OPEN = `${PARSE_ID}${STATE}
 local start = ARGV[3]
@@ -392,7 +440,12 @@ if dropped > 0 then redis.call('HINCRBY', KEYS[4], 'dropped', dropped) end
 local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
 local oldest = ''
 if #first > 0 then oldest = first[1][1] end
-return {start, string.format('%.0f', seq), oldest}
+local born = redis.call('HGET', KEYS[8], ARGV[1])
+if not born then
+  born = ARGV[5]
+  redis.call('HSET', KEYS[8], ARGV[1], born)
+end
+return {start, string.format('%.0f', seq), oldest, born}
 `;
 
 /**
@@ -432,8 +485,11 @@ const DEFINITIONS = {
   // numberOfKeys is per call (the recipients' streams are keys): it is passed as the first argument.
   ambitDeliver: { lua: publishing(DELIVER, 'PUBLISH') },
   ambitDeliverSharded: { lua: publishing(DELIVER, 'SPUBLISH') },
-  ambitOpen: { lua: OPEN, numberOfKeys: 7 },
+  ambitOpen: { lua: OPEN, numberOfKeys: 8 },
   ambitAcks: { lua: ACKS, numberOfKeys: 1 },
+  ambitPurge: { lua: PURGE, numberOfKeys: 6 },
+  ambitDrop: { lua: publishing(DROP, 'PUBLISH'), numberOfKeys: 7 },
+  ambitDropSharded: { lua: publishing(DROP, 'SPUBLISH'), numberOfKeys: 7 },
   ambitLeaseAcquire: { lua: LEASE_ACQUIRE, numberOfKeys: 2 },
   ambitLeaseRenew: { lua: LEASE_RENEW, numberOfKeys: 1 },
   ambitLeaseRelease: { lua: LEASE_RELEASE, numberOfKeys: 1 },
@@ -447,6 +503,7 @@ const DEFINITIONS = {
   // Sharding by space (geo-scripts.ts).
   ambitGeoSub: { lua: GEO_SUB, numberOfKeys: 7 },
   ambitGeoUnsub: { lua: GEO_UNSUB, numberOfKeys: 5 },
+  ambitGeoPurge: { lua: GEO_PURGE, numberOfKeys: 8 },
   ambitGeoLoc: { lua: GEO_LOC, numberOfKeys: 6 },
   ambitGeoPub: { lua: GEO_PUB, numberOfKeys: 3 },
   ambitGeoMove: { lua: GEO_MOVE, numberOfKeys: 4 },

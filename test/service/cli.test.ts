@@ -107,6 +107,50 @@ describe('ambit command line', () => {
     }
   });
 
+  it('devices and purge: pages of devices; a purged device is told its state is lost and its SDK subscribes again', async () => {
+    const env = { AMBIT_ADDRESS: address, AMBIT_OPS_TOKEN: srv.token('ops', ['ops']) };
+    const devs = await Promise.all(['fleet-a', 'fleet-b', 'fleet-c'].map((d) => AmbitDevice.connect(address, srv.token(d, ['device']))));
+    try {
+      for (const d of devs) await d.subscribe({ id: 'acc', filters: [{ constraints: [{ name: 'type', op: 'eq', value: 'accident' }] }] });
+      const first = await ambit(['devices', '--prefix', 'fleet-', '--limit', '2', '--json'], env);
+      assert.equal(first.code, 0, first.stderr);
+      const page = JSON.parse(first.stdout) as { devices: { deviceId: string; subscriptions: number }[]; nextPageToken: string };
+      assert.equal(page.devices.length, 2);
+      assert.notEqual(page.nextPageToken, '');
+      const text = await ambit(['devices', '--prefix', 'fleet-', '--page-token', page.nextPageToken], env);
+      assert.equal(text.code, 0, text.stderr);
+      assert.match(text.stdout, /^fleet-\w {2}1 subscriptions {2}no position {2}(never seen|seen \S+)$/m);
+      const all = JSON.parse((await ambit(['devices', '--all', '--prefix', 'fleet-', '--json'], env)).stdout) as { devices: { deviceId: string }[] };
+      assert.deepEqual(all.devices.map((d) => d.deviceId).sort(), ['fleet-a', 'fleet-b', 'fleet-c']);
+
+      const welcomed = new Promise<{ stateLost: boolean }>((resolve) => {
+        const off = devs[1].on('connected', (c) => {
+          off();
+          resolve(c);
+        });
+      });
+      const purged = await ambit(['purge', 'fleet-b'], env);
+      assert.equal(purged.code, 0, purged.stderr);
+      assert.match(purged.stdout, /^purged device fleet-b: 1 subscriptions, 0 notifications, no position$/m);
+      // Its stream ended; the SDK reconnects, hears that its state is gone and subscribes again.
+      assert.equal((await welcomed).stateLost, true);
+      let held: string[] = [];
+      for (let tries = 0; held.length === 0 && tries < 100; tries++) held = (await devs[1].listSubscriptions()).map((x) => x.id);
+      assert.deepEqual(held, ['acc']);
+      assert.equal(devs[1].stats.resubscribed, 1);
+
+      const usage = await ambit(['devices', '--limit', '5000'], env);
+      assert.equal(usage.code, 2);
+      assert.match(usage.stderr, /--limit: an integer in \[1, 1000\]/);
+      const badToken = await ambit(['devices', '--page-token', 'nope'], env);
+      assert.equal(badToken.code, 1);
+      assert.match(badToken.stderr, /^ambit: INVALID_ARGUMENT: .*\(field page_token\)$/m);
+      assert.equal((await ambit(['purge'], env)).code, 2);
+    } finally {
+      for (const d of devs) await d.close();
+    }
+  });
+
   it('a failed call exits 1 with its code, message and field; usage errors exit 2', async () => {
     const opsToken = srv.token('ops', ['ops']);
     const env = { AMBIT_ADDRESS: address };

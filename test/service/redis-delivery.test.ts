@@ -295,8 +295,8 @@ describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
       await r.xadd(k.notes('old'), `${ms}-41`, 'e', '{"id":"y"}', 's', '[]', 'p', String(ms));
       await r.hset(k.groups[0].nseq, 'old', '41');
       await r.hset(k.groups[0].nlast, 'old', `${ms} ${ms}-3 2 2`);
-      const open = () => runScript(r, 'ambitOpen', k.notes('old'), k.groups[0].dstate, k.groups[0].acked, k.stats, k.config, k.groups[0].nseq, k.groups[0].nlast, 'old', 'acked', '', '');
-      assert.deepEqual(await open(), ['', '41', `${ms}-40`]);
+      const open = () => runScript(r, 'ambitOpen', k.notes('old'), k.groups[0].dstate, k.groups[0].acked, k.stats, k.config, k.groups[0].nseq, k.groups[0].nlast, k.groups[0].born, 'old', 'acked', '', '', 'b0');
+      assert.deepEqual(await open(), ['', '41', `${ms}-40`, 'b0']);
       const deliver = (entry: string, index: number) =>
         runScript(r, 'ambitDeliver', 6, k.groups[0].dstate, k.stats, k.groups[0].nseq, k.groups[0].nlast, k.notes('old'), k.matcherEpoch, 100, 3_600_000, k.groups[0].wakePrefix, '', 1, entry, index, ms + 1, '{"id":"z"}', 'old', 1, '["s"]', '');
       assert.equal(await deliver(`${ms}-3`, 2), 0, 'the entry it already has is skipped');
@@ -307,7 +307,7 @@ describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
       await r.del(k.notes('old'));
       assert.equal(await deliver(`${ms}-4`, 0), 1);
       assert.equal(await r.hget(k.stats, 'dropped'), '3');
-      assert.deepEqual(await open(), ['', '43', `${ms + 1}-43`]);
+      assert.deepEqual(await open(), ['', '43', `${ms + 1}-43`, 'b0']);
     });
   });
 });

@@ -16,7 +16,7 @@ import type { Hub } from '../../services/hub/port.js';
 import { DEFAULT_CONFIG, type ServerConfig } from '../../services/process/config.js';
 import { rootLogger } from '../../services/process/log.js';
 import { Metrics } from '../../services/process/metrics.js';
-import { type RunningServer, startServer } from '../../services/process/server.js';
+import { type RunningServer, type StartOptions, startServer } from '../../services/process/server.js';
 import { grpcClient } from '../../api/rpc.js';
 import { type ConnectResponse, DeviceService, type Reply, type Welcome } from '../../api/gen/ambit/v1/device_pb.js';
 import { OpsService } from '../../api/gen/ambit/v1/ops_pb.js';
@@ -33,7 +33,7 @@ export type Init = any; // eslint-disable-line @typescript-eslint/no-explicit-an
  * is kept in memory: `unexpectedErrors()` lists what it logged at error level (a request that
  * ended INTERNAL, a failed shutdown step).
  */
-export async function startTestServer(config: Partial<ServerConfig> = {}): Promise<TestServer> {
+export async function startTestServer(config: Partial<ServerConfig> = {}, options: StartOptions = {}): Promise<TestServer> {
   const lines: string[] = [];
   const sink = new Writable({
     write(chunk: Buffer, _enc, done) {
@@ -41,7 +41,7 @@ export async function startTestServer(config: Partial<ServerConfig> = {}): Promi
       done();
     },
   });
-  const server = await startServer({ host: '127.0.0.1', port: 0, metricsPort: 0, engine: 'fast', dev: true, shutdownGraceS: 1, logLevel: 'warn', ...config }, rootLogger('warn', sink));
+  const server = await startServer({ host: '127.0.0.1', port: 0, metricsPort: 0, engine: 'fast', dev: true, shutdownGraceS: 1, logLevel: 'warn', ...config }, rootLogger('warn', sink), options);
   return new TestServer(server, lines);
 }
 
@@ -76,6 +76,8 @@ export async function startHubServer(hub: Hub, secret = 'hub-server-test-secret-
     engineDetail: 'test hub',
     deviceStreams: 'http2',
     partitionPaths: [],
+    seen: null,
+    expiry: null,
     stop: () =>
       (stopped ??= (async () => {
         gateway.drain();

@@ -15,7 +15,7 @@ import { describe, it } from 'node:test';
 import { AmbitError, type ErrorCode } from '../../src/model/errors.js';
 import type { Event, Filter, Value } from '../../src/model/types.js';
 import type { Retention } from '../../services/hub/embedded.js';
-import { type Delivery, type DeviceSubscription, type Hub, type Inbox, compareDeliveryIds, parseDeliveryId } from '../../services/hub/port.js';
+import { type Delivery, type DeviceSubscription, type DeviceSummary, type Hub, type Inbox, PURGED_MESSAGE, compareDeliveryIds, parseDeliveryId } from '../../services/hub/port.js';
 
 export interface HubSetup {
   retention?: Partial<Retention>;
@@ -465,6 +465,118 @@ export function runHubContract(name: string, makeHub: MakeHub, options: { timeou
         assert.equal(s.locationUpdates, 1);
         assert.equal(s.devices, 1);
         assert.ok(s.engine.length > 0);
+      }));
+
+    it('lists the devices holding subscriptions a page at a time, by prefix; a bad token is INVALID_ARGUMENT', () =>
+      withHub({}, async (hub) => {
+        const devices = ['fleet-1', 'fleet-2', 'fleet-3', 'fleet-4', 'fleet-5', 'other-1'];
+        for (const [i, d] of devices.entries()) for (let k = 0; k <= i % 3; k++) await hub.addSubscription(d, sub(`s${k}`, anywhere(eq('n', k))));
+        await hub.updateLocations([{ device: 'fleet-2', lat: P.lat, lon: P.lon }, { device: 'only-moves', lat: Q.lat, lon: Q.lon }]);
+        await hub.markSeen(['fleet-3'], 1234);
+        await hub.addSubscription('gone', sub('s', anywhere()));
+        await hub.removeSubscription('gone', 's');
+        const all = async (prefix: string, limit: number) => {
+          const seen: DeviceSummary[] = [];
+          let after = '';
+          let pages = 0;
+          do {
+            const page = await hub.listDevices({ prefix, after, limit });
+            assert.ok(page.devices.length <= limit, `a page holds at most ${limit}`);
+            assert.equal(new Set(page.devices.map((d) => d.device)).size, page.devices.length, 'no device twice in a page');
+            seen.push(...page.devices);
+            after = page.next;
+            assert.ok(++pages <= 20, 'the listing ends');
+          } while (after !== '');
+          return seen.sort((a, b) => (a.device < b.device ? -1 : 1));
+        };
+        const everything = await all('', 2);
+        assert.deepEqual(everything.map((d) => d.device), devices, 'devices without subscriptions are not listed');
+        assert.deepEqual(everything.map((d) => d.subscriptions), [1, 2, 3, 1, 2, 3]);
+        assert.deepEqual(everything[1].location, P);
+        assert.equal(everything[0].location, null);
+        assert.equal(everything[2].lastSeenMs, 1234);
+        assert.equal(everything[0].lastSeenMs, 0);
+        assert.deepEqual((await all('fleet-', 1)).map((d) => d.device), devices.slice(0, 5));
+        assert.deepEqual((await all('other', 100)).map((d) => d.device), ['other-1']);
+        assert.deepEqual(await hub.listDevices({ prefix: 'nobody', after: '', limit: 10 }), { devices: [], next: '' });
+        await rejectsWith(hub.listDevices({ prefix: '', after: 'not a token', limit: 10 }), 'INVALID_ARGUMENT', 'a made-up page token');
+      }));
+
+    it('purges a device: subscriptions, position and backlog go, its open inbox ends, it starts afresh', () =>
+      withHub({}, async (hub) => {
+        await addPing(hub, 'keep');
+        await hub.addSubscription('keep', sub('food', anywhere(eq('kind', 'food'))));
+        await hub.addSubscription('drop', sub('food', anywhere(eq('kind', 'food'))));
+        await hub.addSubscription('drop', sub('near', anchored(500, eq('kind', 'food'))));
+        await hub.updateLocations([{ device: 'drop', lat: P.lat, lon: P.lon }]);
+        const e1 = event({ kind: 'food' });
+        assert.deepEqual(await hub.publish([e1]), [{ eventId: e1.id, reached: 3 }]);
+        const old = await hub.openInbox('drop', null);
+        const [first] = await pullN(old, 1);
+        assert.equal(first.event.id, e1.id);
+        await old.ack(first.deliveryId);
+        const e2 = event({ kind: 'food' }, north(P, 100));
+        await hub.publish([e2]);
+
+        const pending = pullOnce(old, 10).then(
+          (ds) => ds,
+          (err: unknown) => err,
+        );
+        const r = await hub.purgeDevice('drop');
+        assert.deepEqual(r.subscriptions, 2);
+        assert.equal(r.location, true);
+        assert.ok(r.notifications >= 1, `the backlog was counted: ${r.notifications}`);
+        const ended = await pending;
+        // The pull may have taken e2 before the purge; the next one ends.
+        const err = Array.isArray(ended) ? await pullOnce(old, 10).then(() => null, (x: unknown) => x) : ended;
+        assert.ok(err instanceof AmbitError && err.code === 'UNAVAILABLE' && err.message === PURGED_MESSAGE, `the open inbox ends with the purge: ${String(err)}`);
+        old.close();
+
+        assert.deepEqual(await hub.listSubscriptions('drop'), []);
+        assert.deepEqual(await hub.deviceInfo('drop'), { subscriptions: [], location: null });
+        assert.deepEqual((await hub.listDevices({ prefix: 'drop', after: '', limit: 10 })).devices, []);
+        const e3 = event({ kind: 'food' });
+        assert.deepEqual(await hub.publish([e3]), [{ eventId: e3.id, reached: 1 }], 'only the kept device matches');
+
+        // Back with its old resume point: its state is gone, and nothing of before is delivered.
+        await addPing(hub, 'drop');
+        const again = await hub.openInbox('drop', first.deliveryId);
+        assert.equal(again.stateLost, true);
+        assert.notEqual(again.stateId, old.stateId, 'its state has another id');
+        // A device that never acknowledged anything learns it from the id alone.
+        const fresh = await hub.openInbox('drop', null);
+        assert.deepEqual([fresh.stateLost, fresh.stateId], [false, again.stateId]);
+        fresh.close();
+        assert.deepEqual(await drain(hub, again, 'drop'), []);
+        again.close();
+        const keep = await hub.openInbox('keep', null);
+        assert.deepEqual(shape(await drain(hub, keep, 'keep')), [[e1.id, ['food']], [e2.id, ['food']], [e3.id, ['food']]]);
+        keep.close();
+
+        assert.deepEqual(await hub.purgeDevice('nobody'), { subscriptions: 0, notifications: 0, location: false });
+        assert.equal((await hub.stats()).extra.devicesPurged, 1, 'a device that held nothing is not counted');
+      }));
+
+    it('expires devices last seen before a time, at most as many as asked, never one not recorded as seen', () =>
+      withHub({}, async (hub) => {
+        for (const d of ['old1', 'old2', 'old3', 'fresh', 'unseen']) await hub.addSubscription(d, sub('s', anywhere(eq('kind', 'x'))));
+        await hub.markSeen(['old1', 'old2', 'fresh'], 1_000);
+        await hub.markSeen(['old3'], 1_500);
+        await hub.markSeen(['fresh'], 9_000);
+        await hub.markSeen(['fresh'], 2_000); // older than what is recorded: no change
+        const first = await hub.expireDevices(5_000, 2);
+        assert.equal(first.length, 2);
+        const second = await hub.expireDevices(5_000, 10);
+        assert.deepEqual([...first, ...second].sort(), ['old1', 'old2', 'old3']);
+        assert.deepEqual(await hub.expireDevices(5_000, 10), []);
+        for (const d of ['old1', 'old2', 'old3']) assert.deepEqual(await hub.listSubscriptions(d), [], `${d} expired`);
+        const left = await hub.listDevices({ prefix: '', after: '', limit: 10 });
+        assert.deepEqual(left.devices.map((d) => [d.device, d.lastSeenMs]).sort(), [['fresh', 9_000], ['unseen', 0]]);
+        const e = event({ kind: 'x' });
+        assert.deepEqual(await hub.publish([e]), [{ eventId: e.id, reached: 2 }]);
+        const s = await hub.stats();
+        assert.equal(s.extra.devicesExpired, 3);
+        assert.equal(s.extra.devicesPurged, 0);
       }));
   });
 }

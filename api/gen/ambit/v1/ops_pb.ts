@@ -12,7 +12,146 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ambit/v1/ops.proto.
  */
 export const file_ambit_v1_ops: GenFile = /*@__PURE__*/
-  fileDesc("ChJhbWJpdC92MS9vcHMucHJvdG8SCGFtYml0LnYxIkcKGURlbGV0ZVN1YnNjcmlwdGlvblJlcXVlc3QSEQoJZGV2aWNlX2lkGAEgASgJEhcKD3N1YnNjcmlwdGlvbl9pZBgCIAEoCSIcChpEZWxldGVTdWJzY3JpcHRpb25SZXNwb25zZSIVChNEcmFpbkdhdGV3YXlSZXF1ZXN0Ii0KFERyYWluR2F0ZXdheVJlc3BvbnNlEhUKDXN0cmVhbXNfZW5kZWQYASABKAQiEQoPR2V0U3RhdHNSZXF1ZXN0Iu8CChBHZXRTdGF0c1Jlc3BvbnNlEg4KBmVuZ2luZRgBIAEoCRIVCg1lbmdpbmVfZGV0YWlsGAIgASgJEgwKBG1vZGUYAyABKAkSFQoNc3Vic2NyaXB0aW9ucxgEIAEoBBIPCgdmaWx0ZXJzGAUgASgEEg8KB2RldmljZXMYBiABKAQSGQoRY29ubmVjdGVkX2RldmljZXMYByABKAQSGAoQZXZlbnRzX3B1Ymxpc2hlZBgIIAEoBBIVCg1ub3RpZmljYXRpb25zGAkgASgEEhgKEGxvY2F0aW9uX3VwZGF0ZXMYCiABKAQSHQoVbm90aWZpY2F0aW9uc19kcm9wcGVkGAsgASgEEhsKE2VuZ2luZV9tZW1vcnlfYnl0ZXMYDCABKAQSFgoOdXB0aW1lX3NlY29uZHMYDSABKAQSGQoRc2hhcmRfbWFwX3ZlcnNpb24YDiABKAQSGAoQc2hhcmRfbWFwX21vdmluZxgPIAEoCCIzCghDZWxsTW92ZRILCgNyb3cYASABKA0SCwoDY29sGAIgASgNEg0KBXNoYXJkGAMgASgNIjUKEE1vdmVDZWxsc1JlcXVlc3QSIQoFbW92ZXMYASADKAsyEi5hbWJpdC52MS5DZWxsTW92ZSJFChFNb3ZlQ2VsbHNSZXNwb25zZRIZChFzaGFyZF9tYXBfdmVyc2lvbhgBIAEoBBIVCg1kZXZpY2VzX21vdmVkGAIgASgEIjIKHUdldERldmljZVN1YnNjcmlwdGlvbnNSZXF1ZXN0EhEKCWRldmljZV9pZBgBIAEoCSKGAQoeR2V0RGV2aWNlU3Vic2NyaXB0aW9uc1Jlc3BvbnNlEi0KDXN1YnNjcmlwdGlvbnMYASADKAsyFi5hbWJpdC52MS5TdWJzY3JpcHRpb24SIgoIbG9jYXRpb24YAiABKAsyEC5hbWJpdC52MS5MYXRMb24SEQoJY29ubmVjdGVkGAMgASgIMrIDCgpPcHNTZXJ2aWNlEkEKCEdldFN0YXRzEhkuYW1iaXQudjEuR2V0U3RhdHNSZXF1ZXN0GhouYW1iaXQudjEuR2V0U3RhdHNSZXNwb25zZRJrChZHZXREZXZpY2VTdWJzY3JpcHRpb25zEicuYW1iaXQudjEuR2V0RGV2aWNlU3Vic2NyaXB0aW9uc1JlcXVlc3QaKC5hbWJpdC52MS5HZXREZXZpY2VTdWJzY3JpcHRpb25zUmVzcG9uc2USRAoJTW92ZUNlbGxzEhouYW1iaXQudjEuTW92ZUNlbGxzUmVxdWVzdBobLmFtYml0LnYxLk1vdmVDZWxsc1Jlc3BvbnNlEk0KDERyYWluR2F0ZXdheRIdLmFtYml0LnYxLkRyYWluR2F0ZXdheVJlcXVlc3QaHi5hbWJpdC52MS5EcmFpbkdhdGV3YXlSZXNwb25zZRJfChJEZWxldGVTdWJzY3JpcHRpb24SIy5hbWJpdC52MS5EZWxldGVTdWJzY3JpcHRpb25SZXF1ZXN0GiQuYW1iaXQudjEuRGVsZXRlU3Vic2NyaXB0aW9uUmVzcG9uc2ViBnByb3RvMw", [file_ambit_v1_types]);
+  fileDesc("ChJhbWJpdC92MS9vcHMucHJvdG8SCGFtYml0LnYxIk4KEkxpc3REZXZpY2VzUmVxdWVzdBIRCglwYWdlX3NpemUYASABKA0SEgoKcGFnZV90b2tlbhgCIAEoCRIRCglpZF9wcmVmaXgYAyABKAkicwoNRGV2aWNlU3VtbWFyeRIRCglkZXZpY2VfaWQYASABKAkSFQoNc3Vic2NyaXB0aW9ucxgCIAEoDRIiCghsb2NhdGlvbhgDIAEoCzIQLmFtYml0LnYxLkxhdExvbhIUCgxsYXN0X3NlZW5fbXMYBCABKAQiWAoTTGlzdERldmljZXNSZXNwb25zZRIoCgdkZXZpY2VzGAEgAygLMhcuYW1iaXQudjEuRGV2aWNlU3VtbWFyeRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiJwoSUHVyZ2VEZXZpY2VSZXF1ZXN0EhEKCWRldmljZV9pZBgBIAEoCSJpChNQdXJnZURldmljZVJlc3BvbnNlEh0KFXN1YnNjcmlwdGlvbnNfcmVtb3ZlZBgBIAEoBBIdChVub3RpZmljYXRpb25zX3JlbW92ZWQYAiABKAQSFAoMaGFkX2xvY2F0aW9uGAMgASgIIkcKGURlbGV0ZVN1YnNjcmlwdGlvblJlcXVlc3QSEQoJZGV2aWNlX2lkGAEgASgJEhcKD3N1YnNjcmlwdGlvbl9pZBgCIAEoCSIcChpEZWxldGVTdWJzY3JpcHRpb25SZXNwb25zZSIVChNEcmFpbkdhdGV3YXlSZXF1ZXN0Ii0KFERyYWluR2F0ZXdheVJlc3BvbnNlEhUKDXN0cmVhbXNfZW5kZWQYASABKAQiEQoPR2V0U3RhdHNSZXF1ZXN0Iu8CChBHZXRTdGF0c1Jlc3BvbnNlEg4KBmVuZ2luZRgBIAEoCRIVCg1lbmdpbmVfZGV0YWlsGAIgASgJEgwKBG1vZGUYAyABKAkSFQoNc3Vic2NyaXB0aW9ucxgEIAEoBBIPCgdmaWx0ZXJzGAUgASgEEg8KB2RldmljZXMYBiABKAQSGQoRY29ubmVjdGVkX2RldmljZXMYByABKAQSGAoQZXZlbnRzX3B1Ymxpc2hlZBgIIAEoBBIVCg1ub3RpZmljYXRpb25zGAkgASgEEhgKEGxvY2F0aW9uX3VwZGF0ZXMYCiABKAQSHQoVbm90aWZpY2F0aW9uc19kcm9wcGVkGAsgASgEEhsKE2VuZ2luZV9tZW1vcnlfYnl0ZXMYDCABKAQSFgoOdXB0aW1lX3NlY29uZHMYDSABKAQSGQoRc2hhcmRfbWFwX3ZlcnNpb24YDiABKAQSGAoQc2hhcmRfbWFwX21vdmluZxgPIAEoCCIzCghDZWxsTW92ZRILCgNyb3cYASABKA0SCwoDY29sGAIgASgNEg0KBXNoYXJkGAMgASgNIjUKEE1vdmVDZWxsc1JlcXVlc3QSIQoFbW92ZXMYASADKAsyEi5hbWJpdC52MS5DZWxsTW92ZSJFChFNb3ZlQ2VsbHNSZXNwb25zZRIZChFzaGFyZF9tYXBfdmVyc2lvbhgBIAEoBBIVCg1kZXZpY2VzX21vdmVkGAIgASgEIjIKHUdldERldmljZVN1YnNjcmlwdGlvbnNSZXF1ZXN0EhEKCWRldmljZV9pZBgBIAEoCSKGAQoeR2V0RGV2aWNlU3Vic2NyaXB0aW9uc1Jlc3BvbnNlEi0KDXN1YnNjcmlwdGlvbnMYASADKAsyFi5hbWJpdC52MS5TdWJzY3JpcHRpb24SIgoIbG9jYXRpb24YAiABKAsyEC5hbWJpdC52MS5MYXRMb24SEQoJY29ubmVjdGVkGAMgASgIMsoECgpPcHNTZXJ2aWNlEkEKCEdldFN0YXRzEhkuYW1iaXQudjEuR2V0U3RhdHNSZXF1ZXN0GhouYW1iaXQudjEuR2V0U3RhdHNSZXNwb25zZRJrChZHZXREZXZpY2VTdWJzY3JpcHRpb25zEicuYW1iaXQudjEuR2V0RGV2aWNlU3Vic2NyaXB0aW9uc1JlcXVlc3QaKC5hbWJpdC52MS5HZXREZXZpY2VTdWJzY3JpcHRpb25zUmVzcG9uc2USRAoJTW92ZUNlbGxzEhouYW1iaXQudjEuTW92ZUNlbGxzUmVxdWVzdBobLmFtYml0LnYxLk1vdmVDZWxsc1Jlc3BvbnNlEk0KDERyYWluR2F0ZXdheRIdLmFtYml0LnYxLkRyYWluR2F0ZXdheVJlcXVlc3QaHi5hbWJpdC52MS5EcmFpbkdhdGV3YXlSZXNwb25zZRJfChJEZWxldGVTdWJzY3JpcHRpb24SIy5hbWJpdC52MS5EZWxldGVTdWJzY3JpcHRpb25SZXF1ZXN0GiQuYW1iaXQudjEuRGVsZXRlU3Vic2NyaXB0aW9uUmVzcG9uc2USSgoLTGlzdERldmljZXMSHC5hbWJpdC52MS5MaXN0RGV2aWNlc1JlcXVlc3QaHS5hbWJpdC52MS5MaXN0RGV2aWNlc1Jlc3BvbnNlEkoKC1B1cmdlRGV2aWNlEhwuYW1iaXQudjEuUHVyZ2VEZXZpY2VSZXF1ZXN0Gh0uYW1iaXQudjEuUHVyZ2VEZXZpY2VSZXNwb25zZWIGcHJvdG8z", [file_ambit_v1_types]);
+
+/**
+ * @generated from message ambit.v1.ListDevicesRequest
+ */
+export type ListDevicesRequest = Message<"ambit.v1.ListDevicesRequest"> & {
+  /**
+   * 1..1000; 0 means 100.
+   *
+   * @generated from field: uint32 page_size = 1;
+   */
+  pageSize: number;
+
+  /**
+   * next_page_token of the previous page; empty for the first.
+   *
+   * @generated from field: string page_token = 2;
+   */
+  pageToken: string;
+
+  /**
+   * Only devices whose id starts with this.
+   *
+   * @generated from field: string id_prefix = 3;
+   */
+  idPrefix: string;
+};
+
+/**
+ * Describes the message ambit.v1.ListDevicesRequest.
+ * Use `create(ListDevicesRequestSchema)` to create a new message.
+ */
+export const ListDevicesRequestSchema: GenMessage<ListDevicesRequest> = /*@__PURE__*/
+  messageDesc(file_ambit_v1_ops, 0);
+
+/**
+ * @generated from message ambit.v1.DeviceSummary
+ */
+export type DeviceSummary = Message<"ambit.v1.DeviceSummary"> & {
+  /**
+   * @generated from field: string device_id = 1;
+   */
+  deviceId: string;
+
+  /**
+   * @generated from field: uint32 subscriptions = 2;
+   */
+  subscriptions: number;
+
+  /**
+   * Its last known position, when there is one.
+   *
+   * @generated from field: ambit.v1.LatLon location = 3;
+   */
+  location?: LatLon | undefined;
+
+  /**
+   * When a gateway last saw the device (milliseconds since the epoch; 0 when not recorded).
+   *
+   * @generated from field: uint64 last_seen_ms = 4;
+   */
+  lastSeenMs: bigint;
+};
+
+/**
+ * Describes the message ambit.v1.DeviceSummary.
+ * Use `create(DeviceSummarySchema)` to create a new message.
+ */
+export const DeviceSummarySchema: GenMessage<DeviceSummary> = /*@__PURE__*/
+  messageDesc(file_ambit_v1_ops, 1);
+
+/**
+ * @generated from message ambit.v1.ListDevicesResponse
+ */
+export type ListDevicesResponse = Message<"ambit.v1.ListDevicesResponse"> & {
+  /**
+   * @generated from field: repeated ambit.v1.DeviceSummary devices = 1;
+   */
+  devices: DeviceSummary[];
+
+  /**
+   * Empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message ambit.v1.ListDevicesResponse.
+ * Use `create(ListDevicesResponseSchema)` to create a new message.
+ */
+export const ListDevicesResponseSchema: GenMessage<ListDevicesResponse> = /*@__PURE__*/
+  messageDesc(file_ambit_v1_ops, 2);
+
+/**
+ * @generated from message ambit.v1.PurgeDeviceRequest
+ */
+export type PurgeDeviceRequest = Message<"ambit.v1.PurgeDeviceRequest"> & {
+  /**
+   * @generated from field: string device_id = 1;
+   */
+  deviceId: string;
+};
+
+/**
+ * Describes the message ambit.v1.PurgeDeviceRequest.
+ * Use `create(PurgeDeviceRequestSchema)` to create a new message.
+ */
+export const PurgeDeviceRequestSchema: GenMessage<PurgeDeviceRequest> = /*@__PURE__*/
+  messageDesc(file_ambit_v1_ops, 3);
+
+/**
+ * @generated from message ambit.v1.PurgeDeviceResponse
+ */
+export type PurgeDeviceResponse = Message<"ambit.v1.PurgeDeviceResponse"> & {
+  /**
+   * @generated from field: uint64 subscriptions_removed = 1;
+   */
+  subscriptionsRemoved: bigint;
+
+  /**
+   * Notifications of its backlog that were still stored.
+   *
+   * @generated from field: uint64 notifications_removed = 2;
+   */
+  notificationsRemoved: bigint;
+
+  /**
+   * @generated from field: bool had_location = 3;
+   */
+  hadLocation: boolean;
+};
+
+/**
+ * Describes the message ambit.v1.PurgeDeviceResponse.
+ * Use `create(PurgeDeviceResponseSchema)` to create a new message.
+ */
+export const PurgeDeviceResponseSchema: GenMessage<PurgeDeviceResponse> = /*@__PURE__*/
+  messageDesc(file_ambit_v1_ops, 4);
 
 /**
  * @generated from message ambit.v1.DeleteSubscriptionRequest
@@ -34,7 +173,7 @@ export type DeleteSubscriptionRequest = Message<"ambit.v1.DeleteSubscriptionRequ
  * Use `create(DeleteSubscriptionRequestSchema)` to create a new message.
  */
 export const DeleteSubscriptionRequestSchema: GenMessage<DeleteSubscriptionRequest> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 0);
+  messageDesc(file_ambit_v1_ops, 5);
 
 /**
  * @generated from message ambit.v1.DeleteSubscriptionResponse
@@ -47,7 +186,7 @@ export type DeleteSubscriptionResponse = Message<"ambit.v1.DeleteSubscriptionRes
  * Use `create(DeleteSubscriptionResponseSchema)` to create a new message.
  */
 export const DeleteSubscriptionResponseSchema: GenMessage<DeleteSubscriptionResponse> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 1);
+  messageDesc(file_ambit_v1_ops, 6);
 
 /**
  * @generated from message ambit.v1.DrainGatewayRequest
@@ -60,7 +199,7 @@ export type DrainGatewayRequest = Message<"ambit.v1.DrainGatewayRequest"> & {
  * Use `create(DrainGatewayRequestSchema)` to create a new message.
  */
 export const DrainGatewayRequestSchema: GenMessage<DrainGatewayRequest> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 2);
+  messageDesc(file_ambit_v1_ops, 7);
 
 /**
  * @generated from message ambit.v1.DrainGatewayResponse
@@ -79,7 +218,7 @@ export type DrainGatewayResponse = Message<"ambit.v1.DrainGatewayResponse"> & {
  * Use `create(DrainGatewayResponseSchema)` to create a new message.
  */
 export const DrainGatewayResponseSchema: GenMessage<DrainGatewayResponse> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 3);
+  messageDesc(file_ambit_v1_ops, 8);
 
 /**
  * @generated from message ambit.v1.GetStatsRequest
@@ -92,7 +231,7 @@ export type GetStatsRequest = Message<"ambit.v1.GetStatsRequest"> & {
  * Use `create(GetStatsRequestSchema)` to create a new message.
  */
 export const GetStatsRequestSchema: GenMessage<GetStatsRequest> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 4);
+  messageDesc(file_ambit_v1_ops, 9);
 
 /**
  * @generated from message ambit.v1.GetStatsResponse
@@ -186,7 +325,7 @@ export type GetStatsResponse = Message<"ambit.v1.GetStatsResponse"> & {
  * Use `create(GetStatsResponseSchema)` to create a new message.
  */
 export const GetStatsResponseSchema: GenMessage<GetStatsResponse> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 5);
+  messageDesc(file_ambit_v1_ops, 10);
 
 /**
  * A cell of the shard map (row from the south pole, column from the antimeridian, in cells of
@@ -216,7 +355,7 @@ export type CellMove = Message<"ambit.v1.CellMove"> & {
  * Use `create(CellMoveSchema)` to create a new message.
  */
 export const CellMoveSchema: GenMessage<CellMove> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 6);
+  messageDesc(file_ambit_v1_ops, 11);
 
 /**
  * @generated from message ambit.v1.MoveCellsRequest
@@ -233,7 +372,7 @@ export type MoveCellsRequest = Message<"ambit.v1.MoveCellsRequest"> & {
  * Use `create(MoveCellsRequestSchema)` to create a new message.
  */
 export const MoveCellsRequestSchema: GenMessage<MoveCellsRequest> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 7);
+  messageDesc(file_ambit_v1_ops, 12);
 
 /**
  * @generated from message ambit.v1.MoveCellsResponse
@@ -259,7 +398,7 @@ export type MoveCellsResponse = Message<"ambit.v1.MoveCellsResponse"> & {
  * Use `create(MoveCellsResponseSchema)` to create a new message.
  */
 export const MoveCellsResponseSchema: GenMessage<MoveCellsResponse> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 8);
+  messageDesc(file_ambit_v1_ops, 13);
 
 /**
  * @generated from message ambit.v1.GetDeviceSubscriptionsRequest
@@ -276,7 +415,7 @@ export type GetDeviceSubscriptionsRequest = Message<"ambit.v1.GetDeviceSubscript
  * Use `create(GetDeviceSubscriptionsRequestSchema)` to create a new message.
  */
 export const GetDeviceSubscriptionsRequestSchema: GenMessage<GetDeviceSubscriptionsRequest> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 9);
+  messageDesc(file_ambit_v1_ops, 14);
 
 /**
  * @generated from message ambit.v1.GetDeviceSubscriptionsResponse
@@ -305,7 +444,7 @@ export type GetDeviceSubscriptionsResponse = Message<"ambit.v1.GetDeviceSubscrip
  * Use `create(GetDeviceSubscriptionsResponseSchema)` to create a new message.
  */
 export const GetDeviceSubscriptionsResponseSchema: GenMessage<GetDeviceSubscriptionsResponse> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 10);
+  messageDesc(file_ambit_v1_ops, 15);
 
 /**
  * Operators' calls; need the `ops` scope.
@@ -367,6 +506,31 @@ export const OpsService: GenService<{
     methodKind: "unary";
     input: typeof DeleteSubscriptionRequestSchema;
     output: typeof DeleteSubscriptionResponseSchema;
+  },
+  /**
+   * The devices that hold at least one subscription, a page at a time, in no order to rely on.
+   * INVALID_ARGUMENT (field page_size, page_token or id_prefix) for a bad request.
+   *
+   * @generated from rpc ambit.v1.OpsService.ListDevices
+   */
+  listDevices: {
+    methodKind: "unary";
+    input: typeof ListDevicesRequestSchema;
+    output: typeof ListDevicesResponseSchema;
+  },
+  /**
+   * Removes everything the deployment holds for a device: its subscriptions, position,
+   * notification backlog, acknowledgements and last-seen time. Its open device stream ends with
+   * UNAVAILABLE; a device that connects again starts with empty state (Welcome.state_lost), so an
+   * app still running subscribes again: revoke its tokens to keep it out. A device with nothing
+   * stored answers with zero counts.
+   *
+   * @generated from rpc ambit.v1.OpsService.PurgeDevice
+   */
+  purgeDevice: {
+    methodKind: "unary";
+    input: typeof PurgeDeviceRequestSchema;
+    output: typeof PurgeDeviceResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_ambit_v1_ops, 0);
