@@ -1,5 +1,5 @@
 /** Operators' calls (the `ops` scope): server totals, devices (listed, inspected, purged), moving cells of the shard map. */
-import type { DrainGatewayResponse, GetDeviceSubscriptionsResponse, GetStatsResponse, ListDevicesResponse, MoveCellsResponse, PurgeDeviceResponse } from '../api/gen/ambit/v1/ops_pb.js';
+import type { DrainGatewayResponse, GetDeviceSubscriptionsResponse, GetStatsResponse, ListDevicesResponse, MoveCellsResponse, PurgeDeviceResponse, RevokeTokensResponse } from '../api/gen/ambit/v1/ops_pb.js';
 import { OpsService } from '../api/gen/ambit/v1/ops_pb.js';
 import { type ClientOptions, ServiceClient, type TokenSource, unary } from './transport.js';
 import { type LatLon, type Subscription, fromWireSubscription } from './types.js';
@@ -142,6 +142,16 @@ export class AmbitOps extends ServiceClient {
   async purgeDevice(deviceId: string): Promise<PurgeResult> {
     const r = await unary<PurgeDeviceResponse>(this.client, 'purgeDevice', { deviceId }, this.token, this.deadlineMs);
     return { subscriptionsRemoved: Number(r.subscriptionsRemoved), notificationsRemoved: Number(r.notificationsRemoved), hadLocation: r.hadLocation };
+  }
+
+  /**
+   * Revokes tokens in the whole deployment: one (`token` whole, or `tokenId`) or every token of a
+   * `subject` issued up to now; kept until the token expires, or `keepDays` (default: the
+   * deployment's). Streams opened with them end UNAUTHENTICATED on every gateway.
+   */
+  async revokeTokens(what: { token: string } | { tokenId: string; keepDays?: number } | { subject: string; keepDays?: number }): Promise<{ streamsEnded: number; keptUntilMs: number }> {
+    const r = await unary<RevokeTokensResponse>(this.client, 'revokeTokens', { token: 'token' in what ? what.token : '', tokenId: 'tokenId' in what ? what.tokenId : '', subject: 'subject' in what ? what.subject : '', keepDays: 'keepDays' in what ? (what.keepDays ?? 0) : 0 }, this.token, this.deadlineMs);
+    return { streamsEnded: Number(r.streamsEnded), keptUntilMs: Number(r.keptUntilUnixS) * 1000 };
   }
 
   async deviceSubscriptions(deviceId: string): Promise<DeviceInfo> {

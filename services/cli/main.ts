@@ -11,6 +11,7 @@
  *   ambit unsubscribe DEVICE SUBSCRIPTION                             remove one subscription of a device
  *   ambit devices [--prefix P] [--limit N] [--page-token T] [--all]   devices holding subscriptions, a page at a time
  *   ambit purge DEVICE                                                remove everything held for a device
+ *   ambit revoke subject S | token-id ID | token T [--keep-days N]    revoke tokens in the whole deployment
  *
  * Calls go to `--address` (AMBIT_ADDRESS, default 127.0.0.1:50051) with `--token` (AMBIT_OPS_TOKEN)
  * over plaintext, or TLS with `--tls` (system roots) or `--tls-ca FILE`. `--json` prints JSON.
@@ -33,6 +34,9 @@ const USAGE = `usage: ambit <command> [options]
   devices [--prefix P] [--limit N] [--page-token T] [--all]
                                                     the devices holding subscriptions, a page (or --all pages)
   purge DEVICE                                      remove a device's subscriptions, position and backlog
+  revoke subject S | token-id ID | token T [--keep-days N]
+                                                    revoke every token of a subject issued up to now, one token
+                                                    by its id (token --json prints it) or one token whole
 options: --address HOST:PORT (AMBIT_ADDRESS, 127.0.0.1:50051)  --token T (AMBIT_OPS_TOKEN)  --tls  --tls-ca FILE
          --deadline-ms N (30000)  --json
 `;
@@ -64,6 +68,7 @@ async function main(argv: string[]): Promise<number> {
         limit: { type: 'string' },
         'page-token': { type: 'string' },
         all: { type: 'boolean' },
+        'keep-days': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -97,7 +102,7 @@ async function main(argv: string[]): Promise<number> {
     } catch (err) {
       throw new Usage(`token: ${err instanceof Error ? err.message.replace(/^auth: /, '') : String(err)}`);
     }
-    out(json, { token, subject: v.subject, scopes, expiresInSeconds: ttl }, () => token);
+    out(json, { token, tokenId: new TokenAuthority(secret).verify(token).tokenId, subject: v.subject, scopes, expiresInSeconds: ttl }, () => token);
     return 0;
   }
 
@@ -127,7 +132,7 @@ async function main(argv: string[]): Promise<number> {
     return report.ready ? 0 : 1;
   }
 
-  if (!['stats', 'device', 'move-cells', 'drain', 'unsubscribe', 'devices', 'purge'].includes(command)) throw new Usage(`unknown command ${JSON.stringify(command)}`);
+  if (!['stats', 'device', 'move-cells', 'drain', 'unsubscribe', 'devices', 'purge', 'revoke'].includes(command)) throw new Usage(`unknown command ${JSON.stringify(command)}`);
   const token = v.token ?? process.env.AMBIT_OPS_TOKEN;
   if (token === undefined || token === '') throw new Usage(`${command}: pass --token or set AMBIT_OPS_TOKEN (a token with the ops scope: ambit token --subject you --scopes ops)`);
   if ((command === 'stats' || command === 'drain' || command === 'devices') && rest.length > 0) throw new Usage(`${command}: unexpected ${JSON.stringify(rest[0])}`);
@@ -174,6 +179,17 @@ async function main(argv: string[]): Promise<number> {
         const page = await ops.listDevices({ pageSize: limit, pageToken: v['page-token'] ?? '', idPrefix: v.prefix ?? '' });
         out(json, page, () => [...(page.devices.length === 0 ? ['no devices'] : page.devices.map(line)), ...(page.nextPageToken === '' ? [] : [`more: ambit devices --page-token ${page.nextPageToken}${v.prefix === undefined ? '' : ` --prefix ${JSON.stringify(v.prefix)}`}`])].join('\n'));
       }
+    } else if (command === 'revoke') {
+      const [kind, value] = rest;
+      if (rest.length !== 2 || !['subject', 'token-id', 'token'].includes(kind)) throw new Usage('revoke: give subject S, token-id ID or token T');
+      let keepDays: number | undefined;
+      if (v['keep-days'] !== undefined) {
+        keepDays = Number(v['keep-days']);
+        if (!/^\d+$/.test(v['keep-days']) || keepDays < 1 || keepDays > 3650) throw new Usage(`--keep-days: an integer in [1, 3650], got ${JSON.stringify(v['keep-days'])}`);
+        if (kind === 'token') throw new Usage('revoke token: a token given whole is revoked until it expires; leave out --keep-days');
+      }
+      const r = await ops.revokeTokens(kind === 'subject' ? { subject: value, keepDays } : kind === 'token-id' ? { tokenId: value, keepDays } : { token: value });
+      out(json, { revoked: kind === 'token' ? 'token' : `${kind} ${value}`, ...r, keptUntil: new Date(r.keptUntilMs).toISOString() }, () => `revoked ${kind === 'subject' ? `every token of ${value} issued up to now` : kind === 'token-id' ? `token ${value}` : 'the token'} until ${new Date(r.keptUntilMs).toISOString()}; ${r.streamsEnded} device streams ended on this gateway`);
     } else if (command === 'purge') {
       if (rest.length !== 1) throw new Usage('purge: give one device id');
       const r = await ops.purgeDevice(rest[0]);

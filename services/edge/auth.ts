@@ -4,7 +4,8 @@
  * format familiar and inspectable; HS256 and a handful of claims are all Ambit needs, so this is
  * written against node:crypto rather than pulling in a JOSE library.
  */
-import { createHmac, timingSafeEqual } from 'node:crypto';
+import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import type { Revocation } from '../hub/port.js';
 
 /** What a token may do. */
 export const SCOPES = Object.freeze({
@@ -25,6 +26,54 @@ export interface Principal {
   scopes: ReadonlySet<string>;
   /** Seconds since the epoch. */
   expiresAt: number;
+  /** When it was issued (seconds since the epoch; 0 when the token does not say). */
+  issuedAt: number;
+  /** The token's id (`jti`; '' for tokens minted before ids). */
+  tokenId: string;
+}
+
+/**
+ * The revocations in force, for the check every token goes through: a token by its id, or every
+ * token of a subject issued up to a time. Replaced whole when the hub says they changed.
+ */
+export class RevokedTokens {
+  private ids = new Map<string, number>();
+  private subjects = new Map<string, { upTo: number; until: number }>();
+
+  get size(): number {
+    return this.ids.size + this.subjects.size;
+  }
+
+  /** One revocation, before the hub's next list (which holds it) replaces them all. */
+  add(r: Revocation): void {
+    if ('tokenId' in r) this.ids.set(r.tokenId, Math.max(r.untilS, this.ids.get(r.tokenId) ?? 0));
+    else {
+      const had = this.subjects.get(r.subject);
+      this.subjects.set(r.subject, { upTo: Math.max(r.issuedUpToS, had?.upTo ?? 0), until: Math.max(r.untilS, had?.until ?? 0) });
+    }
+  }
+
+  set(all: readonly Revocation[]): void {
+    const ids = new Map<string, number>();
+    const subjects = new Map<string, { upTo: number; until: number }>();
+    for (const r of all) {
+      if ('tokenId' in r) ids.set(r.tokenId, r.untilS);
+      else subjects.set(r.subject, { upTo: r.issuedUpToS, until: r.untilS });
+    }
+    this.ids = ids;
+    this.subjects = subjects;
+  }
+
+  /** Whether the token of `p` is revoked at `nowS`. */
+  revoked(p: Principal, nowS: number): boolean {
+    if (this.ids.size === 0 && this.subjects.size === 0) return false;
+    if (p.tokenId !== '') {
+      const until = this.ids.get(p.tokenId);
+      if (until !== undefined && until > nowS) return true;
+    }
+    const s = this.subjects.get(p.subject);
+    return s !== undefined && s.until > nowS && p.issuedAt <= s.upTo;
+  }
 }
 
 /** Scope sets by scope claim: a node's tokens carry a few distinct ones, and each open stream keeps its principal. */
@@ -62,6 +111,8 @@ const MAX_TOKEN_CHARS = 4096;
 
 export class TokenAuthority {
   private readonly key: Buffer;
+  /** Revoked tokens verify() refuses (UNAUTHENTICATED); null: none are. */
+  revoked: RevokedTokens | null = null;
 
   /** `secret`: at least 32 bytes (RFC 7518 §3.2 asks for a key as long as the hash). */
   constructor(secret: string | Buffer, private readonly now: () => number = () => Date.now() / 1000) {
@@ -82,12 +133,15 @@ export class TokenAuthority {
     const ttl = o.ttlSeconds ?? 86_400;
     if (!Number.isFinite(ttl) || ttl <= 0) throw new Error(`auth: ttlSeconds must be > 0, got ${ttl}`);
     const iat = Math.floor(this.now());
-    const payload = b64url(Buffer.from(JSON.stringify({ sub: o.subject, scope: o.scopes.join(' '), iat, exp: iat + Math.ceil(ttl) })));
+    const payload = b64url(Buffer.from(JSON.stringify({ sub: o.subject, scope: o.scopes.join(' '), iat, exp: iat + Math.ceil(ttl), jti: randomBytes(12).toString('base64url') })));
     return `${HEADER}.${payload}.${this.sign(`${HEADER}.${payload}`)}`;
   }
 
-  /** The principal a token names; AuthError(UNAUTHENTICATED) when it is malformed, forged or expired. */
-  verify(token: string): Principal {
+  /**
+   * The principal a token names; AuthError(UNAUTHENTICATED) when it is malformed, forged, expired
+   * or (unless `checkRevoked` is false) revoked.
+   */
+  verify(token: string, checkRevoked = true): Principal {
     if (typeof token !== 'string' || token.length > MAX_TOKEN_CHARS) throw new AuthError('UNAUTHENTICATED', 'token is malformed');
     const parts = token.split('.');
     if (parts.length !== 3) throw new AuthError('UNAUTHENTICATED', 'token is malformed (expected header.payload.signature)');
@@ -107,8 +161,17 @@ export class TokenAuthority {
     if (!isRecord(claims) || typeof claims.sub !== 'string' || claims.sub === '' || typeof claims.exp !== 'number' || typeof claims.scope !== 'string') {
       throw new AuthError('UNAUTHENTICATED', 'token claims are malformed (need sub, scope, exp)');
     }
-    if (claims.exp <= this.now()) throw new AuthError('UNAUTHENTICATED', 'token has expired');
-    return { subject: claims.sub, scopes: scopeSet(claims.scope), expiresAt: claims.exp };
+    const now = this.now();
+    if (claims.exp <= now) throw new AuthError('UNAUTHENTICATED', 'token has expired');
+    const principal: Principal = {
+      subject: claims.sub,
+      scopes: scopeSet(claims.scope),
+      expiresAt: claims.exp,
+      issuedAt: typeof claims.iat === 'number' ? claims.iat : 0,
+      tokenId: typeof claims.jti === 'string' ? claims.jti : '',
+    };
+    if (checkRevoked && this.revoked !== null && this.revoked.revoked(principal, now)) throw new AuthError('UNAUTHENTICATED', 'token was revoked');
+    return principal;
   }
 
   private sign(data: string): string {

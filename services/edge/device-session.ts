@@ -65,7 +65,7 @@ export class DeviceSession implements Expiring, StreamListener {
     private readonly host: SessionHost,
     private readonly stream: DeviceStream,
     readonly device: string,
-    private readonly principal: Principal,
+    readonly principal: Principal,
   ) {}
 
   /** Registers the session (superseding an older stream of the device) and starts reading. */

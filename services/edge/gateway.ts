@@ -9,7 +9,7 @@ import * as grpc from '@grpc/grpc-js';
 import { create } from '@bufbuild/protobuf';
 import { type Limits, checkId, inRange, plainId } from '../../src/model/limits.js';
 import type { PositionUpdate } from '../../src/model/types.js';
-import { AuthError, type Principal, SCOPES, type Scope, type TokenAuthority, bearer, requireScope } from './auth.js';
+import { AuthError, type Principal, RevokedTokens, SCOPES, type Scope, type TokenAuthority, bearer, requireScope } from './auth.js';
 import {
   ApiError,
   type StatusInfo,
@@ -29,9 +29,9 @@ import {
   UpdateLocationsResponseSchema,
   DeviceService,
 } from '../../api/gen/ambit/v1/device_pb.js';
-import { OpsService, GetDeviceSubscriptionsResponseSchema, type GetDeviceSubscriptionsRequest, GetStatsResponseSchema, type MoveCellsRequest, MoveCellsResponseSchema, DrainGatewayResponseSchema, type DeleteSubscriptionRequest, DeleteSubscriptionResponseSchema, type ListDevicesRequest, ListDevicesResponseSchema, type PurgeDeviceRequest, PurgeDeviceResponseSchema } from '../../api/gen/ambit/v1/ops_pb.js';
+import { OpsService, GetDeviceSubscriptionsResponseSchema, type GetDeviceSubscriptionsRequest, GetStatsResponseSchema, type MoveCellsRequest, MoveCellsResponseSchema, DrainGatewayResponseSchema, type DeleteSubscriptionRequest, DeleteSubscriptionResponseSchema, type ListDevicesRequest, ListDevicesResponseSchema, type PurgeDeviceRequest, PurgeDeviceResponseSchema, type RevokeTokensRequest, RevokeTokensResponseSchema } from '../../api/gen/ambit/v1/ops_pb.js';
 import { type BulkPublishRequest, BulkPublishResponseSchema, type PublishRequest, PublishResponseSchema, PublisherService } from '../../api/gen/ambit/v1/publisher_pb.js';
-import { type Hub, MAX_DEVICE_PAGE } from '../hub/port.js';
+import { type Hub, MAX_DEVICE_PAGE, type Revocation } from '../hub/port.js';
 import { DeviceSession, type SessionHost } from './device-session.js';
 import { encodedEvent } from './notification-frame.js';
 import { GrpcJsDeviceStream } from './device-stream.js';
@@ -69,6 +69,8 @@ export interface GatewayOptions {
   seen: SeenOptions | null;
   /** Clock (ms since the epoch): token expiry and when devices were seen. */
   now: () => number;
+  /** How long a revocation by token id or subject is kept unless the call says (days). */
+  revocationKeepDays: number;
 }
 
 export const DEFAULT_GATEWAY_OPTIONS: Readonly<GatewayOptions> = Object.freeze({
@@ -81,6 +83,7 @@ export const DEFAULT_GATEWAY_OPTIONS: Readonly<GatewayOptions> = Object.freeze({
   onDrain: () => {},
   seen: null,
   now: Date.now,
+  revocationKeepDays: 30,
 });
 
 const CONNECT_PATH = `/${DeviceService.typeName}/${DeviceService.method.connect.name}`;
@@ -95,6 +98,7 @@ export class Gateway implements SessionHost {
   readonly expiry = new ExpiryClock(() => this.now());
   /** Notes the devices heard from and writes when they were seen (Hub.markSeen); null: off. */
   readonly seen: SeenTracker | null;
+  private readonly revoked: RevokedTokens;
   private readonly opts: GatewayOptions;
   private readonly startedAt = Date.now();
   private draining = false;
@@ -115,6 +119,13 @@ export class Gateway implements SessionHost {
     this.seen = this.opts.seen === null ? null : new SeenTracker(hub, () => this.sessions.keys(), this.now, this.opts.seen, log);
     this.seen?.start();
     this.counters = metrics.counters;
+    // Every token this gateway verifies is checked against the deployment's revocations, and the
+    // streams of tokens revoked later end (on whichever gateway revoked them).
+    this.revoked = authority.revoked ??= new RevokedTokens();
+    hub.watchRevocations((all) => {
+      this.revoked.set(all);
+      this.endRevoked();
+    });
     this.sendBatch = this.opts.sendBatch;
     this.h2 = { maxReceiveBytes: this.opts.maxReceiveBytes, decode: requestDecoder(DeviceService.method.connect, fastConnectRequest) };
   }
@@ -214,6 +225,36 @@ export class Gateway implements SessionHost {
           this.log.info({ device, ...r }, 'device purged on request (PurgeDevice)');
           return create(PurgeDeviceResponseSchema, { subscriptionsRemoved: BigInt(r.subscriptions), notificationsRemoved: BigInt(r.notifications), hadLocation: r.location });
         }),
+        revokeTokens: this.unary<RevokeTokensRequest>(SCOPES.ops, async (req) => {
+          const given = [req.tokenId !== '', req.subject !== '', req.token !== ''].filter(Boolean).length;
+          if (given !== 1) throw new ApiError(grpc.status.INVALID_ARGUMENT, `give exactly one of token_id, subject and token, got ${given}`, req.tokenId !== '' ? 'subject' : 'token_id');
+          if (req.keepDays > 3650) throw new ApiError(grpc.status.INVALID_ARGUMENT, `must be at most 3650, got ${req.keepDays}`, 'keep_days');
+          const nowS = this.now() / 1000;
+          const untilS = Math.ceil(nowS + (req.keepDays === 0 ? this.opts.revocationKeepDays : req.keepDays) * 86_400);
+          let r: Revocation;
+          if (req.token !== '') {
+            if (req.keepDays !== 0) throw new ApiError(grpc.status.INVALID_ARGUMENT, 'a token given whole is revoked until it expires; leave keep_days out', 'keep_days');
+            let p: Principal;
+            try {
+              p = this.authority.verify(req.token, false);
+            } catch (err) {
+              throw new ApiError(grpc.status.INVALID_ARGUMENT, err instanceof Error ? err.message : String(err), 'token');
+            }
+            if (p.tokenId === '') throw new ApiError(grpc.status.INVALID_ARGUMENT, 'has no id (minted by an earlier version): revoke its subject instead', 'token');
+            r = { tokenId: p.tokenId, untilS: p.expiresAt };
+          } else if (req.tokenId !== '') {
+            if (req.tokenId.length > 128 || !/^[A-Za-z0-9_-]+$/.test(req.tokenId)) throw new ApiError(grpc.status.INVALID_ARGUMENT, 'is not a token id (base64url, at most 128 characters)', 'token_id');
+            r = { tokenId: req.tokenId, untilS };
+          } else {
+            if (Buffer.byteLength(req.subject) > 128) throw new ApiError(grpc.status.INVALID_ARGUMENT, 'must be at most 128 bytes', 'subject');
+            r = { subject: req.subject, issuedUpToS: Math.floor(nowS), untilS };
+          }
+          await this.hub.revokeTokens([r]);
+          this.revoked.add(r);
+          const ended = this.endRevoked();
+          this.log.warn({ revocation: r, streamsEnded: ended }, 'tokens revoked on request (RevokeTokens)');
+          return create(RevokeTokensResponseSchema, { streamsEnded: BigInt(ended), keptUntilUnixS: BigInt(r.untilS) });
+        }),
         getDeviceSubscriptions: this.unary<GetDeviceSubscriptionsRequest>(SCOPES.ops, async (req) => {
           const device = checkId('device_id', req.deviceId, this.limits);
           const info = await this.hub.deviceInfo(device);
@@ -259,6 +300,20 @@ export class Gateway implements SessionHost {
       for (const s of self.sessions.values()) if (s.lastLat === s.lastLat) yield [s.lastLat, s.lastLon];
     }
     return densityMap(devices(), this.recentEvents.since(Date.now() - windowMs), windowMs);
+  }
+
+  /** Ends the device streams whose token is revoked (UNAUTHENTICATED); how many. */
+  private endRevoked(): number {
+    if (this.revoked.size === 0) return 0;
+    const nowS = this.now() / 1000;
+    const status: StatusInfo = { code: grpc.status.UNAUTHENTICATED, message: 'token was revoked', field: '', expected: true };
+    let n = 0;
+    for (const s of [...this.sessions.values()]) {
+      if (!this.revoked.revoked(s.principal, nowS)) continue;
+      s.close(status);
+      n++;
+    }
+    return n;
   }
 
   /** Ends every device stream with UNAVAILABLE and refuses new ones; returns how many ended. */

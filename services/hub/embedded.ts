@@ -17,6 +17,8 @@ import {
   type LocationWriter,
   type PublishResult,
   type PurgeResult,
+  type Revocation,
+  mergeRevocations,
 } from './port.js';
 import { type MatchCore, type Owner, type Recipient, hubStats } from '../matcher/core.js';
 import type { DeliverySource, Retention } from '../matcher/fanout.js';
@@ -84,6 +86,9 @@ export class EmbeddedHub implements Hub {
   private readonly seen = new Map<string, number>();
   private purged = 0;
   private expired = 0;
+  /** Revoked tokens, by revocationKey, and who hears of changes. */
+  private readonly revoked = new Map<string, Revocation>();
+  private readonly revocationWatchers = new Set<(all: readonly Revocation[]) => void>();
 
   constructor(
     private readonly core: MatchCore,
@@ -219,6 +224,18 @@ export class EmbeddedHub implements Hub {
     for (const device of gone) await this.drop(device);
     this.expired += gone.length;
     return gone;
+  }
+
+  async revokeTokens(revocations: readonly Revocation[]): Promise<void> {
+    mergeRevocations(this.revoked, revocations, this.fanout.now() / 1000);
+    const all = [...this.revoked.values()];
+    for (const w of this.revocationWatchers) w(all);
+  }
+
+  watchRevocations(listener: (all: readonly Revocation[]) => void): () => void {
+    this.revocationWatchers.add(listener);
+    listener([...this.revoked.values()]);
+    return () => this.revocationWatchers.delete(listener);
   }
 
   async stats(): Promise<HubStats> {

@@ -61,6 +61,7 @@ export class HubServer {
       return served;
     };
     let detached = false;
+    let unwatchRevocations: (() => void) | null = null;
 
     /** The frame with a reply's tag and request number written, or null once detached. */
     const reply = (tag: number, i: number): FrameWriter | null => {
@@ -163,6 +164,19 @@ export class HubServer {
           return answer(i, hub.markSeen(a.ds!, a.ms!));
         case 'expire':
           return answer(i, hub.expireDevices(a.ms!, a.n!));
+        case 'revoke':
+          return answer(i, hub.revokeTokens(a.rv!));
+        case 'watchrev':
+          // Every revocation now and at each change goes to this gateway (once per link).
+          if (unwatchRevocations === null) {
+            unwatchRevocations = hub.watchRevocations((all) => {
+              if (detached) return;
+              const w = out.frame;
+              w.u8(H.REVOKED);
+              w.value(all);
+            });
+          }
+          return answer(i, Promise.resolve(null));
       }
     };
 
@@ -276,6 +290,7 @@ export class HubServer {
       if (detached) return;
       detached = true;
       out.closed = true;
+      unwatchRevocations?.();
       this.detachers.delete(detach);
       for (const s of inboxes.values()) s.box.close();
       inboxes.clear();

@@ -24,7 +24,7 @@ import { deserialize, serialize } from 'node:v8';
 import type { MessagePort } from 'node:worker_threads';
 import { AmbitError, type ErrorCode, PublishError, type PublishOutcome, ValidationError } from '../../src/model/errors.js';
 import type { Event, Value } from '../../src/model/types.js';
-import { type DeviceQuery, type DeviceSubscription, apiEventBytes } from './port.js';
+import { type DeviceQuery, type DeviceSubscription, type Revocation, apiEventBytes } from './port.js';
 
 /** The file descriptor of a gateway process's pipe to the hub (its fifth stdio entry). */
 export const HUB_PIPE_FD = 4;
@@ -67,6 +67,8 @@ export const H = {
   PUSH: 24,
   /** u32 inbox: the device's state was purged; the inbox ends (purgedError). */
   PURGED: 25,
+  /** bytes V8 Revocation[]: every revocation in force (after a 'watchrev' call, and at each change). */
+  REVOKED: 26,
 } as const;
 
 /** Hub (the matcher of a node with fan-out shards) ↔ one fan-out shard; events are H.EVENT records. */
@@ -94,7 +96,7 @@ export const S = {
 /** The kinds of entry of an S.MATCH record. */
 export const M = { NUM: 1, TELL: 2, KEY: 3 } as const;
 
-export const CALL_OPS = ['add', 'replace', 'remove', 'list', 'info', 'open', 'stats', 'devices', 'purge', 'seen', 'expire'] as const;
+export const CALL_OPS = ['add', 'replace', 'remove', 'list', 'info', 'open', 'stats', 'devices', 'purge', 'seen', 'expire', 'revoke', 'watchrev'] as const;
 export type CallOp = (typeof CALL_OPS)[number];
 
 /** A CALL's payload: the device, and what the op needs (subscription, id, resume point). */
@@ -112,6 +114,8 @@ export interface CallArgs {
   ds?: readonly string[];
   ms?: number;
   n?: number;
+  /** revoke: the revocations. */
+  rv?: readonly Revocation[];
 }
 
 // ---- links ----

@@ -6,7 +6,7 @@
  */
 import { AmbitError } from '../../src/model/errors.js';
 import type { Event, PositionUpdate } from '../../src/model/types.js';
-import { type Delivery, type DeviceInfo, type DevicePage, type DeviceQuery, type DeviceSubscription, type DrainableInbox, type Hub, type HubStats, type Inbox, type LocationWriter, type PublishResult, type PurgeResult, compareDeliveryIds, purgedError } from './port.js';
+import { type Delivery, type DeviceInfo, type DevicePage, type DeviceQuery, type DeviceSubscription, type DrainableInbox, type Hub, type HubStats, type Inbox, type LocationWriter, type PublishResult, type PurgeResult, type Revocation, compareDeliveryIds, purgedError } from './port.js';
 import { CoalescedWriter, type WriterOwner } from './coalesced-writer.js';
 import { shardOf } from './fanout-shard.js';
 import { type CallArgs, CALL_OPS, type CallOp, EventCache, FrameReader, type FrameWriter, G, H, type Link, Outbox, type WireError, eventNumber, fromWire, writePublished } from './link.js';
@@ -203,6 +203,10 @@ export class LinkedHub implements Hub, WriterOwner<number> {
   private dues: LinkedInbox[][];
   /** Writer numbers of devices moved through UpdateLocations. */
   private readonly fleet = new Map<string, number>();
+  /** The revocations the hub last pushed (null: none yet), and who hears of them. */
+  private revocations: readonly Revocation[] | null = null;
+  private readonly revocationListeners = new Set<(all: readonly Revocation[]) => void>();
+  private revocationsAsked = false;
   private gone = false;
 
   constructor(
@@ -263,6 +267,12 @@ export class LinkedHub implements Hub, WriterOwner<number> {
         case H.PURGED:
           this.inboxes.get(r.u32())?.purge();
           break;
+        case H.REVOKED: {
+          const all = r.value<Revocation[]>();
+          this.revocations = all;
+          for (const l of this.revocationListeners) l(all);
+          break;
+        }
         case H.PUBLISHED: {
           const i = r.u32();
           const n = r.u32();
@@ -421,6 +431,21 @@ export class LinkedHub implements Hub, WriterOwner<number> {
 
   expireDevices(beforeMs: number, max: number): Promise<string[]> {
     return this.call('expire', { d: '', ms: beforeMs, n: max });
+  }
+
+  revokeTokens(revocations: readonly Revocation[]): Promise<void> {
+    return this.call('revoke', { d: '', rv: revocations });
+  }
+
+  /** The hub pushes every change once asked (the first watcher asks). */
+  watchRevocations(listener: (all: readonly Revocation[]) => void): () => void {
+    this.revocationListeners.add(listener);
+    if (this.revocations !== null) listener(this.revocations);
+    if (!this.revocationsAsked) {
+      this.revocationsAsked = true;
+      this.call('watchrev', { d: '' }).catch(() => (this.revocationsAsked = false));
+    }
+    return () => this.revocationListeners.delete(listener);
   }
 
   updateLocations(updates: readonly PositionUpdate[]): Promise<void> {

@@ -17,7 +17,7 @@ import type { Event, PositionUpdate } from '../../src/model/types.js';
 import { shardOf } from './fanout-shard.js';
 import { EventCache, type Link } from './link.js';
 import { LinkedHub } from './linked.js';
-import type { DeviceInfo, DevicePage, DeviceQuery, DeviceSubscription, Hub, HubStats, Inbox, LocationWriter, PublishResult, PurgeResult } from './port.js';
+import type { DeviceInfo, DevicePage, DeviceQuery, DeviceSubscription, Hub, HubStats, Inbox, LocationWriter, PublishResult, PurgeResult, Revocation } from './port.js';
 
 /**
  * Figures that are settings, per-item averages or counts every part makes whole (each partition
@@ -173,6 +173,15 @@ export class PartitionedHub implements Hub {
       gone.push(...(await p.expireDevices(beforeMs, max - gone.length)));
     }
     return gone;
+  }
+
+  /** Revocations are the deployment's, not a partition's: the first partition keeps them for all. */
+  revokeTokens(revocations: readonly Revocation[]): Promise<void> {
+    return this.parts[0].revokeTokens(revocations);
+  }
+
+  watchRevocations(listener: (all: readonly Revocation[]) => void): () => void {
+    return this.parts[0].watchRevocations(listener);
   }
 
   async close(): Promise<void> {

@@ -155,6 +155,39 @@ export interface PurgeResult {
   location: boolean;
 }
 
+/**
+ * A revocation of tokens, kept until `untilS` (seconds since the epoch): one token by its id (`jti`),
+ * or every token of a subject issued at or before `issuedUpToS`.
+ */
+export type Revocation = { tokenId: string; untilS: number } | { subject: string; issuedUpToS: number; untilS: number };
+
+/** Revocations held at most (a deployment revokes by subject, not token by token, at scale). */
+export const MAX_REVOCATIONS = 100_000;
+
+/** The key a revocation is kept under: one per token id, one per subject. */
+export function revocationKey(r: Revocation): string {
+  return 'tokenId' in r ? `id:${r.tokenId}` : `sub:${r.subject}`;
+}
+
+/**
+ * Adds revocations to those kept by key (the later of two for one key: the wider issued-up-to and
+ * the longer keep), drops the ones past `nowS`; RESOURCE_EXHAUSTED beyond MAX_REVOCATIONS (nothing added).
+ */
+export function mergeRevocations(kept: Map<string, Revocation>, add: readonly Revocation[], nowS: number): void {
+  for (const [k, r] of kept) if (r.untilS <= nowS) kept.delete(k);
+  let fresh = 0;
+  for (const r of add) if (!kept.has(revocationKey(r))) fresh++;
+  if (kept.size + fresh > MAX_REVOCATIONS) throw new AmbitError('RESOURCE_EXHAUSTED', `at most ${MAX_REVOCATIONS} revocations are kept; revoke by subject instead of token by token`);
+  for (const r of add) {
+    if (r.untilS <= nowS) continue;
+    const k = revocationKey(r);
+    const had = kept.get(k);
+    if (had === undefined) kept.set(k, r);
+    else if ('tokenId' in r) kept.set(k, { tokenId: r.tokenId, untilS: Math.max(had.untilS, r.untilS) });
+    else kept.set(k, { subject: r.subject, issuedUpToS: Math.max((had as { issuedUpToS: number }).issuedUpToS, r.issuedUpToS), untilS: Math.max(had.untilS, r.untilS) });
+  }
+}
+
 /** Devices at most per `listDevices` page. */
 export const MAX_DEVICE_PAGE = 1000;
 
@@ -225,6 +258,16 @@ export interface Hub {
    * period much shorter than any expiry, so they do not expire.
    */
   expireDevices(beforeMs: number, max: number): Promise<string[]>;
+  /**
+   * Revokes tokens in the whole deployment (kept until each one's `untilS`); RESOURCE_EXHAUSTED
+   * beyond MAX_REVOCATIONS.
+   */
+  revokeTokens(revocations: readonly Revocation[]): Promise<void>;
+  /**
+   * Calls `listener` with every revocation in force, now and whenever they change (other
+   * gateways' revocations too); returns a function that stops it.
+   */
+  watchRevocations(listener: (all: readonly Revocation[]) => void): () => void;
   close(): Promise<void>;
   /**
    * A deployment sharded by space: gives cells of the shard map to other geographic shards while

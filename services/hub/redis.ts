@@ -26,6 +26,9 @@ import {
   type DeviceSubscription,
   type DeviceSummary,
   type PurgeResult,
+  type Revocation,
+  MAX_REVOCATIONS,
+  revocationKey,
   type CellMove,
   type Hub,
   type HubStats,
@@ -144,6 +147,12 @@ export class RedisHub implements Hub, InboxHost {
   private corrSeq = 0;
   /** Open inboxes by device; a device's doorbell channel is subscribed while its set is non-empty. */
   private readonly doorbells = new Map<string, Set<RedisInbox>>();
+  /** Revoked tokens as last read, who hears of them, and the reads (one at a time). */
+  private revocationList: readonly Revocation[] | null = null;
+  private readonly revocationListeners = new Set<(all: readonly Revocation[]) => void>();
+  private revocationTimer: NodeJS.Timeout | null = null;
+  private revocationReading = false;
+  private revocationAgain = false;
   /** Events of recent pushes: one event's recipients here share its object (and its wire encoding). */
   private readonly recentEvents = new RecentEvents();
   /** Acks of this turn, the highest per device: sent together in one script call. */
@@ -229,6 +238,7 @@ export class RedisHub implements Hub, InboxHost {
       const again = () => {
         ringAll();
         setTimeout(ringAll, 1000).unref();
+        if (this.revocationTimer !== null) this.reloadRevocations();
       };
       this.sub.on('+subscriber', again);
       this.sub.on('subscribersReady', again);
@@ -238,6 +248,8 @@ export class RedisHub implements Hub, InboxHost {
       // once the channels are subscribed again (this subscribe is answered after ioredis's own).
       this.sub.on('ready', () => {
         this.subscribe(this.replyChannel).then(ringAll, ringAll);
+        // Revocations added while the subscriber was away are read again.
+        if (this.revocationTimer !== null) this.reloadRevocations();
       });
     }
     await this.subscribe(this.replyChannel);
@@ -412,6 +424,75 @@ export class RedisHub implements Hub, InboxHost {
     return gone;
   }
 
+  // ---- revoked tokens ----
+
+  async revokeTokens(revocations: readonly Revocation[]): Promise<void> {
+    this.checkOpen();
+    if (revocations.length === 0) return;
+    const args: (string | number)[] = [];
+    for (const r of revocations) args.push(revocationKey(r), Math.ceil(r.untilS), 'tokenId' in r ? '-' : Math.floor(r.issuedUpToS));
+    const k = this.keys;
+    const n = await this.redis(() => runScript(this.cmd, this.sharded ? 'ambitRevokeSharded' : 'ambitRevoke', k.revoked, k.revocations, MAX_REVOCATIONS, ...args));
+    if (n === 'RESOURCE_EXHAUSTED') throw new AmbitError('RESOURCE_EXHAUSTED', `at most ${MAX_REVOCATIONS} revocations are kept; revoke by subject instead of token by token`);
+  }
+
+  /**
+   * The first watcher subscribes to the revocations channel and reads them all; they are read
+   * again at each message, after a reconnect and every 30 s (what a lost message missed, and the
+   * pruning of those past their keep).
+   */
+  watchRevocations(listener: (all: readonly Revocation[]) => void): () => void {
+    this.revocationListeners.add(listener);
+    if (this.revocationList !== null) listener(this.revocationList);
+    if (this.revocationTimer === null && !this.closed) {
+      this.revocationTimer = setInterval(() => this.reloadRevocations(), 30_000);
+      this.revocationTimer.unref();
+      this.subscribe(this.keys.revocations).then(
+        () => this.reloadRevocations(),
+        (err: unknown) => this.log?.warn({ err }, `${COMPONENT}: revocations channel not subscribed; they are read every 30 s`),
+      );
+      this.reloadRevocations();
+    }
+    return () => this.revocationListeners.delete(listener);
+  }
+
+  /** Reads every revocation (dropping those past their keep) and tells the watchers. */
+  private reloadRevocations(): void {
+    if (this.closed || this.revocationReading) {
+      this.revocationAgain = !this.closed;
+      return;
+    }
+    this.revocationReading = true;
+    const k = this.keys;
+    const nowS = (this.now === null ? Date.now() : this.now()) / 1000;
+    this.cmd.hgetall(k.revoked).then(
+      async (stored) => {
+        const all: Revocation[] = [];
+        const stale: string[] = [];
+        for (const [key, v] of Object.entries(stored)) {
+          const m = /^(\d+) (\d+|-)$/.exec(v);
+          const untilS = m === null ? 0 : Number(m[1]);
+          if (m === null || untilS <= nowS) {
+            stale.push(key);
+            continue;
+          }
+          if (key.startsWith('id:')) all.push({ tokenId: key.slice(3), untilS });
+          else if (key.startsWith('sub:') && m[2] !== '-') all.push({ subject: key.slice(4), issuedUpToS: Number(m[2]), untilS });
+        }
+        if (stale.length > 0) await this.cmd.hdel(k.revoked, ...stale).catch(() => 0);
+        this.revocationList = all;
+        for (const l of this.revocationListeners) l(all);
+      },
+      (err: unknown) => this.log?.warn({ err }, `${COMPONENT}: revocations not read; tried again within 30 s`),
+    ).finally(() => {
+      this.revocationReading = false;
+      if (this.revocationAgain) {
+        this.revocationAgain = false;
+        this.reloadRevocations();
+      }
+    });
+  }
+
   // ---- locations ----
 
   async updateLocations(updates: readonly PositionUpdate[]): Promise<void> {
@@ -529,6 +610,10 @@ export class RedisHub implements Hub, InboxHost {
   }
 
   private onMessage(channel: string, message: string): void {
+    if (channel === this.keys.revocations) {
+      this.reloadRevocations();
+      return;
+    }
     if (channel === this.replyChannel) {
       const reply = parseReply(message);
       if (reply === null) {
@@ -781,6 +866,7 @@ export class RedisHub implements Hub, InboxHost {
     this.closed = true;
     this.batcher.stop();
     this.endWaiters();
+    if (this.revocationTimer !== null) clearInterval(this.revocationTimer);
     await Promise.all([closeConnection(this.cmd), closeConnection(this.read), closeConnection(this.sub)]);
   }
 
@@ -791,6 +877,7 @@ export class RedisHub implements Hub, InboxHost {
    */
   crash(): void {
     this.closed = true;
+    if (this.revocationTimer !== null) clearInterval(this.revocationTimer);
     this.closing ??= Promise.resolve();
     this.batcher.stop();
     this.endWaiters();

@@ -86,6 +86,8 @@ export interface ServerConfig {
    * (ms; 0: never). A device is seen when a gateway hears from it and while its stream is open.
    */
   deviceExpiryMs: number;
+  /** How long a revocation by token id or subject is kept unless the call says (days). */
+  revocationKeepDays: number;
   /**
    * Gateway processes sharing the gRPC port (1: this process serves it). Without Redis, this
    * process keeps the embedded hub and the gateways reach it over a private pipe each.
@@ -156,6 +158,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   shutdownGraceS: 10,
   healthIntervalMs: 1000,
   deviceExpiryMs: 30 * 86_400_000,
+  revocationKeepDays: 30,
   gateways: 1,
   hubInParent: false,
   fanoutShards: 0,
@@ -271,6 +274,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
   c.shutdownGraceS = int('AMBIT_SHUTDOWN_GRACE_S', 0, 3600) ?? c.shutdownGraceS;
   const expiryDays = int('AMBIT_DEVICE_EXPIRY_DAYS', 0, 3650);
   if (expiryDays !== undefined) c.deviceExpiryMs = expiryDays * 86_400_000;
+  c.revocationKeepDays = int('AMBIT_REVOCATION_KEEP_DAYS', 1, 3650) ?? c.revocationKeepDays;
   c.gateways = int('AMBIT_GATEWAYS', 1, MAX_GATEWAYS) ?? c.gateways;
   const hub = str('AMBIT_HUB');
   if (hub !== undefined && hub !== 'parent') throw new Error(`config: AMBIT_HUB may only be "parent" (set by a node for its gateway processes), got ${JSON.stringify(hub)}`);

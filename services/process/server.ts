@@ -194,6 +194,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
             },
         seen: seenPeriods(config.deviceExpiryMs),
         now,
+        revocationKeepDays: config.revocationKeepDays,
       });
       // At shutdown, after the streams ended (cleanups run last first): the last seen times are written.
       cleanups.push(async () => gateway.seen?.close());

@@ -16,6 +16,8 @@
  *   {p}subdevs          SET   devices with at least one subscription (the matcher's snapshot list)
  *   {p}pos              HASH  device → 16 bytes: lat, lon as float64 LE
  *   {p}seen             ZSET  device → when a gateway last saw it (ms; expiry purges the oldest)
+ *   {p}revoked          HASH  "id:<token id>" | "sub:<subject>" → "<kept until s> <issued up to s | ->"
+ *   {p}revocations      CHANNEL "changed" when revocations are added (cluster: a shard channel)
  *   {p}in               STREAM every gateway → matcher command, in one total order
  *   {p}stats            HASH  events, duplicates, locations (single: notifications and dropped too)
  *   {p}config           HASH  the matcher's retention (maxPerDevice, maxAgeMs)
@@ -148,6 +150,10 @@ export class Keys {
   readonly pos: string;
   /** Device → when a gateway last saw it (ms): a sorted set, beside the device's subscriptions. */
   readonly seen: string;
+  /** Revoked tokens: "id:<token id>" | "sub:<subject>" → "<until s> <issued up to s | ->" (partition 0's in a partitioned deployment). */
+  readonly revoked: string;
+  /** The channel that tells gateways the revocations changed. */
+  readonly revocations: string;
   readonly in: string;
   readonly stats: string;
   readonly config: string;
@@ -219,6 +225,8 @@ export class Keys {
     this.subDevices = `${base}subdevs`;
     this.pos = `${this.shared}pos`;
     this.seen = `${this.shared}seen`;
+    this.revoked = `${this.shared}revoked`;
+    this.revocations = `${this.shared}revocations`;
     this.in = `${base}in`;
     this.stats = `${base}stats`;
     this.config = `${base}config`;

@@ -219,6 +219,34 @@ if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('SREM', KEYS[3], ARGV[1]) 
 return redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 't', 'unsub', 'dev', ARGV[1], 'id', ARGV[2])
 `;
 
+/**
+ * Revoke tokens: each revocation is kept as "<until s> <issued up to s, or - for one token>" under
+ * its key ("id:<token id>" or "sub:<subject>"), the later of what was there and what is asked;
+ * then the gateways are told on the revocations channel.
+ * KEYS: revoked. ARGV: channel, the most kept, then per revocation: key, until s, issued up to s or '-'.
+ * Returns the number kept, or RESOURCE_EXHAUSTED (nothing written).
+ */
+const REVOKE = `
+local n = (#ARGV - 2) / 3
+local fresh = 0
+for i = 0, n - 1 do
+  if redis.call('HEXISTS', KEYS[1], ARGV[3 + 3 * i]) == 0 then fresh = fresh + 1 end
+end
+if redis.call('HLEN', KEYS[1]) + fresh > tonumber(ARGV[2]) then return 'RESOURCE_EXHAUSTED' end
+for i = 0, n - 1 do
+  local k, u, up = ARGV[3 + 3 * i], tonumber(ARGV[4 + 3 * i]), ARGV[5 + 3 * i]
+  local had = redis.call('HGET', KEYS[1], k)
+  if had then
+    local hu, hup = string.match(had, '^(%S+) (%S+)$')
+    if tonumber(hu) > u then u = tonumber(hu) end
+    if up ~= '-' and hup ~= '-' and tonumber(hup) > tonumber(up) then up = hup end
+  end
+  redis.call('HSET', KEYS[1], k, string.format('%.0f', u) .. ' ' .. up)
+end
+redis.call('$PUBLISH', ARGV[1], 'changed')
+return redis.call('HLEN', KEYS[1])
+`;
+
 /** What a doorbell says when the device's state was purged (never the start of a notification). */
 export const PURGED_DOORBELL = 'purged';
 
@@ -488,6 +516,8 @@ const DEFINITIONS = {
   ambitOpen: { lua: OPEN, numberOfKeys: 8 },
   ambitAcks: { lua: ACKS, numberOfKeys: 1 },
   ambitPurge: { lua: PURGE, numberOfKeys: 6 },
+  ambitRevoke: { lua: publishing(REVOKE, 'PUBLISH'), numberOfKeys: 1 },
+  ambitRevokeSharded: { lua: publishing(REVOKE, 'SPUBLISH'), numberOfKeys: 1 },
   ambitDrop: { lua: publishing(DROP, 'PUBLISH'), numberOfKeys: 7 },
   ambitDropSharded: { lua: publishing(DROP, 'SPUBLISH'), numberOfKeys: 7 },
   ambitLeaseAcquire: { lua: LEASE_ACQUIRE, numberOfKeys: 2 },

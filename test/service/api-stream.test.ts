@@ -257,6 +257,8 @@ describe('api stream: requests sent right behind hello wait for it', () => {
       purgeDevice: (d) => inner.purgeDevice(d),
       markSeen: (ds, ms) => inner.markSeen(ds, ms),
       expireDevices: (before, max) => inner.expireDevices(before, max),
+      revokeTokens: (rs) => inner.revokeTokens(rs),
+      watchRevocations: (l) => inner.watchRevocations(l),
       close: () => inner.close(),
     };
     return { hub, inner, open: release };

@@ -151,6 +151,31 @@ describe('ambit command line', () => {
     }
   });
 
+  it('revoke: by subject and by the token id that token --json prints; the revoked tokens are refused', async () => {
+    const env = { AMBIT_ADDRESS: address, AMBIT_OPS_TOKEN: srv.token('ops', ['ops']) };
+    const minted = JSON.parse((await ambit(['token', '--subject', 'cli-rev', '--scopes', 'device', '--json'], { AMBIT_TOKEN_SECRET: srv.server.authority!.secretForDev() })).stdout) as { token: string; tokenId: string };
+    assert.match(minted.tokenId, /^[A-Za-z0-9_-]{16}$/);
+    const dev = await AmbitDevice.connect(address, minted.token);
+    await dev.listSubscriptions();
+    await dev.close();
+    const byId = await ambit(['revoke', 'token-id', minted.tokenId, '--keep-days', '2', '--json'], env);
+    assert.equal(byId.code, 0, byId.stderr);
+    assert.equal((JSON.parse(byId.stdout) as { revoked: string }).revoked, `token-id ${minted.tokenId}`);
+    const refused = await AmbitDevice.connect(address, minted.token).then(
+      async (d) => {
+        await d.close();
+        return 'connected';
+      },
+      (err: { code?: number; details?: string }) => err.details ?? String(err),
+    );
+    assert.match(refused, /token was revoked/);
+    const bySubject = await ambit(['revoke', 'subject', 'cli-other'], env);
+    assert.equal(bySubject.code, 0, bySubject.stderr);
+    assert.match(bySubject.stdout, /^revoked every token of cli-other issued up to now until \S+; 0 device streams ended on this gateway$/m);
+    assert.equal((await ambit(['revoke', 'nonsense', 'x'], env)).code, 2);
+    assert.equal((await ambit(['revoke', 'token', minted.token, '--keep-days', '3'], env)).code, 2);
+  });
+
   it('a failed call exits 1 with its code, message and field; usage errors exit 2', async () => {
     const opsToken = srv.token('ops', ['ops']);
     const env = { AMBIT_ADDRESS: address };

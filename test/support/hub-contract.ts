@@ -15,7 +15,7 @@ import { describe, it } from 'node:test';
 import { AmbitError, type ErrorCode } from '../../src/model/errors.js';
 import type { Event, Filter, Value } from '../../src/model/types.js';
 import type { Retention } from '../../services/hub/embedded.js';
-import { type Delivery, type DeviceSubscription, type DeviceSummary, type Hub, type Inbox, PURGED_MESSAGE, compareDeliveryIds, parseDeliveryId } from '../../services/hub/port.js';
+import { type Delivery, type DeviceSubscription, type DeviceSummary, type Hub, type Inbox, PURGED_MESSAGE, type Revocation, compareDeliveryIds, parseDeliveryId, revocationKey } from '../../services/hub/port.js';
 
 export interface HubSetup {
   retention?: Partial<Retention>;
@@ -577,6 +577,54 @@ export function runHubContract(name: string, makeHub: MakeHub, options: { timeou
         const s = await hub.stats();
         assert.equal(s.extra.devicesExpired, 3);
         assert.equal(s.extra.devicesPurged, 0);
+      }));
+
+    it('keeps revocations of tokens and subjects, the widest of each, until they lapse, and tells its watchers', () =>
+      withHub({}, async (hub) => {
+        const nowS = Math.floor(Date.now() / 1000);
+        const lists: (readonly Revocation[])[] = [];
+        let wake: (() => void) | null = null;
+        const stop = hub.watchRevocations((all) => {
+          lists.push(all);
+          wake?.();
+        });
+        /** The first list the watcher hears that satisfies `ok` (failing after PULL_WAIT_MS). */
+        const heard = async (ok: (all: readonly Revocation[]) => boolean, what: string): Promise<readonly Revocation[]> => {
+          const deadline = Date.now() + PULL_WAIT_MS;
+          for (;;) {
+            const hit = lists.find(ok);
+            if (hit !== undefined) return hit;
+            assert.ok(Date.now() < deadline, `the watcher never heard ${what}: ${JSON.stringify(lists)}`);
+            await new Promise<void>((resolve) => {
+              wake = resolve;
+              setTimeout(resolve, 100);
+            });
+          }
+        };
+        const sorted = (all: readonly Revocation[]) => [...all].sort((a, b) => (revocationKey(a) < revocationKey(b) ? -1 : 1));
+        await heard((all) => all.length === 0, 'an empty list first');
+        await hub.revokeTokens([
+          { tokenId: 'tok-1', untilS: nowS + 600 },
+          { subject: 'dev-9', issuedUpToS: nowS - 50, untilS: nowS + 600 },
+          { tokenId: 'lapsed', untilS: nowS - 1 },
+        ]);
+        const first = await heard((all) => all.length === 2, 'the two revocations in force');
+        assert.deepEqual(sorted(first), [{ tokenId: 'tok-1', untilS: nowS + 600 }, { subject: 'dev-9', issuedUpToS: nowS - 50, untilS: nowS + 600 }]);
+        // A narrower one changes nothing; a wider one widens it.
+        await hub.revokeTokens([{ subject: 'dev-9', issuedUpToS: nowS - 100, untilS: nowS + 60 }]);
+        await hub.revokeTokens([{ subject: 'dev-9', issuedUpToS: nowS, untilS: nowS + 900 }]);
+        const wider = await heard((all) => all.some((r) => 'subject' in r && r.issuedUpToS === nowS), 'the wider revocation');
+        assert.deepEqual(sorted(wider), [{ tokenId: 'tok-1', untilS: nowS + 600 }, { subject: 'dev-9', issuedUpToS: nowS, untilS: nowS + 900 }]);
+        // A second watcher hears what is in force at once (or with the hub's next read).
+        const late: (readonly Revocation[])[] = [];
+        const stopLate = hub.watchRevocations((all) => late.push(all));
+        const deadline = Date.now() + PULL_WAIT_MS;
+        while (!late.some((all) => all.length === 2)) {
+          assert.ok(Date.now() < deadline, 'the second watcher hears the revocations');
+          await new Promise((r) => setTimeout(r, 20));
+        }
+        stopLate();
+        stop();
       }));
   });
 }

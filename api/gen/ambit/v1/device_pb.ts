@@ -255,9 +255,9 @@ export type Welcome = Message<"ambit.v1.Welcome"> & {
   stateLost: boolean;
 
   /**
-   * The store that holds the device's state, new whenever that state starts empty (an embedded
-   * server's start, a Redis deployment's data). A client that sees it change knows its state is
-   * gone even without a resume token.
+   * Names the device's state where it is held, new whenever that state starts empty (an embedded
+   * server's start, a Redis deployment's data, the device purged). A client that sees it change
+   * knows its state is gone even without a resume token.
    *
    * @generated from field: string state_id = 5;
    */

@@ -12,7 +12,74 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ambit/v1/ops.proto.
  */
 export const file_ambit_v1_ops: GenFile = /*@__PURE__*/
-  fileDesc("ChJhbWJpdC92MS9vcHMucHJvdG8SCGFtYml0LnYxIk4KEkxpc3REZXZpY2VzUmVxdWVzdBIRCglwYWdlX3NpemUYASABKA0SEgoKcGFnZV90b2tlbhgCIAEoCRIRCglpZF9wcmVmaXgYAyABKAkicwoNRGV2aWNlU3VtbWFyeRIRCglkZXZpY2VfaWQYASABKAkSFQoNc3Vic2NyaXB0aW9ucxgCIAEoDRIiCghsb2NhdGlvbhgDIAEoCzIQLmFtYml0LnYxLkxhdExvbhIUCgxsYXN0X3NlZW5fbXMYBCABKAQiWAoTTGlzdERldmljZXNSZXNwb25zZRIoCgdkZXZpY2VzGAEgAygLMhcuYW1iaXQudjEuRGV2aWNlU3VtbWFyeRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiJwoSUHVyZ2VEZXZpY2VSZXF1ZXN0EhEKCWRldmljZV9pZBgBIAEoCSJpChNQdXJnZURldmljZVJlc3BvbnNlEh0KFXN1YnNjcmlwdGlvbnNfcmVtb3ZlZBgBIAEoBBIdChVub3RpZmljYXRpb25zX3JlbW92ZWQYAiABKAQSFAoMaGFkX2xvY2F0aW9uGAMgASgIIkcKGURlbGV0ZVN1YnNjcmlwdGlvblJlcXVlc3QSEQoJZGV2aWNlX2lkGAEgASgJEhcKD3N1YnNjcmlwdGlvbl9pZBgCIAEoCSIcChpEZWxldGVTdWJzY3JpcHRpb25SZXNwb25zZSIVChNEcmFpbkdhdGV3YXlSZXF1ZXN0Ii0KFERyYWluR2F0ZXdheVJlc3BvbnNlEhUKDXN0cmVhbXNfZW5kZWQYASABKAQiEQoPR2V0U3RhdHNSZXF1ZXN0Iu8CChBHZXRTdGF0c1Jlc3BvbnNlEg4KBmVuZ2luZRgBIAEoCRIVCg1lbmdpbmVfZGV0YWlsGAIgASgJEgwKBG1vZGUYAyABKAkSFQoNc3Vic2NyaXB0aW9ucxgEIAEoBBIPCgdmaWx0ZXJzGAUgASgEEg8KB2RldmljZXMYBiABKAQSGQoRY29ubmVjdGVkX2RldmljZXMYByABKAQSGAoQZXZlbnRzX3B1Ymxpc2hlZBgIIAEoBBIVCg1ub3RpZmljYXRpb25zGAkgASgEEhgKEGxvY2F0aW9uX3VwZGF0ZXMYCiABKAQSHQoVbm90aWZpY2F0aW9uc19kcm9wcGVkGAsgASgEEhsKE2VuZ2luZV9tZW1vcnlfYnl0ZXMYDCABKAQSFgoOdXB0aW1lX3NlY29uZHMYDSABKAQSGQoRc2hhcmRfbWFwX3ZlcnNpb24YDiABKAQSGAoQc2hhcmRfbWFwX21vdmluZxgPIAEoCCIzCghDZWxsTW92ZRILCgNyb3cYASABKA0SCwoDY29sGAIgASgNEg0KBXNoYXJkGAMgASgNIjUKEE1vdmVDZWxsc1JlcXVlc3QSIQoFbW92ZXMYASADKAsyEi5hbWJpdC52MS5DZWxsTW92ZSJFChFNb3ZlQ2VsbHNSZXNwb25zZRIZChFzaGFyZF9tYXBfdmVyc2lvbhgBIAEoBBIVCg1kZXZpY2VzX21vdmVkGAIgASgEIjIKHUdldERldmljZVN1YnNjcmlwdGlvbnNSZXF1ZXN0EhEKCWRldmljZV9pZBgBIAEoCSKGAQoeR2V0RGV2aWNlU3Vic2NyaXB0aW9uc1Jlc3BvbnNlEi0KDXN1YnNjcmlwdGlvbnMYASADKAsyFi5hbWJpdC52MS5TdWJzY3JpcHRpb24SIgoIbG9jYXRpb24YAiABKAsyEC5hbWJpdC52MS5MYXRMb24SEQoJY29ubmVjdGVkGAMgASgIMsoECgpPcHNTZXJ2aWNlEkEKCEdldFN0YXRzEhkuYW1iaXQudjEuR2V0U3RhdHNSZXF1ZXN0GhouYW1iaXQudjEuR2V0U3RhdHNSZXNwb25zZRJrChZHZXREZXZpY2VTdWJzY3JpcHRpb25zEicuYW1iaXQudjEuR2V0RGV2aWNlU3Vic2NyaXB0aW9uc1JlcXVlc3QaKC5hbWJpdC52MS5HZXREZXZpY2VTdWJzY3JpcHRpb25zUmVzcG9uc2USRAoJTW92ZUNlbGxzEhouYW1iaXQudjEuTW92ZUNlbGxzUmVxdWVzdBobLmFtYml0LnYxLk1vdmVDZWxsc1Jlc3BvbnNlEk0KDERyYWluR2F0ZXdheRIdLmFtYml0LnYxLkRyYWluR2F0ZXdheVJlcXVlc3QaHi5hbWJpdC52MS5EcmFpbkdhdGV3YXlSZXNwb25zZRJfChJEZWxldGVTdWJzY3JpcHRpb24SIy5hbWJpdC52MS5EZWxldGVTdWJzY3JpcHRpb25SZXF1ZXN0GiQuYW1iaXQudjEuRGVsZXRlU3Vic2NyaXB0aW9uUmVzcG9uc2USSgoLTGlzdERldmljZXMSHC5hbWJpdC52MS5MaXN0RGV2aWNlc1JlcXVlc3QaHS5hbWJpdC52MS5MaXN0RGV2aWNlc1Jlc3BvbnNlEkoKC1B1cmdlRGV2aWNlEhwuYW1iaXQudjEuUHVyZ2VEZXZpY2VSZXF1ZXN0Gh0uYW1iaXQudjEuUHVyZ2VEZXZpY2VSZXNwb25zZWIGcHJvdG8z", [file_ambit_v1_types]);
+  fileDesc("ChJhbWJpdC92MS9vcHMucHJvdG8SCGFtYml0LnYxIloKE1Jldm9rZVRva2Vuc1JlcXVlc3QSEAoIdG9rZW5faWQYASABKAkSDwoHc3ViamVjdBgCIAEoCRINCgV0b2tlbhgDIAEoCRIRCglrZWVwX2RheXMYBCABKA0iSAoUUmV2b2tlVG9rZW5zUmVzcG9uc2USFQoNc3RyZWFtc19lbmRlZBgBIAEoBBIZChFrZXB0X3VudGlsX3VuaXhfcxgCIAEoBCJOChJMaXN0RGV2aWNlc1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgNEhIKCnBhZ2VfdG9rZW4YAiABKAkSEQoJaWRfcHJlZml4GAMgASgJInMKDURldmljZVN1bW1hcnkSEQoJZGV2aWNlX2lkGAEgASgJEhUKDXN1YnNjcmlwdGlvbnMYAiABKA0SIgoIbG9jYXRpb24YAyABKAsyEC5hbWJpdC52MS5MYXRMb24SFAoMbGFzdF9zZWVuX21zGAQgASgEIlgKE0xpc3REZXZpY2VzUmVzcG9uc2USKAoHZGV2aWNlcxgBIAMoCzIXLmFtYml0LnYxLkRldmljZVN1bW1hcnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIicKElB1cmdlRGV2aWNlUmVxdWVzdBIRCglkZXZpY2VfaWQYASABKAkiaQoTUHVyZ2VEZXZpY2VSZXNwb25zZRIdChVzdWJzY3JpcHRpb25zX3JlbW92ZWQYASABKAQSHQoVbm90aWZpY2F0aW9uc19yZW1vdmVkGAIgASgEEhQKDGhhZF9sb2NhdGlvbhgDIAEoCCJHChlEZWxldGVTdWJzY3JpcHRpb25SZXF1ZXN0EhEKCWRldmljZV9pZBgBIAEoCRIXCg9zdWJzY3JpcHRpb25faWQYAiABKAkiHAoaRGVsZXRlU3Vic2NyaXB0aW9uUmVzcG9uc2UiFQoTRHJhaW5HYXRld2F5UmVxdWVzdCItChREcmFpbkdhdGV3YXlSZXNwb25zZRIVCg1zdHJlYW1zX2VuZGVkGAEgASgEIhEKD0dldFN0YXRzUmVxdWVzdCLvAgoQR2V0U3RhdHNSZXNwb25zZRIOCgZlbmdpbmUYASABKAkSFQoNZW5naW5lX2RldGFpbBgCIAEoCRIMCgRtb2RlGAMgASgJEhUKDXN1YnNjcmlwdGlvbnMYBCABKAQSDwoHZmlsdGVycxgFIAEoBBIPCgdkZXZpY2VzGAYgASgEEhkKEWNvbm5lY3RlZF9kZXZpY2VzGAcgASgEEhgKEGV2ZW50c19wdWJsaXNoZWQYCCABKAQSFQoNbm90aWZpY2F0aW9ucxgJIAEoBBIYChBsb2NhdGlvbl91cGRhdGVzGAogASgEEh0KFW5vdGlmaWNhdGlvbnNfZHJvcHBlZBgLIAEoBBIbChNlbmdpbmVfbWVtb3J5X2J5dGVzGAwgASgEEhYKDnVwdGltZV9zZWNvbmRzGA0gASgEEhkKEXNoYXJkX21hcF92ZXJzaW9uGA4gASgEEhgKEHNoYXJkX21hcF9tb3ZpbmcYDyABKAgiMwoIQ2VsbE1vdmUSCwoDcm93GAEgASgNEgsKA2NvbBgCIAEoDRINCgVzaGFyZBgDIAEoDSI1ChBNb3ZlQ2VsbHNSZXF1ZXN0EiEKBW1vdmVzGAEgAygLMhIuYW1iaXQudjEuQ2VsbE1vdmUiRQoRTW92ZUNlbGxzUmVzcG9uc2USGQoRc2hhcmRfbWFwX3ZlcnNpb24YASABKAQSFQoNZGV2aWNlc19tb3ZlZBgCIAEoBCIyCh1HZXREZXZpY2VTdWJzY3JpcHRpb25zUmVxdWVzdBIRCglkZXZpY2VfaWQYASABKAkihgEKHkdldERldmljZVN1YnNjcmlwdGlvbnNSZXNwb25zZRItCg1zdWJzY3JpcHRpb25zGAEgAygLMhYuYW1iaXQudjEuU3Vic2NyaXB0aW9uEiIKCGxvY2F0aW9uGAIgASgLMhAuYW1iaXQudjEuTGF0TG9uEhEKCWNvbm5lY3RlZBgDIAEoCDKZBQoKT3BzU2VydmljZRJBCghHZXRTdGF0cxIZLmFtYml0LnYxLkdldFN0YXRzUmVxdWVzdBoaLmFtYml0LnYxLkdldFN0YXRzUmVzcG9uc2USawoWR2V0RGV2aWNlU3Vic2NyaXB0aW9ucxInLmFtYml0LnYxLkdldERldmljZVN1YnNjcmlwdGlvbnNSZXF1ZXN0GiguYW1iaXQudjEuR2V0RGV2aWNlU3Vic2NyaXB0aW9uc1Jlc3BvbnNlEkQKCU1vdmVDZWxscxIaLmFtYml0LnYxLk1vdmVDZWxsc1JlcXVlc3QaGy5hbWJpdC52MS5Nb3ZlQ2VsbHNSZXNwb25zZRJNCgxEcmFpbkdhdGV3YXkSHS5hbWJpdC52MS5EcmFpbkdhdGV3YXlSZXF1ZXN0Gh4uYW1iaXQudjEuRHJhaW5HYXRld2F5UmVzcG9uc2USXwoSRGVsZXRlU3Vic2NyaXB0aW9uEiMuYW1iaXQudjEuRGVsZXRlU3Vic2NyaXB0aW9uUmVxdWVzdBokLmFtYml0LnYxLkRlbGV0ZVN1YnNjcmlwdGlvblJlc3BvbnNlEkoKC0xpc3REZXZpY2VzEhwuYW1iaXQudjEuTGlzdERldmljZXNSZXF1ZXN0Gh0uYW1iaXQudjEuTGlzdERldmljZXNSZXNwb25zZRJKCgtQdXJnZURldmljZRIcLmFtYml0LnYxLlB1cmdlRGV2aWNlUmVxdWVzdBodLmFtYml0LnYxLlB1cmdlRGV2aWNlUmVzcG9uc2USTQoMUmV2b2tlVG9rZW5zEh0uYW1iaXQudjEuUmV2b2tlVG9rZW5zUmVxdWVzdBoeLmFtYml0LnYxLlJldm9rZVRva2Vuc1Jlc3BvbnNlYgZwcm90bzM", [file_ambit_v1_types]);
+
+/**
+ * @generated from message ambit.v1.RevokeTokensRequest
+ */
+export type RevokeTokensRequest = Message<"ambit.v1.RevokeTokensRequest"> & {
+  /**
+   * The token's id (its jti claim; `ambit token --json` prints it).
+   *
+   * @generated from field: string token_id = 1;
+   */
+  tokenId: string;
+
+  /**
+   * Every token of this subject (a device id, a publisher or operator name) issued up to now.
+   *
+   * @generated from field: string subject = 2;
+   */
+  subject: string;
+
+  /**
+   * The token itself: revoked until it expires.
+   *
+   * @generated from field: string token = 3;
+   */
+  token: string;
+
+  /**
+   * How long a revocation by token_id or subject is kept (days; 0: the deployment's
+   * AMBIT_REVOCATION_KEEP_DAYS, default 30): make it at least the longest lifetime of the tokens it covers.
+   *
+   * @generated from field: uint32 keep_days = 4;
+   */
+  keepDays: number;
+};
+
+/**
+ * Describes the message ambit.v1.RevokeTokensRequest.
+ * Use `create(RevokeTokensRequestSchema)` to create a new message.
+ */
+export const RevokeTokensRequestSchema: GenMessage<RevokeTokensRequest> = /*@__PURE__*/
+  messageDesc(file_ambit_v1_ops, 0);
+
+/**
+ * @generated from message ambit.v1.RevokeTokensResponse
+ */
+export type RevokeTokensResponse = Message<"ambit.v1.RevokeTokensResponse"> & {
+  /**
+   * Device streams this gateway ended (other gateways end theirs as they hear of it).
+   *
+   * @generated from field: uint64 streams_ended = 1;
+   */
+  streamsEnded: bigint;
+
+  /**
+   * Until when the revocation is kept (seconds since the epoch).
+   *
+   * @generated from field: uint64 kept_until_unix_s = 2;
+   */
+  keptUntilUnixS: bigint;
+};
+
+/**
+ * Describes the message ambit.v1.RevokeTokensResponse.
+ * Use `create(RevokeTokensResponseSchema)` to create a new message.
+ */
+export const RevokeTokensResponseSchema: GenMessage<RevokeTokensResponse> = /*@__PURE__*/
+  messageDesc(file_ambit_v1_ops, 1);
 
 /**
  * @generated from message ambit.v1.ListDevicesRequest
@@ -45,7 +112,7 @@ export type ListDevicesRequest = Message<"ambit.v1.ListDevicesRequest"> & {
  * Use `create(ListDevicesRequestSchema)` to create a new message.
  */
 export const ListDevicesRequestSchema: GenMessage<ListDevicesRequest> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 0);
+  messageDesc(file_ambit_v1_ops, 2);
 
 /**
  * @generated from message ambit.v1.DeviceSummary
@@ -81,7 +148,7 @@ export type DeviceSummary = Message<"ambit.v1.DeviceSummary"> & {
  * Use `create(DeviceSummarySchema)` to create a new message.
  */
 export const DeviceSummarySchema: GenMessage<DeviceSummary> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 1);
+  messageDesc(file_ambit_v1_ops, 3);
 
 /**
  * @generated from message ambit.v1.ListDevicesResponse
@@ -105,7 +172,7 @@ export type ListDevicesResponse = Message<"ambit.v1.ListDevicesResponse"> & {
  * Use `create(ListDevicesResponseSchema)` to create a new message.
  */
 export const ListDevicesResponseSchema: GenMessage<ListDevicesResponse> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 2);
+  messageDesc(file_ambit_v1_ops, 4);
 
 /**
  * @generated from message ambit.v1.PurgeDeviceRequest
@@ -122,7 +189,7 @@ export type PurgeDeviceRequest = Message<"ambit.v1.PurgeDeviceRequest"> & {
  * Use `create(PurgeDeviceRequestSchema)` to create a new message.
  */
 export const PurgeDeviceRequestSchema: GenMessage<PurgeDeviceRequest> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 3);
+  messageDesc(file_ambit_v1_ops, 5);
 
 /**
  * @generated from message ambit.v1.PurgeDeviceResponse
@@ -151,7 +218,7 @@ export type PurgeDeviceResponse = Message<"ambit.v1.PurgeDeviceResponse"> & {
  * Use `create(PurgeDeviceResponseSchema)` to create a new message.
  */
 export const PurgeDeviceResponseSchema: GenMessage<PurgeDeviceResponse> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 4);
+  messageDesc(file_ambit_v1_ops, 6);
 
 /**
  * @generated from message ambit.v1.DeleteSubscriptionRequest
@@ -173,7 +240,7 @@ export type DeleteSubscriptionRequest = Message<"ambit.v1.DeleteSubscriptionRequ
  * Use `create(DeleteSubscriptionRequestSchema)` to create a new message.
  */
 export const DeleteSubscriptionRequestSchema: GenMessage<DeleteSubscriptionRequest> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 5);
+  messageDesc(file_ambit_v1_ops, 7);
 
 /**
  * @generated from message ambit.v1.DeleteSubscriptionResponse
@@ -186,7 +253,7 @@ export type DeleteSubscriptionResponse = Message<"ambit.v1.DeleteSubscriptionRes
  * Use `create(DeleteSubscriptionResponseSchema)` to create a new message.
  */
 export const DeleteSubscriptionResponseSchema: GenMessage<DeleteSubscriptionResponse> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 6);
+  messageDesc(file_ambit_v1_ops, 8);
 
 /**
  * @generated from message ambit.v1.DrainGatewayRequest
@@ -199,7 +266,7 @@ export type DrainGatewayRequest = Message<"ambit.v1.DrainGatewayRequest"> & {
  * Use `create(DrainGatewayRequestSchema)` to create a new message.
  */
 export const DrainGatewayRequestSchema: GenMessage<DrainGatewayRequest> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 7);
+  messageDesc(file_ambit_v1_ops, 9);
 
 /**
  * @generated from message ambit.v1.DrainGatewayResponse
@@ -218,7 +285,7 @@ export type DrainGatewayResponse = Message<"ambit.v1.DrainGatewayResponse"> & {
  * Use `create(DrainGatewayResponseSchema)` to create a new message.
  */
 export const DrainGatewayResponseSchema: GenMessage<DrainGatewayResponse> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 8);
+  messageDesc(file_ambit_v1_ops, 10);
 
 /**
  * @generated from message ambit.v1.GetStatsRequest
@@ -231,7 +298,7 @@ export type GetStatsRequest = Message<"ambit.v1.GetStatsRequest"> & {
  * Use `create(GetStatsRequestSchema)` to create a new message.
  */
 export const GetStatsRequestSchema: GenMessage<GetStatsRequest> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 9);
+  messageDesc(file_ambit_v1_ops, 11);
 
 /**
  * @generated from message ambit.v1.GetStatsResponse
@@ -325,7 +392,7 @@ export type GetStatsResponse = Message<"ambit.v1.GetStatsResponse"> & {
  * Use `create(GetStatsResponseSchema)` to create a new message.
  */
 export const GetStatsResponseSchema: GenMessage<GetStatsResponse> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 10);
+  messageDesc(file_ambit_v1_ops, 12);
 
 /**
  * A cell of the shard map (row from the south pole, column from the antimeridian, in cells of
@@ -355,7 +422,7 @@ export type CellMove = Message<"ambit.v1.CellMove"> & {
  * Use `create(CellMoveSchema)` to create a new message.
  */
 export const CellMoveSchema: GenMessage<CellMove> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 11);
+  messageDesc(file_ambit_v1_ops, 13);
 
 /**
  * @generated from message ambit.v1.MoveCellsRequest
@@ -372,7 +439,7 @@ export type MoveCellsRequest = Message<"ambit.v1.MoveCellsRequest"> & {
  * Use `create(MoveCellsRequestSchema)` to create a new message.
  */
 export const MoveCellsRequestSchema: GenMessage<MoveCellsRequest> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 12);
+  messageDesc(file_ambit_v1_ops, 14);
 
 /**
  * @generated from message ambit.v1.MoveCellsResponse
@@ -398,7 +465,7 @@ export type MoveCellsResponse = Message<"ambit.v1.MoveCellsResponse"> & {
  * Use `create(MoveCellsResponseSchema)` to create a new message.
  */
 export const MoveCellsResponseSchema: GenMessage<MoveCellsResponse> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 13);
+  messageDesc(file_ambit_v1_ops, 15);
 
 /**
  * @generated from message ambit.v1.GetDeviceSubscriptionsRequest
@@ -415,7 +482,7 @@ export type GetDeviceSubscriptionsRequest = Message<"ambit.v1.GetDeviceSubscript
  * Use `create(GetDeviceSubscriptionsRequestSchema)` to create a new message.
  */
 export const GetDeviceSubscriptionsRequestSchema: GenMessage<GetDeviceSubscriptionsRequest> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 14);
+  messageDesc(file_ambit_v1_ops, 16);
 
 /**
  * @generated from message ambit.v1.GetDeviceSubscriptionsResponse
@@ -444,7 +511,7 @@ export type GetDeviceSubscriptionsResponse = Message<"ambit.v1.GetDeviceSubscrip
  * Use `create(GetDeviceSubscriptionsResponseSchema)` to create a new message.
  */
 export const GetDeviceSubscriptionsResponseSchema: GenMessage<GetDeviceSubscriptionsResponse> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 15);
+  messageDesc(file_ambit_v1_ops, 17);
 
 /**
  * Operators' calls; need the `ops` scope.
@@ -531,6 +598,20 @@ export const OpsService: GenService<{
     methodKind: "unary";
     input: typeof PurgeDeviceRequestSchema;
     output: typeof PurgeDeviceResponseSchema;
+  },
+  /**
+   * Revokes tokens in the whole deployment: one token (given whole, or by its id) or every token
+   * of a subject issued up to now. Calls with a revoked token are UNAUTHENTICATED ("token was
+   * revoked") and the device streams it opened end UNAUTHENTICATED, on every gateway. The
+   * revocation is kept until the token expires (given whole) or for keep_days. INVALID_ARGUMENT
+   * (naming the field) unless exactly one of token_id, subject and token is set.
+   *
+   * @generated from rpc ambit.v1.OpsService.RevokeTokens
+   */
+  revokeTokens: {
+    methodKind: "unary";
+    input: typeof RevokeTokensRequestSchema;
+    output: typeof RevokeTokensResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_ambit_v1_ops, 0);
