@@ -17,7 +17,7 @@ import type { Event, PositionUpdate } from '../../src/model/types.js';
 import { shardOf } from './fanout-shard.js';
 import { EventCache, type Link } from './link.js';
 import { LinkedHub } from './linked.js';
-import type { DeviceInfo, DevicePage, DeviceQuery, DeviceSubscription, Hub, HubStats, Inbox, LocationWriter, PublishResult, PurgeResult, Revocation } from './port.js';
+import type { DeviceInfo, DevicePage, DeviceQuery, DeviceSubscription, Hub, HubStats, Inbox, LocationWriter, PublishResult, PurgeResult, Revocation, ShardStatus } from './port.js';
 
 /**
  * Figures that are settings, per-item averages or counts every part makes whole (each partition
@@ -173,6 +173,12 @@ export class PartitionedHub implements Hub {
       gone.push(...(await p.expireDevices(beforeMs, max - gone.length)));
     }
     return gone;
+  }
+
+  /** Redis matcher partitions: each one's status, in order. */
+  async shardStatus(): Promise<ShardStatus[]> {
+    const each = await Promise.all(this.parts.map((p) => p.shardStatus?.() ?? Promise.resolve([])));
+    return each.flat();
   }
 
   /** Revocations are the deployment's, not a partition's: the first partition keeps them for all. */

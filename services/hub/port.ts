@@ -269,11 +269,31 @@ export interface Hub {
    */
   watchRevocations(listener: (all: readonly Revocation[]) => void): () => void;
   close(): Promise<void>;
+  /** Redis mode: each matcher partition or shard (absent where there are none: embedded). */
+  shardStatus?(): Promise<ShardStatus[]>;
   /**
    * A deployment sharded by space: gives cells of the shard map to other geographic shards while
    * traffic flows. Absent on hubs that are not.
    */
   moveCells?(moves: readonly CellMove[]): Promise<{ version: number; devicesMoved: number }>;
+}
+
+/** One matcher partition or shard of a Redis deployment as its leader last reported it. */
+export interface ShardStatus {
+  /** "matcher" (one), "partition k", "geo k" or "wide k". */
+  name: string;
+  /** Its leader's stats record is fresh (it expires when no matcher of the shard renews it). */
+  alive: boolean;
+  matcherId: string;
+  epoch: number;
+  subscriptions: number;
+  devices: number;
+  /** The last command whose effects are stored, and how long its command stream is. */
+  offset: string;
+  streamLength: number;
+  /** Sharded by space: devices handed over to it and from it. */
+  handOversIn: number;
+  handOversOut: number;
 }
 
 /** A cell of a shard map (row, column) and the geographic shard it is to belong to. */

@@ -27,6 +27,7 @@ import {
   type DeviceSummary,
   type PurgeResult,
   type Revocation,
+  type ShardStatus,
   MAX_REVOCATIONS,
   revocationKey,
   type CellMove,
@@ -422,6 +423,31 @@ export class RedisHub implements Hub, InboxHost {
     const gone: string[] = [];
     for (const device of stale) if ((await this.purge(device, String(beforeMs), 'devicesExpired')) !== 'SEEN') gone.push(device);
     return gone;
+  }
+
+  /** Every shard's stats record when sharded by space; else this partition's. */
+  async shardStatus(): Promise<ShardStatus[]> {
+    this.checkOpen();
+    const k = this.keys;
+    const geo = k.layout.geo;
+    const of = geo === undefined ? [k] : Array.from({ length: k.partitions }, (_, i) => k.of(i));
+    const records = await this.redis(() => this.cmd.mget(of.map((x) => x.matcherStats)));
+    return of.map((x, i) => {
+      const r = records[i] === null ? null : (JSON.parse(records[i]!) as MatcherStatsRecord);
+      const n = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : 0);
+      return {
+        name: geo !== undefined ? (x.partition < geo.shards ? `geo ${x.partition}` : `wide ${x.partition - geo.shards}`) : x.partitions > 1 ? `partition ${x.partition}` : 'matcher',
+        alive: r !== null,
+        matcherId: r?.matcherId ?? '',
+        epoch: r?.epoch ?? 0,
+        subscriptions: r?.subscriptions ?? 0,
+        devices: r?.devices ?? 0,
+        offset: r?.offset ?? '',
+        streamLength: n(r?.extra.streamLength),
+        handOversIn: n(r?.extra.handOversIn),
+        handOversOut: n(r?.extra.handOversOut),
+      };
+    });
   }
 
   // ---- revoked tokens ----

@@ -157,6 +157,7 @@ function show(s) {
     ['devices', int.format(s.gauges.devices)],
     ['engine memory', `${fmt.format(mib(s.memory.engine))} MiB`],
   ]);
+  drawShards(s.shardTable ?? null);
   const m = s.matchers;
   dl($('shards'), [
     ['matchers alive', m.alive === null ? 'n/a (embedded)' : m.alive ? 'yes' : 'NO'],
@@ -170,6 +171,34 @@ function show(s) {
           ['cells moving', s.shards.moving ? 'yes' : 'no'],
         ]),
   ]);
+}
+
+/** One row per matcher partition or shard (Redis mode); the panel hides without them. */
+function drawShards(table) {
+  const panel = $('shard-panel');
+  panel.hidden = table === null;
+  if (table === null) return;
+  const rows = table.map((x) => {
+    const tr = document.createElement('tr');
+    const cells = [
+      [x.name, ''],
+      [x.alive ? x.matcherId : 'NO LEADER', x.alive ? 'ok' : 'bad'],
+      [x.alive ? String(x.epoch) : '–', ''],
+      [int.format(x.subscriptions), ''],
+      [int.format(x.devices), ''],
+      [int.format(x.streamLength), ''],
+      [x.offset, ''],
+      [`${int.format(x.handOversIn)} / ${int.format(x.handOversOut)}`, ''],
+    ];
+    for (const [text, cls] of cells) {
+      const td = document.createElement('td');
+      td.textContent = text;
+      if (cls !== '') td.className = cls;
+      tr.append(td);
+    }
+    return tr;
+  });
+  panel.querySelector('tbody').replaceChildren(...rows);
 }
 
 async function connect(token) {

@@ -16,7 +16,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type client from 'prom-client';
 import type { Counters } from '../edge/counters.js';
 import { AuthError, type TokenAuthority, bearer, requireScope, SCOPES } from '../edge/auth.js';
-import type { HubStats } from '../hub/port.js';
+import type { HubStats, ShardStatus } from '../hub/port.js';
 import type { DensityMap } from '../edge/density.js';
 import type { Readiness, ReadinessReport } from './readiness.js';
 
@@ -56,6 +56,8 @@ export interface DashboardSource {
   readiness: Readiness | null;
   /** The map of this process's gateway (null without one). */
   density: () => DensityMap | null;
+  /** Redis mode: each matcher partition or shard (null, or an empty list: none). */
+  shards?: (() => Promise<ShardStatus[]>) | null;
 }
 
 export interface Sample {
@@ -75,6 +77,8 @@ export interface Sample {
   memory: { rss: number; heapUsed: number; engine: number; gpu: number };
   matchers: { alive: boolean | null; leading: number | null; epoch: number | null };
   shards: { geo: number; wide: number; alive: number; mapVersion: number; moving: boolean } | null;
+  /** Each matcher partition or shard of a Redis deployment (null: none). */
+  shardTable: ShardStatus[] | null;
   /** Devices connected here and events accepted here lately, binned (refreshed every 5 s); null without a gateway. */
   map: DensityMap | null;
 }
@@ -200,7 +204,12 @@ export class Dashboard {
   async sample(advance = true): Promise<Sample> {
     const src = this.src;
     const c = src.counters;
-    const [stats, ready, hist] = await Promise.all([src.stats === null ? null : withTimeout(src.stats(), 2000).catch(() => null), src.readiness === null ? null : src.readiness.report(), src.publishSeconds.get()]);
+    const [stats, ready, hist, shardTable] = await Promise.all([
+      src.stats === null ? null : withTimeout(src.stats(), 2000).catch(() => null),
+      src.readiness === null ? null : src.readiness.report(),
+      src.publishSeconds.get(),
+      src.shards === undefined || src.shards === null ? null : withTimeout(src.shards(), 2000).catch(() => null),
+    ]);
     const at = Date.now();
     const prev = this.prev;
     // The deployment's figures come from the hub; this process's own counters only without one.
@@ -242,6 +251,7 @@ export class Dashboard {
       memory: { rss: mem.rss, heapUsed: mem.heapUsed, engine: stats?.engineMemoryBytes ?? 0, gpu: num(x.gpuBytes) ?? 0 },
       matchers: { alive: typeof x.matcherAlive === 'boolean' ? x.matcherAlive : null, leading: x.matcherLeader === true ? 1 : x.matcherLeader === false ? 0 : num(x.matcherLeader), epoch: num(x.matcherEpoch) },
       map: this.map.map,
+      shardTable: shardTable === null || shardTable.length === 0 ? null : shardTable,
       shards: typeof x.geoShards === 'number' ? { geo: x.geoShards, wide: num(x.wideShards) ?? 0, alive: num(x.shardsAlive) ?? 0, mapVersion: num(x.shardMapVersion) ?? 0, moving: x.shardMapMoving === true } : null,
     };
   }

@@ -169,7 +169,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
     // secret in a process without gRPC.
     let authority: TokenAuthority | null = null;
     const ownAuthority = config.tokenSecret === null ? null : new TokenAuthority(config.tokenSecret);
-    const dashboard = new Dashboard({ role: config.role, counters: metrics.counters, publishSeconds: metrics.publishSeconds, stats: hub !== null ? () => hub!.stats() : statsSource !== null ? () => statsSource!.stats() : null, readiness, density: () => gatewayRef?.density() ?? null }, () => authority ?? ownAuthority);
+    const dashboard = new Dashboard({ role: config.role, counters: metrics.counters, publishSeconds: metrics.publishSeconds, stats: hub !== null ? () => hub!.stats() : statsSource !== null ? () => statsSource!.stats() : null, readiness, density: () => gatewayRef?.density() ?? null, shards: hub?.shardStatus === undefined ? null : () => hub!.shardStatus!() }, () => authority ?? ownAuthority);
     metrics.routes = (req, res) => dashboard.handle(req, res);
     cleanups.push(async () => dashboard.close());
     const metricsPort = config.metricsPort === null ? null : await metrics.listen(config.host, config.metricsPort);

@@ -13,6 +13,7 @@ import { type Browser, chromium } from 'playwright-core';
 import { SCOPES, TokenAuthority } from '../../services/edge/auth.js';
 import { type RunningServer, startServer } from '../../services/process/server.js';
 import { AmbitDevice, AmbitPublisher } from '../../sdk/index.js';
+import { redisServerMissing, startRedisServer } from '../support/redis-server.js';
 
 const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
 const SECRET = 'dashboard-test-secret-0123456789abcdef0123';
@@ -115,6 +116,7 @@ describe('ops dashboard in a browser', { skip: chromiumMissing() ?? false, timeo
       assert.match((await page.textContent('#checks'))!, /okhubembedded: fast/);
       assert.match((await page.textContent('#engine'))!, /subscriptions5/);
       assert.match((await page.textContent('#shards'))!, /not sharded by space/);
+      assert.equal(await page.isHidden('#shard-panel'), true, 'no partitions or shards: no table');
       // The map: devices connected here and the events accepted here, binned (refreshed every 5 s).
       const ops = { authorization: `Bearer ${authority.issue({ subject: 'ops', scopes: [SCOPES.ops] })}` };
       type Cells = { n: number }[];
@@ -135,6 +137,45 @@ describe('ops dashboard in a browser', { skip: chromiumMissing() ?? false, timeo
       pub.close();
       await Promise.all(devices.map((d) => d.close()));
       await page.close();
+    }
+  });
+});
+
+describe('ops dashboard of a Redis deployment with matcher partitions', { skip: chromiumMissing() ?? redisServerMissing() ?? false, timeout: 120_000 }, () => {
+  it('shows a row per partition: its leader, epoch, subscriptions and devices', async () => {
+    const redis = await startRedisServer();
+    const authority = new TokenAuthority(SECRET);
+    let server: RunningServer | null = null;
+    let browser: Browser | null = null;
+    const devices: AmbitDevice[] = [];
+    try {
+      server = await startServer({ host: '127.0.0.1', port: 0, metricsPort: 0, engine: 'fast', tokenSecret: SECRET, shutdownGraceS: 1, logLevel: 'warn', redisUrl: redis.url, matcherPartitions: 2 });
+      for (let i = 0; i < 6; i++) {
+        const d = await AmbitDevice.connect(`127.0.0.1:${server.port}`, authority.issue({ subject: `shard-dev-${i}`, scopes: [SCOPES.device] }));
+        await d.subscribe({ id: 'all', filters: [{ constraints: [{ name: 'kind', op: 'eq', value: 'demo' }] }] });
+        devices.push(d);
+      }
+      browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'] });
+      const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+      await page.goto(`http://127.0.0.1:${server.metricsPort}/dashboard`);
+      await page.fill('#token', authority.issue({ subject: 'ops', scopes: [SCOPES.ops] }));
+      await page.click('#login button[type=submit]');
+      await page.waitForSelector('#shard-panel:not([hidden])');
+      // The matchers refresh their records on a timer: the table follows within a few samples.
+      await page.waitForFunction(
+        "(() => { const rows = [...document.querySelectorAll('#shard-table tbody tr')].map((r) => [...r.children].map((c) => c.textContent)); return rows.length === 2 && rows.every((r) => r[1] !== 'NO LEADER') && rows.reduce((t, r) => t + Number(r[3].replace(/,/g, '')), 0) === 6; })()",
+        undefined,
+        { timeout: 20_000 },
+      );
+      const rows = (await page.evaluate("[...document.querySelectorAll('#shard-table tbody tr')].map((r) => [...r.children].map((c) => c.textContent))")) as string[][];
+      assert.deepEqual(rows.map((r) => r[0]), ['partition 0', 'partition 1']);
+      for (const r of rows) assert.match(r[1], /\S/, 'a leader');
+      if (process.env.AMBIT_SCREENSHOT_DIR) await page.locator('#shard-panel').screenshot({ path: join(process.env.AMBIT_SCREENSHOT_DIR, 'dashboard-shards.png') });
+    } finally {
+      await Promise.all(devices.map((d) => d.close()));
+      await browser?.close();
+      await server?.stop();
+      await redis.stop();
     }
   });
 });
