@@ -98,7 +98,7 @@ export class DeviceExpiry {
   constructor(
     private readonly hub: Pick<Hub, 'expireDevices'>,
     private readonly now: () => number,
-    private readonly options: { expiryMs: number; everyMs: number; round?: number },
+    private readonly options: { expiryMs: number; everyMs: number; round?: number; beforeSweep?: () => Promise<void> },
     private readonly log: Logger | null = null,
   ) {}
 
@@ -114,6 +114,8 @@ export class DeviceExpiry {
 
   private async run(): Promise<string[]> {
     const round = this.options.round ?? 1000;
+    // This process's own sightings first (a device back just now is not taken for gone).
+    await this.options.beforeSweep?.().catch((err: unknown) => this.log?.warn({ err }, 'last-seen times not written before the sweep'));
     const before = this.now() - this.options.expiryMs;
     const gone: string[] = [];
     for (;;) {

@@ -185,13 +185,23 @@ export class EmbeddedHub implements Hub {
 
   async listDevices(q: DeviceQuery): Promise<DevicePage> {
     const after = q.after === '' ? '' : pageAfter(q.after);
-    const ids: string[] = [];
-    for (const d of this.core.subscribedDevices()) if (d > after && d.startsWith(q.prefix)) ids.push(d);
-    ids.sort();
-    const page = ids.length > q.limit ? ids.slice(0, q.limit) : ids;
+    // By id: a binary search for where the page starts in the sorted ids (kept while the set stays).
+    const ids = this.core.sortedSubscribedDevices();
+    const from = q.prefix > after ? q.prefix : after;
+    let lo = 0;
+    let hi = ids.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (ids[mid] < from || (ids[mid] === from && from === after)) lo = mid + 1;
+      else hi = mid;
+    }
+    const page: string[] = [];
+    let i = lo;
+    for (; i < ids.length && page.length < q.limit && ids[i].startsWith(q.prefix); i++) page.push(ids[i]);
+    const more = i < ids.length && ids[i].startsWith(q.prefix);
     return {
       devices: page.map((device) => ({ device, subscriptions: this.core.count(device), location: this.core.position(device), lastSeenMs: this.seen.get(device) ?? 0 })),
-      next: ids.length > q.limit ? pageToken(page[page.length - 1]) : '',
+      next: more ? pageToken(page[page.length - 1]) : '',
     };
   }
 
@@ -221,9 +231,16 @@ export class EmbeddedHub implements Hub {
       if (gone.length >= max) break;
       if (ms < beforeMs) gone.push(device);
     }
-    for (const device of gone) await this.drop(device);
-    this.expired += gone.length;
-    return gone;
+    const purged: string[] = [];
+    for (const device of gone) {
+      // Seen again while an earlier purge of this sweep was awaited: kept.
+      const ms = this.seen.get(device);
+      if (ms === undefined || ms >= beforeMs) continue;
+      await this.drop(device);
+      purged.push(device);
+    }
+    this.expired += purged.length;
+    return purged;
   }
 
   async revokeTokens(revocations: readonly Revocation[]): Promise<void> {

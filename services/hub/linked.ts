@@ -44,12 +44,12 @@ class LinkedInbox implements DrainableInbox {
     readonly at: number,
   ) {}
 
-  /** The hub said the device was purged: takes and pulls throw once the queue is empty. */
+  /** The hub said the device was purged: takes and pulls throw. */
   private purged = false;
 
   async pull(max: number): Promise<Delivery[]> {
     for (;;) {
-      if (this.purged && this.head >= this.queue.length) throw purgedError();
+      if (this.purged) throw purgedError();
       if (this.closed) return [];
       const ds = this.take(max);
       if (ds.length !== 0) return ds;
@@ -59,7 +59,7 @@ class LinkedInbox implements DrainableInbox {
   }
 
   take(max: number): Delivery[] {
-    if (this.purged && this.head >= this.queue.length) throw purgedError();
+    if (this.purged) throw purgedError();
     if (this.closed || this.head >= this.queue.length) return [];
     return this.takeQueued(max);
   }
@@ -76,6 +76,9 @@ class LinkedInbox implements DrainableInbox {
     if (this.closed) return;
     this.purged = true;
     this.closed = true;
+    // What was pushed belongs to the purged state: it is not delivered.
+    this.queue = NONE;
+    this.head = 0;
     this.hub.forget(this);
     const w = this.waiter;
     this.waiter = null;

@@ -297,7 +297,7 @@ export class RedisHub implements Hub, InboxHost {
     const k = this.keys;
     const r = await this.redis(() =>
       this.router !== null
-        ? runScript(this.cmd, 'ambitGeoUnsub', k.seq, k.subs(device), k.meta(device), k.home, k.wide, k.shardPrefix, device, subscriptionId, this.inMaxLen)
+        ? runScript(this.cmd, 'ambitGeoUnsub', k.seq, k.subs(device), k.meta(device), k.home, k.wide, k.shardPrefix, device, subscriptionId, this.inMaxLen, k.shared)
         : runScript(this.cmd, 'ambitUnsub', k.subs(device), k.in, k.subDevices, device, subscriptionId, this.inMaxLen),
     );
     if (r === 'NOT_FOUND') throw new AmbitError('NOT_FOUND', `device has no subscription ${show(subscriptionId)}`, 'subscription_id');
@@ -328,7 +328,8 @@ export class RedisHub implements Hub, InboxHost {
    */
   async listDevices(q: DeviceQuery): Promise<DevicePage> {
     this.checkOpen();
-    const shards = this.router === null ? 1 : this.keys.partitions;
+    // Sharded by space: each shard's homed devices, then those with subscriptions homed nowhere yet.
+    const shards = this.router === null ? 1 : this.keys.partitions + 1;
     let shard = 0;
     let cursor = '0';
     let skip = 0;
@@ -340,8 +341,10 @@ export class RedisHub implements Hub, InboxHost {
     const match = `${globEscape(q.prefix)}*`;
     const out: DeviceSummary[] = [];
     const taken = new Set<string>();
+    // A rare prefix would otherwise scan the whole set in one call: a page may end short.
+    let scans = 0;
     for (; shard < shards; shard++, cursor = '0', skip = 0) {
-      const set = this.router === null ? this.keys.subDevices : this.keys.of(shard).subDevices;
+      const set = this.router === null ? this.keys.subDevices : shard < this.keys.partitions ? this.keys.of(shard).subDevices : `${this.keys.shared}unhomed`;
       for (;;) {
         const [next, found] = await this.redis(() => this.read.sscan(set, cursor, 'MATCH', match, 'COUNT', Math.max(100, q.limit)));
         const fresh = found.slice(skip).filter((d) => !taken.has(d));
@@ -360,6 +363,7 @@ export class RedisHub implements Hub, InboxHost {
         skip = 0;
         cursor = next;
         if (cursor === '0') break;
+        if (++scans >= MAX_SCANS_PER_PAGE) return { devices: out, next: `${shard}:${cursor}:0` };
       }
     }
     return { devices: out, next: '' };
@@ -401,7 +405,7 @@ export class RedisHub implements Hub, InboxHost {
     const notifications = await this.redis(() => this.read.xlen(k.notes(device)));
     const r = (await this.redis(() =>
       this.router !== null
-        ? runScript(this.cmd, 'ambitGeoPurge', k.seq, k.subs(device), k.meta(device), k.home, k.wide, k.pos, k.seen, k.geoStats, k.shardPrefix, device, this.inMaxLen, seenBefore, counter)
+        ? runScript(this.cmd, 'ambitGeoPurge', k.seq, k.subs(device), k.meta(device), k.home, k.wide, k.pos, k.seen, k.geoStats, k.shardPrefix, device, this.inMaxLen, seenBefore, counter, String(this.router.wideShard(device)), k.shared)
         : runScript(this.cmd, 'ambitPurge', k.subs(device), k.in, k.subDevices, k.pos, k.seen, k.stats, device, this.inMaxLen, seenBefore, counter),
     )) as [number, number] | 'SEEN';
     if (r === 'SEEN') return r;
@@ -691,14 +695,15 @@ export class RedisHub implements Hub, InboxHost {
       const g = this.keys.groupOf(device);
       const [[acked, seqText, oldest, born], instance] = await Promise.all([
         this.redis(() =>
-          runScript(this.read, 'ambitOpen', g.notes(device), g.dstate, g.acked, g.stats, g.config, g.nseq, g.nlast, g.born, device, resumeAfter === null ? 'acked' : 'token', resumeAfter ?? '', this.now === null ? '' : this.now(), randomBytes(6).toString('hex')),
+          runScript(this.read, 'ambitOpen', g.notes(device), g.dstate, g.acked, g.stats, g.config, g.nseq, g.nlast, g.born(device), device, resumeAfter === null ? 'acked' : 'token', resumeAfter ?? '', this.now === null ? '' : this.now()),
         ) as Promise<[string, string, string, string]>,
         // Read at every open: a Redis that lost its data gets a new one (the first process to see it sets it).
         this.redis(() => this.read.get(this.keys.matcherInstance)).then(async (v) => v ?? (await this.setInstance())),
       ]);
       const last = Number(seqText);
       const start = resumePoint(acked, last);
-      inbox.begin(start, missedAfter(start, oldest, last), start !== acked, `${instance}.${born}`);
+      // A purged device's state is named by its purge, so a client sees the change.
+      inbox.begin(start, missedAfter(start, oldest, last), start !== acked, born === '' ? instance : `${instance}.${born}`);
       return inbox;
     } catch (err) {
       inbox.close();
@@ -941,6 +946,9 @@ export class RedisHub implements Hub, InboxHost {
 }
 
 // ---- helpers ----
+
+/** SSCAN calls one page of a listing makes at most (the page may hold fewer devices than asked). */
+const MAX_SCANS_PER_PAGE = 32;
 
 /** A prefix as a literal SCAN pattern (glob's special characters escaped). */
 function globEscape(s: string): string {

@@ -70,6 +70,9 @@ export class MatchCore {
   onOwnerRemoved: ((o: Owner) => void) | null = null;
   private readonly positions = new Map<string, Position>();
   private subscriptionCount = 0;
+  /** Matches awaited now, and the devices purged while any was: their late matches are dropped. */
+  private matching = 0;
+  private readonly purgedWhileMatching = new Set<string>();
   locationUpdates = 0;
 
   /** `maxPerDevice`: subscriptions one device may hold (RESOURCE_EXHAUSTED beyond). */
@@ -93,6 +96,7 @@ export class MatchCore {
     if (mine === undefined) {
       mine = { device, subs: new Map(), stamp: 0, slot: 0, shards: 0, shard: 0, idBytes: null };
       this.subs.set(device, mine);
+      this.devicesVersion++;
     }
     if (!exists) {
       this.subscriptionCount++;
@@ -112,7 +116,10 @@ export class MatchCore {
     if (o !== undefined && this.onOwnerRemoved !== null) this.onOwnerRemoved(o);
     mine.subs.delete(subscriptionId);
     this.subscriptionCount--;
-    if (mine.subs.size === 0) this.subs.delete(device);
+    if (mine.subs.size === 0) {
+      this.subs.delete(device);
+      this.devicesVersion++;
+    }
     return true;
   }
 
@@ -123,6 +130,8 @@ export class MatchCore {
   purge(device: string): { subscriptions: number; location: boolean } {
     const ids = [...(this.subs.get(device)?.subs.keys() ?? [])];
     for (const id of ids) this.remove(device, id);
+    // A match awaited now may still name its subscriptions: those notifications are not stored.
+    if (this.matching > 0) this.purgedWhileMatching.add(device);
     const p = this.positions.get(device);
     if (p !== undefined) {
       this.positions.delete(device);
@@ -139,9 +148,14 @@ export class MatchCore {
     return this.subs.get(device)?.subs.size ?? 0;
   }
 
-  /** Ids of the devices holding subscriptions (live: take them before the next change). */
-  subscribedDevices(): IterableIterator<string> {
-    return this.subs.keys();
+  /** Moves whenever a device gains its first subscription or loses its last. */
+  devicesVersion = 0;
+  private sortedDevices: { version: number; ids: string[] } | null = null;
+
+  /** Ids of the devices holding subscriptions, sorted (made again only after the set changed). */
+  sortedSubscribedDevices(): readonly string[] {
+    if (this.sortedDevices === null || this.sortedDevices.version !== this.devicesVersion) this.sortedDevices = { version: this.devicesVersion, ids: [...this.subs.keys()].sort() };
+    return this.sortedDevices.ids;
   }
 
   list(device: string): DeviceSubscription[] {
@@ -215,7 +229,14 @@ export class MatchCore {
    */
   async matchKeys(events: readonly Event[]): Promise<readonly (readonly string[])[]> {
     if (events.length === 0) return [];
-    return events.length === 1 ? [await this.engine.match(events[0])] : await this.engine.matchBatch(events);
+    this.matching++;
+    try {
+      const keys = events.length === 1 ? [await this.engine.match(events[0])] : await this.engine.matchBatch(events);
+      if (this.purgedWhileMatching.size === 0) return keys;
+      return keys.map((ks) => ks.filter((k) => this.owners.has(k) || !this.purgedWhileMatching.has(splitSubscriptionKey(k)[0])));
+    } finally {
+      if (--this.matching === 0) this.purgedWhileMatching.clear();
+    }
   }
 
   ownerOf(key: string): Owner | undefined {
@@ -225,8 +246,7 @@ export class MatchCore {
   /** Recipients of each event, grouped by device, subscription ids in engine order. */
   async match(events: readonly Event[]): Promise<Recipient[][]> {
     if (events.length === 0) return [];
-    const results = events.length === 1 ? [await this.engine.match(events[0])] : await this.engine.matchBatch(events);
-    return results.map((keys) => this.group(keys));
+    return (await this.matchKeys(events)).map((keys) => this.group(keys));
   }
 
   /** One event's matched engine keys as recipients, subscription ids sorted per device. */

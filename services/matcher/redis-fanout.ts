@@ -132,7 +132,7 @@ export class RedisFanOut implements FanOut {
    * Queues the drop of a purged device's notifications (ambitDrop) behind what was queued for its
    * group before, so it goes after them in the next flush.
    */
-  drop(device: string): void {
+  drop(device: string, entryId: string): void {
     const g = this.k.groupOf(device);
     const call = this.calls[g.index];
     if (call !== undefined) this.emit(call);
@@ -141,7 +141,7 @@ export class RedisFanOut implements FanOut {
       p = this.cmd.pipeline();
       this.pipelines.set(g.index, p);
     }
-    queueScript(p, this.k.layout.cluster ? 'ambitDropSharded' : 'ambitDrop', g.notes(device), g.dstate, g.nseq, g.nlast, g.acked, g.fence, g.born, device, g.wake(device), this.token);
+    queueScript(p, this.k.layout.cluster ? 'ambitDropSharded' : 'ambitDrop', g.notes(device), g.dstate, g.nseq, g.nlast, g.acked, g.fence, g.born(device), device, g.wake(device), this.token, entryId);
   }
 
   private reset(): void {

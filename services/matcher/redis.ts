@@ -628,7 +628,7 @@ export class RedisMatcher {
         this.release(entry.device);
         // The leader drops its notifications, after those of the commands before (one flush chain).
         if (this.currentRole === 'leader') {
-          this.fanout.drop(entry.device);
+          this.fanout.drop(entry.device, entry.id);
           this.dropsQueued = true;
         }
       } else if (entry.t === 'rel') {

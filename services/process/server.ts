@@ -154,7 +154,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
     // process in Redis mode: sweeps are idempotent), not by a gateway of a node's parent.
     let expiry: DeviceExpiry | null = null;
     if (hub !== null && !config.hubInParent && config.deviceExpiryMs > 0) {
-      const e = new DeviceExpiry(hub, now, { expiryMs: config.deviceExpiryMs, everyMs: Math.max(1, Math.min(3_600_000, Math.floor(config.deviceExpiryMs / 4))) }, log.child({ component: 'lifecycle' }));
+      const e = new DeviceExpiry(hub, now, { expiryMs: config.deviceExpiryMs, everyMs: Math.max(1, Math.min(3_600_000, Math.floor(config.deviceExpiryMs / 4))), beforeSweep: async () => gatewayRef?.seen?.flush() }, log.child({ component: 'lifecycle' }));
       e.start();
       expiry = e;
       cleanups.push(async () => e.stop());

@@ -87,6 +87,8 @@ local function hand_over(h, sp, shp, shards, home_key, reach_key, dev, cur, targ
     if was then r[#r + 1] = 'p'; r[#r + 1] = was end
     r[#r + 1] = 'to'; r[#r + 1] = target
     redis.call('SREM', sp .. cur .. ':subdevs', dev)
+  else
+    redis.call('SREM', shp .. 'unhomed', dev)
   end
   if not h.acq[target] then h.acq[target] = {'t', 'acq'}; h.acq_order[#h.acq_order + 1] = target end
   acq_fields(h.acq[target], dev, cur or '', pos, shp .. 'subs:' .. dev)
@@ -153,9 +155,10 @@ end
 local base, q = next_id(KEYS[1])
 local id
 if not target then
-  -- Homed nowhere yet: stored only; its first position carries it to a shard.
+  -- Homed nowhere yet: stored only (listed in unhomed); its first position carries it to a shard.
   id = id_at(base, q, 0)
   redis.call('HSET', KEYS[2], sid, id .. ' ' .. json)
+  redis.call('SADD', ARGV[15] .. 'unhomed', dev)
   return {id, '', tostring(w)}
 end
 if cur == target then
@@ -177,7 +180,8 @@ return {id, target, tostring(w)}
  * Remove one subscription of a device and queue its command on the device's home shard (the device
  * stays there: a device with no wide subscription left moves to its geographic home with its next
  * position).
- * KEYS: seq, subs:{device}, meta:{device}, home, wide. ARGV: shard prefix, device, subscription id, in maxlen.
+ * KEYS: seq, subs:{device}, meta:{device}, home, wide. ARGV: shard prefix, device, subscription id, in maxlen,
+ * shared prefix.
  * Returns the entry id or NOT_FOUND.
  */
 export const GEO_UNSUB = `${NEXT_ID}
@@ -191,24 +195,27 @@ end
 local cur = redis.call('HGET', KEYS[4], dev)
 local base, q = next_id(KEYS[1])
 local id = id_at(base, q, 0)
-if cur then redis.call('XADD', sp .. cur .. ':in', 'MAXLEN', '~', ARGV[4], id, 't', 'unsub', 'dev', dev, 'id', sid) end
+if cur then redis.call('XADD', sp .. cur .. ':in', 'MAXLEN', '~', ARGV[4], id, 't', 'unsub', 'dev', dev, 'id', sid)
+elseif redis.call('EXISTS', KEYS[2]) == 0 then redis.call('SREM', ARGV[5] .. 'unhomed', dev) end
 return id
 `;
 
 /**
  * Purge a device: its subscriptions, homes, position and last-seen record go, and its home shard
- * (if it has one) gets a `purge` command (the shard forgets it and drops its notifications). With
+ * (without one, its wide shard) gets a `purge` command (the shard forgets it and drops its notifications). With
  * a time in ARGV[4], only if the device was last seen before it.
  * KEYS: seq, subs:{device}, meta:{device}, home, wide, pos, seen, stats. ARGV: shard prefix,
  * device, in maxlen, seen-before ms or '', the counter to add one to (devicesPurged or
- * devicesExpired) if the device held anything. Returns {subscriptions removed, 1 if it had a
+ * devicesExpired) if the device held anything, its wide shard (which gets the command when it
+ * has no home), the shared prefix. Returns {subscriptions removed, 1 if it had a
  * position}, or SEEN.
  */
 export const GEO_PURGE = `${NEXT_ID}
 local sp, dev = ARGV[1], ARGV[2]
 if ARGV[4] ~= '' then
+  -- Expiry: only a device still unseen (one with no record was purged meanwhile, or is back).
   local at = redis.call('ZSCORE', KEYS[7], dev)
-  if at and tonumber(at) >= tonumber(ARGV[4]) then return 'SEEN' end
+  if not at or tonumber(at) >= tonumber(ARGV[4]) then return 'SEEN' end
 end
 local n = redis.call('HLEN', KEYS[2])
 redis.call('DEL', KEYS[2], KEYS[3])
@@ -216,12 +223,16 @@ redis.call('HDEL', KEYS[5], dev)
 local had = redis.call('HDEL', KEYS[6], dev)
 local was_seen = redis.call('ZREM', KEYS[7], dev)
 local cur = redis.call('HGET', KEYS[4], dev)
+redis.call('SREM', ARGV[7] .. 'unhomed', dev)
 if cur then
   redis.call('HDEL', KEYS[4], dev)
   redis.call('SREM', sp .. cur .. ':subdevs', dev)
-  local base, q = next_id(KEYS[1])
-  redis.call('XADD', sp .. cur .. ':in', 'MAXLEN', '~', ARGV[3], id_at(base, q, 0), 't', 'purge', 'dev', dev)
+else
+  -- Homed nowhere: its wide shard (which holds nothing of it) drops its notifications.
+  cur = ARGV[6]
 end
+local base, q = next_id(KEYS[1])
+redis.call('XADD', sp .. cur .. ':in', 'MAXLEN', '~', ARGV[3], id_at(base, q, 0), 't', 'purge', 'dev', dev)
 if n > 0 or had > 0 or was_seen > 0 then redis.call('HINCRBY', KEYS[8], ARGV[5], 1) end
 return {n, had}
 `;

@@ -41,6 +41,7 @@
  *   beside them (all in the slot of {g} on a cluster):
  *   {p}meta:{device}    HASH  subscription id → "<largest anchored radius> a|w" (w: a fixed area or none)
  *   {p}home             HASH  device → the shard it lives on
+ *   {p}unhomed          SET   devices with subscriptions and no home yet (no position): listings
  *   {p}wide             HASH  device → how many of its subscriptions are wide
  *   {p}reach            HASH  geographic shard → the largest anchored radius it ever held; wide shard
  *                             → 'w' once it held a device; 'v' → the hash's version
@@ -56,8 +57,8 @@
  *                             TTL time, the (in-entry, event index) marker of its last notification)
  *   {p}nseq, {p}nlast   HASH  the same for devices notified by versions before {p}dstate (read only)
  *   {p}acked            HASH  device → last acknowledged delivery id
- *   {p}born             HASH  device → the id of its state, set at its first inbox open, dropped by a
- *                             purge (its inbox's state id is "<instance>.<born>")
+ *   {p}born:{device}    STRING the id of the device's last purge command, for 90 days (its inbox's
+ *                             state id is "<instance>.<born>" after a purge, "<instance>" before)
  *   {p}stats            HASH  notifications, dropped (the group's own in a cluster)
  *   {p}config           HASH  a copy of the matcher's retention, written by the leader (cluster)
  *   {p}fence            STRING the newest leader's token, raised by a new leader before it writes
@@ -111,8 +112,6 @@ export class GroupKeys {
   readonly nseq: string;
   readonly nlast: string;
   readonly acked: string;
-  /** device → the id of its state (new after a purge): part of the state id its inbox reports. */
-  readonly born: string;
   readonly stats: string;
   readonly config: string;
   readonly fence: string;
@@ -128,7 +127,6 @@ export class GroupKeys {
     this.nseq = `${base}nseq`;
     this.nlast = `${base}nlast`;
     this.acked = `${base}acked`;
-    this.born = `${base}born`;
     this.stats = `${base}stats`;
     this.config = `${base}config`;
     this.fence = fence;
@@ -138,6 +136,11 @@ export class GroupKeys {
 
   notes(device: string): string {
     return this.notesPrefix + device;
+  }
+
+  /** The id of the device's last purge command (part of the state id its inbox reports). */
+  born(device: string): string {
+    return `${this.notesPrefix.slice(0, -2)}born:${device}`;
   }
 
   wake(device: string): string {

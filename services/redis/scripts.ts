@@ -261,8 +261,9 @@ export const PURGED_DOORBELL = 'purged';
  */
 const PURGE = `
 if ARGV[3] ~= '' then
+  -- Expiry: only a device still unseen (one with no record was purged meanwhile, or is back).
   local at = redis.call('ZSCORE', KEYS[5], ARGV[1])
-  if at and tonumber(at) >= tonumber(ARGV[3]) then return 'SEEN' end
+  if not at or tonumber(at) >= tonumber(ARGV[3]) then return 'SEEN' end
 end
 local n = redis.call('HLEN', KEYS[1])
 redis.call('DEL', KEYS[1])
@@ -277,12 +278,15 @@ return {n, had}
 /**
  * The matcher drops a purged device's notifications, after those it stored before (fenced): its
  * stream, delivery state and ack point, and rings its doorbell with PURGED_DOORBELL so open inboxes
- * end, and the id of its state (OPEN gives it a new one). KEYS: n:{device}, dstate, nseq, nlast,
- * acked, fence, born. ARGV: device, wake channel, token. Returns the notifications dropped.
+ * end. born:{device} records the purge's command id (kept BORN_TTL_MS): it names the device's new
+ * state (OPEN), and a replay of the same command (a new leader reading it again) changes nothing.
+ * KEYS: n:{device}, dstate, nseq, nlast, acked, fence, born:{device}. ARGV: device, wake channel,
+ * token, the purge command's id. Returns the notifications dropped.
  */
 const DROP = `${FENCE}
 check_fence(KEYS[6], ARGV[3])
-redis.call('HDEL', KEYS[7], ARGV[1])
+if redis.call('GET', KEYS[7]) == ARGV[4] then return 0 end
+redis.call('SET', KEYS[7], ARGV[4], 'PX', ${90 * 86_400_000})
 local n = redis.call('XLEN', KEYS[1])
 redis.call('DEL', KEYS[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
@@ -435,10 +439,10 @@ return stored
  * oldest retained id, after dropping (and counting) what is older than the matcher's max age,
  * the whole stream included when it expired.
  * KEYS: n:{device}, dstate, acked, stats, config, nseq, nlast (the last two: a device without a
- * state, from earlier versions), born. ARGV: device, 'acked' | 'token', token, now ms ('' = Redis's
- * clock), a fresh id for the device's state should it have none.
- * Returns { start, last ordinal, oldest retained id or '', the id of the device's state }: the
- * state's id stays until the device is purged (DROP), so a new one means its state started empty.
+ * state, from earlier versions), born:{device}. ARGV: device, 'acked' | 'token', token, now ms
+ * ('' = Redis's clock).
+ * Returns { start, last ordinal, oldest retained id or '', born:{device} or '' }: the last purge
+ * of the device (DROP), so a new one means its state started empty.
  */
 const OPEN = `${PARSE_ID}${STATE}
 local start = ARGV[3]
@@ -468,12 +472,7 @@ if dropped > 0 then redis.call('HINCRBY', KEYS[4], 'dropped', dropped) end
 local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
 local oldest = ''
 if #first > 0 then oldest = first[1][1] end
-local born = redis.call('HGET', KEYS[8], ARGV[1])
-if not born then
-  born = ARGV[5]
-  redis.call('HSET', KEYS[8], ARGV[1], born)
-end
-return {start, string.format('%.0f', seq), oldest, born}
+return {start, string.format('%.0f', seq), oldest, redis.call('GET', KEYS[8]) or ''}
 `;
 
 /**

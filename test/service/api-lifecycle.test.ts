@@ -97,6 +97,7 @@ function lifecycleSuite(name: string, start: (now: () => number) => Promise<Test
       // Back with its last delivery id: the server says its state is gone.
       const again = await DeviceStream.open(clients, srv.token('p-1', ['device']), n1.deliveryId);
       assert.equal(again.welcome.stateLost, true);
+      assert.notEqual(again.welcome.stateId, welcome.stateId, 'its state has another id');
       again.stream.cancel();
       const m = await srv.metrics();
       assert.equal(metric(m, `ambit_devices_purged_total{role="${srv.server.config.role}"}`), 1);

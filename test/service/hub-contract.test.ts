@@ -44,6 +44,40 @@ describe('embedded hub: retention of devices that went quiet', () => {
   });
 });
 
+describe('embedded hub: a purge while a match is awaited', () => {
+  it('stores nothing for the purged device of a match that was in flight (an engine that answers later, as the GPU does)', async () => {
+    const engine = CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS });
+    let gate!: () => void;
+    const opened = new Promise<void>((resolve) => (gate = resolve));
+    let started!: () => void;
+    const matching = new Promise<void>((resolve) => (started = resolve));
+    const match = engine.match.bind(engine);
+    engine.match = async (e) => {
+      const keys = await match(e);
+      started();
+      await opened;
+      return keys;
+    };
+    const hub = new EmbeddedHub(new MatchCore(engine));
+    try {
+      for (const d of ['gone', 'kept']) await hub.addSubscription(d, { id: 's', filters: [{ constraints: [{ name: 'k', op: 'exists' }] }] });
+      const published = hub.publish([{ id: 'e1', lat: 0, lon: 0, attributes: { k: 1 } }]);
+      await matching; // the engine has both keys and has not answered yet
+      await hub.purgeDevice('gone');
+      gate();
+      assert.equal((await published)[0].reached, 1, 'only the device that stayed');
+      const box = await hub.openInbox('gone', null);
+      assert.deepEqual(box.take(10), [], 'no notification came back to the purged device');
+      box.close();
+      const kept = await hub.openInbox('kept', null);
+      assert.deepEqual(kept.take(10).map((d) => d.event.id), ['e1']);
+      kept.close();
+    } finally {
+      await hub.close();
+    }
+  });
+});
+
 describe('wire conversion', () => {
   it('keeps an attribute named __proto__ in a notification', () => {
     const e = fromEvent({ id: 'x', lat: 1, lon: 2, attributes: JSON.parse('{"__proto__": 5, "a": "b"}') as Record<string, number | string> });

@@ -285,6 +285,27 @@ describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
     });
   });
 
+  it("a purge's drop removes the device's notifications and ack point once: the same command replayed (a new leader) changes nothing", async () => {
+    const k = new Keys(freshPrefix());
+    await inspect(async (r) => {
+      defineScripts(r);
+      const g = k.groups[0];
+      const drop = (entry: string) => runScript(r, 'ambitDrop', g.notes('pd'), g.dstate, g.nseq, g.nlast, g.acked, k.matcherEpoch, g.born('pd'), 'pd', g.wake('pd'), '', entry);
+      await r.xadd(g.notes('pd'), '1000-1', 'e', '{"id":"a"}', 's', '[]', 'p', '1000');
+      await r.xadd(g.notes('pd'), '1000-2', 'e', '{"id":"b"}', 's', '[]', 'p', '1000');
+      await r.hset(g.acked, 'pd', '1000-1');
+      assert.equal(await drop('5000-0'), 2);
+      assert.deepEqual([await r.exists(g.notes('pd')), await r.hget(g.acked, 'pd'), await r.get(g.born('pd'))], [0, null, '5000-0']);
+      // The device comes back; then the same purge command is applied again.
+      await r.xadd(g.notes('pd'), '6000-1', 'e', '{"id":"c"}', 's', '[]', 'p', '6000');
+      await r.hset(g.acked, 'pd', '6000-1');
+      assert.equal(await drop('5000-0'), 0);
+      assert.deepEqual([await r.xlen(g.notes('pd')), await r.hget(g.acked, 'pd')], [1, '6000-1'], 'what came after the purge stays');
+      assert.equal(await drop('7000-0'), 1, 'a later purge drops it');
+      assert.equal(await r.get(g.born('pd')), '7000-0');
+    });
+  });
+
   it('a device notified under the earlier layout ({p}nseq, {p}nlast) keeps its ordinals, its replay marker and its dropped count', async () => {
     const k = new Keys(freshPrefix());
     await inspect(async (r) => {
@@ -295,8 +316,8 @@ describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
       await r.xadd(k.notes('old'), `${ms}-41`, 'e', '{"id":"y"}', 's', '[]', 'p', String(ms));
       await r.hset(k.groups[0].nseq, 'old', '41');
       await r.hset(k.groups[0].nlast, 'old', `${ms} ${ms}-3 2 2`);
-      const open = () => runScript(r, 'ambitOpen', k.notes('old'), k.groups[0].dstate, k.groups[0].acked, k.stats, k.config, k.groups[0].nseq, k.groups[0].nlast, k.groups[0].born, 'old', 'acked', '', '', 'b0');
-      assert.deepEqual(await open(), ['', '41', `${ms}-40`, 'b0']);
+      const open = () => runScript(r, 'ambitOpen', k.notes('old'), k.groups[0].dstate, k.groups[0].acked, k.stats, k.config, k.groups[0].nseq, k.groups[0].nlast, k.groups[0].born('old'), 'old', 'acked', '', '');
+      assert.deepEqual(await open(), ['', '41', `${ms}-40`, '']);
       const deliver = (entry: string, index: number) =>
         runScript(r, 'ambitDeliver', 6, k.groups[0].dstate, k.stats, k.groups[0].nseq, k.groups[0].nlast, k.notes('old'), k.matcherEpoch, 100, 3_600_000, k.groups[0].wakePrefix, '', 1, entry, index, ms + 1, '{"id":"z"}', 'old', 1, '["s"]', '');
       assert.equal(await deliver(`${ms}-3`, 2), 0, 'the entry it already has is skipped');
@@ -307,7 +328,7 @@ describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
       await r.del(k.notes('old'));
       assert.equal(await deliver(`${ms}-4`, 0), 1);
       assert.equal(await r.hget(k.stats, 'dropped'), '3');
-      assert.deepEqual(await open(), ['', '43', `${ms + 1}-43`, 'b0']);
+      assert.deepEqual(await open(), ['', '43', `${ms + 1}-43`, '']);
     });
   });
 });
