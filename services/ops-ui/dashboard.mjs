@@ -156,6 +156,7 @@ function show(s) {
     ['filters', int.format(s.gauges.filters)],
     ['devices', int.format(s.gauges.devices)],
     ['engine memory', `${fmt.format(mib(s.memory.engine))} MiB`],
+    ...gpuRows(s.gpu ?? null),
   ]);
   drawShards(s.shardTable ?? null);
   const m = s.matchers;
@@ -171,6 +172,18 @@ function show(s) {
           ['cells moving', s.shards.moving ? 'yes' : 'no'],
         ]),
   ]);
+}
+
+/** The GPU engine's paths: the share of events it matched, fallbacks, losses (none for a CPU engine). */
+function gpuRows(g) {
+  if (g === null) return [];
+  const all = g.gpuEvents + g.cpuEvents;
+  return [
+    ['on the GPU', all === 0 ? 'no events yet' : `${fmt.format((100 * g.gpuEvents) / all)}% of ${int.format(all)} events`],
+    ['CPU fallbacks', `${int.format(g.fallbackEvents)} events${g.cpuReason ? ` (now: ${g.cpuReason})` : ''}`],
+    ['GPU overflows', `${int.format(g.overflowEvents)} events`],
+    ['device losses', `${int.format(g.deviceLosses)} (${int.format(g.errors)} GPU errors, ${int.format(g.rebuilds)} rebuilds)`],
+  ];
 }
 
 /** One row per matcher partition or shard (Redis mode); the panel hides without them. */

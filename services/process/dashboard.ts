@@ -79,6 +79,12 @@ export interface Sample {
   shards: { geo: number; wide: number; alive: number; mapVersion: number; moving: boolean } | null;
   /** Each matcher partition or shard of a Redis deployment (null: none). */
   shardTable: ShardStatus[] | null;
+  /**
+   * The GPU engine's paths (totals since start; null for a CPU engine): events matched on the GPU
+   * and on the CPU, those that fell back to the CPU after a GPU failure or overflowed the GPU's
+   * result buffer, device losses, GPU errors and rebuilds, and why it runs on the CPU now.
+   */
+  gpu: { gpuEvents: number; cpuEvents: number; fallbackEvents: number; overflowEvents: number; deviceLosses: number; errors: number; rebuilds: number; cpuReason: string } | null;
   /** Devices connected here and events accepted here lately, binned (refreshed every 5 s); null without a gateway. */
   map: DensityMap | null;
 }
@@ -252,6 +258,19 @@ export class Dashboard {
       matchers: { alive: typeof x.matcherAlive === 'boolean' ? x.matcherAlive : null, leading: x.matcherLeader === true ? 1 : x.matcherLeader === false ? 0 : num(x.matcherLeader), epoch: num(x.matcherEpoch) },
       map: this.map.map,
       shardTable: shardTable === null || shardTable.length === 0 ? null : shardTable,
+      gpu:
+        typeof x.gpuEvents === 'number'
+          ? {
+              gpuEvents: x.gpuEvents,
+              cpuEvents: num(x.cpuEvents) ?? 0,
+              fallbackEvents: num(x.fallbackEvents) ?? 0,
+              overflowEvents: num(x.overflowEvents) ?? 0,
+              deviceLosses: num(x.deviceLosses) ?? 0,
+              errors: num(x.gpuErrors) ?? 0,
+              rebuilds: num(x.rebuilds) ?? 0,
+              cpuReason: typeof x.cpuReason === 'string' ? x.cpuReason : '',
+            }
+          : null,
       shards: typeof x.geoShards === 'number' ? { geo: x.geoShards, wide: num(x.wideShards) ?? 0, alive: num(x.shardsAlive) ?? 0, mapVersion: num(x.shardMapVersion) ?? 0, moving: x.shardMapMoving === true } : null,
     };
   }

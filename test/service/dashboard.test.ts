@@ -14,6 +14,10 @@ import { SCOPES, TokenAuthority } from '../../services/edge/auth.js';
 import { type RunningServer, startServer } from '../../services/process/server.js';
 import { AmbitDevice, AmbitPublisher } from '../../sdk/index.js';
 import { redisServerMissing, startRedisServer } from '../support/redis-server.js';
+import client from 'prom-client';
+import { Dashboard } from '../../services/process/dashboard.js';
+import { Metrics } from '../../services/process/metrics.js';
+import type { HubStats } from '../../services/hub/port.js';
 
 const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
 const SECRET = 'dashboard-test-secret-0123456789abcdef0123';
@@ -196,6 +200,21 @@ describe('ops dashboard samples', () => {
     assert.equal(quantileMs([{ le: 0.001, count: 0 }, { le: Infinity, count: 0 }], 0.5), null);
     // Beyond the last finite bucket: its bound (no more is known).
     assert.equal(quantileMs([{ le: 0.001, count: 1 }, { le: Infinity, count: 10 }], 0.99), 1);
+  });
+});
+
+describe("ops dashboard: the engine's paths", () => {
+  it("reports the GPU engine's paths from its figures, and none for a CPU engine", async () => {
+    const registry = new client.Registry();
+    const publishSeconds = new client.Histogram({ name: 'p', help: 'p', registers: [registry] });
+    const counters = new Metrics(null, 'all').counters;
+    let extra: HubStats['extra'] = { path: 'gpu', gpuEvents: 900, cpuEvents: 100, fallbackEvents: 7, overflowEvents: 2, deviceLosses: 1, gpuErrors: 3, rebuilds: 1, cpuReason: '' };
+    const stats = async (): Promise<HubStats> => ({ mode: 'embedded', engine: 'gpu', engineDetail: 'test', subscriptions: 0, filters: 0, devices: 0, eventsPublished: 0, notifications: 0, locationUpdates: 0, notificationsDropped: 0, engineMemoryBytes: 0, extra });
+    const dash = new Dashboard({ role: 'all', counters, publishSeconds, stats, readiness: null, density: () => null }, () => null);
+    assert.deepEqual((await dash.sample()).gpu, { gpuEvents: 900, cpuEvents: 100, fallbackEvents: 7, overflowEvents: 2, deviceLosses: 1, errors: 3, rebuilds: 1, cpuReason: '' });
+    extra = { path: '' };
+    assert.equal((await dash.sample()).gpu, null);
+    dash.close();
   });
 });
 
