@@ -10,6 +10,8 @@ import type { Matcher, MatcherOptions } from '../src/engines/matcher.js';
 import { AmbitError } from '../src/model/errors.js';
 import { runContract } from './support/contract.js';
 import { runDifferential } from './support/differential.js';
+import { Rng } from './support/rng.js';
+import type { Subscription } from '../src/model/types.js';
 
 type Make = (options?: MatcherOptions) => Matcher;
 const engines = Object.entries(CPU_ENGINES as Record<string, Make>).filter(([name]) => name !== 'reference');
@@ -68,3 +70,44 @@ for (const [name, make] of engines) {
     runDifferential(`${name} (${label})`, (o) => make({ ...o, ...extra } as MatcherOptions), { band });
   }
 }
+
+describe('bulk loading', () => {
+  it('[L11] a seeded load of 4000 subscriptions with addMany matches exactly what the reference holds, added one by one, before and after moves', async () => {
+    const rng = new Rng(20261126);
+    const devices = Array.from({ length: 400 }, (_, i) => `d${i}`);
+    const subs: Subscription[] = Array.from({ length: 4000 }, (_, i) => {
+      const kind = rng.int(3);
+      const area = kind === 0 ? { radiusM: rng.logUniform(20, 5000) } : kind === 1 ? { radiusM: rng.logUniform(20, 5000), center: { lat: 45.4 + rng.range(0, 0.2), lon: 9.1 + rng.range(0, 0.2) } } : undefined;
+      return { id: `s${i}`, owner: devices[rng.int(devices.length)], filters: [{ constraints: [{ name: 'k', op: 'lt', value: rng.int(10) }], ...(area === undefined ? {} : { area }) }] };
+    });
+    const place = (m: Matcher, seed: number) => {
+      const r = new Rng(seed);
+      for (const d of devices) m.updatePosition(d, 45.4 + r.range(0, 0.2), 9.1 + r.range(0, 0.2));
+    };
+    const events = Array.from({ length: 300 }, (_, i) => ({ id: `e${i}`, lat: 45.4 + rng.range(0, 0.2), lon: 9.1 + rng.range(0, 0.2), attributes: { k: rng.int(10) } }));
+    const ref = CPU_ENGINES.reference();
+    place(ref, 1);
+    for (const s of subs) ref.add(s);
+    for (const [name, make] of engines) {
+      const m = make();
+      place(m, 1);
+      m.addMany(subs);
+      for (const round of [1, 2]) {
+        if (round === 2) {
+          place(m, 2);
+          place(ref, 2);
+        }
+        let matched = 0;
+        for (const e of events) {
+          const want = (await ref.match(e)).sort();
+          assert.deepEqual((await m.match(e)).sort(), want, `${name}, round ${round}, event ${e.id}`);
+          matched += want.length;
+        }
+        assert.ok(matched > 300, `the load matches something: ${matched}`);
+      }
+      place(ref, 1);
+      await m.close();
+    }
+    await ref.close();
+  });
+});

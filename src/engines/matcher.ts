@@ -3,7 +3,7 @@
  * a base class that owns validation so each engine only implements the mutations and the match.
  * Mutations are synchronous and atomic: input is validated whole before anything changes.
  */
-import { AmbitError, show } from '../model/errors.js';
+import { AmbitError, ValidationError, show } from '../model/errors.js';
 import {
   type Limits,
   type NEvent,
@@ -50,6 +50,11 @@ export interface Matcher {
   readonly limits: Limits;
   /** Adds a subscription. ALREADY_EXISTS if the id is taken; INVALID_ARGUMENT naming the field. */
   add(sub: Subscription): void;
+  /**
+   * Adds many subscriptions as one step (a bulk load): every one is checked first (fields
+   * `subscriptions[i]…`; ALREADY_EXISTS for an id taken or repeated), and on any error none is added.
+   */
+  addMany(subs: readonly Subscription[]): void;
   /** Replaces an existing subscription as one step (owner and filters may change). NOT_FOUND if absent. */
   replace(sub: Subscription): void;
   /** Removes a subscription; false when there was none. */
@@ -79,6 +84,23 @@ export interface MatcherOptions {
 }
 
 /** Validation and dispatch shared by the synchronous (CPU) engines. */
+/**
+ * The checks of `addMany` (L11): each subscription validated with its field path, then every id
+ * new (not `taken`, not repeated in the call). Nothing is stored here.
+ */
+export function validateNew(subs: unknown, limits: Limits, taken: (id: string) => boolean): NSubscription[] {
+  if (!Array.isArray(subs)) throw new ValidationError('subscriptions', `must be an array, got ${show(subs)}`);
+  const out: NSubscription[] = new Array(subs.length);
+  for (let i = 0; i < subs.length; i++) out[i] = validateSubscription(subs[i], limits, `subscriptions[${i}]`);
+  const seen = new Set<string>();
+  for (let i = 0; i < out.length; i++) {
+    const id = out[i].id;
+    if (seen.has(id) || taken(id)) throw new AmbitError('ALREADY_EXISTS', `subscription ${show(id)} ${seen.has(id) ? 'is given twice' : 'already exists'}`, `subscriptions[${i}].id`);
+    seen.add(id);
+  }
+  return out;
+}
+
 export abstract class CpuMatcher implements Matcher {
   abstract readonly name: string;
   readonly limits: Limits;
@@ -102,6 +124,20 @@ export abstract class CpuMatcher implements Matcher {
 
   add(sub: Subscription): void {
     this.addValid(validateSubscription(sub, this.limits));
+  }
+
+  addMany(subs: readonly Subscription[]): void {
+    this.insertMany(validateNew(subs, this.limits, (id) => this.has(id)));
+  }
+
+  /** addMany() of subscriptions validateNew() has checked (engines built on this one). */
+  addManyValid(ns: readonly NSubscription[]): void {
+    this.insertMany(ns);
+  }
+
+  /** Inserts checked subscriptions; an engine with a bulk path (rbush's load) overrides it. */
+  protected insertMany(ns: readonly NSubscription[]): void {
+    for (let i = 0; i < ns.length; i++) this.insert(ns[i]);
   }
 
   replace(sub: Subscription): void {

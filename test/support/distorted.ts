@@ -99,6 +99,9 @@ export class ResultHook implements Matcher {
   add(sub: Subscription): void {
     this.inner.add(sub);
   }
+  addMany(subs: readonly Subscription[]): void {
+    this.inner.addMany(subs);
+  }
   replace(sub: Subscription): void {
     this.inner.replace(sub);
   }

@@ -18,7 +18,7 @@
  * (the batch input), options.ts.
  */
 import { FastMatcher } from '../fast.js';
-import { type DeviceHandle, type Matcher, type MatcherStats, checkHandleUpdate } from '../matcher.js';
+import { type DeviceHandle, type Matcher, type MatcherStats, checkHandleUpdate, validateNew } from '../matcher.js';
 import { AmbitError } from '../../model/errors.js';
 import { type NEvent, type NSubscription, checkId, checkLat, checkLon, validateEvent, validateEvents, validatePositions, validateSubscription } from '../../model/limits.js';
 import type { Event, PositionUpdate, Subscription } from '../../model/types.js';
@@ -136,6 +136,12 @@ export class GpuMatcher implements Matcher {
     const n = validateSubscription(sub, this.limits);
     this.cpu.addValid(n);
     this.layout.insert(n);
+  }
+
+  addMany(subs: readonly Subscription[]): void {
+    const ns = validateNew(subs, this.limits, (id) => this.cpu.has(id));
+    this.cpu.addManyValid(ns);
+    for (let i = 0; i < ns.length; i++) this.layout.insert(ns[i]);
   }
 
   replace(sub: Subscription): void {

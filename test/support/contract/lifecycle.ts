@@ -55,6 +55,49 @@ export function lifecycleRules({ make, open }: ContractContext): void {
         assert.deepEqual(await snapshot(m, ['s1'], [ev({ a: 1 }), ev({ a: 2 })]), before);
       }));
 
+    it('[L11] addMany adds as add would one by one: the same matches, removable and replaceable after', () =>
+      open(async (m) => {
+        const subs = [
+          sub('b1', 'd1', { constraints: [c('a', 'eq', 1)], area: anchored(1000) }),
+          sub('b2', 'd2', { constraints: [c('a', 'eq', 1)], area: fixed(2000, 10, 10) }, { constraints: [c('z', 'exists')] }),
+          sub('b3', 'd3', { constraints: [c('a', 'ge', 0)] }),
+          sub('b4', 'd1', { constraints: [c('s', 'prefix', 'pi')], area: anchored(5000) }),
+        ];
+        const probes = [ev({ a: 1 }, 10, 10), ev({ a: 1 }, 10.005, 10), ev({ a: 2 }, -5, 3), ev({ s: 'pizza' }, 10.02, 10), ev({ z: true }, 80, 80)];
+        m.updatePosition('d1', 10, 10);
+        const one = make();
+        one.updatePosition('d1', 10, 10);
+        for (const x of subs) one.add(x);
+        m.addMany(subs);
+        m.addMany([]);
+        const all = subs.map((x) => x.id);
+        assert.deepEqual(await snapshot(m, all, probes), await snapshot(one, all, probes));
+        // A device that arrives after the load: its anchored filters follow it.
+        m.updatePosition('d3', 0, 0);
+        one.updatePosition('d3', 0, 0);
+        m.updatePosition('d1', -10, -10);
+        one.updatePosition('d1', -10, -10);
+        assert.deepEqual(await snapshot(m, all, probes), await snapshot(one, all, probes));
+        assert.equal(m.remove('b2'), true);
+        m.replace(sub('b1', 'd2', { constraints: [c('a', 'eq', 2)] }));
+        assert.deepEqual(sorted(await ids(m, ev({ a: 2 }, -5, 3))), ['b1', 'b3']);
+        assert.deepEqual([m.stats().subscriptions, m.has('b2')], [3, false]);
+        await one.close();
+      }));
+
+    it('[L11][L4] addMany adds nothing when one is bad, taken or repeated, naming the first such', () =>
+      open(async (m) => {
+        m.add(sub('old', 'd1', { constraints: [c('a', 'eq', 1)] }));
+        const probes = [ev({ a: 1 }), ev({ a: 2 })];
+        const before = await snapshot(m, ['old', 'n1', 'n2', 'n3'], probes);
+        const ok = (id: string) => sub(id, 'd1', { constraints: [c('a', 'eq', 2)] });
+        throwsAt(() => m.addMany([ok('n1'), ok('n2'), sub('n3', '', { constraints: [c('a', 'eq', 2)] })]), 'subscriptions[2].owner');
+        throwsAt(() => m.addMany([ok('n1'), ok('old')]), 'subscriptions[1].id', 'ALREADY_EXISTS');
+        throwsAt(() => m.addMany([ok('n1'), ok('n2'), ok('n1')]), 'subscriptions[2].id', 'ALREADY_EXISTS');
+        throwsAt(() => m.addMany('nope' as unknown as []), 'subscriptions');
+        assert.deepEqual(await snapshot(m, ['old', 'n1', 'n2', 'n3'], probes), before);
+      }));
+
     it('[L2] replace swaps owner and filters as one step; only the new version matches', () =>
       open(async (m) => {
         m.updatePosition('d1', 10, 10);
