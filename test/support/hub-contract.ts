@@ -73,29 +73,46 @@ const PULL_WAIT_MS = 10_000;
  * closes the inbox and fails the test, so the hub is disposed of instead of a test hanging.
  */
 export async function pullOnce(inbox: Inbox, max: number): Promise<Delivery[]> {
+  return within(inbox.pull(max), 'no notification came', () => inbox.close());
+}
+
+/** `p`, or a failure after PULL_WAIT_MS (after `onTimeout`, which lets go of what `p` waits on). */
+async function within<T>(p: Promise<T>, what: string, onTimeout: () => void = () => {}): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const never = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
-      inbox.close();
-      reject(new Error(`no notification came within ${PULL_WAIT_MS} ms`));
+      onTimeout();
+      reject(new Error(`${what} within ${PULL_WAIT_MS} ms`));
     }, PULL_WAIT_MS);
   });
-  try {
-    return await Promise.race([inbox.pull(max), never]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-/** `p`, or a failure after PULL_WAIT_MS. */
-async function within<T>(p: Promise<T>, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const never = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: nothing within ${PULL_WAIT_MS} ms`)), PULL_WAIT_MS)));
   try {
     return await Promise.race([p, never]);
   } finally {
     clearTimeout(timer);
   }
+}
+
+/**
+ * A watcher of the hub's revocations: `heard` resolves with the first list it was told that
+ * satisfies `ok` (at once if one came already), failing after PULL_WAIT_MS.
+ */
+function watchRevocations(hub: Hub): { heard: (ok: (all: readonly Revocation[]) => boolean, what: string) => Promise<readonly Revocation[]>; stop: () => void } {
+  const lists: (readonly Revocation[])[] = [];
+  const waiting = new Set<{ ok: (all: readonly Revocation[]) => boolean; resolve: (all: readonly Revocation[]) => void }>();
+  const stop = hub.watchRevocations((all) => {
+    lists.push(all);
+    for (const w of [...waiting]) {
+      if (!w.ok(all)) continue;
+      waiting.delete(w);
+      w.resolve(all);
+    }
+  });
+  const heard = (ok: (all: readonly Revocation[]) => boolean, what: string): Promise<readonly Revocation[]> => {
+    const hit = lists.find(ok);
+    if (hit !== undefined) return Promise.resolve(hit);
+    return within(new Promise((resolve) => waiting.add({ ok, resolve })), `the watcher did not hear ${what}`);
+  };
+  return { heard, stop };
 }
 
 /** Pulls until `n` notifications arrived (each pull may return fewer). */
@@ -545,7 +562,7 @@ export function runHubContract(name: string, makeHub: MakeHub, options: { timeou
           // A stream's way (DeviceSession.pump): wait to be told, then take, until it throws.
           const box = old as DrainableInbox;
           for (let k = 0; k < 8 && err === null; k++) {
-            await within(new Promise<void>((resolve) => box.notify(resolve)), 'the inbox to say it has something or ended');
+            await within(new Promise<void>((resolve) => box.notify(resolve)), 'the inbox said neither that it had something nor that it ended');
             try {
               box.take(1);
             } catch (x) {
@@ -612,25 +629,7 @@ export function runHubContract(name: string, makeHub: MakeHub, options: { timeou
     it('keeps revocations of tokens and subjects, the widest of each, until they lapse, and tells its watchers', () =>
       withHub({}, async (hub) => {
         const nowS = Math.floor(Date.now() / 1000);
-        const lists: (readonly Revocation[])[] = [];
-        let wake: (() => void) | null = null;
-        const stop = hub.watchRevocations((all) => {
-          lists.push(all);
-          wake?.();
-        });
-        /** The first list the watcher hears that satisfies `ok` (failing after PULL_WAIT_MS). */
-        const heard = async (ok: (all: readonly Revocation[]) => boolean, what: string): Promise<readonly Revocation[]> => {
-          const deadline = Date.now() + PULL_WAIT_MS;
-          for (;;) {
-            const hit = lists.find(ok);
-            if (hit !== undefined) return hit;
-            assert.ok(Date.now() < deadline, `the watcher never heard ${what}: ${JSON.stringify(lists)}`);
-            await new Promise<void>((resolve) => {
-              wake = resolve;
-              setTimeout(resolve, 100);
-            });
-          }
-        };
+        const { heard, stop } = watchRevocations(hub);
         const sorted = (all: readonly Revocation[]) => [...all].sort((a, b) => (revocationKey(a) < revocationKey(b) ? -1 : 1));
         await heard((all) => all.length === 0, 'an empty list first');
         await hub.revokeTokens([
@@ -646,14 +645,9 @@ export function runHubContract(name: string, makeHub: MakeHub, options: { timeou
         const wider = await heard((all) => all.some((r) => 'subject' in r && r.issuedUpToS === nowS), 'the wider revocation');
         assert.deepEqual(sorted(wider), [{ tokenId: 'tok-1', untilS: nowS + 600 }, { subject: 'dev-9', issuedUpToS: nowS, untilS: nowS + 900 }]);
         // A second watcher hears what is in force at once (or with the hub's next read).
-        const late: (readonly Revocation[])[] = [];
-        const stopLate = hub.watchRevocations((all) => late.push(all));
-        const deadline = Date.now() + PULL_WAIT_MS;
-        while (!late.some((all) => all.length === 2)) {
-          assert.ok(Date.now() < deadline, 'the second watcher hears the revocations');
-          await new Promise((r) => setTimeout(r, 20));
-        }
-        stopLate();
+        const late = watchRevocations(hub);
+        await late.heard((all) => all.length === 2, 'the revocations in force (a second watcher)');
+        late.stop();
         stop();
       }));
   });
