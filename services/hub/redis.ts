@@ -347,14 +347,15 @@ export class RedisHub implements Hub, InboxHost {
       const set = this.router === null ? this.keys.subDevices : shard < this.keys.partitions ? this.keys.of(shard).subDevices : `${this.keys.shared}unhomed`;
       for (;;) {
         const [next, found] = await this.redis(() => this.read.sscan(set, cursor, 'MATCH', match, 'COUNT', Math.max(100, q.limit)));
-        const fresh = found.slice(skip).filter((d) => !taken.has(d));
-        const rows = await this.summaries(fresh);
+        const batch = found.slice(skip);
+        const rows = await this.summaries(batch);
         let used = skip;
-        for (let i = 0; i < fresh.length; i++) {
+        for (let i = 0; i < batch.length; i++) {
           used++;
-          if (rows[i].subscriptions === 0) continue; // homed without subscriptions, or purged meanwhile
+          // Homed without subscriptions, purged meanwhile, or given again by the scan.
+          if (rows[i].subscriptions === 0 || taken.has(batch[i])) continue;
           out.push(rows[i]);
-          taken.add(fresh[i]);
+          taken.add(batch[i]);
           if (out.length === q.limit) {
             const more = used < found.length || next !== '0' || shard + 1 < shards;
             return { devices: out, next: !more ? '' : used < found.length ? `${shard}:${cursor}:${used}` : next !== '0' ? `${shard}:${next}:0` : `${shard + 1}:0:0` };
