@@ -7,9 +7,14 @@
  * - A multi-level grid over the unit sphere in 3-D (ECEF metres). Level L has cubic cells of side
  *   s_L = minCell·2^L and holds the slots that own filters with radius in (s_L/2, s_L]. Cells in 3-D
  *   have no antimeridian and no poles, and a move only touches the grid when the slot changes cell.
- *   An event visits, per populated level, the cells within s_L + r_e of it (chord <= arc, so this is
- *   a superset), then applies the Bloom test (CLCB S1a), the filter's first string equality (its
- *   value interned: two reads), the exact float64 haversine (S1b) and the constraints.
+ *   A cell keeps its slots' points inline (records of x, y, z, slot, list head, equality mask), so
+ *   the chord test reads memory in order. An event visits, per populated level, the cells within
+ *   s_L + r_e of it (chord <= arc, so this is a superset), then the Bloom test (CLCB S1a), the
+ *   exact float64 haversine (S1b) and the constraints.
+ * - Equality buckets. A filter with a string equality is filed under its slot, level, name and
+ *   (interned) value (eq-buckets.ts); an event near the slot looks up only the buckets of the values
+ *   it carries, after a 32-bit mask of the slot's (name, value) pairs says one may be there. A
+ *   device with 100 subscriptions over 20 kinds costs 1-2 filters per slot and level, not ~33.
  * - Content-only filters (no area) use CCM's counting algorithm over per-name posting lists.
  *
  * Distances use the reference haversine, so this engine agrees with the reference exactly.
@@ -21,6 +26,7 @@
 import { EARTH_RADIUS_M, haversineM } from '../model/geo.js';
 import { type NArea, type NConstraint, type NEvent, type NFilter, type NSubscription, inRange } from '../model/limits.js';
 import { AmbitError, show } from '../model/errors.js';
+import { EqBuckets, NO_BUCKET } from './eq-buckets.js';
 import { CpuMatcher, type DeviceHandle, type MatcherOptions, type MatcherStats, checkHandleUpdate } from './matcher.js';
 import { OP_CODE, OP_CONTAINS, OP_EQ, OP_GE, OP_GT, OP_LE, OP_LT, OP_NAME, OP_NE, OP_PREFIX, OP_SUFFIX, T_ANY, T_BOOL, T_NUM, T_STR } from './operators.js';
 
@@ -36,13 +42,27 @@ const SLOT_DEVICE = 1;
 const SLOT_FIXED = 2;
 const MAX_LEVELS = 16;
 
+/**
+ * A grid cell: its slots as records of (x, y, z, slot, the level's list head of the slot, its mask
+ * of equality names; the last two mirror Level.head and Level.eqMask), so an event's scan reads a
+ * cell's points in order and touches nothing else of a slot out of reach or without candidates.
+ */
+interface Cell {
+  n: number;
+  rec: Float64Array;
+}
+/** Doubles per slot record in a cell. */
+const REC = 6;
+
 /** One grid level: cubic cells of side `size` metres, holding position slots. */
 interface Level {
   readonly size: number;
   readonly inv: number;
   readonly off: number;
   readonly k: number;
-  readonly cells: Map<number, number[]>;
+  readonly cells: Map<number, Cell>;
+  /** The cell holding each slot at this level (undefined: none). */
+  cellAt: (Cell | undefined)[];
   /** Cell key of each slot at this level (NaN = not in this level's grid). */
   cellOf: Float64Array;
   /** Index of the slot inside its cell's array. */
@@ -53,6 +73,10 @@ interface Level {
   head: Int32Array;
   /** Occupied cells per hash bucket: most of a query's 27 cells are empty and skip the Map. */
   occ: Uint32Array;
+  /** Per slot, the equalities its bucketed filters at this level require (a bit per name and value: a pre-filter, eqBit). */
+  eqMask: Uint32Array;
+  /** Per slot, how many of its filters at this level sit in equality buckets. */
+  eqCount: Uint16Array;
 }
 
 const OCC_BITS = 16;
@@ -95,6 +119,15 @@ function growU8(a: Uint8Array, n: number): Uint8Array<ArrayBuffer> {
 /** Bloom bit of an interned name id (64-bit filter, one hash: a pre-filter only, CLCB §4.2). */
 function bloomBit(id: number): number {
   return Math.imul(id + 1, 0x9e3779b1) >>> 26;
+}
+
+/**
+ * A (name, value) pair's bit in a slot's mask of the equalities its bucketed filters require (32
+ * bits, one hash: a pre-filter only). A slot with a few filters is skipped without a bucket lookup
+ * unless one of them may require the event's value.
+ */
+function eqBit(name: number, value: number): number {
+  return 1 << (Math.imul(Math.imul(name + 1, 0x85ebca6b) ^ value, 0x9e3779b1) >>> 27);
 }
 
 export class FastMatcher extends CpuMatcher {
@@ -179,6 +212,12 @@ export class FastMatcher extends CpuMatcher {
   private positioned = 0;
 
   private readonly levels: (Level | null)[] = new Array(MAX_LEVELS).fill(null);
+  /**
+   * Filters with a string equality, bucketed per slot and level by its name and value (the name id
+   * times MAX_LEVELS plus the level, the interned value): a bucket is a list through fNext/fPrev,
+   * as a level's other filters of the slot are through the level's `head`.
+   */
+  private readonly eq = new EqBuckets();
 
   // ---- per-event scratch ----
   private stamp = 0;
@@ -190,6 +229,15 @@ export class FastMatcher extends CpuMatcher {
   private eNum = new Float64Array(64);
   private eStr: string[] = [];
   private readonly touched: number[] = [];
+  /**
+   * This event's strings that some filter's equality may name: name id times MAX_LEVELS, the
+   * interned value, the name's bit (eqBit); their count; all the bits together.
+   */
+  private evEqNameLevel = new Int32Array(64);
+  private evEqValue = new Int32Array(64);
+  private evEqBit = new Int32Array(64);
+  private evEqCount = 0;
+  private evEqMask = 0;
   /** Event point (x, y, z, metres) and squared reach of the level being scanned. */
   private readonly query = new Float64Array(4);
   private constraintsTotal = 0;
@@ -205,6 +253,9 @@ export class FastMatcher extends CpuMatcher {
     const a = Math.max(this.limits.maxAttributesPerEvent, 1);
     this.eType = new Uint8Array(a);
     this.eNum = new Float64Array(a);
+    this.evEqNameLevel = new Int32Array(a);
+    this.evEqValue = new Int32Array(a);
+    this.evEqBit = new Int32Array(a);
   }
 
   // =============================== names ===============================
@@ -284,11 +335,14 @@ export class FastMatcher extends CpuMatcher {
         off,
         k,
         cells: new Map(),
+        cellAt: [],
         cellOf: new Float64Array(this.sCap).fill(NaN),
         idx: new Int32Array(this.sCap),
         count: new Uint16Array(this.sCap),
         head: new Int32Array(this.sCap).fill(NONE),
         occ: new Uint32Array(1 << OCC_BITS),
+        eqMask: new Uint32Array(this.sCap),
+        eqCount: new Uint16Array(this.sCap),
       };
       this.levels[l] = lv;
     }
@@ -306,29 +360,40 @@ export class FastMatcher extends CpuMatcher {
   private gridInsert(lv: Level, s: number, key: number): void {
     let cell = lv.cells.get(key);
     if (cell === undefined) {
-      cell = [];
+      cell = { n: 0, rec: new Float64Array(4 * REC) };
       lv.cells.set(key, cell);
       lv.occ[occHash(key)]++;
     }
+    if ((cell.n + 1) * REC > cell.rec.length) cell.rec = growF64(cell.rec, 2 * cell.rec.length);
+    const o = cell.n * REC;
+    const p = 3 * s;
+    cell.rec[o] = this.sXYZ[p];
+    cell.rec[o + 1] = this.sXYZ[p + 1];
+    cell.rec[o + 2] = this.sXYZ[p + 2];
+    cell.rec[o + 3] = s;
+    cell.rec[o + 4] = lv.head[s];
+    cell.rec[o + 5] = lv.eqMask[s];
     lv.cellOf[s] = key;
-    lv.idx[s] = cell.length;
-    cell.push(s);
+    lv.cellAt[s] = cell;
+    lv.idx[s] = cell.n++;
   }
 
   private gridRemove(lv: Level, s: number): void {
     const key = lv.cellOf[s];
-    const cell = lv.cells.get(key)!;
+    const cell = lv.cellAt[s]!;
     const i = lv.idx[s];
-    const last = cell.pop()!;
-    if (last !== s) {
-      cell[i] = last;
-      lv.idx[last] = i;
+    const last = --cell.n;
+    if (i !== last) {
+      const rec = cell.rec;
+      rec.copyWithin(i * REC, last * REC, last * REC + REC);
+      lv.idx[rec[i * REC + 3]] = i;
     }
-    if (cell.length === 0) {
+    if (cell.n === 0) {
       lv.cells.delete(key);
       lv.occ[occHash(key)]--;
-    }
+    } else if (cell.rec.length > 64 * REC && cell.n * REC * 4 < cell.rec.length) cell.rec = cell.rec.slice(0, cell.rec.length / 2);
     lv.cellOf[s] = NaN;
+    lv.cellAt[s] = undefined;
   }
 
   // =============================== slots ===============================
@@ -350,6 +415,8 @@ export class FastMatcher extends CpuMatcher {
       lv.idx = growI32(lv.idx, n);
       lv.count = growU16(lv.count, n);
       lv.head = growI32(lv.head, n, NONE);
+      lv.eqMask = growU32(lv.eqMask, n);
+      lv.eqCount = growU16(lv.eqCount, n);
     }
     this.sCap = n;
   }
@@ -417,7 +484,15 @@ export class FastMatcher extends CpuMatcher {
       const lv = this.levels[l]!;
       const key = this.cellKey(lv, s);
       const cur = lv.cellOf[s];
-      if (cur === key) continue;
+      if (cur === key) {
+        // Same cell: its record takes the new point.
+        const rec = lv.cellAt[s]!.rec;
+        const r = lv.idx[s] * REC;
+        rec[r] = this.sXYZ[o];
+        rec[r + 1] = this.sXYZ[o + 1];
+        rec[r + 2] = this.sXYZ[o + 2];
+        continue;
+      }
       if (cur === cur) this.gridRemove(lv, s); // not NaN: filed elsewhere
       this.gridInsert(lv, s, key);
     }
@@ -445,12 +520,20 @@ export class FastMatcher extends CpuMatcher {
 
   private attach(f: number, s: number, l: number): void {
     const lv = this.level(l);
-    // The slot's filters of one level form one list: a level's scan walks only its own.
-    const head = lv.head[s];
+    // The slot's filters of one level form one list (a level's scan walks only its own), or, for a
+    // filter with a string equality, the list of its bucket: the scan looks up the event's value.
+    const en = this.fEqName[f];
+    const head = en === NONE ? lv.head[s] : this.eq.get(s, en * MAX_LEVELS + l, this.fEqStr[f]);
     this.fNext[f] = head;
     this.fPrev[f] = NONE;
     if (head !== NONE) this.fPrev[head] = f;
-    lv.head[s] = f;
+    if (en === NONE) lv.head[s] = f;
+    else {
+      this.eq.set(s, en * MAX_LEVELS + l, this.fEqStr[f], f);
+      lv.eqMask[s] |= eqBit(en, this.fEqStr[f]);
+      lv.eqCount[s]++;
+    }
+    this.mirror(lv, s);
     this.sFilters[s]++;
     if (lv.count[s]++ === 0) {
       this.sLevels[s] |= 1 << l;
@@ -459,15 +542,30 @@ export class FastMatcher extends CpuMatcher {
     }
   }
 
+  /** Copies the slot's list head and equality mask at this level into its cell's record. */
+  private mirror(lv: Level, s: number): void {
+    const cell = lv.cellAt[s];
+    if (cell === undefined) return;
+    const o = lv.idx[s] * REC;
+    cell.rec[o + 4] = lv.head[s];
+    cell.rec[o + 5] = lv.eqMask[s];
+  }
+
   private detach(f: number): void {
     const s = this.fSlot[f];
     const next = this.fNext[f];
     const prev = this.fPrev[f];
     const l = this.fLevel[f];
     const lv = this.levels[l]!;
+    const en = this.fEqName[f];
     if (prev !== NONE) this.fNext[prev] = next;
-    else lv.head[s] = next;
+    else if (en === NONE) lv.head[s] = next;
+    else if (next === NONE) this.eq.delete(s, en * MAX_LEVELS + l, this.fEqStr[f]);
+    else this.eq.set(s, en * MAX_LEVELS + l, this.fEqStr[f], next);
     if (next !== NONE) this.fPrev[next] = prev;
+    // The mask only gathers bits while the slot has bucketed filters here; it starts over after.
+    if (en !== NONE && --lv.eqCount[s] === 0) lv.eqMask[s] = 0;
+    this.mirror(lv, s);
     this.sFilters[s]--;
     if (--lv.count[s] === 0) {
       this.sLevels[s] &= ~(1 << l);
@@ -778,6 +876,8 @@ export class FastMatcher extends CpuMatcher {
     const stamp = this.nextStamp();
     let lo = 0;
     let hi = 0;
+    let nEq = 0;
+    let eqMask = 0;
     const nAttr = e.names.length;
     for (let i = 0; i < nAttr; i++) {
       const id = this.nameIds.get(e.names[i]);
@@ -795,7 +895,16 @@ export class FastMatcher extends CpuMatcher {
       } else if (typeof v === 'string') {
         this.eType[i] = T_STR;
         this.eStr[i] = v;
-        this.attrStr[id] = this.strIds.get(v) ?? STR_NONE;
+        const sv = this.strIds.get(v) ?? STR_NONE;
+        this.attrStr[id] = sv;
+        if (sv !== STR_NONE) {
+          // A value some constraint holds: the buckets of filters that require it are looked up.
+          const b = eqBit(id, sv);
+          this.evEqNameLevel[nEq] = id * MAX_LEVELS;
+          this.evEqValue[nEq] = sv;
+          this.evEqBit[nEq++] = b;
+          eqMask |= b;
+        }
       } else {
         this.eType[i] = T_BOOL;
         this.eNum[i] = v ? 1 : 0;
@@ -804,6 +913,8 @@ export class FastMatcher extends CpuMatcher {
     }
     const notLo = ~lo;
     const notHi = ~hi;
+    this.evEqCount = nEq;
+    this.evEqMask = eqMask;
     const out: string[] = [];
 
     // Content-only filters without constraints match everything.
@@ -873,34 +984,52 @@ export class FastMatcher extends CpuMatcher {
     return out;
   }
 
-  private scanCell(cell: number[], l: number, e: NEvent, notLo: number, notHi: number, stamp: number, out: string[], q: Float64Array): void {
-    const xyz = this.sXYZ;
+  private scanCell(cell: Cell, l: number, e: NEvent, notLo: number, notHi: number, stamp: number, out: string[], q: Float64Array): void {
+    const rec = cell.rec;
+    const n = cell.n * REC;
+    const qx = q[0];
+    const qy = q[1];
+    const qz = q[2];
     const reach2 = q[3];
-    const head = this.levels[l]!.head;
-    for (let j = 0; j < cell.length; j++) {
-      const s = cell[j];
+    const evMask = this.evEqMask;
+    for (let o = 0; o < n; o += REC) {
       // A slot whose chord to the event exceeds this level's reach (largest radius + r_e) has no
-      // filter that can match: skip it before touching any filter's cache lines.
-      const o = 3 * s;
-      const dx = xyz[o] - q[0];
-      const dy = xyz[o + 1] - q[1];
-      const dz = xyz[o + 2] - q[2];
+      // filter that can match: skip it before touching any of its own cache lines.
+      const dx = rec[o] - qx;
+      const dy = rec[o + 1] - qy;
+      const dz = rec[o + 2] - qz;
       if (dx * dx + dy * dy + dz * dz > reach2) continue;
+      const s = rec[o + 3];
+      // S1b: exact float64 great-circle distance, computed once per slot (-1: not yet).
       let d = -1;
-      for (let f = head[s]; f !== NONE; f = this.fNext[f]) {
-        // S1a: names of the filter ⊆ names of the event (Bloom inclusion).
-        if ((this.fBloomLo[f] & notLo) !== 0 || (this.fBloomHi[f] & notHi) !== 0) continue;
-        const si = this.fSub[f];
-        if (this.subStamp[si] === stamp) continue; // subscription already matched
-        // A string-equality constraint the event's value fails (or lacks): exact, as `sat` would say.
-        const en = this.fEqName[f];
-        if (en !== NONE && (this.attrStamp[en] !== stamp || this.attrStr[en] !== this.fEqStr[f])) continue;
-        // S1b: exact float64 great-circle distance, computed once per slot.
-        if (d < 0) d = haversineM(this.sLat[s], this.sLon[s], e.lat, e.lon);
-        if (!(d <= this.fRadius[f] + e.radiusM)) continue;
-        if (this.contentOk(f)) this.hit(si, stamp, out);
+      const h = rec[o + 4];
+      if (h !== NONE) d = this.scanList(h, s, d, e, notLo, notHi, stamp, out);
+      // Filters with a string equality: only the buckets of the event's own values.
+      const m = rec[o + 5] & evMask;
+      if (m === 0) continue;
+      for (let k = 0; k < this.evEqCount; k++) {
+        if ((m & this.evEqBit[k]) === 0) continue;
+        const b = this.eq.get(s, this.evEqNameLevel[k] + l, this.evEqValue[k]);
+        if (b !== NO_BUCKET) d = this.scanList(b, s, d, e, notLo, notHi, stamp, out);
       }
     }
+  }
+
+  /**
+   * Walks one list of a slot's filters (a level's filters without an equality, or one equality
+   * bucket); `d` is the slot's distance to the event if computed already (else -1), returned.
+   */
+  private scanList(first: number, s: number, d: number, e: NEvent, notLo: number, notHi: number, stamp: number, out: string[]): number {
+    for (let f = first; f !== NONE; f = this.fNext[f]) {
+      // S1a: names of the filter ⊆ names of the event (Bloom inclusion).
+      if ((this.fBloomLo[f] & notLo) !== 0 || (this.fBloomHi[f] & notHi) !== 0) continue;
+      const si = this.fSub[f];
+      if (this.subStamp[si] === stamp) continue; // subscription already matched
+      if (d < 0) d = haversineM(this.sLat[s], this.sLon[s], e.lat, e.lon);
+      if (!(d <= this.fRadius[f] + e.radiusM)) continue;
+      if (this.contentOk(f)) this.hit(si, stamp, out);
+    }
+    return d;
   }
 
   private contentOk(f: number): boolean {
@@ -962,13 +1091,17 @@ export class FastMatcher extends CpuMatcher {
   stats(): MatcherStats {
     let cells = 0;
     let cellEntries = 0;
+    let cellBytes = 0;
     let levels = 0;
     let levelBytes = 0;
     for (const lv of this.levels) {
       if (lv === null) continue;
       levels++;
       cells += lv.cells.size;
-      for (const c of lv.cells.values()) cellEntries += c.length;
+      for (const c of lv.cells.values()) {
+        cellEntries += c.n;
+        cellBytes += c.rec.byteLength;
+      }
       levelBytes += lv.cellOf.byteLength + lv.idx.byteLength + lv.count.byteLength + lv.head.byteLength;
     }
     const typed =
@@ -982,7 +1115,7 @@ export class FastMatcher extends CpuMatcher {
       this.subStamp.byteLength + levelBytes;
     // Maps and arrays of references: ~ 8 bytes a slot plus ~ 60 bytes per map entry (V8 estimates).
     const refs = 8 * (this.strOf.length + this.subId.length + this.subOwner.length + this.sDevice.length) +
-      60 * (this.subIndex.size + this.deviceSlot.size + cells) + 8 * cellEntries;
+      60 * (this.subIndex.size + this.deviceSlot.size + cells) + cellBytes + 8 * this.sCap * levels + this.eq.bytes;
     return {
       engine: this.name,
       subscriptions: this.subIndex.size,

@@ -76,6 +76,11 @@ export interface Knobs {
   pInvalid: number;
   /** Probability that position updates go through a device handle. */
   pHandle: number;
+  /**
+   * Event kinds (0: off): a filter usually starts with `kind eq <one of them>` and an event usually
+   * has one, so a device's many filters share a few equality values (the fast engine's buckets).
+   */
+  kinds: number;
 }
 
 const BASE: Knobs = {
@@ -96,6 +101,7 @@ const BASE: Knobs = {
   pUnpositioned: 0.1,
   pInvalid: 0.03,
   pHandle: 0.1,
+  kinds: 0,
 };
 
 export interface Variant {
@@ -128,6 +134,7 @@ export const VARIANTS: readonly Variant[] = [
   { name: 'city-high-match', knobs: { geo: 'city', radii: 'city', content: 'ranges', subs: 300, maxConstraints: 2 } },
   { name: 'coordinate-extremes', knobs: { geo: 'extremes', radii: 'mixed', pBoundary: 0.4 } },
   { name: 'invalid-ops', knobs: { pInvalid: 0.3, churn: 60 } },
+  { name: 'kinds-per-device', knobs: { kinds: 4, devices: 6, subs: 360, maxFilters: 3, geo: 'city', radii: 'city', pFixed: 0.1, pNoArea: 0.1, pHandle: 0.3, churn: 90, steps: 8 } },
   { name: 'everything', knobs: { geo: 'mixed', radii: 'mixed', content: 'all', pEventArea: 0.3, pBoundary: 0.4, pUnpositioned: 0.25, pHandle: 0.3, pInvalid: 0.05, churn: 80 } },
 ];
 
@@ -146,6 +153,8 @@ const WORDS: readonly string[] = [
   '東'.repeat(341) + 'a', // exactly 1024 bytes
 ];
 const BOOLS: readonly boolean[] = [false, true];
+/** Values of `kind` with the `kinds` knob (an event may carry one no filter asks for). */
+const KINDS: readonly string[] = ['red', 'green', 'blue', 'Café', 'naïve'];
 
 interface NameSpec {
   name: string;
@@ -334,6 +343,7 @@ class Generator {
     if (r.chance(0.1)) return [];
     const n = 1 + Math.floor(r.next() ** 2 * this.k.maxConstraints);
     const out: Constraint[] = [];
+    if (this.k.kinds > 0 && r.chance(0.85)) out.push({ name: 'kind', op: 'eq', value: KINDS[r.int(Math.min(this.k.kinds, KINDS.length))] });
     while (out.length < Math.min(n, this.k.maxConstraints)) {
       const spec = this.nameSpec();
       if (this.k.content === 'ranges' || r.chance(0.15)) {
@@ -365,6 +375,7 @@ class Generator {
       entries.push([spec.name, this.value(type)]);
     }
     if (r.chance(0.1)) entries.push([`unused${r.int(3)}`, this.value('any')]);
+    if (this.k.kinds > 0 && !seen.has('kind') && r.chance(0.85)) entries.push(['kind', KINDS[r.int(Math.min(this.k.kinds + 1, KINDS.length))]]);
     // fromEntries defines own properties, so '__proto__' is an attribute like any other.
     return Object.fromEntries(entries);
   }
