@@ -73,6 +73,8 @@ interface Level {
   head: Int32Array;
   /** Occupied cells per hash bucket: most of a query's 27 cells are empty and skip the Map. */
   occ: Uint32Array;
+  /** One bit per `occ` bucket, set while the bucket counts a cell: 8 KiB, so the query's test stays in L1. */
+  occBits: Int32Array;
   /** Per slot, the equalities its bucketed filters at this level require (a bit per name and value: a pre-filter, eqBit). */
   eqMask: Uint32Array;
   /** Per slot, how many of its filters at this level sit in equality buckets. */
@@ -341,6 +343,7 @@ export class FastMatcher extends CpuMatcher {
         count: new Uint16Array(this.sCap),
         head: new Int32Array(this.sCap).fill(NONE),
         occ: new Uint32Array(1 << OCC_BITS),
+        occBits: new Int32Array(1 << (OCC_BITS - 5)),
         eqMask: new Uint32Array(this.sCap),
         eqCount: new Uint16Array(this.sCap),
       };
@@ -362,7 +365,8 @@ export class FastMatcher extends CpuMatcher {
     if (cell === undefined) {
       cell = { n: 0, rec: new Float64Array(4 * REC) };
       lv.cells.set(key, cell);
-      lv.occ[occHash(key)]++;
+      const h = occHash(key);
+      if (lv.occ[h]++ === 0) lv.occBits[h >>> 5] |= 1 << (h & 31);
     }
     if ((cell.n + 1) * REC > cell.rec.length) cell.rec = growF64(cell.rec, 2 * cell.rec.length);
     const o = cell.n * REC;
@@ -390,7 +394,8 @@ export class FastMatcher extends CpuMatcher {
     }
     if (cell.n === 0) {
       lv.cells.delete(key);
-      lv.occ[occHash(key)]--;
+      const h = occHash(key);
+      if (--lv.occ[h] === 0) lv.occBits[h >>> 5] &= ~(1 << (h & 31));
     } else if (cell.rec.length > 64 * REC && cell.n * REC * 4 < cell.rec.length) cell.rec = cell.rec.slice(0, cell.rec.length / 2);
     lv.cellOf[s] = NaN;
     lv.cellAt[s] = undefined;
@@ -969,12 +974,14 @@ export class FastMatcher extends CpuMatcher {
         continue;
       }
       const k = lv.k;
+      const occBits = lv.occBits;
       const off = lv.off;
       for (let ix = x0; ix <= x1; ix++) {
         for (let iy = y0; iy <= y1; iy++) {
           const base = ((ix + off) * k + (iy + off)) * k + off;
           for (let iz = z0; iz <= z1; iz++) {
-            if (lv.occ[occHash(base + iz)] === 0) continue;
+            const h = occHash(base + iz);
+            if ((occBits[h >>> 5] & (1 << (h & 31))) === 0) continue;
             const cell = lv.cells.get(base + iz);
             if (cell !== undefined) this.scanCell(cell, l, e, notLo, notHi, stamp, out, q);
           }
