@@ -213,7 +213,30 @@ export function purgedError(): DevicePurgedError {
  * into every notification of the event (services/edge/notification-frame.ts). So an event is
  * encoded once on a node, not once per gateway that delivers it.
  */
-export const apiEventBytes = new WeakMap<Event, Uint8Array>();
+export const apiEventBytes = eventField<Uint8Array>('ambit.apiEventBytes');
+
+/** A value kept on an event object while the event is alive (`eventField`). */
+export interface EventField<T> {
+  get(e: Event): T | undefined;
+  set(e: Event, v: T): void;
+}
+
+/**
+ * A value a process keeps with an event while the event is alive: a non-enumerable property under
+ * a symbol of its own, so JSON, Object.keys and deep equality do not see it and it goes with the
+ * event. Not a WeakMap: an ephemeron per event, thousands a second in every hub thread and
+ * gateway, is work for the garbage collector and a hash per lookup.
+ */
+export function eventField<T>(name: string): EventField<T> {
+  const key = Symbol(name);
+  return {
+    get: (e) => (e as unknown as Record<symbol, T | undefined>)[key],
+    set: (e, v) => {
+      if (Object.prototype.hasOwnProperty.call(e, key)) (e as unknown as Record<symbol, T>)[key] = v;
+      else Object.defineProperty(e, key, { value: v, writable: true, configurable: true, enumerable: false });
+    },
+  };
+}
 
 export interface Hub {
   readonly mode: 'embedded' | 'redis';
