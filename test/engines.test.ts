@@ -21,7 +21,11 @@ const isBandEngine = (name: string): boolean => /gpu/i.test(name);
 
 /** Engine-specific configurations worth a second differential run (different index shapes). */
 const EXTRA: Record<string, Array<[string, Record<string, unknown>]>> = {
-  fast: [['coarse grid, minCellM = 1000 km', { minCellM: 1_000_000 }], ['finest grid, minCellM = 64 m', { minCellM: 64 }]],
+  fast: [
+    ['coarse grid, minCellM = 1000 km', { minCellM: 1_000_000 }],
+    ['finest grid, minCellM = 64 m, cells the size of their radii (cellScale 1)', { minCellM: 64, cellScale: 1 }],
+    ['cells four times their radii (cellScale 4)', { cellScale: 4 }],
+  ],
   rtree: [['deep tree, maxEntries = 4', { maxEntries: 4 }]],
 };
 
@@ -109,5 +113,14 @@ describe('bulk loading', () => {
       await m.close();
     }
     await ref.close();
+  });
+});
+
+describe('fast engine options', () => {
+  it('refuses a grid it cannot build: minCellM below 64 m, a cellScale other than 1, 2 or 4', () => {
+    const fast = (o: Record<string, unknown>): Matcher => CPU_ENGINES.fast(o as MatcherOptions);
+    assert.throws(() => fast({ minCellM: 63 }), /minCellM/);
+    for (const cellScale of [0, 3, 8, NaN, -2]) assert.throws(() => fast({ cellScale }), /cellScale/, `cellScale ${cellScale}`);
+    for (const cellScale of [1, 2, 4]) assert.equal(fast({ cellScale }).stats().extra?.cellScale, cellScale);
   });
 });
