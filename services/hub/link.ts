@@ -24,7 +24,7 @@ import { deserialize, serialize } from 'node:v8';
 import type { MessagePort } from 'node:worker_threads';
 import { AmbitError, type ErrorCode, PublishError, type PublishOutcome, ValidationError } from '../../src/model/errors.js';
 import type { Event, Value } from '../../src/model/types.js';
-import { type DeviceQuery, type DeviceSubscription, type Revocation, apiEventBytes, eventField } from './port.js';
+import { type DeviceQuery, type DeviceSubscription, type Revocation, apiEventBytes, eventNumberField, linkEventBytes } from './port.js';
 
 /** The file descriptor of a gateway process's pipe to the hub (its fifth stdio entry). */
 export const HUB_PIPE_FD = 4;
@@ -456,11 +456,12 @@ export function fromWire(e: WireError): Error {
  * lets the owner add what it coalesces (location moves) at the end of the frame.
  */
 /** Events as link records, encoded once however many gateways, shards and frames carry them. */
-const eventBytes = eventField<Buffer>('ambit.linkEventBytes');
+const eventBytes = linkEventBytes;
 const scratch = new FrameWriter();
 
 export function encodedEvent(e: Event): Buffer {
-  let b = eventBytes.get(e);
+  // Only Buffers are kept under this field (scratch.copy() here, Buffer.from in readPublished).
+  let b = eventBytes.get(e) as Buffer | undefined;
   if (b === undefined) {
     writeEvent(scratch, e);
     b = scratch.copy();
@@ -477,7 +478,7 @@ export function encodedEvent(e: Event): Buffer {
  * from another shard or partition, finds the object it decoded the first time: the event is
  * decoded, converted and encoded for its devices once, not once per frame.
  */
-const eventNumbers = eventField<number>('ambit.eventNumber');
+const eventNumbers = eventNumberField;
 const ORIGIN_UNIT = 2 ** 32;
 /** Origins a node may number events with (the number stays an exact double). */
 export const MAX_EVENT_ORIGIN = 2 ** 20;
