@@ -13,6 +13,7 @@ import {
   WorkloadSource,
   radiusForAreaFraction,
 } from '../../src/workload/index.js';
+import { BASELINES } from './baselines.js';
 import { pct } from './format.js';
 import { collect, gcExposed, materialize, now } from './measure.js';
 import { Progress } from './progress.js';
@@ -29,9 +30,10 @@ export type Job =
 export type JobResult = DefaultResult | GridResult | UpdateResult;
 
 
+/** An engine of the registry, or a baseline (bench/lib/baselines.ts: what users would build instead). */
 export function createEngine(name: string, options?: MatcherOptions): Matcher {
-  const make = (CPU_ENGINES as Record<string, ((o?: MatcherOptions) => Matcher) | undefined>)[name];
-  if (make === undefined) throw new Error(`bench: unknown engine ${JSON.stringify(name)} (registered: ${Object.keys(CPU_ENGINES).join(', ')})`);
+  const make = (CPU_ENGINES as Record<string, ((o?: MatcherOptions) => Matcher) | undefined>)[name] ?? BASELINES[name];
+  if (make === undefined) throw new Error(`bench: unknown engine ${JSON.stringify(name)} (registered: ${Object.keys(CPU_ENGINES).join(', ')}; baselines: ${Object.keys(BASELINES).join(', ')})`);
   return make(options);
 }
 
