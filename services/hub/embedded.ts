@@ -22,7 +22,7 @@ import {
 } from './port.js';
 import { type MatchCore, type Owner, type Recipient, hubStats } from '../matcher/core.js';
 import type { DeliverySource, Retention } from '../matcher/fanout.js';
-import { type DedupeOptions, DEFAULT_DEDUPE, EventIdWindow, type IdEntry, planPublish, settlePublish } from '../matcher/event-ids.js';
+import { type DedupeOptions, DEFAULT_DEDUPE, EventIdWindow, type IdTicket, planPublish, settlePublish } from '../matcher/event-ids.js';
 import { type EmbeddedInbox, InboxStore } from './inboxes.js';
 
 export { DEFAULT_RETENTION, type Retention } from '../matcher/fanout.js';
@@ -146,7 +146,7 @@ export class EmbeddedHub implements Hub {
     let fail!: (err: unknown) => void;
     const pending = new Promise<readonly number[]>((resolve, reject) => ((answer = resolve), (fail = reject)));
     pending.catch(() => {}); // a duplicate awaiting it rejects with it; nobody else need look
-    const entries: IdEntry[] = plan.fresh.map((e, k) => ids.remember(e.id, pending, k));
+    const entries: IdTicket[] = plan.fresh.map((e, k) => ids.remember(e.id, pending, k));
     let reached: number[];
     try {
       reached = plan.fresh.length === 0 ? [] : await this.deliver(plan.fresh);

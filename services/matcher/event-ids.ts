@@ -79,21 +79,33 @@ export async function settlePublish(plan: PublishPlan, freshReached: readonly nu
   return out;
 }
 
-/** One remembered id: its reach, or the publish still matching it and its index there. */
-export interface IdEntry {
-  reached: number;
-  pending: Promise<readonly number[]> | null;
-  index: number;
-  at: number;
-}
+/** What `remember` hands back for `settle` and `drop`: the entry's place in the window (-1: none kept). */
+export type IdTicket = number;
 
 /**
  * Event ids published lately, with their reach, in memory: forgotten after `windowMs` by the
  * injected clock, or sooner when more than `maxIds` are held (oldest first).
+ *
+ * A ring of entries in typed arrays (time, reach, ticket) plus a map from id to its slot: no object
+ * per remembered id. A window holds up to a million ids in every hub partition of a node, and an
+ * object per id kept that many objects alive for the garbage collector to trace.
  */
 export class EventIdWindow {
-  /** Insertion order is time order: expiry looks at the oldest only. */
-  private readonly ids = new Map<string, IdEntry>();
+  /** Id → its slot in the ring. */
+  private readonly index = new Map<string, number>();
+  private cap = 0;
+  private mask = 0;
+  /** Per slot: the id (undefined: a dead entry), its time, its reach, its ticket. */
+  private ids: (string | undefined)[] = [];
+  private at = new Float64Array(0);
+  private reachedOf = new Float64Array(0);
+  private ticketOf = new Float64Array(0);
+  /** Per slot: the publish still matching it (null once settled) and its index there. */
+  private pendingOf: (Promise<readonly number[]> | null)[] = [];
+  private pendingIndex = new Int32Array(0);
+  /** Tickets of the oldest entry held and of the next one: slot = ticket & mask. */
+  private head = 0;
+  private next = 0;
 
   constructor(
     private readonly options: DedupeOptions,
@@ -110,48 +122,121 @@ export class EventIdWindow {
    */
   get(id: string): number | Promise<number> | undefined {
     if (!this.enabled) return undefined;
-    const e = this.ids.get(id);
-    if (e === undefined) return undefined;
-    if (e.at <= this.now() - this.options.windowMs) return undefined;
-    if (e.pending === null) return e.reached;
-    const index = e.index;
-    return e.pending.then((r) => r[index]);
+    const slot = this.index.get(id);
+    if (slot === undefined) return undefined;
+    if (this.at[slot] <= this.now() - this.options.windowMs) return undefined;
+    const pending = this.pendingOf[slot];
+    if (pending === null) return this.reachedOf[slot];
+    const index = this.pendingIndex[slot];
+    return pending.then((r) => r[index]);
   }
 
   /**
    * Remembers a fresh event's id before it is matched: `pending` resolves with the reach of the
    * publish's fresh events, of which this is number `index`. Settle or drop the entry after.
    */
-  remember(id: string, pending: Promise<readonly number[]>, index: number): IdEntry {
+  remember(id: string, pending: Promise<readonly number[]>, index: number): IdTicket {
+    if (!this.enabled) return -1;
     const now = this.now();
-    const e: IdEntry = { reached: 0, pending, index, at: now };
-    if (!this.enabled) return e;
-    this.ids.delete(id); // an id past its window published again: it moves to the end
-    this.ids.set(id, e);
+    // An id past its window published again: its old entry dies where it is.
+    const old = this.index.get(id);
+    if (old !== undefined) this.kill(old);
+    if (this.next - this.head === this.cap) {
+      // Full: grow while the ring is smaller than the bound or holds dead entries (drops, ids
+      // published again) that would otherwise push live ones out early; else the oldest goes.
+      if (this.cap < this.options.maxIds || this.index.size < this.options.maxIds) this.grow();
+      else this.evictHead();
+    }
+    const ticket = this.next++;
+    const slot = ticket & this.mask;
+    this.ids[slot] = id;
+    this.at[slot] = now;
+    this.reachedOf[slot] = 0;
+    this.ticketOf[slot] = ticket;
+    this.pendingOf[slot] = pending;
+    this.pendingIndex[slot] = index;
+    this.index.set(id, slot);
     this.expire(now);
-    return e;
+    return ticket;
   }
 
   /** The publish of a remembered id was matched: its reach. */
-  settle(e: IdEntry, reached: number): void {
-    e.reached = reached;
-    e.pending = null;
+  settle(ticket: IdTicket, reached: number): void {
+    const slot = this.live(ticket);
+    if (slot < 0) return;
+    this.reachedOf[slot] = reached;
+    this.pendingOf[slot] = null;
   }
 
   /** The publish of a remembered id failed: it was not published, so it is forgotten. */
-  drop(id: string, e: IdEntry): void {
-    if (this.ids.get(id) === e) this.ids.delete(id);
+  drop(id: string, ticket: IdTicket): void {
+    const slot = this.live(ticket);
+    if (slot >= 0 && this.ids[slot] === id) this.kill(slot);
   }
 
   get size(): number {
-    return this.ids.size;
+    return this.index.size;
+  }
+
+  /** The slot of a ticket still held, or -1. */
+  private live(ticket: IdTicket): number {
+    if (ticket < this.head || ticket >= this.next) return -1;
+    const slot = ticket & this.mask;
+    return this.ticketOf[slot] === ticket && this.ids[slot] !== undefined ? slot : -1;
+  }
+
+  /** Forgets the entry in `slot` (it stays in the ring, dead, until the ring's head passes it). */
+  private kill(slot: number): void {
+    const id = this.ids[slot];
+    if (id === undefined) return;
+    if (this.index.get(id) === slot) this.index.delete(id);
+    this.ids[slot] = undefined;
+    this.pendingOf[slot] = null;
+  }
+
+  private evictHead(): void {
+    this.kill(this.head & this.mask);
+    this.head++;
   }
 
   private expire(now: number): void {
     const oldest = now - this.options.windowMs;
-    for (const [id, e] of this.ids) {
-      if (this.ids.size <= this.options.maxIds && e.at > oldest) break;
-      this.ids.delete(id);
+    while (this.head < this.next) {
+      const slot = this.head & this.mask;
+      if (this.ids[slot] !== undefined && this.index.size <= this.options.maxIds && this.at[slot] > oldest) break;
+      this.evictHead();
     }
+  }
+
+  /** Doubles the ring, keeping every entry's ticket. */
+  private grow(): void {
+    const cap = this.cap === 0 ? 1024 : this.cap * 2;
+    const mask = cap - 1;
+    const ids: (string | undefined)[] = new Array(cap).fill(undefined);
+    const at = new Float64Array(cap);
+    const reached = new Float64Array(cap);
+    const tickets = new Float64Array(cap);
+    const pending: (Promise<readonly number[]> | null)[] = new Array(cap).fill(null);
+    const pendingIndex = new Int32Array(cap);
+    for (let t = this.head; t < this.next; t++) {
+      const from = t & this.mask;
+      const to = t & mask;
+      const id = this.ids[from];
+      ids[to] = id;
+      at[to] = this.at[from];
+      reached[to] = this.reachedOf[from];
+      tickets[to] = t;
+      pending[to] = this.pendingOf[from];
+      pendingIndex[to] = this.pendingIndex[from];
+      if (id !== undefined && this.index.get(id) === from) this.index.set(id, to);
+    }
+    this.cap = cap;
+    this.mask = mask;
+    this.ids = ids;
+    this.at = at;
+    this.reachedOf = reached;
+    this.ticketOf = tickets;
+    this.pendingOf = pending;
+    this.pendingIndex = pendingIndex;
   }
 }

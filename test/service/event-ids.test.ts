@@ -75,3 +75,71 @@ describe('event ids', () => {
     assert.equal(plain.slots, null, 'no per-event slots when nothing repeats');
   });
 });
+
+describe('event id window: the ring against a plain model', () => {
+  /** The window's rules written plainly: a Map in insertion order, expiry and the bound from the front. */
+  class Model {
+    readonly ids = new Map<string, { at: number; reached: number | null; ticket: number }>();
+    constructor(private readonly windowMs: number, private readonly maxIds: number) {}
+    get(id: string, now: number): number | 'pending' | undefined {
+      const e = this.ids.get(id);
+      if (e === undefined || e.at <= now - this.windowMs) return undefined;
+      return e.reached === null ? 'pending' : e.reached;
+    }
+    remember(id: string, now: number, ticket: number): void {
+      this.ids.delete(id);
+      this.ids.set(id, { at: now, reached: null, ticket });
+      for (const [k, e] of this.ids) {
+        if (this.ids.size <= this.maxIds && e.at > now - this.windowMs) break;
+        this.ids.delete(k);
+      }
+    }
+    settle(ticket: number, reached: number): void {
+      for (const e of this.ids.values()) if (e.ticket === ticket) e.reached = reached;
+    }
+    drop(id: string, ticket: number): void {
+      if (this.ids.get(id)?.ticket === ticket) this.ids.delete(id);
+    }
+  }
+
+  it('agrees through growth past its first ring, eviction by the bound and by age, re-publishes, settles and drops', async () => {
+    let seed = 7;
+    const rand = (n: number): number => {
+      seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
+      return seed % n;
+    };
+    for (const [windowMs, maxIds] of [[50, 3000], [1e9, 1500], [400, 5000]]) {
+      let now = 0;
+      const w = new EventIdWindow({ windowMs, maxIds }, () => now);
+      const model = new Model(windowMs, maxIds);
+      const tickets: { id: string; ticket: number }[] = [];
+      const never = new Promise<number[]>(() => {});
+      for (let step = 0; step < 20_000; step++) {
+        now += rand(3);
+        const r = rand(10);
+        if (r < 6) {
+          const id = `e${rand(4000)}`;
+          const ticket = w.remember(id, never, 0);
+          model.remember(id, now, ticket);
+          tickets.push({ id, ticket });
+        } else if (r < 8 && tickets.length > 0) {
+          const t = tickets[rand(tickets.length)];
+          const reached = rand(100);
+          w.settle(t.ticket, reached);
+          model.settle(t.ticket, reached);
+        } else if (r < 9 && tickets.length > 0) {
+          const t = tickets[rand(tickets.length)];
+          w.drop(t.id, t.ticket);
+          model.drop(t.id, t.ticket);
+        } else {
+          const id = `e${rand(4000)}`;
+          const got = w.get(id);
+          const want = model.get(id, now);
+          assert.equal(got instanceof Promise ? 'pending' : got, want, `get(${id}) at step ${step} (window ${windowMs} ms, ${maxIds} ids)`);
+        }
+        if (step % 500 === 0) assert.equal(w.size, model.ids.size, `size at step ${step}`);
+      }
+      assert.equal(w.size, model.ids.size);
+    }
+  });
+});
