@@ -10,3 +10,4 @@ import { runDifferential } from './support/differential.js';
 describe('benchmark baselines', () => {
   for (const [name, make] of Object.entries(BASELINES)) runDifferential(`${name} baseline`, make, { band: false });
 });
+

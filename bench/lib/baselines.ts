@@ -161,6 +161,8 @@ abstract class BoxBaseline extends CpuMatcher {
       out.push(rec.sub);
     };
     const boxes: Box[] = e.radiusM > 0 ? circleBoxes(e.lat, e.lon, e.radiusM) : [[e.lon, e.lat, e.lon, e.lat]];
+    // lon ±180 is one meridian: ask for both spellings.
+    if (e.radiusM === 0 && Math.abs(e.lon) === 180) boxes.push([-e.lon, e.lat, -e.lon, e.lat]);
     for (const b of boxes) this.search(b, hit);
     for (const f of this.everywhere) hit(f);
     return out;
