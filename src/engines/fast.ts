@@ -60,6 +60,8 @@ interface Cell {
 }
 /** Doubles per slot record in a cell. */
 const REC = 6;
+/** Emptied cells a level keeps for reuse. */
+const SPARE_CELLS = 4096;
 
 /** One grid level: cubic cells of side `size` metres, holding position slots. */
 interface Level {
@@ -70,6 +72,8 @@ interface Level {
   readonly cells: Map<number, Cell>;
   /** The cell holding each slot at this level (undefined: none). */
   cellAt: (Cell | undefined)[];
+  /** Emptied cells kept for reuse: a device crossing into an empty cell allocates nothing. */
+  spare: Cell[];
   /** Cell key of each slot at this level (NaN = not in this level's grid). */
   cellOf: Float64Array;
   /** Index of the slot inside its cell's array. */
@@ -349,6 +353,7 @@ export class FastMatcher extends CpuMatcher {
         k,
         cells: new Map(),
         cellAt: [],
+        spare: [],
         cellOf: new Float64Array(this.sCap).fill(NaN),
         idx: new Int32Array(this.sCap),
         count: new Uint16Array(this.sCap),
@@ -374,7 +379,7 @@ export class FastMatcher extends CpuMatcher {
   private gridInsert(lv: Level, s: number, key: number): void {
     let cell = lv.cells.get(key);
     if (cell === undefined) {
-      cell = { n: 0, rec: new Float64Array(4 * REC) };
+      cell = lv.spare.pop() ?? { n: 0, rec: new Float64Array(4 * REC) };
       lv.cells.set(key, cell);
       const h = occHash(key);
       if (lv.occ[h]++ === 0) lv.occBits[h >>> 5] |= 1 << (h & 31);
@@ -405,6 +410,7 @@ export class FastMatcher extends CpuMatcher {
     }
     if (cell.n === 0) {
       lv.cells.delete(key);
+      if (lv.spare.length < SPARE_CELLS) lv.spare.push(cell);
       const h = occHash(key);
       if (--lv.occ[h] === 0) lv.occBits[h >>> 5] &= ~(1 << (h & 31));
     } else if (cell.rec.length > 64 * REC && cell.n * REC * 4 < cell.rec.length) cell.rec = cell.rec.slice(0, cell.rec.length / 2);
