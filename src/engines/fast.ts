@@ -1126,6 +1126,7 @@ export class FastMatcher extends CpuMatcher {
         cellEntries += c.n;
         cellBytes += c.rec.byteLength;
       }
+      for (const c of lv.spare) cellBytes += c.rec.byteLength;
       levelBytes += lv.cellOf.byteLength + lv.idx.byteLength + lv.count.byteLength + lv.head.byteLength;
     }
     const typed =
