@@ -42,7 +42,7 @@ const HELP = `Usage: node dist/bench/cpu.js [options]     (npm run bench -- [opt
   --sizes LIST      grid and update suites: subscription counts (default 1000,10000,100000,250000,1000000)
   --areas LIST      grid suite: areas in percent of the region (default 0.001,0.01,0.1,1)
   --spatial LIST    grid and update suites: uniform,zipf (default both)
-  --grid-events N   grid suite: events per point (default 200, quick 100)
+  --grid-events N   grid suite: events per point (default 1000, quick 100: with a few hundred, the small sizes measure warm-up and cache-hot repeats)
   --out PATH        result file (default bench/out/<name>-<timestamp>.json)
   --name NAME       result name (default cpu, quick: cpu-quick)
   --no-fork         run jobs in this process (no per-job process isolation)
@@ -79,7 +79,7 @@ function buildConfig(a: ArgReader): BenchConfig {
       sizes,
       areas: a.areas('areas', [1e-5, 1e-4, 1e-3, 1e-2]),
       spatial,
-      events: a.int('grid-events', quick ? 100 : 200),
+      events: a.int('grid-events', quick ? 100 : 1000),
       warmupEvents: quick ? 20 : 50,
     },
     update: {
