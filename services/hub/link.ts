@@ -460,8 +460,7 @@ const eventBytes = linkEventBytes;
 const scratch = new FrameWriter();
 
 export function encodedEvent(e: Event): Buffer {
-  // Only Buffers are kept under this field (scratch.copy() here, Buffer.from in readPublished).
-  let b = eventBytes.get(e) as Buffer | undefined;
+  let b = eventBytes.get(e);
   if (b === undefined) {
     writeEvent(scratch, e);
     b = scratch.copy();

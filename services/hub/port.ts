@@ -206,18 +206,6 @@ export function purgedError(): DevicePurgedError {
   return new DevicePurgedError();
 }
 
-/**
- * Events as the API encodes them (an `ambit.v1.Event`), kept while the event is alive: set by the
- * gateway that accepted the publish when its hub sends events to other processes
- * (`Hub.forwardsEvents`), carried beside the event on the node's links (link.ts), and spliced
- * into every notification of the event (services/edge/notification-frame.ts). So an event is
- * encoded once on a node, not once per gateway that delivers it.
- */
-export const apiEventBytes: EventField<Uint8Array> = {
-  get: (e) => EventSide.api(e),
-  set: (e, v) => EventSide.setApi(e, v),
-};
-
 /** A value kept with an event object while the event is alive. */
 export interface EventField<T> {
   get(e: Event): T | undefined;
@@ -239,47 +227,45 @@ class Stamped {
  * gateway, is work for the garbage collector and a hash per lookup), nor defineProperty (a runtime
  * call per event: 5% of a gateway's time in a profile).
  */
-class EventSide extends Stamped {
+class EventSideFields extends Stamped {
   #api: Uint8Array | undefined = undefined;
-  #link: Uint8Array | undefined = undefined;
+  #link: Buffer | undefined = undefined;
   #num: number | undefined = undefined;
 
-  private static side(e: object): EventSide {
-    if (!(#api in e)) new EventSide(e);
-    return e as EventSide;
+  /** The event with its fields (added on first use). */
+  private static of(e: object): EventSideFields {
+    if (!(#api in e)) new EventSideFields(e);
+    return e as EventSideFields;
   }
 
-  static api(e: object): Uint8Array | undefined {
-    return #api in e ? (e as EventSide).#api : undefined;
-  }
-  static setApi(e: object, v: Uint8Array): void {
-    EventSide.side(e).#api = v;
-  }
-  static link(e: object): Uint8Array | undefined {
-    return #api in e ? (e as EventSide).#link : undefined;
-  }
-  static setLink(e: object, v: Uint8Array): void {
-    EventSide.side(e).#link = v;
-  }
-  static num(e: object): number | undefined {
-    return #api in e ? (e as EventSide).#num : undefined;
-  }
-  static setNum(e: object, v: number): void {
-    EventSide.side(e).#num = v;
-  }
+  static readonly api: EventField<Uint8Array> = {
+    get: (e) => (#api in e ? (e as EventSideFields).#api : undefined),
+    set: (e, v) => void (EventSideFields.of(e).#api = v),
+  };
+  static readonly link: EventField<Buffer> = {
+    get: (e) => (#api in e ? (e as EventSideFields).#link : undefined),
+    set: (e, v) => void (EventSideFields.of(e).#link = v),
+  };
+  static readonly num: EventField<number> = {
+    get: (e) => (#api in e ? (e as EventSideFields).#num : undefined),
+    set: (e, v) => void (EventSideFields.of(e).#num = v),
+  };
 }
 
+/**
+ * Events as the API encodes them (an `ambit.v1.Event`), kept while the event is alive: set by the
+ * gateway that accepted the publish when its hub sends events to other processes
+ * (`Hub.forwardsEvents`), carried beside the event on the node's links (link.ts), and spliced
+ * into every notification of the event (services/edge/notification-frame.ts). So an event is
+ * encoded once on a node, not once per gateway that delivers it.
+ */
+export const apiEventBytes: EventField<Uint8Array> = EventSideFields.api;
+
 /** The event as the node's links encode it (services/hub/link.ts), kept while the event is alive. */
-export const linkEventBytes: EventField<Uint8Array> = {
-  get: (e) => EventSide.link(e),
-  set: (e, v) => EventSide.setLink(e, v),
-};
+export const linkEventBytes: EventField<Buffer> = EventSideFields.link;
 
 /** The event's number in the node (services/hub/link.ts), kept while the event is alive. */
-export const eventNumberField: EventField<number> = {
-  get: (e) => EventSide.num(e),
-  set: (e, v) => EventSide.setNum(e, v),
-};
+export const eventNumberField: EventField<number> = EventSideFields.num;
 
 export interface Hub {
   readonly mode: 'embedded' | 'redis';

@@ -43,8 +43,6 @@ export interface FastMatcherOptions extends MatcherOptions {
 }
 
 const NONE = -1;
-/** An event value that is no interned constraint string (or no string at all). */
-const STR_NONE = -2;
 const SLOT_DEVICE = 1;
 const SLOT_FIXED = 2;
 const MAX_LEVELS = 16;
@@ -182,7 +180,7 @@ export class FastMatcher extends CpuMatcher {
   private fCounter = new Uint16Array(this.fCap); // counting algorithm, content-only filters
   private fAlwaysPos = new Int32Array(this.fCap); // index in `always`, or NONE
   // A filter's first string-equality constraint (name id, interned value id; NONE: it has none):
-  // the grid scan rejects a filter whose event value differs with two reads, before the distance.
+  // a filter that has one sits in that value's equality bucket of its slot and level (`eq`).
   private fEqName = new Int32Array(this.fCap);
   private fEqStr = new Int32Array(this.fCap);
   /** Content-only filters without constraints: they match every event. */
@@ -236,8 +234,6 @@ export class FastMatcher extends CpuMatcher {
   private stamp = 0;
   private attrStamp = new Uint32Array(64);
   private attrIndex = new Int32Array(64);
-  /** Per name, this event's value as an interned string id (STR_NONE: a string no constraint holds, or not a string). */
-  private attrStr = new Int32Array(64);
   private eType = new Uint8Array(64);
   private eNum = new Float64Array(64);
   private eStr: string[] = [];
@@ -287,7 +283,6 @@ export class FastMatcher extends CpuMatcher {
         this.nameRefs = growI32(this.nameRefs, n);
         this.attrStamp = growU32(this.attrStamp, n);
         this.attrIndex = growI32(this.attrIndex, n);
-        this.attrStr = growI32(this.attrStr, n);
       }
       this.postings[id] = [];
       this.nameRefs[id] = 0;
@@ -545,13 +540,14 @@ export class FastMatcher extends CpuMatcher {
     // The slot's filters of one level form one list (a level's scan walks only its own), or, for a
     // filter with a string equality, the list of its bucket: the scan looks up the event's value.
     const en = this.fEqName[f];
-    const head = en === NONE ? lv.head[s] : this.eq.get(s, en * MAX_LEVELS + l, this.fEqStr[f]);
+    const nameLevel = en * MAX_LEVELS + l;
+    const head = en === NONE ? lv.head[s] : this.eq.get(s, nameLevel, this.fEqStr[f]);
     this.fNext[f] = head;
     this.fPrev[f] = NONE;
     if (head !== NONE) this.fPrev[head] = f;
     if (en === NONE) lv.head[s] = f;
     else {
-      this.eq.set(s, en * MAX_LEVELS + l, this.fEqStr[f], f);
+      this.eq.set(s, nameLevel, this.fEqStr[f], f);
       lv.eqMask[s] |= eqBit(en, this.fEqStr[f]);
       lv.eqCount[s]++;
     }
@@ -583,7 +579,7 @@ export class FastMatcher extends CpuMatcher {
     if (prev !== NONE) this.fNext[prev] = next;
     else if (en === NONE) lv.head[s] = next;
     else if (next === NONE) this.eq.delete(s, en * MAX_LEVELS + l, this.fEqStr[f]);
-    else this.eq.set(s, en * MAX_LEVELS + l, this.fEqStr[f], next);
+    else this.eq.set(s, en * MAX_LEVELS + l, this.fEqStr[f], next); // the bucket's head left
     if (next !== NONE) this.fPrev[next] = prev;
     // The mask only gathers bits while the slot has bucketed filters here; it starts over after.
     if (en !== NONE && --lv.eqCount[s] === 0) lv.eqMask[s] = 0;
@@ -913,13 +909,11 @@ export class FastMatcher extends CpuMatcher {
       if (typeof v === 'number') {
         this.eType[i] = T_NUM;
         this.eNum[i] = v;
-        this.attrStr[id] = STR_NONE;
       } else if (typeof v === 'string') {
         this.eType[i] = T_STR;
         this.eStr[i] = v;
-        const sv = this.strIds.get(v) ?? STR_NONE;
-        this.attrStr[id] = sv;
-        if (sv !== STR_NONE) {
+        const sv = this.strIds.get(v);
+        if (sv !== undefined) {
           // A value some constraint holds: the buckets of filters that require it are looked up.
           const b = eqBit(id, sv);
           this.evEqNameLevel[nEq] = id * MAX_LEVELS;
@@ -930,7 +924,6 @@ export class FastMatcher extends CpuMatcher {
       } else {
         this.eType[i] = T_BOOL;
         this.eNum[i] = v ? 1 : 0;
-        this.attrStr[id] = STR_NONE;
       }
     }
     const notLo = ~lo;
