@@ -109,6 +109,17 @@ export interface IssueOptions {
 const HEADER = b64url(Buffer.from(JSON.stringify({ alg: 'HS256', typ: 'JWT' })));
 const MAX_TOKEN_CHARS = 4096;
 
+/**
+ * A new token id: 16 base64url characters, never beginning with '-', so that it can be given to a
+ * command line as it is (`ambit revoke token-id ID`) without being read as an option.
+ */
+function tokenId(): string {
+  for (;;) {
+    const id = randomBytes(12).toString('base64url');
+    if (id[0] !== '-') return id;
+  }
+}
+
 export class TokenAuthority {
   private readonly key: Buffer;
   /** Revoked tokens verify() refuses (UNAUTHENTICATED); null: none are. */
@@ -133,7 +144,7 @@ export class TokenAuthority {
     const ttl = o.ttlSeconds ?? 86_400;
     if (!Number.isFinite(ttl) || ttl <= 0) throw new Error(`auth: ttlSeconds must be > 0, got ${ttl}`);
     const iat = Math.floor(this.now());
-    const payload = b64url(Buffer.from(JSON.stringify({ sub: o.subject, scope: o.scopes.join(' '), iat, exp: iat + Math.ceil(ttl), jti: randomBytes(12).toString('base64url') })));
+    const payload = b64url(Buffer.from(JSON.stringify({ sub: o.subject, scope: o.scopes.join(' '), iat, exp: iat + Math.ceil(ttl), jti: tokenId() })));
     return `${HEADER}.${payload}.${this.sign(`${HEADER}.${payload}`)}`;
   }
 
