@@ -66,6 +66,11 @@ export class GpuBatches {
     return this.readback.lastStages;
   }
 
+  /** Band pairs decided on the host with the float64 distance, and how many of those matched. */
+  get bandPairs(): { decided: number; matched: number } {
+    return { decided: this.readback.bandPairs, matched: this.readback.bandMatched };
+  }
+
   /** GPU errors caught around batches (each sent its batch to the CPU). */
   get errors(): number {
     return this.readback.errors;
@@ -109,7 +114,7 @@ export class GpuBatches {
     this.serials.add(serial);
     L.batchesInFlight++;
     try {
-      return await this.runGuarded(events);
+      return await this.runGuarded(events, serial);
     } finally {
       this.serials.delete(serial);
       L.batchesInFlight--;
@@ -119,14 +124,14 @@ export class GpuBatches {
     }
   }
 
-  private async runGuarded(events: readonly NEvent[]): Promise<(string[] | null)[]> {
+  private async runGuarded(events: readonly NEvent[], serial: number): Promise<(string[] | null)[]> {
     // Any GPU error in this batch (validation, out of memory) sends the batch to the CPU: never
     // an empty answer from a command buffer the device refused.
     this.device.pushErrorScope('out-of-memory');
     this.device.pushErrorScope('validation');
     let scoped: Promise<GPUError | null>[] = [];
     try {
-      return await this.runScoped(events, () => {
+      return await this.runScoped(events, serial, () => {
         scoped = [this.device.popErrorScope(), this.device.popErrorScope()];
         return scoped;
       });
@@ -139,7 +144,7 @@ export class GpuBatches {
     }
   }
 
-  private async runScoped(events: readonly NEvent[], closeScopes: () => Promise<GPUError | null>[]): Promise<(string[] | null)[]> {
+  private async runScoped(events: readonly NEvent[], serial: number, closeScopes: () => Promise<GPUError | null>[]): Promise<(string[] | null)[]> {
     const t0 = performance.now();
     const E = events.length;
     this.buffers.sync();
@@ -167,7 +172,7 @@ export class GpuBatches {
       const readout = await this.readback.read(s, plan, scopes);
       const t2 = performance.now();
       if (readout === null) return events.map(() => null);
-      const results = await this.readback.reconcile(events, readout, s, candCap);
+      const results = await this.readback.reconcile(events, readout, s, candCap, serial);
       if (results === null) return events.map(() => null);
       this.noteTiming(E, t0, t1, t2, performance.now());
       return results;

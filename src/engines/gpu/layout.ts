@@ -7,6 +7,8 @@
  * constraint), fSub. Per constraint (12 B): cHead (name | op | type), cValA, cValB. Per position
  * slot (16 B): unit vector + known flag. A filter with 4 constraints costs 72 B plus its share of
  * the owner's position and of the strings. The per-batch event input is encoded by input.ts.
+ * Host only, for the float64 test of band pairs: each filter's radius as given (8 B) and each
+ * slot's uploaded coordinates (16 B), with a journal of those that batches in flight still see.
  */
 import type { NEvent, NFilter, NSubscription } from '../../model/limits.js';
 import { OP_CODE, T_ANY, T_BOOL, T_NUM, T_STR } from '../operators.js';
@@ -23,6 +25,10 @@ export const POSITION_BYTES = 16;
 export const META_AREA = 0x100;
 export const META_LIVE = 0x200;
 const NAME_BITS = 20;
+/** Filter indices stay below 2^31: Cont marks a band candidate as its index with bit 31 set (match.wgsl BAND). */
+export const MAX_FILTER_INDEX = 0x7fffffff;
+/** Bit 31 of an output pair's second word: a band pair, the rest its filter index (match.wgsl BAND). */
+export const BAND_PAIR = 0x80000000;
 const MAX_NAMES = 1 << NAME_BITS;
 
 /** A half-open range of array elements that changed since the last upload. */
@@ -76,6 +82,8 @@ export class GpuLayout {
   fRad = new Float32Array(this.fCap);
   fCon = new Uint32Array(this.fCap);
   fSub = new Uint32Array(this.fCap);
+  /** The radius as given (host only): the band's float64 test uses it, not fRad's float32. */
+  fRad64 = new Float64Array(this.fCap);
   readonly fDirty = new Dirty();
   liveFilters = 0;
 
@@ -108,6 +116,18 @@ export class GpuLayout {
   pLon = new Float64Array(this.pCap);
   pKnown = new Uint8Array(this.pCap);
   pos = new Float32Array(4 * this.pCap);
+  /**
+   * The coordinates `pos` was last made from (what the GPU holds, or will once the next upload
+   * runs), for the band's float64 test; earlier values that batches still in flight saw are in
+   * the journal (positionAt).
+   */
+  upLat = new Float64Array(this.pCap);
+  upLon = new Float64Array(this.pCap);
+  /**
+   * (slot, lat, lon, known, serial) records: the slot's uploaded position before the upload of
+   * batch `serial`, kept while a batch submitted before it is in flight.
+   */
+  private journal: number[] = [];
   /** Slots whose position changed since the last upload. */
   moved: number[] = [];
   private pMoved = new Uint8Array(this.pCap);
@@ -163,6 +183,8 @@ export class GpuLayout {
         this.pLon = grown(this.pLon, n);
         this.pKnown = grown(this.pKnown, n);
         this.pos = grown(this.pos, 4 * n);
+        this.upLat = grown(this.upLat, n);
+        this.upLon = grown(this.upLon, n);
         this.pMoved = grown(this.pMoved, n);
         this.pStale = grown(this.pStale, n);
         this.pCap = n;
@@ -255,10 +277,17 @@ export class GpuLayout {
   /** Writes the unit vectors of moved slots into `pos`; returns them (and clears the list). */
   takeMoved(): number[] {
     const moved = this.moved;
+    // Batches in flight besides the one this upload is for keep seeing the old positions: the
+    // journal keeps them for their band tests.
+    const keep = this.batchesInFlight > 1;
+    const serial = this.submitted;
     for (let i = 0; i < moved.length; i++) {
       const s = moved[i];
       this.pMoved[s] = 0;
       const o = 4 * s;
+      if (keep) this.journal.push(s, this.upLat[s], this.upLon[s], this.pos[o + 3], serial);
+      this.upLat[s] = this.pLat[s];
+      this.upLon[s] = this.pLon[s];
       if (this.pKnown[s] === 1) {
         const phi = this.pLat[s] * RAD;
         const lam = this.pLon[s] * RAD;
@@ -347,6 +376,8 @@ export class GpuLayout {
 
   private newFilter(): number {
     if (this.fFree.length > 0) return this.fFree.pop()!;
+    // Cont marks a band candidate as its filter index with the top bit set.
+    if (this.fTop >= MAX_FILTER_INDEX) throw new Error(`gpu: more than ${MAX_FILTER_INDEX} filters`);
     if (this.fTop === this.fCap) {
       const n = this.fCap * 2;
       this.fBloom = grown(this.fBloom, n);
@@ -355,6 +386,7 @@ export class GpuLayout {
       this.fRad = grown(this.fRad, n);
       this.fCon = grown(this.fCon, n);
       this.fSub = grown(this.fSub, n);
+      this.fRad64 = grown(this.fRad64, n);
       this.fCap = n;
       this.fDirty.all = true;
       this.generation++;
@@ -404,6 +436,7 @@ export class GpuLayout {
     this.fMeta[f] = meta;
     this.fPos[f] = slot;
     this.fRad[f] = flt.area === null ? 0 : flt.area.radiusM;
+    this.fRad64[f] = flt.area === null ? 0 : flt.area.radiusM;
     this.fCon[f] = c0;
     this.fSub[f] = si;
     this.fDirty.mark(f);
@@ -433,7 +466,10 @@ export class GpuLayout {
     this.fMeta[f] = 0; // not live: Loc skips it
     this.fBloom[f] = 0xffffffff; // and its Bloom word almost never passes, so Loc rarely looks
     this.fDirty.mark(f);
-    this.fFree.push(f);
+    // A batch in flight may name this filter in a band pair: another filter must not take the
+    // index until every batch submitted so far has been read (releaseHeld).
+    if (this.batchesInFlight > 0) this.fHeld.push(f, this.submitted);
+    else this.fFree.push(f);
     this.liveFilters--;
     this.liveConstraints -= n;
   }
@@ -463,22 +499,39 @@ export class GpuLayout {
   /** Batches submitted so far (serials), and how many of them are not read yet: set by the GPU side. */
   submitted = 0;
   batchesInFlight = 0;
-  /** Removed subscription indices held back: (index, last serial submitted at removal) pairs. */
+  /** Removed subscription and filter indices held back: (index, last serial submitted at removal) pairs. */
   private subHeld: number[] = [];
+  private fHeld: number[] = [];
 
-  /** Frees the held indices that no batch still in flight can name (all with serial >= oldest). */
+  /**
+   * Frees the held indices that no batch still in flight can name (all with serial >= oldest),
+   * and drops the journal's records that only older batches needed.
+   */
   releaseHeld(oldestInFlight: number): void {
-    const h = this.subHeld;
-    if (h.length === 0) return;
-    let w = 0;
-    for (let i = 0; i < h.length; i += 2) {
-      if (h[i + 1] < oldestInFlight) this.subFree.push(h[i]);
-      else {
-        h[w++] = h[i];
-        h[w++] = h[i + 1];
-      }
+    release(this.subHeld, this.subFree, oldestInFlight);
+    release(this.fHeld, this.fFree, oldestInFlight);
+    const j = this.journal;
+    if (j.length === 0) return;
+    if (oldestInFlight === Infinity) {
+      this.journal = [];
+      return;
     }
-    h.length = w;
+    // Records are in serial order: those up to the oldest batch in flight serve no batch.
+    let k = 0;
+    while (k < j.length && j[k + 4] <= oldestInFlight) k += 5;
+    if (k > 0) this.journal = j.slice(k);
+  }
+
+  /**
+   * A slot's position as batch `serial` saw it (uploaded before it was submitted): the first
+   * journal record made after it, else the uploaded one. Null: unknown then.
+   */
+  positionAt(s: number, serial: number): { lat: number; lon: number } | null {
+    const j = this.journal;
+    for (let k = 0; k < j.length; k += 5) {
+      if (j[k] === s && j[k + 4] > serial) return j[k + 3] === 1 ? { lat: j[k + 1], lon: j[k + 2] } : null;
+    }
+    return this.pos[4 * s + 3] === 1 ? { lat: this.upLat[s], lon: this.upLon[s] } : null;
   }
 
   /** Words of one event's subscription bit vector. */
@@ -489,8 +542,8 @@ export class GpuLayout {
   /** Host memory of the mirror, bytes. */
   get hostBytes(): number {
     return (
-      this.fBloom.byteLength * 6 + this.cHead.byteLength * 3 + this.cStr.byteLength +
-      this.pos.byteLength + this.pLat.byteLength * 2 + this.pRefs.byteLength + this.pKnown.byteLength * 2
+      this.fBloom.byteLength * 6 + this.fRad64.byteLength + this.cHead.byteLength * 3 + this.cStr.byteLength +
+      this.pos.byteLength + this.pLat.byteLength * 4 + this.pRefs.byteLength + this.pKnown.byteLength * 2 + 8 * this.journal.length
     );
   }
 
@@ -503,4 +556,18 @@ export class GpuLayout {
   encodeEvents(events: readonly NEvent[], grid = false): Uint32Array {
     return this.encoder.encode(events, this.nameIds, grid);
   }
+}
+
+/** Moves the (index, serial) pairs of `held` whose serial is below `oldest` to `free`. */
+function release(held: number[], free: number[], oldest: number): void {
+  if (held.length === 0) return;
+  let w = 0;
+  for (let i = 0; i < held.length; i += 2) {
+    if (held[i + 1] < oldest) free.push(held[i]);
+    else {
+      held[w++] = held[i];
+      held[w++] = held[i + 1];
+    }
+  }
+  held.length = w;
 }

@@ -4,21 +4,23 @@
 // src/engines/gpu/bindings.ts, which prepends them to this file: declare no @binding here.
 //
 // Loc  (x: filters): Bloom inclusion of constraint names (S1a), then the distance test on unit
-//      vectors (S1b), per (filter, event) pair; survivors are appended to the event's candidate
-//      list. Two entry points: `locFew` for batches without a grid (a lone event, a few events):
-//      no workgroup memory and no barrier, so a filter the batch-wide Bloom OR rules out costs
-//      one 4-byte read and its thread is done; `loc` for batches with a grid: a filter scans only
-//      the cells within its reach, or (no area, a reach over many cells) every event, staged in
+//      vectors (S1b) in float32, per (filter, event) pair; survivors are appended to the event's
+//      candidate list, those within float32's uncertainty of the boundary (the band) marked BAND.
+//      Two entry points: `locFew` for batches without a grid (a lone event, a few events): no
+//      workgroup memory and no barrier, so a filter the batch-wide Bloom OR rules out costs one
+//      4-byte read and its thread is done; `loc` for batches with a grid: a filter scans only the
+//      cells within its reach, or (no area, a reach over many cells) every event, staged in
 //      workgroup memory.
 // Cont (x: workgroups striding over candidates, y: event): evaluates each candidate's constraints
 //      exactly (numbers as order-preserving 64-bit keys, strings on UTF-8 bytes) against the
 //      event's attributes, staged in workgroup memory, and overwrites the candidate with its
-//      subscription index, or NO_MATCH.
-// Zip  (same grid as Cont): compacts the marked candidates into (event, subscription) pairs with
-//      one global atomic per workgroup round. A subscription whose several filters match one
-//      event appears once per filter here; the host keeps the first (CLCB's per-event bit vector
-//      would cost subscriptions / 8 bytes per event of the batch, and its clearing pass as much
-//      traffic, where duplicates are rare and cost the host one array read each).
+//      subscription index (a band candidate: its filter index, still marked BAND), or NO_MATCH.
+// Zip  (same grid as Cont): compacts the marked candidates into (event, mark) pairs with one
+//      global atomic per workgroup round. A subscription whose several filters match one event
+//      appears once per filter here; the host keeps the first (CLCB's per-event bit vector would
+//      cost subscriptions / 8 bytes per event of the batch, and its clearing pass as much
+//      traffic, where duplicates are rare and cost the host one array read each), and decides
+//      each band pair with the reference's float64 distance before it counts.
 
 override WG: u32 = 128;
 
@@ -104,17 +106,52 @@ fn gridFrame(g: u32) -> mat3x3<f32> {
     vec3<f32>(f[2], f[5], f[8]));
 }
 
-// S1b: chord between unit vectors against the chord of the arc r_f + r_e.
-fn near(p: vec3<f32>, rad: f32, q: vec3<f32>, qr: f32) -> bool {
-  let d = p - q;
-  let c = 2.0 * sinSmall((rad + qr) / (2.0 * EARTH_RADIUS_M));
-  return dot(d, d) <= c * c;
+// S1b in float32, decided only where float32 is certain. The chord between unit vectors is
+// compared with the chords of r - b and r + b (r = r_f + r_e, b = bandM(r)): beyond r + b the
+// pair cannot match, within r - b it matches, and in between (the band, where float32 rounding of
+// the unit vectors, about a metre, could decide it either way) the pair goes to the host marked
+// BAND, which decides it with the float64 haversine of the reference (docs/gpu.md, exactness).
+const BAND_MIN_M: f32 = 4.0;
+const BAND_REL: f32 = 0.002;
+const BAND: u32 = 0x80000000u;
+
+fn bandM(r: f32) -> f32 {
+  return max(BAND_MIN_M, BAND_REL * r);
 }
 
-fn hit(e: u32, f: u32, candCap: u32) {
+fn chordOf(m: f32) -> f32 {
+  return 2.0 * sinSmall(m / (2.0 * EARTH_RADIUS_M));
+}
+
+// 0: out of reach; 1: within it; BAND: for the host to decide.
+fn nearClass(p: vec3<f32>, rad: f32, q: vec3<f32>, qr: f32) -> u32 {
+  let d = p - q;
+  let dd = dot(d, d);
+  let r = rad + qr;
+  let b = bandM(r);
+  let hi = chordOf(r + b);
+  if (dd > hi * hi) { return 0u; }
+  // Sure only where the whole band lies inside the circle (two positions one float32 vector apart
+  // may still be metres apart, and a circle of a metre or less is all band).
+  let inner = r - b;
+  if (inner > 0.0) {
+    let lo = chordOf(inner);
+    if (dd <= lo * lo) { return 1u; }
+  }
+  return BAND;
+}
+
+// `c`: the filter, with BAND set when the host must decide its distance.
+fn hit(e: u32, c: u32, candCap: u32) {
   // Hits are sparse (Bloom and area prune almost everything): one atomic per hit.
   let i = atomicAdd(&counts[e], 1u);
-  if (i < candCap) { cand[e * candCap + i] = f; }
+  if (i < candCap) { cand[e * candCap + i] = c; }
+}
+
+// A filter with an area against one event: a candidate (with its band mark) or not.
+fn hitNear(e: u32, f: u32, p: vec3<f32>, rad: f32, q: vec3<f32>, qr: f32, candCap: u32) {
+  let k = nearClass(p, rad, q, qr);
+  if (k == 1u) { hit(e, f, candCap); } else if (k == BAND) { hit(e, f | BAND, candCap); }
 }
 
 @compute @workgroup_size(WG)
@@ -153,13 +190,14 @@ fn loc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) l
         if (q.w != 0.0) { mode = MODE_ALL; }
       }
       if (mode == MODE_ALL && area && gridOff != 0u) {
-        // The cells within reach: the chord of r_f plus the batch's largest event radius, with a
-        // margin well above float32 rounding of unit vectors (~1e-7), so no event within reach is
-        // missed; the exact test below decides.
+        // The cells within reach: the chord of r_f plus the batch's largest event radius and its
+        // band, with a margin well above float32 rounding of unit vectors (~1e-7), so no event
+        // within reach is missed; the test below decides.
         let gmin = vec3<f32>(bitcast<f32>(inp[gridOff]), bitcast<f32>(inp[gridOff + 1u]), bitcast<f32>(inp[gridOff + 2u]));
         let inv = bitcast<f32>(inp[gridOff + 3u]);
         let dims = vec3<i32>(i32(inp[gridOff + 4u]), i32(inp[gridOff + 5u]), i32(inp[gridOff + 6u]));
-        let reach = 2.0 * sinSmall((rad + bitcast<f32>(inp[gridOff + 7u])) / (2.0 * EARTH_RADIUS_M)) * 1.00001 + 2e-6;
+        let rMost = rad + bitcast<f32>(inp[gridOff + 7u]);
+        let reach = chordOf(rMost + bandM(rMost)) * 1.00001 + 2e-6;
         let r = gridFrame(gridOff) * p;
         let a = floor((r - reach - gmin) * inv);
         let b = floor((r + reach - gmin) * inv);
@@ -193,7 +231,7 @@ fn loc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) l
           if ((bf & ~tileBloom[k]) != 0u) { continue; }
           let t = tileP[k];
           // No area: content decides.
-          if (!hasArea || near(p, rad, t.xyz, t.w)) { hit(base + k, f, candCap); }
+          if (!hasArea) { hit(base + k, f, candCap); } else { hitNear(base + k, f, p, rad, t.xyz, t.w, candCap); }
         }
       }
     }
@@ -212,7 +250,7 @@ fn loc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) l
           let o = evOff + e * 8u;
           if ((bf & ~inp[o + 4u]) != 0u) { continue; }
           let q = vec3<f32>(bitcast<f32>(inp[o]), bitcast<f32>(inp[o + 1u]), bitcast<f32>(inp[o + 2u]));
-          if (near(p, rad, q, bitcast<f32>(inp[o + 3u]))) { hit(e, f, candCap); }
+          hitNear(e, f, p, rad, q, bitcast<f32>(inp[o + 3u]), candCap);
         }
       }
     }
@@ -249,9 +287,10 @@ fn locFew(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
     if ((bf & ~inp[o + 4u]) != 0u) { continue; }
     if (area) {
       let q = vec3<f32>(bitcast<f32>(inp[o]), bitcast<f32>(inp[o + 1u]), bitcast<f32>(inp[o + 2u]));
-      if (!near(p, rad, q, bitcast<f32>(inp[o + 3u]))) { continue; }
+      hitNear(e, f, p, rad, q, bitcast<f32>(inp[o + 3u]), candCap);
+    } else {
+      hit(e, f, candCap);
     }
-    hit(e, f, candCap);
   }
 }
 
@@ -378,9 +417,12 @@ fn cont(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let n = min(atomicLoad(&counts[e]), candCap);
   for (var i = wid.x * WG + lid; i < n; i += inp[P_CONTGROUPS] * WG) {
     let at = e * candCap + i;
-    let f = cand[at];
+    let c = cand[at];
+    let f = c & ~BAND;
     var mark = NO_MATCH;
-    if (filterOk(f, ev, staged)) { mark = fSub[f]; }
+    // A sure candidate becomes its subscription; one in the band stays its filter, marked, for
+    // the host's float64 test (filter and subscription indices stay below 2^31).
+    if (filterOk(f, ev, staged)) { mark = select(fSub[f], c, (c & BAND) != 0u); }
     cand[at] = mark;
   }
 }

@@ -289,6 +289,9 @@ export class GpuMatcher implements Matcher {
         path: this.path,
         cpuReason: this.cpuReason,
         gpuErrors: this.gpuState?.errors ?? 0,
+        // Pairs within float32's uncertainty of a boundary, decided on the host in float64 (since the device opened).
+        bandPairs: this.gpuState?.bandPairs.decided ?? 0,
+        bandPairsMatched: this.gpuState?.bandPairs.matched ?? 0,
         lastGpuError: this.gpuState?.lastError ?? '',
         adapter: this.ctx?.name ?? 'none',
         gpuBytes,

@@ -1,14 +1,17 @@
 /**
  * The end of a batch: mapping its staging buffer, checking what the kernels wrote against the
- * capacities the batch ran with, and turning (event, subscription) pairs into ids. Nothing
+ * capacities the batch ran with, and turning (event, subscription) pairs into ids, deciding each
+ * band pair (a filter within float32's uncertainty of its boundary) with the reference's float64
+ * distance on the positions the batch was submitted with, so the answer is exact. Nothing
  * overflows silently: an event whose candidates exceeded their capacity, or a whole batch whose
  * pairs exceeded the output buffer, comes back as null, for the CPU engine to answer, and the
  * capacity grows for later batches.
  */
+import { haversineM } from '../../model/geo.js';
 import type { NEvent } from '../../model/limits.js';
 import type { GpuBuffers, Slot } from './buffers.js';
 import type { GpuContext } from './device.js';
-import type { GpuLayout } from './layout.js';
+import { BAND_PAIR, type GpuLayout } from './layout.js';
 import type { StageTimes } from './options.js';
 import { type BatchPlan, STAGE_BYTES } from './record.js';
 
@@ -58,7 +61,7 @@ export class Capacity {
 export interface Readout {
   counts: Uint32Array;
   total: number;
-  /** The first `got` pairs, (event, subscription) words. */
+  /** The first `got` pairs, (event, subscription) words; a band pair's second word is BAND_PAIR | filter. */
   pairs: Uint32Array;
   got: number;
 }
@@ -70,6 +73,9 @@ export class Readback {
   /** GPU errors caught around batches (each sent its batch to the CPU). */
   errors = 0;
   lastError = '';
+  /** Band pairs decided on the host, and how many of them matched (stats). */
+  bandPairs = 0;
+  bandMatched = 0;
   /** Per subscription index: the stamp of the last event it was listed for (collect). */
   private seen = new Uint32Array(1024);
   private stamp = 0;
@@ -117,9 +123,10 @@ export class Readback {
   /**
    * Per event, its subscription ids, or null where the CPU engine must answer (its candidates
    * exceeded `candCap`, the capacity the batch ran with). Null for the whole batch when the pairs
-   * overflowed the output buffer: which events lost pairs is unknown.
+   * overflowed the output buffer: which events lost pairs is unknown. `serial`: the batch's, for
+   * the positions it was submitted with.
    */
-  async reconcile(events: readonly NEvent[], r: Readout, s: Slot, candCap: number): Promise<(string[] | null)[] | null> {
+  async reconcile(events: readonly NEvent[], r: Readout, s: Slot, candCap: number, serial: number): Promise<(string[] | null)[] | null> {
     const E = events.length;
     const { counts, total } = r;
     const cap = this.capacity;
@@ -143,7 +150,7 @@ export class Readback {
         if (counts[e] > maxCand) maxCand = counts[e];
       }
     }
-    this.collect(all, total, results);
+    this.collect(all, total, results, events, serial);
     cap.recentCand = Math.max(most, Math.round(0.9 * cap.recentCand));
     if (maxCand > 0) {
       const fit = Math.floor(this.ctx.limits.maxStorageBufferBindingSize / (4 * this.opts.maxBatch));
@@ -167,15 +174,19 @@ export class Readback {
    * Appends each pair's subscription id to its event's result, once: a subscription with several
    * filters matching one event comes in one pair per filter. Pairs of different events interleave,
    * so they are grouped by event first (counting sort), then deduplicated with a stamp per event.
+   * A band pair counts only if its filter passes the float64 test (`bandSub`).
    */
-  private collect(pairs: Uint32Array, total: number, results: (string[] | null)[]): void {
+  private collect(pairs: Uint32Array, total: number, results: (string[] | null)[], events: readonly NEvent[], serial: number): void {
     const subId = this.layout.subId;
     // A null id: the subscription was removed after the batch was submitted (its index is held
     // back from reuse until the batch is read, so an index never names another subscription).
     if (total === 1) {
-      const r = results[pairs[0]];
-      const id = subId[pairs[1]];
-      if (r !== null && id !== null) r.push(id);
+      const e = pairs[0];
+      const r = results[e];
+      const sub = pairs[1] >= BAND_PAIR ? this.bandSub(pairs[1] - BAND_PAIR, events[e], serial) : pairs[1];
+      if (r === null || sub < 0) return;
+      const id = subId[sub];
+      if (id !== null) r.push(id);
       return;
     }
     const E = results.length;
@@ -196,12 +207,34 @@ export class Readback {
       }
       const stamp = ++this.stamp;
       for (let k = start[e]; k < start[e + 1]; k++) {
-        const sub = flat[k];
+        let sub = flat[k];
+        if (sub >= BAND_PAIR) {
+          sub = this.bandSub(sub - BAND_PAIR, events[e], serial);
+          if (sub < 0) continue;
+        }
         if (seen[sub] === stamp) continue;
         seen[sub] = stamp;
         const id = subId[sub];
         if (id !== null) r.push(id);
       }
     }
+  }
+
+  /**
+   * A band pair: the filter's subscription index if its area holds the event by the reference's
+   * test (A1, A2: float64 haversine from the position the batch saw, inclusive), else -1.
+   */
+  private bandSub(f: number, e: NEvent, serial: number): number {
+    const L = this.layout;
+    const si = L.fSub[f];
+    // A subscription removed since the batch was submitted is not listed (as for any pair); its
+    // filter's index is held back, so `f` still names its filter.
+    if (L.subId[si] === null) return -1;
+    this.bandPairs++;
+    const p = L.positionAt(L.fPos[f], serial);
+    if (p === null) return -1;
+    if (!(haversineM(p.lat, p.lon, e.lat, e.lon) <= L.fRad64[f] + e.radiusM)) return -1;
+    this.bandMatched++;
+    return si;
   }
 }
