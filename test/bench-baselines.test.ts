@@ -8,6 +8,6 @@ import { BASELINES } from '../bench/lib/baselines.js';
 import { runDifferential } from './support/differential.js';
 
 describe('benchmark baselines', () => {
-  for (const [name, make] of Object.entries(BASELINES)) runDifferential(`${name} baseline`, make, { band: false });
+  for (const [name, make] of Object.entries(BASELINES)) runDifferential(`${name} baseline`, make);
 });
 

@@ -1,115 +1,130 @@
 /**
  * The differential comparator and the workload generator, tested on their own: the comparator must
- * catch a dropped result, an extra result outside the band (at r + 3·tol and at r + 1.01·tol), a
- * content error, a duplicate id and a wrong return value; it must accept a float32 engine and
- * disagreements inside the band (X2, X3); the generator must be deterministic and cover what it
- * claims to.
+ * catch a dropped result, an extra result, a boundary decision off by a micrometre either way, a
+ * float32 distance used alone, a content error, a duplicate id and a wrong return value, and must
+ * accept a float32 engine that decides every uncertain pair in float64 (X1, X2); the generator
+ * must be deterministic and cover what it claims to.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { ReferenceMatcher } from '../src/engines/reference.js';
-import { toleranceM } from '../src/model/geo.js';
 import type { Event, Subscription } from '../src/model/types.js';
 import { type DiffReport, runScenario } from './support/differential.js';
-import { DistortedMatcher, ResultHook, float32Area, shifted } from './support/distorted.js';
-import { pointAt } from './support/sphere.js';
+import { DistortedMatcher, ResultHook, float32Area, float32Rechecked, shifted } from './support/distorted.js';
+import { nextDown, pointAt, smallestRadius } from './support/sphere.js';
 import { type Op, type Scenario, VARIANTS, generate, knobsOf, variantSeed } from './support/workloads.js';
 
 const variant = (name: string) => VARIANTS.find((v) => v.name === name)!;
 const scenario = (name: string, salt = 0): Scenario => generate(variant(name), variantSeed(name, salt));
 
-async function diff(scn: Scenario, cand: ReferenceMatcher | ResultHook, band: boolean): Promise<DiffReport> {
+async function diff(scn: Scenario, cand: ReferenceMatcher | ResultHook): Promise<DiffReport> {
   const ref = new ReferenceMatcher();
   try {
-    return await runScenario(scn, cand, ref, { band });
+    return await runScenario(scn, cand, ref);
   } finally {
     await cand.close();
     await ref.close();
   }
 }
 
-/** One fixed filter and events at r + k·tol(r) for each k, r = r_f + r_e (events of radius r_e). */
-function ladder(r: number, ks: readonly number[], re = 0): Scenario {
+/** One fixed filter and events at r + off metres for each offset, r = r_f + r_e (events of radius r_e). */
+function ladder(r: number, offsets: readonly number[], re = 0): Scenario {
   const sub: Subscription = { id: 'ring', owner: 'o', filters: [{ constraints: [], area: { radiusM: r - re, center: { lat: 10, lon: 20 } } }] };
-  const events: Event[] = ks.map((k, i) => {
-    const p = pointAt(10, 20, 37 * i, r + k * toleranceM(r));
-    return { id: `k=${k}`, lat: p.lat, lon: p.lon, radiusM: re, attributes: {} };
+  const events: Event[] = offsets.map((off, i) => {
+    const p = pointAt(10, 20, 37 * i, r + off);
+    return { id: `off=${off}`, lat: p.lat, lon: p.lon, radiusM: re, attributes: {} };
   });
   return { variant: 'ladder', seed: 0, steps: [{ ops: [{ kind: 'add', sub }, ...events.map((event): Op => ({ kind: 'match', event }))] }] };
 }
 
+/**
+ * For each r: an event at distance d ≈ r from a fixed centre, a filter `on` whose r_f + r_e is the
+ * smallest float64 sum with d <= r_f + r_e (the event lies exactly on its inclusive boundary) and a
+ * filter `off` one ulp smaller (the event lies just outside it).
+ */
+function exactBoundaries(rs: readonly number[]): Scenario {
+  const ops: Op[] = [];
+  rs.forEach((r, i) => {
+    const re = r > 1e6 ? r / 2 : 0;
+    const center = { lat: -20 + 7 * i, lon: 30 + 11 * i };
+    const p = pointAt(center.lat, center.lon, 23 * i, r);
+    const rf = smallestRadius(p.dist, re);
+    for (const [id, radiusM] of [[`on${i}`, rf], [`off${i}`, nextDown(rf)]] as const) {
+      ops.push({ kind: 'add', sub: { id, owner: 'o', filters: [{ constraints: [], area: { radiusM, center } }] } });
+    }
+    ops.push({ kind: 'match', event: { id: `r=${r}`, lat: p.lat, lon: p.lon, radiusM: re, attributes: {} } });
+    ops.push({ kind: 'remove', id: `on${i}` }, { kind: 'remove', id: `off${i}` });
+  });
+  return { variant: 'exact-boundaries', seed: 0, steps: [{ ops }] };
+}
+
+/** r = r_f + r_e from 1 m to the largest sum the limits allow (two radii of just under 1000 km). */
+const RADII = [1, 3, 1500, 2000, 2500, 999_999, 1_999_998];
+
 describe('differential comparator', () => {
   it('[X1] accepts the reference against itself, and the workloads match something', async () => {
     for (const name of ['uniform-world', 'boundary-probes', 'everything', 'invalid-ops']) {
-      const rep = await diff(scenario(name), new ReferenceMatcher(), false);
+      const rep = await diff(scenario(name), new ReferenceMatcher());
       assert.deepEqual(rep.failures, []);
       assert.ok(rep.events >= 100 && rep.matched > 0, `${name}: ${rep.events} events, ${rep.matched} matches`);
       if (name === 'invalid-ops') assert.ok(rep.errors > 5, `invalid-ops must produce errors, got ${rep.errors}`);
     }
+    const rep = await diff(exactBoundaries(RADII), new ReferenceMatcher());
+    assert.deepEqual(rep.failures, []);
+    assert.equal(rep.matched, RADII.length, 'each exact-boundary event matches its `on` filter only');
   });
 
-  it('[R3] catches a dropped result, exact or banded', async () => {
+  it('[R3] catches a dropped result', async () => {
     const drop = (ids: string[]) => (ids.length > 0 ? [...ids].sort().slice(1) : ids);
-    for (const band of [false, true]) {
-      const rep = await diff(scenario('uniform-world'), new ResultHook(new ReferenceMatcher(), drop), band);
-      assert.ok(rep.failures.length > 0, `band=${band}: a dropped result went unnoticed`);
-      assert.match(rep.failures[0], /returned only by the reference/);
-      assert.match(rep.failures[0], /seed=\d+ step=\d+ op=\d+/);
-    }
+    const rep = await diff(scenario('uniform-world'), new ResultHook(new ReferenceMatcher(), drop));
+    assert.ok(rep.failures.length > 0, 'a dropped result went unnoticed');
+    assert.match(rep.failures[0], /returned only by the reference/);
+    assert.match(rep.failures[0], /seed=\d+ step=\d+ op=\d+/);
   });
 
   it('[R3] catches a duplicate id', async () => {
     const dup = (ids: string[]) => (ids.length > 0 ? [...ids, ids[0]] : ids);
-    const rep = await diff(scenario('uniform-world'), new ResultHook(new ReferenceMatcher(), dup), true);
+    const rep = await diff(scenario('uniform-world'), new ResultHook(new ReferenceMatcher(), dup));
     assert.ok(rep.failures.some((f) => /duplicate/.test(f)));
   });
 
-  it('[X3] catches a subscription added at r + 3·tol(r), with distance and radius in the report', async () => {
-    const rep = await diff(ladder(5000, [-10, -3, 0.5, 3, 10]), new DistortedMatcher(shifted(3.5)), true);
+  it('[X1] catches a subscription returned outside its circle, with distance and radius in the report', async () => {
+    const rep = await diff(ladder(5000, [-50, -15, 15, 50]), new DistortedMatcher(shifted(17.5)));
     assert.equal(rep.failures.length, 1, rep.failures.join('\n'));
-    assert.match(rep.failures[0], /event k=3 .*"ring" returned only by the candidate; filter\[0\] content=true d=5015\.0\d* r=5000 .* = 3\.0000 tol/);
+    assert.match(rep.failures[0], /event off=15 .*"ring" returned only by the candidate; filter\[0\] content=true d=5015\.0\d* r=5000 .* d-r=15\.0\d* \(outside\)/);
   });
 
-  it('[X3] the band is no wider than tol: r + 1.01·tol and r - 1.01·tol are caught', async () => {
-    for (const r of [1, 3, 1500, 2000, 2500, 1e6, 2e6]) {
-      const re = r > 1e6 ? r / 2 : 0;
-      const fat = await diff(ladder(r, [0.5, 1.01], re), new DistortedMatcher(shifted(1.02)), true);
-      assert.equal(fat.failures.length, 1, `r=${r}: ${fat.failures.join('\n')}`);
-      assert.equal(fat.explained, 1);
-      if (r - 1.01 * toleranceM(r) <= 0) continue; // no room inside a 1 m circle for r - 1.01·tol
-      const thin = await diff(ladder(r, [-0.5, -1.01], re), new DistortedMatcher(shifted(-1.02)), true);
-      assert.equal(thin.failures.length, 1, `r=${r}: ${thin.failures.join('\n')}`);
-      assert.equal(thin.explained, 1);
-    }
+  it('[X1] catches a subscription missed inside its circle', async () => {
+    const rep = await diff(ladder(5000, [-50, -15, 15, 50]), new DistortedMatcher(shifted(-17.5)));
+    assert.equal(rep.failures.length, 1, rep.failures.join('\n'));
+    assert.match(rep.failures[0], /event off=-15 .*"ring" returned only by the reference; filter\[0\] content=true d=4984\.9\d* r=5000 .* \(inside\)/);
   });
 
-  it('[X2][X3] accepts disagreements anywhere inside the band, and only with band: true', async () => {
-    for (const k of [0.99, -0.99, 0.3, -0.3]) {
-      let explained = 0;
-      for (const name of ['boundary-probes', 'tiny-radii', 'max-radius']) {
-        const rep = await diff(scenario(name), new DistortedMatcher(shifted(k)), true);
-        assert.deepEqual(rep.failures, [], `k=${k} ${name}`);
-        explained += rep.explained;
+  it('[X1][A2] catches a boundary decision off by a micrometre: circles 1e-6 m fatter or thinner', async () => {
+    for (const m of [1e-6, -1e-6]) {
+      const rep = await diff(exactBoundaries(RADII), new DistortedMatcher(shifted(m)));
+      const side = m > 0 ? 'candidate' : 'reference';
+      const caught = rep.failures.filter((f) => f.includes(`returned only by the ${side}`));
+      assert.equal(caught.length, RADII.length, `shift ${m} m: every radius must be caught:\n${rep.failures.join('\n')}`);
+      for (const name of ['boundary-probes', 'tiny-radii', 'max-radius', 'event-areas']) {
+        const w = await diff(scenario(name), new DistortedMatcher(shifted(m)));
+        assert.ok(w.failures.length > 0, `shift ${m} m went unnoticed by the ${name} workload`);
       }
-      assert.ok(explained > 0, `k=${k}: the workloads never probed inside the band`);
-      const strict = await diff(scenario('boundary-probes'), new DistortedMatcher(shifted(k)), false);
-      assert.ok(strict.failures.length > 0, `k=${k}: band: false must reject in-band disagreements`);
     }
   });
 
-  it('[X2] a float32 (GPU-style) engine passes every variant with the band, and fails without it', async () => {
-    let explained = 0;
+  it('[X2] a float32 distance alone is caught; deciding uncertain pairs in float64 passes every variant', async () => {
+    for (const name of ['boundary-probes', 'tiny-radii', 'max-radius']) {
+      const rep = await diff(scenario(name), new DistortedMatcher(float32Area));
+      assert.ok(rep.failures.length > 0, `float32 alone went unnoticed by ${name}: the boundary probes are not probing`);
+    }
     for (const v of VARIANTS) {
-      const rep = await diff(generate(v, variantSeed(v.name)), new DistortedMatcher(float32Area), true);
+      const rep = await diff(generate(v, variantSeed(v.name)), new DistortedMatcher(float32Rechecked));
       assert.deepEqual(rep.failures, [], v.name);
-      explained += rep.explained;
     }
-    assert.ok(explained > 0, 'float32 never disagreed: the boundary probes are not probing');
-    const strict = await diff(scenario('boundary-probes'), new DistortedMatcher(float32Area), false);
-    assert.ok(strict.failures.length > 0);
   });
 
-  it('[X2][C5] content is exact even with the band: a float32 number comparison is caught', async () => {
+  it('[X1][C5] content is exact: a float32 number comparison is caught', async () => {
     const f = Math.fround;
     // Compare numbers as float32 would: turns 16777217 == 16777216 and 1e-300 == 0 into matches.
     class Float32Content extends DistortedMatcher {
@@ -120,13 +135,13 @@ describe('differential comparator', () => {
         return super.matchValid({ ...e, values: e.values.map((v) => (typeof v === 'number' ? f(v) : v)) });
       }
     }
-    const rep = await diff(scenario('numeric-edges'), new Float32Content(), true);
+    const rep = await diff(scenario('numeric-edges'), new Float32Content());
     assert.ok(rep.failures.length > 0, 'float32 content went unnoticed');
     assert.match(rep.failures.join('\n'), /content=(true|false)/);
   });
 
   it('[L3] catches a wrong return value from remove', async () => {
-    const rep = await diff(scenario('churn'), new ResultHook(new ReferenceMatcher(), (ids) => ids, { remove: () => true }), false);
+    const rep = await diff(scenario('churn'), new ResultHook(new ReferenceMatcher(), (ids) => ids, { remove: () => true }));
     assert.ok(rep.failures.some((f) => /return value differs/.test(f)), rep.failures.join('\n'));
   });
 });

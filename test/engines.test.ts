@@ -1,7 +1,6 @@
 /**
  * Every registered engine other than the reference runs the shared contract and the differential
- * suite against the reference. CPU engines must agree exactly (X1); engines that judge distance
- * in float32 (GPU engines: a registered name containing "gpu") get the band (X2).
+ * suite against the reference, and must agree with it exactly (X1).
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
@@ -15,9 +14,6 @@ import type { Subscription } from '../src/model/types.js';
 
 type Make = (options?: MatcherOptions) => Matcher;
 const engines = Object.entries(CPU_ENGINES as Record<string, Make>).filter(([name]) => name !== 'reference');
-
-/** Engines whose distance is float32 (GPU engines): they may differ from the reference inside the band only. */
-const isBandEngine = (name: string): boolean => /gpu/i.test(name);
 
 /** Engine-specific configurations worth a second differential run (different index shapes). */
 const EXTRA: Record<string, Array<[string, Record<string, unknown>]>> = {
@@ -67,11 +63,10 @@ for (const [name, make] of engines) {
     });
     continue;
   }
-  const band = isBandEngine(name);
-  runContract(name, make, { band });
-  runDifferential(name, make, { band });
+  runContract(name, make);
+  runDifferential(name, make);
   for (const [label, extra] of EXTRA[name] ?? []) {
-    runDifferential(`${name} (${label})`, (o) => make({ ...o, ...extra } as MatcherOptions), { band });
+    runDifferential(`${name} (${label})`, (o) => make({ ...o, ...extra } as MatcherOptions));
   }
 }
 

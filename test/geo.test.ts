@@ -1,13 +1,13 @@
 /**
- * src/model/geo.ts: the reference distance (A1), the tolerance band (X2) and the bounding boxes
- * that index-based engines use as a superset of each circle. Property tests use the seeded test
- * PRNG: the same points every run.
+ * src/model/geo.ts: the reference distance (A1) and the bounding boxes that index-based engines
+ * use as a superset of each circle. Property tests use the seeded test PRNG: the same points
+ * every run.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { type Box, EARTH_RADIUS_M, circleBoxes, haversineM, toleranceM, unitVector } from '../src/model/geo.js';
+import { type Box, EARTH_RADIUS_M, circleBoxes, haversineM, unitVector } from '../src/model/geo.js';
 import { Rng } from './support/rng.js';
-import { destination, nextDown, nextUp, pointAt, wrapLon } from './support/sphere.js';
+import { boundaryStepM, destination, nextDown, nextUp, pointAt, wrapLon } from './support/sphere.js';
 import { extremePoint } from './support/workloads.js';
 
 const R = EARTH_RADIUS_M;
@@ -65,18 +65,6 @@ describe('haversineM', () => {
   });
 });
 
-describe('toleranceM', () => {
-  it('[X2] is max(2 m, 0.1% of r)', () => {
-    assert.equal(toleranceM(0), 2);
-    assert.equal(toleranceM(1), 2);
-    assert.equal(toleranceM(2000), 2);
-    assert.ok(toleranceM(nextUp(2000)) > 2);
-    assert.equal(toleranceM(2500), 2.5);
-    assert.equal(toleranceM(1e6), 1000);
-    assert.equal(toleranceM(2e6), 2000);
-  });
-});
-
 describe('test helpers on the sphere', () => {
   it('destination places points at the requested reference distance', () => {
     const rng = new Rng(7);
@@ -100,6 +88,16 @@ describe('test helpers on the sphere', () => {
     assert.equal(wrapLon(-181), 179);
     assert.equal(wrapLon(180), 180);
     assert.equal(wrapLon(540), -180);
+  });
+
+  it('boundaryStepM, the boundary probes\' step, is max(2 m, 0.1% of r)', () => {
+    assert.equal(boundaryStepM(0), 2);
+    assert.equal(boundaryStepM(1), 2);
+    assert.equal(boundaryStepM(2000), 2);
+    assert.ok(boundaryStepM(nextUp(2000)) > 2);
+    assert.equal(boundaryStepM(2500), 2.5);
+    assert.equal(boundaryStepM(1e6), 1000);
+    assert.equal(boundaryStepM(2e6), 2000);
   });
 
   it('extremePoint lies on the circle, at its box edge', () => {

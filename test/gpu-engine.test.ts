@@ -35,11 +35,11 @@ describe('gpu engine: device', () => {
   });
 });
 
-runContract('gpu', make, { band: false });
-runDifferential('gpu', make, { band: false });
+runContract('gpu', make);
+runDifferential('gpu', make);
 // Every batch (lone events too) through Loc's cell grid, and none through it: both scans agree.
-runDifferential('gpu (grid on every batch)', (o) => make({ ...o, gridMinEvents: 1 }), { band: false });
-runDifferential('gpu (no grid)', (o) => make({ ...o, gridMinEvents: 1_000_000 }), { band: false });
+runDifferential('gpu (grid on every batch)', (o) => make({ ...o, gridMinEvents: 1 }));
+runDifferential('gpu (no grid)', (o) => make({ ...o, gridMinEvents: 1_000_000 }));
 
 // ---------------------------------------------------------------- helpers
 

@@ -2,4 +2,4 @@
 import { ReferenceMatcher } from '../src/engines/reference.js';
 import { runContract } from './support/contract.js';
 
-runContract('reference', (o) => new ReferenceMatcher(o), { band: false });
+runContract('reference', (o) => new ReferenceMatcher(o));

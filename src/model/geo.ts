@@ -1,6 +1,6 @@
 /**
  * Geometry on the sphere. The float64 haversine here is the reference distance (docs/semantics.md):
- * every engine either uses it or agrees with it outside the tolerance band of `toleranceM`.
+ * every engine decides every area test exactly as it does (X1, X2).
  */
 
 /** IUGG mean Earth radius, metres. */
@@ -14,15 +14,6 @@ export function haversineM(lat1: number, lon1: number, lat2: number, lon2: numbe
   const s2 = Math.sin(((lon2 - lon1) * RAD) / 2);
   const a = s1 * s1 + Math.cos(lat1 * RAD) * Math.cos(lat2 * RAD) * s2 * s2;
   return 2 * EARTH_RADIUS_M * Math.asin(Math.min(1, Math.sqrt(a)));
-}
-
-/**
- * Width of the band around a circle's boundary inside which an engine that computes distance in
- * float32 may disagree with the reference: |d - r| <= max(2 m, 0.1% of r), r = filter radius +
- * event radius.
- */
-export function toleranceM(r: number): number {
-  return Math.max(2, 0.001 * r);
 }
 
 /** [minLon, minLat, maxLon, maxLat] in degrees. */

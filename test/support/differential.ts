@@ -1,17 +1,12 @@
 /**
- * Differential testing against the reference (docs/semantics.md X1-X3). A candidate engine and a
+ * Differential testing against the reference (docs/semantics.md X1, X2). A candidate engine and a
  * ReferenceMatcher receive the same operation sequence (test/support/workloads.ts); every
  * outcome is compared: errors (code and field), return values, match results as sets, and after
  * each step the statistics and the stored form of every subscription the step touched.
  *
- * With `band: false` the sets must be equal. With `band: true` (float32 distance engines) a
- * disagreement is accepted only when X3 explains it, using the reference's own per-filter
- * decision (`filterDistance`, `contentMatches`):
- *   - returned only by the candidate: some filter has matching content, a known area and
- *     r < d <= r + tol(r);
- *   - returned only by the reference: every filter the reference matched has an area and
- *     r - tol(r) <= d <= r.
- * r = r_f + r_e and tol = toleranceM(r) exactly; nothing wider.
+ * Match results must be equal as sets for every event, whatever precision the candidate computes
+ * in internally. A disagreement is reported with the reference's own per-filter decision
+ * (`filterDistance`, `contentMatches`): content, d, r = r_f + r_e and d - r.
  *
  * Replay and exploration: AMBIT_DIFF_SEED=<n> runs every variant with that seed only;
  * AMBIT_DIFF_SEEDS=<k> runs k seeds per variant (default 1).
@@ -19,18 +14,12 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Matcher } from '../../src/engines/matcher.js';
-import { ReferenceMatcher, attributeMap, contentMatches, filterDistance, filterMatches } from '../../src/engines/reference.js';
+import { ReferenceMatcher, attributeMap, contentMatches, filterDistance } from '../../src/engines/reference.js';
 import { AmbitError } from '../../src/model/errors.js';
-import { toleranceM } from '../../src/model/geo.js';
 import { validateEvent } from '../../src/model/limits.js';
 import type { Event } from '../../src/model/types.js';
 import type { MakeMatcher } from './contract.js';
 import { type Op, type Scenario, VARIANTS, type Variant, generate, variantSeed } from './workloads.js';
-
-export interface DiffOptions {
-  /** Accept disagreements inside the float32 tolerance band (X2, X3). */
-  band: boolean;
-}
 
 export interface DiffReport {
   failures: string[];
@@ -38,8 +27,6 @@ export interface DiffReport {
   events: number;
   /** Sum of the reference's result sizes: a workload that matches nothing proves nothing. */
   matched: number;
-  /** Disagreements accepted because the band explains them (always 0 with band: false). */
-  explained: number;
   /** Operations that failed (identically) in both engines. */
   errors: number;
 }
@@ -64,8 +51,8 @@ function fmt(x: number | null | undefined): string {
 }
 
 /** Runs one scenario through both engines; collects every discrepancy (up to a cap). */
-export async function runScenario(scn: Scenario, cand: Matcher, ref: ReferenceMatcher, { band }: DiffOptions): Promise<DiffReport> {
-  const report: DiffReport = { failures: [], events: 0, matched: 0, explained: 0, errors: 0 };
+export async function runScenario(scn: Scenario, cand: Matcher, ref: ReferenceMatcher): Promise<DiffReport> {
+  const report: DiffReport = { failures: [], events: 0, matched: 0, errors: 0 };
   const fail = (ctx: string, msg: string): void => {
     if (report.failures.length < MAX_FAILURES) report.failures.push(`${ctx}: ${msg}`);
     else if (report.failures.length === MAX_FAILURES) report.failures.push('… more failures omitted');
@@ -99,38 +86,9 @@ export async function runScenario(scn: Scenario, cand: Matcher, ref: ReferenceMa
         const content = contentMatches(f, attrs);
         if (d === null || d === undefined) return `filter[${j}] content=${content} area=${d === null ? 'none' : 'anchored to an unknown position'}`;
         const r = f.area!.radiusM + ne.radiusM;
-        const tol = toleranceM(r);
-        return `filter[${j}] content=${content} d=${fmt(d)} r=${fmt(r)} (r_f=${fmt(f.area!.radiusM)} r_e=${fmt(ne.radiusM)}) d-r=${fmt(d - r)} = ${((d - r) / tol).toFixed(4)} tol (tol=${fmt(tol)})`;
+        return `filter[${j}] content=${content} d=${fmt(d)} r=${fmt(r)} (r_f=${fmt(f.area!.radiusM)} r_e=${fmt(ne.radiusM)}) d-r=${fmt(d - r)} (${d <= r ? 'inside' : 'outside'})`;
       })
       .join('; ');
-  };
-
-  /** X3: is a one-sided result explained by the band? */
-  const explains = (id: string, event: Event, onlyCandidate: boolean): boolean => {
-    const s = ref.get(id);
-    if (s === undefined) return false;
-    const ne = validateEvent(event, ref.limits);
-    const attrs = attributeMap(ne);
-    const pos = ref.position(s.owner);
-    if (onlyCandidate) {
-      return s.filters.some((f) => {
-        if (!contentMatches(f, attrs)) return false;
-        const d = filterDistance(f, pos, ne);
-        if (d === null || d === undefined) return false;
-        const r = f.area!.radiusM + ne.radiusM;
-        return r < d && d <= r + toleranceM(r);
-      });
-    }
-    const matching = s.filters.filter((f) => filterMatches(f, pos, ne, attrs));
-    return (
-      matching.length > 0 &&
-      matching.every((f) => {
-        const d = filterDistance(f, pos, ne);
-        if (d === null || d === undefined) return false;
-        const r = f.area!.radiusM + ne.radiusM;
-        return r - toleranceM(r) <= d && d <= r;
-      })
-    );
   };
 
   const compareSets = (ctx: string, event: Event, got: readonly string[], want: readonly string[]): void => {
@@ -141,14 +99,10 @@ export async function runScenario(scn: Scenario, cand: Matcher, ref: ReferenceMa
     const w = new Set(want);
     const ectx = `${ctx} event ${event.id} at (${event.lat}, ${event.lon}) r_e=${event.radiusM ?? 0}`;
     for (const id of g) {
-      if (w.has(id)) continue;
-      if (band && explains(id, event, true)) report.explained++;
-      else fail(ectx, `subscription ${JSON.stringify(id)} returned only by the candidate; ${anatomy(id, event)}`);
+      if (!w.has(id)) fail(ectx, `subscription ${JSON.stringify(id)} returned only by the candidate; ${anatomy(id, event)}`);
     }
     for (const id of w) {
-      if (g.has(id)) continue;
-      if (band && explains(id, event, false)) report.explained++;
-      else fail(ectx, `subscription ${JSON.stringify(id)} returned only by the reference; ${anatomy(id, event)}`);
+      if (!g.has(id)) fail(ectx, `subscription ${JSON.stringify(id)} returned only by the reference; ${anatomy(id, event)}`);
     }
   };
 
@@ -239,16 +193,16 @@ export function seedsFor(v: Variant): number[] {
 }
 
 /** Registers one test per workload variant: the candidate against a fresh reference. */
-export function runDifferential(name: string, make: MakeMatcher, opts: DiffOptions): void {
-  describe(`differential: ${name} vs reference${opts.band ? ' (float32 band)' : ' (exact)'}`, () => {
+export function runDifferential(name: string, make: MakeMatcher): void {
+  describe(`differential: ${name} vs reference (exact)`, () => {
     for (const v of VARIANTS) {
       for (const seed of seedsFor(v)) {
-        it(`${opts.band ? '[X2][X3]' : '[X1]'} ${v.name} seed ${seed}`, async () => {
+        it(`[X1] ${v.name} seed ${seed}`, async () => {
           const scn = generate(v, seed);
           const cand = make();
           const ref = new ReferenceMatcher({ limits: cand.limits });
           try {
-            const rep = await runScenario(scn, cand, ref, opts);
+            const rep = await runScenario(scn, cand, ref);
             assert.deepEqual(rep.failures, [], `${name} disagrees with the reference (replay: AMBIT_DIFF_SEED=${seed}):\n${rep.failures.join('\n')}`);
             assert.ok(rep.events >= 100, `workload too small: ${rep.events} events`);
             assert.ok(rep.matched > 0, 'vacuous workload: the reference matched nothing');

@@ -1,10 +1,11 @@
 /**
  * Deliberately distorted engines, used only to prove that the differential comparator is not
- * vacuous: it must catch what is wrong, accept exactly what the band allows (X2, X3), and no more.
+ * vacuous: it must catch every disagreement with the reference (X1), however small, and accept an
+ * engine that computes in float32 but decides every uncertain pair in float64 (X2).
  */
 import type { DeviceHandle, Matcher, MatcherOptions, MatcherStats } from '../../src/engines/matcher.js';
 import { ReferenceMatcher, attributeMap, contentMatches, filterDistance } from '../../src/engines/reference.js';
-import { EARTH_RADIUS_M, toleranceM } from '../../src/model/geo.js';
+import { EARTH_RADIUS_M } from '../../src/model/geo.js';
 import type { NEvent, NSubscription } from '../../src/model/limits.js';
 import type { Event, LatLon, PositionUpdate, Subscription } from '../../src/model/types.js';
 
@@ -50,9 +51,9 @@ export class DistortedMatcher extends ReferenceMatcher {
   }
 }
 
-/** Area test moved by k bands: k > 0 fattens every circle, k < 0 thins it. */
-export function shifted(k: number): AreaDecision {
-  return (_c, _e, r, d) => d <= r + k * toleranceM(r);
+/** Area test moved by `m` metres: m > 0 fattens every circle, m < 0 thins it. */
+export function shifted(m: number): AreaDecision {
+  return (_c, _e, r, d) => d <= r + m;
 }
 
 const RAD = Math.PI / 180;
@@ -66,18 +67,35 @@ function unit32(lat: number, lon: number): [number, number, number] {
 }
 
 /**
- * What a GPU kernel does (CLCB §4.2 SqDist): float32 unit vectors, squared chord distance in
- * float32, compared with the squared chord of the radius. Its error is well under 2 m.
+ * What a GPU kernel computes (CLCB §4.2 SqDist), used alone: float32 unit vectors, squared chord
+ * distance in float32, compared with the squared chord of the radius. Its error is well under
+ * 2 m, but near the boundary it decides differently from the reference, which X1 forbids.
  */
 export const float32Area: AreaDecision = (c, e, r) => {
+  const c2 = chord2f32(c, e);
+  const t = f32(2 * Math.sin(Math.min(r / EARTH_RADIUS_M, Math.PI) / 2));
+  return c2 <= f32(t * t);
+};
+
+/** Squared chord between two points on the unit sphere, all in float32. */
+function chord2f32(c: LatLon, e: LatLon): number {
   const a = unit32(c.lat, c.lon);
   const b = unit32(e.lat, e.lon);
   const dx = f32(a[0] - b[0]);
   const dy = f32(a[1] - b[1]);
   const dz = f32(a[2] - b[2]);
-  const c2 = f32(f32(f32(dx * dx) + f32(dy * dy)) + f32(dz * dz));
-  const t = f32(2 * Math.sin(Math.min(r / EARTH_RADIUS_M, Math.PI) / 2));
-  return c2 <= f32(t * t);
+  return f32(f32(f32(dx * dx) + f32(dy * dy)) + f32(dz * dz));
+}
+
+/**
+ * The same float32 distance used as X2 allows: it decides a pair only when it lies more than
+ * max(2 m, 0.1% of r) from the boundary (well beyond its error); a pair nearer the boundary is
+ * decided with the float64 reference distance, d <= r. A model of a conforming GPU engine.
+ */
+export const float32Rechecked: AreaDecision = (c, e, r, d) => {
+  const d32 = 2 * EARTH_RADIUS_M * Math.asin(Math.min(1, Math.sqrt(chord2f32(c, e)) / 2));
+  if (Math.abs(d32 - r) > Math.max(2, 0.001 * r)) return d32 <= r;
+  return d <= r;
 };
 
 /** Forwards everything to an inner matcher and lets a hook edit match results. */

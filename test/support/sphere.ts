@@ -57,3 +57,12 @@ export function smallestRadius(d: number, re: number): number {
   while (rf > Number.MIN_VALUE && d <= nextDown(rf) + re) rf = nextDown(rf);
   return rf;
 }
+
+/**
+ * The step the boundary probes use around a circle of radius r = r_f + r_e: max(2 m, 0.1% of r).
+ * Test geometry only (workloads place events at multiples of it on either side of the boundary);
+ * every engine must decide those events exactly (docs/semantics.md X1).
+ */
+export function boundaryStepM(r: number): number {
+  return Math.max(2, 0.001 * r);
+}

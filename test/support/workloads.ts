@@ -5,17 +5,18 @@
  * replays exactly. The generator keeps its own model of the state only to aim its probes: events
  * on filter boundaries, ids to re-add, devices to move; it never decides what should match.
  *
- * What it aims at (docs/semantics.md): boundaries at d = r_f + r_e exactly and at every multiple
- * of the tolerance band around them (A2, X2), clusters of devices at (nearly) the same point, the
- * antimeridian (A8), the poles (A9), radii over six orders of magnitude, event areas (A3),
- * content-only and fixed-centre filters (A4, A5), unknown positions (A6), multi-byte strings
- * (C8-C12), numeric edges (C5), several constraints on one name (C14), mixed types (C2), and
- * interleaved moves, removals, replacements and re-adds (L2, L3, A7).
+ * What it aims at (docs/semantics.md): boundaries at d = r_f + r_e exactly, a few ulps off, and
+ * at fractions and multiples of a boundary step around them (A2, X1): where a float32 distance
+ * cannot decide and an engine must decide in float64 (X2). Also clusters of devices at (nearly)
+ * the same point, the antimeridian (A8), the poles (A9), radii over six orders of magnitude,
+ * event areas (A3), content-only and fixed-centre filters (A4, A5), unknown positions (A6),
+ * multi-byte strings (C8-C12), numeric edges (C5), several constraints on one name (C14), mixed
+ * types (C2), and interleaved moves, removals, replacements and re-adds (L2, L3, A7).
  */
-import { EARTH_RADIUS_M, haversineM, toleranceM } from '../../src/model/geo.js';
+import { EARTH_RADIUS_M, haversineM } from '../../src/model/geo.js';
 import type { Constraint, Event, Filter, LatLon, Op as ConstraintOp, PositionUpdate, Subscription, Value } from '../../src/model/types.js';
 import { Rng } from './rng.js';
-import { destination, nextDown, nextUp, smallestRadius, wrapLon } from './sphere.js';
+import { boundaryStepM, destination, nextDown, nextUp, smallestRadius, wrapLon } from './sphere.js';
 import { NUMBER_EDGES, STRING_EDGES } from './values.js';
 
 // ---------------------------------------------------------------- operations
@@ -452,7 +453,7 @@ class Generator {
 
   /**
    * An event at a chosen offset from a filter's boundary r = r_f + r_e: exactly on it (as far as
-   * float64 placement allows), at a few ulps, at fractions and multiples of the band, or far.
+   * float64 placement allows), at a few ulps, at fractions and multiples of `boundaryStepM`, or far.
    */
   private boundaryEvent(): Event | undefined {
     const t = this.areaTarget();
@@ -460,9 +461,9 @@ class Generator {
     const r = this.rng;
     const re = this.eventRadius() ?? 0;
     const R = t.filter.area!.radiusM + re;
-    const tol = toleranceM(R);
+    const step = boundaryStepM(R);
     const k = r.pick([0, 0, 1e-12, -1e-12, 0.25, -0.25, 0.5, -0.5, 0.99, -0.99, 1.005, -1.005, 1.5, -1.5, 3, -3, 10, -10]);
-    const target = k === 1e-12 || k === -1e-12 ? R * (1 + k) : R + k * tol;
+    const target = k === 1e-12 || k === -1e-12 ? R * (1 + k) : R + k * step;
     if (!(target > 0) || target > 2e7) return undefined;
     const p = r.chance(0.3) ? extremePoint(t.center, target, r.int(4)) : destination(t.center.lat, t.center.lon, r.range(0, 360), target);
     const ev: Event = { id: this.eventId(), lat: p.lat, lon: p.lon, attributes: this.attributesFor(t.filter) };

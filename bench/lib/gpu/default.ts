@@ -86,7 +86,7 @@ export async function runDefaultSuite(c: DefaultSuiteConfig, env: GpuEnv, skip: 
       (id) => {
         const i = Number(id.slice(1));
         if (!(i >= 0 && i < gen.subs.length)) return undefined;
-        if (!cpu.has(id)) cpu.add(gen.subs[i]); // normalised form, for the band check
+        if (!cpu.has(id)) cpu.add(gen.subs[i]); // normalised form, for the examples' distances
         return cpu.get(id);
       },
       (owner) => owners.get(owner),

@@ -9,6 +9,7 @@ import type {
   GpuScaleResult,
   GpuStagePoint,
   GpuUpdateEngine,
+  OlderVerification,
   Verification,
 } from './schema.js';
 
@@ -23,13 +24,19 @@ export function pathCell(h: GpuHealth | null): string {
   return bad.length === 0 ? 'gpu' : bad.join(', ');
 }
 
-export function verificationLine(v: Verification | null): string {
+/** One sentence on the GPU's answers against fast's; reads the older form of result files too. */
+export function verificationLine(v: Verification | OlderVerification | null): string {
   if (v === null) return 'GPU vs fast: not compared (both engines must run).';
-  if (v.eventsDiffering === 0) return `GPU vs fast: identical answers for all ${v.events} events.`;
-  return (
-    `GPU vs fast: ${v.eventsDiffering} of ${v.events} events differ (${v.onlyGpu} ids only on the GPU, ${v.onlyReference} only on fast); ` +
-    `${v.explainedByBand} explained by the float32 tolerance band, ${v.unexplained} not${v.examples.length > 0 ? ` (e.g. ${v.examples.slice(0, 3).join('; ')})` : ''}.`
-  );
+  const eg = v.examples.length > 0 ? ` (e.g. ${v.examples.slice(0, 3).join('; ')})` : '';
+  if (!('mismatches' in v)) {
+    if (v.eventsDiffering === 0) return `GPU vs fast: identical answers for all ${v.events} events.`;
+    return (
+      `GPU vs fast: ${v.eventsDiffering} of ${v.events} events differ (${v.onlyGpu} ids only on the GPU, ${v.onlyReference} only on fast); ` +
+      `${v.explainedByBand} explained by the float32 tolerance band then allowed, ${v.unexplained} not${eg}.`
+    );
+  }
+  if (v.mismatches === 0) return `GPU vs fast: identical answers for all ${v.events} events.`;
+  return `GPU vs fast: MISMATCH: ${v.mismatches} of ${v.events} events differ (${v.onlyGpu} ids only on the GPU, ${v.onlyReference} only on fast)${eg}.`;
 }
 
 export function defaultTable(r: GpuDefaultResult): string {

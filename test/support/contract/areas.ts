@@ -1,16 +1,17 @@
 /**
- * Area and distance rules (docs/semantics.md §3 A; X2 for band engines): fixed and anchored
- * circles at their exact boundary, event radii, the antimeridian and the poles, moving devices.
+ * Area and distance rules (docs/semantics.md §3 A, exact for every engine: X1): fixed and
+ * anchored circles at their exact boundary, event radii, the antimeridian and the poles, moving
+ * devices.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { haversineM, toleranceM } from '../../../src/model/geo.js';
+import { haversineM } from '../../../src/model/geo.js';
 import { DEFAULT_LIMITS } from '../../../src/model/limits.js';
 import { sorted } from '../assertions.js';
-import { nextDown, nextUp, pointAt, smallestRadius } from '../sphere.js';
+import { boundaryStepM, nextDown, nextUp, pointAt, smallestRadius } from '../sphere.js';
 import { anchored, c, type ContractContext, ev, fixed, ids, sub } from './common.js';
 
-export function areaRules({ band, open, outsideBand, exactOnly }: ContractContext): void {
+export function areaRules({ open }: ContractContext): void {
   describe('areas', () => {
     const geometries = [
       { label: 'mid-latitude', lat: 45.4642, lon: 9.19, brg: 37, d: 1234.5 },
@@ -21,7 +22,7 @@ export function areaRules({ band, open, outsideBand, exactOnly }: ContractContex
       { label: 'just under 1000 km', lat: -33.9, lon: 151.2, brg: 200, d: 999_999.5 },
     ];
 
-    it('[A2][A1] the boundary is inclusive at the exact float64 haversine distance', { skip: exactOnly }, () =>
+    it('[A2][A1] the boundary is inclusive at the exact float64 haversine distance', () =>
       open(async (m) => {
         for (const [i, g] of geometries.entries()) {
           const p = pointAt(g.lat, g.lon, g.brg, g.d);
@@ -38,7 +39,7 @@ export function areaRules({ band, open, outsideBand, exactOnly }: ContractContex
         }
       }));
 
-    it('[A2][A3] with an event radius the test is d <= r_f + r_e, the sum rounded once in float64', { skip: exactOnly }, () =>
+    it('[A2][A3] with an event radius the test is d <= r_f + r_e, the sum rounded once in float64', () =>
       open(async (m) => {
         for (const [i, g] of geometries.entries()) {
           if (g.d < 10) continue;
@@ -54,19 +55,15 @@ export function areaRules({ band, open, outsideBand, exactOnly }: ContractContex
         }
       }));
 
-    it('[A2] well outside the band: r = d ± 3·tol(r) is decided the same by every engine', () =>
+    it('[A2] anchored circles a few metres larger or smaller than the distance: r = d ± 3·max(2 m, 0.1% of r)', () =>
       open(async (m) => {
         for (const [i, g] of geometries.entries()) {
           const p = pointAt(g.lat, g.lon, g.brg, g.d);
-          const big = p.dist + 3 * toleranceM(p.dist * 1.01 + 10);
-          const small = p.dist - 3 * toleranceM(p.dist);
-          outsideBand(p.dist, big);
+          const big = p.dist + 3 * boundaryStepM(p.dist * 1.01 + 10);
+          const small = p.dist - 3 * boundaryStepM(p.dist);
           m.updatePosition(`dev${i}`, g.lat, g.lon);
           if (big <= DEFAULT_LIMITS.maxRadiusM) m.add(sub(`in${i}`, `dev${i}`, { constraints: [], area: anchored(big) }));
-          if (small > 0) {
-            outsideBand(p.dist, small);
-            m.add(sub(`out${i}`, `dev${i}`, { constraints: [], area: anchored(small) }));
-          }
+          if (small > 0) m.add(sub(`out${i}`, `dev${i}`, { constraints: [], area: anchored(small) }));
           assert.deepEqual(await ids(m, ev({}, p.lat, p.lon)), big <= DEFAULT_LIMITS.maxRadiusM ? [`in${i}`] : [], g.label);
           m.remove(`in${i}`);
           m.remove(`out${i}`);
@@ -78,7 +75,6 @@ export function areaRules({ band, open, outsideBand, exactOnly }: ContractContex
         const p = pointAt(10, 10, 45, 1500);
         m.add(sub('f', 'd', { constraints: [], area: fixed(1000, 10, 10) }));
         for (const [re, want] of [[600, ['f']], [400, []], [0, []], [undefined, []], [1e6, ['f']]] as Array<[number | undefined, string[]]>) {
-          if (re !== undefined) outsideBand(p.dist, 1000 + re);
           assert.deepEqual(await ids(m, ev({}, p.lat, p.lon, re)), want, `r_e = ${re}`);
         }
         m.add(sub('g', 'd', { constraints: [], area: fixed(1e6, 0, 0) }));
@@ -216,8 +212,7 @@ export function areaRules({ band, open, outsideBand, exactOnly }: ContractContex
 
     it('[A2] radius limits: 1 m and 1000 km circles', () =>
       open(async (m) => {
-        // With the band, a 1 m circle is all band around its centre (tol = 2 m): use 5 m there.
-        m.add(sub('tiny', 'x', { constraints: [], area: fixed(band ? 5 : 1, 1, 1) }));
+        m.add(sub('tiny', 'x', { constraints: [], area: fixed(1, 1, 1) }));
         m.add(sub('huge', 'x', { constraints: [], area: fixed(1e6, 1, 1) }));
         const p10 = pointAt(1, 1, 0, 10);
         const p999 = pointAt(1, 1, 77, 999_000);
@@ -226,10 +221,8 @@ export function areaRules({ band, open, outsideBand, exactOnly }: ContractContex
         assert.deepEqual(await ids(m, ev({}, p999.lat, p999.lon)), ['huge']);
         assert.deepEqual(await ids(m, ev({}, p1001.lat, p1001.lon)), []);
         assert.deepEqual(await ids(m, ev({}, 1, 1)), ['huge', 'tiny']);
-        if (!band) {
-          const half = pointAt(1, 1, 200, 0.5);
-          assert.deepEqual(await ids(m, ev({}, half.lat, half.lon)), ['huge', 'tiny']);
-        }
+        const half = pointAt(1, 1, 200, 0.5);
+        assert.deepEqual(await ids(m, ev({}, half.lat, half.lon)), ['huge', 'tiny']);
       }));
   });
 }

@@ -1,20 +1,14 @@
 /**
  * What the contract's rule groups share (test/support/contract.ts runs them): builders of
  * subscriptions and events, the constraint truth-table runner, reference operators, and the
- * per-engine context (a fresh matcher per test, the float32 band of X2).
+ * per-engine context (a fresh matcher per test).
  */
 import assert from 'node:assert/strict';
 import type { Matcher, MatcherOptions } from '../../../src/engines/matcher.js';
-import { toleranceM } from '../../../src/model/geo.js';
 import type { Constraint, Event, Filter, Op, Subscription, Value } from '../../../src/model/types.js';
 import { sorted } from '../assertions.js';
 
 export type MakeMatcher = (options?: MatcherOptions) => Matcher;
-
-export interface ContractOptions {
-  /** True for float32-distance engines: area decisions are only asserted outside the band (X2). */
-  band: boolean;
-}
 
 // ---- builders ----
 
@@ -117,20 +111,13 @@ export function utf8Op(op: Op, a: string, v: string): boolean {
 
 export interface ContractContext {
   make: MakeMatcher;
-  /** True for float32-distance engines (X2). */
-  band: boolean;
   /** Runs `fn` on a fresh matcher and closes it. */
   open: (fn: (m: Matcher) => Promise<void> | void, options?: MatcherOptions) => Promise<void>;
-  /** Asserts the test's own geometry is outside the band when the engine is a band engine. */
-  outsideBand: (d: number, r: number) => void;
-  /** The skip reason of exact-boundary cases on a band engine; undefined on an exact one. */
-  exactOnly: string | undefined;
 }
 
-export function contractContext(make: MakeMatcher, band: boolean): ContractContext {
+export function contractContext(make: MakeMatcher): ContractContext {
   return {
     make,
-    band,
     open: async (fn, options) => {
       const m = make(options);
       try {
@@ -139,9 +126,5 @@ export function contractContext(make: MakeMatcher, band: boolean): ContractConte
         await m.close();
       }
     },
-    outsideBand: (d, r) => {
-      if (band) assert.ok(Math.abs(d - r) > toleranceM(r), `test geometry error: d=${d} r=${r} lies inside the band`);
-    },
-    exactOnly: band ? 'exact float64 boundary lies inside the float32 tolerance band (X2)' : undefined,
   };
 }
