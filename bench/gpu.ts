@@ -20,7 +20,7 @@ import { fileURLToPath } from 'node:url';
 import v8 from 'node:v8';
 import { defaultGpuMatcherOptions } from '../src/engines/gpu/matcher.js';
 import { CPU_ENGINES } from '../src/engines/index.js';
-import { DEFAULT_WORKLOAD, type SpatialKind, resolveWorkloadOptions } from '../src/workload/index.js';
+import { DEFAULT_WORKLOAD, STRING_OPS, type SpatialKind, resolveWorkloadOptions } from '../src/workload/index.js';
 import { childExecArgv, heapLimitMb } from './lib/fork.js';
 import { count, pct, sig } from './lib/format.js';
 import { runBatchSuite } from './lib/gpu/batch.js';
@@ -52,6 +52,8 @@ const HELP = `Usage: node dist/bench/gpu.js [options]
   --engines LIST        engines of the comparing suites (default: default gpu,fast,rtree; grid gpu,fast;
                         updates gpu,fast,rtree; batch gpu,fast); stages, memory and scale are GPU-only
   --seed N              workload seed (default ${DEFAULT_WORKLOAD.seed})
+  --string-ops LIST     string operators of the default and batch workloads as op:weight (e.g. like:1,regex:1,eq:1;
+                        default: the workload's own, ${Object.entries(DEFAULT_WORKLOAD.stringOps).map(([k, w]) => `${k}:${w}`).join(',')})
   --out PATH            result file (default bench/out/<name>-<timestamp>.json)
   --name NAME           result name (default gpu, quick: gpu-quick)
 
@@ -88,7 +90,7 @@ const FLAGS = new Set(['quick', 'allow-software', 'help', 'grid-child']);
 const VALUED = new Set([
   'suite', 'engines', 'seed', 'out', 'name', 'subs', 'events', 'reps', 'grid-sizes', 'areas', 'spatial', 'grid-events', 'grid-jobs', 'rtree-max-subs',
   'update-subs', 'moves', 'max-move-seconds', 'stage-sizes', 'stage-events', 'memory-sizes', 'batch-subs', 'batch-sizes', 'concurrency', 'streams',
-  'scale-subs', 'scale-events', 'scale-max-load-s', 'max-batch', 'in-flight',
+  'scale-subs', 'scale-events', 'scale-max-load-s', 'max-batch', 'in-flight', 'string-ops',
 ]);
 
 /** What the OS can still give this process: MemAvailable, or the cgroup limit when lower. */
@@ -117,6 +119,18 @@ function autoJobs(series: number, maxSize: number): number {
   return Math.ceil(series / Math.ceil(series / most));
 }
 
+/** `--string-ops like:2,regex:1,eq:1`: the string operators of the default and batch workloads, weighted. */
+function stringOps(v: string): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const part of v.split(',')) {
+    const [op, w] = part.split(':');
+    const weight = w === undefined ? 1 : Number(w);
+    if (!STRING_OPS.includes(op as (typeof STRING_OPS)[number]) || !(weight > 0)) fail(`--string-ops: expected op:weight pairs of ${STRING_OPS.join(' ')}, got ${JSON.stringify(part)}`);
+    out[op] = weight;
+  }
+  return out;
+}
+
 function buildConfig(a: ArgReader): GpuBenchConfig {
   const quick = a.flag('quick');
   const q = <T>(full: T, small: T): T => (quick ? small : full);
@@ -130,6 +144,7 @@ function buildConfig(a: ArgReader): GpuBenchConfig {
   if (a.str('in-flight') !== undefined) gpuOptions.inFlight = a.count('in-flight', 1);
   return {
     seed: a.count('seed', DEFAULT_WORKLOAD.seed, 0),
+    ...(a.str('string-ops') === undefined ? {} : { stringOps: stringOps(a.str('string-ops')!) }),
     allowSoftware: a.flag('allow-software'),
     gpuOptions,
     rtreeMaxSubs: a.count('rtree-max-subs', 250_000),
@@ -312,7 +327,8 @@ async function main(): Promise<void> {
   out(`suites: ${suites.join(', ')}; seed ${config.seed}; timer overhead ${file.timerOverheadNs} ns per timed call; node ${process.execArgv.join(' ')}`);
   out(
     `workload: CLCB Table 1 — ${params.filtersPerSub} filters/sub, ${params.constraintsMin}–${params.constraintsMax} constraints, ${params.attributesMin}–${params.attributesMax} attributes, ` +
-      `${params.names} names, target selectivity ${pct(params.selectivity)}, region ${params.regionInfo.name} (${params.regionInfo.areaKm2} km²), area ${pct(params.areaFraction)} = ${params.filterRadiusM.toFixed(0)} m`,
+      `${params.names} names, target selectivity ${pct(params.selectivity)}, region ${params.regionInfo.name} (${params.regionInfo.areaKm2} km²), area ${pct(params.areaFraction)} = ${params.filterRadiusM.toFixed(0)} m` +
+      (config.stringOps === undefined ? '' : `; string operators ${Object.entries(config.stringOps).map(([k, w]) => `${k}:${w}`).join(',')} (default and batch suites)`),
   );
   out(`results: ${run.shown}`);
   out();
@@ -343,7 +359,7 @@ async function main(): Promise<void> {
     switch (suite) {
       case 'default': {
         const c = config.default;
-        const r = await runDefaultSuite({ ...c, engines: withoutGpu(c.engines) }, env, skip);
+        const r = await runDefaultSuite({ ...c, engines: withoutGpu(c.engines) }, env, skip, config.stringOps === undefined ? {} : { stringOps: config.stringOps });
         file.suites.default = r;
         out('## Default scenario (CLCB Table 1 / Table 2)');
         out();
@@ -415,7 +431,7 @@ async function main(): Promise<void> {
       }
       case 'batch': {
         const c = config.batch;
-        const r = await runBatchSuite({ ...c, streams: c.streams ?? [], engines: withoutGpu(c.engines) }, env, skip);
+        const r = await runBatchSuite({ ...c, streams: c.streams ?? [], engines: withoutGpu(c.engines) }, env, skip, config.stringOps === undefined ? {} : { stringOps: config.stringOps });
         file.suites.batch = r;
         out('## Batched throughput');
         out();

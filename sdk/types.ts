@@ -79,6 +79,8 @@ const OP_TO_WIRE: Readonly<Record<Op, WireOp>> = Object.freeze({
   prefix: WireOp.PREFIX,
   suffix: WireOp.SUFFIX,
   contains: WireOp.CONTAINS,
+  like: WireOp.LIKE,
+  regex: WireOp.REGEX,
   exists: WireOp.EXISTS,
 });
 const OP_FROM_WIRE = new Map<WireOp, Op>(Object.entries(OP_TO_WIRE).map(([k, v]) => [v, k as Op]));

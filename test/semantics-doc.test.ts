@@ -64,12 +64,13 @@ describe('docs/semantics.md', () => {
   });
 
   it('[V12] the ceilings stated are the ones resolveLimits enforces', () => {
-    const m = doc.replace(/\s+/g, ' ').match(/ceilings: radii ([\d ]+) m, names (\d+) B, strings ([\d ]+) B, constraints (\d+), filters (\d+), attributes (\d+), ids (\d+) B/);
+    const m = doc.replace(/\s+/g, ' ').match(/ceilings: radii ([\d ]+) m, names (\d+) B, strings ([\d ]+) B, constraints (\d+), filters (\d+), attributes (\d+), ids (\d+) B, patterns (\d+) B, pattern states (\d+)\)/);
     assert.ok(m, 'ceilings sentence not found');
     const c = m.slice(1).map(num);
     const ceilings: Limits = {
       maxRadiusM: c[0], maxEventRadiusM: c[0], maxNameBytes: c[1], maxStringBytes: c[2],
       maxConstraintsPerFilter: c[3], maxFiltersPerSubscription: c[4], maxAttributesPerEvent: c[5], maxIdBytes: c[6],
+      maxPatternBytes: c[7], maxPatternStates: c[8],
     };
     for (const k of Object.keys(ceilings) as Array<keyof Limits>) {
       assert.equal(resolveLimits({ [k]: ceilings[k] })[k], ceilings[k]);

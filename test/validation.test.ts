@@ -40,6 +40,8 @@ const CEILINGS: Limits = {
   maxFiltersPerSubscription: 4096,
   maxAttributesPerEvent: 1024,
   maxIdBytes: 1024,
+  maxPatternBytes: 4096,
+  maxPatternStates: 255,
 };
 
 describe('resolveLimits', () => {
@@ -47,6 +49,7 @@ describe('resolveLimits', () => {
     assert.deepEqual({ ...DEFAULT_LIMITS }, {
       maxRadiusM: 1_000_000, maxEventRadiusM: 1_000_000, maxNameBytes: 64, maxStringBytes: 1024,
       maxConstraintsPerFilter: 32, maxFiltersPerSubscription: 64, maxAttributesPerEvent: 64, maxIdBytes: 128,
+      maxPatternBytes: 256, maxPatternStates: 128,
     });
     assert.ok(Object.isFrozen(DEFAULT_LIMITS));
     const a = resolveLimits();
@@ -201,10 +204,10 @@ describe('validators', () => {
     const allowed: Record<string, Op[]> = {
       number: ['eq', 'ne', 'lt', 'le', 'gt', 'ge'],
       bool: ['eq', 'ne', 'lt', 'le', 'gt', 'ge'],
-      string: ['eq', 'ne', 'prefix', 'suffix', 'contains'],
+      string: ['eq', 'ne', 'prefix', 'suffix', 'contains', 'like', 'regex'],
     };
     const sample: Record<string, Value> = { number: 1, bool: true, string: 'a' };
-    assert.deepEqual([...OPS].sort(), ['contains', 'eq', 'exists', 'ge', 'gt', 'le', 'lt', 'ne', 'prefix', 'suffix']);
+    assert.deepEqual([...OPS].sort(), ['contains', 'eq', 'exists', 'ge', 'gt', 'le', 'like', 'lt', 'ne', 'prefix', 'regex', 'suffix']);
     for (const op of OPS) {
       if (op === 'exists') continue;
       for (const type of ['number', 'bool', 'string']) {
@@ -224,9 +227,9 @@ describe('validators', () => {
       throwsAt(() => validateConstraint('c', { name: 'n', op }, L), 'c.value');
       throwsAt(() => validateConstraint('c', { name: 'n', op, value: null }, L), 'c.value');
     }
-    for (const op of ['EQ', 'like', '', 'toString', '__proto__', 'hasOwnProperty', 1, null, undefined, ['eq']]) {
+    for (const op of ['EQ', 'LIKE', 'glob', '', 'toString', '__proto__', 'hasOwnProperty', 1, null, undefined, ['eq']]) {
       const e = throwsAt(() => validateConstraint('c', { name: 'n', op, value: 1 }, L), 'c.op', 'INVALID_ARGUMENT', show(op));
-      assert.match(e.rule, /must be one of eq, ne, lt, le, gt, ge, prefix, suffix, contains, exists/);
+      assert.match(e.rule, /must be one of eq, ne, lt, le, gt, ge, prefix, suffix, contains, like, regex, exists/);
     }
     throwsAt(() => validateConstraint('c', { op: 'eq', value: 1 }, L), 'c.name');
     throwsAt(() => validateConstraint('c', { name: '', op: 'eq', value: 1 }, L), 'c.name');

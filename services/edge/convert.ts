@@ -40,6 +40,8 @@ const OPS: Record<number, MOp> = {
   [Op.SUFFIX]: 'suffix',
   [Op.CONTAINS]: 'contains',
   [Op.EXISTS]: 'exists',
+  [Op.LIKE]: 'like',
+  [Op.REGEX]: 'regex',
 };
 const OP_NUMBERS = new Map<MOp, Op>(Object.entries(OPS).map(([k, v]) => [v, Number(k) as Op]));
 

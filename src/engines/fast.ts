@@ -25,11 +25,12 @@
  * put those reads behind accessors or a shared state object.
  */
 import { EARTH_RADIUS_M, haversineM } from '../model/geo.js';
-import { type NArea, type NConstraint, type NEvent, type NFilter, type NSubscription, inRange } from '../model/limits.js';
+import { type NArea, type NConstraint, type NEvent, type NFilter, type NSubscription, inRange, patternDfa } from '../model/limits.js';
 import { AmbitError, show } from '../model/errors.js';
 import { EqBuckets, NO_BUCKET } from './eq-buckets.js';
 import { CpuMatcher, type DeviceHandle, type MatcherOptions, type MatcherStats, checkHandleUpdate } from './matcher.js';
-import { OP_CODE, OP_CONTAINS, OP_EQ, OP_GE, OP_GT, OP_LE, OP_LT, OP_NAME, OP_NE, OP_PREFIX, OP_SUFFIX, T_ANY, T_BOOL, T_NUM, T_STR } from './operators.js';
+import { OP_CODE, OP_CONTAINS, OP_EQ, OP_GE, OP_GT, OP_LE, OP_LIKE, OP_LT, OP_NAME, OP_NE, OP_PREFIX, OP_REGEX, OP_SUFFIX, T_ANY, T_BOOL, T_NUM, T_STR } from './operators.js';
+import { type Dfa, dfaMatches } from '../model/pattern.js';
 
 export interface FastMatcherOptions extends MatcherOptions {
   /** Cell side of the finest grid level, metres (>= 64: cell keys must fit in 53 bits). */
@@ -198,6 +199,8 @@ export class FastMatcher extends CpuMatcher {
   // by constraint would also hit V8's ~2^27 element limit near 100M constraints.)
   private readonly strIds = new Map<string, number>();
   private strOf: (string | null)[] = [];
+  /** The automaton of each like / regex constraint slot (semantics C16, C17). */
+  private cDfa: (Dfa | undefined)[] = [];
   private strRefs = new Int32Array(64);
   private readonly strFree: number[] = [];
   private cFilter = new Int32Array(this.cCap);
@@ -625,6 +628,7 @@ export class FastMatcher extends CpuMatcher {
     const b = FastMatcher.blockSize(n);
     for (let i = start; i < start + n; i++) {
       if (this.cType[i] === T_STR) this.releaseString(this.cNum[i]);
+      this.cDfa[i] = undefined;
     }
     let free = this.cFree.get(b);
     if (free === undefined) this.cFree.set(b, (free = []));
@@ -684,6 +688,7 @@ export class FastMatcher extends CpuMatcher {
       } else if (c.type === 'string') {
         this.cType[ci] = T_STR;
         this.cNum[ci] = this.internString(c.value as string);
+        if (c.op === 'like' || c.op === 'regex') this.cDfa[ci] = patternDfa(c);
         if (this.cOp[ci] === OP_EQ && this.fEqName[f] === NONE) {
           this.fEqName[f] = id;
           this.fEqStr[f] = this.cNum[ci];
@@ -1074,6 +1079,8 @@ export class FastMatcher extends CpuMatcher {
         case OP_PREFIX: return a.startsWith(c);
         case OP_SUFFIX: return a.endsWith(c);
         case OP_CONTAINS: return a.includes(c);
+        case OP_LIKE:
+        case OP_REGEX: return dfaMatches(this.cDfa[ci]!, a);
         default: return false;
       }
     }

@@ -20,6 +20,8 @@ export const OP_PREFIX = 6;
 export const OP_SUFFIX = 7;
 export const OP_CONTAINS = 8;
 export const OP_EXISTS = 9;
+export const OP_LIKE = 10;
+export const OP_REGEX = 11;
 
 export const OP_CODE: Readonly<Record<Op, number>> = Object.freeze({
   eq: OP_EQ,
@@ -32,6 +34,8 @@ export const OP_CODE: Readonly<Record<Op, number>> = Object.freeze({
   suffix: OP_SUFFIX,
   contains: OP_CONTAINS,
   exists: OP_EXISTS,
+  like: OP_LIKE,
+  regex: OP_REGEX,
 });
 
 /** Operator of each code (the inverse of OP_CODE). */

@@ -4,7 +4,11 @@
  * Validation returns a normalised copy (the caller's objects are never retained).
  */
 import { ValidationError, show } from './errors.js';
+import { type Dfa, PatternError, compilePattern } from './pattern.js';
 import type { Constraint, Event, Filter, LatLon, Op, Subscription, Value, ValueType } from './types.js';
+
+/** Most states a pattern's automaton may have (its next-state table has one byte per entry). */
+export const MAX_DFA_STATES = 255;
 
 export interface Limits {
   /** Largest filter radius in metres (smallest is anything > 0). */
@@ -20,6 +24,10 @@ export interface Limits {
   maxAttributesPerEvent: number;
   /** Subscription, device and event id length in UTF-8 bytes (at least 1). */
   maxIdBytes: number;
+  /** A like or regex pattern's length in UTF-8 bytes. */
+  maxPatternBytes: number;
+  /** States of a pattern's automaton (its minimal DFA over code points). */
+  maxPatternStates: number;
 }
 
 export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
@@ -31,6 +39,8 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   maxFiltersPerSubscription: 64,
   maxAttributesPerEvent: 64,
   maxIdBytes: 128,
+  maxPatternBytes: 256,
+  maxPatternStates: 128,
 });
 
 // Hard ceilings: engines size their encodings on these (e.g. the 8-bit constraint counters of CLCB §4).
@@ -43,6 +53,8 @@ const CEILINGS: Readonly<Limits> = Object.freeze({
   maxFiltersPerSubscription: 4096,
   maxAttributesPerEvent: 1024,
   maxIdBytes: 1024,
+  maxPatternBytes: 4096,
+  maxPatternStates: MAX_DFA_STATES,
 });
 
 /** Merges `partial` over the defaults, checking each value; unknown keys are errors. */
@@ -73,6 +85,12 @@ export interface NConstraint {
   /** The value's type; null for `exists`. */
   readonly type: ValueType | null;
   readonly value: Value | null;
+  /**
+   * like / regex: the pattern's automaton, made once by validation. Not enumerable, so the
+   * normalised form compares and serialises as before; a copy without it gets it from
+   * `patternDfa`.
+   */
+  readonly dfa?: Dfa;
 }
 
 export interface NArea {
@@ -211,6 +229,8 @@ const OP_TYPES: Record<Op, readonly ValueType[]> = {
   prefix: ['string'],
   suffix: ['string'],
   contains: ['string'],
+  like: ['string'],
+  regex: ['string'],
   exists: [],
 };
 
@@ -231,7 +251,49 @@ export function validateConstraint(field: string, c: unknown, limits: Limits): N
   if (!allowed.includes(type)) {
     throw new ValidationError(`${field}.value`, `op ${op} takes a ${allowed.join(' or ')} value, got a ${type}`);
   }
-  return { name, op: op as Op, type, value };
+  const out: NConstraint = { name, op: op as Op, type, value };
+  if (op === 'like' || op === 'regex') {
+    const p = value as string;
+    const bytes = utf8Bytes(p);
+    if (bytes > limits.maxPatternBytes) throw new ValidationError(`${field}.value`, `pattern must be at most ${limits.maxPatternBytes} bytes, got ${bytes}`);
+    let dfa: Dfa;
+    try {
+      dfa = compiled(op, p, limits.maxPatternStates);
+    } catch (err) {
+      if (err instanceof PatternError) throw new ValidationError(`${field}.value`, `${op} pattern ${show(p)}: ${err.rule}`);
+      throw err;
+    }
+    Object.defineProperty(out, 'dfa', { value: dfa, enumerable: false });
+  }
+  return out;
+}
+
+/** Automata made lately, by (op, state limit, pattern): subscribers share patterns, and a load repeats them. */
+const automata = new Map<string, Dfa>();
+const AUTOMATA_KEPT = 4096;
+
+/** The pattern's automaton, from the cache or compiled (and kept, the oldest dropped past AUTOMATA_KEPT). */
+function compiled(op: 'like' | 'regex', p: string, maxStates: number): Dfa {
+  const key = `${op}\u0000${maxStates}\u0000${p}`;
+  let d = automata.get(key);
+  if (d === undefined) {
+    d = compilePattern(op, p, maxStates);
+    if (automata.size >= AUTOMATA_KEPT) automata.delete(automata.keys().next().value as string);
+    automata.set(key, d);
+  }
+  return d;
+}
+
+/**
+ * The automaton of a like / regex constraint: the one validation made, or (for a copy that lost
+ * it, e.g. one passed between threads) compiled again, which gives the same minimal DFA.
+ */
+export function patternDfa(c: NConstraint): Dfa {
+  if (c.dfa !== undefined) return c.dfa;
+  if (c.op !== 'like' && c.op !== 'regex') throw new Error(`patternDfa: op ${c.op} has no pattern`);
+  const dfa = compiled(c.op, c.value as string, MAX_DFA_STATES);
+  if (Object.isExtensible(c)) Object.defineProperty(c, 'dfa', { value: dfa, enumerable: false });
+  return dfa;
 }
 
 export function validateFilter(field: string, f: unknown, limits: Limits): NFilter {

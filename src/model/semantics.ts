@@ -7,14 +7,18 @@
  * start and end on code-point boundaries. Numbers: JavaScript's float64 comparisons (-0 == 0).
  * Bools: false < true.
  */
-import type { NConstraint } from './limits.js';
+import { type NConstraint, patternDfa } from './limits.js';
+import { dfaMatches } from './pattern.js';
 import type { Op, Value, ValueType } from './types.js';
 
 export function typeOf(v: Value): ValueType {
   return typeof v === 'number' ? 'number' : typeof v === 'string' ? 'string' : 'bool';
 }
 
-/** Whether attribute value `a` satisfies `op c`; types must already agree (same name, same type). */
+/**
+ * Whether attribute value `a` satisfies `op c`; types must already agree (same name, same type).
+ * Patterns (like, regex) need their automaton: `satisfies`.
+ */
 export function compare(op: Op, a: Value, c: Value): boolean {
   switch (op) {
     case 'eq': return a === c;
@@ -26,6 +30,8 @@ export function compare(op: Op, a: Value, c: Value): boolean {
     case 'prefix': return (a as string).startsWith(c as string);
     case 'suffix': return (a as string).endsWith(c as string);
     case 'contains': return (a as string).includes(c as string);
+    case 'like':
+    case 'regex': throw new Error(`compare: op ${op} needs the constraint's pattern (satisfies)`);
     case 'exists': return true;
   }
 }
@@ -38,5 +44,6 @@ export function satisfies(c: NConstraint, a: Value | undefined): boolean {
   if (a === undefined) return false;
   if (c.op === 'exists') return true;
   if (typeOf(a) !== c.type) return false;
+  if (c.op === 'like' || c.op === 'regex') return dfaMatches(patternDfa(c), a as string);
   return compare(c.op, a, c.value as Value);
 }

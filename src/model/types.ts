@@ -9,10 +9,14 @@ export type Value = number | string | boolean;
 
 export type ValueType = 'number' | 'string' | 'bool';
 
-/** Constraint operators. Numbers and bools: eq ne lt le gt ge; strings: eq ne prefix suffix contains; any type: exists. */
-export type Op = 'eq' | 'ne' | 'lt' | 'le' | 'gt' | 'ge' | 'prefix' | 'suffix' | 'contains' | 'exists';
+/**
+ * Constraint operators. Numbers and bools: eq ne lt le gt ge; strings: eq ne prefix suffix
+ * contains, and the patterns like (SQL LIKE) and regex (a safe regular-expression subset); any
+ * type: exists.
+ */
+export type Op = 'eq' | 'ne' | 'lt' | 'le' | 'gt' | 'ge' | 'prefix' | 'suffix' | 'contains' | 'like' | 'regex' | 'exists';
 
-export const OPS: readonly Op[] = ['eq', 'ne', 'lt', 'le', 'gt', 'ge', 'prefix', 'suffix', 'contains', 'exists'];
+export const OPS: readonly Op[] = ['eq', 'ne', 'lt', 'le', 'gt', 'ge', 'prefix', 'suffix', 'contains', 'like', 'regex', 'exists'];
 
 export interface LatLon {
   /** WGS84 degrees, [-90, 90]. */

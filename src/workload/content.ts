@@ -23,13 +23,14 @@
  * sharing is safe.
  */
 import type { Constraint, Op, Value } from '../model/types.js';
+import { compilePattern, dfaMatches } from '../model/pattern.js';
 import { Prng, Zipf, sampleCumulative } from './prng.js';
 
 export type NameDistribution = 'uniform' | 'zipf';
 export type OpWeights = Partial<Record<Op, number>>;
 
 export const NUMERIC_OPS: readonly Op[] = ['eq', 'ne', 'lt', 'le', 'gt', 'ge', 'exists'];
-export const STRING_OPS: readonly Op[] = ['eq', 'ne', 'prefix', 'suffix', 'contains', 'exists'];
+export const STRING_OPS: readonly Op[] = ['eq', 'ne', 'prefix', 'suffix', 'contains', 'like', 'regex', 'exists'];
 
 export interface ContentOptions {
   names: number;
@@ -225,11 +226,39 @@ function stringRaw(op: Op, words: readonly string[], syllables: readonly string[
     if (op === 'prefix') for (let l = 1; l <= w; l++) pieces.add(parts.slice(0, l).join(''));
     else if (op === 'suffix') for (let l = 1; l <= w; l++) pieces.add(parts.slice(w - l).join(''));
     else if (op === 'contains') for (let a = 0; a < w; a++) for (let b = a + 1; b <= w; b++) pieces.add(parts.slice(a, b).join(''));
+    else if (op === 'like' || op === 'regex') for (const p of patternsOf(op, parts)) pieces.add(p);
     else throw new Error(`workload: ${op} is not a string operator`);
+  }
+  if (op === 'like' || op === 'regex') {
+    // The predicate is the pattern's own automaton (src/model/pattern.ts), compiled once per pattern.
+    return [...pieces].sort().map((p) => {
+      const dfa = compilePattern(op, p, 255);
+      return { value: p, ...bitsOf(v, (i) => dfaMatches(dfa, words[i])) };
+    });
   }
   const test =
     op === 'prefix' ? (s: string, p: string) => s.startsWith(p) : op === 'suffix' ? (s: string, p: string) => s.endsWith(p) : (s: string, p: string) => s.includes(p);
   return [...pieces].sort().map((p) => ({ value: p, ...bitsOf(v, (i) => test(words[i], p)) }));
+}
+
+/**
+ * Patterns over one word's syllables, shaped like what subscribers write: like "begins with",
+ * "ends with", "contains", "one character unknown"; regex anchored prefixes, alternations of
+ * syllables, bounded repeats and classes.
+ */
+function patternsOf(op: 'like' | 'regex', parts: readonly string[]): string[] {
+  const w = parts.length;
+  const first = parts[0];
+  const last = parts[w - 1];
+  const esc = (s: string) => (op === 'like' ? s.replace(/[\\%_]/g, '\\$&') : s.replace(/[\\^$.*+?()[\]{}|/-]/g, '\\$&'));
+  if (op === 'like') {
+    const out = [`${esc(first)}%`, `%${esc(last)}`, `%${esc(parts[w >> 1])}%`];
+    if (w >= 2) out.push(`${esc(first)}_%${esc(last)}`, `%${esc(parts[0])}%${esc(parts[w - 1])}`);
+    return out;
+  }
+  const out = [`^${esc(first)}`, `${esc(last)}$`, `(?:${esc(first)}|${esc(last)})+$`, `^[a-m]${esc(parts.join('').slice(1, 3))}`];
+  if (w >= 2) out.push(`^${esc(first)}.{1,6}${esc(last)}$`, `${esc(parts[1])}\\w*`);
+  return out;
 }
 
 function numericValues(kind: number, v: number): number[] {

@@ -30,6 +30,8 @@ const WIRE_OP: Record<MOp, Op> = {
   prefix: Op.PREFIX,
   suffix: Op.SUFFIX,
   contains: Op.CONTAINS,
+  like: Op.LIKE,
+  regex: Op.REGEX,
   exists: Op.EXISTS,
 };
 
@@ -83,9 +85,15 @@ class Gen {
       case 1:
         return { name: 'open', op: r.pick<MOp>(['eq', 'ne', 'lt', 'le', 'gt', 'ge']), value: r.chance(0.5) };
       case 2: {
-        const op = r.pick<MOp>(['eq', 'ne', 'prefix', 'suffix', 'contains']);
+        const op = r.pick<MOp>(['eq', 'ne', 'prefix', 'suffix', 'contains', 'like', 'regex']);
         const k = r.pick(KINDS);
-        const value = op === 'eq' || op === 'ne' ? k : op === 'prefix' ? k.slice(0, 1 + r.int(3)) : op === 'suffix' ? k.slice(-1 - r.int(3)) : k.slice(1, 3);
+        const value =
+          op === 'eq' || op === 'ne' ? k
+          : op === 'prefix' ? k.slice(0, 1 + r.int(3))
+          : op === 'suffix' ? k.slice(-1 - r.int(3))
+          : op === 'like' ? `${k.slice(0, 1 + r.int(2))}_%`
+          : op === 'regex' ? `^(?:${k.slice(0, 2)}|${r.pick(KINDS).slice(-2)})[a-zé]*$`
+          : k.slice(1, 3);
         return { name: 'kind', op, value };
       }
       case 3:
@@ -275,7 +283,7 @@ for (const [deployment, config] of [['one hub', {}], ['3 hub partitions', { part
     assert.ok(subs.size >= 250, `a few hundred subscriptions (${subs.size})`);
     const ops = new Set<number>();
     for (const s of subs.values()) for (const f of s.filters) for (const c of f.constraints) ops.add(WIRE_OP[c.op]);
-    assert.equal(ops.size, 10, 'every operator is used');
+    assert.equal(ops.size, 12, 'every operator is used');
     const listed = await unary(clients.device, 'listSubscriptions', {}, srv.meta('dev-03', ['device']));
     const mine = [...subs.values()].filter((s) => s.device === 'dev-03');
     assert.deepEqual(

@@ -12,6 +12,7 @@ import { areaRules } from './contract/areas.js';
 import { type MakeMatcher, contractContext } from './contract/common.js';
 import { constraintRules } from './contract/constraints.js';
 import { lifecycleRules } from './contract/lifecycle.js';
+import { patternRules } from './contract/patterns.js';
 import { resultRules } from './contract/results.js';
 import { validationRules } from './contract/validation.js';
 
@@ -22,6 +23,7 @@ export function runContract(name: string, make: MakeMatcher): void {
   describe(`contract: ${name}`, () => {
     lifecycleRules(ctx);
     constraintRules(ctx);
+    patternRules(ctx);
     areaRules(ctx);
     resultRules(ctx);
     validationRules(ctx);

@@ -47,7 +47,7 @@ export interface Scenario {
 
 type Geo = 'world' | 'clusters' | 'antimeridian' | 'north' | 'south' | 'city' | 'extremes' | 'mixed';
 type Radii = 'log' | 'tiny' | 'city' | 'max' | 'mixed';
-type Content = 'basic' | 'multibyte' | 'numeric' | 'ranges' | 'mixedTypes' | 'bool' | 'all';
+type Content = 'basic' | 'multibyte' | 'numeric' | 'ranges' | 'mixedTypes' | 'bool' | 'all' | 'patterns';
 
 export interface Knobs {
   geo: Geo;
@@ -136,6 +136,7 @@ export const VARIANTS: readonly Variant[] = [
   { name: 'coordinate-extremes', knobs: { geo: 'extremes', radii: 'mixed', pBoundary: 0.4 } },
   { name: 'invalid-ops', knobs: { pInvalid: 0.3, churn: 60 } },
   { name: 'kinds-per-device', knobs: { kinds: 4, devices: 6, subs: 360, maxFilters: 3, geo: 'city', radii: 'city', pFixed: 0.1, pNoArea: 0.1, pHandle: 0.3, churn: 90, steps: 8 } },
+  { name: 'patterns', knobs: { content: 'patterns', geo: 'city', radii: 'city', pNoArea: 0.3, churn: 40 } },
   { name: 'everything', knobs: { geo: 'mixed', radii: 'mixed', content: 'all', pEventArea: 0.3, pBoundary: 0.4, pUnpositioned: 0.25, pHandle: 0.3, pInvalid: 0.05, churn: 80 } },
 ];
 
@@ -169,7 +170,7 @@ const ADVERSARIAL_NAMES: readonly NameSpec[] = [
   { name: 'toString', type: 'bool' },
 ];
 
-const CONTENT: Record<Exclude<Content, 'all'>, readonly NameSpec[]> = {
+const CONTENT: Record<Exclude<Content, 'all' | 'patterns'>, readonly NameSpec[]> = {
   basic: [
     { name: 'kind', type: 'string' }, { name: 'price', type: 'number' }, { name: 'open', type: 'bool' },
     { name: 'tag', type: 'string' }, { name: 'n', type: 'number' }, { name: 'lvl', type: 'number' },
@@ -230,7 +231,8 @@ class Generator {
   constructor(knobs: Knobs, seed: number) {
     this.k = knobs;
     this.rng = new Rng(seed);
-    this.names = knobs.content === 'all' ? Object.values(CONTENT).flat() : CONTENT[knobs.content];
+    this.names =
+      knobs.content === 'all' ? Object.values(CONTENT).flat() : knobs.content === 'patterns' ? [...CONTENT.basic, ...CONTENT.multibyte] : CONTENT[knobs.content];
     this.deviceIds = Array.from({ length: knobs.devices }, (_, i) => (i % 17 === 5 ? `端末-${i}` : i % 23 === 7 ? `📱${i}` : `dev${i}`));
     for (const d of this.deviceIds) if (this.rng.chance(knobs.pUnpositioned)) this.unpositioned.add(d);
   }
@@ -330,6 +332,7 @@ class Generator {
     // Usually the name's own type; sometimes another, which can then never be satisfied by it.
     let t = spec.type === 'any' ? r.pick(['number', 'string', 'bool'] as const) : spec.type;
     if (r.chance(0.08)) t = r.pick(['number', 'string', 'bool'] as const);
+    if (t === 'string' && this.k.content === 'patterns' && r.chance(0.7)) return this.pattern(spec.name);
     if (t === 'string') {
       const op = r.pick(STR_OPS);
       const base = r.pick(WORDS);
@@ -337,6 +340,46 @@ class Generator {
       return { name: spec.name, op, value };
     }
     return { name: spec.name, op: r.pick(NUM_OPS), value: this.value(t) };
+  }
+
+  /**
+   * A like or regex constraint built from the words events carry (C16, C17): prefixes, suffixes
+   * and infixes with wildcards, one code point unknown, alternations, classes, bounded repeats and
+   * anchors, over multi-byte and astral text, the empty string and a 1024-byte value.
+   */
+  private pattern(name: string): Constraint {
+    const r = this.rng;
+    const w = r.pick(WORDS);
+    const likeEsc = (s: string) => s.replace(/[\\%_]/g, '\\$&');
+    const reEsc = (s: string) => s.replace(/[\\^$.*+?()[\]{}|/-]/g, '\\$&');
+    const cut = (s: string, n: number) => [...s].slice(0, n).join('');
+    if (r.chance(0.5)) {
+      const cps = [...w];
+      const forms = [
+        () => `${likeEsc(this.piece(w, 'prefix'))}%`,
+        () => `%${likeEsc(this.piece(w, 'suffix'))}`,
+        () => `%${likeEsc(this.piece(w, 'contains'))}%`,
+        () => {
+          const k = r.int(cps.length + 1);
+          return cps.map((c, i) => (i === k ? '_' : likeEsc(c))).join('') + (k === cps.length ? '_' : '');
+        },
+        () => likeEsc(cut(w, 60)),
+        () => r.pick(['%', '', '_', '%_%', '__%']),
+      ];
+      return { name, op: 'like', value: r.pick(forms)() };
+    }
+    const a = reEsc(cut(this.piece(w, 'contains'), 8));
+    const b = reEsc(cut(r.pick(WORDS), 8));
+    const forms = [
+      () => `^${reEsc(cut(this.piece(w, 'prefix'), 12))}`,
+      () => `${reEsc(cut(this.piece(w, 'suffix'), 12))}$`,
+      () => `(?:${a}|${b})`,
+      () => `^(?:${a})+$`,
+      () => `${a}.{0,3}${b}`,
+      () => `^.{${r.int(4)},${4 + r.int(4)}}$`,
+      () => r.pick(['[a-z]', '[^a-z]+$', '\\w\\d?', '^\\S*$', '[東-龥]', '[😀-🙏]|é', '\\u0000', '']),
+    ];
+    return { name, op: 'regex', value: r.pick(forms)() };
   }
 
   private constraints(): Constraint[] {

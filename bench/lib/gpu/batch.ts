@@ -1,6 +1,6 @@
 /** The batch suite: events/s of matchBatch calls, of batch streams and of many match() calls in flight. */
 import type { Event } from '../../../src/model/types.js';
-import { WorkloadSource } from '../../../src/workload/index.js';
+import { type WorkloadOptions, WorkloadSource } from '../../../src/workload/index.js';
 import { count } from '../format.js';
 import { errText, msSince, now } from '../measure.js';
 import { Progress, note } from '../progress.js';
@@ -22,8 +22,8 @@ export interface BatchSuiteConfig {
   cpuEvents: number;
 }
 
-export async function runBatchSuite(c: BatchSuiteConfig, env: GpuEnv, skip: SkipFn): Promise<GpuBatchResult> {
-  const src = new WorkloadSource({ seed: env.seed, subscriptions: c.subscriptions, events: 1000 });
+export async function runBatchSuite(c: BatchSuiteConfig, env: GpuEnv, skip: SkipFn, workload: Partial<WorkloadOptions> = {}): Promise<GpuBatchResult> {
+  const src = new WorkloadSource({ ...workload, seed: env.seed, subscriptions: c.subscriptions, events: 1000 });
   const pool = src.events();
   const result: GpuBatchResult = { subscriptions: c.subscriptions, filters: 0, engines: [] };
   for (const name of c.engines) {

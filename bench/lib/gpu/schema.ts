@@ -294,6 +294,8 @@ export interface GpuSkip {
 
 export interface GpuBenchConfig {
   seed: number;
+  /** The string operators of the default and batch suites' workloads, weighted (--string-ops); absent: the workload's own. */
+  stringOps?: Record<string, number>;
   allowSoftware: boolean;
   /** GpuMatcher options besides allowSoftware (cpuBelowFilters is always 0: the GPU path is measured). */
   gpuOptions: Record<string, number | boolean | string>;

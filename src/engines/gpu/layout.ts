@@ -10,7 +10,8 @@
  * Host only, for the float64 test of band pairs: each filter's radius as given (8 B) and each
  * slot's uploaded coordinates (16 B), with a journal of those that batches in flight still see.
  */
-import type { NEvent, NFilter, NSubscription } from '../../model/limits.js';
+import { type NConstraint, type NEvent, type NFilter, type NSubscription, patternDfa } from '../../model/limits.js';
+import type { Dfa } from '../../model/pattern.js';
 import { OP_CODE, T_ANY, T_BOOL, T_NUM, T_STR } from '../operators.js';
 import { EventEncoder, RAD, bloomBit, numberKey } from './input.js';
 
@@ -338,12 +339,20 @@ export class GpuLayout {
 
   /** Constraint strings are interned: values repeat across filters (CCM: 100 values per name). */
   private allocString(s: string): [number, number] {
+    return this.allocBytes(s, () => encoder.encode(s));
+  }
+
+  /**
+   * Bytes in cStr, word-aligned, interned by `key`: a string's UTF-8 (its own key) or a pattern's
+   * automaton (`patternKey`).
+   */
+  private allocBytes(s: string, make: () => Uint8Array): [number, number] {
     const known = this.strings.get(s);
     if (known !== undefined) {
       known.refs++;
       return [known.off, known.len];
     }
-    const bytes = encoder.encode(s);
+    const bytes = make();
     const b = Math.max(1, Math.ceil(bytes.length / 4));
     let start: number;
     const free = this.sFree.get(b);
@@ -406,7 +415,12 @@ export class GpuLayout {
       bloom |= 1 << bloomBit(id);
       const type = c.type === null ? T_ANY : c.type === 'string' ? T_STR : c.type === 'number' ? T_NUM : T_BOOL;
       this.cHead[ci] = id | (OP_CODE[c.op] << NAME_BITS) | (type << 24);
-      if (type === T_STR) {
+      if (type === T_STR && (c.op === 'like' || c.op === 'regex')) {
+        // A pattern: its automaton's words (dfaWords), interned by pattern.
+        const [off, len] = this.allocBytes(patternKey(c), () => dfaBytes(patternDfa(c)));
+        this.cValA[ci] = off;
+        this.cValB[ci] = len;
+      } else if (type === T_STR) {
         const [off, len] = this.allocString(c.value as string);
         this.cValA[ci] = off;
         this.cValB[ci] = len;
@@ -450,7 +464,8 @@ export class GpuLayout {
     const c0 = this.fCon[f];
     for (let k = 0; k < n; k++) {
       const c = flt.constraints[k];
-      if (c.type === 'string') this.releaseString(c.value as string);
+      if (c.op === 'like' || c.op === 'regex') this.releaseString(patternKey(c));
+      else if (c.type === 'string') this.releaseString(c.value as string);
       this.release(c.name);
     }
     this.freeRun(this.cFree, c0, n);
@@ -570,4 +585,35 @@ function release(held: number[], free: number[], oldest: number): void {
     }
   }
   held.length = w;
+}
+
+/**
+ * The key a pattern's automaton is interned by among the constraint strings: it begins with a
+ * lone surrogate, which no string value can hold (V5), so it never meets a string's key.
+ */
+function patternKey(c: NConstraint): string {
+  return `\ud800${c.op}\u0000${c.value as string}`;
+}
+
+/**
+ * A pattern's automaton as Cont reads it (match.wgsl, dfaMatch), u32 words: a header (states,
+ * classes, start state, dead state + 1 or 0), the class bounds (classes - 1 code points), the
+ * accepting states as a bit set, then the next-state table, one byte per (state, class).
+ */
+export function dfaWords(d: Dfa): Uint32Array {
+  const S = d.states;
+  const C = d.classes;
+  const nb = C - 1;
+  const accWords = Math.ceil(S / 32);
+  const out = new Uint32Array(1 + nb + accWords + Math.ceil((S * C) / 4));
+  out[0] = (S | (C << 8) | (d.start << 16) | ((d.dead < 0 ? 0 : d.dead + 1) << 24)) >>> 0;
+  out.set(d.bounds, 1);
+  for (let s = 0; s < S; s++) if (d.accept[s] === 1) out[1 + nb + (s >>> 5)] |= 1 << (s & 31);
+  new Uint8Array(out.buffer, 4 * (1 + nb + accWords), S * C).set(d.next.subarray(0, S * C));
+  return out;
+}
+
+function dfaBytes(d: Dfa): Uint8Array {
+  const w = dfaWords(d);
+  return new Uint8Array(w.buffer, w.byteOffset, w.byteLength);
 }

@@ -12,7 +12,8 @@
 //      cells within its reach, or (no area, a reach over many cells) every event, staged in
 //      workgroup memory.
 // Cont (x: workgroups striding over candidates, y: event): evaluates each candidate's constraints
-//      exactly (numbers as order-preserving 64-bit keys, strings on UTF-8 bytes) against the
+//      exactly (numbers as order-preserving 64-bit keys, strings on UTF-8 bytes, like / regex by
+//      the pattern's automaton over code points) against the
 //      event's attributes, staged in workgroup memory, and overwrites the candidate with its
 //      subscription index (a band candidate: its filter index, still marked BAND), or NO_MATCH.
 // Zip  (same grid as Cont): compacts the marked candidates into (event, mark) pairs with one
@@ -329,8 +330,54 @@ fn equalAt(aOff: u32, at: u32, cOff: u32, n: u32) -> bool {
   return true;
 }
 
+// like / regex: the pattern's automaton (layout.ts dfaWords, in cStr at `d`) run over the
+// attribute's code points, decoded from its UTF-8 (well-formed: validation admits no other).
+// Each code point's class is found by binary search in the automaton's class bounds.
+fn dfaMatch(aOff: u32, la: u32, d: u32) -> bool {
+  let h = cStr[d];
+  let nStates = h & 0xffu;
+  let nClasses = (h >> 8u) & 0xffu;
+  var st = (h >> 16u) & 0xffu;
+  let dead = h >> 24u; // dead state + 1, or 0
+  let nb = nClasses - 1u;
+  let boundsAt = d + 1u;
+  let acceptAt = boundsAt + nb;
+  let nextAt = acceptAt + (nStates + 31u) / 32u;
+  var i = 0u;
+  loop {
+    if (i >= la) { break; }
+    let b0 = eByte(aOff, i);
+    var cp = b0;
+    var n = 1u;
+    if (b0 >= 0xf0u) {
+      cp = ((b0 & 0x07u) << 18u) | ((eByte(aOff, i + 1u) & 0x3fu) << 12u) | ((eByte(aOff, i + 2u) & 0x3fu) << 6u) | (eByte(aOff, i + 3u) & 0x3fu);
+      n = 4u;
+    } else if (b0 >= 0xe0u) {
+      cp = ((b0 & 0x0fu) << 12u) | ((eByte(aOff, i + 1u) & 0x3fu) << 6u) | (eByte(aOff, i + 2u) & 0x3fu);
+      n = 3u;
+    } else if (b0 >= 0xc0u) {
+      cp = ((b0 & 0x1fu) << 6u) | (eByte(aOff, i + 1u) & 0x3fu);
+      n = 2u;
+    }
+    i += n;
+    // The class: how many bounds are <= cp.
+    var lo = 0u;
+    var hi = nb;
+    loop {
+      if (lo >= hi) { break; }
+      let mid = (lo + hi) / 2u;
+      if (cStr[boundsAt + mid] <= cp) { lo = mid + 1u; } else { hi = mid; }
+    }
+    let k = st * nClasses + lo;
+    st = (cStr[nextAt + (k >> 2u)] >> ((k & 3u) * 8u)) & 0xffu;
+    if (st + 1u == dead) { return false; }
+  }
+  return ((cStr[acceptAt + (st >> 5u)] >> (st & 31u)) & 1u) != 0u;
+}
+
 fn stringOp(op: u32, aOff: u32, la: u32, cOff: u32, lc: u32) -> bool {
   switch op {
+    case OP_LIKE, OP_REGEX: { return dfaMatch(aOff, la, cOff); }
     case OP_EQ: { return la == lc && headEqual(aOff, cOff, lc); }
     case OP_NE: { return !(la == lc && headEqual(aOff, cOff, lc)); }
     case OP_PREFIX: { return lc <= la && headEqual(aOff, cOff, lc); }

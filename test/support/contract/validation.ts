@@ -76,7 +76,7 @@ export function validationRules({ make, open }: ContractContext): void {
       ['name of 22 three-byte chars (66 bytes)', con(1, 'name', '東'.repeat(22)), `${F}.constraints[1].name`],
       ['name with a lone surrogate', con(1, 'name', lone), `${F}.constraints[1].name`],
       ['name of a million chars', con(1, 'name', 'x'.repeat(1_000_000)), `${F}.constraints[1].name`],
-      ['unknown op', con(0, 'op', 'like'), `${F}.constraints[0].op`],
+      ['unknown op', con(0, 'op', 'glob'), `${F}.constraints[0].op`],
       ['op in upper case', con(0, 'op', 'PREFIX'), `${F}.constraints[0].op`],
       ['op inherited from Object.prototype', con(0, 'op', 'toString'), `${F}.constraints[0].op`],
       ['missing op', con(0, 'op', undefined), `${F}.constraints[0].op`],
