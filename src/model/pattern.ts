@@ -12,6 +12,10 @@
  *   `* + ? {n} {n,} {n,m}` (n, m ≤ 100), greedy or lazy. Everything else (back-references,
  *   lookaround, named groups, `\b \B \p \k \c`, `^`/`$` elsewhere) is a PatternError.
  *
+ * One file because it is one pipeline with one encoding: the parsers produce the sets of code
+ * points that the class partition, the NFA, the subset construction and the minimisation all work
+ * on, and the runner reads the tables they build.
+ *
  * Construction: parse to sets of code-point ranges, split the code points into classes at every
  * range boundary, build a Thompson NFA over classes, determinise (subset construction), minimise
  * (Moore), and merge adjacent classes that every state treats alike. The result is the unique

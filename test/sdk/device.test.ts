@@ -121,7 +121,7 @@ describe('AmbitDevice', () => {
     await rejects(d.unsubscribe('nope'), StatusCode.NOT_FOUND, 'unsubscribe.subscription_id', /no subscription "nope"/);
     await rejects(d.replace({ id: 'nope', filters: [{}] }), StatusCode.NOT_FOUND, 'replace.subscription.id', /no subscription "nope"/);
     // Caught by the SDK before anything is sent.
-    await rejects(d.subscribe({ id: 'x', filters: [{ constraints: [{ name: 'a', op: 'like' as never, value: 1 }] }] }), StatusCode.INVALID_ARGUMENT, 'subscribe.subscription.filters[0].constraints[0].op', /must be one of/);
+    await rejects(d.subscribe({ id: 'x', filters: [{ constraints: [{ name: 'a', op: 'glob' as never, value: 1 }] }] }), StatusCode.INVALID_ARGUMENT, 'subscribe.subscription.filters[0].constraints[0].op', /must be one of/);
     assert.throws(() => d.updateLocation(91, 0), (err: unknown) => err instanceof AmbitError && err.field === 'location.lat' && /\[-90, 90\], got 91/.test(err.message));
     assert.throws(() => d.updateLocation(0, Number.NaN), (err: unknown) => err instanceof AmbitError && err.field === 'location.lon');
 

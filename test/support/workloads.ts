@@ -1,5 +1,7 @@
 /**
- * Adversarial, seeded workloads for the differential tests. Each scenario is a fixed sequence of
+ * Adversarial, seeded workloads for the differential tests. One file because every variant draws
+ * from one generator and one PRNG stream: splitting it would make a variant's seed depend on
+ * module boundaries. Each scenario is a fixed sequence of
  * operations (add, replace, remove, moves, handles, forgets, matches, batches) generated from a
  * variant's knobs and a seed with the test PRNG, so a failure names (variant, seed, step) and
  * replays exactly. The generator keeps its own model of the state only to aim its probes: events
