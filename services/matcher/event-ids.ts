@@ -86,26 +86,42 @@ export type IdTicket = number;
  * Event ids published lately, with their reach, in memory: forgotten after `windowMs` by the
  * injected clock, or sooner when more than `maxIds` are held (oldest first).
  *
- * A ring of entries in typed arrays (time, reach, ticket) plus a map from id to its slot: no object
- * per remembered id. A window holds up to a million ids in every hub partition of a node, and an
- * object per id kept that many objects alive for the garbage collector to trace.
+ * No object per remembered id: a window holds up to a million ids in every hub partition of a
+ * node, and a million strings and map entries per partition kept the garbage collector busy
+ * tracing them (the tail of the latency under sustained load). Instead:
+ * - a ring of entries in typed arrays (time, reach, ticket, the id's place in the text ring);
+ * - the ids' UTF-16 code units, appended in ticket order to a ring of their own (`units`), freed
+ *   from its head as entries leave the ring's head;
+ * - an open-addressing table of tickets by a hash of the id's code units (linear probing,
+ *   backward-shift deletion), so a lookup compares code units, not strings.
+ * Only a publish still being matched holds an object (its promise) until it settles.
  */
 export class EventIdWindow {
-  /** Id → its slot in the ring. */
-  private readonly index = new Map<string, number>();
   private cap = 0;
   private mask = 0;
-  /** Per slot: the id (undefined: a dead entry), its time, its reach, its ticket. */
-  private ids: (string | undefined)[] = [];
+  /** Per slot: its time, its reach, its ticket, where its id starts in `units` (absolute) and its length (-1: a dead entry), its hash. */
   private at = new Float64Array(0);
   private reachedOf = new Float64Array(0);
   private ticketOf = new Float64Array(0);
+  private startOf = new Float64Array(0);
+  private lenOf = new Int32Array(0);
+  private hashOf = new Int32Array(0);
   /** Per slot: the publish still matching it (null once settled) and its index there. */
   private pendingOf: (Promise<readonly number[]> | null)[] = [];
   private pendingIndex = new Int32Array(0);
   /** Tickets of the oldest entry held and of the next one: slot = ticket & mask. */
   private head = 0;
   private next = 0;
+  /** The ids' code units: a ring addressed by absolute offsets (& unitMask); [unitHead, unitNext) is in use. */
+  private units = new Uint16Array(0);
+  private unitMask = -1;
+  private unitHead = 0;
+  private unitNext = 0;
+  /** Ticket + 1 of each live entry by its id's hash (0: empty). */
+  private table = new Float64Array(0);
+  private tableMask = -1;
+  /** Live (not dead) entries: the table's and the bound's count. */
+  private liveCount = 0;
 
   constructor(
     private readonly options: DedupeOptions,
@@ -122,8 +138,8 @@ export class EventIdWindow {
    */
   get(id: string): number | Promise<number> | undefined {
     if (!this.enabled) return undefined;
-    const slot = this.index.get(id);
-    if (slot === undefined) return undefined;
+    const slot = this.find(id, hashId(id));
+    if (slot < 0) return undefined;
     if (this.at[slot] <= this.now() - this.options.windowMs) return undefined;
     const pending = this.pendingOf[slot];
     if (pending === null) return this.reachedOf[slot];
@@ -138,24 +154,33 @@ export class EventIdWindow {
   remember(id: string, pending: Promise<readonly number[]>, index: number): IdTicket {
     if (!this.enabled) return -1;
     const now = this.now();
+    const h = hashId(id);
     // An id past its window published again: its old entry dies where it is.
-    const old = this.index.get(id);
-    if (old !== undefined) this.kill(old);
+    const old = this.find(id, h);
+    if (old >= 0) this.kill(old);
     if (this.next - this.head === this.cap) {
       // Full: grow while the ring is smaller than the bound or holds dead entries (drops, ids
       // published again) that would otherwise push live ones out early; else the oldest goes.
-      if (this.cap < this.options.maxIds || this.index.size < this.options.maxIds) this.grow();
+      if (this.cap < this.options.maxIds || this.liveCount < this.options.maxIds) this.grow();
       else this.evictHead();
     }
+    if (this.unitNext - this.unitHead + id.length > this.units.length) this.growUnits(id.length);
     const ticket = this.next++;
     const slot = ticket & this.mask;
-    this.ids[slot] = id;
+    const start = this.unitNext;
+    for (let k = 0; k < id.length; k++) this.units[(start + k) & this.unitMask] = id.charCodeAt(k);
+    this.unitNext += id.length;
     this.at[slot] = now;
     this.reachedOf[slot] = 0;
     this.ticketOf[slot] = ticket;
+    this.startOf[slot] = start;
+    this.lenOf[slot] = id.length;
+    this.hashOf[slot] = h;
     this.pendingOf[slot] = pending;
     this.pendingIndex[slot] = index;
-    this.index.set(id, slot);
+    this.liveCount++;
+    if (2 * this.liveCount > this.table.length) this.growTable();
+    this.insert(h, ticket);
     this.expire(now);
     return ticket;
   }
@@ -171,72 +196,159 @@ export class EventIdWindow {
   /** The publish of a remembered id failed: it was not published, so it is forgotten. */
   drop(id: string, ticket: IdTicket): void {
     const slot = this.live(ticket);
-    if (slot >= 0 && this.ids[slot] === id) this.kill(slot);
+    if (slot >= 0 && this.idIs(slot, id)) this.kill(slot);
   }
 
   get size(): number {
-    return this.index.size;
+    return this.liveCount;
   }
 
   /** The slot of a ticket still held, or -1. */
   private live(ticket: IdTicket): number {
     if (ticket < this.head || ticket >= this.next) return -1;
     const slot = ticket & this.mask;
-    return this.ticketOf[slot] === ticket && this.ids[slot] !== undefined ? slot : -1;
+    return this.ticketOf[slot] === ticket && this.lenOf[slot] >= 0 ? slot : -1;
+  }
+
+  /** Whether the live entry in `slot` holds `id`. */
+  private idIs(slot: number, id: string): boolean {
+    const n = this.lenOf[slot];
+    if (n !== id.length) return false;
+    const start = this.startOf[slot];
+    const units = this.units;
+    const m = this.unitMask;
+    for (let k = 0; k < n; k++) if (units[(start + k) & m] !== id.charCodeAt(k)) return false;
+    return true;
+  }
+
+  /** The slot of the live entry holding `id` (hash `h`), or -1. */
+  private find(id: string, h: number): number {
+    const table = this.table;
+    const tm = this.tableMask;
+    if (tm < 0) return -1;
+    for (let i = h & tm; table[i] !== 0; i = (i + 1) & tm) {
+      const slot = (table[i] - 1) & this.mask;
+      if (this.hashOf[slot] === h && this.idIs(slot, id)) return slot;
+    }
+    return -1;
+  }
+
+  private insert(h: number, ticket: number): void {
+    const table = this.table;
+    const tm = this.tableMask;
+    let i = h & tm;
+    while (table[i] !== 0) i = (i + 1) & tm;
+    table[i] = ticket + 1;
+  }
+
+  /** Takes `ticket` out of the table, shifting back the entries after it that may move (linear probing without tombstones). */
+  private remove(h: number, ticket: number): void {
+    const table = this.table;
+    const tm = this.tableMask;
+    let i = h & tm;
+    while (table[i] !== ticket + 1) {
+      if (table[i] === 0) return;
+      i = (i + 1) & tm;
+    }
+    for (let j = (i + 1) & tm; table[j] !== 0; j = (j + 1) & tm) {
+      const home = this.hashOf[(table[j] - 1) & this.mask] & tm;
+      // Entry j may fill the hole at i when its home is not in the cyclic range (i, j].
+      if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
+        table[i] = table[j];
+        i = j;
+      }
+    }
+    table[i] = 0;
   }
 
   /** Forgets the entry in `slot` (it stays in the ring, dead, until the ring's head passes it). */
   private kill(slot: number): void {
-    const id = this.ids[slot];
-    if (id === undefined) return;
-    if (this.index.get(id) === slot) this.index.delete(id);
-    this.ids[slot] = undefined;
+    if (this.lenOf[slot] < 0) return;
+    this.remove(this.hashOf[slot], this.ticketOf[slot]);
+    this.lenOf[slot] = -1;
     this.pendingOf[slot] = null;
+    this.liveCount--;
   }
 
   private evictHead(): void {
     this.kill(this.head & this.mask);
     this.head++;
+    // The id text of entries that left is free: up to where the oldest held entry's starts.
+    this.unitHead = this.head < this.next ? this.startOf[this.head & this.mask] : this.unitNext;
   }
 
   private expire(now: number): void {
     const oldest = now - this.options.windowMs;
     while (this.head < this.next) {
       const slot = this.head & this.mask;
-      if (this.ids[slot] !== undefined && this.index.size <= this.options.maxIds && this.at[slot] > oldest) break;
+      if (this.lenOf[slot] >= 0 && this.liveCount <= this.options.maxIds && this.at[slot] > oldest) break;
       this.evictHead();
     }
   }
 
-  /** Doubles the ring, keeping every entry's ticket. */
+  /** Doubles the ring, keeping every entry's ticket (the table holds tickets, so it stays). */
   private grow(): void {
     const cap = this.cap === 0 ? 1024 : this.cap * 2;
     const mask = cap - 1;
-    const ids: (string | undefined)[] = new Array(cap).fill(undefined);
     const at = new Float64Array(cap);
     const reached = new Float64Array(cap);
     const tickets = new Float64Array(cap);
+    const starts = new Float64Array(cap);
+    const lens = new Int32Array(cap).fill(-1);
+    const hashes = new Int32Array(cap);
     const pending: (Promise<readonly number[]> | null)[] = new Array(cap).fill(null);
     const pendingIndex = new Int32Array(cap);
     for (let t = this.head; t < this.next; t++) {
       const from = t & this.mask;
       const to = t & mask;
-      const id = this.ids[from];
-      ids[to] = id;
       at[to] = this.at[from];
       reached[to] = this.reachedOf[from];
       tickets[to] = t;
+      starts[to] = this.startOf[from];
+      lens[to] = this.lenOf[from];
+      hashes[to] = this.hashOf[from];
       pending[to] = this.pendingOf[from];
       pendingIndex[to] = this.pendingIndex[from];
-      if (id !== undefined && this.index.get(id) === from) this.index.set(id, to);
     }
     this.cap = cap;
     this.mask = mask;
-    this.ids = ids;
     this.at = at;
     this.reachedOf = reached;
     this.ticketOf = tickets;
+    this.startOf = starts;
+    this.lenOf = lens;
+    this.hashOf = hashes;
     this.pendingOf = pending;
     this.pendingIndex = pendingIndex;
   }
+
+  /** Doubles the text ring until `more` units fit beside those in use, keeping absolute offsets. */
+  private growUnits(more: number): void {
+    let size = Math.max(4096, this.units.length);
+    while (this.unitNext - this.unitHead + more > size) size *= 2;
+    if (size === this.units.length) size *= 2;
+    const units = new Uint16Array(size);
+    const m = size - 1;
+    for (let o = this.unitHead; o < this.unitNext; o++) units[o & m] = this.units[o & this.unitMask];
+    this.units = units;
+    this.unitMask = m;
+  }
+
+  /** Doubles the table (at least 2048 entries) and puts every live entry back. */
+  private growTable(): void {
+    const size = Math.max(2048, 2 * this.table.length);
+    this.table = new Float64Array(size);
+    this.tableMask = size - 1;
+    for (let t = this.head; t < this.next; t++) {
+      const slot = t & this.mask;
+      if (this.lenOf[slot] >= 0 && this.ticketOf[slot] === t) this.insert(this.hashOf[slot], t);
+    }
+  }
+}
+
+/** FNV-1a over an id's UTF-16 code units (the table's hash; the code units themselves decide). Exported for tests. */
+export function hashId(id: string): number {
+  let h = 0x811c9dc5;
+  for (let k = 0; k < id.length; k++) h = Math.imul(h ^ id.charCodeAt(k), 0x01000193);
+  return h | 0;
 }

@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { EventIdWindow, planPublish, settlePublish } from '../../services/matcher/event-ids.js';
+import { EventIdWindow, hashId, planPublish, settlePublish } from '../../services/matcher/event-ids.js';
 import type { Event } from '../../src/model/types.js';
 
 const ev = (id: string): Event => ({ id, lat: 0, lon: 0, attributes: {} });
@@ -108,7 +108,21 @@ describe('event id window: the ring against a plain model', () => {
       seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
       return seed % n;
     };
-    for (const [windowMs, maxIds] of [[50, 3000], [1e9, 1500], [400, 5000]]) {
+    // Ids of one length whose hashes collide (found by a birthday search), so the table's lookups
+    // must compare the ids' text, beside plain and multi-byte ones.
+    const byHash = new Map<number, string>();
+    const colliding: string[] = [];
+    for (let k = 0; colliding.length < 400; k++) {
+      const id = `c-${k.toString(36).padStart(6, '0')}`;
+      const h = hashId(id);
+      const other = byHash.get(h);
+      if (other === undefined) byHash.set(h, id);
+      else colliding.push(other, id);
+    }
+    assert.equal(hashId(colliding[0]), hashId(colliding[1]));
+    const pools: ((n: number) => string)[] = [(n) => `e${n}`, (n) => (n % 3 === 0 ? `é🚑${n}` : colliding[n % colliding.length])];
+    for (const [windowMs, maxIds, pool] of [[50, 3000, 0], [1e9, 1500, 0], [400, 5000, 0], [50, 3000, 1], [1e9, 300, 1]]) {
+      const idOf = pools[pool];
       let now = 0;
       const w = new EventIdWindow({ windowMs, maxIds }, () => now);
       const model = new Model(windowMs, maxIds);
@@ -118,7 +132,7 @@ describe('event id window: the ring against a plain model', () => {
         now += rand(3);
         const r = rand(10);
         if (r < 6) {
-          const id = `e${rand(4000)}`;
+          const id = idOf(rand(4000));
           const ticket = w.remember(id, never, 0);
           model.remember(id, now, ticket);
           tickets.push({ id, ticket });
@@ -132,7 +146,7 @@ describe('event id window: the ring against a plain model', () => {
           w.drop(t.id, t.ticket);
           model.drop(t.id, t.ticket);
         } else {
-          const id = `e${rand(4000)}`;
+          const id = idOf(rand(4000));
           const got = w.get(id);
           const want = model.get(id, now);
           assert.equal(got instanceof Promise ? 'pending' : got, want, `get(${id}) at step ${step} (window ${windowMs} ms, ${maxIds} ids)`);
