@@ -289,6 +289,24 @@ describe('gpu engine: Cont and Zip edge cases', () => {
     }
   });
 
+  it('a subscription replaced while a batch is in flight is listed by that batch, as it matched then', async () => {
+    const m = make();
+    try {
+      const e = { id: 'e', lat: 45.46, lon: 9.18, attributes: { x: 1, k: 'road accident' } };
+      m.add({ id: 'a', owner: 'd', filters: [{ constraints: [{ name: 'x', op: 'exists' }] }] });
+      m.add({ id: 'gone', owner: 'd', filters: [{ constraints: [{ name: 'x', op: 'exists' }] }] });
+      const first = m.match(e);
+      // The same id replaced (by a version that no longer matches), another removed: the batch
+      // submitted before answers from the state it was submitted with.
+      m.replace({ id: 'a', owner: 'd', filters: [{ constraints: [{ name: 'k', op: 'like', value: 'fire%' }] }] });
+      m.remove('gone');
+      assert.deepEqual(sorted(await first), ['a']);
+      assert.deepEqual(await m.match(e), []);
+    } finally {
+      await m.close();
+    }
+  });
+
   it('matchBatch calls and match() calls in flight together each get their own answers', async () => {
     const m = make({ maxBatch: 7, inFlight: 2 });
     const ref = new ReferenceMatcher();

@@ -6,7 +6,9 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { DEFAULT_LIMITS, validateSubscription } from '../src/model/limits.js';
 import { type Dfa, PatternError, classOf, compilePattern, dfaMatches } from '../src/model/pattern.js';
+import { throwsAt } from './support/assertions.js';
 import { likeOracle } from './support/contract/patterns.js';
 import { Rng } from './support/rng.js';
 
@@ -48,7 +50,7 @@ describe('pattern automata', () => {
         d = compilePattern('regex', p, 255);
       } catch (err) {
         // The generator writes only supported syntax; the one way out is a pattern past 255 states.
-        assert.ok(err instanceof PatternError && /states/.test(err.rule), `${JSON.stringify(p)}: ${String(err)}`);
+        assert.ok(err instanceof PatternError && /states|too complex|runs of characters/.test(err.rule), `${JSON.stringify(p)}: ${String(err)}`);
         continue;
       }
       const re = new RegExp(p, 'su');
@@ -139,11 +141,36 @@ describe('pattern automata', () => {
       assert.throws(() => compilePattern(kind, p, 128), (e: unknown) => e instanceof PatternError && why.test(e.rule), `${kind} ${JSON.stringify(p)}`);
       // JavaScript rejects the regex ones too, except the ones that are ours alone (anchors inside, lookaround, ...).
     }
-    assert.throws(() => compilePattern('regex', '(a|b)*a(a|b){12}', 128), (e: unknown) => e instanceof PatternError && /more than 128 states/.test(e.rule));
+    // The subset construction explodes (2^13 sets) before minimising could shrink it: refused as too complex.
+    assert.throws(() => compilePattern('regex', '(a|b)*a(a|b){12}', 128), (e: unknown) => e instanceof PatternError && /too complex to compile \(its automaton passes 512 states/.test(e.rule));
+    assert.throws(() => compilePattern('regex', '^(a|b)*a(a|b){5}$', 40), (e: unknown) => e instanceof PatternError && /needs more than 40 states \(it needs 65\)/.test(e.rule));
+    // Classes: at most 64 runs of code points told apart (each is a column of the tables).
+    const runs = (n: number) => `[${Array.from({ length: n }, (_, k) => String.fromCodePoint(0x4e00 + 2 * k)).join('')}]`;
+    compilePattern('regex', runs(31), 128);
+    assert.throws(() => compilePattern('regex', runs(32), 128), (e: unknown) => e instanceof PatternError && /65 runs of characters, more than 64/.test(e.rule));
     assert.throws(() => compilePattern('regex', '(?:(?:a{100}){100}){100}', 255), (e: unknown) => e instanceof PatternError && /too large/.test(e.rule), 'a repeat that expands past the NFA bound');
     // A pattern whose construction would take long is refused quickly (the work is bounded).
     const slow = '(.+?){0,2}(?:(?:([^b-é]+?[東a]{0,2}|a\n+)?[^b-é]{2}(?:a{1,}[^\\s\\w]*?){1,})*🚑{1,}|b{2}){2}b+?|(b{2}(?:東|é*\n+?|.+[🚑-🚒]é{2})*?\\u00e9+?){0,2}';
-    assert.throws(() => compilePattern('regex', slow, 255), (e: unknown) => e instanceof PatternError && /states/.test(e.rule));
+    assert.throws(() => compilePattern('regex', slow, 255), (e: unknown) => e instanceof PatternError && /too complex/.test(e.rule));
+    // Minimising is charged to the same budget: a pattern whose subset automaton is large but under
+    // its bound is refused quickly too (it took seconds when minimisation was not counted).
+    const wide = `^(?:(?:[${Array.from({ length: 30 }, (_, k) => String.fromCodePoint(0x61 + 2 * (k % 13)) ).join('')}]){15}){30}$`;
+    assert.throws(() => compilePattern('regex', wide, 128), (e: unknown) => e instanceof PatternError && /too complex/.test(e.rule));
+  });
+
+  it('[V13] the patterns of one subscription share a bound on compilation work; a refused pattern is refused again', () => {
+    const cls = "!#%'13579;=ACEGIKMOQSUWY¡£¥";
+    const filters = Array.from({ length: 40 }, (_, i) => ({ constraints: [{ name: 'n', op: 'regex' as const, value: `^[${cls}]{0,${40 + i}}$` }] }));
+    // Each compiles alone; together they pass the subscription's bound, and the filter where it
+    // runs out is named.
+    validateSubscription({ id: 'one', owner: 'o', filters: filters.slice(39) }, DEFAULT_LIMITS);
+    const e = throwsAt(() => validateSubscription({ id: 'x', owner: 'o', filters }, DEFAULT_LIMITS), 'subscription.filters[30].constraints[0].value');
+    assert.match(e.rule, /together take too much work/);
+    // Patterns already compiled cost nothing the next time: the same filters again, one by one.
+    for (let i = 0; i < 40; i++) validateSubscription({ id: `s${i}`, owner: 'o', filters: [filters[i]] }, DEFAULT_LIMITS);
+    validateSubscription({ id: 'again', owner: 'o', filters }, DEFAULT_LIMITS);
+    const bad = { id: 'b', owner: 'o', filters: [{ constraints: [{ name: 'n', op: 'regex' as const, value: '(a|b)*a(a|b){12}' }] }] };
+    for (let k = 0; k < 2; k++) throwsAt(() => validateSubscription(bad, DEFAULT_LIMITS), 'subscription.filters[0].constraints[0].value', 'INVALID_ARGUMENT', `attempt ${k}`);
   });
 
   it('[C18] minimal: one language, one automaton, and a dead state that loops', () => {

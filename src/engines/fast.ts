@@ -1103,6 +1103,18 @@ export class FastMatcher extends CpuMatcher {
     out.push(this.subId[si]!);
   }
 
+  /** The automata of the like / regex constraints held (each once, however many constraints share it). */
+  private patternBytes(): number {
+    const seen = new Set<Dfa>();
+    let bytes = 8 * this.cDfa.length;
+    for (const d of this.cDfa) {
+      if (d === undefined || seen.has(d)) continue;
+      seen.add(d);
+      bytes += d.next.byteLength + d.bounds.byteLength + d.accept.byteLength + 64;
+    }
+    return bytes;
+  }
+
   private nextStamp(): number {
     if (++this.stamp === 0xffffffff) {
       this.stamp = 1;
@@ -1140,7 +1152,7 @@ export class FastMatcher extends CpuMatcher {
       this.subStamp.byteLength + levelBytes;
     // Maps and arrays of references: ~ 8 bytes a slot plus ~ 60 bytes per map entry (V8 estimates).
     const refs = 8 * (this.strOf.length + this.subId.length + this.subOwner.length + this.sDevice.length) +
-      60 * (this.subIndex.size + this.deviceSlot.size + cells) + cellBytes + 8 * this.sCap * levels + this.eq.bytes;
+      60 * (this.subIndex.size + this.deviceSlot.size + cells) + cellBytes + 8 * this.sCap * levels + this.eq.bytes + this.patternBytes();
     return {
       engine: this.name,
       subscriptions: this.subIndex.size,

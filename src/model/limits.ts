@@ -4,7 +4,7 @@
  * Validation returns a normalised copy (the caller's objects are never retained).
  */
 import { ValidationError, show } from './errors.js';
-import { type Dfa, PatternError, compilePattern } from './pattern.js';
+import { type Dfa, type PatternBudget, PatternError, SUBSCRIPTION_PATTERN_WORK, compilePattern } from './pattern.js';
 import type { Constraint, Event, Filter, LatLon, Op, Subscription, Value, ValueType } from './types.js';
 
 /** Most states a pattern's automaton may have (its next-state table has one byte per entry). */
@@ -234,7 +234,8 @@ const OP_TYPES: Record<Op, readonly ValueType[]> = {
   exists: [],
 };
 
-export function validateConstraint(field: string, c: unknown, limits: Limits): NConstraint {
+/** `budget`: compilation work the patterns of one subscription share (validateSubscription's). */
+export function validateConstraint(field: string, c: unknown, limits: Limits, budget?: PatternBudget): NConstraint {
   const o = checkObject(field, c);
   const name = checkString(`${field}.name`, o.name, 1, limits.maxNameBytes);
   const op = o.op;
@@ -258,7 +259,7 @@ export function validateConstraint(field: string, c: unknown, limits: Limits): N
     if (bytes > limits.maxPatternBytes) throw new ValidationError(`${field}.value`, `pattern must be at most ${limits.maxPatternBytes} bytes, got ${bytes}`);
     let dfa: Dfa;
     try {
-      dfa = compiled(op, p, limits.maxPatternStates);
+      dfa = compiled(op, p, limits.maxPatternStates, budget);
     } catch (err) {
       if (err instanceof PatternError) throw new ValidationError(`${field}.value`, `${op} pattern ${show(p)}: ${err.rule}`);
       throw err;
@@ -268,19 +269,40 @@ export function validateConstraint(field: string, c: unknown, limits: Limits): N
   return out;
 }
 
-/** Automata made lately, by (op, state limit, pattern): subscribers share patterns, and a load repeats them. */
-const automata = new Map<string, Dfa>();
+/**
+ * Automata made lately, and patterns refused lately, by (op, state limit, pattern): subscribers
+ * share patterns, a load repeats them, and a client that retries a refused pattern costs one
+ * lookup. Bounded in entries and in table bytes; the oldest go first.
+ */
+const automata = new Map<string, Dfa | PatternError>();
 const AUTOMATA_KEPT = 4096;
+const AUTOMATA_BYTES = 8 << 20;
+let automataBytes = 0;
 
-/** The pattern's automaton, from the cache or compiled (and kept, the oldest dropped past AUTOMATA_KEPT). */
-function compiled(op: 'like' | 'regex', p: string, maxStates: number): Dfa {
+const dfaBytes = (d: Dfa | PatternError): number => (d instanceof PatternError ? 64 : d.next.length + 4 * d.bounds.length + d.accept.length + 64);
+
+/** The pattern's automaton, from the cache or compiled (and kept); throws the PatternError it got. */
+function compiled(op: 'like' | 'regex', p: string, maxStates: number, budget?: PatternBudget): Dfa {
   const key = `${op}\u0000${maxStates}\u0000${p}`;
   let d = automata.get(key);
   if (d === undefined) {
-    d = compilePattern(op, p, maxStates);
-    if (automata.size >= AUTOMATA_KEPT) automata.delete(automata.keys().next().value as string);
+    try {
+      d = compilePattern(op, p, maxStates, budget);
+    } catch (err) {
+      if (!(err instanceof PatternError)) throw err;
+      // A pattern refused only because its subscription's budget ran out is not remembered as bad.
+      if (budget !== undefined && budget.left < 0) throw err;
+      d = err;
+    }
     automata.set(key, d);
+    automataBytes += dfaBytes(d);
+    while (automata.size > AUTOMATA_KEPT || automataBytes > AUTOMATA_BYTES) {
+      const [k, v] = automata.entries().next().value as [string, Dfa | PatternError];
+      automata.delete(k);
+      automataBytes -= dfaBytes(v);
+    }
   }
+  if (d instanceof PatternError) throw d;
   return d;
 }
 
@@ -296,12 +318,12 @@ export function patternDfa(c: NConstraint): Dfa {
   return dfa;
 }
 
-export function validateFilter(field: string, f: unknown, limits: Limits): NFilter {
+export function validateFilter(field: string, f: unknown, limits: Limits, budget?: PatternBudget): NFilter {
   const o = checkObject(field, f);
   const cs = checkArray(`${field}.constraints`, o.constraints ?? [], 0, limits.maxConstraintsPerFilter, 'constraints');
   // Index loops, not map(): map() skips the holes of a sparse array, which must be rejected.
   const constraints: NConstraint[] = new Array(cs.length);
-  for (let i = 0; i < cs.length; i++) constraints[i] = validateConstraint(`${field}.constraints[${i}]`, cs[i], limits);
+  for (let i = 0; i < cs.length; i++) constraints[i] = validateConstraint(`${field}.constraints[${i}]`, cs[i], limits, budget);
   let area: NArea | null = null;
   if (o.area !== undefined && o.area !== null) {
     const a = checkObject(`${field}.area`, o.area);
@@ -319,7 +341,9 @@ export function validateSubscription(s: unknown, limits: Limits, field = 'subscr
   const owner = checkId(`${field}.owner`, o.owner, limits);
   const fs = checkArray(`${field}.filters`, o.filters, 1, limits.maxFiltersPerSubscription, 'filters');
   const filters: NFilter[] = new Array(fs.length);
-  for (let i = 0; i < fs.length; i++) filters[i] = validateFilter(`${field}.filters[${i}]`, fs[i], limits);
+  // The patterns of one subscription share a bound on compilation work (V13).
+  const budget: PatternBudget = { left: SUBSCRIPTION_PATTERN_WORK };
+  for (let i = 0; i < fs.length; i++) filters[i] = validateFilter(`${field}.filters[${i}]`, fs[i], limits, budget);
   return { id, owner, filters };
 }
 

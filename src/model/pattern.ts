@@ -53,9 +53,13 @@ export class PatternError extends Error {
 const MAX_CP = 0x10ffff;
 const MAX_REPEAT = 100;
 const MAX_NFA = 20_000;
-const MAX_CLASSES = 255;
+/**
+ * Most classes of code points a pattern may tell apart (runs of code points it treats alike, before
+ * neighbouring runs merge): each costs a column of the next-state table on the host and the GPU.
+ */
+export const MAX_CLASSES = 64;
 /** Steps the subset construction may take (tens of ms on one core at most): past it, PatternError. */
-const WORK = 400_000;
+const WORK = 1_500_000;
 
 // ---------------------------------------------------------------- sets of code points
 
@@ -571,11 +575,12 @@ function closure(nfa: Nfa, seeds: number[], mark: Int32Array, stamp: number): nu
   return out.sort((x, y) => x - y);
 }
 
-function compileTree(tree: Node, maxStates: number): Dfa {
+function compileTree(tree: Node, maxStates: number, budget?: PatternBudget): Dfa {
   const sets: CpSet[] = [];
   collectSets(tree, sets);
   const bounds = partition(sets);
   const C = bounds.length + 1;
+  if (C > MAX_CLASSES) throw new PatternError(`the pattern tells apart ${C} runs of characters, more than ${MAX_CLASSES}`);
   const nfa = new Nfa(bounds, C);
   const [start, accept] = nfa.build(tree);
 
@@ -586,19 +591,21 @@ function compileTree(tree: Node, maxStates: number): Dfa {
   const members: number[][] = [];
   const rows: number[][] = [];
   // Bounds on the work, so that no pattern makes validation slow: the subset automaton may grow
-  // to 4 times the states allowed before minimisation, and the construction to WORK steps.
+  // to 4 times the states allowed before minimisation, and its construction and minimisation
+  // together to WORK steps.
   const limit = 4 * maxStates;
   let work = 0;
   const spend = (n: number): void => {
     work += n;
-    if (work > WORK) throw new PatternError(`the pattern is too complex: its automaton grows past ${maxStates} states while it is built`);
+    if (work > WORK) throw new PatternError('the pattern is too complex to compile (its automaton takes too much work to build)');
+    if (budget !== undefined && (budget.left -= n) < 0) throw new PatternError("the subscription's patterns together take too much work to compile");
   };
   const add = (set: number[]): number => {
     const key = set.join(',');
     let id = ids.get(key);
     if (id === undefined) {
       id = members.length;
-      if (id >= limit) throw new PatternError(`the pattern needs more than ${maxStates} states`);
+      if (id >= limit) throw new PatternError(`the pattern is too complex to compile (its automaton passes ${limit} states before it is minimised)`);
       ids.set(key, id);
       members.push(set);
     }
@@ -629,6 +636,7 @@ function compileTree(tree: Node, maxStates: number): Dfa {
   let block = acc.slice();
   let count = new Set(block).size;
   for (;;) {
+    spend(n * (C + 1));
     const sig = new Map<string, number>();
     const next = new Array<number>(n);
     for (let s = 0; s < n; s++) {
@@ -681,7 +689,6 @@ function compileTree(tree: Node, maxStates: number): Dfa {
     }
   }
   const K = keep.length;
-  if (K > MAX_CLASSES) throw new PatternError(`the pattern distinguishes more than ${MAX_CLASSES} classes of characters`);
   const next = new Uint8Array(S * K);
   for (let s = 0; s < S; s++) for (let k = 0; k < K; k++) next[s * K + k] = table[s][keep[k]];
   let dead = -1;
@@ -695,10 +702,23 @@ function compileTree(tree: Node, maxStates: number): Dfa {
 }
 
 /** Compiles a pattern (a well-formed string) into its minimal DFA of at most `maxStates` states; throws PatternError. */
-export function compilePattern(kind: PatternKind, pattern: string, maxStates: number): Dfa {
+/**
+ * Compiles a pattern (a well-formed string) into its minimal DFA of at most `maxStates` states;
+ * throws PatternError. `budget`: work shared with other patterns (a subscription's), drawn down by
+ * what this one takes; PatternError once it is spent.
+ */
+export function compilePattern(kind: PatternKind, pattern: string, maxStates: number, budget?: PatternBudget): Dfa {
   const tree = kind === 'like' ? parseLike(pattern) : parseRegex(pattern);
-  return compileTree(tree, Math.min(maxStates, 255));
+  return compileTree(tree, Math.min(maxStates, 255), budget);
 }
+
+/** Compilation work left to several patterns together (steps of the subset construction and minimisation). */
+export interface PatternBudget {
+  left: number;
+}
+
+/** The work one subscription's patterns may take together: about four times one pattern's bound. */
+export const SUBSCRIPTION_PATTERN_WORK = 6_000_000;
 
 /** The class of code point `cp` (binary search in the bounds). */
 export function classOf(d: Dfa, cp: number): number {

@@ -125,10 +125,12 @@ export class GpuLayout {
   upLat = new Float64Array(this.pCap);
   upLon = new Float64Array(this.pCap);
   /**
-   * (slot, lat, lon, known, serial) records: the slot's uploaded position before the upload of
-   * batch `serial`, kept while a batch submitted before it is in flight.
+   * Per slot that moved while batches were in flight: (serial, lat, lon, known) records, in serial
+   * order: the slot's uploaded position before the upload of batch `serial`, kept while a batch
+   * submitted before it is in flight.
    */
-  private journal: number[] = [];
+  private journal = new Map<number, number[]>();
+  private journalRecords = 0;
   /** Slots whose position changed since the last upload. */
   moved: number[] = [];
   private pMoved = new Uint8Array(this.pCap);
@@ -286,7 +288,12 @@ export class GpuLayout {
       const s = moved[i];
       this.pMoved[s] = 0;
       const o = 4 * s;
-      if (keep) this.journal.push(s, this.upLat[s], this.upLon[s], this.pos[o + 3], serial);
+      if (keep) {
+        const rec = this.journal.get(s);
+        if (rec === undefined) this.journal.set(s, [serial, this.upLat[s], this.upLon[s], this.pos[o + 3]]);
+        else rec.push(serial, this.upLat[s], this.upLon[s], this.pos[o + 3]);
+        this.journalRecords++;
+      }
       this.upLat[s] = this.pLat[s];
       this.upLon[s] = this.pLon[s];
       if (this.pKnown[s] === 1) {
@@ -353,7 +360,7 @@ export class GpuLayout {
       return [known.off, known.len];
     }
     const bytes = make();
-    const b = Math.max(1, Math.ceil(bytes.length / 4));
+    const b = blockWords(bytes.length);
     let start: number;
     const free = this.sFree.get(b);
     if (free !== undefined && free.length > 0) start = free.pop()!;
@@ -378,7 +385,7 @@ export class GpuLayout {
     const e = this.strings.get(s)!;
     if (--e.refs > 0) return;
     this.strings.delete(s);
-    this.freeRun(this.sFree, e.off, Math.max(1, Math.ceil(e.len / 4)));
+    this.freeRun(this.sFree, e.off, blockWords(e.len));
   }
 
   // ---------------------------------------------------------------- filters and subscriptions
@@ -498,7 +505,11 @@ export class GpuLayout {
     this.subFilters[si] = sub.filters.map((f) => this.addFilter(si, sub.owner, f));
   }
 
-  remove(sub: NSubscription): void {
+  /**
+   * `replaced`: the id is inserted again at once (a replace), so batches in flight still list the
+   * old version under it (`heldId`); a plain removal is not listed by them.
+   */
+  remove(sub: NSubscription, replaced = false): void {
     const si = this.subIndex.get(sub.id)!;
     const fs = this.subFilters[si];
     for (let i = 0; i < fs.length; i++) this.removeFilter(fs[i], sub.filters[i]);
@@ -507,8 +518,10 @@ export class GpuLayout {
     this.subFilters[si] = [];
     // A batch in flight may still name this index in its results: another subscription must not
     // take it until every batch submitted so far has been read (releaseHeld).
-    if (this.batchesInFlight > 0) this.subHeld.push(si, this.submitted);
-    else this.subFree.push(si);
+    if (this.batchesInFlight > 0) {
+      this.subHeld.push(si, this.submitted);
+      if (replaced) this.replacedIds.set(si, sub.id);
+    } else this.subFree.push(si);
   }
 
   /** Batches submitted so far (serials), and how many of them are not read yet: set by the GPU side. */
@@ -517,24 +530,38 @@ export class GpuLayout {
   /** Removed subscription and filter indices held back: (index, last serial submitted at removal) pairs. */
   private subHeld: number[] = [];
   private fHeld: number[] = [];
+  /** Held subscription indices of versions replaced while batches were in flight: their id. */
+  private readonly replacedIds = new Map<number, string>();
+
+  /** The id a batch in flight lists for subscription index `si`: its live id, or the id of a version replaced since. */
+  heldId(si: number): string | null {
+    return this.subId[si] ?? this.replacedIds.get(si) ?? null;
+  }
 
   /**
    * Frees the held indices that no batch still in flight can name (all with serial >= oldest),
    * and drops the journal's records that only older batches needed.
    */
   releaseHeld(oldestInFlight: number): void {
+    const before = this.subFree.length;
     release(this.subHeld, this.subFree, oldestInFlight);
+    for (let k = before; k < this.subFree.length; k++) this.replacedIds.delete(this.subFree[k]);
     release(this.fHeld, this.fFree, oldestInFlight);
-    const j = this.journal;
-    if (j.length === 0) return;
+    if (this.journalRecords === 0) return;
     if (oldestInFlight === Infinity) {
-      this.journal = [];
+      this.journal.clear();
+      this.journalRecords = 0;
       return;
     }
-    // Records are in serial order: those up to the oldest batch in flight serve no batch.
-    let k = 0;
-    while (k < j.length && j[k + 4] <= oldestInFlight) k += 5;
-    if (k > 0) this.journal = j.slice(k);
+    // A slot's records are in serial order: those up to the oldest batch in flight serve no batch.
+    for (const [slot, rec] of this.journal) {
+      let k = 0;
+      while (k < rec.length && rec[k] <= oldestInFlight) k += 4;
+      if (k === 0) continue;
+      this.journalRecords -= k / 4;
+      if (k === rec.length) this.journal.delete(slot);
+      else rec.splice(0, k);
+    }
   }
 
   /**
@@ -542,9 +569,11 @@ export class GpuLayout {
    * journal record made after it, else the uploaded one. Null: unknown then.
    */
   positionAt(s: number, serial: number): { lat: number; lon: number } | null {
-    const j = this.journal;
-    for (let k = 0; k < j.length; k += 5) {
-      if (j[k] === s && j[k + 4] > serial) return j[k + 3] === 1 ? { lat: j[k + 1], lon: j[k + 2] } : null;
+    const rec = this.journal.get(s);
+    if (rec !== undefined) {
+      for (let k = 0; k < rec.length; k += 4) {
+        if (rec[k] > serial) return rec[k + 3] === 1 ? { lat: rec[k + 1], lon: rec[k + 2] } : null;
+      }
     }
     return this.pos[4 * s + 3] === 1 ? { lat: this.upLat[s], lon: this.upLon[s] } : null;
   }
@@ -558,7 +587,7 @@ export class GpuLayout {
   get hostBytes(): number {
     return (
       this.fBloom.byteLength * 6 + this.fRad64.byteLength + this.cHead.byteLength * 3 + this.cStr.byteLength +
-      this.pos.byteLength + this.pLat.byteLength * 4 + this.pRefs.byteLength + this.pKnown.byteLength * 2 + 8 * this.journal.length
+      this.pos.byteLength + this.pLat.byteLength * 4 + this.pRefs.byteLength + this.pKnown.byteLength * 2 + 40 * this.journalRecords
     );
   }
 
@@ -585,6 +614,15 @@ function release(held: number[], free: number[], oldest: number): void {
     }
   }
   held.length = w;
+}
+
+/**
+ * Words of the cStr block that holds `bytes`: a power of two, so that a freed block serves any
+ * later string or automaton of up to its size class (free lists are per block size).
+ */
+function blockWords(bytes: number): number {
+  const w = Math.max(1, Math.ceil(bytes / 4));
+  return 2 ** Math.ceil(Math.log2(w));
 }
 
 /**

@@ -148,7 +148,8 @@ export class GpuMatcher implements Matcher {
     const n = validateSubscription(sub, this.limits);
     const old = this.cpu.get(n.id);
     this.cpu.replaceValid(n);
-    this.layout.remove(old!);
+    // The old version stays listed by batches already submitted (the id is still held).
+    this.layout.remove(old!, true);
     this.layout.insert(n);
   }
 

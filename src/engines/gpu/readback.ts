@@ -179,13 +179,14 @@ export class Readback {
   private collect(pairs: Uint32Array, total: number, results: (string[] | null)[], events: readonly NEvent[], serial: number): void {
     const subId = this.layout.subId;
     // A null id: the subscription was removed after the batch was submitted (its index is held
-    // back from reuse until the batch is read, so an index never names another subscription).
+    // back from reuse until the batch is read, so an index never names another subscription); a
+    // version replaced since is listed under its id (heldId).
     if (total === 1) {
       const e = pairs[0];
       const r = results[e];
       const sub = pairs[1] >= BAND_PAIR ? this.bandSub(pairs[1] - BAND_PAIR, events[e], serial) : pairs[1];
       if (r === null || sub < 0) return;
-      const id = subId[sub];
+      const id = this.layout.heldId(sub);
       if (id !== null) r.push(id);
       return;
     }
@@ -214,7 +215,7 @@ export class Readback {
         }
         if (seen[sub] === stamp) continue;
         seen[sub] = stamp;
-        const id = subId[sub];
+        const id = this.layout.heldId(sub);
         if (id !== null) r.push(id);
       }
     }
@@ -229,7 +230,7 @@ export class Readback {
     const si = L.fSub[f];
     // A subscription removed since the batch was submitted is not listed (as for any pair); its
     // filter's index is held back, so `f` still names its filter.
-    if (L.subId[si] === null) return -1;
+    if (L.heldId(si) === null) return -1;
     this.bandPairs++;
     const p = L.positionAt(L.fPos[f], serial);
     if (p === null) return -1;
