@@ -132,11 +132,16 @@ function parseLike(p: string): Node {
 const SYNTAX = '^$\\.*+?()[]{}|/';
 
 class RegexParser {
-  private i = 0;
+  private i: number;
   private readonly cps: number[];
 
-  constructor(private readonly src: string) {
-    this.cps = [...src].map((c) => c.codePointAt(0)!);
+  /**
+   * Parses the code points [from, to) of `src` (the pattern without its anchors): positions in
+   * errors are the whole pattern's.
+   */
+  constructor(src: string, from: number, to: number) {
+    this.cps = [...src].slice(0, to).map((c) => c.codePointAt(0)!);
+    this.i = from;
   }
 
   private peek(): number | undefined {
@@ -431,7 +436,7 @@ function parseRegex(p: string): Node {
       body = body.slice(0, -1);
     }
   }
-  const n = new RegexParser(body).parse();
+  const n = new RegexParser(p, anchoredStart ? 1 : 0, [...p].length - (anchoredEnd ? 1 : 0)).parse();
   // As in JavaScript, ^ belongs to the first alternative of the pattern and $ to the last: a|b$
   // is (a) or (b at the end). The search matches some alternative somewhere.
   const alts = n.t === 'alt' ? n.xs : [n];
