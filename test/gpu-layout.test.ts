@@ -1,7 +1,7 @@
 /** Host-side encoding of the GPU engine's batch input (src/engines/gpu/layout.ts): UTF-8 and the grid frame. */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { gridFrame, utf8Into } from '../src/engines/gpu/layout.js';
+import { GpuLayout, gridFrame, utf8Into } from '../src/engines/gpu/layout.js';
 import { Rng } from './support/rng.js';
 
 describe('gpu layout: utf8Into', () => {
@@ -49,5 +49,39 @@ describe('gpu layout: gridFrame', () => {
       const len = Math.hypot(x, y, z);
       assert.ok(Math.abs(dot(row(2), [x / len, y / len, z / len]) - 1) < 1e-12, 'w points along the batch');
     }
+  });
+});
+
+describe('gpu layout: positions as each batch in flight saw them (the band test\'s journal)', () => {
+  it('keeps each record while a batch submitted before it is in flight, and drops it after', () => {
+    const L = new GpuLayout();
+    const s = L.deviceSlotOf('d');
+    const other = L.deviceSlotOf('e');
+    L.place(other, 9, 9);
+    // Batch k uploads position k; the upload of batch k records position k - 1 for the older ones.
+    const submit = (k: number): void => {
+      L.place(s, k, k);
+      L.submitted = k;
+      L.batchesInFlight++;
+      L.takeMoved();
+    };
+    const at = (serial: number) => L.positionAt(s, serial)?.lat;
+    submit(1);
+    submit(2);
+    submit(3);
+    assert.deepEqual([at(1), at(2), at(3)], [1, 2, 3]);
+    assert.equal(L.positionAt(other, 1)?.lat, 9, 'a slot with no record: its uploaded position');
+    // Batch 1 is read: batch 2's record (position 1) serves no one, batch 3's (position 2) still does.
+    L.batchesInFlight--;
+    L.releaseHeld(2);
+    assert.deepEqual([at(2), at(3)], [2, 3]);
+    L.batchesInFlight--;
+    L.releaseHeld(3);
+    assert.equal(at(3), 3);
+    submit(4);
+    assert.deepEqual([at(3), at(4)], [3, 4]);
+    L.batchesInFlight = 0;
+    L.releaseHeld(Infinity);
+    assert.equal(at(4), 4);
   });
 });

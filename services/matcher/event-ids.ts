@@ -326,7 +326,6 @@ export class EventIdWindow {
   private growUnits(more: number): void {
     let size = Math.max(4096, this.units.length);
     while (this.unitNext - this.unitHead + more > size) size *= 2;
-    if (size === this.units.length) size *= 2;
     const units = new Uint16Array(size);
     const m = size - 1;
     for (let o = this.unitHead; o < this.unitNext; o++) units[o & m] = this.units[o & this.unitMask];

@@ -746,14 +746,7 @@ export function dfaMatches(d: Dfa, s: string): boolean {
         i++;
       }
     }
-    let a = 0;
-    let b = bounds.length;
-    while (a < b) {
-      const m = (a + b) >>> 1;
-      if (bounds[m] <= cp) a = m + 1;
-      else b = m;
-    }
-    st = next[st * C + a];
+    st = next[st * C + classOfIn(bounds, cp)];
     if (st === dead) return false;
   }
   return d.accept[st] === 1;

@@ -130,7 +130,9 @@ export class GpuLayout {
    * submitted before it is in flight.
    */
   private journal = new Map<number, number[]>();
-  private journalRecords = 0;
+  /** The slot of each record, in the order they were made (= serial order), from `journalHead` on. */
+  private journalOrder: number[] = [];
+  private journalHead = 0;
   /** Slots whose position changed since the last upload. */
   moved: number[] = [];
   private pMoved = new Uint8Array(this.pCap);
@@ -292,7 +294,7 @@ export class GpuLayout {
         const rec = this.journal.get(s);
         if (rec === undefined) this.journal.set(s, [serial, this.upLat[s], this.upLon[s], this.pos[o + 3]]);
         else rec.push(serial, this.upLat[s], this.upLon[s], this.pos[o + 3]);
-        this.journalRecords++;
+        this.journalOrder.push(s);
       }
       this.upLat[s] = this.pLat[s];
       this.upLon[s] = this.pLon[s];
@@ -547,21 +549,31 @@ export class GpuLayout {
     release(this.subHeld, this.subFree, oldestInFlight);
     for (let k = before; k < this.subFree.length; k++) this.replacedIds.delete(this.subFree[k]);
     release(this.fHeld, this.fFree, oldestInFlight);
-    if (this.journalRecords === 0) return;
+    const order = this.journalOrder;
+    if (order.length === 0) return;
     if (oldestInFlight === Infinity) {
       this.journal.clear();
-      this.journalRecords = 0;
+      this.journalOrder = [];
+      this.journalHead = 0;
       return;
     }
-    // A slot's records are in serial order: those up to the oldest batch in flight serve no batch.
-    for (const [slot, rec] of this.journal) {
-      let k = 0;
-      while (k < rec.length && rec[k] <= oldestInFlight) k += 4;
-      if (k === 0) continue;
-      this.journalRecords -= k / 4;
-      if (k === rec.length) this.journal.delete(slot);
-      else rec.splice(0, k);
+    // Records were made in serial order: the oldest first, each its slot's first record. Those up
+    // to the oldest batch in flight serve no batch.
+    let h = this.journalHead;
+    for (; h < order.length; h++) {
+      const rec = this.journal.get(order[h])!;
+      if (rec[0] > oldestInFlight) break;
+      if (rec.length === 4) this.journal.delete(order[h]);
+      else rec.splice(0, 4);
     }
+    if (h === order.length) {
+      this.journalOrder = [];
+      h = 0;
+    } else if (h > 4096 && 2 * h > order.length) {
+      this.journalOrder = order.slice(h);
+      h = 0;
+    }
+    this.journalHead = h;
   }
 
   /**
@@ -587,7 +599,7 @@ export class GpuLayout {
   get hostBytes(): number {
     return (
       this.fBloom.byteLength * 6 + this.fRad64.byteLength + this.cHead.byteLength * 3 + this.cStr.byteLength +
-      this.pos.byteLength + this.pLat.byteLength * 4 + this.pRefs.byteLength + this.pKnown.byteLength * 2 + 40 * this.journalRecords
+      this.pos.byteLength + this.pLat.byteLength * 4 + this.pRefs.byteLength + this.pKnown.byteLength * 2 + 40 * (this.journalOrder.length - this.journalHead)
     );
   }
 
