@@ -28,10 +28,14 @@ export interface Area {
   center?: LatLon;
 }
 
-/** A conjunction of constraints, optionally within an area (none: anywhere). */
+/**
+ * A conjunction of constraints, optionally within an area (none: anywhere), optionally requiring
+ * tags: the event must carry every one (`['food', '#Vegan']`; `#` and case do not matter).
+ */
 export interface Filter {
   constraints?: Constraint[];
   area?: Area;
+  tags?: string[];
 }
 
 /** Matches an event when any filter does. `id` is the device's own name for it. */
@@ -48,6 +52,8 @@ export interface EventInput {
   /** Area of effect in metres; 0 or absent: a point. */
   radiusM?: number;
   attributes?: Record<string, AttributeValue>;
+  /** The event's tags (a set), e.g. `['#food', '#vegan']`. */
+  tags?: string[];
 }
 
 /** An event as delivered. */
@@ -57,6 +63,8 @@ export interface AmbitEvent {
   lon: number;
   radiusM: number;
   attributes: Record<string, AttributeValue>;
+  /** The event's tags in their normal form (lower case, no `#`), distinct and sorted. */
+  tags: string[];
 }
 
 export interface Notification {
@@ -115,9 +123,10 @@ export function toWireSubscription(field: string, s: Subscription): MessageInitS
         if (op === undefined) throw invalid(`${cf}.op`, `must be one of ${Object.keys(OP_TO_WIRE).join(', ')}, got ${JSON.stringify(c.op)}`);
         return { name: c.name, op, value: c.value === undefined ? undefined : toWireValue(`${cf}.value`, c.value) };
       });
-      if (f.area === undefined) return { constraints };
+      const tags = wireTags(`${ff}.tags`, f.tags);
+      if (f.area === undefined) return { constraints, tags };
       if (f.area.center !== undefined) checkLatLon(`${ff}.area.center`, f.area.center.lat, f.area.center.lon);
-      return { constraints, area: { radiusM: f.area.radiusM, center: f.area.center === undefined ? undefined : { lat: f.area.center.lat, lon: f.area.center.lon } } };
+      return { constraints, tags, area: { radiusM: f.area.radiusM, center: f.area.center === undefined ? undefined : { lat: f.area.center.lat, lon: f.area.center.lon } } };
     }),
   };
 }
@@ -134,6 +143,7 @@ export function fromWireSubscription(s: WireSubscription): Subscription {
         }),
       };
       if (f.area !== undefined) out.area = f.area.center === undefined ? { radiusM: f.area.radiusM } : { radiusM: f.area.radiusM, center: { lat: f.area.center.lat, lon: f.area.center.lon } };
+      if (f.tags.length > 0) out.tags = [...f.tags];
       return out;
     }),
   };
@@ -144,17 +154,25 @@ export function toWireEvent(field: string, e: EventInput): MessageInitShape<type
   checkLatLon(field, e.lat, e.lon);
   const attributes: Record<string, MessageInitShape<typeof ValueSchema>> = {};
   if (e.attributes !== undefined) for (const k of Object.keys(e.attributes)) attributes[k] = toWireValue(`${field}.attributes[${JSON.stringify(k)}]`, e.attributes[k]);
-  return { id: e.id ?? '', position: { lat: e.lat, lon: e.lon }, radiusM: e.radiusM ?? 0, attributes };
+  return { id: e.id ?? '', position: { lat: e.lat, lon: e.lon }, radiusM: e.radiusM ?? 0, attributes, tags: wireTags(`${field}.tags`, e.tags) };
+}
+
+/** Tags as the wire carries them: an array of strings (the server normalises and checks them). */
+function wireTags(field: string, tags: unknown): string[] {
+  if (tags === undefined || tags === null) return [];
+  if (!Array.isArray(tags)) throw invalid(field, 'must be an array of strings');
+  for (let i = 0; i < tags.length; i++) if (typeof tags[i] !== 'string') throw invalid(`${field}[${i}]`, 'must be a string');
+  return tags as string[];
 }
 
 export function fromWireEvent(e: WireEvent | undefined): AmbitEvent {
   const attributes: Record<string, AttributeValue> = {};
-  if (e === undefined) return { id: '', lat: 0, lon: 0, radiusM: 0, attributes };
+  if (e === undefined) return { id: '', lat: 0, lon: 0, radiusM: 0, attributes, tags: [] };
   for (const k of Object.keys(e.attributes)) {
     const v = fromWireValue(e.attributes[k]);
     if (v !== undefined) attributes[k] = v;
   }
-  return { id: e.id, lat: e.position?.lat ?? 0, lon: e.position?.lon ?? 0, radiusM: e.radiusM, attributes };
+  return { id: e.id, lat: e.position?.lat ?? 0, lon: e.position?.lon ?? 0, radiusM: e.radiusM, attributes, tags: [...e.tags] };
 }
 
 export function fromWireNotification(n: WireNotification): Notification {

@@ -30,7 +30,7 @@ const citations = new Map<string, string[]>();
 for (const file of sources(join(ROOT, 'test'))) {
   const text = readFileSync(file, 'utf8');
   // Citations are bracketed rule ids at the start of test names.
-  for (const m of text.matchAll(/\[([MCARXLV]\d+)\]/g)) {
+  for (const m of text.matchAll(/\[([MCARXLVT]\d+)\]/g)) {
     const files = citations.get(m[1]) ?? [];
     if (!files.includes(file)) files.push(file);
     citations.set(m[1], files);
@@ -64,13 +64,13 @@ describe('docs/semantics.md', () => {
   });
 
   it('[V12] the ceilings stated are the ones resolveLimits enforces', () => {
-    const m = doc.replace(/\s+/g, ' ').match(/ceilings: radii ([\d ]+) m, names (\d+) B, strings ([\d ]+) B, constraints (\d+), filters (\d+), attributes (\d+), ids (\d+) B, patterns (\d+) B, pattern states (\d+)\)/);
+    const m = doc.replace(/\s+/g, ' ').match(/ceilings: radii ([\d ]+) m, names (\d+) B, strings ([\d ]+) B, constraints (\d+), filters (\d+), attributes (\d+), ids (\d+) B, patterns (\d+) B, pattern states (\d+), tags per event (\d+), tags per filter (\d+), tags ([\d ]+) B\)/);
     assert.ok(m, 'ceilings sentence not found');
     const c = m.slice(1).map(num);
     const ceilings: Limits = {
       maxRadiusM: c[0], maxEventRadiusM: c[0], maxNameBytes: c[1], maxStringBytes: c[2],
       maxConstraintsPerFilter: c[3], maxFiltersPerSubscription: c[4], maxAttributesPerEvent: c[5], maxIdBytes: c[6],
-      maxPatternBytes: c[7], maxPatternStates: c[8],
+      maxPatternBytes: c[7], maxPatternStates: c[8], maxTagsPerEvent: c[9], maxTagsPerFilter: c[10], maxTagBytes: c[11],
     };
     for (const k of Object.keys(ceilings) as Array<keyof Limits>) {
       assert.equal(resolveLimits({ [k]: ceilings[k] })[k], ceilings[k]);

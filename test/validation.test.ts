@@ -42,6 +42,9 @@ const CEILINGS: Limits = {
   maxIdBytes: 1024,
   maxPatternBytes: 4096,
   maxPatternStates: 255,
+  maxTagsPerEvent: 1024,
+  maxTagsPerFilter: 255,
+  maxTagBytes: 1024,
 };
 
 describe('resolveLimits', () => {
@@ -49,7 +52,7 @@ describe('resolveLimits', () => {
     assert.deepEqual({ ...DEFAULT_LIMITS }, {
       maxRadiusM: 1_000_000, maxEventRadiusM: 1_000_000, maxNameBytes: 64, maxStringBytes: 1024,
       maxConstraintsPerFilter: 32, maxFiltersPerSubscription: 64, maxAttributesPerEvent: 64, maxIdBytes: 128,
-      maxPatternBytes: 256, maxPatternStates: 128,
+      maxPatternBytes: 256, maxPatternStates: 128, maxTagsPerEvent: 32, maxTagsPerFilter: 16, maxTagBytes: 64,
     });
     assert.ok(Object.isFrozen(DEFAULT_LIMITS));
     const a = resolveLimits();
@@ -242,10 +245,11 @@ describe('validators', () => {
   });
 
   it('[M4][M5][V8] validateFilter: absent/null forms, radius bounds, copies', () => {
-    assert.deepEqual(validateFilter('f', {}, L), { constraints: [], area: null });
-    assert.deepEqual(validateFilter('f', { constraints: null, area: null }, L), { constraints: [], area: null });
-    assert.deepEqual(validateFilter('f', { area: { radiusM: 5, center: null } }, L), { constraints: [], area: { radiusM: 5, center: null } });
-    assert.deepEqual(validateFilter('f', { area: { radiusM: 1e6, center: { lat: -90, lon: 180 } } }, L), { constraints: [], area: { radiusM: 1e6, center: { lat: -90, lon: 180 } } });
+    assert.deepEqual(validateFilter('f', {}, L), { constraints: [], area: null, tags: [] });
+    assert.deepEqual(validateFilter('f', { constraints: null, area: null, tags: null }, L), { constraints: [], area: null, tags: [] });
+    assert.deepEqual(validateFilter('f', { area: { radiusM: 5, center: null } }, L), { constraints: [], area: { radiusM: 5, center: null }, tags: [] });
+    assert.deepEqual(validateFilter('f', { area: { radiusM: 1e6, center: { lat: -90, lon: 180 } } }, L), { constraints: [], area: { radiusM: 1e6, center: { lat: -90, lon: 180 } }, tags: [] });
+    assert.deepEqual(validateFilter('f', { tags: ['#B', 'a', 'b'] }, L), { constraints: [], area: null, tags: ['a', 'b'] });
     assert.equal(validateFilter('f', { area: { radiusM: Number.MIN_VALUE } }, L).area!.radiusM, Number.MIN_VALUE);
     const input = { constraints: [{ name: 'a', op: 'eq', value: 1 }], area: { radiusM: 5, center: { lat: 1, lon: 2 } } };
     const out = validateFilter('f', input, L);
@@ -282,7 +286,7 @@ describe('validators', () => {
   it('[M1][V8] validateEvent normalises: radius absent, null or -0 is 0; names and values in order', () => {
     const base = { id: 'e', lat: 1, lon: 2, attributes: { b: 1, a: 'x', c: false } };
     const n = validateEvent(base, L);
-    assert.deepEqual(n, { id: 'e', lat: 1, lon: 2, radiusM: 0, names: ['b', 'a', 'c'], values: [1, 'x', false] });
+    assert.deepEqual(n, { id: 'e', lat: 1, lon: 2, radiusM: 0, names: ['b', 'a', 'c'], values: [1, 'x', false], tags: [] });
     assert.ok(Object.is(validateEvent({ ...base, radiusM: -0 }, L).radiusM, 0));
     assert.equal(validateEvent({ ...base, radiusM: null }, L).radiusM, 0);
     assert.equal(validateEvent({ ...base, radiusM: 1e6 }, L).radiusM, 1e6);

@@ -19,6 +19,7 @@ import type { NEvent, NFilter, NSubscription } from '../../src/model/limits.js';
 import type { LatLon } from '../../src/model/types.js';
 import { CpuMatcher, type Matcher, type MatcherOptions, type MatcherStats } from '../../src/engines/matcher.js';
 import { attributeMap, contentMatches } from '../../src/engines/reference.js';
+import { tagsSubset } from '../../src/model/tags.js';
 
 /** One filter as the baselines keep it; its boxes' centre is `lat`/`lon` (NaN: not indexed). */
 interface Rec {
@@ -156,7 +157,7 @@ abstract class BoxBaseline extends CpuMatcher {
       const rec = this.recs[f]!;
       if (this.subStamp.get(rec.sub) === stamp) return;
       if (rec.filter.area !== null && !(haversineM(rec.lat, rec.lon, e.lat, e.lon) <= rec.filter.area.radiusM + e.radiusM)) return;
-      if (!contentMatches(rec.filter, attrs)) return;
+      if (!contentMatches(rec.filter, attrs) || !tagsSubset(rec.filter.tags, e.tags)) return;
       this.subStamp.set(rec.sub, stamp);
       out.push(rec.sub);
     };

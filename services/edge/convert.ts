@@ -75,6 +75,7 @@ function filter(field: string, f: Filter, limits: Limits): MFilter {
     out.area = { radiusM: f.area.radiusM };
     if (f.area.center !== undefined) out.area.center = { lat: f.area.center.lat, lon: f.area.center.lon };
   }
+  if (f.tags.length > 0) out.tags = f.tags;
   return out;
 }
 
@@ -85,7 +86,14 @@ export function toSubscription(field: string, device: string, s: Subscription | 
     throw new ValidationError(`${field}.filters`, `must have at most ${limits.maxFiltersPerSubscription} filters, got ${s.filters.length}`);
   }
   const model = { id: s.id, owner: device, filters: s.filters.map((f, i) => filter(`${field}.filters[${i}]`, f, limits)) };
-  wireNames(() => validateSubscription(model, limits, field));
+  const valid = wireNames(() => validateSubscription(model, limits, field));
+  // Tags are kept in their normal form (T2), as every engine and listing then sees them.
+  for (let i = 0; i < model.filters.length; i++) {
+    const f = model.filters[i];
+    if (f.tags === undefined) continue;
+    if (valid.filters[i].tags.length === 0) delete f.tags;
+    else f.tags = [...valid.filters[i].tags];
+  }
   return { id: model.id, filters: model.filters };
 }
 
@@ -106,7 +114,13 @@ export function toEvent(field: string, e: Event | undefined, limits: Limits, new
     attributes[k] = w.kind.value;
   }
   const model: MEvent = { id: e.id === '' ? newId() : e.id, lat, lon, radiusM: e.radiusM, attributes };
-  wireNames(() => validateEvent({ ...model, attributes: { ...attributes } }, limits, field));
+  if (e.tags.length > 0) model.tags = e.tags;
+  const valid = wireNames(() => validateEvent({ ...model, attributes: { ...attributes } }, limits, field));
+  // Tags travel and are delivered in their normal form (T2).
+  if (model.tags !== undefined) {
+    if (valid.tags.length === 0) delete model.tags;
+    else model.tags = valid.tags as string[];
+  }
   return model;
 }
 
@@ -140,6 +154,7 @@ export function fromSubscription(s: DeviceSubscription): Subscription {
     filters: s.filters.map((f) => ({
       constraints: f.constraints.map((c) => ({ name: c.name, op: OP_NUMBERS.get(c.op)!, value: c.value === undefined || c.value === null ? undefined : toValue(c.value) })),
       area: f.area === undefined || f.area === null ? undefined : { radiusM: f.area.radiusM, center: f.area.center ?? undefined },
+      tags: f.tags ?? [],
     })),
   });
 }
@@ -148,7 +163,7 @@ export function fromEvent(e: MEvent): Event {
   // Built without a prototype: an attribute may be called "__proto__".
   const attributes: Record<string, Value> = Object.create(null) as Record<string, Value>;
   for (const [k, v] of Object.entries(e.attributes)) attributes[k] = toValue(v);
-  return create(EventSchema, { id: e.id, position: { lat: e.lat, lon: e.lon }, radiusM: e.radiusM ?? 0, attributes });
+  return create(EventSchema, { id: e.id, position: { lat: e.lat, lon: e.lon }, radiusM: e.radiusM ?? 0, attributes, tags: e.tags ?? [] });
 }
 
 /** Wire form of each event, built once however many devices it reaches (the embedded hub shares the object). */

@@ -364,8 +364,9 @@ const T_TRUE = 2;
 const T_FALSE = 3;
 
 /**
- * id, lat, lon, radius (NaN: absent), then each attribute: name, type, value; then the event as
- * the API encodes it, when a gateway did (`apiEventBytes`; length 0: not encoded).
+ * id, lat, lon, radius (NaN: absent), then each attribute: name, type, value; the tags (a count,
+ * 0 when absent or empty, then each); then the event as the API encodes it, when a gateway did
+ * (`apiEventBytes`; length 0: not encoded).
  */
 export function writeEvent(w: FrameWriter, e: Event): void {
   w.str(e.id);
@@ -385,6 +386,12 @@ export function writeEvent(w: FrameWriter, e: Event): void {
       w.u8(T_STRING);
       w.str(v);
     } else w.u8(v ? T_TRUE : T_FALSE);
+  }
+  const tags = e.tags;
+  if (tags === undefined) w.u32(0);
+  else {
+    w.u32(tags.length);
+    for (let i = 0; i < tags.length; i++) w.str(tags[i]);
   }
   const api = apiEventBytes.get(e);
   if (api === undefined) w.u32(0);
@@ -408,6 +415,12 @@ export function readEvent(r: FrameReader, keepApi = true): Event {
     else attributes[name] = v;
   }
   const e: Event = Number.isNaN(radiusM) ? { id, lat, lon, attributes } : { id, lat, lon, radiusM, attributes };
+  const nTags = r.u32();
+  if (nTags > 0) {
+    const tags: string[] = new Array(nTags);
+    for (let k = 0; k < nTags; k++) tags[k] = r.str();
+    e.tags = tags;
+  }
   const apiLen = r.u32();
   if (apiLen > 0) {
     if (r.o + apiLen > r.b.length) throw new RangeError(`event bytes of ${apiLen} past the frame's end`);

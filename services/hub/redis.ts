@@ -960,6 +960,7 @@ function globEscape(s: string): string {
 function plainEvent(e: Event): Event {
   const out: Event = { id: e.id, lat: e.lat, lon: e.lon, attributes: e.attributes };
   if (e.radiusM !== undefined) out.radiusM = e.radiusM;
+  if (e.tags !== undefined && e.tags.length > 0) out.tags = e.tags;
   return out;
 }
 

@@ -17,6 +17,7 @@
  *   it carries, after a 32-bit mask of the slot's (name, value) pairs says one may be there. A
  *   device with 100 subscriptions over 20 kinds costs 1-2 filters per slot and level, not ~33.
  * - Content-only filters (no area) use CCM's counting algorithm over per-name posting lists.
+ * - A tag is an `exists` on the tag's own name (tagName), so the constraint paths decide T5.
  *
  * Distances use the reference haversine, so this engine agrees with the reference exactly.
  *
@@ -29,8 +30,9 @@ import { type NArea, type NConstraint, type NEvent, type NFilter, type NSubscrip
 import { AmbitError, show } from '../model/errors.js';
 import { EqBuckets, NO_BUCKET } from './eq-buckets.js';
 import { CpuMatcher, type DeviceHandle, type MatcherOptions, type MatcherStats, checkHandleUpdate } from './matcher.js';
-import { OP_CODE, OP_CONTAINS, OP_EQ, OP_GE, OP_GT, OP_LE, OP_LIKE, OP_LT, OP_NAME, OP_NE, OP_PREFIX, OP_REGEX, OP_SUFFIX, T_ANY, T_BOOL, T_NUM, T_STR } from './operators.js';
+import { OP_CODE, OP_CONTAINS, OP_EQ, OP_EXISTS, OP_GE, OP_GT, OP_LE, OP_LIKE, OP_LT, OP_NAME, OP_NE, OP_PREFIX, OP_REGEX, OP_SUFFIX, T_ANY, T_BOOL, T_NUM, T_STR } from './operators.js';
 import { type Dfa, dfaMatches } from '../model/pattern.js';
+import { tagName, tagOfName } from '../model/tags.js';
 
 export interface FastMatcherOptions extends MatcherOptions {
   /** Cell side of the finest grid level, metres (>= 64: cell keys must fit in 53 bits). */
@@ -148,6 +150,9 @@ export class FastMatcher extends CpuMatcher {
 
   // ---- names (interned, ref-counted so unused ids are recycled) ----
   private readonly nameIds = new Map<string, number>();
+  /** Tag → the id of its name (tagName) among nameIds, for the tags some filter requires. */
+  private readonly tagIds = new Map<string, number>();
+  private tagsTotal = 0;
   private nameOf: string[] = [];
   private nameRefs = new Int32Array(64);
   private readonly nameFree: number[] = [];
@@ -289,6 +294,8 @@ export class FastMatcher extends CpuMatcher {
       }
       this.postings[id] = [];
       this.nameRefs[id] = 0;
+      const tag = tagOfName(name);
+      if (tag !== null) this.tagIds.set(tag, id);
     }
     this.nameRefs[id]++;
     return id;
@@ -297,6 +304,8 @@ export class FastMatcher extends CpuMatcher {
   private release(id: number): void {
     if (--this.nameRefs[id] === 0) {
       this.nameIds.delete(this.nameOf[id]);
+      const tag = tagOfName(this.nameOf[id]);
+      if (tag !== null) this.tagIds.delete(tag);
       this.postings[id] = [];
       this.nameFree.push(id);
     }
@@ -666,14 +675,15 @@ export class FastMatcher extends CpuMatcher {
     }
     this.fSub[f] = si;
     this.fAlwaysPos[f] = NONE;
-    const n = flt.constraints.length;
+    const nc = flt.constraints.length;
+    const n = nc + flt.tags.length;
     const start = this.allocConstraints(n);
     this.fCStart[f] = start;
     this.fCCount[f] = n;
     let lo = 0;
     let hi = 0;
     this.fEqName[f] = NONE;
-    for (let i = 0; i < n; i++) {
+    for (let i = 0; i < nc; i++) {
       const c = flt.constraints[i];
       const ci = start + i;
       const id = this.intern(c.name);
@@ -698,9 +708,22 @@ export class FastMatcher extends CpuMatcher {
         this.cNum[ci] = c.type === 'number' ? (c.value as number) : c.value ? 1 : 0;
       }
     }
+    // Tags after the constraints: each an `exists` on the tag's name.
+    for (let i = nc; i < n; i++) {
+      const ci = start + i;
+      const id = this.intern(tagName(flt.tags[i - nc]));
+      this.cName[ci] = id;
+      this.cOp[ci] = OP_EXISTS;
+      this.cType[ci] = T_ANY;
+      this.cFilter[ci] = f;
+      const bit = bloomBit(id);
+      if (bit < 32) lo |= 1 << bit;
+      else hi |= 1 << (bit - 32);
+    }
     this.fBloomLo[f] = lo >>> 0;
     this.fBloomHi[f] = hi >>> 0;
-    this.constraintsTotal += n;
+    this.constraintsTotal += nc;
+    this.tagsTotal += n - nc;
     this.filtersTotal++;
 
     const area = flt.area;
@@ -763,9 +786,15 @@ export class FastMatcher extends CpuMatcher {
     } else {
       this.detach(f);
     }
-    for (let k = 0; k < n; k++) this.release(this.cName[start + k]);
+    let tags = 0;
+    for (let k = 0; k < n; k++) {
+      const id = this.cName[start + k];
+      if (tagOfName(this.nameOf[id]) !== null) tags++;
+      this.release(id);
+    }
     this.freeConstraints(start, n);
-    this.constraintsTotal -= n;
+    this.constraintsTotal -= n - tags;
+    this.tagsTotal -= tags;
     this.filtersTotal--;
     this.fSlot[f] = NONE;
     this.fFree.push(f);
@@ -841,8 +870,14 @@ export class FastMatcher extends CpuMatcher {
     const filters: NFilter[] = [];
     for (let f = this.subHead[si]; f !== NONE; f = this.fNextInSub[f]) {
       const constraints: NConstraint[] = [];
+      const tags: string[] = [];
       for (let ci = this.fCStart[f], end = ci + this.fCCount[f]; ci < end; ci++) {
         const t = this.cType[ci];
+        const tag = tagOfName(this.nameOf[this.cName[ci]]);
+        if (tag !== null) {
+          tags.push(tag);
+          continue;
+        }
         constraints.push({
           name: this.nameOf[this.cName[ci]],
           op: OP_NAME[this.cOp[ci]],
@@ -858,7 +893,7 @@ export class FastMatcher extends CpuMatcher {
           center: this.sKind[s] === SLOT_FIXED ? { lat: this.sLat[s], lon: this.sLon[s] } : null,
         };
       }
-      filters.push({ constraints, area });
+      filters.push({ constraints, area, tags });
     }
     return { id, owner: this.subOwner[si]!, filters };
   }
@@ -931,6 +966,18 @@ export class FastMatcher extends CpuMatcher {
         this.eNum[i] = v ? 1 : 0;
       }
     }
+    // The event's tags, as attributes of their names (any value satisfies their `exists`).
+    const nTag = e.tags.length;
+    if (nTag > 0 && this.tagIds.size > 0) {
+      for (let i = 0; i < nTag; i++) {
+        const id = this.tagIds.get(e.tags[i]);
+        if (id === undefined) continue; // no filter requires this tag
+        this.attrStamp[id] = stamp;
+        const bit = bloomBit(id);
+        if (bit < 32) lo |= 1 << bit;
+        else hi |= 1 << (bit - 32);
+      }
+    }
     const notLo = ~lo;
     const notHi = ~hi;
     this.evEqCount = nEq;
@@ -954,6 +1001,20 @@ export class FastMatcher extends CpuMatcher {
         if (cnt === 0) touched.push(f);
         this.fCounter[f] = cnt + 1;
         if (cnt + 1 === this.fCCount[f]) this.hit(this.fSub[f], stamp, out);
+      }
+    }
+    if (nTag > 0 && this.tagIds.size > 0) {
+      for (let i = 0; i < nTag; i++) {
+        const id = this.tagIds.get(e.tags[i]);
+        if (id === undefined) continue;
+        const list = this.postings[id];
+        for (let j = 0; j < list.length; j++) {
+          const f = this.cFilter[list[j]];
+          const cnt = this.fCounter[f];
+          if (cnt === 0) touched.push(f);
+          this.fCounter[f] = cnt + 1;
+          if (cnt + 1 === this.fCCount[f]) this.hit(this.fSub[f], stamp, out);
+        }
       }
     }
     for (let i = 0; i < touched.length; i++) this.fCounter[touched[i]] = 0;
@@ -1160,7 +1221,7 @@ export class FastMatcher extends CpuMatcher {
       constraints: this.constraintsTotal,
       devices: this.positioned,
       memoryBytes: typed + refs,
-      extra: { gridLevels: levels, cellScale: this.cellScale, gridCells: cells, gridEntries: cellEntries, names: this.nameIds.size, contentOnlyAlways: this.always.length, pendingMoves: this.dirty.length },
+      extra: { gridLevels: levels, cellScale: this.cellScale, gridCells: cells, gridEntries: cellEntries, names: this.nameIds.size - this.tagIds.size, tags: this.tagsTotal, tagNames: this.tagIds.size, contentOnlyAlways: this.always.length, pendingMoves: this.dirty.length },
     };
   }
 }

@@ -32,11 +32,16 @@ export function contentMatches(f: NFilter, attrs: Map<string, Value>): boolean {
   return true;
 }
 
+/** T5: each of the filter's tags is one of the event's (plain membership: the oracle's own test). */
+export function tagsMatch(f: NFilter, e: NEvent): boolean {
+  return f.tags.every((t) => e.tags.includes(t));
+}
+
 export function filterMatches(f: NFilter, ownerPos: LatLon | undefined, e: NEvent, attrs: Map<string, Value>): boolean {
   const d = filterDistance(f, ownerPos, e);
   if (d === undefined) return false;
   if (d !== null && !(d <= f.area!.radiusM + e.radiusM)) return false;
-  return contentMatches(f, attrs);
+  return contentMatches(f, attrs) && tagsMatch(f, e);
 }
 
 export class ReferenceMatcher extends CpuMatcher {

@@ -11,6 +11,7 @@ import type { NEvent, NFilter, NSubscription } from '../model/limits.js';
 import type { LatLon } from '../model/types.js';
 import { CpuMatcher, type MatcherOptions, type MatcherStats } from './matcher.js';
 import { attributeMap, contentMatches } from './reference.js';
+import { tagsSubset } from '../model/tags.js';
 
 interface SubRec {
   readonly sub: NSubscription;
@@ -170,7 +171,7 @@ export class RTreeMatcher extends CpuMatcher {
           const c = area.center ?? this.positions.get(ref.rec.sub.owner)!;
           if (!(haversineM(c.lat, c.lon, e.lat, e.lon) <= area.radiusM + e.radiusM)) continue;
         }
-        if (!contentMatches(ref.filter, attrs)) continue;
+        if (!contentMatches(ref.filter, attrs) || !tagsSubset(ref.filter.tags, e.tags)) continue;
         ref.rec.stamp = stamp;
         out.push(ref.rec.sub.id);
       }

@@ -5,6 +5,7 @@
  */
 import { ValidationError, show } from './errors.js';
 import { type Dfa, type PatternBudget, PatternError, SUBSCRIPTION_PATTERN_WORK, compilePattern } from './pattern.js';
+import { quickTags, validateTags } from './tags.js';
 import type { Constraint, Event, Filter, LatLon, Op, Subscription, Value, ValueType } from './types.js';
 
 /** Most states a pattern's automaton may have (its next-state table has one byte per entry). */
@@ -28,6 +29,12 @@ export interface Limits {
   maxPatternBytes: number;
   /** States of a pattern's automaton (its minimal DFA over code points). */
   maxPatternStates: number;
+  /** Tags an event may carry (entries of its list, repeats included). */
+  maxTagsPerEvent: number;
+  /** Tags a filter may require (entries of its list, repeats included). */
+  maxTagsPerFilter: number;
+  /** A tag's length in UTF-8 bytes, normalised (at least 1). */
+  maxTagBytes: number;
 }
 
 export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
@@ -41,6 +48,9 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   maxIdBytes: 128,
   maxPatternBytes: 256,
   maxPatternStates: 128,
+  maxTagsPerEvent: 32,
+  maxTagsPerFilter: 16,
+  maxTagBytes: 64,
 });
 
 // Hard ceilings: engines size their encodings on these (e.g. the 8-bit constraint counters of CLCB §4).
@@ -55,6 +65,9 @@ const CEILINGS: Readonly<Limits> = Object.freeze({
   maxIdBytes: 1024,
   maxPatternBytes: 4096,
   maxPatternStates: MAX_DFA_STATES,
+  maxTagsPerEvent: 1024,
+  maxTagsPerFilter: 255,
+  maxTagBytes: 1024,
 });
 
 /** Merges `partial` over the defaults, checking each value; unknown keys are errors. */
@@ -102,6 +115,8 @@ export interface NArea {
 export interface NFilter {
   readonly constraints: readonly NConstraint[];
   readonly area: NArea | null;
+  /** The tags an event must carry: normalised (T2), distinct, sorted; empty for none. */
+  readonly tags: readonly string[];
 }
 
 export interface NSubscription {
@@ -117,6 +132,8 @@ export interface NEvent {
   readonly radiusM: number;
   readonly names: readonly string[];
   readonly values: readonly Value[];
+  /** The event's tags: normalised (T2), distinct, sorted; empty for none. */
+  readonly tags: readonly string[];
 }
 
 // ---- helpers ----
@@ -331,7 +348,8 @@ export function validateFilter(field: string, f: unknown, limits: Limits, budget
     const center = a.center === undefined || a.center === null ? null : checkLatLon(`${field}.area.center`, a.center);
     area = { radiusM, center };
   }
-  return { constraints, area };
+  const tags = validateTags(`${field}.tags`, o.tags, limits.maxTagsPerFilter, limits.maxTagBytes);
+  return { constraints, area, tags };
 }
 
 /** Validates a whole subscription; throws on the first violation, naming its field. */
@@ -417,7 +435,9 @@ export function quickEvent(e: unknown, limits: Limits): NEvent | null {
     }
     values[i] = v;
   }
-  return { id, lat, lon, radiusM, names, values };
+  const tags = quickTags(e.tags, limits.maxTagsPerEvent, limits.maxTagBytes);
+  if (tags === null) return null;
+  return { id, lat, lon, radiusM, names, values, tags };
 }
 
 /** The explaining validation: throws naming the first offending field. Exported for tests. */
@@ -438,7 +458,8 @@ export function explainEvent(e: unknown, limits: Limits, field = 'event'): NEven
     checkString(`${field}.attributes[${show(name)}]`, name, 1, limits.maxNameBytes);
     values[i] = checkValue(`${field}.attributes[${show(name)}]`, attrs[name], limits).value;
   }
-  return { id, lat, lon, radiusM: radiusM === 0 ? 0 : radiusM, names, values };
+  const tags = validateTags(`${field}.tags`, o.tags, limits.maxTagsPerEvent, limits.maxTagBytes);
+  return { id, lat, lon, radiusM: radiusM === 0 ? 0 : radiusM, names, values, tags };
 }
 
 export interface NPosition {

@@ -41,10 +41,15 @@ export interface Area {
   center?: LatLon;
 }
 
-/** A conjunction of constraints plus an optional area; no area means "anywhere". */
+/**
+ * A conjunction of constraints, an optional area (none means "anywhere") and an optional tag set:
+ * the filter's tags must all be among the event's (a subset test; docs/semantics.md T).
+ */
 export interface Filter {
   constraints: Constraint[];
   area?: Area;
+  /** Tags the event must carry, e.g. `['food', 'vegan']` (a leading `#` is dropped, case folded). */
+  tags?: string[];
 }
 
 export interface Subscription {
@@ -61,6 +66,8 @@ export interface Event {
   /** Area of effect in metres; 0 or absent = a point. */
   radiusM?: number;
   attributes: Record<string, Value>;
+  /** The event's tags, e.g. `['#food', '#vegan', '#lunch']`: a set (order and repeats do not matter). */
+  tags?: string[];
 }
 
 /** A device's position report, as a batch entry. */

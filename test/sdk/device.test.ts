@@ -90,12 +90,33 @@ describe('AmbitDevice', () => {
     // The notification carries the event as published.
     const it = a.notifications();
     const t0 = Date.now();
-    await pub.publish({ id: 'acc3', ...near, radiusM: 50, attributes: { type: 'accident', severity: 5, road: 'A4', closed: true } });
+    await pub.publish({ id: 'acc3', ...near, radiusM: 50, attributes: { type: 'accident', severity: 5, road: 'A4', closed: true }, tags: ['#Traffic', 'A4', 'traffic'] });
     const n = await next(it);
-    assert.deepEqual(n.event, { id: 'acc3', lat: near.lat, lon: near.lon, radiusM: 50, attributes: { type: 'accident', severity: 5, road: 'A4', closed: true } });
+    // Tags arrive in their normal form: no #, lower case, distinct, sorted.
+    assert.deepEqual(n.event, { id: 'acc3', lat: near.lat, lon: near.lon, radiusM: 50, attributes: { type: 'accident', severity: 5, road: 'A4', closed: true }, tags: ['a4', 'traffic'] });
     // Stamped by the server (in this process, on the same clock) between the publish and its receipt.
     const t1 = Date.now();
     assert.ok(t0 <= n.publishedAtMs && n.publishedAtMs <= t1, `publishedAtMs ${n.publishedAtMs} within [${t0}, ${t1}]`);
+  });
+
+  test('tag subscriptions: a filter\'s tags must all be on the event; listed in their normal form', async () => {
+    const d = await device('tagged');
+    await d.subscribe({ id: 'vegan-lunch', filters: [{ tags: ['#Vegan', 'Lunch'] }] });
+    await d.subscribe({ id: 'near-food', filters: [{ tags: ['food'], area: { radiusM: 300 } }] });
+    await placed('tagged', d, P.lat, P.lon);
+    const far = { lat: P.lat + 5000 * M, lon: P.lon };
+    assert.equal((await pub.publish({ id: 'tg1', ...far, tags: ['vegan', 'lunch', 'food'] })).reached, 1);
+    assert.equal((await pub.publish({ id: 'tg2', ...P, tags: ['#FOOD', 'vegan'] })).reached, 1);
+    assert.equal((await pub.publish({ id: 'tg3', ...P, attributes: { food: true } })).reached, 0);
+    const it = d.notifications();
+    const first = await next(it);
+    const second = await next(it);
+    assert.deepEqual([first.event.id, first.subscriptionIds, first.event.tags], ['tg1', ['vegan-lunch'], ['food', 'lunch', 'vegan']]);
+    assert.deepEqual([second.event.id, second.subscriptionIds, second.event.tags], ['tg2', ['near-food'], ['food', 'vegan']]);
+    const listed = await d.listSubscriptions();
+    assert.deepEqual(listed.find((s) => s.id === 'vegan-lunch'), { id: 'vegan-lunch', filters: [{ constraints: [], tags: ['lunch', 'vegan'] }] });
+    await assert.rejects(d.subscribe({ id: 'bad', filters: [{ tags: ['two words'] }] }), (err: unknown) => err instanceof AmbitError && err.field === 'subscribe.subscription.filters[0].tags[0]');
+    await assert.rejects(pub.publish({ id: 'tg4', ...P, tags: [3 as unknown as string] }), (err: unknown) => err instanceof AmbitError && err.field === 'event.tags[0]');
   });
 
   test('error replies carry the gRPC code, message and field; the stream stays usable', async () => {

@@ -14,6 +14,8 @@ import { Op } from '../../api/gen/ambit/v1/types_pb.js';
 import { Rng } from '../support/rng.js';
 import { type Clients, DeviceStream, type Init, type TestServer, clientStream, meta, startTestServer, unary } from '../support/grpc.js';
 import { ENGINE_SIDE_LIMITS } from '../../services/hub/port.js';
+import type { ServerConfig } from '../../services/process/config.js';
+import { type RedisServer, redisServerMissing, startRedisServer } from '../support/redis-server.js';
 
 const SEED = 0x5eed_a4b1;
 const DEVICES = 24;
@@ -36,6 +38,11 @@ const WIRE_OP: Record<MOp, Op> = {
 };
 
 const KINDS = ['cafe', 'cafeteria', 'bar', 'bakery', 'barber', 'kebab', 'Café', '東京'];
+/** Tags as clients spell them: several spellings of one tag (semantics T2). */
+const TAGS = ['#Food', 'food', 'vegan', 'VEGAN', 'café', 'cafe\u0301', 'en:news', '東京', '#jam'];
+/** T2 and T4, written apart from the server's code: what a delivery or a listing carries. */
+const normTags = (tags: string[] | undefined): string[] =>
+  [...new Set((tags ?? []).map((t) => (t.startsWith('#') ? t.slice(1) : t).toLowerCase().normalize('NFC')))].sort();
 
 function wireValue(v: Value): Init {
   if (typeof v === 'number') return { kind: { case: 'number', value: v } };
@@ -60,6 +67,7 @@ function wireSub(s: Sub): Init {
     filters: s.filters.map((f) => ({
       constraints: f.constraints.map((c) => ({ name: c.name, op: WIRE_OP[c.op], value: c.value === undefined ? undefined : wireValue(c.value) })),
       area: f.area === undefined ? undefined : { radiusM: f.area.radiusM, center: f.area.center },
+      tags: f.tags ?? [],
     })),
   };
 }
@@ -67,7 +75,7 @@ function wireSub(s: Sub): Init {
 function wireEvent(e: Event): Init {
   const attributes: Record<string, Init> = {};
   for (const [k, v] of Object.entries(e.attributes)) attributes[k] = wireValue(v);
-  return { id: e.id, position: { lat: e.lat, lon: e.lon }, radiusM: e.radiusM ?? 0, attributes };
+  return { id: e.id, position: { lat: e.lat, lon: e.lon }, radiusM: e.radiusM ?? 0, attributes, tags: e.tags ?? [] };
 }
 
 class Gen {
@@ -105,6 +113,16 @@ class Gen {
   }
 
   filter(): Filter {
+    const f = this.plainFilter();
+    // Tags beside the rest, or alone (constraints dropped): T7.
+    if (this.rng.chance(0.3)) {
+      f.tags = Array.from({ length: 1 + this.rng.int(2) }, () => this.rng.pick(TAGS));
+      if (this.rng.chance(0.3)) f.constraints = [];
+    }
+    return f;
+  }
+
+  plainFilter(): Filter {
     const r = this.rng;
     const constraints = Array.from({ length: r.int(4) }, () => this.constraint());
     const kind = r.int(5);
@@ -126,13 +144,22 @@ class Gen {
     if (r.chance(0.6)) attributes.open = r.chance(0.5);
     if (r.chance(0.8)) attributes.kind = r.pick(KINDS);
     if (r.chance(0.4)) attributes.tag = r.pick(['red', 'dark-red', 'blue', 'reddish', 'e']);
-    return { id, lat: p.lat, lon: p.lon, radiusM: r.chance(0.5) ? 0 : r.range(1, 400), attributes };
+    const e: Event = { id, lat: p.lat, lon: p.lon, radiusM: r.chance(0.5) ? 0 : r.range(1, 400), attributes };
+    if (r.chance(0.6)) e.tags = Array.from({ length: r.int(5) }, () => r.pick(TAGS));
+    return e;
   }
 }
 
-// The same workload on a node with one hub and on one whose hub is split by device over three
-// threads (AMBIT_PARTITIONS), each with its own engine and logs.
-for (const [deployment, config] of [['one hub', {}], ['3 hub partitions', { partitions: 3 }]] as const) describe(`api e2e (${deployment}): seeded workload against the reference engine`, () => {
+// The same workload on a node with one hub, on one whose hub is split by device over three
+// threads (AMBIT_PARTITIONS), each with its own engine and logs, and in Redis mode (events and
+// subscriptions through the command stream, notifications stored in Redis).
+let redis: RedisServer | null = null;
+const DEPLOYMENTS: [string, () => Promise<Partial<ServerConfig>>, string | false][] = [
+  ['one hub', async () => ({}), false],
+  ['3 hub partitions', async () => ({ partitions: 3 }), false],
+  ['Redis', async () => ((redis = await startRedisServer()), { redisUrl: redis.url, redisPrefix: 'e2e:' }), redisServerMissing() ?? false],
+];
+for (const [deployment, config, skip] of DEPLOYMENTS) describe(`api e2e (${deployment}): seeded workload against the reference engine`, { skip }, () => {
   let srv: TestServer;
   let clients: Clients;
   const ref = new ReferenceMatcher({ limits: ENGINE_SIDE_LIMITS });
@@ -151,7 +178,7 @@ for (const [deployment, config] of [['one hub', {}], ['3 hub partitions', { part
   const key = (device: string, id: string) => `${device}/${id}`;
 
   before(async () => {
-    srv = await startTestServer(config);
+    srv = await startTestServer(await config());
     clients = srv.clients();
     publisherMd = srv.meta('publisher-1', ['publish']);
     opsMd = srv.meta('ops', ['ops']);
@@ -167,6 +194,8 @@ for (const [deployment, config] of [['one hub', {}], ['3 hub partitions', { part
   after(async () => {
     for (const s of streams.values()) s.cancel();
     await srv.stop();
+    await redis?.stop();
+    redis = null;
   });
 
   async function addSub(s: Sub): Promise<void> {
@@ -248,6 +277,7 @@ for (const [deployment, config] of [['one hub', {}], ['3 hub partitions', { part
           assert.deepEqual({ lat: n.event!.position!.lat, lon: n.event!.position!.lon, radiusM: n.event!.radiusM }, { lat: e.lat, lon: e.lon, radiusM: e.radiusM ?? 0 });
           const attrs = Object.fromEntries(Object.entries(n.event!.attributes).map(([k, v]) => [k, fromWireValue(v)]));
           assert.deepEqual(attrs, e.attributes);
+          assert.deepEqual([...n.event!.tags], normTags(e.tags), 'tags are delivered in their normal form');
           assert.ok(n.publishedAt !== undefined && Number(n.publishedAt.seconds) > 1_600_000_000);
         }
         if (got.length > 0) s.ack(got[got.length - 1].deliveryId);
@@ -299,8 +329,21 @@ for (const [deployment, config] of [['one hub', {}], ['3 hub partitions', { part
         want.filters[i].constraints.map((c: Init) => ({ name: c.name, op: c.op, value: c.value === undefined ? undefined : fromWireValue(c.value) })),
       );
       assert.equal(f.area?.radiusM, want.filters[i].area?.radiusM);
+      assert.deepEqual([...f.tags], normTags(want.filters[i].tags), 'tags are listed in their normal form');
       assert.deepEqual(f.area?.center === undefined ? undefined : { lat: f.area.center.lat, lon: f.area.center.lon }, want.filters[i].area?.center);
     }
+    let tagged = 0;
+    for (const d of devices) {
+      const all = await unary(clients.device, 'listSubscriptions', {}, srv.meta(d, ['device']));
+      for (const ls of all.subscriptions) {
+        const sent = subs.get(key(d, ls.id))!;
+        ls.filters.forEach((f: Init, i: number) => {
+          assert.deepEqual([...f.tags], normTags(sent.filters[i].tags), `${d}/${ls.id} filter ${i}: tags listed in their normal form`);
+          if (f.tags.length > 0) tagged++;
+        });
+      }
+    }
+    assert.ok(tagged >= 30, `filters with tags (${tagged})`);
   });
 
   it('publish before any position: only fixed-centre and content-only filters match', async () => {
@@ -343,11 +386,17 @@ for (const [deployment, config] of [['one hub', {}], ['3 hub partitions', { part
     await publishAndExpect(events);
     await checkDeliveries();
 
-    const stats = await unary(clients.ops, 'getStats', {}, opsMd);
+    // Redis mode: the matcher's figures reach the gateways in its stats record, written once a
+    // second; wait until the one read covers every publish.
+    let stats = await unary(clients.ops, 'getStats', {}, opsMd);
+    for (let tries = 0; deployment === 'Redis' && stats.eventsPublished !== BigInt(published.length) && tries < 100; tries++) {
+      await new Promise((r) => setTimeout(r, 100));
+      stats = await unary(clients.ops, 'getStats', {}, opsMd);
+    }
     assert.equal(stats.subscriptions, BigInt(subs.size));
     assert.equal(stats.eventsPublished, BigInt(published.length));
     assert.equal(stats.connectedDevices, BigInt(DEVICES));
-    assert.equal(stats.mode, 'embedded');
+    assert.equal(stats.mode, deployment === 'Redis' ? 'redis' : 'embedded');
     assert.equal(stats.engine, 'fast');
     let filters = 0;
     for (const s of subs.values()) filters += s.filters.length;

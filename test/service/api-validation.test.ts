@@ -100,6 +100,16 @@ const SUB_CASES: Case[] = [
   ['centre lat NaN', (s) => (s.filters[0].area.center.lat = NaN), 'filters[0].area.center.lat'],
   ['centre lon Infinity', (s) => (s.filters[0].area.center.lon = Infinity), 'filters[0].area.center.lon'],
   ['a bad second filter after a good one', (s) => (s.filters[1].constraints[0].name = ''), 'filters[1].constraints[0].name'],
+  ['17 tags', (s) => (s.filters[0].tags = Array.from({ length: 17 }, (_, i) => `t${i}`)), 'filters[0].tags'],
+  ['17 tags, repeats counted', (s) => (s.filters[1].tags = Array(17).fill('same')), 'filters[1].tags'],
+  ['an empty tag', (s) => (s.filters[1].tags = ['ok', '']), 'filters[1].tags[1]'],
+  ['a lone # for a tag', (s) => (s.filters[0].tags = ['#']), 'filters[0].tags[0]'],
+  ['a tag with a space', (s) => (s.filters[0].tags = ['fish chips']), 'filters[0].tags[0]'],
+  ['a tag with # inside', (s) => (s.filters[0].tags = ['a#b']), 'filters[0].tags[0]'],
+  ['a tag with a control character', (s) => (s.filters[0].tags = ['a\u0000']), 'filters[0].tags[0]'],
+  ['a tag over 64 bytes', (s) => (s.filters[0].tags = ['t'.repeat(65)]), 'filters[0].tags[0]'],
+  ['a tag of 66 bytes once lower-cased', (s) => (s.filters[0].tags = ['É'.repeat(33)]), 'filters[0].tags[0]'],
+  ['a huge tag', (s) => (s.filters[0].tags = [HUGE]), 'filters[0].tags[0]'],
 ];
 
 /** Event faults; fields relative to the event. */
@@ -127,6 +137,11 @@ const EVENT_CASES: Case[] = [
   ['attribute name of 66 bytes in 22 characters', (e) => (e.attributes['東'.repeat(22)] = num(1)), `attributes[${show('東'.repeat(22))}]`],
   ['text attribute over 1024 bytes', (e) => (e.attributes.kind = text('é'.repeat(513))), 'attributes["kind"]'],
   ['huge text attribute', (e) => (e.attributes.kind = text(HUGE)), 'attributes["kind"]'],
+  ['33 tags', (e) => (e.tags = Array.from({ length: 33 }, (_, i) => `t${i}`)), 'tags'],
+  ['an empty tag', (e) => (e.tags = ['a', 'b', '']), 'tags[2]'],
+  ['a tag with a tab', (e) => (e.tags = ['a\tb']), 'tags[0]'],
+  ['a tag of two #', (e) => (e.tags = ['##x']), 'tags[0]'],
+  ['a huge tag', (e) => (e.tags = [HUGE]), 'tags[0]'],
 ];
 
 const clone = <T>(x: T): T => structuredClone(x);

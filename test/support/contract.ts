@@ -14,6 +14,7 @@ import { constraintRules } from './contract/constraints.js';
 import { lifecycleRules } from './contract/lifecycle.js';
 import { patternRules } from './contract/patterns.js';
 import { resultRules } from './contract/results.js';
+import { tagRules } from './contract/tags.js';
 import { validationRules } from './contract/validation.js';
 
 export { type MakeMatcher, c, ev, sub, utf8Op } from './contract/common.js';
@@ -24,6 +25,7 @@ export function runContract(name: string, make: MakeMatcher): void {
     lifecycleRules(ctx);
     constraintRules(ctx);
     patternRules(ctx);
+    tagRules(ctx);
     areaRules(ctx);
     resultRules(ctx);
     validationRules(ctx);

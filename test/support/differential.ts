@@ -14,7 +14,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Matcher } from '../../src/engines/matcher.js';
-import { ReferenceMatcher, attributeMap, contentMatches, filterDistance } from '../../src/engines/reference.js';
+import { ReferenceMatcher, attributeMap, contentMatches, filterDistance, tagsMatch } from '../../src/engines/reference.js';
 import { AmbitError } from '../../src/model/errors.js';
 import { validateEvent } from '../../src/model/limits.js';
 import type { Event } from '../../src/model/types.js';
@@ -84,9 +84,10 @@ export async function runScenario(scn: Scenario, cand: Matcher, ref: ReferenceMa
       .map((f, j) => {
         const d = filterDistance(f, pos, ne);
         const content = contentMatches(f, attrs);
-        if (d === null || d === undefined) return `filter[${j}] content=${content} area=${d === null ? 'none' : 'anchored to an unknown position'}`;
+        const tags = f.tags.length === 0 ? '' : ` tags=${tagsMatch(f, ne)}`;
+        if (d === null || d === undefined) return `filter[${j}] content=${content}${tags} area=${d === null ? 'none' : 'anchored to an unknown position'}`;
         const r = f.area!.radiusM + ne.radiusM;
-        return `filter[${j}] content=${content} d=${fmt(d)} r=${fmt(r)} (r_f=${fmt(f.area!.radiusM)} r_e=${fmt(ne.radiusM)}) d-r=${fmt(d - r)} (${d <= r ? 'inside' : 'outside'})`;
+        return `filter[${j}] content=${content}${tags} d=${fmt(d)} r=${fmt(r)} (r_f=${fmt(f.area!.radiusM)} r_e=${fmt(ne.radiusM)}) d-r=${fmt(d - r)} (${d <= r ? 'inside' : 'outside'})`;
       })
       .join('; ');
   };

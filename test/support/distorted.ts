@@ -4,7 +4,7 @@
  * engine that computes in float32 but decides every uncertain pair in float64 (X2).
  */
 import type { DeviceHandle, Matcher, MatcherOptions, MatcherStats } from '../../src/engines/matcher.js';
-import { ReferenceMatcher, attributeMap, contentMatches, filterDistance } from '../../src/engines/reference.js';
+import { ReferenceMatcher, attributeMap, contentMatches, filterDistance, tagsMatch } from '../../src/engines/reference.js';
 import { EARTH_RADIUS_M } from '../../src/model/geo.js';
 import type { NEvent, NSubscription } from '../../src/model/limits.js';
 import type { Event, LatLon, PositionUpdate, Subscription } from '../../src/model/types.js';
@@ -43,7 +43,7 @@ export class DistortedMatcher extends ReferenceMatcher {
         const d = filterDistance(f, pos, e);
         if (d === undefined) return false;
         if (d !== null && !this.decide(f.area!.center ?? pos!, e, f.area!.radiusM + e.radiusM, d)) return false;
-        return contentMatches(f, attrs);
+        return contentMatches(f, attrs) && tagsMatch(f, e);
       });
       if (hit) out.push(id);
     }

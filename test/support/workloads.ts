@@ -84,6 +84,11 @@ export interface Knobs {
    * has one, so a device's many filters share a few equality values (the fast engine's buckets).
    */
   kinds: number;
+  /**
+   * Tags (T1-T7; 0: off): the probability that a filter requires tags and that an event carries
+   * them, drawn Zipf-like from a vocabulary with case, `#`, NFC and script variants of each tag.
+   */
+  tags: number;
 }
 
 const BASE: Knobs = {
@@ -105,6 +110,7 @@ const BASE: Knobs = {
   pInvalid: 0.03,
   pHandle: 0.1,
   kinds: 0,
+  tags: 0,
 };
 
 export interface Variant {
@@ -138,6 +144,8 @@ export const VARIANTS: readonly Variant[] = [
   { name: 'coordinate-extremes', knobs: { geo: 'extremes', radii: 'mixed', pBoundary: 0.4 } },
   { name: 'invalid-ops', knobs: { pInvalid: 0.3, churn: 60 } },
   { name: 'kinds-per-device', knobs: { kinds: 4, devices: 6, subs: 360, maxFilters: 3, geo: 'city', radii: 'city', pFixed: 0.1, pNoArea: 0.1, pHandle: 0.3, churn: 90, steps: 8 } },
+  { name: 'tags', knobs: { tags: 0.6, geo: 'city', radii: 'city', pNoArea: 0.35, churn: 40 } },
+  { name: 'tags-only', knobs: { tags: 0.95, pNoArea: 0.9, maxConstraints: 1, subs: 400 } },
   { name: 'patterns', knobs: { content: 'patterns', geo: 'city', radii: 'city', pNoArea: 0.3, churn: 40 } },
   { name: 'everything', knobs: { geo: 'mixed', radii: 'mixed', content: 'all', pEventArea: 0.3, pBoundary: 0.4, pUnpositioned: 0.25, pHandle: 0.3, pInvalid: 0.05, churn: 80 } },
 ];
@@ -159,6 +167,8 @@ const WORDS: readonly string[] = [
 const BOOLS: readonly boolean[] = [false, true];
 /** Values of `kind` with the `kinds` knob (an event may carry one no filter asks for). */
 const KINDS: readonly string[] = ['red', 'green', 'blue', 'Café', 'naïve'];
+/** Tags, popular first: ASCII, prefixed by a language, accented (NFC and NFD spell them alike), Greek with a final sigma, CJK, emoji. */
+const TAG_WORDS: readonly string[] = ['food', 'traffic', 'en:news', 'jam', 'vegan', 'café', 'lunch', 'de:news', 'ΟΔΟΣ', '東京', '😀', 'a', 'naïve', 'x-y_z.1', 'Ω', 'ﬁ'];
 
 interface NameSpec {
   name: string;
@@ -432,7 +442,42 @@ class Generator {
     return this.deviceIds[this.rng.zipf(this.deviceIds.length, 0.9)];
   }
 
+  /**
+   * A tag as a client might spell it: popular ones more often, with a `#`, in capitals, or (for
+   * the accented ones) decomposed; all spellings of one tag are one tag (T2).
+   */
+  private tag(): string {
+    const r = this.rng;
+    const t = TAG_WORDS[r.zipf(TAG_WORDS.length, 1.1)];
+    const spelled = r.chance(0.15) ? t.toUpperCase() : r.chance(0.1) ? t.normalize('NFD') : t;
+    return r.chance(0.2) ? `#${spelled}` : spelled;
+  }
+
+  private tagList(max: number): string[] {
+    const n = 1 + Math.floor(this.rng.next() ** 2 * max);
+    return Array.from({ length: n }, () => this.tag());
+  }
+
   private filter(): Filter {
+    const f = this.plainFilter();
+    if (this.k.tags > 0 && this.rng.chance(this.k.tags)) {
+      f.tags = this.tagList(4);
+      // Tags alone, or beside an area only: the kinds T7 names.
+      if (this.rng.chance(0.4)) f.constraints = [];
+    }
+    return f;
+  }
+
+  private withTags(e: Event, f?: Filter): Event {
+    if (this.k.tags === 0) return e;
+    const r = this.rng;
+    const tags = r.chance(this.k.tags) ? this.tagList(10) : r.chance(0.1) ? [] : undefined;
+    // Most of the time an event near a filter carries that filter's tags, so its area decides.
+    if (f?.tags !== undefined && r.chance(0.8)) return { ...e, tags: [...(tags ?? []), ...f.tags.filter(() => r.chance(0.9))] };
+    return tags === undefined ? e : { ...e, tags };
+  }
+
+  private plainFilter(): Filter {
     const r = this.rng;
     const constraints = this.constraints();
     if (r.chance(this.k.pNoArea)) return r.chance(0.05) ? ({ constraints, area: null } as unknown as Filter) : { constraints };
@@ -513,7 +558,7 @@ class Generator {
     const p = r.chance(0.3) ? extremePoint(t.center, target, r.int(4)) : destination(t.center.lat, t.center.lon, r.range(0, 360), target);
     const ev: Event = { id: this.eventId(), lat: p.lat, lon: p.lon, attributes: this.attributesFor(t.filter) };
     if (re > 0 || r.chance(0.2)) ev.radiusM = re;
-    return ev;
+    return this.withTags(ev, t.filter);
   }
 
   /** Attributes that satisfy the filter's constraints where that is easy, so the area decides. */
@@ -543,7 +588,7 @@ class Generator {
     const e: Event = { id: this.eventId(), lat: p.lat, lon: p.lon, attributes: this.attributes() };
     const re = this.eventRadius();
     if (re !== undefined) e.radiusM = re;
-    return e;
+    return this.withTags(e);
   }
 
   /**

@@ -11,7 +11,7 @@
 import { OP_CODE, T_ANY, T_BOOL, T_NUM, T_STR } from '../operators.js';
 import { GpuError } from './device.js';
 import { GRID_HEADER_WORDS, P } from './input.js';
-import { META_AREA, META_LIVE } from './layout.js';
+import { META_AREA, META_COUNT, META_LIVE } from './layout.js';
 
 /** What a binding holds on the host: a buffer of the matcher's state, or one of a readback slot's. */
 export type StateBuffer = 'input' | 'fBloom' | 'fMeta' | 'fPos' | 'fRad' | 'pos' | 'cand' | 'fCon' | 'fSub' | 'cHead' | 'cValA' | 'cValB' | 'cStr' | 'moves';
@@ -102,7 +102,7 @@ function sharedConstants(): [string, number, string][] {
   const c: [string, number, string][] = [];
   for (const [op, code] of Object.entries(OP_CODE)) c.push([`OP_${op.toUpperCase()}`, code, '']);
   c.push(['T_NUM', T_NUM, 'value types'], ['T_STR', T_STR, ''], ['T_BOOL', T_BOOL, ''], ['T_ANY', T_ANY, 'exists: any type']);
-  c.push(['META_AREA', META_AREA, 'fMeta bits'], ['META_LIVE', META_LIVE, '']);
+  c.push(['META_COUNT', META_COUNT, 'fMeta bits'], ['META_AREA', META_AREA, ''], ['META_LIVE', META_LIVE, '']);
   for (const [k, v] of Object.entries(P)) c.push([`P_${k}`, v, k === 'FILTERS' ? 'parameter words of the batch input' : '']);
   c.push(['GRID_HEADER', GRID_HEADER_WORDS, 'words before the grid cell offsets']);
   return c;

@@ -135,12 +135,15 @@ export class EventEncoder {
    * counting sort), so Loc scans only the cells within a filter's reach instead of every event.
    * Unit vectors need no antimeridian or pole cases.
    */
-  encode(events: readonly NEvent[], nameIds: ReadonlyMap<string, number>, grid = false): Uint32Array {
+  encode(events: readonly NEvent[], nameIds: ReadonlyMap<string, number>, tagIds: ReadonlyMap<string, number>, grid = false): Uint32Array {
     // The result is a view of scratch memory: valid until the next call.
     // One name lookup per attribute: the first pass keeps the ids (-1: a name no filter uses,
     // so no constraint can test it and it is left out).
+    // An event's tags follow its attributes, each an attribute of the tag's name (tagName, whose
+    // id tagIds holds) that any value satisfies: the filters' tags are `exists` constraints.
+    const tags = tagIds.size > 0;
     let total = 0;
-    for (let k = 0; k < events.length; k++) total += events[k].names.length;
+    for (let k = 0; k < events.length; k++) total += events[k].names.length + (tags ? events[k].tags.length : 0);
     if (this.scratchIds.length < total) this.scratchIds = new Int32Array(Math.max(total, 2 * this.scratchIds.length));
     const ids = this.scratchIds;
     let nAttr = 0;
@@ -158,6 +161,12 @@ export class EventEncoder {
         nAttr++;
         const v = e.values[i];
         if (typeof v === 'string') strWords += Math.ceil((v.length * 3) / 4) + 1;
+      }
+      if (!tags) continue;
+      for (let i = 0; i < e.tags.length; i++, j++) {
+        const id = tagIds.get(e.tags[i]);
+        ids[j] = id === undefined ? -1 : id;
+        if (id !== undefined) nAttr++;
       }
     }
     const evOff = PARAM_WORDS;
@@ -210,6 +219,18 @@ export class EventEncoder {
           numberKey(typeof v === 'number' ? v : v ? 1 : 0, inp, ao + 2);
         }
         a++;
+      }
+      if (tags) {
+        for (let i = 0; i < e.tags.length; i++, j++) {
+          const id = ids[j];
+          if (id < 0) continue;
+          bloom |= 1 << bloomBit(id);
+          const ao = attrOff + a * ATTR_WORDS;
+          inp[ao] = id;
+          inp[ao + 1] = T_BOOL;
+          numberKey(1, inp, ao + 2);
+          a++;
+        }
       }
       inp[o + 4] = bloom >>> 0;
       inp[o + 5] = start;

@@ -12,7 +12,8 @@
  */
 import { type NConstraint, type NEvent, type NFilter, type NSubscription, patternDfa } from '../../model/limits.js';
 import type { Dfa } from '../../model/pattern.js';
-import { OP_CODE, T_ANY, T_BOOL, T_NUM, T_STR } from '../operators.js';
+import { tagName, tagOfName } from '../../model/tags.js';
+import { OP_CODE, OP_EXISTS, T_ANY, T_BOOL, T_NUM, T_STR } from '../operators.js';
 import { EventEncoder, RAD, bloomBit, numberKey } from './input.js';
 
 // Moved to input.ts (the batch input); re-exported for existing importers.
@@ -23,8 +24,10 @@ export const FILTER_BYTES = 24;
 export const CONSTRAINT_BYTES = 12;
 export const POSITION_BYTES = 16;
 
-export const META_AREA = 0x100;
-export const META_LIVE = 0x200;
+/** fMeta: the filter's constraint count (its tags included) in the low 10 bits, then flags. */
+export const META_COUNT = 0x3ff;
+export const META_AREA = 0x400;
+export const META_LIVE = 0x800;
 const NAME_BITS = 20;
 /** Filter indices stay below 2^31: Cont marks a band candidate as its index with bit 31 set (match.wgsl BAND). */
 export const MAX_FILTER_INDEX = 0x7fffffff;
@@ -63,6 +66,8 @@ const KEY = new Uint32Array(2);
 export class GpuLayout {
   // names
   private readonly nameIds = new Map<string, number>();
+  /** Tag → the id of its name (tagName), for the tags some filter requires. */
+  private readonly tagIds = new Map<string, number>();
   private nameRefs: number[] = [];
   private readonly nameFree: number[] = [];
 
@@ -158,6 +163,8 @@ export class GpuLayout {
       if (id >= MAX_NAMES) throw new Error(`gpu: more than ${MAX_NAMES} distinct constraint names`);
       this.nameIds.set(name, id);
       this.nameRefs[id] = 0;
+      const tag = tagOfName(name);
+      if (tag !== null) this.tagIds.set(tag, id);
     }
     this.nameRefs[id]++;
     return id;
@@ -167,6 +174,8 @@ export class GpuLayout {
     const id = this.nameIds.get(name)!;
     if (--this.nameRefs[id] === 0) {
       this.nameIds.delete(name);
+      const tag = tagOfName(name);
+      if (tag !== null) this.tagIds.delete(tag);
       this.nameFree.push(id);
     }
   }
@@ -414,10 +423,21 @@ export class GpuLayout {
 
   private addFilter(si: number, owner: string, flt: NFilter): number {
     const f = this.newFilter();
-    const n = flt.constraints.length;
+    const nc = flt.constraints.length;
+    const n = nc + flt.tags.length;
     const c0 = this.allocConstraints(n);
     let bloom = 0;
-    for (let k = 0; k < n; k++) {
+    // Tags after the constraints, each an `exists` on the tag's name (tagName): the event's tags
+    // are encoded as attributes of those names, so Cont's walk decides the subset test.
+    for (let k = nc; k < n; k++) {
+      const ci = c0 + k;
+      const id = this.intern(tagName(flt.tags[k - nc]));
+      bloom |= 1 << bloomBit(id);
+      this.cHead[ci] = id | (OP_EXISTS << NAME_BITS) | (T_ANY << 24);
+      this.cValA[ci] = 0;
+      this.cValB[ci] = 0;
+    }
+    for (let k = 0; k < nc; k++) {
       const c = flt.constraints[k];
       const ci = c0 + k;
       const id = this.intern(c.name);
@@ -464,14 +484,16 @@ export class GpuLayout {
     this.fSub[f] = si;
     this.fDirty.mark(f);
     this.liveFilters++;
-    this.liveConstraints += n;
+    this.liveConstraints += nc;
     return f;
   }
 
   private removeFilter(f: number, flt: NFilter): void {
-    const n = this.fMeta[f] & 0xff;
+    const n = this.fMeta[f] & META_COUNT;
+    const nc = flt.constraints.length;
     const c0 = this.fCon[f];
-    for (let k = 0; k < n; k++) {
+    for (const t of flt.tags) this.release(tagName(t));
+    for (let k = 0; k < nc; k++) {
       const c = flt.constraints[k];
       if (c.op === 'like' || c.op === 'regex') this.releaseString(patternKey(c));
       else if (c.type === 'string') this.releaseString(c.value as string);
@@ -495,7 +517,7 @@ export class GpuLayout {
     if (this.batchesInFlight > 0) this.fHeld.push(f, this.submitted);
     else this.fFree.push(f);
     this.liveFilters--;
-    this.liveConstraints -= n;
+    this.liveConstraints -= nc;
   }
 
   insert(sub: NSubscription): void {
@@ -610,7 +632,7 @@ export class GpuLayout {
    * out. The result is a view of scratch memory: valid until the next call.
    */
   encodeEvents(events: readonly NEvent[], grid = false): Uint32Array {
-    return this.encoder.encode(events, this.nameIds, grid);
+    return this.encoder.encode(events, this.nameIds, this.tagIds, grid);
   }
 }
 

@@ -421,7 +421,7 @@ fn eventAttr(ev: EventHdr, j: u32, staged: bool) -> Attr {
 }
 
 fn filterOk(f: u32, ev: EventHdr, staged: bool) -> bool {
-  let n = fMeta[f] & 0xffu;
+  let n = fMeta[f] & META_COUNT;
   let c0 = fCon[f];
   for (var k = 0u; k < n; k++) {
     let h = cHead[c0 + k];

@@ -40,9 +40,10 @@ export function lifecycleRules({ make, open }: ContractContext): void {
                 { name: 's', op: 'prefix', type: 'string', value: 'x' },
               ],
               area: { radiusM: 100, center: null },
+              tags: [],
             },
-            { constraints: [], area: { radiusM: 5, center: { lat: 1, lon: 2 } } },
-            { constraints: [{ name: 't', op: 'ge', type: 'bool', value: false }], area: null },
+            { constraints: [], area: { radiusM: 5, center: { lat: 1, lon: 2 } }, tags: [] },
+            { constraints: [{ name: 't', op: 'ge', type: 'bool', value: false }], area: null, tags: [] },
           ],
         });
       }));

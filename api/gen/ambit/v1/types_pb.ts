@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ambit/v1/types.proto.
  */
 export const file_ambit_v1_types: GenFile = /*@__PURE__*/
-  fileDesc("ChRhbWJpdC92MS90eXBlcy5wcm90bxIIYW1iaXQudjEiIgoGTGF0TG9uEgsKA2xhdBgBIAEoARILCgNsb24YAiABKAEiQQoFVmFsdWUSEAoGbnVtYmVyGAEgASgBSAASDgoEdGV4dBgCIAEoCUgAEg4KBGZsYWcYAyABKAhIAEIGCgRraW5kIlQKCkNvbnN0cmFpbnQSDAoEbmFtZRgBIAEoCRIYCgJvcBgCIAEoDjIMLmFtYml0LnYxLk9wEh4KBXZhbHVlGAMgASgLMg8uYW1iaXQudjEuVmFsdWUiOgoEQXJlYRIQCghyYWRpdXNfbRgBIAEoARIgCgZjZW50ZXIYAiABKAsyEC5hbWJpdC52MS5MYXRMb24iUQoGRmlsdGVyEikKC2NvbnN0cmFpbnRzGAEgAygLMhQuYW1iaXQudjEuQ29uc3RyYWludBIcCgRhcmVhGAIgASgLMg4uYW1iaXQudjEuQXJlYSI9CgxTdWJzY3JpcHRpb24SCgoCaWQYASABKAkSIQoHZmlsdGVycxgCIAMoCzIQLmFtYml0LnYxLkZpbHRlciLCAQoFRXZlbnQSCgoCaWQYASABKAkSIgoIcG9zaXRpb24YAiABKAsyEC5hbWJpdC52MS5MYXRMb24SEAoIcmFkaXVzX20YAyABKAESMwoKYXR0cmlidXRlcxgEIAMoCzIfLmFtYml0LnYxLkV2ZW50LkF0dHJpYnV0ZXNFbnRyeRpCCg9BdHRyaWJ1dGVzRW50cnkSCwoDa2V5GAEgASgJEh4KBXZhbHVlGAIgASgLMg8uYW1iaXQudjEuVmFsdWU6AjgBIo8BCgxOb3RpZmljYXRpb24SEwoLZGVsaXZlcnlfaWQYASABKAkSHgoFZXZlbnQYAiABKAsyDy5hbWJpdC52MS5FdmVudBIYChBzdWJzY3JpcHRpb25faWRzGAMgAygJEjAKDHB1Ymxpc2hlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiPQoNUmVxdWVzdFN0YXR1cxIMCgRjb2RlGAEgASgNEg8KB21lc3NhZ2UYAiABKAkSDQoFZmllbGQYAyABKAkqswEKAk9wEhIKDk9QX1VOU1BFQ0lGSUVEEAASCQoFT1BfRVEQARIJCgVPUF9ORRACEgkKBU9QX0xUEAMSCQoFT1BfTEUQBBIJCgVPUF9HVBAFEgkKBU9QX0dFEAYSDQoJT1BfUFJFRklYEAcSDQoJT1BfU1VGRklYEAgSDwoLT1BfQ09OVEFJTlMQCRINCglPUF9FWElTVFMQChILCgdPUF9MSUtFEAsSDAoIT1BfUkVHRVgQDGIGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("ChRhbWJpdC92MS90eXBlcy5wcm90bxIIYW1iaXQudjEiIgoGTGF0TG9uEgsKA2xhdBgBIAEoARILCgNsb24YAiABKAEiQQoFVmFsdWUSEAoGbnVtYmVyGAEgASgBSAASDgoEdGV4dBgCIAEoCUgAEg4KBGZsYWcYAyABKAhIAEIGCgRraW5kIlQKCkNvbnN0cmFpbnQSDAoEbmFtZRgBIAEoCRIYCgJvcBgCIAEoDjIMLmFtYml0LnYxLk9wEh4KBXZhbHVlGAMgASgLMg8uYW1iaXQudjEuVmFsdWUiOgoEQXJlYRIQCghyYWRpdXNfbRgBIAEoARIgCgZjZW50ZXIYAiABKAsyEC5hbWJpdC52MS5MYXRMb24iXwoGRmlsdGVyEikKC2NvbnN0cmFpbnRzGAEgAygLMhQuYW1iaXQudjEuQ29uc3RyYWludBIcCgRhcmVhGAIgASgLMg4uYW1iaXQudjEuQXJlYRIMCgR0YWdzGAMgAygJIj0KDFN1YnNjcmlwdGlvbhIKCgJpZBgBIAEoCRIhCgdmaWx0ZXJzGAIgAygLMhAuYW1iaXQudjEuRmlsdGVyItABCgVFdmVudBIKCgJpZBgBIAEoCRIiCghwb3NpdGlvbhgCIAEoCzIQLmFtYml0LnYxLkxhdExvbhIQCghyYWRpdXNfbRgDIAEoARIzCgphdHRyaWJ1dGVzGAQgAygLMh8uYW1iaXQudjEuRXZlbnQuQXR0cmlidXRlc0VudHJ5EgwKBHRhZ3MYBSADKAkaQgoPQXR0cmlidXRlc0VudHJ5EgsKA2tleRgBIAEoCRIeCgV2YWx1ZRgCIAEoCzIPLmFtYml0LnYxLlZhbHVlOgI4ASKPAQoMTm90aWZpY2F0aW9uEhMKC2RlbGl2ZXJ5X2lkGAEgASgJEh4KBWV2ZW50GAIgASgLMg8uYW1iaXQudjEuRXZlbnQSGAoQc3Vic2NyaXB0aW9uX2lkcxgDIAMoCRIwCgxwdWJsaXNoZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIj0KDVJlcXVlc3RTdGF0dXMSDAoEY29kZRgBIAEoDRIPCgdtZXNzYWdlGAIgASgJEg0KBWZpZWxkGAMgASgJKrMBCgJPcBISCg5PUF9VTlNQRUNJRklFRBAAEgkKBU9QX0VREAESCQoFT1BfTkUQAhIJCgVPUF9MVBADEgkKBU9QX0xFEAQSCQoFT1BfR1QQBRIJCgVPUF9HRRAGEg0KCU9QX1BSRUZJWBAHEg0KCU9QX1NVRkZJWBAIEg8KC09QX0NPTlRBSU5TEAkSDQoJT1BfRVhJU1RTEAoSCwoHT1BfTElLRRALEgwKCE9QX1JFR0VYEAxiBnByb3RvMw", [file_google_protobuf_timestamp]);
 
 /**
  * A WGS84 position in degrees.
@@ -137,7 +137,7 @@ export const AreaSchema: GenMessage<Area> = /*@__PURE__*/
   messageDesc(file_ambit_v1_types, 3);
 
 /**
- * A conjunction of constraints, and optionally an area. No area means "anywhere".
+ * A conjunction of constraints, and optionally an area and tags. No area means "anywhere".
  *
  * @generated from message ambit.v1.Filter
  */
@@ -151,6 +151,14 @@ export type Filter = Message<"ambit.v1.Filter"> & {
    * @generated from field: ambit.v1.Area area = 2;
    */
   area?: Area | undefined;
+
+  /**
+   * Tags the event must all carry (a subset test), e.g. "food", "#Vegan": one leading '#' is
+   * dropped and tags compare in lower case and NFC (docs/semantics.md T).
+   *
+   * @generated from field: repeated string tags = 3;
+   */
+  tags: string[];
 };
 
 /**
@@ -216,6 +224,13 @@ export type Event = Message<"ambit.v1.Event"> & {
    * @generated from field: map<string, ambit.v1.Value> attributes = 4;
    */
   attributes: { [key: string]: Value };
+
+  /**
+   * The event's tags, a set: order and repeats do not matter. Delivered in their normal form.
+   *
+   * @generated from field: repeated string tags = 5;
+   */
+  tags: string[];
 };
 
 /**
