@@ -1,0 +1,545 @@
+/**
+ * TagMatch on WebGPU (TagMatch §3): subset matching of batches of queries against a database of
+ * tag sets, exact. The host side of tagmatch.wgsl:
+ *
+ * - **Signatures.** Each distinct set of the CPU index (tag-index.ts, whose tagset and key tables
+ *   this index reads) becomes a 192-bit Bloom signature, 7 bits a tag (TagMatch's parameters), so
+ *   s ⊆ q implies sig(s) ⊆ sig(q) bitwise.
+ * - **Balanced partitioning** (Algorithm 1). Sets are split recursively on the bit that halves
+ *   them best (chosen on a sample of up to 1024 sets of the part), until parts hold at most
+ *   `maxPartition` sets; splitting goes on inside a partition down to `leafSize` sets so that
+ *   neighbouring sets share bits. Signatures move with the split (no indirection). A
+ *   partition's mask is the AND of its sets' signatures; each block of WG sets has one too.
+ * - **Pre-process** (Algorithm 2). The partition table lists each partition under the first bit
+ *   of its mask; a query visits the lists of its own bits and is sent to each partition whose mask
+ *   it holds. Partitions with an empty mask get every query.
+ * - **Subset match** on the GPU (tagmatch.wgsl), then **exact verification and key lookup** on
+ *   the host: a Bloom hit counts only when the set's tags are all among the query's, so the
+ *   answers equal the CPU index's (no false positives). `unique` gives match-unique.
+ * GPU memory: 24 bytes a distinct set plus 24 bytes per block of WG sets.
+ */
+import type { TagMatches, TagSetIndex, TagSetsView } from '../tag-index.js';
+import { type GpuContext, GpuError } from './device.js';
+
+export interface GpuTagIndexOptions {
+  /** Most sets in a partition (TagMatch found about 200k best). */
+  maxPartition: number;
+  /** Splitting goes on inside partitions down to parts of this many sets (>= maxPartition: none). */
+  leafSize: number;
+  /** Threads (and sets) per workgroup. */
+  workgroupSize: number;
+  /** Queries per GPU batch. */
+  batch: number;
+  /** Batches in flight at once. */
+  inFlight: number;
+  /** Room for Bloom hits a batch has at first (it grows when a batch needs more). */
+  hitCapacity: number;
+}
+
+export const DEFAULT_GPU_TAG_INDEX: Readonly<GpuTagIndexOptions> = Object.freeze({
+  maxPartition: 200_000,
+  leafSize: 1024,
+  workgroupSize: 256,
+  batch: 1024,
+  inFlight: 3,
+  hitCapacity: 65_536,
+});
+
+const WORDS = 6;
+const BITS = 192;
+const HASHES = 7;
+
+function fmix32(h: number): number {
+  h ^= h >>> 16;
+  h = Math.imul(h, 0x85ebca6b);
+  h ^= h >>> 13;
+  h = Math.imul(h, 0xc2b2ae35);
+  h ^= h >>> 16;
+  return h >>> 0;
+}
+
+/** ORs tag `t`'s 7 bits into `sig[at .. at+6)` (double hashing over 192 bits). */
+export function addTagBits(sig: Uint32Array, at: number, t: number): void {
+  const h1 = fmix32(Math.imul(t, 0x9e3779b1) ^ 0x7f4a7c15);
+  const h2 = fmix32(t ^ 0x2545f491) | 1;
+  for (let i = 0; i < HASHES; i++) {
+    const b = (h1 + i * h2) % BITS;
+    sig[at + (b >>> 5)] |= 1 << (b & 31);
+  }
+}
+
+/** The signature of `tags[from, to)` into `sig[at .. at+6)`. */
+export function signatureInto(sig: Uint32Array, at: number, tags: Uint32Array, from: number, to: number): void {
+  for (let w = 0; w < WORDS; w++) sig[at + w] = 0;
+  for (let k = from; k < to; k++) addTagBits(sig, at, tags[k]);
+}
+
+export interface GpuTagIndexStats {
+  sets: number;
+  partitions: number;
+  /** Largest partition, sets. */
+  largestPartition: number;
+  blocks: number;
+  gpuBytes: number;
+  /** Host time to build: signatures, partitioning, masks, upload (ms). */
+  buildMs: { signatures: number; partitioning: number; masks: number; upload: number };
+  /** Batches run, and those run again for lack of room for their hits. */
+  batches: number;
+  reruns: number;
+  /** Bloom hits, and those the exact check refused (false positives). */
+  hits: number;
+  falseHits: number;
+  /** (query, partition) pairs the pre-process made. */
+  visits: number;
+}
+
+interface Slot {
+  inp: GPUBuffer;
+  inpWords: number;
+  out: GPUBuffer;
+  cap: number;
+  busy: boolean;
+}
+
+export class GpuTagIndex {
+  private readonly slots: Slot[] = [];
+  private readonly waiting: (() => void)[] = [];
+  private readonly statsNow: GpuTagIndexStats;
+  /** Partition table: partitions by the first bit of their mask; then those with no bit. */
+  private readonly byBit: Uint32Array[];
+  private readonly maskless: Uint32Array;
+  private readonly partCount: Uint32Array;
+  private readonly touched: number[] = [];
+
+  private constructor(
+    private readonly ctx: GpuContext,
+    readonly index: TagSetIndex,
+    private readonly o: GpuTagIndexOptions,
+    private readonly wg: number,
+    private readonly pipeline: GPUComputePipeline,
+    private readonly bind: GPUBindGroupLayout,
+    private readonly sigBuffers: GPUBuffer[],
+    private readonly blockBuffer: GPUBuffer,
+    private readonly partBuffer: GPUBuffer,
+    /** Distinct set of each signature position. */
+    private readonly order: Uint32Array,
+    /** Per partition: its mask (6 words), first set, set count, block count. */
+    private readonly masks: Uint32Array,
+    private readonly partStart: Uint32Array,
+    private readonly partSize: Uint32Array,
+    stats: GpuTagIndexStats,
+  ) {
+    this.statsNow = stats;
+    const parts = partSize.length;
+    const lists: number[][] = Array.from({ length: BITS }, () => []);
+    const none: number[] = [];
+    for (let p = 0; p < parts; p++) {
+      let first = -1;
+      for (let w = 0; w < WORDS && first < 0; w++) {
+        const m = masks[WORDS * p + w];
+        if (m !== 0) first = 32 * w + (31 - Math.clz32(m & -m));
+      }
+      if (first < 0) none.push(p);
+      else lists[first].push(p);
+    }
+    this.byBit = lists.map((l) => Uint32Array.from(l));
+    this.maskless = Uint32Array.from(none);
+    this.partCount = new Uint32Array(parts);
+  }
+
+  static async build(ctx: GpuContext, index: TagSetIndex, options: Partial<GpuTagIndexOptions> = {}, progress?: (phase: string, done: number) => void): Promise<GpuTagIndex> {
+    const o: GpuTagIndexOptions = { ...DEFAULT_GPU_TAG_INDEX, ...options };
+    for (const k of Object.keys(DEFAULT_GPU_TAG_INDEX) as (keyof GpuTagIndexOptions)[]) {
+      if (!Number.isSafeInteger(o[k]) || o[k] < 1) throw new GpuError('INVALID_ARGUMENT', `tag index: ${k} must be an integer >= 1, got ${o[k]}`);
+    }
+    const wg = Math.min(o.workgroupSize, ctx.limits.maxComputeWorkgroupSizeX, ctx.limits.maxComputeInvocationsPerWorkgroup);
+    const maxX = ctx.limits.maxComputeWorkgroupsPerDimension;
+    const sets = index.sets;
+    const m = sets.offsets.length - 1;
+    const ms = { signatures: 0, partitioning: 0, masks: 0, upload: 0 };
+
+    // Signatures, in distinct-set order (AoS: 6 words a set).
+    let t0 = performance.now();
+    const sig = new Uint32Array(WORDS * Math.max(1, m));
+    for (let u = 0; u < m; u++) signatureInto(sig, WORDS * u, sets.tags, sets.offsets[u], sets.offsets[u + 1]);
+    const order = new Uint32Array(m);
+    for (let u = 0; u < m; u++) order[u] = u;
+    ms.signatures = performance.now() - t0;
+    progress?.('signatures', m);
+
+    // Balanced partitioning (Algorithm 1), splitting on into leaves.
+    t0 = performance.now();
+    const parts: [number, number][] = [];
+    const counts = new Float64Array(BITS);
+    // Stack entries: lo, hi, whether a partition already contains this part, and the bits used.
+    const stack: { lo: number; hi: number; inPart: boolean; used: Uint8Array }[] = [{ lo: 0, hi: m, inPart: false, used: new Uint8Array(BITS) }];
+    let leafDone = 0;
+    while (stack.length > 0) {
+      const { lo, hi, inPart, used } = stack.pop()!;
+      const size = hi - lo;
+      let isPart = inPart;
+      if (!inPart && size <= o.maxPartition) {
+        parts.push([lo, size]);
+        isPart = true;
+      }
+      const limit = isPart ? Math.min(o.leafSize, o.maxPartition) : o.maxPartition;
+      if (size <= limit || size < 2) {
+        leafDone += size;
+        continue;
+      }
+      // The unused bit closest to half of a sample of the part.
+      counts.fill(0);
+      const step = Math.max(1, Math.floor(size / 1024));
+      let sampled = 0;
+      for (let i = lo; i < hi; i += step) {
+        const a = WORDS * i;
+        for (let w = 0; w < WORDS; w++) {
+          let x = sig[a + w];
+          while (x !== 0) {
+            const low = x & -x;
+            counts[32 * w + (31 - Math.clz32(low))]++;
+            x ^= low;
+          }
+        }
+        sampled++;
+      }
+      let pivot = -1;
+      let best = Infinity;
+      for (let b = 0; b < BITS; b++) {
+        if (used[b] !== 0 || counts[b] === 0 || counts[b] === sampled) continue;
+        const d = Math.abs(counts[b] - sampled / 2);
+        if (d < best) {
+          best = d;
+          pivot = b;
+        }
+      }
+      if (pivot < 0) {
+        // No bit splits the sample: the part stays whole (a partition of its own if it is none yet).
+        if (!isPart) parts.push([lo, size]);
+        leafDone += size;
+        continue;
+      }
+      // Sets without the pivot first, then those with it; signatures and order move together.
+      const pw = pivot >>> 5;
+      const pb = 1 << (pivot & 31);
+      let i = lo;
+      let j = hi - 1;
+      for (;;) {
+        while (i <= j && (sig[WORDS * i + pw] & pb) === 0) i++;
+        while (i <= j && (sig[WORDS * j + pw] & pb) !== 0) j--;
+        if (i >= j) break;
+        const a = WORDS * i;
+        const c = WORDS * j;
+        for (let w = 0; w < WORDS; w++) {
+          const x = sig[a + w];
+          sig[a + w] = sig[c + w];
+          sig[c + w] = x;
+        }
+        const x = order[i];
+        order[i] = order[j];
+        order[j] = x;
+        i++;
+        j--;
+      }
+      const mid = i;
+      const nextUsed = used.slice();
+      nextUsed[pivot] = 1;
+      if (mid === lo || mid === hi) {
+        // The sample misled: every set is on one side. Mark the bit used and try again.
+        stack.push({ lo, hi, inPart, used: nextUsed });
+        continue;
+      }
+      // Pushed ones-side first so the zeros side is taken first: partitions come out in order.
+      stack.push({ lo: mid, hi, inPart: isPart, used: nextUsed });
+      stack.push({ lo, hi: mid, inPart: isPart, used: nextUsed });
+      if ((parts.length & 63) === 0) progress?.('partitioning', leafDone);
+    }
+    parts.sort((a, b) => a[0] - b[0]);
+    ms.partitioning = performance.now() - t0;
+    progress?.('partitioning', m);
+
+    // Masks: per partition and per block of wg sets (the AND of their signatures).
+    t0 = performance.now();
+    const P = parts.length;
+    const masks = new Uint32Array(WORDS * P);
+    const partStart = new Uint32Array(P);
+    const partSize = new Uint32Array(P);
+    const partWords = new Uint32Array(4 * Math.max(1, P));
+    let blocks = 0;
+    let largest = 0;
+    for (let p = 0; p < P; p++) {
+      const [start, size] = parts[p];
+      partStart[p] = start;
+      partSize[p] = size;
+      partWords[4 * p] = start;
+      partWords[4 * p + 1] = size;
+      partWords[4 * p + 2] = blocks;
+      const nb = Math.ceil(size / wg);
+      if (nb > maxX) throw new GpuError('INVALID_ARGUMENT', `tag index: a partition of ${size} sets needs ${nb} workgroups, more than ${maxX}: lower maxPartition`);
+      blocks += nb;
+      if (size > largest) largest = size;
+    }
+    const blockMask = new Uint32Array(WORDS * Math.max(1, blocks));
+    for (let p = 0; p < P; p++) {
+      const start = partStart[p];
+      const end = start + partSize[p];
+      const pm = [~0, ~0, ~0, ~0, ~0, ~0];
+      let blk = partWords[4 * p + 2];
+      for (let b = start; b < end; b += wg, blk++) {
+        const bm = [~0, ~0, ~0, ~0, ~0, ~0];
+        for (let s = b; s < Math.min(end, b + wg); s++) for (let w = 0; w < WORDS; w++) bm[w] &= sig[WORDS * s + w];
+        for (let w = 0; w < WORDS; w++) {
+          blockMask[WORDS * blk + w] = bm[w];
+          pm[w] &= bm[w];
+        }
+      }
+      for (let w = 0; w < WORDS; w++) masks[WORDS * p + w] = pm[w];
+    }
+    ms.masks = performance.now() - t0;
+
+    // Upload: the signature words as six arrays (structure of arrays: a thread's read of one word
+    // and its neighbours' are adjacent).
+    t0 = performance.now();
+    const storage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST;
+    const sigBuffers: GPUBuffer[] = [];
+    const CHUNK = 1 << 24;
+    const col = new Uint32Array(Math.min(Math.max(1, m), CHUNK));
+    for (let w = 0; w < WORDS; w++) {
+      const buf = ctx.createBuffer(`ambit.tags.sig${w}`, 4 * Math.max(1, m), storage);
+      for (let base = 0; base < m; base += CHUNK) {
+        const n = Math.min(CHUNK, m - base);
+        for (let s = 0; s < n; s++) col[s] = sig[WORDS * (base + s) + w];
+        ctx.writeBuffer(buf, 4 * base, col.subarray(0, n));
+      }
+      sigBuffers.push(buf);
+    }
+    const blockBuffer = ctx.createBuffer('ambit.tags.blocks', blockMask.byteLength, storage);
+    ctx.writeBuffer(blockBuffer, 0, blockMask);
+    const partBuffer = ctx.createBuffer('ambit.tags.parts', partWords.byteLength, storage);
+    ctx.writeBuffer(partBuffer, 0, partWords);
+    const module = await ctx.compileShader('tagmatch');
+    const bind = ctx.device.createBindGroupLayout({
+      label: 'ambit.tags',
+      entries: Array.from({ length: 10 }, (_, i) => ({
+        binding: i,
+        visibility: GPUShaderStage.COMPUTE,
+        buffer: { type: (i === 9 ? 'storage' : 'read-only-storage') as GPUBufferBindingType },
+      })),
+    });
+    const pipeline = await ctx.withValidation('pipeline tagmatch', () =>
+      ctx.device.createComputePipeline({
+        label: 'ambit.tags.subset',
+        layout: ctx.device.createPipelineLayout({ bindGroupLayouts: [bind] }),
+        compute: { module, entryPoint: 'subset', constants: { WG: wg } },
+      }),
+    );
+    await ctx.queue.onSubmittedWorkDone();
+    ms.upload = performance.now() - t0;
+    const gpuBytes = 4 * WORDS * m + blockMask.byteLength + partWords.byteLength;
+    const stats: GpuTagIndexStats = { sets: m, partitions: P, largestPartition: largest, blocks, gpuBytes, buildMs: ms, batches: 0, reruns: 0, hits: 0, falseHits: 0, visits: 0 };
+    return new GpuTagIndex(ctx, index, o, wg, pipeline, bind, sigBuffers, blockBuffer, partBuffer, order, masks, partStart, partSize, stats);
+  }
+
+  stats(): GpuTagIndexStats {
+    return { ...this.statsNow, buildMs: { ...this.statsNow.buildMs } };
+  }
+
+  /** The keys of each query (match; match-unique with `unique`), exactly as the CPU index gives them up to order. */
+  async matchAll(queries: TagSetsView, unique: boolean): Promise<TagMatches> {
+    const nq = queries.offsets.length - 1;
+    const runs: Promise<TagMatches>[] = [];
+    for (let from = 0; from < nq; from += this.o.batch) runs.push(this.runBatch(queries, from, Math.min(nq, from + this.o.batch), unique));
+    const parts = await Promise.all(runs);
+    const offsets = new Uint32Array(nq + 1);
+    let total = 0;
+    for (const r of parts) total += r.keys.length;
+    const keys = new Uint32Array(total);
+    let j = 0;
+    let at = 0;
+    for (const r of parts) {
+      keys.set(r.keys, at);
+      for (let k = 1; k < r.offsets.length; k++) offsets[++j] = at + r.offsets[k];
+      at += r.keys.length;
+    }
+    return { offsets, keys };
+  }
+
+  private async slot(): Promise<Slot> {
+    for (;;) {
+      const free = this.slots.find((s) => !s.busy);
+      if (free !== undefined) {
+        free.busy = true;
+        return free;
+      }
+      if (this.slots.length < this.o.inFlight) {
+        const cap = this.o.hitCapacity;
+        const s: Slot = { inp: this.ctx.createBuffer('ambit.tags.inp', 4096, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST), inpWords: 1024, out: this.ctx.createBuffer('ambit.tags.out', 4 * (1 + 2 * cap), GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST), cap, busy: true };
+        this.slots.push(s);
+        return s;
+      }
+      await new Promise<void>((resolve) => this.waiting.push(resolve));
+    }
+  }
+
+  private release(s: Slot): void {
+    s.busy = false;
+    this.waiting.shift()?.();
+  }
+
+  /** Queries [from, to): pre-process, the GPU pass (again with more room if hits overflowed), verification. */
+  private async runBatch(queries: TagSetsView, from: number, to: number, unique: boolean): Promise<TagMatches> {
+    const nq = to - from;
+    // Query signatures.
+    const qsig = new Uint32Array(WORDS * nq);
+    for (let j = 0; j < nq; j++) signatureInto(qsig, WORDS * j, queries.tags, queries.offsets[from + j], queries.offsets[from + j + 1]);
+    // Pre-process (Algorithm 2): (partition, query) visits, grouped by partition.
+    const visitP: number[] = [];
+    const visitQ: number[] = [];
+    const masks = this.masks;
+    for (let j = 0; j < nq; j++) {
+      const a = WORDS * j;
+      for (let w = 0; w < WORDS; w++) {
+        let x = qsig[a + w];
+        while (x !== 0) {
+          const low = x & -x;
+          x ^= low;
+          const list = this.byBit[32 * w + (31 - Math.clz32(low))];
+          for (let k = 0; k < list.length; k++) {
+            const p = list[k];
+            const mp = WORDS * p;
+            if ((masks[mp] & ~qsig[a]) | (masks[mp + 1] & ~qsig[a + 1]) | (masks[mp + 2] & ~qsig[a + 2]) | (masks[mp + 3] & ~qsig[a + 3]) | (masks[mp + 4] & ~qsig[a + 4]) | (masks[mp + 5] & ~qsig[a + 5])) continue;
+            visitP.push(p);
+            visitQ.push(j);
+          }
+        }
+      }
+      for (let k = 0; k < this.maskless.length; k++) {
+        visitP.push(this.maskless[k]);
+        visitQ.push(j);
+      }
+    }
+    const nv = visitP.length;
+    this.statsNow.visits += nv;
+    const result: TagMatches = nv === 0 ? { offsets: new Uint32Array(nq + 1), keys: new Uint32Array(0) } : await this.gpuPass(queries, from, nq, qsig, visitP, visitQ, unique);
+    this.statsNow.batches++;
+    return result;
+  }
+
+  private async gpuPass(queries: TagSetsView, from: number, nq: number, qsig: Uint32Array, visitP: number[], visitQ: number[], unique: boolean): Promise<TagMatches> {
+    const count = this.partCount;
+    const touched = this.touched;
+    touched.length = 0;
+    for (let v = 0; v < visitP.length; v++) if (count[visitP[v]]++ === 0) touched.push(visitP[v]);
+    const nWork = touched.length;
+    const HEAD = 8;
+    const qsigOff = HEAD;
+    const workOff = qsigOff + qsig.length;
+    const listOff = workOff + 3 * nWork;
+    const words = listOff + visitP.length;
+    const inp = new Uint32Array(words);
+    inp.set(qsig, qsigOff);
+    let maxBlocks = 0;
+    let off = 0;
+    // Work items, and each one's place in the query list.
+    const place = new Map<number, number>();
+    for (let w = 0; w < nWork; w++) {
+      const p = touched[w];
+      inp[workOff + 3 * w] = p;
+      inp[workOff + 3 * w + 1] = off;
+      inp[workOff + 3 * w + 2] = count[p];
+      place.set(p, off);
+      off += count[p];
+      const nb = Math.ceil(this.partSize[p] / this.wg);
+      if (nb > maxBlocks) maxBlocks = nb;
+      count[p] = 0;
+    }
+    for (let v = 0; v < visitP.length; v++) {
+      const p = visitP[v];
+      const at = place.get(p)!;
+      inp[listOff + at] = visitQ[v];
+      place.set(p, at + 1);
+    }
+    inp[0] = nWork;
+    inp[1] = qsigOff;
+    inp[2] = workOff;
+    inp[3] = listOff;
+    const maxY = this.ctx.limits.maxComputeWorkgroupsPerDimension;
+    if (nWork > maxY) throw new GpuError('INVALID_ARGUMENT', `tag index: a batch visits ${nWork} partitions, more than ${maxY} workgroups: raise maxPartition or lower batch`);
+    const slot = await this.slot();
+    try {
+      let hits = 0;
+      let data: Uint32Array;
+      for (;;) {
+        inp[4] = slot.cap;
+        if (slot.inpWords < words) {
+          slot.inp.destroy();
+          slot.inpWords = Math.max(words, 2 * slot.inpWords);
+          slot.inp = this.ctx.createBuffer('ambit.tags.inp', 4 * slot.inpWords, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST);
+        }
+        this.ctx.writeBuffer(slot.inp, 0, inp);
+        const bindGroup = this.ctx.device.createBindGroup({
+          layout: this.bind,
+          entries: [...this.sigBuffers, this.blockBuffer, this.partBuffer, slot.inp, slot.out].map((buffer, binding) => ({ binding, resource: { buffer } })),
+        });
+        const enc = this.ctx.device.createCommandEncoder({ label: 'ambit.tags.batch' });
+        enc.clearBuffer(slot.out, 0, 4);
+        const pass = enc.beginComputePass();
+        pass.setPipeline(this.pipeline);
+        pass.setBindGroup(0, bindGroup);
+        pass.dispatchWorkgroups(maxBlocks, nWork);
+        pass.end();
+        const bytes = 4 * (1 + 2 * slot.cap);
+        data = new Uint32Array(await this.ctx.submitAndRead(enc, slot.out, 0, bytes));
+        hits = data[0];
+        if (hits <= slot.cap) break;
+        // Room for every hit, and a quarter more, then the batch again.
+        this.statsNow.reruns++;
+        slot.cap = Math.ceil(hits * 1.25);
+        slot.out.destroy();
+        slot.out = this.ctx.createBuffer('ambit.tags.out', 4 * (1 + 2 * slot.cap), GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST);
+      }
+      this.statsNow.hits += hits;
+      return this.verify(queries, from, nq, data, hits, unique);
+    } finally {
+      this.release(slot);
+    }
+  }
+
+  /** Exact check of each hit and key lookup, grouped by query. */
+  private verify(queries: TagSetsView, from: number, nq: number, data: Uint32Array, hits: number, unique: boolean): TagMatches {
+    // Hits by query (a counting sort).
+    const start = new Uint32Array(nq + 1);
+    for (let h = 0; h < hits; h++) start[data[1 + 2 * h] + 1]++;
+    for (let j = 0; j < nq; j++) start[j + 1] += start[j];
+    const fill = start.slice(0, nq);
+    const byQuery = new Uint32Array(hits);
+    for (let h = 0; h < hits; h++) byQuery[fill[data[1 + 2 * h]]++] = data[2 + 2 * h];
+    const offsets = new Uint32Array(nq + 1);
+    const keys: number[] = [];
+    const idx = this.index;
+    let falseHits = 0;
+    for (let j = 0; j < nq; j++) {
+      const qf = queries.offsets[from + j];
+      const qt = queries.offsets[from + j + 1];
+      idx.beginQuery();
+      for (let h = start[j]; h < start[j + 1]; h++) {
+        const u = this.order[byQuery[h]];
+        if (idx.isSubset(u, queries.tags, qf, qt)) idx.pushKeys(u, keys, unique);
+        else falseHits++;
+      }
+      offsets[j + 1] = keys.length;
+    }
+    this.statsNow.falseHits += falseHits;
+    return { offsets, keys: Uint32Array.from(keys) };
+  }
+
+  destroy(): void {
+    for (const b of this.sigBuffers) b.destroy();
+    this.blockBuffer.destroy();
+    this.partBuffer.destroy();
+    for (const s of this.slots) {
+      s.inp.destroy();
+      s.out.destroy();
+    }
+  }
+}

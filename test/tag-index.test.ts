@@ -1,0 +1,138 @@
+/**
+ * Subset matching over tag-set databases (TagMatch's problem): the CPU index against a brute
+ * force over every entry, and the GPU index (here on a software adapter) against the CPU index,
+ * for match and match-unique, on seeded Twitter-like workloads (src/workload/tags.ts), with
+ * partitioning, reruns for room, and Bloom false positives forced by queries with many tags.
+ */
+import assert from 'node:assert/strict';
+import { after, describe, it } from 'node:test';
+import { TagDictionary, type TagMatches, TagSetIndex, type TagSetsView } from '../src/engines/tag-index.js';
+import { GpuContext } from '../src/engines/gpu/device.js';
+import { GpuTagIndex } from '../src/engines/gpu/tag-index.js';
+import { tagText, tagWorkload } from '../src/workload/tags.js';
+
+/** Every entry whose set is a subset of the query, by plain Set membership. */
+function brute(db: TagSetsView, keys: Uint32Array, queries: TagSetsView, unique: boolean): number[][] {
+  const out: number[][] = [];
+  for (let j = 0; j + 1 < queries.offsets.length; j++) {
+    const q = new Set(queries.tags.subarray(queries.offsets[j], queries.offsets[j + 1]));
+    const got: number[] = [];
+    for (let i = 0; i + 1 < db.offsets.length; i++) {
+      let ok = true;
+      for (let k = db.offsets[i]; k < db.offsets[i + 1] && ok; k++) ok = q.has(db.tags[k]);
+      if (ok) got.push(keys[i]);
+    }
+    out.push(unique ? [...new Set(got)] : got);
+  }
+  return out.map((l) => l.sort((a, b) => a - b));
+}
+
+function lists(m: TagMatches): number[][] {
+  const out: number[][] = [];
+  for (let j = 0; j + 1 < m.offsets.length; j++) out.push([...m.keys.subarray(m.offsets[j], m.offsets[j + 1])].sort((a, b) => a - b));
+  return out;
+}
+
+function firstDiff(a: number[][], b: number[][]): string {
+  for (let j = 0; j < Math.max(a.length, b.length); j++) {
+    if (JSON.stringify(a[j]) !== JSON.stringify(b[j])) return `query ${j}: ${JSON.stringify(a[j]?.slice(0, 10))} vs ${JSON.stringify(b[j]?.slice(0, 10))}`;
+  }
+  return '';
+}
+
+describe('tag-set index: CPU', () => {
+  it('[T5] match and match-unique equal a brute force on a seeded workload', () => {
+    const w = tagWorkload({ seed: 3, sets: 4000, hashtags: 300, languages: 3, publishers: 200, users: 1500, queries: 400 });
+    const idx = TagSetIndex.load(w.db, w.keys);
+    for (const unique of [false, true]) {
+      const want = brute(w.db, w.keys, w.queries, unique);
+      const got = lists(idx.matchAll(w.queries, unique));
+      assert.equal(firstDiff(got, want), '', `unique=${unique}`);
+      assert.ok(want.every((l) => l.length > 0), 'every query matches the set it was made from');
+    }
+    const st = idx.stats();
+    assert.equal(st.entries, 4000);
+    assert.ok(st.sets < 4000, `equal sets are stored once (${st.sets} distinct)`);
+  });
+
+  it('[T5] an empty set matches every query; equal sets keep every key; bad input is refused', () => {
+    const dict = new TagDictionary();
+    const db = dict.sets([[], ['a', 'b'], ['b', 'a'], ['c'], ['a', 'b', 'c', 'd']]);
+    const idx = TagSetIndex.load(db, Uint32Array.from([9, 1, 2, 3, 4]));
+    const q = dict.sets([['a', 'b'], [], ['c', 'a', 'b', 'd', 'e']]);
+    assert.deepEqual(lists(idx.matchAll(q, false)), [[1, 2, 9], [9], [1, 2, 3, 4, 9]]);
+    assert.deepEqual(lists(TagSetIndex.load(db, Uint32Array.from([1, 1, 1, 2, 2])).matchAll(q, true)), [[1], [1], [1, 2]]);
+    assert.throws(() => TagSetIndex.load({ offsets: Uint32Array.from([0, 2]), tags: Uint32Array.from([5, 5]) }, Uint32Array.from([0])), /ascending and distinct/);
+    assert.throws(() => TagSetIndex.load(db, Uint32Array.from([1])), /5 sets but 1 keys/);
+  });
+
+  it('tag text: languages prefix hashtags; publishers are named', () => {
+    const o = { hashtags: 100, languages: 2 };
+    assert.equal(tagText(o, 0), 'en_h0');
+    assert.equal(tagText(o, 150), 'ja_h50');
+    assert.equal(tagText(o, 200), '@p0');
+  });
+});
+
+const ctx = await GpuContext.open({ allowSoftware: true });
+after(() => ctx.close());
+
+describe('tag-set index: GPU', () => {
+  it('[T5][X1] equals the CPU index, match and match-unique, over many small partitions', async () => {
+    const w = tagWorkload({ seed: 5, sets: 6000, hashtags: 400, languages: 4, publishers: 300, users: 2000, queries: 300 });
+    const cpu = TagSetIndex.load(w.db, w.keys);
+    const gpu = await GpuTagIndex.build(ctx, cpu, { maxPartition: 700, leafSize: 64, workgroupSize: 64, batch: 70, inFlight: 2 });
+    try {
+      const st = gpu.stats();
+      assert.ok(st.partitions >= 6, `partitions: ${st.partitions}`);
+      assert.ok(st.largestPartition <= 700, `largest partition ${st.largestPartition}`);
+      for (const unique of [false, true]) {
+        const want = lists(cpu.matchAll(w.queries, unique));
+        const got = lists(await gpu.matchAll(w.queries, unique));
+        assert.equal(firstDiff(got, want), '', `unique=${unique}`);
+      }
+    } finally {
+      gpu.destroy();
+    }
+  });
+
+  it('[X1] Bloom false positives are refused by the exact check; hits past the room are found on a rerun', async () => {
+    // Queries of 40-60 extra tags fill most of their 192 bits: many sets pass the bitwise test.
+    const w = tagWorkload({ seed: 8, sets: 3000, hashtags: 2000, languages: 1, publishers: 100, users: 3000, queries: 60, extraMin: 40, extraMax: 60 });
+    const cpu = TagSetIndex.load(w.db, w.keys);
+    const gpu = await GpuTagIndex.build(ctx, cpu, { maxPartition: 1000, leafSize: 128, workgroupSize: 64, batch: 60, inFlight: 1 });
+    try {
+      const want = lists(cpu.matchAll(w.queries, false));
+      const got = lists(await gpu.matchAll(w.queries, false));
+      assert.equal(firstDiff(got, want), '');
+      const st = gpu.stats();
+      assert.ok(st.falseHits > 0, `false positives met and refused (${st.falseHits} of ${st.hits})`);
+      // Room for 50 hits at first; the batch needs more.
+      const dense = tagWorkload({ seed: 9, sets: 3000, hashtags: 30, languages: 1, publishers: 10, users: 50, queries: 300, setTagsMax: 2, extraMin: 20, extraMax: 25 });
+      const cpu2 = TagSetIndex.load(dense.db, dense.keys);
+      const gpu2 = await GpuTagIndex.build(ctx, cpu2, { maxPartition: 3000, leafSize: 3000, batch: 300, inFlight: 1, hitCapacity: 50 });
+      try {
+        const want2 = lists(cpu2.matchAll(dense.queries, false));
+        assert.ok(want2.reduce((n, l) => n + l.length, 0) > 50, 'more hits than the first room');
+        assert.equal(firstDiff(lists(await gpu2.matchAll(dense.queries, false)), want2), '');
+        assert.ok(gpu2.stats().reruns >= 1, 'the batch ran again with room');
+      } finally {
+        gpu2.destroy();
+      }
+    } finally {
+      gpu.destroy();
+    }
+  });
+
+  it('[T5] an empty database, empty sets and empty queries', async () => {
+    const dict = new TagDictionary();
+    const q = dict.sets([['a'], []]);
+    const empty = await GpuTagIndex.build(ctx, TagSetIndex.load({ offsets: Uint32Array.from([0]), tags: new Uint32Array(0) }, new Uint32Array(0)));
+    assert.deepEqual(lists(await empty.matchAll(q, false)), [[], []]);
+    empty.destroy();
+    const db = dict.sets([[], ['a'], ['b']]);
+    const g = await GpuTagIndex.build(ctx, TagSetIndex.load(db, Uint32Array.from([7, 8, 9])));
+    assert.deepEqual(lists(await g.matchAll(q, false)), [[7, 8], [7]]);
+    g.destroy();
+  });
+});
