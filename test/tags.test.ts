@@ -50,6 +50,20 @@ describe('tags: the normal form', () => {
     assert.equal(normalizeTag('t', '😀', MAX), '😀');
   });
 
+  it('[T3] a refusal names the offending character at its place in the tag as given', () => {
+    for (const v of ['İİ x', '#e\u0301e\u0301 x', 'ΣΣ\tσ', 'a#b', '#東京\u0007']) {
+      let rule = '';
+      try {
+        normalizeTag('t', v, MAX);
+      } catch (err) {
+        rule = (err as ValidationError).rule;
+      }
+      const m = /at character (\d+)/.exec(rule);
+      assert.ok(m !== null, `${JSON.stringify(v)}: ${rule}`);
+      assert.match(v[Number(m[1])], /[\s#\u0007]/u, `${JSON.stringify(v)}: ${rule}`);
+    }
+  });
+
   it('[T3] the plain fast path says yes only to what normalizeTag returns unchanged', () => {
     for (let c = 0; c < 0x80; c++) {
       const s = `a${String.fromCharCode(c)}`;

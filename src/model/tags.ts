@@ -44,10 +44,14 @@ export function normalizeTag(field: string, v: unknown, maxBytes: number): strin
   const body = v.charCodeAt(0) === 0x23 ? v.slice(1) : v;
   const t = body.toLowerCase().normalize('NFC');
   if (t.length === 0) throw new ValidationError(field, v.length === 0 ? 'must not be empty' : `must not be empty after its leading #, got ${show(v)}`);
-  const bad = FORBIDDEN.exec(t);
+  // Looked for in the tag as given (lower case and NFC neither make nor remove these characters),
+  // so the position names a character of what the caller sent; the normal form is checked too.
+  const given = FORBIDDEN.exec(body);
+  const bad = given ?? FORBIDDEN.exec(t);
   if (bad !== null) {
     const what = bad[0] === '#' ? '# after the first character' : /\s/u.test(bad[0]) ? 'white space' : 'a control character';
-    throw new ValidationError(field, `must not contain ${what} (${show(bad[0])} at character ${bad.index + (body === v ? 0 : 1)}), got ${show(v)}`);
+    const at = given !== null ? ` at character ${given.index + (body === v ? 0 : 1)}` : '';
+    throw new ValidationError(field, `must not contain ${what} (${show(bad[0])}${at}), got ${show(v)}`);
   }
   const n = Buffer.byteLength(t, 'utf8');
   if (n > maxBytes) throw new ValidationError(field, `must be at most ${maxBytes} UTF-8 bytes once normalised, got ${n}`);

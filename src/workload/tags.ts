@@ -67,6 +67,8 @@ export interface TagWorkload {
   /** The key (user) of each database set. */
   readonly keys: Uint32Array;
   readonly queries: TagSets;
+  /** The language of each database set (an index into LANGUAGES). */
+  readonly setLangs: Uint8Array;
   /** Distinct tag ids the dictionary can name: hashtags × languages, then publishers. */
   readonly dictionary: number;
 }
@@ -158,20 +160,30 @@ export function tagWorkload(partial: Partial<TagWorkloadOptions> = {}, progress?
     if (progress !== undefined && (i & 0xfffff) === 0xfffff) progress(i + 1);
   }
   const db: TagSets = { offsets, tags: tags.slice(0, w) };
+  const base = { options: o, db, keys, setLangs: setLang, dictionary: hashtagIds + o.publishers };
+  return { ...base, queries: tagQueries(base, o.sets, o.queries, o.seed, o.extraMin, o.extraMax) };
+}
 
-  // Queries: a database set plus extra hashtags in its language.
-  const qrng = new Prng(o.seed, 2);
-  const qOffsets = new Uint32Array(o.queries + 1);
-  const qTags = new Uint32Array(o.queries * (o.setTagsMax + 1 + o.extraMax));
+/**
+ * Queries (TagMatch §4.2.2): each starts from a set drawn uniformly from the first `sets` of the
+ * database, so it matches at least that one, and adds `extraMin`..`extraMax` hashtags in that
+ * set's language, drawn by popularity.
+ */
+export function tagQueries(w: Pick<TagWorkload, 'options' | 'db' | 'setLangs'>, sets: number, count: number, seed: number, extraMin: number, extraMax: number): TagSets {
+  const o = w.options;
+  const zipf = new Zipf(o.hashtags, o.tagExponent);
+  const rng = new Prng(seed, 2);
+  const offsets = new Uint32Array(count + 1);
+  const tags = new Uint32Array(count * (o.setTagsMax + 1 + extraMax));
   let q = 0;
-  for (let j = 0; j < o.queries; j++) {
-    const s = qrng.int(0, o.sets - 1);
+  for (let j = 0; j < count; j++) {
+    const s = rng.int(0, sets - 1);
     const start = q;
-    for (let k = offsets[s]; k < offsets[s + 1]; k++) qTags[q++] = db.tags[k];
-    const extra = qrng.int(o.extraMin, o.extraMax);
-    for (let k = 0; k < extra; k++) qTags[q++] = setLang[s] * o.hashtags + zipf.sample(qrng);
-    q = sortUnique(qTags, start, q);
-    qOffsets[j + 1] = q;
+    for (let k = w.db.offsets[s]; k < w.db.offsets[s + 1]; k++) tags[q++] = w.db.tags[k];
+    const extra = rng.int(extraMin, extraMax);
+    for (let k = 0; k < extra; k++) tags[q++] = w.setLangs[s] * o.hashtags + zipf.sample(rng);
+    q = sortUnique(tags, start, q);
+    offsets[j + 1] = q;
   }
-  return { options: o, db, keys, queries: { offsets: qOffsets, tags: qTags.slice(0, q) }, dictionary: hashtagIds + o.publishers };
+  return { offsets, tags: tags.slice(0, q) };
 }

@@ -66,7 +66,7 @@ export function checkBindings(shader: string, wgsl: string, table: Readonly<Reco
 export const MATCH_BINDINGS = {
   inp: { binding: 1, access: 'read', type: 'array<u32>', elementBytes: 4, buffer: 'input', doc: 'the batch input (input.ts, encodeEvents)' },
   fBloom: { binding: 4, access: 'read', type: 'array<u32>', elementBytes: 4, buffer: 'fBloom', doc: "Bloom word of the filter's constraint names" },
-  fMeta: { binding: 5, access: 'read', type: 'array<u32>', elementBytes: 4, buffer: 'fMeta', doc: 'bits 0-7 constraint count, bit 8 has area, bit 9 live' },
+  fMeta: { binding: 5, access: 'read', type: 'array<u32>', elementBytes: 4, buffer: 'fMeta', doc: 'bits 0-9 count of constraints and tags, bit 10 has area, bit 11 live' },
   fPos: { binding: 6, access: 'read', type: 'array<u32>', elementBytes: 4, buffer: 'fPos', doc: 'position slot' },
   fRad: { binding: 7, access: 'read', type: 'array<f32>', elementBytes: 4, buffer: 'fRad', doc: 'radius, metres' },
   pos: { binding: 8, access: 'read', type: 'array<vec4<f32>>', elementBytes: 16, buffer: 'pos', doc: 'unit vector, w = 1 when known' },

@@ -1,5 +1,5 @@
 /**
- * Area and distance rules (docs/semantics.md §3 A, exact for every engine: X1): fixed and
+ * Area and distance rules (docs/semantics.md §4 A, exact for every engine: X1): fixed and
  * anchored circles at their exact boundary, event radii, the antimeridian and the poles, moving
  * devices.
  */

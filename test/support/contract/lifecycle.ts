@@ -1,5 +1,5 @@
 /**
- * Lifecycle rules (docs/semantics.md §6 L, with the model's M3 and M7): construction and close,
+ * Lifecycle rules (docs/semantics.md §7 L, with the model's M3 and M7): construction and close,
  * add / replace / remove, has / get and normalisation, devices, their positions and handles, stats.
  */
 import assert from 'node:assert/strict';

@@ -1,5 +1,5 @@
 /**
- * Matching results (docs/semantics.md §4 R): one id per subscription, batches in order, no
+ * Matching results (docs/semantics.md §5 R): one id per subscription, batches in order, no
  * state change.
  */
 import assert from 'node:assert/strict';

@@ -1,5 +1,5 @@
 /**
- * Validation and limits (docs/semantics.md §7 V, and L4): every limit at and one past its
+ * Validation and limits (docs/semantics.md §8 V, and L4): every limit at and one past its
  * bound, malformed input with its field path, all-or-nothing mutations.
  */
 import assert from 'node:assert/strict';

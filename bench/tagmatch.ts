@@ -1,0 +1,260 @@
+/**
+ * Subset matching at TagMatch's scale (TagMatch §4.3): throughput of match and match-unique
+ * against the size of the database (parts of a Twitter-like database, src/workload/tags.ts), the
+ * partition size sweep, and latency against the batch size, on the GPU index beside the exact CPU
+ * index on the same data. Every measured GPU answer set is first compared with the CPU index's.
+ *
+ *   node dist/bench/tagmatch.js [options]
+ */
+import { writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { GpuContext } from '../src/engines/gpu/device.js';
+import { GpuTagIndex, type GpuTagIndexStats } from '../src/engines/gpu/tag-index.js';
+import { type TagMatches, TagSetIndex, type TagSetsView } from '../src/engines/tag-index.js';
+import { type TagWorkload, tagQueries, tagWorkload } from '../src/workload/tags.js';
+import { cliFail, readCommandLine, runMain } from './lib/args.js';
+import { count, sig, table } from './lib/format.js';
+import { describeMachine } from './lib/machine.js';
+import { note } from './lib/progress.js';
+import { ResultRun } from './lib/result-file.js';
+import { type Summary, summarize } from './lib/stats.js';
+import { linePlot } from './lib/svg.js';
+
+const HELP = `Usage: node dist/bench/tagmatch.js [options]
+  --sets N          the whole database, (set, key) entries (default 212M, as the paper's; quick 300k)
+  --fractions LIST  parts of it measured, percent (default 20,40,60,80,100)
+  --queries N       queries per throughput measurement (default 32768; quick 4096)
+  --reps N          timed repetitions of each measurement (default 3)
+  --partitions LIST maxPartition sweep at the smallest part (default 25k,50k,100k,200k,400k,800k)
+  --batches LIST    batch sizes for latency at the largest part (default 64,256,1024,4096)
+  --batch N         queries per GPU batch in the throughput runs (default 2048)
+  --cpu-queries N   queries timed on the CPU index (default 2000)
+  --check N         queries whose GPU answers are compared with the CPU index's (default 1000)
+  --seed N          workload seed (default 1)
+  --out FILE        JSON output (default bench/results/tagmatch.json); an SVG plot beside it
+  --software        allow a software adapter (for trying the benchmark, not for figures)
+  --quick           small run`;
+
+interface OpResult {
+  op: 'match' | 'match-unique';
+  /** Queries per second over the repetitions. */
+  qps: Summary;
+  /** Keys answered per query (the output rate is qps times this). */
+  keysPerQuery: number;
+}
+
+interface PartResult {
+  fraction: number;
+  entries: number;
+  sets: number;
+  buildMs: { cpuIndex: number; gpuIndex: number; gpu: GpuTagIndexStats['buildMs'] };
+  partitions: number;
+  largestPartition: number;
+  gpuBytesPerSet: number;
+  cpuIndexBytesPerEntry: number;
+  rssGiB: number;
+  checked: number;
+  mismatches: number;
+  gpu: OpResult[];
+  cpu: OpResult[];
+  visitsPerQuery: number;
+  falseHitsPerQuery: number;
+}
+
+const gib = (b: number): number => b / 2 ** 30;
+
+function view(w: TagWorkload, n: number): { db: TagSetsView; keys: Uint32Array } {
+  return { db: { offsets: w.db.offsets.subarray(0, n + 1), tags: w.db.tags }, keys: w.keys.subarray(0, n) };
+}
+
+function slice(q: TagSetsView, n: number): TagSetsView {
+  return { offsets: q.offsets.subarray(0, n + 1), tags: q.tags };
+}
+
+/** Answer sets per query, sorted, for comparison. */
+function sortedLists(m: TagMatches): string[] {
+  const out: string[] = [];
+  for (let j = 0; j + 1 < m.offsets.length; j++) out.push([...m.keys.subarray(m.offsets[j], m.offsets[j + 1])].sort((a, b) => a - b).join(','));
+  return out;
+}
+
+async function timeOp(run: () => Promise<TagMatches> | TagMatches, queries: number, reps: number): Promise<{ qps: Summary; keys: number }> {
+  const rates: number[] = [];
+  let keys = 0;
+  for (let r = 0; r < reps; r++) {
+    const t0 = performance.now();
+    const m = await run();
+    const ms = performance.now() - t0;
+    rates.push(queries / (ms / 1000));
+    keys = m.keys.length;
+  }
+  return { qps: summarize(rates), keys: keys / queries };
+}
+
+async function main(): Promise<void> {
+  const fail = cliFail('tagmatch', HELP);
+  const cl = readCommandLine(process.argv.slice(2), new Set(['software', 'quick', 'help']), new Set(['sets', 'fractions', 'queries', 'reps', 'partitions', 'batches', 'batch', 'cpu-queries', 'check', 'seed', 'out']), fail, HELP);
+  if (cl === null) return;
+  const { a, r } = cl;
+  const quick = r.flag('quick');
+  const sets = r.count('sets', quick ? 300_000 : 212_000_000);
+  const fractions = (r.list('fractions') ?? ['20', '40', '60', '80', '100']).map((s) => {
+    const p = Number(s);
+    if (!(p > 0 && p <= 100)) fail(`--fractions: ${JSON.stringify(s)} is not a percentage in (0, 100]`);
+    return p / 100;
+  });
+  const nQueries = r.count('queries', quick ? 4096 : 32768);
+  const reps = r.int('reps', 3, 1, 100);
+  const partitionSweep = r.counts('partitions', quick ? [10_000, 50_000] : [25_000, 50_000, 100_000, 200_000, 400_000, 800_000]);
+  const batchSweep = r.counts('batches', quick ? [64, 1024] : [64, 256, 1024, 4096]);
+  const batch = r.int('batch', 2048, 1, 65535);
+  const cpuQueries = r.count('cpu-queries', quick ? 500 : 2000);
+  const check = r.count('check', quick ? 500 : 1000);
+  const seed = r.int('seed', 1, 0, 2 ** 32 - 1);
+  const run = new ResultRun({ out: a.out, defaultFile: 'bench/results/tagmatch.json', fail });
+
+  const ctx = await GpuContext.open({ allowSoftware: r.flag('software') });
+  const adapter = `${ctx.adapterInfo.vendor} ${ctx.adapterInfo.device || ctx.adapterInfo.description}`.trim();
+  note(`machine: ${describeMachine(run.machine)}; GPU: ${adapter}`);
+  note(`database: ${count(sets)} entries (parts ${fractions.map((f) => `${f * 100}%`).join(', ')}); ${count(nQueries)} queries of a database set plus 2-4 tags; batches of ${batch}`);
+
+  let t0 = performance.now();
+  const users = Math.round(sets * 1.4);
+  const w = tagWorkload({ seed, sets, users, queries: 0 }, (n) => note(`  generated ${count(n)} sets (${sig((performance.now() - t0) / 1000)} s)`));
+  note(`workload: ${count(sets)} entries, ${count(w.db.tags.length)} tags in all, in ${sig((performance.now() - t0) / 1000)} s`);
+
+  const doc = {
+    benchmark: 'tagmatch',
+    startedAt: run.startedAt.toISOString(),
+    command: run.command,
+    machine: run.machine,
+    gpu: adapter,
+    parameters: { sets, fractions, queries: nQueries, reps, batch, cpuQueries, check, seed, workload: w.options },
+    parts: [] as PartResult[],
+    partitionSweep: [] as { maxPartition: number; partitions: number; buildMs: number; qps: Summary }[],
+    latency: [] as { batch: number; latencyMs: Summary; qps: number }[],
+  };
+  const save = (): void => run.write(doc);
+
+  const sorted = [...fractions].sort((x, y) => x - y);
+  for (const f of sorted) {
+    const n = Math.max(1, Math.round(sets * f));
+    const { db, keys } = view(w, n);
+    const queries = tagQueries(w, n, nQueries, seed + Math.round(f * 1000), 2, 4);
+    t0 = performance.now();
+    const cpu = TagSetIndex.load(db, keys);
+    const cpuMs = performance.now() - t0;
+    t0 = performance.now();
+    const gpu = await GpuTagIndex.build(ctx, cpu, { batch });
+    const gpuMs = performance.now() - t0;
+    const st = gpu.stats();
+    note(`${f * 100}%: ${count(n)} entries, ${count(st.sets)} distinct sets; CPU index ${sig(cpuMs / 1000)} s, GPU index ${sig(gpuMs / 1000)} s (signatures ${sig(st.buildMs.signatures / 1000)}, partitioning ${sig(st.buildMs.partitioning / 1000)}, masks ${sig(st.buildMs.masks / 1000)}, upload ${sig(st.buildMs.upload / 1000)}); ${st.partitions} partitions`);
+    // Exactness first: the GPU's answers are the CPU index's.
+    const qc = slice(queries, Math.min(check, nQueries));
+    let mismatches = 0;
+    for (const unique of [false, true]) {
+      const g = sortedLists(await gpu.matchAll(qc, unique));
+      const c = sortedLists(cpu.matchAll(qc, unique));
+      for (let j = 0; j < c.length; j++) if (g[j] !== c[j]) mismatches++;
+    }
+    if (mismatches > 0) note(`  ${mismatches} queries answered differently by the GPU and CPU indexes`);
+    await gpu.matchAll(slice(queries, Math.min(nQueries, 4 * batch)), false); // warm-up
+    const before = gpu.stats();
+    const gpuOps: OpResult[] = [];
+    for (const unique of [false, true]) {
+      const t = await timeOp(() => gpu.matchAll(queries, unique), nQueries, reps);
+      gpuOps.push({ op: unique ? 'match-unique' : 'match', qps: t.qps, keysPerQuery: t.keys });
+    }
+    const after = gpu.stats();
+    const measured = 2 * reps * nQueries;
+    const cq = slice(queries, Math.min(cpuQueries, nQueries));
+    const cpuOps: OpResult[] = [];
+    for (const unique of [false, true]) {
+      const t = await timeOp(() => cpu.matchAll(cq, unique), cq.offsets.length - 1, 1);
+      cpuOps.push({ op: unique ? 'match-unique' : 'match', qps: t.qps, keysPerQuery: t.keys });
+    }
+    const part: PartResult = {
+      fraction: f,
+      entries: n,
+      sets: st.sets,
+      buildMs: { cpuIndex: cpuMs, gpuIndex: gpuMs, gpu: st.buildMs },
+      partitions: st.partitions,
+      largestPartition: st.largestPartition,
+      gpuBytesPerSet: st.gpuBytes / Math.max(1, st.sets),
+      cpuIndexBytesPerEntry: cpu.stats().memoryBytes / n,
+      rssGiB: gib(process.memoryUsage().rss),
+      checked: qc.offsets.length - 1,
+      mismatches,
+      gpu: gpuOps,
+      cpu: cpuOps,
+      visitsPerQuery: (after.visits - before.visits) / measured,
+      falseHitsPerQuery: (after.falseHits - before.falseHits) / measured,
+    };
+    doc.parts.push(part);
+    note(
+      `  GPU match ${sig(gpuOps[0].qps.median)} q/s, match-unique ${sig(gpuOps[1].qps.median)} q/s (${sig(gpuOps[0].keysPerQuery)} keys a query; ${sig(part.visitsPerQuery)} partitions visited a query); CPU index ${sig(cpuOps[0].qps.median)} / ${sig(cpuOps[1].qps.median)} q/s`,
+    );
+    save();
+
+    if (f === sorted[0]) {
+      for (const mp of partitionSweep) {
+        const g = await GpuTagIndex.build(ctx, cpu, { batch, maxPartition: mp });
+        await g.matchAll(slice(queries, Math.min(nQueries, 4 * batch)), true);
+        const t = await timeOp(() => g.matchAll(queries, true), nQueries, reps);
+        const s = g.stats();
+        doc.partitionSweep.push({ maxPartition: mp, partitions: s.partitions, buildMs: s.buildMs.partitioning, qps: t.qps });
+        note(`  maxPartition ${count(mp)}: ${s.partitions} partitions, match-unique ${sig(t.qps.median)} q/s`);
+        g.destroy();
+      }
+      save();
+    }
+    if (f === sorted[sorted.length - 1]) {
+      for (const b of batchSweep) {
+        const g = await GpuTagIndex.build(ctx, cpu, { batch: b, inFlight: 1 });
+        const lat: number[] = [];
+        const rounds = Math.max(5, Math.min(200, Math.floor(nQueries / b)));
+        for (let k = 0; k < rounds + 2; k++) {
+          const from = (k * b) % Math.max(1, nQueries - b);
+          const q: TagSetsView = { offsets: queries.offsets.subarray(from, from + b + 1), tags: queries.tags };
+          const s0 = performance.now();
+          await g.matchAll(q, true);
+          if (k >= 2) lat.push(performance.now() - s0);
+        }
+        const latencyMs = summarize(lat);
+        doc.latency.push({ batch: b, latencyMs, qps: b / (latencyMs.median / 1000) });
+        note(`  batch ${b}: latency median ${sig(latencyMs.median)} ms, p99 ${sig(latencyMs.p99)} ms (one batch at a time: ${sig(b / (latencyMs.median / 1000))} q/s)`);
+        g.destroy();
+      }
+      save();
+    }
+    gpu.destroy();
+  }
+
+  // Tables and a plot.
+  const rows = doc.parts.map((p) => [
+    `${p.fraction * 100}%`, count(p.entries), count(p.sets), String(p.partitions),
+    sig(p.gpu[0].qps.median), sig(p.gpu[1].qps.median), sig(p.cpu[0].qps.median), sig(p.cpu[1].qps.median),
+    sig(p.gpu[0].keysPerQuery), sig(p.gpuBytesPerSet), String(p.mismatches),
+  ]);
+  process.stdout.write(`\n${table(['part', 'entries', 'sets', 'partitions', 'GPU match q/s', 'GPU unique q/s', 'CPU match q/s', 'CPU unique q/s', 'keys/query', 'GPU B/set', 'mismatches'], rows)}\n`);
+  const svg = linePlot({
+    title: `Subset matching throughput vs database size (${adapter})`,
+    xLabel: 'database entries (set, key)',
+    yLabel: 'queries / s',
+    logY: true,
+    series: [
+      { name: 'GPU match', color: '#2ca02c', marker: 'circle', points: doc.parts.map((p) => [p.entries, p.gpu[0].qps.median] as const) },
+      { name: 'GPU match-unique', color: '#2ca02c', dash: '7 4', marker: 'square', points: doc.parts.map((p) => [p.entries, p.gpu[1].qps.median] as const) },
+      { name: 'CPU index match', color: '#1f77b4', marker: 'circle', points: doc.parts.map((p) => [p.entries, p.cpu[0].qps.median] as const) },
+      { name: 'CPU index match-unique', color: '#1f77b4', dash: '7 4', marker: 'square', points: doc.parts.map((p) => [p.entries, p.cpu[1].qps.median] as const) },
+    ],
+    xFormat: (x) => count(x),
+  });
+  const svgPath = run.path.replace(/\.json$/, '') + '-throughput.svg';
+  writeFileSync(svgPath, svg);
+  save();
+  note(`wrote ${run.shown} and ${path.relative(process.cwd(), svgPath)}`);
+  await ctx.close();
+}
+
+runMain('tagmatch', main);
