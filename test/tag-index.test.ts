@@ -11,6 +11,9 @@ import { GpuContext } from '../src/engines/gpu/device.js';
 import { GpuTagIndex } from '../src/engines/gpu/tag-index.js';
 import { tagText, tagWorkload } from '../src/workload/tags.js';
 
+/** Small vocabularies and single-tag interests: many matches a query, many shared sets. */
+const DENSE = { setTagsMin: 1, tagExponent: 1, publisherFraction: 0.3 };
+
 /** Every entry whose set is a subset of the query, by plain Set membership. */
 function brute(db: TagSetsView, keys: Uint32Array, queries: TagSetsView, unique: boolean): number[][] {
   const out: number[][] = [];
@@ -42,7 +45,7 @@ function firstDiff(a: number[][], b: number[][]): string {
 
 describe('tag-set index: CPU', () => {
   it('[T5] match and match-unique equal a brute force on a seeded workload', () => {
-    const w = tagWorkload({ seed: 3, sets: 4000, hashtags: 300, languages: 3, publishers: 200, users: 1500, queries: 400 });
+    const w = tagWorkload({ ...DENSE, seed: 3, sets: 4000, hashtags: 300, languages: 3, publishers: 200, users: 1500, queries: 400 });
     const idx = TagSetIndex.load(w.db, w.keys);
     for (const unique of [false, true]) {
       const want = brute(w.db, w.keys, w.queries, unique);
@@ -79,7 +82,7 @@ after(() => ctx.close());
 
 describe('tag-set index: GPU', () => {
   it('[T5][X1] equals the CPU index, match and match-unique, over many small partitions', async () => {
-    const w = tagWorkload({ seed: 5, sets: 6000, hashtags: 400, languages: 4, publishers: 300, users: 2000, queries: 300 });
+    const w = tagWorkload({ ...DENSE, seed: 5, sets: 6000, hashtags: 400, languages: 4, publishers: 300, users: 2000, queries: 300 });
     const cpu = TagSetIndex.load(w.db, w.keys);
     const gpu = await GpuTagIndex.build(ctx, cpu, { maxPartition: 700, leafSize: 64, workgroupSize: 64, batch: 70, inFlight: 2 });
     try {
@@ -98,7 +101,7 @@ describe('tag-set index: GPU', () => {
 
   it('[X1] Bloom false positives are refused by the exact check; hits past the room are found on a rerun', async () => {
     // Queries of 40-60 extra tags fill most of their 192 bits: many sets pass the bitwise test.
-    const w = tagWorkload({ seed: 8, sets: 3000, hashtags: 2000, languages: 1, publishers: 100, users: 3000, queries: 60, extraMin: 40, extraMax: 60 });
+    const w = tagWorkload({ ...DENSE, seed: 8, sets: 3000, hashtags: 2000, languages: 1, publishers: 100, users: 3000, queries: 60, extraMin: 40, extraMax: 60 });
     const cpu = TagSetIndex.load(w.db, w.keys);
     const gpu = await GpuTagIndex.build(ctx, cpu, { maxPartition: 1000, leafSize: 128, workgroupSize: 64, batch: 60, inFlight: 1 });
     try {
@@ -108,7 +111,7 @@ describe('tag-set index: GPU', () => {
       const st = gpu.stats();
       assert.ok(st.falseHits > 0, `false positives met and refused (${st.falseHits} of ${st.hits})`);
       // Room for 50 hits at first; the batch needs more.
-      const dense = tagWorkload({ seed: 9, sets: 3000, hashtags: 30, languages: 1, publishers: 10, users: 50, queries: 300, setTagsMax: 2, extraMin: 20, extraMax: 25 });
+      const dense = tagWorkload({ ...DENSE, seed: 9, sets: 3000, hashtags: 30, languages: 1, publishers: 10, users: 50, queries: 300, setTagsMax: 2, extraMin: 20, extraMax: 25 });
       const cpu2 = TagSetIndex.load(dense.db, dense.keys);
       const gpu2 = await GpuTagIndex.build(ctx, cpu2, { maxPartition: 3000, leafSize: 3000, batch: 300, inFlight: 1, hitCapacity: 50 });
       try {

@@ -344,11 +344,16 @@ export class GpuTagIndex {
     return { ...this.statsNow, buildMs: { ...this.statsNow.buildMs } };
   }
 
-  /** The keys of each query (match; match-unique with `unique`), exactly as the CPU index gives them up to order. */
-  async matchAll(queries: TagSetsView, unique: boolean): Promise<TagMatches> {
+  /**
+   * The keys of each query (match; match-unique with `unique`), exactly as the CPU index gives
+   * them up to order; in GPU batches of `batch` queries (default: the index's option), up to
+   * `inFlight` of them at once.
+   */
+  async matchAll(queries: TagSetsView, unique: boolean, batch = this.o.batch): Promise<TagMatches> {
+    if (!Number.isSafeInteger(batch) || batch < 1) throw new GpuError('INVALID_ARGUMENT', `tag index: batch must be an integer >= 1, got ${batch}`);
     const nq = queries.offsets.length - 1;
     const runs: Promise<TagMatches>[] = [];
-    for (let from = 0; from < nq; from += this.o.batch) runs.push(this.runBatch(queries, from, Math.min(nq, from + this.o.batch), unique));
+    for (let from = 0; from < nq; from += batch) runs.push(this.runBatch(queries, from, Math.min(nq, from + batch), unique));
     const parts = await Promise.all(runs);
     const offsets = new Uint32Array(nq + 1);
     let total = 0;
