@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { TagDictionary, type TagMatches, TagSetIndex, type TagSetsView } from '../src/engines/tag-index.js';
 import { GpuContext } from '../src/engines/gpu/device.js';
-import { GpuTagIndex } from '../src/engines/gpu/tag-index.js';
+import { GpuTagIndex, signatureInto } from '../src/engines/gpu/tag-index.js';
 import { tagText, tagWorkload } from '../src/workload/tags.js';
 
 /** Small vocabularies and single-tag interests: many matches a query, many shared sets. */
@@ -81,6 +81,21 @@ const ctx = await GpuContext.open({ allowSoftware: true });
 after(() => ctx.close());
 
 describe('tag-set index: GPU', () => {
+  it('signatures tell tags apart: 200k tags, 200k different bit patterns, 7 bits each', () => {
+    // Positions taken modulo 192 of two hashes would give about 37k patterns: one tag in 37k
+    // would pass for another (seen as 2,900 false hits a query at 42M entries).
+    const sig = new Uint32Array(6);
+    const seen = new Set<string>();
+    let bits = 0;
+    for (let t = 0; t < 200_000; t++) {
+      signatureInto(sig, 0, Uint32Array.of(t), 0, 1);
+      seen.add(sig.join(','));
+      for (const w of sig) for (let x = w; x !== 0; x &= x - 1) bits++;
+    }
+    assert.ok(seen.size >= 199_990, `${seen.size} patterns`);
+    assert.ok(bits / 200_000 > 6.8 && bits / 200_000 <= 7, `${bits / 200_000} bits a tag`);
+  });
+
   it('[T5][X1] equals the CPU index, match and match-unique, over many small partitions', async () => {
     const w = tagWorkload({ ...DENSE, seed: 5, sets: 6000, hashtags: 400, languages: 4, publishers: 300, users: 2000, queries: 300 });
     const cpu = TagSetIndex.load(w.db, w.keys);
