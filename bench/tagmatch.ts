@@ -8,10 +8,12 @@
  */
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { FastMatcher } from '../src/engines/fast.js';
 import { GpuContext } from '../src/engines/gpu/device.js';
 import { GpuTagIndex, type GpuTagIndexStats } from '../src/engines/gpu/tag-index.js';
 import { type TagMatches, TagSetIndex, type TagSetsView } from '../src/engines/tag-index.js';
-import { type TagWorkload, tagQueries, tagWorkload } from '../src/workload/tags.js';
+import type { Event, Subscription } from '../src/model/types.js';
+import { type TagWorkload, tagQueries, tagText, tagWorkload } from '../src/workload/tags.js';
 import { cliFail, readCommandLine, runMain } from './lib/args.js';
 import { count, sig, table } from './lib/format.js';
 import { describeMachine } from './lib/machine.js';
@@ -30,6 +32,8 @@ const HELP = `Usage: node dist/bench/tagmatch.js [options]
   --batch N         queries per GPU batch in the throughput runs (default 2048)
   --cpu-queries N   queries timed on the CPU index (default 2000)
   --check N         queries whose GPU answers are compared with the CPU index's (default 1000)
+  --matcher N       the first N entries also as tag-only subscriptions of the fast engine, timed per
+                    lone event beside the CPU index per query (default 1M; quick 100k; 0: skip)
   --seed N          workload seed (default 1)
   --out FILE        JSON output (default bench/results/tagmatch.json); an SVG plot beside it
   --software        allow a software adapter (for trying the benchmark, not for figures)
@@ -93,7 +97,7 @@ async function timeOp(run: () => Promise<TagMatches> | TagMatches, queries: numb
 
 async function main(): Promise<void> {
   const fail = cliFail('tagmatch', HELP);
-  const cl = readCommandLine(process.argv.slice(2), new Set(['software', 'quick', 'help']), new Set(['sets', 'fractions', 'queries', 'reps', 'partitions', 'batches', 'batch', 'cpu-queries', 'check', 'seed', 'out']), fail, HELP);
+  const cl = readCommandLine(process.argv.slice(2), new Set(['software', 'quick', 'help']), new Set(['sets', 'fractions', 'queries', 'reps', 'partitions', 'batches', 'batch', 'cpu-queries', 'check', 'seed', 'out', 'matcher']), fail, HELP);
   if (cl === null) return;
   const { a, r } = cl;
   const quick = r.flag('quick');
@@ -111,6 +115,7 @@ async function main(): Promise<void> {
   const cpuQueries = r.count('cpu-queries', quick ? 500 : 2000);
   const check = r.count('check', quick ? 500 : 1000);
   const seed = r.int('seed', 1, 0, 2 ** 32 - 1);
+  const matcherN = r.int('matcher', quick ? 100_000 : 1_000_000, 0);
   const run = new ResultRun({ out: a.out, defaultFile: 'bench/results/tagmatch.json', fail });
 
   const ctx = await GpuContext.open({ allowSoftware: r.flag('software') });
@@ -133,8 +138,51 @@ async function main(): Promise<void> {
     parts: [] as PartResult[],
     partitionSweep: [] as { maxPartition: number; partitions: number; buildMs: number; qps: Summary }[],
     latency: [] as { batch: number; latencyMs: Summary; qps: number }[],
+    matcher: null as null | { subscriptions: number; loadS: number; fastUs: Summary; indexUs: number; matchesPerEvent: number; mismatches: number },
   };
   const save = (): void => run.write(doc);
+
+  if (matcherN > 0) {
+    // Tag-only subscriptions in the matching engine (one filter each, the entry's tags as text)
+    // against the CPU index on the same entries: lone events, as a publish arrives.
+    const n = Math.min(matcherN, sets);
+    const o = w.options;
+    const text = (v: TagSetsView, i: number): string[] => {
+      const out: string[] = [];
+      for (let k = v.offsets[i]; k < v.offsets[i + 1]; k++) out.push(tagText(o, v.tags[k]));
+      return out;
+    };
+    const subs: Subscription[] = [];
+    for (let i = 0; i < n; i++) subs.push({ id: String(i), owner: `u${w.keys[i]}`, filters: [{ constraints: [], tags: text(w.db, i) }] });
+    const fast = new FastMatcher();
+    t0 = performance.now();
+    fast.addMany(subs);
+    const loadS = (performance.now() - t0) / 1000;
+    subs.length = 0;
+    const qs = tagQueries(w, n, 3000, seed + 7, 2, 4);
+    const events: Event[] = Array.from({ length: 3000 }, (_, j) => ({ id: `e${j}`, lat: 0, lon: 0, attributes: {}, tags: text(qs, j) }));
+    const idx = TagSetIndex.load(view(w, n).db, Uint32Array.from({ length: n }, (_, i) => i));
+    for (let j = 0; j < 500; j++) await fast.match(events[j]);
+    idx.matchAll(slice(qs, 500), false);
+    const lat: number[] = [];
+    let matches = 0;
+    let mismatches = 0;
+    const want = sortedLists(idx.matchAll(qs, false));
+    for (let j = 0; j < events.length; j++) {
+      const s0 = performance.now();
+      const got = await fast.match(events[j]);
+      lat.push((performance.now() - s0) * 1000);
+      matches += got.length;
+      if (got.map(Number).sort((x, y) => x - y).join(',') !== want[j]) mismatches++;
+    }
+    t0 = performance.now();
+    idx.matchAll(qs, false);
+    const indexUs = ((performance.now() - t0) * 1000) / 3000;
+    doc.matcher = { subscriptions: n, loadS, fastUs: summarize(lat), indexUs, matchesPerEvent: matches / 3000, mismatches };
+    note(`matcher: ${count(n)} tag-only subscriptions loaded in ${sig(loadS)} s; fast engine ${sig(doc.matcher.fastUs.median)} µs median, ${sig(doc.matcher.fastUs.p99)} µs p99 per lone event; CPU tag index ${sig(indexUs)} µs a query; ${sig(matches / 3000)} matches an event; ${mismatches} events answered differently`);
+    await fast.close();
+    save();
+  }
 
   const sorted = [...fractions].sort((x, y) => x - y);
   for (const f of sorted) {

@@ -17,7 +17,9 @@
  *   it carries, after a 32-bit mask of the slot's (name, value) pairs says one may be there. A
  *   device with 100 subscriptions over 20 kinds costs 1-2 filters per slot and level, not ~33.
  * - Content-only filters (no area) use CCM's counting algorithm over per-name posting lists.
- * - A tag is an `exists` on the tag's own name (tagName), so the constraint paths decide T5.
+ * - A tag is an `exists` on the tag's own name (tagName), so the constraint paths decide T5; a
+ *   content-only filter with tags is filed under its rarest tag alone and checked whole when an
+ *   event carries that tag (popular tags' counting lists would be walked by every event).
  *
  * Distances use the reference haversine, so this engine agrees with the reference exactly.
  *
@@ -158,6 +160,8 @@ export class FastMatcher extends CpuMatcher {
   private readonly nameFree: number[] = [];
   /** Posting lists of content-only filters' constraints, per name id (CCM's Constraints table). */
   private postings: number[][] = [];
+  /** Content-only filters with tags, by the name id of the tag each is filed under (its rarest). */
+  private tagFiled: number[][] = [];
 
   // ---- subscriptions ----
   private readonly subIndex = new Map<string, number>();
@@ -189,6 +193,9 @@ export class FastMatcher extends CpuMatcher {
   // a filter that has one sits in that value's equality bucket of its slot and level (`eq`).
   private fEqName = new Int32Array(this.fCap);
   private fEqStr = new Int32Array(this.fCap);
+  /** The name id a content-only filter with tags is filed under (NONE: not filed so), and its place there. */
+  private fFiledName = new Int32Array(this.fCap);
+  private fFiledPos = new Int32Array(this.fCap);
   /** Content-only filters without constraints: they match every event. */
   private readonly always: number[] = [];
 
@@ -293,6 +300,7 @@ export class FastMatcher extends CpuMatcher {
         this.attrIndex = growI32(this.attrIndex, n);
       }
       this.postings[id] = [];
+      this.tagFiled[id] = [];
       this.nameRefs[id] = 0;
       const tag = tagOfName(name);
       if (tag !== null) this.tagIds.set(tag, id);
@@ -307,6 +315,7 @@ export class FastMatcher extends CpuMatcher {
       const tag = tagOfName(this.nameOf[id]);
       if (tag !== null) this.tagIds.delete(tag);
       this.postings[id] = [];
+      this.tagFiled[id] = [];
       this.nameFree.push(id);
     }
   }
@@ -663,6 +672,8 @@ export class FastMatcher extends CpuMatcher {
     this.fAlwaysPos = growI32(this.fAlwaysPos, n);
     this.fEqName = growI32(this.fEqName, n);
     this.fEqStr = growI32(this.fEqStr, n);
+    this.fFiledName = growI32(this.fFiledName, n);
+    this.fFiledPos = growI32(this.fFiledPos, n);
     this.fCap = n;
   }
 
@@ -727,10 +738,20 @@ export class FastMatcher extends CpuMatcher {
     this.filtersTotal++;
 
     const area = flt.area;
+    this.fFiledName[f] = NONE;
     if (area === null) {
       this.fSlot[f] = NONE;
       this.fRadius[f] = 0;
-      if (n === 0) {
+      if (n > nc) {
+        // Filed under its rarest tag (fewest filters name it now): an event carrying that tag
+        // checks the filter whole; one without it cannot match.
+        let best = this.cName[start + nc];
+        for (let i = nc + 1; i < n; i++) if (this.nameRefs[this.cName[start + i]] < this.nameRefs[best]) best = this.cName[start + i];
+        const list = this.tagFiled[best];
+        this.fFiledName[f] = best;
+        this.fFiledPos[f] = list.length;
+        list.push(f);
+      } else if (n === 0) {
         this.fAlwaysPos[f] = this.always.length;
         this.always.push(f);
       } else {
@@ -764,7 +785,16 @@ export class FastMatcher extends CpuMatcher {
     const n = this.fCCount[f];
     const start = this.fCStart[f];
     if (this.fSlot[f] === NONE) {
-      if (n === 0) {
+      if (this.fFiledName[f] !== NONE) {
+        const list = this.tagFiled[this.fFiledName[f]];
+        const i = this.fFiledPos[f];
+        const last = list.pop()!;
+        if (last !== f) {
+          list[i] = last;
+          this.fFiledPos[last] = i;
+        }
+        this.fFiledName[f] = NONE;
+      } else if (n === 0) {
         const i = this.fAlwaysPos[f];
         const last = this.always.pop()!;
         if (last !== f) {
@@ -987,6 +1017,21 @@ export class FastMatcher extends CpuMatcher {
     // Content-only filters without constraints match everything.
     for (let i = 0; i < this.always.length; i++) this.hit(this.fSub[this.always[i]], stamp, out);
 
+    // Content-only filters with tags: those filed under a tag the event carries, checked whole.
+    if (nTag > 0 && this.tagIds.size > 0) {
+      for (let i = 0; i < nTag; i++) {
+        const id = this.tagIds.get(e.tags[i]);
+        if (id === undefined) continue;
+        const list = this.tagFiled[id];
+        for (let j = 0; j < list.length; j++) {
+          const f = list[j];
+          if ((this.fBloomLo[f] & notLo) !== 0 || (this.fBloomHi[f] & notHi) !== 0) continue;
+          const si = this.fSub[f];
+          if (this.subStamp[si] !== stamp && this.contentOk(f)) this.hit(si, stamp, out);
+        }
+      }
+    }
+
     // Content-only filters: CCM counting over the event's names.
     const touched = this.touched;
     for (let i = 0; i < nAttr; i++) {
@@ -1001,20 +1046,6 @@ export class FastMatcher extends CpuMatcher {
         if (cnt === 0) touched.push(f);
         this.fCounter[f] = cnt + 1;
         if (cnt + 1 === this.fCCount[f]) this.hit(this.fSub[f], stamp, out);
-      }
-    }
-    if (nTag > 0 && this.tagIds.size > 0) {
-      for (let i = 0; i < nTag; i++) {
-        const id = this.tagIds.get(e.tags[i]);
-        if (id === undefined) continue;
-        const list = this.postings[id];
-        for (let j = 0; j < list.length; j++) {
-          const f = this.cFilter[list[j]];
-          const cnt = this.fCounter[f];
-          if (cnt === 0) touched.push(f);
-          this.fCounter[f] = cnt + 1;
-          if (cnt + 1 === this.fCCount[f]) this.hit(this.fSub[f], stamp, out);
-        }
       }
     }
     for (let i = 0; i < touched.length; i++) this.fCounter[touched[i]] = 0;
