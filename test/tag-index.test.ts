@@ -9,6 +9,7 @@ import { after, describe, it } from 'node:test';
 import { TagDictionary, type TagMatches, TagSetIndex, type TagSetsView } from '../src/engines/tag-index.js';
 import { GpuContext } from '../src/engines/gpu/device.js';
 import { GpuTagIndex, signatureInto } from '../src/engines/gpu/tag-index.js';
+import { Prng, Zipf, ZipfAlias } from '../src/workload/prng.js';
 import { tagText, tagWorkload } from '../src/workload/tags.js';
 
 /** Small vocabularies and single-tag interests: many matches a query, many shared sets. */
@@ -67,6 +68,22 @@ describe('tag-set index: CPU', () => {
     assert.deepEqual(lists(TagSetIndex.load(db, Uint32Array.from([1, 1, 1, 2, 2])).matchAll(q, true)), [[1], [1], [1, 2]]);
     assert.throws(() => TagSetIndex.load({ offsets: Uint32Array.from([0, 2]), tags: Uint32Array.from([5, 5]) }, Uint32Array.from([0])), /ascending and distinct/);
     assert.throws(() => TagSetIndex.load(db, Uint32Array.from([1])), /5 sets but 1 keys/);
+  });
+
+  it('the alias Zipf sampler draws each rank with its Zipf probability', () => {
+    for (const [n, s] of [[1, 1], [7, 0], [50, 0.8], [50, 1.2], [1000, 1]] as const) {
+      const z = new ZipfAlias(n, s);
+      const ref = new Zipf(n, s);
+      const rng = new Prng(n + s * 10);
+      const N = 200_000;
+      const hist = new Float64Array(n);
+      for (let k = 0; k < N; k++) hist[z.sample(rng)]++;
+      for (let k = 0; k < n; k++) {
+        const p = ref.probability(k);
+        const sd = Math.sqrt((p * (1 - p)) / N);
+        assert.ok(Math.abs(hist[k] / N - p) <= 5 * sd + 1e-9, `n ${n}, s ${s}, rank ${k}: ${hist[k] / N} vs ${p}`);
+      }
+    }
   });
 
   it('tag text: languages prefix hashtags; publishers are named', () => {

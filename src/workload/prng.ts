@@ -145,6 +145,59 @@ export class Zipf {
   }
 }
 
+/**
+ * Zipf over ranks 0..n-1 like `Zipf`, drawn in O(1) by Walker's alias method (one uniform number:
+ * its integer part picks a column, its fraction the column's rank or its alias), for generators
+ * that draw billions of times from large n (a binary search over a 1M-entry table misses cache at
+ * every step). Not the same draws as `Zipf` for the same stream.
+ */
+export class ZipfAlias {
+  readonly n: number;
+  private readonly prob: Float64Array;
+  private readonly alias: Int32Array;
+
+  constructor(n: number, exponent = 1.0) {
+    if (!Number.isInteger(n) || n < 1) throw new RangeError(`zipf: n must be an integer >= 1, got ${n}`);
+    if (!Number.isFinite(exponent) || exponent < 0) throw new RangeError(`zipf: exponent must be finite and >= 0, got ${exponent}`);
+    this.n = n;
+    const p = new Float64Array(n);
+    let sum = 0;
+    for (let k = 0; k < n; k++) sum += p[k] = 1 / Math.pow(k + 1, exponent);
+    // Scaled so the mean column holds 1; columns below 1 are topped up from those above.
+    for (let k = 0; k < n; k++) p[k] = (p[k] * n) / sum;
+    this.prob = new Float64Array(n);
+    this.alias = new Int32Array(n);
+    const small = new Int32Array(n);
+    const large = new Int32Array(n);
+    let ns = 0;
+    let nl = 0;
+    for (let k = 0; k < n; k++) {
+      if (p[k] < 1) small[ns++] = k;
+      else large[nl++] = k;
+    }
+    while (ns > 0 && nl > 0) {
+      const s = small[--ns];
+      const l = large[nl - 1];
+      this.prob[s] = p[s];
+      this.alias[s] = l;
+      p[l] -= 1 - p[s];
+      if (p[l] < 1) {
+        nl--;
+        small[ns++] = l;
+      }
+    }
+    // What is left holds 1 up to rounding.
+    while (nl > 0) this.prob[large[--nl]] = 1;
+    while (ns > 0) this.prob[small[--ns]] = 1;
+  }
+
+  sample(rng: Prng): number {
+    const u = rng.float() * this.n;
+    const i = Math.floor(u);
+    return u - i < this.prob[i] ? i : this.alias[i];
+  }
+}
+
 /** Draws an index from unnormalised weights through a precomputed cumulative table. */
 export function sampleCumulative(cum: Float64Array, rng: Prng): number {
   const u = rng.float() * cum[cum.length - 1];

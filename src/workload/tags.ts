@@ -8,7 +8,7 @@
  * database of hundreds of millions of sets fits in typed arrays: `offsets[i]..offsets[i+1]` in
  * `tags` are set i's tag ids, distinct and ascending.
  */
-import { Prng, Zipf, sampleCumulative } from './prng.js';
+import { Prng, ZipfAlias, sampleCumulative } from './prng.js';
 
 export interface TagWorkloadOptions {
   seed: number;
@@ -130,8 +130,8 @@ export function tagWorkload(partial: Partial<TagWorkloadOptions> = {}, progress?
   const o: TagWorkloadOptions = { ...DEFAULT_TAG_WORKLOAD, ...partial };
   check(o);
   const rng = new Prng(o.seed, 1);
-  const zipf = new Zipf(o.hashtags, o.tagExponent);
-  const pubZipf = new Zipf(o.publishers, 1);
+  const zipf = new ZipfAlias(o.hashtags, o.tagExponent);
+  const pubZipf = new ZipfAlias(o.publishers, 1);
   const langCum = new Float64Array(o.languages);
   let acc = 0;
   for (let l = 0; l < o.languages; l++) langCum[l] = acc += LANGUAGES[l][1];
@@ -179,7 +179,7 @@ export function tagWorkload(partial: Partial<TagWorkloadOptions> = {}, progress?
  */
 export function tagQueries(w: Pick<TagWorkload, 'options' | 'db' | 'setLangs'>, sets: number, count: number, seed: number, extraMin: number, extraMax: number): TagSets {
   const o = w.options;
-  const zipf = new Zipf(o.hashtags, o.tagExponent);
+  const zipf = new ZipfAlias(o.hashtags, o.tagExponent);
   const rng = new Prng(seed, 2);
   const offsets = new Uint32Array(count + 1);
   const tags = new Uint32Array(count * (o.setTagsMax + 1 + extraMax));
