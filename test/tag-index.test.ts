@@ -68,6 +68,12 @@ describe('tag-set index: CPU', () => {
     assert.deepEqual(lists(TagSetIndex.load(db, Uint32Array.from([1, 1, 1, 2, 2])).matchAll(q, true)), [[1], [1], [1, 2]]);
     assert.throws(() => TagSetIndex.load({ offsets: Uint32Array.from([0, 2]), tags: Uint32Array.from([5, 5]) }, Uint32Array.from([0])), /ascending and distinct/);
     assert.throws(() => TagSetIndex.load(db, Uint32Array.from([1])), /5 sets but 1 keys/);
+    // Keys may be any u32 (ranked inside); tag ids must be dense.
+    const big = TagSetIndex.load(db, Uint32Array.from([2 ** 32 - 1, 2 ** 31, 2 ** 31, 7, 2 ** 32 - 1]));
+    assert.deepEqual(lists(big.matchAll(q, false)), [[2 ** 31, 2 ** 31, 2 ** 32 - 1], [2 ** 32 - 1], [7, 2 ** 31, 2 ** 31, 2 ** 32 - 1, 2 ** 32 - 1]]);
+    assert.deepEqual(lists(big.matchAll(q, true)), [[2 ** 31, 2 ** 32 - 1], [2 ** 32 - 1], [7, 2 ** 31, 2 ** 32 - 1]]);
+    assert.ok(big.stats().memoryBytes < 4096, `no table sized by the largest key (${big.stats().memoryBytes} bytes)`);
+    assert.throws(() => TagSetIndex.load({ offsets: Uint32Array.from([0, 1]), tags: Uint32Array.from([2 ** 32 - 1]) }, Uint32Array.from([0])), /tag ids must be dense/);
   });
 
   it('the alias Zipf sampler draws each rank with its Zipf probability', () => {

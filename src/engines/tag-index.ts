@@ -109,10 +109,12 @@ export class TagSetIndex {
     private readonly fileOff: Uint32Array,
     private readonly filed: Uint32Array,
     readonly entries: number,
-    /** One past the largest key (for match-unique's stamps). */
-    readonly keySpace: number,
+    /** One past the largest key held in keyList (for match-unique's stamps). */
+    keySpace: number,
     /** The empty set's number, or -1 when the database has none. */
     private readonly emptySet: number,
+    /** When keys are sparse, keyList holds their ranks and this their values (ascending). */
+    private readonly keyValues: Uint32Array | null,
   ) {
     this.stamp = new Uint32Array(keySpace);
   }
@@ -122,7 +124,9 @@ export class TagSetIndex {
 
   /**
    * Builds the index of `db` (each set ascending and distinct), entry i with key `keys[i]`. The
-   * caller's arrays are read, not kept. `progress` hears the entries done now and then.
+   * caller's arrays are read, not kept. `progress` hears the entries done now and then. Tag ids
+   * index the filing table, so they must be dense (a TagDictionary's: below twice the tags held
+   * plus 2^20); keys may be any u32 (sparse ones are ranked, so match-unique's stamps stay small).
    */
   static load(db: TagSetsView, keys: Uint32Array, progress?: (done: number, phase: string) => void): TagSetIndex {
     const n = db.offsets.length - 1;
@@ -164,6 +168,31 @@ export class TagSetIndex {
       }
       if (progress !== undefined && (i & 0xfffff) === 0xfffff) progress(i + 1, 'distinct sets');
     }
+    const occurrences = db.offsets[n] - db.offsets[0];
+    if (maxTag >= 2 * occurrences + (1 << 20)) {
+      throw new RangeError(`tag index: tag ids must be dense, below ${2 * occurrences + (1 << 20)} for ${occurrences} tags held (number them with a TagDictionary), got ${maxTag}`);
+    }
+    // Sparse keys (user ids, say) are ranked: stamps over their ranks, values given back on output.
+    let keyValues: Uint32Array | null = null;
+    let rankOf = (k: number): number => k;
+    if (maxKey >= 2 * n + 1024) {
+      const sorted = Uint32Array.from(keys).sort();
+      let w = 0;
+      for (let i = 0; i < sorted.length; i++) if (i === 0 || sorted[i] !== sorted[w - 1]) sorted[w++] = sorted[i];
+      const values = sorted.slice(0, w);
+      keyValues = values;
+      rankOf = (k: number): number => {
+        let lo = 0;
+        let hi = values.length - 1;
+        while (lo < hi) {
+          const mid = (lo + hi) >>> 1;
+          if (values[mid] < k) lo = mid + 1;
+          else hi = mid;
+        }
+        return lo;
+      };
+      maxKey = w - 1;
+    }
     // The tagset table, flat.
     const sOff = new Uint32Array(m + 1);
     for (let u = 0; u < m; u++) sOff[u + 1] = sOff[u] + (db.offsets[uniq[u] + 1] - db.offsets[uniq[u]]);
@@ -175,7 +204,7 @@ export class TagSetIndex {
     for (let u = 0; u < m; u++) keyOff[u + 1] += keyOff[u];
     const fill = keyOff.slice(0, m);
     const keyList = new Uint32Array(n);
-    for (let i = 0; i < n; i++) keyList[fill[uniqOf[i]]++] = keys[i];
+    for (let i = 0; i < n; i++) keyList[fill[uniqOf[i]]++] = rankOf(keys[i]);
     // 3. File each distinct set under its rarest tag.
     const tagCount = maxTag + 1;
     const df = new Uint32Array(tagCount);
@@ -198,11 +227,11 @@ export class TagSetIndex {
     const at = fileOff.slice(0, tagCount);
     const filed = new Uint32Array(m);
     for (let u = 0; u < m; u++) if (u !== empty) filed[at[fileTag[u]]++] = u;
-    return new TagSetIndex({ offsets: sOff, tags: sTags }, keyOff, keyList, fileOff, filed.subarray(0, m - (empty < 0 ? 0 : 1)), n, maxKey + 1, empty);
+    return new TagSetIndex({ offsets: sOff, tags: sTags }, keyOff, keyList, fileOff, filed.subarray(0, m - (empty < 0 ? 0 : 1)), n, maxKey + 1, empty, keyValues);
   }
 
   stats(): TagIndexStats {
-    const bytes = this.sets.offsets.byteLength + this.sets.tags.byteLength + this.keyOff.byteLength + this.keyList.byteLength + this.fileOff.byteLength + this.filed.byteLength + this.stamp.byteLength;
+    const bytes = this.sets.offsets.byteLength + this.sets.tags.byteLength + this.keyOff.byteLength + this.keyList.byteLength + this.fileOff.byteLength + this.filed.byteLength + this.stamp.byteLength + (this.keyValues?.byteLength ?? 0);
     return { entries: this.entries, sets: this.sets.offsets.length - 1, tags: this.fileOff.length - 1, memoryBytes: bytes };
   }
 
@@ -241,7 +270,7 @@ export class TagSetIndex {
         if (this.stamp[key] === this.stampNow) continue;
         this.stamp[key] = this.stampNow;
       }
-      out.push(key);
+      out.push(this.keyValues === null ? key : this.keyValues[key]);
     }
   }
 
