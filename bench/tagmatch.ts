@@ -258,7 +258,7 @@ async function main(): Promise<void> {
       save();
     }
     if (f === sorted[sorted.length - 1]) {
-      for (const b of batchSweep) {
+      for (const b of batchSweep.filter((x) => x <= nQueries)) {
         // One batch at a time: a batch's latency from its first query's arrival to its answers.
         const lat: number[] = [];
         const rounds = Math.max(5, Math.min(200, Math.floor(nQueries / b)));

@@ -73,7 +73,12 @@ describe('tag-set index: CPU', () => {
     assert.deepEqual(lists(big.matchAll(q, false)), [[2 ** 31, 2 ** 31, 2 ** 32 - 1], [2 ** 32 - 1], [7, 2 ** 31, 2 ** 31, 2 ** 32 - 1, 2 ** 32 - 1]]);
     assert.deepEqual(lists(big.matchAll(q, true)), [[2 ** 31, 2 ** 32 - 1], [2 ** 32 - 1], [7, 2 ** 31, 2 ** 32 - 1]]);
     assert.ok(big.stats().memoryBytes < 4096, `no table sized by the largest key (${big.stats().memoryBytes} bytes)`);
-    assert.throws(() => TagSetIndex.load({ offsets: Uint32Array.from([0, 1]), tags: Uint32Array.from([2 ** 32 - 1]) }, Uint32Array.from([0])), /tag ids must be dense/);
+    // Sparse tag ids are ranked for the filing table; queries may name ids no set holds.
+    const sparse = TagSetIndex.load({ offsets: Uint32Array.from([0, 1, 3, 4]), tags: Uint32Array.from([2 ** 32 - 1, 7, 2 ** 31, 2 ** 31]) }, Uint32Array.from([1, 2, 3]));
+    assert.deepEqual(lists(sparse.matchAll({ offsets: Uint32Array.from([0, 2, 5, 6]), tags: Uint32Array.from([7, 2 ** 31, 3, 2 ** 31, 2 ** 32 - 1, 9]) }, false)), [[2, 3], [1, 3], []]);
+    assert.ok(sparse.stats().memoryBytes < 4096, `no table sized by the largest tag id (${sparse.stats().memoryBytes} bytes)`);
+    // Queries must be ascending and distinct, as sets are.
+    assert.throws(() => sparse.matchAll({ offsets: Uint32Array.from([0, 2]), tags: Uint32Array.from([9, 7]) }, false), /ascending and distinct/);
   });
 
   it('the alias Zipf sampler draws each rank with its Zipf probability', () => {
@@ -163,6 +168,24 @@ describe('tag-set index: GPU', () => {
     } finally {
       gpu.destroy();
     }
+  });
+
+  it('[X1] a batch with more hits than a batch may hold is answered by the CPU index; sparse tag ids; bad queries refused', async () => {
+    const w = tagWorkload({ ...DENSE, seed: 9, sets: 3000, hashtags: 30, languages: 1, publishers: 10, users: 50, queries: 300, setTagsMax: 2, extraMin: 20, extraMax: 25 });
+    // Tag ids spread over the u32 range: the filing table ranks them; signatures hash them alike.
+    const spread = (v: TagSetsView): TagSetsView => ({ offsets: v.offsets, tags: v.tags.map((t) => t * 65_521 + 3) });
+    const cpu = TagSetIndex.load(spread(w.db), w.keys);
+    const gpu = await GpuTagIndex.build(ctx, cpu, { maxPartition: 3000, leafSize: 3000, batch: 300, inFlight: 1, hitCapacity: 50, hitLimit: 100 });
+    try {
+      const want = lists(cpu.matchAll(spread(w.queries), false));
+      assert.ok(want.reduce((n, l) => n + l.length, 0) > 100, 'more hits than the limit');
+      assert.equal(firstDiff(lists(await gpu.matchAll(spread(w.queries), false)), want), '');
+      assert.equal(gpu.stats().cpuBatches, 1, 'the batch went to the CPU index');
+      await assert.rejects(gpu.matchAll({ offsets: Uint32Array.from([0, 2]), tags: Uint32Array.from([5, 5]) }, false), /ascending and distinct/);
+    } finally {
+      gpu.destroy();
+    }
+    await assert.rejects(GpuTagIndex.build(ctx, cpu, { hitCapacity: 2 ** 30 }), /hitCapacity must be at most/);
   });
 
   it('[T5] an empty database, empty sets and empty queries', async () => {

@@ -68,6 +68,18 @@ export class TagDictionary {
   }
 }
 
+/** The rank of `t` among the ascending `values` (where it is, or where it would go). */
+function rankIn(values: Uint32Array, t: number): number {
+  let lo = 0;
+  let hi = values.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (values[mid] < t) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 /** FNV-1a over a set's ids (for finding equal sets). */
 function hashSet(tags: Uint32Array, from: number, to: number): number {
   let h = 0x811c9dc5;
@@ -115,6 +127,8 @@ export class TagSetIndex {
     private readonly emptySet: number,
     /** When keys are sparse, keyList holds their ranks and this their values (ascending). */
     private readonly keyValues: Uint32Array | null,
+    /** When tag ids are sparse, the filing table is by rank and this holds the ids (ascending). */
+    private readonly tagValues: Uint32Array | null,
   ) {
     this.stamp = new Uint32Array(keySpace);
   }
@@ -124,9 +138,8 @@ export class TagSetIndex {
 
   /**
    * Builds the index of `db` (each set ascending and distinct), entry i with key `keys[i]`. The
-   * caller's arrays are read, not kept. `progress` hears the entries done now and then. Tag ids
-   * index the filing table, so they must be dense (a TagDictionary's: below twice the tags held
-   * plus 2^20); keys may be any u32 (sparse ones are ranked, so match-unique's stamps stay small).
+   * caller's arrays are read, not kept. `progress` hears the entries done now and then. Tag ids and
+   * keys may be any u32: sparse ones are ranked, so no table is sized by the largest.
    */
   static load(db: TagSetsView, keys: Uint32Array, progress?: (done: number, phase: string) => void): TagSetIndex {
     const n = db.offsets.length - 1;
@@ -168,10 +181,6 @@ export class TagSetIndex {
       }
       if (progress !== undefined && (i & 0xfffff) === 0xfffff) progress(i + 1, 'distinct sets');
     }
-    const occurrences = db.offsets[n] - db.offsets[0];
-    if (maxTag >= 2 * occurrences + (1 << 20)) {
-      throw new RangeError(`tag index: tag ids must be dense, below ${2 * occurrences + (1 << 20)} for ${occurrences} tags held (number them with a TagDictionary), got ${maxTag}`);
-    }
     // Sparse keys (user ids, say) are ranked: stamps over their ranks, values given back on output.
     let keyValues: Uint32Array | null = null;
     let rankOf = (k: number): number => k;
@@ -205,10 +214,19 @@ export class TagSetIndex {
     const fill = keyOff.slice(0, m);
     const keyList = new Uint32Array(n);
     for (let i = 0; i < n; i++) keyList[fill[uniqOf[i]]++] = rankOf(keys[i]);
-    // 3. File each distinct set under its rarest tag.
-    const tagCount = maxTag + 1;
+    // 3. File each distinct set under its rarest tag. The filing table is indexed by tag id, or,
+    // when ids are sparse (far more ids than tags held), by the rank among the ids held.
+    let tagValues: Uint32Array | null = null;
+    if (maxTag >= 2 * sTags.length + (1 << 20)) {
+      const sorted = sTags.slice().sort();
+      let w = 0;
+      for (let i = 0; i < sorted.length; i++) if (i === 0 || sorted[i] !== sorted[w - 1]) sorted[w++] = sorted[i];
+      tagValues = sorted.slice(0, w);
+    }
+    const tagCount = tagValues === null ? maxTag + 1 : tagValues.length;
+    const rankTag = tagValues === null ? (t: number): number => t : (t: number): number => rankIn(tagValues!, t);
     const df = new Uint32Array(tagCount);
-    for (let k = 0; k < sTags.length; k++) df[sTags[k]]++;
+    for (let k = 0; k < sTags.length; k++) df[rankTag(sTags[k])]++;
     const fileTag = new Uint32Array(m);
     const fileOff = new Uint32Array(tagCount + 1);
     // The empty set (a subset of every query) is filed under no tag: it is listed apart.
@@ -218,8 +236,11 @@ export class TagSetIndex {
         empty = u;
         continue;
       }
-      let best = sTags[sOff[u]];
-      for (let k = sOff[u] + 1; k < sOff[u + 1]; k++) if (df[sTags[k]] < df[best]) best = sTags[k];
+      let best = rankTag(sTags[sOff[u]]);
+      for (let k = sOff[u] + 1; k < sOff[u + 1]; k++) {
+        const r = rankTag(sTags[k]);
+        if (df[r] < df[best]) best = r;
+      }
       fileTag[u] = best;
       fileOff[best + 1]++;
     }
@@ -227,7 +248,7 @@ export class TagSetIndex {
     const at = fileOff.slice(0, tagCount);
     const filed = new Uint32Array(m);
     for (let u = 0; u < m; u++) if (u !== empty) filed[at[fileTag[u]]++] = u;
-    return new TagSetIndex({ offsets: sOff, tags: sTags }, keyOff, keyList, fileOff, filed.subarray(0, m - (empty < 0 ? 0 : 1)), n, maxKey + 1, empty, keyValues);
+    return new TagSetIndex({ offsets: sOff, tags: sTags }, keyOff, keyList, fileOff, filed.subarray(0, m - (empty < 0 ? 0 : 1)), n, maxKey + 1, empty, keyValues, tagValues);
   }
 
   stats(): TagIndexStats {
@@ -280,8 +301,14 @@ export class TagSetIndex {
     if (this.emptySet >= 0) this.pushKeys(this.emptySet, out, unique);
     const fo = this.fileOff;
     const tags = fo.length - 1;
+    const tv = this.tagValues;
     for (let i = from; i < to; i++) {
-      const t = q[i];
+      if (i > from && q[i] <= q[i - 1]) throw new RangeError(`tag index: a query's tags must be ascending and distinct, got ${q[i - 1]} then ${q[i]}`);
+      let t = q[i];
+      if (tv !== null) {
+        t = rankIn(tv, t);
+        if (tv[t] !== q[i]) continue;
+      }
       if (t >= tags) continue;
       for (let k = fo[t], end = fo[t + 1]; k < end; k++) {
         const u = this.filed[k];

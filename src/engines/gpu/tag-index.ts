@@ -34,6 +34,11 @@ export interface GpuTagIndexOptions {
   inFlight: number;
   /** Room for Bloom hits a batch has at first (it grows when a batch needs more). */
   hitCapacity: number;
+  /**
+   * Most room for hits a batch may get; a batch with more is answered by the CPU index (default
+   * and at most: what one storage binding holds, 16.7M hits at 128 MiB, 268M at 2 GiB).
+   */
+  hitLimit: number;
 }
 
 export const DEFAULT_GPU_TAG_INDEX: Readonly<GpuTagIndexOptions> = Object.freeze({
@@ -43,6 +48,7 @@ export const DEFAULT_GPU_TAG_INDEX: Readonly<GpuTagIndexOptions> = Object.freeze
   batch: 1024,
   inFlight: 3,
   hitCapacity: 65_536,
+  hitLimit: 2 ** 31,
 });
 
 /** The paper's signatures: 192 bits, 7 a tag. */
@@ -99,6 +105,11 @@ export interface GpuTagIndexStats {
   /** Batches run, and those run again for lack of room for their hits. */
   batches: number;
   reruns: number;
+  /**
+   * Batches answered by the CPU index instead: their input or their hits would need a buffer
+   * larger than the device lets one binding see (maxStorageBufferBindingSize).
+   */
+  cpuBatches: number;
   /** Bloom hits, and those the exact check refused (false positives). */
   hits: number;
   falseHits: number;
@@ -169,6 +180,10 @@ export class GpuTagIndex {
     const maxX = ctx.limits.maxComputeWorkgroupsPerDimension;
     const sets = index.sets;
     const m = sets.offsets.length - 1;
+    // Every buffer is bound whole: none may pass what one binding can see.
+    const maxWords = Math.floor(ctx.limits.maxStorageBufferBindingSize / 4);
+    if (m > maxWords) throw new GpuError('OUT_OF_MEMORY', `tag index: ${m} distinct sets need signature columns of ${4 * m} bytes, more than one binding may hold (${ctx.limits.maxStorageBufferBindingSize}): at most ${maxWords} sets`);
+    if (1 + 2 * o.hitCapacity > maxWords) throw new GpuError('INVALID_ARGUMENT', `tag index: hitCapacity must be at most ${Math.floor((maxWords - 1) / 2)} on this device, got ${o.hitCapacity}`);
     const ms = { signatures: 0, partitioning: 0, masks: 0, upload: 0 };
 
     // Signatures, in distinct-set order (AoS: WORDS words a set).
@@ -293,6 +308,7 @@ export class GpuTagIndex {
       blocks += nb;
       if (size > largest) largest = size;
     }
+    if (WORDS * blocks > maxWords) throw new GpuError('OUT_OF_MEMORY', `tag index: ${blocks} block masks pass one binding (${ctx.limits.maxStorageBufferBindingSize} bytes): raise workgroupSize`);
     const blockMask = new Uint32Array(WORDS * Math.max(1, blocks));
     for (let p = 0; p < P; p++) {
       const start = partStart[p];
@@ -350,7 +366,7 @@ export class GpuTagIndex {
     await ctx.queue.onSubmittedWorkDone();
     ms.upload = performance.now() - t0;
     const gpuBytes = 4 * WORDS * m + blockMask.byteLength + partWords.byteLength;
-    const stats: GpuTagIndexStats = { sets: m, partitions: P, largestPartition: largest, blocks, gpuBytes, buildMs: ms, batches: 0, reruns: 0, hits: 0, falseHits: 0, visits: 0 };
+    const stats: GpuTagIndexStats = { sets: m, partitions: P, largestPartition: largest, blocks, gpuBytes, buildMs: ms, batches: 0, reruns: 0, cpuBatches: 0, hits: 0, falseHits: 0, visits: 0 };
     return new GpuTagIndex(ctx, index, o, wg, pipeline, bind, sigBuffers, blockBuffer, partBuffer, order, masks, partStart, partSize, stats);
   }
 
@@ -366,6 +382,11 @@ export class GpuTagIndex {
   async matchAll(queries: TagSetsView, unique: boolean, batch = this.o.batch): Promise<TagMatches> {
     if (!Number.isSafeInteger(batch) || batch < 1) throw new GpuError('INVALID_ARGUMENT', `tag index: batch must be an integer >= 1, got ${batch}`);
     const nq = queries.offsets.length - 1;
+    for (let j = 0; j < nq; j++) {
+      for (let k = queries.offsets[j] + 1; k < queries.offsets[j + 1]; k++) {
+        if (queries.tags[k] <= queries.tags[k - 1]) throw new GpuError('INVALID_ARGUMENT', `tag index: query ${j}'s tags must be ascending and distinct, got ${queries.tags[k - 1]} then ${queries.tags[k]}`);
+      }
+    }
     const runs: Promise<TagMatches>[] = [];
     for (let from = 0; from < nq; from += batch) runs.push(this.runBatch(queries, from, Math.min(nq, from + batch), unique));
     const parts = await Promise.all(runs);
@@ -484,6 +505,11 @@ export class GpuTagIndex {
     inp[1] = qsigOff;
     inp[2] = workOff;
     inp[3] = listOff;
+    if (words > this.maxBindingWords) {
+      // An input past one binding's reach: the CPU index answers (rare: tens of millions of visits).
+      this.statsNow.cpuBatches++;
+      return this.onCpu(queries, from, nq, unique);
+    }
     const maxY = this.ctx.limits.maxComputeWorkgroupsPerDimension;
     if (nWork > maxY) throw new GpuError('INVALID_ARGUMENT', `tag index: a batch visits ${nWork} partitions, more than ${maxY} workgroups: raise maxPartition or lower batch`);
     const slot = await this.slot();
@@ -493,9 +519,11 @@ export class GpuTagIndex {
       for (;;) {
         inp[4] = slot.cap;
         if (slot.inpWords < words) {
+          const grown = Math.min(Math.max(words, 2 * slot.inpWords), this.maxBindingWords);
+          const buf = this.ctx.createBuffer('ambit.tags.inp', 4 * grown, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST);
           slot.inp.destroy();
-          slot.inpWords = Math.max(words, 2 * slot.inpWords);
-          slot.inp = this.ctx.createBuffer('ambit.tags.inp', 4 * slot.inpWords, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST);
+          slot.inp = buf;
+          slot.inpWords = grown;
         }
         this.ctx.writeBuffer(slot.inp, 0, inp);
         const bindGroup = this.ctx.device.createBindGroup({
@@ -513,17 +541,40 @@ export class GpuTagIndex {
         data = new Uint32Array(await this.ctx.submitAndRead(enc, slot.out, 0, bytes));
         hits = data[0];
         if (hits <= slot.cap) break;
-        // Room for every hit, and a quarter more, then the batch again.
+        // Room for every hit, and a quarter more, then the batch again; past what one binding
+        // may hold, the CPU index answers the batch.
         this.statsNow.reruns++;
-        slot.cap = Math.ceil(hits * 1.25);
+        const room = Math.min(Math.ceil(hits * 1.25), this.maxHits);
+        if (room < hits) {
+          this.statsNow.cpuBatches++;
+          return this.onCpu(queries, from, nq, unique);
+        }
+        const buf = this.ctx.createBuffer('ambit.tags.out', 4 * (1 + 2 * room), GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST);
         slot.out.destroy();
-        slot.out = this.ctx.createBuffer('ambit.tags.out', 4 * (1 + 2 * slot.cap), GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST);
+        slot.out = buf;
+        slot.cap = room;
       }
       this.statsNow.hits += hits;
       return this.verify(queries, from, nq, data, hits, unique);
     } finally {
       this.release(slot);
     }
+  }
+
+  private onCpu(queries: TagSetsView, from: number, nq: number, unique: boolean): TagMatches {
+    const part: TagSetsView = { offsets: queries.offsets.subarray(from, from + nq + 1), tags: queries.tags };
+    const r = this.index.matchAll(part, unique);
+    return r;
+  }
+
+  /** Words one storage binding may hold on this device. */
+  private get maxBindingWords(): number {
+    return Math.floor(this.ctx.limits.maxStorageBufferBindingSize / 4);
+  }
+
+  /** Most hits a batch's output binding can hold. */
+  private get maxHits(): number {
+    return Math.min(this.o.hitLimit, Math.floor((this.maxBindingWords - 1) / 2));
   }
 
   /** Exact check of each hit and key lookup, grouped by query. */
