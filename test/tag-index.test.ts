@@ -188,6 +188,19 @@ describe('tag-set index: GPU', () => {
     await assert.rejects(GpuTagIndex.build(ctx, cpu, { hitCapacity: 2 ** 30 }), /hitCapacity must be at most/);
   });
 
+  it('[X1] a batch with more hits than its first read back reads the rest', async () => {
+    const dense = tagWorkload({ ...DENSE, seed: 9, sets: 3000, hashtags: 30, languages: 1, publishers: 10, users: 50, queries: 300, setTagsMax: 2, extraMin: 20, extraMax: 25 });
+    const cpu = TagSetIndex.load(dense.db, dense.keys);
+    const gpu = await GpuTagIndex.build(ctx, cpu, { maxPartition: 3000, leafSize: 3000, batch: 300, inFlight: 1 });
+    try {
+      assert.equal(firstDiff(lists(await gpu.matchAll(dense.queries, false)), lists(cpu.matchAll(dense.queries, false))), '');
+      const st = gpu.stats();
+      assert.ok(st.hits > 4096 && st.reruns === 0, `hits ${st.hits} past the first read of 4096, within the room (reruns ${st.reruns})`);
+    } finally {
+      gpu.destroy();
+    }
+  });
+
   it('[T5] an empty database, empty sets and empty queries', async () => {
     const dict = new TagDictionary();
     const q = dict.sets([['a'], []]);

@@ -122,6 +122,8 @@ interface Slot {
   inpWords: number;
   out: GPUBuffer;
   cap: number;
+  /** Hits to read back at first (twice the last batch's, at least 4096). */
+  readHint: number;
   busy: boolean;
 }
 
@@ -413,7 +415,7 @@ export class GpuTagIndex {
       }
       if (this.slots.length < this.o.inFlight) {
         const cap = this.o.hitCapacity;
-        const s: Slot = { inp: this.ctx.createBuffer('ambit.tags.inp', 4096, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST), inpWords: 1024, out: this.ctx.createBuffer('ambit.tags.out', 4 * (1 + 2 * cap), GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST), cap, busy: true };
+        const s: Slot = { inp: this.ctx.createBuffer('ambit.tags.inp', 4096, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST), inpWords: 1024, out: this.ctx.createBuffer('ambit.tags.out', 4 * (1 + 2 * cap), GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST), cap, readHint: 4096, busy: true };
         this.slots.push(s);
         return s;
       }
@@ -428,6 +430,17 @@ export class GpuTagIndex {
 
   /** Queries [from, to): pre-process, the GPU pass (again with more room if hits overflowed), verification. */
   private async runBatch(queries: TagSetsView, from: number, to: number, unique: boolean): Promise<TagMatches> {
+    // A slot first: no more than inFlight batches are pre-processed ahead of the GPU, so the host's
+    // work on the next batch overlaps the GPU's on those in flight.
+    const slot = await this.slot();
+    try {
+      return await this.runBatchIn(slot, queries, from, to, unique);
+    } finally {
+      this.release(slot);
+    }
+  }
+
+  private async runBatchIn(slot: Slot, queries: TagSetsView, from: number, to: number, unique: boolean): Promise<TagMatches> {
     const nq = to - from;
     // Query signatures.
     const qsig = new Uint32Array(WORDS * nq);
@@ -462,12 +475,12 @@ export class GpuTagIndex {
     }
     const nv = visitP.length;
     this.statsNow.visits += nv;
-    const result: TagMatches = nv === 0 ? { offsets: new Uint32Array(nq + 1), keys: new Uint32Array(0) } : await this.gpuPass(queries, from, nq, qsig, visitP, visitQ, unique);
+    const result: TagMatches = nv === 0 ? { offsets: new Uint32Array(nq + 1), keys: new Uint32Array(0) } : await this.gpuPass(slot, queries, from, nq, qsig, visitP, visitQ, unique);
     this.statsNow.batches++;
     return result;
   }
 
-  private async gpuPass(queries: TagSetsView, from: number, nq: number, qsig: Uint32Array, visitP: number[], visitQ: number[], unique: boolean): Promise<TagMatches> {
+  private async gpuPass(slot: Slot, queries: TagSetsView, from: number, nq: number, qsig: Uint32Array, visitP: number[], visitQ: number[], unique: boolean): Promise<TagMatches> {
     const count = this.partCount;
     const touched = this.touched;
     touched.length = 0;
@@ -512,53 +525,60 @@ export class GpuTagIndex {
     }
     const maxY = this.ctx.limits.maxComputeWorkgroupsPerDimension;
     if (nWork > maxY) throw new GpuError('INVALID_ARGUMENT', `tag index: a batch visits ${nWork} partitions, more than ${maxY} workgroups: raise maxPartition or lower batch`);
-    const slot = await this.slot();
-    try {
-      let hits = 0;
-      let data: Uint32Array;
-      for (;;) {
-        inp[4] = slot.cap;
-        if (slot.inpWords < words) {
-          const grown = Math.min(Math.max(words, 2 * slot.inpWords), this.maxBindingWords);
-          const buf = this.ctx.createBuffer('ambit.tags.inp', 4 * grown, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST);
-          slot.inp.destroy();
-          slot.inp = buf;
-          slot.inpWords = grown;
-        }
-        this.ctx.writeBuffer(slot.inp, 0, inp);
-        const bindGroup = this.ctx.device.createBindGroup({
-          layout: this.bind,
-          entries: [...this.sigBuffers, this.blockBuffer, this.partBuffer, slot.inp, slot.out].map((buffer, binding) => ({ binding, resource: { buffer } })),
-        });
-        const enc = this.ctx.device.createCommandEncoder({ label: 'ambit.tags.batch' });
-        enc.clearBuffer(slot.out, 0, 4);
-        const pass = enc.beginComputePass();
-        pass.setPipeline(this.pipeline);
-        pass.setBindGroup(0, bindGroup);
-        pass.dispatchWorkgroups(maxBlocks, nWork);
-        pass.end();
-        const bytes = 4 * (1 + 2 * slot.cap);
-        data = new Uint32Array(await this.ctx.submitAndRead(enc, slot.out, 0, bytes));
-        hits = data[0];
-        if (hits <= slot.cap) break;
-        // Room for every hit, and a quarter more, then the batch again; past what one binding
-        // may hold, the CPU index answers the batch.
-        this.statsNow.reruns++;
-        const room = Math.min(Math.ceil(hits * 1.25), this.maxHits);
-        if (room < hits) {
-          this.statsNow.cpuBatches++;
-          return this.onCpu(queries, from, nq, unique);
-        }
-        const buf = this.ctx.createBuffer('ambit.tags.out', 4 * (1 + 2 * room), GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST);
-        slot.out.destroy();
-        slot.out = buf;
-        slot.cap = room;
+    let hits = 0;
+    let data: Uint32Array;
+    for (;;) {
+      inp[4] = slot.cap;
+      if (slot.inpWords < words) {
+        const grown = Math.min(Math.max(words, 2 * slot.inpWords), this.maxBindingWords);
+        const buf = this.ctx.createBuffer('ambit.tags.inp', 4 * grown, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST);
+        slot.inp.destroy();
+        slot.inp = buf;
+        slot.inpWords = grown;
       }
-      this.statsNow.hits += hits;
-      return this.verify(queries, from, nq, data, hits, unique);
-    } finally {
-      this.release(slot);
+      this.ctx.writeBuffer(slot.inp, 0, inp);
+      const bindGroup = this.ctx.device.createBindGroup({
+        layout: this.bind,
+        entries: [...this.sigBuffers, this.blockBuffer, this.partBuffer, slot.inp, slot.out].map((buffer, binding) => ({ binding, resource: { buffer } })),
+      });
+      const enc = this.ctx.device.createCommandEncoder({ label: 'ambit.tags.batch' });
+      enc.clearBuffer(slot.out, 0, 4);
+      const pass = enc.beginComputePass();
+      pass.setPipeline(this.pipeline);
+      pass.setBindGroup(0, bindGroup);
+      pass.dispatchWorkgroups(maxBlocks, nWork);
+      pass.end();
+      // Read what the last batches suggest (twice their hits), not the whole room: most batches
+      // hit far less than their room; the rest, when there is more, in a second read.
+      const readN = Math.min(slot.cap, slot.readHint);
+      data = new Uint32Array(await this.ctx.submitAndRead(enc, slot.out, 0, 4 * (1 + 2 * readN)));
+      hits = data[0];
+      if (hits <= slot.cap) {
+        if (hits > readN) {
+          const rest = new Uint32Array(await this.ctx.readBuffer(slot.out, 4 * (1 + 2 * readN), 8 * (hits - readN)));
+          const all = new Uint32Array(1 + 2 * hits);
+          all.set(data);
+          all.set(rest, 1 + 2 * readN);
+          data = all;
+        }
+        slot.readHint = Math.max(4096, 2 * hits);
+        break;
+      }
+      // Room for every hit, and a quarter more, then the batch again; past what one binding
+      // may hold, the CPU index answers the batch.
+      this.statsNow.reruns++;
+      const room = Math.min(Math.ceil(hits * 1.25), this.maxHits);
+      if (room < hits) {
+        this.statsNow.cpuBatches++;
+        return this.onCpu(queries, from, nq, unique);
+      }
+      const buf = this.ctx.createBuffer('ambit.tags.out', 4 * (1 + 2 * room), GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST);
+      slot.out.destroy();
+      slot.out = buf;
+      slot.cap = room;
     }
+    this.statsNow.hits += hits;
+    return this.verify(queries, from, nq, data, hits, unique);
   }
 
   private onCpu(queries: TagSetsView, from: number, nq: number, unique: boolean): TagMatches {
