@@ -103,6 +103,15 @@ function occHash(key: number): number {
   return (Math.imul(key | 0, 0x9e3779b1) ^ Math.imul((key * 2.3283064365386963e-10) | 0, 0x85ebca6b)) >>> (32 - OCC_BITS);
 }
 
+/** Removes `list[i]` by moving the last item into its place; `pos` holds each item's index in the list. */
+function swapRemove(list: number[], i: number, pos: Int32Array): void {
+  const last = list.pop()!;
+  if (i < list.length) {
+    list[i] = last;
+    pos[last] = i;
+  }
+}
+
 function growF64(a: Float64Array, n: number, fill = 0): Float64Array<ArrayBuffer> {
   const b = new Float64Array(n);
   b.set(a);
@@ -154,6 +163,8 @@ export class FastMatcher extends CpuMatcher {
   private readonly nameIds = new Map<string, number>();
   /** Tag → the id of its name (tagName) among nameIds, for the tags some filter requires. */
   private readonly tagIds = new Map<string, number>();
+  /** The event's tags' name ids (NONE: a tag no filter names), for the match in progress. */
+  private evTagId = new Int32Array(64);
   private tagsTotal = 0;
   private nameOf: string[] = [];
   private nameRefs = new Int32Array(64);
@@ -786,32 +797,12 @@ export class FastMatcher extends CpuMatcher {
     const start = this.fCStart[f];
     if (this.fSlot[f] === NONE) {
       if (this.fFiledName[f] !== NONE) {
-        const list = this.tagFiled[this.fFiledName[f]];
-        const i = this.fFiledPos[f];
-        const last = list.pop()!;
-        if (last !== f) {
-          list[i] = last;
-          this.fFiledPos[last] = i;
-        }
+        swapRemove(this.tagFiled[this.fFiledName[f]], this.fFiledPos[f], this.fFiledPos);
         this.fFiledName[f] = NONE;
       } else if (n === 0) {
-        const i = this.fAlwaysPos[f];
-        const last = this.always.pop()!;
-        if (last !== f) {
-          this.always[i] = last;
-          this.fAlwaysPos[last] = i;
-        }
+        swapRemove(this.always, this.fAlwaysPos[f], this.fAlwaysPos);
       } else {
-        for (let k = 0; k < n; k++) {
-          const ci = start + k;
-          const list = this.postings[this.cName[ci]];
-          const i = this.cPostingPos[ci];
-          const last = list.pop()!;
-          if (last !== ci) {
-            list[i] = last;
-            this.cPostingPos[last] = i;
-          }
-        }
+        for (let ci = start; ci < start + n; ci++) swapRemove(this.postings[this.cName[ci]], this.cPostingPos[ci], this.cPostingPos);
       }
     } else {
       this.detach(f);
@@ -997,10 +988,13 @@ export class FastMatcher extends CpuMatcher {
       }
     }
     // The event's tags, as attributes of their names (any value satisfies their `exists`).
-    const nTag = e.tags.length;
-    if (nTag > 0 && this.tagIds.size > 0) {
+    const nTag = this.tagIds.size > 0 ? e.tags.length : 0;
+    if (nTag > this.evTagId.length) this.evTagId = new Int32Array(Math.max(nTag, 2 * this.evTagId.length));
+    const evTagId = this.evTagId;
+    if (nTag > 0) {
       for (let i = 0; i < nTag; i++) {
         const id = this.tagIds.get(e.tags[i]);
+        evTagId[i] = id ?? NONE;
         if (id === undefined) continue; // no filter requires this tag
         this.attrStamp[id] = stamp;
         const bit = bloomBit(id);
@@ -1018,10 +1012,10 @@ export class FastMatcher extends CpuMatcher {
     for (let i = 0; i < this.always.length; i++) this.hit(this.fSub[this.always[i]], stamp, out);
 
     // Content-only filters with tags: those filed under a tag the event carries, checked whole.
-    if (nTag > 0 && this.tagIds.size > 0) {
+    if (nTag > 0) {
       for (let i = 0; i < nTag; i++) {
-        const id = this.tagIds.get(e.tags[i]);
-        if (id === undefined) continue;
+        const id = evTagId[i];
+        if (id === NONE) continue;
         const list = this.tagFiled[id];
         for (let j = 0; j < list.length; j++) {
           const f = list[j];

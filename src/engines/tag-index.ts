@@ -68,6 +68,14 @@ export class TagDictionary {
   }
 }
 
+/** The distinct values of `a`, ascending (a new array). */
+function sortedDistinct(a: Uint32Array): Uint32Array {
+  const s = Uint32Array.from(a).sort();
+  let w = 0;
+  for (let i = 0; i < s.length; i++) if (i === 0 || s[i] !== s[w - 1]) s[w++] = s[i];
+  return s.slice(0, w);
+}
+
 /** The rank of `t` among the ascending `values` (where it is, or where it would go). */
 function rankIn(values: Uint32Array, t: number): number {
   let lo = 0;
@@ -182,26 +190,9 @@ export class TagSetIndex {
       if (progress !== undefined && (i & 0xfffff) === 0xfffff) progress(i + 1, 'distinct sets');
     }
     // Sparse keys (user ids, say) are ranked: stamps over their ranks, values given back on output.
-    let keyValues: Uint32Array | null = null;
-    let rankOf = (k: number): number => k;
-    if (maxKey >= 2 * n + 1024) {
-      const sorted = Uint32Array.from(keys).sort();
-      let w = 0;
-      for (let i = 0; i < sorted.length; i++) if (i === 0 || sorted[i] !== sorted[w - 1]) sorted[w++] = sorted[i];
-      const values = sorted.slice(0, w);
-      keyValues = values;
-      rankOf = (k: number): number => {
-        let lo = 0;
-        let hi = values.length - 1;
-        while (lo < hi) {
-          const mid = (lo + hi) >>> 1;
-          if (values[mid] < k) lo = mid + 1;
-          else hi = mid;
-        }
-        return lo;
-      };
-      maxKey = w - 1;
-    }
+    const keyValues = maxKey >= 2 * n + 1024 ? sortedDistinct(keys) : null;
+    const rankOf = keyValues === null ? (k: number): number => k : (k: number): number => rankIn(keyValues, k);
+    if (keyValues !== null) maxKey = keyValues.length - 1;
     // The tagset table, flat.
     const sOff = new Uint32Array(m + 1);
     for (let u = 0; u < m; u++) sOff[u + 1] = sOff[u] + (db.offsets[uniq[u] + 1] - db.offsets[uniq[u]]);
@@ -216,15 +207,9 @@ export class TagSetIndex {
     for (let i = 0; i < n; i++) keyList[fill[uniqOf[i]]++] = rankOf(keys[i]);
     // 3. File each distinct set under its rarest tag. The filing table is indexed by tag id, or,
     // when ids are sparse (far more ids than tags held), by the rank among the ids held.
-    let tagValues: Uint32Array | null = null;
-    if (maxTag >= 2 * sTags.length + (1 << 20)) {
-      const sorted = sTags.slice().sort();
-      let w = 0;
-      for (let i = 0; i < sorted.length; i++) if (i === 0 || sorted[i] !== sorted[w - 1]) sorted[w++] = sorted[i];
-      tagValues = sorted.slice(0, w);
-    }
+    const tagValues = maxTag >= 2 * sTags.length + (1 << 20) ? sortedDistinct(sTags) : null;
     const tagCount = tagValues === null ? maxTag + 1 : tagValues.length;
-    const rankTag = tagValues === null ? (t: number): number => t : (t: number): number => rankIn(tagValues!, t);
+    const rankTag = tagValues === null ? (t: number): number => t : (t: number): number => rankIn(tagValues, t);
     const df = new Uint32Array(tagCount);
     for (let k = 0; k < sTags.length; k++) df[rankTag(sTags[k])]++;
     const fileTag = new Uint32Array(m);

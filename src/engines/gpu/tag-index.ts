@@ -495,25 +495,20 @@ export class GpuTagIndex {
     inp.set(qsig, qsigOff);
     let maxBlocks = 0;
     let off = 0;
-    // Work items, and each one's place in the query list.
-    const place = new Map<number, number>();
+    // Work items; each partition's count becomes its next place in the query list, then 0 again.
     for (let w = 0; w < nWork; w++) {
       const p = touched[w];
       inp[workOff + 3 * w] = p;
       inp[workOff + 3 * w + 1] = off;
       inp[workOff + 3 * w + 2] = count[p];
-      place.set(p, off);
-      off += count[p];
+      const c = count[p];
+      count[p] = off;
+      off += c;
       const nb = Math.ceil(this.partSize[p] / this.wg);
       if (nb > maxBlocks) maxBlocks = nb;
-      count[p] = 0;
     }
-    for (let v = 0; v < visitP.length; v++) {
-      const p = visitP[v];
-      const at = place.get(p)!;
-      inp[listOff + at] = visitQ[v];
-      place.set(p, at + 1);
-    }
+    for (let v = 0; v < visitP.length; v++) inp[listOff + count[visitP[v]]++] = visitQ[v];
+    for (let w = 0; w < nWork; w++) count[touched[w]] = 0;
     inp[0] = nWork;
     inp[1] = qsigOff;
     inp[2] = workOff;
@@ -583,8 +578,7 @@ export class GpuTagIndex {
 
   private onCpu(queries: TagSetsView, from: number, nq: number, unique: boolean): TagMatches {
     const part: TagSetsView = { offsets: queries.offsets.subarray(from, from + nq + 1), tags: queries.tags };
-    const r = this.index.matchAll(part, unique);
-    return r;
+    return this.index.matchAll(part, unique);
   }
 
   /** Words one storage binding may hold on this device. */
