@@ -10,7 +10,7 @@ import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { FastMatcher } from '../src/engines/fast.js';
 import { GpuContext } from '../src/engines/gpu/device.js';
-import { GpuTagIndex, type GpuTagIndexStats } from '../src/engines/gpu/tag-index.js';
+import { DEFAULT_GPU_TAG_INDEX, GpuTagIndex, type GpuTagIndexStats } from '../src/engines/gpu/tag-index.js';
 import { type TagMatches, TagSetIndex, type TagSetsView } from '../src/engines/tag-index.js';
 import type { Event, Subscription } from '../src/model/types.js';
 import { type TagWorkload, tagQueries, tagText, tagWorkload } from '../src/workload/tags.js';
@@ -28,6 +28,8 @@ const HELP = `Usage: node dist/bench/tagmatch.js [options]
   --queries N       queries per throughput measurement (default 32768; quick 4096)
   --reps N          timed repetitions of each measurement (default 3)
   --partitions LIST maxPartition sweep at the smallest part (default 50k,200k,800k)
+  --leaf N          leafSize of the measured GPU indexes (default the index's, 1024)
+  --leaves LIST     leafSize sweep at the smallest part (default 256,1024,4096; quick 256,1024)
   --batches LIST    batch sizes for latency at the largest part (default 64,256,1024,4096)
   --batch N         queries per GPU batch in the throughput runs (default 2048)
   --cpu-queries N   queries timed on the CPU index (default 2000)
@@ -63,6 +65,8 @@ interface PartResult {
   cpu: OpResult[];
   visitsPerQuery: number;
   falseHitsPerQuery: number;
+  /** Host time per query in the GPU runs (µs): prepare, verify, and waiting for the GPU. */
+  hostUsPerQuery: { prepare: number; verify: number; wait: number };
 }
 
 const gib = (b: number): number => b / 2 ** 30;
@@ -95,9 +99,14 @@ async function timeOp(run: () => Promise<TagMatches> | TagMatches, queries: numb
   return { qps: summarize(rates), keys: keys / queries };
 }
 
+function perQueryUs(before: GpuTagIndexStats, after: GpuTagIndexStats, queries: number): PartResult['hostUsPerQuery'] {
+  const us = (k: keyof GpuTagIndexStats['batchMs']): number => ((after.batchMs[k] - before.batchMs[k]) * 1000) / queries;
+  return { prepare: us('prepare'), verify: us('verify'), wait: us('wait') };
+}
+
 async function main(): Promise<void> {
   const fail = cliFail('tagmatch', HELP);
-  const cl = readCommandLine(process.argv.slice(2), new Set(['software', 'quick', 'help']), new Set(['sets', 'fractions', 'queries', 'reps', 'partitions', 'batches', 'batch', 'cpu-queries', 'check', 'seed', 'out', 'matcher']), fail, HELP);
+  const cl = readCommandLine(process.argv.slice(2), new Set(['software', 'quick', 'help']), new Set(['sets', 'fractions', 'queries', 'reps', 'partitions', 'leaf', 'leaves', 'batches', 'batch', 'cpu-queries', 'check', 'seed', 'out', 'matcher']), fail, HELP);
   if (cl === null) return;
   const { a, r } = cl;
   const quick = r.flag('quick');
@@ -110,6 +119,8 @@ async function main(): Promise<void> {
   const nQueries = r.count('queries', quick ? 4096 : 32768);
   const reps = r.int('reps', 3, 1, 100);
   const partitionSweep = r.counts('partitions', quick ? [10_000, 50_000] : [50_000, 200_000, 800_000]);
+  const leaf = r.int('leaf', DEFAULT_GPU_TAG_INDEX.leafSize, 1);
+  const leafSweep = r.counts('leaves', quick ? [256, 1024] : [256, 1024, 4096]);
   const batchSweep = r.counts('batches', quick ? [64, 1024] : [64, 256, 1024, 4096]);
   const batch = r.int('batch', 2048, 1, 65535);
   const cpuQueries = r.count('cpu-queries', quick ? 500 : 2000);
@@ -134,9 +145,10 @@ async function main(): Promise<void> {
     command: run.command,
     machine: run.machine,
     gpu: adapter,
-    parameters: { sets, fractions, queries: nQueries, reps, batch, cpuQueries, check, seed, workload: w.options },
+    parameters: { sets, fractions, queries: nQueries, reps, batch, leaf, cpuQueries, check, seed, workload: w.options },
     parts: [] as PartResult[],
     partitionSweep: [] as { maxPartition: number; partitions: number; buildMs: number; qps: Summary }[],
+    leafSweep: [] as { leafSize: number; blocks: number; qps: Summary; hostUsPerQuery: PartResult['hostUsPerQuery'] }[],
     latency: [] as { batch: number; latencyMs: Summary; qps: number }[],
     matcher: null as null | { subscriptions: number; loadS: number; fastUs: Summary; indexUs: number; matchesPerEvent: number; mismatches: number },
   };
@@ -193,7 +205,7 @@ async function main(): Promise<void> {
     const cpu = TagSetIndex.load(db, keys);
     const cpuMs = performance.now() - t0;
     t0 = performance.now();
-    const gpu = await GpuTagIndex.build(ctx, cpu, { batch });
+    const gpu = await GpuTagIndex.build(ctx, cpu, { batch, leafSize: leaf });
     const gpuMs = performance.now() - t0;
     const st = gpu.stats();
     note(`${f * 100}%: ${count(n)} entries, ${count(st.sets)} distinct sets; CPU index ${sig(cpuMs / 1000)} s, GPU index ${sig(gpuMs / 1000)} s (signatures ${sig(st.buildMs.signatures / 1000)}, partitioning ${sig(st.buildMs.partitioning / 1000)}, masks ${sig(st.buildMs.masks / 1000)}, upload ${sig(st.buildMs.upload / 1000)}); ${st.partitions} partitions`);
@@ -238,21 +250,36 @@ async function main(): Promise<void> {
       cpu: cpuOps,
       visitsPerQuery: (after.visits - before.visits) / measured,
       falseHitsPerQuery: (after.falseHits - before.falseHits) / measured,
+      hostUsPerQuery: perQueryUs(before, after, measured),
     };
     doc.parts.push(part);
     note(
       `  GPU match ${sig(gpuOps[0].qps.median)} q/s, match-unique ${sig(gpuOps[1].qps.median)} q/s (${sig(gpuOps[0].keysPerQuery)} keys a query; ${sig(part.visitsPerQuery)} partitions visited a query); CPU index ${sig(cpuOps[0].qps.median)} / ${sig(cpuOps[1].qps.median)} q/s`,
     );
+    note(
+      `  host per query: prepare ${sig(part.hostUsPerQuery.prepare)} µs, verify ${sig(part.hostUsPerQuery.verify)} µs, waiting for the GPU ${sig(part.hostUsPerQuery.wait)} µs (batches overlap: waits include those ahead)`,
+    );
     save();
 
     if (f === sorted[0]) {
       for (const mp of partitionSweep) {
-        const g = await GpuTagIndex.build(ctx, cpu, { batch, maxPartition: mp });
+        const g = await GpuTagIndex.build(ctx, cpu, { batch, maxPartition: mp, leafSize: leaf });
         await g.matchAll(slice(queries, Math.min(nQueries, 4 * batch)), true);
         const t = await timeOp(() => g.matchAll(queries, true), nQueries, reps);
         const s = g.stats();
         doc.partitionSweep.push({ maxPartition: mp, partitions: s.partitions, buildMs: s.buildMs.partitioning, qps: t.qps });
         note(`  maxPartition ${count(mp)}: ${s.partitions} partitions, match-unique ${sig(t.qps.median)} q/s`);
+        g.destroy();
+      }
+      for (const ls of leafSweep) {
+        const g = await GpuTagIndex.build(ctx, cpu, { batch, leafSize: ls });
+        await g.matchAll(slice(queries, Math.min(nQueries, 4 * batch)), true);
+        const s0 = g.stats();
+        const t = await timeOp(() => g.matchAll(queries, true), nQueries, reps);
+        const s = g.stats();
+        const hostUsPerQuery = perQueryUs(s0, s, reps * nQueries);
+        doc.leafSweep.push({ leafSize: ls, blocks: s.blocks, qps: t.qps, hostUsPerQuery });
+        note(`  leafSize ${count(ls)}: match-unique ${sig(t.qps.median)} q/s (host per query: prepare ${sig(hostUsPerQuery.prepare)} µs, verify ${sig(hostUsPerQuery.verify)} µs, wait ${sig(hostUsPerQuery.wait)} µs)`);
         g.destroy();
       }
       save();

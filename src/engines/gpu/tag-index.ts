@@ -10,9 +10,10 @@
  *   `maxPartition` sets; splitting goes on inside a partition down to `leafSize` sets so that
  *   neighbouring sets share bits. Signatures move with the split (no indirection). A
  *   partition's mask is the AND of its sets' signatures; each block of WG sets has one too.
- * - **Pre-process** (Algorithm 2). The partition table lists each partition under the first bit
- *   of its mask; a query visits the lists of its own bits and is sent to each partition whose mask
- *   it holds. Partitions with an empty mask get every query.
+ * - **Pre-process** (Algorithm 2) on the GPU: one workgroup a partition lists the batch's
+ *   queries whose signatures hold its mask, and the partitions that got any become the work of
+ *   the subset pass (an indirect dispatch). The host only computes the queries' signatures; a
+ *   walk of partition tables per query on the host grew with the partitions and was the limit.
  * - **Subset match** on the GPU (tagmatch.wgsl), then **exact verification and key lookup** on
  *   the host: a Bloom hit counts only when the set's tags are all among the query's, so the
  *   answers equal the CPU index's (no false positives). `unique` gives match-unique.
@@ -50,6 +51,16 @@ export const DEFAULT_GPU_TAG_INDEX: Readonly<GpuTagIndexOptions> = Object.freeze
   hitCapacity: 65_536,
   hitLimit: 2 ** 31,
 });
+
+/** Bindings of tagmatch.wgsl past the six signature columns. */
+const B_META = 6;
+const B_INP = 7;
+const B_VIS = 8;
+const B_ARGS = 9;
+const B_OUT = 10;
+/** Words of a batch's input before its query signatures; of the output before its hits. */
+const IN_HEAD = 8;
+const OUT_HEAD = 2;
 
 /** The paper's signatures: 192 bits, 7 a tag. */
 const WORDS = 6;
@@ -106,7 +117,7 @@ export interface GpuTagIndexStats {
   batches: number;
   reruns: number;
   /**
-   * Batches answered by the CPU index instead: their input or their hits would need a buffer
+   * Batches answered by the CPU index instead: their hits would need a buffer
    * larger than the device lets one binding see (maxStorageBufferBindingSize).
    */
   cpuBatches: number;
@@ -115,11 +126,22 @@ export interface GpuTagIndexStats {
   falseHits: number;
   /** (query, partition) pairs the pre-process made. */
   visits: number;
+  /**
+   * Host time in batches (ms): signatures, pre-process and input layout (`prepare`); exact
+   * verification and key lookup (`verify`); waiting for the GPU's answer to come back (`wait`,
+   * which includes batches ahead in the queue).
+   */
+  batchMs: { prepare: number; verify: number; wait: number };
 }
 
 interface Slot {
   inp: GPUBuffer;
   inpWords: number;
+  /** Per partition: its query count, the work list, its query list (tagmatch.wgsl). */
+  vis: GPUBuffer;
+  visWords: number;
+  /** The subset dispatch's indirect arguments. */
+  args: GPUBuffer;
   out: GPUBuffer;
   cap: number;
   /** Hits to read back at first (twice the last batch's, at least 4096). */
@@ -131,46 +153,27 @@ export class GpuTagIndex {
   private readonly slots: Slot[] = [];
   private readonly waiting: (() => void)[] = [];
   private readonly statsNow: GpuTagIndexStats;
-  /** Partition table: partitions by the first bit of their mask; then those with no bit. */
-  private readonly byBit: Uint32Array[];
-  private readonly maskless: Uint32Array;
-  private readonly partCount: Uint32Array;
-  private readonly touched: number[] = [];
 
   private constructor(
     private readonly ctx: GpuContext,
     readonly index: TagSetIndex,
     private readonly o: GpuTagIndexOptions,
-    private readonly wg: number,
-    private readonly pipeline: GPUComputePipeline,
-    private readonly bind: GPUBindGroupLayout,
+    private readonly visitPipeline: GPUComputePipeline,
+    private readonly subsetPipeline: GPUComputePipeline,
+    private readonly visitLayout: GPUBindGroupLayout,
+    private readonly subsetLayout: GPUBindGroupLayout,
     private readonly sigBuffers: GPUBuffer[],
-    private readonly blockBuffer: GPUBuffer,
-    private readonly partBuffer: GPUBuffer,
+    private readonly metaBuffer: GPUBuffer,
     /** Distinct set of each signature position. */
     private readonly order: Uint32Array,
-    /** Per partition: its mask (WORDS words). */
-    private readonly masks: Uint32Array,
-    private readonly partStart: Uint32Array,
-    private readonly partSize: Uint32Array,
+    private readonly partitions: number,
+    /** Where the block masks start in the meta buffer (words). */
+    private readonly blockOff: number,
+    /** Blocks of the largest partition: the x size of the subset dispatch. */
+    private readonly maxBlocks: number,
     stats: GpuTagIndexStats,
   ) {
     this.statsNow = stats;
-    const parts = partSize.length;
-    const lists: number[][] = Array.from({ length: BITS }, () => []);
-    const none: number[] = [];
-    for (let p = 0; p < parts; p++) {
-      let first = -1;
-      for (let w = 0; w < WORDS && first < 0; w++) {
-        const m = masks[WORDS * p + w];
-        if (m !== 0) first = 32 * w + (31 - Math.clz32(m & -m));
-      }
-      if (first < 0) none.push(p);
-      else lists[first].push(p);
-    }
-    this.byBit = lists.map((l) => Uint32Array.from(l));
-    this.maskless = Uint32Array.from(none);
-    this.partCount = new Uint32Array(parts);
   }
 
   static async build(ctx: GpuContext, index: TagSetIndex, options: Partial<GpuTagIndexOptions> = {}, progress?: (phase: string, done: number) => void): Promise<GpuTagIndex> {
@@ -185,7 +188,7 @@ export class GpuTagIndex {
     // Every buffer is bound whole: none may pass what one binding can see.
     const maxWords = Math.floor(ctx.limits.maxStorageBufferBindingSize / 4);
     if (m > maxWords) throw new GpuError('OUT_OF_MEMORY', `tag index: ${m} distinct sets need signature columns of ${4 * m} bytes, more than one binding may hold (${ctx.limits.maxStorageBufferBindingSize}): at most ${maxWords} sets`);
-    if (1 + 2 * o.hitCapacity > maxWords) throw new GpuError('INVALID_ARGUMENT', `tag index: hitCapacity must be at most ${Math.floor((maxWords - 1) / 2)} on this device, got ${o.hitCapacity}`);
+    if (OUT_HEAD + 2 * o.hitCapacity > maxWords) throw new GpuError('INVALID_ARGUMENT', `tag index: hitCapacity must be at most ${Math.floor((maxWords - OUT_HEAD) / 2)} on this device, got ${o.hitCapacity}`);
     const ms = { signatures: 0, partitioning: 0, masks: 0, upload: 0 };
 
     // Signatures, in distinct-set order (AoS: WORDS words a set).
@@ -289,43 +292,40 @@ export class GpuTagIndex {
     ms.partitioning = performance.now() - t0;
     progress?.('partitioning', m);
 
-    // Masks: per partition and per block of wg sets (the AND of their signatures).
+    // Masks: per partition and per block of wg sets (the AND of their signatures), in one table:
+    // 10 words a partition (first set, sets, first block, 0, mask), then the block masks.
     t0 = performance.now();
     const P = parts.length;
-    const masks = new Uint32Array(WORDS * P);
-    const partStart = new Uint32Array(P);
-    const partSize = new Uint32Array(P);
-    const partWords = new Uint32Array(4 * Math.max(1, P));
+    if (P > maxX) throw new GpuError('INVALID_ARGUMENT', `tag index: ${P} partitions need more workgroups than ${maxX}: raise maxPartition`);
     let blocks = 0;
     let largest = 0;
-    for (let p = 0; p < P; p++) {
-      const [start, size] = parts[p];
-      partStart[p] = start;
-      partSize[p] = size;
-      partWords[4 * p] = start;
-      partWords[4 * p + 1] = size;
-      partWords[4 * p + 2] = blocks;
+    for (const [, size] of parts) {
       const nb = Math.ceil(size / wg);
       if (nb > maxX) throw new GpuError('INVALID_ARGUMENT', `tag index: a partition of ${size} sets needs ${nb} workgroups, more than ${maxX}: lower maxPartition`);
       blocks += nb;
       if (size > largest) largest = size;
     }
-    if (WORDS * blocks > maxWords) throw new GpuError('OUT_OF_MEMORY', `tag index: ${blocks} block masks pass one binding (${ctx.limits.maxStorageBufferBindingSize} bytes): raise workgroupSize`);
-    const blockMask = new Uint32Array(WORDS * Math.max(1, blocks));
-    for (let p = 0; p < P; p++) {
-      const start = partStart[p];
-      const end = start + partSize[p];
-      const pm = new Array<number>(WORDS).fill(~0);
-      let blk = partWords[4 * p + 2];
+    const blockOff = 10 * P;
+    const metaWords = blockOff + WORDS * blocks;
+    if (metaWords > maxWords) throw new GpuError('OUT_OF_MEMORY', `tag index: ${blocks} block masks pass one binding (${ctx.limits.maxStorageBufferBindingSize} bytes): raise workgroupSize`);
+    const meta = new Uint32Array(Math.max(1, metaWords));
+    const bm = new Uint32Array(WORDS);
+    for (let p = 0, blk = 0; p < P; p++) {
+      const [start, size] = parts[p];
+      const end = start + size;
+      const pa = 10 * p;
+      meta[pa] = start;
+      meta[pa + 1] = size;
+      meta[pa + 2] = blk;
+      meta.fill(~0 >>> 0, pa + 4, pa + 10);
       for (let b = start; b < end; b += wg, blk++) {
-        const bm = new Array<number>(WORDS).fill(~0);
+        bm.fill(~0 >>> 0);
         for (let s = b; s < Math.min(end, b + wg); s++) for (let w = 0; w < WORDS; w++) bm[w] &= sig[WORDS * s + w];
         for (let w = 0; w < WORDS; w++) {
-          blockMask[WORDS * blk + w] = bm[w];
-          pm[w] &= bm[w];
+          meta[blockOff + WORDS * blk + w] = bm[w];
+          meta[pa + 4 + w] &= bm[w];
         }
       }
-      for (let w = 0; w < WORDS; w++) masks[WORDS * p + w] = pm[w];
     }
     ms.masks = performance.now() - t0;
 
@@ -345,35 +345,33 @@ export class GpuTagIndex {
       }
       sigBuffers.push(buf);
     }
-    const blockBuffer = ctx.createBuffer('ambit.tags.blocks', blockMask.byteLength, storage);
-    ctx.writeBuffer(blockBuffer, 0, blockMask);
-    const partBuffer = ctx.createBuffer('ambit.tags.parts', partWords.byteLength, storage);
-    ctx.writeBuffer(partBuffer, 0, partWords);
+    const metaBuffer = ctx.createBuffer('ambit.tags.meta', meta.byteLength, storage);
+    ctx.writeBuffer(metaBuffer, 0, meta);
     const module = await ctx.compileShader('tagmatch');
-    const bind = ctx.device.createBindGroupLayout({
-      label: 'ambit.tags',
-      entries: Array.from({ length: WORDS + 4 }, (_, i) => ({
-        binding: i,
-        visibility: GPUShaderStage.COMPUTE,
-        buffer: { type: (i === WORDS + 3 ? 'storage' : 'read-only-storage') as GPUBufferBindingType },
-      })),
-    });
-    const pipeline = await ctx.withValidation('pipeline tagmatch', () =>
-      ctx.device.createComputePipeline({
-        label: 'ambit.tags.subset',
-        layout: ctx.device.createPipelineLayout({ bindGroupLayouts: [bind] }),
-        compute: { module, entryPoint: 'subset', constants: { WG: wg } },
-      }),
-    );
+    // Two layouts: `visit` writes the indirect arguments that `subset` is dispatched by, so the
+    // subset dispatch must not have them bound.
+    const layoutOf = (label: string, bindings: number[]): GPUBindGroupLayout =>
+      ctx.device.createBindGroupLayout({
+        label,
+        entries: bindings.map((binding) => ({ binding, visibility: GPUShaderStage.COMPUTE, buffer: { type: (binding >= B_VIS ? 'storage' : 'read-only-storage') as GPUBufferBindingType } })),
+      });
+    const visitLayout = layoutOf('ambit.tags.visit', [B_META, B_INP, B_VIS, B_ARGS, B_OUT]);
+    const subsetLayout = layoutOf('ambit.tags.subset', [0, 1, 2, 3, 4, 5, B_META, B_INP, B_VIS, B_OUT]);
+    const pipeline = (entryPoint: string, bgl: GPUBindGroupLayout): Promise<GPUComputePipeline> =>
+      ctx.withValidation(`pipeline tagmatch.${entryPoint}`, () =>
+        ctx.device.createComputePipeline({ label: `ambit.tags.${entryPoint}`, layout: ctx.device.createPipelineLayout({ bindGroupLayouts: [bgl] }), compute: { module, entryPoint, constants: { WG: wg } } }),
+      );
+    const visitPipeline = await pipeline('visit', visitLayout);
+    const subsetPipeline = await pipeline('subset', subsetLayout);
     await ctx.queue.onSubmittedWorkDone();
     ms.upload = performance.now() - t0;
-    const gpuBytes = 4 * WORDS * m + blockMask.byteLength + partWords.byteLength;
-    const stats: GpuTagIndexStats = { sets: m, partitions: P, largestPartition: largest, blocks, gpuBytes, buildMs: ms, batches: 0, reruns: 0, cpuBatches: 0, hits: 0, falseHits: 0, visits: 0 };
-    return new GpuTagIndex(ctx, index, o, wg, pipeline, bind, sigBuffers, blockBuffer, partBuffer, order, masks, partStart, partSize, stats);
+    const gpuBytes = 4 * WORDS * m + meta.byteLength;
+    const stats: GpuTagIndexStats = { sets: m, partitions: P, largestPartition: largest, blocks, gpuBytes, buildMs: ms, batches: 0, reruns: 0, cpuBatches: 0, hits: 0, falseHits: 0, visits: 0, batchMs: { prepare: 0, verify: 0, wait: 0 } };
+    return new GpuTagIndex(ctx, index, o, visitPipeline, subsetPipeline, visitLayout, subsetLayout, sigBuffers, metaBuffer, order, P, blockOff, Math.ceil(largest / wg), stats);
   }
 
   stats(): GpuTagIndexStats {
-    return { ...this.statsNow, buildMs: { ...this.statsNow.buildMs } };
+    return { ...this.statsNow, buildMs: { ...this.statsNow.buildMs }, batchMs: { ...this.statsNow.batchMs } };
   }
 
   /**
@@ -389,8 +387,11 @@ export class GpuTagIndex {
         if (queries.tags[k] <= queries.tags[k - 1]) throw new GpuError('INVALID_ARGUMENT', `tag index: query ${j}'s tags must be ascending and distinct, got ${queries.tags[k - 1]} then ${queries.tags[k]}`);
       }
     }
+    // Each partition has room for every query of a batch in its query list: a batch is at most
+    // what one binding lets the partitions hold.
+    const size = Math.max(1, Math.min(batch, Math.floor((this.maxBindingWords - 2 * this.partitions) / Math.max(1, this.partitions))));
     const runs: Promise<TagMatches>[] = [];
-    for (let from = 0; from < nq; from += batch) runs.push(this.runBatch(queries, from, Math.min(nq, from + batch), unique));
+    for (let from = 0; from < nq; from += size) runs.push(this.runBatch(queries, from, Math.min(nq, from + size), unique));
     const parts = await Promise.all(runs);
     const offsets = new Uint32Array(nq + 1);
     let total = 0;
@@ -415,7 +416,18 @@ export class GpuTagIndex {
       }
       if (this.slots.length < this.o.inFlight) {
         const cap = this.o.hitCapacity;
-        const s: Slot = { inp: this.ctx.createBuffer('ambit.tags.inp', 4096, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST), inpWords: 1024, out: this.ctx.createBuffer('ambit.tags.out', 4 * (1 + 2 * cap), GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST), cap, readHint: 4096, busy: true };
+        const storage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST;
+        const s: Slot = {
+          inp: this.ctx.createBuffer('ambit.tags.inp', 4096, storage),
+          inpWords: 1024,
+          vis: this.ctx.createBuffer('ambit.tags.vis', 4096, storage),
+          visWords: 1024,
+          args: this.ctx.createBuffer('ambit.tags.args', 16, storage | GPUBufferUsage.INDIRECT),
+          out: this.ctx.createBuffer('ambit.tags.out', 4 * (OUT_HEAD + 2 * cap), storage | GPUBufferUsage.COPY_SRC),
+          cap,
+          readHint: 4096,
+          busy: true,
+        };
         this.slots.push(s);
         return s;
       }
@@ -428,132 +440,83 @@ export class GpuTagIndex {
     this.waiting.shift()?.();
   }
 
-  /** Queries [from, to): pre-process, the GPU pass (again with more room if hits overflowed), verification. */
+  /** Queries [from, to): signatures, the GPU's passes (again with more room if hits overflowed), verification. */
   private async runBatch(queries: TagSetsView, from: number, to: number, unique: boolean): Promise<TagMatches> {
-    // A slot first: no more than inFlight batches are pre-processed ahead of the GPU, so the host's
+    // A slot first: no more than inFlight batches are prepared ahead of the GPU, so the host's
     // work on the next batch overlaps the GPU's on those in flight.
     const slot = await this.slot();
     try {
-      return await this.runBatchIn(slot, queries, from, to, unique);
+      const t0 = performance.now();
+      const nq = to - from;
+      const inp = new Uint32Array(IN_HEAD + WORDS * nq);
+      for (let j = 0; j < nq; j++) signatureInto(inp, IN_HEAD + WORDS * j, queries.tags, queries.offsets[from + j], queries.offsets[from + j + 1]);
+      inp[0] = nq;
+      inp[1] = IN_HEAD;
+      inp[2] = this.partitions;
+      inp[3] = this.blockOff;
+      this.statsNow.batchMs.prepare += performance.now() - t0;
+      const result = await this.gpuPass(slot, queries, from, nq, inp, unique);
+      this.statsNow.batches++;
+      return result;
     } finally {
       this.release(slot);
     }
   }
 
-  private async runBatchIn(slot: Slot, queries: TagSetsView, from: number, to: number, unique: boolean): Promise<TagMatches> {
-    const nq = to - from;
-    // Query signatures.
-    const qsig = new Uint32Array(WORDS * nq);
-    for (let j = 0; j < nq; j++) signatureInto(qsig, WORDS * j, queries.tags, queries.offsets[from + j], queries.offsets[from + j + 1]);
-    // Pre-process (Algorithm 2): (partition, query) visits, grouped by partition.
-    const visitP: number[] = [];
-    const visitQ: number[] = [];
-    const masks = this.masks;
-    for (let j = 0; j < nq; j++) {
-      const a = WORDS * j;
-      for (let w = 0; w < WORDS; w++) {
-        let x = qsig[a + w];
-        while (x !== 0) {
-          const low = x & -x;
-          x ^= low;
-          const list = this.byBit[32 * w + (31 - Math.clz32(low))];
-          for (let k = 0; k < list.length; k++) {
-            const p = list[k];
-            const mp = WORDS * p;
-            let miss = 0;
-            for (let k2 = 0; k2 < WORDS; k2++) miss |= masks[mp + k2] & ~qsig[a + k2];
-            if (miss !== 0) continue;
-            visitP.push(p);
-            visitQ.push(j);
-          }
-        }
-      }
-      for (let k = 0; k < this.maskless.length; k++) {
-        visitP.push(this.maskless[k]);
-        visitQ.push(j);
-      }
-    }
-    const nv = visitP.length;
-    this.statsNow.visits += nv;
-    const result: TagMatches = nv === 0 ? { offsets: new Uint32Array(nq + 1), keys: new Uint32Array(0) } : await this.gpuPass(slot, queries, from, nq, qsig, visitP, visitQ, unique);
-    this.statsNow.batches++;
-    return result;
+  /** A buffer of at least `words` words in place of `buf` (doubling, up to one binding's reach). */
+  private grown(label: string, buf: GPUBuffer, have: number, words: number, usage: number): [GPUBuffer, number] {
+    if (have >= words) return [buf, have];
+    const n = Math.min(Math.max(words, 2 * have), this.maxBindingWords);
+    const next = this.ctx.createBuffer(label, 4 * n, usage);
+    buf.destroy();
+    return [next, n];
   }
 
-  private async gpuPass(slot: Slot, queries: TagSetsView, from: number, nq: number, qsig: Uint32Array, visitP: number[], visitQ: number[], unique: boolean): Promise<TagMatches> {
-    const count = this.partCount;
-    const touched = this.touched;
-    touched.length = 0;
-    for (let v = 0; v < visitP.length; v++) if (count[visitP[v]]++ === 0) touched.push(visitP[v]);
-    const nWork = touched.length;
-    const HEAD = 8;
-    const qsigOff = HEAD;
-    const workOff = qsigOff + qsig.length;
-    const listOff = workOff + 3 * nWork;
-    const words = listOff + visitP.length;
-    const inp = new Uint32Array(words);
-    inp.set(qsig, qsigOff);
-    let maxBlocks = 0;
-    let off = 0;
-    // Work items; each partition's count becomes its next place in the query list, then 0 again.
-    for (let w = 0; w < nWork; w++) {
-      const p = touched[w];
-      inp[workOff + 3 * w] = p;
-      inp[workOff + 3 * w + 1] = off;
-      inp[workOff + 3 * w + 2] = count[p];
-      const c = count[p];
-      count[p] = off;
-      off += c;
-      const nb = Math.ceil(this.partSize[p] / this.wg);
-      if (nb > maxBlocks) maxBlocks = nb;
-    }
-    for (let v = 0; v < visitP.length; v++) inp[listOff + count[visitP[v]]++] = visitQ[v];
-    for (let w = 0; w < nWork; w++) count[touched[w]] = 0;
-    inp[0] = nWork;
-    inp[1] = qsigOff;
-    inp[2] = workOff;
-    inp[3] = listOff;
-    if (words > this.maxBindingWords) {
-      // An input past one binding's reach: the CPU index answers (rare: tens of millions of visits).
-      this.statsNow.cpuBatches++;
-      return this.onCpu(queries, from, nq, unique);
-    }
-    const maxY = this.ctx.limits.maxComputeWorkgroupsPerDimension;
-    if (nWork > maxY) throw new GpuError('INVALID_ARGUMENT', `tag index: a batch visits ${nWork} partitions, more than ${maxY} workgroups: raise maxPartition or lower batch`);
+  private async gpuPass(slot: Slot, queries: TagSetsView, from: number, nq: number, inp: Uint32Array, unique: boolean): Promise<TagMatches> {
+    const P = this.partitions;
+    const storage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST;
+    [slot.inp, slot.inpWords] = this.grown('ambit.tags.inp', slot.inp, slot.inpWords, inp.length, storage);
+    [slot.vis, slot.visWords] = this.grown('ambit.tags.vis', slot.vis, slot.visWords, 2 * P + P * nq, storage);
     let hits = 0;
     let data: Uint32Array;
     for (;;) {
+      const t0 = performance.now();
       inp[4] = slot.cap;
-      if (slot.inpWords < words) {
-        const grown = Math.min(Math.max(words, 2 * slot.inpWords), this.maxBindingWords);
-        const buf = this.ctx.createBuffer('ambit.tags.inp', 4 * grown, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST);
-        slot.inp.destroy();
-        slot.inp = buf;
-        slot.inpWords = grown;
-      }
       this.ctx.writeBuffer(slot.inp, 0, inp);
-      const bindGroup = this.ctx.device.createBindGroup({
-        layout: this.bind,
-        entries: [...this.sigBuffers, this.blockBuffer, this.partBuffer, slot.inp, slot.out].map((buffer, binding) => ({ binding, resource: { buffer } })),
-      });
+      this.ctx.writeBuffer(slot.args, 0, new Uint32Array([this.maxBlocks, 0, 1]));
+      const sigs = this.sigBuffers.map((buffer, binding) => ({ binding, resource: { buffer } }));
+      const common = [
+        { binding: B_META, resource: { buffer: this.metaBuffer } },
+        { binding: B_INP, resource: { buffer: slot.inp } },
+        { binding: B_VIS, resource: { buffer: slot.vis } },
+        { binding: B_OUT, resource: { buffer: slot.out } },
+      ];
+      const visitGroup = this.ctx.device.createBindGroup({ layout: this.visitLayout, entries: [...common, { binding: B_ARGS, resource: { buffer: slot.args } }] });
+      const subsetGroup = this.ctx.device.createBindGroup({ layout: this.subsetLayout, entries: [...sigs, ...common] });
       const enc = this.ctx.device.createCommandEncoder({ label: 'ambit.tags.batch' });
-      enc.clearBuffer(slot.out, 0, 4);
+      enc.clearBuffer(slot.out, 0, 4 * OUT_HEAD);
       const pass = enc.beginComputePass();
-      pass.setPipeline(this.pipeline);
-      pass.setBindGroup(0, bindGroup);
-      pass.dispatchWorkgroups(maxBlocks, nWork);
+      pass.setPipeline(this.visitPipeline);
+      pass.setBindGroup(0, visitGroup);
+      pass.dispatchWorkgroups(P);
+      pass.setPipeline(this.subsetPipeline);
+      pass.setBindGroup(0, subsetGroup);
+      pass.dispatchWorkgroupsIndirect(slot.args, 0);
       pass.end();
       // Read what the last batches suggest (twice their hits), not the whole room: most batches
       // hit far less than their room; the rest, when there is more, in a second read.
       const readN = Math.min(slot.cap, slot.readHint);
-      data = new Uint32Array(await this.ctx.submitAndRead(enc, slot.out, 0, 4 * (1 + 2 * readN)));
+      this.statsNow.batchMs.prepare += performance.now() - t0;
+      const w0 = performance.now();
+      data = new Uint32Array(await this.ctx.submitAndRead(enc, slot.out, 0, 4 * (OUT_HEAD + 2 * readN)));
+      this.statsNow.batchMs.wait += performance.now() - w0;
       hits = data[0];
       if (hits <= slot.cap) {
         if (hits > readN) {
-          const rest = new Uint32Array(await this.ctx.readBuffer(slot.out, 4 * (1 + 2 * readN), 8 * (hits - readN)));
-          const all = new Uint32Array(1 + 2 * hits);
+          const rest = new Uint32Array(await this.ctx.readBuffer(slot.out, 4 * (OUT_HEAD + 2 * readN), 8 * (hits - readN)));
+          const all = new Uint32Array(OUT_HEAD + 2 * hits);
           all.set(data);
-          all.set(rest, 1 + 2 * readN);
+          all.set(rest, OUT_HEAD + 2 * readN);
           data = all;
         }
         slot.readHint = Math.max(4096, 2 * hits);
@@ -565,15 +528,20 @@ export class GpuTagIndex {
       const room = Math.min(Math.ceil(hits * 1.25), this.maxHits);
       if (room < hits) {
         this.statsNow.cpuBatches++;
+        this.statsNow.visits += data[1];
         return this.onCpu(queries, from, nq, unique);
       }
-      const buf = this.ctx.createBuffer('ambit.tags.out', 4 * (1 + 2 * room), GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST);
+      const buf = this.ctx.createBuffer('ambit.tags.out', 4 * (OUT_HEAD + 2 * room), storage | GPUBufferUsage.COPY_SRC);
       slot.out.destroy();
       slot.out = buf;
       slot.cap = room;
     }
+    this.statsNow.visits += data[1];
     this.statsNow.hits += hits;
-    return this.verify(queries, from, nq, data, hits, unique);
+    const v0 = performance.now();
+    const answer = this.verify(queries, from, nq, data, hits, unique);
+    this.statsNow.batchMs.verify += performance.now() - v0;
+    return answer;
   }
 
   private onCpu(queries: TagSetsView, from: number, nq: number, unique: boolean): TagMatches {
@@ -588,18 +556,18 @@ export class GpuTagIndex {
 
   /** Most hits a batch's output binding can hold. */
   private get maxHits(): number {
-    return Math.min(this.o.hitLimit, Math.floor((this.maxBindingWords - 1) / 2));
+    return Math.min(this.o.hitLimit, Math.floor((this.maxBindingWords - OUT_HEAD) / 2));
   }
 
   /** Exact check of each hit and key lookup, grouped by query. */
   private verify(queries: TagSetsView, from: number, nq: number, data: Uint32Array, hits: number, unique: boolean): TagMatches {
     // Hits by query (a counting sort).
     const start = new Uint32Array(nq + 1);
-    for (let h = 0; h < hits; h++) start[data[1 + 2 * h] + 1]++;
+    for (let h = 0; h < hits; h++) start[data[OUT_HEAD + 2 * h] + 1]++;
     for (let j = 0; j < nq; j++) start[j + 1] += start[j];
     const fill = start.slice(0, nq);
     const byQuery = new Uint32Array(hits);
-    for (let h = 0; h < hits; h++) byQuery[fill[data[1 + 2 * h]]++] = data[2 + 2 * h];
+    for (let h = 0; h < hits; h++) byQuery[fill[data[OUT_HEAD + 2 * h]]++] = data[OUT_HEAD + 1 + 2 * h];
     const offsets = new Uint32Array(nq + 1);
     const keys: number[] = [];
     const idx = this.index;
@@ -621,10 +589,11 @@ export class GpuTagIndex {
 
   destroy(): void {
     for (const b of this.sigBuffers) b.destroy();
-    this.blockBuffer.destroy();
-    this.partBuffer.destroy();
+    this.metaBuffer.destroy();
     for (const s of this.slots) {
       s.inp.destroy();
+      s.vis.destroy();
+      s.args.destroy();
       s.out.destroy();
     }
   }
