@@ -27,10 +27,10 @@ const HELP = `Usage: node dist/bench/tagmatch.js [options]
   --fractions LIST  parts of it measured, percent (default 20,60,100)
   --queries N       queries per throughput measurement (default 32768; quick 4096)
   --reps N          timed repetitions of each measurement (default 3)
-  --partitions LIST maxPartition sweep at the smallest part (default 50k,200k,800k)
+  --partitions LIST maxPartition sweep at the smallest part (default 50k,200k,800k; none: skip)
   --leaf N          leafSize of the measured GPU indexes (default the index's, 1024)
-  --leaves LIST     leafSize sweep at the smallest part (default 256,1024,4096; quick 256,1024)
-  --batches LIST    batch sizes for latency at the largest part (default 64,256,1024,4096)
+  --leaves LIST     leafSize sweep at the smallest part (default 256,1024,4096; quick 256,1024; none)
+  --batches LIST    batch sizes for latency at the largest part (default 64,256,1024,4096; none)
   --batch N         queries per GPU batch in the throughput runs (default 2048)
   --cpu-queries N   queries timed on the CPU index (default 2000)
   --check N         queries whose GPU answers are compared with the CPU index's (default 1000)
@@ -118,10 +118,12 @@ async function main(): Promise<void> {
   });
   const nQueries = r.count('queries', quick ? 4096 : 32768);
   const reps = r.int('reps', 3, 1, 100);
-  const partitionSweep = r.counts('partitions', quick ? [10_000, 50_000] : [50_000, 200_000, 800_000]);
+  // A sweep given as "none" is skipped.
+  const sweep = (key: string, fallback: number[]): number[] => (r.list(key)?.join() === 'none' ? [] : r.counts(key, fallback));
+  const partitionSweep = sweep('partitions', quick ? [10_000, 50_000] : [50_000, 200_000, 800_000]);
   const leaf = r.int('leaf', DEFAULT_GPU_TAG_INDEX.leafSize, 1);
-  const leafSweep = r.counts('leaves', quick ? [256, 1024] : [256, 1024, 4096]);
-  const batchSweep = r.counts('batches', quick ? [64, 1024] : [64, 256, 1024, 4096]);
+  const leafSweep = sweep('leaves', quick ? [256, 1024] : [256, 1024, 4096]);
+  const batchSweep = sweep('batches', quick ? [64, 1024] : [64, 256, 1024, 4096]);
   const batch = r.int('batch', 2048, 1, 65535);
   const cpuQueries = r.count('cpu-queries', quick ? 500 : 2000);
   const check = r.count('check', quick ? 500 : 1000);

@@ -137,8 +137,33 @@ describe('tag-set index: GPU', () => {
         const got = lists(await gpu.matchAll(w.queries, unique));
         assert.equal(firstDiff(got, want), '', `unique=${unique}`);
       }
+      // The GPU's pre-process sends a query only to partitions whose mask it holds.
+      const visits = gpu.stats().visits / (2 * 300);
+      assert.ok(visits >= 1 && visits < st.partitions / 2, `${visits} of ${st.partitions} partitions visited a query`);
     } finally {
       gpu.destroy();
+    }
+  });
+
+  it('[X1] a build on worker threads lays the index out as one on the calling thread', async () => {
+    const w = tagWorkload({ seed: 12, sets: 90_000, hashtags: 5000, languages: 3, publishers: 2000, users: 50_000, queries: 200 });
+    const cpu = TagSetIndex.load(w.db, w.keys);
+    const opts = { maxPartition: 9000, leafSize: 512, batch: 200 };
+    const one = await GpuTagIndex.build(ctx, cpu, { ...opts, buildThreads: 1 });
+    const three = await GpuTagIndex.build(ctx, cpu, { ...opts, buildThreads: 3 });
+    try {
+      const a = one.stats();
+      const b = three.stats();
+      assert.ok(a.partitions >= 10, `partitions: ${a.partitions}`);
+      assert.deepEqual([b.sets, b.partitions, b.largestPartition, b.blocks, b.gpuBytes], [a.sets, a.partitions, a.largestPartition, a.blocks, a.gpuBytes]);
+      assert.ok(three.order.length === a.sets && Buffer.compare(Buffer.from(three.order.buffer, three.order.byteOffset, three.order.byteLength), Buffer.from(one.order.buffer, one.order.byteOffset, one.order.byteLength)) === 0, 'the same set at every position');
+      const want = lists(cpu.matchAll(w.queries, false));
+      assert.equal(firstDiff(lists(await three.matchAll(w.queries, false)), want), '');
+      assert.equal(firstDiff(lists(await one.matchAll(w.queries, false)), want), '');
+      assert.equal(three.stats().visits, one.stats().visits);
+    } finally {
+      one.destroy();
+      three.destroy();
     }
   });
 

@@ -2,7 +2,8 @@
  * TagMatch on WebGPU (TagMatch §3): subset matching of batches of queries against a database of
  * tag sets, exact. The host side of tagmatch.wgsl:
  *
- * - **Signatures.** Each distinct set of the CPU index (tag-index.ts, whose tagset and key tables
+ * - **Signatures.** (tag-build.ts, like the partitioning; on worker threads for large databases.)
+ *   Each distinct set of the CPU index (tag-index.ts, whose tagset and key tables
  *   this index reads) becomes a 192-bit Bloom signature, 7 bits a tag (TagMatch's parameters), so
  *   s ⊆ q implies sig(s) ⊆ sig(q) bitwise.
  * - **Balanced partitioning** (Algorithm 1). Sets are split recursively on the bit that halves
@@ -19,14 +20,18 @@
  *   answers equal the CPU index's (no false positives). `unique` gives match-unique.
  * GPU memory: 24 bytes a distinct set plus 24 bytes per block of WG sets.
  */
+import { availableParallelism } from 'node:os';
 import type { TagMatches, TagSetIndex, TagSetsView } from '../tag-index.js';
 import { type GpuContext, GpuError } from './device.js';
+import { WORDS, hostBuild, signatureInto } from './tag-build.js';
 
 export interface GpuTagIndexOptions {
   /** Most sets in a partition (TagMatch found about 200k best). */
   maxPartition: number;
   /** Splitting goes on inside partitions down to parts of this many sets (>= maxPartition: none). */
   leafSize: number;
+  /** Threads that compute signatures and split parts at build (1: the calling thread alone). */
+  buildThreads: number;
   /** Threads (and sets) per workgroup. */
   workgroupSize: number;
   /** Queries per GPU batch. */
@@ -45,6 +50,7 @@ export interface GpuTagIndexOptions {
 export const DEFAULT_GPU_TAG_INDEX: Readonly<GpuTagIndexOptions> = Object.freeze({
   maxPartition: 200_000,
   leafSize: 1024,
+  buildThreads: Math.max(1, Math.min(16, availableParallelism())),
   workgroupSize: 256,
   batch: 1024,
   inFlight: 3,
@@ -62,47 +68,7 @@ const B_OUT = 10;
 const IN_HEAD = 8;
 const OUT_HEAD = 2;
 
-/** The paper's signatures: 192 bits, 7 a tag. */
-const WORDS = 6;
-const BITS = 192;
-const HASHES = 7;
-const BITS_PER_2_32 = BITS / 2 ** 32;
-
-function fmix32(h: number): number {
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35);
-  h ^= h >>> 16;
-  return h >>> 0;
-}
-
-/**
- * ORs tag `t`'s HASHES bits into `sig[at .. at+WORDS)`: each position from its own mix of the tag
- * (fmix32 of the tag's hash plus a step per position), scaled by its high bits. Double hashing
- * (positions h1 + i·h2 taken modulo BITS, or scaled) leaves a pattern set by two numbers that
- * BITS quantises: about BITS² patterns taken modulo (37k at 192 bits), 150k scaled, so one tag
- * in tens of thousands passes for another (measured: 146 false hits a query at 2M entries and
- * 2,900 at 42M with the modulo; 0.15 at 2M now).
- */
-export function addTagBits(sig: Uint32Array, at: number, t: number): void {
-  for (let i = 1; i <= HASHES; i++) {
-    const b = position(t, i);
-    sig[at + (b >>> 5)] |= 1 << (b & 31);
-  }
-}
-
-/** The i-th (1..HASHES) bit position of tag t. */
-function position(t: number, i: number): number {
-  const h = fmix32(Math.imul(t, 0x9e3779b1) ^ 0x7f4a7c15);
-  return Math.floor(fmix32((h + Math.imul(i, 0x85ebca77)) | 0) * BITS_PER_2_32);
-}
-
-/** The signature of `tags[from, to)` into `sig[at .. at+6)`. */
-export function signatureInto(sig: Uint32Array, at: number, tags: Uint32Array, from: number, to: number): void {
-  for (let w = 0; w < WORDS; w++) sig[at + w] = 0;
-  for (let k = from; k < to; k++) addTagBits(sig, at, tags[k]);
-}
+export { addTagBits, signatureInto } from './tag-build.js';
 
 export interface GpuTagIndexStats {
   sets: number;
@@ -164,8 +130,8 @@ export class GpuTagIndex {
     private readonly subsetLayout: GPUBindGroupLayout,
     private readonly sigBuffers: GPUBuffer[],
     private readonly metaBuffer: GPUBuffer,
-    /** Distinct set of each signature position. */
-    private readonly order: Uint32Array,
+    /** The layout: the distinct set at each signature position (partition order). */
+    readonly order: Uint32Array,
     private readonly partitions: number,
     /** Where the block masks start in the meta buffer (words). */
     private readonly blockOff: number,
@@ -191,110 +157,16 @@ export class GpuTagIndex {
     if (OUT_HEAD + 2 * o.hitCapacity > maxWords) throw new GpuError('INVALID_ARGUMENT', `tag index: hitCapacity must be at most ${Math.floor((maxWords - OUT_HEAD) / 2)} on this device, got ${o.hitCapacity}`);
     const ms = { signatures: 0, partitioning: 0, masks: 0, upload: 0 };
 
-    // Signatures, in distinct-set order (AoS: WORDS words a set).
-    let t0 = performance.now();
-    const sig = new Uint32Array(WORDS * Math.max(1, m));
-    // (A table of each tag's positions, read per occurrence, was 5x slower: a cache miss a tag.)
-    for (let u = 0; u < m; u++) signatureInto(sig, WORDS * u, sets.tags, sets.offsets[u], sets.offsets[u + 1]);
-    const order = new Uint32Array(m);
-    for (let u = 0; u < m; u++) order[u] = u;
-    ms.signatures = performance.now() - t0;
-    progress?.('signatures', m);
-
-    // Balanced partitioning (Algorithm 1), splitting on into leaves.
-    t0 = performance.now();
-    const parts: [number, number][] = [];
-    const counts = new Float64Array(BITS);
-    // Stack entries: lo, hi, whether a partition already contains this part, and the bits used.
-    const stack: { lo: number; hi: number; inPart: boolean; used: Uint8Array }[] = [{ lo: 0, hi: m, inPart: false, used: new Uint8Array(BITS) }];
-    let leafDone = 0;
-    while (stack.length > 0) {
-      const { lo, hi, inPart, used } = stack.pop()!;
-      const size = hi - lo;
-      let isPart = inPart;
-      if (!inPart && size <= o.maxPartition) {
-        parts.push([lo, size]);
-        isPart = true;
-      }
-      const limit = isPart ? Math.min(o.leafSize, o.maxPartition) : o.maxPartition;
-      if (size <= limit || size < 2) {
-        leafDone += size;
-        continue;
-      }
-      // The unused bit closest to half of a sample of the part.
-      counts.fill(0);
-      const step = Math.max(1, Math.floor(size / 1024));
-      let sampled = 0;
-      for (let i = lo; i < hi; i += step) {
-        const a = WORDS * i;
-        for (let w = 0; w < WORDS; w++) {
-          let x = sig[a + w];
-          while (x !== 0) {
-            const low = x & -x;
-            counts[32 * w + (31 - Math.clz32(low))]++;
-            x ^= low;
-          }
-        }
-        sampled++;
-      }
-      let pivot = -1;
-      let best = Infinity;
-      for (let b = 0; b < BITS; b++) {
-        if (used[b] !== 0 || counts[b] === 0 || counts[b] === sampled) continue;
-        const d = Math.abs(counts[b] - sampled / 2);
-        if (d < best) {
-          best = d;
-          pivot = b;
-        }
-      }
-      if (pivot < 0) {
-        // No bit splits the sample: the part stays whole (a partition of its own if it is none yet).
-        if (!isPart) parts.push([lo, size]);
-        leafDone += size;
-        continue;
-      }
-      // Sets without the pivot first, then those with it; signatures and order move together.
-      const pw = pivot >>> 5;
-      const pb = 1 << (pivot & 31);
-      let i = lo;
-      let j = hi - 1;
-      for (;;) {
-        while (i <= j && (sig[WORDS * i + pw] & pb) === 0) i++;
-        while (i <= j && (sig[WORDS * j + pw] & pb) !== 0) j--;
-        if (i >= j) break;
-        const a = WORDS * i;
-        const c = WORDS * j;
-        for (let w = 0; w < WORDS; w++) {
-          const x = sig[a + w];
-          sig[a + w] = sig[c + w];
-          sig[c + w] = x;
-        }
-        const x = order[i];
-        order[i] = order[j];
-        order[j] = x;
-        i++;
-        j--;
-      }
-      const mid = i;
-      const nextUsed = used.slice();
-      nextUsed[pivot] = 1;
-      if (mid === lo || mid === hi) {
-        // The sample misled: every set is on one side. Mark the bit used and try again.
-        stack.push({ lo, hi, inPart, used: nextUsed });
-        continue;
-      }
-      // Pushed ones-side first so the zeros side is taken first: partitions come out in order.
-      stack.push({ lo: mid, hi, inPart: isPart, used: nextUsed });
-      stack.push({ lo, hi: mid, inPart: isPart, used: nextUsed });
-      if ((parts.length & 63) === 0) progress?.('partitioning', leafDone);
-    }
-    parts.sort((a, b) => a[0] - b[0]);
-    ms.partitioning = performance.now() - t0;
-    progress?.('partitioning', m);
+    // Signatures and balanced partitioning (Algorithm 1), splitting on into leaves; on worker
+    // threads when the database is large.
+    const built = await hostBuild(sets.offsets, sets.tags, m, { maxPartition: o.maxPartition, leafSize: o.leafSize }, o.buildThreads, progress);
+    const { sig, order, parts } = built;
+    ms.signatures = built.ms.signatures;
+    ms.partitioning = built.ms.partitioning;
 
     // Masks: per partition and per block of wg sets (the AND of their signatures), in one table:
     // 10 words a partition (first set, sets, first block, 0, mask), then the block masks.
-    t0 = performance.now();
+    let t0 = performance.now();
     const P = parts.length;
     if (P > maxX) throw new GpuError('INVALID_ARGUMENT', `tag index: ${P} partitions need more workgroups than ${maxX}: raise maxPartition`);
     let blocks = 0;
