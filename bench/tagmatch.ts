@@ -11,6 +11,7 @@ import path from 'node:path';
 import { FastMatcher } from '../src/engines/fast.js';
 import { GpuContext } from '../src/engines/gpu/device.js';
 import { DEFAULT_GPU_TAG_INDEX, GpuTagIndex, type GpuTagIndexStats } from '../src/engines/gpu/tag-index.js';
+import { TagBatcher } from '../src/engines/tag-batcher.js';
 import { type TagMatches, TagSetIndex, type TagSetsView } from '../src/engines/tag-index.js';
 import type { Event, Subscription } from '../src/model/types.js';
 import { type TagWorkload, tagQueries, tagText, tagWorkload } from '../src/workload/tags.js';
@@ -31,6 +32,10 @@ const HELP = `Usage: node dist/bench/tagmatch.js [options]
   --leaf N          leafSize of the measured GPU indexes (default the index's, 1024)
   --leaves LIST     leafSize sweep at the smallest part (default 256,1024,4096; quick 256,1024; none)
   --batches LIST    batch sizes for latency at the largest part (default 64,256,1024,4096; none)
+  --timeouts LIST   batching timeouts (ms) for latency under load at the largest part: queries
+                    arrive one by one at each of --rates and go to the GPU in batches of up to
+                    --batch, sent when full or when the timeout passes (default 1,5,20; none)
+  --rates LIST      offered queries/s for that sweep (default 10k,50k,100k), 2 s a point
   --batch N         queries per GPU batch in the throughput runs (default 2048)
   --cpu-queries N   queries timed on the CPU index (default 2000)
   --check N         queries whose GPU answers are compared with the CPU index's (default 1000)
@@ -99,6 +104,36 @@ async function timeOp(run: () => Promise<TagMatches> | TagMatches, queries: numb
   return { qps: summarize(rates), keys: keys / queries };
 }
 
+/**
+ * Queries arriving one by one at `rate` a second for up to 2 s (open loop: arrivals are due on a
+ * schedule, whatever the answers do), through TagMatch's batching front end. Latency runs from a
+ * query's due time to its answer.
+ */
+async function underLoad(gpu: GpuTagIndex, queries: TagSetsView, batch: number, timeoutMs: number, rate: number): Promise<{ answered: number; latencyMs: Summary; batches: number; byTimeout: number }> {
+  const nq = queries.offsets.length - 1;
+  const total = Math.max(1, Math.min(Math.round(2 * rate), 8 * nq));
+  const batcher = new TagBatcher(gpu, { maxBatch: batch, timeoutMs, unique: true });
+  const lat = new Float64Array(total);
+  const answers: Promise<void>[] = [];
+  const start = performance.now();
+  let sent = 0;
+  while (sent < total) {
+    const due = Math.min(total, Math.floor(((performance.now() - start) * rate) / 1000) + 1);
+    for (; sent < due; sent++) {
+      const j = sent % nq;
+      const at = start + (sent * 1000) / rate;
+      const k = sent;
+      answers.push(batcher.match(queries.tags.subarray(queries.offsets[j], queries.offsets[j + 1])).then(() => void (lat[k] = performance.now() - at)));
+    }
+    await new Promise<void>((resolve) => setImmediate(resolve));
+  }
+  await Promise.all(answers);
+  const elapsed = performance.now() - start;
+  await batcher.close();
+  const st = batcher.stats();
+  return { answered: total / (elapsed / 1000), latencyMs: summarize([...lat]), batches: st.batches, byTimeout: st.timedOut };
+}
+
 function perQueryUs(before: GpuTagIndexStats, after: GpuTagIndexStats, queries: number): PartResult['hostUsPerQuery'] {
   const us = (k: keyof GpuTagIndexStats['batchMs']): number => ((after.batchMs[k] - before.batchMs[k]) * 1000) / queries;
   return { prepare: us('prepare'), verify: us('verify'), wait: us('wait') };
@@ -106,7 +141,7 @@ function perQueryUs(before: GpuTagIndexStats, after: GpuTagIndexStats, queries: 
 
 async function main(): Promise<void> {
   const fail = cliFail('tagmatch', HELP);
-  const cl = readCommandLine(process.argv.slice(2), new Set(['software', 'quick', 'help']), new Set(['sets', 'fractions', 'queries', 'reps', 'partitions', 'leaf', 'leaves', 'batches', 'batch', 'cpu-queries', 'check', 'seed', 'out', 'matcher']), fail, HELP);
+  const cl = readCommandLine(process.argv.slice(2), new Set(['software', 'quick', 'help']), new Set(['sets', 'fractions', 'queries', 'reps', 'partitions', 'leaf', 'leaves', 'batches', 'batch', 'timeouts', 'rates', 'cpu-queries', 'check', 'seed', 'out', 'matcher']), fail, HELP);
   if (cl === null) return;
   const { a, r } = cl;
   const quick = r.flag('quick');
@@ -124,6 +159,13 @@ async function main(): Promise<void> {
   const leaf = r.int('leaf', DEFAULT_GPU_TAG_INDEX.leafSize, 1);
   const leafSweep = sweep('leaves', quick ? [256, 1024] : [256, 1024, 4096]);
   const batchSweep = sweep('batches', quick ? [64, 1024] : [64, 256, 1024, 4096]);
+  const timeoutSweep = (r.list('timeouts') ?? (quick ? ['5'] : ['1', '5', '20'])).map((t) => {
+    if (t === 'none') return NaN;
+    const ms = Number(t);
+    if (!(Number.isFinite(ms) && ms >= 0)) fail(`--timeouts: ${JSON.stringify(t)} is not a number of ms >= 0`);
+    return ms;
+  }).filter((t) => !Number.isNaN(t));
+  const rateSweep = sweep('rates', quick ? [200, 1000] : [10_000, 50_000, 100_000]);
   const batch = r.int('batch', 2048, 1, 65535);
   const cpuQueries = r.count('cpu-queries', quick ? 500 : 2000);
   const check = r.count('check', quick ? 500 : 1000);
@@ -155,6 +197,7 @@ async function main(): Promise<void> {
     partitionSweep: [] as { maxPartition: number; partitions: number; buildMs: number; qps: Summary }[],
     leafSweep: [] as { leafSize: number; blocks: number; qps: Summary; hostUsPerQuery: PartResult['hostUsPerQuery'] }[],
     latency: [] as { batch: number; latencyMs: Summary; qps: number }[],
+    batching: [] as { timeoutMs: number; offered: number; answered: number; latencyMs: Summary; batches: number; byTimeout: number }[],
     matcher: null as null | { subscriptions: number; loadS: number; fastUs: Summary; indexUs: number; matchesPerEvent: number; mismatches: number },
   };
   const save = (): void => run.write(doc);
@@ -304,6 +347,14 @@ async function main(): Promise<void> {
         const latencyMs = summarize(lat);
         doc.latency.push({ batch: b, latencyMs, qps: b / (latencyMs.median / 1000) });
         note(`  batch ${b}: latency median ${sig(latencyMs.median)} ms, p99 ${sig(latencyMs.p99)} ms (one batch at a time: ${sig(b / (latencyMs.median / 1000))} q/s)`);
+      }
+      save();
+      for (const timeoutMs of timeoutSweep) {
+        for (const rate of rateSweep) {
+          const point = await underLoad(gpu, queries, batch, timeoutMs, rate);
+          doc.batching.push({ timeoutMs, offered: rate, ...point });
+          note(`  timeout ${timeoutMs} ms, ${count(rate)} q/s offered: ${count(Math.round(point.answered))} q/s answered, latency median ${sig(point.latencyMs.median)} ms, p99 ${sig(point.latencyMs.p99)} ms; ${point.batches} batches, ${point.byTimeout} sent by the timeout`);
+        }
       }
       save();
     }
