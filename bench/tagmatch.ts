@@ -36,6 +36,8 @@ const HELP = `Usage: node dist/bench/tagmatch.js [options]
                     arrive one by one at each of --rates and go to the GPU in batches of up to
                     --batch, sent when full or when the timeout passes (default 1,5,20; none)
   --rates LIST      offered queries/s for that sweep (default 10k,50k,100k), 2 s a point
+  --verify LIST     verifyThreads sweep at the largest part: match and match-unique q/s with each
+                    number of verification threads (0: the main thread; default 0,4,8; none)
   --batch N         queries per GPU batch in the throughput runs (default 2048)
   --cpu-queries N   queries timed on the CPU index (default 2000)
   --check N         queries whose GPU answers are compared with the CPU index's (default 1000)
@@ -141,7 +143,7 @@ function perQueryUs(before: GpuTagIndexStats, after: GpuTagIndexStats, queries: 
 
 async function main(): Promise<void> {
   const fail = cliFail('tagmatch', HELP);
-  const cl = readCommandLine(process.argv.slice(2), new Set(['software', 'quick', 'help']), new Set(['sets', 'fractions', 'queries', 'reps', 'partitions', 'leaf', 'leaves', 'batches', 'batch', 'timeouts', 'rates', 'cpu-queries', 'check', 'seed', 'out', 'matcher']), fail, HELP);
+  const cl = readCommandLine(process.argv.slice(2), new Set(['software', 'quick', 'help']), new Set(['sets', 'fractions', 'queries', 'reps', 'partitions', 'leaf', 'leaves', 'batches', 'batch', 'timeouts', 'rates', 'verify', 'cpu-queries', 'check', 'seed', 'out', 'matcher']), fail, HELP);
   if (cl === null) return;
   const { a, r } = cl;
   const quick = r.flag('quick');
@@ -166,6 +168,11 @@ async function main(): Promise<void> {
     return ms;
   }).filter((t) => !Number.isNaN(t));
   const rateSweep = sweep('rates', quick ? [200, 1000] : [10_000, 50_000, 100_000]);
+  const verifySweep = r.list('verify')?.join() === 'none' ? [] : (r.list('verify') ?? (quick ? ['0', '2'] : ['0', '4', '8'])).map((v) => {
+    const n = Number(v);
+    if (!Number.isSafeInteger(n) || n < 0) fail(`--verify: ${JSON.stringify(v)} is not a number of threads >= 0`);
+    return n;
+  });
   const batch = r.int('batch', 2048, 1, 65535);
   const cpuQueries = r.count('cpu-queries', quick ? 500 : 2000);
   const check = r.count('check', quick ? 500 : 1000);
@@ -197,6 +204,7 @@ async function main(): Promise<void> {
     partitionSweep: [] as { maxPartition: number; partitions: number; buildMs: number; qps: Summary }[],
     leafSweep: [] as { leafSize: number; blocks: number; qps: Summary; hostUsPerQuery: PartResult['hostUsPerQuery'] }[],
     latency: [] as { batch: number; latencyMs: Summary; qps: number }[],
+    verifySweep: [] as { verifyThreads: number; match: Summary; unique: Summary }[],
     batching: [] as { timeoutMs: number; offered: number; answered: number; latencyMs: Summary; batches: number; byTimeout: number }[],
     matcher: null as null | { subscriptions: number; loadS: number; fastUs: Summary; indexUs: number; matchesPerEvent: number; mismatches: number },
   };
@@ -250,7 +258,7 @@ async function main(): Promise<void> {
     const { db, keys } = view(w, Math.min(n, generated));
     const queries = tagQueries(w, n, nQueries, seed + Math.round(f * 1000), 2, 4);
     t0 = performance.now();
-    const cpu = TagSetIndex.load(db, keys);
+    const cpu = TagSetIndex.load(db, keys, undefined, { shared: true });
     const cpuMs = performance.now() - t0;
     t0 = performance.now();
     const gpu = await GpuTagIndex.build(ctx, cpu, { batch, leafSize: leaf });
@@ -347,6 +355,16 @@ async function main(): Promise<void> {
         const latencyMs = summarize(lat);
         doc.latency.push({ batch: b, latencyMs, qps: b / (latencyMs.median / 1000) });
         note(`  batch ${b}: latency median ${sig(latencyMs.median)} ms, p99 ${sig(latencyMs.p99)} ms (one batch at a time: ${sig(b / (latencyMs.median / 1000))} q/s)`);
+      }
+      save();
+      for (const v of verifySweep) {
+        const g = await GpuTagIndex.build(ctx, cpu, { batch, leafSize: leaf, verifyThreads: v });
+        await g.matchAll(slice(queries, Math.min(nQueries, 4 * batch)), false);
+        const m = await timeOp(() => g.matchAll(queries, false), nQueries, reps);
+        const u = await timeOp(() => g.matchAll(queries, true), nQueries, reps);
+        doc.verifySweep.push({ verifyThreads: v, match: m.qps, unique: u.qps });
+        note(`  verifyThreads ${v}: match ${sig(m.qps.median)} q/s, match-unique ${sig(u.qps.median)} q/s`);
+        g.destroy();
       }
       save();
       for (const timeoutMs of timeoutSweep) {

@@ -145,6 +145,29 @@ describe('tag-set index: GPU', () => {
     }
   });
 
+  it('[X1] verification on worker threads: the same answers, false hits refused, sparse keys given back', async () => {
+    // Queries with many extra tags (Bloom false positives) and keys far apart (ranked by the index).
+    const w = tagWorkload({ ...DENSE, seed: 21, sets: 5000, hashtags: 1500, languages: 1, publishers: 100, users: 3000, queries: 120, extraMin: 30, extraMax: 45 });
+    const keys = w.keys.map((k) => k * 977 + 13);
+    for (const sharedTables of [false, true]) {
+      const cpu = TagSetIndex.load(w.db, keys, undefined, { shared: sharedTables });
+      assert.equal(cpu.verifyTables().keyValues !== null, true, 'keys are ranked');
+      const gpu = await GpuTagIndex.build(ctx, cpu, { maxPartition: 800, leafSize: 128, workgroupSize: 64, batch: 25, inFlight: 2, verifyThreads: 2 });
+      try {
+        for (const unique of [false, true]) {
+          const want = lists(cpu.matchAll(w.queries, unique));
+          assert.equal(firstDiff(lists(await gpu.matchAll(w.queries, unique)), want), '', `unique=${unique} shared=${sharedTables}`);
+        }
+        const st = gpu.stats();
+        assert.ok(st.falseHits > 0, `false positives refused by the workers (${st.falseHits} of ${st.hits})`);
+        assert.equal(st.batches, 2 * Math.ceil(120 / 25));
+      } finally {
+        gpu.destroy();
+      }
+    }
+    await assert.rejects(GpuTagIndex.build(ctx, TagSetIndex.load(w.db, w.keys), { verifyThreads: -1 }), /verifyThreads must be an integer >= 0, got -1/);
+  });
+
   it('[X1] a build on worker threads lays the index out as one on the calling thread', async () => {
     const w = tagWorkload({ seed: 12, sets: 90_000, hashtags: 5000, languages: 3, publishers: 2000, users: 50_000, queries: 200 });
     const cpu = TagSetIndex.load(w.db, w.keys);

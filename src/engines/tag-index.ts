@@ -149,8 +149,10 @@ export class TagSetIndex {
    * caller's arrays are read, not kept. `progress` hears the entries done now and then. Tag ids and
    * keys may be any u32: sparse ones are ranked, so no table is sized by the largest.
    */
-  static load(db: TagSetsView, keys: Uint32Array, progress?: (done: number, phase: string) => void): TagSetIndex {
+  static load(db: TagSetsView, keys: Uint32Array, progress?: (done: number, phase: string) => void, options: { shared?: boolean } = {}): TagSetIndex {
     const n = db.offsets.length - 1;
+    // Tables others may read from worker threads (verifyTables) live in shared memory on request.
+    const alloc = options.shared === true ? (len: number): Uint32Array => new Uint32Array(new SharedArrayBuffer(4 * len)) : (len: number): Uint32Array => new Uint32Array(len);
     if (keys.length !== n) throw new RangeError(`tag index: ${n} sets but ${keys.length} keys`);
     // 1. Distinct sets: an open-addressing table of set numbers by hash.
     let cap = 1;
@@ -190,20 +192,22 @@ export class TagSetIndex {
       if (progress !== undefined && (i & 0xfffff) === 0xfffff) progress(i + 1, 'distinct sets');
     }
     // Sparse keys (user ids, say) are ranked: stamps over their ranks, values given back on output.
-    const keyValues = maxKey >= 2 * n + 1024 ? sortedDistinct(keys) : null;
-    const rankOf = keyValues === null ? (k: number): number => k : (k: number): number => rankIn(keyValues, k);
-    if (keyValues !== null) maxKey = keyValues.length - 1;
+    const ranked = maxKey >= 2 * n + 1024 ? sortedDistinct(keys) : null;
+    let keyValues = ranked;
+    if (ranked !== null && options.shared === true) (keyValues = alloc(ranked.length)).set(ranked);
+    const rankOf = ranked === null ? (k: number): number => k : (k: number): number => rankIn(ranked, k);
+    if (ranked !== null) maxKey = ranked.length - 1;
     // The tagset table, flat.
-    const sOff = new Uint32Array(m + 1);
+    const sOff = alloc(m + 1);
     for (let u = 0; u < m; u++) sOff[u + 1] = sOff[u] + (db.offsets[uniq[u] + 1] - db.offsets[uniq[u]]);
-    const sTags = new Uint32Array(sOff[m]);
+    const sTags = alloc(sOff[m]);
     for (let u = 0; u < m; u++) sTags.set(db.tags.subarray(db.offsets[uniq[u]], db.offsets[uniq[u] + 1]), sOff[u]);
     // 2. The key table (counting sort of entries by their set).
-    const keyOff = new Uint32Array(m + 1);
+    const keyOff = alloc(m + 1);
     for (let i = 0; i < n; i++) keyOff[uniqOf[i] + 1]++;
     for (let u = 0; u < m; u++) keyOff[u + 1] += keyOff[u];
     const fill = keyOff.slice(0, m);
-    const keyList = new Uint32Array(n);
+    const keyList = alloc(n);
     for (let i = 0; i < n; i++) keyList[fill[uniqOf[i]]++] = rankOf(keys[i]);
     // 3. File each distinct set under its rarest tag. The filing table is indexed by tag id, or,
     // when ids are sparse (far more ids than tags held), by the rank among the ids held.
@@ -252,6 +256,14 @@ export class TagSetIndex {
       j++;
     }
     return true;
+  }
+
+  /**
+   * The tagset and key tables (read only) for verification elsewhere (gpu/tag-verify.ts): keys in
+   * keyList are ranks when keyValues is not null. In shared memory when loaded with `shared`.
+   */
+  verifyTables(): { setOff: Uint32Array; setTags: Uint32Array; keyOff: Uint32Array; keyList: Uint32Array; keyValues: Uint32Array | null } {
+    return { setOff: this.sets.offsets, setTags: this.sets.tags, keyOff: this.keyOff, keyList: this.keyList, keyValues: this.keyValues };
   }
 
   /** The keys of distinct set u. */

@@ -1,11 +1,11 @@
 /**
  * The GPU tag index's build on the host (TagMatch §3.2): Bloom signatures and balanced
  * partitioning (Algorithm 1), on the calling thread or spread over worker threads
- * (tag-build-worker.ts) that share the signature and order arrays. Either way the result is the
+ * (tag-worker.ts) that share the signature and order arrays. Either way the result is the
  * same: every part is split by the same rule whoever splits it, and partitions are listed by their
  * first set.
  */
-import { Worker } from 'node:worker_threads';
+import { TagWorkerPool } from './tag-pool.js';
 
 /** The paper's signatures: 192 bits, 7 a tag. */
 export const WORDS = 6;
@@ -151,16 +151,8 @@ export function splitAll(sig: Uint32Array, order: Uint32Array, root: Part, rule:
   return parts;
 }
 
-/** What the build's workers are asked (tag-build-worker.ts). */
-export type BuildTask =
-  | { kind: 'init'; sig: SharedArrayBuffer; order: SharedArrayBuffer; offsets: SharedArrayBuffer; tags: SharedArrayBuffer }
-  | { kind: 'signatures'; from: number; to: number }
-  | { kind: 'step' | 'all'; part: Part; rule: SplitRule };
-
-export type BuildReply = { kind: 'done' } | { kind: 'step'; partition: boolean; next: Part[] } | { kind: 'all'; parts: number[] } | { kind: 'error'; message: string };
-
 /** A Uint32Array over shared memory holding `a`'s values (a itself when it is shared already). */
-function shared(a: Uint32Array): Uint32Array {
+export function shared(a: Uint32Array): Uint32Array {
   if (a.buffer instanceof SharedArrayBuffer) return a;
   const s = new Uint32Array(new SharedArrayBuffer(Math.max(4, a.byteLength)));
   s.set(a);
@@ -206,10 +198,10 @@ export async function hostBuild(offsets: Uint32Array, tags: Uint32Array, m: numb
       }),
     );
   } else {
-    const pool = await WorkerPool.start(threads, { kind: 'init', sig: sig.buffer as SharedArrayBuffer, order: order.buffer as SharedArrayBuffer, offsets: shared(offsets).buffer as SharedArrayBuffer, tags: shared(tags).buffer as SharedArrayBuffer });
+    const pool = await TagWorkerPool.start(threads, { kind: 'init', sig: sig.buffer as SharedArrayBuffer, order: order.buffer as SharedArrayBuffer, offsets: shared(offsets).buffer as SharedArrayBuffer, tags: shared(tags).buffer as SharedArrayBuffer });
     try {
       const chunk = Math.ceil(m / (4 * threads));
-      const sigs: Promise<BuildReply>[] = [];
+      const sigs: Promise<unknown>[] = [];
       for (let from = 0; from < m; from += chunk) sigs.push(pool.run({ kind: 'signatures', from, to: Math.min(m, from + chunk) }));
       await Promise.all(sigs);
       ms.signatures = performance.now() - t0;
@@ -243,68 +235,4 @@ export async function hostBuild(offsets: Uint32Array, tags: Uint32Array, m: numb
   ms.partitioning = performance.now() - t0;
   progress?.('partitioning', m);
   return { sig, order, parts, ms };
-}
-
-/** Worker threads taking tasks in turn (each answers one task at a time). */
-class WorkerPool {
-  private readonly idle: Worker[] = [];
-  private readonly queue: { task: BuildTask; resolve: (r: BuildReply) => void; reject: (e: Error) => void }[] = [];
-
-  private constructor(private readonly workers: Worker[]) {
-    this.idle.push(...workers);
-  }
-
-  static async start(n: number, init: BuildTask): Promise<WorkerPool> {
-    const workers = Array.from({ length: n }, () => new Worker(new URL('./tag-build-worker.js', import.meta.url)));
-    const pool = new WorkerPool(workers);
-    await Promise.all(workers.map((w) => pool.send(w, init)));
-    return pool;
-  }
-
-  private send(w: Worker, task: BuildTask): Promise<BuildReply> {
-    return new Promise((resolve, reject) => {
-      const onMessage = (r: BuildReply): void => {
-        w.off('error', onError);
-        if (r.kind === 'error') reject(new Error(`tag index build: ${r.message}`));
-        else resolve(r);
-      };
-      const onError = (e: Error): void => {
-        w.off('message', onMessage);
-        reject(e);
-      };
-      w.once('message', onMessage);
-      w.once('error', onError);
-      w.postMessage(task);
-    });
-  }
-
-  run(task: BuildTask): Promise<BuildReply> {
-    return new Promise((resolve, reject) => {
-      this.queue.push({ task, resolve, reject });
-      this.pump();
-    });
-  }
-
-  private pump(): void {
-    while (this.idle.length > 0 && this.queue.length > 0) {
-      const w = this.idle.pop()!;
-      const { task, resolve, reject } = this.queue.shift()!;
-      this.send(w, task).then(
-        (r) => {
-          this.idle.push(w);
-          resolve(r);
-          this.pump();
-        },
-        (e: Error) => {
-          this.idle.push(w);
-          reject(e);
-          this.pump();
-        },
-      );
-    }
-  }
-
-  async close(): Promise<void> {
-    await Promise.all(this.workers.map((w) => w.terminate()));
-  }
 }

@@ -23,7 +23,9 @@
 import { availableParallelism } from 'node:os';
 import type { TagMatches, TagSetIndex, TagSetsView } from '../tag-index.js';
 import { type GpuContext, GpuError } from './device.js';
-import { WORDS, hostBuild, signatureInto } from './tag-build.js';
+import { WORDS, hostBuild, shared, signatureInto } from './tag-build.js';
+import { TagWorkerPool } from './tag-pool.js';
+import { type VerifyTables, verifyHits } from './tag-verify.js';
 
 export interface GpuTagIndexOptions {
   /** Most sets in a partition (TagMatch found about 200k best). */
@@ -32,6 +34,11 @@ export interface GpuTagIndexOptions {
   leafSize: number;
   /** Threads that compute signatures and split parts at build (1: the calling thread alone). */
   buildThreads: number;
+  /**
+   * Worker threads that verify batches' hits (0: the calling thread does). Verification is the
+   * host's largest part of a batch (2-10 µs a query on a Xeon core, growing with the keys given).
+   */
+  verifyThreads: number;
   /** Threads (and sets) per workgroup. */
   workgroupSize: number;
   /** Queries per GPU batch. */
@@ -51,6 +58,7 @@ export const DEFAULT_GPU_TAG_INDEX: Readonly<GpuTagIndexOptions> = Object.freeze
   maxPartition: 200_000,
   leafSize: 1024,
   buildThreads: Math.max(1, Math.min(16, availableParallelism())),
+  verifyThreads: Math.max(0, Math.min(8, availableParallelism() - 2)),
   workgroupSize: 256,
   batch: 1024,
   inFlight: 3,
@@ -93,9 +101,10 @@ export interface GpuTagIndexStats {
   /** (query, partition) pairs the pre-process made. */
   visits: number;
   /**
-   * Host time in batches (ms): signatures, pre-process and input layout (`prepare`); exact
-   * verification and key lookup (`verify`); waiting for the GPU's answer to come back (`wait`,
-   * which includes batches ahead in the queue).
+   * Host time in batches (ms): signatures and the batch's input (`prepare`); exact verification
+   * and key lookup (`verify`: on the calling thread, or with verifyThreads from sending a batch
+   * to a worker to its answer, waits for a free worker included); waiting for the GPU's answer to
+   * come back (`wait`, which includes batches ahead in the queue).
    */
   batchMs: { prepare: number; verify: number; wait: number };
 }
@@ -138,6 +147,10 @@ export class GpuTagIndex {
     /** Blocks of the largest partition: the x size of the subset dispatch. */
     private readonly maxBlocks: number,
     stats: GpuTagIndexStats,
+    /** What verification reads: the CPU index's tables and the order above. */
+    private readonly tables: VerifyTables,
+    /** Verification's worker threads (null: the calling thread verifies). */
+    private readonly pool: TagWorkerPool | null,
   ) {
     this.statsNow = stats;
   }
@@ -145,7 +158,7 @@ export class GpuTagIndex {
   static async build(ctx: GpuContext, index: TagSetIndex, options: Partial<GpuTagIndexOptions> = {}, progress?: (phase: string, done: number) => void): Promise<GpuTagIndex> {
     const o: GpuTagIndexOptions = { ...DEFAULT_GPU_TAG_INDEX, ...options };
     for (const k of Object.keys(DEFAULT_GPU_TAG_INDEX) as (keyof GpuTagIndexOptions)[]) {
-      if (!Number.isSafeInteger(o[k]) || o[k] < 1) throw new GpuError('INVALID_ARGUMENT', `tag index: ${k} must be an integer >= 1, got ${o[k]}`);
+      if (!Number.isSafeInteger(o[k]) || o[k] < (k === 'verifyThreads' ? 0 : 1)) throw new GpuError('INVALID_ARGUMENT', `tag index: ${k} must be an integer >= ${k === 'verifyThreads' ? 0 : 1}, got ${o[k]}`);
     }
     const wg = Math.min(o.workgroupSize, ctx.limits.maxComputeWorkgroupSizeX, ctx.limits.maxComputeInvocationsPerWorkgroup);
     const maxX = ctx.limits.maxComputeWorkgroupsPerDimension;
@@ -239,7 +252,21 @@ export class GpuTagIndex {
     ms.upload = performance.now() - t0;
     const gpuBytes = 4 * WORDS * m + meta.byteLength;
     const stats: GpuTagIndexStats = { sets: m, partitions: P, largestPartition: largest, blocks, gpuBytes, buildMs: ms, batches: 0, reruns: 0, cpuBatches: 0, hits: 0, falseHits: 0, visits: 0, batchMs: { prepare: 0, verify: 0, wait: 0 } };
-    return new GpuTagIndex(ctx, index, o, visitPipeline, subsetPipeline, visitLayout, subsetLayout, sigBuffers, metaBuffer, order, P, blockOff, Math.ceil(largest / wg), stats);
+    const tables: VerifyTables = { ...index.verifyTables(), order };
+    let pool: TagWorkerPool | null = null;
+    if (o.verifyThreads > 0) {
+      // The workers read the tables where they are when the CPU index was loaded `shared`, else
+      // from a shared copy.
+      const sh = (a: Uint32Array): SharedArrayBuffer => shared(a).buffer as SharedArrayBuffer;
+      try {
+        pool = await TagWorkerPool.start(o.verifyThreads, { kind: 'tables', setOff: sh(tables.setOff), setTags: sh(tables.setTags), keyOff: sh(tables.keyOff), keyList: sh(tables.keyList), keyValues: tables.keyValues === null ? null : sh(tables.keyValues), order: sh(order) });
+      } catch (e) {
+        for (const b of sigBuffers) b.destroy();
+        metaBuffer.destroy();
+        throw e;
+      }
+    }
+    return new GpuTagIndex(ctx, index, o, visitPipeline, subsetPipeline, visitLayout, subsetLayout, sigBuffers, metaBuffer, order, P, blockOff, Math.ceil(largest / wg), stats, tables, pool);
   }
 
   stats(): GpuTagIndexStats {
@@ -315,11 +342,13 @@ export class GpuTagIndex {
   /** Queries [from, to): signatures, the GPU's passes (again with more room if hits overflowed), verification. */
   private async runBatch(queries: TagSetsView, from: number, to: number, unique: boolean): Promise<TagMatches> {
     // A slot first: no more than inFlight batches are prepared ahead of the GPU, so the host's
-    // work on the next batch overlaps the GPU's on those in flight.
+    // work on the next batch overlaps the GPU's on those in flight. The slot is given back once
+    // the hits are read: verification runs beside the next batches' GPU passes.
     const slot = await this.slot();
+    const nq = to - from;
+    let pass: { data: Uint32Array; hits: number } | TagMatches;
     try {
       const t0 = performance.now();
-      const nq = to - from;
       const inp = new Uint32Array(IN_HEAD + WORDS * nq);
       for (let j = 0; j < nq; j++) signatureInto(inp, IN_HEAD + WORDS * j, queries.tags, queries.offsets[from + j], queries.offsets[from + j + 1]);
       inp[0] = nq;
@@ -327,12 +356,29 @@ export class GpuTagIndex {
       inp[2] = this.partitions;
       inp[3] = this.blockOff;
       this.statsNow.batchMs.prepare += performance.now() - t0;
-      const result = await this.gpuPass(slot, queries, from, nq, inp, unique);
-      this.statsNow.batches++;
-      return result;
+      pass = await this.gpuPass(slot, queries, from, nq, inp, unique);
     } finally {
       this.release(slot);
     }
+    this.statsNow.batches++;
+    if (!('data' in pass)) return pass;
+    const v0 = performance.now();
+    const qOff = queries.offsets.subarray(from, to + 1);
+    let r: TagMatches & { falseHits: number };
+    if (this.pool === null) {
+      r = verifyHits(this.tables, qOff, queries.tags, pass.data, OUT_HEAD, pass.hits, unique);
+    } else {
+      // The batch's queries, rebased, and its hits go to a worker (the hits moved, not copied).
+      const base = qOff[0];
+      const rebased = qOff.map((o) => o - base);
+      const qTags = queries.tags.slice(base, qOff[nq]);
+      const reply = await this.pool.run({ kind: 'verify', qOff: rebased, qTags, data: pass.data, head: OUT_HEAD, hits: pass.hits, unique }, [pass.data.buffer as ArrayBuffer]);
+      if (reply.kind !== 'verified') throw new Error(`tag index: a verification worker answered ${reply.kind}`);
+      r = reply;
+    }
+    this.statsNow.falseHits += r.falseHits;
+    this.statsNow.batchMs.verify += performance.now() - v0;
+    return { offsets: r.offsets, keys: r.keys };
   }
 
   /** A buffer of at least `words` words in place of `buf` (doubling, up to one binding's reach). */
@@ -344,7 +390,8 @@ export class GpuTagIndex {
     return [next, n];
   }
 
-  private async gpuPass(slot: Slot, queries: TagSetsView, from: number, nq: number, inp: Uint32Array, unique: boolean): Promise<TagMatches> {
+  /** The batch's hits (GPU), or its answer when the CPU index had to give it. */
+  private async gpuPass(slot: Slot, queries: TagSetsView, from: number, nq: number, inp: Uint32Array, unique: boolean): Promise<{ data: Uint32Array; hits: number } | TagMatches> {
     const P = this.partitions;
     const storage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST;
     [slot.inp, slot.inpWords] = this.grown('ambit.tags.inp', slot.inp, slot.inpWords, inp.length, storage);
@@ -410,10 +457,7 @@ export class GpuTagIndex {
     }
     this.statsNow.visits += data[1];
     this.statsNow.hits += hits;
-    const v0 = performance.now();
-    const answer = this.verify(queries, from, nq, data, hits, unique);
-    this.statsNow.batchMs.verify += performance.now() - v0;
-    return answer;
+    return { data, hits };
   }
 
   private onCpu(queries: TagSetsView, from: number, nq: number, unique: boolean): TagMatches {
@@ -431,35 +475,9 @@ export class GpuTagIndex {
     return Math.min(this.o.hitLimit, Math.floor((this.maxBindingWords - OUT_HEAD) / 2));
   }
 
-  /** Exact check of each hit and key lookup, grouped by query. */
-  private verify(queries: TagSetsView, from: number, nq: number, data: Uint32Array, hits: number, unique: boolean): TagMatches {
-    // Hits by query (a counting sort).
-    const start = new Uint32Array(nq + 1);
-    for (let h = 0; h < hits; h++) start[data[OUT_HEAD + 2 * h] + 1]++;
-    for (let j = 0; j < nq; j++) start[j + 1] += start[j];
-    const fill = start.slice(0, nq);
-    const byQuery = new Uint32Array(hits);
-    for (let h = 0; h < hits; h++) byQuery[fill[data[OUT_HEAD + 2 * h]]++] = data[OUT_HEAD + 1 + 2 * h];
-    const offsets = new Uint32Array(nq + 1);
-    const keys: number[] = [];
-    const idx = this.index;
-    let falseHits = 0;
-    for (let j = 0; j < nq; j++) {
-      const qf = queries.offsets[from + j];
-      const qt = queries.offsets[from + j + 1];
-      idx.beginQuery();
-      for (let h = start[j]; h < start[j + 1]; h++) {
-        const u = this.order[byQuery[h]];
-        if (idx.isSubset(u, queries.tags, qf, qt)) idx.pushKeys(u, keys, unique);
-        else falseHits++;
-      }
-      offsets[j + 1] = keys.length;
-    }
-    this.statsNow.falseHits += falseHits;
-    return { offsets, keys: Uint32Array.from(keys) };
-  }
-
+  /** Frees the GPU buffers and stops the verification workers. */
   destroy(): void {
+    void this.pool?.close();
     for (const b of this.sigBuffers) b.destroy();
     this.metaBuffer.destroy();
     for (const s of this.slots) {
