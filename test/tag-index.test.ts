@@ -9,6 +9,7 @@ import { after, describe, it } from 'node:test';
 import { TagDictionary, type TagMatches, TagSetIndex, type TagSetsView } from '../src/engines/tag-index.js';
 import { GpuContext } from '../src/engines/gpu/device.js';
 import { GpuTagIndex, signatureInto } from '../src/engines/gpu/tag-index.js';
+import { hostBuild, shared } from '../src/engines/gpu/tag-build.js';
 import { Prng, Zipf, ZipfAlias } from '../src/workload/prng.js';
 import { tagText, tagWorkload } from '../src/workload/tags.js';
 
@@ -102,6 +103,53 @@ describe('tag-set index: CPU', () => {
     assert.equal(tagText(o, 0), 'en_h0');
     assert.equal(tagText(o, 150), 'ja_h50');
     assert.equal(tagText(o, 200), '@p0');
+  });
+});
+
+describe('tag-set index: the GPU index\'s host build', () => {
+  /** `n` sets of 1-3 tags of `tags`, placed inside larger shared buffers (views that do not start at 0). */
+  function sharedSets(n: number, tags: number, seed: number): { offsets: Uint32Array; tags: Uint32Array } {
+    const rnd = new Prng(seed);
+    const offs: number[] = [0];
+    const all: number[] = [];
+    for (let i = 0; i < n; i++) {
+      const set = new Set<number>();
+      const k = rnd.int(1, 3);
+      while (set.size < k) set.add(rnd.int(0, tags - 1));
+      all.push(...[...set].sort((a, b) => a - b));
+      offs.push(all.length);
+    }
+    const pad = 7;
+    const o = new Uint32Array(new SharedArrayBuffer(4 * (offs.length + 2 * pad)), 4 * pad, offs.length);
+    o.set(offs);
+    const t = new Uint32Array(new SharedArrayBuffer(4 * (all.length + 2 * pad)), 4 * pad, all.length);
+    t.set(all);
+    return { offsets: o, tags: t };
+  }
+
+  it('workers read views into shared buffers from where they start: the same layout as one thread', async () => {
+    const db = sharedSets(70_000, 20_000, 4);
+    const rule = { maxPartition: 4000, leafSize: 256 };
+    const one = await hostBuild(db.offsets, db.tags, 70_000, rule, 1);
+    const two = await hostBuild(db.offsets, db.tags, 70_000, rule, 2);
+    assert.ok(one.parts.length >= 16, `${one.parts.length} partitions`);
+    assert.deepEqual(two.parts, one.parts);
+    assert.ok(Buffer.compare(Buffer.from(two.order.buffer, two.order.byteOffset, two.order.byteLength), Buffer.from(one.order.buffer, one.order.byteOffset, one.order.byteLength)) === 0, 'the same set at every position');
+    const copy = shared(db.tags);
+    assert.ok(copy !== db.tags && copy.byteOffset === 0 && copy.byteLength === copy.buffer.byteLength);
+    assert.deepEqual([...copy.subarray(0, 50)], [...db.tags.subarray(0, 50)]);
+    assert.equal(shared(new Uint32Array(0)).length, 0);
+  });
+
+  it('tens of thousands of partitions are listed (one at a time: no spread into one call)', async () => {
+    // 64,000 single-tag sets, split down to one set a partition.
+    const n = 64_000;
+    const offsets = Uint32Array.from({ length: n + 1 }, (_, i) => i);
+    const tags = Uint32Array.from({ length: n }, (_, i) => i);
+    const b = await hostBuild(offsets, tags, n, { maxPartition: 1, leafSize: 1 }, 1);
+    assert.ok(b.parts.length >= 63_000, `${b.parts.length} partitions`);
+    assert.equal(b.parts.reduce((a, p) => a + p[1], 0), n, 'every set in one partition');
+    assert.equal((await hostBuild(offsets, tags, 0, { maxPartition: 1, leafSize: 1 }, 1)).order.length, 0, 'an empty database has an empty order');
   });
 });
 

@@ -132,7 +132,7 @@ export function splitStep(sig: Uint32Array, order: Uint32Array, part: Part, rule
   const nextUsed = used.slice();
   nextUsed[pivot] = 1;
   // The sample misled (every set on one side): the bit is marked used and the part tried again.
-  if (mid === lo || mid === hi) return { partition, next: [{ lo, hi, inPart, used: nextUsed }] };
+  if (mid === lo || mid === hi) return { partition, next: [{ lo, hi, inPart: isPart, used: nextUsed }] };
   return { partition, next: [{ lo, hi: mid, inPart: isPart, used: nextUsed }, { lo: mid, hi, inPart: isPart, used: nextUsed }] };
 }
 
@@ -151,10 +151,14 @@ export function splitAll(sig: Uint32Array, order: Uint32Array, root: Part, rule:
   return parts;
 }
 
-/** A Uint32Array over shared memory holding `a`'s values (a itself when it is shared already). */
+/**
+ * A Uint32Array that is the whole of a SharedArrayBuffer and holds `a`'s values: `a` itself when
+ * it is one already, else a copy. Workers see only the buffer, so a view into part of one is
+ * copied too.
+ */
 export function shared(a: Uint32Array): Uint32Array {
-  if (a.buffer instanceof SharedArrayBuffer) return a;
-  const s = new Uint32Array(new SharedArrayBuffer(Math.max(4, a.byteLength)));
+  if (a.buffer instanceof SharedArrayBuffer && a.byteOffset === 0 && a.byteLength === a.buffer.byteLength) return a;
+  const s = new Uint32Array(new SharedArrayBuffer(a.byteLength));
   s.set(a);
   return s;
 }
@@ -178,7 +182,7 @@ export interface HostBuild {
 export async function hostBuild(offsets: Uint32Array, tags: Uint32Array, m: number, rule: SplitRule, threads: number, progress?: (phase: string, done: number) => void): Promise<HostBuild> {
   const parallel = threads > 1 && m >= 1 << 16;
   const sig = parallel ? new Uint32Array(new SharedArrayBuffer(4 * WORDS * Math.max(1, m))) : new Uint32Array(WORDS * Math.max(1, m));
-  const order = parallel ? new Uint32Array(new SharedArrayBuffer(4 * Math.max(1, m))) : new Uint32Array(Math.max(1, m));
+  const order = parallel ? new Uint32Array(new SharedArrayBuffer(4 * m)) : new Uint32Array(m);
   for (let u = 0; u < m; u++) order[u] = u;
   const root: Part = { lo: 0, hi: m, inPart: false, used: new Uint8Array(BITS) };
   const flat: number[] = [];
@@ -191,12 +195,12 @@ export async function hostBuild(offsets: Uint32Array, tags: Uint32Array, m: numb
     t0 = performance.now();
     let done = 0;
     let told = 0;
-    flat.push(
-      ...splitAll(sig, order, root, rule, (n) => {
-        done += n;
-        if (done - told >= 1 << 20) progress?.('partitioning', (told = done));
-      }),
-    );
+    const found = splitAll(sig, order, root, rule, (n) => {
+      done += n;
+      if (done - told >= 1 << 20) progress?.('partitioning', (told = done));
+    });
+    // One at a time: spreading tens of thousands of partitions into one call overflows the stack.
+    for (const x of found) flat.push(x);
   } else {
     const pool = await TagWorkerPool.start(threads, { kind: 'init', sig: sig.buffer as SharedArrayBuffer, order: order.buffer as SharedArrayBuffer, offsets: shared(offsets).buffer as SharedArrayBuffer, tags: shared(tags).buffer as SharedArrayBuffer });
     try {
@@ -219,7 +223,7 @@ export async function hostBuild(offsets: Uint32Array, tags: Uint32Array, m: numb
         } else {
           const r = await pool.run({ kind: 'all', part, rule });
           if (r.kind !== 'all') throw new Error('tag index build: a worker answered a subtree with ' + r.kind);
-          flat.push(...r.parts);
+          for (const x of r.parts) flat.push(x);
           done += part.hi - part.lo;
           progress?.('partitioning', done);
         }

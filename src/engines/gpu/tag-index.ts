@@ -18,7 +18,8 @@
  * - **Subset match** on the GPU (tagmatch.wgsl), then **exact verification and key lookup** on
  *   the host: a Bloom hit counts only when the set's tags are all among the query's, so the
  *   answers equal the CPU index's (no false positives). `unique` gives match-unique.
- * GPU memory: 24 bytes a distinct set plus 24 bytes per block of WG sets.
+ * GPU memory: 24 bytes a distinct set plus 24 bytes per block of WG sets (`gpuBytes`); and per
+ * batch in flight its input, hits and query lists, 4·(2P + P·batch) bytes for P partitions.
  */
 import { availableParallelism } from 'node:os';
 import type { TagMatches, TagSetIndex, TagSetsView } from '../tag-index.js';
@@ -84,6 +85,7 @@ export interface GpuTagIndexStats {
   /** Largest partition, sets. */
   largestPartition: number;
   blocks: number;
+  /** The index's own buffers (signatures, partition table, block masks); not the batches' buffers. */
   gpuBytes: number;
   /** Host time to build: signatures, partitioning, masks, upload (ms). */
   buildMs: { signatures: number; partitioning: number; masks: number; upload: number };
@@ -103,7 +105,8 @@ export interface GpuTagIndexStats {
   /**
    * Host time in batches (ms): signatures and the batch's input (`prepare`); exact verification
    * and key lookup (`verify`: on the calling thread, or with verifyThreads from sending a batch
-   * to a worker to its answer, waits for a free worker included); waiting for the GPU's answer to
+   * to a worker to its answer, waits for a free worker included; also the CPU index's answer of
+   * a batch it takes over); waiting for the GPU's answer to
    * come back (`wait`, which includes batches ahead in the queue).
    */
   batchMs: { prepare: number; verify: number; wait: number };
@@ -214,6 +217,24 @@ export class GpuTagIndex {
     }
     ms.masks = performance.now() - t0;
 
+    // Pipelines first: a shader that fails leaves no buffers behind.
+    const module = await ctx.compileShader('tagmatch');
+    // Two layouts: `visit` writes the indirect arguments that `subset` is dispatched by, so the
+    // subset dispatch must not have them bound.
+    const layoutOf = (label: string, bindings: number[]): GPUBindGroupLayout =>
+      ctx.device.createBindGroupLayout({
+        label,
+        entries: bindings.map((binding) => ({ binding, visibility: GPUShaderStage.COMPUTE, buffer: { type: (binding >= B_VIS ? 'storage' : 'read-only-storage') as GPUBufferBindingType } })),
+      });
+    const visitLayout = layoutOf('ambit.tags.visit', [B_META, B_INP, B_VIS, B_ARGS, B_OUT]);
+    const subsetLayout = layoutOf('ambit.tags.subset', [0, 1, 2, 3, 4, 5, B_META, B_INP, B_VIS, B_OUT]);
+    const pipeline = (entryPoint: string, bgl: GPUBindGroupLayout): Promise<GPUComputePipeline> =>
+      ctx.withValidation(`pipeline tagmatch.${entryPoint}`, () =>
+        ctx.device.createComputePipeline({ label: `ambit.tags.${entryPoint}`, layout: ctx.device.createPipelineLayout({ bindGroupLayouts: [bgl] }), compute: { module, entryPoint, constants: { WG: wg } } }),
+      );
+    const visitPipeline = await pipeline('visit', visitLayout);
+    const subsetPipeline = await pipeline('subset', subsetLayout);
+
     // Upload: the signature words as six arrays (structure of arrays: a thread's read of one word
     // and its neighbours' are adjacent).
     t0 = performance.now();
@@ -232,22 +253,6 @@ export class GpuTagIndex {
     }
     const metaBuffer = ctx.createBuffer('ambit.tags.meta', meta.byteLength, storage);
     ctx.writeBuffer(metaBuffer, 0, meta);
-    const module = await ctx.compileShader('tagmatch');
-    // Two layouts: `visit` writes the indirect arguments that `subset` is dispatched by, so the
-    // subset dispatch must not have them bound.
-    const layoutOf = (label: string, bindings: number[]): GPUBindGroupLayout =>
-      ctx.device.createBindGroupLayout({
-        label,
-        entries: bindings.map((binding) => ({ binding, visibility: GPUShaderStage.COMPUTE, buffer: { type: (binding >= B_VIS ? 'storage' : 'read-only-storage') as GPUBufferBindingType } })),
-      });
-    const visitLayout = layoutOf('ambit.tags.visit', [B_META, B_INP, B_VIS, B_ARGS, B_OUT]);
-    const subsetLayout = layoutOf('ambit.tags.subset', [0, 1, 2, 3, 4, 5, B_META, B_INP, B_VIS, B_OUT]);
-    const pipeline = (entryPoint: string, bgl: GPUBindGroupLayout): Promise<GPUComputePipeline> =>
-      ctx.withValidation(`pipeline tagmatch.${entryPoint}`, () =>
-        ctx.device.createComputePipeline({ label: `ambit.tags.${entryPoint}`, layout: ctx.device.createPipelineLayout({ bindGroupLayouts: [bgl] }), compute: { module, entryPoint, constants: { WG: wg } } }),
-      );
-    const visitPipeline = await pipeline('visit', visitLayout);
-    const subsetPipeline = await pipeline('subset', subsetLayout);
     await ctx.queue.onSubmittedWorkDone();
     ms.upload = performance.now() - t0;
     const gpuBytes = 4 * WORDS * m + meta.byteLength;
@@ -288,7 +293,8 @@ export class GpuTagIndex {
     }
     // Each partition has room for every query of a batch in its query list: a batch is at most
     // what one binding lets the partitions hold.
-    const size = Math.max(1, Math.min(batch, Math.floor((this.maxBindingWords - 2 * this.partitions) / Math.max(1, this.partitions))));
+    // The batch's input (its signatures) must fit one binding too.
+    const size = Math.max(1, Math.min(batch, Math.floor((this.maxBindingWords - 2 * this.partitions) / Math.max(1, this.partitions)), Math.floor((this.maxBindingWords - IN_HEAD) / WORDS)));
     const runs: Promise<TagMatches>[] = [];
     for (let from = 0; from < nq; from += size) runs.push(this.runBatch(queries, from, Math.min(nq, from + size), unique));
     const parts = await Promise.all(runs);
@@ -432,7 +438,9 @@ export class GpuTagIndex {
       hits = data[0];
       if (hits <= slot.cap) {
         if (hits > readN) {
+          const r0 = performance.now();
           const rest = new Uint32Array(await this.ctx.readBuffer(slot.out, 4 * (OUT_HEAD + 2 * readN), 8 * (hits - readN)));
+          this.statsNow.batchMs.wait += performance.now() - r0;
           const all = new Uint32Array(OUT_HEAD + 2 * hits);
           all.set(data);
           all.set(rest, OUT_HEAD + 2 * readN);
@@ -461,8 +469,11 @@ export class GpuTagIndex {
   }
 
   private onCpu(queries: TagSetsView, from: number, nq: number, unique: boolean): TagMatches {
+    const t0 = performance.now();
     const part: TagSetsView = { offsets: queries.offsets.subarray(from, from + nq + 1), tags: queries.tags };
-    return this.index.matchAll(part, unique);
+    const answer = this.index.matchAll(part, unique);
+    this.statsNow.batchMs.verify += performance.now() - t0;
+    return answer;
   }
 
   /** Words one storage binding may hold on this device. */
