@@ -33,6 +33,17 @@ export class AmbitError extends Error {
    * (the server deduplicates them). '' for anything but a publish.
    */
   publishOutcome: PublishOutcome | '' = '';
+  /**
+   * A failed client stream (UpdateLocations, BulkPublish): the index (from 0) of the message the
+   * server refused whole, or null when the failure was not one message's (the `ambit-message`
+   * trailer).
+   */
+  streamMessage: number | null = null;
+  /**
+   * A failed client stream: the updates or events the server applied before the failure (those of
+   * the messages before the refused one), or null when the server did not say (`ambit-applied`).
+   */
+  applied: number | null = null;
 
   constructor(code: number, details: string, field = '', options?: { cause?: unknown }) {
     super(`${statusName(code)}: ${details}`, options);
@@ -52,6 +63,12 @@ export class AmbitError extends Error {
       const out = new AmbitError(e.code!, e.details ?? e.message ?? '', typeof field === 'string' ? fieldFromTrailer(field) : '', { cause: err });
       const outcome = e.metadata?.get('ambit-publish')[0];
       if (outcome === 'queued' || outcome === 'not-stored') out.publishOutcome = outcome;
+      const count = (key: string): number | null => {
+        const v = e.metadata?.get(key)[0];
+        return typeof v === 'string' && /^\d{1,15}$/.test(v) ? Number(v) : null;
+      };
+      out.streamMessage = count('ambit-message');
+      out.applied = count('ambit-applied');
       return out;
     }
     return new AmbitError(grpc.status.UNKNOWN, err instanceof Error ? err.message : String(err), '', { cause: err });

@@ -205,6 +205,11 @@ export interface StatusInfo {
   expected: boolean;
   /** A failed publish: what became of its events (the `ambit-publish` trailer). */
   outcome?: PublishOutcome;
+  /**
+   * A failed client stream: the index (from 0) of the message that was refused, when one was
+   * (`ambit-message`), and the updates or events applied before the failure (`ambit-applied`).
+   */
+  stream?: { message?: number; applied: number };
 }
 
 /** What an error means on the wire. Anything unexpected is INTERNAL with a generic message. */
@@ -234,6 +239,10 @@ export function toServiceError(s: StatusInfo): Partial<grpc.StatusObject> {
   const metadata = new grpc.Metadata();
   if (s.field !== '') metadata.set('ambit-field', asciiField(s.field));
   if (s.outcome !== undefined) metadata.set('ambit-publish', s.outcome);
+  if (s.stream !== undefined) {
+    if (s.stream.message !== undefined) metadata.set('ambit-message', String(s.stream.message));
+    metadata.set('ambit-applied', String(s.stream.applied));
+  }
   return { code: s.code, details: s.message, metadata };
 }
 

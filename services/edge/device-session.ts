@@ -6,7 +6,7 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import { create } from '@bufbuild/protobuf';
-import { type Limits, checkId, inRange, LAT_RANGE, LON_RANGE } from '../../src/model/limits.js';
+import { type Limits, checkId, checkLat, checkLon, inRange } from '../../src/model/limits.js';
 import { type ConnectRequest, type ConnectResponse, ConnectResponseSchema } from '../../api/gen/ambit/v1/device_pb.js';
 import { isMalformed } from '../../api/rpc.js';
 import type { Principal } from './auth.js';
@@ -369,7 +369,13 @@ function isDrainable(box: Inbox): box is DrainableInbox {
   return typeof (box as Partial<DrainableInbox>).take === 'function' && typeof (box as Partial<DrainableInbox>).notify === 'function';
 }
 
-function latLonError(lat: number, lon: number): ApiError {
-  const [field, v, [lo, hi]] = !(lat >= LAT_RANGE[0] && lat <= LAT_RANGE[1]) ? ['location.lat', lat, LAT_RANGE] : ['location.lon', lon, LON_RANGE];
-  return new ApiError(grpc.status.INVALID_ARGUMENT, `must be within [${lo}, ${hi}], got ${String(v)}`, field);
+/** Why a position is refused: the model's checks, so the stream says what the unary calls say. */
+function latLonError(lat: number, lon: number): unknown {
+  try {
+    checkLat('location.lat', lat);
+    checkLon('location.lon', lon);
+  } catch (err) {
+    return err;
+  }
+  return new ApiError(grpc.status.INTERNAL, `position (${lat}, ${lon}) was refused but passes its checks`, 'location');
 }

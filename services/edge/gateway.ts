@@ -386,6 +386,9 @@ export class Gateway implements SessionHost {
     check: (req: Req, p: Principal) => Work,
     apply: (works: Work[]) => Promise<void>,
     done: () => unknown,
+    /** What a failure reports as applied before it: the items (updates, events) applied so far, and their name. */
+    applied: () => number,
+    items: string,
   ): void {
     let p: Principal;
     try {
@@ -404,10 +407,18 @@ export class Gateway implements SessionHost {
     let paused = false;
     /** A message that failed its check: the ones before it still apply, then the call fails. */
     let refused: unknown = null;
-    const fail = (err: unknown) => {
+    /** Messages received, and the index of the refused one. */
+    let received = 0;
+    let refusedAt = -1;
+    // The status says which message was refused (if one was) and how much was applied before.
+    const fail = (err: unknown, message?: number) => {
       if (failed) return;
       failed = true;
-      cb(toServiceError(this.reject(err, name)));
+      const s = this.reject(err, name);
+      const n = applied();
+      s.stream = message === undefined ? { applied: n } : { message, applied: n };
+      s.message += message === undefined ? ` (${n} ${items} of this stream applied before the failure)` : ` (message ${message} of this stream, refused whole; the ${n} ${items} before it applied)`;
+      cb(toServiceError(s));
     };
     const pump = async () => {
       if (running) return;
@@ -431,19 +442,21 @@ export class Gateway implements SessionHost {
         }
       }
       running = false;
-      if (refused !== null) fail(refused);
+      if (refused !== null) fail(refused, refusedAt);
       else if (ended && !failed) cb(null, done());
     };
     call.on('data', (req: Req) => {
       if (failed || refused !== null) return;
+      const index = received++;
       try {
         if (isMalformed(req)) throw new ApiError(grpc.status.INVALID_ARGUMENT, req.reason, 'request');
         const work = check(req, p);
         queued.push(work);
         queuedItems += work.length;
       } catch (err) {
-        if (!running) return fail(err);
+        if (!running) return fail(err, index);
         refused = err; // answered once the messages queued before it are applied
+        refusedAt = index;
         call.pause();
         return;
       }
@@ -503,6 +516,8 @@ export class Gateway implements SessionHost {
         this.counters.locationUpdatesUnary += all.length;
       },
       () => create(UpdateLocationsResponseSchema, { accepted: BigInt(accepted) }),
+      () => accepted,
+      'updates',
     );
   }
 
@@ -544,6 +559,8 @@ export class Gateway implements SessionHost {
         for (let i = 0; i < events.length; i++) this.recentEvents.record(events[i].lat, events[i].lon, now);
       },
       () => create(BulkPublishResponseSchema, { accepted: BigInt(accepted), reached: BigInt(reached), duplicates: BigInt(duplicates) }),
+      () => accepted,
+      'events',
     );
   }
 

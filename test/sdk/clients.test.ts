@@ -166,6 +166,12 @@ describe('AmbitFleet and AmbitOps', () => {
 
     const own = new AmbitFleet(t.address, t.token('lonely'));
     await assert.rejects(own.updateLocations([{ deviceId: 'someone-else', lat: 0, lon: 0 }]), (e: unknown) => e instanceof AmbitError && e.code === StatusCode.PERMISSION_DENIED);
+    // A message refused in the middle of the stream: the error says which, and what was applied before it.
+    await assert.rejects(own.updateLocations([{ lat: 1, lon: 1 }, { lat: 2, lon: 2 }, { lat: 3, lon: 3 }, { deviceId: 'someone-else', lat: 0, lon: 0 }], { batchSize: 2 }), (e: unknown) => {
+      assert.ok(e instanceof AmbitError && e.code === StatusCode.PERMISSION_DENIED, String(e));
+      assert.deepEqual([e.streamMessage, e.applied, e.field], [1, 2, 'updates[1].device_id']);
+      return true;
+    });
     await assert.rejects(own.updateLocations([{ lat: 0, lon: 200 }]), (e: unknown) => e instanceof AmbitError && e.field === 'updates[0].lon');
     own.close();
 

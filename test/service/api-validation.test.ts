@@ -243,23 +243,24 @@ describe('api validation: bad input on every RPC names its field and changes not
     await unchanged('bad unsubscribes');
   });
 
-  it('Connect location: out of range or non-finite is a Reply naming location.lat/lon; the stream goes on', async () => {
-    const cases: [number, number, string][] = [
-      [91, 0, 'location.lat'],
-      [-90.5, 0, 'location.lat'],
-      [NaN, 0, 'location.lat'],
-      [Infinity, 0, 'location.lat'],
-      [-Infinity, 0, 'location.lat'],
-      [0, -181, 'location.lon'],
-      [0, 180.5, 'location.lon'],
-      [0, NaN, 'location.lon'],
-      [0, Infinity, 'location.lon'],
+  it('Connect location: out of range or non-finite is a Reply naming location.lat/lon, worded as the unary calls word it; the stream goes on', async () => {
+    const cases: [number, number, string, RegExp][] = [
+      [91, 0, 'location.lat', /must be within \[-90, 90\], got 91$/],
+      [-90.5, 0, 'location.lat', /must be within \[-90, 90\], got -90.5$/],
+      [NaN, 0, 'location.lat', /must be finite, got NaN$/],
+      [Infinity, 0, 'location.lat', /must be finite, got Infinity$/],
+      [-Infinity, 0, 'location.lat', /must be finite, got -Infinity$/],
+      [0, -181, 'location.lon', /must be within \[-180, 180\], got -181$/],
+      [0, 180.5, 'location.lon', /must be within \[-180, 180\], got 180.5$/],
+      [0, NaN, 'location.lon', /must be finite, got NaN$/],
+      [0, Infinity, 'location.lon', /must be finite, got Infinity$/],
     ];
-    for (const [lat, lon, field] of cases) {
+    for (const [lat, lon, field, message] of cases) {
       stream.move(lat, lon);
       const r = await stream.next('reply');
       assert.equal(r.requestId, '');
       checkReplyStatus(r.status, Status.INVALID_ARGUMENT, field, `${lat}, ${lon}`);
+      assert.match(r.status!.message, message, `${lat}, ${lon}`);
     }
     await stream.sync();
     await unchanged('bad stream locations');
@@ -346,11 +347,15 @@ describe('api validation: bad input on every RPC names its field and changes not
 
   it('UpdateLocations: a bad message ends the call; what came before it stays applied, nothing after it is', async () => {
     const before = (await unary(clients.ops, 'getStats', {}, opsMd)).locationUpdates;
-    await expectStatus(
+    const err = await expectStatus(
       clientStream(clients.device, 'updateLocations', [{ updates: [{ location: { lat: 10, lon: 20 } }] }, { updates: [{ location: { lat: 99, lon: 0 } }] }, { updates: [{ location: { lat: 0, lon: 0 } }] }], devMd),
       Status.INVALID_ARGUMENT,
       'updates[0].location.lat',
     );
+    // The status says which message was refused and how much was applied before it.
+    assert.deepEqual(err.metadata.get('ambit-message'), ['1']);
+    assert.deepEqual(err.metadata.get('ambit-applied'), ['1']);
+    assert.match(err.details, /^updates\[0\]\.location\.lat: must be within \[-90, 90\], got 99 \(message 1 of this stream, refused whole; the 1 updates before it applied\)$/);
     const afterStats = await unary(clients.ops, 'getStats', {}, opsMd);
     assert.equal(afterStats.locationUpdates, before + 1n, 'only the first message was applied');
     baseline = await snapshot();
@@ -362,13 +367,18 @@ describe('api validation: bad input on every RPC names its field and changes not
     const before = await unary(clients.ops, 'getStats', {}, opsMd);
     const m0 = await matches();
     const bad = { ...validEvent(), position: { lat: 91, lon: 0 } };
-    await expectStatus(clientStream(clients.publisher, 'bulkPublish', [{ events: [validEvent()] }, { events: [bad] }, { events: [validEvent()] }], pubMd), Status.INVALID_ARGUMENT, 'events[0].position.lat');
+    const err = await expectStatus(clientStream(clients.publisher, 'bulkPublish', [{ events: [validEvent(), validEvent()] }, { events: [validEvent(), bad] }, { events: [validEvent()] }], pubMd), Status.INVALID_ARGUMENT, 'events[1].position.lat');
+    assert.deepEqual(err.metadata.get('ambit-message'), ['1']);
+    assert.deepEqual(err.metadata.get('ambit-applied'), ['2']);
+    assert.match(err.details, /\(message 1 of this stream, refused whole; the 2 events before it applied\)$/);
     const after = await unary(clients.ops, 'getStats', {}, opsMd);
-    assert.equal(after.eventsPublished, before.eventsPublished + 1n, 'only the first message was published');
-    assert.equal(await matches(), m0 + 2, 'and its matches are counted (base and everything)');
-    const n = await stream.next('notification');
-    assert.deepEqual(n.subscriptionIds, ['base', 'everything']);
-    stream.ack(n.deliveryId);
+    assert.equal(after.eventsPublished, before.eventsPublished + 2n, 'only the first message was published');
+    assert.equal(await matches(), m0 + 4, 'and its matches are counted (base and everything, twice)');
+    for (let k = 0; k < 2; k++) {
+      const n = await stream.next('notification');
+      assert.deepEqual(n.subscriptionIds, ['base', 'everything']);
+      stream.ack(n.deliveryId);
+    }
     await stream.sync();
     await stream.expectQuiet('notification');
     baseline = await snapshot();
