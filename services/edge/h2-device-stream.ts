@@ -371,9 +371,37 @@ export function refuseContentType(stream: ServerHttp2Stream, headers: IncomingHt
 
 type StreamHandler = (stream: ServerHttp2Stream, headers: IncomingHttpHeaders, flags: number, rawHeaders: string[]) => void;
 
+/** Headers that carry credentials: a request may name each once. */
+const CREDENTIAL_HEADERS = new Set(['authorization']);
+
+/**
+ * Refuses a request that repeats a credential header, UNAUTHENTICATED as a trailers-only gRPC
+ * response. Node's HTTP/2 layer keeps only the first value of such a header (grpc-js sees one
+ * value and the rest would be ignored silently); its raw list has them all.
+ */
+export function refuseRepeatedCredentials(stream: ServerHttp2Stream, rawHeaders: readonly string[] | undefined): boolean {
+  if (!Array.isArray(rawHeaders)) return false;
+  let seen: Set<string> | null = null;
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const name = String(rawHeaders[i]).toLowerCase();
+    if (!CREDENTIAL_HEADERS.has(name)) continue;
+    seen ??= new Set();
+    if (!seen.has(name)) {
+      seen.add(name);
+      continue;
+    }
+    stream.once('error', DROP);
+    const message = `more than one ${name} header: a request carries one credential`;
+    stream.respond({ ':status': 200, 'content-type': 'application/grpc+proto', 'grpc-status': String(grpc.status.UNAUTHENTICATED), 'grpc-message': encodeURIComponent(message) }, { endStream: true });
+    return true;
+  }
+  return false;
+}
+
 /**
  * Routes the streams of `routes`' paths on every HTTP/2 server of a bound grpc-js server to their
- * handler, and every other stream to grpc-js as before. grpc-js keeps its one 'stream' listener
+ * handler, and every other stream to grpc-js as before; first, on every path, a request that
+ * repeats its credentials is refused (refuseRepeatedCredentials). grpc-js keeps its one 'stream' listener
  * per HTTP/2 server in a private map (the pinned version's shape); when that is not found, nothing
  * changes, this returns false and those paths stay with grpc-js (the test suite checks it returns
  * true, so an upgrade that changes the shape is seen). grpc-js does not count the streams routed
@@ -393,6 +421,7 @@ export function takeOverStreams(server: grpc.Server, routes: ReadonlyMap<string,
   for (const [h2, grpcJs] of found) {
     h2.removeListener('stream', grpcJs);
     h2.on('stream', function route(this: unknown, stream: ServerHttp2Stream, headers: IncomingHttpHeaders, flags: number, rawHeaders: string[]) {
+      if (refuseRepeatedCredentials(stream, rawHeaders)) return;
       const path = headers[':path'];
       const handler = typeof path === 'string' ? routes.get(path) : undefined;
       if (handler === undefined) return grpcJs.call(this, stream, headers, flags, rawHeaders);

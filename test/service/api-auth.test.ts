@@ -5,7 +5,14 @@
  * move another device through UpdateLocations without `location:any`.
  */
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import { createHmac } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { create, toBinary } from '@bufbuild/protobuf';
+import { PublishRequestSchema } from '../../api/gen/ambit/v1/publisher_pb.js';
 import { after, before, describe, it } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { SCOPES, TokenAuthority } from '../../services/edge/auth.js';
@@ -47,7 +54,40 @@ const RPCS: Rpc[] = [
   { name: 'OpsService.GetDeviceSubscriptions', scope: 'ops', call: (c, md) => unary(c.ops, 'getDeviceSubscriptions', { deviceId: 'dev-a' }, md) },
 ];
 
-// (Two authorization values cannot be tested from here: Node's HTTP/2 client refuses to send them.)
+/**
+ * One gRPC call sent by curl with the given authorization headers (Node's HTTP/2 client refuses to
+ * send a header twice); the grpc-status the server answered (trailers-only or in the trailers),
+ * or null when curl is missing and CI does not require it.
+ */
+async function curlCall(target: string, path: string, body: Uint8Array, authorizations: string[]): Promise<string | null> {
+  const dir = mkdtempSync(join(tmpdir(), 'ambit-auth-'));
+  const file = join(dir, 'body');
+  const frame = Buffer.alloc(5 + body.length);
+  frame.writeUInt32BE(body.length, 1);
+  frame.set(body, 5);
+  writeFileSync(file, frame);
+  try {
+    const args = ['--http2-prior-knowledge', '-s', '-D', '-', '-o', '/dev/null', '-H', 'content-type: application/grpc', '-H', 'te: trailers'];
+    for (const a of authorizations) args.push('-H', `authorization: ${a}`);
+    args.push('--data-binary', `@${file}`, `http://${target}${path}`);
+    let out: string;
+    try {
+      // Not execFileSync: the server under test runs in this process.
+      out = (await execFileAsync('curl', args, { encoding: 'utf8', timeout: 30_000 })).stdout;
+    } catch (err) {
+      if ((err as { code?: string }).code === 'ENOENT' && process.env.AMBIT_REQUIRE_TOOLS !== '1') return null;
+      throw err;
+    }
+    const m = /^grpc-status: (\d+)\s*$/im.exec(out);
+    assert.ok(m !== null, `no grpc-status in ${JSON.stringify(out)}`);
+    return m[1];
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+const execFileAsync = promisify(execFile);
+
 function mdRaw(value: string): grpc.Metadata {
   const md = new grpc.Metadata();
   md.set('authorization', value);
@@ -86,6 +126,26 @@ describe('api auth', () => {
       await rpc.call(clients, srv.meta(`probe-${rpc.scope}`, [rpc.scope]));
     }
     baseline = await snapshot();
+  });
+
+  it('a repeated authorization header is UNAUTHENTICATED on every path, even when both are valid; nothing is applied', async (t) => {
+    const ops = `Bearer ${srv.token('ops', ['ops'])}`;
+    const pub = `Bearer ${srv.token('pub', ['publish'])}`;
+    const dev = `Bearer ${srv.token('dev-a', ['device'])}`;
+    const publish = toBinary(PublishRequestSchema, create(PublishRequestSchema, { event: { id: 'twice-authorized', position: { lat: 0, lon: 0 } } }));
+    // One header: the call goes through (so the refusals below are the header's doing).
+    const once = await curlCall(srv.target, '/ambit.v1.OpsService/GetStats', new Uint8Array(0), [ops]);
+    if (once === null) return t.skip('no curl (Debian package curl)');
+    assert.equal(once, '0');
+    for (const [path, body, auths] of [
+      ['/ambit.v1.OpsService/GetStats', new Uint8Array(0), [ops, ops]],
+      ['/ambit.v1.PublisherService/Publish', publish, [pub, ops]],
+      ['/ambit.v1.PublisherService/Publish', publish, [pub, pub]],
+      ['/ambit.v1.DeviceService/Connect', new Uint8Array(0), [dev, dev]],
+    ] as const) {
+      assert.equal(await curlCall(srv.target, path, body, [...auths]), String(Status.UNAUTHENTICATED), `${path} with ${auths.length} authorization headers`);
+    }
+    assert.deepEqual(await snapshot(), baseline, 'nothing applied');
   });
 
   it('no token, a malformed header or token, a forged signature, another secret, an expired token: UNAUTHENTICATED', async () => {
