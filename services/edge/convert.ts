@@ -5,8 +5,10 @@
  * so every rule lives in one place and every error names its field.
  */
 import * as grpc from '@grpc/grpc-js';
-import { create } from '@bufbuild/protobuf';
-import { timestampFromMs } from '@bufbuild/protobuf/wkt';
+import { create, toBinary } from '@bufbuild/protobuf';
+import { anyPack, timestampFromMs } from '@bufbuild/protobuf/wkt';
+import { BadRequestSchema } from '../../api/gen/google/rpc/error_details_pb.js';
+import { StatusSchema as RpcStatusSchema } from '../../api/gen/google/rpc/status_pb.js';
 import { AmbitError, PublishError, type PublishOutcome, ValidationError, show } from '../../src/model/errors.js';
 import { type Limits, checkLat, checkLon, inRange, validateEvent, validateSubscription } from '../../src/model/limits.js';
 import type { Constraint as MConstraint, Event as MEvent, Filter as MFilter, Op as MOp, Value as MValue } from '../../src/model/types.js';
@@ -238,12 +240,26 @@ export class ApiError extends Error {
 export function toServiceError(s: StatusInfo): Partial<grpc.StatusObject> {
   const metadata = new grpc.Metadata();
   if (s.field !== '') metadata.set('ambit-field', asciiField(s.field));
+  const details = statusDetails(s.code, s.message, s.field);
+  if (details !== null) metadata.set('grpc-status-details-bin', details);
   if (s.outcome !== undefined) metadata.set('ambit-publish', s.outcome);
   if (s.stream !== undefined) {
     if (s.stream.message !== undefined) metadata.set('ambit-message', String(s.stream.message));
     metadata.set('ambit-applied', String(s.stream.applied));
   }
   return { code: s.code, details: s.message, metadata };
+}
+
+/**
+ * gRPC's rich error model for bad input (INVALID_ARGUMENT naming a field): a google.rpc.Status
+ * with one google.rpc.BadRequest field violation (the field, and the rule it broke), the bytes of
+ * the `grpc-status-details-bin` trailer; null for other errors.
+ */
+export function statusDetails(code: number, message: string, field: string): Buffer | null {
+  if (field === '' || code !== grpc.status.INVALID_ARGUMENT) return null;
+  const description = message.startsWith(`${field}: `) ? message.slice(field.length + 2) : message;
+  const bad = create(BadRequestSchema, { fieldViolations: [{ field, description }] });
+  return Buffer.from(toBinary(RpcStatusSchema, create(RpcStatusSchema, { code, message, details: [anyPack(BadRequestSchema, bad)] })));
 }
 
 /**

@@ -22,7 +22,7 @@ import { gunzipSync, inflateSync } from 'node:zlib';
 import * as grpc from '@grpc/grpc-js';
 import { toBinary } from '@bufbuild/protobuf';
 import { type ConnectRequest, type ConnectResponse, ConnectResponseSchema } from '../../api/gen/ambit/v1/device_pb.js';
-import { type StatusInfo, asciiField } from './convert.js';
+import { type StatusInfo, asciiField, statusDetails } from './convert.js';
 import type { DeviceStream, StreamListener } from './device-stream.js';
 import { grpcMessages } from './raw-stream.js';
 
@@ -326,6 +326,8 @@ export class H2DeviceStream implements DeviceStream {
     if (s.destroyed || s.closed) return this.tellGone();
     const trailers: OutgoingHttpHeaders = { 'grpc-status': String(code), 'grpc-message': encodeURI(message) };
     if (field !== '') trailers['ambit-field'] = asciiField(field);
+    const details = statusDetails(code, message, field);
+    if (details !== null) trailers['grpc-status-details-bin'] = details.toString('base64');
     try {
       if (s.headersSent) {
         s.once('wantTrailers', () => {

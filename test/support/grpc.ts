@@ -18,6 +18,10 @@ import { rootLogger } from '../../services/process/log.js';
 import { Metrics } from '../../services/process/metrics.js';
 import { type RunningServer, type StartOptions, startServer } from '../../services/process/server.js';
 import { grpcClient } from '../../api/rpc.js';
+import { fromBinary } from '@bufbuild/protobuf';
+import { anyUnpack } from '@bufbuild/protobuf/wkt';
+import { BadRequestSchema } from '../../api/gen/google/rpc/error_details_pb.js';
+import { StatusSchema as RpcStatusSchema } from '../../api/gen/google/rpc/status_pb.js';
 import { type ConnectResponse, DeviceService, type Reply, type Welcome } from '../../api/gen/ambit/v1/device_pb.js';
 import { OpsService } from '../../api/gen/ambit/v1/ops_pb.js';
 import { PublisherService } from '../../api/gen/ambit/v1/publisher_pb.js';
@@ -263,6 +267,24 @@ export function checkStatus(s: { code: number; details: string; metadata?: grpc.
     const got = s.metadata?.get('ambit-field') ?? [];
     assert.deepEqual(got, [metadataField(field)], `ambit-field metadata${ctx}: ${s.details}`);
     assert.ok(s.details.startsWith(`${field}: `), `details must start with "${field}: "${ctx}, got ${JSON.stringify(s.details)}`);
+  }
+  // Bad input also comes in gRPC's rich error model: google.rpc.Status with a BadRequest naming the field.
+  const bin = s.metadata?.get('grpc-status-details-bin') ?? [];
+  if (code === grpc.status.INVALID_ARGUMENT && field !== undefined) {
+    assert.equal(bin.length, 1, `grpc-status-details-bin${ctx}`);
+    const st = fromBinary(RpcStatusSchema, bin[0] as Buffer);
+    assert.equal(st.code, code, `details status code${ctx}`);
+    assert.equal(st.message, s.details, `details message${ctx}`);
+    assert.equal(st.details.length, 1, `one detail${ctx}`);
+    const bad = anyUnpack(st.details[0], BadRequestSchema);
+    assert.ok(bad !== undefined, `a google.rpc.BadRequest${ctx}: ${st.details[0].typeUrl}`);
+    assert.deepEqual(
+      bad.fieldViolations.map((v) => [v.field, v.description]),
+      [[field, s.details.slice(field.length + 2)]],
+      `the field violation${ctx}`,
+    );
+  } else if (code !== grpc.status.INVALID_ARGUMENT) {
+    assert.deepEqual(bin, [], `no BadRequest for ${Status[code]}${ctx}`);
   }
 }
 
