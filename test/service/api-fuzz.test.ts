@@ -1,0 +1,183 @@
+/**
+ * A bounded fuzz run over every request the device and publisher services take, and the ops
+ * reads: valid messages mutated (bytes flipped, inserted, cut, fields repeated, lengths made to
+ * lie, strings made huge) and random bytes, sent raw over real gRPC calls and device streams.
+ * Every answer must be a status a client can act on (never INTERNAL or UNKNOWN), a refused
+ * request must change nothing, and the server must log no error and keep serving. Seeded:
+ * AMBIT_FUZZ_SEED=N and AMBIT_FUZZ_ROUNDS=N repeat or widen a run.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import type * as grpc from '@grpc/grpc-js';
+import { create, toBinary } from '@bufbuild/protobuf';
+import { ConnectRequestSchema, UpdateLocationRequestSchema, UpdateLocationsRequestSchema } from '../../api/gen/ambit/v1/device_pb.js';
+import { GetDeviceSubscriptionsRequestSchema, GetStatsRequestSchema, ListDevicesRequestSchema } from '../../api/gen/ambit/v1/ops_pb.js';
+import { BulkPublishRequestSchema, PublishRequestSchema } from '../../api/gen/ambit/v1/publisher_pb.js';
+import { Op } from '../../api/gen/ambit/v1/types_pb.js';
+import { type Clients, DeviceStream, type Init, Status, type TestServer, rawClientStream, rawConnect, rawUnary, startTestServer, unary } from '../support/grpc.js';
+import { Rng } from '../support/rng.js';
+
+const SEED = Number(process.env.AMBIT_FUZZ_SEED ?? 20261127);
+const ROUNDS = Number(process.env.AMBIT_FUZZ_ROUNDS ?? 300);
+
+/** Statuses a client can act on. INTERNAL, UNKNOWN and UNAVAILABLE would mean the server broke. */
+const ACCEPTABLE = new Set<number>([Status.OK, Status.INVALID_ARGUMENT, Status.RESOURCE_EXHAUSTED, Status.PERMISSION_DENIED, Status.NOT_FOUND, Status.FAILED_PRECONDITION, Status.ALREADY_EXISTS]);
+
+const num = (v: number): Init => ({ kind: { case: 'number', value: v } });
+const text = (v: string): Init => ({ kind: { case: 'text', value: v } });
+
+function varint(n: number): number[] {
+  const out: number[] = [];
+  while (n > 0x7f) {
+    out.push((n & 0x7f) | 0x80);
+    n = Math.floor(n / 128);
+  }
+  out.push(n);
+  return out;
+}
+
+/** One mutation of `seed`, or random bytes. */
+function mutate(rng: Rng, seed: Buffer): Buffer {
+  const b = [...seed];
+  switch (rng.int(9)) {
+    case 0: // flip bytes
+      for (let k = 0, n = 1 + rng.int(4); k < n && b.length > 0; k++) b[rng.int(b.length)] ^= 1 << rng.int(8);
+      return Buffer.from(b);
+    case 1: // insert bytes
+      for (let k = 0, n = 1 + rng.int(6); k < n; k++) b.splice(rng.int(b.length + 1), 0, rng.int(256));
+      return Buffer.from(b);
+    case 2: // cut
+      return Buffer.from(b.slice(0, rng.int(b.length + 1)));
+    case 3: // delete a run
+      b.splice(rng.int(b.length + 1), 1 + rng.int(8));
+      return Buffer.from(b);
+    case 4: // the message twice (repeated fields and oneofs set twice)
+      return Buffer.from([...b, ...b]);
+    case 5: // a field 1 of lying length
+      return Buffer.from([0x0a, ...varint(1 + rng.int(1 << 20)), ...b.slice(0, rng.int(b.length + 1))]);
+    case 6: // a huge string or bytes field in front (field 1..15, wire type 2)
+      return Buffer.concat([Buffer.from([((1 + rng.int(15)) << 3) | 2, ...varint(100_000)]), Buffer.alloc(100_000, 0x61), seed]);
+    case 7: // random bytes
+      return Buffer.from(Array.from({ length: rng.int(64) }, () => rng.int(256)));
+    default: // a varint field of an unknown number, then the message
+      return Buffer.from([...varint(((100 + rng.int(1000)) << 3) | 0), ...varint(rng.int(1 << 30)), ...b]);
+  }
+}
+
+function statusOf(err: unknown): number {
+  const code = (err as { code?: unknown }).code;
+  return typeof code === 'number' ? code : -1;
+}
+
+describe('api fuzz: mutated and random requests', () => {
+  let srv: TestServer;
+  let clients: Clients;
+  let devMd: grpc.Metadata;
+  let fleetMd: grpc.Metadata;
+  let pubMd: grpc.Metadata;
+  let opsMd: grpc.Metadata;
+  let state: unknown;
+
+  /** Everything a request could change. */
+  async function snapshot(): Promise<unknown> {
+    const s = await unary(clients.ops, 'getStats', {}, opsMd);
+    const d = await unary(clients.ops, 'getDeviceSubscriptions', { deviceId: 'dev-f' }, opsMd);
+    return [s.subscriptions, s.filters, s.devices, s.eventsPublished, s.notifications, s.locationUpdates, d.subscriptions.length, d.location === undefined ? null : [d.location.lat, d.location.lon]];
+  }
+
+  before(async () => {
+    srv = await startTestServer();
+    clients = srv.clients();
+    devMd = srv.meta('dev-f', ['device']);
+    fleetMd = srv.meta('dev-f', ['device', 'location:any']);
+    pubMd = srv.meta('pub-f', ['publish']);
+    opsMd = srv.meta('ops-f', ['ops']);
+    // A device with a subscription, so publishes match and notifications count.
+    const { stream } = await DeviceStream.open(clients, srv.token('dev-f', ['device']));
+    await stream.subscribeOk({ id: 'near', filters: [{ constraints: [{ name: 'kind', op: Op.EQ, value: text('x') }], area: { radiusM: 500 } }] });
+    stream.move(1, 2);
+    await stream.sync();
+    state = await snapshot();
+  });
+
+  after(async () => {
+    assert.deepEqual(srv.unexpectedErrors(), [], 'the server logged no error');
+    await srv.stop();
+  });
+
+  const event: Init = { id: 'e-seed', position: { lat: 1, lon: 2 }, radiusM: 10, attributes: { kind: text('x'), n: num(3) } };
+  const unaries: [string, Buffer, () => grpc.Metadata][] = [
+    ['/ambit.v1.DeviceService/UpdateLocation', Buffer.from(toBinary(UpdateLocationRequestSchema, create(UpdateLocationRequestSchema, { location: { lat: 1, lon: 2 } }))), () => devMd],
+    ['/ambit.v1.DeviceService/ListSubscriptions', Buffer.alloc(0), () => devMd],
+    ['/ambit.v1.PublisherService/Publish', Buffer.from(toBinary(PublishRequestSchema, create(PublishRequestSchema, { event }))), () => pubMd],
+    ['/ambit.v1.OpsService/GetStats', Buffer.from(toBinary(GetStatsRequestSchema, create(GetStatsRequestSchema, {}))), () => opsMd],
+    ['/ambit.v1.OpsService/GetDeviceSubscriptions', Buffer.from(toBinary(GetDeviceSubscriptionsRequestSchema, create(GetDeviceSubscriptionsRequestSchema, { deviceId: 'dev-f' }))), () => opsMd],
+    ['/ambit.v1.OpsService/ListDevices', Buffer.from(toBinary(ListDevicesRequestSchema, create(ListDevicesRequestSchema, { pageSize: 10, idPrefix: 'dev' }))), () => opsMd],
+  ];
+  const streams: [string, Buffer, () => grpc.Metadata][] = [
+    ['/ambit.v1.DeviceService/UpdateLocations', Buffer.from(toBinary(UpdateLocationsRequestSchema, create(UpdateLocationsRequestSchema, { updates: [{ location: { lat: 1, lon: 2 } }, { deviceId: 'dev-f', location: { lat: 3, lon: 4 } }] }))), () => fleetMd],
+    ['/ambit.v1.PublisherService/BulkPublish', Buffer.from(toBinary(BulkPublishRequestSchema, create(BulkPublishRequestSchema, { events: [event, { ...event, id: 'e-seed-2' }] }))), () => pubMd],
+  ];
+
+  /** Checks one answer: a status a client can act on; a refusal changed nothing. */
+  async function judge(what: string, code: number): Promise<void> {
+    assert.ok(ACCEPTABLE.has(code), `${what}: status ${Status[code] ?? code}`);
+    const now = await snapshot();
+    if (code !== Status.OK) assert.deepEqual(now, state, `${what}: refused (${Status[code]}) but the state changed`);
+    state = now;
+  }
+
+  it(`unary calls (seed ${SEED}, ${ROUNDS} rounds each)`, async () => {
+    const rng = new Rng(SEED);
+    for (const [path, seed, md] of unaries) {
+      for (let r = 0; r < ROUNDS; r++) {
+        const bytes = mutate(rng, seed);
+        let code = Status.OK;
+        await rawUnary(clients, path, bytes, md()).catch((err: unknown) => (code = statusOf(err)));
+        await judge(`${path} round ${r} (${bytes.subarray(0, 24).toString('hex')})`, code);
+      }
+    }
+  });
+
+  it(`client streams: mutated messages among valid ones (seed ${SEED + 1})`, async () => {
+    const rng = new Rng(SEED + 1);
+    for (const [path, seed, md] of streams) {
+      for (let r = 0; r < ROUNDS; r++) {
+        const frames = Array.from({ length: 1 + rng.int(3) }, () => (rng.chance(0.5) ? seed : mutate(rng, seed)));
+        let code = Status.OK;
+        let refusedAt = -1;
+        await rawClientStream(clients, path, frames, md()).catch((err: unknown) => {
+          code = statusOf(err);
+          const at = (err as { metadata?: grpc.Metadata }).metadata?.get('ambit-message')[0];
+          refusedAt = at === undefined ? -1 : Number(at);
+        });
+        const what = `${path} round ${r}`;
+        if (code !== Status.OK) assert.ok(refusedAt >= 0 && refusedAt < frames.length, `${what}: the refused message is named (${refusedAt})`);
+        // Messages before the refused one are applied: the state is judged when the first was refused.
+        if (code === Status.OK || refusedAt === 0) await judge(what, code);
+        else {
+          assert.ok(ACCEPTABLE.has(code), `${what}: status ${Status[code] ?? code}`);
+          state = await snapshot();
+        }
+      }
+    }
+  });
+
+  it(`device streams: hello, then mutated frames (seed ${SEED + 2})`, async () => {
+    const rng = new Rng(SEED + 2);
+    const hello = Buffer.from(toBinary(ConnectRequestSchema, create(ConnectRequestSchema, { message: { case: 'hello', value: {} } })));
+    const seeds = [
+      toBinary(ConnectRequestSchema, create(ConnectRequestSchema, { message: { case: 'location', value: { lat: 1, lon: 2 } } })),
+      toBinary(ConnectRequestSchema, create(ConnectRequestSchema, { message: { case: 'subscribe', value: { requestId: 'r', subscription: { id: 'fz', filters: [{ constraints: [], area: { radiusM: 100 } }] } } } })),
+      toBinary(ConnectRequestSchema, create(ConnectRequestSchema, { message: { case: 'unsubscribe', value: { requestId: 'u', subscriptionId: 'fz' } } })),
+      toBinary(ConnectRequestSchema, create(ConnectRequestSchema, { message: { case: 'ack', value: { deliveryId: '1-1' } } })),
+    ].map((b) => Buffer.from(b));
+    for (let r = 0; r < ROUNDS; r++) {
+      const frames = [rng.chance(0.9) ? hello : mutate(rng, hello), ...Array.from({ length: 1 + rng.int(3) }, () => mutate(rng, seeds[rng.int(seeds.length)]))];
+      const { status } = await rawConnect(clients, frames, srv.meta(`dev-fz${r % 4}`, ['device']));
+      assert.ok(ACCEPTABLE.has(status.code), `Connect round ${r}: status ${Status[status.code] ?? status.code}: ${status.details}`);
+    }
+    // Still serving: a plain call works.
+    assert.ok((await unary(clients.ops, 'getStats', {}, opsMd)).subscriptions >= 1n);
+  });
+});
