@@ -1,11 +1,17 @@
 /**
- * Device and publisher tokens: compact JWTs (RFC 7519) signed with HMAC-SHA256 under a shared
- * secret, carrying the subject (device id or publisher name), scopes and an expiry. JWT keeps the
- * format familiar and inspectable; HS256 and a handful of claims are all Ambit needs, so this is
- * written against node:crypto rather than pulling in a JOSE library.
+ * Device and publisher tokens: compact JWTs (RFC 7519) carrying the subject (device id or
+ * publisher name), scopes and an expiry. The gateway mints and takes its own, HMAC-SHA256 under a
+ * shared secret; with a key set (jwks.ts) it also takes an identity provider's, signed RS*, PS*,
+ * ES* or EdDSA, with `aud`, `iss`, `nbf` and `exp` checked (a clock skew allowed) and the subject
+ * and scopes read from configurable claims. Written against node:crypto rather than a JOSE
+ * library: every call and stream verifies its token on the call's path, and node:crypto verifies
+ * synchronously, where the JOSE libraries' verification returns a promise; the algorithm rules
+ * that matter (a key serves only its own type's algorithms, no "none", no HMAC with a public key)
+ * are explicit below and tested.
  */
-import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { constants, createHmac, randomBytes, timingSafeEqual, verify as cryptoVerify } from 'node:crypto';
 import type { Revocation } from '../hub/port.js';
+import { ASYMMETRIC_ALGS, type KeySet } from './jwks.js';
 
 /** What a token may do. */
 export const SCOPES = Object.freeze({
@@ -120,15 +126,42 @@ function tokenId(): string {
   }
 }
 
+/** Which tokens a gateway takes besides its own (HS256 under its secret). */
+export interface TokenPolicy {
+  /** An identity provider's public keys: tokens signed with them (RS*, PS*, ES*, EdDSA) are taken too. */
+  keys: KeySet | null;
+  /** When not empty, a token's `aud` (a string or an array) must name one of these. */
+  audience: readonly string[];
+  /** When not empty, a token's `iss` must be one of these. */
+  issuer: readonly string[];
+  /** Seconds of clock difference allowed on `exp` and `nbf`. */
+  clockSkewS: number;
+  /** The claim holding the subject (device id or publisher name). */
+  subjectClaim: string;
+  /** The claim holding the scopes: a space-separated string or an array of strings. */
+  scopeClaim: string;
+}
+
+export const DEFAULT_TOKEN_POLICY: Readonly<TokenPolicy> = Object.freeze({ keys: null, audience: [], issuer: [], clockSkewS: 0, subjectClaim: 'sub', scopeClaim: 'scope' });
+
+/** The claims of the gateway's own tokens (no audience or issuer: the secret vouches for them). */
+const OWN_TOKENS: Readonly<TokenPolicy> = DEFAULT_TOKEN_POLICY;
+
+const ARRAY_SCOPES = new WeakMap<readonly unknown[], ReadonlySet<string>>();
+
 export class TokenAuthority {
   private readonly key: Buffer;
+  private readonly policy: TokenPolicy;
   /** Revoked tokens verify() refuses (UNAUTHENTICATED); null: none are. */
   revoked: RevokedTokens | null = null;
 
   /** `secret`: at least 32 bytes (RFC 7518 §3.2 asks for a key as long as the hash). */
-  constructor(secret: string | Buffer, private readonly now: () => number = () => Date.now() / 1000) {
+  constructor(secret: string | Buffer, private readonly now: () => number = () => Date.now() / 1000, policy: Partial<TokenPolicy> = {}) {
     this.key = typeof secret === 'string' ? Buffer.from(secret, 'utf8') : Buffer.from(secret);
     if (this.key.length < 32) throw new Error(`auth: token secret must be at least 32 bytes, got ${this.key.length}`);
+    this.policy = { ...DEFAULT_TOKEN_POLICY, ...policy };
+    if (!(Number.isFinite(this.policy.clockSkewS) && this.policy.clockSkewS >= 0)) throw new Error(`auth: clockSkewS must be a finite number >= 0, got ${this.policy.clockSkewS}`);
+    if (this.policy.subjectClaim === '' || this.policy.scopeClaim === '') throw new Error('auth: subjectClaim and scopeClaim must not be empty');
   }
 
   /** The secret, for dev mode's printout only (a made-up secret the demo needs to mint device tokens). */
@@ -149,17 +182,23 @@ export class TokenAuthority {
   }
 
   /**
-   * The principal a token names; AuthError(UNAUTHENTICATED) when it is malformed, forged, expired
-   * or (unless `checkRevoked` is false) revoked.
+   * The principal a token names; AuthError(UNAUTHENTICATED) when it is malformed, forged, expired,
+   * not yet valid, for another audience or issuer, or (unless `checkRevoked` is false) revoked.
+   * Tokens are HS256 under the secret (the gateway's own), or signed with a key of the policy's
+   * key set; the algorithm decides which, and a key serves only the algorithms of its type.
    */
   verify(token: string, checkRevoked = true): Principal {
     if (typeof token !== 'string' || token.length > MAX_TOKEN_CHARS) throw new AuthError('UNAUTHENTICATED', 'token is malformed');
     const parts = token.split('.');
     if (parts.length !== 3) throw new AuthError('UNAUTHENTICATED', 'token is malformed (expected header.payload.signature)');
     const [h, p, sig] = parts;
-    const want = Buffer.from(this.sign(`${h}.${p}`));
-    const got = Buffer.from(sig);
-    if (got.length !== want.length || !timingSafeEqual(got, want)) throw new AuthError('UNAUTHENTICATED', 'token signature is invalid');
+    const hs = h === HEADER || this.policy.keys === null;
+    if (hs) {
+      // The gateway's own tokens (and, without a key set, every token): HMAC first, then parse.
+      const want = Buffer.from(this.sign(`${h}.${p}`));
+      const got = Buffer.from(sig);
+      if (got.length !== want.length || !timingSafeEqual(got, want)) throw new AuthError('UNAUTHENTICATED', 'token signature is invalid');
+    }
     let header: unknown;
     let claims: unknown;
     try {
@@ -168,15 +207,35 @@ export class TokenAuthority {
     } catch {
       throw new AuthError('UNAUTHENTICATED', 'token is malformed (not JSON)');
     }
-    if (!isRecord(header) || header.alg !== 'HS256') throw new AuthError('UNAUTHENTICATED', 'token algorithm must be HS256');
-    if (!isRecord(claims) || typeof claims.sub !== 'string' || claims.sub === '' || typeof claims.exp !== 'number' || typeof claims.scope !== 'string') {
-      throw new AuthError('UNAUTHENTICATED', 'token claims are malformed (need sub, scope, exp)');
+    if (!isRecord(header)) throw new AuthError('UNAUTHENTICATED', 'token header is malformed');
+    if (hs) {
+      if (header.alg !== 'HS256') throw new AuthError('UNAUTHENTICATED', 'token algorithm must be HS256');
+    } else {
+      this.verifySigned(header, `${h}.${p}`, sig);
+    }
+    if (!isRecord(claims)) throw new AuthError('UNAUTHENTICATED', 'token claims are malformed');
+    // The gateway's own tokens carry sub and scope; the provider's, the configured claims, and
+    // only theirs are held to the audience and issuer.
+    const pol = hs ? OWN_TOKENS : this.policy;
+    const subject = claims[pol.subjectClaim];
+    const scope = claims[pol.scopeClaim];
+    if (typeof subject !== 'string' || subject === '' || Buffer.byteLength(subject) > 128) throw new AuthError('UNAUTHENTICATED', `token claims are malformed (${pol.subjectClaim} must be 1 to 128 UTF-8 bytes)`);
+    if (typeof claims.exp !== 'number' || !(typeof scope === 'string' || (Array.isArray(scope) && scope.every((x) => typeof x === 'string')))) {
+      throw new AuthError('UNAUTHENTICATED', `token claims are malformed (need ${pol.subjectClaim}, ${pol.scopeClaim}, exp)`);
     }
     const now = this.now();
-    if (claims.exp <= now) throw new AuthError('UNAUTHENTICATED', 'token has expired');
+    const skew = this.policy.clockSkewS;
+    if (claims.exp + skew <= now) throw new AuthError('UNAUTHENTICATED', 'token has expired');
+    if (claims.nbf !== undefined && (typeof claims.nbf !== 'number' || claims.nbf - skew > now)) throw new AuthError('UNAUTHENTICATED', 'token is not valid yet (nbf)');
+    if (pol.audience.length > 0) {
+      const aud = claims.aud;
+      const auds = typeof aud === 'string' ? [aud] : Array.isArray(aud) ? aud : [];
+      if (!auds.some((a) => typeof a === 'string' && pol.audience.includes(a))) throw new AuthError('UNAUTHENTICATED', `token audience must be one of ${pol.audience.join(', ')}`);
+    }
+    if (pol.issuer.length > 0 && !(typeof claims.iss === 'string' && pol.issuer.includes(claims.iss))) throw new AuthError('UNAUTHENTICATED', `token issuer must be one of ${pol.issuer.join(', ')}`);
     const principal: Principal = {
-      subject: claims.sub,
-      scopes: scopeSet(claims.scope),
+      subject,
+      scopes: typeof scope === 'string' ? scopeSet(scope) : arrayScopes(scope as string[]),
       expiresAt: claims.exp,
       issuedAt: typeof claims.iat === 'number' ? claims.iat : 0,
       tokenId: typeof claims.jti === 'string' ? claims.jti : '',
@@ -185,9 +244,31 @@ export class TokenAuthority {
     return principal;
   }
 
+  /** A token signed with a key of the key set: the header's algorithm, its key, the signature. */
+  private verifySigned(header: Record<string, unknown>, data: string, sig: string): void {
+    const alg = header.alg;
+    const spec = typeof alg === 'string' && alg !== 'HS256' && Object.hasOwn(ASYMMETRIC_ALGS, alg) ? ASYMMETRIC_ALGS[alg] : undefined;
+    if (spec === undefined) throw new AuthError('UNAUTHENTICATED', `token algorithm must be HS256 or one of ${Object.keys(ASYMMETRIC_ALGS).join(', ')}, got ${JSON.stringify(alg)}`);
+    const kid = typeof header.kid === 'string' ? header.kid : null;
+    const key = this.policy.keys!.find(kid, alg as string);
+    if (key === null) throw new AuthError('UNAUTHENTICATED', kid === null ? `token names no key id and no single key serves ${alg}` : `token key id ${JSON.stringify(kid)} is not among the identity provider's keys`);
+    if (key.kty !== spec.kty || (key.alg !== null && key.alg !== alg) || (spec.crv !== undefined && !spec.crv.includes(key.crv ?? ''))) {
+      throw new AuthError('UNAUTHENTICATED', `token algorithm ${alg} does not go with its key (${key.kty}${key.crv === null ? '' : ` ${key.crv}`}${key.alg === null ? '' : `, ${key.alg}`})`);
+    }
+    const ok = cryptoVerify(spec.hash, Buffer.from(data), { key: key.key, dsaEncoding: 'ieee-p1363', ...(spec.pss === true ? { padding: constants.RSA_PKCS1_PSS_PADDING, saltLength: constants.RSA_PSS_SALTLEN_DIGEST } : {}) }, Buffer.from(sig, 'base64url'));
+    if (!ok) throw new AuthError('UNAUTHENTICATED', 'token signature is invalid');
+  }
+
   private sign(data: string): string {
     return b64url(createHmac('sha256', this.key).update(data).digest());
   }
+}
+
+/** Scope sets of array claims (an identity provider's tokens), kept per array for the token's life. */
+function arrayScopes(a: readonly string[]): ReadonlySet<string> {
+  let set = ARRAY_SCOPES.get(a);
+  if (set === undefined) ARRAY_SCOPES.set(a, (set = new Set(a)));
+  return set;
 }
 
 /** PERMISSION_DENIED unless the principal holds `scope`. */

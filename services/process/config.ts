@@ -48,6 +48,22 @@ export interface ServerConfig {
   engine: EngineChoice;
   /** HMAC secret for tokens (≥ 32 bytes); null only in dev mode, which makes one up. */
   tokenSecret: string | null;
+  /**
+   * An identity provider's public keys, a JWK Set file or http(s) URL (AMBIT_JWKS): its tokens
+   * (RS*, PS*, ES*, EdDSA) are taken beside the secret's own; null: none.
+   */
+  jwks: string | null;
+  /** Seconds between reads of the JWK Set (0: read once). */
+  jwksRefreshS: number;
+  /** A token's `aud` must name one of these (empty: not checked). */
+  tokenAudience: string[];
+  /** A token's `iss` must be one of these (empty: not checked). */
+  tokenIssuer: string[];
+  /** Seconds of clock difference allowed on a token's `exp` and `nbf`. */
+  tokenClockSkewS: number;
+  /** The claims holding a token's subject (device id or publisher) and scopes. */
+  tokenSubjectClaim: string;
+  tokenScopeClaim: string;
   /** Dev mode: a made-up secret when none is set, and ready tokens printed at start. */
   dev: boolean;
   tls: { cert: Buffer; key: Buffer } | null;
@@ -145,6 +161,13 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   geo: null,
   engine: 'auto',
   tokenSecret: null,
+  jwks: null,
+  jwksRefreshS: 300,
+  tokenAudience: [],
+  tokenIssuer: [],
+  tokenClockSkewS: 0,
+  tokenSubjectClaim: 'sub',
+  tokenScopeClaim: 'scope',
   dev: false,
   tls: null,
   retention: DEFAULT_RETENTION,
@@ -239,6 +262,14 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
     c.engine = engine as EngineChoice;
   }
   c.tokenSecret = str('AMBIT_TOKEN_SECRET') ?? null;
+  c.jwks = str('AMBIT_JWKS') ?? null;
+  c.jwksRefreshS = int('AMBIT_JWKS_REFRESH_S', 0, 86_400) ?? c.jwksRefreshS;
+  const names = (name: string): string[] => (str(name) ?? '').split(',').map((x) => x.trim()).filter((x) => x !== '');
+  c.tokenAudience = names('AMBIT_TOKEN_AUDIENCE');
+  c.tokenIssuer = names('AMBIT_TOKEN_ISSUER');
+  c.tokenClockSkewS = int('AMBIT_TOKEN_CLOCK_SKEW_S', 0, 3600) ?? c.tokenClockSkewS;
+  c.tokenSubjectClaim = str('AMBIT_TOKEN_SUBJECT_CLAIM') ?? c.tokenSubjectClaim;
+  c.tokenScopeClaim = str('AMBIT_TOKEN_SCOPE_CLAIM') ?? c.tokenScopeClaim;
   c.dev = flag('AMBIT_DEV') ?? false;
   c.directWrites = flag('AMBIT_DIRECT_WRITES') ?? c.directWrites;
   const streams = str('AMBIT_DEVICE_STREAMS');

@@ -9,6 +9,7 @@ import * as grpc from '@grpc/grpc-js';
 import { ReflectionService } from '@grpc/reflection';
 import { HealthImplementation } from 'grpc-health-check';
 import { DEFAULT_LIMITS } from '../../src/model/limits.js';
+import { KeySet } from '../edge/jwks.js';
 import { TokenAuthority } from '../edge/auth.js';
 import { type ServerConfig, DEFAULT_CONFIG, checkConfig } from './config.js';
 import { EmbeddedHub } from '../hub/embedded.js';
@@ -180,7 +181,14 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
     let deviceStreams: RunningServer['deviceStreams'] = null;
     if (hub !== null && options.grpc !== false) {
       const secret = config.tokenSecret ?? randomBytes(32).toString('base64url');
-      authority = new TokenAuthority(secret);
+      // An identity provider's keys: loaded (and must hold a usable key) before the port opens.
+      const keys = config.jwks === null ? null : await KeySet.load(config.jwks, { refreshS: config.jwksRefreshS });
+      if (keys !== null) {
+        cleanups.push(async () => keys.close());
+        const skipped = keys.stats().skipped;
+        log.info({ jwks: config.jwks, keys: keys.stats().keys, skipped }, 'identity provider keys loaded');
+      }
+      authority = new TokenAuthority(secret, undefined, { keys, audience: config.tokenAudience, issuer: config.tokenIssuer, clockSkewS: config.tokenClockSkewS, subjectClaim: config.tokenSubjectClaim, scopeClaim: config.tokenScopeClaim });
       const gateway = new Gateway(hub, authority, DEFAULT_LIMITS, metrics, log.child({ component: 'gateway' }), {
         deviceStreams: config.deviceStreams,
         rawWrites: config.directWrites,

@@ -59,6 +59,8 @@ describe('api config: configFromEnv', () => {
     [{ AMBIT_HUB_SHARDS: '/tmp/a.sock' }, 'config: AMBIT_HUB_SHARDS must be a JSON array of socket paths (set by a node for its gateway processes), got "/tmp/a.sock"'],
     [{ AMBIT_HUB_PARTITIONS: '[]' }, 'config: AMBIT_HUB_PARTITIONS must be a JSON array of socket paths (set by a node for its gateway processes), got "[]"'],
     [{ AMBIT_PARTITIONS: '-1' }, 'config: AMBIT_PARTITIONS must be an integer in [0, 64], got "-1"'],
+    [{ AMBIT_TOKEN_CLOCK_SKEW_S: '3601' }, 'config: AMBIT_TOKEN_CLOCK_SKEW_S must be an integer in [0, 3600], got "3601"'],
+    [{ AMBIT_JWKS_REFRESH_S: '-1' }, 'config: AMBIT_JWKS_REFRESH_S must be an integer in [0, 86400], got "-1"'],
     [{ AMBIT_HUB_SHARDS: '["", "b"]' }, 'config: AMBIT_HUB_SHARDS must be a JSON array of socket paths (set by a node for its gateway processes), got "[\\"\\", \\"b\\"]"'],
   ];
   for (const [env, message] of bad) {
@@ -81,6 +83,16 @@ describe('api config: configFromEnv', () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+
+  it('identity provider tokens: the key set, audiences and issuers as lists, the skew and the claims', () => {
+    const c = configFromEnv({ AMBIT_JWKS: 'https://id.example/.well-known/jwks.json', AMBIT_JWKS_REFRESH_S: '60', AMBIT_TOKEN_AUDIENCE: 'ambit, ambit-staging,', AMBIT_TOKEN_ISSUER: 'https://id.example', AMBIT_TOKEN_CLOCK_SKEW_S: '30', AMBIT_TOKEN_SUBJECT_CLAIM: 'uid', AMBIT_TOKEN_SCOPE_CLAIM: 'roles' });
+    assert.deepEqual(
+      [c.jwks, c.jwksRefreshS, c.tokenAudience, c.tokenIssuer, c.tokenClockSkewS, c.tokenSubjectClaim, c.tokenScopeClaim],
+      ['https://id.example/.well-known/jwks.json', 60, ['ambit', 'ambit-staging'], ['https://id.example'], 30, 'uid', 'roles'],
+    );
+    const d = configFromEnv({});
+    assert.deepEqual([d.jwks, d.jwksRefreshS, d.tokenAudience, d.tokenIssuer, d.tokenClockSkewS, d.tokenSubjectClaim, d.tokenScopeClaim], [null, 300, [], [], 0, 'sub', 'scope']);
   });
 
   it('no variables: the defaults; empty values count as unset', () => {

@@ -1,0 +1,185 @@
+/**
+ * Public keys of an identity provider as a JWK Set (RFC 7517), for tokens the gateway did not mint
+ * (auth.ts): read from a file or fetched from a URL, kept by key id, refreshed every `refreshS`
+ * seconds and, at most once per `minRefreshS`, when a token names a key id not held (a provider
+ * that rotates publishes the new key before it signs with it). A refresh that fails keeps the keys
+ * held and says why in `stats()`. Keys are node:crypto KeyObjects, so a token is verified without
+ * a promise on the call's path.
+ */
+import { type KeyObject, createPublicKey } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+
+/** Signature algorithms a key may serve, by key type (RFC 7518 §3, RFC 8037). */
+export const ASYMMETRIC_ALGS: Readonly<Record<string, { kty: 'RSA' | 'EC' | 'OKP'; hash: string | null; pss?: true; crv?: readonly string[] }>> = Object.freeze({
+  RS256: { kty: 'RSA', hash: 'sha256' },
+  RS384: { kty: 'RSA', hash: 'sha384' },
+  RS512: { kty: 'RSA', hash: 'sha512' },
+  PS256: { kty: 'RSA', hash: 'sha256', pss: true },
+  PS384: { kty: 'RSA', hash: 'sha384', pss: true },
+  PS512: { kty: 'RSA', hash: 'sha512', pss: true },
+  ES256: { kty: 'EC', hash: 'sha256', crv: ['P-256'] },
+  ES384: { kty: 'EC', hash: 'sha384', crv: ['P-384'] },
+  ES512: { kty: 'EC', hash: 'sha512', crv: ['P-521'] },
+  EdDSA: { kty: 'OKP', hash: null, crv: ['Ed25519', 'Ed448'] },
+});
+
+/** RSA keys shorter than this are refused (RFC 7518 §3.3). */
+const MIN_RSA_BITS = 2048;
+
+export interface VerifyKey {
+  /** '' when the JWK has no kid. */
+  kid: string;
+  /** The JWK's alg, or null when it does not pin one. */
+  alg: string | null;
+  kty: string;
+  crv: string | null;
+  key: KeyObject;
+}
+
+/** The usable public signature keys of a JWK Set document, and why the others were skipped. */
+export function parseJwks(text: string): { keys: VerifyKey[]; skipped: string[] } {
+  let doc: unknown;
+  try {
+    doc = JSON.parse(text);
+  } catch (err) {
+    throw new Error(`jwks: not JSON: ${(err as Error).message}`);
+  }
+  const list = typeof doc === 'object' && doc !== null ? (doc as { keys?: unknown }).keys : undefined;
+  if (!Array.isArray(list)) throw new Error('jwks: expected an object with a "keys" array');
+  const keys: VerifyKey[] = [];
+  const skipped: string[] = [];
+  list.forEach((jwk: unknown, i) => {
+    const name = `keys[${i}]`;
+    if (typeof jwk !== 'object' || jwk === null) return void skipped.push(`${name}: not an object`);
+    const j = jwk as Record<string, unknown>;
+    const kid = typeof j.kid === 'string' ? j.kid : '';
+    const label = kid === '' ? name : `${name} (kid ${JSON.stringify(kid)})`;
+    if (j.use !== undefined && j.use !== 'sig') return void skipped.push(`${label}: use is ${JSON.stringify(j.use)}, not "sig"`);
+    if (Array.isArray(j.key_ops) && !j.key_ops.includes('verify')) return void skipped.push(`${label}: key_ops lacks "verify"`);
+    if (j.d !== undefined || j.k !== undefined) return void skipped.push(`${label}: a private or symmetric key, not a public one`);
+    if (j.kty !== 'RSA' && j.kty !== 'EC' && j.kty !== 'OKP') return void skipped.push(`${label}: kty ${JSON.stringify(j.kty)} is not RSA, EC or OKP`);
+    const alg = typeof j.alg === 'string' ? j.alg : null;
+    if (alg !== null && ASYMMETRIC_ALGS[alg]?.kty !== j.kty) return void skipped.push(`${label}: alg ${JSON.stringify(alg)} does not go with kty ${j.kty}`);
+    let key: KeyObject;
+    try {
+      key = createPublicKey({ key: j as unknown as import('node:crypto').JsonWebKey, format: 'jwk' });
+    } catch (err) {
+      return void skipped.push(`${label}: ${(err as Error).message}`);
+    }
+    if (j.kty === 'RSA' && (key.asymmetricKeyDetails?.modulusLength ?? 0) < MIN_RSA_BITS) return void skipped.push(`${label}: RSA key of ${key.asymmetricKeyDetails?.modulusLength} bits, fewer than ${MIN_RSA_BITS}`);
+    keys.push({ kid, alg, kty: j.kty, crv: typeof j.crv === 'string' ? j.crv : null, key });
+  });
+  return { keys, skipped };
+}
+
+export interface KeySetOptions {
+  /** Seconds between refreshes (0: never). */
+  refreshS: number;
+  /** Least seconds between refreshes asked for by an unknown key id. */
+  minRefreshS: number;
+  /** A fetch's time limit, ms. */
+  fetchTimeoutMs: number;
+}
+
+export interface KeySetStats {
+  keys: number;
+  refreshes: number;
+  failures: number;
+  /** Why the last refresh failed ('' when it did not), and what the last document skipped. */
+  lastError: string;
+  skipped: string[];
+  /** Whether a refresh is under way now. */
+  refreshing: boolean;
+}
+
+export class KeySet {
+  private byKid = new Map<string, VerifyKey>();
+  private all: VerifyKey[] = [];
+  private timer: ReturnType<typeof setInterval> | null = null;
+  private lastAsked = -Infinity;
+  private inFlight: Promise<void> | null = null;
+  private readonly counts: Omit<KeySetStats, 'refreshing'> = { keys: 0, refreshes: 0, failures: 0, lastError: '', skipped: [] };
+
+  private constructor(
+    /** A file path or an http(s) URL. */
+    readonly source: string,
+    private readonly o: KeySetOptions,
+    private readonly now: () => number,
+  ) {}
+
+  /** Loads the set (which must hold a usable key) and starts its refreshes. */
+  static async load(source: string, options: Partial<KeySetOptions> = {}, now: () => number = () => Date.now() / 1000): Promise<KeySet> {
+    const s = new KeySet(source, { refreshS: 300, minRefreshS: 30, fetchTimeoutMs: 5000, ...options }, now);
+    s.install(await s.read());
+    if (s.all.length === 0) throw new Error(`jwks: ${source} holds no usable key (${s.counts.skipped.join('; ') || 'none listed'})`);
+    if (s.o.refreshS > 0) {
+      s.timer = setInterval(() => void s.refresh(), s.o.refreshS * 1000);
+      s.timer.unref();
+    }
+    return s;
+  }
+
+  private async read(): Promise<{ keys: VerifyKey[]; skipped: string[] }> {
+    if (/^https?:\/\//i.test(this.source)) {
+      const res = await fetch(this.source, { signal: AbortSignal.timeout(this.o.fetchTimeoutMs), headers: { accept: 'application/jwk-set+json, application/json' } });
+      if (!res.ok) throw new Error(`jwks: GET ${this.source}: HTTP ${res.status}`);
+      return parseJwks(await res.text());
+    }
+    return parseJwks(await readFile(this.source, 'utf8'));
+  }
+
+  private install(r: { keys: VerifyKey[]; skipped: string[] }): void {
+    const byKid = new Map<string, VerifyKey>();
+    for (const k of r.keys) if (k.kid !== '') byKid.set(k.kid, k);
+    this.byKid = byKid;
+    this.all = r.keys;
+    this.counts.keys = r.keys.length;
+    this.counts.skipped = r.skipped;
+  }
+
+  /** Reads the set again; a failure (or a set with no usable key) keeps the keys held. */
+  refresh(): Promise<void> {
+    this.inFlight ??= (async () => {
+      try {
+        const r = await this.read();
+        if (r.keys.length === 0) throw new Error(`jwks: ${this.source} holds no usable key now (${r.skipped.join('; ') || 'none listed'})`);
+        this.install(r);
+        this.counts.refreshes++;
+        this.counts.lastError = '';
+      } catch (err) {
+        this.counts.failures++;
+        this.counts.lastError = (err as Error).message;
+      } finally {
+        this.inFlight = null;
+      }
+    })();
+    return this.inFlight;
+  }
+
+  /**
+   * The key a token's header names: by kid, or the only key that can serve `alg` when the token
+   * names none. An unknown kid asks for a refresh (at most once per minRefreshS).
+   */
+  find(kid: string | null, alg: string): VerifyKey | null {
+    if (kid !== null) {
+      const k = this.byKid.get(kid);
+      if (k === undefined && this.now() - this.lastAsked >= this.o.minRefreshS) {
+        this.lastAsked = this.now();
+        void this.refresh();
+      }
+      return k ?? null;
+    }
+    const kty = ASYMMETRIC_ALGS[alg]?.kty;
+    const fits = this.all.filter((k) => k.kty === kty && (k.alg === null || k.alg === alg));
+    return fits.length === 1 ? fits[0] : null;
+  }
+
+  stats(): KeySetStats {
+    return { ...this.counts, skipped: [...this.counts.skipped], refreshing: this.inFlight !== null };
+  }
+
+  close(): void {
+    if (this.timer !== null) clearInterval(this.timer);
+    this.timer = null;
+  }
+}
