@@ -110,7 +110,12 @@ describe('tag batcher', () => {
     assert.deepEqual(sorted(await q), wantOf(5).filter((k, i, a) => i === 0 || a[i - 1] !== k));
     await assert.rejects(b.match(queryOf(w.queries, 6)), /closed/);
     assert.throws(() => new TagBatcher(idx, { maxBatch: 0 }), /maxBatch must be an integer >= 1/);
-    assert.throws(() => new TagBatcher(idx, { timeoutMs: Number.POSITIVE_INFINITY }), /timeoutMs must be a finite number/);
+    assert.throws(() => new TagBatcher(idx, { timeoutMs: Number.POSITIVE_INFINITY }), /timeoutMs must be a number in \[0, 2147483647\]/);
+    assert.throws(() => new TagBatcher(idx, { timeoutMs: 3e9 }), /timeoutMs must be a number in \[0, 2147483647\], got 3000000000/);
+    // An index that answers the wrong number of queries: the batch's queries are rejected, not left waiting.
+    const short = new TagBatcher({ matchAll: () => ({ offsets: Uint32Array.of(0), keys: new Uint32Array(0) }) }, { maxBatch: 2 }, timer);
+    const both = [short.match([1]), short.match([2])];
+    for (const p of both) await assert.rejects(p, /answered 0 queries of 2/);
   });
 
   it('over the GPU index: answers equal the CPU index, batches by size and by timeout', async () => {

@@ -10,6 +10,12 @@ import { TagDictionary, type TagMatches, TagSetIndex, type TagSetsView } from '.
 import { GpuContext } from '../src/engines/gpu/device.js';
 import { GpuTagIndex, signatureInto } from '../src/engines/gpu/tag-index.js';
 import { hostBuild, shared } from '../src/engines/gpu/tag-build.js';
+import { TagWorkerPool } from '../src/engines/gpu/tag-pool.js';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Prng, Zipf, ZipfAlias } from '../src/workload/prng.js';
 import { tagText, tagWorkload } from '../src/workload/tags.js';
 
@@ -214,6 +220,57 @@ describe('tag-set index: GPU', () => {
       }
     }
     await assert.rejects(GpuTagIndex.build(ctx, TagSetIndex.load(w.db, w.keys), { verifyThreads: -1 }), /verifyThreads must be an integer >= 0, got -1/);
+  });
+
+  // (The time limit only turns a process that cannot exit into a failure instead of a hang.)
+  it('verification workers: a task that fails gives its worker back; with every worker gone this thread verifies; an index left undestroyed lets the process exit', { timeout: 180_000 }, async () => {
+    // The pool alone: a task that throws in the worker, twice, then the worker still serves.
+    const empty = new SharedArrayBuffer(0);
+    const pool = await TagWorkerPool.start(1, { kind: 'signatures', from: 0, to: 0 });
+    try {
+      const bad = { kind: 'verify' as const, qOff: Uint32Array.of(0), qTags: new Uint32Array(0), data: Uint32Array.of(0, 0), head: 2, hits: 0, unique: false };
+      await assert.rejects(pool.run(bad), /verify before tables/);
+      await assert.rejects(pool.run(bad), /verify before tables/);
+      assert.equal((await pool.run({ kind: 'tables', setOff: new SharedArrayBuffer(4), setTags: empty, keyOff: new SharedArrayBuffer(4), keyList: empty, keyValues: null, order: empty })).kind, 'done');
+      assert.equal((await pool.run(bad)).kind, 'verified');
+      assert.equal(pool.size, 1);
+    } finally {
+      await pool.close();
+    }
+    // The index: its workers killed, answers still come (from this thread).
+    const w = tagWorkload({ ...DENSE, seed: 31, sets: 3000, hashtags: 500, languages: 2, publishers: 100, users: 1000, queries: 80 });
+    const cpu = TagSetIndex.load(w.db, w.keys);
+    const gpu = await GpuTagIndex.build(ctx, cpu, { maxPartition: 600, leafSize: 128, workgroupSize: 64, batch: 20, verifyThreads: 2 });
+    try {
+      const want = lists(cpu.matchAll(w.queries, false));
+      assert.equal(firstDiff(lists(await gpu.matchAll(w.queries, false)), want), '');
+      assert.equal(gpu.stats().verifyFallbacks, 0);
+      for (const worker of (gpu as unknown as { pool: { workers: { terminate(): Promise<number> }[] } }).pool.workers) await worker.terminate();
+      assert.equal(firstDiff(lists(await gpu.matchAll(w.queries, false)), want), '');
+      assert.equal(gpu.stats().verifyFallbacks, 4, 'the four batches verified here');
+    } finally {
+      gpu.destroy();
+    }
+    // A program that never destroys its index still exits (idle workers are unref'd).
+    const script = `import { GpuContext } from ${JSON.stringify(new URL('../src/engines/gpu/device.js', import.meta.url).href)};
+      import { GpuTagIndex } from ${JSON.stringify(new URL('../src/engines/gpu/tag-index.js', import.meta.url).href)};
+      import { TagSetIndex } from ${JSON.stringify(new URL('../src/engines/tag-index.js', import.meta.url).href)};
+      const ctx = await GpuContext.open({ allowSoftware: true });
+      const cpu = TagSetIndex.load({ offsets: Uint32Array.of(0, 1, 3), tags: Uint32Array.of(1, 1, 2) }, Uint32Array.of(7, 8));
+      const gpu = await GpuTagIndex.build(ctx, cpu, { verifyThreads: 1 });
+      const m = await gpu.matchAll({ offsets: Uint32Array.of(0, 2), tags: Uint32Array.of(1, 2) }, false);
+      console.log([...m.keys].sort().join(','));
+      await ctx.close();`;
+    const dir = mkdtempSync(join(tmpdir(), 'ambit-tags-'));
+    const file = join(dir, 'no-destroy.mjs');
+    writeFileSync(file, script);
+    const child = spawn(process.execPath, [file], { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, EGL_PLATFORM: 'surfaceless' } });
+    let out = '';
+    child.stdout.on('data', (b: Buffer) => (out += b.toString()));
+    const [code] = (await once(child, 'exit')) as [number];
+    rmSync(dir, { recursive: true, force: true });
+    assert.equal(code, 0);
+    assert.equal(out.trim(), '7,8');
   });
 
   it('[X1] a build on worker threads lays the index out as one on the calling thread', async () => {

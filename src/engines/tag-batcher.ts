@@ -21,6 +21,8 @@ export interface BatchTimer {
   clear(handle: unknown): void;
 }
 
+const MAX_TIMEOUT_MS = 2 ** 31 - 1;
+
 export const REAL_TIMER: BatchTimer = {
   set: (fn, ms) => setTimeout(fn, ms),
   clear: (h) => clearTimeout(h as ReturnType<typeof setTimeout>),
@@ -66,7 +68,8 @@ export class TagBatcher {
   ) {
     const o: TagBatcherOptions = { maxBatch: 1024, timeoutMs: 1, unique: false, ...options };
     if (!Number.isSafeInteger(o.maxBatch) || o.maxBatch < 1) throw new RangeError(`tag batcher: maxBatch must be an integer >= 1, got ${o.maxBatch}`);
-    if (!(Number.isFinite(o.timeoutMs) && o.timeoutMs >= 0)) throw new RangeError(`tag batcher: timeoutMs must be a finite number >= 0, got ${o.timeoutMs}`);
+    // Timers take at most 2^31-1 ms (a longer delay fires at once).
+    if (!(Number.isFinite(o.timeoutMs) && o.timeoutMs >= 0 && o.timeoutMs <= MAX_TIMEOUT_MS)) throw new RangeError(`tag batcher: timeoutMs must be a number in [0, ${MAX_TIMEOUT_MS}], got ${o.timeoutMs}`);
     this.o = o;
   }
 
@@ -128,7 +131,14 @@ export class TagBatcher {
         for (const p of pending) p.reject(err);
         return;
       }
-      for (let j = 0; j < pending.length; j++) pending[j].resolve(m.keys.slice(m.offsets[j], m.offsets[j + 1]));
+      try {
+        if (m.offsets.length !== pending.length + 1) throw new Error(`tag batcher: the index answered ${m.offsets.length - 1} queries of ${pending.length}`);
+        for (let j = 0; j < pending.length; j++) pending[j].resolve(m.keys.slice(m.offsets[j], m.offsets[j + 1]));
+      } catch (e) {
+        this.counts.failedBatches++;
+        const err = e instanceof Error ? e : new Error(String(e));
+        for (const p of pending) p.reject(err); // those already resolved stay resolved
+      }
     })();
     this.inFlight.add(run);
     void run.finally(() => this.inFlight.delete(run));

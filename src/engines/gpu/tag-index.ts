@@ -102,6 +102,8 @@ export interface GpuTagIndexStats {
   falseHits: number;
   /** (query, partition) pairs the pre-process made. */
   visits: number;
+  /** Batches verified on the calling thread because no verification worker was left. */
+  verifyFallbacks: number;
   /**
    * Host time in batches (ms): signatures and the batch's input (`prepare`); exact verification
    * and key lookup (`verify`: on the calling thread, or with verifyThreads from sending a batch
@@ -130,6 +132,9 @@ interface Slot {
 export class GpuTagIndex {
   private readonly slots: Slot[] = [];
   private readonly waiting: (() => void)[] = [];
+  /** Batches that may be between their start and their answer (inFlight plus two per verification worker). */
+  private tickets: number;
+  private readonly ticketWaiting: (() => void)[] = [];
   private readonly statsNow: GpuTagIndexStats;
 
   private constructor(
@@ -156,6 +161,7 @@ export class GpuTagIndex {
     private readonly pool: TagWorkerPool | null,
   ) {
     this.statsNow = stats;
+    this.tickets = o.inFlight + 2 * (pool?.size ?? 0);
   }
 
   static async build(ctx: GpuContext, index: TagSetIndex, options: Partial<GpuTagIndexOptions> = {}, progress?: (phase: string, done: number) => void): Promise<GpuTagIndex> {
@@ -256,7 +262,7 @@ export class GpuTagIndex {
     await ctx.queue.onSubmittedWorkDone();
     ms.upload = performance.now() - t0;
     const gpuBytes = 4 * WORDS * m + meta.byteLength;
-    const stats: GpuTagIndexStats = { sets: m, partitions: P, largestPartition: largest, blocks, gpuBytes, buildMs: ms, batches: 0, reruns: 0, cpuBatches: 0, hits: 0, falseHits: 0, visits: 0, batchMs: { prepare: 0, verify: 0, wait: 0 } };
+    const stats: GpuTagIndexStats = { sets: m, partitions: P, largestPartition: largest, blocks, gpuBytes, buildMs: ms, batches: 0, reruns: 0, cpuBatches: 0, hits: 0, falseHits: 0, visits: 0, verifyFallbacks: 0, batchMs: { prepare: 0, verify: 0, wait: 0 } };
     const tables: VerifyTables = { ...index.verifyTables(), order };
     let pool: TagWorkerPool | null = null;
     if (o.verifyThreads > 0) {
@@ -347,7 +353,24 @@ export class GpuTagIndex {
 
   /** Queries [from, to): signatures, the GPU's passes (again with more room if hits overflowed), verification. */
   private async runBatch(queries: TagSetsView, from: number, to: number, unique: boolean): Promise<TagMatches> {
-    // A slot first: no more than inFlight batches are prepared ahead of the GPU, so the host's
+    // A ticket first: batches between their start and their answer are bounded (those whose hits
+    // wait for a verification worker included), so the GPU cannot run far ahead of verification.
+    await this.ticket();
+    try {
+      return await this.runBatchTicketed(queries, from, to, unique);
+    } finally {
+      this.tickets++;
+      this.ticketWaiting.shift()?.();
+    }
+  }
+
+  private async ticket(): Promise<void> {
+    while (this.tickets === 0) await new Promise<void>((resolve) => this.ticketWaiting.push(resolve));
+    this.tickets--;
+  }
+
+  private async runBatchTicketed(queries: TagSetsView, from: number, to: number, unique: boolean): Promise<TagMatches> {
+    // A slot next: no more than inFlight batches are prepared ahead of the GPU, so the host's
     // work on the next batch overlaps the GPU's on those in flight. The slot is given back once
     // the hits are read: verification runs beside the next batches' GPU passes.
     const slot = await this.slot();
@@ -370,18 +393,24 @@ export class GpuTagIndex {
     if (!('data' in pass)) return pass;
     const v0 = performance.now();
     const qOff = queries.offsets.subarray(from, to + 1);
-    let r: TagMatches & { falseHits: number };
-    if (this.pool === null) {
-      r = verifyHits(this.tables, qOff, queries.tags, pass.data, OUT_HEAD, pass.hits, unique);
-    } else {
-      // The batch's queries, rebased, and its hits go to a worker (the hits moved, not copied).
+    let r: (TagMatches & { falseHits: number }) | null = null;
+    if (this.pool !== null && this.pool.size === 0) this.statsNow.verifyFallbacks++;
+    else if (this.pool !== null) {
+      // The batch's queries, rebased, and its hits (copied: should the worker die, this thread
+      // verifies them) go to a worker.
       const base = qOff[0];
       const rebased = qOff.map((o) => o - base);
       const qTags = queries.tags.slice(base, qOff[nq]);
-      const reply = await this.pool.run({ kind: 'verify', qOff: rebased, qTags, data: pass.data, head: OUT_HEAD, hits: pass.hits, unique }, [pass.data.buffer as ArrayBuffer]);
-      if (reply.kind !== 'verified') throw new Error(`tag index: a verification worker answered ${reply.kind}`);
-      r = reply;
+      try {
+        const reply = await this.pool.run({ kind: 'verify', qOff: rebased, qTags, data: pass.data, head: OUT_HEAD, hits: pass.hits, unique });
+        if (reply.kind === 'verified') r = reply;
+      } catch (err) {
+        if (this.pool.size > 0) throw err; // the task failed, not the pool
+        this.statsNow.verifyFallbacks++;
+      }
     }
+    // No worker (or none left): the calling thread verifies.
+    r ??= verifyHits(this.tables, qOff, queries.tags, pass.data, OUT_HEAD, pass.hits, unique);
     this.statsNow.falseHits += r.falseHits;
     this.statsNow.batchMs.verify += performance.now() - v0;
     return { offsets: r.offsets, keys: r.keys };

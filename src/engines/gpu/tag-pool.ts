@@ -20,12 +20,23 @@ export type TagReply =
   | { kind: 'verified'; offsets: Uint32Array; keys: Uint32Array; falseHits: number }
   | { kind: 'error'; message: string };
 
+/** A task's failure inside a worker (the worker itself goes on). */
+class TaskError extends Error {}
+
 export class TagWorkerPool {
   private readonly idle: Worker[] = [];
+  private readonly live = new Set<Worker>();
   private readonly queue: { task: TagTask; transfer: ArrayBuffer[]; resolve: (r: TagReply) => void; reject: (e: Error) => void }[] = [];
   private closed = false;
 
   private constructor(private readonly workers: Worker[]) {
+    for (const w of workers) {
+      this.live.add(w);
+      // A worker that dies (even idle) leaves the pool; with none left, what waits is refused.
+      w.on('error', () => {});
+      w.once('exit', () => this.lost(w));
+      w.unref(); // an idle pool does not keep the process alive; a busy worker is ref'd
+    }
     this.idle.push(...workers);
   }
 
@@ -42,16 +53,25 @@ export class TagWorkerPool {
     return pool;
   }
 
+  /** Workers alive. */
   get size(): number {
-    return this.workers.length;
+    return this.live.size;
+  }
+
+  private lost(w: Worker): void {
+    this.live.delete(w);
+    const i = this.idle.indexOf(w);
+    if (i >= 0) this.idle.splice(i, 1);
+    if (this.live.size === 0) for (const q of this.queue.splice(0)) q.reject(new Error('tag index worker pool: no worker left'));
   }
 
   private send(w: Worker, task: TagTask, transfer: ArrayBuffer[]): Promise<TagReply> {
-    return new Promise((resolve, reject) => {
+    w.ref();
+    return new Promise<TagReply>((resolve, reject) => {
       const onMessage = (r: TagReply): void => {
         w.off('error', onError);
         w.off('exit', onExit);
-        if (r.kind === 'error') reject(new Error(`tag index worker: ${r.message}`));
+        if (r.kind === 'error') reject(new TaskError(`tag index worker: ${r.message}`));
         else resolve(r);
       };
       const onError = (e: Error): void => {
@@ -68,12 +88,13 @@ export class TagWorkerPool {
       w.once('error', onError);
       w.once('exit', onExit);
       w.postMessage(task, transfer);
-    });
+    }).finally(() => w.unref());
   }
 
   /** Runs `task` on the next free worker; `transfer` moves those buffers to it. */
   run(task: TagTask, transfer: ArrayBuffer[] = []): Promise<TagReply> {
     if (this.closed) return Promise.reject(new Error('tag index worker pool: closed'));
+    if (this.live.size === 0) return Promise.reject(new Error('tag index worker pool: no worker left'));
     return new Promise((resolve, reject) => {
       this.queue.push({ task, transfer, resolve, reject });
       this.pump();
@@ -91,7 +112,13 @@ export class TagWorkerPool {
           this.pump();
         },
         (e: Error) => {
-          // A worker that failed is not trusted again: its task's caller hears why.
+          // A task that failed inside a healthy worker gives the worker back; one that broke the
+          // worker (an error event, an exit) does not, and the worker is terminated.
+          if (e instanceof TaskError) this.idle.push(w);
+          else if (this.live.has(w)) {
+            this.lost(w);
+            void w.terminate();
+          }
           reject(e);
           this.pump();
         },
