@@ -16,7 +16,7 @@
  * middle of a message. As with grpc-js, the stream's session ends with the status the transport
  * sends (a deadline, the size limit), not when the client gets round to closing its side.
  */
-import type { IncomingHttpHeaders, OutgoingHttpHeaders, ServerHttp2Stream } from 'node:http2';
+import { type IncomingHttpHeaders, type OutgoingHttpHeaders, type ServerHttp2Stream, constants as http2constants } from 'node:http2';
 import { EventEmitter } from 'node:events';
 import { gunzipSync, inflateSync } from 'node:zlib';
 import * as grpc from '@grpc/grpc-js';
@@ -395,6 +395,9 @@ export function refuseRepeatedCredentials(stream: ServerHttp2Stream, rawHeaders:
     stream.once('error', DROP);
     const message = `more than one ${name} header: a request carries one credential`;
     stream.respond({ ':status': 200, 'content-type': 'application/grpc+proto', 'grpc-status': String(grpc.status.UNAUTHENTICATED), 'grpc-message': encodeURIComponent(message) }, { endStream: true });
+    // A complete answer before the request is read: the client is told to stop sending without
+    // error (RST_STREAM NO_ERROR, RFC 9113 §8.1).
+    stream.close(http2constants.NGHTTP2_NO_ERROR);
     return true;
   }
   return false;
