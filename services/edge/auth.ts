@@ -30,7 +30,7 @@ export const KNOWN_SCOPES: ReadonlySet<string> = new Set<string>(Object.values(S
 export interface Principal {
   subject: string;
   scopes: ReadonlySet<string>;
-  /** Seconds since the epoch. */
+  /** When the token stops being taken: seconds since the epoch, whole (a provider token's exp plus the allowed skew). */
   expiresAt: number;
   /** When it was issued (seconds since the epoch; 0 when the token does not say). */
   issuedAt: number;
@@ -147,8 +147,6 @@ export const DEFAULT_TOKEN_POLICY: Readonly<TokenPolicy> = Object.freeze({ keys:
 /** The claims of the gateway's own tokens (no audience or issuer: the secret vouches for them). */
 const OWN_TOKENS: Readonly<TokenPolicy> = DEFAULT_TOKEN_POLICY;
 
-const ARRAY_SCOPES = new WeakMap<readonly unknown[], ReadonlySet<string>>();
-
 export class TokenAuthority {
   private readonly key: Buffer;
   private readonly policy: TokenPolicy;
@@ -192,13 +190,6 @@ export class TokenAuthority {
     const parts = token.split('.');
     if (parts.length !== 3) throw new AuthError('UNAUTHENTICATED', 'token is malformed (expected header.payload.signature)');
     const [h, p, sig] = parts;
-    const hs = h === HEADER || this.policy.keys === null;
-    if (hs) {
-      // The gateway's own tokens (and, without a key set, every token): HMAC first, then parse.
-      const want = Buffer.from(this.sign(`${h}.${p}`));
-      const got = Buffer.from(sig);
-      if (got.length !== want.length || !timingSafeEqual(got, want)) throw new AuthError('UNAUTHENTICATED', 'token signature is invalid');
-    }
     let header: unknown;
     let claims: unknown;
     try {
@@ -208,25 +199,36 @@ export class TokenAuthority {
       throw new AuthError('UNAUTHENTICATED', 'token is malformed (not JSON)');
     }
     if (!isRecord(header)) throw new AuthError('UNAUTHENTICATED', 'token header is malformed');
-    if (hs) {
-      if (header.alg !== 'HS256') throw new AuthError('UNAUTHENTICATED', 'token algorithm must be HS256');
+    // HS256: the gateway's own tokens (however their header is written), checked by the secret
+    // alone, so no public key can reach this path. Anything else: a key of the key set.
+    const own = header.alg === 'HS256';
+    if (own) {
+      const want = Buffer.from(this.sign(`${h}.${p}`));
+      const got = Buffer.from(sig);
+      if (got.length !== want.length || !timingSafeEqual(got, want)) throw new AuthError('UNAUTHENTICATED', 'token signature is invalid');
+    } else if (this.policy.keys === null) {
+      throw new AuthError('UNAUTHENTICATED', 'token algorithm must be HS256');
     } else {
       this.verifySigned(header, `${h}.${p}`, sig);
     }
     if (!isRecord(claims)) throw new AuthError('UNAUTHENTICATED', 'token claims are malformed');
     // The gateway's own tokens carry sub and scope; the provider's, the configured claims, and
     // only theirs are held to the audience and issuer.
-    const pol = hs ? OWN_TOKENS : this.policy;
+    const pol = own ? OWN_TOKENS : this.policy;
     const subject = claims[pol.subjectClaim];
     const scope = claims[pol.scopeClaim];
     if (typeof subject !== 'string' || subject === '' || Buffer.byteLength(subject) > 128) throw new AuthError('UNAUTHENTICATED', `token claims are malformed (${pol.subjectClaim} must be 1 to 128 UTF-8 bytes)`);
-    if (typeof claims.exp !== 'number' || !(typeof scope === 'string' || (Array.isArray(scope) && scope.every((x) => typeof x === 'string')))) {
-      throw new AuthError('UNAUTHENTICATED', `token claims are malformed (need ${pol.subjectClaim}, ${pol.scopeClaim}, exp)`);
+    const exp = claims.exp;
+    if (!isTime(exp) || !(typeof scope === 'string' || (Array.isArray(scope) && scope.every((x) => typeof x === 'string')))) {
+      throw new AuthError('UNAUTHENTICATED', `token claims are malformed (need ${pol.subjectClaim}, ${pol.scopeClaim}, exp a time in seconds)`);
     }
     const now = this.now();
-    const skew = this.policy.clockSkewS;
-    if (claims.exp + skew <= now) throw new AuthError('UNAUTHENTICATED', 'token has expired');
-    if (claims.nbf !== undefined && (typeof claims.nbf !== 'number' || claims.nbf - skew > now)) throw new AuthError('UNAUTHENTICATED', 'token is not valid yet (nbf)');
+    // The skew is the provider's clocks' slack; the gateway's own tokens are timed by its own clock.
+    const skew = own ? 0 : this.policy.clockSkewS;
+    // Effective expiry, a whole second: what the streams' expiry clock and revocations keep to.
+    const expiresAt = Math.floor(exp + skew);
+    if (expiresAt <= now) throw new AuthError('UNAUTHENTICATED', 'token has expired');
+    if (claims.nbf !== undefined && (!isTime(claims.nbf) || claims.nbf - skew > now)) throw new AuthError('UNAUTHENTICATED', 'token is not valid yet (nbf)');
     if (pol.audience.length > 0) {
       const aud = claims.aud;
       const auds = typeof aud === 'string' ? [aud] : Array.isArray(aud) ? aud : [];
@@ -235,9 +237,9 @@ export class TokenAuthority {
     if (pol.issuer.length > 0 && !(typeof claims.iss === 'string' && pol.issuer.includes(claims.iss))) throw new AuthError('UNAUTHENTICATED', `token issuer must be one of ${pol.issuer.join(', ')}`);
     const principal: Principal = {
       subject,
-      scopes: typeof scope === 'string' ? scopeSet(scope) : arrayScopes(scope as string[]),
-      expiresAt: claims.exp,
-      issuedAt: typeof claims.iat === 'number' ? claims.iat : 0,
+      scopes: typeof scope === 'string' ? scopeSet(scope) : new Set(scope as string[]),
+      expiresAt,
+      issuedAt: isTime(claims.iat) ? Math.floor(claims.iat) : 0,
       tokenId: typeof claims.jti === 'string' ? claims.jti : '',
     };
     if (checkRevoked && this.revoked !== null && this.revoked.revoked(principal, now)) throw new AuthError('UNAUTHENTICATED', 'token was revoked');
@@ -264,11 +266,9 @@ export class TokenAuthority {
   }
 }
 
-/** Scope sets of array claims (an identity provider's tokens), kept per array for the token's life. */
-function arrayScopes(a: readonly string[]): ReadonlySet<string> {
-  let set = ARRAY_SCOPES.get(a);
-  if (set === undefined) ARRAY_SCOPES.set(a, (set = new Set(a)));
-  return set;
+/** A time claim: seconds since the epoch, finite and within what a Date can hold. */
+function isTime(v: unknown): v is number {
+  return typeof v === 'number' && Number.isFinite(v) && v >= 0 && v <= 8.64e12;
 }
 
 /** PERMISSION_DENIED unless the principal holds `scope`. */

@@ -284,8 +284,10 @@ export class Gateway implements SessionHost {
    * found: see takeOverStreams).
    */
   takeOverDeviceStreams(server: grpc.Server): boolean {
-    if (this.opts.deviceStreams !== 'http2') return false;
-    return takeOverStreams(server, new Map([[CONNECT_PATH, (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => this.connectH2(stream, headers)]]));
+    // The stream router goes in either way: it refuses repeated credentials on every path.
+    const routes = this.opts.deviceStreams === 'http2' ? new Map([[CONNECT_PATH, (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => this.connectH2(stream, headers)]]) : new Map();
+    const routed = takeOverStreams(server, routes);
+    return routed && this.opts.deviceStreams === 'http2';
   }
 
   get connectedDevices(): number {

@@ -23,6 +23,9 @@ export const ASYMMETRIC_ALGS: Readonly<Record<string, { kty: 'RSA' | 'EC' | 'OKP
   EdDSA: { kty: 'OKP', hash: null, crv: ['Ed25519', 'Ed448'] },
 });
 
+/** A key set document larger than this is refused (a provider's holds a few keys). */
+const MAX_JWKS_BYTES = 1 << 20;
+
 /** RSA keys shorter than this are refused (RFC 7518 §3.3). */
 const MIN_RSA_BITS = 2048;
 
@@ -123,7 +126,9 @@ export class KeySet {
     if (/^https?:\/\//i.test(this.source)) {
       const res = await fetch(this.source, { signal: AbortSignal.timeout(this.o.fetchTimeoutMs), headers: { accept: 'application/jwk-set+json, application/json' } });
       if (!res.ok) throw new Error(`jwks: GET ${this.source}: HTTP ${res.status}`);
-      return parseJwks(await res.text());
+      const body = await res.arrayBuffer();
+      if (body.byteLength > MAX_JWKS_BYTES) throw new Error(`jwks: GET ${this.source}: ${body.byteLength} bytes, more than ${MAX_JWKS_BYTES}`);
+      return parseJwks(Buffer.from(body).toString('utf8'));
     }
     return parseJwks(await readFile(this.source, 'utf8'));
   }

@@ -270,6 +270,12 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
   c.tokenClockSkewS = int('AMBIT_TOKEN_CLOCK_SKEW_S', 0, 3600) ?? c.tokenClockSkewS;
   c.tokenSubjectClaim = str('AMBIT_TOKEN_SUBJECT_CLAIM') ?? c.tokenSubjectClaim;
   c.tokenScopeClaim = str('AMBIT_TOKEN_SCOPE_CLAIM') ?? c.tokenScopeClaim;
+  if (c.jwks === null) {
+    // These shape only an identity provider's tokens: set without one, they would do nothing.
+    for (const name of ['AMBIT_JWKS_REFRESH_S', 'AMBIT_TOKEN_AUDIENCE', 'AMBIT_TOKEN_ISSUER', 'AMBIT_TOKEN_CLOCK_SKEW_S', 'AMBIT_TOKEN_SUBJECT_CLAIM', 'AMBIT_TOKEN_SCOPE_CLAIM']) {
+      if (str(name) !== undefined) throw new Error(`config: ${name} is for an identity provider's tokens (AMBIT_JWKS)`);
+    }
+  }
   c.dev = flag('AMBIT_DEV') ?? false;
   c.directWrites = flag('AMBIT_DIRECT_WRITES') ?? c.directWrites;
   const streams = str('AMBIT_DEVICE_STREAMS');
@@ -342,6 +348,13 @@ function readPem(name: string, path: string): Buffer {
 
 /** Checks a whole config (also one built in code, e.g. by tests). */
 export function checkConfig(c: ServerConfig): void {
+  if (c.jwks !== null) {
+    // A provider's keys may sign for others too (shared key sets): its tokens must name this deployment's issuer.
+    if (c.tokenIssuer.length === 0) throw new Error("config: AMBIT_JWKS needs AMBIT_TOKEN_ISSUER (the issuer its tokens must name; keys can be shared across a provider's customers)");
+    if (!/^https:\/\//i.test(c.jwks) && /^[a-z]+:\/\//i.test(c.jwks) && !/^http:\/\/(127\.0\.0\.1|localhost|\[::1\])(:\d+)?\//i.test(c.jwks)) {
+      throw new Error(`config: AMBIT_JWKS must be a file path or an https:// URL (http:// only on this host), got ${JSON.stringify(c.jwks)}`);
+    }
+  }
   if (c.hubInParent && (c.role !== 'gateway' || c.redisUrl !== null)) throw new Error('config: AMBIT_HUB=parent is for a gateway process without REDIS_URL');
   if (c.role !== 'all' && c.redisUrl === null && !c.hubInParent) throw new Error(`config: role ${c.role} needs REDIS_URL (only role all runs without Redis)`);
   if (c.tokenSecret === null && !c.dev && c.role !== 'matcher') throw new Error('config: AMBIT_TOKEN_SECRET is required (at least 32 bytes), or AMBIT_DEV=1 for a made-up one');

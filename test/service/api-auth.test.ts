@@ -155,6 +155,15 @@ describe('api auth', () => {
     // The same request with one header is taken (so the refusal above is the repeated header's).
     assert.equal(await curlCall(srv.target, '/ambit.v1.PublisherService/Publish', publish, [pub]), '0');
     baseline = await snapshot();
+    // With device streams left to grpc-js too.
+    const other = await startTestServer({ tokenSecret: SECRET, dev: false, deviceStreams: 'grpc-js' });
+    try {
+      const opsOther = `Bearer ${other.token('ops', ['ops'])}`;
+      assert.equal(await curlCall(other.target, '/ambit.v1.OpsService/GetStats', null, [opsOther, opsOther]), String(Status.UNAUTHENTICATED), 'grpc-js device streams');
+      assert.equal(await curlCall(other.target, '/ambit.v1.OpsService/GetStats', new Uint8Array(0), [opsOther]), '0');
+    } finally {
+      await other.stop();
+    }
   });
 
   it('no token, a malformed header or token, a forged signature, another secret, an expired token: UNAUTHENTICATED', async () => {

@@ -61,6 +61,8 @@ describe('api config: configFromEnv', () => {
     [{ AMBIT_PARTITIONS: '-1' }, 'config: AMBIT_PARTITIONS must be an integer in [0, 64], got "-1"'],
     [{ AMBIT_TOKEN_CLOCK_SKEW_S: '3601' }, 'config: AMBIT_TOKEN_CLOCK_SKEW_S must be an integer in [0, 3600], got "3601"'],
     [{ AMBIT_JWKS_REFRESH_S: '-1' }, 'config: AMBIT_JWKS_REFRESH_S must be an integer in [0, 86400], got "-1"'],
+    [{ AMBIT_TOKEN_AUDIENCE: 'ambit' }, "config: AMBIT_TOKEN_AUDIENCE is for an identity provider's tokens (AMBIT_JWKS)"],
+    [{ AMBIT_TOKEN_CLOCK_SKEW_S: '30' }, "config: AMBIT_TOKEN_CLOCK_SKEW_S is for an identity provider's tokens (AMBIT_JWKS)"],
     [{ AMBIT_HUB_SHARDS: '["", "b"]' }, 'config: AMBIT_HUB_SHARDS must be a JSON array of socket paths (set by a node for its gateway processes), got "[\\"\\", \\"b\\"]"'],
   ];
   for (const [env, message] of bad) {
@@ -91,6 +93,12 @@ describe('api config: configFromEnv', () => {
       [c.jwks, c.jwksRefreshS, c.tokenAudience, c.tokenIssuer, c.tokenClockSkewS, c.tokenSubjectClaim, c.tokenScopeClaim],
       ['https://id.example/.well-known/jwks.json', 60, ['ambit', 'ambit-staging'], ['https://id.example'], 30, 'uid', 'roles'],
     );
+    assert.equal(configFromEnv({ AMBIT_JWKS: 'http://127.0.0.1:8080/jwks.json', AMBIT_TOKEN_ISSUER: 'local' }).jwks, 'http://127.0.0.1:8080/jwks.json');
+    // A whole config's checks (startServer's): an issuer is required, and keys come over https (or from this host).
+    const base = { ...DEFAULT_CONFIG, tokenSecret: 's'.repeat(32) };
+    assert.throws(() => checkConfig({ ...base, jwks: '/etc/ambit/jwks.json' }), { message: "config: AMBIT_JWKS needs AMBIT_TOKEN_ISSUER (the issuer its tokens must name; keys can be shared across a provider's customers)" });
+    assert.throws(() => checkConfig({ ...base, jwks: 'http://id.example/jwks.json', tokenIssuer: ['https://id.example'] }), { message: 'config: AMBIT_JWKS must be a file path or an https:// URL (http:// only on this host), got "http://id.example/jwks.json"' });
+    for (const jwks of ['/etc/ambit/jwks.json', 'https://id.example/jwks.json', 'http://localhost:9000/k']) checkConfig({ ...base, jwks, tokenIssuer: ['i'] });
     const d = configFromEnv({});
     assert.deepEqual([d.jwks, d.jwksRefreshS, d.tokenAudience, d.tokenIssuer, d.tokenClockSkewS, d.tokenSubjectClaim, d.tokenScopeClaim], [null, 300, [], [], 0, 'sub', 'scope']);
   });

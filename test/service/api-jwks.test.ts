@@ -125,6 +125,25 @@ describe('identity provider tokens', () => {
     now = later;
   });
 
+  it('the gateway\'s own HS256 tokens however their header is written; their times without the skew; effective expiry in whole seconds', () => {
+    const hs = (header: Record<string, unknown>, c: Record<string, unknown>): string => {
+      const data = `${b64(header)}.${b64(c)}`;
+      return `${data}.${createHmac('sha256', SECRET).update(data).digest('base64url')}`;
+    };
+    // What other JWT libraries write with the secret: {"alg":"HS256"}, another key order, a kid.
+    for (const header of [{ alg: 'HS256' }, { typ: 'JWT', alg: 'HS256' }, { alg: 'HS256', kid: 'k1' }]) assert.equal(auth.verify(hs(header, { sub: 'app', scope: 'publish', exp: NOW + 60 })).subject, 'app', JSON.stringify(header));
+    // The skew is for the provider's clocks: the gateway's own token is expired at its exp.
+    refused(hs({ alg: 'HS256' }, { sub: 'app', scope: 'publish', exp: NOW - 10 }), /expired/);
+    // A provider token's effective expiry (what streams and revocations keep to) includes the skew.
+    assert.equal(auth.verify(tokenOf(EC256, { exp: NOW + 100.7 })).expiresAt, NOW + 130);
+    assert.equal(auth.verify(tokenOf(EC256, { exp: NOW - 10 })).expiresAt, NOW + 20);
+    // Times that are not times: refused, not carried on.
+    const huge = jwt('ES256', EC256.priv, { kid: EC256.kid }, claims()).split('.');
+    const payload = Buffer.from(JSON.stringify(claims()).replace(/"exp":\d+/, '"exp":1e309')).toString('base64url');
+    const data = `${huge[0]}.${payload}`;
+    refused(`${data}.${sign('sha256', Buffer.from(data), { key: EC256.priv, dsaEncoding: 'ieee-p1363' }).toString('base64url')}`, /exp a time in seconds/);
+  });
+
   it('subject and scopes from configured claims (an array of scopes too)', () => {
     const custom = new TokenAuthority(SECRET, () => now, { keys, subjectClaim: 'uid', scopeClaim: 'roles' });
     const p = custom.verify(tokenOf(ED, { uid: 'phone-42', roles: ['device', 'publish'] }));
@@ -211,7 +230,7 @@ describe('identity provider tokens on real calls', () => {
   };
 
   before(async () => {
-    srv = await startTestServer({ tokenSecret: SECRET, dev: false, jwks: file, jwksRefreshS: 0, tokenAudience: ['ambit'], tokenSubjectClaim: 'uid', tokenScopeClaim: 'roles' });
+    srv = await startTestServer({ tokenSecret: SECRET, dev: false, jwks: file, jwksRefreshS: 0, tokenAudience: ['ambit'], tokenIssuer: ['https://id.example'], tokenSubjectClaim: 'uid', tokenScopeClaim: 'roles' });
   });
   after(async () => {
     assert.deepEqual(srv.unexpectedErrors(), []);
