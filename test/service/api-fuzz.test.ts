@@ -1,6 +1,6 @@
 /**
  * A bounded fuzz run over every request the device and publisher services take, and the ops
- * reads: valid messages mutated (bytes flipped, inserted, cut, fields repeated, lengths made to
+ * reads, and the authorization value: valid messages and tokens mutated (bytes flipped, inserted, cut, fields repeated, lengths made to
  * lie, strings made huge) and random bytes, sent raw over real gRPC calls and device streams.
  * Every answer must be a status a client can act on (never INTERNAL or UNKNOWN), a refused
  * request must change nothing, and the server must log no error and keep serving. Seeded:
@@ -14,7 +14,7 @@ import { ConnectRequestSchema, UpdateLocationRequestSchema, UpdateLocationsReque
 import { GetDeviceSubscriptionsRequestSchema, GetStatsRequestSchema, ListDevicesRequestSchema } from '../../api/gen/ambit/v1/ops_pb.js';
 import { BulkPublishRequestSchema, PublishRequestSchema } from '../../api/gen/ambit/v1/publisher_pb.js';
 import { Op } from '../../api/gen/ambit/v1/types_pb.js';
-import { type Clients, DeviceStream, type Init, Status, type TestServer, rawClientStream, rawConnect, rawUnary, startTestServer, unary } from '../support/grpc.js';
+import { type Clients, DeviceStream, type Init, Status, type TestServer, meta, rawClientStream, rawConnect, rawUnary, startTestServer, unary } from '../support/grpc.js';
 import { Rng } from '../support/rng.js';
 
 const SEED = Number(process.env.AMBIT_FUZZ_SEED ?? 20261127);
@@ -146,10 +146,13 @@ describe('api fuzz: mutated and random requests', () => {
         const frames = Array.from({ length: 1 + rng.int(3) }, () => (rng.chance(0.5) ? seed : mutate(rng, seed)));
         let code = Status.OK;
         let refusedAt = -1;
+        let applied = -1;
         await rawClientStream(clients, path, frames, md()).catch((err: unknown) => {
           code = statusOf(err);
-          const at = (err as { metadata?: grpc.Metadata }).metadata?.get('ambit-message')[0];
+          const m = (err as { metadata?: grpc.Metadata }).metadata;
+          const at = m?.get('ambit-message')[0];
           refusedAt = at === undefined ? -1 : Number(at);
+          applied = Number(m?.get('ambit-applied')[0] ?? -1);
         });
         const what = `${path} round ${r}`;
         if (code !== Status.OK) assert.ok(refusedAt >= 0 && refusedAt < frames.length, `${what}: the refused message is named (${refusedAt})`);
@@ -157,9 +160,45 @@ describe('api fuzz: mutated and random requests', () => {
         if (code === Status.OK || refusedAt === 0) await judge(what, code);
         else {
           assert.ok(ACCEPTABLE.has(code), `${what}: status ${Status[code] ?? code}`);
+          const before = state as bigint[];
           state = await snapshot();
+          // What the status says was applied is what the stats saw. (For updates: events repeat
+          // their ids round after round, and a duplicate is taken but not published again.)
+          if (path.endsWith('UpdateLocations')) assert.equal(BigInt(applied), (state as bigint[])[5] - before[5], `${what}: ambit-applied`);
+          else assert.ok(applied >= 0, `${what}: ambit-applied ${applied}`);
         }
       }
+    }
+  });
+
+  it(`authorization values: mutated tokens (seed ${SEED + 3})`, async () => {
+    const rng = new Rng(SEED + 3);
+    const good = srv.token('ops-f', ['ops']);
+    const printable = (): string => String.fromCharCode(0x21 + rng.int(94));
+    for (let r = 0; r < ROUNDS; r++) {
+      let t = good;
+      switch (rng.int(6)) {
+        case 0: // a character changed
+          { const i = rng.int(t.length); t = t.slice(0, i) + printable() + t.slice(i + 1); }
+          break;
+        case 1: // cut
+          t = t.slice(0, rng.int(t.length));
+          break;
+        case 2: // a part dropped or doubled
+          { const parts = t.split('.'); parts.splice(rng.int(parts.length), rng.chance(0.5) ? 1 : 0, ...(rng.chance(0.5) ? [] : [parts[rng.int(parts.length)]])); t = parts.join('.'); }
+          break;
+        case 3: // a part replaced by random base64url JSON
+          { const parts = t.split('.'); parts[rng.int(3)] = Buffer.from(JSON.stringify({ alg: rng.pick(['HS256', 'RS256', 'none', 'ES256', 'EdDSA', 7, null]), exp: rng.pick([1e309, -1, 'x', 4e9, null]), sub: rng.pick(['', 'a', 5, null]), scope: rng.pick(['ops', ['ops'], 3]) })).toString('base64url'); t = parts.join('.'); }
+          break;
+        case 4: // huge
+          t = t + 'A'.repeat(rng.int(10_000));
+          break;
+        default: // random printable text
+          t = Array.from({ length: rng.int(200) }, printable).join('');
+      }
+      let code = Status.OK;
+      await unary(clients.ops, 'getStats', {}, meta(t)).catch((err: unknown) => (code = statusOf(err)));
+      assert.ok(code === Status.OK || code === Status.UNAUTHENTICATED || code === Status.PERMISSION_DENIED, `token round ${r}: status ${Status[code] ?? code}`);
     }
   });
 
