@@ -1,10 +1,10 @@
 /**
- * A bounded fuzz run over every request the device and publisher services take, and the ops
- * reads, and the authorization value: valid messages and tokens mutated (bytes flipped, inserted, cut, fields repeated, lengths made to
- * lie, strings made huge) and random bytes, sent raw over real gRPC calls and device streams.
- * Every answer must be a status a client can act on (never INTERNAL or UNKNOWN), a refused
- * request must change nothing, and the server must log no error and keep serving. Seeded:
- * AMBIT_FUZZ_SEED=N and AMBIT_FUZZ_ROUNDS=N repeat or widen a run.
+ * A bounded fuzz run over every request the device and publisher services take, the ops reads and
+ * the authorization value: valid messages and tokens mutated (bytes flipped, inserted, cut, fields
+ * repeated, lengths made to lie, strings made huge) and random bytes, sent raw over real gRPC calls
+ * and device streams. Every answer must be a status a client can act on (never INTERNAL or
+ * UNKNOWN), a refused request must change nothing, and the server must log no error and keep
+ * serving. Seeded: AMBIT_FUZZ_SEED=N and AMBIT_FUZZ_ROUNDS=N repeat or widen a run.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
