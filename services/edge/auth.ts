@@ -113,7 +113,8 @@ export interface IssueOptions {
 }
 
 const HEADER = b64url(Buffer.from(JSON.stringify({ alg: 'HS256', typ: 'JWT' })));
-const MAX_TOKEN_CHARS = 4096;
+/** Longest token taken: room for a provider's access tokens with group claims and RSA-4096 signatures. */
+const MAX_TOKEN_CHARS = 12_288;
 
 /**
  * A new token id: 16 base64url characters, never beginning with '-', so that it can be given to a
@@ -186,7 +187,7 @@ export class TokenAuthority {
    * key set; the algorithm decides which, and a key serves only the algorithms of its type.
    */
   verify(token: string, checkRevoked = true): Principal {
-    if (typeof token !== 'string' || token.length > MAX_TOKEN_CHARS) throw new AuthError('UNAUTHENTICATED', 'token is malformed');
+    if (typeof token !== 'string' || token.length > MAX_TOKEN_CHARS) throw new AuthError('UNAUTHENTICATED', `token is malformed (more than ${MAX_TOKEN_CHARS} characters)`);
     const parts = token.split('.');
     if (parts.length !== 3) throw new AuthError('UNAUTHENTICATED', 'token is malformed (expected header.payload.signature)');
     const [h, p, sig] = parts;
@@ -199,6 +200,8 @@ export class TokenAuthority {
       throw new AuthError('UNAUTHENTICATED', 'token is malformed (not JSON)');
     }
     if (!isRecord(header)) throw new AuthError('UNAUTHENTICATED', 'token header is malformed');
+    // Critical extensions must be understood (RFC 7515 §4.1.11): none are.
+    if (header.crit !== undefined) throw new AuthError('UNAUTHENTICATED', 'token header names critical extensions (crit), which this gateway does not understand');
     // HS256: the gateway's own tokens (however their header is written), checked by the secret
     // alone, so no public key can reach this path. Anything else: a key of the key set.
     const own = header.alg === 'HS256';

@@ -93,6 +93,10 @@ describe('identity provider tokens', () => {
     refused(jwt('RS256', EC256.priv, { kid: EC256.kid }, claims()), /RS256 does not go with its key \(EC P-256/);
     refused(jwt('ES384', EC256.priv, { kid: EC256.kid }, claims()), /ES384 does not go with its key/);
     refused(jwt('PS256', RSA.priv, { kid: RSA.kid }, claims()), /PS256 does not go with its key \(RSA, RS256\)/);
+    refused(jwt('RS256', RSA.priv, { kid: RSA.kid, crit: ['exp'] }, claims()), /critical extensions/);
+    // A provider's large access token (many group claims) is taken; past 12,288 characters, not.
+    assert.equal(auth.verify(tokenOf(RSA, { groups: Array.from({ length: 180 }, (_, i) => `group-${i}-0123456789abcdef`) })).subject, 'dev-j');
+    refused(tokenOf(RSA, { groups: Array.from({ length: 400 }, (_, i) => `group-${i}-0123456789abcdef`) }), /more than 12288 characters/);
     refused(jwt('RS256', RSA.priv, { kid: 'nobody' }, claims()), /key id "nobody" is not among/);
     // One key that can serve the algorithm: a token without a kid finds it; two: refused.
     assert.equal(auth.verify(jwt('EdDSA', ED.priv, {}, claims())).subject, 'dev-j');
