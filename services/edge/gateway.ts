@@ -285,9 +285,9 @@ export class Gateway implements SessionHost {
    */
   takeOverDeviceStreams(server: grpc.Server): boolean {
     // The stream router goes in either way: it refuses repeated credentials on every path.
-    const routes = this.opts.deviceStreams === 'http2' ? new Map([[CONNECT_PATH, (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => this.connectH2(stream, headers)]]) : new Map();
-    const routed = takeOverStreams(server, routes);
-    return routed && this.opts.deviceStreams === 'http2';
+    const own = this.opts.deviceStreams === 'http2';
+    const routes = new Map(own ? [[CONNECT_PATH, (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => this.connectH2(stream, headers)]] : []);
+    return takeOverStreams(server, routes) && own;
   }
 
   get connectedDevices(): number {

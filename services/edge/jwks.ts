@@ -98,6 +98,7 @@ export interface KeySetStats {
 export class KeySet {
   private byKid = new Map<string, VerifyKey>();
   private all: VerifyKey[] = [];
+  private onlyFor = new Map<string, VerifyKey>();
   private timer: ReturnType<typeof setInterval> | null = null;
   private lastAsked = -Infinity;
   private inFlight: Promise<void> | null = null;
@@ -136,7 +137,14 @@ export class KeySet {
   private install(r: { keys: VerifyKey[]; skipped: string[] }): void {
     const byKid = new Map<string, VerifyKey>();
     for (const k of r.keys) if (k.kid !== '') byKid.set(k.kid, k);
+    // For tokens without a kid: the one key that can serve each algorithm (none when several can).
+    const onlyFor = new Map<string, VerifyKey>();
+    for (const [alg, spec] of Object.entries(ASYMMETRIC_ALGS)) {
+      const fits = r.keys.filter((k) => k.kty === spec.kty && (k.alg === null || k.alg === alg));
+      if (fits.length === 1) onlyFor.set(alg, fits[0]);
+    }
     this.byKid = byKid;
+    this.onlyFor = onlyFor;
     this.all = r.keys;
     this.counts.keys = r.keys.length;
     this.counts.skipped = r.skipped;
@@ -174,9 +182,7 @@ export class KeySet {
       }
       return k ?? null;
     }
-    const kty = ASYMMETRIC_ALGS[alg]?.kty;
-    const fits = this.all.filter((k) => k.kty === kty && (k.alg === null || k.alg === alg));
-    return fits.length === 1 ? fits[0] : null;
+    return this.onlyFor.get(alg) ?? null;
   }
 
   stats(): KeySetStats {

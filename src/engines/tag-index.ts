@@ -107,6 +107,22 @@ function sameSet(a: Uint32Array, af: number, at: number, b: Uint32Array, bf: num
   return true;
 }
 
+/**
+ * Whether set u of `sets` is a subset of the query `q[from, to)`: one merge of two ascending
+ * lists. The CPU index's check, and the GPU index's exact verification of its Bloom hits.
+ */
+export function isSubsetOf(sets: TagSetsView, u: number, q: Uint32Array, from: number, to: number): boolean {
+  const st = sets.tags;
+  let j = from;
+  for (let k = sets.offsets[u], end = sets.offsets[u + 1]; k < end; k++) {
+    const t = st[k];
+    while (j < to && q[j] < t) j++;
+    if (j === to || q[j] !== t) return false;
+    j++;
+  }
+  return true;
+}
+
 export interface TagIndexStats {
   /** (set, key) entries loaded. */
   entries: number;
@@ -245,19 +261,6 @@ export class TagSetIndex {
     return { entries: this.entries, sets: this.sets.offsets.length - 1, tags: this.fileOff.length - 1, memoryBytes: bytes };
   }
 
-  /** Whether distinct set u is a subset of `q[from, to)` (ascending). */
-  isSubset(u: number, q: Uint32Array, from: number, to: number): boolean {
-    const st = this.sets.tags;
-    let j = from;
-    for (let k = this.sets.offsets[u], end = this.sets.offsets[u + 1]; k < end; k++) {
-      const t = st[k];
-      while (j < to && q[j] < t) j++;
-      if (j === to || q[j] !== t) return false;
-      j++;
-    }
-    return true;
-  }
-
   /**
    * The tagset and key tables (read only) for verification elsewhere (gpu/tag-verify.ts): keys in
    * keyList are ranks when keyValues is not null. In shared memory when loaded with `shared`.
@@ -266,13 +269,8 @@ export class TagSetIndex {
     return { setOff: this.sets.offsets, setTags: this.sets.tags, keyOff: this.keyOff, keyList: this.keyList, keyValues: this.keyValues };
   }
 
-  /** The keys of distinct set u. */
-  keysOf(u: number): Uint32Array {
-    return this.keyList.subarray(this.keyOff[u], this.keyOff[u + 1]);
-  }
-
   /** Starts a query's match-unique: keys pushed with `pushKeys(u, out, true)` appear once. */
-  beginQuery(): void {
+  private beginQuery(): void {
     if (++this.stampNow === 0xffffffff) {
       this.stamp.fill(0);
       this.stampNow = 1;
@@ -280,7 +278,7 @@ export class TagSetIndex {
   }
 
   /** Appends set u's keys to `out` (unique: those not yet given since beginQuery). */
-  pushKeys(u: number, out: number[], unique: boolean): void {
+  private pushKeys(u: number, out: number[], unique: boolean): void {
     const kl = this.keyList;
     for (let k = this.keyOff[u], end = this.keyOff[u + 1]; k < end; k++) {
       const key = kl[k];
@@ -309,7 +307,7 @@ export class TagSetIndex {
       if (t >= tags) continue;
       for (let k = fo[t], end = fo[t + 1]; k < end; k++) {
         const u = this.filed[k];
-        if (this.isSubset(u, q, from, to)) this.pushKeys(u, out, unique);
+        if (isSubsetOf(this.sets, u, q, from, to)) this.pushKeys(u, out, unique);
       }
     }
   }

@@ -4,7 +4,7 @@
  * A plain function over the CPU index's tables, so the calling thread and worker threads
  * (tag-worker.ts, over shared copies of the tables) run the same code.
  */
-import type { TagMatches } from '../tag-index.js';
+import { type TagMatches, isSubsetOf } from '../tag-index.js';
 
 /** The tables verification reads: the CPU index's tagset and key tables, and the GPU's order. */
 export interface VerifyTables {
@@ -33,7 +33,8 @@ export function verifyHits(t: VerifyTables, qOff: Uint32Array, qTags: Uint32Arra
   for (let h = 0; h < hits; h++) byQuery[fill[data[head + 2 * h]]++] = data[head + 1 + 2 * h];
   const offsets = new Uint32Array(nq + 1);
   const keys: number[] = [];
-  const { setOff, setTags, keyOff, keyList, keyValues, order } = t;
+  const { keyOff, keyList, keyValues, order } = t;
+  const sets = { offsets: t.setOff, tags: t.setTags };
   let falseHits = 0;
   for (let j = 0; j < nq; j++) {
     const qf = qOff[j];
@@ -41,19 +42,7 @@ export function verifyHits(t: VerifyTables, qOff: Uint32Array, qTags: Uint32Arra
     const first = keys.length;
     for (let h = start[j]; h < start[j + 1]; h++) {
       const u = order[byQuery[h]];
-      // Subset test: one merge of the two ascending lists.
-      let q = qf;
-      let ok = true;
-      for (let k = setOff[u], end = setOff[u + 1]; k < end; k++) {
-        const tag = setTags[k];
-        while (q < qt && qTags[q] < tag) q++;
-        if (q === qt || qTags[q] !== tag) {
-          ok = false;
-          break;
-        }
-        q++;
-      }
-      if (!ok) {
+      if (!isSubsetOf(sets, u, qTags, qf, qt)) {
         falseHits++;
         continue;
       }
