@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { EARTH_RADIUS_M } from '../src/model/geo.js';
+import { DEFAULT_PATTERN_LIMITS, type PatternLimits, resolvePatternLimits } from '../src/model/event-patterns.js';
 import { DEFAULT_LIMITS, type Limits, resolveLimits } from '../src/model/limits.js';
 
 // dist/test/semantics-doc.test.js → the repository root.
@@ -30,11 +31,19 @@ const citations = new Map<string, string[]>();
 for (const file of sources(join(ROOT, 'test'))) {
   const text = readFileSync(file, 'utf8');
   // Citations are bracketed rule ids at the start of test names.
-  for (const m of text.matchAll(/\[([MCARXLVT]\d+)\]/g)) {
+  for (const m of text.matchAll(/\[([MCARXLVTE]\d+)\]/g)) {
     const files = citations.get(m[1]) ?? [];
     if (!files.includes(file)) files.push(file);
     citations.set(m[1], files);
   }
+}
+
+/** The text of the section whose heading starts with `heading`, up to the next `## `. */
+function section(heading: string): string {
+  const start = doc.indexOf(`\n${heading}`);
+  assert.ok(start >= 0, `section ${heading} not found`);
+  const end = doc.indexOf('\n## ', start + 1);
+  return doc.slice(start, end < 0 ? doc.length : end);
 }
 
 /** "1 000 000" → 1000000 */
@@ -58,7 +67,7 @@ describe('docs/semantics.md', () => {
   });
 
   it('[V3] the limits table states DEFAULT_LIMITS', () => {
-    const rows = [...doc.matchAll(/^\s*\|\s*`(max\w+)`\s*\|\s*([\d\s]+?)\s*\|/gm)];
+    const rows = [...section('## 8.').matchAll(/^\s*\|\s*`(max\w+)`\s*\|\s*([\d\s]+?)\s*\|/gm)];
     const table = Object.fromEntries(rows.map((m) => [m[1], num(m[2])]));
     assert.deepEqual(table, { ...DEFAULT_LIMITS });
   });
@@ -75,6 +84,17 @@ describe('docs/semantics.md', () => {
     for (const k of Object.keys(ceilings) as Array<keyof Limits>) {
       assert.equal(resolveLimits({ [k]: ceilings[k] })[k], ceilings[k]);
       assert.throws(() => resolveLimits({ [k]: ceilings[k] + 1 }), { code: 'INVALID_ARGUMENT', field: `limits.${k}` });
+    }
+  });
+
+  it('[E18] the pattern limits table states DEFAULT_PATTERN_LIMITS and the ceilings resolvePatternLimits enforces', () => {
+    const rows = [...section('## 9.').matchAll(/^\s*\|\s*`(max\w+)`\s*\|\s*([\d\s]+?)\s*\|\s*([\d\s]+?)\s*\|/gm)];
+    assert.deepEqual(Object.fromEntries(rows.map((m) => [m[1], num(m[2])])), { ...DEFAULT_PATTERN_LIMITS });
+    for (const m of rows) {
+      const k = m[1] as keyof PatternLimits;
+      const ceiling = num(m[3]);
+      assert.equal(resolvePatternLimits({ [k]: ceiling })[k], ceiling);
+      assert.throws(() => resolvePatternLimits({ [k]: ceiling + 1 }), { code: 'INVALID_ARGUMENT', field: `patternLimits.${k}` });
     }
   });
 

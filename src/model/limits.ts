@@ -145,7 +145,7 @@ export function utf8Bytes(s: string): number {
 // String.prototype.isWellFormed is in Node 20 (V8 11.3); ES2024 typings are not in our lib.
 const isWellFormed = (s: string): boolean => (s as unknown as { isWellFormed(): boolean }).isWellFormed();
 
-function checkString(field: string, v: unknown, minBytes: number, maxBytes: number): string {
+export function checkString(field: string, v: unknown, minBytes: number, maxBytes: number): string {
   if (typeof v !== 'string') throw new ValidationError(field, `must be a string, got ${typeof v === 'object' ? show(v) : typeof v}`);
   // UTF-16 length bounds the UTF-8 length within a factor of 3: reject huge strings before measuring.
   if (v.length > maxBytes) throw new ValidationError(field, `must be at most ${maxBytes} UTF-8 bytes, got ${v.length > 3 * maxBytes ? 'more' : utf8Bytes(v)}`);
@@ -169,7 +169,7 @@ export function checkId(field: string, v: unknown, limits: Limits): string {
   return checkString(field, v, 1, limits.maxIdBytes);
 }
 
-function checkFiniteIn(field: string, v: unknown, lo: number, hi: number, loOpen = false): number {
+export function checkFiniteIn(field: string, v: unknown, lo: number, hi: number, loOpen = false): number {
   if (typeof v !== 'number') throw new ValidationError(field, `must be a number, got ${typeof v === 'object' ? show(v) : typeof v}`);
   if (!Number.isFinite(v)) throw new ValidationError(field, `must be finite, got ${show(v)}`);
   if (v < lo || v > hi || (loOpen && v === lo)) {
@@ -204,12 +204,12 @@ function isPlainObject(v: unknown): v is Record<string, unknown> {
   return proto === Object.prototype || proto === null;
 }
 
-function checkObject(field: string, v: unknown): Record<string, unknown> {
+export function checkObject(field: string, v: unknown): Record<string, unknown> {
   if (!isPlainObject(v)) throw new ValidationError(field, `must be an object, got ${show(v)}`);
   return v;
 }
 
-function checkArray(field: string, v: unknown, min: number, max: number, what: string): unknown[] {
+export function checkArray(field: string, v: unknown, min: number, max: number, what: string): unknown[] {
   if (!Array.isArray(v)) throw new ValidationError(field, `must be an array, got ${show(v)}`);
   if (v.length < min) throw new ValidationError(field, min === 1 ? `must have at least one ${what.replace(/s$/, '')}, got none` : `must have at least ${min} ${what}, got ${v.length}`);
   if (v.length > max) throw new ValidationError(field, `must have at most ${max} ${what}, got ${v.length}`);

@@ -1,0 +1,343 @@
+/**
+ * Pattern subscriptions end to end (docs/semantics.md §9): the release order of E3 (a lateness
+ * bound and a watermark), the matching of every element's filter by an ordinary engine (E5: the
+ * reference, fast, rtree or GPU engine, so areas anchored to the owner follow its position), and a
+ * sequencer (E7–E16: `CdpSequencer` by default, `ReferenceSequencer` for differential tests).
+ *
+ * Each element of a pattern is one subscription of one filter in the element engine, owned by the
+ * pattern's owner. Events are validated whole before anything changes (L4). A call's releases are
+ * matched against the element engine as it is when the call is made (positions then: E5), and
+ * their searches run in release order even when calls overlap.
+ */
+import { AmbitError, ValidationError, show } from '../../model/errors.js';
+import {
+  type NPatternSubscription,
+  type PatternLimits,
+  type PatternSubscription,
+  checkTimeMs,
+  patternElements,
+  resolvePatternLimits,
+  validatePatternSubscription,
+} from '../../model/event-patterns.js';
+import { type Limits, type NEvent, type NFilter, checkArray, checkObject, resolveLimits, validateEvent } from '../../model/limits.js';
+import type { Event, Filter, Subscription } from '../../model/types.js';
+import type { Matcher } from '../matcher.js';
+import { CdpSequencer } from './cdp.js';
+import type { PatternHits, PatternMatch, Sequencer } from './sequencer.js';
+
+export interface PatternMatcherOptions {
+  /** Matches the elements' filters; owned by the pattern matcher from now on (closed by `close`). */
+  elements: Matcher;
+  /** Default: a `CdpSequencer` with `maxRetainedPerElement`. */
+  sequencer?: Sequencer;
+  maxRetainedPerElement?: number;
+  /** E3: how long an event may wait for earlier ones, in ms (default 0). */
+  latenessMs?: number;
+  limits?: Partial<Limits>;
+  patternLimits?: Partial<PatternLimits>;
+}
+
+export interface TimedInput {
+  event: Event;
+  timeMs: number;
+}
+
+/** One match as the owner receives it (E20). */
+export interface PatternNotification {
+  subscription: string;
+  owner: string;
+  steps: { step: string; event: NEvent; timeMs: number }[];
+  /** By aggregate name; absent where the value does not exist (E12). */
+  aggregates: Record<string, number>;
+}
+
+export interface PatternMatcherStats {
+  subscriptions: number;
+  elements: number;
+  /** Events that arrived after a later-timed event was released (E3). */
+  late: number;
+  released: number;
+  /** Events waiting for the watermark. */
+  buffered: number;
+  retained: number;
+  evicted: number;
+  consumed: number;
+  sequencer: string;
+  elementEngine: string;
+}
+
+interface Installed {
+  readonly sub: NPatternSubscription;
+  readonly slot: number;
+  readonly elementIds: readonly string[];
+}
+
+interface Pending {
+  readonly event: NEvent;
+  readonly timeMs: number;
+  readonly arrival: number;
+}
+
+function filterInput(f: NFilter): Filter {
+  const out: Filter = {
+    constraints: f.constraints.map((c) => (c.op === 'exists' ? { name: c.name, op: c.op } : { name: c.name, op: c.op, value: c.value as never })),
+  };
+  if (f.area !== null) out.area = f.area.center === null ? { radiusM: f.area.radiusM } : { radiusM: f.area.radiusM, center: { ...f.area.center } };
+  if (f.tags.length > 0) out.tags = [...f.tags];
+  return out;
+}
+
+export class PatternMatcher {
+  readonly limits: Limits;
+  readonly patternLimits: PatternLimits;
+  readonly latenessMs: number;
+  private readonly elements: Matcher;
+  private readonly sequencer: Sequencer;
+  private readonly subs = new Map<string, Installed>();
+  /** Element subscription id → [slot, element index]. */
+  private readonly elementOf = new Map<string, readonly [number, number]>();
+  private readonly bySlot = new Map<number, Installed>();
+  private nextSlot = 0;
+  private buffer: Pending[] = [];
+  private bufferHead = 0;
+  private arrivals = 0;
+  private maxSeen = -Infinity;
+  private clock = -Infinity;
+  private frontier = -Infinity;
+  private late = 0;
+  private released = 0;
+  private tail: Promise<unknown> = Promise.resolve();
+  private closed = false;
+
+  constructor(options: PatternMatcherOptions) {
+    this.elements = options.elements;
+    this.limits = resolveLimits(options.limits);
+    this.patternLimits = resolvePatternLimits(options.patternLimits);
+    const l = options.latenessMs ?? 0;
+    if (typeof l !== 'number' || !Number.isInteger(l) || l < 0 || l > this.patternLimits.maxWindowMs) {
+      throw new ValidationError('latenessMs', `must be an integer number of milliseconds within [0, ${this.patternLimits.maxWindowMs}], got ${show(l)}`);
+    }
+    this.latenessMs = l;
+    this.sequencer = options.sequencer ?? new CdpSequencer({ maxRetainedPerElement: options.maxRetainedPerElement });
+  }
+
+  add(sub: PatternSubscription): void {
+    const n = validatePatternSubscription(sub, this.limits, this.patternLimits);
+    if (this.subs.has(n.id)) throw new AmbitError('ALREADY_EXISTS', `pattern subscription ${show(n.id)} exists`, 'subscription.id');
+    this.install(n);
+  }
+
+  /** E17: a remove and an add as one step; the new version starts with no history. */
+  replace(sub: PatternSubscription): void {
+    const n = validatePatternSubscription(sub, this.limits, this.patternLimits);
+    if (!this.subs.has(n.id)) throw new AmbitError('NOT_FOUND', `no pattern subscription ${show(n.id)}`, 'subscription.id');
+    this.uninstall(n.id);
+    this.install(n);
+  }
+
+  remove(id: string): boolean {
+    if (typeof id !== 'string') throw new ValidationError('id', `must be a string, got ${show(id)}`);
+    if (!this.subs.has(id)) return false;
+    this.uninstall(id);
+    return true;
+  }
+
+  has(id: string): boolean {
+    return this.subs.has(id);
+  }
+
+  get(id: string): NPatternSubscription | undefined {
+    return this.subs.get(id)?.sub;
+  }
+
+  updatePosition(device: string, lat: number, lon: number): void {
+    this.elements.updatePosition(device, lat, lon);
+  }
+
+  removeDevice(device: string): boolean {
+    return this.elements.removeDevice(device);
+  }
+
+  /**
+   * Hands events with their event times to the patterns (E2, E3) and resolves with the matches
+   * of the terminators this call released. The whole list is validated first (fields
+   * `events[k].event…`, `events[k].timeMs`); a bad entry changes nothing.
+   */
+  publish(events: readonly TimedInput[]): Promise<PatternNotification[]> {
+    this.open();
+    const list = checkArray('events', events, 0, Number.MAX_SAFE_INTEGER, 'events');
+    const checked: { event: NEvent; timeMs: number }[] = new Array(list.length);
+    for (let k = 0; k < list.length; k++) {
+      const o = checkObject(`events[${k}]`, list[k]);
+      const event = validateEvent(o.event, this.limits, `events[${k}].event`);
+      checked[k] = { event, timeMs: checkTimeMs(`events[${k}].timeMs`, o.timeMs) };
+    }
+    // One event at a time, as if each came alone: an event released by an earlier one of the
+    // same call makes a later, earlier-timed one late (E3).
+    const due: Pending[] = [];
+    for (const c of checked) {
+      if (c.timeMs < this.frontier) {
+        this.late++;
+        continue;
+      }
+      this.insert({ event: c.event, timeMs: c.timeMs, arrival: this.arrivals++ });
+      if (c.timeMs > this.maxSeen) this.maxSeen = c.timeMs;
+      this.takeDue(due);
+    }
+    return this.releaseAll(due);
+  }
+
+  /** Moves the watermark to `timeMs − latenessMs` if that is later (E3): a clock for quiet periods. */
+  advanceTo(timeMs: number): Promise<PatternNotification[]> {
+    this.open();
+    const t = checkTimeMs('timeMs', timeMs);
+    if (t > this.clock) this.clock = t;
+    const due: Pending[] = [];
+    this.takeDue(due);
+    return this.releaseAll(due);
+  }
+
+  stats(): PatternMatcherStats {
+    const s = this.sequencer.stats();
+    let elements = 0;
+    for (const i of this.subs.values()) elements += i.elementIds.length;
+    return {
+      subscriptions: this.subs.size,
+      elements,
+      late: this.late,
+      released: this.released,
+      buffered: this.buffer.length - this.bufferHead,
+      retained: s.retained,
+      evicted: s.evicted,
+      consumed: s.consumed,
+      sequencer: this.sequencer.name,
+      elementEngine: this.elements.name,
+    };
+  }
+
+  /** Waits for the searches of earlier calls, then closes the element engine. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.tail.catch(() => undefined);
+    await this.elements.close();
+  }
+
+  private open(): void {
+    if (this.closed) throw new AmbitError('FAILED_PRECONDITION', 'the pattern matcher is closed');
+  }
+
+  private install(n: NPatternSubscription): void {
+    const slot = this.nextSlot++;
+    const filters = patternElements(n.pattern);
+    const ids = filters.map((_, k) => `${slot}.${k}`);
+    const subs: Subscription[] = filters.map((f, k) => ({ id: ids[k], owner: n.owner, filters: [filterInput(f)] }));
+    this.elements.addMany(subs);
+    this.sequencer.addPattern(slot, n.pattern);
+    const inst: Installed = { sub: n, slot, elementIds: ids };
+    this.subs.set(n.id, inst);
+    this.bySlot.set(slot, inst);
+    ids.forEach((id, k) => this.elementOf.set(id, [slot, k]));
+  }
+
+  private uninstall(id: string): void {
+    const inst = this.subs.get(id)!;
+    for (const e of inst.elementIds) {
+      this.elements.remove(e);
+      this.elementOf.delete(e);
+    }
+    this.sequencer.removePattern(inst.slot);
+    this.subs.delete(id);
+    this.bySlot.delete(inst.slot);
+  }
+
+  /** Keeps the buffer in (time, arrival) order; arrivals only grow, so after every equal time. */
+  private insert(p: Pending): void {
+    const b = this.buffer;
+    let lo = this.bufferHead;
+    let hi = b.length;
+    if (hi === lo || b[hi - 1].timeMs <= p.timeMs) {
+      b.push(p);
+      return;
+    }
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (b[mid].timeMs <= p.timeMs) lo = mid + 1;
+      else hi = mid;
+    }
+    b.splice(lo, 0, p);
+  }
+
+  /** Moves the events the watermark has passed from the buffer to `due`, in release order. */
+  private takeDue(due: Pending[]): void {
+    const watermark = Math.max(this.maxSeen, this.clock) - this.latenessMs;
+    while (this.bufferHead < this.buffer.length && this.buffer[this.bufferHead].timeMs <= watermark) {
+      const p = this.buffer[this.bufferHead++];
+      this.frontier = p.timeMs;
+      due.push(p);
+    }
+    if (this.bufferHead > 1024 && this.bufferHead * 2 > this.buffer.length) {
+      this.buffer = this.buffer.slice(this.bufferHead);
+      this.bufferHead = 0;
+    }
+  }
+
+  private releaseAll(due: Pending[]): Promise<PatternNotification[]> {
+    if (due.length === 0) return this.tail.then(() => []);
+    this.released += due.length;
+    // E5: matched now, against the positions of this moment; searched in release order.
+    const matched = this.elements.matchBatch(due.map((d) => eventInput(d.event)));
+    const run = Promise.all([matched, this.tail]).then(([ids]) => this.search(due, ids));
+    this.tail = run.catch(() => undefined);
+    return run;
+  }
+
+  private search(due: readonly Pending[], ids: readonly string[][]): PatternNotification[] {
+    const out: PatternNotification[] = [];
+    for (let i = 0; i < due.length; i++) {
+      const bySlot = new Map<number, number[]>();
+      for (const id of ids[i]) {
+        const e = this.elementOf.get(id);
+        if (e === undefined) continue; // removed since the batch was matched
+        let l = bySlot.get(e[0]);
+        if (l === undefined) bySlot.set(e[0], (l = []));
+        l.push(e[1]);
+      }
+      if (bySlot.size === 0) {
+        this.sequencer.release(due[i].event, due[i].timeMs, []);
+        continue;
+      }
+      const hits: PatternHits[] = [];
+      for (const [slot, elements] of bySlot) hits.push({ slot, elements: elements.sort((a, b) => a - b) });
+      for (const m of this.sequencer.release(due[i].event, due[i].timeMs, hits)) out.push(this.notification(m));
+    }
+    return out;
+  }
+
+  private notification(m: PatternMatch): PatternNotification {
+    const inst = this.bySlot.get(m.slot)!;
+    const p = inst.sub.pattern;
+    const aggregates: Record<string, number> = {};
+    p.aggregates.forEach((a, g) => {
+      const v = m.aggregates[g];
+      if (v !== null) aggregates[a.name] = v;
+    });
+    return {
+      subscription: inst.sub.id,
+      owner: inst.sub.owner,
+      steps: p.steps.map((s, i) => ({ step: s.name, event: m.events[i], timeMs: m.timesMs[i] })),
+      aggregates,
+    };
+  }
+}
+
+/** A normalised event back in the shape engines take (they validate and copy it again). */
+function eventInput(e: NEvent): Event {
+  // No prototype: an attribute named __proto__ is an ordinary name (C1).
+  const attributes: Record<string, string | number | boolean> = Object.create(null);
+  for (let i = 0; i < e.names.length; i++) attributes[e.names[i]] = e.values[i];
+  const out: Event = { id: e.id, lat: e.lat, lon: e.lon, attributes };
+  if (e.radiusM !== 0) out.radiusM = e.radiusM;
+  if (e.tags.length > 0) out.tags = [...e.tags];
+  return out;
+}
