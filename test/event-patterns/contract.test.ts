@@ -3,6 +3,9 @@
  * `Sequencer` implements. Events are released directly with hand-built hits, so the cases do not
  * depend on filter matching; every expected answer is computed by hand from the rules cited in the
  * test's name. Matches are compared as multisets (E9): one key per match, `ids|aggregates`, sorted.
+ *
+ * One file because it is one contract: every case runs against each sequencer in `SEQUENCERS`, and
+ * the cases share the harness that checks the shape of every match.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
