@@ -345,12 +345,12 @@ export function validateEventPattern(field: string, p: unknown, limits: Limits, 
     let before: number | null = null;
     let withinMs = 0;
     if (!absent(no.between)) {
-      if (!absent(no.before)) throw new ValidationError(`${f}.before`, 'must be absent when between is given (a negation has one form)');
-      if (!absent(no.withinMs)) throw new ValidationError(`${f}.withinMs`, 'must be absent when between is given (the steps bound the interval)');
       const b = checkArray(`${f}.between`, no.between, 2, 2, 'step names');
       const a0 = stepRef(`${f}.between[0]`, b[0]);
       const a1 = stepRef(`${f}.between[1]`, b[1]);
       if (a0 === a1) throw new ValidationError(`${f}.between[1]`, 'must name another step than between[0]');
+      if (!absent(no.before)) throw new ValidationError(`${f}.before`, 'must be absent when between is given (a negation has one form)');
+      if (!absent(no.withinMs)) throw new ValidationError(`${f}.withinMs`, 'must be absent when between is given (the steps bound the interval)');
       between = [Math.min(a0, a1), Math.max(a0, a1)];
     } else if (!absent(no.before)) {
       before = stepRef(`${f}.before`, no.before);

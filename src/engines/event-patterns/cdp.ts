@@ -106,6 +106,21 @@ class Column {
     return !(this.isStep && r.consumed);
   }
 
+  /**
+   * Takes a record the column is dropping out of its index run too, so runs hold no more than the
+   * column (a key never searched again would otherwise keep every record filed under it). Drops
+   * come in release order, so the record is at the head of its run unless a search pruned it.
+   */
+  unindex(r: Rec): void {
+    if (this.index === null) return;
+    const key = attr(r.ev, this.plan!.attribute);
+    if (key === undefined) return;
+    const run = this.index.get(key);
+    if (run === undefined || run.recs[run.head] !== r) return;
+    run.drop(1);
+    if (run.size === 0) this.index.delete(key);
+  }
+
   /** Seq of the first record still held; records below it are gone from every index run too. */
   firstSeq(next: number): number {
     return this.run.size > 0 ? this.run.recs[this.run.head].seq : next;
@@ -262,7 +277,9 @@ export class CdpSequencer implements Sequencer {
     const oldest = rec.time - st.c.reach[k];
     let n = 0;
     while (run.head + n < run.recs.length && run.recs[run.head + n].time < oldest) {
-      if (col.counts(run.recs[run.head + n])) col.live--;
+      const r = run.recs[run.head + n];
+      if (col.counts(r)) col.live--;
+      col.unindex(r);
       n++;
     }
     run.drop(n);
@@ -285,6 +302,7 @@ export class CdpSequencer implements Sequencer {
           col.live--;
           this.evicted++;
         }
+        col.unindex(r);
         m++;
       }
       run.drop(m);

@@ -5,9 +5,9 @@
  * sequencer (E7–E16: `CdpSequencer` by default, `ReferenceSequencer` for differential tests).
  *
  * Each element of a pattern is one subscription of one filter in the element engine, owned by the
- * pattern's owner. Events are validated whole before anything changes (L4). A call's releases are
- * matched against the element engine as it is when the call is made (positions then: E5), and
- * their searches run in release order even when calls overlap.
+ * pattern's owner. Events are validated whole, under the element engine's limits, before anything
+ * changes (L4). A call's releases go to the element engine when the call is made (E5), and their
+ * searches run in release order even when calls overlap or one of them fails.
  */
 import { AmbitError, ValidationError, show } from '../../model/errors.js';
 import {
@@ -19,7 +19,7 @@ import {
   resolvePatternLimits,
   validatePatternSubscription,
 } from '../../model/event-patterns.js';
-import { type Limits, type NEvent, type NFilter, checkArray, checkObject, resolveLimits, validateEvent } from '../../model/limits.js';
+import { type Limits, type NEvent, type NFilter, checkArray, checkId, checkLat, checkLon, checkObject, validateEvent } from '../../model/limits.js';
 import type { Event, Filter, Subscription } from '../../model/types.js';
 import type { Matcher } from '../matcher.js';
 import { CdpSequencer } from './cdp.js';
@@ -33,7 +33,6 @@ export interface PatternMatcherOptions {
   maxRetainedPerElement?: number;
   /** E3: how long an event may wait for earlier ones, in ms (default 0). */
   latenessMs?: number;
-  limits?: Partial<Limits>;
   patternLimits?: Partial<PatternLimits>;
 }
 
@@ -72,6 +71,10 @@ interface Installed {
   readonly elementIds: readonly string[];
 }
 
+type ElementJob =
+  | { kind: 'op'; run: () => void }
+  | { kind: 'match'; events: Event[]; resolve: (ids: string[][]) => void; reject: (err: unknown) => void };
+
 interface Pending {
   readonly event: NEvent;
   readonly timeMs: number;
@@ -107,11 +110,18 @@ export class PatternMatcher {
   private late = 0;
   private released = 0;
   private tail: Promise<unknown> = Promise.resolve();
+  /** Element-engine work in call order: mutations, and matches that hold back what follows them. */
+  private jobs: ElementJob[] = [];
+  private jobsHead = 0;
+  private matching = false;
+  /** Devices with a known position (L8). */
+  private readonly located = new Set<string>();
   private closed = false;
 
   constructor(options: PatternMatcherOptions) {
     this.elements = options.elements;
-    this.limits = resolveLimits(options.limits);
+    // The element engine's own limits: what is accepted here, it accepts (L4).
+    this.limits = options.elements.limits;
     this.patternLimits = resolvePatternLimits(options.patternLimits);
     const l = options.latenessMs ?? 0;
     if (typeof l !== 'number' || !Number.isInteger(l) || l < 0 || l > this.patternLimits.maxWindowMs) {
@@ -150,12 +160,21 @@ export class PatternMatcher {
     return this.subs.get(id)?.sub;
   }
 
+  /** Checked now; applied to the element engine after the releases before it are matched (E5). */
   updatePosition(device: string, lat: number, lon: number): void {
-    this.elements.updatePosition(device, lat, lon);
+    const d = checkId('device', device, this.limits);
+    const la = checkLat('lat', lat);
+    const lo = checkLon('lon', lon);
+    this.located.add(d);
+    this.elementOp(() => this.elements.updatePosition(d, la, lo));
   }
 
+  /** Whether the device had a position (L8); forgotten after the releases before it are matched. */
   removeDevice(device: string): boolean {
-    return this.elements.removeDevice(device);
+    const d = checkId('device', device, this.limits);
+    const known = this.located.delete(d);
+    if (known) this.elementOp(() => this.elements.removeDevice(d));
+    return known;
   }
 
   /**
@@ -232,7 +251,7 @@ export class PatternMatcher {
     const filters = patternElements(n.pattern);
     const ids = filters.map((_, k) => `${slot}.${k}`);
     const subs: Subscription[] = filters.map((f, k) => ({ id: ids[k], owner: n.owner, filters: [filterInput(f)] }));
-    this.elements.addMany(subs);
+    this.elementOp(() => this.elements.addMany(subs));
     this.sequencer.addPattern(slot, n.pattern);
     const inst: Installed = { sub: n, slot, elementIds: ids };
     this.subs.set(n.id, inst);
@@ -242,13 +261,56 @@ export class PatternMatcher {
 
   private uninstall(id: string): void {
     const inst = this.subs.get(id)!;
-    for (const e of inst.elementIds) {
-      this.elements.remove(e);
-      this.elementOf.delete(e);
-    }
+    const gone = inst.elementIds;
+    this.elementOp(() => {
+      for (const e of gone) this.elements.remove(e);
+    });
+    for (const e of gone) this.elementOf.delete(e);
     this.sequencer.removePattern(inst.slot);
     this.subs.delete(id);
     this.bySlot.delete(inst.slot);
+  }
+
+  /**
+   * The element engine sees its mutations and matches in the order they were made here, even an
+   * engine that runs a match later than asked (the GPU engine's queue): while a match is in
+   * flight, what comes after it waits (E5, E17). Input is checked before it is queued.
+   */
+  private elementOp(run: () => void): void {
+    this.jobs.push({ kind: 'op', run });
+    this.pump();
+  }
+
+  private elementMatch(events: Event[]): Promise<string[][]> {
+    return new Promise((resolve, reject) => {
+      this.jobs.push({ kind: 'match', events, resolve, reject });
+      this.pump();
+    });
+  }
+
+  private pump(): void {
+    while (!this.matching && this.jobsHead < this.jobs.length) {
+      const j = this.jobs[this.jobsHead++];
+      if (j.kind === 'op') {
+        j.run();
+        continue;
+      }
+      this.matching = true;
+      let p: Promise<string[][]>;
+      try {
+        p = this.elements.matchBatch(j.events);
+      } catch (err) {
+        p = Promise.reject(err);
+      }
+      p.then(j.resolve, j.reject).finally(() => {
+        this.matching = false;
+        this.pump();
+      });
+    }
+    if (this.jobsHead === this.jobs.length) {
+      this.jobs = [];
+      this.jobsHead = 0;
+    }
   }
 
   /** Keeps the buffer in (time, arrival) order; arrivals only grow, so after every equal time. */
@@ -286,19 +348,23 @@ export class PatternMatcher {
     if (due.length === 0) return this.tail.then(() => []);
     this.released += due.length;
     // E5: matched now, against the positions of this moment; searched in release order.
-    const matched = this.elements.matchBatch(due.map((d) => eventInput(d.event)));
-    const run = Promise.all([matched, this.tail]).then(([ids]) => this.search(due, ids));
+    const matched = this.elementMatch(due.map((d) => eventInput(d.event)));
+    matched.catch(() => undefined); // its failure is this call's; the chain must not skip ahead
+    // Patterns installed from now on count only later releases (E17).
+    const upto = this.nextSlot;
+    const run = this.tail.then(() => matched).then((ids) => this.search(due, ids, upto));
     this.tail = run.catch(() => undefined);
     return run;
   }
 
-  private search(due: readonly Pending[], ids: readonly string[][]): PatternNotification[] {
+  private search(due: readonly Pending[], ids: readonly string[][], upto: number): PatternNotification[] {
     const out: PatternNotification[] = [];
     for (let i = 0; i < due.length; i++) {
       const bySlot = new Map<number, number[]>();
       for (const id of ids[i]) {
         const e = this.elementOf.get(id);
-        if (e === undefined) continue; // removed since the batch was matched
+        // Removed since the batch was matched, or installed after its release.
+        if (e === undefined || e[0] >= upto) continue;
         let l = bySlot.get(e[0]);
         if (l === undefined) bySlot.set(e[0], (l = []));
         l.push(e[1]);
@@ -317,7 +383,8 @@ export class PatternMatcher {
   private notification(m: PatternMatch): PatternNotification {
     const inst = this.bySlot.get(m.slot)!;
     const p = inst.sub.pattern;
-    const aggregates: Record<string, number> = {};
+    // No prototype: an aggregate may be called __proto__.
+    const aggregates: Record<string, number> = Object.create(null);
     p.aggregates.forEach((a, g) => {
       const v = m.aggregates[g];
       if (v !== null) aggregates[a.name] = v;
