@@ -97,7 +97,8 @@ function scopeSet(claim: string): ReadonlySet<string> {
 
 export class AuthError extends Error {
   constructor(
-    readonly code: 'UNAUTHENTICATED' | 'PERMISSION_DENIED',
+    /** UNAVAILABLE: the token cannot be checked now (the identity provider's keys are not in yet): retry. */
+    readonly code: 'UNAUTHENTICATED' | 'PERMISSION_DENIED' | 'UNAVAILABLE',
     message: string,
   ) {
     super(message);
@@ -255,7 +256,9 @@ export class TokenAuthority {
     const spec = typeof alg === 'string' && alg !== 'HS256' && Object.hasOwn(ASYMMETRIC_ALGS, alg) ? ASYMMETRIC_ALGS[alg] : undefined;
     if (spec === undefined) throw new AuthError('UNAUTHENTICATED', `token algorithm must be HS256 or one of ${Object.keys(ASYMMETRIC_ALGS).join(', ')}, got ${JSON.stringify(alg)}`);
     const kid = typeof header.kid === 'string' ? header.kid : null;
-    const key = this.policy.keys!.find(kid, alg as string);
+    const keys = this.policy.keys!;
+    if (!keys.usable) throw new AuthError('UNAVAILABLE', `the identity provider's keys are not loaded yet, try again (${keys.stats().lastError || 'loading'})`);
+    const key = keys.find(kid, alg as string);
     if (key === null) throw new AuthError('UNAUTHENTICATED', kid === null ? `token names no key id and no single key serves ${alg}` : `token key id ${JSON.stringify(kid)} is not among the identity provider's keys`);
     if (key.kty !== spec.kty || (key.alg !== null && key.alg !== alg) || (spec.crv !== undefined && !spec.crv.includes(key.crv ?? ''))) {
       throw new AuthError('UNAUTHENTICATED', `token algorithm ${alg} does not go with its key (${key.kty}${key.crv === null ? '' : ` ${key.crv}`}${key.alg === null ? '' : `, ${key.alg}`})`);

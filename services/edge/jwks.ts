@@ -82,6 +82,12 @@ export interface KeySetOptions {
   minRefreshS: number;
   /** A fetch's time limit, ms. */
   fetchTimeoutMs: number;
+  /**
+   * `open` only: the first retry after a failed first load, ms; each next one waits twice as long,
+   * up to `retryMaxMs` (default 1000 and 60,000).
+   */
+  retryMinMs: number;
+  retryMaxMs: number;
 }
 
 export interface KeySetStats {
@@ -95,6 +101,8 @@ export interface KeySetStats {
   refreshing: boolean;
 }
 
+const KEY_SET_DEFAULTS: KeySetOptions = { refreshS: 300, minRefreshS: 30, fetchTimeoutMs: 5000, retryMinMs: 1000, retryMaxMs: 60_000 };
+
 export class KeySet {
   private byKid = new Map<string, VerifyKey>();
   private all: VerifyKey[] = [];
@@ -103,6 +111,10 @@ export class KeySet {
   private lastAsked = -Infinity;
   private inFlight: Promise<void> | null = null;
   private readonly counts: Omit<KeySetStats, 'refreshing'> = { keys: 0, refreshes: 0, failures: 0, lastError: '', skipped: [] };
+  private retry: ReturnType<typeof setTimeout> | null = null;
+  private closed = false;
+  private markReady!: () => void;
+  private readonly whenReady = new Promise<void>((resolve) => (this.markReady = resolve));
 
   private constructor(
     /** A file path or an http(s) URL. */
@@ -111,16 +123,64 @@ export class KeySet {
     private readonly now: () => number,
   ) {}
 
-  /** Loads the set (which must hold a usable key) and starts its refreshes. */
+  /** Loads the set (which must hold a usable key) and starts its refreshes; rejects when it cannot. */
   static async load(source: string, options: Partial<KeySetOptions> = {}, now: () => number = () => Date.now() / 1000): Promise<KeySet> {
-    const s = new KeySet(source, { refreshS: 300, minRefreshS: 30, fetchTimeoutMs: 5000, ...options }, now);
+    const s = new KeySet(source, { ...KEY_SET_DEFAULTS, ...options }, now);
     s.install(await s.read());
     if (s.all.length === 0) throw new Error(`jwks: ${source} holds no usable key (${s.counts.skipped.join('; ') || 'none listed'})`);
-    if (s.o.refreshS > 0) {
-      s.timer = setInterval(() => void s.refresh(), s.o.refreshS * 1000);
-      s.timer.unref();
-    }
+    s.loaded();
     return s;
+  }
+
+  /**
+   * Like `load`, but a set that cannot be read yet (the provider down, a file not mounted yet)
+   * does not fail: the set starts empty (`ready()` pending, `lastError` saying why) and is read
+   * again after `retryMinMs`, then twice as long each time up to `retryMaxMs`, until it holds a
+   * usable key; then it refreshes every `refreshS` as a loaded one. A gateway starts either way:
+   * its own tokens work at once, and the provider's get UNAVAILABLE until the keys are in.
+   */
+  static async open(source: string, options: Partial<KeySetOptions> = {}, now: () => number = () => Date.now() / 1000): Promise<KeySet> {
+    const s = new KeySet(source, { ...KEY_SET_DEFAULTS, ...options }, now);
+    await s.attempt(s.o.retryMinMs);
+    return s;
+  }
+
+  /** Resolves once the set holds a usable key. */
+  ready(): Promise<void> {
+    return this.whenReady;
+  }
+
+  /** Whether the set has held a usable key (it keeps them through failed refreshes). */
+  get usable(): boolean {
+    return this.all.length > 0;
+  }
+
+  private async attempt(waitMs: number): Promise<void> {
+    try {
+      const r = await this.read();
+      if (r.keys.length === 0) throw new Error(`jwks: ${this.source} holds no usable key (${r.skipped.join('; ') || 'none listed'})`);
+      if (this.closed) return;
+      this.install(r);
+      this.loaded();
+    } catch (err) {
+      this.counts.failures++;
+      this.counts.lastError = (err as Error).message;
+      if (this.closed) return;
+      this.retry = setTimeout(() => {
+        this.retry = null;
+        void this.attempt(Math.min(waitMs * 2, this.o.retryMaxMs));
+      }, waitMs); // not unref'd: `ready()` is worth waiting for (close() stops it)
+    }
+  }
+
+  /** The set holds a usable key: refreshes start, `ready()` resolves. */
+  private loaded(): void {
+    this.counts.lastError = '';
+    this.markReady();
+    if (this.o.refreshS > 0 && this.timer === null) {
+      this.timer = setInterval(() => void this.refresh(), this.o.refreshS * 1000);
+      this.timer.unref();
+    }
   }
 
   private async read(): Promise<{ keys: VerifyKey[]; skipped: string[] }> {
@@ -156,9 +216,10 @@ export class KeySet {
       try {
         const r = await this.read();
         if (r.keys.length === 0) throw new Error(`jwks: ${this.source} holds no usable key now (${r.skipped.join('; ') || 'none listed'})`);
+        if (this.closed) return;
         this.install(r);
         this.counts.refreshes++;
-        this.counts.lastError = '';
+        this.loaded();
       } catch (err) {
         this.counts.failures++;
         this.counts.lastError = (err as Error).message;
@@ -190,7 +251,10 @@ export class KeySet {
   }
 
   close(): void {
+    this.closed = true;
     if (this.timer !== null) clearInterval(this.timer);
     this.timer = null;
+    if (this.retry !== null) clearTimeout(this.retry);
+    this.retry = null;
   }
 }

@@ -148,7 +148,7 @@ export class Dashboard {
       requireScope(p, SCOPES.ops);
       return p.expiresAt;
     } catch (err) {
-      const code = err instanceof AuthError && err.code === 'PERMISSION_DENIED' ? 403 : 401;
+      const code = err instanceof AuthError && err.code === 'PERMISSION_DENIED' ? 403 : err instanceof AuthError && err.code === 'UNAVAILABLE' ? 503 : 401;
       json(res, code, { error: err instanceof Error ? err.message : String(err) });
       return null;
     }

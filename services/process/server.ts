@@ -181,12 +181,18 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
     let deviceStreams: RunningServer['deviceStreams'] = null;
     if (hub !== null && options.grpc !== false) {
       const secret = config.tokenSecret ?? randomBytes(32).toString('base64url');
-      // An identity provider's keys: loaded (and must hold a usable key) before the port opens.
-      const keys = config.jwks === null ? null : await KeySet.load(config.jwks, { refreshS: config.jwksRefreshS });
+      // An identity provider's keys: read before the port opens. When they cannot be read (the
+      // provider down at start), the gateway starts anyway and keeps trying: its own tokens work,
+      // the provider's are UNAVAILABLE until the keys are in (a crash loop would refuse both).
+      const keys = config.jwks === null ? null : await KeySet.open(config.jwks, { refreshS: config.jwksRefreshS });
       if (keys !== null) {
         cleanups.push(async () => keys.close());
-        const skipped = keys.stats().skipped;
-        log.info({ jwks: config.jwks, keys: keys.stats().keys, skipped }, 'identity provider keys loaded');
+        const loaded = (): void => log.info({ jwks: config.jwks, keys: keys.stats().keys, skipped: keys.stats().skipped }, 'identity provider keys loaded');
+        if (keys.usable) loaded();
+        else {
+          log.warn({ jwks: config.jwks, err: keys.stats().lastError }, "identity provider keys not loaded: its tokens are refused (UNAVAILABLE) until they are; retrying");
+          void keys.ready().then(loaded);
+        }
       }
       authority = new TokenAuthority(secret, undefined, { keys, audience: config.tokenAudience, issuer: config.tokenIssuer, clockSkewS: config.tokenClockSkewS, subjectClaim: config.tokenSubjectClaim, scopeClaim: config.tokenScopeClaim });
       const gateway = new Gateway(hub, authority, DEFAULT_LIMITS, metrics, log.child({ component: 'gateway' }), {

@@ -223,6 +223,77 @@ describe('identity provider tokens', () => {
   });
 });
 
+describe('identity provider keys that cannot be read at start', () => {
+  it('open: the set starts empty and keeps trying; provider tokens are UNAVAILABLE, own tokens work; then the keys come in', async () => {
+    let status = 503;
+    let served = 0;
+    let failedOnce!: () => void;
+    const failed = new Promise<void>((r) => (failedOnce = r));
+    const server: Server = createServer((_req, res) => {
+      res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify({ keys: [RSA.jwk] }));
+      if (status !== 200) {
+        if (++served >= 3) failedOnce(); // load, open, and one retry
+      }
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const url = `http://127.0.0.1:${(server.address() as { port: number }).port}/jwks.json`;
+    await assert.rejects(KeySet.load(url, { refreshS: 0 }), /HTTP 503/);
+    const set = await KeySet.open(url, { refreshS: 0, retryMinMs: 5, retryMaxMs: 20 }, () => NOW);
+    try {
+      const a = new TokenAuthority(SECRET, () => NOW, { keys: set });
+      assert.equal(set.usable, false);
+      assert.match(set.stats().lastError, /HTTP 503/);
+      assert.throws(() => a.verify(tokenOf(RSA)), (e: unknown) => e instanceof AuthError && e.code === 'UNAVAILABLE' && /not loaded yet.*HTTP 503/.test(e.message));
+      const own = new TokenAuthority(SECRET, () => NOW);
+      assert.equal(a.verify(own.issue({ subject: 'dev-own', scopes: ['device'] })).subject, 'dev-own');
+      await failed; // it tried again, and failed again
+      status = 200;
+      await set.ready();
+      assert.equal(set.usable, true);
+      assert.equal(a.verify(tokenOf(RSA)).subject, 'dev-j');
+      assert.equal(set.stats().lastError, '');
+      assert.ok(set.stats().failures >= 2);
+    } finally {
+      set.close();
+      await new Promise((r) => server.close(r));
+    }
+  });
+
+  it('open: a file not there yet is read once it is', async () => {
+    const d = mkdtempSync(join(tmpdir(), 'ambit-jwks-late-'));
+    const f = join(d, 'jwks.json');
+    const set = await KeySet.open(f, { refreshS: 0, retryMinMs: 5, retryMaxMs: 10 });
+    try {
+      assert.equal(set.usable, false);
+      assert.match(set.stats().lastError, /ENOENT/);
+      writeFileSync(f, JSON.stringify({ keys: [ED.jwk] }));
+      await set.ready();
+      assert.equal(new TokenAuthority(SECRET, () => NOW, { keys: set }).verify(tokenOf(ED)).subject, 'dev-j');
+    } finally {
+      set.close();
+      rmSync(d, { recursive: true, force: true });
+    }
+  });
+
+  it('a gateway whose provider is down at start serves: its own tokens work, the provider\'s are UNAVAILABLE', async () => {
+    const server: Server = createServer((_req, res) => res.writeHead(503).end());
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const url = `http://127.0.0.1:${(server.address() as { port: number }).port}/jwks.json`;
+    const srv = await startTestServer({ tokenSecret: SECRET, dev: false, jwks: url, jwksRefreshS: 0, tokenIssuer: ['https://id.example'] });
+    try {
+      const clients = srv.clients();
+      assert.ok(await unary(clients.ops, 'getStats', {}, srv.meta('ops', ['ops'])));
+      const t = Math.floor(Date.now() / 1000);
+      const provider = jwt('ES256', EC256.priv, { kid: EC256.kid }, { ...claims(), iat: t, exp: t + 600, scope: 'ops' });
+      await expectStatus(unary(clients.ops, 'getStats', {}, meta(provider)), Status.UNAVAILABLE);
+      assert.deepEqual(srv.unexpectedErrors(), []);
+    } finally {
+      await srv.stop();
+      await new Promise((r) => server.close(r));
+    }
+  });
+});
+
 describe('identity provider tokens on real calls', () => {
   const dir = mkdtempSync(join(tmpdir(), 'ambit-jwks-srv-'));
   const file = join(dir, 'jwks.json');
