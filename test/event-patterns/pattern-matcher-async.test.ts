@@ -123,6 +123,27 @@ describe('PatternMatcher', () => {
     await pm.close();
   });
 
+  it('[E5] a change the element engine refuses while a match is in flight fails every later call with UNAVAILABLE', async () => {
+    const m = elements(deferred);
+    const pm = new PatternMatcher({ elements: m, sequencer: new CdpSequencer() });
+    pm.add(twoSteps('p'));
+    m.updatePosition = () => {
+      throw new Error('engine refused the position');
+    };
+    const p1 = pm.publish([ev('a1', 1, { kind: 'a' })]);
+    pm.updatePosition('phone', ORIGIN.lat, ORIGIN.lon); // queued behind the match, refused later
+    await p1;
+    assert.throws(() => pm.publish([ev('t1', 2, { kind: 't' })]), { code: 'UNAVAILABLE', message: /engine refused the position/ });
+    // With nothing in flight the engine's refusal is the caller's, at once.
+    const direct = new PatternMatcher({ elements: elements((o) => o), sequencer: new CdpSequencer() });
+    (direct as unknown as { elements: FastMatcher }).elements.updatePosition = () => {
+      throw new Error('refused now');
+    };
+    assert.throws(() => direct.updatePosition('phone', 0, 0), /refused now/);
+    await pm.close();
+    await direct.close();
+  });
+
   it('[E20] an aggregate named __proto__ is reported under its name like any other', async () => {
     const pm = new PatternMatcher({ elements: new FastMatcher(), sequencer: new CdpSequencer() });
     pm.add({

@@ -114,6 +114,8 @@ export class PatternMatcher {
   private jobs: ElementJob[] = [];
   private jobsHead = 0;
   private matching = false;
+  /** A deferred change the element engine threw on: every later publish fails with it. */
+  private broken: Error | null = null;
   /** Devices with a known position (L8). */
   private readonly located = new Set<string>();
   private closed = false;
@@ -244,6 +246,7 @@ export class PatternMatcher {
 
   private open(): void {
     if (this.closed) throw new AmbitError('FAILED_PRECONDITION', 'the pattern matcher is closed');
+    if (this.broken !== null) throw new AmbitError('UNAVAILABLE', `the element engine failed a deferred change: ${this.broken.message}`);
   }
 
   private install(n: NPatternSubscription): void {
@@ -277,8 +280,12 @@ export class PatternMatcher {
    * flight, what comes after it waits (E5, E17). Input is checked before it is queued.
    */
   private elementOp(run: () => void): void {
+    // Nothing ahead of it: now, and a failure is the caller's (before any bookkeeping here).
+    if (!this.matching && this.jobsHead === this.jobs.length) {
+      run();
+      return;
+    }
     this.jobs.push({ kind: 'op', run });
-    this.pump();
   }
 
   private elementMatch(events: Event[]): Promise<string[][]> {
@@ -292,7 +299,12 @@ export class PatternMatcher {
     while (!this.matching && this.jobsHead < this.jobs.length) {
       const j = this.jobs[this.jobsHead++];
       if (j.kind === 'op') {
-        j.run();
+        try {
+          j.run();
+        } catch (err) {
+          // Checked input the engine refused after all: its state and ours differ from now on.
+          this.broken ??= err instanceof Error ? err : new Error(String(err));
+        }
         continue;
       }
       this.matching = true;
