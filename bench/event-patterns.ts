@@ -42,6 +42,8 @@ const HELP = `usage: npm run bench:patterns -- [options]
   --rules L           the rules sweep (default 10,50,100,500)
   --negations L       the negations sweep (default 1,2)
   --consume           add the consuming scenario (default on; --no-consume to skip)
+  --no-basic          skip the basic rules without parameters (run with last and first only)
+  --scenarios L       run only the scenarios of these names (e.g. "base,no parameters")
   --reps N            timed passes per scenario (default 3)
   --check N           events checked against the reference before timing (default 3000)
   --trex PATH         T-Rex driver binary (bench/trex/build.sh): run it on the same streams
@@ -57,6 +59,8 @@ interface Scenario {
   rules: number;
   negations: number;
   negationParams: boolean;
+  /** The steps tied by att = $x (R2); false: the thesis's basic rules (§4.12), no parameter between steps. */
+  stateParams: boolean;
   consume: boolean;
   selection: Selection;
 }
@@ -93,7 +97,7 @@ function rulePattern(s: Scenario, rule: number): EventPattern {
   const names = Array.from({ length: s.states }, (_, i) => `s${i}`);
   const p: EventPattern = {
     steps: names.map((name, i) => (i === 0 ? { name, filter: t(0) } : { name, filter: t(i), selection: s.selection, withinMs: WINDOW })),
-    parameters: names.slice(1).map((name, i) => ({ left: { step: name, attribute: 'att' }, op: 'eq' as const, right: { step: names[i], attribute: 'att' } })),
+    parameters: s.stateParams ? names.slice(1).map((name, i) => ({ left: { step: name, attribute: 'att' }, op: 'eq' as const, right: { step: names[i], attribute: 'att' } })) : [],
     negations: Array.from({ length: s.negations }, (_, j) => ({
       filter: t(s.states + j),
       between: [names[0], names[1]] as [string, string],
@@ -168,7 +172,7 @@ function trexRun(bin: string, s: Scenario, st: Stream, n: number, dir: string): 
   // T-Rex's windows are open (t_ref - W < t < t_ref); ours include t_ref - W (E7): with integer
   // times, W + 1 there is W here. The engine runs in the calling thread (--engine direct): its
   // worker-thread hand-off would add 10-15 µs an event that is not matching work.
-  const args = [file, '--engine', 'direct', '--states', String(s.states), '--selection', s.selection, '--window', String(WINDOW + 1), '--aggregate', 'sum', '--negations', String(s.negations), '--negation-params', s.negationParams ? '1' : '0', '--consume', s.consume ? '1' : '0'];
+  const args = [file, '--engine', 'direct', '--states', String(s.states), '--selection', s.selection, '--window', String(WINDOW + 1), '--aggregate', 'sum', '--negations', String(s.negations), '--negation-params', s.negationParams ? '1' : '0', '--state-params', s.stateParams ? '1' : '0', '--consume', s.consume ? '1' : '0'];
   const out = execFileSync(bin, args, { encoding: 'utf8', maxBuffer: 1 << 30, timeout: TREX_TIMEOUT_MS });
   const ces: string[] = [];
   let json: Record<string, unknown> = {};
@@ -181,7 +185,7 @@ function trexRun(bin: string, s: Scenario, st: Stream, n: number, dir: string): 
 
 async function main(): Promise<void> {
   const fail = cliFail('event-patterns', HELP);
-  const cl = readCommandLine(process.argv.slice(2), new Set(['quick', 'help', 'consume', 'no-consume', 'through-matcher']), new Set(['events', 'values', 'window', 'selections', 'states', 'values-sweep', 'rules', 'negations', 'reps', 'check', 'trex', 'trex-timeout', 'seed', 'out']), fail, HELP);
+  const cl = readCommandLine(process.argv.slice(2), new Set(['quick', 'help', 'consume', 'no-consume', 'no-basic', 'through-matcher']), new Set(['events', 'values', 'window', 'selections', 'states', 'values-sweep', 'rules', 'negations', 'reps', 'check', 'scenarios', 'trex', 'trex-timeout', 'seed', 'out']), fail, HELP);
   if (cl === null) return;
   const { a, r } = cl;
   const quick = r.flag('quick');
@@ -195,6 +199,7 @@ async function main(): Promise<void> {
   const rulesSweep = sweep('rules', quick ? [10, 100] : [10, 50, 100, 500]);
   const negSweep = sweep('negations', [1, 2]);
   const consume = !r.flag('no-consume');
+  const basic = !r.flag('no-basic');
   const reps = r.int('reps', 3, 1, 100);
   const check = r.count('check', 3000);
   const seed = r.int('seed', 1, 0, 2 ** 32 - 1);
@@ -204,7 +209,7 @@ async function main(): Promise<void> {
   note(`machine: ${describeMachine(run.machine)}`);
   note(`stream: ${count(nEvents)} events 1 ms apart, att in [1, ${count(values)}], windows ${count(WINDOW)} ms; ${reps} timed passes a scenario${trex ? `; T-Rex driver ${trex}` : ''}`);
 
-  const base: Omit<Scenario, 'selection' | 'name'> = { states: 3, values, rules: 1, negations: 0, negationParams: true, consume: false };
+  const base: Omit<Scenario, 'selection' | 'name'> = { states: 3, values, rules: 1, negations: 0, negationParams: true, stateParams: true, consume: false };
   const scenarios: Scenario[] = [];
   for (const selection of selections) {
     scenarios.push({ name: 'base', ...base, selection });
@@ -216,6 +221,18 @@ async function main(): Promise<void> {
       scenarios.push({ name: `negations=${n} without parameter`, ...base, negations: n, negationParams: false, selection });
     }
     if (consume) scenarios.push({ name: 'consuming', ...base, consume: true, selection });
+    // The thesis's basic rules (§4.12): no parameter between steps, single selection only (with
+    // each every B before a C pairs with every A before it: billions of matches).
+    if (basic && selection !== 'each') scenarios.push({ name: 'no parameters', ...base, stateParams: false, selection });
+  }
+
+  const only = r.list('scenarios');
+  if (only !== undefined) {
+    const names = new Set(scenarios.map((x) => x.name));
+    for (const n of only) if (!names.has(n)) fail(`--scenarios: no scenario ${JSON.stringify(n)} (there are: ${[...names].join(', ')})`);
+    const keep = scenarios.filter((x) => only.includes(x.name));
+    scenarios.length = 0;
+    scenarios.push(...keep);
   }
 
   const doc = {

@@ -70,6 +70,7 @@ struct Options {
   bool aggregate = true;         // Sum(...) into att1
   int negations = 0;             // n
   bool negationParams = true;    // negations constrained by att = $x
+  bool stateParams = true;       // att of step i equals att of step i-1
   bool consume = false;          // consuming clause on step k-1
   bool simpleParams = false;     // state parameters as plain (end-checked) ones
   bool direct = false;           // bypass TRexEngine's worker thread
@@ -87,6 +88,7 @@ void usage(const char* prog) {
       "  --aggregate A          sum|none (default sum)\n"
       "  --negations n          negated types k..k+n-1 between step 1 and step 0 (default 0)\n"
       "  --negation-params 0|1  negations also require att=$x (default 1)\n"
+      "  --state-params 0|1     steps tied by att=$x (default 1; 0: the thesis's basic rules)\n"
       "  --consume 0|1          consuming clause on step k-1 (default 0)\n"
       "  --param-mode M         complex|simple state parameters (default complex)\n"
       "  --engine E             trex (TRexEngine, 1 worker thread) | direct (default trex)\n"
@@ -134,6 +136,7 @@ Options parseArgs(int argc, char** argv) {
       else die("--aggregate must be sum|none");
     } else if (a == "--negations") o.negations = (int)parseInt(a, next());
     else if (a == "--negation-params") o.negationParams = parseInt(a, next()) != 0;
+    else if (a == "--state-params") o.stateParams = parseInt(a, next()) != 0;
     else if (a == "--consume") o.consume = parseInt(a, next()) != 0;
     else if (a == "--param-mode") {
       std::string v = next();
@@ -242,7 +245,7 @@ RulePkt* buildRule(const Options& o) {
     rule->addPredicate(i, none, 0, i - 1, TimeMs(o.window), o.selection);
 
   // att of step i equals att of step i-1 ($x shared across all steps).
-  for (int i = 1; i < k; ++i) {
+  for (int i = 1; i < k && o.stateParams; ++i) {
     if (o.simpleParams)
       rule->addParameterBetweenStates(i, kAtt, i - 1, kAtt);
     else
@@ -510,6 +513,7 @@ int main(int argc, char** argv) {
      << ",\"aggregate\":\"" << (o.aggregate ? "sum" : "none")
      << "\",\"negations\":" << o.negations
      << ",\"negationParams\":" << (o.negationParams ? 1 : 0)
+     << ",\"stateParams\":" << (o.stateParams ? 1 : 0)
      << ",\"consume\":" << (o.consume ? 1 : 0) << ",\"paramMode\":\""
      << (o.simpleParams ? "simple" : "complex") << "\",\"engine\":\""
      << (o.direct ? "direct" : "trex") << "\",\"timeOffset\":" << o.timeOffset
