@@ -42,6 +42,12 @@ export interface StressKnobs {
   churn: number;
   /** Leave out `each` (whose partial matches multiply with a large retention bound). */
   noEach?: boolean;
+  /**
+   * Every this many releases, both sequencers are snapshot (the two snapshots must be equal) and
+   * replaced by fresh ones restored crosswise: the reference from the CDP's, the CDP from the
+   * reference's.
+   */
+  restartEvery?: number;
 }
 
 /** A pattern and, per element, the event types whose events hit it. */
@@ -136,14 +142,16 @@ export interface StressResult {
   diff: string | null;
   matches: number;
   stats: { retained: number; evicted: number; consumed: number };
+  restarts: number;
 }
 
 /** Runs one seed through both sequencers. */
 export function compareSequencers(seed: number, k: StressKnobs): StressResult {
   const r = new Prng(seed);
-  const ref = new ReferenceSequencer({ maxRetainedPerElement: k.maxRetained });
-  const cdp = new CdpSequencer({ maxRetainedPerElement: k.maxRetained });
-  const seqs = [ref, cdp];
+  let ref = new ReferenceSequencer({ maxRetainedPerElement: k.maxRetained });
+  let cdp = new CdpSequencer({ maxRetainedPerElement: k.maxRetained });
+  const seqs: Sequencer[] = [ref, cdp];
+  let restarts = 0;
   const live: Installed[] = [];
   let slot = 0;
   for (let i = 0; i < k.patterns; i++) live.push(install(r, k, slot++, seqs));
@@ -155,6 +163,19 @@ export function compareSequencers(seed: number, k: StressKnobs): StressResult {
       for (const s of seqs) s.removePattern(gone.slot);
     }
     if (r.chance(k.churn)) live.push(install(r, k, slot++, seqs));
+    if (k.restartEvery !== undefined && e > 0 && e % k.restartEvery === 0) {
+      const a = ref.snapshot();
+      const b = cdp.snapshot();
+      if (JSON.stringify(a) !== JSON.stringify(b)) return { diff: `seed ${seed}, release ${e}: the snapshots differ`, matches, stats: ref.stats(), restarts };
+      const patterns = new Map(live.map((p) => [p.slot, p.pattern]));
+      ref = new ReferenceSequencer({ maxRetainedPerElement: k.maxRetained });
+      ref.restore(structuredClone(b), patterns);
+      cdp = new CdpSequencer({ maxRetainedPerElement: k.maxRetained });
+      cdp.restore(structuredClone(a), patterns);
+      seqs[0] = ref;
+      seqs[1] = cdp;
+      restarts++;
+    }
     t += r.int(0, k.maxGap);
     const ev = makeEvent(r, e);
     const type = ev.values[ev.names.indexOf('type')] as string;
@@ -173,10 +194,10 @@ export function compareSequencers(seed: number, k: StressKnobs): StressResult {
     const sb = cdp.stats();
     if (JSON.stringify(a) !== JSON.stringify(b) || JSON.stringify(sa) !== JSON.stringify(sb)) {
       const diff = `seed ${seed}, release ${e} (time ${t}): reference ${JSON.stringify(a)} ${JSON.stringify(sa)}, cdp ${JSON.stringify(b)} ${JSON.stringify(sb)}`;
-      return { diff, matches, stats: sa };
+      return { diff, matches, stats: sa, restarts };
     }
   }
-  return { diff: null, matches, stats: ref.stats() };
+  return { diff: null, matches, stats: ref.stats(), restarts };
 }
 
 const SETS: [string, StressKnobs, number][] = [
@@ -186,6 +207,7 @@ const SETS: [string, StressKnobs, number][] = [
   ['expiry and eviction interleaved, churn', { patterns: 8, events: 10_000, maxRetained: 5, maxWindow: 60, maxGap: 5, consuming: 0.3, churn: 0.002 }, 6],
   ['no consuming, large bound', { patterns: 6, events: 5_000, maxRetained: 50, maxWindow: 200, maxGap: 4, consuming: 0, churn: 0.001 }, 4],
   ['bound above the 1024-drop compaction, no each', { patterns: 3, events: 6_000, maxRetained: 1_100, maxWindow: 2_000_000, maxGap: 2, consuming: 0.5, churn: 0, noEach: true }, 2],
+  ['restarts from snapshots, restored crosswise, every 97 releases', { patterns: 6, events: 5_000, maxRetained: 4, maxWindow: 50, maxGap: 3, consuming: 0.4, churn: 0.002, restartEvery: 97 }, 4],
 ];
 
 describe('CdpSequencer agrees with ReferenceSequencer over long random streams', () => {
@@ -197,6 +219,7 @@ describe('CdpSequencer agrees with ReferenceSequencer over long random streams',
       for (let seed = 1; seed <= seeds; seed++) {
         const res = compareSequencers(seed * 7919 + knobs.events, knobs);
         assert.equal(res.diff, null, res.diff ?? undefined);
+        if (knobs.restartEvery !== undefined) assert.ok(res.restarts > 0, 'no restart');
         matches += res.matches;
         evicted += res.stats.evicted;
         consumed += res.stats.consumed;

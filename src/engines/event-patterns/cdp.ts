@@ -17,10 +17,19 @@
  * the earliest while more than the bound remain. An index run drops its stale prefix when next read.
  */
 import type { NEvent } from '../../model/limits.js';
-import { type NEventPattern, type CompareOp, elementReach } from '../../model/event-patterns.js';
+import { type NEventPattern, type CompareOp, elementReach, patternElements } from '../../model/event-patterns.js';
 import type { Value } from '../../model/types.js';
 import { compareAttr } from './compare.js';
-import { DEFAULT_MAX_RETAINED, type PatternHits, type PatternMatch, type Sequencer, type SequencerOptions, type SequencerStats } from './sequencer.js';
+import {
+  DEFAULT_MAX_RETAINED,
+  type PatternHits,
+  type PatternMatch,
+  type Sequencer,
+  type SequencerOptions,
+  type SequencerSnapshot,
+  type SequencerStats,
+  checkSnapshot,
+} from './sequencer.js';
 
 /** One released event as one pattern holds it; shared by that pattern's columns. */
 interface Rec {
@@ -104,6 +113,16 @@ class Column {
 
   counts(r: Rec): boolean {
     return !(this.isStep && r.consumed);
+  }
+
+  /** Files a record just pushed on the run under its key, when the column is indexed. */
+  file(r: Rec): void {
+    if (this.index === null) return;
+    const key = attr(r.ev, this.plan!.attribute);
+    if (key === undefined) return;
+    let run = this.index.get(key);
+    if (run === undefined) this.index.set(key, (run = new Run()));
+    run.push(r);
   }
 
   /**
@@ -203,6 +222,7 @@ export class CdpSequencer implements Sequencer {
   private readonly maxRetained: number;
   private readonly patterns = new Map<number, PatternState>();
   private seq = 0;
+  private lastTimeMs: number | null = null;
   private evicted = 0;
   private consumed = 0;
 
@@ -228,8 +248,61 @@ export class CdpSequencer implements Sequencer {
     return { retained, evicted: this.evicted, consumed: this.consumed };
   }
 
+  snapshot(): SequencerSnapshot {
+    const events: NEvent[] = [];
+    const index = new Map<NEvent, number>();
+    const patterns = [...this.patterns].map(([slot, st]) => ({
+      slot,
+      elements: st.columns.map((col) => {
+        const out: { seq: number; timeMs: number; event: number }[] = [];
+        const run = col.run;
+        for (let j = run.head; j < run.recs.length; j++) {
+          const r = run.recs[j];
+          if (!col.counts(r)) continue;
+          let i = index.get(r.ev);
+          if (i === undefined) index.set(r.ev, (i = events.push(r.ev) - 1));
+          out.push({ seq: r.seq, timeMs: r.time, event: i });
+        }
+        return out;
+      }),
+    }));
+    return { version: 1, releases: this.seq, lastTimeMs: this.lastTimeMs, evicted: this.evicted, consumed: this.consumed, events, patterns };
+  }
+
+  restore(snap: SequencerSnapshot, patterns: ReadonlyMap<number, NEventPattern>): void {
+    if (this.seq !== 0 || this.patterns.size !== 0) throw new Error('restore: the sequencer is not fresh');
+    checkSnapshot(snap, patterns, (p) => patternElements(p).length);
+    for (const p of snap.patterns) {
+      this.addPattern(p.slot, patterns.get(p.slot)!);
+      const st = this.patterns.get(p.slot)!;
+      // One record per event and pattern, shared by the pattern's columns (as at release).
+      const recs = new Map<number, { seq: number; time: number; ev: NEvent; elements: number[]; consumed: boolean }>();
+      p.elements.forEach((list, k) => {
+        for (const r of list) {
+          let rec = recs.get(r.seq);
+          if (rec === undefined) recs.set(r.seq, (rec = { seq: r.seq, time: r.timeMs, ev: snap.events[r.event], elements: [], consumed: false }));
+          rec.elements.push(k);
+        }
+      });
+      p.elements.forEach((list, k) => {
+        const col = st.columns[k];
+        for (const r of list) {
+          const rec = recs.get(r.seq)!;
+          col.run.push(rec);
+          col.live++;
+          col.file(rec);
+        }
+      });
+    }
+    this.seq = snap.releases;
+    this.lastTimeMs = snap.lastTimeMs;
+    this.evicted = snap.evicted;
+    this.consumed = snap.consumed;
+  }
+
   release(event: NEvent, timeMs: number, hits: readonly PatternHits[]): PatternMatch[] {
     const seq = this.seq++;
+    this.lastTimeMs = timeMs;
     const out: PatternMatch[] = [];
     for (const h of hits) {
       const st = this.patterns.get(h.slot);
@@ -285,14 +358,7 @@ export class CdpSequencer implements Sequencer {
     run.drop(n);
     run.push(rec);
     col.live++;
-    if (col.plan !== null) {
-      const key = attr(rec.ev, col.plan.attribute);
-      if (key !== undefined) {
-        let r = col.index!.get(key);
-        if (r === undefined) col.index!.set(key, (r = new Run()));
-        r.push(rec);
-      }
-    }
+    col.file(rec);
     // E15: keep at most maxRetained events that still count, evicting the earliest.
     if (col.live > this.maxRetained) {
       let m = 0;

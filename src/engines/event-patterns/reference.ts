@@ -14,7 +14,16 @@ import {
 } from '../../model/event-patterns.js';
 import type { NEvent } from '../../model/limits.js';
 import { attrOf, compareAttr } from './compare.js';
-import { DEFAULT_MAX_RETAINED, type PatternHits, type PatternMatch, type Sequencer, type SequencerOptions, type SequencerStats } from './sequencer.js';
+import {
+  DEFAULT_MAX_RETAINED,
+  type PatternHits,
+  type PatternMatch,
+  type Sequencer,
+  type SequencerOptions,
+  type SequencerSnapshot,
+  type SequencerStats,
+  checkSnapshot,
+} from './sequencer.js';
 
 /** An event recorded for an element: `seq` is its release number, the order ≺ (E4). */
 interface Rec {
@@ -71,6 +80,39 @@ export class ReferenceSequencer implements Sequencer {
     let retained = 0;
     for (const s of this.slots.values()) for (const arr of s.elements) retained += arr.length;
     return { retained, evicted: this.evicted, consumed: this.consumed };
+  }
+
+  snapshot(): SequencerSnapshot {
+    const events: NEvent[] = [];
+    const index = new Map<NEvent, number>();
+    const patterns = [...this.slots].map(([slot, s]) => ({
+      slot,
+      elements: s.elements.map((arr) =>
+        arr.map((r) => {
+          let i = index.get(r.event);
+          if (i === undefined) index.set(r.event, (i = events.push(r.event) - 1));
+          return { seq: r.seq, timeMs: r.timeMs, event: i };
+        }),
+      ),
+    }));
+    return { version: 1, releases: this.seq, lastTimeMs: this.seq === 0 ? null : this.lastTimeMs, evicted: this.evicted, consumed: this.consumed, events, patterns };
+  }
+
+  restore(snap: SequencerSnapshot, patterns: ReadonlyMap<number, NEventPattern>): void {
+    if (this.seq !== 0 || this.slots.size !== 0) throw new Error('restore: the sequencer is not fresh');
+    checkSnapshot(snap, patterns, (p) => patternElements(p).length);
+    for (const p of snap.patterns) {
+      const pattern = patterns.get(p.slot)!;
+      this.slots.set(p.slot, {
+        pattern,
+        reach: elementReach(pattern),
+        elements: p.elements.map((recs) => recs.map((r) => ({ event: snap.events[r.event], timeMs: r.timeMs, seq: r.seq }))),
+      });
+    }
+    this.seq = snap.releases;
+    this.lastTimeMs = snap.lastTimeMs ?? -Infinity;
+    this.evicted = snap.evicted;
+    this.consumed = snap.consumed;
   }
 
   release(event: NEvent, timeMs: number, hits: readonly PatternHits[]): PatternMatch[] {

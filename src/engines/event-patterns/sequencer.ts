@@ -52,6 +52,67 @@ export interface Sequencer {
    */
   release(event: NEvent, timeMs: number, hits: readonly PatternHits[]): PatternMatch[];
   stats(): SequencerStats;
+  /** What the sequencer holds, in a form every sequencer restores (a restart: E15 state, not answers). */
+  snapshot(): SequencerSnapshot;
+  /**
+   * Takes over a snapshot's state, on a sequencer that has released nothing and holds no pattern:
+   * `patterns` gives the pattern of every slot the snapshot holds (the caller keeps them). The
+   * releases after it then answer as they would have without the restart.
+   */
+  restore(snapshot: SequencerSnapshot, patterns: ReadonlyMap<number, NEventPattern>): void;
+}
+
+/**
+ * A sequencer's state, the same whichever sequencer made it: per pattern and element, the events
+ * that still count for it (E14, E15: consumed ones are gone from steps; negations and aggregates
+ * keep them) in release order; the events themselves once; the counters. Plain data (structured
+ * clone or JSON with the events' values).
+ */
+export interface SequencerSnapshot {
+  readonly version: 1;
+  /** Releases so far: the next release's number. */
+  readonly releases: number;
+  /** The latest release's time, or null before the first. */
+  readonly lastTimeMs: number | null;
+  readonly evicted: number;
+  readonly consumed: number;
+  readonly events: readonly NEvent[];
+  readonly patterns: readonly SnapshotPattern[];
+}
+
+export interface SnapshotPattern {
+  readonly slot: number;
+  /** Per element (steps, negations, aggregates): its records, in release order. */
+  readonly elements: readonly (readonly SnapshotRecord[])[];
+}
+
+export interface SnapshotRecord {
+  /** The release's number (E4). */
+  readonly seq: number;
+  readonly timeMs: number;
+  /** Index into `events`. */
+  readonly event: number;
+}
+
+/** Checks a snapshot against the patterns it is restored with; throws on a mismatch. */
+export function checkSnapshot(snap: SequencerSnapshot, patterns: ReadonlyMap<number, NEventPattern>, elementsOf: (p: NEventPattern) => number): void {
+  if (snap.version !== 1) throw new Error(`sequencer snapshot: version ${String(snap.version)} is not 1`);
+  const slots = new Set(snap.patterns.map((p) => p.slot));
+  if (slots.size !== snap.patterns.length || slots.size !== patterns.size || [...slots].some((s) => !patterns.has(s))) {
+    throw new Error(`sequencer snapshot: slots ${[...slots].join(',')} are not the patterns given (${[...patterns.keys()].join(',')})`);
+  }
+  for (const p of snap.patterns) {
+    const n = elementsOf(patterns.get(p.slot)!);
+    if (p.elements.length !== n) throw new Error(`sequencer snapshot: slot ${p.slot} has ${p.elements.length} elements, its pattern ${n}`);
+    for (const recs of p.elements) {
+      for (let i = 0; i < recs.length; i++) {
+        const r = recs[i];
+        if (!(r.event >= 0 && r.event < snap.events.length) || !(r.seq < snap.releases) || (i > 0 && recs[i - 1].seq >= r.seq)) {
+          throw new Error(`sequencer snapshot: slot ${p.slot} holds a record out of order or out of range`);
+        }
+      }
+    }
+  }
 }
 
 export interface PatternHits {
