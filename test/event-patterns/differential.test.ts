@@ -61,3 +61,45 @@ describe('event patterns: differential against the reference', () => {
     }
   }
 });
+
+describe('event patterns: a restart from a snapshot', () => {
+  it('[E15][E17] a matcher restored from another\'s snapshot (positions given back) answers as the one that never stopped, CDP to reference and back', async () => {
+    const knobs: Knobs = { patterns: 12, events: 400, latenessMs: 4, maxRetained: 5, maxWindow: 25, disorder: 0.2 };
+    let restoredWithState = 0;
+    for (let s = 1; s <= 8; s++) {
+      const ops = generate(s * 6133, knobs);
+      const whole = new PatternMatcher({ elements: new ReferenceMatcher(), sequencer: new ReferenceSequencer({ maxRetainedPerElement: knobs.maxRetained }), latenessMs: knobs.latenessMs });
+      const want = await run(ops, whole);
+      const wantStats = { ...whole.stats(), sequencer: '', elementEngine: '' };
+      await whole.close();
+      for (const [first, second] of [['cdp', 'reference'], ['reference', 'cdp']] as const) {
+        const make = (kind: 'cdp' | 'reference') =>
+          new PatternMatcher({
+            elements: new FastMatcher(),
+            sequencer: kind === 'cdp' ? new CdpSequencer({ maxRetainedPerElement: knobs.maxRetained }) : new ReferenceSequencer({ maxRetainedPerElement: knobs.maxRetained }),
+            latenessMs: knobs.latenessMs,
+          });
+        const mid = Math.floor(ops.length / 2);
+        const a = make(first);
+        const got = await run(ops.slice(0, mid), a);
+        const snap = structuredClone(await a.snapshot());
+        await a.close();
+        if (snap.sequencer.patterns.some((p) => p.elements.some((e) => e.length > 0)) && snap.buffer.length > 0) restoredWithState++;
+        const b = make(second);
+        b.restore(snap);
+        // The positions at the cut, as the service gives its engine back its positions.
+        const at = new Map<string, { lat: number; lon: number } | null>();
+        for (const op of ops.slice(0, mid)) {
+          if (op.kind === 'move') at.set(op.device, { lat: op.lat, lon: op.lon });
+          else if (op.kind === 'forget') at.set(op.device, null);
+        }
+        for (const [d, p] of at) if (p !== null) b.updatePosition(d, p.lat, p.lon);
+        got.push(...(await run(ops.slice(mid), b)));
+        for (let i = 0; i < want.length; i++) assert.deepEqual(got[i], want[i], `seed ${s}, ${first} then ${second}, call ${i}`);
+        assert.deepEqual({ ...b.stats(), sequencer: '', elementEngine: '' }, wantStats, `seed ${s}, ${first} then ${second}: stats`);
+        await b.close();
+      }
+    }
+    assert.ok(restoredWithState > 0, 'no snapshot held events and a buffer');
+  });
+});

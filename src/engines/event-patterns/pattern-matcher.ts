@@ -23,7 +23,7 @@ import { type Limits, type NEvent, type NFilter, checkArray, checkId, checkLat, 
 import type { Event, Filter, Subscription } from '../../model/types.js';
 import type { Matcher } from '../matcher.js';
 import { CdpSequencer } from './cdp.js';
-import type { PatternHits, PatternMatch, Sequencer } from './sequencer.js';
+import type { PatternHits, PatternMatch, Sequencer, SequencerSnapshot } from './sequencer.js';
 
 export interface PatternMatcherOptions {
   /** Matches the elements' filters; owned by the pattern matcher from now on (closed by `close`). */
@@ -69,6 +69,21 @@ interface Installed {
   readonly sub: NPatternSubscription;
   readonly slot: number;
   readonly elementIds: readonly string[];
+}
+
+/** PatternMatcher's state for a restart (plain data; the events as validated). */
+export interface PatternMatcherSnapshot {
+  readonly version: 1;
+  readonly subscriptions: readonly { readonly slot: number; readonly subscription: NPatternSubscription }[];
+  readonly nextSlot: number;
+  readonly buffer: readonly { readonly event: NEvent; readonly timeMs: number; readonly arrival: number }[];
+  readonly arrivals: number;
+  readonly maxSeen: number | null;
+  readonly clock: number | null;
+  readonly frontier: number | null;
+  readonly late: number;
+  readonly released: number;
+  readonly sequencer: SequencerSnapshot;
 }
 
 type ElementJob =
@@ -236,6 +251,53 @@ export class PatternMatcher {
     };
   }
 
+  /**
+   * The state to resume from after a restart, once the searches of earlier calls are done: the
+   * subscriptions with their slots, the release order's buffer, clock and counters, and the
+   * sequencer's snapshot. Positions are not in it: they are the element engine's, which the
+   * caller restores as it does for any engine.
+   */
+  async snapshot(): Promise<PatternMatcherSnapshot> {
+    this.open();
+    await this.tail;
+    return {
+      version: 1,
+      subscriptions: [...this.subs.values()].map((i) => ({ slot: i.slot, subscription: i.sub })),
+      nextSlot: this.nextSlot,
+      buffer: this.buffer.slice(this.bufferHead).map((b) => ({ event: b.event, timeMs: b.timeMs, arrival: b.arrival })),
+      arrivals: this.arrivals,
+      maxSeen: Number.isFinite(this.maxSeen) ? this.maxSeen : null,
+      clock: Number.isFinite(this.clock) ? this.clock : null,
+      frontier: Number.isFinite(this.frontier) ? this.frontier : null,
+      late: this.late,
+      released: this.released,
+      sequencer: this.sequencer.snapshot(),
+    };
+  }
+
+  /**
+   * Takes over a snapshot on a pattern matcher that holds nothing and has released nothing: its
+   * subscriptions are installed (their elements in the element engine) at their slots, and the
+   * next calls answer as the snapshotted matcher's would have, given the same positions.
+   */
+  restore(snap: PatternMatcherSnapshot): void {
+    this.open();
+    if (snap.version !== 1) throw new Error(`pattern matcher snapshot: version ${String(snap.version)} is not 1`);
+    if (this.subs.size !== 0 || this.arrivals !== 0 || this.nextSlot !== 0) throw new Error('restore: the pattern matcher is not fresh');
+    const patterns = new Map(snap.subscriptions.map((x) => [x.slot, x.subscription.pattern]));
+    this.sequencer.restore(snap.sequencer, patterns);
+    for (const x of snap.subscriptions) this.install(x.subscription, x.slot, false);
+    this.nextSlot = snap.nextSlot;
+    this.buffer = snap.buffer.map((b) => ({ event: b.event, timeMs: b.timeMs, arrival: b.arrival }));
+    this.bufferHead = 0;
+    this.arrivals = snap.arrivals;
+    this.maxSeen = snap.maxSeen ?? -Infinity;
+    this.clock = snap.clock ?? -Infinity;
+    this.frontier = snap.frontier ?? -Infinity;
+    this.late = snap.late;
+    this.released = snap.released;
+  }
+
   /** Waits for the searches of earlier calls, then closes the element engine. */
   async close(): Promise<void> {
     if (this.closed) return;
@@ -249,13 +311,13 @@ export class PatternMatcher {
     if (this.broken !== null) throw new AmbitError('UNAVAILABLE', `the element engine failed a deferred change: ${this.broken.message}`);
   }
 
-  private install(n: NPatternSubscription): void {
-    const slot = this.nextSlot++;
+  /** `withSequencer` false: the sequencer gets the pattern from a restored snapshot instead. */
+  private install(n: NPatternSubscription, slot = this.nextSlot++, withSequencer = true): void {
     const filters = patternElements(n.pattern);
     const ids = filters.map((_, k) => `${slot}.${k}`);
     const subs: Subscription[] = filters.map((f, k) => ({ id: ids[k], owner: n.owner, filters: [filterInput(f)] }));
     this.elementOp(() => this.elements.addMany(subs));
-    this.sequencer.addPattern(slot, n.pattern);
+    if (withSequencer) this.sequencer.addPattern(slot, n.pattern);
     const inst: Installed = { sub: n, slot, elementIds: ids };
     this.subs.set(n.id, inst);
     this.bySlot.set(slot, inst);
