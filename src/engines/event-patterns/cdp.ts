@@ -17,9 +17,9 @@
  * the earliest while more than the bound remain. An index run drops its stale prefix when next read.
  */
 import type { NEvent } from '../../model/limits.js';
-import { type NEventPattern, type CompareOp, elementReach, patternElements } from '../../model/event-patterns.js';
+import { type CompareOp, type NElementParameter, type NEventPattern, elementReach, patternElements } from '../../model/event-patterns.js';
 import type { Value } from '../../model/types.js';
-import { compareAttr } from './compare.js';
+import { attrOf, compareAttr } from './compare.js';
 import {
   DEFAULT_MAX_RETAINED,
   type PatternHits,
@@ -28,6 +28,7 @@ import {
   type SequencerOptions,
   type SequencerSnapshot,
   type SequencerStats,
+  SnapshotEvents,
   checkSnapshot,
 } from './sequencer.js';
 
@@ -118,7 +119,7 @@ class Column {
   /** Files a record just pushed on the run under its key, when the column is indexed. */
   file(r: Rec): void {
     if (this.index === null) return;
-    const key = attr(r.ev, this.plan!.attribute);
+    const key = attrOf(r.ev, this.plan!.attribute);
     if (key === undefined) return;
     let run = this.index.get(key);
     if (run === undefined) this.index.set(key, (run = new Run()));
@@ -132,7 +133,7 @@ class Column {
    */
   unindex(r: Rec): void {
     if (this.index === null) return;
-    const key = attr(r.ev, this.plan!.attribute);
+    const key = attrOf(r.ev, this.plan!.attribute);
     if (key === undefined) return;
     const run = this.index.get(key);
     if (run === undefined || run.recs[run.head] !== r) return;
@@ -161,12 +162,6 @@ class Column {
     }
     return r;
   }
-}
-
-function attr(ev: NEvent, name: string): Value | undefined {
-  const names = ev.names;
-  for (let i = 0; i < names.length; i++) if (names[i] === name) return ev.values[i];
-  return undefined;
 }
 
 interface Compiled {
@@ -249,8 +244,7 @@ export class CdpSequencer implements Sequencer {
   }
 
   snapshot(): SequencerSnapshot {
-    const events: NEvent[] = [];
-    const index = new Map<NEvent, number>();
+    const events = new SnapshotEvents();
     const patterns = [...this.patterns].map(([slot, st]) => ({
       slot,
       elements: st.columns.map((col) => {
@@ -258,15 +252,12 @@ export class CdpSequencer implements Sequencer {
         const run = col.run;
         for (let j = run.head; j < run.recs.length; j++) {
           const r = run.recs[j];
-          if (!col.counts(r)) continue;
-          let i = index.get(r.ev);
-          if (i === undefined) index.set(r.ev, (i = events.push(r.ev) - 1));
-          out.push({ seq: r.seq, timeMs: r.time, event: i });
+          if (col.counts(r)) out.push({ seq: r.seq, timeMs: r.time, event: events.index(r.ev) });
         }
         return out;
       }),
     }));
-    return { version: 1, releases: this.seq, lastTimeMs: this.lastTimeMs, evicted: this.evicted, consumed: this.consumed, events, patterns };
+    return { version: 1, releases: this.seq, lastTimeMs: this.lastTimeMs, evicted: this.evicted, consumed: this.consumed, events: events.list, patterns };
   }
 
   restore(snap: SequencerSnapshot, patterns: ReadonlyMap<number, NEventPattern>): void {
@@ -405,7 +396,7 @@ class Search {
 
   private key(col: Column): Value | undefined {
     const pl = col.plan;
-    return pl === null ? undefined : attr(this.chosen[pl.step].ev, pl.stepAttribute);
+    return pl === null ? undefined : attrOf(this.chosen[pl.step].ev, pl.stepAttribute);
   }
 
   private step(i: number): void {
@@ -419,7 +410,8 @@ class Search {
     if (run === null) return;
     const ref = this.chosen[i - 1];
     const s = c.pattern.steps[i];
-    const lo = Math.max(run.lowerTime(ref.time - s.withinMs), run.lowerSeq(col.firstSeq(this.nextSeq)));
+    // runFor's run holds nothing the column dropped: the window's start is the only lower bound.
+    const lo = run.lowerTime(ref.time - s.withinMs);
     const hi = run.lowerSeq(ref.seq, lo);
     const recs = run.recs;
     if (s.selection === 'last') {
@@ -454,7 +446,7 @@ class Search {
     for (const q of this.st.c.paramsAt[i]) {
       const l = q.ls === i ? r.ev : ch[q.ls].ev;
       const rr = q.rs === i ? r.ev : ch[q.rs].ev;
-      if (!compareAttr(q.op, attr(l, q.la), attr(rr, q.ra))) return false;
+      if (!compareAttr(q.op, attrOf(l, q.la), attrOf(rr, q.ra))) return false;
     }
     const negs = this.st.c.negsAt[i];
     if (negs.length > 0) {
@@ -474,28 +466,24 @@ class Search {
     const ch = this.chosen;
     let lo: number;
     let hi: number;
-    const first = run.lowerSeq(col.firstSeq(this.nextSeq));
     if (n.between !== null) {
-      lo = Math.max(first, run.lowerSeq(ch[n.between[1]].seq + 1));
+      lo = run.lowerSeq(ch[n.between[1]].seq + 1);
       hi = run.lowerSeq(ch[n.between[0]].seq, lo);
     } else {
       const s = ch[n.before as number];
-      lo = Math.max(first, run.lowerTime(s.time - n.withinMs));
+      lo = run.lowerTime(s.time - n.withinMs);
       hi = run.lowerSeq(s.seq, lo);
     }
     const recs = run.recs;
-    for (let j = lo; j < hi; j++) {
-      const x = recs[j];
-      let ok = true;
-      for (const q of n.parameters) {
-        if (!compareAttr(q.op, attr(x.ev, q.attribute), attr(ch[q.step].ev, q.stepAttribute))) {
-          ok = false;
-          break;
-        }
-      }
-      if (ok) return true;
-    }
+    for (let j = lo; j < hi; j++) if (this.holds(n.parameters, recs[j])) return true;
     return false;
+  }
+
+  /** E11: whether a negated or aggregated event meets the element's parameters against the chosen steps. */
+  private holds(params: readonly NElementParameter[], x: Rec): boolean {
+    const ch = this.chosen;
+    for (const q of params) if (!compareAttr(q.op, attrOf(x.ev, q.attribute), attrOf(ch[q.step].ev, q.stepAttribute))) return false;
+    return true;
   }
 
   private complete(): void {
@@ -528,25 +516,17 @@ class Search {
     let max = -Infinity;
     if (run !== null) {
       const s = this.chosen[a.before];
-      const lo = Math.max(run.lowerSeq(col.firstSeq(this.nextSeq)), run.lowerTime(s.time - a.withinMs));
+      const lo = run.lowerTime(s.time - a.withinMs);
       const hi = run.lowerSeq(s.seq, lo);
       const recs = run.recs;
-      const ch = this.chosen;
       for (let j = lo; j < hi; j++) {
         const x = recs[j];
-        let ok = true;
-        for (const q of a.parameters) {
-          if (!compareAttr(q.op, attr(x.ev, q.attribute), attr(ch[q.step].ev, q.stepAttribute))) {
-            ok = false;
-            break;
-          }
-        }
-        if (!ok) continue;
+        if (!this.holds(a.parameters, x)) continue;
         if (a.attribute === null) {
           count++;
           continue;
         }
-        const v = attr(x.ev, a.attribute);
+        const v = attrOf(x.ev, a.attribute);
         if (typeof v !== 'number') continue;
         count++;
         sum += v;

@@ -22,6 +22,7 @@ import {
   type SequencerOptions,
   type SequencerSnapshot,
   type SequencerStats,
+  SnapshotEvents,
   checkSnapshot,
 } from './sequencer.js';
 
@@ -83,19 +84,12 @@ export class ReferenceSequencer implements Sequencer {
   }
 
   snapshot(): SequencerSnapshot {
-    const events: NEvent[] = [];
-    const index = new Map<NEvent, number>();
+    const events = new SnapshotEvents();
     const patterns = [...this.slots].map(([slot, s]) => ({
       slot,
-      elements: s.elements.map((arr) =>
-        arr.map((r) => {
-          let i = index.get(r.event);
-          if (i === undefined) index.set(r.event, (i = events.push(r.event) - 1));
-          return { seq: r.seq, timeMs: r.timeMs, event: i };
-        }),
-      ),
+      elements: s.elements.map((arr) => arr.map((r) => ({ seq: r.seq, timeMs: r.timeMs, event: events.index(r.event) }))),
     }));
-    return { version: 1, releases: this.seq, lastTimeMs: this.seq === 0 ? null : this.lastTimeMs, evicted: this.evicted, consumed: this.consumed, events, patterns };
+    return { version: 1, releases: this.seq, lastTimeMs: this.seq === 0 ? null : this.lastTimeMs, evicted: this.evicted, consumed: this.consumed, events: events.list, patterns };
   }
 
   restore(snap: SequencerSnapshot, patterns: ReadonlyMap<number, NEventPattern>): void {

@@ -94,6 +94,18 @@ export interface SnapshotRecord {
   readonly event: number;
 }
 
+/** A snapshot's event table: each event once, numbered by its first appearance. */
+export class SnapshotEvents {
+  readonly list: NEvent[] = [];
+  private readonly at = new Map<NEvent, number>();
+
+  index(e: NEvent): number {
+    let i = this.at.get(e);
+    if (i === undefined) this.at.set(e, (i = this.list.push(e) - 1));
+    return i;
+  }
+}
+
 /** Checks a snapshot against the patterns it is restored with; throws on a mismatch. */
 export function checkSnapshot(snap: SequencerSnapshot, patterns: ReadonlyMap<number, NEventPattern>, elementsOf: (p: NEventPattern) => number): void {
   if (snap.version !== 1) throw new Error(`sequencer snapshot: version ${String(snap.version)} is not 1`);
