@@ -41,29 +41,39 @@ export async function startThreadPool<D extends object>(what: string, script: UR
   /** Threads that have not exited (stop waits for these only). */
   const running = new Set<Worker>();
   let stopping = false;
+  /**
+   * Until every thread listens, an exit or error fails the start and is not a death: a worker's
+   * error and exit can come in one turn, before the start's rejection has been handled.
+   */
+  let started = false;
+  let failStart!: (err: Error) => void;
+  const startFailed = new Promise<never>((_, reject) => (failStart = reject));
   const paths = Array.from({ length: count }, (_, k) => join(dir, `${k}.sock`));
   try {
-    await Promise.all(
-      paths.map((socketPath, index) => {
-        const { port1, port2 } = new MessageChannel();
-        const own: PoolThreadData = { index, socketPath, logLevel };
-        const w = new Worker(script, { workerData: { ...data(index), ...own, port: port2 }, transferList: [port2] });
-        workers.push(w);
-        running.add(w);
-        ports.push(port1);
-        w.once('exit', (code) => {
-          running.delete(w);
-          if (!stopping) onDeath(new Error(`${what} ${index} exited (${code})`));
-        });
-        return new Promise<void>((resolve, reject) => {
-          w.once('message', (m: unknown) => ((m as { listening?: boolean })?.listening === true ? resolve() : reject(new Error(`${what} ${index}: unexpected ${JSON.stringify(m)}`))));
-          w.once('error', reject);
-          w.once('exit', (code) => reject(new Error(`${what} ${index} exited (${code}) before it listened`)));
-        });
-      }),
-    );
+    const listening = paths.map((socketPath, index) => {
+      const { port1, port2 } = new MessageChannel();
+      const own: PoolThreadData = { index, socketPath, logLevel };
+      const w = new Worker(script, { workerData: { ...data(index), ...own, port: port2 }, transferList: [port2] });
+      workers.push(w);
+      running.add(w);
+      ports.push(port1);
+      w.on('error', (err) => {
+        if (!started) failStart(err);
+      });
+      w.once('exit', (code) => {
+        running.delete(w);
+        if (!started) failStart(new Error(`${what} ${index} exited (${code}) before it listened`));
+        else if (!stopping) onDeath(new Error(`${what} ${index} exited (${code})`));
+      });
+      return new Promise<void>((resolve) => {
+        w.once('message', (m: unknown) => ((m as { listening?: boolean })?.listening === true ? resolve() : failStart(new Error(`${what} ${index}: unexpected ${JSON.stringify(m)}`))));
+      });
+    });
+    await Promise.race([Promise.all(listening), startFailed]);
+    started = true;
   } catch (err) {
     stopping = true;
+    started = true;
     await Promise.all(workers.map((w) => w.terminate()));
     rmSync(dir, { recursive: true, force: true });
     throw err;

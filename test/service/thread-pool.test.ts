@@ -46,4 +46,16 @@ describe('thread pool', { timeout: 30_000 }, () => {
     await assert.rejects(failing, /thread 2 cannot start/);
     assert.equal(reported, 0, 'a failed start is not reported as a death');
   });
+
+  it('a thread whose error and exit reach the pool in one turn still only fails the start', async () => {
+    // As on a loaded machine: this thread is busy while the failing thread throws and exits, so the
+    // thread's error and its exit are handled in one turn, before the start's rejection is.
+    let reported = 0;
+    const failing = new Int32Array(new SharedArrayBuffer(4));
+    const start = startThreadPool('test thread', SCRIPT, 2, () => ({ failBeforeListening: 1, failing }), 'silent', () => reported++);
+    Atomics.wait(failing, 0, 0, 10_000);
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 200); // the throw becomes an exit
+    await assert.rejects(start, /thread 1 cannot start/);
+    assert.equal(reported, 0, 'a failed start is not reported as a death');
+  });
 });
