@@ -44,7 +44,8 @@ export const LAYERS: Layer[] = [
 ];
 
 /** The SDK may use the model's types (erased at build), nothing that runs. */
-const MODEL_TYPES = 'src/model/types.ts';
+/** The model's shapes, which the SDK may import type-only (nothing of the model runs in a client). */
+const MODEL_TYPES = ['src/model/types.ts', 'src/model/event-patterns.ts'];
 /** Node built-ins a pure layer may use (no I/O). */
 const PURE_BUILTINS = new Set(['node:util']);
 
@@ -101,7 +102,7 @@ export function violation(file: string, imp: Import): string | null {
   if (from.name === 'engines' && to.name === 'gpu') {
     return imp.dynamic || imp.typeOnly ? null : `${file} imports ${target} statically: the GPU engine loads through import() only`;
   }
-  if (from.uses.includes('model-types') && target === MODEL_TYPES && imp.typeOnly) return null;
+  if (from.uses.includes('model-types') && MODEL_TYPES.includes(target) && imp.typeOnly) return null;
   return `${file} (${from.name}) imports ${target} (${to.name}): ${from.name} may use ${from.uses.join(', ') || 'no other layer'}`;
 }
 

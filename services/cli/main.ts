@@ -161,7 +161,7 @@ async function main(argv: string[]): Promise<number> {
       out(json, d, () =>
         [
           `device ${rest[0]}: ${d.connected ? 'connected' : 'not connected'}, ${d.location === null ? 'no position' : `at ${d.location.lat}, ${d.location.lon}`}, ${d.subscriptions.length} subscriptions`,
-          ...d.subscriptions.map((s) => `  ${s.id}: ${JSON.stringify(s.filters)}`),
+          ...d.subscriptions.map((s) => `  ${s.id}: ${s.pattern === undefined ? JSON.stringify(s.filters) : `pattern ${JSON.stringify(s.pattern)}`}`),
         ].join('\n'),
       );
     } else if (command === 'unsubscribe') {

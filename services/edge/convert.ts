@@ -11,10 +11,28 @@ import { BadRequestSchema } from '../../api/gen/google/rpc/error_details_pb.js';
 import { StatusSchema as RpcStatusSchema } from '../../api/gen/google/rpc/status_pb.js';
 import { AmbitError, PublishError, type PublishOutcome, ValidationError, show } from '../../src/model/errors.js';
 import { type Limits, checkLat, checkLon, inRange, validateEvent, validateSubscription } from '../../src/model/limits.js';
+import {
+  type AggregateFn as MAggregateFn,
+  type CompareOp as MCompareOp,
+  DEFAULT_PATTERN_LIMITS,
+  type ElementParameter as MElementParameter,
+  type EventPattern as MEventPattern,
+  type PatternAggregate as MPatternAggregate,
+  type PatternNegation as MPatternNegation,
+  type PatternStep as MPatternStep,
+  type Selection as MSelection,
+  checkTimeMs,
+  validatePatternSubscription,
+} from '../../src/model/event-patterns.js';
 import type { Constraint as MConstraint, Event as MEvent, Filter as MFilter, Op as MOp, Value as MValue } from '../../src/model/types.js';
 import { AuthError } from './auth.js';
 import { type Delivery, type DeviceSubscription, DevicePurgedError } from '../hub/port.js';
 import {
+  AggregateFn,
+  type ElementParameter,
+  type Pattern,
+  PatternSchema,
+  Selection,
   type Constraint,
   type Event,
   type Filter,
@@ -84,6 +102,12 @@ function filter(field: string, f: Filter, limits: Limits): MFilter {
 /** A device's subscription from the wire, validated under the API limits (owner = the device). */
 export function toSubscription(field: string, device: string, s: Subscription | undefined, limits: Limits): DeviceSubscription {
   if (s === undefined) throw new ValidationError(field, 'is required');
+  if (s.pattern !== undefined) {
+    if (s.filters.length > 0) throw new ValidationError(`${field}.filters`, 'must be empty in a pattern subscription (its filters are in its pattern)');
+    const pattern = toPattern(`${field}.pattern`, s.pattern, limits);
+    wireNames(() => validatePatternSubscription({ id: s.id, owner: device, pattern }, limits, DEFAULT_PATTERN_LIMITS, field));
+    return { id: s.id, filters: [], pattern };
+  }
   if (s.filters.length > limits.maxFiltersPerSubscription) {
     throw new ValidationError(`${field}.filters`, `must have at most ${limits.maxFiltersPerSubscription} filters, got ${s.filters.length}`);
   }
@@ -97,6 +121,97 @@ export function toSubscription(field: string, device: string, s: Subscription | 
     else f.tags = [...valid.filters[i].tags];
   }
   return { id: model.id, filters: model.filters };
+}
+
+const SELECTIONS: Record<number, MSelection> = { [Selection.EACH]: 'each', [Selection.LAST]: 'last', [Selection.FIRST]: 'first' };
+const SELECTION_NUMBERS = new Map<MSelection, Selection>(Object.entries(SELECTIONS).map(([k, v]) => [v, Number(k) as Selection]));
+const FNS: Record<number, MAggregateFn> = { [AggregateFn.COUNT]: 'count', [AggregateFn.SUM]: 'sum', [AggregateFn.MIN]: 'min', [AggregateFn.MAX]: 'max', [AggregateFn.AVG]: 'avg' };
+const FN_NUMBERS = new Map<MAggregateFn, AggregateFn>(Object.entries(FNS).map(([k, v]) => [v, Number(k) as AggregateFn]));
+const COMPARE_OPS: readonly Op[] = [Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE];
+
+/** E6: a comparison between two attributes is one of OP_EQ … OP_GE. */
+function compareOp(field: string, op: Op): MCompareOp {
+  if (op === Op.UNSPECIFIED) throw new ValidationError(field, 'must be set');
+  if (!COMPARE_OPS.includes(op)) throw new ValidationError(field, `must be one of OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE, got ${Op[op] === undefined ? op : `OP_${Op[op]}`}`);
+  return OPS[op] as MCompareOp;
+}
+
+function elementParameters(field: string, ps: readonly ElementParameter[]): MElementParameter[] | undefined {
+  if (ps.length === 0) return undefined;
+  return ps.map((p, j) => ({ attribute: p.attribute, op: compareOp(`${field}[${j}].op`, p.op), step: p.step, stepAttribute: p.stepAttribute }));
+}
+
+/**
+ * A pattern from the wire in the model's shape, for its validation (E19) to name every field:
+ * proto3 has no absent scalars, so an empty string, an empty list and a window of 0 are absent.
+ */
+function toPattern(field: string, p: Pattern, limits: Limits): MEventPattern {
+  const lengthOk = (f: string, n: number, max: number, what: string): void => {
+    if (n > max) throw new ValidationError(f, `must have at most ${max} ${what}, got ${n}`);
+  };
+  const pl = DEFAULT_PATTERN_LIMITS;
+  lengthOk(`${field}.steps`, p.steps.length, pl.maxSteps, 'steps');
+  lengthOk(`${field}.parameters`, p.parameters.length, pl.maxParameters, 'parameters');
+  lengthOk(`${field}.negations`, p.negations.length, pl.maxNegations, 'negations');
+  lengthOk(`${field}.aggregates`, p.aggregates.length, pl.maxAggregates, 'aggregates');
+  lengthOk(`${field}.consuming`, p.consuming.length, pl.maxSteps, 'step names');
+  const f = (at: string, x: Filter | undefined): MFilter => (x === undefined ? (undefined as unknown as MFilter) : filter(at, x, limits));
+  const steps = p.steps.map((s, i): MPatternStep => {
+    const at = `${field}.steps[${i}]`;
+    const out: MPatternStep = { name: s.name, filter: f(`${at}.filter`, s.filter) };
+    if (s.selection !== Selection.UNSPECIFIED) {
+      const sel = SELECTIONS[s.selection];
+      if (sel === undefined) throw new ValidationError(`${at}.selection`, `unknown selection ${s.selection}`);
+      out.selection = sel;
+    }
+    if (s.withinMs !== 0) out.withinMs = s.withinMs;
+    return out;
+  });
+  const out: MEventPattern = { steps };
+  if (p.parameters.length > 0) {
+    out.parameters = p.parameters.map((q, i) => {
+      const at = `${field}.parameters[${i}]`;
+      return {
+        left: (q.left === undefined ? undefined : { step: q.left.step, attribute: q.left.attribute }) as { step: string; attribute: string },
+        op: compareOp(`${at}.op`, q.op),
+        right: (q.right === undefined ? undefined : { step: q.right.step, attribute: q.right.attribute }) as { step: string; attribute: string },
+      };
+    });
+  }
+  if (p.negations.length > 0) {
+    out.negations = p.negations.map((n, i): MPatternNegation => {
+      const at = `${field}.negations[${i}]`;
+      const o: MPatternNegation = { filter: f(`${at}.filter`, n.filter) };
+      if (n.between.length > 0) o.between = [...n.between] as [string, string];
+      if (n.before !== '') o.before = n.before;
+      if (n.withinMs !== 0) o.withinMs = n.withinMs;
+      const ps = elementParameters(`${at}.parameters`, n.parameters);
+      if (ps !== undefined) o.parameters = ps;
+      return o;
+    });
+  }
+  if (p.aggregates.length > 0) {
+    out.aggregates = p.aggregates.map((a, i): MPatternAggregate => {
+      const at = `${field}.aggregates[${i}]`;
+      const fn = FNS[a.fn];
+      if (fn === undefined) throw new ValidationError(`${at}.fn`, a.fn === AggregateFn.UNSPECIFIED ? 'must be set' : `unknown function ${a.fn}`);
+      const o: MPatternAggregate = { name: a.name, fn, filter: f(`${at}.filter`, a.filter), before: a.before, withinMs: a.withinMs };
+      if (a.attribute !== '') o.attribute = a.attribute;
+      const ps = elementParameters(`${at}.parameters`, a.parameters);
+      if (ps !== undefined) o.parameters = ps;
+      if (a.where !== undefined) o.where = { op: compareOp(`${at}.where.op`, a.where.op), value: a.where.value };
+      return o;
+    });
+  }
+  if (p.consuming.length > 0) out.consuming = [...p.consuming];
+  return out;
+}
+
+/** E2: a Timestamp of whole milliseconds within [0, 2^53 − 1]. */
+function eventTime(field: string, seconds: bigint, nanos: number): number {
+  if (nanos % 1_000_000 !== 0) throw new ValidationError(`${field}.nanos`, `must be whole milliseconds, got ${nanos} ns`);
+  const ms = Number(seconds) * 1000 + nanos / 1_000_000;
+  return checkTimeMs(field, ms);
 }
 
 /** An event from the wire, validated; `id` is filled in by the caller when empty. */
@@ -117,6 +232,7 @@ export function toEvent(field: string, e: Event | undefined, limits: Limits, new
   }
   const model: MEvent = { id: e.id === '' ? newId() : e.id, lat, lon, radiusM: e.radiusM, attributes };
   if (e.tags.length > 0) model.tags = e.tags;
+  if (e.time !== undefined) model.timeMs = eventTime(`${field}.time`, e.time.seconds, e.time.nanos);
   const valid = wireNames(() => validateEvent({ ...model, attributes: { ...attributes } }, limits, field));
   // Tags travel and are delivered in their normal form (T2).
   if (model.tags !== undefined) {
@@ -127,16 +243,21 @@ export function toEvent(field: string, e: Event | undefined, limits: Limits, new
 }
 
 /**
- * The model names its one two-word field `radiusM`; on the wire (and in every path an API error
- * names) it is the proto field `radius_m`. Every other field the model can report here has the
- * same name in both.
+ * The model names its two-word fields in camel case (`radiusM`, a pattern's `withinMs` and
+ * `stepAttribute`); on the wire (and in every path an API error names) they are the proto fields
+ * `radius_m`, `within_ms` and `step_attribute`. Every other field the model can report here has
+ * the same name in both.
  */
+const WIRE_NAMES: Record<string, string> = { radiusM: 'radius_m', withinMs: 'within_ms', stepAttribute: 'step_attribute' };
+const CAMEL_FIELD = /\.(radiusM|withinMs|stepAttribute)(?=$|[.[])/g;
+
 function wireNames<T>(validate: () => T): T {
   try {
     return validate();
   } catch (err) {
-    if (err instanceof ValidationError && err.field !== undefined && err.field.endsWith('.radiusM')) {
-      throw new ValidationError(`${err.field.slice(0, -'radiusM'.length)}radius_m`, err.rule);
+    if (err instanceof ValidationError && err.field !== undefined && CAMEL_FIELD.test(err.field)) {
+      CAMEL_FIELD.lastIndex = 0;
+      throw new ValidationError(err.field.replace(CAMEL_FIELD, (_, name: string) => `.${WIRE_NAMES[name]}`), err.rule);
     }
     throw err;
   }
@@ -150,15 +271,39 @@ function toValue(v: MValue): Value {
   return create(ValueSchema, { kind: { case: 'flag', value: v } });
 }
 
-export function fromSubscription(s: DeviceSubscription): Subscription {
-  return create(SubscriptionSchema, {
-    id: s.id,
-    filters: s.filters.map((f) => ({
-      constraints: f.constraints.map((c) => ({ name: c.name, op: OP_NUMBERS.get(c.op)!, value: c.value === undefined || c.value === null ? undefined : toValue(c.value) })),
-      area: f.area === undefined || f.area === null ? undefined : { radiusM: f.area.radiusM, center: f.area.center ?? undefined },
-      tags: f.tags ?? [],
+function fromFilter(f: MFilter) {
+  return {
+    constraints: f.constraints.map((c) => ({ name: c.name, op: OP_NUMBERS.get(c.op)!, value: c.value === undefined || c.value === null ? undefined : toValue(c.value) })),
+    area: f.area === undefined || f.area === null ? undefined : { radiusM: f.area.radiusM, center: f.area.center ?? undefined },
+    tags: f.tags ?? [],
+  };
+}
+
+function fromElementParameters(ps: readonly MElementParameter[] | undefined) {
+  return (ps ?? []).map((p) => ({ attribute: p.attribute, op: OP_NUMBERS.get(p.op)!, step: p.step, stepAttribute: p.stepAttribute }));
+}
+
+function fromPattern(p: MEventPattern): Pattern {
+  return create(PatternSchema, {
+    steps: p.steps.map((s) => ({ name: s.name, filter: fromFilter(s.filter), selection: s.selection === undefined ? Selection.UNSPECIFIED : SELECTION_NUMBERS.get(s.selection)!, withinMs: s.withinMs ?? 0 })),
+    parameters: (p.parameters ?? []).map((q) => ({ left: { ...q.left }, op: OP_NUMBERS.get(q.op)!, right: { ...q.right } })),
+    negations: (p.negations ?? []).map((n) => ({ filter: fromFilter(n.filter), between: n.between === undefined ? [] : [...n.between], before: n.before ?? '', withinMs: n.withinMs ?? 0, parameters: fromElementParameters(n.parameters) })),
+    aggregates: (p.aggregates ?? []).map((a) => ({
+      name: a.name,
+      fn: FN_NUMBERS.get(a.fn)!,
+      attribute: a.attribute ?? '',
+      filter: fromFilter(a.filter),
+      before: a.before,
+      withinMs: a.withinMs,
+      parameters: fromElementParameters(a.parameters),
+      where: a.where === undefined ? undefined : { op: OP_NUMBERS.get(a.where.op)!, value: a.where.value },
     })),
+    consuming: [...(p.consuming ?? [])],
   });
+}
+
+export function fromSubscription(s: DeviceSubscription): Subscription {
+  return create(SubscriptionSchema, { id: s.id, filters: s.filters.map(fromFilter), pattern: s.pattern === undefined ? undefined : fromPattern(s.pattern) });
 }
 
 export function fromEvent(e: MEvent): Event {
@@ -182,6 +327,13 @@ export function fromDelivery(d: Delivery): Notification {
     event,
     subscriptionIds: d.subscriptionIds,
     publishedAt: timestampFromMs(d.publishedAtMs),
+    match:
+      d.match === undefined
+        ? undefined
+        : {
+            steps: d.match.steps.map((s) => ({ step: s.step, event: s.event === d.event ? event : fromEvent(s.event), time: timestampFromMs(s.timeMs) })),
+            aggregates: { ...d.match.aggregates },
+          },
   });
 }
 

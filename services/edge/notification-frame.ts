@@ -40,8 +40,9 @@ const TAG_NANOS = (2 << 3) | 0;
 
 /** The `ConnectResponse` bytes of one delivery. */
 export function notificationFrame(d: Delivery): Uint8Array {
-  // Times are whole milliseconds since the epoch; anything else takes the general encoder.
-  if (!(Number.isSafeInteger(d.publishedAtMs) && d.publishedAtMs >= 0)) {
+  // Times are whole milliseconds since the epoch; anything else, and a pattern's match (rare,
+  // one recipient each), takes the general encoder.
+  if (!(Number.isSafeInteger(d.publishedAtMs) && d.publishedAtMs >= 0) || d.match !== undefined) {
     return toBinary(ConnectResponseSchema, create(ConnectResponseSchema, { message: { case: 'notification', value: fromDelivery(d) } }));
   }
   const event = encodedEvent(d.event);

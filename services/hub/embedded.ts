@@ -20,7 +20,7 @@ import {
   type Revocation,
   mergeRevocations,
 } from './port.js';
-import { type MatchCore, type Owner, type Recipient, hubStats } from '../matcher/core.js';
+import { type MatchCore, type Owner, type PatternDelivery, type Recipient, hubStats } from '../matcher/core.js';
 import type { DeliverySource, Retention } from '../matcher/fanout.js';
 import { type DedupeOptions, DEFAULT_DEDUPE, EventIdWindow, type IdTicket, planPublish, settlePublish } from '../matcher/event-ids.js';
 import { type EmbeddedInbox, InboxStore } from './inboxes.js';
@@ -71,6 +71,11 @@ export interface EmbeddedHubOptions {
   shards?: HubFanOut;
   /** How long event ids deduplicate (by `now`), and how many are held at most. */
   dedupe?: Partial<DedupeOptions>;
+  /**
+   * With pattern subscriptions and a lateness bound: how often the release order's clock moves to
+   * `now` (E3), so the last events before a quiet period are released (0: only publishes move it).
+   */
+  patternTickMs?: number;
 }
 
 export class EmbeddedHub implements Hub {
@@ -89,6 +94,10 @@ export class EmbeddedHub implements Hub {
   /** Revoked tokens, by revocationKey, and who hears of changes. */
   private readonly revoked = new Map<string, Revocation>();
   private readonly revocationWatchers = new Set<(all: readonly Revocation[]) => void>();
+  private patternMatches = 0;
+  /** Clock moves of the patterns that failed (the element engine's failure; publishes then fail too). */
+  private patternClockErrors = 0;
+  private readonly patternTicker: NodeJS.Timeout | null = null;
 
   constructor(
     private readonly core: MatchCore,
@@ -100,6 +109,29 @@ export class EmbeddedHub implements Hub {
     if (fanout.deliver === undefined && fanout.deliverMatches === undefined) throw new Error('hub: a fan-out delivers recipients or matches');
     if (fanout.forget !== undefined) core.onOwnerRemoved = (o) => fanout.forget!(o);
     this.ids = new EventIdWindow({ ...DEFAULT_DEDUPE, ...options.dedupe }, fanout.now);
+    if (core.patterns !== null && options.shards !== undefined) throw new Error('hub: pattern matches are stored by the hub\'s own inboxes, not fan-out shards');
+    const tick = options.patternTickMs ?? 0;
+    if (core.patterns !== null && tick > 0) {
+      this.patternTicker = setInterval(() => void this.releasePatterns().catch(() => this.patternClockErrors++), tick);
+      this.patternTicker.unref();
+    }
+  }
+
+  /**
+   * Moves the pattern subscriptions' clock to now (E3) and stores the matches this releases; how
+   * many. The hub's ticker calls it (`patternTickMs`).
+   */
+  async releasePatterns(): Promise<number> {
+    const p = this.closed ? null : this.core.advancePatterns(this.fanout.now());
+    if (p === null) return 0;
+    return this.storePatterns(await p);
+  }
+
+  private storePatterns(ds: readonly PatternDelivery[]): number {
+    if (ds.length === 0 || this.closed) return 0;
+    this.fanout.deliver!({ id: '', ms: this.fanout.now() }, ds.map((d) => d.event), ds.map((d) => [d.recipient]));
+    this.patternMatches += ds.length;
+    return ds.length;
   }
 
   async addSubscription(device: string, sub: DeviceSubscription): Promise<void> {
@@ -162,8 +194,11 @@ export class EmbeddedHub implements Hub {
     return events.map((e, i) => (results[i].duplicate ? { eventId: e.id, reached: results[i].reached, duplicate: true } : { eventId: e.id, reached: results[i].reached }));
   }
 
-  /** Matches and stores `events`; their reach. */
+  /** Matches and stores `events`; their reach (pattern matches are stored too, not counted in it). */
   private async deliver(events: readonly Event[]): Promise<number[]> {
+    // Handed to the patterns first, so concurrent publishes are released in the order they came.
+    const patterned = this.core.publishPatterns(events, this.fanout.now());
+    patterned?.catch(() => {}); // a failure is this call's, awaited below
     let reached: number[];
     if (this.fanout.deliverMatches !== undefined) {
       const matches = await this.core.matchKeys(events);
@@ -175,6 +210,7 @@ export class EmbeddedHub implements Hub {
     // Shards store asynchronously: the reply waits until they have.
     if (this.store === null) await this.fanout.flush();
     this.eventsPublished += events.length;
+    if (patterned !== null) this.storePatterns(await patterned);
     return reached;
   }
 
@@ -262,13 +298,30 @@ export class EmbeddedHub implements Hub {
       eventsPublished: this.eventsPublished,
       notifications: this.fanout.notifications,
       notificationsDropped: this.fanout.dropped,
-      extra: { duplicateEvents: this.duplicates, devicesPurged: this.purged, devicesExpired: this.expired },
+      extra: { duplicateEvents: this.duplicates, devicesPurged: this.purged, devicesExpired: this.expired, ...this.patternStats() },
     });
+  }
+
+  /** The pattern subscriptions' figures, where this hub serves them. */
+  private patternStats(): Record<string, number> {
+    if (this.core.patterns === null) return {};
+    const s = this.core.patterns.stats();
+    return {
+      patternSubscriptions: s.subscriptions,
+      patternElements: s.elements,
+      patternMatches: this.patternMatches,
+      patternEventsLate: s.late,
+      patternEventsBuffered: s.buffered,
+      patternEventsRetained: s.retained,
+      patternEventsEvicted: s.evicted,
+      patternClockErrors: this.patternClockErrors,
+    };
   }
 
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    if (this.patternTicker !== null) clearInterval(this.patternTicker);
     this.store?.close();
     await this.core.close();
   }

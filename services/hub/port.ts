@@ -7,6 +7,7 @@
  */
 import { AmbitError } from '../../src/model/errors.js';
 import type { Limits } from '../../src/model/limits.js';
+import type { EventPattern } from '../../src/model/event-patterns.js';
 import type { Event, PositionUpdate, Subscription } from '../../src/model/types.js';
 
 /** Subscriptions one device may hold unless configured otherwise; one more is RESOURCE_EXHAUSTED. */
@@ -26,14 +27,31 @@ export interface Delivery {
   event: Event;
   /** The device's subscriptions the event matched (the device's own ids). */
   subscriptionIds: string[];
-  /** Milliseconds since the epoch when the event was accepted. */
+  /** Milliseconds since the epoch when the event was accepted (a pattern's match: when it was found). */
   publishedAtMs: number;
+  /** A pattern subscription's match (then `event` is its terminator's, docs/semantics.md E20). */
+  match?: DeliveryMatch;
 }
+
+/** The events of a pattern's steps, terminator first, and its aggregates by name (E20). */
+export interface DeliveryMatch {
+  steps: { step: string; event: Event; timeMs: number }[];
+  aggregates: Record<string, number>;
+}
+
+/**
+ * Why a pattern subscription is refused (FAILED_PRECONDITION) where it is not served yet: Redis
+ * mode, and an embedded node's gateway processes, partitions or fan-out shards.
+ */
+export const NO_PATTERNS = 'pattern subscriptions are served by an embedded node of one process for now (not with REDIS_URL, AMBIT_GATEWAYS > 1 or AMBIT_PARTITIONS)';
 
 /** A device's subscription as the device names it (owner implied). */
 export interface DeviceSubscription {
   id: string;
+  /** Empty for a pattern subscription. */
   filters: Subscription['filters'];
+  /** A pattern subscription (docs/semantics.md §9): validated by the edge as `subscription.pattern`. */
+  pattern?: EventPattern;
 }
 
 export interface PublishResult {

@@ -20,6 +20,7 @@ import { type Limits, resolveLimits, validateEvents, validateSubscription } from
 import type { Event, PositionUpdate } from '../../src/model/types.js';
 import {
   type Delivery,
+  NO_PATTERNS,
   type DeviceInfo,
   type DevicePage,
   type DeviceQuery,
@@ -276,6 +277,7 @@ export class RedisHub implements Hub, InboxHost {
 
   private async putSubscription(device: string, sub: DeviceSubscription, mode: 'add' | 'replace'): Promise<void> {
     this.checkOpen();
+    if (sub.pattern !== undefined) throw new AmbitError('FAILED_PRECONDITION', NO_PATTERNS, 'subscription.pattern');
     // The engine's own check, here, so a request it would refuse fails at the caller, not in the matcher.
     validateSubscription({ id: subscriptionKey(device, sub.id), owner: device, filters: sub.filters }, this.limits);
     this.batcher.flush(); // this device's earlier positions go first

@@ -8,11 +8,20 @@ import { AmbitError, show } from '../../src/model/errors.js';
 import type { Matcher, MatcherStats } from '../../src/engines/matcher.js';
 import type { DeviceHandle } from '../../src/engines/matcher.js';
 import type { Event, PositionUpdate } from '../../src/model/types.js';
-import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE, type DeviceSubscription, type HubStats, splitSubscriptionKey, subscriptionKey } from '../hub/port.js';
+import { type PatternMatcher, type PatternNotification, eventInput } from '../../src/engines/event-patterns/pattern-matcher.js';
+import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE, NO_PATTERNS, type DeliveryMatch, type DeviceSubscription, type HubStats, splitSubscriptionKey, subscriptionKey } from '../hub/port.js';
 
 export interface Recipient {
   device: string;
   subscriptionIds: string[];
+  /** A pattern subscription's match (its one subscription id is the pattern's). */
+  match?: DeliveryMatch;
+}
+
+/** One pattern match as a fan-out stores it: the terminator's event and its one recipient. */
+export interface PatternDelivery {
+  event: Event;
+  recipient: Recipient;
 }
 
 /**
@@ -30,6 +39,8 @@ export interface DeviceMemo {
 interface DeviceSubs extends DeviceMemo {
   readonly device: string;
   readonly subs: Map<string, DeviceSubscription>;
+  /** How many of `subs` are pattern subscriptions (their owner's position goes to the patterns too). */
+  patterns: number;
   /** The match that last touched this device, and its recipient's index in that match. */
   stamp: number;
   slot: number;
@@ -53,9 +64,12 @@ interface OwnerEntry extends Owner {
 
 /** A device's last position plus the engine handle that moves it (two writes per update). */
 interface Position {
+  readonly device: string;
   lat: number;
   lon: number;
   handle: DeviceHandle | null;
+  /** The device owns pattern subscriptions: the pattern matcher gets its positions too (E5). */
+  patterned: boolean;
   /** Purged: a writer holding this record resolves the device again. */
   dead?: boolean;
 }
@@ -75,10 +89,15 @@ export class MatchCore {
   private readonly purgedWhileMatching = new Set<string>();
   locationUpdates = 0;
 
-  /** `maxPerDevice`: subscriptions one device may hold (RESOURCE_EXHAUSTED beyond). */
+  /**
+   * `maxPerDevice`: subscriptions one device may hold (RESOURCE_EXHAUSTED beyond), pattern
+   * subscriptions included. `patterns`: serves pattern subscriptions (owned and closed by the
+   * core); without it they are refused (FAILED_PRECONDITION).
+   */
   constructor(
     readonly engine: Matcher,
     readonly maxPerDevice = DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE,
+    readonly patterns: PatternMatcher | null = null,
   ) {}
 
   /** Adds or replaces (mode) one device subscription; the engine validates again, as a guard. */
@@ -90,32 +109,82 @@ export class MatchCore {
     if (!exists && mode !== 'upsert' && (mine?.subs.size ?? 0) >= this.maxPerDevice) {
       throw new AmbitError('RESOURCE_EXHAUSTED', `device already has ${this.maxPerDevice} subscriptions, the most allowed`, 'subscription');
     }
-    const engineSub = { id: subscriptionKey(device, sub.id), owner: device, filters: sub.filters };
-    if (exists) this.engine.replace(engineSub);
-    else this.engine.add(engineSub);
+    const key = subscriptionKey(device, sub.id);
+    const old = exists ? mine!.subs.get(sub.id)! : undefined;
+    if (sub.pattern !== undefined) {
+      if (this.patterns === null) throw new AmbitError('FAILED_PRECONDITION', NO_PATTERNS, 'subscription.pattern');
+      const ps = { id: key, owner: device, pattern: sub.pattern };
+      // The new version first: if it is refused, the old one stays.
+      if (old?.pattern !== undefined) this.patterns.replace(ps);
+      else {
+        this.patterns.add(ps);
+        if (old !== undefined) this.engine.remove(key);
+      }
+    } else {
+      const engineSub = { id: key, owner: device, filters: sub.filters };
+      if (old !== undefined && old.pattern === undefined) this.engine.replace(engineSub);
+      else {
+        this.engine.add(engineSub);
+        if (old !== undefined) this.patterns!.remove(key);
+      }
+    }
     if (mine === undefined) {
-      mine = { device, subs: new Map(), stamp: 0, slot: 0, shards: 0, shard: 0, idBytes: null };
+      mine = { device, subs: new Map(), patterns: 0, stamp: 0, slot: 0, shards: 0, shard: 0, idBytes: null };
       this.subs.set(device, mine);
       this.devicesVersion++;
     }
     if (!exists) {
       this.subscriptionCount++;
-      this.owners.set(engineSub.id, { of: mine, id: sub.id, num: this.nextOwner++, sent: false });
+      // Pattern subscriptions have no engine key to resolve: they are delivered as their matches come.
+      if (sub.pattern === undefined) this.owners.set(key, { of: mine, id: sub.id, num: this.nextOwner++, sent: false });
+    } else if ((old!.pattern === undefined) !== (sub.pattern === undefined)) {
+      if (sub.pattern === undefined) this.owners.set(key, { of: mine, id: sub.id, num: this.nextOwner++, sent: false });
+      else this.dropOwner(key);
     }
     mine.subs.set(sub.id, sub);
+    this.countPatterns(mine, (sub.pattern !== undefined ? 1 : 0) - (old?.pattern !== undefined ? 1 : 0));
+  }
+
+  private dropOwner(key: string): void {
+    const o = this.owners.get(key);
+    this.owners.delete(key);
+    if (o !== undefined && this.onOwnerRemoved !== null) this.onOwnerRemoved(o);
+  }
+
+  /**
+   * Keeps the pattern matcher told of the positions of the devices that own patterns: a device's
+   * first pattern gets its known position, and its last one's removal forgets it there.
+   */
+  private countPatterns(mine: DeviceSubs, delta: number): void {
+    if (delta === 0) return;
+    const before = mine.patterns;
+    mine.patterns += delta;
+    const p = this.positions.get(mine.device);
+    if (before === 0 && mine.patterns > 0) {
+      if (p !== undefined) {
+        p.patterned = true;
+        this.patterns!.updatePosition(mine.device, p.lat, p.lon);
+      }
+    } else if (before > 0 && mine.patterns === 0) {
+      if (p !== undefined) p.patterned = false;
+      this.patterns!.removeDevice(mine.device);
+    }
   }
 
   /** False when the device has no such subscription. */
   remove(device: string, subscriptionId: string): boolean {
     const mine = this.subs.get(device);
-    if (mine === undefined || !mine.subs.has(subscriptionId)) return false;
+    const sub = mine?.subs.get(subscriptionId);
+    if (mine === undefined || sub === undefined) return false;
     const key = subscriptionKey(device, subscriptionId);
-    this.engine.remove(key);
-    const o = this.owners.get(key);
-    this.owners.delete(key);
-    if (o !== undefined && this.onOwnerRemoved !== null) this.onOwnerRemoved(o);
+    if (sub.pattern !== undefined) this.patterns!.remove(key);
+    else {
+      this.engine.remove(key);
+      this.dropOwner(key);
+    }
     mine.subs.delete(subscriptionId);
     this.subscriptionCount--;
+    if (sub.pattern !== undefined) this.countPatterns(mine, -1);
     if (mine.subs.size === 0) {
       this.subs.delete(device);
       this.devicesVersion++;
@@ -192,7 +261,7 @@ export class MatchCore {
   private record(device: string): Position {
     let p = this.positions.get(device);
     if (p === undefined) {
-      p = { lat: 0, lon: 0, handle: this.engine.openDevice(device) };
+      p = { device, lat: 0, lon: 0, handle: this.engine.openDevice(device), patterned: (this.subs.get(device)?.patterns ?? 0) > 0 };
       this.positions.set(device, p);
     }
     return p;
@@ -202,6 +271,7 @@ export class MatchCore {
     p.lat = lat;
     p.lon = lon;
     p.handle!.update(lat, lon);
+    if (p.patterned) this.patterns!.updatePosition(p.device, lat, lon);
     this.locationUpdates++;
   }
 
@@ -241,6 +311,24 @@ export class MatchCore {
 
   ownerOf(key: string): Owner | undefined {
     return this.owners.get(key);
+  }
+
+  /**
+   * Hands published events to the pattern subscriptions, in call order (E3: an event without its
+   * own time takes `nowMs`, when it was accepted); resolves with the matches this releases, as
+   * deliveries. Null without pattern subscriptions served here. Call it before awaiting the
+   * events' own match, so concurrent publishes are released in the order they came.
+   */
+  publishPatterns(events: readonly Event[], nowMs: number): Promise<PatternDelivery[]> | null {
+    if (this.patterns === null) return null;
+    // Every event goes through, with or without patterns: it moves the release order's clock (E3).
+    return this.patterns.publish(events.map((e) => ({ event: e, timeMs: e.timeMs ?? nowMs }))).then((ns) => ns.map(patternDelivery));
+  }
+
+  /** Moves the release order's clock to `nowMs` (E3: events older than the lateness bound are released). */
+  advancePatterns(nowMs: number): Promise<PatternDelivery[]> | null {
+    if (this.patterns === null) return null;
+    return this.patterns.advanceTo(nowMs).then((ns) => ns.map(patternDelivery));
   }
 
   /** Recipients of each event, grouped by device, subscription ids in engine order. */
@@ -301,7 +389,15 @@ export class MatchCore {
     for (const p of this.positions.values()) p.handle?.release();
     this.positions.clear();
     await this.engine.close();
+    await this.patterns?.close();
   }
+}
+
+/** A pattern match as a delivery to its owner (E20): the terminator's event, the steps and aggregates. */
+function patternDelivery(n: PatternNotification): PatternDelivery {
+  const [device, id] = splitSubscriptionKey(n.subscription);
+  const steps = n.steps.map((s) => ({ step: s.step, event: eventInput(s.event), timeMs: s.timeMs }));
+  return { event: steps[0].event, recipient: { device, subscriptionIds: [id], match: { steps, aggregates: n.aggregates } } };
 }
 
 /** The figures every deployment reports, from the match core and the fan-out's counters. */

@@ -32,3 +32,13 @@ export async function openEngine(choice: EngineChoice): Promise<OpenedEngine> {
   }
   return { engine: await ENGINES[choice]({ limits }), detail: `${choice} engine (configured)` };
 }
+
+/**
+ * The engine that matches pattern elements' filters (PatternMatcher's element engine): the
+ * configured CPU engine, or the fast CPU engine beside a GPU one (a pattern's few elements are
+ * matched at release, one release at a time, where a GPU round trip costs more than it saves).
+ */
+export async function openPatternElementEngine(choice: EngineChoice): Promise<Matcher> {
+  const name: EngineName = choice === 'auto' || choice === 'gpu' ? 'fast' : choice;
+  return ENGINES[name]({ limits: ENGINE_SIDE_LIMITS });
+}

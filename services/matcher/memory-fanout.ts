@@ -140,7 +140,11 @@ export class MemoryFanOut implements FanOut {
     const reached = new Array<number>(events.length);
     for (let i = 0; i < events.length; i++) {
       const rs = recipients[i];
-      for (let j = 0; j < rs.length; j++) this.append(rs[j].device, { deliveryId: '', event: events[i], subscriptionIds: rs[j].subscriptionIds, publishedAtMs: source.ms });
+      for (let j = 0; j < rs.length; j++) {
+        const r = rs[j];
+        if (r.match === undefined) this.append(r.device, { deliveryId: '', event: events[i], subscriptionIds: r.subscriptionIds, publishedAtMs: source.ms });
+        else this.append(r.device, { deliveryId: '', event: events[i], subscriptionIds: r.subscriptionIds, publishedAtMs: source.ms, match: r.match });
+      }
       reached[i] = reachedBy(rs);
     }
     return reached;

@@ -2,6 +2,7 @@
  * Process configuration, from the environment (and flags in main.ts), validated whole with exact
  * errors before anything starts.
  */
+import { DEFAULT_PATTERN_LIMITS } from '../../src/model/event-patterns.js';
 import { DEFAULT_DEDUPE, type DedupeOptions } from '../matcher/event-ids.js';
 import { readFileSync } from 'node:fs';
 import { DEFAULT_RETENTION, type Retention } from '../hub/embedded.js';
@@ -139,6 +140,13 @@ export interface ServerConfig {
    * device's call, a batch per write (services/edge/raw-stream.ts); false: each one through grpc-js.
    */
   directWrites: boolean;
+  /**
+   * Pattern subscriptions (docs/semantics.md E3): how long an event may wait for earlier-timed
+   * ones before it is released to the patterns (ms; 0: released as it comes).
+   */
+  patternLatenessMs: number;
+  /** Pattern subscriptions (E15): events each pattern element keeps at most. */
+  patternRetainedPerElement: number;
 }
 
 /** Fan-out shards one node may run. */
@@ -191,6 +199,8 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   eventOrigin: 0,
   deviceStreams: 'http2',
   directWrites: true,
+  patternLatenessMs: 0,
+  patternRetainedPerElement: 10_000,
 });
 
 /** Reads AMBIT_* (and REDIS_URL) variables over the defaults; throws naming the variable. */
@@ -321,6 +331,8 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
   c.partitions = int('AMBIT_PARTITIONS', 0, MAX_PARTITIONS) ?? c.partitions;
   c.hubPartitions = socketPaths('AMBIT_HUB_PARTITIONS', str('AMBIT_HUB_PARTITIONS')) ?? c.hubPartitions;
   c.eventOrigin = int('AMBIT_EVENT_ORIGIN', 0, MAX_EVENT_ORIGIN - 1) ?? c.eventOrigin;
+  c.patternLatenessMs = int('AMBIT_PATTERN_LATENESS_MS', 0, DEFAULT_PATTERN_LIMITS.maxWindowMs) ?? c.patternLatenessMs;
+  c.patternRetainedPerElement = int('AMBIT_PATTERN_RETAINED_PER_ELEMENT', 1, 10_000_000) ?? c.patternRetainedPerElement;
   return c;
 }
 

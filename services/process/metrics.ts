@@ -81,6 +81,10 @@ export class Metrics implements EdgeMetrics {
     };
     counter('ambit_devices_purged_total', 'Devices purged on request (PurgeDevice), by the hub (Redis mode: the deployment)', hubCount('devicesPurged'));
     counter('ambit_devices_expired_total', 'Devices purged because no gateway saw them for AMBIT_DEVICE_EXPIRY_DAYS, by the hub (Redis mode: the deployment)', hubCount('devicesExpired'));
+    // Pattern subscriptions (an embedded node of one process; 0 elsewhere).
+    counter('ambit_pattern_matches_total', 'Pattern subscriptions: matches delivered', hubCount('patternMatches'));
+    counter('ambit_pattern_events_late_total', 'Pattern subscriptions: events that came after a later-timed event was released (never part of a pattern)', hubCount('patternEventsLate'));
+    counter('ambit_pattern_events_evicted_total', 'Pattern subscriptions: events dropped by AMBIT_PATTERN_RETAINED_PER_ELEMENT before their windows closed', hubCount('patternEventsEvicted'));
     new client.Gauge({ name: 'ambit_connected_devices', help: 'Open device streams', registers: [r], collect() { this.set(c.connectedDevices); } });
     new client.Gauge({ name: 'ambit_send_queue', help: 'Notifications waiting for device streams to drain', registers: [r], collect() { this.set(c.sendQueue); } });
     new client.Gauge({ name: 'ambit_streams_held_back', help: 'Device streams not read because the client does not read its replies', registers: [r], collect() { this.set(c.streamsHeldBack); } });
@@ -118,6 +122,9 @@ export class Metrics implements EdgeMetrics {
         [new client.Gauge({ name: 'ambit_notifications_dropped', help: 'Notifications dropped by retention (oldest first)', registers: [r] }), (s) => s.notificationsDropped],
         [new client.Gauge({ name: 'ambit_location_updates_applied', help: 'Location updates the engine has applied', registers: [r] }), (s) => s.locationUpdates],
         [new client.Gauge({ name: 'ambit_shard_map_version', help: 'Redis mode sharded by space: the shard map version this process places devices by (0: as configured)', registers: [r] }), (s) => num(s.extra.shardMapVersion)],
+        [new client.Gauge({ name: 'ambit_pattern_subscriptions', help: 'Pattern subscriptions held', registers: [r] }), (s) => num(s.extra.patternSubscriptions)],
+        [new client.Gauge({ name: 'ambit_pattern_events_buffered', help: 'Pattern subscriptions: events waiting for earlier-timed ones (AMBIT_PATTERN_LATENESS_MS)', registers: [r] }), (s) => num(s.extra.patternEventsBuffered)],
+        [new client.Gauge({ name: 'ambit_pattern_events_retained', help: 'Pattern subscriptions: events the patterns keep for their windows', registers: [r] }), (s) => num(s.extra.patternEventsRetained)],
         [new client.Gauge({ name: 'ambit_shard_map_moving', help: 'Redis mode sharded by space: 1 while cells move between shards', registers: [r] }), (s) => (s.extra.shardMapMoving === true ? 1 : 0)],
       ];
       const leaseGauges: [client.Gauge, (s: HubStats) => number][] = [];

@@ -68,6 +68,11 @@ export interface Event {
   attributes: Record<string, Value>;
   /** The event's tags, e.g. `['#food', '#vegan', '#lunch']`: a set (order and repeats do not matter). */
   tags?: string[];
+  /**
+   * Its event time (docs/semantics.md E2), integer ms since the epoch: the order pattern
+   * subscriptions see events in. Absent: stamped when the service accepts it. Filters ignore it.
+   */
+  timeMs?: number;
 }
 
 /** A device's position report, as a batch entry. */

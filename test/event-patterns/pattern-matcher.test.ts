@@ -172,6 +172,30 @@ for (const reference of [false, true]) {
       assert.throws(() => pm.publish([]), { code: 'FAILED_PRECONDITION' });
     });
 
+    it('[E3][E17] with no pattern installed events still move the release order, as they do with one installed', async () => {
+      // `bare` has no pattern (its publishes skip the element engine); `busy` has one that never
+      // matches. Both must release, count late events and then match a new pattern alike.
+      const never: PatternSubscription = { id: 'never', owner: 'phone', pattern: { steps: [{ name: 'x', filter: kind('nothing') }] } };
+      const bare = make({ reference });
+      const busy = make({ reference });
+      busy.add(never);
+      for (const pm of [bare, busy]) pm.updatePosition('phone', ORIGIN.lat, ORIGIN.lon);
+      const early = [ev('t1', 1000, { kind: 'temp', value: 50, zone: 'a' }), ev('t0', 900, { kind: 'temp', value: 70, zone: 'a' }), ev('t2', 1000, { kind: 'temp', value: 55, zone: 'a' })];
+      for (const pm of [bare, busy]) assert.deepEqual(await pm.publish(early), []);
+      const pick = (pm: PatternMatcher) => ({ late: pm.stats().late, released: pm.stats().released, buffered: pm.stats().buffered });
+      assert.deepEqual(pick(bare), { late: 1, released: 2, buffered: 0 });
+      assert.deepEqual(pick(busy), pick(bare));
+      for (const pm of [bare, busy]) pm.add(fire());
+      // 950 is before the last release (1000): late for the new pattern too, in both.
+      const later = [ev('t3', 950, { kind: 'temp', value: 90, zone: 'a' }), ev('t4', 2000, { kind: 'temp', value: 46, zone: 'a' }), ev('s1', 2500, { kind: 'smoke', zone: 'a' })];
+      const got = await Promise.all([bare, busy].map((pm) => pm.publish(later)));
+      assert.deepEqual(ids(got[0]), ['fire:s1,t4']);
+      assert.deepEqual(ids(got[1]), ids(got[0]));
+      assert.deepEqual(pick(busy), pick(bare));
+      assert.deepEqual(pick(bare), { late: 2, released: 4, buffered: 0 });
+      await Promise.all([bare.close(), busy.close()]);
+    });
+
     it('[E5] an attribute named __proto__ is an ordinary name on its way to the element engine', async () => {
       const pm = make({ reference });
       pm.add({ id: 'p', owner: 'o', pattern: { steps: [{ name: 'x', filter: { constraints: [{ name: '__proto__', op: 'eq', value: 1 }] } }] } });

@@ -105,7 +105,7 @@ describe('api fuzz: mutated and random requests', () => {
     await srv.stop();
   });
 
-  const event: Init = { id: 'e-seed', position: { lat: 1, lon: 2 }, radiusM: 10, attributes: { kind: text('x'), n: num(3) } };
+  const event: Init = { id: 'e-seed', position: { lat: 1, lon: 2 }, radiusM: 10, attributes: { kind: text('x'), n: num(3) }, time: { seconds: 1_700_000_000n, nanos: 5_000_000 } };
   const unaries: [string, Buffer, () => grpc.Metadata][] = [
     ['/ambit.v1.DeviceService/UpdateLocation', Buffer.from(toBinary(UpdateLocationRequestSchema, create(UpdateLocationRequestSchema, { location: { lat: 1, lon: 2 } }))), () => devMd],
     ['/ambit.v1.DeviceService/ListSubscriptions', Buffer.alloc(0), () => devMd],
@@ -202,12 +202,25 @@ describe('api fuzz: mutated and random requests', () => {
     }
   });
 
+  const FUZZ_PATTERN: Init = {
+    steps: [
+      { name: 'a', filter: { constraints: [{ name: 'kind', op: Op.EQ, value: text('x') }], area: { radiusM: 100 } } },
+      { name: 'b', filter: { constraints: [{ name: 'n', op: Op.GT, value: num(1) }] }, selection: 2, withinMs: 1000 },
+    ],
+    parameters: [{ left: { step: 'a', attribute: 'n' }, op: Op.LT, right: { step: 'b', attribute: 'n' } }],
+    negations: [{ filter: { constraints: [], tags: ['t'] }, between: ['a', 'b'], parameters: [{ attribute: 'n', op: Op.EQ, step: 'a', stepAttribute: 'n' }] }],
+    aggregates: [{ name: 's', fn: 2, attribute: 'n', filter: { constraints: [] }, before: 'a', withinMs: 500, where: { op: Op.GE, value: 1 } }],
+    consuming: ['b'],
+  };
+
   it(`device streams: hello, then mutated frames (seed ${SEED + 2})`, async () => {
     const rng = new Rng(SEED + 2);
     const hello = Buffer.from(toBinary(ConnectRequestSchema, create(ConnectRequestSchema, { message: { case: 'hello', value: {} } })));
     const seeds = [
       toBinary(ConnectRequestSchema, create(ConnectRequestSchema, { message: { case: 'location', value: { lat: 1, lon: 2 } } })),
       toBinary(ConnectRequestSchema, create(ConnectRequestSchema, { message: { case: 'subscribe', value: { requestId: 'r', subscription: { id: 'fz', filters: [{ constraints: [], area: { radiusM: 100 } }] } } } })),
+      // A pattern with every part, so mutations reach each of its fields.
+      toBinary(ConnectRequestSchema, create(ConnectRequestSchema, { message: { case: 'subscribe', value: { requestId: 'p', subscription: { id: 'fz', pattern: FUZZ_PATTERN } } } })),
       toBinary(ConnectRequestSchema, create(ConnectRequestSchema, { message: { case: 'unsubscribe', value: { requestId: 'u', subscriptionId: 'fz' } } })),
       toBinary(ConnectRequestSchema, create(ConnectRequestSchema, { message: { case: 'ack', value: { deliveryId: '1-1' } } })),
     ].map((b) => Buffer.from(b));

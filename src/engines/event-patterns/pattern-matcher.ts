@@ -208,6 +208,23 @@ export class PatternMatcher {
       const event = validateEvent(o.event, this.limits, `events[${k}].event`);
       checked[k] = { event, timeMs: checkTimeMs(`events[${k}].timeMs`, o.timeMs) };
     }
+    // No pattern and nothing waiting, without a lateness bound: each event is released as it
+    // comes and nothing records it (a pattern added later sees only later releases, E17), so only
+    // the release order's clock moves. The service's publishes take this path until a device
+    // subscribes to a pattern.
+    if (this.subs.size === 0 && this.latenessMs === 0 && this.bufferHead === this.buffer.length) {
+      for (const c of checked) {
+        if (c.timeMs < this.frontier) {
+          this.late++;
+          continue;
+        }
+        this.arrivals++;
+        this.frontier = c.timeMs;
+        if (c.timeMs > this.maxSeen) this.maxSeen = c.timeMs;
+        this.released++;
+      }
+      return this.tail.then(() => []);
+    }
     // One event at a time, as if each came alone: an event released by an earlier one of the
     // same call makes a later, earlier-timed one late (E3).
     const due: Pending[] = [];
@@ -473,7 +490,7 @@ export class PatternMatcher {
 }
 
 /** A normalised event back in the shape engines take (they validate and copy it again). */
-function eventInput(e: NEvent): Event {
+export function eventInput(e: NEvent): Event {
   // No prototype: an attribute named __proto__ is an ordinary name (C1).
   const attributes: Record<string, string | number | boolean> = Object.create(null);
   for (let i = 0; i < e.names.length; i++) attributes[e.names[i]] = e.values[i];

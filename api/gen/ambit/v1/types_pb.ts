@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ambit/v1/types.proto.
  */
 export const file_ambit_v1_types: GenFile = /*@__PURE__*/
-  fileDesc("ChRhbWJpdC92MS90eXBlcy5wcm90bxIIYW1iaXQudjEiIgoGTGF0TG9uEgsKA2xhdBgBIAEoARILCgNsb24YAiABKAEiQQoFVmFsdWUSEAoGbnVtYmVyGAEgASgBSAASDgoEdGV4dBgCIAEoCUgAEg4KBGZsYWcYAyABKAhIAEIGCgRraW5kIlQKCkNvbnN0cmFpbnQSDAoEbmFtZRgBIAEoCRIYCgJvcBgCIAEoDjIMLmFtYml0LnYxLk9wEh4KBXZhbHVlGAMgASgLMg8uYW1iaXQudjEuVmFsdWUiOgoEQXJlYRIQCghyYWRpdXNfbRgBIAEoARIgCgZjZW50ZXIYAiABKAsyEC5hbWJpdC52MS5MYXRMb24iXwoGRmlsdGVyEikKC2NvbnN0cmFpbnRzGAEgAygLMhQuYW1iaXQudjEuQ29uc3RyYWludBIcCgRhcmVhGAIgASgLMg4uYW1iaXQudjEuQXJlYRIMCgR0YWdzGAMgAygJIj0KDFN1YnNjcmlwdGlvbhIKCgJpZBgBIAEoCRIhCgdmaWx0ZXJzGAIgAygLMhAuYW1iaXQudjEuRmlsdGVyItABCgVFdmVudBIKCgJpZBgBIAEoCRIiCghwb3NpdGlvbhgCIAEoCzIQLmFtYml0LnYxLkxhdExvbhIQCghyYWRpdXNfbRgDIAEoARIzCgphdHRyaWJ1dGVzGAQgAygLMh8uYW1iaXQudjEuRXZlbnQuQXR0cmlidXRlc0VudHJ5EgwKBHRhZ3MYBSADKAkaQgoPQXR0cmlidXRlc0VudHJ5EgsKA2tleRgBIAEoCRIeCgV2YWx1ZRgCIAEoCzIPLmFtYml0LnYxLlZhbHVlOgI4ASKPAQoMTm90aWZpY2F0aW9uEhMKC2RlbGl2ZXJ5X2lkGAEgASgJEh4KBWV2ZW50GAIgASgLMg8uYW1iaXQudjEuRXZlbnQSGAoQc3Vic2NyaXB0aW9uX2lkcxgDIAMoCRIwCgxwdWJsaXNoZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIj0KDVJlcXVlc3RTdGF0dXMSDAoEY29kZRgBIAEoDRIPCgdtZXNzYWdlGAIgASgJEg0KBWZpZWxkGAMgASgJKrMBCgJPcBISCg5PUF9VTlNQRUNJRklFRBAAEgkKBU9QX0VREAESCQoFT1BfTkUQAhIJCgVPUF9MVBADEgkKBU9QX0xFEAQSCQoFT1BfR1QQBRIJCgVPUF9HRRAGEg0KCU9QX1BSRUZJWBAHEg0KCU9QX1NVRkZJWBAIEg8KC09QX0NPTlRBSU5TEAkSDQoJT1BfRVhJU1RTEAoSCwoHT1BfTElLRRALEgwKCE9QX1JFR0VYEAxiBnByb3RvMw", [file_google_protobuf_timestamp]);
+  fileDesc("ChRhbWJpdC92MS90eXBlcy5wcm90bxIIYW1iaXQudjEiIgoGTGF0TG9uEgsKA2xhdBgBIAEoARILCgNsb24YAiABKAEiQQoFVmFsdWUSEAoGbnVtYmVyGAEgASgBSAASDgoEdGV4dBgCIAEoCUgAEg4KBGZsYWcYAyABKAhIAEIGCgRraW5kIlQKCkNvbnN0cmFpbnQSDAoEbmFtZRgBIAEoCRIYCgJvcBgCIAEoDjIMLmFtYml0LnYxLk9wEh4KBXZhbHVlGAMgASgLMg8uYW1iaXQudjEuVmFsdWUiOgoEQXJlYRIQCghyYWRpdXNfbRgBIAEoARIgCgZjZW50ZXIYAiABKAsyEC5hbWJpdC52MS5MYXRMb24iXwoGRmlsdGVyEikKC2NvbnN0cmFpbnRzGAEgAygLMhQuYW1iaXQudjEuQ29uc3RyYWludBIcCgRhcmVhGAIgASgLMg4uYW1iaXQudjEuQXJlYRIMCgR0YWdzGAMgAygJImEKDFN1YnNjcmlwdGlvbhIKCgJpZBgBIAEoCRIhCgdmaWx0ZXJzGAIgAygLMhAuYW1iaXQudjEuRmlsdGVyEiIKB3BhdHRlcm4YAyABKAsyES5hbWJpdC52MS5QYXR0ZXJuItABCgdQYXR0ZXJuEiQKBXN0ZXBzGAEgAygLMhUuYW1iaXQudjEuUGF0dGVyblN0ZXASLgoKcGFyYW1ldGVycxgCIAMoCzIaLmFtYml0LnYxLlBhdHRlcm5QYXJhbWV0ZXISLAoJbmVnYXRpb25zGAMgAygLMhkuYW1iaXQudjEuUGF0dGVybk5lZ2F0aW9uEi4KCmFnZ3JlZ2F0ZXMYBCADKAsyGi5hbWJpdC52MS5QYXR0ZXJuQWdncmVnYXRlEhEKCWNvbnN1bWluZxgFIAMoCSJ4CgtQYXR0ZXJuU3RlcBIMCgRuYW1lGAEgASgJEiAKBmZpbHRlchgCIAEoCzIQLmFtYml0LnYxLkZpbHRlchImCglzZWxlY3Rpb24YAyABKA4yEy5hbWJpdC52MS5TZWxlY3Rpb24SEQoJd2l0aGluX21zGAQgASgNIjAKDVN0ZXBBdHRyaWJ1dGUSDAoEc3RlcBgBIAEoCRIRCglhdHRyaWJ1dGUYAiABKAkiewoQUGF0dGVyblBhcmFtZXRlchIlCgRsZWZ0GAEgASgLMhcuYW1iaXQudjEuU3RlcEF0dHJpYnV0ZRIYCgJvcBgCIAEoDjIMLmFtYml0LnYxLk9wEiYKBXJpZ2h0GAMgASgLMhcuYW1iaXQudjEuU3RlcEF0dHJpYnV0ZSJlChBFbGVtZW50UGFyYW1ldGVyEhEKCWF0dHJpYnV0ZRgBIAEoCRIYCgJvcBgCIAEoDjIMLmFtYml0LnYxLk9wEgwKBHN0ZXAYAyABKAkSFgoOc3RlcF9hdHRyaWJ1dGUYBCABKAkilwEKD1BhdHRlcm5OZWdhdGlvbhIgCgZmaWx0ZXIYASABKAsyEC5hbWJpdC52MS5GaWx0ZXISDwoHYmV0d2VlbhgCIAMoCRIOCgZiZWZvcmUYAyABKAkSEQoJd2l0aGluX21zGAQgASgNEi4KCnBhcmFtZXRlcnMYBSADKAsyGi5hbWJpdC52MS5FbGVtZW50UGFyYW1ldGVyIvgBChBQYXR0ZXJuQWdncmVnYXRlEgwKBG5hbWUYASABKAkSIQoCZm4YAiABKA4yFS5hbWJpdC52MS5BZ2dyZWdhdGVGbhIRCglhdHRyaWJ1dGUYAyABKAkSIAoGZmlsdGVyGAQgASgLMhAuYW1iaXQudjEuRmlsdGVyEg4KBmJlZm9yZRgFIAEoCRIRCgl3aXRoaW5fbXMYBiABKA0SLgoKcGFyYW1ldGVycxgHIAMoCzIaLmFtYml0LnYxLkVsZW1lbnRQYXJhbWV0ZXISKwoFd2hlcmUYCCABKAsyHC5hbWJpdC52MS5BZ2dyZWdhdGVDb25kaXRpb24iPQoSQWdncmVnYXRlQ29uZGl0aW9uEhgKAm9wGAEgASgOMgwuYW1iaXQudjEuT3ASDQoFdmFsdWUYAiABKAEi+gEKBUV2ZW50EgoKAmlkGAEgASgJEiIKCHBvc2l0aW9uGAIgASgLMhAuYW1iaXQudjEuTGF0TG9uEhAKCHJhZGl1c19tGAMgASgBEjMKCmF0dHJpYnV0ZXMYBCADKAsyHy5hbWJpdC52MS5FdmVudC5BdHRyaWJ1dGVzRW50cnkSDAoEdGFncxgFIAMoCRIoCgR0aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBpCCg9BdHRyaWJ1dGVzRW50cnkSCwoDa2V5GAEgASgJEh4KBXZhbHVlGAIgASgLMg8uYW1iaXQudjEuVmFsdWU6AjgBIrYBCgxOb3RpZmljYXRpb24SEwoLZGVsaXZlcnlfaWQYASABKAkSHgoFZXZlbnQYAiABKAsyDy5hbWJpdC52MS5FdmVudBIYChBzdWJzY3JpcHRpb25faWRzGAMgAygJEjAKDHB1Ymxpc2hlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJQoFbWF0Y2gYBSABKAsyFi5hbWJpdC52MS5QYXR0ZXJuTWF0Y2giowEKDFBhdHRlcm5NYXRjaBIkCgVzdGVwcxgBIAMoCzIVLmFtYml0LnYxLk1hdGNoZWRTdGVwEjoKCmFnZ3JlZ2F0ZXMYAiADKAsyJi5hbWJpdC52MS5QYXR0ZXJuTWF0Y2guQWdncmVnYXRlc0VudHJ5GjEKD0FnZ3JlZ2F0ZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAE6AjgBImUKC01hdGNoZWRTdGVwEgwKBHN0ZXAYASABKAkSHgoFZXZlbnQYAiABKAsyDy5hbWJpdC52MS5FdmVudBIoCgR0aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI9Cg1SZXF1ZXN0U3RhdHVzEgwKBGNvZGUYASABKA0SDwoHbWVzc2FnZRgCIAEoCRINCgVmaWVsZBgDIAEoCSqzAQoCT3ASEgoOT1BfVU5TUEVDSUZJRUQQABIJCgVPUF9FURABEgkKBU9QX05FEAISCQoFT1BfTFQQAxIJCgVPUF9MRRAEEgkKBU9QX0dUEAUSCQoFT1BfR0UQBhINCglPUF9QUkVGSVgQBxINCglPUF9TVUZGSVgQCBIPCgtPUF9DT05UQUlOUxAJEg0KCU9QX0VYSVNUUxAKEgsKB09QX0xJS0UQCxIMCghPUF9SRUdFWBAMKmMKCVNlbGVjdGlvbhIZChVTRUxFQ1RJT05fVU5TUEVDSUZJRUQQABISCg5TRUxFQ1RJT05fRUFDSBABEhIKDlNFTEVDVElPTl9MQVNUEAISEwoPU0VMRUNUSU9OX0ZJUlNUEAMqmwEKC0FnZ3JlZ2F0ZUZuEhwKGEFHR1JFR0FURV9GTl9VTlNQRUNJRklFRBAAEhYKEkFHR1JFR0FURV9GTl9DT1VOVBABEhQKEEFHR1JFR0FURV9GTl9TVU0QAhIUChBBR0dSRUdBVEVfRk5fTUlOEAMSFAoQQUdHUkVHQVRFX0ZOX01BWBAEEhQKEEFHR1JFR0FURV9GTl9BVkcQBWIGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
  * A WGS84 position in degrees.
@@ -169,7 +169,8 @@ export const FilterSchema: GenMessage<Filter> = /*@__PURE__*/
   messageDesc(file_ambit_v1_types, 4);
 
 /**
- * A set of filters; an event matches the subscription when it matches any filter. The owner is
+ * A set of filters; an event matches the subscription when it matches any filter. Or, instead of
+ * filters, a pattern: a sequence of events in time and space (docs/semantics.md §9). The owner is
  * the device the caller's token names.
  *
  * @generated from message ambit.v1.Subscription
@@ -183,9 +184,18 @@ export type Subscription = Message<"ambit.v1.Subscription"> & {
   id: string;
 
   /**
+   * Empty for a pattern subscription.
+   *
    * @generated from field: repeated ambit.v1.Filter filters = 2;
    */
   filters: Filter[];
+
+  /**
+   * A pattern subscription: delivered once per match, with the events of its steps.
+   *
+   * @generated from field: ambit.v1.Pattern pattern = 3;
+   */
+  pattern?: Pattern | undefined;
 };
 
 /**
@@ -194,6 +204,301 @@ export type Subscription = Message<"ambit.v1.Subscription"> & {
  */
 export const SubscriptionSchema: GenMessage<Subscription> = /*@__PURE__*/
   messageDesc(file_ambit_v1_types, 5);
+
+/**
+ * A TESLA-style rule over filters (docs/semantics.md E1). steps[0] is the terminator: the event
+ * that completes a match; each later step names an event before the previous step's, at most
+ * `within_ms` earlier. Every filter may carry an area that follows the device.
+ *
+ * @generated from message ambit.v1.Pattern
+ */
+export type Pattern = Message<"ambit.v1.Pattern"> & {
+  /**
+   * @generated from field: repeated ambit.v1.PatternStep steps = 1;
+   */
+  steps: PatternStep[];
+
+  /**
+   * Conditions between the events of two steps, e.g. smoke.zone EQ temperature.zone.
+   *
+   * @generated from field: repeated ambit.v1.PatternParameter parameters = 2;
+   */
+  parameters: PatternParameter[];
+
+  /**
+   * Events that must not occur between two steps, or within a window before one.
+   *
+   * @generated from field: repeated ambit.v1.PatternNegation negations = 3;
+   */
+  negations: PatternNegation[];
+
+  /**
+   * Values computed over the events within a window before a step, reported with each match.
+   *
+   * @generated from field: repeated ambit.v1.PatternAggregate aggregates = 4;
+   */
+  aggregates: PatternAggregate[];
+
+  /**
+   * Steps whose events one match uses up: they fill no step of a later match (E14).
+   *
+   * @generated from field: repeated string consuming = 5;
+   */
+  consuming: string[];
+};
+
+/**
+ * Describes the message ambit.v1.Pattern.
+ * Use `create(PatternSchema)` to create a new message.
+ */
+export const PatternSchema: GenMessage<Pattern> = /*@__PURE__*/
+  messageDesc(file_ambit_v1_types, 6);
+
+/**
+ * @generated from message ambit.v1.PatternStep
+ */
+export type PatternStep = Message<"ambit.v1.PatternStep"> & {
+  /**
+   * Unique within the pattern; names the step in parameters, negations, aggregates and matches.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: ambit.v1.Filter filter = 2;
+   */
+  filter?: Filter | undefined;
+
+  /**
+   * Steps after the first only.
+   *
+   * @generated from field: ambit.v1.Selection selection = 3;
+   */
+  selection: Selection;
+
+  /**
+   * Steps after the first: how much earlier than the previous step's event this step's may be,
+   * in ms (required, >= 1). 0 on the terminator.
+   *
+   * @generated from field: uint32 within_ms = 4;
+   */
+  withinMs: number;
+};
+
+/**
+ * Describes the message ambit.v1.PatternStep.
+ * Use `create(PatternStepSchema)` to create a new message.
+ */
+export const PatternStepSchema: GenMessage<PatternStep> = /*@__PURE__*/
+  messageDesc(file_ambit_v1_types, 7);
+
+/**
+ * An attribute of the event that fills a step.
+ *
+ * @generated from message ambit.v1.StepAttribute
+ */
+export type StepAttribute = Message<"ambit.v1.StepAttribute"> & {
+  /**
+   * @generated from field: string step = 1;
+   */
+  step: string;
+
+  /**
+   * @generated from field: string attribute = 2;
+   */
+  attribute: string;
+};
+
+/**
+ * Describes the message ambit.v1.StepAttribute.
+ * Use `create(StepAttributeSchema)` to create a new message.
+ */
+export const StepAttributeSchema: GenMessage<StepAttribute> = /*@__PURE__*/
+  messageDesc(file_ambit_v1_types, 8);
+
+/**
+ * `left op right`; op is one of OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE.
+ *
+ * @generated from message ambit.v1.PatternParameter
+ */
+export type PatternParameter = Message<"ambit.v1.PatternParameter"> & {
+  /**
+   * @generated from field: ambit.v1.StepAttribute left = 1;
+   */
+  left?: StepAttribute | undefined;
+
+  /**
+   * @generated from field: ambit.v1.Op op = 2;
+   */
+  op: Op;
+
+  /**
+   * @generated from field: ambit.v1.StepAttribute right = 3;
+   */
+  right?: StepAttribute | undefined;
+};
+
+/**
+ * Describes the message ambit.v1.PatternParameter.
+ * Use `create(PatternParameterSchema)` to create a new message.
+ */
+export const PatternParameterSchema: GenMessage<PatternParameter> = /*@__PURE__*/
+  messageDesc(file_ambit_v1_types, 9);
+
+/**
+ * `attribute op step.step_attribute`, between a negated or aggregated event and a step's event.
+ *
+ * @generated from message ambit.v1.ElementParameter
+ */
+export type ElementParameter = Message<"ambit.v1.ElementParameter"> & {
+  /**
+   * @generated from field: string attribute = 1;
+   */
+  attribute: string;
+
+  /**
+   * @generated from field: ambit.v1.Op op = 2;
+   */
+  op: Op;
+
+  /**
+   * @generated from field: string step = 3;
+   */
+  step: string;
+
+  /**
+   * @generated from field: string step_attribute = 4;
+   */
+  stepAttribute: string;
+};
+
+/**
+ * Describes the message ambit.v1.ElementParameter.
+ * Use `create(ElementParameterSchema)` to create a new message.
+ */
+export const ElementParameterSchema: GenMessage<ElementParameter> = /*@__PURE__*/
+  messageDesc(file_ambit_v1_types, 10);
+
+/**
+ * Either `between` (two step names) or `before` (a step name) with `within_ms`.
+ *
+ * @generated from message ambit.v1.PatternNegation
+ */
+export type PatternNegation = Message<"ambit.v1.PatternNegation"> & {
+  /**
+   * @generated from field: ambit.v1.Filter filter = 1;
+   */
+  filter?: Filter | undefined;
+
+  /**
+   * @generated from field: repeated string between = 2;
+   */
+  between: string[];
+
+  /**
+   * @generated from field: string before = 3;
+   */
+  before: string;
+
+  /**
+   * @generated from field: uint32 within_ms = 4;
+   */
+  withinMs: number;
+
+  /**
+   * @generated from field: repeated ambit.v1.ElementParameter parameters = 5;
+   */
+  parameters: ElementParameter[];
+};
+
+/**
+ * Describes the message ambit.v1.PatternNegation.
+ * Use `create(PatternNegationSchema)` to create a new message.
+ */
+export const PatternNegationSchema: GenMessage<PatternNegation> = /*@__PURE__*/
+  messageDesc(file_ambit_v1_types, 11);
+
+/**
+ * `fn` of `attribute` (none for COUNT) over the events matching `filter` within `within_ms` before
+ * step `before`'s event.
+ *
+ * @generated from message ambit.v1.PatternAggregate
+ */
+export type PatternAggregate = Message<"ambit.v1.PatternAggregate"> & {
+  /**
+   * The value's name in a match; unique among the pattern's aggregates.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: ambit.v1.AggregateFn fn = 2;
+   */
+  fn: AggregateFn;
+
+  /**
+   * @generated from field: string attribute = 3;
+   */
+  attribute: string;
+
+  /**
+   * @generated from field: ambit.v1.Filter filter = 4;
+   */
+  filter?: Filter | undefined;
+
+  /**
+   * @generated from field: string before = 5;
+   */
+  before: string;
+
+  /**
+   * @generated from field: uint32 within_ms = 6;
+   */
+  withinMs: number;
+
+  /**
+   * @generated from field: repeated ambit.v1.ElementParameter parameters = 7;
+   */
+  parameters: ElementParameter[];
+
+  /**
+   * Optional: the match counts only when the value exists and `value op where.value` holds.
+   *
+   * @generated from field: ambit.v1.AggregateCondition where = 8;
+   */
+  where?: AggregateCondition | undefined;
+};
+
+/**
+ * Describes the message ambit.v1.PatternAggregate.
+ * Use `create(PatternAggregateSchema)` to create a new message.
+ */
+export const PatternAggregateSchema: GenMessage<PatternAggregate> = /*@__PURE__*/
+  messageDesc(file_ambit_v1_types, 12);
+
+/**
+ * @generated from message ambit.v1.AggregateCondition
+ */
+export type AggregateCondition = Message<"ambit.v1.AggregateCondition"> & {
+  /**
+   * @generated from field: ambit.v1.Op op = 1;
+   */
+  op: Op;
+
+  /**
+   * @generated from field: double value = 2;
+   */
+  value: number;
+};
+
+/**
+ * Describes the message ambit.v1.AggregateCondition.
+ * Use `create(AggregateConditionSchema)` to create a new message.
+ */
+export const AggregateConditionSchema: GenMessage<AggregateCondition> = /*@__PURE__*/
+  messageDesc(file_ambit_v1_types, 13);
 
 /**
  * A geo-tagged event.
@@ -231,6 +536,14 @@ export type Event = Message<"ambit.v1.Event"> & {
    * @generated from field: repeated string tags = 5;
    */
   tags: string[];
+
+  /**
+   * When it happened, in whole milliseconds (docs/semantics.md E2): the order pattern
+   * subscriptions see events in. Absent: when the node accepts the publish.
+   *
+   * @generated from field: google.protobuf.Timestamp time = 6;
+   */
+  time?: Timestamp | undefined;
 };
 
 /**
@@ -238,7 +551,7 @@ export type Event = Message<"ambit.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema: GenMessage<Event> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_types, 6);
+  messageDesc(file_ambit_v1_types, 14);
 
 /**
  * An event delivered to a device, with which of its subscriptions it matched.
@@ -267,6 +580,13 @@ export type Notification = Message<"ambit.v1.Notification"> & {
    * @generated from field: google.protobuf.Timestamp published_at = 4;
    */
   publishedAt?: Timestamp | undefined;
+
+  /**
+   * A pattern subscription's match: `event` is its terminator, `subscription_ids` the pattern's id.
+   *
+   * @generated from field: ambit.v1.PatternMatch match = 5;
+   */
+  match?: PatternMatch | undefined;
 };
 
 /**
@@ -274,7 +594,62 @@ export type Notification = Message<"ambit.v1.Notification"> & {
  * Use `create(NotificationSchema)` to create a new message.
  */
 export const NotificationSchema: GenMessage<Notification> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_types, 7);
+  messageDesc(file_ambit_v1_types, 15);
+
+/**
+ * The events that filled a pattern's steps (terminator first) and its aggregates (E20).
+ *
+ * @generated from message ambit.v1.PatternMatch
+ */
+export type PatternMatch = Message<"ambit.v1.PatternMatch"> & {
+  /**
+   * @generated from field: repeated ambit.v1.MatchedStep steps = 1;
+   */
+  steps: MatchedStep[];
+
+  /**
+   * By aggregate name; absent where the value does not exist (min, max or avg of no events).
+   *
+   * @generated from field: map<string, double> aggregates = 2;
+   */
+  aggregates: { [key: string]: number };
+};
+
+/**
+ * Describes the message ambit.v1.PatternMatch.
+ * Use `create(PatternMatchSchema)` to create a new message.
+ */
+export const PatternMatchSchema: GenMessage<PatternMatch> = /*@__PURE__*/
+  messageDesc(file_ambit_v1_types, 16);
+
+/**
+ * @generated from message ambit.v1.MatchedStep
+ */
+export type MatchedStep = Message<"ambit.v1.MatchedStep"> & {
+  /**
+   * @generated from field: string step = 1;
+   */
+  step: string;
+
+  /**
+   * @generated from field: ambit.v1.Event event = 2;
+   */
+  event?: Event | undefined;
+
+  /**
+   * The event's time.
+   *
+   * @generated from field: google.protobuf.Timestamp time = 3;
+   */
+  time?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message ambit.v1.MatchedStep.
+ * Use `create(MatchedStepSchema)` to create a new message.
+ */
+export const MatchedStepSchema: GenMessage<MatchedStep> = /*@__PURE__*/
+  messageDesc(file_ambit_v1_types, 17);
 
 /**
  * The outcome of one request on a device stream: OK (code 0) or a gRPC status code, a message
@@ -308,7 +683,7 @@ export type RequestStatus = Message<"ambit.v1.RequestStatus"> & {
  * Use `create(RequestStatusSchema)` to create a new message.
  */
 export const RequestStatusSchema: GenMessage<RequestStatus> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_types, 8);
+  messageDesc(file_ambit_v1_types, 18);
 
 /**
  * Constraint operators (docs/semantics.md). Numbers and flags: EQ NE LT LE GT GE; text: EQ NE
@@ -390,4 +765,78 @@ export enum Op {
  */
 export const OpSchema: GenEnum<Op> = /*@__PURE__*/
   enumDesc(file_ambit_v1_types, 0);
+
+/**
+ * Which of the events that fit a step a match takes (E8); unspecified is LAST.
+ *
+ * @generated from enum ambit.v1.Selection
+ */
+export enum Selection {
+  /**
+   * @generated from enum value: SELECTION_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: SELECTION_EACH = 1;
+   */
+  EACH = 1,
+
+  /**
+   * @generated from enum value: SELECTION_LAST = 2;
+   */
+  LAST = 2,
+
+  /**
+   * @generated from enum value: SELECTION_FIRST = 3;
+   */
+  FIRST = 3,
+}
+
+/**
+ * Describes the enum ambit.v1.Selection.
+ */
+export const SelectionSchema: GenEnum<Selection> = /*@__PURE__*/
+  enumDesc(file_ambit_v1_types, 1);
+
+/**
+ * @generated from enum ambit.v1.AggregateFn
+ */
+export enum AggregateFn {
+  /**
+   * @generated from enum value: AGGREGATE_FN_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: AGGREGATE_FN_COUNT = 1;
+   */
+  COUNT = 1,
+
+  /**
+   * @generated from enum value: AGGREGATE_FN_SUM = 2;
+   */
+  SUM = 2,
+
+  /**
+   * @generated from enum value: AGGREGATE_FN_MIN = 3;
+   */
+  MIN = 3,
+
+  /**
+   * @generated from enum value: AGGREGATE_FN_MAX = 4;
+   */
+  MAX = 4,
+
+  /**
+   * @generated from enum value: AGGREGATE_FN_AVG = 5;
+   */
+  AVG = 5,
+}
+
+/**
+ * Describes the enum ambit.v1.AggregateFn.
+ */
+export const AggregateFnSchema: GenEnum<AggregateFn> = /*@__PURE__*/
+  enumDesc(file_ambit_v1_types, 2);
 
