@@ -104,6 +104,11 @@ export class HubServer {
         const ids = d.subscriptionIds;
         w.u32(ids.length);
         for (let k = 0; k < ids.length; k++) w.str(ids[k]);
+        if (d.match === undefined) w.u8(0);
+        else {
+          w.u8(1);
+          w.value(d.match);
+        }
       }
     };
     /** Marks an inbox for a push at the end of this turn. */

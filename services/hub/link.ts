@@ -63,7 +63,10 @@ export const H = {
   PUBLISHED: 22,
   /** u32 event number within this frame, f64 the event's number in the node, u32 length, event. */
   EVENT: 23,
-  /** u32 inbox, u32 count × (str delivery id, f64 published at, u32 event number, u32 n, n × str). */
+  /**
+   * u32 inbox, u32 count × (str delivery id, f64 published at, u32 event number, u32 n, n × str,
+   * u8 1 and bytes V8 DeliveryMatch for a pattern's match, else u8 0).
+   */
   PUSH: 24,
   /** u32 inbox: the device's state was purged; the inbox ends (purgedError). */
   PURGED: 25,
@@ -365,8 +368,8 @@ const T_FALSE = 3;
 
 /**
  * id, lat, lon, radius (NaN: absent), then each attribute: name, type, value; the tags (a count,
- * 0 when absent or empty, then each); then the event as the API encodes it, when a gateway did
- * (`apiEventBytes`; length 0: not encoded).
+ * 0 when absent or empty, then each); the event time (NaN: absent); then the event as the API
+ * encodes it, when a gateway did (`apiEventBytes`; length 0: not encoded).
  */
 export function writeEvent(w: FrameWriter, e: Event): void {
   w.str(e.id);
@@ -393,6 +396,7 @@ export function writeEvent(w: FrameWriter, e: Event): void {
     w.u32(tags.length);
     for (let i = 0; i < tags.length; i++) w.str(tags[i]);
   }
+  w.f64(e.timeMs === undefined ? NaN : e.timeMs);
   const api = apiEventBytes.get(e);
   if (api === undefined) w.u32(0);
   else w.bytes(api);
@@ -421,6 +425,8 @@ export function readEvent(r: FrameReader, keepApi = true): Event {
     for (let k = 0; k < nTags; k++) tags[k] = r.str();
     e.tags = tags;
   }
+  const timeMs = r.f64();
+  if (!Number.isNaN(timeMs)) e.timeMs = timeMs;
   const apiLen = r.u32();
   if (apiLen > 0) {
     if (r.o + apiLen > r.b.length) throw new RangeError(`event bytes of ${apiLen} past the frame's end`);

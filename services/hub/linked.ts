@@ -6,7 +6,7 @@
  */
 import { AmbitError } from '../../src/model/errors.js';
 import type { Event, PositionUpdate } from '../../src/model/types.js';
-import { type Delivery, type DeviceInfo, type DevicePage, type DeviceQuery, type DeviceSubscription, type DrainableInbox, type Hub, type HubStats, type Inbox, type LocationWriter, type PublishResult, type PurgeResult, type Revocation, compareDeliveryIds, purgedError } from './port.js';
+import { type Delivery, type DeliveryMatch, type DeviceInfo, type DevicePage, type DeviceQuery, type DeviceSubscription, type DrainableInbox, type Hub, type HubStats, type Inbox, type LocationWriter, type PublishResult, type PurgeResult, type Revocation, compareDeliveryIds, purgedError } from './port.js';
 import { CoalescedWriter, type WriterOwner } from './coalesced-writer.js';
 import { shardOf } from './fanout-shard.js';
 import { type CallArgs, CALL_OPS, type CallOp, EventCache, FrameReader, type FrameWriter, G, H, type Link, Outbox, type WireError, eventNumber, fromWire, writePublished } from './link.js';
@@ -261,7 +261,7 @@ export class LinkedHub implements Hub, WriterOwner<number> {
             const m = r.u32();
             const subscriptionIds = new Array<string>(m);
             for (let j = 0; j < m; j++) subscriptionIds[j] = r.str();
-            ds[k] = { deliveryId, event, subscriptionIds, publishedAtMs };
+            ds[k] = r.u8() === 0 ? { deliveryId, event, subscriptionIds, publishedAtMs } : { deliveryId, event, subscriptionIds, publishedAtMs, match: r.value<DeliveryMatch>() };
           }
           // An inbox closed here since: its deliveries stay in the hub's log.
           this.inboxes.get(b)?.receive(ds);

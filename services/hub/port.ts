@@ -41,9 +41,9 @@ export interface DeliveryMatch {
 
 /**
  * Why a pattern subscription is refused (FAILED_PRECONDITION) where it is not served yet: Redis
- * mode, and an embedded node's gateway processes, partitions or fan-out shards.
+ * mode, and an embedded node's fan-out shards.
  */
-export const NO_PATTERNS = 'pattern subscriptions are served by an embedded node of one process for now (not with REDIS_URL, AMBIT_GATEWAYS > 1 or AMBIT_PARTITIONS)';
+export const NO_PATTERNS = 'pattern subscriptions are served by an embedded node (not with REDIS_URL or AMBIT_FANOUT_SHARDS) for now';
 
 /** A device's subscription as the device names it (owner implied). */
 export interface DeviceSubscription {

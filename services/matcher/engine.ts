@@ -5,6 +5,7 @@
  */
 import { ENGINES, ENGINE_NAMES, type EngineName } from '../../src/engines/index.js';
 import type { Matcher } from '../../src/engines/matcher.js';
+import { PatternMatcher } from '../../src/engines/event-patterns/pattern-matcher.js';
 import { ENGINE_SIDE_LIMITS } from '../hub/port.js';
 
 export type EngineChoice = 'auto' | EngineName;
@@ -41,4 +42,22 @@ export async function openEngine(choice: EngineChoice): Promise<OpenedEngine> {
 export async function openPatternElementEngine(choice: EngineChoice): Promise<Matcher> {
   const name: EngineName = choice === 'auto' || choice === 'gpu' ? 'fast' : choice;
   return ENGINES[name]({ limits: ENGINE_SIDE_LIMITS });
+}
+
+export interface PatternSettings {
+  engine: EngineChoice;
+  /** E3: how long an event may wait for earlier-timed ones (ms). */
+  patternLatenessMs: number;
+  /** E15: events each element keeps at most. */
+  patternRetainedPerElement: number;
+}
+
+/** The pattern matcher of a hub that serves pattern subscriptions, with its own element engine. */
+export async function openPatterns(s: PatternSettings): Promise<PatternMatcher> {
+  return new PatternMatcher({ elements: await openPatternElementEngine(s.engine), latenessMs: s.patternLatenessMs, maxRetainedPerElement: s.patternRetainedPerElement });
+}
+
+/** How often a hub with a lateness bound moves its patterns' clock: a quarter of the bound, 10 ms to 1 s (0: never). */
+export function patternTickMs(latenessMs: number): number {
+  return latenessMs === 0 ? 0 : Math.max(10, Math.min(1000, Math.floor(latenessMs / 4)));
 }

@@ -28,6 +28,8 @@ export interface PartitionWorkerData extends PoolThreadData {
   maxSubscriptionsPerDevice: number;
   retention: Retention;
   dedupe: DedupeOptions;
+  patternLatenessMs: number;
+  patternRetainedPerElement: number;
 }
 
 export interface PartitionSettings {
@@ -36,6 +38,8 @@ export interface PartitionSettings {
   retention: Retention;
   dedupe: DedupeOptions;
   logLevel: string;
+  patternLatenessMs: number;
+  patternRetainedPerElement: number;
 }
 
 export async function startPartitions(count: number, s: PartitionSettings, log: Logger, onDeath: (err: Error) => void): Promise<Partitions> {
@@ -43,7 +47,7 @@ export async function startPartitions(count: number, s: PartitionSettings, log: 
     'hub partition',
     new URL('./partition-worker.js', import.meta.url),
     count,
-    () => ({ engine: s.engine, maxSubscriptionsPerDevice: s.maxSubscriptionsPerDevice, retention: s.retention, dedupe: s.dedupe }),
+    () => ({ engine: s.engine, maxSubscriptionsPerDevice: s.maxSubscriptionsPerDevice, retention: s.retention, dedupe: s.dedupe, patternLatenessMs: s.patternLatenessMs, patternRetainedPerElement: s.patternRetainedPerElement }),
     s.logLevel,
     onDeath,
   );

@@ -13,8 +13,7 @@ import { KeySet } from '../edge/jwks.js';
 import { TokenAuthority } from '../edge/auth.js';
 import { type ServerConfig, DEFAULT_CONFIG, checkConfig } from './config.js';
 import { EmbeddedHub } from '../hub/embedded.js';
-import { openEngine, openPatternElementEngine } from '../matcher/engine.js';
-import { PatternMatcher } from '../../src/engines/event-patterns/pattern-matcher.js';
+import { openEngine, openPatterns, patternTickMs } from '../matcher/engine.js';
 import { Gateway } from '../edge/gateway.js';
 import type { Hub, HubStats } from '../hub/port.js';
 import { LinkedHub } from '../hub/linked.js';
@@ -133,11 +132,10 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
     } else if (config.redisUrl === null) {
       const { engine, detail } = await openEngine(config.engine);
       engineDetail = detail;
-      // Pattern subscriptions where this process serves gRPC and keeps the devices' logs itself
-      // (a node's gateway processes and fan-out shards do not carry pattern matches yet).
-      const patterns = options.grpc !== false && options.shards === undefined ? new PatternMatcher({ elements: await openPatternElementEngine(config.engine), latenessMs: config.patternLatenessMs, maxRetainedPerElement: config.patternRetainedPerElement }) : null;
-      const patternTickMs = config.patternLatenessMs === 0 ? 0 : Math.max(10, Math.min(1000, Math.floor(config.patternLatenessMs / 4)));
-      hub = new EmbeddedHub(new MatchCore(engine, config.maxSubscriptionsPerDevice, patterns), { retention: config.retention, dedupe: config.dedupe, engineDetail: detail, patternTickMs, ...(options.shards === undefined ? {} : { shards: options.shards }) });
+      // Pattern subscriptions wherever this hub keeps the devices' logs itself (fan-out shards do
+      // not carry pattern matches yet).
+      const patterns = options.shards === undefined ? await openPatterns(config) : null;
+      hub = new EmbeddedHub(new MatchCore(engine, config.maxSubscriptionsPerDevice, patterns), { retention: config.retention, dedupe: config.dedupe, engineDetail: detail, patternTickMs: patternTickMs(config.patternLatenessMs), ...(options.shards === undefined ? {} : { shards: options.shards }) });
       const h = hub;
       cleanups.push(() => h.close());
       log.child({ component: 'matcher' }).info({ engine: engine.name, detail, mode: 'embedded', durable: false }, `engine ${engine.name}: ${detail}; embedded mode keeps all state in memory (not durable)`);

@@ -301,14 +301,30 @@ describe('pattern subscriptions over gRPC', { timeout: 60_000 }, () => {
   });
 });
 
-describe('pattern subscriptions where they are not served yet', { timeout: 60_000 }, () => {
-  it('a node of hub partitions refuses them FAILED_PRECONDITION naming subscription.pattern', async () => {
+describe('pattern subscriptions on a node of hub partitions, and where they are not served yet', { timeout: 60_000 }, () => {
+  it('[E20][E2] a node of hub partitions serves them over its links: each device\'s match comes from its own partition, event times included', async () => {
     const srv = await startTestServer({ partitions: 2 });
     try {
-      const { stream } = await DeviceStream.open(srv.clients(), srv.token('p', ['device']));
-      checkReplyStatus(await stream.subscribe({ id: 'fire', pattern: WIRE_FIRE }), grpc.status.FAILED_PRECONDITION, 'subscribe.subscription.pattern');
-      stream.call.end();
-      await stream.ended;
+      const clients = srv.clients();
+      const md = srv.meta('pub', ['publish']);
+      // Four devices: with two partitions, both hold some (devices are spread by id).
+      const streams = await Promise.all(['pa', 'pb', 'pc', 'pd'].map(async (d) => {
+        const { stream } = await DeviceStream.open(clients, srv.token(d, ['device']));
+        stream.move(HOME.lat, HOME.lon);
+        await stream.subscribeOk({ id: `fire-${d}`, pattern: WIRE_FIRE });
+        await stream.sync();
+        return stream;
+      }));
+      await unary(clients.publisher, 'publish', { event: wireEvent('pt', { kind: text('temp'), value: num(60), zone: text('z') }, 1_700_000_010_007) }, md);
+      await unary(clients.publisher, 'publish', { event: wireEvent('ps', { kind: text('smoke'), zone: text('z') }, 1_700_000_011_000) }, md);
+      for (const [i, stream] of streams.entries()) {
+        const n = (await stream.notifications(1))[0] as unknown as { subscriptionIds: string[]; match: { steps: { event: { id: string }; time: { seconds: bigint; nanos: number } }[]; aggregates: Record<string, number> } };
+        assert.deepEqual(n.subscriptionIds, [`fire-${['pa', 'pb', 'pc', 'pd'][i]}`]);
+        assert.deepEqual(n.match.steps.map((s) => [s.event.id, Number(s.time.seconds) * 1000 + s.time.nanos / 1e6]), [['ps', 1_700_000_011_000], ['pt', 1_700_000_010_007]]);
+        assert.deepEqual({ ...n.match.aggregates }, { hottest: 60 });
+        stream.call.end();
+        await stream.ended;
+      }
     } finally {
       await srv.stop();
     }
