@@ -310,7 +310,7 @@ export function fromEvent(e: MEvent): Event {
   // Built without a prototype: an attribute may be called "__proto__".
   const attributes: Record<string, Value> = Object.create(null) as Record<string, Value>;
   for (const [k, v] of Object.entries(e.attributes)) attributes[k] = toValue(v);
-  return create(EventSchema, { id: e.id, position: { lat: e.lat, lon: e.lon }, radiusM: e.radiusM ?? 0, attributes, tags: e.tags ?? [] });
+  return create(EventSchema, { id: e.id, position: { lat: e.lat, lon: e.lon }, radiusM: e.radiusM ?? 0, attributes, tags: e.tags ?? [], time: e.timeMs === undefined ? undefined : timestampFromMs(e.timeMs) });
 }
 
 /** Wire form of each event, built once however many devices it reaches (the embedded hub shares the object). */

@@ -304,18 +304,8 @@ export class EmbeddedHub implements Hub {
 
   /** The pattern subscriptions' figures, where this hub serves them. */
   private patternStats(): Record<string, number> {
-    if (this.core.patterns === null) return {};
-    const s = this.core.patterns.stats();
-    return {
-      patternSubscriptions: s.subscriptions,
-      patternElements: s.elements,
-      patternMatches: this.patternMatches,
-      patternEventsLate: s.late,
-      patternEventsBuffered: s.buffered,
-      patternEventsRetained: s.retained,
-      patternEventsEvicted: s.evicted,
-      patternClockErrors: this.patternClockErrors,
-    };
+    const s = this.core.patternStats(this.patternMatches);
+    return s === null ? {} : { ...s, patternClockErrors: this.patternClockErrors };
   }
 
   async close(): Promise<void> {

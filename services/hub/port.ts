@@ -40,10 +40,10 @@ export interface DeliveryMatch {
 }
 
 /**
- * Why a pattern subscription is refused (FAILED_PRECONDITION) where it is not served yet: Redis
- * mode, and an embedded node's fan-out shards.
+ * Why a pattern subscription is refused (FAILED_PRECONDITION) where it is not served yet: a
+ * deployment sharded by space, and an embedded node's fan-out shards.
  */
-export const NO_PATTERNS = 'pattern subscriptions are served by an embedded node (not with REDIS_URL or AMBIT_FANOUT_SHARDS) for now';
+export const NO_PATTERNS = 'pattern subscriptions are not served with AMBIT_GEO_SHARDS or AMBIT_FANOUT_SHARDS for now';
 
 /** A device's subscription as the device names it (owner implied). */
 export interface DeviceSubscription {

@@ -16,6 +16,7 @@ import { randomBytes } from 'node:crypto';
 import { Cluster } from 'ioredis';
 import type { Logger } from 'pino';
 import { AmbitError, PublishError, show } from '../../src/model/errors.js';
+import { DEFAULT_PATTERN_LIMITS, validatePatternSubscription } from '../../src/model/event-patterns.js';
 import { type Limits, resolveLimits, validateEvents, validateSubscription } from '../../src/model/limits.js';
 import type { Event, PositionUpdate } from '../../src/model/types.js';
 import {
@@ -277,11 +278,16 @@ export class RedisHub implements Hub, InboxHost {
 
   private async putSubscription(device: string, sub: DeviceSubscription, mode: 'add' | 'replace'): Promise<void> {
     this.checkOpen();
-    if (sub.pattern !== undefined) throw new AmbitError('FAILED_PRECONDITION', NO_PATTERNS, 'subscription.pattern');
-    // The engine's own check, here, so a request it would refuse fails at the caller, not in the matcher.
-    validateSubscription({ id: subscriptionKey(device, sub.id), owner: device, filters: sub.filters }, this.limits);
+    if (sub.pattern !== undefined) {
+      // Sharded by space a pattern's history would have to move with its owner: not served there yet.
+      if (this.router !== null) throw new AmbitError('FAILED_PRECONDITION', NO_PATTERNS, 'subscription.pattern');
+      validatePatternSubscription({ id: subscriptionKey(device, sub.id), owner: device, pattern: sub.pattern }, this.limits, DEFAULT_PATTERN_LIMITS);
+    } else {
+      // The engine's own check, here, so a request it would refuse fails at the caller, not in the matcher.
+      validateSubscription({ id: subscriptionKey(device, sub.id), owner: device, filters: sub.filters }, this.limits);
+    }
     this.batcher.flush(); // this device's earlier positions go first
-    const json = JSON.stringify({ id: sub.id, filters: sub.filters });
+    const json = JSON.stringify(sub.pattern === undefined ? { id: sub.id, filters: sub.filters } : { id: sub.id, filters: [], pattern: sub.pattern });
     const k = this.keys;
     const router = this.router;
     let r: unknown;
@@ -763,7 +769,8 @@ export class RedisHub implements Hub, InboxHost {
         this.log?.warn({ device, deliveryId: n.deliveryId }, `${COMPONENT}: notification ${n.deliveryId} names an event that has expired; skipped`);
         continue;
       }
-      out.push({ deliveryId: n.deliveryId, event, subscriptionIds: n.subscriptionIds, publishedAtMs: n.publishedAtMs });
+      if (n.match === undefined) out.push({ deliveryId: n.deliveryId, event, subscriptionIds: n.subscriptionIds, publishedAtMs: n.publishedAtMs });
+      else out.push({ deliveryId: n.deliveryId, event, subscriptionIds: n.subscriptionIds, publishedAtMs: n.publishedAtMs, match: n.match });
     }
     return out;
   }
@@ -963,6 +970,7 @@ function plainEvent(e: Event): Event {
   const out: Event = { id: e.id, lat: e.lat, lon: e.lon, attributes: e.attributes };
   if (e.radiusM !== undefined) out.radiusM = e.radiusM;
   if (e.tags !== undefined && e.tags.length > 0) out.tags = e.tags;
+  if (e.timeMs !== undefined) out.timeMs = e.timeMs;
   return out;
 }
 

@@ -8,7 +8,7 @@ import { AmbitError, show } from '../../src/model/errors.js';
 import type { Matcher, MatcherStats } from '../../src/engines/matcher.js';
 import type { DeviceHandle } from '../../src/engines/matcher.js';
 import type { Event, PositionUpdate } from '../../src/model/types.js';
-import { type PatternMatcher, type PatternNotification, eventInput } from '../../src/engines/event-patterns/pattern-matcher.js';
+import { type PatternMatcher, type PatternMatcherSnapshot, type PatternNotification, eventInput } from '../../src/engines/event-patterns/pattern-matcher.js';
 import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE, NO_PATTERNS, type DeliveryMatch, type DeviceSubscription, type HubStats, splitSubscriptionKey, subscriptionKey } from '../hub/port.js';
 
 export interface Recipient {
@@ -16,6 +16,12 @@ export interface Recipient {
   subscriptionIds: string[];
   /** A pattern subscription's match (its one subscription id is the pattern's). */
   match?: DeliveryMatch;
+}
+
+/** The pattern subscriptions' state at one point of a core's input (capturePatterns). */
+export interface PatternCut {
+  matcher: PatternMatcherSnapshot;
+  subscriptions: [string, DeviceSubscription][];
 }
 
 /** One pattern match as a fan-out stores it: the terminator's event and its one recipient. */
@@ -80,6 +86,11 @@ export class MatchCore {
   private readonly owners = new Map<string, OwnerEntry>();
   private stamp = 0;
   private nextOwner = 1;
+  /**
+   * Told when a device comes to own pattern subscriptions or owns none any more: a holder of
+   * positions outside the core (the Redis matcher's) sends such a device's moves to the patterns.
+   */
+  onPatternOwner: ((device: string, owns: boolean) => void) | null = null;
   /** Told when a subscription leaves the table (a fan-out that was sent its number forgets it). */
   onOwnerRemoved: ((o: Owner) => void) | null = null;
   private readonly positions = new Map<string, Position>();
@@ -165,9 +176,11 @@ export class MatchCore {
         p.patterned = true;
         this.patterns!.updatePosition(mine.device, p.lat, p.lon);
       }
+      this.onPatternOwner?.(mine.device, true);
     } else if (before > 0 && mine.patterns === 0) {
       if (p !== undefined) p.patterned = false;
       this.patterns!.removeDevice(mine.device);
+      this.onPatternOwner?.(mine.device, false);
     }
   }
 
@@ -230,6 +243,10 @@ export class MatchCore {
   list(device: string): DeviceSubscription[] {
     const mine = this.subs.get(device);
     return mine === undefined ? [] : [...mine.subs.values()];
+  }
+
+  subscription(device: string, subscriptionId: string): DeviceSubscription | undefined {
+    return this.subs.get(device)?.subs.get(subscriptionId);
   }
 
   has(device: string, subscriptionId: string): boolean {
@@ -325,6 +342,52 @@ export class MatchCore {
     return this.patterns.publish(events.map((e) => ({ event: e, timeMs: e.timeMs ?? nowMs }))).then((ns) => ns.map(patternDelivery));
   }
 
+  /**
+   * The pattern subscriptions' state now, for a snapshot: the pattern matcher's (history included)
+   * and the subscriptions as devices gave them. The patterns must be idle (no search running),
+   * e.g. between two batches of a matcher loop, so it is the state of an exact point of its input.
+   */
+  capturePatterns(): PatternCut | null {
+    if (this.patterns === null) return null;
+    const subscriptions: [string, DeviceSubscription][] = [];
+    for (const mine of this.subs.values()) {
+      if (mine.patterns === 0) continue;
+      for (const sub of mine.subs.values()) if (sub.pattern !== undefined) subscriptions.push([mine.device, sub]);
+    }
+    return { matcher: this.patterns.capture(), subscriptions };
+  }
+
+  /**
+   * Takes a captured state on a core that holds no pattern subscription yet: the pattern matcher
+   * resumes from it, and its subscriptions are the devices' again (positions follow as they come).
+   */
+  restorePatterns(cut: PatternCut): void {
+    if (this.patterns === null) throw new Error('match core: pattern state given to a core without patterns');
+    this.patterns.restore(cut.matcher);
+    for (const [device, sub] of cut.subscriptions) {
+      let mine = this.subs.get(device);
+      if (mine === undefined) {
+        mine = { device, subs: new Map(), patterns: 0, stamp: 0, slot: 0, shards: 0, shard: 0, idBytes: null };
+        this.subs.set(device, mine);
+        this.devicesVersion++;
+      }
+      if (mine.subs.has(sub.id)) throw new Error(`match core: restored pattern ${sub.id} of ${device} is already held`);
+      mine.subs.set(sub.id, sub);
+      this.subscriptionCount++;
+      // Its first pattern: the owner's moves go to the patterns from now on (the matcher has restored
+      // them with its subscriptions; the position comes with the device's next move).
+      mine.patterns++;
+      if (mine.patterns === 1) {
+        const p = this.positions.get(device);
+        if (p !== undefined) {
+          p.patterned = true;
+          this.patterns.updatePosition(device, p.lat, p.lon);
+        }
+        this.onPatternOwner?.(device, true);
+      }
+    }
+  }
+
   /** Moves the release order's clock to `nowMs` (E3: events older than the lateness bound are released). */
   advancePatterns(nowMs: number): Promise<PatternDelivery[]> | null {
     if (this.patterns === null) return null;
@@ -383,6 +446,21 @@ export class MatchCore {
 
   stats(): MatcherStats {
     return this.engine.stats();
+  }
+
+  /** The pattern subscriptions' figures (`matches`: those the caller delivered), or null where none are served. */
+  patternStats(matches: number): Record<string, number> | null {
+    if (this.patterns === null) return null;
+    const s = this.patterns.stats();
+    return {
+      patternSubscriptions: s.subscriptions,
+      patternElements: s.elements,
+      patternMatches: matches,
+      patternEventsLate: s.late,
+      patternEventsBuffered: s.buffered,
+      patternEventsRetained: s.retained,
+      patternEventsEvicted: s.evicted,
+    };
   }
 
   async close(): Promise<void> {

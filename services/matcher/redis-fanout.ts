@@ -106,7 +106,8 @@ export class RedisFanOut implements FanOut {
           call.event = seq;
         }
         call.keys.push(g.notes(r.device));
-        call.recipientArgs.push(r.device, call.number, JSON.stringify(r.subscriptionIds));
+        // A pattern's match rides in the subscription ids' field as {s, m} (protocol.ts reads both forms).
+        call.recipientArgs.push(r.device, call.number, r.match === undefined ? JSON.stringify(r.subscriptionIds) : JSON.stringify({ s: r.subscriptionIds, m: r.match }));
       }
       this.queued += rs.length;
     }

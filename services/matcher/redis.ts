@@ -26,6 +26,7 @@
  * after a failure read and write the same position, offset and in-flight event ids, which must
  * change together; the lease, the rebuild and the fan-out are already modules of their own.
  */
+import { deserialize, serialize } from 'node:v8';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
@@ -40,12 +41,13 @@ import { checkLayout, layoutFor } from '../redis/layout.js';
 import { StreamReader } from '../redis/stream-reader.js';
 import { type Acquired, type InEntry, type MatcherStatsRecord, encodeReply, parseInEntry } from '../redis/protocol.js';
 import { defineScripts, runScript } from '../redis/scripts.js';
-import { MatchCore, type Recipient } from './core.js';
+import { MatchCore, type PatternCut, type PatternDelivery, type Recipient } from './core.js';
 import type { DeviceSubscription } from '../hub/port.js';
 import { MatcherLease } from './lease.js';
 import { type Deferred, holdsAfter, holdsEntry, putStored, rebuildFromRedis, streamBounds } from './rebuild.js';
 import { type SnapshotInfo, SnapshotRefused, type SnapshotSource, checkSnapshot, readSnapshot, writeSnapshot } from './snapshot.js';
-import { type EngineChoice, openEngine } from './engine.js';
+import { type EngineChoice, openEngine, openPatterns } from './engine.js';
+import type { PatternMatcher } from '../../src/engines/event-patterns/pattern-matcher.js';
 import { DEFAULT_RETENTION, type Retention } from './fanout.js';
 import { RedisFanOut } from './redis-fanout.js';
 import { DEFAULT_DEDUPE, type PublishPlan, type PublishSlot, planPublish, settlePublish } from './event-ids.js';
@@ -114,6 +116,12 @@ export interface RedisMatcherOptions {
     holdMs?: number;
     /** @internal bytes per block (tests) */ blockBytes?: number;
   };
+  /**
+   * Pattern subscriptions (docs/semantics.md §9): the lateness bound (E3, ms; default 0) and the
+   * events each element keeps (E15; default 10 000). The release order's clock is the command
+   * stream's: each publish moves it to the time Redis accepted the entry.
+   */
+  patterns?: { latenessMs?: number; retainedPerElement?: number };
   /** @internal test and benchmark hooks */
   hooks?: MatcherHooks;
   /**
@@ -155,6 +163,19 @@ export interface MatcherHooks {
 export type MatcherRole = 'leader' | 'standby';
 
 type PubEntry = InEntry & { t: 'pub' };
+
+/** The patterns' state for a snapshot file: the core's cut and the stream positions it holds. */
+interface PatternsCut {
+  /** The file's start (the replay begins after it). */
+  start: string;
+  /** Publishes up to here are in the state (not fed again). */
+  fedTo: string;
+  /** Subscription commands up to here are in the state (not applied to the patterns again). */
+  subsAt: string;
+  /** Matches of publishes not yet committed when it was taken (stored again if replayed). */
+  released: [string, PatternDelivery[]][];
+  state: PatternCut;
+}
 
 export class RedisMatcher {
   readonly matcherId = randomBytes(6).toString('hex');
@@ -260,6 +281,24 @@ export class RedisMatcher {
    * flight while the next batch is read and matched; null when none is.
    */
   private finishing: Promise<void> | null = null;
+  /** A batch is being applied and matched (the patterns' state is between two commands). */
+  private inProcess = false;
+  /** Snapshots waiting for the patterns' cut: woken when a batch is done. */
+  private cutWanted: (() => void)[] = [];
+  private patternCut: PatternsCut | null = null;
+  /**
+   * The last publish whose events went to the patterns, and the last command that changed their
+   * subscriptions: a batch replayed after a failed write (or the replay after a snapshot) must
+   * not give them again (a pattern would count an event twice, or lose its history to a replace).
+   */
+  private patternsFedTo = '0-0';
+  private patternSubsAt = '0-0';
+  /** What each publish not yet committed released, stored again if its batch is replayed. */
+  private patternReleased = new Map<string, PatternDelivery[]>();
+  /** Devices that own a pattern subscription: their moves go to the patterns too. */
+  private readonly patternOwners = new Set<string>();
+  private readonly patternsLatenessMs: number;
+  private patternMatches = 0;
   private roleWaiters: { role: MatcherRole; resolve: () => void }[] = [];
 
   /** Opens the engine (when given a choice), connects, rebuilds from Redis and starts consuming. */
@@ -272,7 +311,16 @@ export class RedisMatcher {
       engine = opened.engine;
       detail = options.engineDetail ?? opened.detail;
     }
-    const m = new RedisMatcher(options, engine, detail);
+    // Sharded by space a pattern's history would have to move with its owner: not served there yet.
+    const patterns =
+      options.geo !== undefined
+        ? null
+        : await openPatterns({
+            engine: typeof options.engine === 'string' ? options.engine : 'fast',
+            patternLatenessMs: options.patterns?.latenessMs ?? 0,
+            patternRetainedPerElement: options.patterns?.retainedPerElement ?? 10_000,
+          });
+    const m = new RedisMatcher(options, engine, detail, patterns);
     try {
       await m.open();
     } catch (err) {
@@ -282,7 +330,7 @@ export class RedisMatcher {
     return m;
   }
 
-  private constructor(options: RedisMatcherOptions, engine: Matcher, detail: string) {
+  private constructor(options: RedisMatcherOptions, engine: Matcher, detail: string, patterns: PatternMatcher | null) {
     const source = options.redis ?? DEFAULT_REDIS;
     this.keys = new Keys(prefixOption(COMPONENT, options.prefix, DEFAULT_PREFIX), layoutFor(COMPONENT, source, options.deviceGroups, options.partitions, options.geo), partitionOption(options));
     this.log = options.log;
@@ -306,7 +354,19 @@ export class RedisMatcher {
     this.snapshotBlockBytes = snap?.blockBytes;
     this.snapshotIntervalMs = intOption(COMPONENT, 'snapshot.intervalMs', snap?.intervalMs, 300_000, 0, 7 * 24 * 3600 * 1000);
     this.snapshotHoldMs = intOption(COMPONENT, 'snapshot.holdMs', snap?.holdMs, Math.max(600_000, 2 * this.snapshotIntervalMs + 60_000), 1000, 30 * 24 * 3600 * 1000);
-    this.core = new MatchCore(engine);
+    this.core = new MatchCore(engine, undefined, patterns);
+    // Positions go to the engine's handles directly (move), not through the core: the devices that
+    // own a pattern are tracked here so theirs reach the patterns too.
+    this.core.onPatternOwner = (device, owns) => {
+      if (!owns) {
+        this.patternOwners.delete(device);
+        return;
+      }
+      this.patternOwners.add(device);
+      const i = this.deviceSlots.get(device);
+      if (i !== undefined) patterns!.updatePosition(device, this.coords[2 * i], this.coords[2 * i + 1]);
+    };
+    this.patternsLatenessMs = options.patterns?.latenessMs ?? 0;
     this.engineDetail = detail;
     this.cmd = openConn(source, `matcher-${this.matcherId}`, COMPONENT, this.log);
     this.blocking = new StreamReader(source, this.cmd, this.keys.in, `matcher-${this.matcherId}`, COMPONENT, this.log);
@@ -566,9 +626,21 @@ export class RedisMatcher {
       return null;
     }
     const t0 = performance.now();
+    let patternsRestored = false;
     await readSnapshot(path, this.identity, {
+      // First in the file: the pattern subscriptions as of its start, with their history.
+      patterns: (bytes) => {
+        const cut = deserialize(bytes) as PatternsCut;
+        this.core.restorePatterns(cut.state);
+        this.patternsFedTo = cut.fedTo;
+        this.patternSubsAt = cut.subsAt;
+        this.patternReleased = new Map(cut.released);
+        patternsRestored = true;
+      },
       subscriptions: (device, subs) => {
-        for (const sub of subs) putStored(this.core, device, sub, this.log, `${COMPONENT}: a subscription of the snapshot`);
+        // A pattern subscription comes from the pattern state (taken at the start; the records may
+        // be later versions, which the replay brings in order).
+        for (const sub of subs) if (!(patternsRestored && sub.pattern !== undefined)) putStored(this.core, device, sub, this.log, `${COMPONENT}: a subscription of the snapshot`);
       },
       position: this.move,
     }, undefined, false);
@@ -589,22 +661,45 @@ export class RedisMatcher {
     return replayed;
   }
 
-  /** Applies the subscription changes and location batches after `after` up to `upTo` (not the publishes). */
+  /**
+   * Applies the subscription changes and location batches after `after` up to `upTo`; their
+   * publishes were matched and answered, so they are not matched again, but their fresh events go
+   * to the pattern subscriptions, in stream order among the other commands (the matches they
+   * release were stored then and are not stored again): the patterns' history is that of a matcher
+   * that never stopped. An event is fresh unless the dedupe window names another entry for its id
+   * (or it came earlier in the range).
+   */
   private async applyRange(after: string, upTo: string): Promise<number> {
     let from = `(${after}`;
     let n = 0;
+    const seen = new Set<string>();
+    const fed: Promise<unknown>[] = [];
     for (;;) {
       const page = await this.cmd.xrangeBuffer(this.keys.in, from, upTo, 'COUNT', 1000);
-      for (const [idBuf, fields] of page) {
-        const entry = this.parse(idBuf, fields);
-        if (entry !== null && entry.t !== 'pub') {
+      const entries = page.map(([idBuf, fields]) => this.parse(idBuf, fields));
+      const pubs = this.core.patterns === null ? [] : entries.filter((e): e is PubEntry => e !== null && e.t === 'pub' && e.events !== null);
+      const known = pubs.length === 0 ? new Map<string, { reached: number; entry: string }>() : await this.knownIds(pubs);
+      for (const entry of entries) {
+        if (entry === null) continue;
+        if (entry.t !== 'pub') {
           this.applyState(entry);
           n++;
+          continue;
         }
+        if (this.core.patterns === null || entry.events === null) continue;
+        const plan = planPublish(entry.events, (id) => {
+          const kn = known.get(id);
+          return (kn !== undefined && kn.entry !== entry.id) || seen.has(id) ? 0 : undefined;
+        });
+        for (const e of plan.fresh) seen.add(e.id);
+        for (const p of this.feedPatterns(new Map([[entry, plan]])).values()) fed.push(p);
       }
-      if (page.length < 1000) return n;
+      if (page.length < 1000) break;
       from = `(${page[page.length - 1][0].toString('latin1')}`;
     }
+    // As when they were first matched: a publish the patterns refuse is logged and skipped.
+    for (const r of await Promise.allSettled(fed)) if (r.status === 'rejected') this.log?.warn({ err: r.reason }, `${COMPONENT}: pattern subscriptions skipped a replayed publish`);
+    return n;
   }
 
   /** A stream entry as a command, or null (logged) when it is not one. */
@@ -622,10 +717,13 @@ export class RedisMatcher {
   private applyState(entry: Exclude<InEntry, PubEntry>): void {
     try {
       if (entry.t === 'loc') this.applied += decodeLocations(entry.data, this.move);
-      else if (entry.t === 'sub') this.core.put(entry.device, entry.sub, 'upsert');
-      else if (entry.t === 'unsub') this.core.remove(entry.device, entry.subscriptionId);
-      else if (entry.t === 'purge') {
-        this.release(entry.device);
+      else if (entry.t === 'sub') {
+        // Replayed: the patterns hold it (or what came after it) already; a replace would drop the history.
+        if (!(this.patternSubsHold(entry.id) && (entry.sub.pattern !== undefined || this.core.subscription(entry.device, entry.sub.id)?.pattern !== undefined))) this.core.put(entry.device, entry.sub, 'upsert');
+      } else if (entry.t === 'unsub') {
+        if (!(this.patternSubsHold(entry.id) && this.core.subscription(entry.device, entry.subscriptionId)?.pattern !== undefined)) this.core.remove(entry.device, entry.subscriptionId);
+      } else if (entry.t === 'purge') {
+        this.release(entry.device, this.patternSubsHold(entry.id));
         // The leader drops its notifications, after those of the commands before (one flush chain).
         if (this.currentRole === 'leader') {
           this.fanout.drop(entry.device, entry.id);
@@ -641,11 +739,16 @@ export class RedisMatcher {
     } catch (err) {
       this.log?.warn({ err, entry: entry.id }, `${COMPONENT}: command ${entry.id} skipped`);
     }
+    if (this.core.patterns !== null && entry.t !== 'loc' && compareStreamIds(entry.id, this.patternSubsAt) > 0) this.patternSubsAt = entry.id;
   }
 
-  /** A device leaves this matcher (its subscriptions and position): handed over or purged. */
-  private release(device: string): void {
-    for (const sub of this.core.list(device)) this.core.remove(device, sub.id);
+  /**
+   * A device leaves this matcher (its subscriptions and position): handed over or purged.
+   * `keepPatterns`: a replayed purge, whose pattern subscriptions the patterns dropped already
+   * (those held now came after it).
+   */
+  private release(device: string, keepPatterns = false): void {
+    for (const sub of this.core.list(device)) if (!(keepPatterns && sub.pattern !== undefined)) this.core.remove(device, sub.id);
     if (this.deferred.length > 0) this.deferred = this.deferred.filter((d) => d.device !== device);
     const i = this.deviceSlots.get(device);
     if (i === undefined) return;
@@ -782,6 +885,7 @@ export class RedisMatcher {
       if (this.engineClosed) return null;
       const t0 = performance.now();
       try {
+        await this.cutPatterns();
         const info = await writeSnapshot(path, this.identity, this.snapshotSource(), {
           blockBytes: this.snapshotBlockBytes,
           betweenBlocks: async () => {
@@ -812,6 +916,31 @@ export class RedisMatcher {
     }
   }
 
+  /**
+   * The pattern subscriptions' state for the next snapshot, taken between two batches with no
+   * search running, so it is the state of exact stream positions (`patternsFedTo`,
+   * `patternSubsAt`); the file's start is at or before them (its replay skips what they hold).
+   */
+  private async cutPatterns(): Promise<void> {
+    const patterns = this.core.patterns;
+    if (patterns === null) return;
+    for (;;) {
+      if (!this.inProcess && patterns.idle) {
+        const released: [string, PatternDelivery[]][] = [];
+        for (const [id, ds] of this.patternReleased) if (compareStreamIds(id, this.committed) > 0) released.push([id, ds]);
+        this.patternCut = { start: this.lastId, fedTo: this.patternsFedTo, subsAt: this.patternSubsAt, released, state: this.core.capturePatterns()! };
+        return;
+      }
+      if (this.inProcess) await new Promise<void>((resolve) => this.cutWanted.push(resolve));
+      else await patterns.snapshot(); // waits for the searches left of a failed batch
+    }
+  }
+
+  /** Whether a command at `id` is already in the patterns' subscriptions (a replayed one). */
+  private patternSubsHold(id: string): boolean {
+    return this.core.patterns !== null && compareStreamIds(id, this.patternSubsAt) <= 0;
+  }
+
   /** The snapshot this matcher last wrote (with how long it took), or null. */
   get snapshot(): (SnapshotInfo & { ms: number }) | null {
     return this.lastSnapshot;
@@ -827,7 +956,13 @@ export class RedisMatcher {
     return {
       engine: this.core.engine.name,
       begin: () => {
-        this.snapshotLow = this.lastId;
+        // With patterns, the replay starts where their state was cut, between two batches.
+        this.snapshotLow = this.patternCut?.start ?? this.lastId;
+      },
+      patterns: () => {
+        const cut = this.patternCut;
+        this.patternCut = null;
+        return cut === null ? null : serialize(cut);
       },
       start: () => {
         const low = this.snapshotLow ?? this.lastId;
@@ -1071,6 +1206,18 @@ export class RedisMatcher {
    * the publishes and stores nothing. The next read starts after the batch either way.
    */
   private async process(entries: [Buffer, Buffer[]][]): Promise<(() => Promise<void>) | null> {
+    this.inProcess = true;
+    try {
+      return await this.processEntries(entries);
+    } finally {
+      this.inProcess = false;
+      const waiting = this.cutWanted;
+      this.cutWanted = [];
+      for (const w of waiting) w();
+    }
+  }
+
+  private async processEntries(entries: [Buffer, Buffer[]][]): Promise<(() => Promise<void>) | null> {
     const leading = this.currentRole === 'leader';
     const batch = ++this.batchSeq;
     const last = entries[entries.length - 1][0].toString('latin1');
@@ -1119,6 +1266,7 @@ export class RedisMatcher {
       if (this.crashed) throw new Error(`${COMPONENT}: crashed`);
       await runScript(this.cmd, 'ambitCommit', this.keys.matcherOffset, this.keys.matcherEpoch, this.token, last);
       this.committed = last;
+      for (const id of this.patternReleased.keys()) if (compareStreamIds(id, last) <= 0) this.patternReleased.delete(id);
       // Its fresh ids are in Redis now (answered before the offset): lookups find them there.
       for (const [id, v] of this.inBatch) if (v.batch <= batch) this.inBatch.delete(id);
       this.hooks.onBatch?.({ entries: entries.length, locations: applied, ms: applyMs });
@@ -1167,6 +1315,7 @@ export class RedisMatcher {
     this.slotHandles[i]!.update(lat, lon);
     this.coords[2 * i] = lat;
     this.coords[2 * i + 1] = lon;
+    if (this.patternOwners.size > 0 && this.patternOwners.has(device)) this.core.patterns!.updatePosition(device, lat, lon);
   };
 
   /**
@@ -1196,6 +1345,7 @@ export class RedisMatcher {
       }
       plans.set(p, plan);
     }
+    const patterned = this.feedPatterns(plans);
     const results = new Map<PubEntry, Recipient[][]>();
     try {
       const flat = all.length === 0 ? [] : await this.core.match(all);
@@ -1226,11 +1376,14 @@ export class RedisMatcher {
       if (plan === undefined || matched === undefined || p.events === null) {
         if (plan !== undefined) for (let j = 0; j < plan.fresh.length; j++) flatReached.push(0);
         answers.push({ p, plan: undefined, freshReached: [] });
+        // What the patterns released at this entry (its clock) is stored all the same.
+        await this.deliverPatterns(p, patterned.get(p));
         continue;
       }
       // Duplicates keep their place with no recipients: the replay marker counts events by index.
       const recipients = plan.slots === null ? matched : plan.slots.map((s) => ('fresh' in s ? matched[s.fresh] : []));
       const reached = this.fanout.deliver({ id: p.id, ms: this.now === null ? streamIdMs(p.id) : this.now(), index: p.idx }, p.events, recipients);
+      await this.deliverPatterns(p, patterned.get(p));
       const freshReached = plan.slots === null ? reached : freshOnly(plan.slots, reached);
       for (let j = 0; j < plan.fresh.length; j++) {
         flatReached.push(freshReached[j]);
@@ -1293,6 +1446,61 @@ export class RedisMatcher {
     return { done };
   }
 
+  /**
+   * Hands the fresh events of publishes to the pattern subscriptions, entry by entry in stream
+   * order, before their match is awaited (E3): an event without its own time takes the time Redis
+   * accepted its entry, the same on every replay. With a lateness bound each entry also moves the
+   * patterns' clock to that time. Each entry's promise gives the matches it released.
+   */
+  private feedPatterns(plans: ReadonlyMap<PubEntry, PublishPlan>): Map<PubEntry, Promise<PatternDelivery[]>> {
+    const out = new Map<PubEntry, Promise<PatternDelivery[]>>();
+    if (this.core.patterns === null) return out;
+    for (const [p, plan] of plans) {
+      // Given before (a replayed batch): what it released then is stored again (once, by the marker).
+      if (compareStreamIds(p.id, this.patternsFedTo) <= 0) {
+        out.set(p, Promise.resolve(this.patternReleased.get(p.id) ?? []));
+        continue;
+      }
+      this.patternsFedTo = p.id;
+      const ms = streamIdMs(p.id);
+      const released: Promise<PatternDelivery[]>[] = [];
+      try {
+        if (this.patternsLatenessMs > 0) released.push(this.core.advancePatterns(ms)!);
+        if (plan.fresh.length > 0) released.push(this.core.publishPatterns(plan.fresh, ms)!);
+      } catch (err) {
+        // Refused whole (an event the patterns' engine does not take): nothing of it changed.
+        released.push(Promise.reject(err));
+      }
+      const got = Promise.all(released).then((ds) => ds.flat());
+      got.catch(() => {}); // awaited by the caller
+      out.set(p, got);
+    }
+    return out;
+  }
+
+  /**
+   * Stores the pattern matches an entry released, right after its own notifications: each as the
+   * entry's event number `events.length + k` (past its events'), so the deliver script's marker
+   * per device keeps them in order and a replay of the entry stores each once.
+   */
+  private async deliverPatterns(p: PubEntry, released: Promise<PatternDelivery[]> | undefined): Promise<void> {
+    if (released === undefined) return;
+    let ds: PatternDelivery[];
+    try {
+      ds = await released;
+    } catch (err) {
+      // An event the patterns refused whole (logged and skipped, as a command the engine refuses),
+      // or their element engine failed (the next publishes fail too, and say so).
+      this.log?.warn({ err, entry: p.id }, `${COMPONENT}: pattern subscriptions skipped publish ${p.id}`);
+      return;
+    }
+    if (ds.length === 0) return;
+    this.patternReleased.set(p.id, ds);
+    const base = p.events?.length ?? 0;
+    this.fanout.deliver({ id: p.id, ms: this.now === null ? streamIdMs(p.id) : this.now(), index: ds.map((_, k) => base + k) }, ds.map((d) => d.event), ds.map((d) => [d.recipient]));
+    this.patternMatches += ds.length;
+  }
+
   /** The ids of these publishes' events matched within the dedupe window: reach and in-entry id. */
   private async knownIds(pubs: readonly PubEntry[]): Promise<Map<string, { reached: number; entry: string }>> {
     const known = new Map<string, { reached: number; entry: string }>();
@@ -1341,6 +1549,7 @@ export class RedisMatcher {
         streamHeldBy: this.streamHeldBy,
         ...(this.keys.layout.geo === undefined ? {} : { handOverWaitMs: this.handOverWaitMs, handOversIn: this.handOversIn, handOversOut: this.handOversOut }),
         ...(this.lastSnapshot === null ? {} : { snapshotAt: this.lastSnapshot.createdAt, snapshotBytes: this.lastSnapshot.bytes, snapshotMs: Math.round(this.lastSnapshot.ms) }),
+        ...this.core.patternStats(this.patternMatches),
       },
     };
     await this.cmd.set(this.keys.matcherStats, JSON.stringify(record), 'PX', this.statsMs * 3);

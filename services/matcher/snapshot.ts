@@ -16,6 +16,8 @@
  *   blocks: u32 n (> 0), n bytes    whole records; a record never spans blocks
  *     0x01 u32 a, a bytes (device), u32 b, b bytes (JSON array of its DeviceSubscription)
  *     0x02 u32 a, a bytes (device), f64 lat, f64 lon
+ *     0x03 u32 a, a bytes            the pattern subscriptions' state (V8 serialization), taken at
+ *                                    `start` exactly (between two batches); first, when present
  *   u32 0                           the end of the blocks
  *   u32 n, n bytes                  trailer JSON: start, end, devices, subscriptions, positions
  *   32 bytes                        SHA-256 of every byte before it
@@ -31,6 +33,7 @@ const MAGIC = Buffer.from('AMBSNAP1', 'latin1');
 const FORMAT = 1;
 const SUBS = 1;
 const POSITION = 2;
+const PATTERNS = 3;
 const HASH_BYTES = 32;
 /** A block is flushed once it holds this much (a bigger record makes a bigger block). */
 const DEFAULT_BLOCK_BYTES = 1 << 20;
@@ -71,12 +74,16 @@ export interface SnapshotSource {
   subscriptions(): Iterable<[string, Iterable<DeviceSubscription>]>;
   /** Each device's position as it is when it is reached. */
   positions(): Iterable<[string, number, number]>;
+  /** The pattern subscriptions' state as of `start`, if the matcher serves them (read after begin()). */
+  patterns?(): Buffer | null;
 }
 
 /** Where a read snapshot's records go. */
 export interface SnapshotSink {
   subscriptions(device: string, subs: DeviceSubscription[]): void;
   position(device: string, lat: number, lon: number): void;
+  /** The pattern subscriptions' state (before any other record); without it the record is passed over. */
+  patterns?(state: Buffer): void;
 }
 
 /** A snapshot that cannot be used: missing, damaged, of another deployment or format. */
@@ -125,6 +132,11 @@ export async function writeSnapshot(path: string, identity: SnapshotIdentity, so
     let devices = 0;
     let subscriptions = 0;
     let positions = 0;
+    const patterns = source.patterns?.() ?? null;
+    if (patterns !== null) {
+      block.patterns(patterns);
+      await flush();
+    }
     for (const [device, subs] of source.subscriptions()) {
       const list = [...subs];
       if (list.length === 0) continue;
@@ -276,6 +288,14 @@ function readBlock(b: Buffer, sink: SnapshotSink, refuse: (reason: string) => ne
       devices++;
       subscriptions += (subs as unknown[]).length;
       sink.subscriptions(device, subs as DeviceSubscription[]);
+    } else if (kind === PATTERNS) {
+      need(4);
+      const n = b.readUInt32LE(at);
+      at += 4;
+      need(n);
+      // A reader that serves no patterns (a tool reading the records) passes over it.
+      sink.patterns?.(b.subarray(at, at + n));
+      at += n;
     } else if (kind === POSITION) {
       const device = str();
       need(16);
@@ -375,6 +395,15 @@ class BlockWriter {
     this.buf.writeDoubleLE(lat, this.size);
     this.buf.writeDoubleLE(lon, this.size + 8);
     this.size += 16;
+  }
+
+  patterns(state: Buffer): void {
+    this.room(1 + 4 + state.length);
+    this.buf[this.size++] = PATTERNS;
+    this.buf.writeUInt32LE(state.length, this.size);
+    this.size += 4;
+    state.copy(this.buf, this.size);
+    this.size += state.length;
   }
 
   /** The block, length first; the writer starts a new one. */

@@ -22,7 +22,7 @@
  */
 import type { ErrorCode } from '../../src/model/errors.js';
 import type { Event } from '../../src/model/types.js';
-import { type Delivery, type DeviceSubscription, parseDeliveryId } from '../hub/port.js';
+import { type Delivery, type DeliveryMatch, type DeviceSubscription, parseDeliveryId } from '../hub/port.js';
 
 /** What the matcher publishes on a gateway's reply channel. */
 export interface PublishReply {
@@ -196,18 +196,29 @@ export function parseReply(message: string): PublishReply | null {
 export function parseStoredNotification(
   deliveryId: string,
   f: readonly string[],
-): { deliveryId: string; event: Event | null; ref: string | null; subscriptionIds: string[]; publishedAtMs: number } | null {
+): { deliveryId: string; event: Event | null; ref: string | null; subscriptionIds: string[]; publishedAtMs: number; match?: DeliveryMatch } | null {
   let event: Event | null = null;
   let ref: string | null = null;
-  let subscriptionIds: string[] = [];
+  let recipient: { subscriptionIds: string[]; match?: DeliveryMatch } = { subscriptionIds: [] };
   let publishedAtMs = 0;
   for (let j = 0; j + 1 < f.length; j += 2) {
     if (f[j] === 'r') ref = f[j + 1];
     else if (f[j] === 'e') event = JSON.parse(f[j + 1]) as Event;
-    else if (f[j] === 's') subscriptionIds = JSON.parse(f[j + 1]) as string[];
+    else if (f[j] === 's') recipient = parseRecipient(f[j + 1]);
     else if (f[j] === 'p') publishedAtMs = Number(f[j + 1]);
   }
-  return event === null && ref === null ? null : { deliveryId, event, ref, subscriptionIds, publishedAtMs };
+  if (event === null && ref === null) return null;
+  const out = { deliveryId, event, ref, subscriptionIds: recipient.subscriptionIds, publishedAtMs };
+  return recipient.match === undefined ? out : { ...out, match: recipient.match };
+}
+
+/**
+ * A stored notification's subscription ids: a JSON array, or for a pattern's match (E20) an object
+ * `{s: ids, m: match}` (redis-fanout.ts writes both).
+ */
+export function parseRecipient(json: string): { subscriptionIds: string[]; match?: DeliveryMatch } {
+  const v = JSON.parse(json) as string[] | { s: string[]; m: DeliveryMatch };
+  return Array.isArray(v) ? { subscriptionIds: v } : { subscriptionIds: v.s, match: v.m };
 }
 
 /**
@@ -249,8 +260,10 @@ export function parsePushedNotification(message: string, events: RecentEvents): 
   if (parseDeliveryId(deliveryId) === null) return null;
   try {
     const event = events.get(message.slice(c + 1));
-    const subscriptionIds = JSON.parse(message.slice(b + 1, c)) as string[];
-    return { deliveryId, event, subscriptionIds, publishedAtMs: Number(message.slice(a + 1, b)) };
+    const r = parseRecipient(message.slice(b + 1, c));
+    const d: Delivery = { deliveryId, event, subscriptionIds: r.subscriptionIds, publishedAtMs: Number(message.slice(a + 1, b)) };
+    if (r.match !== undefined) d.match = r.match;
+    return d;
   } catch {
     return null;
   }

@@ -13,6 +13,7 @@ import { CPU_ENGINES } from '../../src/engines/index.js';
 import type { EventPattern } from '../../src/model/event-patterns.js';
 import type { Event, Filter } from '../../src/model/types.js';
 import { EmbeddedHub } from '../../services/hub/embedded.js';
+import { RedisHub } from '../../services/hub/redis.js';
 import { type Delivery, type DeviceSubscription, ENGINE_SIDE_LIMITS } from '../../services/hub/port.js';
 import { MatchCore } from '../../services/matcher/core.js';
 import { AggregateFn, Op, Selection } from '../../api/gen/ambit/v1/types_pb.js';
@@ -332,16 +333,50 @@ describe('pattern subscriptions on a node of hub partitions, and where they are 
 
   let redis: RedisServer | null = null;
   after(async () => redis?.stop());
-  it('Redis mode refuses them FAILED_PRECONDITION naming subscription.pattern', { skip: redisServerMissing() ?? false }, async () => {
+  it('[E20][E2] Redis mode serves them: a match is stored in the device\'s log, pushed to its stream and read back on resume, event times included', { skip: redisServerMissing() ?? false }, async () => {
     redis = await startRedisServer();
     const srv = await startTestServer({ redisUrl: redis.url });
     try {
-      const { stream } = await DeviceStream.open(srv.clients(), srv.token('r', ['device']));
-      checkReplyStatus(await stream.subscribe({ id: 'fire', pattern: WIRE_FIRE }), grpc.status.FAILED_PRECONDITION, 'subscribe.subscription.pattern');
+      const clients = srv.clients();
+      const md = srv.meta('pub', ['publish']);
+      const { stream } = await DeviceStream.open(clients, srv.token('r', ['device']));
+      stream.move(HOME.lat, HOME.lon);
+      await stream.subscribeOk({ id: 'fire', pattern: WIRE_FIRE });
+      await stream.subscribeOk({ id: 'temps', filters: [wireKind('temp')] });
+      await stream.sync();
+      const listed = await unary<{ subscriptions: { id: string; pattern?: { steps: unknown[] } }[] }>(clients.device, 'listSubscriptions', {}, srv.meta('r', ['device']));
+      assert.deepEqual(listed.subscriptions.map((x) => [x.id, x.pattern?.steps.length ?? 0]), [['fire', 2], ['temps', 0]]);
+      await unary(clients.publisher, 'publish', { event: wireEvent('rt', { kind: text('temp'), value: num(70), zone: text('q') }, 1_700_000_020_250) }, md);
+      // The smoke's terminator event also matches nothing else: its one notification is the match.
+      await unary(clients.publisher, 'publish', { event: wireEvent('rs', { kind: text('smoke'), zone: text('q') }, 1_700_000_021_000) }, md);
+      type N = { event: { id: string }; subscriptionIds: string[]; match?: { steps: { event: { id: string }; time: { seconds: bigint; nanos: number } }[]; aggregates: Record<string, number> } };
+      const shape = (ns: N[]) => ns.map((n) => [n.event.id, n.subscriptionIds, n.match?.steps.map((x) => [x.event.id, Number(x.time.seconds) * 1000 + x.time.nanos / 1e6]) ?? null, n.match === undefined ? null : { ...n.match.aggregates }]);
+      const want = [
+        ['rt', ['temps'], null, null],
+        ['rs', ['fire'], [['rs', 1_700_000_021_000], ['rt', 1_700_000_020_250]], { hottest: 70 }],
+      ];
+      assert.deepEqual(shape((await stream.notifications(2)) as unknown as N[]), want);
       stream.call.end();
       await stream.ended;
+      // Nothing was acknowledged: a new stream reads both back from the device's log in Redis.
+      const { stream: again } = await DeviceStream.open(clients, srv.token('r', ['device']));
+      assert.deepEqual(shape((await again.notifications(2)) as unknown as N[]), want);
+      again.call.end();
+      await again.ended;
     } finally {
       await srv.stop();
+    }
+  });
+
+  it('sharded by space, Redis mode refuses them FAILED_PRECONDITION naming subscription.pattern, and changes nothing', { skip: redisServerMissing() ?? false }, async () => {
+    redis ??= await startRedisServer();
+    const hub = await RedisHub.connect({ redis: redis.url, prefix: 'geo-patterns:', geo: { shards: 2, wide: 1, cellDeg: 0.01, guardM: 50, layout: 'stripes' } });
+    try {
+      await rejectsWith(hub.addSubscription('g', fire()), 'FAILED_PRECONDITION', 'add');
+      await hub.addSubscription('g', ping('g')).catch(() => undefined);
+      assert.deepEqual((await hub.listSubscriptions('g')).map((x) => x.id).filter((id) => id === 'fire'), []);
+    } finally {
+      await hub.close();
     }
   });
 });

@@ -125,6 +125,8 @@ export class PatternMatcher {
   private late = 0;
   private released = 0;
   private tail: Promise<unknown> = Promise.resolve();
+  /** Releases whose searches have not finished. */
+  private searching = 0;
   /** Element-engine work in call order: mutations, and matches that hold back what follows them. */
   private jobs: ElementJob[] = [];
   private jobsHead = 0;
@@ -276,7 +278,24 @@ export class PatternMatcher {
    */
   async snapshot(): Promise<PatternMatcherSnapshot> {
     this.open();
-    await this.tail;
+    // Calls made while earlier searches finish add searches of their own: wait until none is left,
+    // then capture in the same turn.
+    while (!this.idle) await this.tail;
+    return this.capture();
+  }
+
+  /** No search or element-engine job is waiting: the state is that of every call made so far. */
+  get idle(): boolean {
+    return this.searching === 0 && !this.matching && this.jobsHead === this.jobs.length;
+  }
+
+  /**
+   * The snapshot of an idle matcher, now (a caller that knows it is idle, e.g. between the batches
+   * of a matcher loop, so the state is that of an exact point of its input).
+   */
+  capture(): PatternMatcherSnapshot {
+    this.open();
+    if (!this.idle) throw new Error('pattern matcher: capture() while searches are running');
     return {
       version: 1,
       subscriptions: [...this.subs.values()].map((i) => ({ slot: i.slot, subscription: i.sub })),
@@ -444,7 +463,11 @@ export class PatternMatcher {
     // Patterns installed from now on count only later releases (E17).
     const upto = this.nextSlot;
     const run = this.tail.then(() => matched).then((ids) => this.search(due, ids, upto));
-    this.tail = run.catch(() => undefined);
+    this.searching++;
+    this.tail = run.then(
+      () => void this.searching--,
+      () => void this.searching--,
+    );
     return run;
   }
 
