@@ -97,6 +97,8 @@ export interface AmbitEvent {
   attributes: Record<string, AttributeValue>;
   /** The event's tags in their normal form (lower case, no `#`), distinct and sorted. */
   tags: string[];
+  /** Its event time (ms since the epoch), when its publisher gave one. */
+  timeMs?: number;
 }
 
 export interface Notification {
@@ -372,7 +374,9 @@ export function fromWireEvent(e: WireEvent | undefined): AmbitEvent {
     const v = fromWireValue(e.attributes[k]);
     if (v !== undefined) attributes[k] = v;
   }
-  return { id: e.id, lat: e.position?.lat ?? 0, lon: e.position?.lon ?? 0, radiusM: e.radiusM, attributes, tags: [...e.tags] };
+  const out: AmbitEvent = { id: e.id, lat: e.position?.lat ?? 0, lon: e.position?.lon ?? 0, radiusM: e.radiusM, attributes, tags: [...e.tags] };
+  if (e.time !== undefined) out.timeMs = timestampMs(e.time);
+  return out;
 }
 
 export function fromWireNotification(n: WireNotification): Notification {

@@ -160,16 +160,17 @@ describe('sdk: pattern subscriptions', () => {
       },
     });
     const n = fromWireNotification(fromBinary(NotificationSchema, toBinary(NotificationSchema, wire)));
-    const ev = (id: string, type: string) => ({ id, lat: 45.46, lon: 9.19, radiusM: 0, attributes: { type }, tags: [] });
+    // The events carry their own times too (the publisher's), as AmbitEvent.timeMs.
+    const ev = (id: string, type: string, timeMs: number) => ({ id, lat: 45.46, lon: 9.19, radiusM: 0, attributes: { type }, tags: [], timeMs });
     const expected: Notification = {
       deliveryId: '1767225600200-0',
-      event: ev('e3', 'smoke'),
+      event: ev('e3', 'smoke', 1_767_225_600_123),
       subscriptionIds: ['fire'],
       publishedAtMs: 1_767_225_600_200,
       match: {
         steps: [
-          { step: 'smoke', event: ev('e3', 'smoke'), timeMs: 1_767_225_600_123 },
-          { step: 'temp', event: ev('e1', 'temperature'), timeMs: 1_767_225_400_000 },
+          { step: 'smoke', event: ev('e3', 'smoke', 1_767_225_600_123), timeMs: 1_767_225_600_123 },
+          { step: 'temp', event: ev('e1', 'temperature', 1_767_225_400_000), timeMs: 1_767_225_400_000 },
         ],
         aggregates: { peak: 51.5, readings: 3 },
       },
