@@ -172,8 +172,6 @@ interface PatternsCut {
   fedTo: string;
   /** Subscription commands up to here are in the state (not applied to the patterns again). */
   subsAt: string;
-  /** Matches of publishes not yet committed when it was taken (stored again if replayed). */
-  released: [string, PatternDelivery[]][];
   state: PatternCut;
 }
 
@@ -293,8 +291,19 @@ export class RedisMatcher {
    */
   private patternsFedTo = '0-0';
   private patternSubsAt = '0-0';
-  /** What each publish not yet committed released, stored again if its batch is replayed. */
-  private patternReleased = new Map<string, PatternDelivery[]>();
+  /** What each publish not yet committed releases, stored again if its batch is replayed. */
+  private patternReleased = new Map<string, Promise<PatternDelivery[]>>();
+  /**
+   * The first publish a standby skipped that the patterns have not seen: if it is at or before
+   * where this matcher starts leading (another leader delivered it), their history has a gap and
+   * is dropped then (matches resume with the events after it); after it, this matcher feeds it.
+   */
+  private patternsSkippedFrom: string | null = null;
+  /**
+   * Every device's position at the patterns' cut: a snapshot with patterns writes these, not the
+   * positions as they are when reached, so the replay after it matches at the positions of then.
+   */
+  private cutPositions: { devices: string[]; coords: Float64Array } | null = null;
   /** Devices that own a pattern subscription: their moves go to the patterns too. */
   private readonly patternOwners = new Set<string>();
   private readonly patternsLatenessMs: number;
@@ -501,6 +510,17 @@ export class RedisMatcher {
     this.rewind(from);
     this.committed = from;
     this.inBatch.clear();
+    const skipped = this.patternsSkippedFrom;
+    this.patternsSkippedFrom = null;
+    if (skipped !== null && compareStreamIds(skipped, from) <= 0 && this.core.patterns !== null) {
+      // Publishes went by while this matcher stood by: the patterns keep their subscriptions and
+      // start their history again from here (docs/service.md).
+      await this.core.patterns.snapshot().catch(() => undefined);
+      this.core.patterns.forgetHistory();
+      this.patternReleased.clear();
+      this.patternsFedTo = from;
+      this.log?.warn({ from }, `${COMPONENT}: leading after standing by: pattern subscriptions start their history again from ${from}`);
+    }
     this.fanout.resetChain();
     this.fanout.token = this.token;
     this.promotion = false;
@@ -630,17 +650,27 @@ export class RedisMatcher {
     await readSnapshot(path, this.identity, {
       // First in the file: the pattern subscriptions as of its start, with their history.
       patterns: (bytes) => {
-        const cut = deserialize(bytes) as PatternsCut;
+        let cut: PatternsCut;
+        try {
+          cut = deserialize(bytes) as PatternsCut;
+        } catch (err) {
+          // Unreadable here (another V8): the patterns start from the records, with no history.
+          this.log?.warn({ err, path }, `${COMPONENT}: the pattern state of snapshot ${path} cannot be read; patterns start with no history`);
+          return;
+        }
         this.core.restorePatterns(cut.state);
         this.patternsFedTo = cut.fedTo;
         this.patternSubsAt = cut.subsAt;
-        this.patternReleased = new Map(cut.released);
         patternsRestored = true;
       },
       subscriptions: (device, subs) => {
-        // A pattern subscription comes from the pattern state (taken at the start; the records may
-        // be later versions, which the replay brings in order).
-        for (const sub of subs) if (!(patternsRestored && sub.pattern !== undefined)) putStored(this.core, device, sub, this.log, `${COMPONENT}: a subscription of the snapshot`);
+        for (const sub of subs) {
+          // A pattern subscription comes from the pattern state (taken at the start; the records
+          // may be later versions, which the replay brings in order). One the state lacks came
+          // after it: added now, its history starts again where the replay adds it (E17).
+          if (patternsRestored && sub.pattern !== undefined && this.core.subscription(device, sub.id)?.pattern !== undefined) continue;
+          putStored(this.core, device, sub, this.log, `${COMPONENT}: a subscription of the snapshot`);
+        }
       },
       position: this.move,
     }, undefined, false);
@@ -666,13 +696,16 @@ export class RedisMatcher {
    * publishes were matched and answered, so they are not matched again, but their fresh events go
    * to the pattern subscriptions, in stream order among the other commands (the matches they
    * release were stored then and are not stored again): the patterns' history is that of a matcher
-   * that never stopped. An event is fresh unless the dedupe window names another entry for its id
-   * (or it came earlier in the range).
+   * that never stopped. An event is fresh as it was then: unless its id was fresh in an earlier
+   * entry of the range, or in the earlier entry its dedupe record names, less than the window
+   * before it (by the entries' stream times); with no window, unless repeated in its own entry.
    */
   private async applyRange(after: string, upTo: string): Promise<number> {
     let from = `(${after}`;
     let n = 0;
-    const seen = new Set<string>();
+    /** Ids fresh in the range so far, with their entry's stream time. */
+    const freshAt = new Map<string, number>();
+    const windowMs = this.dedupeWindowMs;
     const fed: Promise<unknown>[] = [];
     for (;;) {
       const page = await this.cmd.xrangeBuffer(this.keys.in, from, upTo, 'COUNT', 1000);
@@ -687,11 +720,15 @@ export class RedisMatcher {
           continue;
         }
         if (this.core.patterns === null || entry.events === null) continue;
+        const ms = streamIdMs(entry.id);
         const plan = planPublish(entry.events, (id) => {
+          if (windowMs === 0) return undefined;
+          const at = freshAt.get(id);
+          if (at !== undefined) return ms - at < windowMs ? 0 : undefined;
           const kn = known.get(id);
-          return (kn !== undefined && kn.entry !== entry.id) || seen.has(id) ? 0 : undefined;
+          return kn !== undefined && compareStreamIds(kn.entry, entry.id) < 0 && ms - streamIdMs(kn.entry) < windowMs ? 0 : undefined;
         });
-        for (const e of plan.fresh) seen.add(e.id);
+        for (const e of plan.fresh) freshAt.set(e.id, ms);
         for (const p of this.feedPatterns(new Map([[entry, plan]])).values()) fed.push(p);
       }
       if (page.length < 1000) break;
@@ -926,13 +963,22 @@ export class RedisMatcher {
     if (patterns === null) return;
     for (;;) {
       if (!this.inProcess && patterns.idle) {
-        const released: [string, PatternDelivery[]][] = [];
-        for (const [id, ds] of this.patternReleased) if (compareStreamIds(id, this.committed) > 0) released.push([id, ds]);
-        this.patternCut = { start: this.lastId, fedTo: this.patternsFedTo, subsAt: this.patternSubsAt, released, state: this.core.capturePatterns()! };
+        let state: PatternCut;
+        try {
+          state = this.core.capturePatterns()!;
+        } catch (err) {
+          // Their engine failed: the snapshot goes without their history (the records hold the patterns).
+          this.log?.warn({ err }, `${COMPONENT}: the pattern subscriptions' state is not in this snapshot`);
+          return;
+        }
+        this.patternCut = { start: this.lastId, fedTo: this.patternsFedTo, subsAt: this.patternSubsAt, state };
+        // The stream is kept from here on, and the positions written are those of now.
+        this.snapshotLow = this.lastId;
+        this.cutPositions = { devices: this.slotDevices.slice(), coords: this.coords.slice(0, 2 * this.slotDevices.length) };
         return;
       }
       if (this.inProcess) await new Promise<void>((resolve) => this.cutWanted.push(resolve));
-      else await patterns.snapshot(); // waits for the searches left of a failed batch
+      else await patterns.snapshot().catch(() => undefined); // waits for the searches left of a failed batch
     }
   }
 
@@ -974,6 +1020,12 @@ export class RedisMatcher {
       end: () => this.appliedMax,
       subscriptions: () => this.core.byDevice(),
       *positions() {
+        const cut = self.cutPositions;
+        self.cutPositions = null;
+        if (cut !== null) {
+          for (let i = 0; i < cut.devices.length; i++) if (cut.devices[i] !== '') yield [cut.devices[i], cut.coords[2 * i], cut.coords[2 * i + 1]];
+          return;
+        }
         for (let i = 0; i < self.slotDevices.length; i++) if (self.slotDevices[i] !== '') yield [self.slotDevices[i], self.coords[2 * i], self.coords[2 * i + 1]];
       },
     };
@@ -1234,7 +1286,7 @@ export class RedisMatcher {
         if (leading) {
           pubs.push(entry);
           publishes++;
-        }
+        } else if (this.core.patterns !== null && this.patternsSkippedFrom === null && compareStreamIds(entry.id, this.patternsFedTo) > 0) this.patternsSkippedFrom = entry.id;
         continue;
       }
       if (pubs.length > 0) {
@@ -1458,7 +1510,7 @@ export class RedisMatcher {
     for (const [p, plan] of plans) {
       // Given before (a replayed batch): what it released then is stored again (once, by the marker).
       if (compareStreamIds(p.id, this.patternsFedTo) <= 0) {
-        out.set(p, Promise.resolve(this.patternReleased.get(p.id) ?? []));
+        out.set(p, this.patternReleased.get(p.id) ?? Promise.resolve([]));
         continue;
       }
       this.patternsFedTo = p.id;
@@ -1474,6 +1526,9 @@ export class RedisMatcher {
       const got = Promise.all(released).then((ds) => ds.flat());
       got.catch(() => {}); // awaited by the caller
       out.set(p, got);
+      // Until its batch is committed: a replay stores what it released again (even if this one
+      // failed before storing it).
+      this.patternReleased.set(p.id, got);
     }
     return out;
   }
@@ -1495,9 +1550,16 @@ export class RedisMatcher {
       return;
     }
     if (ds.length === 0) return;
-    this.patternReleased.set(p.id, ds);
+    // Numbered per device, past the entry's events: the deliver script's marker is per device,
+    // so a device's matches keep their numbers whatever other devices' matches do.
     const base = p.events?.length ?? 0;
-    this.fanout.deliver({ id: p.id, ms: this.now === null ? streamIdMs(p.id) : this.now(), index: ds.map((_, k) => base + k) }, ds.map((d) => d.event), ds.map((d) => [d.recipient]));
+    const perDevice = new Map<string, number>();
+    const index = ds.map((d) => {
+      const k = perDevice.get(d.recipient.device) ?? 0;
+      perDevice.set(d.recipient.device, k + 1);
+      return base + k;
+    });
+    this.fanout.deliver({ id: p.id, ms: this.now === null ? streamIdMs(p.id) : this.now(), index }, ds.map((d) => d.event), ds.map((d) => [d.recipient]));
     this.patternMatches += ds.length;
   }
 
