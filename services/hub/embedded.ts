@@ -109,7 +109,7 @@ export class EmbeddedHub implements Hub {
     if (fanout.deliver === undefined && fanout.deliverMatches === undefined) throw new Error('hub: a fan-out delivers recipients or matches');
     if (fanout.forget !== undefined) core.onOwnerRemoved = (o) => fanout.forget!(o);
     this.ids = new EventIdWindow({ ...DEFAULT_DEDUPE, ...options.dedupe }, fanout.now);
-    if (core.patterns !== null && options.shards !== undefined) throw new Error('hub: pattern matches are stored by the hub\'s own inboxes, not fan-out shards');
+    if (core.patterns !== null && fanout.deliver === undefined) throw new Error('hub: a fan-out for pattern matches takes grouped recipients (deliver)');
     const tick = options.patternTickMs ?? 0;
     if (core.patterns !== null && tick > 0) {
       this.patternTicker = setInterval(() => void this.releasePatterns().catch(() => this.patternClockErrors++), tick);
@@ -207,10 +207,10 @@ export class EmbeddedHub implements Hub {
       const recipients = await this.core.match(events);
       reached = this.fanout.deliver!({ id: '', ms: this.fanout.now() }, events, recipients);
     }
+    if (patterned !== null) this.storePatterns(await patterned);
     // Shards store asynchronously: the reply waits until they have.
     if (this.store === null) await this.fanout.flush();
     this.eventsPublished += events.length;
-    if (patterned !== null) this.storePatterns(await patterned);
     return reached;
   }
 

@@ -10,6 +10,8 @@
  *   its device and id, and forgotten when the subscription leaves); each deliver call ends with a
  *   SEQ, and the hub's publish replies once every shard it wrote to has answered STORED for that
  *   sequence, so "stored before Publish replies" holds as in one process.
+ * - Pattern subscriptions' matches (found by the hub's patterns) go to their devices' shards one
+ *   by one (`deliver`, S.PATTERN records), in the same frames and sequence.
  * - `serveShard` is the shard's side of that link: it groups each MATCH by device as the match core
  *   would (`MatchGrouper`: one notification per device, ids sorted), appends them to the devices' logs in
  *   the shard's InboxStore (delivery ids, retention and order per device exactly as the embedded
@@ -20,8 +22,8 @@
 import type { Logger } from 'pino';
 import { AmbitError } from '../../src/model/errors.js';
 import type { Event } from '../../src/model/types.js';
-import type { DeviceMemo, Owner } from '../matcher/core.js';
-import { devicePart, splitSubscriptionKey } from './port.js';
+import type { DeviceMemo, Owner, Recipient } from '../matcher/core.js';
+import { type DeliveryMatch, devicePart, splitSubscriptionKey } from './port.js';
 import type { DeliverySource } from '../matcher/fanout.js';
 import type { HubFanOut } from './embedded.js';
 import type { InboxStore } from './inboxes.js';
@@ -183,6 +185,36 @@ export class ShardedFanOut implements HubFanOut {
     return reached;
   }
 
+  /**
+   * Grouped recipients, for what the hub does not match per event: pattern subscriptions' matches
+   * (each a recipient with its `match`), each sent to its device's shard. Returns each event's
+   * recipients' subscriptions, as `deliver` does.
+   */
+  deliver(source: DeliverySource, events: readonly Event[], recipients: readonly (readonly Recipient[])[]): number[] {
+    if (this.broken !== null) throw this.broken;
+    const n = this.outs.length;
+    const seq = ++this.seq;
+    const reached = new Array<number>(events.length).fill(0);
+    for (let i = 0; i < events.length; i++) {
+      for (const r of recipients[i]) {
+        if (r.match === undefined || r.subscriptionIds.length !== 1) throw new Error('fan-out shards: deliver() takes pattern matches only (one subscription each)');
+        const k = shardOf(r.device, n);
+        const w = this.outs[k].frame;
+        const ref = this.refOf(k, w, events[i]);
+        w.u8(S.PATTERN);
+        w.u32(ref);
+        w.f64(source.ms);
+        w.str(r.device);
+        w.str(r.subscriptionIds[0]);
+        w.value(r.match);
+        this.sent[k] = seq;
+        reached[i]++;
+      }
+    }
+    this.endCall(seq);
+    return reached;
+  }
+
   /** Closes a deliver call: each shard written to gets its sequence number. */
   private endCall(seq: number): void {
     for (let k = 0; k < this.outs.length; k++) {
@@ -303,6 +335,14 @@ export function serveShard(store: InboxStore, link: Link, log: Logger): () => vo
             case S.MATCH: {
               const event = events[r.u32()];
               matches.group(r, event, r.f64());
+              break;
+            }
+            case S.PATTERN: {
+              const event = events[r.u32()];
+              const ms = r.f64();
+              const device = r.str();
+              const id = r.str();
+              fanout.store(device, event, [id], ms, r.value<DeliveryMatch>());
               break;
             }
             case S.FORGET:

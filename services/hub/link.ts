@@ -94,6 +94,11 @@ export const S = {
   PURGE: 45,
   /** Shard → hub: f64 request, f64 notifications the purged log held. */
   PURGED: 46,
+  /**
+   * A pattern subscription's match (docs/semantics.md E20): u32 event number (its terminator),
+   * f64 published at, str device, str subscription id, bytes V8 DeliveryMatch.
+   */
+  PATTERN: 47,
 } as const;
 
 /** The kinds of entry of an S.MATCH record. */

@@ -41,9 +41,9 @@ export interface DeliveryMatch {
 
 /**
  * Why a pattern subscription is refused (FAILED_PRECONDITION) where it is not served yet: a
- * deployment sharded by space, and an embedded node's fan-out shards.
+ * deployment sharded by space (a pattern's history would have to move with its owner).
  */
-export const NO_PATTERNS = 'pattern subscriptions are not served with AMBIT_GEO_SHARDS or AMBIT_FANOUT_SHARDS for now';
+export const NO_PATTERNS = 'pattern subscriptions are not served with AMBIT_GEO_SHARDS for now';
 
 /** A device's subscription as the device names it (owner implied). */
 export interface DeviceSubscription {

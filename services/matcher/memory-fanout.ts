@@ -4,7 +4,7 @@
  * the oldest and counts them; a periodic sweep applies age retention to devices that went quiet.
  */
 import type { Event } from '../../src/model/types.js';
-import { type Delivery, parseDeliveryId } from '../hub/port.js';
+import { type Delivery, type DeliveryMatch, parseDeliveryId } from '../hub/port.js';
 import type { Recipient } from './core.js';
 import { DEFAULT_RETENTION, type DeliverySource, type FanOut, type Retention, missedAfter, reachedBy, resumePoint } from './fanout.js';
 
@@ -192,9 +192,10 @@ export class MemoryFanOut implements FanOut {
     for (const log of this.logs.values()) log.wakeAll();
   }
 
-  /** Stores one notification (a fan-out shard's deliveries arrive one by one). */
-  store(device: string, event: Event, subscriptionIds: string[], publishedAtMs: number): void {
-    this.append(device, { deliveryId: '', event, subscriptionIds, publishedAtMs });
+  /** Stores one notification (a fan-out shard's deliveries arrive one by one); `match`: a pattern's. */
+  store(device: string, event: Event, subscriptionIds: string[], publishedAtMs: number, match?: DeliveryMatch): void {
+    if (match === undefined) this.append(device, { deliveryId: '', event, subscriptionIds, publishedAtMs });
+    else this.append(device, { deliveryId: '', event, subscriptionIds, publishedAtMs, match });
   }
 
   /** Appends with the next id of the device's log: "<ms>-<ordinal>", ms never going back. */

@@ -132,9 +132,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
     } else if (config.redisUrl === null) {
       const { engine, detail } = await openEngine(config.engine);
       engineDetail = detail;
-      // Pattern subscriptions wherever this hub keeps the devices' logs itself (fan-out shards do
-      // not carry pattern matches yet).
-      const patterns = options.shards === undefined ? await openPatterns(config) : null;
+      const patterns = await openPatterns(config);
       hub = new EmbeddedHub(new MatchCore(engine, config.maxSubscriptionsPerDevice, patterns), { retention: config.retention, dedupe: config.dedupe, engineDetail: detail, patternTickMs: patternTickMs(config.patternLatenessMs), ...(options.shards === undefined ? {} : { shards: options.shards }) });
       const h = hub;
       cleanups.push(() => h.close());

@@ -18,6 +18,7 @@ import { type Link, portLink } from '../../services/hub/link.js';
 import { LinkedHub } from '../../services/hub/linked.js';
 import { ENGINE_SIDE_LIMITS } from '../../services/hub/port.js';
 import { MatchCore } from '../../services/matcher/core.js';
+import { PatternMatcher } from '../../src/engines/event-patterns/pattern-matcher.js';
 
 /** A link whose frames wait until `release()`; `reached` resolves when the first one is posted. */
 function gated(inner: Link): Link & { reached: Promise<void>; release(): void } {
@@ -41,7 +42,7 @@ function gated(inner: Link): Link & { reached: Promise<void>; release(): void } 
   };
 }
 
-function shardedHub(n: number, wrap: (link: Link, k: number) => Link = (l) => l) {
+function shardedHub(n: number, wrap: (link: Link, k: number) => Link = (l) => l, patterns: PatternMatcher | null = null) {
   const quiet = pino({ level: 'silent' });
   const stores = Array.from({ length: n }, () => new InboxStore());
   const ports = stores.map((store) => {
@@ -50,7 +51,7 @@ function shardedHub(n: number, wrap: (link: Link, k: number) => Link = (l) => l)
     return port1;
   });
   const links = ports.map((p, k) => wrap(portLink(p), k));
-  const hub = new EmbeddedHub(new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS })), { shards: new ShardedFanOut(links) });
+  const hub = new EmbeddedHub(new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }), undefined, patterns), { shards: new ShardedFanOut(links) });
   return {
     hub,
     stores,
@@ -86,6 +87,39 @@ describe('fan-out shards', { timeout: 30_000 }, () => {
       assert.equal(stores[0].fanout.notifications, 1, 'stored when the publish replied');
       const stats = await hub.stats();
       assert.equal(stats.notifications, 1);
+    } finally {
+      await close();
+    }
+  });
+
+  it('[E20] a pattern\'s match goes to its owner\'s shard, in that device\'s log after the notifications of before, and stored before the publish replies', async () => {
+    const { hub, stores, close } = shardedHub(3, undefined, new PatternMatcher({ elements: CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }) }));
+    try {
+      const kind = (k: string) => ({ constraints: [{ name: 'kind', op: 'eq' as const, value: k }] });
+      const devices = Array.from({ length: 9 }, (_, i) => `pd-${i}`);
+      for (const d of devices) {
+        await hub.addSubscription(d, everything);
+        await hub.addSubscription(d, { id: 'seq', filters: [], pattern: { steps: [{ name: 'b', filter: kind('b') }, { name: 'a', filter: kind('a'), withinMs: 1000 }], aggregates: [{ name: 'n', fn: 'count', filter: kind('a'), before: 'b', withinMs: 1000 }] } });
+      }
+      await hub.publish([{ id: 'a1', lat: 0, lon: 0, attributes: { kind: 'a' }, timeMs: 1000 }]);
+      await hub.publish([{ id: 'b1', lat: 0, lon: 0, attributes: { kind: 'b' }, timeMs: 1500 }]);
+      for (const d of devices) {
+        const k = shardOf(d, 3);
+        const box = stores[k].openInbox(d, '');
+        const got = box.take(100);
+        box.close();
+        assert.deepEqual(
+          got.map((x) => [x.deliveryId.split('-')[1], x.event.id, x.subscriptionIds, x.match?.steps.map((st) => [st.step, st.event.id, st.timeMs]) ?? null, x.match === undefined ? null : { ...x.match.aggregates }]),
+          [
+            ['1', 'a1', ['all'], null, null],
+            ['2', 'b1', ['all'], null, null],
+            ['3', 'b1', ['seq'], [['b', 'b1', 1500], ['a', 'a1', 1000]], { n: 1 }],
+          ],
+          d,
+        );
+      }
+      const stats = await hub.stats();
+      assert.deepEqual([stats.notifications, stats.extra.patternMatches], [27, 9]);
     } finally {
       await close();
     }
