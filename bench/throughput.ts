@@ -7,7 +7,7 @@
  * events/s published, notifications/s delivered, latency min/median/p99, server and client CPU.
  *
  *   node dist/bench/throughput.js [--rates 1000,5000,20000] [--seconds S] [--devices N]
- *     [--subs-per-device N] [--kinds N] [--publishers P] [--subscribers S] [--connections C]
+ *     [--subs-per-device N] [--patterns-per-device N] [--kinds N] [--publishers P] [--subscribers S] [--connections C]
  *     [--engine fast|auto] [--redis URL] [--gateways N] [--out FILE] [--quick]
  */
 import { fork } from 'node:child_process';
@@ -20,13 +20,13 @@ import { ArgReader, cliFail, parseArgs, runMain } from './lib/args.js';
 import { describeMachine } from './lib/machine.js';
 import { note } from './lib/progress.js';
 import { ResultRun } from './lib/result-file.js';
-import { deviceOptions, place, positions, subscriptionsOf } from './lib/service-load.js';
+import { deviceOptions, patternsOf, place, positions, subscriptionsOf } from './lib/service-load.js';
 import { cpuLists, startChildServer } from './lib/service-server.js';
 import { redisCpuSeconds, startBenchRedis } from './lib/redis-nodes.js';
 import type { ThroughputStep } from './lib/throughput-report.js';
 import { WireDevices } from './lib/wire-device.js';
 
-const USAGE = `usage: node dist/bench/throughput.js [--rates LIST] [--seconds S] [--devices N] [--subs-per-device N] [--kinds N]
+const USAGE = `usage: node dist/bench/throughput.js [--rates LIST] [--seconds S] [--devices N] [--subs-per-device N] [--patterns-per-device N] [--kinds N]
   [--publishers P] [--subscribers S] [--connections C] [--engine fast|rtree|auto] [--redis URL | --redis-nodes N] [--matcher-partitions K] [--geo-shards K] [--cities C] [--gateways N] [--fanout-shards K] [--partitions K] [--server-cpus LIST] [--load-cpus LIST] [--client wire|sdk] [--ack-delay-ms N] [--seed N] [--out FILE] [--quick]
   [--warmup S] [--server-profile DIR] [--client-profile DIR]
 Defaults: rates 1000,2000,5000,10000,20000,50000,100000 events/s for 5 s each; 10000 devices x 5 subscriptions (one of 20 kinds, a level,
@@ -84,6 +84,8 @@ interface Init {
   seed: number;
   kinds: number;
   subsPerDevice: number;
+  /** Pattern subscriptions per device beside the filter subscriptions (service-load.ts patternsOf). */
+  patternsPerDevice: number;
   connections: number;
   /** The SDK's ackDelayMs for every device. */
   ackDelayMs: number;
@@ -134,6 +136,7 @@ async function subscriberWorker(init: Init, send: (m: FromWorker) => void, on: (
     for (let i = next++; i < init.ids.length; i = next++) {
       const token = authority.issue({ subject: init.ids[i], scopes: [SCOPES.device], ttlSeconds: 3600 });
       const subs = subscriptionsOf(rng, init.subsPerDevice, init.kinds);
+      if (init.patternsPerDevice > 0) subs.push(...patternsOf(rng, init.patternsPerDevice, init.kinds));
       if (wire !== null) {
         await wire.connect(i, token, subs, (attrs) => record(attrs.get('step'), attrs.get('t')));
         continue;
@@ -216,7 +219,7 @@ type Step = ThroughputStep;
 
 async function parent(): Promise<void> {
   const fail = cliFail('bench/throughput', USAGE);
-  const args = parseArgs(process.argv.slice(2), new Set(['quick', 'help']), new Set(['rates', 'seconds', 'devices', 'subs-per-device', 'kinds', 'publishers', 'subscribers', 'connections', 'engine', 'redis', 'redis-nodes', 'matcher-partitions', 'geo-shards', 'geo-wide-shards', 'geo-cell-deg', 'geo-guard-m', 'geo-layout', 'cities', 'gateways', 'fanout-shards', 'partitions', 'server-cpus', 'load-cpus', 'ack-delay-ms', 'client', 'seed', 'out', 'server-profile', 'client-profile', 'warmup']), fail);
+  const args = parseArgs(process.argv.slice(2), new Set(['quick', 'help']), new Set(['rates', 'seconds', 'devices', 'subs-per-device', 'patterns-per-device', 'kinds', 'publishers', 'subscribers', 'connections', 'engine', 'redis', 'redis-nodes', 'matcher-partitions', 'geo-shards', 'geo-wide-shards', 'geo-cell-deg', 'geo-guard-m', 'geo-layout', 'cities', 'gateways', 'fanout-shards', 'partitions', 'server-cpus', 'load-cpus', 'ack-delay-ms', 'client', 'seed', 'out', 'server-profile', 'client-profile', 'warmup']), fail);
   if (args.help === true) {
     process.stdout.write(`${USAGE}\n`);
     return;
@@ -228,6 +231,7 @@ async function parent(): Promise<void> {
   const devices = a.count('devices', quick ? 500 : 10_000);
   const subsPerDevice = a.int('subs-per-device', quick ? 2 : 5, 1, 1000);
   const kinds = a.int('kinds', 20, 1, 100_000);
+  const patternsPerDevice = a.int('patterns-per-device', 0, 0, 1000);
   const half = Math.max(1, Math.floor(os.availableParallelism() / 2));
   const publishers = a.int('publishers', quick ? 1 : half, 1, 256);
   const subscribers = a.int('subscribers', quick ? 1 : half, 1, 256);
@@ -265,7 +269,7 @@ async function parent(): Promise<void> {
   const out = (s: string) => process.stdout.write(`${s}\n`);
   out(`machine: ${describeMachine(run.machine)}; load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')} before the run`);
   out(`server: role all, ${redisUrl === null ? 'embedded hub' : `Redis hub${benchRedis === null ? '' : ` on ${benchRedis.describe}`}${matcherPartitions > 1 ? `, devices split over ${matcherPartitions} matcher partitions (a thread each)` : ''}${geo === undefined ? '' : `, sharded by space over ${geo.shards} geographic shards (${geo.layout} of ${geo.cellDeg}°, guard ${geo.guardM} m) + ${geo.wide} wide, a matcher thread each`}`}, ${gateways} gateway process${gateways > 1 ? 'es' : ''}${gateways > 1 && redisUrl === null ? (partitions > 0 ? ' beside the process of the partitions' : ' beside the hub process') : ''}${fanoutShards > 0 ? `, device logs in ${fanoutShards} fan-out shard threads` : ''}${partitions > 0 ? `, the hub split by device over ${partitions} partition threads` : ''}${deviceStreams === 'http2' ? '' : `, device streams through grpc-js (AMBIT_DEVICE_STREAMS=grpc-js${directWrites ? '' : ', AMBIT_DIRECT_WRITES=0: notifications one by one'})`}, engine ${engine}; load: ${publishers} publisher and ${subscribers} subscriber processes (${client === 'wire' ? 'lean wire' : 'SDK'} device client)${serverCpus === null ? '' : `; server on CPUs ${serverCpus}`}${loadCpus === null ? '' : `, load on CPUs ${loadCpus}`}${ackDelayMs === 0 ? '' : `; devices ack every ${ackDelayMs} ms`}${dedupeWindowS === null ? '' : `; event ids deduplicated over ${dedupeWindowS} s (AMBIT_DEDUPE_WINDOW_S)`}`);
-  out(`workload: ${devices} devices${cities > 1 ? ` in ${cities} cities (Milan's square, 1° apart)` : ''} x ${subsPerDevice} subscriptions (one of ${kinds} kinds, a level 1-5, 200-1000 m around the device), events within 300 m of a random device, ${seconds} s per rate`);
+  out(`workload: ${devices} devices${cities > 1 ? ` in ${cities} cities (Milan's square, 1° apart)` : ''} x ${subsPerDevice} subscriptions (one of ${kinds} kinds, a level 1-5, 200-1000 m around the device)${patternsPerDevice > 0 ? ` and ${patternsPerDevice} pattern subscriptions (a kind within 200-1000 m after another of the same level within 500 m and 2 s)` : ''}, events within 300 m of a random device, ${seconds} s per rate`);
 
   const warmupSeconds = a.num('warmup', quick ? 0 : 2, 0, 600);
   const profileDir = a.str('server-profile') ?? null;
@@ -284,7 +288,7 @@ async function parent(): Promise<void> {
       const execArgv = clientProfileDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${clientProfileDir}`, `--cpu-prof-name=${kind}-${index}.cpuprofile`];
       const proc = fork(self, ['--worker', kind], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], serialization: 'advanced', execArgv });
       workers.push({ proc, kind });
-      const init: Init = { address: server.address, secret, seed, kinds, subsPerDevice, connections, ackDelayMs, client, ids: kind === 'publisher' ? ids : slice, lat: Array.from(lat), lon: Array.from(lon), index };
+      const init: Init = { address: server.address, secret, seed, kinds, subsPerDevice, patternsPerDevice, connections, ackDelayMs, client, ids: kind === 'publisher' ? ids : slice, lat: Array.from(lat), lon: Array.from(lon), index };
       proc.send({ t: 'init', init } satisfies ToWorker);
       return new Promise<void>((resolve, reject) => {
         proc.once('message', (m: FromWorker) => {
@@ -392,7 +396,7 @@ async function parent(): Promise<void> {
       steps.push(s);
       const f = (x: number, d = 0) => x.toLocaleString('en-US', { maximumFractionDigits: d });
       out(`| ${f(rate)} | ${f(s.eventsPerSecond)} | ${f(errors)} | ${f(s.notificationsPerSecond)} | ${f(s.notificationsPerEvent, 2)} | ${f(s.latencyMs.median, 2)} | ${f(s.latencyMs.p99, 2)} | ${f(max, 1)} | ${f(s.serverCores, 2)} | ${f(s.clientCores, 2)} | ${f(publisherCpuS / windowS, 2)} | ${f(s.serverCpuUsPerEvent, 1)} | ${f(s.serverCpuUsPerNotification, 1)} | ${f(drainSeconds, 2)} |${redisCpu === null ? '' : ` ${f(s.redisCores ?? NaN, 2)} | ${f(s.redisCpuUsPerNotification ?? NaN, 1)} |`}`);
-      run.write({ kind: 'throughput', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', redisNodes, redisCluster: benchRedis?.cluster ?? false, matcherPartitions, geo: geo ?? null, cities, gateways, fanoutShards, partitions, deviceStreams, directWrites, dedupeWindowS, serverCpus, loadCpus, devices, subsPerDevice, kinds, publishers, subscribers, connections, client, ackDelayMs, seed, warmupSeconds, steps });
+      run.write({ kind: 'throughput', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', redisNodes, redisCluster: benchRedis?.cluster ?? false, matcherPartitions, geo: geo ?? null, cities, gateways, fanoutShards, partitions, deviceStreams, directWrites, dedupeWindowS, serverCpus, loadCpus, devices, subsPerDevice, patternsPerDevice, kinds, publishers, subscribers, connections, client, ackDelayMs, seed, warmupSeconds, steps });
     }
     out('');
     out(`Latency quantiles are exact to one histogram bucket (4.7%).${warmupSeconds > 0 ? '' : " The first step's publisher cores include connecting."}`);

@@ -142,6 +142,31 @@ export function subscriptionsOf(rng: Prng, n: number, kinds: number): Subscripti
   return out;
 }
 
+/**
+ * `n` pattern subscriptions (docs/semantics.md §9) of one device: an event of one kind within
+ * 200-1000 m of the device, after the last event of another kind and the same level within 500 m
+ * of it at most 2 s before. Both steps follow the device, so each event reaches only the patterns
+ * of devices near it.
+ */
+export function patternsOf(rng: Prng, n: number, kinds: number): Subscription[] {
+  const out: Subscription[] = [];
+  for (let j = 0; j < n; j++) {
+    const kind = (k: number) => ({ name: 'kind', op: 'eq' as const, value: `k${k}` });
+    out.push({
+      id: `p${j}`,
+      filters: [],
+      pattern: {
+        steps: [
+          { name: 'then', filter: { constraints: [kind(rng.int(0, kinds - 1))], area: { radiusM: 200 + rng.int(0, 800) } } },
+          { name: 'first', filter: { constraints: [kind(rng.int(0, kinds - 1))], area: { radiusM: 500 } }, selection: 'last', withinMs: 2000 },
+        ],
+        parameters: [{ left: { step: 'then', attribute: 'level' }, op: 'eq', right: { step: 'first', attribute: 'level' } }],
+      },
+    });
+  }
+  return out;
+}
+
 /** Places the devices (UpdateLocations), connects them and creates their subscriptions through their streams. */
 export async function setupSubscribers(server: ChildServer, p: LatencyParams): Promise<Subscribers> {
   const rng = new Prng(p.seed, 11);
