@@ -139,21 +139,25 @@ export class MatchCore {
         if (old !== undefined) this.patterns!.remove(key);
       }
     }
+    mine ??= this.deviceSubs(device);
+    if (!exists) this.subscriptionCount++;
+    // Pattern subscriptions have no engine key to resolve: they are delivered as their matches come.
+    const wasFilters = old !== undefined && old.pattern === undefined;
+    if (sub.pattern === undefined && !wasFilters) this.owners.set(key, { of: mine, id: sub.id, num: this.nextOwner++, sent: false });
+    else if (sub.pattern !== undefined && wasFilters) this.dropOwner(key);
+    mine.subs.set(sub.id, sub);
+    this.countPatterns(mine, (sub.pattern !== undefined ? 1 : 0) - (old?.pattern !== undefined ? 1 : 0));
+  }
+
+  /** The device's entry, made (empty) if it holds nothing yet. */
+  private deviceSubs(device: string): DeviceSubs {
+    let mine = this.subs.get(device);
     if (mine === undefined) {
       mine = { device, subs: new Map(), patterns: 0, stamp: 0, slot: 0, shards: 0, shard: 0, idBytes: null };
       this.subs.set(device, mine);
       this.devicesVersion++;
     }
-    if (!exists) {
-      this.subscriptionCount++;
-      // Pattern subscriptions have no engine key to resolve: they are delivered as their matches come.
-      if (sub.pattern === undefined) this.owners.set(key, { of: mine, id: sub.id, num: this.nextOwner++, sent: false });
-    } else if ((old!.pattern === undefined) !== (sub.pattern === undefined)) {
-      if (sub.pattern === undefined) this.owners.set(key, { of: mine, id: sub.id, num: this.nextOwner++, sent: false });
-      else this.dropOwner(key);
-    }
-    mine.subs.set(sub.id, sub);
-    this.countPatterns(mine, (sub.pattern !== undefined ? 1 : 0) - (old?.pattern !== undefined ? 1 : 0));
+    return mine;
   }
 
   private dropOwner(key: string): void {
@@ -365,26 +369,12 @@ export class MatchCore {
     if (this.patterns === null) throw new Error('match core: pattern state given to a core without patterns');
     this.patterns.restore(cut.matcher);
     for (const [device, sub] of cut.subscriptions) {
-      let mine = this.subs.get(device);
-      if (mine === undefined) {
-        mine = { device, subs: new Map(), patterns: 0, stamp: 0, slot: 0, shards: 0, shard: 0, idBytes: null };
-        this.subs.set(device, mine);
-        this.devicesVersion++;
-      }
+      const mine = this.deviceSubs(device);
       if (mine.subs.has(sub.id)) throw new Error(`match core: restored pattern ${sub.id} of ${device} is already held`);
       mine.subs.set(sub.id, sub);
       this.subscriptionCount++;
-      // Its first pattern: the owner's moves go to the patterns from now on (the matcher has restored
-      // them with its subscriptions; the position comes with the device's next move).
-      mine.patterns++;
-      if (mine.patterns === 1) {
-        const p = this.positions.get(device);
-        if (p !== undefined) {
-          p.patterned = true;
-          this.patterns.updatePosition(device, p.lat, p.lon);
-        }
-        this.onPatternOwner?.(device, true);
-      }
+      // The pattern matcher holds it already (restored above); only its owner's moves are wired.
+      this.countPatterns(mine, 1);
     }
   }
 

@@ -50,6 +50,13 @@ const ping = (device: string): DeviceSubscription => ({ id: 'ping', filters: [{ 
 const T0 = Date.now() + 30 * 86_400_000;
 let seq = 0;
 const ev = (attributes: Record<string, string | number | boolean>, t: number, where = HOME, id = `e${++seq}`): Event => ({ id, lat: where.lat, lon: where.lon, attributes, timeMs: T0 + t });
+/** The phone at HOME with its ping (for `drain`) and `sub`; its inbox, opened. */
+async function phoneAtHome(hub: RedisHub, sub: DeviceSubscription) {
+  await hub.addSubscription('phone', ping('phone'));
+  await hub.addSubscription('phone', sub);
+  await hub.updateLocations([{ device: 'phone', ...HOME }]);
+  return hub.openInbox('phone', null);
+}
 const matches = (ds: readonly Delivery[]) => ds.filter((d) => d.match !== undefined).map((d) => [d.subscriptionIds, d.match!.steps.map((s) => [s.step, s.event.id, s.timeMs - T0]), { ...d.match!.aggregates }]);
 
 describe('pattern subscriptions in Redis mode', { skip: redis.missing ?? false, timeout: 60_000 }, () => {
@@ -89,10 +96,7 @@ describe('pattern subscriptions in Redis mode', { skip: redis.missing ?? false, 
     const d = await kit.deployment(1, undefined, {}, { snapshot: { dir, intervalMs: 0 } });
     try {
       const hub = d.hubs[0];
-      await hub.addSubscription('phone', ping('phone'));
-      await hub.addSubscription('phone', fire);
-      await hub.updateLocations([{ device: 'phone', ...HOME }]);
-      const inbox = await hub.openInbox('phone', null);
+      const inbox = await phoneAtHome(hub, fire);
       await hub.publish([ev({ kind: 'temp' }, 1000, HOME, 'before-snapshot')]);
       await hub.publish([ev({ kind: 'smoke' }, 1500, HOME, 's0')]);
       const info = await d.matcher.snapshotNow();
@@ -135,10 +139,7 @@ describe('pattern subscriptions in Redis mode', { skip: redis.missing ?? false, 
     });
     try {
       const hub = d.hubs[0];
-      await hub.addSubscription('phone', ping('phone'));
-      await hub.addSubscription('phone', fire);
-      await hub.updateLocations([{ device: 'phone', ...HOME }]);
-      const inbox = await hub.openInbox('phone', null);
+      const inbox = await phoneAtHome(hub, fire);
       await hub.publish([ev({ kind: 'temp' }, 1000, HOME, 't1')]);
       await hub.publish([ev({ kind: 'temp' }, 1500, HOME, 't2'), ev({ kind: 'smoke' }, 1500, HOME, 's1')]);
       // Matched, stored and answered; then its offset is not written, so the batch is read and
@@ -179,10 +180,7 @@ describe('pattern subscriptions in Redis mode', { skip: redis.missing ?? false, 
     });
     hub = d.hubs[0];
     try {
-      await hub.addSubscription('phone', ping('phone'));
-      await hub.addSubscription('phone', NEAR);
-      await hub.updateLocations([{ device: 'phone', ...HOME }]);
-      const inbox = await hub.openInbox('phone', null);
+      const inbox = await phoneAtHome(hub, NEAR);
       await drain(hub, inbox, 'phone');
       armed = true;
       assert.ok((await d.matcher.snapshotNow()) !== null);
@@ -249,10 +247,7 @@ describe('pattern subscriptions in Redis mode', { skip: redis.missing ?? false, 
     let b: RedisMatcher | null = null;
     try {
       const hub = d.hubs[0];
-      await hub.addSubscription('phone', ping('phone'));
-      await hub.addSubscription('phone', fire);
-      await hub.updateLocations([{ device: 'phone', ...HOME }]);
-      const inbox = await hub.openInbox('phone', null);
+      const inbox = await phoneAtHome(hub, fire);
       await hub.publish([ev({ kind: 'temp' }, 1000, HOME, 't1')]);
       await drain(hub, inbox, 'phone');
       // The leader's file has t1; a standby loads it, then the leader matches t2 alone.
@@ -278,10 +273,7 @@ describe('pattern subscriptions in Redis mode', { skip: redis.missing ?? false, 
     const d = await kit.deployment();
     try {
       const hub = d.hubs[0];
-      await hub.addSubscription('phone', ping('phone'));
-      await hub.addSubscription('phone', fire);
-      await hub.updateLocations([{ device: 'phone', ...HOME }]);
-      const inbox = await hub.openInbox('phone', null);
+      const inbox = await phoneAtHome(hub, fire);
       await hub.publish([ev({ kind: 'temp' }, 1000, HOME, 'lost')]);
       await drain(hub, inbox, 'phone');
       await d.matcher.crash();

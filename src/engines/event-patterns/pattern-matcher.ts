@@ -127,6 +127,8 @@ export class PatternMatcher {
   private tail: Promise<unknown> = Promise.resolve();
   /** Releases whose searches have not finished. */
   private searching = 0;
+  /** Element subscriptions installed (stats()). */
+  private elementCount = 0;
   /** Element-engine work in call order: mutations, and matches that hold back what follows them. */
   private jobs: ElementJob[] = [];
   private jobsHead = 0;
@@ -254,11 +256,9 @@ export class PatternMatcher {
 
   stats(): PatternMatcherStats {
     const s = this.sequencer.stats();
-    let elements = 0;
-    for (const i of this.subs.values()) elements += i.elementIds.length;
     return {
       subscriptions: this.subs.size,
-      elements,
+      elements: this.elementCount,
       late: this.late,
       released: this.released,
       buffered: this.buffer.length - this.bufferHead,
@@ -371,6 +371,7 @@ export class PatternMatcher {
     this.elementOp(() => this.elements.addMany(subs));
     if (withSequencer) this.sequencer.addPattern(slot, n.pattern);
     const inst: Installed = { sub: n, slot, elementIds: ids };
+    this.elementCount += ids.length;
     this.subs.set(n.id, inst);
     this.bySlot.set(slot, inst);
     ids.forEach((id, k) => this.elementOf.set(id, [slot, k]));
@@ -383,6 +384,7 @@ export class PatternMatcher {
       for (const e of gone) this.elements.remove(e);
     });
     for (const e of gone) this.elementOf.delete(e);
+    this.elementCount -= gone.length;
     this.sequencer.removePattern(inst.slot);
     this.subs.delete(id);
     this.bySlot.delete(inst.slot);
