@@ -141,8 +141,9 @@ describe('pattern automata', () => {
       assert.throws(() => compilePattern(kind, p, 128), (e: unknown) => e instanceof PatternError && why.test(e.rule), `${kind} ${JSON.stringify(p)}`);
       // JavaScript rejects the regex ones too, except the ones that are ours alone (anchors inside, lookaround, ...).
     }
-    // The subset construction explodes (2^13 sets) before minimising could shrink it: refused as too complex.
-    assert.throws(() => compilePattern('regex', '(a|b)*a(a|b){12}', 128), (e: unknown) => e instanceof PatternError && /too complex to compile \(its automaton passes 512 states/.test(e.rule));
+    // Anchored at the end, the 13th code point from the end must be remembered: 2^13 sets of
+    // states, none covering another, so the construction passes its bound before minimising.
+    assert.throws(() => compilePattern('regex', '(a|b)*a(a|b){12}$', 128), (e: unknown) => e instanceof PatternError && /too complex to compile \(its automaton passes 512 states/.test(e.rule));
     assert.throws(() => compilePattern('regex', '^(a|b)*a(a|b){5}$', 40), (e: unknown) => e instanceof PatternError && /needs more than 40 states \(it needs 65\)/.test(e.rule));
     // Classes: at most 64 runs of code points told apart (each is a column of the tables).
     const runs = (n: number) => `[${Array.from({ length: n }, (_, k) => String.fromCodePoint(0x4e00 + 2 * k)).join('')}]`;
@@ -164,13 +165,77 @@ describe('pattern automata', () => {
     // Each compiles alone; together they pass the subscription's bound, and the filter where it
     // runs out is named.
     validateSubscription({ id: 'one', owner: 'o', filters: filters.slice(39) }, DEFAULT_LIMITS);
-    const e = throwsAt(() => validateSubscription({ id: 'x', owner: 'o', filters }, DEFAULT_LIMITS), 'subscription.filters[30].constraints[0].value');
+    const e = throwsAt(() => validateSubscription({ id: 'x', owner: 'o', filters }, DEFAULT_LIMITS), 'subscription.filters[31].constraints[0].value');
     assert.match(e.rule, /together take too much work/);
     // Patterns already compiled cost nothing the next time: the same filters again, one by one.
     for (let i = 0; i < 40; i++) validateSubscription({ id: `s${i}`, owner: 'o', filters: [filters[i]] }, DEFAULT_LIMITS);
     validateSubscription({ id: 'again', owner: 'o', filters }, DEFAULT_LIMITS);
-    const bad = { id: 'b', owner: 'o', filters: [{ constraints: [{ name: 'n', op: 'regex' as const, value: '(a|b)*a(a|b){12}' }] }] };
+    const bad = { id: 'b', owner: 'o', filters: [{ constraints: [{ name: 'n', op: 'regex' as const, value: '(a|b)*a(a|b){12}$' }] }] };
     for (let k = 0; k < 2; k++) throwsAt(() => validateSubscription(bad, DEFAULT_LIMITS), 'subscription.filters[0].constraints[0].value', 'INVALID_ARGUMENT', `attempt ${k}`);
+  });
+
+  it('[V13] a search remembers only what decides it: patterns whose sets of states explode but whose minimal automaton is small compile', () => {
+    // Each was refused before the sets were reduced by simulation: the subset construction tracked
+    // every position it could be at (2^12 sets for the first), where the earliest one decides.
+    const cases: [string, number, number][] = [
+      ['(a|b)*a(a|b){12}', 128, 14],
+      ['(a|b)*a(a|b){12}', 14, 14],
+      ['a[ab]{20}', 64, 22],
+      ['(a|b){2,3}', 3, 3],
+      ['[\\s\\S]{0,100}', 255, 1],
+      ['.{0,80}x', 255, 2],
+      ['a.{30}', 255, 32],
+      ['x[ab]{0,30}y', 255, 33],
+    ];
+    const r = new Rng(1313);
+    for (const [p, max, states] of cases) {
+      const d = compilePattern('regex', p, max);
+      assert.equal(d.states, states, `${p}: states`);
+      const re = new RegExp(p, 'su');
+      for (let k = 0; k < 3000; k++) {
+        let s = '';
+        for (let i = 0, n = r.int(40); i < n; i++) s += r.chance(0.15) ? r.pick(['c', 'x', 'y', '東', '\n']) : r.pick(['a', 'b']);
+        assert.equal(dfaMatches(d, s), re.test(s), `${p} on ${JSON.stringify(s)}`);
+      }
+    }
+    // Seeded random patterns built both ways, from the sets as they come and from sets reduced by
+    // simulation: one automaton (the minimal one is unique), and the same answers as RegExp.
+    const g = new Rng(271127);
+    let both = 0;
+    let reducedOnly = 0;
+    for (let k = 0; k < 1500; k++) {
+      let p = randomRegex(g);
+      if (g.chance(0.2)) p = `^${p}`;
+      if (g.chance(0.2)) p = `${p}$`;
+      const refusals: string[] = [];
+      const tryCompile = (reduction: 'never' | 'always'): Dfa | null => {
+        try {
+          return compilePattern('regex', p, 255, undefined, reduction);
+        } catch (err) {
+          assert.ok(err instanceof PatternError && /states|too complex|runs of characters/.test(err.rule), `${JSON.stringify(p)}: ${String(err)}`);
+          refusals.push(err.rule);
+          return null;
+        }
+      };
+      const plain = tryCompile('never');
+      const reduced = tryCompile('always');
+      // Reducing costs work of its own (the simulation), so only the work bound may refuse a
+      // pattern that its plain sets would build.
+      if (plain !== null && reduced === null) assert.match(refusals[0], /takes too much work/, `${p}: refused only when reduced`);
+      if (reduced === null) continue;
+      if (plain !== null) {
+        assert.deepEqual(reduced, plain, `${p}: one automaton either way`);
+        both++;
+      } else reducedOnly++;
+      const re = new RegExp(p, 'su');
+      for (let j = 0; j < 30; j++) {
+        const s = randomString(g);
+        assert.equal(dfaMatches(reduced, s), re.test(s), `regex ${JSON.stringify(p)} on ${JSON.stringify(s)}`);
+      }
+    }
+    assert.ok(both > 1000 && reducedOnly > 0, `${both} built both ways, ${reducedOnly} only reduced`);
+    // What must remember every position is still refused: an a exactly ten code points before a c.
+    assert.throws(() => compilePattern('regex', '(?:a|b)*a(?:a|b){9}c', 255), (e: unknown) => e instanceof PatternError && /too complex|more than 255 states/.test(e.rule));
   });
 
   it('[C18] minimal: one language, one automaton, and a dead state that loops', () => {

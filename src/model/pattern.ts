@@ -17,8 +17,10 @@
  * on, and the runner reads the tables they build.
  *
  * Construction: parse to sets of code-point ranges, split the code points into classes at every
- * range boundary, build a Thompson NFA over classes, determinise (subset construction), minimise
- * (Moore), and merge adjacent classes that every state treats alike. The result is the unique
+ * range boundary, build a Thompson NFA over classes, determinise (subset construction over the
+ * labelled and accepting states; when its sets pass the bound, again with each set reduced by a
+ * simulation between those states), minimise (Moore), and merge adjacent classes that every state
+ * treats alike. The result is the unique
  * minimal DFA of the language (up to numbering), so two spellings of one pattern get the same
  * automaton.
  */
@@ -60,6 +62,12 @@ const MAX_NFA = 20_000;
 export const MAX_CLASSES = 64;
 /** Steps the subset construction may take (tens of ms on one core at most): past it, PatternError. */
 const WORK = 1_500_000;
+/** Most important NFA states (labelled or accepting) a pattern may have for its sets to be reduced by simulation (its table is their square). */
+const SIM_STATES = 160;
+/** Most steps the simulation may take (a few ms at most); past it the sets are not reduced. */
+const SIM_WORK = 200_000;
+/** Thrown inside the first subset construction when its sets pass the bound. */
+const OVERFLOW = new Error('overflow');
 
 // ---------------------------------------------------------------- sets of code points
 
@@ -580,7 +588,7 @@ function closure(nfa: Nfa, seeds: number[], mark: Int32Array, stamp: number): nu
   return out.sort((x, y) => x - y);
 }
 
-function compileTree(tree: Node, maxStates: number, budget?: PatternBudget): Dfa {
+function compileTree(tree: Node, maxStates: number, budget: PatternBudget | undefined, reduction: SetReduction): Dfa {
   const sets: CpSet[] = [];
   collectSets(tree, sets);
   const bounds = partition(sets);
@@ -589,15 +597,9 @@ function compileTree(tree: Node, maxStates: number, budget?: PatternBudget): Dfa
   const nfa = new Nfa(bounds, C);
   const [start, accept] = nfa.build(tree);
 
-  // Subset construction (the empty set becomes a state too: the dead one).
-  const mark = new Int32Array(nfa.eps.length);
-  let stamp = 0;
-  const ids = new Map<string, number>();
-  const members: number[][] = [];
-  const rows: number[][] = [];
   // Bounds on the work, so that no pattern makes validation slow: the subset automaton may grow
-  // to 4 times the states allowed before minimisation, and its construction and minimisation
-  // together to WORK steps.
+  // to 4 times the states allowed before minimisation, and its construction, the simulation and
+  // minimisation together to WORK steps.
   const limit = 4 * maxStates;
   let work = 0;
   const spend = (n: number): void => {
@@ -605,37 +607,206 @@ function compileTree(tree: Node, maxStates: number, budget?: PatternBudget): Dfa
     if (work > WORK) throw new PatternError('the pattern is too complex to compile (its automaton takes too much work to build)');
     if (budget !== undefined && (budget.left -= n) < 0) throw new PatternError("the subscription's patterns together take too much work to compile");
   };
+
+  // The states that matter to a set of states: the labelled ones and the accepting one (the others
+  // only lead on by epsilon moves). `succ[i]`: the important states one labelled move of important
+  // state i leads to (its target's closure), the same for every class it moves on.
+  const N = nfa.eps.length;
+  const index = new Int32Array(N).fill(-1);
+  const important: number[] = [];
+  for (let s = 0; s < N; s++) {
+    if (nfa.lab[s] !== null || s === accept) {
+      index[s] = important.length;
+      important.push(s);
+    }
+  }
+  const n1 = important.length;
+  const mark = new Int32Array(N);
+  let stamp = 0;
+  const importantOf = (states: number[]): number[] => {
+    const out: number[] = [];
+    for (const s of states) if (index[s] >= 0) out.push(index[s]);
+    return out;
+  };
+  const succ: number[][] = important.map((s) => {
+    if (s === accept) return [];
+    const set = importantOf(closure(nfa, [nfa.to[s]], mark, ++stamp));
+    spend(set.length + 1);
+    return set;
+  });
+  const accI = index[accept];
+  const labOf = (i: number): Uint8Array | null => nfa.lab[important[i]];
+
+  // A simulation between important states (sim[i * n1 + j] = 1: state j simulates state i, so
+  // j's language contains i's): the largest relation where j accepts when i does, moves on every
+  // class i moves on, and each state i moves to is simulated by one j moves to. A set that holds
+  // both keeps only j, which leaves its language unchanged, so sets that differ only in states
+  // something else in them covers become one state of the subset automaton before minimising:
+  // a search's sets stop growing with the positions it need not remember (the earliest a of
+  // (a|b)*a(a|b){12} is enough), and every set holding a state that accepts whatever follows
+  // (a search's trailing run) becomes one. Only computed for patterns of up to SIM_STATES
+  // important states and within SIM_WORK steps; otherwise the sets are not reduced.
+  const simulate = (): Uint8Array | null => {
+  let sim: Uint8Array | null = null;
+  let simWork = 0;
+  const simSpend = (k: number): boolean => {
+    simWork += k;
+    spend(k);
+    return simWork <= SIM_WORK;
+  };
+  if (n1 <= SIM_STATES && simSpend(n1 * n1)) {
+    sim = new Uint8Array(n1 * n1);
+    for (let i = 0; i < n1; i++) {
+      const li = labOf(i);
+      for (let j = 0; j < n1; j++) {
+        if (i === accI && j !== accI) continue;
+        let ok = true;
+        if (li !== null && succ[i].length > 0) {
+          const lj = labOf(j);
+          for (let c = 0; c < C && ok; c++) if (li[c] === 1 && (lj === null || lj[c] !== 1)) ok = false;
+        }
+        if (ok) sim[i * n1 + j] = 1;
+      }
+    }
+    // Refinement: check every pair once, then again only the pairs whose successors lost a pair.
+    const pred: number[][] = Array.from({ length: n1 }, () => []);
+    for (let i = 0; i < n1; i++) for (const t of succ[i]) pred[t].push(i);
+    const holds = (i: number, j: number): boolean => {
+      const si = succ[i];
+      const sj = succ[j];
+      for (const a of si) {
+        let covered = false;
+        for (const b of sj) {
+          if (sim![a * n1 + b] === 1) {
+            covered = true;
+            break;
+          }
+        }
+        if (!covered) return false;
+      }
+      return true;
+    };
+    const lost: number[] = [];
+    const check = (i: number, j: number): boolean => {
+      if (!simSpend(succ[i].length * (succ[j].length + 1) + 1)) return false;
+      if (!holds(i, j)) {
+        sim![i * n1 + j] = 0;
+        lost.push(i, j);
+      }
+      return true;
+    };
+    refine: {
+      for (let i = 0; i < n1; i++) {
+        if (succ[i].length === 0) continue;
+        for (let j = 0; j < n1; j++) {
+          if (i !== j && sim[i * n1 + j] === 1 && !check(i, j)) {
+            sim = null;
+            break refine;
+          }
+        }
+      }
+      while (lost.length > 0) {
+        const b = lost.pop()!;
+        const a = lost.pop()!;
+        for (const i of pred[a]) {
+          for (const j of pred[b]) {
+            if (i !== j && sim[i * n1 + j] === 1 && !check(i, j)) {
+              sim = null;
+              break refine;
+            }
+          }
+        }
+      }
+    }
+  }
+  return sim;
+  };
+  /** A set of important states (sorted) without those another member simulates (of two that simulate each other, the lower stays). */
+  const reduce = (sim: Uint8Array | null, set: number[]): number[] => {
+    if (sim === null || set.length < 2) return set;
+    spend(set.length * set.length);
+    const out: number[] = [];
+    for (const q of set) {
+      let covered = false;
+      for (const p of set) {
+        if (p !== q && sim[q * n1 + p] === 1 && (sim[p * n1 + q] === 0 || p < q)) {
+          covered = true;
+          break;
+        }
+      }
+      if (!covered) out.push(q);
+    }
+    return out;
+  };
+
+  // Subset construction over sets of important states, reduced by `sim` when given (the empty
+  // set becomes a state too: the dead one). Without `sim`, null when the sets pass the bound.
+  const subsets = (sim: Uint8Array | null): { members: number[][]; rows: number[][] } | null => {
+  const ids = new Map<string, number>();
+  const members: number[][] = [];
+  const rows: number[][] = [];
   const add = (set: number[]): number => {
     const key = set.join(',');
     let id = ids.get(key);
     if (id === undefined) {
       id = members.length;
-      if (id >= limit) throw new PatternError(`the pattern is too complex to compile (its automaton passes ${limit} states before it is minimised)`);
+      if (id >= limit) {
+        if (sim === null) throw OVERFLOW;
+        throw new PatternError(`the pattern is too complex to compile (its automaton passes ${limit} states before it is minimised)`);
+      }
       ids.set(key, id);
       members.push(set);
     }
     return id;
   };
-  add(closure(nfa, [start], mark, ++stamp));
+  try {
+  add(reduce(sim, importantOf(closure(nfa, [start], mark, ++stamp))));
+  const seen = new Int32Array(n1);
+  let seenStamp = 0;
   for (let d = 0; d < members.length; d++) {
     // The targets of each class's moves, gathered in one pass over the members.
     const seeds: number[][] = Array.from({ length: C }, () => []);
-    for (const s of members[d]) {
-      const m = nfa.lab[s];
-      if (m === null) continue;
+    for (const i of members[d]) {
+      const m = labOf(i);
+      if (m === null || succ[i].length === 0) continue;
       spend(C);
-      for (let c = 0; c < C; c++) if (m[c] === 1) seeds[c].push(nfa.to[s]);
+      for (let c = 0; c < C; c++) if (m[c] === 1) seeds[c].push(i);
     }
     const row = new Array<number>(C);
     for (let c = 0; c < C; c++) {
-      const set = closure(nfa, seeds[c], mark, ++stamp);
+      const set: number[] = [];
+      seenStamp++;
+      for (const i of seeds[c]) {
+        for (const t of succ[i]) {
+          if (seen[t] !== seenStamp) {
+            seen[t] = seenStamp;
+            set.push(t);
+          }
+        }
+      }
       spend(set.length + 1);
-      row[c] = add(set);
+      set.sort((x, y) => x - y);
+      row[c] = add(reduce(sim, set));
     }
     rows.push(row);
   }
+  } catch (err) {
+    if (err === OVERFLOW) return null;
+    throw err;
+  }
+  return { members, rows };
+  };
+  // First the sets as they come (most patterns stay far below the bound, and the simulation would
+  // only add work); past the bound, again with the sets reduced by the simulation.
+  let built = reduction === 'always' ? null : subsets(null);
+  if (built === null) {
+    const sim = reduction === 'never' ? null : simulate();
+    built = sim !== null ? subsets(sim) : reduction === 'always' ? subsets(null) : null;
+    if (built === null) throw new PatternError(`the pattern is too complex to compile (its automaton passes ${limit} states before it is minimised)`);
+  }
+  const { members, rows } = built;
   const n = members.length;
-  const acc: number[] = members.map((set) => (set.includes(accept) ? 1 : 0));
+  const acc: number[] = members.map((set) => (set.includes(accI) ? 1 : 0));
 
   // Moore minimisation: refine the accepting / rejecting split until no block splits.
   let block = acc.slice();
@@ -712,10 +883,17 @@ function compileTree(tree: Node, maxStates: number, budget?: PatternBudget): Dfa
  * throws PatternError. `budget`: work shared with other patterns (a subscription's), drawn down by
  * what this one takes; PatternError once it is spent.
  */
-export function compilePattern(kind: PatternKind, pattern: string, maxStates: number, budget?: PatternBudget): Dfa {
+export function compilePattern(kind: PatternKind, pattern: string, maxStates: number, budget?: PatternBudget, reduction: SetReduction = 'auto'): Dfa {
   const tree = kind === 'like' ? parseLike(pattern) : parseRegex(pattern);
-  return compileTree(tree, Math.min(maxStates, 255), budget);
+  return compileTree(tree, Math.min(maxStates, 255), budget, reduction);
 }
+
+/**
+ * How the subset construction treats its sets: 'auto' builds them as they come and, past the
+ * bound, again reduced by simulation; 'never' and 'always' take one way only (the automaton is
+ * the same whichever way it is built; only what is refused differs).
+ */
+export type SetReduction = 'auto' | 'never' | 'always';
 
 /** Compilation work left to several patterns together (steps of the subset construction and minimisation). */
 export interface PatternBudget {
