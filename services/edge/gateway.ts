@@ -34,8 +34,10 @@ import { type BulkPublishRequest, BulkPublishResponseSchema, type PublishRequest
 import { type Hub, MAX_DEVICE_PAGE, type Revocation } from '../hub/port.js';
 import { DeviceSession, type SessionHost } from './device-session.js';
 import { encodedEvent } from './notification-frame.js';
-import { GrpcJsDeviceStream } from './device-stream.js';
+import { type DeviceStream, GrpcJsDeviceStream } from './device-stream.js';
 import { H2DeviceStream, type H2StreamOptions, takeOverStreams } from './h2-device-stream.js';
+import type { WebSocket } from 'ws';
+import { WsDeviceStream } from './ws-device-stream.js';
 import type { Logger } from 'pino';
 import type { Counters, EdgeMetrics } from './counters.js';
 import { ExpiryClock } from './expiry.js';
@@ -580,7 +582,12 @@ export class Gateway implements SessionHost {
     this.open(stream, auth === undefined ? [] : [auth]);
   }
 
-  private open(stream: GrpcJsDeviceStream | H2DeviceStream, authorization: readonly grpc.MetadataValue[]): void {
+  /** A device stream over WebSocket (ws-server.ts): its credentials from the header or the subprotocol. */
+  connectWs(ws: WebSocket, credentials: readonly string[]): void {
+    this.open(new WsDeviceStream(ws, this.h2), credentials);
+  }
+
+  private open(stream: DeviceStream, authorization: readonly grpc.MetadataValue[]): void {
     let device: string;
     let principal: Principal;
     try {

@@ -26,6 +26,8 @@ export interface ServerConfig {
   port: number;
   /** Prometheus /metrics port; 0 picks a free one, null turns it off. */
   metricsPort: number | null;
+  /** Device streams over WebSocket (ws-device-stream.ts): the port; 0 picks a free one, null (the default) turns it off. */
+  websocketPort: number | null;
   /** Redis connection URL; null runs the embedded, memory-only hub (role 'all' only). */
   redisUrl: string | null;
   /** Prefix of every Redis key, so several deployments can share one Redis. */
@@ -160,6 +162,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   host: '127.0.0.1',
   port: 50051,
   metricsPort: 9464,
+  websocketPort: null,
   redisUrl: null,
   redisPrefix: 'ambit:',
   redisCluster: false,
@@ -239,6 +242,8 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
   c.port = int('AMBIT_PORT', 0, 65535) ?? c.port;
   const mp = str('AMBIT_METRICS_PORT');
   c.metricsPort = mp === 'off' ? null : (int('AMBIT_METRICS_PORT', 0, 65535) ?? c.metricsPort);
+  const wp = str('AMBIT_WEBSOCKET_PORT');
+  c.websocketPort = wp === 'off' ? null : (int('AMBIT_WEBSOCKET_PORT', 0, 65535) ?? c.websocketPort);
   c.redisUrl = str('REDIS_URL') ?? null;
   if (c.redisUrl !== null && !/^rediss?:\/\//.test(c.redisUrl)) throw new Error(`config: REDIS_URL must start with redis:// or rediss://, got ${JSON.stringify(c.redisUrl)}`);
   c.redisPrefix = str('AMBIT_REDIS_PREFIX') ?? c.redisPrefix;
@@ -386,4 +391,6 @@ export function checkConfig(c: ServerConfig): void {
   if (c.hubPartitions.length > 0 && c.hubShards.length > 0) throw new Error('config: AMBIT_HUB_PARTITIONS and AMBIT_HUB_SHARDS exclude each other');
   const cap = c.maxSubscriptionsPerDevice;
   if (!Number.isSafeInteger(cap) || cap < 1) throw new Error(`config: maxSubscriptionsPerDevice must be an integer >= 1, got ${String(cap)}`);
+  const ws = c.websocketPort;
+  if (ws !== null && ws !== 0 && (ws === c.port || ws === c.metricsPort)) throw new Error(`config: AMBIT_WEBSOCKET_PORT ${ws} is taken by ${ws === c.port ? 'AMBIT_PORT' : 'AMBIT_METRICS_PORT'}`);
 }

@@ -12,6 +12,7 @@ import { SCOPES, TokenAuthority } from '../../services/edge/auth.js';
 import { Op } from '../../api/gen/ambit/v1/types_pb.js';
 import { Clients, DeviceStream, Status, checkReplyStatus, eventually, expectStatus, meta, unary } from '../support/grpc.js';
 import { type AmbitProcess, startAmbit } from '../support/processes.js';
+import { WsDevice } from '../support/ws-device.js';
 import { type RedisServer, redisServerMissing, startRedisServer } from '../support/redis-server.js';
 
 const SECRET = 'gateways-test-secret-0123456789abcdef012';
@@ -52,6 +53,7 @@ function alive(pid: number): boolean {
 for (const mode of ['redis', 'embedded', 'embedded with 2 fan-out shards', 'embedded with 3 hub partitions'] as const) describe(`gateways (${mode}): one node, two gateway processes on one port`, { skip: (mode === 'redis' && redisServerMissing()) || false, timeout: 120_000 }, () => {
   let redis: RedisServer | null = null;
   let node: AmbitProcess;
+  let wsPort = 0;
   const open: Clients[] = [];
   /** A channel of its own (its own TCP connection), so the cluster can hand it to either worker. */
   const channel = () => {
@@ -65,8 +67,10 @@ for (const mode of ['redis', 'embedded', 'embedded with 2 fan-out shards', 'embe
   before(async () => {
     if (mode === 'redis') redis = await startRedisServer();
     const shards: Record<string, string> = mode === 'embedded with 2 fan-out shards' ? { AMBIT_FANOUT_SHARDS: '2' } : mode === 'embedded with 3 hub partitions' ? { AMBIT_PARTITIONS: '3' } : {};
-    node = await startAmbit({ ...(redis === null ? {} : { REDIS_URL: redis.url }), ...shards, AMBIT_GATEWAYS: '2', AMBIT_TOKEN_SECRET: SECRET, AMBIT_ENGINE: 'fast', AMBIT_METRICS_PORT: '0' }, [], 30_000);
-    await node.waitForLog((l) => l.component === 'gateways' && l.gateways === 2, 30_000);
+    node = await startAmbit({ ...(redis === null ? {} : { REDIS_URL: redis.url }), ...shards, AMBIT_GATEWAYS: '2', AMBIT_TOKEN_SECRET: SECRET, AMBIT_ENGINE: 'fast', AMBIT_METRICS_PORT: '0', AMBIT_WEBSOCKET_PORT: '0' }, [], 30_000);
+    const up = await node.waitForLog((l) => l.component === 'gateways' && l.gateways === 2, 30_000);
+    wsPort = up.websocketPort as number;
+    assert.ok(wsPort > 0, 'the workers share a WebSocket port');
     // The device logs live in the shards: the node said it started them.
     if ('AMBIT_FANOUT_SHARDS' in shards) await node.waitForLog((l) => l.component === 'gateways' && l.shards === 2, 1);
     // The hub is split over three threads, each with its own engine.
@@ -102,6 +106,34 @@ for (const mode of ['redis', 'embedded', 'embedded with 2 fan-out shards', 'embe
     // The next test counts the workers' streams: this one is gone from both first.
     const workers = [0, 1].map((i) => workerOf(node.logs.find((l) => isWorkerLine(l, i))!));
     await eventually(async () => (await Promise.all(workers.map(connected))).every((c) => c === 0), 'the pattern device\'s stream closed on its worker', 10_000);
+  });
+
+  it('devices over WebSocket, on whichever worker takes their socket, get what a publish through either worker reaches', async () => {
+    const devices = await Promise.all(['ws-a', 'ws-b', 'ws-c', 'ws-d'].map(async (id) => {
+      const d = await WsDevice.open(wsPort, { token: deviceToken(id) });
+      d.send({ message: { case: 'hello', value: { resumeToken: '' } } });
+      await d.next('welcome');
+      d.send({ message: { case: 'location', value: MILAN } });
+      d.send({ message: { case: 'subscribe', value: { requestId: 'r', subscription: sub as never } } });
+      const r = await d.next('reply');
+      assert.ok(r.message.case === 'reply' && r.message.value.status?.code === 0, JSON.stringify(r.message.value));
+      return d;
+    }));
+    const workers = [0, 1].map((i) => workerOf(node.logs.find((l) => isWorkerLine(l, i))!));
+    const counts = await Promise.all(workers.map(connected));
+    assert.ok(counts[0] > 0 && counts[1] > 0 && counts[0] + counts[1] === devices.length, `WebSocket devices per worker: ${counts.join(', ')}`);
+    for (const id of ['ws-ev-1', 'ws-ev-2']) assert.equal((await publish(channel(), accident(id))).reached, BigInt(devices.length));
+    for (const d of devices) {
+      await d.until(() => d.notifications().length === 2, 'both notifications', 10_000);
+      assert.deepEqual(d.notifications().map((m) => (m.message.case === 'notification' ? m.message.value.event?.id : '')), ['ws-ev-1', 'ws-ev-2']);
+      // Subscriptions outlive streams: gone before the next test counts who an event reaches.
+      const from = d.messages.length;
+      d.send({ message: { case: 'unsubscribe', value: { requestId: 'u', subscriptionId: sub.id } } });
+      await d.next('reply', from);
+      d.halfClose();
+      assert.deepEqual(await d.ended(), {});
+    }
+    await eventually(async () => (await Promise.all(workers.map(connected))).every((c) => c === 0), 'the WebSocket devices gone from both workers', 10_000);
   });
 
   it('spreads devices over both workers, delivers across them, restarts a killed one, and stops whole', async () => {
