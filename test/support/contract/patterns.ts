@@ -104,7 +104,7 @@ export function patternRules({ open }: ContractContext): void {
           ['regex', 'a{101}', ''],
           ['regex', 'a{3,2}', ''],
           ['regex', '[z-a]', ''],
-          ['regex', '(a|b)*a(a|b){12}', 'states'],
+          ['regex', '(a|b)*a(a|b){12}$', 'states'],
         ];
         for (const [op, p, why] of bad) {
           const err = throwsAt(() => m.add(sub('bad', 'd', { constraints: [c('x', op as 'like', p)] })), F, 'INVALID_ARGUMENT', `${op} ${JSON.stringify(p)}`);
