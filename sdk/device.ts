@@ -15,13 +15,13 @@
  * One file because the stream's life (connect, welcome, reconnect), the requests waiting for it,
  * the acknowledgements and the coalesced location all change together on every stream event.
  */
-import * as grpc from '@grpc/grpc-js';
-import type { ConnectResponse, ListSubscriptionsResponse, Reply, Welcome } from '../api/gen/ambit/v1/device_pb.js';
-import { DeviceService } from '../api/gen/ambit/v1/device_pb.js';
+import type { ConnectResponse, Reply, Welcome } from '../api/gen/ambit/v1/device_pb.js';
 import type { Notification as WireNotification } from '../api/gen/ambit/v1/types_pb.js';
 import { type BackoffOptions, backoffDelay, resolveBackoff } from './backoff.js';
-import { AmbitError, invalid } from './errors.js';
-import { type ClientOptions, type TokenSource, channelOptions, checkAddress, clientFor, credentials, metadataFor, unary } from './transport.js';
+import { type ChannelStream, type ConnectRequestInit, type DeviceChannel, type TokenSource, checkAddress, isWebSocketAddress, resolveToken } from './channel.js';
+import { AmbitError, StatusCode, invalid } from './errors.js';
+import type { ClientOptions } from './transport.js';
+import { type WebSocketConstructor, WebSocketDeviceChannel } from './websocket-channel.js';
 import {
   type Notification,
   type Subscription,
@@ -36,6 +36,11 @@ import {
 export type DeviceState = 'connecting' | 'connected' | 'reconnecting' | 'closed';
 
 export interface DeviceOptions extends ClientOptions {
+  /**
+   * The WebSocket implementation for a ws:// or wss:// address where there is no global one (Node
+   * before 22): e.g. the ws package's WebSocket. Default: globalThis.WebSocket.
+   */
+  webSocket?: WebSocketConstructor;
   /**
    * Resume delivery after this delivery id (e.g. one persisted from `device.resumeToken`). Default:
    * after the last notification the server knows was acknowledged.
@@ -115,35 +120,29 @@ interface Waiter {
   reject: (err: unknown) => void;
 }
 
-type Stream = grpc.ClientDuplexStream<unknown, ConnectResponse>;
+type Timer = ReturnType<typeof setTimeout>;
+
+/** Runs `fn` after this turn's I/O (setImmediate where there is one, as in Node; else a zero timeout). */
+const soon: (fn: () => void) => void = typeof setImmediate === 'function' ? (fn) => void setImmediate(fn) : (fn) => void setTimeout(fn, 0);
+
+/** A timer that does not keep a Node process alive (browsers have no such notion). */
+function unrefTimer(t: Timer): Timer {
+  (t as { unref?: () => void }).unref?.();
+  return t;
+}
 
 // Not retried: the same request would fail the same way.
 const FATAL = new Set<number>([
-  grpc.status.INVALID_ARGUMENT,
-  grpc.status.FAILED_PRECONDITION,
-  grpc.status.PERMISSION_DENIED,
-  grpc.status.UNIMPLEMENTED,
-  grpc.status.NOT_FOUND,
-  grpc.status.ALREADY_EXISTS,
-  grpc.status.OUT_OF_RANGE,
+  StatusCode.INVALID_ARGUMENT,
+  StatusCode.FAILED_PRECONDITION,
+  StatusCode.PERMISSION_DENIED,
+  StatusCode.UNIMPLEMENTED,
+  StatusCode.NOT_FOUND,
+  StatusCode.ALREADY_EXISTS,
+  StatusCode.OUT_OF_RANGE,
 ]);
 
-let DeviceClient: grpc.ServiceClientConstructor | null = null;
-
-/**
- * A ConnectRequest carrying only a location, encoded by hand (field 2, LatLon{1: double, 2: double}):
- * the hot path allocates one 20-byte buffer and no message objects.
- */
-export function encodeLocation(lat: number, lon: number): Buffer {
-  const b = Buffer.allocUnsafe(20);
-  b[0] = 0x12;
-  b[1] = 18;
-  b[2] = 0x09;
-  b.writeDoubleLE(lat, 3);
-  b[11] = 0x11;
-  b.writeDoubleLE(lon, 12);
-  return b;
-}
+export { encodeLocation } from './channel.js';
 
 export class AmbitDevice {
   readonly address: string;
@@ -154,20 +153,20 @@ export class AmbitDevice {
   private readonly closeTimeoutMs: number;
   private readonly deadlineMs: number;
   private readonly now: () => number;
-  private readonly client: grpc.Client;
+  private readonly channel: DeviceChannel;
   private readonly listeners = new Map<keyof DeviceEventMap, Set<(e: never) => void>>();
   private readonly counters: DeviceCounters = { locationUpdates: 0, locationsSent: 0, locationsCoalesced: 0, notifications: 0, duplicates: 0, acksSent: 0, resubscribed: 0, reconnects: 0 };
 
   private _state: DeviceState = 'connecting';
   private _deviceId = '';
-  private stream: Stream | null = null;
+  private stream: ChannelStream | null = null;
   /** Increments per stream; events of an older stream are ignored. */
   private gen = 0;
   private welcomed = false;
   private everConnected = false;
   private connectedAt = 0;
   private attempt = 0;
-  private timer: NodeJS.Timeout | null = null;
+  private timer: Timer | null = null;
   private lastError: AmbitError | null = null;
   private fatal: AmbitError | null = null;
   private fatalReported = false;
@@ -239,26 +238,23 @@ export class AmbitDevice {
       this.readyReject = reject;
     });
     this.readyPromise.catch(() => {});
-    DeviceClient ??= clientFor(DeviceService);
-    // The channel's reconnect backoff follows ours. No transparent retries (the SDK re-opens the
-    // stream itself), and a one-byte retry buffer: grpc-js keeps queued messages there and re-copies
-    // them per send (about 100 µs per message when writes outpace the connection, profiled).
-    this.client = new DeviceClient(
-      this.address,
-      credentials(options.tls),
-      channelOptions(options, {
-        'grpc.initial_reconnect_backoff_ms': Math.max(1, this.backoff.initialMs),
-        'grpc.max_reconnect_backoff_ms': Math.max(1, this.backoff.maxMs),
-        'grpc.enable_retries': 0,
-        'grpc.per_rpc_retry_buffer_size': 1,
-      }),
-    );
+    this.channel = this.channelFor(this.address, options, this.backoff);
     void this.open();
   }
 
+  /**
+   * The transport of `address`: WebSocket for a ws:// or wss:// URL. This class speaks WebSocket
+   * only (it runs in browsers and React Native); the Node entry's AmbitDevice (sdk/index.ts) adds
+   * gRPC for "host:port" addresses.
+   */
+  protected channelFor(address: string, options: DeviceOptions, _backoff: BackoffOptions): DeviceChannel {
+    if (isWebSocketAddress(address)) return new WebSocketDeviceChannel(address, options.webSocket);
+    throw new AmbitError(StatusCode.INVALID_ARGUMENT, `sdk: this build speaks WebSocket only: the address must be a ws:// or wss:// URL, got ${JSON.stringify(address)}`, 'address');
+  }
+
   /** Connects and resolves once the first stream is open; rejects (and closes) on an error not worth retrying or after `connectTimeoutMs`. */
-  static async connect(address: string, token: TokenSource, options: DeviceOptions = {}): Promise<AmbitDevice> {
-    const d = new AmbitDevice(address, token, options);
+  static async connect<T extends AmbitDevice>(this: new (address: string, token: TokenSource, options?: DeviceOptions) => T, address: string, token: TokenSource, options: DeviceOptions = {}): Promise<T> {
+    const d = new this(address, token, options);
     try {
       await d.ready(options.connectTimeoutMs ?? 15_000);
     } catch (err) {
@@ -289,11 +285,11 @@ export class AmbitDevice {
   /** Resolves once a stream is open (immediately when one is). */
   ready(timeoutMs?: number): Promise<void> {
     if (timeoutMs === undefined) return this.readyPromise;
-    let timer: NodeJS.Timeout;
+    let timer: Timer;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
         const why = this.lastError === null ? '' : ` (last error: ${this.lastError.message})`;
-        reject(new AmbitError(grpc.status.DEADLINE_EXCEEDED, `sdk: no connection to ${this.address} within ${timeoutMs} ms${why}`, '', { cause: this.lastError ?? undefined }));
+        reject(new AmbitError(StatusCode.DEADLINE_EXCEEDED, `sdk: no connection to ${this.address} within ${timeoutMs} ms${why}`, '', { cause: this.lastError ?? undefined }));
       }, timeoutMs);
     });
     return Promise.race([this.readyPromise, timeout]).finally(() => clearTimeout(timer));
@@ -342,16 +338,16 @@ export class AmbitDevice {
 
   /** NOT_FOUND: the server holds none under `id` (removed by an operator or another client). */
   private refused(id: string, err: AmbitError): never {
-    if (err.code === grpc.status.NOT_FOUND) {
+    if (err.code === StatusCode.NOT_FOUND) {
       this.held.delete(id);
       this.remake.delete(id);
     }
     throw err;
   }
 
-  /** The device's subscriptions (a unary call beside the stream). */
+  /** The device's subscriptions (a unary call beside the stream; gRPC only). */
   async listSubscriptions(): Promise<Subscription[]> {
-    const res = await unary<ListSubscriptionsResponse>(this.client, 'listSubscriptions', {}, this.token, this.deadlineMs);
+    const res = await this.channel.listSubscriptions(await resolveToken(this.token), this.deadlineMs);
     return res.subscriptions.map(fromWireSubscription);
   }
 
@@ -368,7 +364,7 @@ export class AmbitDevice {
       const p: Pending = { requestId, kind, message, resolve, reject };
       if (this.welcomed && this.stream !== null) {
         this.inflight.push(p);
-        this.stream.write(message);
+        this.stream.write(message as ConnectRequestInit);
       } else this.queue.push(p);
     });
   }
@@ -401,7 +397,7 @@ export class AmbitDevice {
   private scheduleLocation(): void {
     if (this.locationScheduled) return;
     this.locationScheduled = true;
-    setImmediate(this.locationTick);
+    soon(this.locationTick);
   }
 
   private readonly locationTick = (): void => {
@@ -416,8 +412,8 @@ export class AmbitDevice {
     this.locationInFlight = true;
     this.counters.locationsSent++;
     const gen = this.gen;
-    // The write callback fires once grpc-js has handed the message on: the next one waits for it.
-    s.write(encodeLocation(this.lat, this.lon), () => {
+    // The callback fires once the transport has handed the message on: the next one waits for it.
+    s.writeLocation(this.lat, this.lon, () => {
       if (gen !== this.gen) return;
       this.locationInFlight = false;
       if (this.locationDirty) this.scheduleLocation();
@@ -500,9 +496,9 @@ export class AmbitDevice {
       this.ackScheduled = false;
       this.flushAck();
     };
-    if (this.ackDelayMs === 0) setImmediate(send);
+    if (this.ackDelayMs === 0) soon(send);
     // Unreferenced: a pending ack does not keep the process alive (close() sends it).
-    else setTimeout(send, this.ackDelayMs).unref();
+    else unrefTimer(setTimeout(send, this.ackDelayMs));
   }
 
   /** Acks are cumulative: one message carries the highest processed id this stream has delivered. */
@@ -520,27 +516,34 @@ export class AmbitDevice {
   private async open(): Promise<void> {
     if (this._state === 'closed') return;
     const gen = ++this.gen;
-    let md: grpc.Metadata;
+    let token: string;
     try {
-      md = await metadataFor(this.token);
+      token = await resolveToken(this.token);
     } catch (err) {
       if (gen === this.gen) this.ended(gen, AmbitError.from(err));
       return;
     }
     if (gen !== this.gen || this.isClosed()) return;
-    const s = (this.client as unknown as { connect(md: grpc.Metadata): Stream }).connect(md);
-    this.stream = s;
     this.welcomed = false;
     this.locationInFlight = false;
     this.paused = false;
-    s.on('data', (m: ConnectResponse) => {
-      if (gen === this.gen) this.onMessage(m);
-    });
-    // 'status' follows every 'error' and decides; without a listener 'error' would throw.
-    s.on('error', () => {});
-    s.on('status', (st: grpc.StatusObject) => {
-      if (gen === this.gen) this.ended(gen, st.code === grpc.status.OK ? new AmbitError(grpc.status.UNAVAILABLE, 'sdk: the server ended the stream') : AmbitError.from(st));
-    });
+    let s: ChannelStream;
+    try {
+      s = this.channel.connect(token, {
+        message: (m: ConnectResponse) => {
+          if (gen === this.gen) this.onMessage(m);
+        },
+        ended: (err: AmbitError) => {
+          if (gen === this.gen) this.ended(gen, err);
+        },
+      });
+    } catch (err) {
+      // A transport that cannot even start (a malformed URL): as a failed attempt.
+      if (gen === this.gen) this.ended(gen, AmbitError.from(err));
+      return;
+    }
+    if (gen !== this.gen) return;
+    this.stream = s;
     s.write({ message: { case: 'hello', value: { resumeToken: this.acked } } });
   }
 
@@ -598,17 +601,17 @@ export class AmbitDevice {
         resolve: settled,
         reject: (error) => {
           // The stream ended first: the next welcome sends it again.
-          if (error.code === grpc.status.UNAVAILABLE || error.code === grpc.status.ABORTED) return;
+          if (error.code === StatusCode.UNAVAILABLE || error.code === StatusCode.ABORTED) return;
           settled();
           // ALREADY_EXISTS: made meanwhile by another client of the device.
-          if (error.code !== grpc.status.ALREADY_EXISTS) this.emit('warning', { error });
+          if (error.code !== StatusCode.ALREADY_EXISTS) this.emit('warning', { error });
         },
       });
       s.write(message);
     }
     for (const p of this.queue.splice(0)) {
       this.inflight.push(p);
-      s.write(p.message);
+      s.write(p.message as ConnectRequestInit);
     }
     if (this.hasLocation) {
       this.locationDirty = true;
@@ -669,7 +672,7 @@ export class AmbitDevice {
     this.lastError = err;
     for (const p of this.inflight.splice(0)) {
       p.reject(
-        new AmbitError(grpc.status.UNAVAILABLE, `sdk: the stream ended before the reply to ${p.kind} request ${p.requestId}; it may or may not have been applied (${err.message})`, '', { cause: err }),
+        new AmbitError(StatusCode.UNAVAILABLE, `sdk: the stream ended before the reply to ${p.kind} request ${p.requestId}; it may or may not have been applied (${err.message})`, '', { cause: err }),
       );
     }
     if (this._state === 'closed') {
@@ -678,7 +681,7 @@ export class AmbitDevice {
     }
     if (wasOpen && this.now() - this.connectedAt >= this.backoff.resetAfterMs) this.attempt = 0;
     // An expired token may be renewed by a token function; a fixed token would fail again.
-    const retry = !FATAL.has(err.code) && (err.code !== grpc.status.UNAUTHENTICATED || (typeof this.token === 'function' && this.everConnected));
+    const retry = !FATAL.has(err.code) && (err.code !== StatusCode.UNAUTHENTICATED || (typeof this.token === 'function' && this.everConnected));
     if (wasOpen) this.emit('disconnected', { error: err, willReconnect: retry });
     if (!retry) return this.fail(err);
     const delayMs = backoffDelay(this.backoff, this.attempt++);
@@ -704,7 +707,7 @@ export class AmbitDevice {
       waiters[0].reject(err);
       for (const w of waiters.slice(1)) w.resolve({ value: undefined, done: true });
     }
-    this.client.close();
+    this.channel.close();
     this.emit('closed', { error: err });
   }
 
@@ -733,7 +736,7 @@ export class AmbitDevice {
           s.end();
         } else s.cancel();
         const t = setTimeout(() => s.cancel(), this.closeTimeoutMs);
-        let last: NodeJS.Timeout | undefined;
+        let last: Timer | undefined;
         await Promise.race([done, new Promise<void>((resolve) => (last = setTimeout(resolve, this.closeTimeoutMs + 1000)))]);
         clearTimeout(t);
         clearTimeout(last);
@@ -741,7 +744,7 @@ export class AmbitDevice {
       for (const w of this.waiters.splice(0)) w.resolve({ value: undefined, done: true });
       this.buffer = [];
       this.head = 0;
-      this.client.close();
+      this.channel.close();
       this.emit('closed', { error: null });
     })();
     return this.closing;
@@ -752,7 +755,7 @@ export class AmbitDevice {
   }
 
   private closedError(): AmbitError {
-    return this.fatal ?? new AmbitError(grpc.status.CANCELLED, 'sdk: the device is closed');
+    return this.fatal ?? new AmbitError(StatusCode.CANCELLED, 'sdk: the device is closed');
   }
 
   private emit<K extends keyof DeviceEventMap>(name: K, e: DeviceEventMap[K]): void {

@@ -1,20 +1,42 @@
 /**
  * The one error type of the SDK: a gRPC status code, the server's message and the offending field
  * (the server's `RequestStatus.field` on a device stream, or the `ambit-field` trailer of a call).
+ * No transport is imported here: the device runs in browsers too (a WebSocket transport).
  */
-import * as grpc from '@grpc/grpc-js';
 
 /** gRPC status codes (google.rpc.Code), e.g. `StatusCode.INVALID_ARGUMENT === 3`. */
-export const StatusCode = grpc.status;
+export const StatusCode = Object.freeze({
+  OK: 0,
+  CANCELLED: 1,
+  UNKNOWN: 2,
+  INVALID_ARGUMENT: 3,
+  DEADLINE_EXCEEDED: 4,
+  NOT_FOUND: 5,
+  ALREADY_EXISTS: 6,
+  PERMISSION_DENIED: 7,
+  RESOURCE_EXHAUSTED: 8,
+  FAILED_PRECONDITION: 9,
+  ABORTED: 10,
+  OUT_OF_RANGE: 11,
+  UNIMPLEMENTED: 12,
+  INTERNAL: 13,
+  UNAVAILABLE: 14,
+  DATA_LOSS: 15,
+  UNAUTHENTICATED: 16,
+} as const);
 
-const NAMES: Record<number, string> = Object.fromEntries(
-  Object.entries(grpc.status)
-    .filter(([, v]) => typeof v === 'number')
-    .map(([k, v]) => [v as number, k]),
-);
+const NAMES: Record<number, string> = Object.fromEntries(Object.entries(StatusCode).map(([k, v]) => [v, k]));
 
 export function statusName(code: number): string {
   return NAMES[code] ?? `CODE_${code}`;
+}
+
+/** What AmbitError.from reads of a failed call (a grpc-js ServiceError or status object). */
+interface CallFailure {
+  code?: number;
+  details?: string;
+  message?: string;
+  metadata?: { get(key: string): unknown[] };
 }
 
 export class AmbitError extends Error {
@@ -58,7 +80,7 @@ export class AmbitError extends Error {
   static from(err: unknown): AmbitError {
     if (err instanceof AmbitError) return err;
     if (typeof err === 'object' && err !== null && typeof (err as { code?: unknown }).code === 'number') {
-      const e = err as Partial<grpc.StatusObject> & { message?: string };
+      const e = err as CallFailure;
       const field = e.metadata?.get('ambit-field')[0];
       const out = new AmbitError(e.code!, e.details ?? e.message ?? '', typeof field === 'string' ? fieldFromTrailer(field) : '', { cause: err });
       const outcome = e.metadata?.get('ambit-publish')[0];
@@ -71,14 +93,14 @@ export class AmbitError extends Error {
       out.applied = count('ambit-applied');
       return out;
     }
-    return new AmbitError(grpc.status.UNKNOWN, err instanceof Error ? err.message : String(err), '', { cause: err });
+    return new AmbitError(StatusCode.UNKNOWN, err instanceof Error ? err.message : String(err), '', { cause: err });
   }
 }
 
 export type PublishOutcome = 'queued' | 'not-stored' | 'unknown';
 
 /** Codes after which a publish may or may not have been stored when the server did not say. */
-const UNSURE = new Set<number>([grpc.status.UNAVAILABLE, grpc.status.DEADLINE_EXCEEDED, grpc.status.UNKNOWN, grpc.status.INTERNAL, grpc.status.ABORTED, grpc.status.CANCELLED]);
+const UNSURE = new Set<number>([StatusCode.UNAVAILABLE, StatusCode.DEADLINE_EXCEEDED, StatusCode.UNKNOWN, StatusCode.INTERNAL, StatusCode.ABORTED, StatusCode.CANCELLED]);
 
 /** Sets a failed publish's outcome: the server's, else unknown after a transport failure, else not stored (refused). */
 export function withPublishOutcome(err: AmbitError): AmbitError {
@@ -88,7 +110,7 @@ export function withPublishOutcome(err: AmbitError): AmbitError {
 
 /** A local check failed before anything was sent: INVALID_ARGUMENT naming the field. */
 export function invalid(field: string, rule: string): AmbitError {
-  return new AmbitError(grpc.status.INVALID_ARGUMENT, `${field}: ${rule}`, field);
+  return new AmbitError(StatusCode.INVALID_ARGUMENT, `${field}: ${rule}`, field);
 }
 
 /**

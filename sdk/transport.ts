@@ -8,8 +8,9 @@ import type { DescService } from '@bufbuild/protobuf';
 import { grpcDefinition } from '../api/rpc.js';
 import { AmbitError } from './errors.js';
 
-/** A bearer token, or a function returning a fresh one (called for every call and reconnect). */
-export type TokenSource = string | (() => string | Promise<string>);
+import { type TokenSource, checkAddress, resolveToken } from './channel.js';
+
+export { checkAddress, type TokenSource };
 
 export interface TlsOptions {
   /** PEM roots to trust; default: the system's. */
@@ -43,16 +44,10 @@ export function channelOptions(o: ClientOptions, extra: grpc.ChannelOptions = {}
 }
 
 export async function metadataFor(token: TokenSource): Promise<grpc.Metadata> {
-  const t = typeof token === 'string' ? token : await token();
-  if (typeof t !== 'string' || t === '') throw new AmbitError(grpc.status.UNAUTHENTICATED, 'sdk: the token source gave no token');
+  const t = await resolveToken(token);
   const md = new grpc.Metadata();
   md.set('authorization', `Bearer ${t}`);
   return md;
-}
-
-export function checkAddress(address: string): string {
-  if (typeof address !== 'string' || address.trim() === '') throw new AmbitError(grpc.status.INVALID_ARGUMENT, `sdk: address must be "host:port", got ${JSON.stringify(address)}`, 'address');
-  return address.trim();
 }
 
 /**

@@ -23,41 +23,16 @@ import { toBinary } from '@bufbuild/protobuf';
 import type { WebSocket } from 'ws';
 import { type ConnectRequest, type ConnectResponse, ConnectResponseSchema } from '../../api/gen/ambit/v1/device_pb.js';
 import { type StatusInfo, statusDetails } from './convert.js';
+import { CODE_NAMES, FLAG_END, FLAG_MESSAGE, type WsEndOfStream } from '../../api/websocket.js';
 import type { DeviceStream, StreamListener } from './device-stream.js';
 
-export const WS_SUBPROTOCOL = 'ambit.v1';
-export const WS_PATH = '/ambit.v1.DeviceService/Connect';
-/** A subprotocol entry `ambit.bearer.<token>` carries the token where a client cannot set headers (browsers). */
-export const WS_BEARER_PREFIX = 'ambit.bearer.';
-export const FLAG_MESSAGE = 0;
-export const FLAG_END = 2;
+export { FLAG_END, FLAG_MESSAGE, WS_BEARER_PREFIX, WS_PATH, WS_SUBPROTOCOL } from '../../api/websocket.js';
 /** Bytes of a device's frames waiting for the socket past which `send` says to wait for drain. */
 export const HIGH_WATER = 64 * 1024;
 
-/** gRPC status codes as the Connect protocol names them (lower snake case). */
-const CODE_NAMES: readonly string[] = [
-  'ok',
-  'canceled',
-  'unknown',
-  'invalid_argument',
-  'deadline_exceeded',
-  'not_found',
-  'already_exists',
-  'permission_denied',
-  'resource_exhausted',
-  'failed_precondition',
-  'aborted',
-  'out_of_range',
-  'unimplemented',
-  'internal',
-  'unavailable',
-  'data_loss',
-  'unauthenticated',
-];
-
 /** The end-of-stream payload for a status (flags byte included). */
 export function endOfStream(code: number, message: string, field: string): Buffer {
-  const body: { error?: { code: string; message: string; details?: { type: string; value: string }[] }; metadata?: Record<string, string[]> } = {};
+  const body: WsEndOfStream = {};
   if (code !== grpc.status.OK) {
     body.error = { code: CODE_NAMES[code] ?? 'unknown', message };
     const details = statusDetails(code, message, field);

@@ -1,7 +1,8 @@
 /**
- * AmbitDevice against a real in-process server over loopback gRPC: delivery to exactly the right
- * devices, error replies naming fields, reconnect and resume (superseded stream, network cut
- * through a proxy) without loss or repeats, and location coalescing.
+ * AmbitDevice against a real in-process server, over each transport (gRPC on loopback, and
+ * WebSocket through the `ws` package's client, which has the browser's API): delivery to exactly
+ * the right devices, error replies naming fields, reconnect and resume (superseded stream, network
+ * cut through a proxy, a restarted server) without loss or repeats, and location coalescing.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -12,6 +13,8 @@ import { AmbitDevice, AmbitError, compareDeliveryIds, AmbitOps, AmbitPublisher, 
 import { TcpProxy, type TestServer, next, startTestServer, waitFor } from './support.js';
 import { SCOPES } from '../../services/edge/auth.js';
 import { startServer } from '../../services/process/server.js';
+import { WebSocket } from 'ws';
+import type { WebSocketConstructor } from '../../sdk/index.js';
 
 const P = { lat: 45.4642, lon: 9.19 };
 /** Degrees of latitude per metre. */
@@ -32,11 +35,11 @@ let ops: AmbitOps;
 let pub: AmbitPublisher;
 const open: AmbitDevice[] = [];
 
-async function device(name: string, options = {}): Promise<AmbitDevice> {
-  const d = await AmbitDevice.connect(t.address, t.token(name), { ...FAST, ...options });
-  open.push(d);
-  return d;
-}
+type Transport = 'grpc' | 'websocket';
+/** The device streams' address of a server's ports on `transport` ("host:port", or a ws:// URL). */
+const streamAddress = (transport: Transport, host: string): string => (transport === 'grpc' ? host : `ws://${host}`);
+/** The `ws` package's client: the WebSocket API of browsers, in Node 20. */
+const withSocket = (transport: Transport, o: object = {}) => (transport === 'grpc' ? o : { webSocket: WebSocket as unknown as WebSocketConstructor, ...o });
 
 async function placed(name: string, d: AmbitDevice, lat: number, lon: number): Promise<void> {
   d.updateLocation(lat, lon);
@@ -48,20 +51,33 @@ async function placed(name: string, d: AmbitDevice, lat: number, lon: number): P
 
 const label = (n: Notification) => `${String(n.event.attributes.type)}:${n.event.id}:${n.subscriptionIds.join('+')}`;
 
-before(async () => {
-  t = await startTestServer();
-  ops = new AmbitOps(t.address, t.opsToken);
-  pub = new AmbitPublisher(t.address, t.publishToken);
-});
 
-after(async () => {
-  await Promise.all(open.map((d) => d.close()));
-  ops.close();
-  pub.close();
-  await t.stop();
-});
+for (const transport of ['grpc', 'websocket'] as const) describe(`AmbitDevice over ${transport}`, () => {
+  const addr = (): string => (transport === 'grpc' ? t.address : t.wsAddress);
+  /** The port a proxy in front of the device streams forwards to. */
+  const streamPort = (server: { port: number | null; websocketPort: number | null }): number => (transport === 'grpc' ? server.port! : server.websocketPort!);
+  const device = async (name: string, options = {}): Promise<AmbitDevice> => {
+    const d = await AmbitDevice.connect(addr(), t.token(name), withSocket(transport, { ...FAST, ...options }));
+    open.push(d);
+    return d;
+  };
+  // A server of its own per transport: device state outlives streams.
+  before(async () => {
+    t = await startTestServer();
+    ops = new AmbitOps(t.address, t.opsToken);
+    pub = new AmbitPublisher(t.address, t.publishToken);
+  });
 
-describe('AmbitDevice', () => {
+  after(async () => {
+    await Promise.all(open.splice(0).map((d) => d.close()));
+    ops.close();
+    pub.close();
+    await t.stop();
+  });
+
+  /** The device's subscriptions: its own unary call on gRPC, the ops call on WebSocket (which serves no unary calls). */
+  const listed = async (d: AmbitDevice, name: string): Promise<Subscription[]> => (transport === 'grpc' ? d.listSubscriptions() : (await ops.deviceSubscriptions(name)).subscriptions);
+
   test('subscribe, move, publish: notifications reach exactly the matching devices', async () => {
     const [a, b, c] = await Promise.all([device('rcpt-a'), device('rcpt-b'), device('rcpt-c')]);
     await Promise.all([a.subscribe(accidents), a.subscribe(ping), b.subscribe(accidents), b.subscribe(ping), c.subscribe(deals), c.subscribe(ping)]);
@@ -113,8 +129,8 @@ describe('AmbitDevice', () => {
     const second = await next(it);
     assert.deepEqual([first.event.id, first.subscriptionIds, first.event.tags], ['tg1', ['vegan-lunch'], ['food', 'lunch', 'vegan']]);
     assert.deepEqual([second.event.id, second.subscriptionIds, second.event.tags], ['tg2', ['near-food'], ['food', 'vegan']]);
-    const listed = await d.listSubscriptions();
-    assert.deepEqual(listed.find((s) => s.id === 'vegan-lunch'), { id: 'vegan-lunch', filters: [{ constraints: [], tags: ['lunch', 'vegan'] }] });
+    const subs = await listed(d, 'tagged');
+    assert.deepEqual(subs.find((s) => s.id === 'vegan-lunch'), { id: 'vegan-lunch', filters: [{ constraints: [], tags: ['lunch', 'vegan'] }] });
     await assert.rejects(d.subscribe({ id: 'bad', filters: [{ tags: ['two words'] }] }), (err: unknown) => err instanceof AmbitError && err.field === 'subscribe.subscription.filters[0].tags[0]');
     await assert.rejects(pub.publish({ id: 'tg4', ...P, tags: [3 as unknown as string] }), (err: unknown) => err instanceof AmbitError && err.field === 'event.tags[0]');
   });
@@ -147,7 +163,8 @@ describe('AmbitDevice', () => {
     assert.throws(() => d.updateLocation(0, Number.NaN), (err: unknown) => err instanceof AmbitError && err.field === 'location.lon');
 
     await d.replace({ id: 'deals', filters: [{ constraints: [{ name: 'price', op: 'le', value: 10 }] }] });
-    assert.deepEqual(await d.listSubscriptions(), [{ id: 'deals', filters: [{ constraints: [{ name: 'price', op: 'le', value: 10 }] }] }]);
+    assert.deepEqual(await listed(d, 'errors'), [{ id: 'deals', filters: [{ constraints: [{ name: 'price', op: 'le', value: 10 }] }] }]);
+    if (transport === 'websocket') await rejects(d.listSubscriptions(), StatusCode.UNIMPLEMENTED, '', /not served over WebSocket/);
     await d.unsubscribe('deals');
     assert.deepEqual((await ops.deviceSubscriptions('errors')).subscriptions, []);
     assert.equal(d.state, 'connected');
@@ -200,7 +217,7 @@ describe('AmbitDevice', () => {
   });
 
   test('location updates coalesce: the newest wins while connected and while the network is down', async () => {
-    const proxy = await TcpProxy.start(t.server.port!);
+    const proxy = await TcpProxy.start(streamPort(t.server));
     try {
       const d = await device('mover');
       d.updateLocation(P.lat, P.lon);
@@ -217,7 +234,7 @@ describe('AmbitDevice', () => {
       await d.close();
 
       // Through the proxy: cut the network, move while disconnected, publish meanwhile.
-      const via = await AmbitDevice.connect(proxy.address, t.token('mover'), { backoff: { initialMs: 40, maxMs: 80 } });
+      const via = await AmbitDevice.connect(streamAddress(transport, proxy.address), t.token('mover'), withSocket(transport, { backoff: { initialMs: 40, maxMs: 80 } }));
       open.push(via);
       const it = via.notifications();
       await pub.publish({ id: 'p1', ...P, attributes: { type: 'ping' } });
@@ -265,10 +282,10 @@ describe('AmbitDevice', () => {
   test('errors not worth retrying fail connect() at once', { timeout: 60_000 }, async () => {
     // A retry would wait an hour and then fail DEADLINE_EXCEEDED: failing with the server's code shows there was none.
     const SLOW = { backoff: { initialMs: 3_600_000, maxMs: 3_600_000 }, connectTimeoutMs: 3_600_000 };
-    await assert.rejects(AmbitDevice.connect(t.address, 'not.a.token', SLOW), (err: unknown) => err instanceof AmbitError && err.code === StatusCode.UNAUTHENTICATED);
-    await assert.rejects(AmbitDevice.connect(t.address, t.token('pub', ['publish']), SLOW), (err: unknown) => err instanceof AmbitError && err.code === StatusCode.PERMISSION_DENIED);
+    await assert.rejects(AmbitDevice.connect(addr(), 'not.a.token', withSocket(transport, SLOW)), (err: unknown) => err instanceof AmbitError && err.code === StatusCode.UNAUTHENTICATED);
+    await assert.rejects(AmbitDevice.connect(addr(), t.token('pub', ['publish']), withSocket(transport, SLOW)), (err: unknown) => err instanceof AmbitError && err.code === StatusCode.PERMISSION_DENIED);
     // Nothing listening: retried until the connect timeout.
-    await assert.rejects(AmbitDevice.connect('127.0.0.1:1', t.token('x'), { ...FAST, connectTimeoutMs: 300 }), (err: unknown) => err instanceof AmbitError && err.code === StatusCode.DEADLINE_EXCEEDED);
+    await assert.rejects(AmbitDevice.connect(streamAddress(transport, '127.0.0.1:1'), t.token('x'), withSocket(transport, { ...FAST, connectTimeoutMs: 300 })), (err: unknown) => err instanceof AmbitError && err.code === StatusCode.DEADLINE_EXCEEDED);
   });
 
   test('delayed acks: one ack message for many notifications, sent at close at the latest', async () => {
@@ -280,7 +297,7 @@ describe('AmbitDevice', () => {
     let last = '';
     for (let i = 1; i <= 5; i++) last = (await next(it)).deliveryId;
     // A round trip on the stream: turns pass in which an undelayed ack would have gone out.
-    await d.listSubscriptions();
+    await assert.rejects(d.unsubscribe('none'), (err: unknown) => err instanceof AmbitError && err.code === StatusCode.NOT_FOUND);
     assert.equal(d.stats.acksSent, 0, 'nothing sent within the delay');
     await d.close();
     assert.equal(d.stats.acksSent, 1, 'one message at close for everything taken');
@@ -288,7 +305,7 @@ describe('AmbitDevice', () => {
     assert.equal(again.resumeToken, last, 'the server has the ack of the fifth');
     await pub.publish({ id: 'q6', ...P, attributes: { type: 'ping' } });
     assert.equal((await next(again.notifications())).event.id, 'q6', 'nothing acknowledged comes again');
-    assert.throws(() => new AmbitDevice(t.address, t.token('x'), { ackDelayMs: -1 }), (err: unknown) => err instanceof AmbitError && /ackDelayMs/.test(err.message));
+    assert.throws(() => new AmbitDevice(addr(), t.token('x'), { ackDelayMs: -1 }), (err: unknown) => err instanceof AmbitError && /ackDelayMs/.test(err.message));
   });
 
   test('explicit acks: nothing is acknowledged until ack() is called', async () => {
@@ -309,15 +326,16 @@ describe('AmbitDevice', () => {
 
   test('an embedded server restarted: the welcome says the state is gone and the SDK subscribes again to what the server had confirmed; delivery starts afresh', async () => {
     const secret = 'restart-test-secret-0123456789abcdef0123';
-    const first = await startServer({ port: 0, metricsPort: null, engine: 'fast', tokenSecret: secret, shutdownGraceS: 1 });
-    const proxy = await TcpProxy.start(first.port!);
+    const first = await startServer({ port: 0, metricsPort: null, websocketPort: 0, engine: 'fast', tokenSecret: secret, shutdownGraceS: 1 });
+    // The devices reach the server through the proxy; publishers and ops call it directly.
+    const proxy = await TcpProxy.start(streamPort(first));
     let second: Awaited<ReturnType<typeof startServer>> | null = null;
     const devs: AmbitDevice[] = [];
     try {
       const token = (subject: string, scopes: string[] = [SCOPES.device]) => first.authority!.issue({ subject, scopes, ttlSeconds: 600 });
       const connected = new Map<string, DeviceEventMap['connected'][]>();
       const open2 = async (name: string) => {
-        const d = await AmbitDevice.connect(proxy.address, token(name), FAST);
+        const d = await AmbitDevice.connect(streamAddress(transport, proxy.address), token(name), withSocket(transport, FAST));
         devs.push(d);
         const seen: DeviceEventMap['connected'][] = [];
         connected.set(name, seen);
@@ -329,7 +347,7 @@ describe('AmbitDevice', () => {
       await Promise.all([heard.subscribe(ping), heard.subscribe(accidents), heard.subscribe(deals), quiet.subscribe(ping)]);
       await heard.unsubscribe('deals');
       await heard.replace({ ...accidents, filters: [{ constraints: [{ name: 'type', op: 'eq', value: 'accident' }] }] });
-      const p1 = new AmbitPublisher(proxy.address, token('pub', [SCOPES.publish]));
+      const p1 = new AmbitPublisher(`127.0.0.1:${first.port}`, token('pub', [SCOPES.publish]));
       try {
         assert.equal((await p1.publish({ id: 'before', ...P, attributes: { type: 'ping' } })).reached, 2);
       } finally {
@@ -342,8 +360,8 @@ describe('AmbitDevice', () => {
       await waitFor('the notification acknowledged', () => heard.resumeToken === before.deliveryId);
 
       await first.stop();
-      second = await startServer({ port: 0, metricsPort: null, engine: 'fast', tokenSecret: secret, shutdownGraceS: 1 });
-      proxy.retarget(second.port!);
+      second = await startServer({ port: 0, metricsPort: null, websocketPort: 0, engine: 'fast', tokenSecret: secret, shutdownGraceS: 1 });
+      proxy.retarget(streamPort(second));
       proxy.cut();
       // (the listeners were added after the first welcome: each has seen the new server's only)
       await waitFor('both devices welcomed by the new server', () => connected.get('heard')!.length === 1 && connected.get('quiet')!.length === 1, 10_000);
@@ -354,8 +372,8 @@ describe('AmbitDevice', () => {
       }
       assert.equal(heard.stats.resubscribed, 2);
       assert.equal(quiet.stats.resubscribed, 1);
-      const ops2 = new AmbitOps(proxy.address, token('ops', [SCOPES.ops]));
-      const p2 = new AmbitPublisher(proxy.address, token('pub', [SCOPES.publish]));
+      const ops2 = new AmbitOps(`127.0.0.1:${second.port}`, token('ops', [SCOPES.ops]));
+      const p2 = new AmbitPublisher(`127.0.0.1:${second.port}`, token('pub', [SCOPES.publish]));
       try {
         // What the server had confirmed, as it was last: deals removed, accidents replaced.
         await waitFor('the subscriptions made again', async () => (await ops2.deviceSubscriptions('heard')).subscriptions.length === 2 && (await ops2.deviceSubscriptions('quiet')).subscriptions.length === 1);

@@ -5,7 +5,10 @@ import { type RunningServer, startServer } from '../../services/process/server.j
 
 export interface TestServer {
   server: RunningServer;
+  /** The gRPC address ("host:port"). */
   address: string;
+  /** The WebSocket address of device streams (ws://host:port). */
+  wsAddress: string;
   /** A token for `subject` with `scopes` (default: device). */
   token(subject: string, scopes?: string[]): string;
   opsToken: string;
@@ -14,12 +17,13 @@ export interface TestServer {
 }
 
 export async function startTestServer(): Promise<TestServer> {
-  const server = await startServer({ port: 0, metricsPort: null, engine: 'fast', dev: true, shutdownGraceS: 1 });
+  const server = await startServer({ port: 0, metricsPort: null, websocketPort: 0, engine: 'fast', dev: true, shutdownGraceS: 1 });
   const authority = server.authority!;
   const token = (subject: string, scopes: string[] = [SCOPES.device]) => authority.issue({ subject, scopes, ttlSeconds: 600 });
   return {
     server,
     address: `127.0.0.1:${server.port}`,
+    wsAddress: `ws://127.0.0.1:${server.websocketPort}`,
     token,
     opsToken: token('test-ops', [SCOPES.ops]),
     publishToken: token('test-publisher', [SCOPES.publish]),

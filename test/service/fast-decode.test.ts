@@ -8,7 +8,9 @@ import { describe, it } from 'node:test';
 import { type DescMessage, create, fromBinary, toBinary } from '@bufbuild/protobuf';
 import { ConnectRequestSchema, UpdateLocationsRequestSchema } from '../../api/gen/ambit/v1/device_pb.js';
 import { fastConnectRequest, fastUpdateLocationsRequest } from '../../api/fast-decode.js';
-import { encodeLocation } from '../../sdk/device.js';
+import { encodeLocation as encodeLocationBytes } from '../../sdk/device.js';
+
+const encodeLocation = (lat: number, lon: number): Buffer => Buffer.from(encodeLocationBytes(lat, lon));
 import { Prng } from '../../src/workload/prng.js';
 
 const encode = (m: unknown): Buffer => Buffer.from(toBinary(ConnectRequestSchema, create(ConnectRequestSchema, m as never)));
