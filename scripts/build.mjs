@@ -18,6 +18,10 @@ if (r.status !== 0) process.exit(r.status ?? 1);
 const ui = join(root, 'services', 'ops-ui');
 mkdirSync(join(dist, 'services', 'ops-ui'), { recursive: true });
 for (const f of readdirSync(ui)) copyFileSync(join(ui, f), join(dist, 'services', 'ops-ui', f));
+// The browser demo's page likewise (demo/web/: served by bench/demo-web.ts beside dist/sdk).
+const web = join(root, 'demo', 'web');
+mkdirSync(join(dist, 'demo', 'web'), { recursive: true });
+for (const f of readdirSync(web)) copyFileSync(join(web, f), join(dist, 'demo', 'web', f));
 
 let removed = 0;
 const prune = (dir) => {

@@ -6,10 +6,10 @@
  * (docs/dashboard.png is made so).
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { type Browser, chromium } from 'playwright-core';
+import type { Browser } from 'playwright-core';
+import { chromiumMissing, launchChromium } from '../support/browser.js';
 import { SCOPES, TokenAuthority } from '../../services/edge/auth.js';
 import { type RunningServer, startServer } from '../../services/process/server.js';
 import { AmbitDevice, AmbitPublisher } from '../../sdk/index.js';
@@ -19,18 +19,7 @@ import { Dashboard } from '../../services/process/dashboard.js';
 import { Metrics } from '../../services/process/metrics.js';
 import type { HubStats } from '../../services/hub/port.js';
 
-const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
 const SECRET = 'dashboard-test-secret-0123456789abcdef0123';
-
-function chromiumMissing(): string | null {
-  if (process.env.AMBIT_REQUIRE_TOOLS === '1') return null;
-  try {
-    execFileSync(CHROMIUM, ['--version'], { stdio: 'ignore' });
-    return null;
-  } catch {
-    return `no ${CHROMIUM} (Debian package chromium)`;
-  }
-}
 
 function metric(text: string, name: string): number {
   const m = new RegExp(`^${name}\\{[^}]*\\} (\\S+)$`, 'm').exec(text);
@@ -47,10 +36,7 @@ describe('ops dashboard in a browser', { skip: chromiumMissing() ?? false, timeo
   before(async () => {
     server = await startServer({ host: '127.0.0.1', port: 0, metricsPort: 0, engine: 'fast', tokenSecret: SECRET, shutdownGraceS: 1, logLevel: 'warn' });
     base = `http://127.0.0.1:${server.metricsPort}`;
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-    });
+    browser = await launchChromium();
   });
   after(async () => {
     await browser?.close();
@@ -159,7 +145,7 @@ describe('ops dashboard of a Redis deployment with matcher partitions', { skip: 
         await d.subscribe({ id: 'all', filters: [{ constraints: [{ name: 'kind', op: 'eq', value: 'demo' }] }] });
         devices.push(d);
       }
-      browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'] });
+      browser = await launchChromium();
       const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
       await page.goto(`http://127.0.0.1:${server.metricsPort}/dashboard`);
       await page.fill('#token', authority.issue({ subject: 'ops', scopes: [SCOPES.ops] }));
