@@ -2,7 +2,7 @@
  * A bounded fuzz run over every request the device and publisher services take, the ops reads and
  * the authorization value: valid messages and tokens mutated (bytes flipped, inserted, cut, fields
  * repeated, lengths made to lie, strings made huge) and random bytes, sent raw over real gRPC calls
- * and device streams. Every answer must be a status a client can act on (never INTERNAL or
+ * and device streams (gRPC and WebSocket, down to random bytes as WebSocket frames). Every answer must be a status a client can act on (never INTERNAL or
  * UNKNOWN), a refused request must change nothing, and the server must log no error and keep
  * serving. Seeded: AMBIT_FUZZ_SEED=N and AMBIT_FUZZ_ROUNDS=N repeat or widen a run.
  */
@@ -16,6 +16,10 @@ import { BulkPublishRequestSchema, PublishRequestSchema } from '../../api/gen/am
 import { Op } from '../../api/gen/ambit/v1/types_pb.js';
 import { type Clients, DeviceStream, type Init, Status, type TestServer, meta, rawClientStream, rawConnect, rawUnary, startTestServer, unary } from '../support/grpc.js';
 import { Rng } from '../support/rng.js';
+import { WsDevice } from '../support/ws-device.js';
+import { WS_PATH } from '../../api/websocket.js';
+import net from 'node:net';
+import { randomBytes } from 'node:crypto';
 
 const SEED = Number(process.env.AMBIT_FUZZ_SEED ?? 20261127);
 const ROUNDS = Number(process.env.AMBIT_FUZZ_ROUNDS ?? 300);
@@ -86,7 +90,7 @@ describe('api fuzz: mutated and random requests', () => {
   }
 
   before(async () => {
-    srv = await startTestServer();
+    srv = await startTestServer({ websocketPort: 0 });
     clients = srv.clients();
     devMd = srv.meta('dev-f', ['device']);
     fleetMd = srv.meta('dev-f', ['device', 'location:any']);
@@ -231,5 +235,55 @@ describe('api fuzz: mutated and random requests', () => {
     }
     // Still serving: a plain call works.
     assert.ok((await unary(clients.ops, 'getStats', {}, opsMd)).subscriptions >= 1n);
+  });
+
+  it(`device streams over WebSocket: mutated messages, bad flags, text, random bytes (seed ${SEED + 4})`, async () => {
+    const rng = new Rng(SEED + 4);
+    const framed = (b: Uint8Array, flags = 0): Buffer => Buffer.concat([Buffer.from([flags]), Buffer.from(b)]);
+    const hello = toBinary(ConnectRequestSchema, create(ConnectRequestSchema, { message: { case: 'hello', value: {} } }));
+    const seeds = [
+      toBinary(ConnectRequestSchema, create(ConnectRequestSchema, { message: { case: 'location', value: { lat: 1, lon: 2 } } })),
+      toBinary(ConnectRequestSchema, create(ConnectRequestSchema, { message: { case: 'subscribe', value: { requestId: 'r', subscription: { id: 'wz', filters: [{ constraints: [], area: { radiusM: 100 } }] } } } })),
+      toBinary(ConnectRequestSchema, create(ConnectRequestSchema, { message: { case: 'subscribe', value: { requestId: 'p', subscription: { id: 'wz', pattern: FUZZ_PATTERN } } } })),
+      toBinary(ConnectRequestSchema, create(ConnectRequestSchema, { message: { case: 'ack', value: { deliveryId: '1-1' } } })),
+    ].map((b) => Buffer.from(b));
+    const codes = new Map<string, number>();
+    const rounds = Math.max(1, Math.floor(ROUNDS / 3));
+    for (let r = 0; r < rounds; r++) {
+      const d = await WsDevice.open(srv.server.websocketPort!, { token: srv.token(`dev-wz${r % 4}`, ['device']) });
+      d.sendRaw(framed(rng.chance(0.9) ? hello : mutate(rng, Buffer.from(hello))));
+      for (let k = 0, n = 1 + rng.int(3); k < n; k++) {
+        const x = rng.next();
+        if (x < 0.6) d.sendRaw(framed(mutate(rng, seeds[rng.int(seeds.length)])));
+        else if (x < 0.7) d.sendRaw(framed(seeds[rng.int(seeds.length)], rng.int(256)));
+        else if (x < 0.8) d.sendRaw(Buffer.from(Array.from({ length: rng.int(64) }, () => rng.int(256))));
+        else if (x < 0.9) d.sendRaw(String.fromCharCode(...Array.from({ length: rng.int(32) }, () => 0x20 + rng.int(0x2000))), false);
+        else d.sendRaw(Buffer.alloc(0));
+      }
+      d.halfClose();
+      const end = await d.ended();
+      const code = end.error?.code ?? 'ok';
+      codes.set(code, (codes.get(code) ?? 0) + 1);
+      assert.ok(['ok', 'invalid_argument', 'resource_exhausted', 'permission_denied', 'not_found', 'failed_precondition', 'already_exists'].includes(code), `WebSocket round ${r}: ${JSON.stringify(end)}`);
+    }
+    assert.ok((codes.get('invalid_argument') ?? 0) > 0 && codes.size > 1, `statuses seen: ${JSON.stringify([...codes])}`);
+    // Garbage below the messages: random bytes as WebSocket frames after a valid upgrade. The
+    // server closes that connection and serves the next.
+    for (let r = 0; r < 20; r++) {
+      const sock = net.connect(srv.server.websocketPort!, '127.0.0.1');
+      const closed = new Promise<void>((resolve) => sock.on('close', () => resolve()));
+      sock.on('error', () => {});
+      const upgraded = new Promise<void>((resolve) => sock.once('data', () => resolve()));
+      sock.write(`GET ${WS_PATH} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: ${randomBytes(16).toString('base64')}\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: ambit.v1, ambit.bearer.${srv.token('dev-wz-raw', ['device'])}\r\n\r\n`);
+      await upgraded;
+      sock.write(Buffer.from(Array.from({ length: 1 + rng.int(200) }, () => rng.int(256))));
+      sock.end();
+      await closed;
+    }
+    const ok = await WsDevice.open(srv.server.websocketPort!, { token: srv.token('dev-wz-after', ['device']) });
+    ok.send({ message: { case: 'hello', value: { resumeToken: '' } } });
+    await ok.next('welcome');
+    ok.halfClose();
+    assert.deepEqual(await ok.ended(), {});
   });
 });
