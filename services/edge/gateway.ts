@@ -38,6 +38,7 @@ import { type DeviceStream, GrpcJsDeviceStream } from './device-stream.js';
 import { H2DeviceStream, type H2StreamOptions, takeOverStreams } from './h2-device-stream.js';
 import type { WebSocket } from 'ws';
 import { WsDeviceStream } from './ws-device-stream.js';
+import { type PeerIdentity, peerOfCall, peerOfSocket } from './peer.js';
 import type { Logger } from 'pino';
 import type { Counters, EdgeMetrics } from './counters.js';
 import { ExpiryClock } from './expiry.js';
@@ -73,6 +74,11 @@ export interface GatewayOptions {
   now: () => number;
   /** How long a revocation by token id or subject is kept unless the call says (days). */
   revocationKeepDays: number;
+  /**
+   * Mutual TLS: the scopes a verified client certificate grants a call that carries no token (its
+   * subject the certificate's CN); null: a certificate alone authorizes nothing.
+   */
+  certScopes: ReadonlySet<string> | null;
 }
 
 export const DEFAULT_GATEWAY_OPTIONS: Readonly<GatewayOptions> = Object.freeze({
@@ -86,6 +92,7 @@ export const DEFAULT_GATEWAY_OPTIONS: Readonly<GatewayOptions> = Object.freeze({
   seen: null,
   now: Date.now,
   revocationKeepDays: 30,
+  certScopes: null,
 });
 
 const CONNECT_PATH = `/${DeviceService.typeName}/${DeviceService.method.connect.name}`;
@@ -332,12 +339,26 @@ export class Gateway implements SessionHost {
 
   // ---- plumbing ----
 
-  private authenticate(metadata: grpc.Metadata, scope: Scope): Principal {
-    return this.authorize(metadata.get('authorization'), scope);
+  private authenticate(call: { metadata: grpc.Metadata; getAuthContext?: () => { sslPeerCertificate?: unknown } | null }, scope: Scope): Principal {
+    return this.authorize(call.metadata.get('authorization'), scope, this.opts.certScopes === null ? null : peerOfCall(call));
   }
 
-  private authorize(values: readonly grpc.MetadataValue[], scope: Scope): Principal {
+  /**
+   * The caller: its token, or (no token, mutual TLS with AMBIT_TLS_CLIENT_SCOPES) its verified
+   * client certificate: subject the CN, the configured scopes, until the certificate expires;
+   * revocations by subject apply to it as to tokens.
+   */
+  private authorize(values: readonly grpc.MetadataValue[], scope: Scope, peer: PeerIdentity | null): Principal {
     if (values.length > 1) throw new AuthError('UNAUTHENTICATED', 'more than one authorization metadata value');
+    const certScopes = this.opts.certScopes;
+    if (values.length === 0 && peer !== null && certScopes !== null) {
+      const principal: Principal = { subject: peer.subject, scopes: certScopes, expiresAt: peer.expiresAt, issuedAt: 0, tokenId: '' };
+      const nowS = Math.floor(this.now() / 1000);
+      if (peer.expiresAt <= nowS) throw new AuthError('UNAUTHENTICATED', 'client certificate has expired');
+      if (this.revoked.revoked(principal, nowS)) throw new AuthError('UNAUTHENTICATED', `client certificate subject ${JSON.stringify(peer.subject)} was revoked`);
+      requireScope(principal, scope);
+      return principal;
+    }
     const principal = this.authority.verify(bearer(values[0]));
     requireScope(principal, scope);
     return principal;
@@ -358,7 +379,7 @@ export class Gateway implements SessionHost {
     return (call: grpc.ServerUnaryCall<Req, unknown>, cb: grpc.sendUnaryData<unknown>) => {
       let p: Principal;
       try {
-        p = this.authenticate(call.metadata, scope);
+        p = this.authenticate(call, scope);
         if (isMalformed(call.request)) throw new ApiError(grpc.status.INVALID_ARGUMENT, call.request.reason, 'request');
         // grpc-js runs the handler before its own deadline timer fires, so a call whose deadline
         // had passed on arrival would still take effect after the caller was told it failed.
@@ -396,7 +417,7 @@ export class Gateway implements SessionHost {
   ): void {
     let p: Principal;
     try {
-      p = this.authenticate(call.metadata, scope);
+      p = this.authenticate(call, scope);
     } catch (err) {
       cb(toServiceError(this.reject(err, name)));
       call.destroy();
@@ -571,7 +592,7 @@ export class Gateway implements SessionHost {
   /** A device stream through grpc-js: authenticated here, then a DeviceSession of its own. */
   private connect(call: grpc.ServerDuplexStream<ConnectRequest, ConnectResponse>): void {
     const stream = new GrpcJsDeviceStream(call, this.opts.rawWrites);
-    this.open(stream, call.metadata.get('authorization'));
+    this.open(stream, call.metadata.get('authorization'), this.opts.certScopes === null ? null : peerOfCall(call));
   }
 
   /** A device stream served on its HTTP/2 stream (h2-device-stream.ts). */
@@ -579,20 +600,20 @@ export class Gateway implements SessionHost {
     const stream = new H2DeviceStream(h2, headers, this.h2);
     if (stream.ended) return; // answered already (a malformed grpc-timeout)
     const auth = headers.authorization;
-    this.open(stream, auth === undefined ? [] : [auth]);
+    this.open(stream, auth === undefined ? [] : [auth], this.opts.certScopes === null ? null : peerOfSocket(h2.session?.socket));
   }
 
   /** A device stream over WebSocket (ws-server.ts): its credentials from the header or the subprotocol. */
-  connectWs(ws: WebSocket, credentials: readonly string[]): void {
-    this.open(new WsDeviceStream(ws, this.h2), credentials);
+  connectWs(ws: WebSocket, credentials: readonly string[], socket: unknown): void {
+    this.open(new WsDeviceStream(ws, this.h2), credentials, this.opts.certScopes === null ? null : peerOfSocket(socket));
   }
 
-  private open(stream: DeviceStream, authorization: readonly grpc.MetadataValue[]): void {
+  private open(stream: DeviceStream, authorization: readonly grpc.MetadataValue[], peer: PeerIdentity | null): void {
     let device: string;
     let principal: Principal;
     try {
       if (this.draining) throw new ApiError(grpc.status.UNAVAILABLE, this.drainMessage);
-      principal = this.authorize(authorization, SCOPES.device);
+      principal = this.authorize(authorization, SCOPES.device, peer);
       device = this.deviceOf(principal);
     } catch (err) {
       stream.fail(this.reject(err, 'Connect'));

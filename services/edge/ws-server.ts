@@ -24,11 +24,12 @@ import { WS_BEARER_PREFIX, WS_PATH, WS_SUBPROTOCOL } from './ws-device-stream.js
 export interface WsServerOptions {
   host: string;
   port: number;
-  tls: { cert: Buffer; key: Buffer } | null;
+  /** TLS (wss://); with `clientCa`, client certificates are asked for, and with `requireClientCert` a connection without a valid one is refused. */
+  tls: { cert: Buffer; key: Buffer; clientCa?: Buffer | null; requireClientCert?: boolean } | null;
   /** Largest WebSocket message accepted (a device stream's largest request and its flags byte); past it the socket closes with 1009. */
   maxPayload: number;
   pingMs?: number;
-  /** A device stream opened: the socket, and the credentials it carried (header values and subprotocol tokens, as `Bearer <token>`). */
+  /** A device stream opened: the socket, the credentials it carried (header values and subprotocol tokens, as `Bearer <token>`), and the request (its TLS socket holds a client certificate). */
   onStream(ws: WebSocket, credentials: string[], req: IncomingMessage): void;
 }
 
@@ -72,7 +73,8 @@ export async function startWsServer(o: WsServerOptions): Promise<WsServer> {
     perMessageDeflate: false,
     handleProtocols: (protocols) => (protocols.has(WS_SUBPROTOCOL) ? WS_SUBPROTOCOL : false),
   });
-  const http: Server = o.tls === null ? createHttpServer() : createHttpsServer({ cert: o.tls.cert, key: o.tls.key });
+  const ca = o.tls?.clientCa ?? null;
+  const http: Server = o.tls === null ? createHttpServer() : createHttpsServer({ cert: o.tls.cert, key: o.tls.key, ...(ca === null ? {} : { ca, requestCert: true, rejectUnauthorized: o.tls.requireClientCert ?? true }) });
   http.on('request', (req, res) => {
     const body = `a WebSocket endpoint: upgrade GET ${WS_PATH} with the subprotocol ${WS_SUBPROTOCOL}\n`;
     res.writeHead(req.url?.split('?')[0] === WS_PATH ? 426 : 404, { 'content-type': 'text/plain; charset=utf-8', upgrade: 'websocket' });

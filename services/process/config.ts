@@ -13,6 +13,7 @@ import { MAX_EVENT_ORIGIN } from '../hub/link.js';
 import { clusterSourceFromUrl } from '../redis/connection.js';
 import { DEFAULT_CLUSTER_GROUPS, type GeoSpec, MAX_CLUSTER_GROUPS, MAX_MATCHER_PARTITIONS } from '../redis/keys.js';
 import { MAX_GEO_SHARDS, MAX_WIDE_SHARDS } from '../redis/layout.js';
+import { KNOWN_SCOPES } from '../edge/auth.js';
 
 export type Role = 'all' | 'gateway' | 'matcher';
 
@@ -69,7 +70,14 @@ export interface ServerConfig {
   tokenScopeClaim: string;
   /** Dev mode: a made-up secret when none is set, and ready tokens printed at start. */
   dev: boolean;
-  tls: { cert: Buffer; key: Buffer } | null;
+  /**
+   * TLS of the gRPC and WebSocket ports. `clientCa`: mutual TLS, client certificates checked
+   * against this CA (AMBIT_TLS_CLIENT_CA), required unless `requireClientCert` is false
+   * (AMBIT_TLS_CLIENT_CERT=optional).
+   */
+  tls: { cert: Buffer; key: Buffer; clientCa?: Buffer | null; requireClientCert?: boolean } | null;
+  /** Mutual TLS: scopes a verified client certificate grants a call without a token (AMBIT_TLS_CLIENT_SCOPES); null: none. */
+  tlsClientScopes: string[] | null;
   retention: Retention;
   /**
    * Redis mode: how long a matcher's lease lives without renewal (ms). Every matcher of a
@@ -181,6 +189,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   tokenScopeClaim: 'scope',
   dev: false,
   tls: null,
+  tlsClientScopes: null,
   retention: DEFAULT_RETENTION,
   matcherLeaseMs: 2000,
   snapshotDir: null,
@@ -302,6 +311,22 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
   const key = str('AMBIT_TLS_KEY');
   if ((cert === undefined) !== (key === undefined)) throw new Error('config: AMBIT_TLS_CERT and AMBIT_TLS_KEY must be set together');
   if (cert !== undefined && key !== undefined) c.tls = { cert: readPem('AMBIT_TLS_CERT', cert), key: readPem('AMBIT_TLS_KEY', key) };
+  const clientCa = str('AMBIT_TLS_CLIENT_CA');
+  const clientCert = str('AMBIT_TLS_CLIENT_CERT');
+  const clientScopes = str('AMBIT_TLS_CLIENT_SCOPES');
+  if (clientCa !== undefined) {
+    if (c.tls === null) throw new Error('config: AMBIT_TLS_CLIENT_CA needs AMBIT_TLS_CERT and AMBIT_TLS_KEY (mutual TLS is TLS first)');
+    if (clientCert !== undefined && clientCert !== 'required' && clientCert !== 'optional') throw new Error(`config: AMBIT_TLS_CLIENT_CERT must be required or optional, got ${JSON.stringify(clientCert)}`);
+    c.tls = { ...c.tls, clientCa: readPem('AMBIT_TLS_CLIENT_CA', clientCa), requireClientCert: clientCert !== 'optional' };
+  } else if (clientCert !== undefined || clientScopes !== undefined) {
+    throw new Error(`config: ${clientCert !== undefined ? 'AMBIT_TLS_CLIENT_CERT' : 'AMBIT_TLS_CLIENT_SCOPES'} needs AMBIT_TLS_CLIENT_CA (the CA client certificates are checked against)`);
+  }
+  if (clientScopes !== undefined) {
+    const scopes = clientScopes.split(',').map((x) => x.trim()).filter((x) => x !== '');
+    const unknown = scopes.filter((x) => !KNOWN_SCOPES.has(x));
+    if (scopes.length === 0 || unknown.length > 0) throw new Error(`config: AMBIT_TLS_CLIENT_SCOPES must be a comma-separated list of ${[...KNOWN_SCOPES].join(', ')}, got ${JSON.stringify(clientScopes)}`);
+    c.tlsClientScopes = scopes;
+  }
   c.retention.maxPerDevice = int('AMBIT_RETENTION_MAX', 1, 10_000_000) ?? c.retention.maxPerDevice;
   const hours = int('AMBIT_RETENTION_HOURS', 1, 24 * 365);
   if (hours !== undefined) c.retention.maxAgeMs = hours * 3600_000;
@@ -391,6 +416,7 @@ export function checkConfig(c: ServerConfig): void {
   if (c.hubPartitions.length > 0 && c.hubShards.length > 0) throw new Error('config: AMBIT_HUB_PARTITIONS and AMBIT_HUB_SHARDS exclude each other');
   const cap = c.maxSubscriptionsPerDevice;
   if (!Number.isSafeInteger(cap) || cap < 1) throw new Error(`config: maxSubscriptionsPerDevice must be an integer >= 1, got ${String(cap)}`);
+  if (c.tlsClientScopes !== null && (c.tls?.clientCa ?? null) === null) throw new Error('config: AMBIT_TLS_CLIENT_SCOPES needs AMBIT_TLS_CLIENT_CA (only a verified client certificate can stand in for a token)');
   const ws = c.websocketPort;
   if (ws !== null && ws !== 0 && (ws === c.port || ws === c.metricsPort)) throw new Error(`config: AMBIT_WEBSOCKET_PORT ${ws} is taken by ${ws === c.port ? 'AMBIT_PORT' : 'AMBIT_METRICS_PORT'}`);
 }

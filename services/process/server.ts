@@ -67,6 +67,28 @@ export interface StartOptions {
   now?: () => number;
 }
 
+/**
+ * The gRPC port's credentials: plaintext, TLS, or mutual TLS (client certificates checked against
+ * `clientCa`, required or optional). Mutual TLS goes through grpc-js's certificate-provider
+ * credentials, the one way it offers to ask for a client certificate without requiring one; the
+ * provider here hands over the configured PEMs (it serves both roles, so the order grpc-js reads
+ * its arguments in does not matter).
+ */
+export function serverCredentials(tls: ServerConfig['tls']): grpc.ServerCredentials {
+  if (tls === null) return grpc.ServerCredentials.createInsecure();
+  const ca = tls.clientCa ?? null;
+  if (ca === null) return grpc.ServerCredentials.createSsl(null, [{ cert_chain: tls.cert, private_key: tls.key }], false);
+  // Delivered in a microtask: grpc-js adds the listeners before it registers the server that waits
+  // for them, and an update delivered at once would reach no server (its connections then drop).
+  const pems: grpc.experimental.CertificateProvider = {
+    addCaCertificateListener: (l) => queueMicrotask(() => l({ caCertificate: ca })),
+    removeCaCertificateListener: () => {},
+    addIdentityCertificateListener: (l) => queueMicrotask(() => l({ certificate: tls.cert, privateKey: tls.key })),
+    removeIdentityCertificateListener: () => {},
+  };
+  return grpc.experimental.createCertificateProviderServerCredentials(pems, pems, tls.requireClientCert ?? true);
+}
+
 /** How often a gateway writes when devices were seen, and rewrites its connected ones, for an expiry. */
 export function seenPeriods(expiryMs: number): { flushMs: number; refreshMs: number } {
   const e = expiryMs > 0 ? expiryMs : 30 * 86_400_000;
@@ -214,6 +236,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
         seen: seenPeriods(config.deviceExpiryMs),
         now,
         revocationKeepDays: config.revocationKeepDays,
+        certScopes: config.tlsClientScopes === null ? null : new Set(config.tlsClientScopes),
       });
       // At shutdown, after the streams ended (cleanups run last first): the last seen times are written.
       cleanups.push(async () => gateway.seen?.close());
@@ -244,14 +267,14 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
       healthTimer.unref();
       cleanups.push(async () => clearInterval(healthTimer));
       new ReflectionService(reflectionPackage() as never).addToServer(server);
-      const creds = config.tls === null ? grpc.ServerCredentials.createInsecure() : grpc.ServerCredentials.createSsl(null, [{ cert_chain: config.tls.cert, private_key: config.tls.key }], false);
+      const creds = serverCredentials(config.tls);
       port = await new Promise<number>((resolve, reject) => server.bindAsync(`${config.host.includes(':') ? `[${config.host}]` : config.host}:${config.port}`, creds, (err, p) => (err ? reject(err) : resolve(p))));
       const ownStreams = gateway.takeOverDeviceStreams(server);
       deviceStreams = ownStreams ? 'http2' : 'grpc-js';
       if (config.deviceStreams === 'http2' && !ownStreams) log.child({ component: 'server' }).warn('device streams stay with grpc-js: its HTTP/2 servers were not found (a grpc-js upgrade changed its shape)');
       if (config.websocketPort !== null) {
         // Closed after the gRPC cleanup below has drained the sessions (cleanups run last first).
-        const ws = await startWsServer({ host: config.host, port: config.websocketPort, tls: config.tls, maxPayload: MAX_RECEIVE_BYTES + 1, onStream: (socket, credentials) => gateway.connectWs(socket, credentials) });
+        const ws = await startWsServer({ host: config.host, port: config.websocketPort, tls: config.tls, maxPayload: MAX_RECEIVE_BYTES + 1, onStream: (socket, credentials, req) => gateway.connectWs(socket, credentials, req.socket) });
         websocketPort = ws.port;
         cleanups.push(() => ws.close(config.shutdownGraceS * 1000));
       }
