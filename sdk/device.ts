@@ -624,14 +624,20 @@ export class AmbitDevice {
 
   private onReply(r: Reply): void {
     const code = r.status?.code ?? 0;
+    const error = (): AmbitError => {
+      const e = new AmbitError(code, r.status?.message ?? '', r.status?.field ?? '');
+      if ((r.status?.retryAfterMs ?? 0) > 0) e.retryAfterMs = r.status!.retryAfterMs;
+      return e;
+    };
     const i = r.requestId === '' ? -1 : this.inflight.findIndex((p) => p.requestId === r.requestId);
     if (i < 0) {
-      if (code !== 0) this.emit('warning', { error: new AmbitError(code, r.status?.message ?? '', r.status?.field ?? '') });
+      // A reply to no request: a refused location (out of range, or past the device's rate).
+      if (code !== 0) this.emit('warning', { error: error() });
       return;
     }
     const [p] = this.inflight.splice(i, 1);
     if (code === 0) p.resolve();
-    else p.reject(new AmbitError(code, r.status?.message ?? '', r.status?.field ?? ''));
+    else p.reject(error());
   }
 
   private onNotification(wire: WireNotification): void {

@@ -66,6 +66,11 @@ export class AmbitError extends Error {
    * the messages before the refused one), or null when the server did not say (`ambit-applied`).
    */
   applied: number | null = null;
+  /**
+   * RESOURCE_EXHAUSTED by a rate limit: the milliseconds the server asks to wait before trying
+   * again (the `ambit-retry-after-ms` trailer, or a device stream reply's `retry_after_ms`); null otherwise.
+   */
+  retryAfterMs: number | null = null;
 
   constructor(code: number, details: string, field = '', options?: { cause?: unknown }) {
     super(`${statusName(code)}: ${details}`, options);
@@ -91,6 +96,7 @@ export class AmbitError extends Error {
       };
       out.streamMessage = count('ambit-message');
       out.applied = count('ambit-applied');
+      out.retryAfterMs = count('ambit-retry-after-ms');
       return out;
     }
     return new AmbitError(StatusCode.UNKNOWN, err instanceof Error ? err.message : String(err), '', { cause: err });

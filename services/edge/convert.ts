@@ -7,7 +7,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { create, toBinary } from '@bufbuild/protobuf';
 import { anyPack, timestampFromMs } from '@bufbuild/protobuf/wkt';
-import { BadRequestSchema } from '../../api/gen/google/rpc/error_details_pb.js';
+import { BadRequestSchema, RetryInfoSchema } from '../../api/gen/google/rpc/error_details_pb.js';
 import { StatusSchema as RpcStatusSchema } from '../../api/gen/google/rpc/status_pb.js';
 import { AmbitError, PublishError, type PublishOutcome, ValidationError, show } from '../../src/model/errors.js';
 import { type Limits, checkLat, checkLon, inRange, validateEvent, validateSubscription } from '../../src/model/limits.js';
@@ -364,6 +364,8 @@ export interface StatusInfo {
    * (`ambit-message`), and the updates or events applied before the failure (`ambit-applied`).
    */
   stream?: { message?: number; applied: number };
+  /** RESOURCE_EXHAUSTED by a rate limit: how long to wait (the `ambit-retry-after-ms` trailer and a google.rpc.RetryInfo). */
+  retryAfterMs?: number;
 }
 
 /** What an error means on the wire. Anything unexpected is INTERNAL with a generic message. */
@@ -373,7 +375,10 @@ export function statusOf(err: unknown): StatusInfo {
   if (err instanceof DevicePurgedError) return { code: grpc.status.UNAVAILABLE, message: err.message, field: '', expected: true };
   if (err instanceof AmbitError) return { code: CODES[err.code] ?? grpc.status.UNKNOWN, message: err.message, field: err.field ?? '', expected: err.code !== 'UNAVAILABLE' };
   if (err instanceof AuthError) return { code: CODES[err.code], message: err.message, field: '', expected: true };
-  if (err instanceof ApiError) return { code: err.code, message: err.message, field: err.field, expected: true };
+  if (err instanceof ApiError) {
+    const retry = (err as { retryAfterMs?: unknown }).retryAfterMs;
+    return { code: err.code, message: err.message, field: err.field, expected: true, ...(typeof retry === 'number' ? { retryAfterMs: retry } : {}) };
+  }
   return { code: grpc.status.INTERNAL, message: 'internal error', field: '', expected: false };
 }
 
@@ -392,8 +397,9 @@ export class ApiError extends Error {
 export function toServiceError(s: StatusInfo): Partial<grpc.StatusObject> {
   const metadata = new grpc.Metadata();
   if (s.field !== '') metadata.set('ambit-field', asciiField(s.field));
-  const details = statusDetails(s.code, s.message, s.field);
+  const details = statusDetails(s.code, s.message, s.field, s.retryAfterMs);
   if (details !== null) metadata.set('grpc-status-details-bin', details);
+  if (s.retryAfterMs !== undefined) metadata.set('ambit-retry-after-ms', String(s.retryAfterMs));
   if (s.outcome !== undefined) metadata.set('ambit-publish', s.outcome);
   if (s.stream !== undefined) {
     if (s.stream.message !== undefined) metadata.set('ambit-message', String(s.stream.message));
@@ -407,7 +413,12 @@ export function toServiceError(s: StatusInfo): Partial<grpc.StatusObject> {
  * with one google.rpc.BadRequest field violation (the field, and the rule it broke), the bytes of
  * the `grpc-status-details-bin` trailer; null for other errors.
  */
-export function statusDetails(code: number, message: string, field: string): Buffer | null {
+export function statusDetails(code: number, message: string, field: string, retryAfterMs?: number): Buffer | null {
+  if (code === grpc.status.RESOURCE_EXHAUSTED && retryAfterMs !== undefined) {
+    const seconds = Math.floor(retryAfterMs / 1000);
+    const retry = create(RetryInfoSchema, { retryDelay: { seconds: BigInt(seconds), nanos: (retryAfterMs - seconds * 1000) * 1_000_000 } });
+    return Buffer.from(toBinary(RpcStatusSchema, create(RpcStatusSchema, { code, message, details: [anyPack(RetryInfoSchema, retry)] })));
+  }
   if (field === '' || code !== grpc.status.INVALID_ARGUMENT) return null;
   const description = message.startsWith(`${field}: `) ? message.slice(field.length + 2) : message;
   const bad = create(BadRequestSchema, { fieldViolations: [{ field, description }] });
@@ -424,5 +435,5 @@ export function asciiField(field: string): string {
 }
 
 export function requestStatus(s: StatusInfo | null): RequestStatus {
-  return s === null ? create(RequestStatusSchema, { code: 0 }) : create(RequestStatusSchema, { code: s.code, message: s.message, field: s.field });
+  return s === null ? create(RequestStatusSchema, { code: 0 }) : create(RequestStatusSchema, { code: s.code, message: s.message, field: s.field, retryAfterMs: s.retryAfterMs ?? 0 });
 }

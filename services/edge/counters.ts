@@ -17,6 +17,8 @@ export class Counters {
   /** Device streams whose requests are not read because their replies are not being read. */
   streamsHeldBack = 0;
   rejectedRequests = 0;
+  /** Requests refused by a rate limit (rate-limits.ts), by limit. */
+  readonly rateLimited = { locations: 0, subscriptionChanges: 0, events: 0 };
 }
 
 export interface EdgeMetrics {

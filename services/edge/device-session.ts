@@ -18,6 +18,7 @@ import type { Counters } from './counters.js';
 import type { SeenTracker } from './seen.js';
 import type { ExpiryClock, Expiring } from './expiry.js';
 import type { DeviceStream, StreamListener } from './device-stream.js';
+import type { RateLimiter } from './rate-limits.js';
 
 /** What a session needs from the gateway that holds it. */
 export interface SessionHost {
@@ -37,6 +38,8 @@ export interface SessionHost {
   now(): number;
   /** Notes the devices whose streams open and close (when they were last seen); null: not recorded. */
   readonly seen: SeenTracker | null;
+  /** The gateway's rate limits (a device's locations and subscription changes). */
+  readonly limiter: RateLimiter;
 }
 
 type Phase = 'hello' | 'opening' | 'open' | 'closed';
@@ -60,6 +63,8 @@ export class DeviceSession implements Expiring, StreamListener {
   private acking: Promise<void> = SETTLED;
   private drainWaiter: (() => void) | null = null;
   private readsPaused = false;
+  /** Until when (ms) locations past the rate are dropped without another reply saying so. */
+  private limitedUntil = 0;
 
   constructor(
     private readonly host: SessionHost,
@@ -305,6 +310,27 @@ export class DeviceSession implements Expiring, StreamListener {
     if (stored !== undefined) this.acking = stored.catch(this.fail);
   }
 
+  /**
+   * A location past the device's rate: dropped (the newest wins anyway), and said once per wait
+   * with a reply without request id, RESOURCE_EXHAUSTED with the wait, so a flood of locations is
+   * not answered by a flood of replies.
+   */
+  private locationLimited(wait: number): void {
+    const now = this.host.now();
+    if (now < this.limitedUntil) return;
+    this.limitedUntil = now + wait;
+    this.reply('', this.host.reject(this.host.limiter.locationError(wait), 'Connect.location'));
+  }
+
+  /** A subscription change past the device's rate: answered RESOURCE_EXHAUSTED in its turn; true when refused. */
+  private changeLimited(kind: 'subscribe' | 'replace' | 'unsubscribe', requestId: string): boolean {
+    const wait = this.host.limiter.subscriptionChange(this.device);
+    if (wait === 0) return false;
+    const err = this.host.limiter.subscriptionChangeError(wait);
+    this.enqueue(this.chain.then(() => this.request(kind, requestId, async () => Promise.reject(err))));
+    return true;
+  }
+
   onMessage(req: ConnectRequest): void {
     if (this.phase === 'closed') return;
     if (isMalformed(req)) return this.failStream(new ApiError(grpc.status.INVALID_ARGUMENT, req.reason, 'request'));
@@ -324,6 +350,8 @@ export class DeviceSession implements Expiring, StreamListener {
         const lat = m.value.lat;
         const lon = m.value.lon;
         if (inRange(lat, lon)) {
+          const wait = this.host.limiter.location(device);
+          if (wait > 0) return this.locationLimited(wait);
           const writer = this.writer ?? this.openWriter();
           this.lastLat = lat;
           this.lastLon = lon;
@@ -337,16 +365,19 @@ export class DeviceSession implements Expiring, StreamListener {
       }
       case 'subscribe': {
         const { requestId, subscription } = m.value;
+        if (this.changeLimited('subscribe', requestId)) return;
         this.enqueue(this.chain.then(() => this.request('subscribe', requestId, async () => hub.addSubscription(device, toSubscription('subscription', device, subscription, limits)))));
         return;
       }
       case 'replace': {
         const { requestId, subscription } = m.value;
+        if (this.changeLimited('replace', requestId)) return;
         this.enqueue(this.chain.then(() => this.request('replace', requestId, async () => hub.replaceSubscription(device, toSubscription('subscription', device, subscription, limits)))));
         return;
       }
       case 'unsubscribe': {
         const { requestId, subscriptionId } = m.value;
+        if (this.changeLimited('unsubscribe', requestId)) return;
         this.enqueue(this.chain.then(() => this.request('unsubscribe', requestId, async () => hub.removeSubscription(device, checkId('subscription_id', subscriptionId, limits)))));
         return;
       }

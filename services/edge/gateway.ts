@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
 import { create } from '@bufbuild/protobuf';
 import { type Limits, checkId, inRange, plainId } from '../../src/model/limits.js';
-import type { PositionUpdate } from '../../src/model/types.js';
+import type { Event, PositionUpdate } from '../../src/model/types.js';
 import { AuthError, type Principal, RevokedTokens, SCOPES, type Scope, type TokenAuthority, bearer, requireScope } from './auth.js';
 import {
   ApiError,
@@ -31,7 +31,7 @@ import {
 } from '../../api/gen/ambit/v1/device_pb.js';
 import { OpsService, GetDeviceSubscriptionsResponseSchema, type GetDeviceSubscriptionsRequest, GetStatsResponseSchema, type MoveCellsRequest, MoveCellsResponseSchema, DrainGatewayResponseSchema, type DeleteSubscriptionRequest, DeleteSubscriptionResponseSchema, type ListDevicesRequest, ListDevicesResponseSchema, type PurgeDeviceRequest, PurgeDeviceResponseSchema, type RevokeTokensRequest, RevokeTokensResponseSchema } from '../../api/gen/ambit/v1/ops_pb.js';
 import { type BulkPublishRequest, BulkPublishResponseSchema, type PublishRequest, PublishResponseSchema, PublisherService } from '../../api/gen/ambit/v1/publisher_pb.js';
-import { type Hub, MAX_DEVICE_PAGE, type Revocation } from '../hub/port.js';
+import { type Hub, MAX_DEVICE_PAGE, type PublishResult, type Revocation } from '../hub/port.js';
 import { DeviceSession, type SessionHost } from './device-session.js';
 import { encodedEvent } from './notification-frame.js';
 import { type DeviceStream, GrpcJsDeviceStream } from './device-stream.js';
@@ -39,6 +39,7 @@ import { H2DeviceStream, type H2StreamOptions, takeOverStreams } from './h2-devi
 import type { WebSocket } from 'ws';
 import { WsDeviceStream } from './ws-device-stream.js';
 import { type PeerIdentity, peerOfCall, peerOfSocket } from './peer.js';
+import { NO_RATE_LIMITS, RateLimitedError, RateLimiter, type RateLimits } from './rate-limits.js';
 import type { Logger } from 'pino';
 import type { Counters, EdgeMetrics } from './counters.js';
 import { ExpiryClock } from './expiry.js';
@@ -79,6 +80,8 @@ export interface GatewayOptions {
    * subject the certificate's CN); null: a certificate alone authorizes nothing.
    */
   certScopes: ReadonlySet<string> | null;
+  /** Rate limits (rate-limits.ts): a device's locations and subscription changes, a publisher's events. */
+  rateLimits: RateLimits;
 }
 
 export const DEFAULT_GATEWAY_OPTIONS: Readonly<GatewayOptions> = Object.freeze({
@@ -93,6 +96,7 @@ export const DEFAULT_GATEWAY_OPTIONS: Readonly<GatewayOptions> = Object.freeze({
   now: Date.now,
   revocationKeepDays: 30,
   certScopes: null,
+  rateLimits: NO_RATE_LIMITS,
 });
 
 const CONNECT_PATH = `/${DeviceService.typeName}/${DeviceService.method.connect.name}`;
@@ -136,10 +140,13 @@ export class Gateway implements SessionHost {
       this.endRevoked();
     });
     this.sendBatch = this.opts.sendBatch;
+    // Publishers' buckets are shared through the hub where gateways share one (Redis).
+    this.limiter = new RateLimiter(this.opts.rateLimits, this.now, hub.takeQuota === undefined ? null : (key, n, perS, capacity) => hub.takeQuota!(key, n, perS, capacity), this.counters.rateLimited);
     this.h2 = { maxReceiveBytes: this.opts.maxReceiveBytes, decode: requestDecoder(DeviceService.method.connect, fastConnectRequest) };
   }
 
   private readonly h2: H2StreamOptions;
+  readonly limiter: RateLimiter;
 
   /** Implementations keyed by the services' method local names. */
   handlers(): { device: Record<string, Handler>; publisher: Record<string, Handler>; ops: Record<string, Handler> } {
@@ -149,6 +156,8 @@ export class Gateway implements SessionHost {
         updateLocation: this.unary<UpdateLocationRequest>(SCOPES.device, async (req, p) => {
           const { lat, lon } = position('location', req.location);
           const device = this.deviceOf(p);
+          const wait = this.limiter.location(device);
+          if (wait > 0) throw this.limiter.locationError(wait);
           this.seen?.note(device);
           await this.hub.updateLocations([{ device, lat, lon }]);
           this.counters.locationUpdatesUnary++;
@@ -163,8 +172,9 @@ export class Gateway implements SessionHost {
         }),
       },
       publisher: {
-        publish: this.unary<PublishRequest>(SCOPES.publish, async (req, _p, call) => {
+        publish: this.unary<PublishRequest>(SCOPES.publish, async (req, p, call) => {
           const event = toEvent('event', req.event, this.limits, randomUUID);
+          await this.limiter.publish(p.subject, 1);
           if (call.cancelled) throw new ApiError(grpc.status.CANCELLED, 'call ended before the event was published');
           if (this.hub.forwardsEvents) encodedEvent(event);
           const t0 = performance.now();
@@ -463,7 +473,9 @@ export class Gateway implements SessionHost {
         try {
           await apply(works);
         } catch (err) {
-          fail(err);
+          // A failure that names its message (a rate limit refusing one of several applied together).
+          const at = (err as { streamMessage?: unknown }).streamMessage;
+          fail(err, typeof at === 'number' ? at : undefined);
         }
       }
       running = false;
@@ -550,43 +562,70 @@ export class Gateway implements SessionHost {
     let accepted = 0;
     let reached = 0;
     let duplicates = 0;
+    let subject = '';
+    /** Messages of this stream applied (their index, for a rate limit that refuses one). */
+    let messagesApplied = 0;
     this.clientStream(
       call,
       cb,
       'BulkPublish',
       SCOPES.publish,
-      (req) => {
+      (req, p) => {
+        subject = p.subject;
         if (req.events.length > this.opts.maxEventsPerMessage) {
           throw new ApiError(grpc.status.RESOURCE_EXHAUSTED, `at most ${this.opts.maxEventsPerMessage} events per message, got ${req.events.length}`, 'events');
         }
         return req.events.map((e, i) => toEvent(`events[${i}]`, e, this.limits, randomUUID));
       },
-      async (messages) => {
-        const events = messages.length === 1 ? messages[0] : messages.flat();
-        // Encoded for the API once here, not by every gateway process that delivers them.
-        if (this.hub.forwardsEvents) for (let i = 0; i < events.length; i++) encodedEvent(events[i]);
-        const t0 = performance.now();
-        const rs = await this.hub.publish(events);
-        this.metrics.publishSeconds.observe((performance.now() - t0) / 1000);
-        accepted += rs.length;
-        let n = 0;
-        let fresh = 0;
-        for (const r of rs) {
-          n += r.reached;
-          if (r.duplicate === true) duplicates++;
-          else fresh += r.reached;
+      async (all) => {
+        // The publisher's rate, message by message: the ones it admits are published, then the
+        // call fails naming the first it refused.
+        let messages = all;
+        let limited: RateLimitedError | null = null;
+        if (this.opts.rateLimits.eventsPerS > 0) {
+          for (let k = 0; k < all.length; k++) {
+            try {
+              await this.limiter.publish(subject, all[k].length);
+            } catch (err) {
+              if (!(err instanceof RateLimitedError)) throw err;
+              limited = Object.assign(err, { streamMessage: messagesApplied + k });
+              messages = all.slice(0, k);
+              break;
+            }
+          }
         }
-        reached += n;
-        // Counted per message with the events, so a call that fails later still counts its matches.
-        this.counters.eventsPublished += rs.length;
-        this.counters.subscriptionsReached += fresh;
-        const now = Date.now();
-        for (let i = 0; i < events.length; i++) this.recentEvents.record(events[i].lat, events[i].lon, now);
+        messagesApplied += messages.length;
+        if (messages.length > 0) await this.publishMessages(messages, (rs) => {
+          accepted += rs.length;
+          for (const r of rs) {
+            reached += r.reached;
+            if (r.duplicate === true) duplicates++;
+          }
+        });
+        if (limited !== null) throw limited;
       },
       () => create(BulkPublishResponseSchema, { accepted: BigInt(accepted), reached: BigInt(reached), duplicates: BigInt(duplicates) }),
       () => accepted,
       'events',
     );
+  }
+
+  /** Publishes a BulkPublish call's messages (as one batch) and counts them; `took` sees the results. */
+  private async publishMessages(messages: readonly Event[][], took: (rs: readonly PublishResult[]) => void): Promise<void> {
+    const events = messages.length === 1 ? messages[0] : messages.flat();
+    // Encoded for the API once here, not by every gateway process that delivers them.
+    if (this.hub.forwardsEvents) for (let i = 0; i < events.length; i++) encodedEvent(events[i]);
+    const t0 = performance.now();
+    const rs = await this.hub.publish(events);
+    this.metrics.publishSeconds.observe((performance.now() - t0) / 1000);
+    took(rs);
+    let fresh = 0;
+    for (const r of rs) if (r.duplicate !== true) fresh += r.reached;
+    // Counted per message with the events, so a call that fails later still counts its matches.
+    this.counters.eventsPublished += rs.length;
+    this.counters.subscriptionsReached += fresh;
+    const now = Date.now();
+    for (let i = 0; i < events.length; i++) this.recentEvents.record(events[i].lat, events[i].lon, now);
   }
 
   /** A device stream through grpc-js: authenticated here, then a DeviceSession of its own. */

@@ -63,7 +63,12 @@ export class PartitionedHub implements Hub {
     this.mode = parts[0].mode;
     if (parts.some((p) => p.mode !== this.mode)) throw new Error('hub: the partitions of a hub must be of one mode');
     this.forwardsEvents = parts.every((p) => p.forwardsEvents === true);
+    // Shared buckets live in one place: the first partition's (its Redis, in Redis mode).
+    const first = parts[0];
+    if (first.takeQuota !== undefined) this.takeQuota = (key, n, perS, capacity) => first.takeQuota!(key, n, perS, capacity);
   }
+
+  takeQuota?: Hub['takeQuota'];
 
   get partitions(): number {
     return this.parts.length;

@@ -346,6 +346,12 @@ export interface Hub {
    * traffic flows. Absent on hubs that are not.
    */
   moveCells?(moves: readonly CellMove[]): Promise<{ version: number; devicesMoved: number }>;
+  /**
+   * A token bucket shared by every gateway of the deployment (rate limits, services/edge/rate-limits.ts):
+   * takes `n` tokens of bucket `key` (capacity `capacity`, refilled at `perS`); resolves 0 when
+   * granted, else the milliseconds until they would be. Absent where gateways share nothing (embedded).
+   */
+  takeQuota?(key: string, n: number, perS: number, capacity: number): Promise<number>;
 }
 
 /** One matcher partition or shard of a Redis deployment as its leader last reported it. */

@@ -421,6 +421,11 @@ export class RedisHub implements Hub, InboxHost {
     return { subscriptions: Number(r[0]), location: Number(r[1]) === 1, notifications };
   }
 
+  async takeQuota(key: string, n: number, perS: number, capacity: number): Promise<number> {
+    this.checkOpen();
+    return Number(await this.redis(() => runScript(this.read, 'ambitQuota', this.keys.quota(key), perS / 1000, capacity, n)));
+  }
+
   async markSeen(devices: readonly string[], ms: number): Promise<void> {
     this.checkOpen();
     for (let i = 0; i < devices.length; i += 1000) {

@@ -14,6 +14,7 @@ import { clusterSourceFromUrl } from '../redis/connection.js';
 import { DEFAULT_CLUSTER_GROUPS, type GeoSpec, MAX_CLUSTER_GROUPS, MAX_MATCHER_PARTITIONS } from '../redis/keys.js';
 import { MAX_GEO_SHARDS, MAX_WIDE_SHARDS } from '../redis/layout.js';
 import { KNOWN_SCOPES } from '../edge/auth.js';
+import { NO_RATE_LIMITS, type RateLimits } from '../edge/rate-limits.js';
 
 export type Role = 'all' | 'gateway' | 'matcher';
 
@@ -78,6 +79,8 @@ export interface ServerConfig {
   tls: { cert: Buffer; key: Buffer; clientCa?: Buffer | null; requireClientCert?: boolean } | null;
   /** Mutual TLS: scopes a verified client certificate grants a call without a token (AMBIT_TLS_CLIENT_SCOPES); null: none. */
   tlsClientScopes: string[] | null;
+  /** Rate limits (AMBIT_LIMIT_*; services/edge/rate-limits.ts); 0: unlimited. */
+  rateLimits: RateLimits;
   retention: Retention;
   /**
    * Redis mode: how long a matcher's lease lives without renewal (ms). Every matcher of a
@@ -190,6 +193,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   dev: false,
   tls: null,
   tlsClientScopes: null,
+  rateLimits: NO_RATE_LIMITS,
   retention: DEFAULT_RETENTION,
   matcherLeaseMs: 2000,
   snapshotDir: null,
@@ -327,6 +331,12 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
     if (scopes.length === 0 || unknown.length > 0) throw new Error(`config: AMBIT_TLS_CLIENT_SCOPES must be a comma-separated list of ${[...KNOWN_SCOPES].join(', ')}, got ${JSON.stringify(clientScopes)}`);
     c.tlsClientScopes = scopes;
   }
+  c.rateLimits = {
+    locationsPerS: decimal('AMBIT_LIMIT_LOCATIONS_PER_S', 0, 1_000_000) ?? c.rateLimits.locationsPerS,
+    subscriptionChangesPerMin: decimal('AMBIT_LIMIT_SUBSCRIPTION_CHANGES_PER_MIN', 0, 1_000_000) ?? c.rateLimits.subscriptionChangesPerMin,
+    eventsPerS: decimal('AMBIT_LIMIT_EVENTS_PER_S', 0, 100_000_000) ?? c.rateLimits.eventsPerS,
+    burstS: decimal('AMBIT_LIMIT_BURST_S', 0.001, 86_400) ?? c.rateLimits.burstS,
+  };
   c.retention.maxPerDevice = int('AMBIT_RETENTION_MAX', 1, 10_000_000) ?? c.retention.maxPerDevice;
   const hours = int('AMBIT_RETENTION_HOURS', 1, 24 * 365);
   if (hours !== undefined) c.retention.maxAgeMs = hours * 3600_000;

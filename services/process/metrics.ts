@@ -67,6 +67,19 @@ export class Metrics implements EdgeMetrics {
     counter('ambit_matches_total', 'Subscriptions reached by published events', () => c.subscriptionsReached);
     counter('ambit_notifications_sent_total', 'Notifications written to device streams', () => c.notificationsSent);
     counter('ambit_requests_rejected_total', 'Requests answered with a client error', () => c.rejectedRequests);
+    const lastLimited = { locations: 0, subscriptionChanges: 0, events: 0 };
+    new client.Counter({
+      name: 'ambit_rate_limited_total',
+      help: 'Requests refused by a rate limit (RESOURCE_EXHAUSTED), by limit: a device\'s locations or subscription changes, a publisher\'s events',
+      labelNames: ['limit'],
+      registers: [r],
+      collect() {
+        for (const k of ['locations', 'subscriptionChanges', 'events'] as const) {
+          this.inc({ limit: k === 'subscriptionChanges' ? 'subscription_changes' : k }, c.rateLimited[k] - lastLimited[k]);
+          lastLimited[k] = c.rateLimited[k];
+        }
+      },
+    });
     // Sharded by space: time the shards' leaders spent waiting to take devices over from shards
     // that had not stored their offsets past the hand-over (a shard without a leader stalls them).
     counter('ambit_handover_wait_seconds_total', 'Sharded by space: seconds shard leaders waited for the shards devices left to store past the hand-over', () => {

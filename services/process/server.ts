@@ -237,6 +237,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
         now,
         revocationKeepDays: config.revocationKeepDays,
         certScopes: config.tlsClientScopes === null ? null : new Set(config.tlsClientScopes),
+        rateLimits: config.rateLimits,
       });
       // At shutdown, after the streams ended (cleanups run last first): the last seen times are written.
       cleanups.push(async () => gateway.seen?.close());

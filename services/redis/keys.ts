@@ -198,6 +198,11 @@ export class Keys {
   /** … and the shard map's moved cells (JSON, services/hub/geo-router.ts `StoredMap`; absent: none). */
   readonly map: string;
 
+  /** A rate limit's shared token bucket (services/edge/rate-limits.ts); on a cluster all of them in one slot. */
+  quota(name: string): string {
+    return `${this.prefix}${this.layout.cluster ? '{quota}' : ''}quota:${name}`;
+  }
+
   constructor(
     readonly prefix: string,
     readonly layout: Layout = SINGLE,

@@ -503,6 +503,34 @@ if #out > 0 then redis.call('HSET', KEYS[1], unpack(out)) end
 return #out / 2
 `;
 
+/**
+ * A token bucket shared by the gateways (rate limits). KEYS: the bucket (a hash: tokens, at).
+ * ARGV: tokens per ms, capacity, n. On Redis's clock. Takes n when the bucket holds min(n,
+ * capacity) (a larger request leaves it in debt) and returns 0; else the ms until it would hold
+ * them. The key expires once it would be full again (a full bucket is the same as none).
+ */
+const QUOTA = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local rate = tonumber(ARGV[1])
+local cap = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
+local b = redis.call('HMGET', KEYS[1], 'tk', 'at')
+local tokens = tonumber(b[1]) or cap
+local at = tonumber(b[2]) or now
+if now > at then tokens = math.min(cap, tokens + (now - at) * rate) else now = at end
+local need = math.min(n, cap)
+if tokens < need then
+  redis.call('HSET', KEYS[1], 'tk', tostring(tokens), 'at', string.format('%.0f', now))
+  redis.call('PEXPIRE', KEYS[1], math.ceil((cap - tokens) / rate) + 1000)
+  return math.max(1, math.ceil((need - tokens) / rate))
+end
+tokens = tokens - n
+redis.call('HSET', KEYS[1], 'tk', tostring(tokens), 'at', string.format('%.0f', now))
+redis.call('PEXPIRE', KEYS[1], math.ceil((cap - tokens) / rate) + 1000)
+return 0
+`;
+
 /** A script that publishes, with PUBLISH (plain Redis) or SPUBLISH (a shard channel on a cluster). */
 const publishing = (lua: string, cmd: 'PUBLISH' | 'SPUBLISH') => lua.replaceAll('$PUBLISH', cmd);
 
@@ -527,6 +555,7 @@ const DEFINITIONS = {
   ambitAnswer: { lua: publishing(ANSWER, 'PUBLISH') },
   ambitAnswerSharded: { lua: publishing(ANSWER, 'SPUBLISH') },
   ambitFenceRaise: { lua: FENCE_RAISE, numberOfKeys: 1 },
+  ambitQuota: { lua: QUOTA, numberOfKeys: 1 },
   // numberOfKeys is per call (the offsets that hold the stream are keys): passed first.
   ambitKeep: { lua: KEEP },
   // Sharding by space (geo-scripts.ts).
