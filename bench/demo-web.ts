@@ -79,14 +79,15 @@ export async function startWebDemo(o: WebDemoOptions = {}): Promise<WebDemo> {
   const specs: DeviceSpec[] = Array.isArray(o.devices)
     ? o.devices
     : Array.from({ length: o.devices ?? 8 }, (_, i) => ({ id: `phone-${i + 1}`, lat: MILAN.lat + ((rng.float() - 0.5) * 3000) / M_PER_DEG, lon: MILAN.lon + ((rng.float() - 0.5) * 3000) / (M_PER_DEG * Math.cos((MILAN.lat * Math.PI) / 180)) }));
-  const server = await startServer({ host: '127.0.0.1', port: 0, metricsPort: null, websocketPort: 0, engine: 'fast', dev: true, shutdownGraceS: 1, logLevel: 'warn' });
+  // The page is served from another port (another origin): the web port lets it call (CORS).
+  const server = await startServer({ host: '127.0.0.1', port: 0, metricsPort: null, webPort: 0, webOrigins: ['*'], engine: 'fast', dev: true, shutdownGraceS: 1, logLevel: 'warn' });
   const authority = server.authority!;
   const publisher = new AmbitPublisher(`127.0.0.1:${server.port}`, authority.issue({ subject: 'demo-publisher', scopes: [SCOPES.publish] }));
   const tokens = new Map(specs.map((d) => [d.id, authority.issue({ subject: d.id, scopes: [SCOPES.device], ttlSeconds: 24 * 3600 })]));
   const demo: WebDemo = {
     url: '',
     server,
-    wsUrl: `ws://127.0.0.1:${server.websocketPort}`,
+    wsUrl: `ws://127.0.0.1:${server.webPort}`,
     center: MILAN,
     radiusM,
     publish: async (e) => (await publisher.publish(e)).reached,

@@ -1,6 +1,6 @@
 /**
  * The Ambit client SDK for browsers and React Native: AmbitDevice over WebSocket (a ws:// or
- * wss:// address; the server's AMBIT_WEBSOCKET_PORT), with the same API as in Node, and the plain
+ * wss:// address; the server's AMBIT_WEB_PORT), with the same API as in Node, and the plain
  * types. No Node module is imported from here: bundle it as it is.
  *
  *   const device = await AmbitDevice.connect('wss://ambit.example.com:8443', deviceToken);

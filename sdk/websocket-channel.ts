@@ -1,5 +1,5 @@
 /**
- * A device's transport over WebSocket (docs/service.md "Device streams over WebSocket"): what
+ * A device's transport over WebSocket (docs/service.md "The web port"): what
  * browsers and React Native have, and Node too (its global WebSocket from Node 22, or any
  * implementation of the same API passed as `webSocket`, such as the `ws` package's). Uses only the
  * standard WebSocket API (binaryType, send, close, bufferedAmount, the on* handlers), protobuf-es
@@ -9,10 +9,11 @@
  * a WebSocket). The server's end of stream carries the status; a socket that closes without one
  * is a lost connection, which the device retries and resumes.
  *
- * Unary calls are not served over WebSocket: `listSubscriptions` is UNIMPLEMENTED here.
+ * The device's unary call (`listSubscriptions`) goes to the same port over the Connect protocol
+ * (an HTTP POST of the binary message, with fetch), which serves it beside the WebSocket.
  */
 import { create, fromBinary, toBinary } from '@bufbuild/protobuf';
-import { ConnectRequestSchema, ConnectResponseSchema, type ListSubscriptionsResponse } from '../api/gen/ambit/v1/device_pb.js';
+import { ConnectRequestSchema, ConnectResponseSchema, DeviceService, ListSubscriptionsRequestSchema, type ListSubscriptionsResponse, ListSubscriptionsResponseSchema } from '../api/gen/ambit/v1/device_pb.js';
 import { CODE_NAMES, FLAG_END, FLAG_MESSAGE, WS_BEARER_PREFIX, WS_PATH, WS_SUBPROTOCOL, type WsEndOfStream } from '../api/websocket.js';
 import { type ChannelStream, type ConnectRequestInit, type DeviceChannel, type StreamHandlers, encodeLocation } from './channel.js';
 import { AmbitError, StatusCode } from './errors.js';
@@ -159,8 +160,28 @@ export class WebSocketDeviceChannel implements DeviceChannel {
     };
   }
 
-  listSubscriptions(): Promise<ListSubscriptionsResponse> {
-    return Promise.reject(new AmbitError(StatusCode.UNIMPLEMENTED, `sdk: listSubscriptions is a unary call, not served over WebSocket; use a gRPC address for it`));
+  /** A Connect unary call on the same port (http:// for ws://, https:// for wss://). */
+  async listSubscriptions(token: string, deadlineMs: number): Promise<ListSubscriptionsResponse> {
+    const u = new URL(this.url);
+    u.protocol = u.protocol === 'wss:' ? 'https:' : 'http:';
+    u.pathname = `/${DeviceService.typeName}/${DeviceService.method.listSubscriptions.name}`;
+    let res: Response;
+    try {
+      res = await fetch(u.toString(), {
+        method: 'POST',
+        headers: { 'content-type': 'application/proto', 'connect-protocol-version': '1', 'connect-timeout-ms': String(deadlineMs), authorization: `Bearer ${token}` },
+        body: toBinary(ListSubscriptionsRequestSchema, create(ListSubscriptionsRequestSchema, {})),
+        signal: AbortSignal.timeout(deadlineMs),
+      });
+    } catch (err) {
+      const timedOut = (err as { name?: string }).name === 'TimeoutError';
+      throw new AmbitError(timedOut ? StatusCode.DEADLINE_EXCEEDED : StatusCode.UNAVAILABLE, `sdk: listSubscriptions: ${err instanceof Error ? err.message : String(err)}`);
+    }
+    if (res.ok) return fromBinary(ListSubscriptionsResponseSchema, new Uint8Array(await res.arrayBuffer()));
+    // A Connect error: JSON {code, message}.
+    const body = (await res.json().catch(() => null)) as { code?: string; message?: string } | null;
+    const code = CODE_NAMES.indexOf(body?.code ?? '');
+    throw new AmbitError(code > 0 ? code : StatusCode.UNKNOWN, body?.message ?? `sdk: listSubscriptions: HTTP ${res.status}`);
   }
 
   close(): void {}

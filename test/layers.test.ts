@@ -35,7 +35,7 @@ export const LAYERS: Layer[] = [
   { name: 'redis', paths: ['services/redis/'], uses: ['model', 'port'], packages: ['ioredis', 'pino'] },
   { name: 'matcher', paths: ['services/matcher/'], uses: ['model', 'engines', 'port', 'redis'], packages: ['ioredis', 'pino'] },
   { name: 'hub', paths: ['services/hub/'], uses: ['model', 'port', 'redis', 'matcher'], packages: ['ioredis', 'pino'] },
-  { name: 'edge', paths: ['services/edge/'], uses: ['model', 'api', 'port'], packages: ['@grpc/grpc-js', '@bufbuild/protobuf', 'pino', 'ws'] },
+  { name: 'edge', paths: ['services/edge/'], uses: ['model', 'api', 'port'], packages: ['@grpc/grpc-js', '@bufbuild/protobuf', 'pino', 'ws', '@connectrpc/connect', '@connectrpc/connect-node'] },
   { name: 'process', paths: ['services/process/'], uses: ['model', 'engines', 'api', 'port', 'redis', 'matcher', 'hub', 'edge'], packages: ['*'] },
   { name: 'sdk', paths: ['sdk/'], uses: ['api', 'model-types'], packages: ['@grpc/grpc-js', '@bufbuild/protobuf'] },
   { name: 'cli', paths: ['services/cli/'], uses: ['edge', 'sdk'], packages: [] },

@@ -87,6 +87,8 @@ async function run(spec) {
   await device.ready();
   await device.subscribe({ id: 'accidents', filters: [{ constraints: [{ name: 'type', op: 'eq', value: 'accident' }], area: { radiusM: cfg.radiusM } }] });
   device.updateLocation(rec.lat, rec.lon);
+  // The device's subscriptions by its unary call (Connect on the same port, cross-origin: CORS).
+  rec.list = () => device.listSubscriptions().then((subs) => subs.map((x) => x.id));
   rec.subscribed = true;
   if (cfg.walk) {
     setInterval(() => {

@@ -103,6 +103,13 @@ const CONNECT_PATH = `/${DeviceService.typeName}/${DeviceService.method.connect.
 
 type Handler = grpc.UntypedHandleCall;
 
+/** A unary call's scope and work, kept on its grpc-js handler so the web port serves the same (connect-edge.ts). */
+export const UNARY = Symbol('ambit.unary');
+export interface UnaryImpl {
+  scope: Scope;
+  run(req: unknown, p: Principal, call: grpc.ServerUnaryCall<unknown, unknown>): Promise<unknown>;
+}
+
 export class Gateway implements SessionHost {
   readonly sessions = new Map<string, DeviceSession>();
   readonly counters: Counters;
@@ -385,8 +392,22 @@ export class Gateway implements SessionHost {
     return s;
   }
 
+  /**
+   * A unary call of the web port (Connect or gRPC-Web, connect-edge.ts): the same checks and work
+   * as over gRPC. `authorization`: every value of the header; `path` names the call in the log.
+   * Resolves with the response, or rejects with the StatusInfo to answer.
+   */
+  async runUnary(u: UnaryImpl, request: unknown, authorization: readonly string[], path: string, cancelled: () => boolean): Promise<unknown> {
+    try {
+      const p = this.authorize(authorization, u.scope, null);
+      return await u.run(request, p, { get cancelled() { return cancelled(); }, getPath: () => path } as unknown as grpc.ServerUnaryCall<unknown, unknown>);
+    } catch (err) {
+      throw this.reject(err, path);
+    }
+  }
+
   private unary<Req>(scope: Scope, run: (req: Req, p: Principal, call: grpc.ServerUnaryCall<Req, unknown>) => Promise<unknown>): Handler {
-    return (call: grpc.ServerUnaryCall<Req, unknown>, cb: grpc.sendUnaryData<unknown>) => {
+    const handler = (call: grpc.ServerUnaryCall<Req, unknown>, cb: grpc.sendUnaryData<unknown>) => {
       let p: Principal;
       try {
         p = this.authenticate(call, scope);
@@ -403,6 +424,7 @@ export class Gateway implements SessionHost {
         (err: unknown) => cb(toServiceError(this.reject(err, call.getPath()))),
       );
     };
+    return Object.assign(handler, { [UNARY]: { scope, run } as UnaryImpl });
   }
 
   /**

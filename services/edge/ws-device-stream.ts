@@ -1,5 +1,5 @@
 /**
- * Device streams over WebSocket (`AMBIT_WEBSOCKET_PORT`), for clients that cannot speak gRPC:
+ * Device streams over WebSocket (`AMBIT_WEB_PORT`), for clients that cannot speak gRPC:
  * browsers, and apps whose platform has a WebSocket but no HTTP/2 trailers. The stream is the
  * same `DeviceService.Connect` a gRPC client opens, with the same session behind it
  * (device-session.ts: hello/welcome, ordered replies, acks, resume); only the framing differs.

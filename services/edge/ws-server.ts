@@ -1,5 +1,5 @@
 /**
- * The WebSocket port of a gateway (`AMBIT_WEBSOCKET_PORT`): an HTTP(S) server that upgrades
+ * The WebSocket port of a gateway (`AMBIT_WEB_PORT`): an HTTP(S) server that upgrades
  * `GET /ambit.v1.DeviceService/Connect` with the subprotocol `ambit.v1` to a device stream
  * (ws-device-stream.ts) and hands it to the gateway, which authenticates it and opens its session
  * as for a gRPC stream. Anything else is answered in HTTP before the upgrade (404 for another path,
@@ -15,7 +15,7 @@
  * Dead peers: a ping every `pingMs`; a socket that has not answered the last one by the next is
  * closed (its session ends; the device resumes when it comes back).
  */
-import { createServer as createHttpServer, type IncomingMessage, type Server } from 'node:http';
+import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
@@ -29,8 +29,17 @@ export interface WsServerOptions {
   /** Largest WebSocket message accepted (a device stream's largest request and its flags byte); past it the socket closes with 1009. */
   maxPayload: number;
   pingMs?: number;
+  /** Requests that are not upgrades (the Connect and gRPC-Web calls, connect-edge.ts); default: plainAnswer. */
+  onRequest?: (req: IncomingMessage, res: ServerResponse) => void;
   /** A device stream opened: the socket, the credentials it carried (header values and subprotocol tokens, as `Bearer <token>`), and the request (its TLS socket holds a client certificate). */
   onStream(ws: WebSocket, credentials: string[], req: IncomingMessage): void;
+}
+
+/** The answer to a request that is neither an upgrade nor served otherwise: 426 on the device stream path, else 404. */
+export function plainAnswer(req: IncomingMessage, res: ServerResponse): void {
+  const body = `a WebSocket endpoint: upgrade GET ${WS_PATH} with the subprotocol ${WS_SUBPROTOCOL}\n`;
+  res.writeHead(req.url?.split('?')[0] === WS_PATH ? 426 : 404, { 'content-type': 'text/plain; charset=utf-8', upgrade: 'websocket' });
+  res.end(body);
 }
 
 export interface WsServer {
@@ -75,11 +84,7 @@ export async function startWsServer(o: WsServerOptions): Promise<WsServer> {
   });
   const ca = o.tls?.clientCa ?? null;
   const http: Server = o.tls === null ? createHttpServer() : createHttpsServer({ cert: o.tls.cert, key: o.tls.key, ...(ca === null ? {} : { ca, requestCert: true, rejectUnauthorized: o.tls.requireClientCert ?? true }) });
-  http.on('request', (req, res) => {
-    const body = `a WebSocket endpoint: upgrade GET ${WS_PATH} with the subprotocol ${WS_SUBPROTOCOL}\n`;
-    res.writeHead(req.url?.split('?')[0] === WS_PATH ? 426 : 404, { 'content-type': 'text/plain; charset=utf-8', upgrade: 'websocket' });
-    res.end(body);
-  });
+  http.on('request', o.onRequest ?? plainAnswer);
   http.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     socket.on('error', () => {});
     const path = (req.url ?? '').split('?')[0];

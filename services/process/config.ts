@@ -29,7 +29,9 @@ export interface ServerConfig {
   /** Prometheus /metrics port; 0 picks a free one, null turns it off. */
   metricsPort: number | null;
   /** Device streams over WebSocket (ws-device-stream.ts): the port; 0 picks a free one, null (the default) turns it off. */
-  websocketPort: number | null;
+  webPort: number | null;
+  /** Origins whose pages may call the web port from another origin (CORS; '*' any); empty: same origin only. */
+  webOrigins: string[];
   /** Redis connection URL; null runs the embedded, memory-only hub (role 'all' only). */
   redisUrl: string | null;
   /** Prefix of every Redis key, so several deployments can share one Redis. */
@@ -173,7 +175,8 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   host: '127.0.0.1',
   port: 50051,
   metricsPort: 9464,
-  websocketPort: null,
+  webPort: null,
+  webOrigins: [],
   redisUrl: null,
   redisPrefix: 'ambit:',
   redisCluster: false,
@@ -255,8 +258,14 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
   c.port = int('AMBIT_PORT', 0, 65535) ?? c.port;
   const mp = str('AMBIT_METRICS_PORT');
   c.metricsPort = mp === 'off' ? null : (int('AMBIT_METRICS_PORT', 0, 65535) ?? c.metricsPort);
-  const wp = str('AMBIT_WEBSOCKET_PORT');
-  c.websocketPort = wp === 'off' ? null : (int('AMBIT_WEBSOCKET_PORT', 0, 65535) ?? c.websocketPort);
+  const wp = str('AMBIT_WEB_PORT');
+  c.webPort = wp === 'off' ? null : (int('AMBIT_WEB_PORT', 0, 65535) ?? c.webPort);
+  const origins = str('AMBIT_WEB_ORIGINS');
+  if (origins !== undefined) {
+    c.webOrigins = origins.split(',').map((o) => o.trim()).filter((o) => o !== '');
+    const bad = c.webOrigins.find((o) => o !== '*' && !/^https?:\/\/[^/\s]+$/.test(o));
+    if (bad !== undefined) throw new Error(`config: AMBIT_WEB_ORIGINS must be '*' or origins such as https://app.example.com (scheme and host, no path), got ${JSON.stringify(bad)}`);
+  }
   c.redisUrl = str('REDIS_URL') ?? null;
   if (c.redisUrl !== null && !/^rediss?:\/\//.test(c.redisUrl)) throw new Error(`config: REDIS_URL must start with redis:// or rediss://, got ${JSON.stringify(c.redisUrl)}`);
   c.redisPrefix = str('AMBIT_REDIS_PREFIX') ?? c.redisPrefix;
@@ -427,6 +436,6 @@ export function checkConfig(c: ServerConfig): void {
   const cap = c.maxSubscriptionsPerDevice;
   if (!Number.isSafeInteger(cap) || cap < 1) throw new Error(`config: maxSubscriptionsPerDevice must be an integer >= 1, got ${String(cap)}`);
   if (c.tlsClientScopes !== null && (c.tls?.clientCa ?? null) === null) throw new Error('config: AMBIT_TLS_CLIENT_SCOPES needs AMBIT_TLS_CLIENT_CA (only a verified client certificate can stand in for a token)');
-  const ws = c.websocketPort;
-  if (ws !== null && ws !== 0 && (ws === c.port || ws === c.metricsPort)) throw new Error(`config: AMBIT_WEBSOCKET_PORT ${ws} is taken by ${ws === c.port ? 'AMBIT_PORT' : 'AMBIT_METRICS_PORT'}`);
+  const ws = c.webPort;
+  if (ws !== null && ws !== 0 && (ws === c.port || ws === c.metricsPort)) throw new Error(`config: AMBIT_WEB_PORT ${ws} is taken by ${ws === c.port ? 'AMBIT_PORT' : 'AMBIT_METRICS_PORT'}`);
 }

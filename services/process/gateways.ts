@@ -26,8 +26,8 @@ export interface GatewayNode {
   readonly config: ServerConfig;
   /** The shared gRPC port, once every worker listens. */
   readonly port: number;
-  /** The shared WebSocket port of device streams (AMBIT_WEBSOCKET_PORT), null when off. */
-  readonly websocketPort: number | null;
+  /** The shared WebSocket port of device streams (AMBIT_WEB_PORT), null when off. */
+  readonly webPort: number | null;
   /** The matcher's metrics port (role all), null otherwise. */
   readonly metricsPort: number | null;
   /** Issues tokens with the secret every worker checks (dev mode prints some). */
@@ -105,7 +105,7 @@ export async function startGatewayNode(config: ServerConfig, env: NodeJS.Process
   const workers: (Worker | null)[] = new Array(n).fill(null);
   let stopping = false;
   let port = -1;
-  let websocketPort: number | null = null;
+  let webPort: number | null = null;
   const restarts = new Array<number>(n).fill(0);
   const fork = (i: number): Promise<void> => {
     const w = cluster.fork(workerEnv(i));
@@ -126,10 +126,10 @@ export async function startGatewayNode(config: ServerConfig, env: NodeJS.Process
     return new Promise<void>((resolve, reject) => {
       // The worker says where it listens once its gRPC server is bound (main.ts).
       w.on('message', (m: unknown) => {
-        const msg = m as { ambit?: string; port?: number; metricsPort?: number | null; websocketPort?: number | null };
+        const msg = m as { ambit?: string; port?: number; metricsPort?: number | null; webPort?: number | null };
         if (msg?.ambit !== 'listening' || typeof msg.port !== 'number') return;
         port = msg.port;
-        websocketPort = typeof msg.websocketPort === 'number' ? msg.websocketPort : null;
+        webPort = typeof msg.webPort === 'number' ? msg.webPort : null;
         plog.info({ worker: i, pid: w.process.pid, port: msg.port, metricsPort: msg.metricsPort ?? null }, `gateway worker ${i} listening`);
         resolve();
       });
@@ -166,12 +166,12 @@ export async function startGatewayNode(config: ServerConfig, env: NodeJS.Process
     await stop();
     throw err;
   }
-  plog.info({ port, websocketPort, gateways: n, role: config.role }, `${n} gateway workers listening on ${config.host}:${port}${websocketPort === null ? '' : `; device streams over WebSocket on ${config.host}:${websocketPort}`}`);
+  plog.info({ port, webPort, gateways: n, role: config.role }, `${n} gateway workers listening on ${config.host}:${port}${webPort === null ? '' : `; device streams over WebSocket on ${config.host}:${webPort}`}`);
   let stopped: Promise<void> | null = null;
   return {
     config,
     port,
-    websocketPort,
+    webPort,
     metricsPort: matcher?.metricsPort ?? null,
     authority: new TokenAuthority(secret),
     pids: () => workers.map((w) => w?.process.pid ?? -1),

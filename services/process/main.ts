@@ -63,7 +63,7 @@ async function main(): Promise<void> {
         `Try: npm run demo -- --server ${config.host}:${server.port} --secret ${secret}\n\n`,
     );
   }
-  if (isGatewayWorker() && server.port !== null) process.send?.({ ambit: 'listening', port: server.port, metricsPort: server.metricsPort, websocketPort: server.websocketPort });
+  if (isGatewayWorker() && server.port !== null) process.send?.({ ambit: 'listening', port: server.port, metricsPort: server.metricsPort, webPort: server.webPort });
   let stopping = false;
   const stop = (signal: string, fromSignal = true) => {
     if (stopping) {

@@ -31,7 +31,8 @@ import cluster from 'node:cluster';
 import { Readiness } from './readiness.js';
 import { Dashboard } from './dashboard.js';
 import { DeviceExpiry, type SeenTracker } from '../edge/seen.js';
-import { startWsServer } from '../edge/ws-server.js';
+import { plainAnswer, startWsServer } from '../edge/ws-server.js';
+import { connectHandler, withCors } from '../edge/connect-edge.js';
 
 /** The largest request message the server takes (grpc-js and the gateway's own device streams alike). */
 const MAX_RECEIVE_BYTES = 4 * 1024 * 1024;
@@ -42,7 +43,7 @@ export interface RunningServer {
   readonly port: number | null;
   readonly metricsPort: number | null;
   /** The WebSocket port of device streams (null: off, or no gateway here). */
-  readonly websocketPort: number | null;
+  readonly webPort: number | null;
   readonly authority: TokenAuthority | null;
   readonly hub: Hub | null;
   /** Engine in use and why (matcher-holding roles). */
@@ -205,7 +206,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
     let gatewayRef: Gateway | null = null;
     let port: number | null = null;
     let deviceStreams: RunningServer['deviceStreams'] = null;
-    let websocketPort: number | null = null;
+    let webPort: number | null = null;
     if (hub !== null && options.grpc !== false) {
       const secret = config.tokenSecret ?? randomBytes(32).toString('base64url');
       // An identity provider's keys: read before the port opens. When they cannot be read (the
@@ -273,10 +274,17 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
       const ownStreams = gateway.takeOverDeviceStreams(server);
       deviceStreams = ownStreams ? 'http2' : 'grpc-js';
       if (config.deviceStreams === 'http2' && !ownStreams) log.child({ component: 'server' }).warn('device streams stay with grpc-js: its HTTP/2 servers were not found (a grpc-js upgrade changed its shape)');
-      if (config.websocketPort !== null) {
+      if (config.webPort !== null) {
         // Closed after the gRPC cleanup below has drained the sessions (cleanups run last first).
-        const ws = await startWsServer({ host: config.host, port: config.websocketPort, tls: config.tls, maxPayload: MAX_RECEIVE_BYTES + 1, onStream: (socket, credentials, req) => gateway.connectWs(socket, credentials, req.socket) });
-        websocketPort = ws.port;
+        const ws = await startWsServer({
+          host: config.host,
+          port: config.webPort,
+          tls: config.tls,
+          maxPayload: MAX_RECEIVE_BYTES + 1,
+          onRequest: withCors(config.webOrigins, connectHandler(gateway, MAX_RECEIVE_BYTES, plainAnswer)),
+          onStream: (socket, credentials, req) => gateway.connectWs(socket, credentials, req.socket),
+        });
+        webPort = ws.port;
         cleanups.push(() => ws.close(config.shutdownGraceS * 1000));
       }
       cleanups.push(async () => {
@@ -294,7 +302,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
           });
         });
       });
-      log.child({ component: 'server' }).info({ port, metricsPort, websocketPort, tls: config.tls !== null, role: config.role, deviceStreams }, `listening on ${config.host}:${port}${websocketPort === null ? '' : `; device streams over WebSocket on ${config.host}:${websocketPort}`}`);
+      log.child({ component: 'server' }).info({ port, metricsPort, webPort, tls: config.tls !== null, role: config.role, deviceStreams }, `listening on ${config.host}:${port}${webPort === null ? '' : `; device streams over WebSocket on ${config.host}:${webPort}`}`);
     }
     // Stopping: unready first, before anything closes.
     cleanups.push(async () => readiness.drain());
@@ -304,7 +312,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
       config,
       port,
       metricsPort,
-      websocketPort,
+      webPort,
       authority,
       hub,
       engineDetail,

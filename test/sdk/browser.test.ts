@@ -43,7 +43,7 @@ describe('the SDK in a browser: the demo page over WebSocket', { skip: chromiumM
 
   before(async () => {
     demo = await startWebDemo({ devices: DEVICES, rate: 0, walk: false, radiusM: 500 });
-    proxy = await TcpProxy.start(demo.server.websocketPort!);
+    proxy = await TcpProxy.start(demo.server.webPort!);
     demo.wsUrl = `ws://${proxy.address}`;
     browser = await launchChromium();
     page = await browser.newPage();
@@ -91,6 +91,8 @@ describe('the SDK in a browser: the demo page over WebSocket', { skip: chromiumM
     for (const d of DEVICES) assert.deepEqual(s.devices[d.id].received, want[d.id], d.id);
     // The page shows them too.
     assert.equal(await page.locator('li[data-event="b-between"]').count(), 2);
+    // The device's unary call from the page: Connect on the web port, from another origin (CORS).
+    assert.deepEqual(await page.evaluate(() => (window.demo.devices['web-centre'] as unknown as { list(): Promise<string[]> }).list()), ['accidents']);
     assert.deepEqual(s.errors, []);
   });
 

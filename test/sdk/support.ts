@@ -17,13 +17,13 @@ export interface TestServer {
 }
 
 export async function startTestServer(): Promise<TestServer> {
-  const server = await startServer({ port: 0, metricsPort: null, websocketPort: 0, engine: 'fast', dev: true, shutdownGraceS: 1 });
+  const server = await startServer({ port: 0, metricsPort: null, webPort: 0, engine: 'fast', dev: true, shutdownGraceS: 1 });
   const authority = server.authority!;
   const token = (subject: string, scopes: string[] = [SCOPES.device]) => authority.issue({ subject, scopes, ttlSeconds: 600 });
   return {
     server,
     address: `127.0.0.1:${server.port}`,
-    wsAddress: `ws://127.0.0.1:${server.websocketPort}`,
+    wsAddress: `ws://127.0.0.1:${server.webPort}`,
     token,
     opsToken: token('test-ops', [SCOPES.ops]),
     publishToken: token('test-publisher', [SCOPES.publish]),

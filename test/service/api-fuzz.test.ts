@@ -90,7 +90,7 @@ describe('api fuzz: mutated and random requests', () => {
   }
 
   before(async () => {
-    srv = await startTestServer({ websocketPort: 0 });
+    srv = await startTestServer({ webPort: 0 });
     clients = srv.clients();
     devMd = srv.meta('dev-f', ['device']);
     fleetMd = srv.meta('dev-f', ['device', 'location:any']);
@@ -250,7 +250,7 @@ describe('api fuzz: mutated and random requests', () => {
     const codes = new Map<string, number>();
     const rounds = Math.max(1, Math.floor(ROUNDS / 3));
     for (let r = 0; r < rounds; r++) {
-      const d = await WsDevice.open(srv.server.websocketPort!, { token: srv.token(`dev-wz${r % 4}`, ['device']) });
+      const d = await WsDevice.open(srv.server.webPort!, { token: srv.token(`dev-wz${r % 4}`, ['device']) });
       d.sendRaw(framed(rng.chance(0.9) ? hello : mutate(rng, Buffer.from(hello))));
       for (let k = 0, n = 1 + rng.int(3); k < n; k++) {
         const x = rng.next();
@@ -270,7 +270,7 @@ describe('api fuzz: mutated and random requests', () => {
     // Garbage below the messages: random bytes as WebSocket frames after a valid upgrade. The
     // server closes that connection and serves the next.
     for (let r = 0; r < 20; r++) {
-      const sock = net.connect(srv.server.websocketPort!, '127.0.0.1');
+      const sock = net.connect(srv.server.webPort!, '127.0.0.1');
       const closed = new Promise<void>((resolve) => sock.on('close', () => resolve()));
       sock.on('error', () => {});
       const upgraded = new Promise<void>((resolve) => sock.once('data', () => resolve()));
@@ -280,7 +280,7 @@ describe('api fuzz: mutated and random requests', () => {
       sock.end();
       await closed;
     }
-    const ok = await WsDevice.open(srv.server.websocketPort!, { token: srv.token('dev-wz-after', ['device']) });
+    const ok = await WsDevice.open(srv.server.webPort!, { token: srv.token('dev-wz-after', ['device']) });
     ok.send({ message: { case: 'hello', value: { resumeToken: '' } } });
     await ok.next('welcome');
     ok.halfClose();

@@ -67,9 +67,9 @@ for (const mode of ['redis', 'embedded', 'embedded with 2 fan-out shards', 'embe
   before(async () => {
     if (mode === 'redis') redis = await startRedisServer();
     const shards: Record<string, string> = mode === 'embedded with 2 fan-out shards' ? { AMBIT_FANOUT_SHARDS: '2' } : mode === 'embedded with 3 hub partitions' ? { AMBIT_PARTITIONS: '3' } : {};
-    node = await startAmbit({ ...(redis === null ? {} : { REDIS_URL: redis.url }), ...shards, AMBIT_GATEWAYS: '2', AMBIT_TOKEN_SECRET: SECRET, AMBIT_ENGINE: 'fast', AMBIT_METRICS_PORT: '0', AMBIT_WEBSOCKET_PORT: '0' }, [], 30_000);
+    node = await startAmbit({ ...(redis === null ? {} : { REDIS_URL: redis.url }), ...shards, AMBIT_GATEWAYS: '2', AMBIT_TOKEN_SECRET: SECRET, AMBIT_ENGINE: 'fast', AMBIT_METRICS_PORT: '0', AMBIT_WEB_PORT: '0' }, [], 30_000);
     const up = await node.waitForLog((l) => l.component === 'gateways' && l.gateways === 2, 30_000);
-    wsPort = up.websocketPort as number;
+    wsPort = up.webPort as number;
     assert.ok(wsPort > 0, 'the workers share a WebSocket port');
     // The device logs live in the shards: the node said it started them.
     if ('AMBIT_FANOUT_SHARDS' in shards) await node.waitForLog((l) => l.component === 'gateways' && l.shards === 2, 1);

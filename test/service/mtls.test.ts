@@ -63,7 +63,7 @@ describe('mutual TLS', { timeout: 60_000 }, () => {
   const wsEnd = (srv: TestServer, who: Pem | null, token: string | null): Promise<unknown> =>
     new Promise((resolve, reject) => {
       const protocols = [WS_SUBPROTOCOL, ...(token === null ? [] : [`${WS_BEARER_PREFIX}${token}`])];
-      const ws = new WebSocket(`wss://localhost:${srv.server.websocketPort}${WS_PATH}`, protocols, { ca: server.cert, ...(who === null ? {} : { cert: who.cert, key: who.key }) });
+      const ws = new WebSocket(`wss://localhost:${srv.server.webPort}${WS_PATH}`, protocols, { ca: server.cert, ...(who === null ? {} : { cert: who.cert, key: who.key }) });
       ws.on('error', reject);
       ws.on('open', () => ws.send(Buffer.from([FLAG_END])));
       ws.on('message', (data: Buffer) => {
@@ -73,7 +73,7 @@ describe('mutual TLS', { timeout: 60_000 }, () => {
 
   it('required: the handshake refuses no certificate and a foreign one; a verified one stands in for a token with its scopes', async (t) => {
     if (opensslMissing !== '') return t.skip(opensslMissing);
-    const srv = await startTestServer({ tls: { cert: server.cert, key: server.key, clientCa: clientCa.cert, requireClientCert: true }, tlsClientScopes: ['publish', 'device', 'location:any'], websocketPort: 0 });
+    const srv = await startTestServer({ tls: { cert: server.cert, key: server.key, clientCa: clientCa.cert, requireClientCert: true }, tlsClientScopes: ['publish', 'device', 'location:any'], webPort: 0 });
     try {
       const opsMd = srv.meta('ops', ['ops']);
       const deadline = () => ({ deadline: Date.now() + 3000 });

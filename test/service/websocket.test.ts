@@ -1,6 +1,6 @@
 /**
  * Device streams over WebSocket (services/edge/ws-device-stream.ts, ws-server.ts): a real `ws`
- * client against a node with AMBIT_WEBSOCKET_PORT, publishing through gRPC. The same session as a
+ * client against a node with AMBIT_WEB_PORT, publishing through gRPC. The same session as a
  * gRPC stream (welcome, replies, notifications, acks, resume after a dropped socket), the
  * credentials (header or subprotocol, once), the framing rules (binary, a flags byte, the end of
  * stream in Connect's JSON shape), flow control for a client that stops reading, and the drain
@@ -47,9 +47,9 @@ describe('websocket device streams', () => {
   const eventIds = (d: WsDevice) => d.notifications().map((m) => (m.message.case === 'notification' ? m.message.value.event!.id : ''));
 
   before(async () => {
-    srv = await startTestServer({ websocketPort: 0 });
-    assert.ok(srv.server.websocketPort !== null && srv.server.websocketPort > 0, 'the node listens for WebSocket device streams');
-    wsPort = srv.server.websocketPort;
+    srv = await startTestServer({ webPort: 0 });
+    assert.ok(srv.server.webPort !== null && srv.server.webPort > 0, 'the node listens for WebSocket device streams');
+    wsPort = srv.server.webPort;
     clients = srv.clients();
     pubMd = srv.meta('pub', ['publish']);
   });
@@ -198,15 +198,15 @@ describe('websocket device streams', () => {
   });
 
   it('shutdown ends every stream UNAVAILABLE with its end of stream, then closes the port', async () => {
-    const own = await startTestServer({ websocketPort: 0 });
+    const own = await startTestServer({ webPort: 0 });
     const token = own.token('ws-bye', ['device']);
-    const d = await WsDevice.open(own.server.websocketPort!, { token });
+    const d = await WsDevice.open(own.server.webPort!, { token });
     d.send({ message: { case: 'hello', value: { resumeToken: '' } } });
     await d.next('welcome');
     await own.stop();
     const end = await d.ended();
     assert.equal(end.error?.code, 'unavailable');
     assert.match(end.error?.message ?? '', /shutting down/);
-    await assert.rejects(WsDevice.open(own.server.websocketPort!, { token }));
+    await assert.rejects(WsDevice.open(own.server.webPort!, { token }));
   });
 });

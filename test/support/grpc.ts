@@ -75,7 +75,7 @@ export async function startHubServer(hub: Hub, secret = 'hub-server-test-secret-
     config: { ...DEFAULT_CONFIG, host: '127.0.0.1', port, metricsPort },
     port,
     metricsPort,
-    websocketPort: null,
+    webPort: null,
     authority,
     hub,
     engineDetail: 'test hub',
