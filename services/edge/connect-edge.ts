@@ -19,6 +19,7 @@ import { OpsService } from '../../api/gen/ambit/v1/ops_pb.js';
 import { PublisherService } from '../../api/gen/ambit/v1/publisher_pb.js';
 import { BadRequestSchema, RetryInfoSchema } from '../../api/gen/google/rpc/error_details_pb.js';
 import { type StatusInfo, asciiField } from './convert.js';
+import { WS_PATH } from '../../api/websocket.js';
 import { type Gateway, UNARY, type UnaryImpl } from './gateway.js';
 
 /** Connect's error codes are gRPC's numbers. */
@@ -73,7 +74,9 @@ export function connectHandler(gateway: Gateway, maxBytes: number, fallback: (re
       router.service(service, impl as never);
     }
   };
-  return connectNodeAdapter({ routes, connect: true, grpcWeb: true, grpc: false, readMaxBytes: maxBytes, fallback: fallback as unknown as Fallback });
+  const adapter = connectNodeAdapter({ routes, connect: true, grpcWeb: true, grpc: false, readMaxBytes: maxBytes, fallback: fallback as unknown as Fallback });
+  // The device stream's path is the WebSocket's: a plain request there is told to upgrade.
+  return (req, res) => ((req.url ?? '').split('?')[0] === WS_PATH ? fallback(req, res) : adapter(req, res));
 }
 
 /** What a browser on another origin may send and read (Connect, gRPC-Web and Ambit's own headers). */
