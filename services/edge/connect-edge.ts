@@ -12,7 +12,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { DescService } from '@bufbuild/protobuf';
-import { Code, ConnectError, type ConnectRouter, type HandlerContext } from '@connectrpc/connect';
+import { Code, ConnectError, type ConnectRouter, type HandlerContext, createContextKey, createContextValues } from '@connectrpc/connect';
 import { connectNodeAdapter } from '@connectrpc/connect-node';
 import { DeviceService } from '../../api/gen/ambit/v1/device_pb.js';
 import { OpsService } from '../../api/gen/ambit/v1/ops_pb.js';
@@ -21,6 +21,9 @@ import { BadRequestSchema, RetryInfoSchema } from '../../api/gen/google/rpc/erro
 import { type StatusInfo, asciiField } from './convert.js';
 import { WS_PATH } from '../../api/websocket.js';
 import { type Gateway, UNARY, type UnaryImpl } from './gateway.js';
+
+/** The request's socket (its TLS client certificate, under mutual TLS). */
+const SOCKET = createContextKey<unknown>(null);
 
 /** Connect's error codes are gRPC's numbers. */
 function connectError(s: StatusInfo): ConnectError {
@@ -65,7 +68,7 @@ export function connectHandler(gateway: Gateway, maxBytes: number, fallback: (re
         const path = `/${service.typeName}/${service.method[name as keyof typeof service.method]?.name ?? name}`;
         impl[name] = async (req, ctx) => {
           try {
-            return await gateway.runUnary(u, req, authorizationValues(ctx), path, () => ctx.signal.aborted);
+            return await gateway.runUnary(u, req, authorizationValues(ctx), path, () => ctx.signal.aborted, ctx.values.get(SOCKET));
           } catch (s) {
             throw connectError(s as StatusInfo);
           }
@@ -74,7 +77,15 @@ export function connectHandler(gateway: Gateway, maxBytes: number, fallback: (re
       router.service(service, impl as never);
     }
   };
-  const adapter = connectNodeAdapter({ routes, connect: true, grpcWeb: true, grpc: false, readMaxBytes: maxBytes, fallback: fallback as unknown as Fallback });
+  const adapter = connectNodeAdapter({
+    routes,
+    connect: true,
+    grpcWeb: true,
+    grpc: false,
+    readMaxBytes: maxBytes,
+    fallback: fallback as unknown as Fallback,
+    contextValues: (req) => createContextValues().set(SOCKET, req.socket),
+  });
   // The device stream's path is the WebSocket's: a plain request there is told to upgrade.
   return (req, res) => ((req.url ?? '').split('?')[0] === WS_PATH ? fallback(req, res) : adapter(req, res));
 }

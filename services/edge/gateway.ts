@@ -394,12 +394,13 @@ export class Gateway implements SessionHost {
 
   /**
    * A unary call of the web port (Connect or gRPC-Web, connect-edge.ts): the same checks and work
-   * as over gRPC. `authorization`: every value of the header; `path` names the call in the log.
+   * as over gRPC. `authorization`: every value of the header; `path` names the call in the log;
+   * `socket`: the request's (its verified client certificate stands in for a token as on gRPC).
    * Resolves with the response, or rejects with the StatusInfo to answer.
    */
-  async runUnary(u: UnaryImpl, request: unknown, authorization: readonly string[], path: string, cancelled: () => boolean): Promise<unknown> {
+  async runUnary(u: UnaryImpl, request: unknown, authorization: readonly string[], path: string, cancelled: () => boolean, socket: unknown = null): Promise<unknown> {
     try {
-      const p = this.authorize(authorization, u.scope, null);
+      const p = this.authorize(authorization, u.scope, this.opts.certScopes === null ? null : peerOfSocket(socket));
       return await u.run(request, p, { get cancelled() { return cancelled(); }, getPath: () => path } as unknown as grpc.ServerUnaryCall<unknown, unknown>);
     } catch (err) {
       throw this.reject(err, path);

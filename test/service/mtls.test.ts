@@ -15,6 +15,9 @@ import * as grpc from '@grpc/grpc-js';
 import { WebSocket } from 'ws';
 import { WS_PATH, WS_SUBPROTOCOL, WS_BEARER_PREFIX, FLAG_END } from '../../api/websocket.js';
 import { configFromEnv } from '../../services/process/config.js';
+import { createClient } from '@connectrpc/connect';
+import { createConnectTransport } from '@connectrpc/connect-node';
+import { PublisherService } from '../../api/gen/ambit/v1/publisher_pb.js';
 import { type Init, Status, type TestServer, clientStream, expectStatus, rawConnect, startTestServer, unary } from '../support/grpc.js';
 import { create, fromBinary, toBinary } from '@bufbuild/protobuf';
 import { ConnectRequestSchema, ConnectResponseSchema } from '../../api/gen/ambit/v1/device_pb.js';
@@ -103,6 +106,9 @@ describe('mutual TLS', { timeout: 60_000 }, () => {
       await unary(c.device, 'updateLocation', { location: { lat: 45.5, lon: 9.25 } }, new grpc.Metadata());
       const info = (await unary(c.ops, 'getDeviceSubscriptions', { deviceId: 'fleet-1' }, opsMd)) as Init;
       assert.deepEqual([info.location?.lat, info.location?.lon], [45.5, 9.25]);
+      // The web port's Connect calls: the certificate alone, as on gRPC.
+      const web = createClient(PublisherService, createConnectTransport({ baseUrl: `https://localhost:${srv.server.webPort}`, httpVersion: '1.1', nodeOptions: { ca: server.cert, cert: fleet.cert, key: fleet.key } }));
+      assert.equal((await web.publish({ event: { id: 'm-web', position: { lat: 0, lon: 0 }, attributes: {} } })).eventId, 'm-web');
       // Revoking the subject cuts the certificate too.
       await unary(c.ops, 'revokeTokens', { subject: 'fleet-1' }, opsMd);
       await expectStatus(unary(c.publisher, 'publish', { event: event('m-3') }, new grpc.Metadata()), Status.UNAUTHENTICATED);
