@@ -2,7 +2,7 @@
 /**
  * `ambit`: the operators' command line, so running a deployment needs no TypeScript.
  *
- *   ambit token --subject S --scopes device,publish [--ttl SECONDS]   mint a token (AMBIT_TOKEN_SECRET)
+ *   ambit token --subject S --scopes device,publish [--ttl SECONDS] [--tenant T]   mint a token (AMBIT_TOKEN_SECRET)
  *   ambit stats                                                       server totals
  *   ambit device ID                                                   a device's subscriptions, position, connection
  *   ambit move-cells ROW,COL:SHARD ...                                give cells of the shard map to other shards
@@ -24,7 +24,7 @@ import { AmbitError } from '../../sdk/errors.js';
 import { KNOWN_SCOPES, TokenAuthority } from '../edge/auth.js';
 
 const USAGE = `usage: ambit <command> [options]
-  token --subject S --scopes LIST [--ttl SECONDS]   mint a token with AMBIT_TOKEN_SECRET (scopes: ${[...KNOWN_SCOPES].join(', ')})
+  token --subject S --scopes LIST [--ttl SECONDS] [--tenant T]   mint a token with AMBIT_TOKEN_SECRET (scopes: ${[...KNOWN_SCOPES].join(', ')})
   stats                                             the server's totals
   device ID                                         a device's subscriptions, last position and connection
   move-cells ROW,COL:SHARD ...                      give cells of the shard map to other geographic shards
@@ -63,6 +63,7 @@ async function main(argv: string[]): Promise<number> {
         subject: { type: 'string' },
         scopes: { type: 'string' },
         ttl: { type: 'string' },
+        tenant: { type: 'string' },
         metrics: { type: 'string' },
         prefix: { type: 'string' },
         limit: { type: 'string' },
@@ -98,11 +99,11 @@ async function main(argv: string[]): Promise<number> {
     const scopes = v.scopes.split(',').map((x) => x.trim()).filter((x) => x !== '');
     let token: string;
     try {
-      token = new TokenAuthority(secret).issue({ subject: v.subject, scopes, ttlSeconds: ttl });
+      token = new TokenAuthority(secret).issue({ subject: v.subject, scopes, ttlSeconds: ttl, ...(v.tenant === undefined ? {} : { tenant: v.tenant }) });
     } catch (err) {
       throw new Usage(`token: ${err instanceof Error ? err.message.replace(/^auth: /, '') : String(err)}`);
     }
-    out(json, { token, tokenId: new TokenAuthority(secret).verify(token).tokenId, subject: v.subject, scopes, expiresInSeconds: ttl }, () => token);
+    out(json, { token, tokenId: new TokenAuthority(secret).verify(token).tokenId, subject: v.subject, scopes, expiresInSeconds: ttl, ...(v.tenant === undefined ? {} : { tenant: v.tenant }) }, () => token);
     return 0;
   }
 

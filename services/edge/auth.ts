@@ -36,7 +36,16 @@ export interface Principal {
   issuedAt: number;
   /** The token's id (`jti`; '' for tokens minted before ids). */
   tokenId: string;
+  /**
+   * With tenants on (the policy's `tenantClaim`): the token's tenant ('' for none, the default
+   * tenant); `subject` is then `<tenant>/<sub>`, so devices, publishers and revocations of one
+   * tenant never meet another's. '' with tenants off.
+   */
+  tenant?: string;
 }
+
+/** A tenant's name: what follows `tenant:` in its reserved tag and precedes `/` in its ids. */
+export const TENANT_NAME = /^[a-z0-9][a-z0-9._-]{0,47}$/;
 
 /**
  * The revocations in force, for the check every token goes through: a token by its id, or every
@@ -109,6 +118,8 @@ export class AuthError extends Error {
 export interface IssueOptions {
   subject: string;
   scopes: readonly string[];
+  /** The tenant claim (`tenant`) of the gateway's own tokens, for deployments with tenants. */
+  tenant?: string;
   /** Lifetime in seconds (default one day). */
   ttlSeconds?: number;
 }
@@ -142,12 +153,17 @@ export interface TokenPolicy {
   subjectClaim: string;
   /** The claim holding the scopes: a space-separated string or an array of strings. */
   scopeClaim: string;
+  /**
+   * Tenants (AMBIT_TENANT_CLAIM): the claim of a provider's tokens naming the tenant (the
+   * gateway's own tokens use `tenant`); null: tenants off, no claim read.
+   */
+  tenantClaim: string | null;
 }
 
-export const DEFAULT_TOKEN_POLICY: Readonly<TokenPolicy> = Object.freeze({ keys: null, audience: [], issuer: [], clockSkewS: 0, subjectClaim: 'sub', scopeClaim: 'scope' });
+export const DEFAULT_TOKEN_POLICY: Readonly<TokenPolicy> = Object.freeze({ keys: null, audience: [], issuer: [], clockSkewS: 0, subjectClaim: 'sub', scopeClaim: 'scope', tenantClaim: null });
 
 /** The claims of the gateway's own tokens (no audience or issuer: the secret vouches for them). */
-const OWN_TOKENS: Readonly<TokenPolicy> = DEFAULT_TOKEN_POLICY;
+const OWN_TOKENS: Readonly<TokenPolicy> = Object.freeze({ ...DEFAULT_TOKEN_POLICY, tenantClaim: 'tenant' });
 
 export class TokenAuthority {
   private readonly key: Buffer;
@@ -177,7 +193,8 @@ export class TokenAuthority {
     const ttl = o.ttlSeconds ?? 86_400;
     if (!Number.isFinite(ttl) || ttl <= 0) throw new Error(`auth: ttlSeconds must be > 0, got ${ttl}`);
     const iat = Math.floor(this.now());
-    const payload = b64url(Buffer.from(JSON.stringify({ sub: o.subject, scope: o.scopes.join(' '), iat, exp: iat + Math.ceil(ttl), jti: tokenId() })));
+    if (o.tenant !== undefined && !TENANT_NAME.test(o.tenant)) throw new Error(`auth: tenant must match ${TENANT_NAME}, got ${JSON.stringify(o.tenant)}`);
+    const payload = b64url(Buffer.from(JSON.stringify({ sub: o.subject, scope: o.scopes.join(' '), iat, exp: iat + Math.ceil(ttl), jti: tokenId(), ...(o.tenant === undefined ? {} : { tenant: o.tenant }) })));
     return `${HEADER}.${payload}.${this.sign(`${HEADER}.${payload}`)}`;
   }
 
@@ -239,8 +256,18 @@ export class TokenAuthority {
       if (!auds.some((a) => typeof a === 'string' && pol.audience.includes(a))) throw new AuthError('UNAUTHENTICATED', `token audience must be one of ${pol.audience.join(', ')}`);
     }
     if (pol.issuer.length > 0 && !(typeof claims.iss === 'string' && pol.issuer.includes(claims.iss))) throw new AuthError('UNAUTHENTICATED', `token issuer must be one of ${pol.issuer.join(', ')}`);
+    // Tenants: the tenant claim qualifies the subject; a malformed one is a malformed token.
+    let tenant = '';
+    if (this.policy.tenantClaim !== null) {
+      const t = claims[own ? 'tenant' : this.policy.tenantClaim];
+      if (t !== undefined && t !== null && t !== '') {
+        if (typeof t !== 'string' || !TENANT_NAME.test(t)) throw new AuthError('UNAUTHENTICATED', `token claims are malformed (${own ? 'tenant' : this.policy.tenantClaim} must be a tenant name: lower-case letters, digits, '.', '_' and '-', 1 to 48 characters)`);
+        tenant = t;
+      }
+    }
     const principal: Principal = {
-      subject,
+      subject: tenant === '' ? subject : `${tenant}/${subject}`,
+      tenant,
       scopes: typeof scope === 'string' ? scopeSet(scope) : new Set(scope as string[]),
       expiresAt,
       issuedAt: isTime(claims.iat) ? Math.floor(claims.iat) : 0,

@@ -86,6 +86,29 @@ function constraint(field: string, c: Constraint): MConstraint {
   return out;
 }
 
+/**
+ * Tags beginning with `tenant:` are reserved (docs/service.md "Tenants"): with tenants on, the
+ * gateway puts `tenant:<name>` on every event and filter of a tenant. Refused in what a client
+ * sends (whether tenants are on or not), and never delivered or listed.
+ */
+export const TENANT_TAG = 'tenant:';
+
+/** Refuses a reserved tag among `tags` (normal form) of `field`. */
+function refuseReserved(field: string, tags: readonly string[] | undefined): void {
+  if (tags === undefined) return;
+  for (let i = 0; i < tags.length; i++) {
+    if (tags[i].startsWith(TENANT_TAG)) throw new ValidationError(`${field}.tags[${i}]`, `must not begin with "${TENANT_TAG}" (reserved for tenants), got ${show(tags[i])}`);
+  }
+}
+
+/** The tags a client sees: the reserved ones left out. */
+function shownTags(tags: readonly string[] | undefined): string[] {
+  if (tags === undefined) return [];
+  let reserved = false;
+  for (const t of tags) if (t.startsWith(TENANT_TAG)) reserved = true;
+  return reserved ? tags.filter((t) => !t.startsWith(TENANT_TAG)) : (tags as string[]);
+}
+
 function filter(field: string, f: Filter, limits: Limits): MFilter {
   if (f.constraints.length > limits.maxConstraintsPerFilter) {
     throw new ValidationError(`${field}.constraints`, `must have at most ${limits.maxConstraintsPerFilter} constraints, got ${f.constraints.length}`);
@@ -105,7 +128,10 @@ export function toSubscription(field: string, device: string, s: Subscription | 
   if (s.pattern !== undefined) {
     if (s.filters.length > 0) throw new ValidationError(`${field}.filters`, 'must be empty in a pattern subscription (its filters are in its pattern)');
     const pattern = toPattern(`${field}.pattern`, s.pattern, limits);
-    wireNames(() => validatePatternSubscription({ id: s.id, owner: device, pattern }, limits, DEFAULT_PATTERN_LIMITS, field));
+    const checked = wireNames(() => validatePatternSubscription({ id: s.id, owner: device, pattern }, limits, DEFAULT_PATTERN_LIMITS, field));
+    checked.pattern.steps.forEach((x, i) => refuseReserved(`${field}.pattern.steps[${i}].filter`, x.filter.tags));
+    (checked.pattern.negations ?? []).forEach((x, i) => refuseReserved(`${field}.pattern.negations[${i}].filter`, x.filter.tags));
+    (checked.pattern.aggregates ?? []).forEach((x, i) => refuseReserved(`${field}.pattern.aggregates[${i}].filter`, x.filter.tags));
     return { id: s.id, filters: [], pattern };
   }
   if (s.filters.length > limits.maxFiltersPerSubscription) {
@@ -117,6 +143,7 @@ export function toSubscription(field: string, device: string, s: Subscription | 
   for (let i = 0; i < model.filters.length; i++) {
     const f = model.filters[i];
     if (f.tags === undefined) continue;
+    refuseReserved(`${field}.filters[${i}]`, valid.filters[i].tags);
     if (valid.filters[i].tags.length === 0) delete f.tags;
     else f.tags = [...valid.filters[i].tags];
   }
@@ -236,6 +263,7 @@ export function toEvent(field: string, e: Event | undefined, limits: Limits, new
   const valid = wireNames(() => validateEvent({ ...model, attributes: { ...attributes } }, limits, field));
   // Tags travel and are delivered in their normal form (T2).
   if (model.tags !== undefined) {
+    refuseReserved(field, valid.tags);
     if (valid.tags.length === 0) delete model.tags;
     else model.tags = valid.tags as string[];
   }
@@ -275,7 +303,7 @@ function fromFilter(f: MFilter) {
   return {
     constraints: f.constraints.map((c) => ({ name: c.name, op: OP_NUMBERS.get(c.op)!, value: c.value === undefined || c.value === null ? undefined : toValue(c.value) })),
     area: f.area === undefined || f.area === null ? undefined : { radiusM: f.area.radiusM, center: f.area.center ?? undefined },
-    tags: f.tags ?? [],
+    tags: shownTags(f.tags),
   };
 }
 
@@ -310,7 +338,10 @@ export function fromEvent(e: MEvent): Event {
   // Built without a prototype: an attribute may be called "__proto__".
   const attributes: Record<string, Value> = Object.create(null) as Record<string, Value>;
   for (const [k, v] of Object.entries(e.attributes)) attributes[k] = toValue(v);
-  return create(EventSchema, { id: e.id, position: { lat: e.lat, lon: e.lon }, radiusM: e.radiusM ?? 0, attributes, tags: e.tags ?? [], time: e.timeMs === undefined ? undefined : timestampFromMs(e.timeMs) });
+  // A tenant's event: its id as its publisher gave it (without "<tenant>/"), its tags without the reserved one.
+  const tenant = e.tags?.find((t) => t.startsWith(TENANT_TAG))?.slice(TENANT_TAG.length) ?? '';
+  const id = tenant !== '' && e.id.startsWith(`${tenant}/`) ? e.id.slice(tenant.length + 1) : e.id;
+  return create(EventSchema, { id, position: { lat: e.lat, lon: e.lon }, radiusM: e.radiusM ?? 0, attributes, tags: shownTags(e.tags), time: e.timeMs === undefined ? undefined : timestampFromMs(e.timeMs) });
 }
 
 /** Wire form of each event, built once however many devices it reaches (the embedded hub shares the object). */

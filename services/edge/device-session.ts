@@ -12,7 +12,7 @@ import { isMalformed } from '../../api/rpc.js';
 import type { Principal } from './auth.js';
 import { ApiError, type StatusInfo, requestStatus, toSubscription } from './convert.js';
 import { notificationFrame } from './notification-frame.js';
-import { type Delivery, type DrainableInbox, type Hub, type Inbox, type LocationWriter, compareDeliveryIds, parseDeliveryId } from '../hub/port.js';
+import { type Delivery, type DeviceSubscription, type DrainableInbox, type Hub, type Inbox, type LocationWriter, compareDeliveryIds, parseDeliveryId } from '../hub/port.js';
 import type { Logger } from 'pino';
 import type { Counters } from './counters.js';
 import type { SeenTracker } from './seen.js';
@@ -40,6 +40,8 @@ export interface SessionHost {
   readonly seen: SeenTracker | null;
   /** The gateway's rate limits (a device's locations and subscription changes). */
   readonly limiter: RateLimiter;
+  /** A subscription in the principal's tenant (the tenant's tag on its filters; as given with tenants off). */
+  tenantSubscription(sub: DeviceSubscription, p: Principal, field: string): DeviceSubscription;
 }
 
 type Phase = 'hello' | 'opening' | 'open' | 'closed';
@@ -366,13 +368,13 @@ export class DeviceSession implements Expiring, StreamListener {
       case 'subscribe': {
         const { requestId, subscription } = m.value;
         if (this.changeLimited('subscribe', requestId)) return;
-        this.enqueue(this.chain.then(() => this.request('subscribe', requestId, async () => hub.addSubscription(device, toSubscription('subscription', device, subscription, limits)))));
+        this.enqueue(this.chain.then(() => this.request('subscribe', requestId, async () => hub.addSubscription(device, this.host.tenantSubscription(toSubscription('subscription', device, subscription, limits), this.principal, 'subscription')))));
         return;
       }
       case 'replace': {
         const { requestId, subscription } = m.value;
         if (this.changeLimited('replace', requestId)) return;
-        this.enqueue(this.chain.then(() => this.request('replace', requestId, async () => hub.replaceSubscription(device, toSubscription('subscription', device, subscription, limits)))));
+        this.enqueue(this.chain.then(() => this.request('replace', requestId, async () => hub.replaceSubscription(device, this.host.tenantSubscription(toSubscription('subscription', device, subscription, limits), this.principal, 'subscription')))));
         return;
       }
       case 'unsubscribe': {

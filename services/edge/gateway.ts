@@ -16,9 +16,11 @@ import {
   fromSubscription,
   position,
   statusOf,
+  TENANT_TAG,
   toEvent,
   toServiceError,
 } from './convert.js';
+import { ValidationError } from '../../src/model/errors.js';
 import {
   type ConnectRequest,
   type ConnectResponse,
@@ -31,7 +33,7 @@ import {
 } from '../../api/gen/ambit/v1/device_pb.js';
 import { OpsService, GetDeviceSubscriptionsResponseSchema, type GetDeviceSubscriptionsRequest, GetStatsResponseSchema, type MoveCellsRequest, MoveCellsResponseSchema, DrainGatewayResponseSchema, type DeleteSubscriptionRequest, DeleteSubscriptionResponseSchema, type ListDevicesRequest, ListDevicesResponseSchema, type PurgeDeviceRequest, PurgeDeviceResponseSchema, type RevokeTokensRequest, RevokeTokensResponseSchema } from '../../api/gen/ambit/v1/ops_pb.js';
 import { type BulkPublishRequest, BulkPublishResponseSchema, type PublishRequest, PublishResponseSchema, PublisherService } from '../../api/gen/ambit/v1/publisher_pb.js';
-import { type Hub, MAX_DEVICE_PAGE, type PublishResult, type Revocation } from '../hub/port.js';
+import { type DeviceSubscription, type Hub, MAX_DEVICE_PAGE, type PublishResult, type Revocation } from '../hub/port.js';
 import { DeviceSession, type SessionHost } from './device-session.js';
 import { encodedEvent } from './notification-frame.js';
 import { type DeviceStream, GrpcJsDeviceStream } from './device-stream.js';
@@ -82,6 +84,13 @@ export interface GatewayOptions {
   certScopes: ReadonlySet<string> | null;
   /** Rate limits (rate-limits.ts): a device's locations and subscription changes, a publisher's events. */
   rateLimits: RateLimits;
+  /**
+   * Tenants (the token authority reads the tenant claim): every event and filter of a tenant gets
+   * the reserved tag `tenant:<name>` (the default tenant's `tenant:`), its events' ids `<name>/`
+   * before them, so one tenant's events reach only its own devices; tenant operators see their
+   * tenant's devices only.
+   */
+  tenants: boolean;
 }
 
 export const DEFAULT_GATEWAY_OPTIONS: Readonly<GatewayOptions> = Object.freeze({
@@ -97,6 +106,7 @@ export const DEFAULT_GATEWAY_OPTIONS: Readonly<GatewayOptions> = Object.freeze({
   revocationKeepDays: 30,
   certScopes: null,
   rateLimits: NO_RATE_LIMITS,
+  tenants: false,
 });
 
 const CONNECT_PATH = `/${DeviceService.typeName}/${DeviceService.method.connect.name}`;
@@ -180,7 +190,7 @@ export class Gateway implements SessionHost {
       },
       publisher: {
         publish: this.unary<PublishRequest>(SCOPES.publish, async (req, p, call) => {
-          const event = toEvent('event', req.event, this.limits, randomUUID);
+          const event = this.ofTenant(toEvent('event', req.event, this.limits, randomUUID), p, 'event');
           await this.limiter.publish(p.subject, 1);
           if (call.cancelled) throw new ApiError(grpc.status.CANCELLED, 'call ended before the event was published');
           if (this.hub.forwardsEvents) encodedEvent(event);
@@ -190,12 +200,13 @@ export class Gateway implements SessionHost {
           this.counters.eventsPublished++;
           this.recentEvents.record(event.lat, event.lon, Date.now());
           if (r.duplicate !== true) this.counters.subscriptionsReached += r.reached;
-          return create(PublishResponseSchema, { eventId: r.eventId, reached: BigInt(r.reached), duplicate: r.duplicate === true });
+          return create(PublishResponseSchema, { eventId: this.tenantLocal(p, r.eventId), reached: BigInt(r.reached), duplicate: r.duplicate === true });
         }),
         bulkPublish: (call: grpc.ServerReadableStream<BulkPublishRequest, unknown>, cb: grpc.sendUnaryData<unknown>) => this.bulkPublish(call, cb),
       },
       ops: {
-        getStats: this.unary(SCOPES.ops, async () => {
+        getStats: this.unary(SCOPES.ops, async (_req, p) => {
+          this.deploymentOps(p, 'GetStats');
           const s = await this.hub.stats();
           return create(GetStatsResponseSchema, {
             engine: s.engine,
@@ -215,7 +226,8 @@ export class Gateway implements SessionHost {
             shardMapMoving: s.extra.shardMapMoving === true,
           });
         }),
-        drainGateway: this.unary(SCOPES.ops, async () => {
+        drainGateway: this.unary(SCOPES.ops, async (_req, p) => {
+          this.deploymentOps(p, 'DrainGateway');
           const onDrain = this.opts.onDrain;
           if (onDrain === null) throw new ApiError(grpc.status.FAILED_PRECONDITION, 'this gateway is one of a node of several gateway processes (AMBIT_GATEWAYS): stop the node (SIGTERM) to drain it', '');
           this.log.warn('draining on request (DrainGateway): device streams end and new ones are refused; other calls are still served');
@@ -223,35 +235,40 @@ export class Gateway implements SessionHost {
           const ended = this.drain('this gateway is draining; reconnect');
           return create(DrainGatewayResponseSchema, { streamsEnded: BigInt(ended) });
         }),
-        moveCells: this.unary<MoveCellsRequest>(SCOPES.ops, async (req) => {
+        moveCells: this.unary<MoveCellsRequest>(SCOPES.ops, async (req, p) => {
+          this.deploymentOps(p, 'MoveCells');
           if (this.hub.moveCells === undefined) throw new ApiError(grpc.status.FAILED_PRECONDITION, 'the deployment is not sharded by space (AMBIT_GEO_SHARDS)', 'moves');
           const r = await this.hub.moveCells(req.moves.map((m) => ({ row: m.row, col: m.col, shard: m.shard })));
           return create(MoveCellsResponseSchema, { shardMapVersion: BigInt(r.version), devicesMoved: BigInt(r.devicesMoved) });
         }),
-        deleteSubscription: this.unary<DeleteSubscriptionRequest>(SCOPES.ops, async (req) => {
-          const device = checkId('device_id', req.deviceId, this.limits);
+        deleteSubscription: this.unary<DeleteSubscriptionRequest>(SCOPES.ops, async (req, p) => {
+          const device = this.tenantDevice(p, req.deviceId);
           const id = checkId('subscription_id', req.subscriptionId, this.limits);
           await this.hub.removeSubscription(device, id);
           return create(DeleteSubscriptionResponseSchema, {});
         }),
-        listDevices: this.unary<ListDevicesRequest>(SCOPES.ops, async (req) => {
+        listDevices: this.unary<ListDevicesRequest>(SCOPES.ops, async (req, p) => {
           const limit = req.pageSize === 0 ? 100 : req.pageSize;
           if (limit > MAX_DEVICE_PAGE) throw new ApiError(grpc.status.INVALID_ARGUMENT, `must be at most ${MAX_DEVICE_PAGE}, got ${req.pageSize}`, 'page_size');
           if (req.pageToken.length > 1024) throw new ApiError(grpc.status.INVALID_ARGUMENT, 'is not a page token this listing gave', 'page_token');
           if (Buffer.byteLength(req.idPrefix) > this.limits.maxIdBytes) throw new ApiError(grpc.status.INVALID_ARGUMENT, `must be at most ${this.limits.maxIdBytes} bytes`, 'id_prefix');
-          const page = await this.hub.listDevices({ prefix: req.idPrefix, after: req.pageToken, limit });
+          // A tenant's operators list their tenant's devices, by the ids its tokens give them.
+          const own = this.tenantPrefix(p);
+          const page = await this.hub.listDevices({ prefix: own + req.idPrefix, after: req.pageToken === '' ? '' : own + req.pageToken, limit });
           return create(ListDevicesResponseSchema, {
-            devices: page.devices.map((d) => ({ deviceId: d.device, subscriptions: d.subscriptions, location: d.location ?? undefined, lastSeenMs: BigInt(Math.max(0, Math.round(d.lastSeenMs))) })),
-            nextPageToken: page.next,
+            devices: page.devices.map((d) => ({ deviceId: d.device.slice(own.length), subscriptions: d.subscriptions, location: d.location ?? undefined, lastSeenMs: BigInt(Math.max(0, Math.round(d.lastSeenMs))) })),
+            nextPageToken: page.next === '' ? '' : page.next.slice(own.length),
           });
         }),
-        purgeDevice: this.unary<PurgeDeviceRequest>(SCOPES.ops, async (req) => {
-          const device = checkId('device_id', req.deviceId, this.limits);
+        purgeDevice: this.unary<PurgeDeviceRequest>(SCOPES.ops, async (req, p) => {
+          const device = this.tenantDevice(p, req.deviceId);
           const r = await this.hub.purgeDevice(device);
           this.log.info({ device, ...r }, 'device purged on request (PurgeDevice)');
           return create(PurgeDeviceResponseSchema, { subscriptionsRemoved: BigInt(r.subscriptions), notificationsRemoved: BigInt(r.notifications), hadLocation: r.location });
         }),
-        revokeTokens: this.unary<RevokeTokensRequest>(SCOPES.ops, async (req) => {
+        revokeTokens: this.unary<RevokeTokensRequest>(SCOPES.ops, async (req, op) => {
+          // A tenant's operators revoke their tenant's subjects (a token id could be anyone's).
+          if (this.tenantPrefix(op) !== '' && req.subject === '') throw new AuthError('PERMISSION_DENIED', "a tenant's operators revoke by subject (subject), not by token or token id");
           const given = [req.tokenId !== '', req.subject !== '', req.token !== ''].filter(Boolean).length;
           if (given !== 1) throw new ApiError(grpc.status.INVALID_ARGUMENT, `give exactly one of token_id, subject and token, got ${given}`, req.tokenId !== '' ? 'subject' : 'token_id');
           if (req.keepDays > 3650) throw new ApiError(grpc.status.INVALID_ARGUMENT, `must be at most 3650, got ${req.keepDays}`, 'keep_days');
@@ -273,7 +290,7 @@ export class Gateway implements SessionHost {
             r = { tokenId: req.tokenId, untilS };
           } else {
             if (Buffer.byteLength(req.subject) > 128) throw new ApiError(grpc.status.INVALID_ARGUMENT, 'must be at most 128 bytes', 'subject');
-            r = { subject: req.subject, issuedUpToS: Math.floor(nowS), untilS };
+            r = { subject: this.tenantPrefix(op) + req.subject, issuedUpToS: Math.floor(nowS), untilS };
           }
           await this.hub.revokeTokens([r]);
           this.revoked.add(r);
@@ -281,8 +298,8 @@ export class Gateway implements SessionHost {
           this.log.warn({ revocation: r, streamsEnded: ended }, 'tokens revoked on request (RevokeTokens)');
           return create(RevokeTokensResponseSchema, { streamsEnded: BigInt(ended), keptUntilUnixS: BigInt(r.untilS) });
         }),
-        getDeviceSubscriptions: this.unary<GetDeviceSubscriptionsRequest>(SCOPES.ops, async (req) => {
-          const device = checkId('device_id', req.deviceId, this.limits);
+        getDeviceSubscriptions: this.unary<GetDeviceSubscriptionsRequest>(SCOPES.ops, async (req, p) => {
+          const device = this.tenantDevice(p, req.deviceId);
           const info = await this.hub.deviceInfo(device);
           return create(GetDeviceSubscriptionsResponseSchema, {
             subscriptions: info.subscriptions.map(fromSubscription),
@@ -379,6 +396,78 @@ export class Gateway implements SessionHost {
     const principal = this.authority.verify(bearer(values[0]));
     requireScope(principal, scope);
     return principal;
+  }
+
+  // ---- tenants ----
+
+  /** What a tenant's ids begin with: `<tenant>/` ('' for the default tenant, and with tenants off). */
+  private tenantPrefix(p: Principal): string {
+    return this.opts.tenants && p.tenant !== undefined && p.tenant !== '' ? `${p.tenant}/` : '';
+  }
+
+  /** An id as the principal's tenant gave it (the stored one without `<tenant>/`). */
+  private tenantLocal(p: Principal, id: string): string {
+    const own = this.tenantPrefix(p);
+    return own !== '' && id.startsWith(own) ? id.slice(own.length) : id;
+  }
+
+  /** A device an operator names: within the operator's tenant. */
+  private tenantDevice(p: Principal, deviceId: string): string {
+    checkId('device_id', deviceId, this.limits);
+    return checkId('device_id', this.tenantPrefix(p) + deviceId, this.limits);
+  }
+
+  /** Calls about the whole deployment: its own operators only, not a tenant's. */
+  private deploymentOps(p: Principal, call: string): void {
+    if (this.tenantPrefix(p) !== '') throw new AuthError('PERMISSION_DENIED', `${call} is for the deployment's operators; a tenant's operators manage their devices (ListDevices, GetDeviceSubscriptions, DeleteSubscription, PurgeDevice, RevokeTokens by subject)`);
+  }
+
+  /** The reserved tag of the principal's tenant (null with tenants off). */
+  private tenantTag(p: Principal): string | null {
+    return this.opts.tenants ? `${TENANT_TAG}${p.tenant ?? ''}` : null;
+  }
+
+  /** Tags with the tenant's added (kept sorted and distinct, as T2 keeps them); `max` the limit that applies. */
+  private withTenantTag(field: string, tags: readonly string[] | undefined, tag: string, max: number): string[] {
+    const out = [...(tags ?? [])];
+    if (out.length + 1 > max) throw new ValidationError(`${field}.tags`, `must have at most ${max - 1} tags in a deployment with tenants (one is the tenant's), got ${out.length}`);
+    let i = 0;
+    while (i < out.length && out[i] < tag) i++;
+    out.splice(i, 0, tag);
+    return out;
+  }
+
+  /** A published event in its tenant: `<tenant>/` before its id, the tenant's tag among its tags. */
+  private ofTenant(e: Event, p: Principal, field: string): Event {
+    const tag = this.tenantTag(p);
+    if (tag === null) return e;
+    const own = this.tenantPrefix(p);
+    if (own !== '') e.id = checkId(`${field}.id`, own + e.id, this.limits);
+    e.tags = this.withTenantTag(field, e.tags, tag, this.limits.maxTagsPerEvent);
+    return e;
+  }
+
+  /** A device's subscription in its tenant: the tenant's tag on every filter (a pattern's too). */
+  tenantSubscription(sub: DeviceSubscription, p: Principal, field: string): DeviceSubscription {
+    const tag = this.tenantTag(p);
+    if (tag === null) return sub;
+    const max = this.limits.maxTagsPerFilter;
+    const tagged = <F extends { tags?: string[] }>(f: F, at: string): F => ({ ...f, tags: this.withTenantTag(at, f.tags, tag, max) });
+    const pattern = sub.pattern;
+    return {
+      ...sub,
+      filters: sub.filters.map((f, i) => tagged(f, `${field}.filters[${i}]`)),
+      ...(pattern === undefined
+        ? {}
+        : {
+            pattern: {
+              ...pattern,
+              steps: pattern.steps.map((x, i) => ({ ...x, filter: tagged(x.filter, `${field}.pattern.steps[${i}].filter`) })),
+              ...(pattern.negations === undefined ? {} : { negations: pattern.negations.map((x, i) => ({ ...x, filter: tagged(x.filter, `${field}.pattern.negations[${i}].filter`) })) }),
+              ...(pattern.aggregates === undefined ? {} : { aggregates: pattern.aggregates.map((x, i) => ({ ...x, filter: tagged(x.filter, `${field}.pattern.aggregates[${i}].filter`) })) }),
+            },
+          }),
+    };
   }
 
   private deviceOf(p: Principal): string {
@@ -598,7 +687,7 @@ export class Gateway implements SessionHost {
         if (req.events.length > this.opts.maxEventsPerMessage) {
           throw new ApiError(grpc.status.RESOURCE_EXHAUSTED, `at most ${this.opts.maxEventsPerMessage} events per message, got ${req.events.length}`, 'events');
         }
-        return req.events.map((e, i) => toEvent(`events[${i}]`, e, this.limits, randomUUID));
+        return req.events.map((e, i) => this.ofTenant(toEvent(`events[${i}]`, e, this.limits, randomUUID), p, `events[${i}]`));
       },
       async (all) => {
         // The publisher's rate, message by message: the ones it admits are published, then the

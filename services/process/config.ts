@@ -71,6 +71,8 @@ export interface ServerConfig {
   /** The claims holding a token's subject (device id or publisher) and scopes. */
   tokenSubjectClaim: string;
   tokenScopeClaim: string;
+  /** Tenants (AMBIT_TENANT_CLAIM): the identity provider's claim naming a token's tenant (the gateway's own tokens use `tenant`); null: tenants off. */
+  tenantClaim: string | null;
   /** Dev mode: a made-up secret when none is set, and ready tokens printed at start. */
   dev: boolean;
   /**
@@ -193,6 +195,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   tokenClockSkewS: 0,
   tokenSubjectClaim: 'sub',
   tokenScopeClaim: 'scope',
+  tenantClaim: null,
   dev: false,
   tls: null,
   tlsClientScopes: null,
@@ -307,6 +310,11 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
   c.tokenClockSkewS = int('AMBIT_TOKEN_CLOCK_SKEW_S', 0, 3600) ?? c.tokenClockSkewS;
   c.tokenSubjectClaim = str('AMBIT_TOKEN_SUBJECT_CLAIM') ?? c.tokenSubjectClaim;
   c.tokenScopeClaim = str('AMBIT_TOKEN_SCOPE_CLAIM') ?? c.tokenScopeClaim;
+  const tenantClaim = str('AMBIT_TENANT_CLAIM');
+  if (tenantClaim !== undefined) {
+    if (tenantClaim.trim() === '') throw new Error('config: AMBIT_TENANT_CLAIM must name a claim (e.g. tenant)');
+    c.tenantClaim = tenantClaim.trim();
+  }
   if (c.jwks === null) {
     // These shape only an identity provider's tokens: set without one, they would do nothing.
     for (const name of ['AMBIT_JWKS_REFRESH_S', 'AMBIT_TOKEN_AUDIENCE', 'AMBIT_TOKEN_ISSUER', 'AMBIT_TOKEN_CLOCK_SKEW_S', 'AMBIT_TOKEN_SUBJECT_CLAIM', 'AMBIT_TOKEN_SCOPE_CLAIM']) {

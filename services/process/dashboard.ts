@@ -146,6 +146,8 @@ export class Dashboard {
     try {
       const p = authority.verify(bearer(req.headers.authorization));
       requireScope(p, SCOPES.ops);
+      // The dashboard shows the whole deployment: its own operators only, not a tenant's.
+      if (p.tenant !== undefined && p.tenant !== '') throw new AuthError('PERMISSION_DENIED', "the dashboard is for the deployment's operators, not a tenant's");
       return p.expiresAt;
     } catch (err) {
       const code = err instanceof AuthError && err.code === 'PERMISSION_DENIED' ? 403 : err instanceof AuthError && err.code === 'UNAVAILABLE' ? 503 : 401;

@@ -222,7 +222,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
           void keys.ready().then(loaded);
         }
       }
-      authority = new TokenAuthority(secret, undefined, { keys, audience: config.tokenAudience, issuer: config.tokenIssuer, clockSkewS: config.tokenClockSkewS, subjectClaim: config.tokenSubjectClaim, scopeClaim: config.tokenScopeClaim });
+      authority = new TokenAuthority(secret, undefined, { keys, audience: config.tokenAudience, issuer: config.tokenIssuer, clockSkewS: config.tokenClockSkewS, subjectClaim: config.tokenSubjectClaim, scopeClaim: config.tokenScopeClaim, tenantClaim: config.tenantClaim });
       const gateway = new Gateway(hub, authority, DEFAULT_LIMITS, metrics, log.child({ component: 'gateway' }), {
         deviceStreams: config.deviceStreams,
         rawWrites: config.directWrites,
@@ -239,6 +239,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
         revocationKeepDays: config.revocationKeepDays,
         certScopes: config.tlsClientScopes === null ? null : new Set(config.tlsClientScopes),
         rateLimits: config.rateLimits,
+        tenants: config.tenantClaim !== null,
       });
       // At shutdown, after the streams ended (cleanups run last first): the last seen times are written.
       cleanups.push(async () => gateway.seen?.close());
