@@ -19,7 +19,42 @@ export class Counters {
   rejectedRequests = 0;
   /** Requests refused by a rate limit (rate-limits.ts), by limit. */
   readonly rateLimited = { locations: 0, subscriptionChanges: 0, events: 0 };
+  /** With tenants on: what each tenant did through this process (the metrics' tenant label); null: off. */
+  tenants: TenantCounters | null = null;
 }
+
+/** One tenant's counts on this process. */
+export interface TenantCounts {
+  eventsPublished: number;
+  notificationsSent: number;
+  locationUpdates: number;
+}
+
+/**
+ * Counts per tenant ('' the default tenant). Bounded: past `max` tenants, the others count
+ * together under OTHER_TENANTS, so a deployment of many tenants keeps a bounded set of series.
+ */
+export class TenantCounters {
+  readonly byTenant = new Map<string, TenantCounts>();
+
+  constructor(readonly max = 1000) {}
+
+  of(tenant: string): TenantCounts {
+    let c = this.byTenant.get(tenant);
+    if (c === undefined) {
+      const key = this.byTenant.size >= this.max ? OTHER_TENANTS : tenant;
+      c = this.byTenant.get(key);
+      if (c === undefined) {
+        c = { eventsPublished: 0, notificationsSent: 0, locationUpdates: 0 };
+        this.byTenant.set(key, c);
+      }
+    }
+    return c;
+  }
+}
+
+/** The label of the tenants past TenantCounters.max (not a tenant name: names have no '~'). */
+export const OTHER_TENANTS = '~other';
 
 export interface EdgeMetrics {
   readonly counters: Counters;

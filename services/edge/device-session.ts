@@ -19,6 +19,7 @@ import type { SeenTracker } from './seen.js';
 import type { ExpiryClock, Expiring } from './expiry.js';
 import type { DeviceStream, StreamListener } from './device-stream.js';
 import type { RateLimiter } from './rate-limits.js';
+import type { TenantCounts } from './counters.js';
 
 /** What a session needs from the gateway that holds it. */
 export interface SessionHost {
@@ -67,13 +68,17 @@ export class DeviceSession implements Expiring, StreamListener {
   private readsPaused = false;
   /** Until when (ms) locations past the rate are dropped without another reply saying so. */
   private limitedUntil = 0;
+  /** The device's tenant's counts (tenants on), else null. */
+  private readonly tenantCounts: TenantCounts | null;
 
   constructor(
     private readonly host: SessionHost,
     private readonly stream: DeviceStream,
     readonly device: string,
     readonly principal: Principal,
-  ) {}
+  ) {
+    this.tenantCounts = host.counters.tenants?.of(principal.tenant ?? '') ?? null;
+  }
 
   /** Registers the session (superseding an older stream of the device) and starts reading. */
   start(): void {
@@ -215,6 +220,7 @@ export class DeviceSession implements Expiring, StreamListener {
     for (let i = 0; i < batch.length; i++) frames[i] = notificationFrame(batch[i]);
     this.lastSent = batch[batch.length - 1].deliveryId;
     this.host.counters.notificationsSent += frames.length;
+    if (this.tenantCounts !== null) this.tenantCounts.notificationsSent += frames.length;
     return this.stream.sendAll(frames);
   }
 
@@ -360,6 +366,7 @@ export class DeviceSession implements Expiring, StreamListener {
           if (writer !== null) writer.update(lat, lon);
           else this.enqueue(this.chain.then(() => this.openWriter()?.update(lat, lon)));
           this.host.counters.locationUpdatesStream++;
+          if (this.tenantCounts !== null) this.tenantCounts.locationUpdates++;
         } else {
           this.reply('', this.host.reject(latLonError(lat, lon), 'Connect.location'));
         }

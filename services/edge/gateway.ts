@@ -43,7 +43,7 @@ import { WsDeviceStream } from './ws-device-stream.js';
 import { type PeerIdentity, peerOfCall, peerOfSocket } from './peer.js';
 import { NO_RATE_LIMITS, RateLimitedError, RateLimiter, type RateLimits } from './rate-limits.js';
 import type { Logger } from 'pino';
-import type { Counters, EdgeMetrics } from './counters.js';
+import { type Counters, type EdgeMetrics, TenantCounters } from './counters.js';
 import { ExpiryClock } from './expiry.js';
 import { type SeenOptions, SeenTracker } from './seen.js';
 import type { IncomingHttpHeaders, ServerHttp2Stream } from 'node:http2';
@@ -158,6 +158,7 @@ export class Gateway implements SessionHost {
     });
     this.sendBatch = this.opts.sendBatch;
     // Publishers' buckets are shared through the hub where gateways share one (Redis).
+    if (this.opts.tenants) this.counters.tenants ??= new TenantCounters();
     this.limiter = new RateLimiter(this.opts.rateLimits, this.now, hub.takeQuota === undefined ? null : (key, n, perS, capacity) => hub.takeQuota!(key, n, perS, capacity), this.counters.rateLimited);
     this.h2 = { maxReceiveBytes: this.opts.maxReceiveBytes, decode: requestDecoder(DeviceService.method.connect, fastConnectRequest) };
   }
@@ -178,6 +179,7 @@ export class Gateway implements SessionHost {
           this.seen?.note(device);
           await this.hub.updateLocations([{ device, lat, lon }]);
           this.counters.locationUpdatesUnary++;
+          if (this.counters.tenants !== null) this.counters.tenants.of(p.tenant ?? '').locationUpdates++;
           return create(UpdateLocationResponseSchema);
         }),
         updateLocations: (call: grpc.ServerReadableStream<UpdateLocationsRequest, unknown>, cb: grpc.sendUnaryData<unknown>) => this.updateLocations(call, cb),
@@ -198,6 +200,7 @@ export class Gateway implements SessionHost {
           const [r] = await this.hub.publish([event]);
           this.metrics.publishSeconds.observe((performance.now() - t0) / 1000);
           this.counters.eventsPublished++;
+          if (this.counters.tenants !== null) this.counters.tenants.of(p.tenant ?? '').eventsPublished++;
           this.recentEvents.record(event.lat, event.lon, Date.now());
           if (r.duplicate !== true) this.counters.subscriptionsReached += r.reached;
           return create(PublishResponseSchema, { eventId: this.tenantLocal(p, r.eventId), reached: BigInt(r.reached), duplicate: r.duplicate === true });
@@ -206,7 +209,7 @@ export class Gateway implements SessionHost {
       },
       ops: {
         getStats: this.unary(SCOPES.ops, async (_req, p) => {
-          this.deploymentOps(p, 'GetStats');
+          if (this.tenantPrefix(p) !== '') return this.tenantStats(p);
           const s = await this.hub.stats();
           return create(GetStatsResponseSchema, {
             engine: s.engine,
@@ -417,9 +420,42 @@ export class Gateway implements SessionHost {
     return checkId('device_id', this.tenantPrefix(p) + deviceId, this.limits);
   }
 
+  /**
+   * GetStats for a tenant's operators: the tenant's devices and their subscriptions (listed from
+   * the hub), its devices connected here, and what its publishers and devices did through this
+   * gateway process (the metrics' tenant label adds that up over the processes). Nothing about
+   * the deployment (engine, memory, other tenants).
+   */
+  private async tenantStats(p: Principal): Promise<unknown> {
+    const own = this.tenantPrefix(p);
+    let devices = 0;
+    let subscriptions = 0;
+    let after = '';
+    for (let pages = 0; pages < 10_000; pages++) {
+      const page = await this.hub.listDevices({ prefix: own, after, limit: MAX_DEVICE_PAGE });
+      devices += page.devices.length;
+      for (const d of page.devices) subscriptions += d.subscriptions;
+      if (page.next === '') break;
+      after = page.next;
+    }
+    let connected = 0;
+    for (const d of this.sessions.keys()) if (d.startsWith(own)) connected++;
+    const c = this.counters.tenants?.byTenant.get(p.tenant ?? '');
+    return create(GetStatsResponseSchema, {
+      mode: 'tenant',
+      subscriptions: BigInt(subscriptions),
+      devices: BigInt(devices),
+      connectedDevices: BigInt(connected),
+      eventsPublished: BigInt(c?.eventsPublished ?? 0),
+      notifications: BigInt(c?.notificationsSent ?? 0),
+      locationUpdates: BigInt(c?.locationUpdates ?? 0),
+      uptimeSeconds: BigInt(Math.floor((Date.now() - this.startedAt) / 1000)),
+    });
+  }
+
   /** Calls about the whole deployment: its own operators only, not a tenant's. */
   private deploymentOps(p: Principal, call: string): void {
-    if (this.tenantPrefix(p) !== '') throw new AuthError('PERMISSION_DENIED', `${call} is for the deployment's operators; a tenant's operators manage their devices (ListDevices, GetDeviceSubscriptions, DeleteSubscription, PurgeDevice, RevokeTokens by subject)`);
+    if (this.tenantPrefix(p) !== '') throw new AuthError('PERMISSION_DENIED', `${call} is for the deployment's operators; a tenant's operators manage their devices (GetStats of their tenant, ListDevices, GetDeviceSubscriptions, DeleteSubscription, PurgeDevice, RevokeTokens by subject)`);
   }
 
   /** The reserved tag of the principal's tenant (null with tenants off). */
@@ -675,6 +711,7 @@ export class Gateway implements SessionHost {
     let reached = 0;
     let duplicates = 0;
     let subject = '';
+    let tenant = '';
     /** Messages of this stream applied (their index, for a rate limit that refuses one). */
     let messagesApplied = 0;
     this.clientStream(
@@ -684,6 +721,7 @@ export class Gateway implements SessionHost {
       SCOPES.publish,
       (req, p) => {
         subject = p.subject;
+        tenant = p.tenant ?? '';
         if (req.events.length > this.opts.maxEventsPerMessage) {
           throw new ApiError(grpc.status.RESOURCE_EXHAUSTED, `at most ${this.opts.maxEventsPerMessage} events per message, got ${req.events.length}`, 'events');
         }
@@ -709,6 +747,7 @@ export class Gateway implements SessionHost {
         messagesApplied += messages.length;
         if (messages.length > 0) await this.publishMessages(messages, (rs) => {
           accepted += rs.length;
+          if (this.counters.tenants !== null) this.counters.tenants.of(tenant).eventsPublished += rs.length;
           for (const r of rs) {
             reached += r.reached;
             if (r.duplicate === true) duplicates++;

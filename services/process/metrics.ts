@@ -67,6 +67,27 @@ export class Metrics implements EdgeMetrics {
     counter('ambit_matches_total', 'Subscriptions reached by published events', () => c.subscriptionsReached);
     counter('ambit_notifications_sent_total', 'Notifications written to device streams', () => c.notificationsSent);
     counter('ambit_requests_rejected_total', 'Requests answered with a client error', () => c.rejectedRequests);
+    // Per tenant (tenants on): what each did through this process, by label.
+    const perTenant = (name: string, help: string, key: 'eventsPublished' | 'notificationsSent' | 'locationUpdates') => {
+      const last = new Map<string, number>();
+      new client.Counter({
+        name,
+        help,
+        labelNames: ['tenant'],
+        registers: [r],
+        collect() {
+          for (const [tenant, counts] of c.tenants?.byTenant ?? []) {
+            const v = counts[key];
+            const was = last.get(tenant) ?? 0;
+            if (v > was) this.inc({ tenant }, v - was);
+            last.set(tenant, v);
+          }
+        },
+      });
+    };
+    perTenant('ambit_tenant_events_published_total', 'Tenants: events accepted from each tenant\'s publishers on this process (tenant "" the default one)', 'eventsPublished');
+    perTenant('ambit_tenant_notifications_sent_total', 'Tenants: notifications written to each tenant\'s device streams on this process', 'notificationsSent');
+    perTenant('ambit_tenant_location_updates_total', 'Tenants: location updates of each tenant\'s devices on this process', 'locationUpdates');
     const lastLimited = { locations: 0, subscriptionChanges: 0, events: 0 };
     new client.Counter({
       name: 'ambit_rate_limited_total',

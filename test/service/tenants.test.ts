@@ -123,8 +123,16 @@ describe('tenants', () => {
     await unary(clients.ops, 'deleteSubscription', { deviceId: 'alice', subscriptionId: 'all' }, acmeOps);
     assert.equal(((await unary(clients.ops, 'getDeviceSubscriptions', { deviceId: 'acme/alice' }, all)) as Init).subscriptions.length, 0);
     assert.equal(((await unary(clients.ops, 'getDeviceSubscriptions', { deviceId: 'globex/alice' }, all)) as Init).subscriptions.length, 1);
+    // Statistics of the tenant: its devices holding subscriptions (alice has none left: bob and
+    // watcher), their subscriptions, what its publishers did (e1 twice, h-a, s-a).
+    const st = (await unary(clients.ops, 'getStats', {}, acmeOps)) as Init;
+    assert.deepEqual([st.mode, st.devices, st.subscriptions, st.eventsPublished, st.engine], ['tenant', 2n, 2n, 4n, '']);
+    assert.ok(st.notifications >= 3n);
+    const metrics = await srv.metrics();
+    assert.match(metrics, /^ambit_tenant_events_published_total\{[^}]*tenant="acme"[^}]*\} 4$/m);
+    assert.match(metrics, /^ambit_tenant_events_published_total\{[^}]*tenant="globex"[^}]*\} 3$/m);
     // The deployment's calls are the deployment operators'.
-    await expectStatus(unary(clients.ops, 'getStats', {}, acmeOps), Status.PERMISSION_DENIED);
+    assert.equal(((await unary(clients.ops, 'getStats', {}, all)) as Init).mode, 'embedded');
     await expectStatus(unary(clients.ops, 'drainGateway', {}, acmeOps), Status.PERMISSION_DENIED);
     await expectStatus(unary(clients.ops, 'revokeTokens', { tokenId: 'abc' }, acmeOps), Status.PERMISSION_DENIED);
     // Revoking by subject revokes that subject of the operator's tenant only.
