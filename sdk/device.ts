@@ -560,6 +560,44 @@ export class AmbitDevice {
     }
   }
 
+  /**
+   * Makes `sub` again on the current stream (after a state loss), until the server confirms it:
+   * a stream that ends first sends it on the next one; a rate limit sends it again once its wait
+   * is over (a device with more subscriptions than a minute's allowance gets them all back).
+   */
+  private remakeOne(id: string, sub: Subscription): void {
+    const s = this.stream;
+    if (s === null || !this.welcomed) return; // the next welcome sends it
+    const gen = this.gen;
+    const requestId = String(this.nextRequestId++);
+    const message = { message: { case: 'subscribe', value: { requestId, subscription: toWireSubscription('subscribe.subscription', sub) } } };
+    const settled = () => {
+      if (this.remake.get(id) === sub) this.remake.delete(id);
+    };
+    this.inflight.push({
+      requestId,
+      kind: 'subscribe',
+      message,
+      resolve: settled,
+      reject: (error) => {
+        // The stream ended first: the next welcome sends it again.
+        if (error.code === StatusCode.UNAVAILABLE || error.code === StatusCode.ABORTED) return;
+        if (error.code === StatusCode.RESOURCE_EXHAUSTED) {
+          unrefTimer(
+            setTimeout(() => {
+              if (gen === this.gen && this.remake.get(id) === sub) this.remakeOne(id, sub);
+            }, Math.max(1, error.retryAfterMs ?? 1000)),
+          );
+          return;
+        }
+        settled();
+        // ALREADY_EXISTS: made meanwhile by another client of the device.
+        if (error.code !== StatusCode.ALREADY_EXISTS) this.emit('warning', { error });
+      },
+    });
+    s.write(message);
+  }
+
   private onWelcome(w: Welcome): void {
     const reconnect = this.everConnected;
     this.welcomed = true;
@@ -588,27 +626,7 @@ export class AmbitDevice {
     // What waited for the stream goes first, in order; then listeners hear of it.
     const s = this.stream!;
     // Made again until confirmed: a stream that ends before the reply sends them on the next one.
-    for (const [id, sub] of this.remake) {
-      const requestId = String(this.nextRequestId++);
-      const message = { message: { case: 'subscribe', value: { requestId, subscription: toWireSubscription('subscribe.subscription', sub) } } };
-      const settled = () => {
-        if (this.remake.get(id) === sub) this.remake.delete(id);
-      };
-      this.inflight.push({
-        requestId,
-        kind: 'subscribe',
-        message,
-        resolve: settled,
-        reject: (error) => {
-          // The stream ended first: the next welcome sends it again.
-          if (error.code === StatusCode.UNAVAILABLE || error.code === StatusCode.ABORTED) return;
-          settled();
-          // ALREADY_EXISTS: made meanwhile by another client of the device.
-          if (error.code !== StatusCode.ALREADY_EXISTS) this.emit('warning', { error });
-        },
-      });
-      s.write(message);
-    }
+    for (const [id, sub] of this.remake) this.remakeOne(id, sub);
     for (const p of this.queue.splice(0)) {
       this.inflight.push(p);
       s.write(p.message as ConnectRequestInit);

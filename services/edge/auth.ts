@@ -263,6 +263,9 @@ export class TokenAuthority {
       if (t !== undefined && t !== null && t !== '') {
         if (typeof t !== 'string' || !TENANT_NAME.test(t)) throw new AuthError('UNAUTHENTICATED', `token claims are malformed (${own ? 'tenant' : this.policy.tenantClaim} must be a tenant name: lower-case letters, digits, '.', '_' and '-', 1 to 48 characters)`);
         tenant = t;
+      } else if (subject.includes('/')) {
+        // The default tenant's subjects must never be taken for a tenant's (<tenant>/<sub>).
+        throw new AuthError('UNAUTHENTICATED', `token claims are malformed (${pol.subjectClaim} must not contain '/' without a tenant in a deployment with tenants)`);
       }
     }
     const principal: Principal = {

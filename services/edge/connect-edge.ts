@@ -24,6 +24,14 @@ import { type Gateway, UNARY, type UnaryImpl } from './gateway.js';
 
 /** The request's socket (its TLS client certificate, under mutual TLS). */
 const SOCKET = createContextKey<unknown>(null);
+/** Every authorization header line of the request (Node's `headers` keeps only the first). */
+const AUTHORIZATION = createContextKey<string[] | null>(null);
+
+function rawAuthorization(raw: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i + 1 < raw.length; i += 2) if (raw[i].toLowerCase() === 'authorization') out.push(raw[i + 1]);
+  return out;
+}
 
 /** Connect's error codes are gRPC's numbers. */
 function connectError(s: StatusInfo): ConnectError {
@@ -43,11 +51,13 @@ function connectError(s: StatusInfo): ConnectError {
   return new ConnectError(s.message, s.code as number as Code, metadata, details);
 }
 
-/** Every value of a request's authorization header (the Fetch API joins repeated ones with ", "; a bearer token has no comma). */
+/**
+ * Every value of a request's authorization header: each raw header line, each split at commas
+ * (a bearer token has none, so two values joined on one line count as two).
+ */
 function authorizationValues(ctx: HandlerContext): string[] {
-  const v = ctx.requestHeader.get('authorization');
-  if (v === null) return [];
-  return v.split(',').map((x) => x.trim());
+  const lines = ctx.values.get(AUTHORIZATION) ?? [ctx.requestHeader.get('authorization') ?? ''].filter((v) => v !== '');
+  return lines.flatMap((v) => v.split(',').map((x) => x.trim()));
 }
 
 /** The request handler of the web port's Connect and gRPC-Web calls; `fallback` answers anything else. */
@@ -84,7 +94,7 @@ export function connectHandler(gateway: Gateway, maxBytes: number, fallback: (re
     grpc: false,
     readMaxBytes: maxBytes,
     fallback: fallback as unknown as Fallback,
-    contextValues: (req) => createContextValues().set(SOCKET, req.socket),
+    contextValues: (req) => createContextValues().set(SOCKET, req.socket).set(AUTHORIZATION, rawAuthorization(req.rawHeaders)),
   });
   // The device stream's path is the WebSocket's: a plain request there is told to upgrade.
   return (req, res) => ((req.url ?? '').split('?')[0] === WS_PATH ? fallback(req, res) : adapter(req, res));

@@ -389,7 +389,9 @@ export class Gateway implements SessionHost {
     if (values.length > 1) throw new AuthError('UNAUTHENTICATED', 'more than one authorization metadata value');
     const certScopes = this.opts.certScopes;
     if (values.length === 0 && peer !== null && certScopes !== null) {
-      const principal: Principal = { subject: peer.subject, scopes: certScopes, expiresAt: peer.expiresAt, issuedAt: 0, tokenId: '' };
+      // A certificate names no tenant: its CN is a subject of the default tenant.
+      if (this.opts.tenants && peer.subject.includes('/')) throw new AuthError('UNAUTHENTICATED', `client certificate CN ${JSON.stringify(peer.subject)} holds '/', which a deployment with tenants keeps for tenants' ids`);
+      const principal: Principal = { subject: peer.subject, scopes: certScopes, expiresAt: peer.expiresAt, issuedAt: 0, tokenId: '', tenant: '' };
       const nowS = Math.floor(this.now() / 1000);
       if (peer.expiresAt <= nowS) throw new AuthError('UNAUTHENTICATED', 'client certificate has expired');
       if (this.revoked.revoked(principal, nowS)) throw new AuthError('UNAUTHENTICATED', `client certificate subject ${JSON.stringify(peer.subject)} was revoked`);
@@ -412,6 +414,16 @@ export class Gateway implements SessionHost {
   private tenantLocal(p: Principal, id: string): string {
     const own = this.tenantPrefix(p);
     return own !== '' && id.startsWith(own) ? id.slice(own.length) : id;
+  }
+
+  /**
+   * With tenants on, an id of the default tenant (device, subject, event) may not hold '/': a
+   * named tenant's ids are `<tenant>/<id>`, and one of the default tenant's must never be taken
+   * for one of them. As given with tenants off.
+   */
+  private tenantFree(field: string, id: string): string {
+    if (this.opts.tenants && id.includes('/')) throw new ValidationError(field, `must not contain '/' in a deployment with tenants (a tenant's ids are <tenant>/<id>), got ${JSON.stringify(id.slice(0, 64))}`);
+    return id;
   }
 
   /** A device an operator names: within the operator's tenant. */
@@ -479,6 +491,7 @@ export class Gateway implements SessionHost {
     if (tag === null) return e;
     const own = this.tenantPrefix(p);
     if (own !== '') e.id = checkId(`${field}.id`, own + e.id, this.limits);
+    else this.tenantFree(`${field}.id`, e.id);
     e.tags = this.withTenantTag(field, e.tags, tag, this.limits.maxTagsPerEvent);
     return e;
   }
@@ -679,16 +692,24 @@ export class Gateway implements SessionHost {
         const own = this.deviceOf(p);
         const updates = req.updates;
         const out = new Array<PositionUpdate>(updates.length);
+        // With tenants, the devices a fleet names are its tenant's.
+        const tenant = this.tenantPrefix(p);
         // The common case (a plain id, a position in range) names no field and makes one object.
         for (let i = 0; i < updates.length; i++) {
           const u = updates[i];
           const id = u.deviceId;
-          const device = id === '' ? own : plainId(id, this.limits) ? id : checkId(`updates[${i}].device_id`, id, this.limits);
+          let device = id === '' ? own : plainId(id, this.limits) ? id : checkId(`updates[${i}].device_id`, id, this.limits);
+          if (this.opts.tenants && id !== '') device = tenant === '' ? this.tenantFree(`updates[${i}].device_id`, device) : checkId(`updates[${i}].device_id`, tenant + device, this.limits);
           if (device !== own && !any) {
             throw new ApiError(grpc.status.PERMISSION_DENIED, `token may only update its own device (needs the ${SCOPES.locationAny} scope)`, `updates[${i}].device_id`);
           }
           const at = u.location;
           out[i] = at !== undefined && inRange(at.lat, at.lon) ? { device, lat: at.lat, lon: at.lon } : { device, ...position(`updates[${i}].location`, at) };
+        }
+        // A device's own updates draw on its location rate (a fleet's, with location:any, do not).
+        if (!any && out.length > 0) {
+          const wait = this.limiter.location(own, out.length);
+          if (wait > 0) throw this.limiter.locationError(wait);
         }
         return out;
       },

@@ -115,10 +115,10 @@ export class RateLimiter {
     this.events = limits.eventsPerS > 0 && shared === null ? new LocalBuckets(limits.eventsPerS / 1000, this.eventCapacity, now) : null;
   }
 
-  /** A device's own location update: 0, or the wait in ms (counted as refused). */
-  location(device: string): number {
+  /** A device's own `n` location updates (default one): 0, or the wait in ms (counted as refused). */
+  location(device: string, n = 1): number {
     if (this.locations === null) return 0;
-    const wait = this.locations.take(device, 1);
+    const wait = this.locations.take(device, n);
     if (wait > 0) this.refused.locations++;
     return wait;
   }

@@ -10,7 +10,8 @@
  *   - flags 2: the end of the stream. From the client: it half-closes (sends nothing more). From
  *     the server: its status, as JSON in the shape of the Connect protocol's end-of-stream message:
  *     `{}` for OK, else `{"error": {"code": "invalid_argument", "message": "...", "details":
- *     [{"type": "google.rpc.BadRequest", "value": base64}]}, "metadata": {"ambit-field": ["..."]}}`;
+ *     [{"type": "google.rpc.Status", "value": base64}]}, "metadata": {"ambit-field": ["..."]}}`
+ *     (the google.rpc.Status holds a google.rpc.BadRequest, as the gRPC trailer does);
  *     the server then closes the socket (1000).
  * - A socket that closes without the server's end of stream lost its connection: the client
  *   reconnects and resumes, as after a broken gRPC stream.
@@ -70,6 +71,8 @@ export class WsDeviceStream implements DeviceStream {
   private done = false;
   private goneTold = false;
   private paused = false;
+  /** The client ended its side: anything after it is a protocol error. */
+  private clientEnded = false;
   /** What arrived while reads were paused (the socket may still emit what it had parsed). */
   private backlog: Incoming[] = [];
   /** Bytes handed to the socket and not yet written out. */
@@ -101,6 +104,7 @@ export class WsDeviceStream implements DeviceStream {
     if (!isBinary) return this.status(grpc.status.INVALID_ARGUMENT, 'websocket: text messages are not part of the protocol; send binary messages (a flags byte, then the message)', '');
     if (bytes.length === 0) return this.status(grpc.status.INVALID_ARGUMENT, 'websocket: an empty message (it needs a flags byte)', '');
     const flags = bytes[0];
+    if (this.clientEnded) return this.status(grpc.status.INVALID_ARGUMENT, "websocket: a message after the client's end of stream", '');
     let item: Incoming;
     if (flags === FLAG_MESSAGE) {
       const len = bytes.length - 1;
@@ -109,6 +113,7 @@ export class WsDeviceStream implements DeviceStream {
     } else if (flags === FLAG_END) {
       if (bytes.length !== 1) return this.status(grpc.status.INVALID_ARGUMENT, 'websocket: a client end of stream carries nothing after its flags byte', '');
       item = { kind: 'half-close' };
+      this.clientEnded = true;
     } else {
       return this.status(grpc.status.INVALID_ARGUMENT, `websocket: unknown flags ${flags} (0: a message, 2: the end of the stream)`, '');
     }

@@ -1,10 +1,12 @@
-/** The SDK's pure parts: wire conversion, the hand-encoded location, delivery ids, backoff. */
+/** The SDK's pure parts: wire conversion, the hand-encoded location, delivery ids, backoff; and the device over a scripted transport. */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { create, fromBinary, toBinary } from '@bufbuild/protobuf';
-import { ConnectRequestSchema } from '../../api/gen/ambit/v1/device_pb.js';
+import { ConnectRequestSchema, ConnectResponseSchema } from '../../api/gen/ambit/v1/device_pb.js';
 import { SubscriptionSchema } from '../../api/gen/ambit/v1/types_pb.js';
-import { backoffDelay, compareDeliveryIds, encodeLocation, resolveBackoff, type Subscription } from '../../sdk/index.js';
+import { AmbitError, StatusCode, backoffDelay, compareDeliveryIds, encodeLocation, resolveBackoff, type Subscription } from '../../sdk/index.js';
+import { AmbitDevice } from '../../sdk/device.js';
+import type { ChannelStream, ConnectRequestInit, DeviceChannel, StreamHandlers } from '../../sdk/channel.js';
 import { fromWireSubscription, toWireEvent, toWireSubscription } from '../../sdk/types.js';
 
 describe('sdk conversion', () => {
@@ -81,5 +83,83 @@ describe('sdk: the ambit-publish trailer', () => {
     assert.equal(sent(new ModelError('UNAVAILABLE', 'link lost')).publishOutcome, 'unknown');
     assert.equal(sent(new ModelError('INVALID_ARGUMENT', 'bad', 'event.lat')).publishOutcome, 'not-stored');
     assert.equal(AmbitError.from(toServiceError(statusOf(new ModelError('NOT_FOUND', 'x')))).publishOutcome, '', 'no outcome on other calls');
+  });
+});
+
+/**
+ * A device's transport scripted in place of a server (the one fault here that a real server can
+ * only cause over a rate limit's minutes): a state loss after which some re-subscriptions are
+ * refused RESOURCE_EXHAUSTED with a short wait.
+ */
+class ScriptedChannel implements DeviceChannel {
+  readonly kind = 'scripted';
+  /** Subscriptions the "server" holds. */
+  held = new Set<string>();
+  /** Re-subscriptions to refuse once each (RESOURCE_EXHAUSTED, retry after 20 ms). */
+  refuseOnce = new Set<string>();
+  streams = 0;
+  private current: StreamHandlers | null = null;
+
+  connect(_token: string, h: StreamHandlers): ChannelStream {
+    this.streams++;
+    this.current = h;
+    const reply = (requestId: string, code: number, retryAfterMs = 0) =>
+      queueMicrotask(() => h.message(create(ConnectResponseSchema, { message: { case: 'reply', value: { requestId, status: { code, message: code === 0 ? '' : 'rate limit', field: '', retryAfterMs } } } })));
+    return {
+      write: (m: ConnectRequestInit) => {
+        const v = m.message.value as { requestId: string; subscription?: { id: string }; subscriptionId?: string };
+        if (m.message.case === 'hello') {
+          // The second stream's server lost the device's state.
+          queueMicrotask(() => h.message(create(ConnectResponseSchema, { message: { case: 'welcome', value: { deviceId: 'd', resumeToken: '', stateLost: this.streams > 1, stateId: `s${this.streams}` } } })));
+        } else if (m.message.case === 'subscribe') {
+          const id = v.subscription!.id;
+          if (this.refuseOnce.delete(id)) return reply(v.requestId, 8, 20);
+          this.held.add(id);
+          reply(v.requestId, 0);
+        }
+      },
+      writeLocation: () => {},
+      // A half-close: the "server" ends the stream.
+      end: () => queueMicrotask(() => h.ended(new AmbitError(StatusCode.UNAVAILABLE, 'sdk: the server ended the stream'))),
+      cancel: () => queueMicrotask(() => h.ended(new AmbitError(StatusCode.CANCELLED, 'cancelled'))),
+      pause: () => {},
+      resume: () => {},
+    };
+  }
+
+  /** The stream breaks (the server went away). */
+  drop(): void {
+    this.current?.ended(new AmbitError(StatusCode.UNAVAILABLE, 'gone'));
+  }
+
+  listSubscriptions(): Promise<never> {
+    return Promise.reject(new AmbitError(StatusCode.UNIMPLEMENTED, 'scripted'));
+  }
+
+  close(): void {}
+}
+
+describe('sdk device: subscriptions made again after a state loss', () => {
+  test('a rate-limited re-subscription is sent again after its wait, not dropped', async () => {
+    const channel = new ScriptedChannel();
+    class ScriptedDevice extends AmbitDevice {
+      protected override channelFor(): DeviceChannel {
+        return channel;
+      }
+    }
+    const d = await ScriptedDevice.connect('ws://scripted', 'token', { backoff: { initialMs: 1, maxMs: 5 } });
+    const warnings: string[] = [];
+    d.on('warning', (e) => warnings.push(e.error.message));
+    for (const id of ['s1', 's2', 's3', 's4', 's5']) await d.subscribe({ id, filters: [{ constraints: [] }] });
+    // The new server holds nothing and refuses two of the five at first.
+    channel.held.clear();
+    channel.refuseOnce = new Set(['s4', 's5']);
+    const again = new Promise<void>((resolve) => d.on('connected', (e) => e.stateLost && resolve()));
+    channel.drop();
+    await again;
+    for (let i = 0; i < 200 && channel.held.size < 5; i++) await new Promise((r) => setTimeout(r, 5));
+    assert.deepEqual([...channel.held].sort(), ['s1', 's2', 's3', 's4', 's5']);
+    assert.deepEqual(warnings, []);
+    await d.close();
   });
 });

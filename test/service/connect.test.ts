@@ -6,6 +6,7 @@
  * streaming calls are not served there.
  */
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { Code, ConnectError, type Interceptor, type Transport, createClient } from '@connectrpc/connect';
 import { createConnectTransport, createGrpcWebTransport } from '@connectrpc/connect-node';
@@ -98,6 +99,19 @@ describe('the web port: Connect and gRPC-Web', () => {
     const e2 = await connectError(createClient(OpsService, twice).getStats({}));
     assert.equal(e2.code, Code.Unauthenticated);
     assert.match(e2.rawMessage, /more than one/);
+    // Two header lines (Node's request headers keep only the first): refused too.
+    const raw = await new Promise<string>((resolve, reject) => {
+      const sock = net.connect(srv.server.webPort!, '127.0.0.1', () => {
+        const body = '{}';
+        sock.end(`POST /${OpsService.typeName}/GetStats HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer ${srv.token('a', ['ops'])}\r\nAuthorization: Bearer junk\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`);
+      });
+      let got = '';
+      sock.on('data', (c: Buffer) => (got += c.toString('utf8')));
+      sock.on('end', () => resolve(got));
+      sock.on('error', reject);
+    });
+    assert.match(raw.split('\r\n')[0], / 401 /);
+    assert.match(raw, /more than one authorization/);
     assert.equal((await connectError(createClient(OpsService, transports(srv.token('web-dev', ['device']))[0][1]).getStats({}))).code, Code.PermissionDenied);
   });
 

@@ -83,6 +83,11 @@ describe('rate limits (embedded, an injected clock)', () => {
     for (let i = 0; i < 5; i++) await unary(clients.device, 'updateLocation', { location: { lat: 46, lon: 9 } }, md);
     const err = await refused(unary(clients.device, 'updateLocation', { location: { lat: 46, lon: 9 } }, md));
     assert.deepEqual(retryOf(err), { trailer: 200, info: 200 });
+    // UpdateLocations of its own device draws on the same bucket (a fleet's, with location:any, does not).
+    clock += 1000;
+    const own = await refused(clientStream(clients.device, 'updateLocations', [{ updates: Array.from({ length: 5 }, () => ({ location: { lat: 47, lon: 9 } })) }, { updates: [{ location: { lat: 48, lon: 9 } }] }], md));
+    assert.deepEqual([own.metadata.get('ambit-message')[0], own.metadata.get('ambit-applied')[0]], ['1', '5']);
+    assert.equal(((await clientStream(clients.device, 'updateLocations', [{ updates: Array.from({ length: 50 }, () => ({ deviceId: 'lim-dev', location: { lat: 47, lon: 9 } })) }], srv.meta('fleet', ['device', 'location:any']))) as Init).accepted, 50n);
     stream.cancel();
   });
 

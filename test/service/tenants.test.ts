@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { SCOPES } from '../../services/edge/auth.js';
-import { type Clients, DeviceStream, type Init, Status, type TestServer, expectStatus, meta, startTestServer, unary } from '../support/grpc.js';
+import { type Clients, DeviceStream, type Init, Status, type TestServer, clientStream, expectStatus, meta, startTestServer, unary } from '../support/grpc.js';
 import { WsDevice } from '../support/ws-device.js';
 import { Op } from '../../api/gen/ambit/v1/types_pb.js';
 
@@ -139,6 +139,19 @@ describe('tenants', () => {
     await unary(clients.ops, 'revokeTokens', { subject: 'pub' }, acmeOps);
     await expectStatus(unary(clients.publisher, 'publish', { event: event('after') }, md('pub', [SCOPES.publish], 'acme')), Status.UNAUTHENTICATED);
     assert.equal(((await unary(clients.publisher, 'publish', { event: event('after') }, md('pub', [SCOPES.publish], 'globex'))) as Init).eventId, 'after');
+  });
+
+  it('the default tenant\'s ids hold no /, so none is ever one of a tenant\'s; a tenant\'s fleet moves its own devices', async () => {
+    await expectStatus(unary(clients.ops, 'listDevices', {}, md('acme/alice', [SCOPES.ops])), Status.UNAUTHENTICATED);
+    await expectStatus(unary(clients.publisher, 'publish', { event: event('acme/e9') }, md('pub', [SCOPES.publish])), Status.INVALID_ARGUMENT, 'event.id');
+    const fleet = md('trucks', [SCOPES.device, SCOPES.locationAny], 'globex');
+    const r = await clientStream(clients.device, 'updateLocations', [{ updates: [{ deviceId: 'alice', location: { lat: 10, lon: 20 } }] }], fleet);
+    assert.equal((r as Init).accepted, 1n);
+    const where = async (id: string) => ((await unary(clients.ops, 'getDeviceSubscriptions', { deviceId: id }, md('root', [SCOPES.ops]))) as Init).location?.lat;
+    assert.equal(await where('globex/alice'), 10, "the fleet's tenant's alice moved");
+    assert.notEqual(await where('acme/alice'), 10);
+    assert.notEqual(await where('alice'), 10);
+    await expectStatus(clientStream(clients.device, 'updateLocations', [{ updates: [{ deviceId: 'x/y', location: { lat: 1, lon: 2 } }] }], md('trucks', [SCOPES.device, SCOPES.locationAny])), Status.INVALID_ARGUMENT, 'updates[0].device_id');
   });
 
   it('a malformed tenant claim is a malformed token', async () => {

@@ -11,7 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import { fromBinary } from '@bufbuild/protobuf';
 import { StatusSchema } from '../../api/gen/google/rpc/status_pb.js';
 import { Op } from '../../api/gen/ambit/v1/types_pb.js';
-import { type Clients, type Init, type TestServer, clientStream, startTestServer } from '../support/grpc.js';
+import { type Clients, type Init, type TestServer, clientStream, startTestServer, unary } from '../support/grpc.js';
 import { WsDevice } from '../support/ws-device.js';
 import { HIGH_WATER } from '../../services/edge/ws-device-stream.js';
 
@@ -138,6 +138,17 @@ describe('websocket device streams', () => {
       assert.equal(end.error?.code, 'invalid_argument', what);
       assert.match(end.error?.message ?? '', why, what);
     }
+  });
+
+  it('a message after the client\'s end of stream ends the stream INVALID_ARGUMENT and is not applied', async () => {
+    const d = await connect('ws-late');
+    d.halfClose();
+    d.send({ message: { case: 'subscribe', value: { requestId: 'late', subscription: { id: 'late', filters: [{}] } } } });
+    const end = await d.ended();
+    assert.equal(end.error?.code, 'invalid_argument');
+    assert.match(end.error?.message ?? '', /after the client's end of stream/);
+    const info = (await unary(clients.ops, 'getDeviceSubscriptions', { deviceId: 'ws-late' }, srv.meta('ops', ['ops']))) as Init;
+    assert.deepEqual(info.subscriptions, []);
   });
 
   it('credentials: the subprotocol or the header, exactly once, with the device scope', async () => {
