@@ -1,7 +1,14 @@
 /**
  * The gRPC edge: authenticates every call, validates every request (errors name the field and
  * change nothing), and turns calls into Hub operations. Each device stream is a DeviceSession
- * (device-session.ts); unary and client-streaming calls are handled here.
+ * (device-session.ts); unary and client-streaming calls are handled here, and the web port's
+ * Connect calls run the same handlers (connect-edge.ts). Tenants' ids and tags: tenancy.ts; rate
+ * limits: rate-limits.ts.
+ *
+ * One file because it is the table of every call of the three services: each entry's scope,
+ * checks, tenant and rate rules and work sit side by side, and the credentials, the drain and the
+ * client-stream machinery they share are this class's state; split by service, each part would
+ * reach back into the same state.
  */
 import { type DensityMap, RecentEvents, densityMap } from './density.js';
 import { randomUUID } from 'node:crypto';
@@ -42,6 +49,7 @@ import type { WebSocket } from 'ws';
 import { WsDeviceStream } from './ws-device-stream.js';
 import { type PeerIdentity, peerOfCall, peerOfSocket } from './peer.js';
 import { NO_RATE_LIMITS, RateLimitedError, RateLimiter, type RateLimits } from './rate-limits.js';
+import { Tenancy } from './tenancy.js';
 import type { Logger } from 'pino';
 import { type Counters, type EdgeMetrics, TenantCounters } from './counters.js';
 import { ExpiryClock } from './expiry.js';
@@ -158,6 +166,7 @@ export class Gateway implements SessionHost {
     });
     this.sendBatch = this.opts.sendBatch;
     // Publishers' buckets are shared through the hub where gateways share one (Redis).
+    this.tenancy = new Tenancy(this.opts.tenants, limits);
     if (this.opts.tenants) this.counters.tenants ??= new TenantCounters();
     this.limiter = new RateLimiter(this.opts.rateLimits, this.now, hub.takeQuota === undefined ? null : (key, n, perS, capacity) => hub.takeQuota!(key, n, perS, capacity), this.counters.rateLimited);
     this.h2 = { maxReceiveBytes: this.opts.maxReceiveBytes, decode: requestDecoder(DeviceService.method.connect, fastConnectRequest) };
@@ -165,6 +174,7 @@ export class Gateway implements SessionHost {
 
   private readonly h2: H2StreamOptions;
   readonly limiter: RateLimiter;
+  private readonly tenancy: Tenancy;
 
   /** Implementations keyed by the services' method local names. */
   handlers(): { device: Record<string, Handler>; publisher: Record<string, Handler>; ops: Record<string, Handler> } {
@@ -192,7 +202,7 @@ export class Gateway implements SessionHost {
       },
       publisher: {
         publish: this.unary<PublishRequest>(SCOPES.publish, async (req, p, call) => {
-          const event = this.ofTenant(toEvent('event', req.event, this.limits, randomUUID), p, 'event');
+          const event = this.tenancy.event(toEvent('event', req.event, this.limits, randomUUID), p, 'event');
           await this.limiter.publish(p.subject, 1);
           if (call.cancelled) throw new ApiError(grpc.status.CANCELLED, 'call ended before the event was published');
           if (this.hub.forwardsEvents) encodedEvent(event);
@@ -203,13 +213,13 @@ export class Gateway implements SessionHost {
           if (this.counters.tenants !== null) this.counters.tenants.of(p.tenant ?? '').eventsPublished++;
           this.recentEvents.record(event.lat, event.lon, Date.now());
           if (r.duplicate !== true) this.counters.subscriptionsReached += r.reached;
-          return create(PublishResponseSchema, { eventId: this.tenantLocal(p, r.eventId), reached: BigInt(r.reached), duplicate: r.duplicate === true });
+          return create(PublishResponseSchema, { eventId: this.tenancy.local(p, r.eventId), reached: BigInt(r.reached), duplicate: r.duplicate === true });
         }),
         bulkPublish: (call: grpc.ServerReadableStream<BulkPublishRequest, unknown>, cb: grpc.sendUnaryData<unknown>) => this.bulkPublish(call, cb),
       },
       ops: {
         getStats: this.unary(SCOPES.ops, async (_req, p) => {
-          if (this.tenantPrefix(p) !== '') return this.tenantStats(p);
+          if (this.tenancy.prefix(p) !== '') return this.tenantStats(p);
           const s = await this.hub.stats();
           return create(GetStatsResponseSchema, {
             engine: s.engine,
@@ -230,7 +240,7 @@ export class Gateway implements SessionHost {
           });
         }),
         drainGateway: this.unary(SCOPES.ops, async (_req, p) => {
-          this.deploymentOps(p, 'DrainGateway');
+          this.tenancy.deploymentOps(p, 'DrainGateway');
           const onDrain = this.opts.onDrain;
           if (onDrain === null) throw new ApiError(grpc.status.FAILED_PRECONDITION, 'this gateway is one of a node of several gateway processes (AMBIT_GATEWAYS): stop the node (SIGTERM) to drain it', '');
           this.log.warn('draining on request (DrainGateway): device streams end and new ones are refused; other calls are still served');
@@ -239,13 +249,13 @@ export class Gateway implements SessionHost {
           return create(DrainGatewayResponseSchema, { streamsEnded: BigInt(ended) });
         }),
         moveCells: this.unary<MoveCellsRequest>(SCOPES.ops, async (req, p) => {
-          this.deploymentOps(p, 'MoveCells');
+          this.tenancy.deploymentOps(p, 'MoveCells');
           if (this.hub.moveCells === undefined) throw new ApiError(grpc.status.FAILED_PRECONDITION, 'the deployment is not sharded by space (AMBIT_GEO_SHARDS)', 'moves');
           const r = await this.hub.moveCells(req.moves.map((m) => ({ row: m.row, col: m.col, shard: m.shard })));
           return create(MoveCellsResponseSchema, { shardMapVersion: BigInt(r.version), devicesMoved: BigInt(r.devicesMoved) });
         }),
         deleteSubscription: this.unary<DeleteSubscriptionRequest>(SCOPES.ops, async (req, p) => {
-          const device = this.tenantDevice(p, req.deviceId);
+          const device = this.tenancy.device(p, req.deviceId);
           const id = checkId('subscription_id', req.subscriptionId, this.limits);
           await this.hub.removeSubscription(device, id);
           return create(DeleteSubscriptionResponseSchema, {});
@@ -256,7 +266,7 @@ export class Gateway implements SessionHost {
           if (req.pageToken.length > 1024) throw new ApiError(grpc.status.INVALID_ARGUMENT, 'is not a page token this listing gave', 'page_token');
           if (Buffer.byteLength(req.idPrefix) > this.limits.maxIdBytes) throw new ApiError(grpc.status.INVALID_ARGUMENT, `must be at most ${this.limits.maxIdBytes} bytes`, 'id_prefix');
           // A tenant's operators list their tenant's devices, by the ids its tokens give them.
-          const own = this.tenantPrefix(p);
+          const own = this.tenancy.prefix(p);
           const page = await this.hub.listDevices({ prefix: own + req.idPrefix, after: req.pageToken === '' ? '' : own + req.pageToken, limit });
           return create(ListDevicesResponseSchema, {
             devices: page.devices.map((d) => ({ deviceId: d.device.slice(own.length), subscriptions: d.subscriptions, location: d.location ?? undefined, lastSeenMs: BigInt(Math.max(0, Math.round(d.lastSeenMs))) })),
@@ -264,14 +274,14 @@ export class Gateway implements SessionHost {
           });
         }),
         purgeDevice: this.unary<PurgeDeviceRequest>(SCOPES.ops, async (req, p) => {
-          const device = this.tenantDevice(p, req.deviceId);
+          const device = this.tenancy.device(p, req.deviceId);
           const r = await this.hub.purgeDevice(device);
           this.log.info({ device, ...r }, 'device purged on request (PurgeDevice)');
           return create(PurgeDeviceResponseSchema, { subscriptionsRemoved: BigInt(r.subscriptions), notificationsRemoved: BigInt(r.notifications), hadLocation: r.location });
         }),
         revokeTokens: this.unary<RevokeTokensRequest>(SCOPES.ops, async (req, op) => {
           // A tenant's operators revoke their tenant's subjects (a token id could be anyone's).
-          if (this.tenantPrefix(op) !== '' && req.subject === '') throw new AuthError('PERMISSION_DENIED', "a tenant's operators revoke by subject (subject), not by token or token id");
+          if (this.tenancy.prefix(op) !== '' && req.subject === '') throw new AuthError('PERMISSION_DENIED', "a tenant's operators revoke by subject (subject), not by token or token id");
           const given = [req.tokenId !== '', req.subject !== '', req.token !== ''].filter(Boolean).length;
           if (given !== 1) throw new ApiError(grpc.status.INVALID_ARGUMENT, `give exactly one of token_id, subject and token, got ${given}`, req.tokenId !== '' ? 'subject' : 'token_id');
           if (req.keepDays > 3650) throw new ApiError(grpc.status.INVALID_ARGUMENT, `must be at most 3650, got ${req.keepDays}`, 'keep_days');
@@ -293,7 +303,7 @@ export class Gateway implements SessionHost {
             r = { tokenId: req.tokenId, untilS };
           } else {
             if (Buffer.byteLength(req.subject) > 128) throw new ApiError(grpc.status.INVALID_ARGUMENT, 'must be at most 128 bytes', 'subject');
-            r = { subject: this.tenantPrefix(op) + req.subject, issuedUpToS: Math.floor(nowS), untilS };
+            r = { subject: this.tenancy.prefix(op) + req.subject, issuedUpToS: Math.floor(nowS), untilS };
           }
           await this.hub.revokeTokens([r]);
           this.revoked.add(r);
@@ -302,7 +312,7 @@ export class Gateway implements SessionHost {
           return create(RevokeTokensResponseSchema, { streamsEnded: BigInt(ended), keptUntilUnixS: BigInt(r.untilS) });
         }),
         getDeviceSubscriptions: this.unary<GetDeviceSubscriptionsRequest>(SCOPES.ops, async (req, p) => {
-          const device = this.tenantDevice(p, req.deviceId);
+          const device = this.tenancy.device(p, req.deviceId);
           const info = await this.hub.deviceInfo(device);
           return create(GetDeviceSubscriptionsResponseSchema, {
             subscriptions: info.subscriptions.map(fromSubscription),
@@ -403,34 +413,7 @@ export class Gateway implements SessionHost {
     return principal;
   }
 
-  // ---- tenants ----
-
-  /** What a tenant's ids begin with: `<tenant>/` ('' for the default tenant, and with tenants off). */
-  private tenantPrefix(p: Principal): string {
-    return this.opts.tenants && p.tenant !== undefined && p.tenant !== '' ? `${p.tenant}/` : '';
-  }
-
-  /** An id as the principal's tenant gave it (the stored one without `<tenant>/`). */
-  private tenantLocal(p: Principal, id: string): string {
-    const own = this.tenantPrefix(p);
-    return own !== '' && id.startsWith(own) ? id.slice(own.length) : id;
-  }
-
-  /**
-   * With tenants on, an id of the default tenant (device, subject, event) may not hold '/': a
-   * named tenant's ids are `<tenant>/<id>`, and one of the default tenant's must never be taken
-   * for one of them. As given with tenants off.
-   */
-  private tenantFree(field: string, id: string): string {
-    if (this.opts.tenants && id.includes('/')) throw new ValidationError(field, `must not contain '/' in a deployment with tenants (a tenant's ids are <tenant>/<id>), got ${JSON.stringify(id.slice(0, 64))}`);
-    return id;
-  }
-
-  /** A device an operator names: within the operator's tenant. */
-  private tenantDevice(p: Principal, deviceId: string): string {
-    checkId('device_id', deviceId, this.limits);
-    return checkId('device_id', this.tenantPrefix(p) + deviceId, this.limits);
-  }
+  // ---- tenants (tenancy.ts) ----
 
   /**
    * GetStats for a tenant's operators: the tenant's devices and their subscriptions (listed from
@@ -439,7 +422,7 @@ export class Gateway implements SessionHost {
    * the deployment (engine, memory, other tenants).
    */
   private async tenantStats(p: Principal): Promise<unknown> {
-    const own = this.tenantPrefix(p);
+    const own = this.tenancy.prefix(p);
     let devices = 0;
     let subscriptions = 0;
     let after = '';
@@ -465,58 +448,9 @@ export class Gateway implements SessionHost {
     });
   }
 
-  /** Calls about the whole deployment: its own operators only, not a tenant's. */
-  private deploymentOps(p: Principal, call: string): void {
-    if (this.tenantPrefix(p) !== '') throw new AuthError('PERMISSION_DENIED', `${call} is for the deployment's operators; a tenant's operators manage their devices (GetStats of their tenant, ListDevices, GetDeviceSubscriptions, DeleteSubscription, PurgeDevice, RevokeTokens by subject)`);
-  }
-
-  /** The reserved tag of the principal's tenant (null with tenants off). */
-  private tenantTag(p: Principal): string | null {
-    return this.opts.tenants ? `${TENANT_TAG}${p.tenant ?? ''}` : null;
-  }
-
-  /** Tags with the tenant's added (kept sorted and distinct, as T2 keeps them); `max` the limit that applies. */
-  private withTenantTag(field: string, tags: readonly string[] | undefined, tag: string, max: number): string[] {
-    const out = [...(tags ?? [])];
-    if (out.length + 1 > max) throw new ValidationError(`${field}.tags`, `must have at most ${max - 1} tags in a deployment with tenants (one is the tenant's), got ${out.length}`);
-    let i = 0;
-    while (i < out.length && out[i] < tag) i++;
-    out.splice(i, 0, tag);
-    return out;
-  }
-
-  /** A published event in its tenant: `<tenant>/` before its id, the tenant's tag among its tags. */
-  private ofTenant(e: Event, p: Principal, field: string): Event {
-    const tag = this.tenantTag(p);
-    if (tag === null) return e;
-    const own = this.tenantPrefix(p);
-    if (own !== '') e.id = checkId(`${field}.id`, own + e.id, this.limits);
-    else this.tenantFree(`${field}.id`, e.id);
-    e.tags = this.withTenantTag(field, e.tags, tag, this.limits.maxTagsPerEvent);
-    return e;
-  }
-
-  /** A device's subscription in its tenant: the tenant's tag on every filter (a pattern's too). */
+  /** A device's subscription in its tenant (SessionHost): the tenant's tag on its filters. */
   tenantSubscription(sub: DeviceSubscription, p: Principal, field: string): DeviceSubscription {
-    const tag = this.tenantTag(p);
-    if (tag === null) return sub;
-    const max = this.limits.maxTagsPerFilter;
-    const tagged = <F extends { tags?: string[] }>(f: F, at: string): F => ({ ...f, tags: this.withTenantTag(at, f.tags, tag, max) });
-    const pattern = sub.pattern;
-    return {
-      ...sub,
-      filters: sub.filters.map((f, i) => tagged(f, `${field}.filters[${i}]`)),
-      ...(pattern === undefined
-        ? {}
-        : {
-            pattern: {
-              ...pattern,
-              steps: pattern.steps.map((x, i) => ({ ...x, filter: tagged(x.filter, `${field}.pattern.steps[${i}].filter`) })),
-              ...(pattern.negations === undefined ? {} : { negations: pattern.negations.map((x, i) => ({ ...x, filter: tagged(x.filter, `${field}.pattern.negations[${i}].filter`) })) }),
-              ...(pattern.aggregates === undefined ? {} : { aggregates: pattern.aggregates.map((x, i) => ({ ...x, filter: tagged(x.filter, `${field}.pattern.aggregates[${i}].filter`) })) }),
-            },
-          }),
-    };
+    return this.tenancy.subscription(sub, p, field);
   }
 
   private deviceOf(p: Principal): string {
@@ -693,13 +627,13 @@ export class Gateway implements SessionHost {
         const updates = req.updates;
         const out = new Array<PositionUpdate>(updates.length);
         // With tenants, the devices a fleet names are its tenant's.
-        const tenant = this.tenantPrefix(p);
+        const tenant = this.tenancy.prefix(p);
         // The common case (a plain id, a position in range) names no field and makes one object.
         for (let i = 0; i < updates.length; i++) {
           const u = updates[i];
           const id = u.deviceId;
           let device = id === '' ? own : plainId(id, this.limits) ? id : checkId(`updates[${i}].device_id`, id, this.limits);
-          if (this.opts.tenants && id !== '') device = tenant === '' ? this.tenantFree(`updates[${i}].device_id`, device) : checkId(`updates[${i}].device_id`, tenant + device, this.limits);
+          if (this.opts.tenants && id !== '') device = tenant === '' ? this.tenancy.free(`updates[${i}].device_id`, device) : checkId(`updates[${i}].device_id`, tenant + device, this.limits);
           if (device !== own && !any) {
             throw new ApiError(grpc.status.PERMISSION_DENIED, `token may only update its own device (needs the ${SCOPES.locationAny} scope)`, `updates[${i}].device_id`);
           }
@@ -746,7 +680,7 @@ export class Gateway implements SessionHost {
         if (req.events.length > this.opts.maxEventsPerMessage) {
           throw new ApiError(grpc.status.RESOURCE_EXHAUSTED, `at most ${this.opts.maxEventsPerMessage} events per message, got ${req.events.length}`, 'events');
         }
-        return req.events.map((e, i) => this.ofTenant(toEvent(`events[${i}]`, e, this.limits, randomUUID), p, `events[${i}]`));
+        return req.events.map((e, i) => this.tenancy.event(toEvent(`events[${i}]`, e, this.limits, randomUUID), p, `events[${i}]`));
       },
       async (all) => {
         // The publisher's rate, message by message: the ones it admits are published, then the
