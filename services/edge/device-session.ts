@@ -39,8 +39,8 @@ export interface SessionHost {
   now(): number;
   /** Notes the devices whose streams open and close (when they were last seen); null: not recorded. */
   readonly seen: SeenTracker | null;
-  /** The gateway's rate limits (a device's locations and subscription changes). */
-  readonly limiter: RateLimiter;
+  /** The rate limits of a principal (a device's locations and subscription changes; its tenant's own, if set). */
+  limiterOf(p: Principal): RateLimiter;
   /** A subscription in the principal's tenant (the tenant's tag on its filters; as given with tenants off). */
   tenantSubscription(sub: DeviceSubscription, p: Principal, field: string): DeviceSubscription;
 }
@@ -70,6 +70,8 @@ export class DeviceSession implements Expiring, StreamListener {
   private limitedUntil = 0;
   /** The device's tenant's counts (tenants on), else null. */
   private readonly tenantCounts: TenantCounts | null;
+  /** The device's rate limits. */
+  private readonly limiter: RateLimiter;
 
   constructor(
     private readonly host: SessionHost,
@@ -78,6 +80,7 @@ export class DeviceSession implements Expiring, StreamListener {
     readonly principal: Principal,
   ) {
     this.tenantCounts = host.counters.tenants?.of(principal.tenant ?? '') ?? null;
+    this.limiter = host.limiterOf(principal);
   }
 
   /** Registers the session (superseding an older stream of the device) and starts reading. */
@@ -327,14 +330,14 @@ export class DeviceSession implements Expiring, StreamListener {
     const now = this.host.now();
     if (now < this.limitedUntil) return;
     this.limitedUntil = now + wait;
-    this.reply('', this.host.reject(this.host.limiter.locationError(wait), 'Connect.location'));
+    this.reply('', this.host.reject(this.limiter.locationError(wait), 'Connect.location'));
   }
 
   /** A subscription change past the device's rate: answered RESOURCE_EXHAUSTED in its turn; true when refused. */
   private changeLimited(kind: 'subscribe' | 'replace' | 'unsubscribe', requestId: string): boolean {
-    const wait = this.host.limiter.subscriptionChange(this.device);
+    const wait = this.limiter.subscriptionChange(this.device);
     if (wait === 0) return false;
-    const err = this.host.limiter.subscriptionChangeError(wait);
+    const err = this.limiter.subscriptionChangeError(wait);
     this.enqueue(this.chain.then(() => this.request(kind, requestId, async () => Promise.reject(err))));
     return true;
   }
@@ -358,7 +361,7 @@ export class DeviceSession implements Expiring, StreamListener {
         const lat = m.value.lat;
         const lon = m.value.lon;
         if (inRange(lat, lon)) {
-          const wait = this.host.limiter.location(device);
+          const wait = this.limiter.location(device);
           if (wait > 0) return this.locationLimited(wait);
           const writer = this.writer ?? this.openWriter();
           this.lastLat = lat;

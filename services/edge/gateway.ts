@@ -92,6 +92,8 @@ export interface GatewayOptions {
   certScopes: ReadonlySet<string> | null;
   /** Rate limits (rate-limits.ts): a device's locations and subscription changes, a publisher's events. */
   rateLimits: RateLimits;
+  /** Tenants' own limits (AMBIT_TENANT_LIMITS; '' the default tenant), over `rateLimits`. */
+  tenantLimits: Readonly<Record<string, Partial<RateLimits>>>;
   /**
    * Tenants (the token authority reads the tenant claim): every event and filter of a tenant gets
    * the reserved tag `tenant:<name>` (the default tenant's `tenant:`), its events' ids `<name>/`
@@ -114,6 +116,7 @@ export const DEFAULT_GATEWAY_OPTIONS: Readonly<GatewayOptions> = Object.freeze({
   revocationKeepDays: 30,
   certScopes: null,
   rateLimits: NO_RATE_LIMITS,
+  tenantLimits: {},
   tenants: false,
 });
 
@@ -168,12 +171,33 @@ export class Gateway implements SessionHost {
     // Publishers' buckets are shared through the hub where gateways share one (Redis).
     this.tenancy = new Tenancy(this.opts.tenants, limits);
     if (this.opts.tenants) this.counters.tenants ??= new TenantCounters();
-    this.limiter = new RateLimiter(this.opts.rateLimits, this.now, hub.takeQuota === undefined ? null : (key, n, perS, capacity) => hub.takeQuota!(key, n, perS, capacity), this.counters.rateLimited);
+    this.limiter = this.newLimiter(this.opts.rateLimits);
     this.h2 = { maxReceiveBytes: this.opts.maxReceiveBytes, decode: requestDecoder(DeviceService.method.connect, fastConnectRequest) };
   }
 
   private readonly h2: H2StreamOptions;
-  readonly limiter: RateLimiter;
+  /** The limits of principals without limits of their own (their tenant's). */
+  private readonly limiter: RateLimiter;
+  /** Each tenant's limiter, when AMBIT_TENANT_LIMITS sets its own (made on first use). */
+  private readonly tenantLimiters = new Map<string, RateLimiter>();
+
+  private newLimiter(limits: RateLimits): RateLimiter {
+    const hub = this.hub;
+    return new RateLimiter(limits, this.now, hub.takeQuota === undefined ? null : (key, n, perS, capacity) => hub.takeQuota!(key, n, perS, capacity), this.counters.rateLimited);
+  }
+
+  /** The rate limits of a principal: its tenant's own where AMBIT_TENANT_LIMITS sets them, else the deployment's. */
+  limiterOf(p: Principal): RateLimiter {
+    const tenant = this.opts.tenants ? (p.tenant ?? '') : '';
+    const own = this.opts.tenantLimits[tenant];
+    if (own === undefined || !Object.hasOwn(this.opts.tenantLimits, tenant)) return this.limiter;
+    let l = this.tenantLimiters.get(tenant);
+    if (l === undefined) {
+      l = this.newLimiter({ ...this.opts.rateLimits, ...own });
+      this.tenantLimiters.set(tenant, l);
+    }
+    return l;
+  }
   private readonly tenancy: Tenancy;
 
   /** Implementations keyed by the services' method local names. */
@@ -184,8 +208,9 @@ export class Gateway implements SessionHost {
         updateLocation: this.unary<UpdateLocationRequest>(SCOPES.device, async (req, p) => {
           const { lat, lon } = position('location', req.location);
           const device = this.deviceOf(p);
-          const wait = this.limiter.location(device);
-          if (wait > 0) throw this.limiter.locationError(wait);
+          const limiter = this.limiterOf(p);
+          const wait = limiter.location(device);
+          if (wait > 0) throw limiter.locationError(wait);
           this.seen?.note(device);
           await this.hub.updateLocations([{ device, lat, lon }]);
           this.counters.locationUpdatesUnary++;
@@ -203,7 +228,7 @@ export class Gateway implements SessionHost {
       publisher: {
         publish: this.unary<PublishRequest>(SCOPES.publish, async (req, p, call) => {
           const event = this.tenancy.event(toEvent('event', req.event, this.limits, randomUUID), p, 'event');
-          await this.limiter.publish(p.subject, 1);
+          await this.limiterOf(p).publish(p.subject, 1);
           if (call.cancelled) throw new ApiError(grpc.status.CANCELLED, 'call ended before the event was published');
           if (this.hub.forwardsEvents) encodedEvent(event);
           const t0 = performance.now();
@@ -642,8 +667,9 @@ export class Gateway implements SessionHost {
         }
         // A device's own updates draw on its location rate (a fleet's, with location:any, do not).
         if (!any && out.length > 0) {
-          const wait = this.limiter.location(own, out.length);
-          if (wait > 0) throw this.limiter.locationError(wait);
+          const limiter = this.limiterOf(p);
+          const wait = limiter.location(own, out.length);
+          if (wait > 0) throw limiter.locationError(wait);
         }
         return out;
       },
@@ -667,6 +693,7 @@ export class Gateway implements SessionHost {
     let duplicates = 0;
     let subject = '';
     let tenant = '';
+    let limiter = this.limiter;
     /** Messages of this stream applied (their index, for a rate limit that refuses one). */
     let messagesApplied = 0;
     this.clientStream(
@@ -677,6 +704,7 @@ export class Gateway implements SessionHost {
       (req, p) => {
         subject = p.subject;
         tenant = p.tenant ?? '';
+        limiter = this.limiterOf(p);
         if (req.events.length > this.opts.maxEventsPerMessage) {
           throw new ApiError(grpc.status.RESOURCE_EXHAUSTED, `at most ${this.opts.maxEventsPerMessage} events per message, got ${req.events.length}`, 'events');
         }
@@ -687,10 +715,10 @@ export class Gateway implements SessionHost {
         // call fails naming the first it refused.
         let messages = all;
         let limited: RateLimitedError | null = null;
-        if (this.opts.rateLimits.eventsPerS > 0) {
+        if (limiter.limits.eventsPerS > 0) {
           for (let k = 0; k < all.length; k++) {
             try {
-              await this.limiter.publish(subject, all[k].length);
+              await limiter.publish(subject, all[k].length);
             } catch (err) {
               if (!(err instanceof RateLimitedError)) throw err;
               limited = Object.assign(err, { streamMessage: messagesApplied + k });

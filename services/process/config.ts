@@ -13,7 +13,7 @@ import { MAX_EVENT_ORIGIN } from '../hub/link.js';
 import { clusterSourceFromUrl } from '../redis/connection.js';
 import { DEFAULT_CLUSTER_GROUPS, type GeoSpec, MAX_CLUSTER_GROUPS, MAX_MATCHER_PARTITIONS } from '../redis/keys.js';
 import { MAX_GEO_SHARDS, MAX_WIDE_SHARDS } from '../redis/layout.js';
-import { KNOWN_SCOPES } from '../edge/auth.js';
+import { KNOWN_SCOPES, TENANT_NAME } from '../edge/auth.js';
 import { NO_RATE_LIMITS, type RateLimits } from '../edge/rate-limits.js';
 
 export type Role = 'all' | 'gateway' | 'matcher';
@@ -85,6 +85,8 @@ export interface ServerConfig {
   tlsClientScopes: string[] | null;
   /** Rate limits (AMBIT_LIMIT_*; services/edge/rate-limits.ts); 0: unlimited. */
   rateLimits: RateLimits;
+  /** Tenants' own rate limits over `rateLimits` (AMBIT_TENANT_LIMITS; '' the default tenant). */
+  tenantLimits: Record<string, Partial<RateLimits>>;
   retention: Retention;
   /**
    * Redis mode: how long a matcher's lease lives without renewal (ms). Every matcher of a
@@ -200,6 +202,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   tls: null,
   tlsClientScopes: null,
   rateLimits: NO_RATE_LIMITS,
+  tenantLimits: {},
   retention: DEFAULT_RETENTION,
   matcherLeaseMs: 2000,
   snapshotDir: null,
@@ -354,6 +357,8 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
     eventsPerS: decimal('AMBIT_LIMIT_EVENTS_PER_S', 0, 100_000_000) ?? c.rateLimits.eventsPerS,
     burstS: decimal('AMBIT_LIMIT_BURST_S', 0.001, 86_400) ?? c.rateLimits.burstS,
   };
+  const tl = str('AMBIT_TENANT_LIMITS');
+  if (tl !== undefined) c.tenantLimits = parseTenantLimits(tl.trim().startsWith('{') ? tl : readPem('AMBIT_TENANT_LIMITS', tl).toString('utf8'));
   c.retention.maxPerDevice = int('AMBIT_RETENTION_MAX', 1, 10_000_000) ?? c.retention.maxPerDevice;
   const hours = int('AMBIT_RETENTION_HOURS', 1, 24 * 365);
   if (hours !== undefined) c.retention.maxAgeMs = hours * 3600_000;
@@ -407,6 +412,35 @@ function socketPaths(name: string, v: string | undefined): string[] | undefined 
 }
 
 /** A PEM file named by `name`; a read error names the variable (ENOENT alone does not say which). */
+const LIMIT_KEYS: readonly (keyof RateLimits)[] = ['locationsPerS', 'subscriptionChangesPerMin', 'eventsPerS', 'burstS'];
+
+/**
+ * AMBIT_TENANT_LIMITS: JSON (inline, or the file it names) of tenant name ('' the default tenant)
+ * → some of the rate limits, e.g. {"acme": {"eventsPerS": 500}, "": {"eventsPerS": 50}}.
+ */
+export function parseTenantLimits(text: string): Record<string, Partial<RateLimits>> {
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch (err) {
+    throw new Error(`config: AMBIT_TENANT_LIMITS is not JSON (${err instanceof Error ? err.message : String(err)})`);
+  }
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new Error('config: AMBIT_TENANT_LIMITS must be a JSON object of tenant name → limits');
+  const out: Record<string, Partial<RateLimits>> = Object.create(null) as Record<string, Partial<RateLimits>>;
+  for (const [tenant, limits] of Object.entries(v)) {
+    if (tenant !== '' && !TENANT_NAME.test(tenant)) throw new Error(`config: AMBIT_TENANT_LIMITS: ${JSON.stringify(tenant)} is not a tenant name (lower-case letters, digits, '.', '_', '-'; '' the default tenant)`);
+    if (typeof limits !== 'object' || limits === null || Array.isArray(limits)) throw new Error(`config: AMBIT_TENANT_LIMITS[${JSON.stringify(tenant)}] must be an object of limits`);
+    const l: Partial<RateLimits> = {};
+    for (const [k, n] of Object.entries(limits as Record<string, unknown>)) {
+      if (!(LIMIT_KEYS as readonly string[]).includes(k)) throw new Error(`config: AMBIT_TENANT_LIMITS[${JSON.stringify(tenant)}].${k} is not a limit (${LIMIT_KEYS.join(', ')})`);
+      if (typeof n !== 'number' || !Number.isFinite(n) || n < 0 || (k === 'burstS' && n <= 0)) throw new Error(`config: AMBIT_TENANT_LIMITS[${JSON.stringify(tenant)}].${k} must be a number ${k === 'burstS' ? '> 0' : '>= 0'}, got ${JSON.stringify(n)}`);
+      l[k as keyof RateLimits] = n;
+    }
+    out[tenant] = l;
+  }
+  return out;
+}
+
 function readPem(name: string, path: string): Buffer {
   try {
     return readFileSync(path);
@@ -443,6 +477,7 @@ export function checkConfig(c: ServerConfig): void {
   if (c.hubPartitions.length > 0 && c.hubShards.length > 0) throw new Error('config: AMBIT_HUB_PARTITIONS and AMBIT_HUB_SHARDS exclude each other');
   const cap = c.maxSubscriptionsPerDevice;
   if (!Number.isSafeInteger(cap) || cap < 1) throw new Error(`config: maxSubscriptionsPerDevice must be an integer >= 1, got ${String(cap)}`);
+  if (Object.keys(c.tenantLimits).length > 0 && c.tenantClaim === null) throw new Error('config: AMBIT_TENANT_LIMITS needs AMBIT_TENANT_CLAIM (tenants on)');
   if (c.tlsClientScopes !== null && (c.tls?.clientCa ?? null) === null) throw new Error('config: AMBIT_TLS_CLIENT_SCOPES needs AMBIT_TLS_CLIENT_CA (only a verified client certificate can stand in for a token)');
   const ws = c.webPort;
   if (ws !== null && ws !== 0 && (ws === c.port || ws === c.metricsPort)) throw new Error(`config: AMBIT_WEB_PORT ${ws} is taken by ${ws === c.port ? 'AMBIT_PORT' : 'AMBIT_METRICS_PORT'}`);

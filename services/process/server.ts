@@ -239,6 +239,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
         revocationKeepDays: config.revocationKeepDays,
         certScopes: config.tlsClientScopes === null ? null : new Set(config.tlsClientScopes),
         rateLimits: config.rateLimits,
+        tenantLimits: config.tenantLimits,
         tenants: config.tenantClaim !== null,
       });
       // At shutdown, after the streams ended (cleanups run last first): the last seen times are written.

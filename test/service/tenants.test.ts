@@ -12,6 +12,7 @@ import { SCOPES } from '../../services/edge/auth.js';
 import { type Clients, DeviceStream, type Init, Status, type TestServer, clientStream, expectStatus, meta, startTestServer, unary } from '../support/grpc.js';
 import { WsDevice } from '../support/ws-device.js';
 import { Op } from '../../api/gen/ambit/v1/types_pb.js';
+import { checkConfig, configFromEnv, parseTenantLimits } from '../../services/process/config.js';
 
 const HERE = { lat: 45.46, lon: 9.19 };
 const event = (id: string, tags: string[] = []): Init => ({ id, position: HERE, attributes: {}, tags });
@@ -164,5 +165,42 @@ describe('tenants', () => {
     const bad = `${body}.${createHmac('sha256', secret).update(body).digest('base64url')}`;
     const err = await expectStatus(unary(clients.ops, 'listDevices', {}, meta(bad)), Status.UNAUTHENTICATED);
     assert.match(err.details, /tenant must be a tenant name/);
+  });
+});
+
+describe('tenants: limits of their own (AMBIT_TENANT_LIMITS)', () => {
+  let srv: TestServer;
+  let clients: Clients;
+
+  before(async () => {
+    // A clock that stands still: a bucket holds what it holds, whatever the pace.
+    const clock = Date.now();
+    srv = await startTestServer({ tenantClaim: 'tenant', tenantLimits: { acme: { eventsPerS: 2 }, '': { eventsPerS: 1 } } }, { now: () => clock });
+    clients = srv.clients();
+  });
+
+  after(async () => {
+    clients.close();
+    await srv.stop();
+  });
+
+  it('a tenant\'s own limits apply to it; others keep the deployment\'s (here none)', async () => {
+    const pub = (tenant: string | undefined, id: string) => unary(clients.publisher, 'publish', { event: event(id) }, meta(srv.server.authority!.issue({ subject: 'pub', scopes: [SCOPES.publish], ...(tenant === undefined ? {} : { tenant }) })));
+    await pub('acme', 'a1');
+    await pub('acme', 'a2');
+    await expectStatus(pub('acme', 'a3'), Status.RESOURCE_EXHAUSTED);
+    await pub(undefined, 'd1');
+    await expectStatus(pub(undefined, 'd2'), Status.RESOURCE_EXHAUSTED);
+    for (let i = 0; i < 5; i++) await pub('globex', `g${i}`);
+  });
+
+  it('configuration: JSON inline or in a file; names, limits and values checked', () => {
+    assert.deepEqual({ ...parseTenantLimits('{"acme": {"eventsPerS": 5, "burstS": 2}, "": {"locationsPerS": 1}}') }, { acme: { eventsPerS: 5, burstS: 2 }, '': { locationsPerS: 1 } });
+    assert.throws(() => parseTenantLimits('{"Acme": {}}'), /not a tenant name/);
+    assert.throws(() => parseTenantLimits('{"acme": {"eventsPerSecond": 1}}'), /is not a limit/);
+    assert.throws(() => parseTenantLimits('{"acme": {"burstS": 0}}'), /burstS must be a number > 0/);
+    assert.throws(() => parseTenantLimits('[1]'), /must be a JSON object/);
+    assert.throws(() => checkConfig({ ...configFromEnv({ AMBIT_TENANT_LIMITS: '{"acme": {"eventsPerS": 1}}' }), dev: true }), /needs AMBIT_TENANT_CLAIM/);
+    assert.deepEqual({ ...configFromEnv({ AMBIT_TENANT_CLAIM: 'tenant', AMBIT_TENANT_LIMITS: '{"acme": {"eventsPerS": 1}}' }).tenantLimits }, { acme: { eventsPerS: 1 } });
   });
 });

@@ -20,7 +20,7 @@ import { type RunningServer, type StartOptions, startServer } from '../../servic
 import { grpcClient } from '../../api/rpc.js';
 import { fromBinary } from '@bufbuild/protobuf';
 import { anyUnpack } from '@bufbuild/protobuf/wkt';
-import { BadRequestSchema } from '../../api/gen/google/rpc/error_details_pb.js';
+import { BadRequestSchema, RetryInfoSchema } from '../../api/gen/google/rpc/error_details_pb.js';
 import { StatusSchema as RpcStatusSchema } from '../../api/gen/google/rpc/status_pb.js';
 import { type ConnectResponse, DeviceService, type Reply, type Welcome } from '../../api/gen/ambit/v1/device_pb.js';
 import { OpsService } from '../../api/gen/ambit/v1/ops_pb.js';
@@ -284,6 +284,13 @@ export function checkStatus(s: { code: number; details: string; metadata?: grpc.
       [[field, s.details.slice(field.length + 2)]],
       `the field violation${ctx}`,
     );
+  } else if (code === grpc.status.RESOURCE_EXHAUSTED && bin.length > 0) {
+    // A rate limit's refusal: a google.rpc.RetryInfo with the wait the trailer gives.
+    const st = fromBinary(RpcStatusSchema, bin[0] as Buffer);
+    const retry = anyUnpack(st.details[0], RetryInfoSchema);
+    assert.ok(retry !== undefined, `a google.rpc.RetryInfo${ctx}: ${st.details[0]?.typeUrl}`);
+    const ms = Number(retry.retryDelay?.seconds ?? 0n) * 1000 + (retry.retryDelay?.nanos ?? 0) / 1e6;
+    assert.equal(String(ms), String(s.metadata?.get('ambit-retry-after-ms')[0]), `the retry delay and the ambit-retry-after-ms trailer${ctx}`);
   } else if (code !== grpc.status.INVALID_ARGUMENT) {
     assert.deepEqual(bin, [], `no BadRequest for ${Status[code]}${ctx}`);
   }
