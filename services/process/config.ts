@@ -34,6 +34,12 @@ export interface ServerConfig {
   webOrigins: string[];
   /** Redis connection URL; null runs the embedded, memory-only hub (role 'all' only). */
   redisUrl: string | null;
+  /**
+   * TLS material for Redis (rediss://): the CA to trust and this process's client certificate
+   * (mutual TLS between the roles and Redis: AMBIT_REDIS_TLS_CA, AMBIT_REDIS_TLS_CERT,
+   * AMBIT_REDIS_TLS_KEY); null: the system's CAs, no client certificate.
+   */
+  redisTls: { ca?: Buffer; cert?: Buffer; key?: Buffer } | null;
   /** Prefix of every Redis key, so several deployments can share one Redis. */
   redisPrefix: string;
   /**
@@ -182,6 +188,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   webPort: null,
   webOrigins: [],
   redisUrl: null,
+  redisTls: null,
   redisPrefix: 'ambit:',
   redisCluster: false,
   redisDeviceGroups: DEFAULT_CLUSTER_GROUPS,
@@ -357,6 +364,17 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
     eventsPerS: decimal('AMBIT_LIMIT_EVENTS_PER_S', 0, 100_000_000) ?? c.rateLimits.eventsPerS,
     burstS: decimal('AMBIT_LIMIT_BURST_S', 0.001, 86_400) ?? c.rateLimits.burstS,
   };
+  const rca = str('AMBIT_REDIS_TLS_CA');
+  const rcert = str('AMBIT_REDIS_TLS_CERT');
+  const rkey = str('AMBIT_REDIS_TLS_KEY');
+  if ((rcert === undefined) !== (rkey === undefined)) throw new Error('config: AMBIT_REDIS_TLS_CERT and AMBIT_REDIS_TLS_KEY must be set together');
+  if (rca !== undefined || rcert !== undefined) {
+    if (c.redisUrl === null || !c.redisUrl.startsWith('rediss://')) throw new Error('config: AMBIT_REDIS_TLS_* need a rediss:// REDIS_URL');
+    c.redisTls = {
+      ...(rca === undefined ? {} : { ca: readPem('AMBIT_REDIS_TLS_CA', rca) }),
+      ...(rcert === undefined || rkey === undefined ? {} : { cert: readPem('AMBIT_REDIS_TLS_CERT', rcert), key: readPem('AMBIT_REDIS_TLS_KEY', rkey) }),
+    };
+  }
   const tl = str('AMBIT_TENANT_LIMITS');
   if (tl !== undefined) c.tenantLimits = parseTenantLimits(tl.trim().startsWith('{') ? tl : readPem('AMBIT_TENANT_LIMITS', tl).toString('utf8'));
   c.retention.maxPerDevice = int('AMBIT_RETENTION_MAX', 1, 10_000_000) ?? c.retention.maxPerDevice;

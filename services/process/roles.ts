@@ -9,6 +9,7 @@ import { RedisHub } from '../hub/redis.js';
 import { hubStats } from '../matcher/core.js';
 import { RedisMatcher } from '../matcher/redis.js';
 import { type RedisSource, clusterSourceFromUrl } from '../redis/connection.js';
+import type { RedisOptions } from 'ioredis';
 import { Worker } from 'node:worker_threads';
 import { PartitionedHub, sumHubStats } from '../hub/partitioned.js';
 import type { MatcherWorkerData } from './matcher-worker.js';
@@ -16,7 +17,28 @@ import type { MatcherWorkerData } from './matcher-worker.js';
 /** The Redis source of a config: REDIS_URL, or the seed nodes of a cluster it names. */
 export function redisSource(config: ServerConfig): RedisSource {
   if (config.redisUrl === null) throw new Error('redis roles: REDIS_URL is not set');
-  return config.redisCluster ? clusterSourceFromUrl(config.redisUrl) : config.redisUrl;
+  const tls = config.redisTls;
+  if (config.redisCluster) {
+    const source = clusterSourceFromUrl(config.redisUrl);
+    if (tls !== null) source.options = { ...source.options, redisOptions: { ...source.options?.redisOptions, tls: { ...tls } } };
+    return source;
+  }
+  return tls === null ? config.redisUrl : redisUrlOptions(config.redisUrl, tls);
+}
+
+/** A plain Redis's URL as ioredis options, with TLS material (its CA, a client certificate). */
+export function redisUrlOptions(url: string, tls: NonNullable<ServerConfig['redisTls']>): RedisOptions {
+  const u = new URL(url);
+  const db = u.pathname.replace(/^\//, '');
+  return {
+    host: u.hostname.replace(/^\[|\]$/g, ''),
+    port: u.port === '' ? 6379 : Number(u.port),
+    ...(u.username === '' ? {} : { username: decodeURIComponent(u.username) }),
+    ...(u.password === '' ? {} : { password: decodeURIComponent(u.password) }),
+    ...(db === '' ? {} : { db: Number(db) }),
+    // The name checked against the server's certificate is the URL's host.
+    tls: { ...tls, servername: u.hostname.replace(/^\[|\]$/g, '') },
+  };
 }
 
 /** The device-group setting for the hub and matcher (cluster only). */
