@@ -36,6 +36,21 @@ export type WebSocketConstructor = new (url: string, protocols: string[]) => Web
 /** Bytes waiting in the socket past which a write's `sent` waits (the next location with it). */
 const SENT_BELOW = 64 * 1024;
 
+/** UTF-8 bytes as a string: TextDecoder where the platform has one (browsers, Node), a plain decoder elsewhere. */
+export function utf8(b: Uint8Array): string {
+  if (typeof TextDecoder === 'function') return new TextDecoder().decode(b);
+  let out = '';
+  for (let i = 0; i < b.length; ) {
+    const c = b[i++];
+    let cp = c;
+    if (c >= 0xf0) cp = ((c & 0x07) << 18) | ((b[i++] & 0x3f) << 12) | ((b[i++] & 0x3f) << 6) | (b[i++] & 0x3f);
+    else if (c >= 0xe0) cp = ((c & 0x0f) << 12) | ((b[i++] & 0x3f) << 6) | (b[i++] & 0x3f);
+    else if (c >= 0xc0) cp = ((c & 0x1f) << 6) | (b[i++] & 0x3f);
+    out += String.fromCodePoint(cp);
+  }
+  return out;
+}
+
 /** The URL of the device stream: the address's own path, or the default one. */
 export function streamUrl(address: string): string {
   const u = new URL(address);
@@ -117,7 +132,7 @@ export class WebSocketDeviceChannel implements DeviceChannel {
         h.message(m);
       } else if (b[0] === FLAG_END) {
         try {
-          end = JSON.parse(new TextDecoder().decode(b.subarray(1))) as WsEndOfStream;
+          end = JSON.parse(utf8(b.subarray(1))) as WsEndOfStream;
         } catch {
           end = { error: { code: 'internal', message: 'sdk: an unreadable end of stream from the server' } };
         }
@@ -166,17 +181,22 @@ export class WebSocketDeviceChannel implements DeviceChannel {
     u.protocol = u.protocol === 'wss:' ? 'https:' : 'http:';
     u.pathname = `/${DeviceService.typeName}/${DeviceService.method.listSubscriptions.name}`;
     let res: Response;
+    // AbortSignal.timeout where the platform has it; an AbortController and a timer elsewhere.
+    const abort = typeof AbortController === 'function' ? new AbortController() : null;
+    const timer = abort === null ? null : setTimeout(() => abort.abort(Object.assign(new Error('the deadline passed'), { name: 'TimeoutError' })), deadlineMs);
     try {
       res = await fetch(u.toString(), {
         method: 'POST',
         headers: { 'content-type': 'application/proto', 'connect-protocol-version': '1', 'connect-timeout-ms': String(deadlineMs), authorization: `Bearer ${token}` },
         body: toBinary(ListSubscriptionsRequestSchema, create(ListSubscriptionsRequestSchema, {})),
-        signal: AbortSignal.timeout(deadlineMs),
+        ...(abort === null ? {} : { signal: abort.signal }),
       });
     } catch (err) {
+      if (timer !== null) clearTimeout(timer);
       const timedOut = (err as { name?: string }).name === 'TimeoutError';
       throw new AmbitError(timedOut ? StatusCode.DEADLINE_EXCEEDED : StatusCode.UNAVAILABLE, `sdk: listSubscriptions: ${err instanceof Error ? err.message : String(err)}`);
     }
+    if (timer !== null) clearTimeout(timer);
     if (res.ok) return fromBinary(ListSubscriptionsResponseSchema, new Uint8Array(await res.arrayBuffer()));
     // A Connect error: JSON {code, message}.
     const body = (await res.json().catch(() => null)) as { code?: string; message?: string } | null;

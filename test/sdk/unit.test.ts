@@ -7,6 +7,7 @@ import { SubscriptionSchema } from '../../api/gen/ambit/v1/types_pb.js';
 import { AmbitError, StatusCode, backoffDelay, compareDeliveryIds, encodeLocation, resolveBackoff, type Subscription } from '../../sdk/index.js';
 import { AmbitDevice } from '../../sdk/device.js';
 import type { ChannelStream, ConnectRequestInit, DeviceChannel, StreamHandlers } from '../../sdk/channel.js';
+import { utf8 } from '../../sdk/websocket-channel.js';
 import { fromWireSubscription, toWireEvent, toWireSubscription } from '../../sdk/types.js';
 
 describe('sdk conversion', () => {
@@ -161,5 +162,18 @@ describe('sdk device: subscriptions made again after a state loss', () => {
     assert.deepEqual([...channel.held].sort(), ['s1', 's2', 's3', 's4', 's5']);
     assert.deepEqual(warnings, []);
     await d.close();
+  });
+});
+
+describe('sdk websocket transport without the web platform\'s extras', () => {
+  test('its own UTF-8 decoder (platforms without TextDecoder) reads what TextDecoder reads', () => {
+    const saved = globalThis.TextDecoder;
+    const samples = ['', 'plain', 'é 東京 🚑', '{"error":{"code":"invalid_argument","message":"subscribe.subscription.filters[0]: café 🚒"}}'];
+    try {
+      (globalThis as { TextDecoder?: unknown }).TextDecoder = undefined;
+      for (const s of samples) assert.equal(utf8(new TextEncoder().encode(s)), s);
+    } finally {
+      globalThis.TextDecoder = saved;
+    }
   });
 });
