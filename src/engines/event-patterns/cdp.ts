@@ -220,6 +220,8 @@ export class CdpSequencer implements Sequencer {
   private lastTimeMs: number | null = null;
   private evicted = 0;
   private consumed = 0;
+  /** The sum of every column's `live` (stats() runs on every metrics scrape: no walk over patterns). */
+  private retained = 0;
 
   constructor(options: SequencerOptions = {}) {
     const m = options.maxRetainedPerElement ?? DEFAULT_MAX_RETAINED;
@@ -234,13 +236,14 @@ export class CdpSequencer implements Sequencer {
   }
 
   removePattern(slot: number): void {
+    const st = this.patterns.get(slot);
+    if (st === undefined) return;
+    for (const col of st.columns) this.retained -= col.live;
     this.patterns.delete(slot);
   }
 
   stats(): SequencerStats {
-    let retained = 0;
-    for (const s of this.patterns.values()) for (const col of s.columns) retained += col.live;
-    return { retained, evicted: this.evicted, consumed: this.consumed };
+    return { retained: this.retained, evicted: this.evicted, consumed: this.consumed };
   }
 
   snapshot(): SequencerSnapshot {
@@ -281,6 +284,7 @@ export class CdpSequencer implements Sequencer {
           const rec = recs.get(r.seq)!;
           col.run.push(rec);
           col.live++;
+          this.retained++;
           col.file(rec);
         }
       });
@@ -328,7 +332,10 @@ export class CdpSequencer implements Sequencer {
           if (k === 0 || k >= st.c.nSteps) continue; // only steps stop counting it
           const col = st.columns[k];
           // Still held by that column (its prefix is what retention removed)?
-          if (col.run.size > 0 && r.seq >= col.run.recs[col.run.head].seq) col.live--;
+          if (col.run.size > 0 && r.seq >= col.run.recs[col.run.head].seq) {
+            col.live--;
+            this.retained--;
+          }
         }
       }
     }
@@ -342,13 +349,17 @@ export class CdpSequencer implements Sequencer {
     let n = 0;
     while (run.head + n < run.recs.length && run.recs[run.head + n].time < oldest) {
       const r = run.recs[run.head + n];
-      if (col.counts(r)) col.live--;
+      if (col.counts(r)) {
+        col.live--;
+        this.retained--;
+      }
       col.unindex(r);
       n++;
     }
     run.drop(n);
     run.push(rec);
     col.live++;
+    this.retained++;
     col.file(rec);
     // E15: keep at most maxRetained events that still count, evicting the earliest.
     if (col.live > this.maxRetained) {
@@ -357,6 +368,7 @@ export class CdpSequencer implements Sequencer {
         const r = run.recs[run.head + m];
         if (col.counts(r)) {
           col.live--;
+          this.retained--;
           this.evicted++;
         }
         col.unindex(r);
