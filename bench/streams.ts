@@ -7,13 +7,17 @@
  * device SDK does not (one phone, one connection): the report says how many connections it held.
  *
  *   node dist/bench/streams.js [--streams N] [--steps K] [--per-connection C] [--clients P]
- *     [--engine fast|auto] [--redis URL] [--gateways N] [--out FILE] [--quick]
+ *     [--engine fast|auto] [--redis URL] [--gateways N] [--transport grpc|websocket] [--out FILE] [--quick]
+ *
+ * `--transport websocket`: the devices open their streams over the web port's WebSocket instead
+ * (one socket each: there is nothing to share), for the same figure per stream.
  */
 import { fork } from 'node:child_process';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { SCOPES } from '../services/edge/auth.js';
-import { AmbitDevice } from '../sdk/index.js';
+import { AmbitDevice, type WebSocketConstructor } from '../sdk/index.js';
+import { WebSocket } from 'ws';
 import { ArgReader, cliFail, parseArgs, runMain } from './lib/args.js';
 import { describeMachine } from './lib/machine.js';
 import { note } from './lib/progress.js';
@@ -21,8 +25,9 @@ import { ResultRun } from './lib/result-file.js';
 import { startChildServer } from './lib/service-server.js';
 
 const USAGE = `usage: node dist/bench/streams.js [--streams N] [--steps K] [--per-connection C] [--clients P] [--engine fast|auto]
-  [--redis URL] [--gateways N] [--settle-seconds S] [--out FILE] [--quick]
-Defaults: 20000 streams opened in 4 steps, 100 per HTTP/2 connection, clients: half the cores; engine fast; embedded.
+  [--redis URL] [--gateways N] [--transport grpc|websocket] [--settle-seconds S] [--out FILE] [--quick]
+Defaults: 20000 streams opened in 4 steps, 100 per HTTP/2 connection, clients: half the cores; engine fast; embedded; gRPC.
+--transport websocket: each device's stream over the web port's WebSocket (AMBIT_WEB_PORT), a socket each.
 --quick: 2000 streams in 2 steps.`;
 
 type ToWorker = { t: 'open'; address: string; secret: string; ids: string[]; perConnection: number; first: number } | { t: 'exit' };
@@ -44,7 +49,8 @@ async function worker(): Promise<void> {
           for (let i = next++; i < m.ids.length; i = next++) {
             const token = authority.issue({ subject: m.ids[i], scopes: [SCOPES.device], ttlSeconds: 3600 });
             const connection = Math.floor((m.first + i) / m.perConnection);
-            devices.push(await AmbitDevice.connect(m.address, token, { channelOptions: { 'ambit-bench.connection': connection } }));
+            const ws = m.address.startsWith('ws://');
+            devices.push(await AmbitDevice.connect(m.address, token, ws ? { webSocket: WebSocket as unknown as WebSocketConstructor } : { channelOptions: { 'ambit-bench.connection': connection } }));
           }
         }));
         process.send!({ t: 'opened', streams: devices.length, rssBytes: process.memoryUsage().rss } satisfies FromWorker);
@@ -72,7 +78,7 @@ function fit(xs: readonly number[], ys: readonly number[]): { a: number; b: numb
 
 async function parent(): Promise<void> {
   const fail = cliFail('bench/streams', USAGE);
-  const args = parseArgs(process.argv.slice(2), new Set(['quick', 'help']), new Set(['streams', 'steps', 'per-connection', 'clients', 'engine', 'redis', 'gateways', 'settle-seconds', 'out']), fail);
+  const args = parseArgs(process.argv.slice(2), new Set(['quick', 'help']), new Set(['streams', 'steps', 'per-connection', 'clients', 'engine', 'redis', 'gateways', 'transport', 'settle-seconds', 'out']), fail);
   if (args.help === true) {
     process.stdout.write(`${USAGE}\n`);
     return;
@@ -87,12 +93,15 @@ async function parent(): Promise<void> {
   const redisUrl = a.str('redis') ?? null;
   const gateways = a.int('gateways', 1, 1, 256);
   const settleSeconds = a.num('settle-seconds', 2, 0, 60);
+  const transport = a.str('transport') ?? 'grpc';
+  if (transport !== 'grpc' && transport !== 'websocket') fail(`--transport must be grpc or websocket, got ${JSON.stringify(transport)}`);
   const run = new ResultRun({ out: args.out, name: 'streams', fail });
   const out = (s: string) => process.stdout.write(`${s}\n`);
   out(`machine: ${describeMachine(run.machine)}`);
-  out(`server: ${redisUrl === null ? 'embedded hub' : 'Redis hub'}, ${gateways} gateway process${gateways > 1 ? 'es' : ''}, engine ${engine}; ${streams} idle device streams in ${steps} steps, ${perConnection} per connection, over ${clients} client processes`);
+  out(`server: ${redisUrl === null ? 'embedded hub' : 'Redis hub'}, ${gateways} gateway process${gateways > 1 ? 'es' : ''}, engine ${engine}; ${streams} idle device streams in ${steps} steps, ${transport === 'websocket' ? 'over WebSocket, a socket each' : `${perConnection} per HTTP/2 connection`}, over ${clients} client processes`);
 
-  const server = await startChildServer(engine, [], redisUrl, { gateways });
+  const server = await startChildServer(engine, [], redisUrl, { gateways, web: transport === 'websocket' });
+  const streamAddress = transport === 'websocket' ? server.webAddress! : server.address;
   const procs: ReturnType<typeof fork>[] = [];
   const settle = () => new Promise((r) => setTimeout(r, settleSeconds * 1000));
   const points: { streams: number; connections: number; serverRssBytes: number; clientRssBytes: number }[] = [];
@@ -117,11 +126,11 @@ async function parent(): Promise<void> {
           clientRss[c] = m.rssBytes;
           resolve();
         });
-        p.send({ t: 'open', address: server.address, secret, ids: slice, perConnection, first: opened + c * per } satisfies ToWorker);
+        p.send({ t: 'open', address: streamAddress, secret, ids: slice, perConnection, first: opened + c * per } satisfies ToWorker);
       })));
       opened = upTo;
       await settle();
-      const connections = Math.ceil(opened / perConnection);
+      const connections = transport === 'websocket' ? opened : Math.ceil(opened / perConnection);
       const rss = server.rssBytes();
       points.push({ streams: opened, connections, serverRssBytes: rss, clientRssBytes: clientRss.reduce((s, x) => s + x, 0) });
       note(`${opened} streams over ~${connections} connections: server RSS ${(rss / 2 ** 20).toFixed(1)} MiB`);
@@ -133,7 +142,7 @@ async function parent(): Promise<void> {
     for (const p of points) out(`| ${p.streams} | ${p.connections} | ${(p.serverRssBytes / 2 ** 20).toFixed(1)} | ${p.streams === 0 ? '–' : ((p.serverRssBytes - points[0].serverRssBytes) / p.streams / 1024).toFixed(2)} |`);
     out('');
     out(`server memory per idle stream (slope): ${(perStream / 1024).toFixed(2)} KiB (target <= 10 KB: ${perStream <= 10_000 ? 'met' : 'NOT met'}); at rest ${(base / 2 ** 20).toFixed(1)} MiB`);
-    run.write({ kind: 'streams', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', gateways, streams, steps, perConnection, clients, points, perStreamBytes: perStream, restBytes: base });
+    run.write({ kind: 'streams', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', transport, gateways, streams, steps, perConnection, clients, points, perStreamBytes: perStream, restBytes: base });
   } finally {
     for (const p of procs) p.send({ t: 'exit' } satisfies ToWorker);
     await server.stop();

@@ -29,6 +29,8 @@ export function cpuLists(a: ArgReader, fail: Fail): { serverCpus: string | null;
 
 export interface ChildServer {
   address: string;
+  /** The web port's WebSocket address (ws://host:port) when the shape asked for one, else null. */
+  webAddress: string | null;
   pid: number;
   authority: TokenAuthority;
   ops: AmbitOps;
@@ -124,10 +126,12 @@ export interface ChildServerShape {
   fanoutShards?: number;
   partitions?: number;
   cpus?: string | null;
+  /** Serve the web port (AMBIT_WEB_PORT: device streams over WebSocket, Connect). */
+  web?: boolean;
 }
 
 export async function startChildServer(engine: string, nodeArgs: readonly string[] = [], redisUrl: string | null = null, shape: ChildServerShape = {}): Promise<ChildServer> {
-  const { gateways = 1, fanoutShards = 0, partitions = 0, cpus = null, redisCluster = false, matcherPartitions = 1, geo } = shape;
+  const { gateways = 1, fanoutShards = 0, partitions = 0, cpus = null, redisCluster = false, matcherPartitions = 1, geo, web = false } = shape;
   const shards =
     geo === undefined
       ? { AMBIT_MATCHER_PARTITIONS: String(matcherPartitions) }
@@ -135,6 +139,7 @@ export async function startChildServer(engine: string, nodeArgs: readonly string
   if (process.platform !== 'linux') throw new Error('bench/service: measuring the server process needs Linux /proc');
   const secret = randomBytes(32).toString('base64url');
   const port = await freePort();
+  const webPort = web ? await freePort() : null;
   const main = fileURLToPath(new URL('../../services/process/main.js', import.meta.url));
   const argv = [...nodeArgs, main];
   const child: ChildProcess = spawn(cpus === null ? process.execPath : 'taskset', cpus === null ? argv : ['-c', cpus, process.execPath, ...argv], {
@@ -151,6 +156,7 @@ export async function startChildServer(engine: string, nodeArgs: readonly string
       AMBIT_GATEWAYS: String(gateways),
       AMBIT_FANOUT_SHARDS: String(fanoutShards),
       AMBIT_PARTITIONS: String(partitions),
+      ...(webPort === null ? {} : { AMBIT_WEB_PORT: String(webPort) }),
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -190,6 +196,7 @@ export async function startChildServer(engine: string, nodeArgs: readonly string
   const busyOps = new AmbitOps(address, authority.issue({ subject: 'bench-ops', scopes: [SCOPES.ops] }), { deadlineMs: 30_000 });
   return {
     address,
+    webAddress: webPort === null ? null : `ws://127.0.0.1:${webPort}`,
     pid,
     authority,
     ops: busyOps,

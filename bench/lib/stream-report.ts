@@ -14,6 +14,8 @@ export interface StreamsFile {
   engine: string;
   streams: number;
   perConnection: number;
+  /** How the devices opened their streams (absent in files from before the web port: gRPC). */
+  transport?: 'grpc' | 'websocket';
   points: { streams: number; connections: number; serverRssBytes: number }[];
   perStreamBytes: number;
   restBytes: number;
@@ -26,14 +28,15 @@ export function streamsSection(runs: readonly { name: string; file: string; f: S
     '',
     'Produced by `npm run bench:streams` (bench/streams.ts): client processes open idle device streams (hello, welcome) in steps; the cost of a stream is the slope of the server\'s resident memory (summed over its processes) against open streams. Target: ≤ 10 KB per stream.',
     '',
-    '| run | mode | gateway processes | streams | per connection | server RSS at rest | server RSS with all streams | per stream (slope) | target |',
-    '|---|---|---:|---:|---:|---:|---:|---:|---|',
+    '| run | mode | transport | gateway processes | streams | per connection | server RSS at rest | server RSS with all streams | per stream (slope) | target |',
+    '|---|---|---|---:|---:|---:|---:|---:|---:|---|',
   ];
   const mib = (b: number) => `${(b / 2 ** 20).toFixed(0)} MiB`;
   for (const r of runs) {
     const f = r.f;
     const last = f.points[f.points.length - 1];
-    lines.push(`| [${r.name}](${rel(r.file)}) | ${f.mode}, ${f.engine} | ${f.gateways} | ${f.streams.toLocaleString('en-US')} | ${f.perConnection} | ${mib(f.points[0].serverRssBytes)} | ${mib(last.serverRssBytes)} | ${(f.perStreamBytes / 1024).toFixed(1)} KiB | ${f.perStreamBytes <= 10_000 ? 'met' : 'not met'} |`);
+    const ws = f.transport === 'websocket';
+    lines.push(`| [${r.name}](${rel(r.file)}) | ${f.mode}, ${f.engine} | ${ws ? 'WebSocket' : 'gRPC'} | ${f.gateways} | ${f.streams.toLocaleString('en-US')} | ${ws ? 1 : f.perConnection} | ${mib(f.points[0].serverRssBytes)} | ${mib(last.serverRssBytes)} | ${(f.perStreamBytes / 1024).toFixed(1)} KiB | ${f.perStreamBytes <= 10_000 ? 'met' : 'not met'} |`);
   }
   lines.push('');
   return lines;
