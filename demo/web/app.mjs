@@ -89,6 +89,13 @@ async function run(spec) {
   device.updateLocation(rec.lat, rec.lon);
   // The device's subscriptions by its unary call (Connect on the same port, cross-origin: CORS).
   rec.list = () => device.listSubscriptions().then((subs) => subs.map((x) => x.id));
+  // Moves the device (what the walk does, on demand).
+  rec.move = (lat, lon) => {
+    rec.lat = lat;
+    rec.lon = lon;
+    device.updateLocation(lat, lon);
+    place();
+  };
   rec.subscribed = true;
   if (cfg.walk) {
     setInterval(() => {

@@ -96,6 +96,28 @@ describe('the SDK in a browser: the demo page over WebSocket', { skip: chromiumM
     assert.deepEqual(s.errors, []);
   });
 
+  it('a device that moves gets what is near its new place', async () => {
+    const before = (await state()).devices['web-east'].received.length;
+    await page.evaluate(([lat, lon]) => (window.demo.devices['web-east'] as unknown as { move(lat: number, lon: number): void }).move(lat, lon), [C.lat, C.lon] as const);
+    const ops = new AmbitOps(`127.0.0.1:${demo.server.port}`, demo.server.authority!.issue({ subject: 'ops', scopes: [SCOPES.ops] }));
+    try {
+      await waitFor("web-east's new position", async () => (await ops.deviceSubscriptions('web-east')).location?.lat === C.lat);
+    } finally {
+      ops.close();
+    }
+    assert.equal(await demo.publish({ id: 'b-moved', lat: C.lat, lon: C.lon, attributes: { type: 'accident', severity: 2 } }), 2, 'web-centre and the moved web-east');
+    await page.waitForFunction((n) => window.demo.devices['web-east'].received.length > n, before);
+    assert.deepEqual((await state()).devices['web-east'].received.slice(before), ['b-moved']);
+    // Back where it was, for the next test's arithmetic.
+    await page.evaluate(([lat, lon]) => (window.demo.devices['web-east'] as unknown as { move(lat: number, lon: number): void }).move(lat, lon), [DEVICES[2].lat, DEVICES[2].lon] as const);
+    const ops2 = new AmbitOps(`127.0.0.1:${demo.server.port}`, demo.server.authority!.issue({ subject: 'ops', scopes: [SCOPES.ops] }));
+    try {
+      await waitFor("web-east's old position", async () => (await ops2.deviceSubscriptions('web-east')).location?.lat === DEVICES[2].lat);
+    } finally {
+      ops2.close();
+    }
+  });
+
   it('a dropped network: the devices reconnect and resume, and what was published meanwhile arrives once', async () => {
     const before = await state();
     proxy.refuse = true;
