@@ -1,11 +1,12 @@
 /**
- * validateEvent's fast check must agree with the explaining check on every input: the same
- * normalised event when valid, and a refusal whenever the explaining check throws (whose error,
- * naming the field, is what callers then see). Seeded random events with edge values mutated in.
+ * validateEvent's and validateSubscription's fast checks must agree with the explaining checks on
+ * every input: the same normalised event or subscription when valid, and a refusal whenever the
+ * explaining check throws (whose error, naming the field, is what callers then see). Seeded random
+ * events and subscriptions with edge values mutated in.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { DEFAULT_LIMITS, explainEvent, quickEvent, resolveLimits, validateEvents } from '../src/model/limits.js';
+import { DEFAULT_LIMITS, explainEvent, explainSubscription, quickEvent, quickSubscription, resolveLimits, validateEvents, validateSubscription } from '../src/model/limits.js';
 import { Rng } from './support/rng.js';
 import { NUMBER_EDGES, STRING_EDGES } from './support/values.js';
 
@@ -74,5 +75,85 @@ describe('validateEvent: the fast check agrees with the explaining check', () =>
 
   it('a batch still names the offending event and field', () => {
     assert.throws(() => validateEvents([{ id: 'a', lat: 1, lon: 1, attributes: {} }, { id: 'b', lat: 91, lon: 1, attributes: {} }], DEFAULT_LIMITS), /^ValidationError: events\[1\]\.lat: must be within \[-90, 90\], got 91$/);
+  });
+});
+
+const OPS = ['eq', 'ne', 'lt', 'le', 'gt', 'ge', 'prefix', 'suffix', 'contains', 'exists', 'like', 'regex', 'between', '__proto__', 'toString'];
+
+function randomSubscription(rng: Rng): Record<string, unknown> {
+  const filters: unknown[] = [];
+  for (let i = 0, n = 1 + rng.int(3); i < n; i++) {
+    const constraints: unknown[] = [];
+    for (let j = 0, m = rng.int(4); j < m; j++) {
+      const op = rng.next() < 0.85 ? OPS[rng.int(10)] : OPS[rng.int(OPS.length)];
+      const value = op === 'exists' ? (rng.next() < 0.9 ? undefined : 1) : rng.next() < 0.4 ? rng.next() * 10 : rng.next() < 0.6 ? `v${rng.int(9)}` : rng.next() < 0.5;
+      constraints.push({ name: rng.next() < 0.9 ? `n${rng.int(20)}` : String(STRING_EDGES[rng.int(STRING_EDGES.length)]), op, value });
+    }
+    const f: Record<string, unknown> = { constraints };
+    if (rng.next() < 0.7) f.area = rng.next() < 0.5 ? { radiusM: 1 + rng.next() * 2000 } : { radiusM: 1 + rng.next() * 2000, center: { lat: -90 + rng.next() * 180, lon: -180 + rng.next() * 360 } };
+    if (rng.next() < 0.3) f.tags = rng.next() < 0.8 ? ['a', '#B', 'c d'.slice(0, 1 + rng.int(3))] : [STRING_EDGES[rng.int(STRING_EDGES.length)]];
+    if (rng.next() < 0.1) delete f.constraints;
+    filters.push(f);
+  }
+  return { id: `s${rng.int(1000)}`, owner: `d${rng.int(100)}`, filters };
+}
+
+function mutateSubscription(rng: Rng, s: Record<string, unknown>): unknown {
+  const odd = () => ODD[rng.int(ODD.length)];
+  const fs = s.filters as Record<string, unknown>[];
+  const f = fs[0];
+  const cs = (f.constraints ?? []) as Record<string, unknown>[];
+  switch (rng.int(12)) {
+    case 0: return { ...s, id: odd() };
+    case 1: return { ...s, owner: odd() };
+    case 2: return { ...s, filters: odd() };
+    case 3: return { ...s, filters: [odd(), ...fs.slice(1)] };
+    case 4: return { ...s, filters: [{ ...f, constraints: odd() }, ...fs.slice(1)] };
+    case 5: return { ...s, filters: [{ ...f, constraints: [...cs, { name: odd(), op: 'eq', value: 1 }] }, ...fs.slice(1)] };
+    case 6: return { ...s, filters: [{ ...f, constraints: [...cs, { name: 'x', op: 'eq', value: odd() }] }, ...fs.slice(1)] };
+    case 7: return { ...s, filters: [{ ...f, area: odd() }, ...fs.slice(1)] };
+    case 8: return { ...s, filters: [{ ...f, area: { radiusM: odd() } }, ...fs.slice(1)] };
+    case 9: return { ...s, filters: [{ ...f, area: { radiusM: 10, center: { lat: odd(), lon: odd() } } }, ...fs.slice(1)] };
+    case 10: return { ...s, filters: [{ ...f, tags: [odd()] }, ...fs.slice(1)] };
+    default: return Object.assign(Object.create({ inherited: 1 }) as object, s);
+  }
+}
+
+describe('validateSubscription: the fast check agrees with the explaining check', () => {
+  for (const [label, limits] of [['default limits', DEFAULT_LIMITS], ['tight limits', resolveLimits({ maxIdBytes: 3, maxNameBytes: 2, maxStringBytes: 4, maxConstraintsPerFilter: 2, maxFiltersPerSubscription: 2, maxRadiusM: 1000, maxTagsPerFilter: 1 })]] as const) {
+    it(`${label}: 20000 seeded subscriptions, valid and mutated`, () => {
+      const rng = new Rng(label.length + 7);
+      let valid = 0;
+      let quickOnes = 0;
+      for (let i = 0; i < 20_000; i++) {
+        const base = randomSubscription(rng);
+        const input = rng.next() < 0.5 ? base : mutateSubscription(rng, base);
+        let explained: unknown;
+        let threw = false;
+        try {
+          explained = explainSubscription(input, limits);
+        } catch {
+          threw = true;
+        }
+        const quick = quickSubscription(input, limits);
+        // Its check-only form (a bulk load's first pass) decides alike.
+        assert.equal(quickSubscription(input, limits, false) === null, quick === null, 'the check-only pass decides as the building one');
+        if (threw) assert.equal(quick, null, `fast check accepted what the explaining check refuses: ${JSON.stringify(input, (_, v) => (typeof v === 'bigint' ? `${v}n` : v))}`);
+        else {
+          valid++;
+          // The fast check may leave a valid one to the explaining check only for its patterns (like, regex).
+          if (quick === null) assert.ok(JSON.stringify(input).match(/"op":"(like|regex)"/), `fast check refused a valid subscription without patterns: ${JSON.stringify(input)}`);
+          else {
+            quickOnes++;
+            assert.deepEqual(quick, explained, 'same normalised subscription');
+          }
+        }
+      }
+      assert.ok(valid > (limits === DEFAULT_LIMITS ? 3000 : 50) && quickOnes > valid / 2, `enough valid subscriptions exercised (${valid}, ${quickOnes} by the fast check)`);
+    });
+  }
+
+  it('a refused subscription still names its field', () => {
+    assert.throws(() => validateSubscription({ id: 'a', owner: 'o', filters: [{ constraints: [{ name: 'n', op: 'gt', value: 'x' }] }] }, DEFAULT_LIMITS), /subscription\.filters\[0\]\.constraints\[0\]\.value: op gt takes a number or bool value, got a string/);
   });
 });

@@ -16,6 +16,7 @@ import {
   validateEvent,
   validateEvents,
   validatePositions,
+  checkSubscription,
   validateSubscription,
 } from '../model/limits.js';
 import type { Event, PositionUpdate, Subscription } from '../model/types.js';
@@ -89,12 +90,22 @@ export interface MatcherOptions {
  * new (not `taken`, not repeated in the call). Nothing is stored here.
  */
 export function validateNew(subs: unknown, limits: Limits, taken: (id: string) => boolean): NSubscription[] {
+  return checkNew(subs, limits, taken, true) as NSubscription[];
+}
+
+/**
+ * validateNew's checks; `keep` false keeps nothing of what they normalise (each subscription is
+ * garbage at once, young: a bulk load that inserts as it validates again keeps a million of them
+ * from being promoted and traced).
+ */
+function checkNew(subs: unknown, limits: Limits, taken: (id: string) => boolean, keep: boolean): NSubscription[] | null {
   if (!Array.isArray(subs)) throw new ValidationError('subscriptions', `must be an array, got ${show(subs)}`);
-  const out: NSubscription[] = new Array(subs.length);
-  for (let i = 0; i < subs.length; i++) out[i] = validateSubscription(subs[i], limits, `subscriptions[${i}]`);
+  const out: NSubscription[] | null = keep ? new Array(subs.length) : null;
   const seen = new Set<string>();
-  for (let i = 0; i < out.length; i++) {
-    const id = out[i].id;
+  for (let i = 0; i < subs.length; i++) {
+    let id: string;
+    if (out !== null) id = (out[i] = validateSubscription(subs[i], limits, `subscriptions[${i}]`)).id;
+    else id = checkSubscription(subs[i], limits, `subscriptions[${i}]`);
     if (seen.has(id) || taken(id)) throw new AmbitError('ALREADY_EXISTS', `subscription ${show(id)} ${seen.has(id) ? 'is given twice' : 'already exists'}`, `subscriptions[${i}].id`);
     seen.add(id);
   }
@@ -127,7 +138,26 @@ export abstract class CpuMatcher implements Matcher {
   }
 
   addMany(subs: readonly Subscription[]): void {
+    if (!this.insertsWhole) {
+      // Checked whole first (nothing is added unless all pass, L11), then validated again one by
+      // one as each is inserted: cheaper than holding every normalised subscription until the end.
+      checkNew(subs, this.limits, (id) => this.has(id), false);
+      let i = 0;
+      try {
+        for (; i < subs.length; i++) this.insert(validateSubscription(subs[i], this.limits, `subscriptions[${i}]`));
+      } catch (err) {
+        // Only a subscription that changed between the two passes (a getter) gets here: undo.
+        for (let k = 0; k < i; k++) this.delete((subs[k] as { id: string }).id);
+        throw err;
+      }
+      return;
+    }
     this.insertMany(validateNew(subs, this.limits, (id) => this.has(id)));
+  }
+
+  /** True for an engine whose bulk insert needs every subscription at once (insertMany overridden: rbush's load). */
+  protected get insertsWhole(): boolean {
+    return false;
   }
 
   /** addMany() of subscriptions validateNew() has checked (engines built on this one). */

@@ -82,6 +82,10 @@ export class RTreeMatcher extends CpuMatcher {
   }
 
   /** A bulk load: rbush's load (OMT packing) of every box at once instead of one insert each. */
+  protected override get insertsWhole(): boolean {
+    return true;
+  }
+
   protected override insertMany(ns: readonly NSubscription[]): void {
     const bulk: Item[] = [];
     for (let i = 0; i < ns.length; i++) this.insertInto(ns[i], bulk);

@@ -96,6 +96,18 @@ export function lifecycleRules({ make, open }: ContractContext): void {
         throwsAt(() => m.addMany([ok('n1'), ok('old')]), 'subscriptions[1].id', 'ALREADY_EXISTS');
         throwsAt(() => m.addMany([ok('n1'), ok('n2'), ok('n1')]), 'subscriptions[2].id', 'ALREADY_EXISTS');
         throwsAt(() => m.addMany('nope' as unknown as []), 'subscriptions');
+        // A subscription that reads differently each time (a getter): whichever reading an engine
+        // takes, it adds all or nothing.
+        let reads = 0;
+        const shifty = { id: 'n3', filters: [{ constraints: [c('a', 'eq', 2)] }] } as unknown as Record<string, unknown>;
+        Object.defineProperty(shifty, 'owner', { enumerable: true, get: () => (reads++ === 0 ? 'd1' : '') });
+        try {
+          m.addMany([ok('n1'), ok('n2'), shifty as never]);
+          assert.ok(m.has('n1') && m.has('n2') && m.has('n3'), 'taken whole');
+          for (const id of ['n1', 'n2', 'n3']) m.remove(id);
+        } catch (err) {
+          assert.ok(err instanceof Error && /owner/.test(err.message), String(err));
+        }
         assert.deepEqual(await snapshot(m, ['old', 'n1', 'n2', 'n3'], probes), before);
       }));
 
