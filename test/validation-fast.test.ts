@@ -136,8 +136,6 @@ describe('validateSubscription: the fast check agrees with the explaining check'
           threw = true;
         }
         const quick = quickSubscription(input, limits);
-        // Its check-only form (a bulk load's first pass) decides alike.
-        assert.equal(quickSubscription(input, limits, false) === null, quick === null, 'the check-only pass decides as the building one');
         if (threw) assert.equal(quick, null, `fast check accepted what the explaining check refuses: ${JSON.stringify(input, (_, v) => (typeof v === 'bigint' ? `${v}n` : v))}`);
         else {
           valid++;

@@ -199,6 +199,10 @@ export class RbushBaseline extends BoxBaseline {
     this.items[f] = undefined;
   }
 
+  protected override get insertsWhole(): boolean {
+    return true;
+  }
+
   protected override insertMany(ns: readonly NSubscription[]): void {
     this.bulk = [];
     try {

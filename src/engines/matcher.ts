@@ -16,7 +16,6 @@ import {
   validateEvent,
   validateEvents,
   validatePositions,
-  checkSubscription,
   validateSubscription,
 } from '../model/limits.js';
 import type { Event, PositionUpdate, Subscription } from '../model/types.js';
@@ -90,22 +89,11 @@ export interface MatcherOptions {
  * new (not `taken`, not repeated in the call). Nothing is stored here.
  */
 export function validateNew(subs: unknown, limits: Limits, taken: (id: string) => boolean): NSubscription[] {
-  return checkNew(subs, limits, taken, true) as NSubscription[];
-}
-
-/**
- * validateNew's checks; `keep` false keeps nothing of what they normalise (each subscription is
- * garbage at once, young: a bulk load that inserts as it validates again keeps a million of them
- * from being promoted and traced).
- */
-function checkNew(subs: unknown, limits: Limits, taken: (id: string) => boolean, keep: boolean): NSubscription[] | null {
   if (!Array.isArray(subs)) throw new ValidationError('subscriptions', `must be an array, got ${show(subs)}`);
-  const out: NSubscription[] | null = keep ? new Array(subs.length) : null;
+  const out: NSubscription[] = new Array(subs.length);
   const seen = new Set<string>();
   for (let i = 0; i < subs.length; i++) {
-    let id: string;
-    if (out !== null) id = (out[i] = validateSubscription(subs[i], limits, `subscriptions[${i}]`)).id;
-    else id = checkSubscription(subs[i], limits, `subscriptions[${i}]`);
+    const id = (out[i] = validateSubscription(subs[i], limits, `subscriptions[${i}]`)).id;
     if (seen.has(id) || taken(id)) throw new AmbitError('ALREADY_EXISTS', `subscription ${show(id)} ${seen.has(id) ? 'is given twice' : 'already exists'}`, `subscriptions[${i}].id`);
     seen.add(id);
   }
@@ -138,21 +126,29 @@ export abstract class CpuMatcher implements Matcher {
   }
 
   addMany(subs: readonly Subscription[]): void {
-    if (!this.insertsWhole) {
-      // Checked whole first (nothing is added unless all pass, L11), then validated again one by
-      // one as each is inserted: cheaper than holding every normalised subscription until the end.
-      checkNew(subs, this.limits, (id) => this.has(id), false);
-      let i = 0;
-      try {
-        for (; i < subs.length; i++) this.insert(validateSubscription(subs[i], this.limits, `subscriptions[${i}]`));
-      } catch (err) {
-        // Only a subscription that changed between the two passes (a getter) gets here: undo.
-        for (let k = 0; k < i; k++) this.delete((subs[k] as { id: string }).id);
-        throw err;
-      }
+    if (this.insertsWhole) {
+      this.insertMany(validateNew(subs, this.limits, (id) => this.has(id)));
       return;
     }
-    this.insertMany(validateNew(subs, this.limits, (id) => this.has(id)));
+    // One pass: each subscription checked and inserted in turn, and on the first refusal every
+    // one this call inserted taken out again, so nothing is added (L4, L11). Checking all first and
+    // holding a million normalised subscriptions until the end cost more than this.
+    if (!Array.isArray(subs)) throw new ValidationError('subscriptions', `must be an array, got ${show(subs)}`);
+    const inserted: string[] = [];
+    const seen = new Set<string>();
+    try {
+      for (let i = 0; i < subs.length; i++) {
+        const n = validateSubscription(subs[i], this.limits, `subscriptions[${i}]`);
+        const id = n.id;
+        if (seen.has(id) || this.has(id)) throw new AmbitError('ALREADY_EXISTS', `subscription ${show(id)} ${seen.has(id) ? 'is given twice' : 'already exists'}`, `subscriptions[${i}].id`);
+        seen.add(id);
+        this.insert(n);
+        inserted.push(id);
+      }
+    } catch (err) {
+      for (let k = inserted.length - 1; k >= 0; k--) this.delete(inserted[k]);
+      throw err;
+    }
   }
 
   /** True for an engine whose bulk insert needs every subscription at once (insertMany overridden: rbush's load). */

@@ -357,31 +357,26 @@ export function validateSubscription(s: unknown, limits: Limits, field = 'subscr
   return quickSubscription(s, limits) ?? explainSubscription(s, limits, field);
 }
 
-/** validateSubscription's checks alone: throws as it would; returns the subscription's id (nothing else is built when the fast check decides). */
-export function checkSubscription(s: unknown, limits: Limits, field = 'subscription'): string {
-  return quickSubscription(s, limits, false) !== null ? ((s as { id: string }).id) : explainSubscription(s, limits, field).id;
-}
-
 /**
  * The normalised subscription when `s` is valid and holds no like / regex constraint, decided
  * without building a field path or an error; else null (explainSubscription then decides and
  * names the field). A bulk load validates millions: most of the explaining check's cost was the
  * field paths it built for every constraint. Exported for tests.
  */
-export function quickSubscription(s: unknown, limits: Limits, build = true): NSubscription | null {
+export function quickSubscription(s: unknown, limits: Limits): NSubscription | null {
   if (!isPlainObject(s)) return null;
   const id = s.id;
   const owner = s.owner;
   if (!okString(id, 1, limits.maxIdBytes) || !okString(owner, 1, limits.maxIdBytes)) return null;
   const fs = s.filters;
   if (!Array.isArray(fs) || fs.length < 1 || fs.length > limits.maxFiltersPerSubscription) return null;
-  const filters: NFilter[] = build ? new Array(fs.length) : NO_FILTERS;
+  const filters: NFilter[] = new Array(fs.length);
   for (let i = 0; i < fs.length; i++) {
     const f = fs[i];
     if (!isPlainObject(f)) return null;
     const cs = f.constraints ?? [];
     if (!Array.isArray(cs) || cs.length > limits.maxConstraintsPerFilter) return null;
-    const constraints: NConstraint[] = build ? new Array(cs.length) : NO_CONSTRAINTS;
+    const constraints: NConstraint[] = new Array(cs.length);
     for (let j = 0; j < cs.length; j++) {
       const c = cs[j];
       if (!isPlainObject(c)) return null;
@@ -391,7 +386,7 @@ export function quickSubscription(s: unknown, limits: Limits, build = true): NSu
       const v = c.value;
       if (op === 'exists') {
         if (v !== undefined && v !== null) return null;
-        if (build) constraints[j] = { name, op, type: null, value: null };
+        constraints[j] = { name, op, type: null, value: null };
         continue;
       }
       // Patterns compile under a budget the explaining check keeps.
@@ -406,7 +401,7 @@ export function quickSubscription(s: unknown, limits: Limits, build = true): NSu
         type = 'string';
       } else return null;
       if (!OP_TYPES[op as Op].includes(type)) return null;
-      if (build) constraints[j] = { name, op: op as Op, type, value: v };
+      constraints[j] = { name, op: op as Op, type, value: v };
     }
     let area: NArea | null = null;
     const a = f.area;
@@ -421,21 +416,16 @@ export function quickSubscription(s: unknown, limits: Limits, build = true): NSu
         const lat = c.lat;
         const lon = c.lon;
         if (typeof lat !== 'number' || typeof lon !== 'number' || !inRange(lat, lon)) return null;
-        if (build) center = { lat, lon };
+        center = { lat, lon };
       }
-      if (build) area = { radiusM: r, center };
+      area = { radiusM: r, center };
     }
     const tags = quickTags(f.tags, limits.maxTagsPerFilter, limits.maxTagBytes);
     if (tags === null) return null;
-    if (build) filters[i] = { constraints, area, tags };
+    filters[i] = { constraints, area, tags };
   }
-  return build ? { id, owner, filters } : CHECKED;
+  return { id, owner, filters };
 }
-
-/** What quickSubscription gives when told not to build: a mark that the subscription passed (never stored). */
-const NO_FILTERS: NFilter[] = [];
-const NO_CONSTRAINTS: NConstraint[] = [];
-const CHECKED: NSubscription = Object.freeze({ id: '', owner: '', filters: NO_FILTERS });
 
 /** The explaining validation of a subscription: throws naming the first offending field. Exported for tests. */
 export function explainSubscription(s: unknown, limits: Limits, field = 'subscription'): NSubscription {

@@ -97,7 +97,8 @@ export function lifecycleRules({ make, open }: ContractContext): void {
         throwsAt(() => m.addMany([ok('n1'), ok('n2'), ok('n1')]), 'subscriptions[2].id', 'ALREADY_EXISTS');
         throwsAt(() => m.addMany('nope' as unknown as []), 'subscriptions');
         // A subscription that reads differently each time (a getter): whichever reading an engine
-        // takes, it adds all or nothing.
+        // takes, it adds all or nothing (an engine that inserts as it checks takes back what it
+        // inserted when a later one is refused).
         let reads = 0;
         const shifty = { id: 'n3', filters: [{ constraints: [c('a', 'eq', 2)] }] } as unknown as Record<string, unknown>;
         Object.defineProperty(shifty, 'owner', { enumerable: true, get: () => (reads++ === 0 ? 'd1' : '') });
