@@ -10,6 +10,7 @@ import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { FastMatcher } from '../src/engines/fast.js';
 import { GpuContext } from '../src/engines/gpu/device.js';
+import { GpuKernels, GpuMatcher } from '../src/engines/gpu/matcher.js';
 import { DEFAULT_GPU_TAG_INDEX, GpuTagIndex, type GpuTagIndexStats } from '../src/engines/gpu/tag-index.js';
 import { TagBatcher } from '../src/engines/tag-batcher.js';
 import { type TagMatches, TagSetIndex, type TagSetsView } from '../src/engines/tag-index.js';
@@ -42,7 +43,9 @@ const HELP = `Usage: node dist/bench/tagmatch.js [options]
   --cpu-queries N   queries timed on the CPU index (default 2000)
   --check N         queries whose GPU answers are compared with the CPU index's (default 1000)
   --matcher N       the first N entries also as tag-only subscriptions of the fast engine, timed per
-                    lone event beside the CPU index per query (default 1M; quick 100k; 0: skip)
+                    lone event beside the CPU index per query, then of the GPU engine: its GPU bytes a
+                    tag-only filter, lone events and batches of 1000 (default 1M; quick 100k; 0: skip)
+  --no-matcher-gpu  leave the GPU engine out of the --matcher run
   --seed N          workload seed (default 1)
   --out FILE        JSON output (default bench/results/tagmatch.json); an SVG plot beside it
   --software        allow a software adapter (for trying the benchmark, not for figures)
@@ -143,7 +146,7 @@ function perQueryUs(before: GpuTagIndexStats, after: GpuTagIndexStats, queries: 
 
 async function main(): Promise<void> {
   const fail = cliFail('tagmatch', HELP);
-  const cl = readCommandLine(process.argv.slice(2), new Set(['software', 'quick', 'help']), new Set(['sets', 'fractions', 'queries', 'reps', 'partitions', 'leaf', 'leaves', 'batches', 'batch', 'timeouts', 'rates', 'verify', 'cpu-queries', 'check', 'seed', 'out', 'matcher']), fail, HELP);
+  const cl = readCommandLine(process.argv.slice(2), new Set(['software', 'quick', 'help', 'no-matcher-gpu']), new Set(['sets', 'fractions', 'queries', 'reps', 'partitions', 'leaf', 'leaves', 'batches', 'batch', 'timeouts', 'rates', 'verify', 'cpu-queries', 'check', 'seed', 'out', 'matcher']), fail, HELP);
   if (cl === null) return;
   const { a, r } = cl;
   const quick = r.flag('quick');
@@ -178,6 +181,7 @@ async function main(): Promise<void> {
   const check = r.count('check', quick ? 500 : 1000);
   const seed = r.int('seed', 1, 0, 2 ** 32 - 1);
   const matcherN = r.int('matcher', quick ? 100_000 : 1_000_000, 0);
+  const matcherGpu = !r.flag('no-matcher-gpu');
   const run = new ResultRun({ out: a.out, defaultFile: 'bench/results/tagmatch.json', fail });
 
   const ctx = await GpuContext.open({ allowSoftware: r.flag('software') });
@@ -206,7 +210,15 @@ async function main(): Promise<void> {
     latency: [] as { batch: number; latencyMs: Summary; qps: number }[],
     verifySweep: [] as { verifyThreads: number; match: Summary; unique: Summary }[],
     batching: [] as { timeoutMs: number; offered: number; answered: number; latencyMs: Summary; batches: number; byTimeout: number }[],
-    matcher: null as null | { subscriptions: number; loadS: number; fastUs: Summary; indexUs: number; matchesPerEvent: number; mismatches: number },
+    matcher: null as null | {
+      subscriptions: number;
+      loadS: number;
+      fastUs: Summary;
+      indexUs: number;
+      matchesPerEvent: number;
+      mismatches: number;
+      gpu: null | { loadS: number; loneUs: Summary; batchEventsPerS: Summary; gpuBytesPerFilter: number; stateBytesPerFilter: number; cpuEvents: number; mismatches: number };
+    },
   };
   const save = (): void => run.write(doc);
 
@@ -246,10 +258,55 @@ async function main(): Promise<void> {
     t0 = performance.now();
     idx.matchAll(qs, false);
     const indexUs = ((performance.now() - t0) * 1000) / 3000;
-    doc.matcher = { subscriptions: n, loadS, fastUs: summarize(lat), indexUs, matchesPerEvent: matches / 3000, mismatches };
+    doc.matcher = { subscriptions: n, loadS, fastUs: summarize(lat), indexUs, matchesPerEvent: matches / 3000, mismatches, gpu: null };
     note(`matcher: ${count(n)} tag-only subscriptions loaded in ${sig(loadS)} s; fast engine ${sig(doc.matcher.fastUs.median)} µs median, ${sig(doc.matcher.fastUs.p99)} µs p99 per lone event; CPU tag index ${sig(indexUs)} µs a query; ${sig(matches / 3000)} matches an event; ${mismatches} events answered differently`);
     await fast.close();
     save();
+    if (matcherGpu) {
+      // The same subscriptions in the GPU engine (GPU path always): its bytes a tag-only filter
+      // (names only: 24 B a filter plus 4 B a tag in a run shared by equal sets), lone events, and
+      // events/s in batches, each answer compared with the CPU index's.
+      const kernels = await GpuKernels.compile(ctx);
+      const gpu = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, select: 'gpu' });
+      for (let i = 0; i < n; i++) subs.push({ id: String(i), owner: `u${w.keys[i]}`, filters: [{ constraints: [], tags: text(w.db, i) }] });
+      t0 = performance.now();
+      gpu.addMany(subs);
+      await gpu.match(events[0]);
+      const gLoadS = (performance.now() - t0) / 1000;
+      subs.length = 0;
+      for (let j = 0; j < 200; j++) await gpu.match(events[j]);
+      const gLat: number[] = [];
+      let gMismatches = 0;
+      for (let j = 0; j < 1000; j++) {
+        const s0 = performance.now();
+        const got = await gpu.match(events[j]);
+        gLat.push((performance.now() - s0) * 1000);
+        if (got.map(Number).sort((x, y) => x - y).join(',') !== want[j]) gMismatches++;
+      }
+      const batchEps: number[] = [];
+      for (let rep = 0; rep < 3; rep++) {
+        const s0 = performance.now();
+        for (let at = 0; at < events.length; at += 1000) {
+          const got = await gpu.matchBatch(events.slice(at, at + 1000));
+          for (let j = 0; j < got.length; j++) if (got[j].map(Number).sort((x, y) => x - y).join(',') !== want[at + j]) gMismatches++;
+        }
+        batchEps.push(events.length / ((performance.now() - s0) / 1000));
+      }
+      const st = gpu.stats().extra!;
+      doc.matcher.gpu = {
+        loadS: gLoadS,
+        loneUs: summarize(gLat),
+        batchEventsPerS: summarize(batchEps),
+        gpuBytesPerFilter: Number(st.gpuBytesPerFilter),
+        stateBytesPerFilter: Number(st.stateBytesPerFilter),
+        cpuEvents: Number(st.cpuEvents),
+        mismatches: gMismatches,
+      };
+      const g = doc.matcher.gpu;
+      note(`matcher: GPU engine loaded ${count(n)} in ${sig(gLoadS)} s; ${sig(g.stateBytesPerFilter)} state bytes a tag-only filter (${sig(g.gpuBytesPerFilter)} with buffer headroom and batch scratch); lone event ${sig(g.loneUs.median)} µs median, ${sig(g.loneUs.p99)} µs p99; batches of 1000: ${sig(g.batchEventsPerS.median)} events/s; ${g.mismatches} answers differed; ${g.cpuEvents} events answered on the CPU`);
+      await gpu.close();
+      save();
+    }
   }
 
   const sorted = [...fractions].sort((x, y) => x - y);

@@ -345,6 +345,33 @@ describe('gpu engine: Cont and Zip edge cases', () => {
 
 // ---------------------------------------------------------------- the band, decided in float64
 
+describe('gpu engine: filters of names only (tags, exists) share one run of name ids', () => {
+  it('match by their run while others with the same names come and go, and a freed run serves new names', async () => {
+    const m = make();
+    try {
+      const ev = (tags: string[], attributes: Record<string, number> = {}) => ({ id: 'e', lat: 45.46, lon: 9.18, attributes, tags });
+      m.add({ id: 'a', owner: 'd1', filters: [{ constraints: [], tags: ['food', 'vegan', 'lunch'] }] });
+      m.add({ id: 'b', owner: 'd2', filters: [{ constraints: [], tags: ['lunch', 'food', 'vegan'] }] });
+      m.add({ id: 'c', owner: 'd3', filters: [{ constraints: [{ name: 'lunch', op: 'exists' }], tags: ['food', 'vegan'] }] });
+      m.add({ id: 'near', owner: 'd4', filters: [{ constraints: [], tags: ['food'], area: { center: { lat: 45.46, lon: 9.18 }, radiusM: 50 } }] });
+      assert.deepEqual(sorted(await m.match(ev(['food', 'lunch', 'vegan', 'x']))), ['a', 'b', 'near']);
+      assert.deepEqual(sorted(await m.match(ev(['food', 'vegan'], { lunch: 1 }))), ['c', 'near']);
+      assert.deepEqual(sorted(await m.match(ev(['food', 'lunch']))), ['near']);
+      m.remove('a');
+      assert.deepEqual(sorted(await m.match(ev(['food', 'lunch', 'vegan']))), ['b', 'near'], 'the run stays while b holds it');
+      m.remove('b');
+      // Three other names: the freed run of three words is taken again, and holds the new names.
+      m.add({ id: 'z', owner: 'd5', filters: [{ constraints: [], tags: ['x', 'y', 'z'] }] });
+      assert.deepEqual(sorted(await m.match(ev(['food', 'lunch', 'vegan']))), ['near']);
+      assert.deepEqual(sorted(await m.match(ev(['x', 'y', 'z']))), ['z']);
+      assert.deepEqual(sorted(await m.match(ev(['x', 'y']))), []);
+      assert.equal(m.stats().extra!.cpuEvents, 0, 'the GPU answered');
+    } finally {
+      await m.close();
+    }
+  });
+});
+
 describe('gpu engine: exact at the boundary (pairs in the float32 band are decided in float64)', () => {
   /**
    * Circles (fixed and anchored) whose boundary passes exactly through, a float64 step off, or a

@@ -1,7 +1,8 @@
 /** Host-side encoding of the GPU engine's batch input (src/engines/gpu/layout.ts): UTF-8 and the grid frame. */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { GpuLayout, gridFrame, utf8Into } from '../src/engines/gpu/layout.js';
+import { GpuLayout, META_NAMES, gridFrame, utf8Into } from '../src/engines/gpu/layout.js';
+import { resolveLimits, validateSubscription } from '../src/model/limits.js';
 import { Rng } from './support/rng.js';
 
 describe('gpu layout: utf8Into', () => {
@@ -83,5 +84,52 @@ describe('gpu layout: positions as each batch in flight saw them (the band test\
     L.batchesInFlight = 0;
     L.releaseHeld(Infinity);
     assert.equal(at(4), 4);
+  });
+});
+
+describe('gpu layout: filters of names only (tags, exists) keep their names as a shared run', () => {
+  const limits = resolveLimits();
+  const sub = (id: string, tags: string[], names: string[] = [], area = false) =>
+    validateSubscription(
+      {
+        id,
+        owner: 'd',
+        filters: [{ constraints: names.map((name) => ({ name, op: 'exists' })), tags, ...(area ? { area: { center: { lat: 1, lon: 2 }, radiusM: 100 } } : {}) }],
+      },
+      limits,
+    );
+
+  it('takes 4 bytes a name (the first in fPos) once for every filter with the same names, in any order, and frees the run with the last', () => {
+    const L = new GpuLayout();
+    const s0 = L.sTop;
+    const c0 = L.cTop;
+    L.insert(sub('a', ['food', 'vegan', 'lunch']));
+    assert.equal(L.sTop - s0, 2, 'two words of cStr, the first name in fPos');
+    assert.equal(L.cTop, c0, 'no constraint slot');
+    assert.ok((L.fMeta[0] & META_NAMES) !== 0);
+    L.insert(sub('b', ['lunch', 'food', 'vegan']));
+    L.insert(sub('c', ['vegan', 'food'], ['lunch']));
+    assert.equal(L.fCon[1], L.fCon[0], 'the same names share one run');
+    assert.equal(L.fPos[1], L.fPos[0]);
+    assert.equal(L.sTop - s0, 4, 'tags food and vegan with the attribute lunch (not the tag) are another run');
+    L.remove(sub('a', ['food', 'vegan', 'lunch']));
+    L.remove(sub('b', ['lunch', 'food', 'vegan']));
+    const freed = L.fCon[0];
+    L.insert(sub('d', ['x', 'y', 'z']));
+    assert.equal(L.sTop - s0, 4, 'a freed run of the same length is taken again');
+    const live = [0, 1, 2, 3].filter((f) => (L.fMeta[f] & META_NAMES) !== 0 && L.fCon[f] === freed);
+    assert.equal(live.length, 1, 'only the new filter names the run');
+  });
+
+  it('a filter with a value to compare keeps its constraint slots (tags after the constraints)', () => {
+    const L = new GpuLayout();
+    const c0 = L.cTop;
+    L.insert(validateSubscription({ id: 'a', owner: 'd', filters: [{ constraints: [{ name: 'kind', op: 'eq', value: 'x' }], tags: ['t'] }] }, limits));
+    assert.equal(L.cTop - c0, 2);
+    assert.equal(L.fMeta[0] & META_NAMES, 0);
+    const s0 = L.sTop;
+    L.insert(sub('b', ['t'], [], true));
+    assert.ok((L.fMeta[1] & META_NAMES) !== 0, 'an area beside names only still keeps names only');
+    assert.equal(L.sTop - s0, 1, 'with an area fPos is its position slot, so every name is in the run');
   });
 });

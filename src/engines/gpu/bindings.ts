@@ -11,7 +11,7 @@
 import { OP_CODE, T_ANY, T_BOOL, T_NUM, T_STR } from '../operators.js';
 import { GpuError } from './device.js';
 import { GRID_HEADER_WORDS, P } from './input.js';
-import { META_AREA, META_COUNT, META_LIVE } from './layout.js';
+import { META_AREA, META_COUNT, META_LIVE, META_NAMES } from './layout.js';
 
 /** What a binding holds on the host: a buffer of the matcher's state, or one of a readback slot's. */
 export type StateBuffer = 'input' | 'fBloom' | 'fMeta' | 'fPos' | 'fRad' | 'pos' | 'cand' | 'fCon' | 'fSub' | 'cHead' | 'cValA' | 'cValB' | 'cStr' | 'moves';
@@ -67,7 +67,7 @@ export const MATCH_BINDINGS = {
   inp: { binding: 1, access: 'read', type: 'array<u32>', elementBytes: 4, buffer: 'input', doc: 'the batch input (input.ts, encodeEvents)' },
   fBloom: { binding: 4, access: 'read', type: 'array<u32>', elementBytes: 4, buffer: 'fBloom', doc: "Bloom word of the filter's constraint names" },
   fMeta: { binding: 5, access: 'read', type: 'array<u32>', elementBytes: 4, buffer: 'fMeta', doc: 'bits 0-9 count of constraints and tags, bit 10 has area, bit 11 live' },
-  fPos: { binding: 6, access: 'read', type: 'array<u32>', elementBytes: 4, buffer: 'fPos', doc: 'position slot' },
+  fPos: { binding: 6, access: 'read', type: 'array<u32>', elementBytes: 4, buffer: 'fPos', doc: 'position slot; a META_NAMES filter without an area: its first name id' },
   fRad: { binding: 7, access: 'read', type: 'array<f32>', elementBytes: 4, buffer: 'fRad', doc: 'radius, metres' },
   pos: { binding: 8, access: 'read', type: 'array<vec4<f32>>', elementBytes: 16, buffer: 'pos', doc: 'unit vector, w = 1 when known' },
   cand: { binding: 9, access: 'read_write', type: 'array<u32>', elementBytes: 4, buffer: 'cand', doc: 'candidate filters per event, then their marks' },
@@ -77,7 +77,7 @@ export const MATCH_BINDINGS = {
   cHead: { binding: 13, access: 'read', type: 'array<u32>', elementBytes: 4, buffer: 'cHead', doc: 'bits 0-19 name, 20-23 op, 24-25 type' },
   cValA: { binding: 14, access: 'read', type: 'array<u32>', elementBytes: 4, buffer: 'cValA', doc: 'number: key hi; string: word offset in cStr' },
   cValB: { binding: 15, access: 'read', type: 'array<u32>', elementBytes: 4, buffer: 'cValB', doc: 'number: key lo; string: byte length' },
-  cStr: { binding: 16, access: 'read', type: 'array<u32>', elementBytes: 4, buffer: 'cStr', doc: 'constraint strings, UTF-8, 4 bytes a word' },
+  cStr: { binding: 16, access: 'read', type: 'array<u32>', elementBytes: 4, buffer: 'cStr', doc: 'constraint strings (UTF-8), automata, and the name ids of META_NAMES filters, 4 bytes a word' },
   outPairs: { binding: 18, access: 'read_write', type: 'array<vec2<u32>>', elementBytes: 8, buffer: 'out', doc: '(event, subscription) pairs' },
   moves: { binding: 19, access: 'read', type: 'array<vec4<f32>>', elementBytes: 16, buffer: 'moves', doc: '[0].x: record count (u32 bits); then x, y, z, slot' },
   posOut: { binding: 20, access: 'read_write', type: 'array<vec4<f32>>', elementBytes: 16, buffer: 'pos', doc: 'the pos buffer, written by scatter' },
@@ -89,7 +89,7 @@ export type MatchBinding = keyof typeof MATCH_BINDINGS;
 export const MATCH_ENTRY_POINTS = {
   loc: ['inp', 'fBloom', 'fMeta', 'fPos', 'fRad', 'pos', 'cand', 'counts'],
   locFew: ['inp', 'fBloom', 'fMeta', 'fPos', 'fRad', 'pos', 'cand', 'counts'],
-  cont: ['inp', 'fMeta', 'cand', 'counts', 'fCon', 'fSub', 'cHead', 'cValA', 'cValB', 'cStr'],
+  cont: ['inp', 'fMeta', 'fPos', 'cand', 'counts', 'fCon', 'fSub', 'cHead', 'cValA', 'cValB', 'cStr'],
   zip: ['inp', 'cand', 'counts', 'outPairs'],
   scatter: ['moves', 'posOut'],
 } as const satisfies Record<string, readonly MatchBinding[]>;
@@ -102,7 +102,7 @@ function sharedConstants(): [string, number, string][] {
   const c: [string, number, string][] = [];
   for (const [op, code] of Object.entries(OP_CODE)) c.push([`OP_${op.toUpperCase()}`, code, '']);
   c.push(['T_NUM', T_NUM, 'value types'], ['T_STR', T_STR, ''], ['T_BOOL', T_BOOL, ''], ['T_ANY', T_ANY, 'exists: any type']);
-  c.push(['META_COUNT', META_COUNT, 'fMeta bits'], ['META_AREA', META_AREA, ''], ['META_LIVE', META_LIVE, '']);
+  c.push(['META_COUNT', META_COUNT, 'fMeta bits'], ['META_AREA', META_AREA, ''], ['META_LIVE', META_LIVE, ''], ['META_NAMES', META_NAMES, '']);
   for (const [k, v] of Object.entries(P)) c.push([`P_${k}`, v, k === 'FILTERS' ? 'parameter words of the batch input' : '']);
   c.push(['GRID_HEADER', GRID_HEADER_WORDS, 'words before the grid cell offsets']);
   return c;

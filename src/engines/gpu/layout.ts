@@ -6,9 +6,16 @@
  * Per filter (24 B): fBloom, fMeta (count | area | live), fPos (position slot), fRad, fCon (first
  * constraint), fSub. Per constraint (12 B): cHead (name | op | type), cValA, cValB. Per position
  * slot (16 B): unit vector + known flag. A filter with 4 constraints costs 72 B plus its share of
- * the owner's position and of the strings. The per-batch event input is encoded by input.ts.
+ * the owner's position and of the strings. A filter of names only (tags and `exists`, no value to
+ * compare: META_NAMES) keeps no constraint slots: its name ids are one word each in cStr, a run
+ * shared by every filter with the same names, the first in fPos when it has no area; so a tag-only
+ * filter of k tags costs 24 + 4(k - 1) B, or 24 B where another filter holds the same tags. The per-batch event input is encoded by input.ts.
  * Host only, for the float64 test of band pairs: each filter's radius as given (8 B) and each
  * slot's uploaded coordinates (16 B), with a journal of those that batches in flight still see.
+ *
+ * One file because the arrays, their allocators (constraint runs, interned strings and name runs
+ * sharing cStr, position slots) and the dirty ranges the uploads follow are one state: each insert
+ * or removal touches several of them at once, and splitting them would expose the arrays' growth.
  */
 import { type NConstraint, type NEvent, type NFilter, type NSubscription, patternDfa } from '../../model/limits.js';
 import type { Dfa } from '../../model/pattern.js';
@@ -28,6 +35,13 @@ export const POSITION_BYTES = 16;
 export const META_COUNT = 0x3ff;
 export const META_AREA = 0x400;
 export const META_LIVE = 0x800;
+/**
+ * fMeta: the filter requires names only (its tags, `exists` constraints), as name ids in
+ * ascending order: without an area, the first is fPos (which holds no position slot then) and the
+ * rest are the words of cStr from fCon; with one, all are there. A run is shared by every filter
+ * with the same names.
+ */
+export const META_NAMES = 0x1000;
 const NAME_BITS = 20;
 /** Filter indices stay below 2^31: Cont marks a band candidate as its index with bit 31 set (match.wgsl BAND). */
 export const MAX_FILTER_INDEX = 0x7fffffff;
@@ -110,6 +124,9 @@ export class GpuLayout {
   cStr = new Uint32Array(this.sCap);
   readonly sDirty = new Dirty();
   private readonly strings = new Map<string, { off: number; len: number; refs: number }>();
+  /** Runs of name ids (META_NAMES filters) in cStr by their sorted ids, and their free runs by exact size. */
+  private readonly nameRuns = new Map<string, { off: number; refs: number }>();
+  private readonly nFree = new Map<number, number[]>();
 
   // position slots
   pCap = 1024;
@@ -392,6 +409,49 @@ export class GpuLayout {
     return [start, bytes.length];
   }
 
+  /**
+   * The run of cStr words holding these name ids (sorted, so the same names in any order share
+   * one run), interned: an exact-size block, not a power of two as strings take.
+   */
+  private allocNames(ids: number[]): number {
+    if (ids.length === 0) return 0;
+    ids.sort((a, b) => a - b);
+    const key = ids.join(',');
+    const known = this.nameRuns.get(key);
+    if (known !== undefined) {
+      known.refs++;
+      return known.off;
+    }
+    const b = ids.length;
+    let start: number;
+    const free = this.nFree.get(b);
+    if (free !== undefined && free.length > 0) start = free.pop()!;
+    else {
+      while (this.sTop + b > this.sCap) {
+        this.cStr = grown(this.cStr, this.sCap * 2);
+        this.sCap *= 2;
+        this.sDirty.all = true;
+        this.generation++;
+      }
+      start = this.sTop;
+      this.sTop += b;
+    }
+    for (let k = 0; k < b; k++) this.cStr[start + k] = ids[k];
+    this.sDirty.mark(start, b);
+    this.nameRuns.set(key, { off: start, refs: 1 });
+    return start;
+  }
+
+  private releaseNames(ids: number[]): void {
+    if (ids.length === 0) return;
+    ids.sort((a, b) => a - b);
+    const key = ids.join(',');
+    const e = this.nameRuns.get(key)!;
+    if (--e.refs > 0) return;
+    this.nameRuns.delete(key);
+    this.freeRun(this.nFree, e.off, ids.length);
+  }
+
   private releaseString(s: string): void {
     const e = this.strings.get(s)!;
     if (--e.refs > 0) return;
@@ -425,45 +485,61 @@ export class GpuLayout {
     const f = this.newFilter();
     const nc = flt.constraints.length;
     const n = nc + flt.tags.length;
-    const c0 = this.allocConstraints(n);
     let bloom = 0;
-    // Tags after the constraints, each an `exists` on the tag's name (tagName): the event's tags
-    // are encoded as attributes of those names, so Cont's walk decides the subset test.
-    for (let k = nc; k < n; k++) {
-      const ci = c0 + k;
-      const id = this.intern(tagName(flt.tags[k - nc]));
-      bloom |= 1 << bloomBit(id);
-      this.cHead[ci] = id | (OP_EXISTS << NAME_BITS) | (T_ANY << 24);
-      this.cValA[ci] = 0;
-      this.cValB[ci] = 0;
-    }
-    for (let k = 0; k < nc; k++) {
-      const c = flt.constraints[k];
-      const ci = c0 + k;
-      const id = this.intern(c.name);
-      bloom |= 1 << bloomBit(id);
-      const type = c.type === null ? T_ANY : c.type === 'string' ? T_STR : c.type === 'number' ? T_NUM : T_BOOL;
-      this.cHead[ci] = id | (OP_CODE[c.op] << NAME_BITS) | (type << 24);
-      if (type === T_STR && (c.op === 'like' || c.op === 'regex')) {
-        // A pattern: its automaton's words (dfaWords), interned by pattern.
-        const [off, len] = this.allocBytes(patternKey(c), () => dfaBytes(patternDfa(c)));
-        this.cValA[ci] = off;
-        this.cValB[ci] = len;
-      } else if (type === T_STR) {
-        const [off, len] = this.allocString(c.value as string);
-        this.cValA[ci] = off;
-        this.cValB[ci] = len;
-      } else if (type !== T_ANY) {
-        numberKey(type === T_NUM ? (c.value as number) : c.value ? 1 : 0, KEY, 0);
-        this.cValA[ci] = KEY[0];
-        this.cValB[ci] = KEY[1];
-      } else {
+    let meta = n | META_LIVE;
+    let c0 = 0;
+    let firstName = 0;
+    if (n > 0 && flt.constraints.every((c) => c.type === null)) {
+      // Names only (tags and `exists`): the names' ids as one interned run of cStr words, 4 bytes
+      // a name, shared by every filter that requires the same names (NAMES_ONLY).
+      const ids: number[] = [];
+      for (const t of flt.tags) ids.push(this.intern(tagName(t)));
+      for (const c of flt.constraints) ids.push(this.intern(c.name));
+      for (const id of ids) bloom |= 1 << bloomBit(id);
+      ids.sort((a, b) => a - b);
+      // Without an area fPos holds no position slot: it holds the first name instead (NAMES_FIRST).
+      if (flt.area === null) firstName = ids.shift()!;
+      c0 = this.allocNames(ids);
+      meta |= META_NAMES;
+    } else {
+      c0 = this.allocConstraints(n);
+      // Tags after the constraints, each an `exists` on the tag's name (tagName): the event's tags
+      // are encoded as attributes of those names, so Cont's walk decides the subset test.
+      for (let k = nc; k < n; k++) {
+        const ci = c0 + k;
+        const id = this.intern(tagName(flt.tags[k - nc]));
+        bloom |= 1 << bloomBit(id);
+        this.cHead[ci] = id | (OP_EXISTS << NAME_BITS) | (T_ANY << 24);
         this.cValA[ci] = 0;
         this.cValB[ci] = 0;
       }
+      for (let k = 0; k < nc; k++) {
+        const c = flt.constraints[k];
+        const ci = c0 + k;
+        const id = this.intern(c.name);
+        bloom |= 1 << bloomBit(id);
+        const type = c.type === null ? T_ANY : c.type === 'string' ? T_STR : c.type === 'number' ? T_NUM : T_BOOL;
+        this.cHead[ci] = id | (OP_CODE[c.op] << NAME_BITS) | (type << 24);
+        if (type === T_STR && (c.op === 'like' || c.op === 'regex')) {
+          // A pattern: its automaton's words (dfaWords), interned by pattern.
+          const [off, len] = this.allocBytes(patternKey(c), () => dfaBytes(patternDfa(c)));
+          this.cValA[ci] = off;
+          this.cValB[ci] = len;
+        } else if (type === T_STR) {
+          const [off, len] = this.allocString(c.value as string);
+          this.cValA[ci] = off;
+          this.cValB[ci] = len;
+        } else if (type !== T_ANY) {
+          numberKey(type === T_NUM ? (c.value as number) : c.value ? 1 : 0, KEY, 0);
+          this.cValA[ci] = KEY[0];
+          this.cValB[ci] = KEY[1];
+        } else {
+          this.cValA[ci] = 0;
+          this.cValB[ci] = 0;
+        }
+      }
+      if (n > 0) this.cDirty.mark(c0, n);
     }
-    if (n > 0) this.cDirty.mark(c0, n);
-    let meta = n | META_LIVE;
     let slot = 0;
     if (flt.area !== null) {
       meta |= META_AREA;
@@ -477,7 +553,7 @@ export class GpuLayout {
     }
     this.fBloom[f] = bloom >>> 0;
     this.fMeta[f] = meta;
-    this.fPos[f] = slot;
+    this.fPos[f] = flt.area === null ? firstName : slot;
     this.fRad[f] = flt.area === null ? 0 : flt.area.radiusM;
     this.fRad64[f] = flt.area === null ? 0 : flt.area.radiusM;
     this.fCon[f] = c0;
@@ -492,6 +568,14 @@ export class GpuLayout {
     const n = this.fMeta[f] & META_COUNT;
     const nc = flt.constraints.length;
     const c0 = this.fCon[f];
+    if (this.fMeta[f] & META_NAMES) {
+      const ids: number[] = [];
+      for (const t of flt.tags) ids.push(this.nameIds.get(tagName(t))!);
+      for (const c of flt.constraints) ids.push(this.nameIds.get(c.name)!);
+      ids.sort((a, b) => a - b);
+      if (!(this.fMeta[f] & META_AREA)) ids.shift();
+      this.releaseNames(ids);
+    } else this.freeRun(this.cFree, c0, n);
     for (const t of flt.tags) this.release(tagName(t));
     for (let k = 0; k < nc; k++) {
       const c = flt.constraints[k];
@@ -499,7 +583,6 @@ export class GpuLayout {
       else if (c.type === 'string') this.releaseString(c.value as string);
       this.release(c.name);
     }
-    this.freeRun(this.cFree, c0, n);
     if (this.fMeta[f] & META_AREA) {
       const s = this.fPos[f];
       if (this.pDevice[s] === null) {
@@ -615,6 +698,14 @@ export class GpuLayout {
   /** Words of one event's subscription bit vector. */
   get subWords(): number {
     return Math.max(1, Math.ceil(this.subTop / 32));
+  }
+
+  /**
+   * Bytes of the GPU's state buffers in use: filters, constraint slots, cStr (strings, automata,
+   * name runs) and position slots; buffer headroom and per-batch scratch not counted.
+   */
+  get stateBytes(): number {
+    return FILTER_BYTES * this.fTop + CONSTRAINT_BYTES * this.cTop + 4 * this.sTop + POSITION_BYTES * this.pTop;
   }
 
   /** Host memory of the mirror, bytes. */

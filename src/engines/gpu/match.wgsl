@@ -16,6 +16,8 @@
 //      the pattern's automaton over code points) against the
 //      event's attributes, staged in workgroup memory, and overwrites the candidate with its
 //      subscription index (a band candidate: its filter index, still marked BAND), or NO_MATCH.
+//      A filter of names only (META_NAMES: tags, `exists`) has its name ids as words of cStr
+//      (the first in fPos when it has no area).
 // Zip  (same grid as Cont): compacts the marked candidates into (event, mark) pairs with one
 //      global atomic per workgroup round. A subscription whose several filters match one event
 //      appears once per filter here; the host keeps the first (CLCB's per-event bit vector would
@@ -421,8 +423,25 @@ fn eventAttr(ev: EventHdr, j: u32, staged: bool) -> Attr {
 }
 
 fn filterOk(f: u32, ev: EventHdr, staged: bool) -> bool {
-  let n = fMeta[f] & META_COUNT;
+  let fm = fMeta[f];
+  let n = fm & META_COUNT;
   let c0 = fCon[f];
+  if ((fm & META_NAMES) != 0u) {
+    // Names only (tags, `exists`): the event must have them all. Their ids are words of cStr from
+    // c0, but without an area the first is fPos and the run holds the rest.
+    let first = select(0u, 1u, (fm & META_AREA) == 0u);
+    for (var k = 0u; k < n; k++) {
+      var name = 0u;
+      if (k < first) { name = fPos[f]; } else { name = cStr[c0 + k - first]; }
+      var j = 0u;
+      loop {
+        if (j >= ev.attrCount || eventAttr(ev, j, staged).name == name) { break; }
+        j++;
+      }
+      if (j >= ev.attrCount) { return false; }
+    }
+    return true;
+  }
   for (var k = 0u; k < n; k++) {
     let h = cHead[c0 + k];
     let name = h & 0xfffffu;

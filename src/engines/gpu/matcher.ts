@@ -297,6 +297,8 @@ export class GpuMatcher implements Matcher {
         adapter: this.ctx?.name ?? 'none',
         gpuBytes,
         gpuBytesPerFilter: this.layout.liveFilters > 0 ? gpuBytes / this.layout.liveFilters : 0,
+        // The state buffers' used part alone (filters, constraints, strings and name runs, positions).
+        stateBytesPerFilter: this.layout.liveFilters > 0 ? this.layout.stateBytes / this.layout.liveFilters : 0,
         cpuBelowFilters: this.opts.cpuBelowFilters,
         select: this.opts.select,
         cpuCostUs: Math.round(this.choice.cpuCostUs),
