@@ -372,6 +372,32 @@ describe('gpu engine: filters of names only (tags, exists) share one run of name
   });
 });
 
+describe('gpu engine: more than 2^20 distinct names', () => {
+  it('names past the old 20-bit field match in names-only runs and in constraint heads alike', async () => {
+    const m = make({ limits: { maxTagsPerFilter: 255, maxTagsPerEvent: 1024 } });
+    try {
+      // 65 subscriptions × 64 filters × 255 distinct tags: 1,060,800 names, past 2^20 = 1,048,576.
+      const tagsOf = (s: number, f: number) => Array.from({ length: 255 }, (_, k) => `t${s}.${f}.${k}`);
+      for (let s = 0; s < 65; s++) m.add({ id: `s${s}`, owner: 'd', filters: Array.from({ length: 64 }, (_, f) => ({ constraints: [], tags: tagsOf(s, f) })) });
+      m.add({ id: 'mixed', owner: 'd', filters: [{ constraints: [{ name: 'late', op: 'eq', value: 3 }], tags: ['zz1'] }] });
+      m.add({ id: 'names', owner: 'd', filters: [{ constraints: [], tags: ['zz1', 'zz2'] }] });
+      const ev = (tags: string[], late: number) => ({ id: 'e', lat: 1, lon: 2, attributes: { late }, tags });
+      // 255 tags pass every filter's 32-bit Bloom word: the first such event overflows the
+      // candidate buffer (the CPU answers it, then the buffer grows); the GPU answers from then on.
+      assert.deepEqual(sorted(await m.match(ev(tagsOf(64, 63), 0))), ['s64']);
+      const cpuBefore = m.stats().extra!.cpuEvents;
+      assert.deepEqual(sorted(await m.match(ev(['zz1', 'zz2'], 3))), ['mixed', 'names']);
+      assert.deepEqual(sorted(await m.match(ev(['zz1', 'zz2'], 4))), ['names']);
+      assert.deepEqual(sorted(await m.match(ev(['zz1'], 3))), ['mixed']);
+      assert.deepEqual(sorted(await m.match(ev(tagsOf(64, 63), 0))), ['s64']);
+      assert.deepEqual(sorted(await m.match(ev(tagsOf(64, 63).slice(1), 0))), []);
+      assert.equal(m.stats().extra!.cpuEvents, cpuBefore, 'the GPU answered');
+    } finally {
+      await m.close();
+    }
+  });
+});
+
 describe('gpu engine: exact at the boundary (pairs in the float32 band are decided in float64)', () => {
   /**
    * Circles (fixed and anchored) whose boundary passes exactly through, a float64 step off, or a

@@ -11,7 +11,7 @@
 import { OP_CODE, T_ANY, T_BOOL, T_NUM, T_STR } from '../operators.js';
 import { GpuError } from './device.js';
 import { GRID_HEADER_WORDS, P } from './input.js';
-import { META_AREA, META_COUNT, META_LIVE, META_NAMES } from './layout.js';
+import { META_AREA, META_COUNT, META_LIVE, META_NAMES, NAME_BITS } from './layout.js';
 
 /** What a binding holds on the host: a buffer of the matcher's state, or one of a readback slot's. */
 export type StateBuffer = 'input' | 'fBloom' | 'fMeta' | 'fPos' | 'fRad' | 'pos' | 'cand' | 'fCon' | 'fSub' | 'cHead' | 'cValA' | 'cValB' | 'cStr' | 'moves';
@@ -74,7 +74,7 @@ export const MATCH_BINDINGS = {
   counts: { binding: 10, access: 'read_write', type: 'array<atomic<u32>>', elementBytes: 4, buffer: 'counts', doc: '[0..E) candidates per event, [E] output pairs' },
   fCon: { binding: 11, access: 'read', type: 'array<u32>', elementBytes: 4, buffer: 'fCon', doc: 'first constraint of the filter' },
   fSub: { binding: 12, access: 'read', type: 'array<u32>', elementBytes: 4, buffer: 'fSub', doc: 'subscription index' },
-  cHead: { binding: 13, access: 'read', type: 'array<u32>', elementBytes: 4, buffer: 'cHead', doc: 'bits 0-19 name, 20-23 op, 24-25 type' },
+  cHead: { binding: 13, access: 'read', type: 'array<u32>', elementBytes: 4, buffer: 'cHead', doc: 'bits 0-25 name, 26-29 op, 30-31 type' },
   cValA: { binding: 14, access: 'read', type: 'array<u32>', elementBytes: 4, buffer: 'cValA', doc: 'number: key hi; string: word offset in cStr' },
   cValB: { binding: 15, access: 'read', type: 'array<u32>', elementBytes: 4, buffer: 'cValB', doc: 'number: key lo; string: byte length' },
   cStr: { binding: 16, access: 'read', type: 'array<u32>', elementBytes: 4, buffer: 'cStr', doc: 'constraint strings (UTF-8), automata, and the name ids of META_NAMES filters, 4 bytes a word' },
@@ -102,6 +102,7 @@ function sharedConstants(): [string, number, string][] {
   const c: [string, number, string][] = [];
   for (const [op, code] of Object.entries(OP_CODE)) c.push([`OP_${op.toUpperCase()}`, code, '']);
   c.push(['T_NUM', T_NUM, 'value types'], ['T_STR', T_STR, ''], ['T_BOOL', T_BOOL, ''], ['T_ANY', T_ANY, 'exists: any type']);
+  c.push(['NAME_BITS', NAME_BITS, 'cHead: name id bits, then 4 of operator, 2 of type']);
   c.push(['META_COUNT', META_COUNT, 'fMeta bits'], ['META_AREA', META_AREA, ''], ['META_LIVE', META_LIVE, ''], ['META_NAMES', META_NAMES, '']);
   for (const [k, v] of Object.entries(P)) c.push([`P_${k}`, v, k === 'FILTERS' ? 'parameter words of the batch input' : '']);
   c.push(['GRID_HEADER', GRID_HEADER_WORDS, 'words before the grid cell offsets']);

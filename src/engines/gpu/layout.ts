@@ -3,7 +3,7 @@
  * struct-of-arrays with 4-byte elements (CLCB §4.2: FPos, SqDist, BF, FCount; CCM's Constraints).
  * This host mirror is what uploads read from and what rebuilds the GPU after a device loss.
  *
- * Per filter (24 B): fBloom, fMeta (count | area | live), fPos (position slot), fRad, fCon (first
+ * Per filter (24 B): fBloom, fMeta (count | area | live | names), fPos (position slot), fRad, fCon (first
  * constraint), fSub. Per constraint (12 B): cHead (name | op | type), cValA, cValB. Per position
  * slot (16 B): unit vector + known flag. A filter with 4 constraints costs 72 B plus its share of
  * the owner's position and of the strings. A filter of names only (tags and `exists`, no value to
@@ -42,7 +42,11 @@ export const META_LIVE = 0x800;
  * with the same names.
  */
 export const META_NAMES = 0x1000;
-const NAME_BITS = 20;
+/**
+ * cHead: the name id in the low NAME_BITS bits, the operator in the next 4, the type in the top 2
+ * (67M distinct names: attribute names and tags, whose vocabulary grows with the tag sets).
+ */
+export const NAME_BITS = 26;
 /** Filter indices stay below 2^31: Cont marks a band candidate as its index with bit 31 set (match.wgsl BAND). */
 export const MAX_FILTER_INDEX = 0x7fffffff;
 /** Bit 31 of an output pair's second word: a band pair, the rest its filter index (match.wgsl BAND). */
@@ -177,7 +181,7 @@ export class GpuLayout {
     let id = this.nameIds.get(name);
     if (id === undefined) {
       id = this.nameFree.length > 0 ? this.nameFree.pop()! : this.nameRefs.length;
-      if (id >= MAX_NAMES) throw new Error(`gpu: more than ${MAX_NAMES} distinct constraint names`);
+      if (id >= MAX_NAMES) throw new Error(`gpu: more than ${MAX_NAMES} distinct attribute and tag names`);
       this.nameIds.set(name, id);
       this.nameRefs[id] = 0;
       const tag = tagOfName(name);
@@ -509,7 +513,7 @@ export class GpuLayout {
         const ci = c0 + k;
         const id = this.intern(tagName(flt.tags[k - nc]));
         bloom |= 1 << bloomBit(id);
-        this.cHead[ci] = id | (OP_EXISTS << NAME_BITS) | (T_ANY << 24);
+        this.cHead[ci] = (id | (OP_EXISTS << NAME_BITS) | (T_ANY << (NAME_BITS + 4))) >>> 0;
         this.cValA[ci] = 0;
         this.cValB[ci] = 0;
       }
@@ -519,7 +523,7 @@ export class GpuLayout {
         const id = this.intern(c.name);
         bloom |= 1 << bloomBit(id);
         const type = c.type === null ? T_ANY : c.type === 'string' ? T_STR : c.type === 'number' ? T_NUM : T_BOOL;
-        this.cHead[ci] = id | (OP_CODE[c.op] << NAME_BITS) | (type << 24);
+        this.cHead[ci] = (id | (OP_CODE[c.op] << NAME_BITS) | (type << (NAME_BITS + 4))) >>> 0;
         if (type === T_STR && (c.op === 'like' || c.op === 'regex')) {
           // A pattern: its automaton's words (dfaWords), interned by pattern.
           const [off, len] = this.allocBytes(patternKey(c), () => dfaBytes(patternDfa(c)));

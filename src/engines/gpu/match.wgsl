@@ -444,9 +444,9 @@ fn filterOk(f: u32, ev: EventHdr, staged: bool) -> bool {
   }
   for (var k = 0u; k < n; k++) {
     let h = cHead[c0 + k];
-    let name = h & 0xfffffu;
-    let op = (h >> 20u) & 0xfu;
-    let ty = (h >> 24u) & 3u;
+    let name = h & ((1u << NAME_BITS) - 1u);
+    let op = (h >> NAME_BITS) & 0xfu;
+    let ty = h >> (NAME_BITS + 4u);
     var j = 0u;
     loop {
       if (j >= ev.attrCount || eventAttr(ev, j, staged).name == name) { break; }
