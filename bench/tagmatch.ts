@@ -6,11 +6,12 @@
  *
  *   node dist/bench/tagmatch.js [options]
  */
-import { writeFileSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, writeFileSync, writeSync } from 'node:fs';
 import path from 'node:path';
 import { FastMatcher } from '../src/engines/fast.js';
 import { GpuContext } from '../src/engines/gpu/device.js';
 import { GpuKernels, GpuMatcher } from '../src/engines/gpu/matcher.js';
+import { WORDS, signatureInto } from '../src/engines/gpu/tag-build.js';
 import { DEFAULT_GPU_TAG_INDEX, GpuTagIndex, type GpuTagIndexStats } from '../src/engines/gpu/tag-index.js';
 import { TagBatcher } from '../src/engines/tag-batcher.js';
 import { type TagMatches, TagSetIndex, type TagSetsView } from '../src/engines/tag-index.js';
@@ -46,6 +47,8 @@ const HELP = `Usage: node dist/bench/tagmatch.js [options]
                     lone event beside the CPU index per query, then of the GPU engine: its GPU bytes a
                     tag-only filter, lone events and batches of 1000 (default 1M; quick 100k; 0: skip)
   --no-matcher-gpu  leave the GPU engine out of the --matcher run
+  --export-dir DIR  write the largest part's entries and queries as signatures for TagMatch's side by
+                    side (bench/tagmatch-side/driver.cc)
   --seed N          workload seed (default 1)
   --out FILE        JSON output (default bench/results/tagmatch.json); an SVG plot beside it
   --software        allow a software adapter (for trying the benchmark, not for figures)
@@ -87,6 +90,31 @@ function view(w: TagWorkload, n: number): { db: TagSetsView; keys: Uint32Array }
 
 function slice(q: TagSetsView, n: number): TagSetsView {
   return { offsets: q.offsets.subarray(0, n + 1), tags: q.tags };
+}
+
+/**
+ * The part's entries and queries for bench/tagmatch-side/driver.cc (TagMatch on the same data):
+ * each entry's 192-bit signature as the GPU index makes it (6 little-endian u32 words, TagMatch's
+ * 3 u64 blocks) in sets.sig and its key in sets.keys; each query's signature in queries.sig.
+ */
+function exportPart(dir: string, db: TagSetsView, keys: Uint32Array, queries: TagSetsView): void {
+  mkdirSync(dir, { recursive: true });
+  const writeSigs = (file: string, v: TagSetsView, n: number): void => {
+    const fd = openSync(path.join(dir, file), 'w');
+    const chunk = 1 << 20;
+    const sig = new Uint32Array(WORDS * chunk);
+    for (let from = 0; from < n; from += chunk) {
+      const to = Math.min(n, from + chunk);
+      for (let u = from; u < to; u++) signatureInto(sig, WORDS * (u - from), v.tags, v.offsets[u], v.offsets[u + 1]);
+      writeSync(fd, sig, 0, (to - from) * WORDS * 4);
+    }
+    closeSync(fd);
+  };
+  const n = db.offsets.length - 1;
+  writeSigs('sets.sig', db, n);
+  writeFileSync(path.join(dir, 'sets.keys'), keys.subarray(0, n));
+  writeSigs('queries.sig', queries, queries.offsets.length - 1);
+  note(`exported ${count(n)} sets and ${count(queries.offsets.length - 1)} queries to ${dir} for the TagMatch driver`);
 }
 
 /** Answer sets per query, sorted, for comparison. */
@@ -146,7 +174,7 @@ function perQueryUs(before: GpuTagIndexStats, after: GpuTagIndexStats, queries: 
 
 async function main(): Promise<void> {
   const fail = cliFail('tagmatch', HELP);
-  const cl = readCommandLine(process.argv.slice(2), new Set(['software', 'quick', 'help', 'no-matcher-gpu']), new Set(['sets', 'fractions', 'queries', 'reps', 'partitions', 'leaf', 'leaves', 'batches', 'batch', 'timeouts', 'rates', 'verify', 'cpu-queries', 'check', 'seed', 'out', 'matcher']), fail, HELP);
+  const cl = readCommandLine(process.argv.slice(2), new Set(['software', 'quick', 'help', 'no-matcher-gpu']), new Set(['sets', 'fractions', 'queries', 'reps', 'partitions', 'leaf', 'leaves', 'batches', 'batch', 'timeouts', 'rates', 'verify', 'cpu-queries', 'check', 'seed', 'out', 'matcher', 'export-dir']), fail, HELP);
   if (cl === null) return;
   const { a, r } = cl;
   const quick = r.flag('quick');
@@ -182,6 +210,7 @@ async function main(): Promise<void> {
   const seed = r.int('seed', 1, 0, 2 ** 32 - 1);
   const matcherN = r.int('matcher', quick ? 100_000 : 1_000_000, 0);
   const matcherGpu = !r.flag('no-matcher-gpu');
+  const exportDir = r.str('export-dir');
   const run = new ResultRun({ out: a.out, defaultFile: 'bench/results/tagmatch.json', fail });
 
   const ctx = await GpuContext.open({ allowSoftware: r.flag('software') });
@@ -314,6 +343,7 @@ async function main(): Promise<void> {
     const n = Math.max(1, Math.round(sets * f));
     const { db, keys } = view(w, Math.min(n, generated));
     const queries = tagQueries(w, n, nQueries, seed + Math.round(f * 1000), 2, 4);
+    if (exportDir !== undefined && f === sorted[sorted.length - 1]) exportPart(exportDir, db, keys, queries);
     t0 = performance.now();
     const cpu = TagSetIndex.load(db, keys, undefined, { shared: true });
     const cpuMs = performance.now() - t0;
