@@ -26,6 +26,9 @@ const DEVICES = [
   { id: 'web-east', ...east(5000) },
 ];
 
+/** A position the node reports is exactly `p` (both coordinates). */
+const at = (loc: { lat: number; lon: number } | null | undefined, p: { lat: number; lon: number }): boolean => loc?.lat === p.lat && loc?.lon === p.lon;
+
 type PageDemo = { devices: Record<string, { state: string; reconnects: number; received: string[]; subscribed?: boolean }>; errors: string[] };
 /** The page's global, as the functions run in the browser see it. */
 declare const window: { demo: PageDemo };
@@ -69,7 +72,7 @@ describe('the SDK in a browser: the demo page over WebSocket', { skip: chromiumM
     // Each device's position reached the node (its location update follows the subscribe).
     const ops = new AmbitOps(`127.0.0.1:${demo.server.port}`, demo.server.authority!.issue({ subject: 'ops', scopes: [SCOPES.ops] }));
     try {
-      for (const d of DEVICES) await waitFor(`${d.id}'s position`, async () => (await ops.deviceSubscriptions(d.id)).location?.lat === d.lat);
+      for (const d of DEVICES) await waitFor(`${d.id}'s position`, async () => at((await ops.deviceSubscriptions(d.id)).location, d));
     } finally {
       ops.close();
     }
@@ -101,7 +104,8 @@ describe('the SDK in a browser: the demo page over WebSocket', { skip: chromiumM
     await page.evaluate(([lat, lon]) => (window.demo.devices['web-east'] as unknown as { move(lat: number, lon: number): void }).move(lat, lon), [C.lat, C.lon] as const);
     const ops = new AmbitOps(`127.0.0.1:${demo.server.port}`, demo.server.authority!.issue({ subject: 'ops', scopes: [SCOPES.ops] }));
     try {
-      await waitFor("web-east's new position", async () => (await ops.deviceSubscriptions('web-east')).location?.lat === C.lat);
+      // Both coordinates: web-east's old place shares C's latitude.
+      await waitFor("web-east's new position", async () => at((await ops.deviceSubscriptions('web-east')).location, C));
     } finally {
       ops.close();
     }
@@ -112,7 +116,7 @@ describe('the SDK in a browser: the demo page over WebSocket', { skip: chromiumM
     await page.evaluate(([lat, lon]) => (window.demo.devices['web-east'] as unknown as { move(lat: number, lon: number): void }).move(lat, lon), [DEVICES[2].lat, DEVICES[2].lon] as const);
     const ops2 = new AmbitOps(`127.0.0.1:${demo.server.port}`, demo.server.authority!.issue({ subject: 'ops', scopes: [SCOPES.ops] }));
     try {
-      await waitFor("web-east's old position", async () => (await ops2.deviceSubscriptions('web-east')).location?.lat === DEVICES[2].lat);
+      await waitFor("web-east's old position", async () => at((await ops2.deviceSubscriptions('web-east')).location, DEVICES[2]));
     } finally {
       ops2.close();
     }
