@@ -3,11 +3,14 @@
  * all or nothing: semantics L11), on the same generated CLCB Table-1 subscriptions, beside what a
  * user would load instead (rbush's `load`, with the same validation and exact checks around it:
  * bench/lib/baselines.ts). Filters per second over repeated loads into a fresh engine (min,
- * median, p99 of the load time), in one process, after a warm-up load. Target (#13): >= 1M
- * filters/s on one core for addMany.
+ * median, p99 of the load time), in one process, after a warm-up load. Target: >= 1M filters/s
+ * on one core for addMany. Then each engine's memory after one addMany, in a child process of its
+ * own (heap and typed arrays, per filter).
  *
  *   node --expose-gc dist/bench/bulk-load.js [--subscriptions N] [--engines fast,rtree,rbush] [--repeats R] [--seed S] [--out FILE] [--quick]
  */
+import { fork } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { type Subscription } from '../src/model/types.js';
 import { WorkloadSource } from '../src/workload/index.js';
 import { cliFail, readCommandLine, runMain } from './lib/args.js';
@@ -29,7 +32,63 @@ interface Row {
   filtersPerSecond: { min: number; median: number; max: number };
 }
 
+interface MemoryRow {
+  engine: string;
+  heapBytes: number;
+  externalBytes: number;
+  bytesPerFilter: number;
+}
+
+const ENTRY = fileURLToPath(import.meta.url);
+/** Set in the child that measures one engine's memory. */
+const MEMORY_ENV = 'AMBIT_BULK_LOAD_MEMORY_OF';
+
+function subscriptionsOf(n: number, seed: number): Subscription[] {
+  const src = new WorkloadSource({ subscriptions: n, events: 0, spatial: 'uniform', seed });
+  const subs: Subscription[] = [];
+  for (const s of src.subscriptions(n)) subs.push(s);
+  return subs;
+}
+
+/** In the child: heap and external growth from one addMany of the engine, the subscriptions held throughout. */
+async function measureMemory(engine: string, n: number, seed: number): Promise<void> {
+  const subs = subscriptionsOf(n, seed);
+  const settle = async (): Promise<void> => {
+    for (let k = 0; k < 3; k++) {
+      collect();
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  };
+  await settle();
+  const before = process.memoryUsage();
+  const m = createEngine(engine);
+  m.addMany(subs);
+  await settle();
+  const after = process.memoryUsage();
+  if (m.stats().subscriptions !== n) throw new Error(`bench/bulk-load: ${engine} holds ${m.stats().subscriptions} of ${n}`);
+  process.send!({ heapBytes: after.heapUsed - before.heapUsed, externalBytes: after.external - before.external, subscriptions: subs.length });
+}
+
+function memoryInChild(engine: string, n: number, seed: number, filters: number): Promise<MemoryRow> {
+  return new Promise((resolve, reject) => {
+    const child = fork(ENTRY, [], { execArgv: ['--expose-gc'], env: { ...process.env, [MEMORY_ENV]: JSON.stringify({ engine, n, seed }) } });
+    let got: { heapBytes: number; externalBytes: number } | null = null;
+    child.on('message', (m) => (got = m as { heapBytes: number; externalBytes: number }));
+    child.on('error', reject);
+    child.on('exit', (code) => {
+      if (got === null) reject(new Error(`bench/bulk-load: the memory child for ${engine} exited with ${code} and no figures`));
+      else resolve({ engine, heapBytes: got.heapBytes, externalBytes: got.externalBytes, bytesPerFilter: (got.heapBytes + got.externalBytes) / filters });
+    });
+  });
+}
+
 async function main(): Promise<void> {
+  const child = process.env[MEMORY_ENV];
+  if (child !== undefined) {
+    const { engine, n, seed } = JSON.parse(child) as { engine: string; n: number; seed: number };
+    await measureMemory(engine, n, seed);
+    return;
+  }
   const cl = readCommandLine(process.argv.slice(2), new Set(['quick', 'help']), new Set(['subscriptions', 'engines', 'repeats', 'seed', 'out']), cliFail('bench/bulk-load', USAGE), USAGE);
   if (cl === null) return;
   const { a, r } = cl;
@@ -40,10 +99,9 @@ async function main(): Promise<void> {
   const engines = (r.str('engines') ?? 'fast,rtree,rbush').split(',').map((x) => x.trim()).filter((x) => x !== '');
   const run = new ResultRun({ out: a.out, name: 'bulk-load', fail: cliFail('bench/bulk-load', USAGE) });
   const out = (s: string) => process.stdout.write(`${s}\n`);
-  const src = new WorkloadSource({ subscriptions: n, events: 0, spatial: 'uniform', seed });
-  const subs: Subscription[] = [];
-  for (const s of src.subscriptions(n)) subs.push(s);
+  const subs = subscriptionsOf(n, seed);
   const filters = subs.reduce((x, s) => x + s.filters.length, 0);
+  const constraints = subs.reduce((x, s) => x + s.filters.reduce((y, f) => y + f.constraints.length, 0), 0);
   out(`machine: ${describeMachine(run.machine)}`);
   out(`${n} subscriptions (${filters} filters, CLCB Table 1, seed ${seed}), ${repeats} loads each way after a warm-up, engines ${engines.join(', ')}`);
   const rows: Row[] = [];
@@ -68,11 +126,26 @@ async function main(): Promise<void> {
       note(`${engine} ${way}: median ${ms.median.toFixed(0)} ms, ${(row.filtersPerSecond.median / 1e6).toFixed(2)}M filters/s`);
     }
   }
+  // Memory: each engine in a process of its own (a fresh heap, nothing left by the timed loads),
+  // what one addMany load leaves beside the subscriptions it was given, per filter.
+  const memory: MemoryRow[] = [];
+  for (const engine of engines) {
+    note(`${engine}: memory, in a child process`);
+    memory.push(await memoryInChild(engine, n, seed, filters));
+  }
   out('');
   out('| engine | load | min ms | median ms | p99 ms | filters/s (median) | target >= 1M/s (addMany) |');
   out('|---|---|---:|---:|---:|---:|---|');
   for (const x of rows) out(`| ${x.engine} | ${x.way} | ${x.ms.min.toFixed(0)} | ${x.ms.median.toFixed(0)} | ${x.ms.p99.toFixed(0)} | ${(x.filtersPerSecond.median / 1e6).toFixed(2)}M | ${x.way === 'addMany' ? (x.filtersPerSecond.median >= 1e6 ? 'met' : 'not met') : ''} |`);
-  run.write({ kind: 'bulk-load', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, subscriptions: n, filters, seed, repeats, rows });
+  {
+    out('');
+    out(`Memory after addMany (${(constraints / filters).toFixed(2)} constraints a filter):`);
+    out('');
+    out('| engine | heap Δ MiB | external Δ (typed arrays) MiB | bytes a filter |');
+    out('|---|---:|---:|---:|');
+    for (const x of memory) out(`| ${x.engine} | ${(x.heapBytes / 2 ** 20).toFixed(1)} | ${(x.externalBytes / 2 ** 20).toFixed(1)} | ${x.bytesPerFilter.toFixed(0)} |`);
+  }
+  run.write({ kind: 'bulk-load', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, subscriptions: n, filters, constraints, seed, repeats, rows, memory });
 }
 
 runMain('bench/bulk-load', main);

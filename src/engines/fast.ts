@@ -210,7 +210,7 @@ export class FastMatcher extends CpuMatcher {
   /** Content-only filters without constraints: they match every event. */
   private readonly always: number[] = [];
 
-  // ---- constraints (pooled in power-of-two blocks) ----
+  // ---- constraints (pooled in runs of exact length, free lists by length) ----
   private cCap = 4096;
   private cTop = 0;
   private readonly cFree = new Map<number, number[]>();
@@ -626,15 +626,14 @@ export class FastMatcher extends CpuMatcher {
 
   // =============================== constraints ===============================
 
-  private static blockSize(n: number): number {
-    let b = 1;
-    while (b < n) b *= 2;
-    return b;
-  }
-
+  /**
+   * n consecutive constraint slots: a freed run of exactly n, else the end of the arrays. Exact
+   * runs, not power-of-two blocks: CLCB's 3-5 constraints a filter took 4 or 8 slots, and the
+   * arrays' doubling then held about twice the constraints' own bytes.
+   */
   private allocConstraints(n: number): number {
     if (n === 0) return 0;
-    const b = FastMatcher.blockSize(n);
+    const b = n;
     const free = this.cFree.get(b);
     if (free !== undefined && free.length > 0) return free.pop()!;
     while (this.cTop + b > this.cCap) {
@@ -654,7 +653,7 @@ export class FastMatcher extends CpuMatcher {
 
   private freeConstraints(start: number, n: number): void {
     if (n === 0) return;
-    const b = FastMatcher.blockSize(n);
+    const b = n;
     for (let i = start; i < start + n; i++) {
       if (this.cType[i] === T_STR) this.releaseString(this.cNum[i]);
       this.cDfa[i] = undefined;
