@@ -134,6 +134,7 @@ export abstract class CpuMatcher implements Matcher {
     // one this call inserted taken out again, so nothing is added (L4, L11). Checking all first and
     // holding a million normalised subscriptions until the end cost more than this.
     if (!Array.isArray(subs)) throw new ValidationError('subscriptions', `must be an array, got ${show(subs)}`);
+    this.reserveFor(subs);
     const inserted: string[] = [];
     const seen = new Set<string>();
     try {
@@ -151,6 +152,29 @@ export abstract class CpuMatcher implements Matcher {
     }
   }
 
+  /**
+   * Room for what a bulk load brings, counted from the input as given (what validation then
+   * refuses only leaves room unused): filters, and constraints with tags.
+   */
+  private reserveFor(subs: readonly unknown[]): void {
+    let filters = 0;
+    let slots = 0;
+    for (let i = 0; i < subs.length; i++) {
+      const fs = (subs[i] as { filters?: unknown } | null | undefined)?.filters;
+      if (!Array.isArray(fs)) continue;
+      filters += fs.length;
+      for (let k = 0; k < fs.length; k++) {
+        const f = fs[k] as { constraints?: unknown; tags?: unknown } | null | undefined;
+        if (Array.isArray(f?.constraints)) slots += f.constraints.length;
+        if (Array.isArray(f?.tags)) slots += f.tags.length;
+      }
+    }
+    this.reserve(filters, slots);
+  }
+
+  /** Makes room for `filters` more filters and `slots` more constraint slots (engines with arrays that grow). */
+  protected reserve(_filters: number, _slots: number): void {}
+
   /** True for an engine whose bulk insert needs every subscription at once (insertMany overridden: rbush's load). */
   protected get insertsWhole(): boolean {
     return false;
@@ -158,6 +182,7 @@ export abstract class CpuMatcher implements Matcher {
 
   /** addMany() of subscriptions validateNew() has checked (engines built on this one). */
   addManyValid(ns: readonly NSubscription[]): void {
+    this.reserveFor(ns);
     this.insertMany(ns);
   }
 
