@@ -153,20 +153,26 @@ export abstract class CpuMatcher implements Matcher {
   }
 
   /**
-   * Room for what a bulk load brings, counted from the input as given (what validation then
-   * refuses only leaves room unused): filters, and constraints with tags.
+   * Room for what a bulk load brings, counted from the input as given, each count capped by the
+   * limits (what validation then refuses only leaves room unused, and an oversized list reserves
+   * no more than a valid one could use): filters, and constraints with tags.
    */
   private reserveFor(subs: readonly unknown[]): void {
+    const L = this.limits;
     let filters = 0;
     let slots = 0;
     for (let i = 0; i < subs.length; i++) {
-      const fs = (subs[i] as { filters?: unknown } | null | undefined)?.filters;
+      const s = subs[i];
+      const fs = typeof s === 'object' && s !== null ? (s as { filters?: unknown }).filters : undefined;
       if (!Array.isArray(fs)) continue;
-      filters += fs.length;
-      for (let k = 0; k < fs.length; k++) {
-        const f = fs[k] as { constraints?: unknown; tags?: unknown } | null | undefined;
-        if (Array.isArray(f?.constraints)) slots += f.constraints.length;
-        if (Array.isArray(f?.tags)) slots += f.tags.length;
+      const nf = Math.min(fs.length, L.maxFiltersPerSubscription);
+      filters += nf;
+      for (let k = 0; k < nf; k++) {
+        const f = fs[k];
+        if (typeof f !== 'object' || f === null) continue;
+        const { constraints, tags } = f as { constraints?: unknown; tags?: unknown };
+        if (Array.isArray(constraints)) slots += Math.min(constraints.length, L.maxConstraintsPerFilter);
+        if (Array.isArray(tags)) slots += Math.min(tags.length, L.maxTagsPerFilter);
       }
     }
     this.reserve(filters, slots);

@@ -96,6 +96,13 @@ export function lifecycleRules({ make, open }: ContractContext): void {
         throwsAt(() => m.addMany([ok('n1'), ok('old')]), 'subscriptions[1].id', 'ALREADY_EXISTS');
         throwsAt(() => m.addMany([ok('n1'), ok('n2'), ok('n1')]), 'subscriptions[2].id', 'ALREADY_EXISTS');
         throwsAt(() => m.addMany('nope' as unknown as []), 'subscriptions');
+        // Lists far over the limits are refused by name, and room is made for no more than valid
+        // lists could use (an engine that sizes its arrays from the input first).
+        const memory = m.stats().memoryBytes;
+        throwsAt(() => m.addMany([ok('n1'), { id: 'big', owner: 'd1', filters: new Array(2 ** 26) } as never]), 'subscriptions[1].filters');
+        throwsAt(() => m.addMany([ok('n1'), sub('big', 'd1', { constraints: new Array(2 ** 26) })]), 'subscriptions[1].filters[0].constraints');
+        throwsAt(() => m.addMany([ok('n1'), sub('big', 'd1', { constraints: [], tags: new Array(2 ** 26) })]), 'subscriptions[1].filters[0].tags');
+        assert.ok(m.stats().memoryBytes - memory < 2 ** 22, `memory grew from ${memory} to ${m.stats().memoryBytes} bytes`);
         // A subscription that reads differently each time (a getter): whichever reading an engine
         // takes, it adds all or nothing (an engine that inserts as it checks takes back what it
         // inserted when a later one is refused).
