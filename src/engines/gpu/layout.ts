@@ -393,24 +393,27 @@ export class GpuLayout {
     }
     const bytes = make();
     const b = blockWords(bytes.length);
-    let start: number;
-    const free = this.sFree.get(b);
-    if (free !== undefined && free.length > 0) start = free.pop()!;
-    else {
-      while (this.sTop + b > this.sCap) {
-        this.cStr = grown(this.cStr, this.sCap * 2);
-        this.sCap *= 2;
-        this.sDirty.all = true;
-        this.generation++;
-      }
-      start = this.sTop;
-      this.sTop += b;
-    }
+    const start = this.takeWords(this.sFree, b);
     this.cStr.fill(0, start, start + b);
     new Uint8Array(this.cStr.buffer, this.cStr.byteOffset + start * 4, bytes.length).set(bytes);
     this.sDirty.mark(start, b);
     this.strings.set(s, { off: start, len: bytes.length, refs: 1 });
     return [start, bytes.length];
+  }
+
+  /** `b` words of cStr: a freed run of that size from `free`, else the end of the array (grown). */
+  private takeWords(free: Map<number, number[]>, b: number): number {
+    const list = free.get(b);
+    if (list !== undefined && list.length > 0) return list.pop()!;
+    while (this.sTop + b > this.sCap) {
+      this.cStr = grown(this.cStr, this.sCap * 2);
+      this.sCap *= 2;
+      this.sDirty.all = true;
+      this.generation++;
+    }
+    const start = this.sTop;
+    this.sTop += b;
+    return start;
   }
 
   /**
@@ -427,19 +430,7 @@ export class GpuLayout {
       return known.off;
     }
     const b = ids.length;
-    let start: number;
-    const free = this.nFree.get(b);
-    if (free !== undefined && free.length > 0) start = free.pop()!;
-    else {
-      while (this.sTop + b > this.sCap) {
-        this.cStr = grown(this.cStr, this.sCap * 2);
-        this.sCap *= 2;
-        this.sDirty.all = true;
-        this.generation++;
-      }
-      start = this.sTop;
-      this.sTop += b;
-    }
+    const start = this.takeWords(this.nFree, b);
     for (let k = 0; k < b; k++) this.cStr[start + k] = ids[k];
     this.sDirty.mark(start, b);
     this.nameRuns.set(key, { off: start, refs: 1 });
