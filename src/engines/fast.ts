@@ -214,6 +214,8 @@ export class FastMatcher extends CpuMatcher {
   private cCap = 4096;
   private cTop = 0;
   private readonly cFree = new Map<number, number[]>();
+  /** Slots in the free runs, all lengths together. */
+  private cFreeSlots = 0;
   private cName = new Int32Array(this.cCap);
   private cOp = new Uint8Array(this.cCap);
   private cType = new Uint8Array(this.cCap);
@@ -635,7 +637,10 @@ export class FastMatcher extends CpuMatcher {
     if (n === 0) return 0;
     const b = n;
     const free = this.cFree.get(b);
-    if (free !== undefined && free.length > 0) return free.pop()!;
+    if (free !== undefined && free.length > 0) {
+      this.cFreeSlots -= b;
+      return free.pop()!;
+    }
     if (this.cTop + b > this.cCap) this.growConstraints(Math.max(this.cTop + b, this.cCap * 2));
     const start = this.cTop;
     this.cTop += b;
@@ -658,8 +663,11 @@ export class FastMatcher extends CpuMatcher {
    * about as often and left up to half of them unused (301 bytes a filter at 2.5M filters).
    */
   protected override reserve(filters: number, slots: number): void {
-    if (this.fTop + filters > this.fCap) this.growFilters(this.fTop + filters);
-    if (this.cTop + slots > this.cCap) this.growConstraints(this.cTop + slots);
+    // Freed filters and runs are taken first (runs by exact length: their total is an upper bound).
+    const f = filters - this.fFree.length;
+    if (f > 0 && this.fTop + f > this.fCap) this.growFilters(this.fTop + f);
+    const c = slots - this.cFreeSlots;
+    if (c > 0 && this.cTop + c > this.cCap) this.growConstraints(this.cTop + c);
   }
 
   private freeConstraints(start: number, n: number): void {
@@ -672,6 +680,7 @@ export class FastMatcher extends CpuMatcher {
     let free = this.cFree.get(b);
     if (free === undefined) this.cFree.set(b, (free = []));
     free.push(start);
+    this.cFreeSlots += b;
   }
 
   // =============================== filters ===============================

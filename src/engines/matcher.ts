@@ -154,17 +154,22 @@ export abstract class CpuMatcher implements Matcher {
 
   /**
    * Room for what a bulk load brings, counted from the input as given, each count capped by the
-   * limits (what validation then refuses only leaves room unused, and an oversized list reserves
-   * no more than a valid one could use): filters, and constraints with tags.
+   * limits: filters, and constraints with tags. Counting stops where validation is sure to refuse
+   * (an entry that is no object or has no filter list, an id given twice or already held), so
+   * room is made only for what precedes it; a list too large to make room for is loaded as it
+   * comes.
    */
   private reserveFor(subs: readonly unknown[]): void {
     const L = this.limits;
     let filters = 0;
     let slots = 0;
+    const ids = new Set<string>();
     for (let i = 0; i < subs.length; i++) {
       const s = subs[i];
-      const fs = typeof s === 'object' && s !== null ? (s as { filters?: unknown }).filters : undefined;
-      if (!Array.isArray(fs)) continue;
+      if (typeof s !== 'object' || s === null) break;
+      const { id, filters: fs } = s as { id?: unknown; filters?: unknown };
+      if (!Array.isArray(fs) || typeof id !== 'string' || ids.has(id) || this.has(id)) break;
+      ids.add(id);
       const nf = Math.min(fs.length, L.maxFiltersPerSubscription);
       filters += nf;
       for (let k = 0; k < nf; k++) {
@@ -175,7 +180,12 @@ export abstract class CpuMatcher implements Matcher {
         if (Array.isArray(tags)) slots += Math.min(tags.length, L.maxTagsPerFilter);
       }
     }
-    this.reserve(filters, slots);
+    if (filters === 0 && slots === 0) return;
+    try {
+      this.reserve(filters, slots);
+    } catch (err) {
+      if (!(err instanceof RangeError)) throw err;
+    }
   }
 
   /** Makes room for `filters` more filters and `slots` more constraint slots (engines with arrays that grow). */

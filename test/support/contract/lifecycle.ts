@@ -102,6 +102,9 @@ export function lifecycleRules({ make, open }: ContractContext): void {
         throwsAt(() => m.addMany([ok('n1'), { id: 'big', owner: 'd1', filters: new Array(2 ** 26) } as never]), 'subscriptions[1].filters');
         throwsAt(() => m.addMany([ok('n1'), sub('big', 'd1', { constraints: new Array(2 ** 26) })]), 'subscriptions[1].filters[0].constraints');
         throwsAt(() => m.addMany([ok('n1'), sub('big', 'd1', { constraints: [], tags: new Array(2 ** 26) })]), 'subscriptions[1].filters[0].tags');
+        // The same large subscription many times: refused at its second copy, with room made for one.
+        const big = sub('big', 'd1', ...Array.from({ length: 64 }, () => ({ constraints: Array.from({ length: 32 }, (_, k) => c(`k${k}`, 'eq', k)) })));
+        throwsAt(() => m.addMany(new Array(100_000).fill(big)), 'subscriptions[1].id', 'ALREADY_EXISTS');
         assert.ok(m.stats().memoryBytes - memory < 2 ** 22, `memory grew from ${memory} to ${m.stats().memoryBytes} bytes`);
         // A subscription that reads differently each time (a getter): whichever reading an engine
         // takes, it adds all or nothing (an engine that inserts as it checks takes back what it
