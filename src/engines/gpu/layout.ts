@@ -111,7 +111,7 @@ export class GpuLayout {
   readonly fDirty = new Dirty();
   liveFilters = 0;
 
-  // constraints (power-of-two blocks with free lists)
+  // constraints (runs of exact length, free lists by length)
   cCap = 4096;
   cTop = 0;
   private readonly cFree = new Map<number, number[]>();
@@ -121,7 +121,8 @@ export class GpuLayout {
   readonly cDirty = new Dirty();
   liveConstraints = 0;
 
-  // constraint strings (word-aligned, power-of-two blocks of words)
+  // constraint strings and automata (word-aligned, power-of-two blocks of words), and the name
+  // runs of META_NAMES filters (exact runs): one array, cStr
   sCap = 1024;
   sTop = 0;
   private readonly sFree = new Map<number, number[]>();
