@@ -262,7 +262,9 @@ async function main(): Promise<void> {
       return out;
     };
     const subs: Subscription[] = [];
-    for (let i = 0; i < n; i++) subs.push({ id: String(i), owner: `u${w.keys[i]}`, filters: [{ constraints: [], tags: text(w.db, i) }] });
+    // Entry i as a tag-only subscription of its key's user.
+    const tagOnly = (i: number): Subscription => ({ id: String(i), owner: `u${w.keys[i]}`, filters: [{ constraints: [], tags: text(w.db, i) }] });
+    for (let i = 0; i < n; i++) subs.push(tagOnly(i));
     const fast = new FastMatcher();
     t0 = performance.now();
     fast.addMany(subs);
@@ -297,7 +299,7 @@ async function main(): Promise<void> {
       // events/s in batches, each answer compared with the CPU index's.
       const kernels = await GpuKernels.compile(ctx);
       const gpu = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, select: 'gpu' });
-      for (let i = 0; i < n; i++) subs.push({ id: String(i), owner: `u${w.keys[i]}`, filters: [{ constraints: [], tags: text(w.db, i) }] });
+      for (let i = 0; i < n; i++) subs.push(tagOnly(i));
       t0 = performance.now();
       gpu.addMany(subs);
       await gpu.match(events[0]);

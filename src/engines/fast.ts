@@ -635,15 +635,14 @@ export class FastMatcher extends CpuMatcher {
    */
   private allocConstraints(n: number): number {
     if (n === 0) return 0;
-    const b = n;
-    const free = this.cFree.get(b);
+    const free = this.cFree.get(n);
     if (free !== undefined && free.length > 0) {
-      this.cFreeSlots -= b;
+      this.cFreeSlots -= n;
       return free.pop()!;
     }
-    if (this.cTop + b > this.cCap) this.growConstraints(Math.max(this.cTop + b, this.cCap * 2));
+    if (this.cTop + n > this.cCap) this.growConstraints(Math.max(this.cTop + n, this.cCap * 2));
     const start = this.cTop;
-    this.cTop += b;
+    this.cTop += n;
     return start;
   }
 
@@ -672,15 +671,14 @@ export class FastMatcher extends CpuMatcher {
 
   private freeConstraints(start: number, n: number): void {
     if (n === 0) return;
-    const b = n;
     for (let i = start; i < start + n; i++) {
       if (this.cType[i] === T_STR) this.releaseString(this.cNum[i]);
       this.cDfa[i] = undefined;
     }
-    let free = this.cFree.get(b);
-    if (free === undefined) this.cFree.set(b, (free = []));
+    let free = this.cFree.get(n);
+    if (free === undefined) this.cFree.set(n, (free = []));
     free.push(start);
-    this.cFreeSlots += b;
+    this.cFreeSlots += n;
   }
 
   // =============================== filters ===============================

@@ -136,13 +136,13 @@ export abstract class CpuMatcher implements Matcher {
     if (!Array.isArray(subs)) throw new ValidationError('subscriptions', `must be an array, got ${show(subs)}`);
     this.reserveFor(subs);
     const inserted: string[] = [];
-    const seen = new Set<string>();
     try {
       for (let i = 0; i < subs.length; i++) {
         const n = validateSubscription(subs[i], this.limits, `subscriptions[${i}]`);
         const id = n.id;
-        if (seen.has(id) || this.has(id)) throw new AmbitError('ALREADY_EXISTS', `subscription ${show(id)} ${seen.has(id) ? 'is given twice' : 'already exists'}`, `subscriptions[${i}].id`);
-        seen.add(id);
+        // An id given earlier in this call is held by now: the engine tells both cases; which one
+        // it is is looked up only for the message.
+        if (this.has(id)) throw new AmbitError('ALREADY_EXISTS', `subscription ${show(id)} ${inserted.includes(id) ? 'is given twice' : 'already exists'}`, `subscriptions[${i}].id`);
         this.insert(n);
         inserted.push(id);
       }

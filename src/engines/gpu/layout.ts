@@ -418,12 +418,11 @@ export class GpuLayout {
   }
 
   /**
-   * The run of cStr words holding these name ids (sorted, so the same names in any order share
-   * one run), interned: an exact-size block, not a power of two as strings take.
+   * The run of cStr words holding these name ids, given in ascending order (so the same names in
+   * any order share one run), interned: an exact-size block, not a power of two as strings take.
    */
-  private allocNames(ids: number[]): number {
+  private allocNames(ids: readonly number[]): number {
     if (ids.length === 0) return 0;
-    ids.sort((a, b) => a - b);
     const key = ids.join(',');
     const known = this.nameRuns.get(key);
     if (known !== undefined) {
@@ -438,9 +437,8 @@ export class GpuLayout {
     return start;
   }
 
-  private releaseNames(ids: number[]): void {
+  private releaseNames(ids: readonly number[]): void {
     if (ids.length === 0) return;
-    ids.sort((a, b) => a - b);
     const key = ids.join(',');
     const e = this.nameRuns.get(key)!;
     if (--e.refs > 0) return;

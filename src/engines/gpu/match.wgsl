@@ -422,6 +422,16 @@ fn eventAttr(ev: EventHdr, j: u32, staged: bool) -> Attr {
   return attr(ev.attrStart + j);
 }
 
+// The index of the event's attribute named `name`, or ev.attrCount when it has none.
+fn attrIndex(ev: EventHdr, name: u32, staged: bool) -> u32 {
+  var j = 0u;
+  loop {
+    if (j >= ev.attrCount || eventAttr(ev, j, staged).name == name) { break; }
+    j++;
+  }
+  return j;
+}
+
 fn filterOk(f: u32, ev: EventHdr, staged: bool) -> bool {
   let fm = fMeta[f];
   let n = fm & META_COUNT;
@@ -433,12 +443,7 @@ fn filterOk(f: u32, ev: EventHdr, staged: bool) -> bool {
     for (var k = 0u; k < n; k++) {
       var name = 0u;
       if (k < first) { name = fPos[f]; } else { name = cStr[c0 + k - first]; }
-      var j = 0u;
-      loop {
-        if (j >= ev.attrCount || eventAttr(ev, j, staged).name == name) { break; }
-        j++;
-      }
-      if (j >= ev.attrCount) { return false; }
+      if (attrIndex(ev, name, staged) >= ev.attrCount) { return false; }
     }
     return true;
   }
@@ -447,11 +452,7 @@ fn filterOk(f: u32, ev: EventHdr, staged: bool) -> bool {
     let name = h & ((1u << NAME_BITS) - 1u);
     let op = (h >> NAME_BITS) & 0xfu;
     let ty = h >> (NAME_BITS + 4u);
-    var j = 0u;
-    loop {
-      if (j >= ev.attrCount || eventAttr(ev, j, staged).name == name) { break; }
-      j++;
-    }
+    let j = attrIndex(ev, name, staged);
     if (j >= ev.attrCount) { return false; }
     if (ty == T_ANY) { continue; }
     let a = eventAttr(ev, j, staged);
