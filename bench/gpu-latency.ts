@@ -34,6 +34,9 @@ import { summarize } from './lib/stats.js';
 const HELP = `Usage: node dist/bench/gpu-latency.js [options]
   --reps N       round trips per rung and events per engine row (default 2000; quick 200)
   --sizes LIST   subscriptions (x10 filters) for the engine rows (default 10000,250000; quick 1000)
+  --batches LIST events per call of the engine rows (default 1): a size above 1 times matchBatch calls of that
+                 many events (at least 20 calls, one at a time), each split the same way, per call
+  --stages       time the GPU passes of each call too (timestamp queries; the engine's profile option)
   --out FILE     JSON output (default bench/results/gpu-latency.json)
   --seed N       workload seed (default 1)
   --software     allow a software adapter (llvmpipe): for trying the benchmark, not for figures
@@ -120,10 +123,11 @@ async function ladder(ctx: GpuContext, reps: number): Promise<Rung[]> {
   return out;
 }
 
-async function engineRows(subs: number, reps: number, seed: number, software: boolean): Promise<EngineRow[]> {
-  const src = new WorkloadSource({ seed, subscriptions: subs, events: 1000 });
+async function engineRows(subs: number, reps: number, seed: number, software: boolean, batches: readonly number[], stages: boolean): Promise<EngineRow[]> {
+  const widest = Math.max(...batches);
+  const src = new WorkloadSource({ seed, subscriptions: subs, events: Math.max(1000, widest) });
   const events: Event[] = src.events();
-  const gpu = await GpuMatcher.create({ gpu: { allowSoftware: software }, cpuBelowFilters: 0, select: 'gpu' });
+  const gpu = await GpuMatcher.create({ gpu: { allowSoftware: software }, cpuBelowFilters: 0, select: 'gpu', profile: stages });
   const fast = new FastMatcher();
   const rows: EngineRow[] = [];
   try {
@@ -132,39 +136,63 @@ async function engineRows(subs: number, reps: number, seed: number, software: bo
     loader.add('fast', fast);
     loadWithProgress(loader, subs, `latency ${count(subs)}`);
     collect();
-    for (const [name, m] of [['gpu', gpu], ['fast', fast]] as const) {
-      for (let i = 0; i < 200; i++) sinkNumber((await m.match(events[i % events.length])).length);
-      const total = new Float64Array(reps);
-      const keys = ['submitUs', 'syncUs', 'encodeEventsUs', 'recordUs', 'submitCallUs', 'waitUs', 'parseUs'] as const;
-      const parts = Object.fromEntries(keys.map((k) => [k, new Float64Array(reps)])) as Record<(typeof keys)[number], Float64Array>;
-      let matches = 0;
-      for (let i = 0; i < reps; i++) {
-        const e = events[i % events.length];
-        const t0 = performance.now();
-        const ids = await m.match(e);
-        total[i] = us(t0);
-        matches += ids.length;
-        if (m instanceof GpuMatcher) {
-          const t = m.lastBatchTiming!;
-          for (const k of keys) parts[k][i] = t[k];
+    for (const batch of batches) {
+      for (const [name, m] of [['gpu', gpu], ['fast', fast]] as const) {
+        // The fast engine answers a batch one event at a time: a few calls show its rate.
+        const calls = batch === 1 ? reps : Math.max(name === 'gpu' ? 20 : 3, Math.floor(reps / batch));
+        const call = async (i: number): Promise<number> => {
+          if (batch === 1) return (await m.match(events[i % events.length])).length;
+          const part: Event[] = [];
+          for (let j = 0; j < batch; j++) part.push(events[(i * batch + j) % events.length]);
+          let n = 0;
+          for (const ids of await m.matchBatch(part)) n += ids.length;
+          return n;
+        };
+        for (let i = 0; i < Math.max(3, Math.ceil(200 / batch)); i++) sinkNumber(await call(i));
+        const total = new Float64Array(calls);
+        const keys = ['submitUs', 'syncUs', 'encodeEventsUs', 'recordUs', 'submitCallUs', 'waitUs', 'parseUs'] as const;
+        const parts = Object.fromEntries(keys.map((k) => [k, new Float64Array(calls)])) as Record<(typeof keys)[number], Float64Array>;
+        const passes = { loc: new Float64Array(calls), cont: new Float64Array(calls), zip: new Float64Array(calls) };
+        let timedPasses = 0;
+        let matches = 0;
+        for (let i = 0; i < calls; i++) {
+          const t0 = performance.now();
+          matches += await call(i);
+          total[i] = us(t0);
+          if (m instanceof GpuMatcher) {
+            const t = m.lastBatchTiming!;
+            for (const k of keys) parts[k][i] = t[k];
+            const st = m.stageTimes;
+            if (st !== null) {
+              passes.loc[timedPasses] = st.loc * 1e3;
+              passes.cont[timedPasses] = st.cont * 1e3;
+              passes.zip[timedPasses] = st.zip * 1e3;
+              timedPasses++;
+            }
+          }
         }
+        const isGpu = name === 'gpu';
+        const timed = (k: keyof typeof passes) => (timedPasses === 0 ? null : summarize(passes[k].subarray(0, timedPasses)));
+        rows.push({
+          subscriptions: subs,
+          filters: src.stats.filters,
+          engine: name,
+          batch,
+          totalUs: summarize(total),
+          submitUs: isGpu ? summarize(parts.submitUs) : null,
+          syncUs: isGpu ? summarize(parts.syncUs) : null,
+          encodeEventsUs: isGpu ? summarize(parts.encodeEventsUs) : null,
+          recordUs: isGpu ? summarize(parts.recordUs) : null,
+          submitCallUs: isGpu ? summarize(parts.submitCallUs) : null,
+          waitUs: isGpu ? summarize(parts.waitUs) : null,
+          parseUs: isGpu ? summarize(parts.parseUs) : null,
+          locUs: timed('loc'),
+          contUs: timed('cont'),
+          zipUs: timed('zip'),
+          matchesPerEvent: matches / (calls * batch),
+        });
+        note(`  ${name} ${count(subs)} batch ${batch}: median ${sig(rows[rows.length - 1].totalUs.median)} µs a call`);
       }
-      const isGpu = name === 'gpu';
-      rows.push({
-        subscriptions: subs,
-        filters: src.stats.filters,
-        engine: name,
-        totalUs: summarize(total),
-        submitUs: isGpu ? summarize(parts.submitUs) : null,
-        syncUs: isGpu ? summarize(parts.syncUs) : null,
-        encodeEventsUs: isGpu ? summarize(parts.encodeEventsUs) : null,
-        recordUs: isGpu ? summarize(parts.recordUs) : null,
-        submitCallUs: isGpu ? summarize(parts.submitCallUs) : null,
-        waitUs: isGpu ? summarize(parts.waitUs) : null,
-        parseUs: isGpu ? summarize(parts.parseUs) : null,
-        matchesPerEvent: matches / reps,
-      });
-      note(`  ${name} ${count(subs)}: median ${sig(rows[rows.length - 1].totalUs.median)} µs`);
     }
     const served = gpu.stats().extra ?? {};
     if (Number(served.cpuEvents ?? 0) > 0) note(`  gpu ${count(subs)}: ${served.cpuEvents} events answered by the CPU`);
@@ -176,7 +204,7 @@ async function engineRows(subs: number, reps: number, seed: number, software: bo
 }
 
 async function main(): Promise<void> {
-  const a = new ArgReader(parseArgs(process.argv.slice(2), new Set(['quick', 'software', 'help']), new Set(['reps', 'sizes', 'out', 'seed']), fail), fail);
+  const a = new ArgReader(parseArgs(process.argv.slice(2), new Set(['quick', 'software', 'stages', 'help']), new Set(['reps', 'sizes', 'batches', 'out', 'seed']), fail), fail);
   if (a.flag('help')) {
     process.stdout.write(HELP);
     return;
@@ -186,6 +214,8 @@ async function main(): Promise<void> {
   const seed = a.int('seed', 1);
   const sizes = a.counts('sizes', quick ? [1000] : [10_000, 250_000]);
   const software = a.flag('software');
+  const batches = a.counts('batches', [1]);
+  const stages = a.flag('stages');
 
   const run = new ResultRun({ out: a.str('out'), defaultFile: 'bench/results/gpu-latency.json', fail });
   const machine = run.machine;
@@ -199,7 +229,7 @@ async function main(): Promise<void> {
     await ctx.close();
   }
   const rows: EngineRow[] = [];
-  for (const n of sizes) rows.push(...(await engineRows(n, reps, seed, software)));
+  for (const n of sizes) rows.push(...(await engineRows(n, reps, seed, software, batches, stages)));
   {
     // Adapter details from an engine of its own (the ladder's context is closed).
     const m = await GpuMatcher.create({ gpu: { allowSoftware: software } });
