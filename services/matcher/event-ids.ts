@@ -8,6 +8,7 @@
  * `settlePublish` turns the fresh events' reach into every event's result.
  */
 import type { Event } from '../../src/model/types.js';
+import { compareStreamIds, streamIdMs } from '../redis/codec.js';
 
 export interface DedupeOptions {
   /** How long an event id is remembered (ms); 0 turns deduplication off. */
@@ -80,6 +81,49 @@ export async function settlePublish(plan: PublishPlan, freshReached: readonly nu
 }
 
 /** What `remember` hands back for `settle` and `drop`: the entry's place in the window (-1: none kept). */
+/**
+ * Judges the events of publishes read again from the Redis command stream, after the leader
+ * matched them (a restart's replay after its snapshot, a standby following the stream), as fresh
+ * or not the way they were judged then: an event is a duplicate when its id was fresh in an earlier
+ * entry judged here less than the window before it, or when its dedupe record (`{p}eid:{id}`)
+ * names an earlier entry less than the window before it, by the entries' stream times; with no
+ * window, only when repeated in its own entry. Entries are given in stream order; ids that can no
+ * longer make a later one a duplicate are forgotten as the stream's time moves on.
+ */
+export class StreamIdJudge {
+  /** Ids judged fresh, with their entry's stream time, oldest first. */
+  private readonly freshAt = new Map<string, number>();
+
+  constructor(private readonly windowMs: number) {}
+
+  plan(entryId: string, events: readonly Event[], known: ReadonlyMap<string, { entry: string }>): PublishPlan {
+    const w = this.windowMs;
+    const ms = streamIdMs(entryId);
+    const plan = planPublish(events, (id) => {
+      if (w === 0) return undefined;
+      const at = this.freshAt.get(id);
+      if (at !== undefined) return ms - at < w ? 0 : undefined;
+      const kn = known.get(id);
+      return kn !== undefined && compareStreamIds(kn.entry, entryId) < 0 && ms - streamIdMs(kn.entry) < w ? 0 : undefined;
+    });
+    if (w === 0) return plan;
+    for (const e of plan.fresh) {
+      this.freshAt.delete(e.id); // re-inserted last: the map stays in stream-time order
+      this.freshAt.set(e.id, ms);
+    }
+    for (const [id, at] of this.freshAt) {
+      if (ms - at < w) break;
+      this.freshAt.delete(id);
+    }
+    return plan;
+  }
+
+  /** Ids remembered (tests, stats). */
+  get size(): number {
+    return this.freshAt.size;
+  }
+}
+
 export type IdTicket = number;
 
 /**

@@ -50,11 +50,12 @@ import { type EngineChoice, openEngine, openPatterns } from './engine.js';
 import type { PatternMatcher } from '../../src/engines/event-patterns/pattern-matcher.js';
 import { DEFAULT_RETENTION, type Retention } from './fanout.js';
 import { RedisFanOut } from './redis-fanout.js';
-import { DEFAULT_DEDUPE, type PublishPlan, type PublishSlot, planPublish, settlePublish } from './event-ids.js';
+import { DEFAULT_DEDUPE, type PublishPlan, type PublishSlot, StreamIdJudge, planPublish, settlePublish } from './event-ids.js';
 
 const COMPONENT = 'redis matcher';
 /** Stream entries held back by another matcher beyond which the leader warns. */
 const HELD_WARN_ENTRIES = 10_000;
+const NONE_KNOWN: ReadonlyMap<string, { reached: number; entry: string }> = new Map();
 
 export interface RedisMatcherOptions {
   /** URL, ioredis options or a Redis Cluster; default redis://127.0.0.1:6379. */
@@ -291,14 +292,13 @@ export class RedisMatcher {
    */
   private patternsFedTo = '0-0';
   private patternSubsAt = '0-0';
-  /** What each publish not yet committed releases, stored again if its batch is replayed. */
-  private patternReleased = new Map<string, Promise<PatternDelivery[]>>();
   /**
-   * The first publish a standby skipped that the patterns have not seen: if it is at or before
-   * where this matcher starts leading (another leader delivered it), their history has a gap and
-   * is dropped then (matches resume with the events after it); after it, this matcher feeds it.
+   * What each publish not yet committed releases, stored again if its batch is replayed; a
+   * standby's, until the leader's stored offset passes them (it may lead before that).
    */
-  private patternsSkippedFrom: string | null = null;
+  private patternReleased = new Map<string, Promise<PatternDelivery[]>>();
+  /** Standing by: how the publishes it follows were judged fresh (null when leading). */
+  private standbyJudge: StreamIdJudge | null = null;
   /**
    * Every device's position at the patterns' cut: a snapshot with patterns writes these, not the
    * positions as they are when reached, so the replay after it matches at the positions of then.
@@ -477,6 +477,7 @@ export class RedisMatcher {
       this.writeStats().catch((err: unknown) => this.log?.warn({ err }, `${COMPONENT}: stats not written`));
       this.checkTrimmed().catch((err: unknown) => this.log?.warn({ err }, `${COMPONENT}: the command stream's bounds not read`));
       this.keepStream().catch((err: unknown) => this.log?.warn({ err }, `${COMPONENT}: the command stream's keep not written`));
+      this.pruneFollowed().catch((err: unknown) => this.log?.warn({ err }, `${COMPONENT}: the leader's offset not read`));
     }, this.statsMs);
     this.statsTimer.unref();
     if (this.snapshotPath !== null && this.snapshotIntervalMs > 0) {
@@ -510,17 +511,9 @@ export class RedisMatcher {
     this.rewind(from);
     this.committed = from;
     this.inBatch.clear();
-    const skipped = this.patternsSkippedFrom;
-    this.patternsSkippedFrom = null;
-    if (skipped !== null && compareStreamIds(skipped, from) <= 0 && this.core.patterns !== null) {
-      // Publishes went by while this matcher stood by: the patterns keep their subscriptions and
-      // start their history again from here (docs/service.md).
-      await this.core.patterns.snapshot().catch(() => undefined);
-      this.core.patterns.forgetHistory();
-      this.patternReleased.clear();
-      this.patternsFedTo = from;
-      this.log?.warn({ from }, `${COMPONENT}: leading after standing by: pattern subscriptions start their history again from ${from}`);
-    }
+    // The publishes it followed standing by are in the patterns already: those after `from` are
+    // read again now, matched, and what they released then is stored (feedPatterns).
+    this.standbyJudge = null;
     this.fanout.resetChain();
     this.fanout.token = this.token;
     this.promotion = false;
@@ -703,9 +696,7 @@ export class RedisMatcher {
   private async applyRange(after: string, upTo: string): Promise<number> {
     let from = `(${after}`;
     let n = 0;
-    /** Ids fresh in the range so far, with their entry's stream time. */
-    const freshAt = new Map<string, number>();
-    const windowMs = this.dedupeWindowMs;
+    const judge = new StreamIdJudge(this.dedupeWindowMs);
     const fed: Promise<unknown>[] = [];
     for (;;) {
       const page = await this.cmd.xrangeBuffer(this.keys.in, from, upTo, 'COUNT', 1000);
@@ -720,15 +711,7 @@ export class RedisMatcher {
           continue;
         }
         if (this.core.patterns === null || entry.events === null) continue;
-        const ms = streamIdMs(entry.id);
-        const plan = planPublish(entry.events, (id) => {
-          if (windowMs === 0) return undefined;
-          const at = freshAt.get(id);
-          if (at !== undefined) return ms - at < windowMs ? 0 : undefined;
-          const kn = known.get(id);
-          return kn !== undefined && compareStreamIds(kn.entry, entry.id) < 0 && ms - streamIdMs(kn.entry) < windowMs ? 0 : undefined;
-        });
-        for (const e of plan.fresh) freshAt.set(e.id, ms);
+        const plan = judge.plan(entry.id, entry.events, known);
         for (const p of this.feedPatterns(new Map([[entry, plan]])).values()) fed.push(p);
       }
       if (page.length < 1000) break;
@@ -1255,7 +1238,8 @@ export class RedisMatcher {
    * Applies one read batch in stream order; consecutive publishes are matched as one engine batch,
    * and their notifications and answers are sent at once. Returns what finishes the batch (waits
    * for those writes, then stores the offset), or null for a standby, which applies everything but
-   * the publishes and stores nothing. The next read starts after the batch either way.
+   * the publishes (it gives them only to the pattern subscriptions) and stores nothing. The next
+   * read starts after the batch either way.
    */
   private async process(entries: [Buffer, Buffer[]][]): Promise<(() => Promise<void>) | null> {
     this.inProcess = true;
@@ -1279,14 +1263,19 @@ export class RedisMatcher {
     const flights: Promise<void>[] = [];
     let pubs: PubEntry[] = [];
     let publishes = 0;
-    for (const [idBuf, fields] of entries) {
-      const entry = this.parse(idBuf, fields);
+    const parsed = entries.map(([idBuf, fields]) => this.parse(idBuf, fields));
+    // A standby gives the patterns every publish too, in stream order among the other commands,
+    // so that their history is there when it takes over (it stores nothing of what they release).
+    // (With no pattern subscription no event can count yet: the dedupe records are not read.)
+    const following = !leading && this.core.patterns !== null;
+    const known = !following ? null : this.patternOwners.size === 0 ? NONE_KNOWN : await this.knownIds(parsed.filter((e): e is PubEntry => e !== null && e.t === 'pub' && compareStreamIds(e.id, this.patternsFedTo) > 0));
+    for (const entry of parsed) {
       if (entry === null) continue;
       if (entry.t === 'pub') {
         if (leading) {
           pubs.push(entry);
           publishes++;
-        } else if (this.core.patterns !== null && this.patternsSkippedFrom === null && compareStreamIds(entry.id, this.patternsFedTo) > 0) this.patternsSkippedFrom = entry.id;
+        } else if (known !== null) this.followPatterns(entry, known);
         continue;
       }
       if (pubs.length > 0) {
@@ -1496,6 +1485,26 @@ export class RedisMatcher {
     })();
     done.catch(() => {}); // awaited by process(); this keeps an early failure from being reported as unhandled
     return { done };
+  }
+
+  /**
+   * Standing by: gives a publish the leader matched (or will) to the patterns, its events judged
+   * fresh as the leader judged them (`StreamIdJudge`, by the dedupe records and stream times);
+   * what it releases is kept for the entries the leader has not stored yet and stored only if this
+   * matcher leads before it has.
+   */
+  private followPatterns(entry: PubEntry, known: ReadonlyMap<string, { entry: string }>): void {
+    if (entry.events === null || compareStreamIds(entry.id, this.patternsFedTo) <= 0) return;
+    this.standbyJudge ??= new StreamIdJudge(this.dedupeWindowMs);
+    this.feedPatterns(new Map([[entry, this.standbyJudge.plan(entry.id, entry.events, known)]]));
+  }
+
+  /** Standing by: forgets what the patterns released for entries the leader has stored past. */
+  private async pruneFollowed(): Promise<void> {
+    if (this.currentRole === 'leader' || this.patternReleased.size === 0) return;
+    const stored = await this.cmd.get(this.keys.matcherOffset);
+    if (stored === null || (this.currentRole as MatcherRole) === 'leader') return;
+    for (const id of this.patternReleased.keys()) if (compareStreamIds(id, stored) <= 0) this.patternReleased.delete(id);
   }
 
   /**

@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { EventIdWindow, hashId, planPublish, settlePublish } from '../../services/matcher/event-ids.js';
+import { EventIdWindow, StreamIdJudge, hashId, planPublish, settlePublish } from '../../services/matcher/event-ids.js';
 import type { Event } from '../../src/model/types.js';
 
 const ev = (id: string): Event => ({ id, lat: 0, lon: 0, attributes: {} });
@@ -73,6 +73,35 @@ describe('event ids', () => {
     ]);
     const plain = planPublish([ev('x'), ev('y')], () => undefined);
     assert.equal(plain.slots, null, 'no per-event slots when nothing repeats');
+  });
+});
+
+describe('stream id judge (events read again from the command stream)', () => {
+  const e = (id: string): Event => ({ id, lat: 0, lon: 0, attributes: {} });
+  const fresh = (j: StreamIdJudge, entry: string, ids: string[], known: ReadonlyMap<string, { entry: string }> = new Map()) => j.plan(entry, ids.map(e), known).fresh.map((x) => x.id);
+
+  it('an id fresh in an earlier entry less than the window before is a duplicate; a window later it is fresh again, and forgotten meanwhile', () => {
+    const j = new StreamIdJudge(1000);
+    assert.deepEqual(fresh(j, '10000-0', ['a', 'b', 'a']), ['a', 'b']);
+    assert.deepEqual(fresh(j, '10999-0', ['a', 'c']), ['c']);
+    assert.equal(j.size, 3);
+    // b's and a's first entries are a window behind: both forgotten, a fresh again.
+    assert.deepEqual(fresh(j, '11000-0', ['a']), ['a']);
+    assert.equal(j.size, 2, 'c and a, as of their latest entries');
+    assert.deepEqual(fresh(j, '11500-0', ['a']), [], 'a, fresh at 11000');
+  });
+
+  it('a dedupe record names the entry that first had the id: an earlier one within the window makes a duplicate; its own entry, a later one or one a window before does not', () => {
+    const j = new StreamIdJudge(1000);
+    const known = new Map([['x', { entry: '20000-0' }], ['y', { entry: '20500-1' }], ['z', { entry: '19000-0' }]]);
+    assert.deepEqual(fresh(j, '20500-1', ['x', 'y', 'z'], known), ['y', 'z']);
+  });
+
+  it('without a window only repeats within an entry are duplicates, and nothing is remembered', () => {
+    const j = new StreamIdJudge(0);
+    assert.deepEqual(fresh(j, '1-0', ['a', 'a'], new Map([['a', { entry: '0-1' }]])), ['a']);
+    assert.deepEqual(fresh(j, '1-1', ['a']), ['a']);
+    assert.equal(j.size, 0);
   });
 });
 

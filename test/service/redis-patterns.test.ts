@@ -4,8 +4,9 @@
  * its owner's moves, feeds it every fresh event in stream order and stores each match in the
  * device's log (read back whole, pushed or ranged). A matcher restarted from its snapshot resumes
  * the patterns' history: the state taken with the snapshot, then the publishes after it replayed
- * into the patterns without storing their matches again; one rebuilt from Redis alone keeps the
- * patterns but not their history.
+ * into the patterns without storing their matches again; a standby follows every publish, so it
+ * takes over with the history; one rebuilt from Redis alone keeps the patterns but not their
+ * history.
  */
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -17,6 +18,7 @@ import type { Event, Filter } from '../../src/model/types.js';
 import type { Delivery, DeviceSubscription } from '../../services/hub/port.js';
 import { drain, pullN } from '../support/hub-contract.js';
 import type { RedisHub } from '../../services/hub/redis.js';
+import { compareStreamIds } from '../../services/redis/codec.js';
 import { RedisMatcher } from '../../services/matcher/redis.js';
 import { redisTestKit, useRedisServer } from '../support/redis-deployment.js';
 import { pointAt } from '../support/sphere.js';
@@ -240,7 +242,7 @@ describe('pattern subscriptions in Redis mode', { skip: redis.missing ?? false, 
     }
   });
 
-  it('[E17] a standby that takes over after publishes it did not see serves the patterns without their history', async () => {
+  it('[E17] a standby started from the snapshot follows the publishes the leader matches: when it takes over, the history holds the snapshot\'s events and those', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'ambit-patterns-'));
     dirs.push(dir);
     const d = await kit.deployment(1, undefined, {}, { snapshot: { dir, intervalMs: 0 }, leaseMs: 400 });
@@ -259,9 +261,75 @@ describe('pattern subscriptions in Redis mode', { skip: redis.missing ?? false, 
       await d.matcher.stop();
       await b.whenRole('leader');
       await hub.publish([ev({ kind: 'smoke' }, 3000, HOME, 's1')]);
-      assert.deepEqual(matches(await drain(hub, inbox, 'phone')), [], 't1 alone would be a history with a gap');
-      await hub.publish([ev({ kind: 'temp' }, 4000, HOME, 't3'), ev({ kind: 'smoke' }, 4500, HOME, 's2')]);
-      assert.deepEqual(matches(await drain(hub, inbox, 'phone')), [[['fire'], [['smoke', 's2', 4500], ['temp', 't3', 4000]], { temps: 1 }]]);
+      assert.deepEqual(matches(await drain(hub, inbox, 'phone')), [[['fire'], [['smoke', 's1', 3000], ['temp', 't2', 2000]], { temps: 2 }]], 't1 from the file, t2 followed');
+      inbox.close();
+    } finally {
+      await b?.stop();
+      await d.close();
+    }
+  });
+
+  it('[E17][E12][E5] a standby follows every publish in stream order: after the leader\'s crash it matches with the whole history, a retried event counted once, at the positions of then', async () => {
+    // Smoke near the device after the last temperature near it within 10 s; how many temperatures near it.
+    const near: DeviceSubscription = {
+      id: 'near',
+      filters: [],
+      pattern: {
+        steps: [
+          { name: 'smoke', filter: kind('smoke', { radiusM: 300 }) },
+          { name: 'temp', filter: kind('temp', { radiusM: 300 }), selection: 'last', withinMs: 10_000 },
+        ],
+        aggregates: [{ name: 'temps', fn: 'count', filter: kind('temp', { radiusM: 300 }), before: 'smoke', withinMs: 10_000 }],
+      },
+    };
+    const d = await kit.deployment(1, undefined, {}, { leaseMs: 400 });
+    let b: RedisMatcher | null = null;
+    try {
+      const hub = d.hubs[0];
+      let read: (() => void) | undefined;
+      b = await RedisMatcher.start(kit.matcherOptions(d.prefix, { leaseMs: 400, hooks: { onBatch: () => read?.() } }));
+      assert.equal(b.role, 'standby');
+      const inbox = await phoneAtHome(hub, near);
+      await hub.publish([ev({ kind: 'temp' }, 1000, HOME, 't1')]);
+      // A retry of t1: a duplicate for the leader, so for the standby too.
+      assert.deepEqual((await hub.publish([ev({ kind: 'temp' }, 1000, HOME, 't1')])).map((r) => r.duplicate), [true]);
+      // A temperature at home while the phone is away: not near it then, whatever comes later.
+      await hub.updateLocations([{ device: 'phone', ...FAR }]);
+      await hub.publish([ev({ kind: 'temp' }, 2000, HOME, 't2')]);
+      await hub.updateLocations([{ device: 'phone', ...HOME }]);
+      assert.deepEqual(matches(await drain(hub, inbox, 'phone')), [], 'no smoke yet');
+      const last = await kit.inspect(async (r) => (await r.xrevrange(kit.keysOf(d.prefix).in, '+', '-', 'COUNT', 1))[0][0]);
+      while (compareStreamIds(b.position, last) < 0) await new Promise<void>((resolve) => (read = resolve));
+      await d.matcher.crash();
+      await b.whenRole('leader');
+      await hub.publish([ev({ kind: 'smoke' }, 3000, HOME, 's1')]);
+      assert.deepEqual(matches(await drain(hub, inbox, 'phone')), [[['near'], [['smoke', 's1', 3000], ['temp', 't1', 1000]], { temps: 1 }]]);
+      inbox.close();
+    } finally {
+      await b?.stop();
+      await d.close();
+    }
+  });
+
+  it('[E12] a standby judges a retried event by its dedupe record when it did not see the first: a duplicate, not part of the history it takes over with', async () => {
+    const d = await kit.deployment(1, undefined, {}, { leaseMs: 400 });
+    let b: RedisMatcher | null = null;
+    try {
+      const hub = d.hubs[0];
+      const inbox = await phoneAtHome(hub, fire);
+      await hub.publish([ev({ kind: 'temp' }, 1000, HOME, 't1')]);
+      await drain(hub, inbox, 'phone');
+      // Started from Redis after t1: no history of it, only its record.
+      let read: (() => void) | undefined;
+      b = await RedisMatcher.start(kit.matcherOptions(d.prefix, { leaseMs: 400, hooks: { onBatch: () => read?.() } }));
+      assert.equal(b.role, 'standby');
+      assert.deepEqual((await hub.publish([ev({ kind: 'temp' }, 1000, HOME, 't1')])).map((r) => r.duplicate), [true]);
+      const last = await kit.inspect(async (r) => (await r.xrevrange(kit.keysOf(d.prefix).in, '+', '-', 'COUNT', 1))[0][0]);
+      while (compareStreamIds(b.position, last) < 0) await new Promise<void>((resolve) => (read = resolve));
+      await d.matcher.crash();
+      await b.whenRole('leader');
+      await hub.publish([ev({ kind: 'smoke' }, 3000, HOME, 's1')]);
+      assert.deepEqual(matches(await drain(hub, inbox, 'phone')), [], 'the retried t1 is no temperature of the history');
       inbox.close();
     } finally {
       await b?.stop();

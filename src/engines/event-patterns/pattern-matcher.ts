@@ -284,22 +284,6 @@ export class PatternMatcher {
     return this.capture();
   }
 
-  /**
-   * Drops every pattern's history and the events waiting for release, keeping the subscriptions
-   * (each as if added now, E17) and the release order's clock: for a holder that missed events
-   * (a standby of the Redis matcher that takes over). Only while idle.
-   */
-  forgetHistory(): void {
-    this.open();
-    if (!this.idle) throw new Error('pattern matcher: forgetHistory() while searches are running');
-    for (const inst of this.subs.values()) {
-      this.sequencer.removePattern(inst.slot);
-      this.sequencer.addPattern(inst.slot, inst.sub.pattern);
-    }
-    this.buffer = [];
-    this.bufferHead = 0;
-  }
-
   /** No search or element-engine job is waiting: the state is that of every call made so far. */
   get idle(): boolean {
     return this.searching === 0 && !this.matching && this.jobsHead === this.jobs.length;
