@@ -139,11 +139,12 @@ export class GeoRouter {
 
 /**
  * How a subscription is placed: its largest anchored radius (0: none) and whether it is wide (a
- * filter with a fixed area or with none matches events anywhere near that area, or anywhere).
+ * filter with a fixed area or with none matches events anywhere near that area, or anywhere; a
+ * pattern, whose history must stay on one shard while its owner moves, is wide too).
  */
-export function subscriptionPlacement(filters: readonly Filter[]): { radiusM: number; wide: boolean } {
+export function subscriptionPlacement(filters: readonly Filter[], pattern = false): { radiusM: number; wide: boolean } {
   let radiusM = 0;
-  let wide = false;
+  let wide = pattern;
   for (const f of filters) {
     const a = f.area;
     if (a === undefined || a === null || (a.center !== undefined && a.center !== null)) wide = true;

@@ -40,10 +40,10 @@ export interface DeliveryMatch {
 }
 
 /**
- * Why a pattern subscription is refused (FAILED_PRECONDITION) where it is not served yet: a
- * deployment sharded by space (a pattern's history would have to move with its owner).
+ * Why a pattern subscription is refused (FAILED_PRECONDITION): a hub whose match core holds no
+ * pattern matcher (every process the service starts has one).
  */
-export const NO_PATTERNS = 'pattern subscriptions are not served with AMBIT_GEO_SHARDS for now';
+export const NO_PATTERNS = 'pattern subscriptions are not served by this hub';
 
 /** A device's subscription as the device names it (owner implied). */
 export interface DeviceSubscription {

@@ -388,7 +388,7 @@ export async function putGeoSubscription(
   router: GeoRouter,
   o: { mode: 'add' | 'replace'; device: string; sub: DeviceSubscription; json: string; cap: number; inMaxLen: number },
 ): Promise<unknown> {
-  const { radiusM, wide } = subscriptionPlacement(o.sub.filters);
+  const { radiusM, wide } = subscriptionPlacement(o.sub.filters, o.sub.pattern !== undefined);
   const device = o.device;
   for (let attempt = 0; ; attempt++) {
     const pos = await cmd.hgetBuffer(k.pos, device);

@@ -21,7 +21,6 @@ import { type Limits, resolveLimits, validateEvents, validateSubscription } from
 import type { Event, PositionUpdate } from '../../src/model/types.js';
 import {
   type Delivery,
-  NO_PATTERNS,
   type DeviceInfo,
   type DevicePage,
   type DeviceQuery,
@@ -279,8 +278,6 @@ export class RedisHub implements Hub, InboxHost {
   private async putSubscription(device: string, sub: DeviceSubscription, mode: 'add' | 'replace'): Promise<void> {
     this.checkOpen();
     if (sub.pattern !== undefined) {
-      // Sharded by space a pattern's history would have to move with its owner: not served there yet.
-      if (this.router !== null) throw new AmbitError('FAILED_PRECONDITION', NO_PATTERNS, 'subscription.pattern');
       validatePatternSubscription({ id: subscriptionKey(device, sub.id), owner: device, pattern: sub.pattern }, this.limits, DEFAULT_PATTERN_LIMITS);
     } else {
       // The engine's own check, here, so a request it would refuse fails at the caller, not in the matcher.

@@ -320,15 +320,13 @@ export class RedisMatcher {
       engine = opened.engine;
       detail = options.engineDetail ?? opened.detail;
     }
-    // Sharded by space a pattern's history would have to move with its owner: not served there yet.
-    const patterns =
-      options.geo !== undefined
-        ? null
-        : await openPatterns({
-            engine: typeof options.engine === 'string' ? options.engine : 'fast',
-            patternLatenessMs: options.patterns?.latenessMs ?? 0,
-            patternRetainedPerElement: options.patterns?.retainedPerElement ?? 10_000,
-          });
+    // Sharded by space, a device with a pattern lives on its wide shard (which every event visits)
+    // as long as it has one, so a pattern's history never moves between shards.
+    const patterns = await openPatterns({
+      engine: typeof options.engine === 'string' ? options.engine : 'fast',
+      patternLatenessMs: options.patterns?.latenessMs ?? 0,
+      patternRetainedPerElement: options.patterns?.retainedPerElement ?? 10_000,
+    });
     const m = new RedisMatcher(options, engine, detail, patterns);
     try {
       await m.open();
@@ -750,10 +748,10 @@ export class RedisMatcher {
           this.dropsQueued = true;
         }
       } else if (entry.t === 'rel') {
-        for (const d of entry.devices) this.release(d);
+        for (const d of entry.devices) this.release(d, this.patternSubsHold(entry.id));
         this.handOversOut += entry.devices.length;
       } else {
-        for (const a of entry.devices) this.acquire(a);
+        for (const a of entry.devices) this.acquire(a, this.patternSubsHold(entry.id));
         this.handOversIn += entry.devices.length;
       }
     } catch (err) {
@@ -764,8 +762,8 @@ export class RedisMatcher {
 
   /**
    * A device leaves this matcher (its subscriptions and position): handed over or purged.
-   * `keepPatterns`: a replayed purge, whose pattern subscriptions the patterns dropped already
-   * (those held now came after it).
+   * `keepPatterns`: a replayed purge or hand-over, whose pattern subscriptions the patterns
+   * dropped already (those held now came after it).
    */
   private release(device: string, keepPatterns = false): void {
     for (const sub of this.core.list(device)) if (!(keepPatterns && sub.pattern !== undefined)) this.core.remove(device, sub.id);
@@ -780,10 +778,18 @@ export class RedisMatcher {
     this.freeSlots.push(i);
   }
 
-  /** Sharding by space: a device comes to this shard, whole (what it held here before is replaced). */
-  private acquire(a: Acquired): void {
-    this.release(a.device);
-    for (const stored of a.stored) putStored(this.core, a.device, splitStoredSubscription(stored).json, this.log, `${COMPONENT}: a handed-over subscription`);
+  /**
+   * Sharding by space: a device comes to this shard, whole (what it held here before is replaced).
+   * `keepPatterns`: a replayed arrival, whose pattern subscriptions the patterns hold already (with
+   * the history since, or what came after them): only the others are put again.
+   */
+  private acquire(a: Acquired, keepPatterns = false): void {
+    this.release(a.device, keepPatterns);
+    for (const stored of a.stored) {
+      const json = splitStoredSubscription(stored).json;
+      if (keepPatterns && storedPattern(json)) continue;
+      putStored(this.core, a.device, json, this.log, `${COMPONENT}: a handed-over subscription`);
+    }
     if (a.lat !== null && a.lon !== null) {
       this.move(a.device, a.lat, a.lon);
       this.applied++;
@@ -803,7 +809,7 @@ export class RedisMatcher {
   private async rewindHandOvers(from: string, upTo: string): Promise<void> {
     if (this.keys.layout.geo === undefined || (upTo !== '+' && compareStreamIds(from, upTo) >= 0)) return;
     // Everything is read first and applied at once: a failed read changes nothing (the caller retries).
-    const first = new Map<string, 'rel' | 'acq'>();
+    const first = new Map<string, { kind: 'rel' | 'acq'; id: string }>();
     const left = new Map<string, { at: { lat: number; lon: number } | null; to: string; id: string }>();
     let start = `(${from}`;
     for (;;) {
@@ -814,11 +820,11 @@ export class RedisMatcher {
         const entry = this.parse(idBuf, fields);
         if (entry === null || (entry.t !== 'rel' && entry.t !== 'acq')) continue;
         if (entry.t === 'acq') {
-          for (const a of entry.devices) if (!first.has(a.device)) first.set(a.device, 'acq');
+          for (const a of entry.devices) if (!first.has(a.device)) first.set(a.device, { kind: 'acq', id: entry.id });
         } else {
           entry.devices.forEach((d, i) => {
             if (first.has(d)) return;
-            first.set(d, 'rel');
+            first.set(d, { kind: 'rel', id: entry.id });
             left.set(d, { at: entry.at[i], to: entry.to[i], id: entry.id });
           });
         }
@@ -860,12 +866,15 @@ export class RedisMatcher {
       });
     }
     let released = 0;
-    for (const [d, kind] of first) {
-      if (kind !== 'acq') continue;
-      this.release(d);
+    // The patterns keep what they took from the entries they applied (the replay gives them
+    // nothing twice): an arrival they saw keeps its patterns, a departure they saw does not bring
+    // its patterns back.
+    for (const [d, f] of first) {
+      if (f.kind !== 'acq') continue;
+      this.release(d, this.patternSubsHold(f.id));
       released++;
     }
-    for (const [d, l] of left) this.acquire({ device: d, from: '', lat: l.at?.lat ?? null, lon: l.at?.lon ?? null, stored: took.get(d) ?? [] });
+    for (const [d, l] of left) this.acquire({ device: d, from: '', lat: l.at?.lat ?? null, lon: l.at?.lon ?? null, stored: took.get(d) ?? [] }, this.patternSubsHold(l.id));
     if (released + left.size > 0) this.log?.info({ from, upTo, released, restored: left.size }, `${COMPONENT}: reading again from ${from}: ${released} devices that arrived since released, ${left.size} that left since brought back`);
   }
 
@@ -1754,6 +1763,15 @@ function freshOnly(slots: readonly PublishSlot[], reached: readonly number[]): n
 }
 
 /** A write Redis refused because this matcher's lease token is no longer the newest. */
+/** Whether a stored subscription's JSON is a pattern subscription (unreadable JSON: no, putStored reports it). */
+function storedPattern(json: string): boolean {
+  try {
+    return (JSON.parse(json) as DeviceSubscription).pattern !== undefined;
+  } catch {
+    return false;
+  }
+}
+
 function isFenced(err: unknown): boolean {
   return err instanceof Error && err.message.includes('FENCED');
 }

@@ -13,7 +13,6 @@ import { CPU_ENGINES } from '../../src/engines/index.js';
 import type { EventPattern } from '../../src/model/event-patterns.js';
 import type { Event, Filter } from '../../src/model/types.js';
 import { EmbeddedHub } from '../../services/hub/embedded.js';
-import { RedisHub } from '../../services/hub/redis.js';
 import { type Delivery, type DeviceSubscription, ENGINE_SIDE_LIMITS } from '../../services/hub/port.js';
 import { MatchCore } from '../../services/matcher/core.js';
 import { AggregateFn, Op, Selection } from '../../api/gen/ambit/v1/types_pb.js';
@@ -302,7 +301,7 @@ describe('pattern subscriptions over gRPC', { timeout: 60_000 }, () => {
   });
 });
 
-describe('pattern subscriptions on a node of hub partitions, and where they are not served yet', { timeout: 60_000 }, () => {
+describe('pattern subscriptions on a node of hub partitions and in Redis mode', { timeout: 60_000 }, () => {
   it('[E20][E2] a node of hub partitions serves them over its links: each device\'s match comes from its own partition, event times included', async () => {
     const srv = await startTestServer({ partitions: 2 });
     try {
@@ -365,18 +364,6 @@ describe('pattern subscriptions on a node of hub partitions, and where they are 
       await again.ended;
     } finally {
       await srv.stop();
-    }
-  });
-
-  it('sharded by space, Redis mode refuses them FAILED_PRECONDITION naming subscription.pattern, and changes nothing', { skip: redisServerMissing() ?? false }, async () => {
-    redis ??= await startRedisServer();
-    const hub = await RedisHub.connect({ redis: redis.url, prefix: 'geo-patterns:', geo: { shards: 2, wide: 1, cellDeg: 0.01, guardM: 50, layout: 'stripes' } });
-    try {
-      await rejectsWith(hub.addSubscription('g', fire()), 'FAILED_PRECONDITION', 'add');
-      await hub.addSubscription('g', ping('g')).catch(() => undefined);
-      assert.deepEqual((await hub.listSubscriptions('g')).map((x) => x.id).filter((id) => id === 'fire'), []);
-    } finally {
-      await hub.close();
     }
   });
 });

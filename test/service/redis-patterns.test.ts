@@ -20,6 +20,7 @@ import { drain, pullN } from '../support/hub-contract.js';
 import type { RedisHub } from '../../services/hub/redis.js';
 import { compareStreamIds } from '../../services/redis/codec.js';
 import { RedisMatcher } from '../../services/matcher/redis.js';
+import { ShardMap } from '../../services/matcher/shard-map.js';
 import { redisTestKit, useRedisServer } from '../support/redis-deployment.js';
 import { pointAt } from '../support/sphere.js';
 
@@ -333,6 +334,93 @@ describe('pattern subscriptions in Redis mode', { skip: redis.missing ?? false, 
       inbox.close();
     } finally {
       await b?.stop();
+      await d.close();
+    }
+  });
+
+  it('[E20][E5] sharded by space, a device with a pattern lives on its wide shard, which every event visits: its history holds events from every shard\'s cells, at the positions of then, and stays as the device crosses them', async () => {
+    const geo = { shards: 2, wide: 1, cellDeg: 0.01, guardM: 50, layout: 'stripes' as const };
+    // Columns 919 and 920 of 0.01°: a shard each, 780 m apart.
+    const A = { lat: 45.46, lon: 9.195 };
+    const B = { lat: 45.46, lon: 9.205 };
+    const near: DeviceSubscription = {
+      id: 'near',
+      filters: [],
+      pattern: {
+        steps: [
+          { name: 'smoke', filter: kind('smoke', { radiusM: 300 }) },
+          { name: 'temp', filter: kind('temp', { radiusM: 300 }), selection: 'last', withinMs: 10_000 },
+        ],
+        aggregates: [{ name: 'temps', fn: 'count', filter: kind('temp', { radiusM: 300 }), before: 'smoke', withinMs: 10_000 }],
+      },
+    };
+    const d = await kit.geoDeployment(geo, 1);
+    try {
+      const hub = d.hubs[0];
+      const [shardA, shardB] = [A, B].map((p) => new ShardMap({ version: 1, ...geo }).shardOf(p.lat, p.lon));
+      assert.notEqual(shardA, shardB, 'A and B are on different geographic shards');
+      // A device of anchored filters only is homed on its cell's shard.
+      await hub.addSubscription('walker', { id: 'w', filters: [kind('temp', { radiusM: 300 })] });
+      await hub.updateLocations([{ device: 'walker', ...A }, { device: 'phone', ...A }]);
+      await hub.addSubscription('phone', near);
+      const inbox = await hub.openInbox('phone', null);
+      const holders = (device: string) => d.matchers.map((m, k) => (m.core.list(device).length > 0 ? k : -1)).filter((k) => k >= 0);
+      await hub.publish([ev({ kind: 'temp' }, 1000, A, 't1')]);
+      assert.deepEqual(holders('walker'), [shardA]);
+      assert.deepEqual(holders('phone'), [geo.shards], 'the phone is on the wide shard');
+      await hub.updateLocations([{ device: 'phone', ...B }]);
+      // t1b at A: 780 m from the phone now, so not near it, though near where it was.
+      await hub.publish([ev({ kind: 'temp' }, 2000, A, 't1b'), ev({ kind: 'temp' }, 3000, B, 't2')]);
+      await hub.publish([ev({ kind: 'smoke' }, 4000, B, 's1')]);
+      const got = await pullN(inbox, 1);
+      assert.deepEqual(matches(got), [[['near'], [['smoke', 's1', 4000], ['temp', 't2', 3000]], { temps: 2 }]], 't1 near the phone at A, t2 at B; t1b at A after it left');
+      assert.deepEqual(holders('phone'), [geo.shards], 'still on the wide shard');
+      // Dropping the pattern: the phone lives nowhere until its next position homes it.
+      await hub.removeSubscription('phone', 'near');
+      await hub.addSubscription('phone', { id: 'here', filters: [kind('smoke', { radiusM: 300 })] });
+      await hub.updateLocations([{ device: 'phone', ...B }]);
+      assert.deepEqual((await hub.publish([ev({ kind: 'smoke' }, 5000, B, 's2')])).map((r) => r.reached), [1]);
+      assert.deepEqual(holders('phone'), [shardB], 'home on B\'s shard');
+      inbox.close();
+    } finally {
+      await d.close();
+    }
+  });
+
+  it('[E12] sharded by space, a wide shard that reads its stream again over a device\'s arrival keeps the pattern\'s history: the arrival replayed puts the pattern back only where the patterns lack it', async () => {
+    const geo = { shards: 2, wide: 1, cellDeg: 0.01, guardM: 50, layout: 'stripes' as const };
+    const A = { lat: 45.46, lon: 9.195 };
+    // The wide shard's commit of the batch that brings the phone fails once, after the next
+    // batch (a publish) was read and given to the patterns: both are read again.
+    let failNext = false;
+    let nextRead: (() => void) | null = null;
+    let replayed = false;
+    const hooks = {
+      afterDeliver: async () => {
+        if (!failNext) return;
+        failNext = false;
+        await new Promise<void>((resolve) => (nextRead = resolve));
+        replayed = true;
+        throw new Error('the commit fails (test)');
+      },
+      onMatched: (b: { publishes: number }) => {
+        if (b.publishes > 0) nextRead?.();
+      },
+    };
+    const d = await kit.geoDeployment(geo, 1, (k) => (k === geo.shards ? { hooks } : {}));
+    try {
+      const hub = d.hubs[0];
+      await hub.addSubscription('phone', { id: 'here', filters: [kind('fog', { radiusM: 300 })] });
+      await hub.updateLocations([{ device: 'phone', ...A }]);
+      const inbox = await hub.openInbox('phone', null);
+      failNext = true;
+      await hub.addSubscription('phone', fire);
+      await hub.publish([ev({ kind: 'temp' }, 1000, A, 't1')]);
+      assert.ok(replayed, 'the wide shard read the arrival and t1 again');
+      await hub.publish([ev({ kind: 'smoke' }, 2000, A, 's1')]);
+      assert.deepEqual(matches(await pullN(inbox, 1)), [[['fire'], [['smoke', 's1', 2000], ['temp', 't1', 1000]], { temps: 1 }]]);
+      inbox.close();
+    } finally {
       await d.close();
     }
   });
