@@ -1,5 +1,5 @@
 /** Operators' calls (the `ops` scope): server totals, devices (listed, inspected, purged), moving cells of the shard map. */
-import type { DrainGatewayResponse, GetDeviceSubscriptionsResponse, GetStatsResponse, ListDevicesResponse, MoveCellsResponse, PurgeDeviceResponse, RevokeTokensResponse } from '../api/gen/ambit/v1/ops_pb.js';
+import type { DrainGatewayResponse, GetDeviceSubscriptionsResponse, GetStatsResponse, ListDevicesResponse, MoveCellsResponse, PlanCellsResponse, PurgeDeviceResponse, RevokeTokensResponse } from '../api/gen/ambit/v1/ops_pb.js';
 import { OpsService } from '../api/gen/ambit/v1/ops_pb.js';
 import { type ClientOptions, ServiceClient, type TokenSource, unary } from './transport.js';
 import { type LatLon, type Subscription, fromWireSubscription } from './types.js';
@@ -96,6 +96,16 @@ export class AmbitOps extends ServiceClient {
   async moveCells(moves: readonly CellMove[]): Promise<{ shardMapVersion: number; devicesMoved: number }> {
     const r = await unary<MoveCellsResponse>(this.client, 'moveCells', { moves: moves.map((m) => ({ row: m.row, col: m.col, shard: m.shard })) }, this.token, this.deadlineMs);
     return { shardMapVersion: Number(r.shardMapVersion), devicesMoved: Number(r.devicesMoved) };
+  }
+
+  /**
+   * A deployment sharded by space: a plan that fits the shard map to load, moves of cells (at most
+   * `maxMoves`, default 100) that even out the devices homed on the geographic shards, with each
+   * shard's devices before and after. Nothing moves: pass `moves` to `moveCells`.
+   */
+  async planCells(maxMoves = 100): Promise<{ moves: CellMove[]; devicesBefore: number[]; devicesAfter: number[] }> {
+    const r = await unary<PlanCellsResponse>(this.client, 'planCells', { maxMoves }, this.token, this.deadlineMs);
+    return { moves: r.moves.map((m) => ({ row: m.row, col: m.col, shard: m.shard })), devicesBefore: r.devicesBefore.map(Number), devicesAfter: r.devicesAfter.map(Number) };
   }
 
   /**

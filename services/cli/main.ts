@@ -6,6 +6,7 @@
  *   ambit stats                                                       server totals
  *   ambit device ID                                                   a device's subscriptions, position, connection
  *   ambit move-cells ROW,COL:SHARD ...                                give cells of the shard map to other shards
+ *   ambit plan-cells [--max-moves N] [--apply]                        cells to move so the shards hold even numbers of devices
  *   ambit ready [--metrics URL]                                       a process's /readyz (exit 0 ready, 1 not)
  *   ambit drain                                                       drain the gateway at --address
  *   ambit unsubscribe DEVICE SUBSCRIPTION                             remove one subscription of a device
@@ -28,6 +29,8 @@ const USAGE = `usage: ambit <command> [options]
   stats                                             the server's totals
   device ID                                         a device's subscriptions, last position and connection
   move-cells ROW,COL:SHARD ...                      give cells of the shard map to other geographic shards
+  plan-cells [--max-moves N] [--apply]              the cells to move so the geographic shards hold even numbers of
+                                                    devices (default at most 100); --apply moves them
   ready [--metrics URL]                             a process's readiness (default http://127.0.0.1:9464)
   drain                                             drain the gateway at --address before stopping it
   unsubscribe DEVICE SUBSCRIPTION                   remove one subscription of a device
@@ -70,6 +73,8 @@ async function main(argv: string[]): Promise<number> {
         'page-token': { type: 'string' },
         all: { type: 'boolean' },
         'keep-days': { type: 'string' },
+        'max-moves': { type: 'string' },
+        apply: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -133,14 +138,19 @@ async function main(argv: string[]): Promise<number> {
     return report.ready ? 0 : 1;
   }
 
-  if (!['stats', 'device', 'move-cells', 'drain', 'unsubscribe', 'devices', 'purge', 'revoke'].includes(command)) throw new Usage(`unknown command ${JSON.stringify(command)}`);
+  if (!['stats', 'device', 'move-cells', 'plan-cells', 'drain', 'unsubscribe', 'devices', 'purge', 'revoke'].includes(command)) throw new Usage(`unknown command ${JSON.stringify(command)}`);
   const token = v.token ?? process.env.AMBIT_OPS_TOKEN;
   if (token === undefined || token === '') throw new Usage(`${command}: pass --token or set AMBIT_OPS_TOKEN (a token with the ops scope: ambit token --subject you --scopes ops)`);
-  if ((command === 'stats' || command === 'drain' || command === 'devices') && rest.length > 0) throw new Usage(`${command}: unexpected ${JSON.stringify(rest[0])}`);
+  if ((command === 'stats' || command === 'drain' || command === 'devices' || command === 'plan-cells') && rest.length > 0) throw new Usage(`${command}: unexpected ${JSON.stringify(rest[0])}`);
   let limit = 0;
   if (v.limit !== undefined) {
     limit = Number(v.limit);
     if (!/^\d+$/.test(v.limit) || limit < 1 || limit > 1000) throw new Usage(`--limit: an integer in [1, 1000], got ${JSON.stringify(v.limit)}`);
+  }
+  let maxMoves = 100;
+  if (v['max-moves'] !== undefined) {
+    maxMoves = Number(v['max-moves']);
+    if (!/^\d+$/.test(v['max-moves']) || maxMoves < 1 || maxMoves > 100_000) throw new Usage(`--max-moves: an integer in [1, 100000], got ${JSON.stringify(v['max-moves'])}`);
   }
   if (v.all === true && v['page-token'] !== undefined) throw new Usage('devices: --all starts from the first page; leave out --page-token');
   let tls: boolean | { rootCerts: Buffer } = v.tls === true;
@@ -195,6 +205,16 @@ async function main(argv: string[]): Promise<number> {
       if (rest.length !== 1) throw new Usage('purge: give one device id');
       const r = await ops.purgeDevice(rest[0]);
       out(json, { deviceId: rest[0], ...r }, () => `purged device ${rest[0]}: ${r.subscriptionsRemoved} subscriptions, ${r.notificationsRemoved} notifications, ${r.hadLocation ? 'its position' : 'no position'}`);
+    } else if (command === 'plan-cells') {
+      const plan = await ops.planCells(maxMoves);
+      const cells = plan.moves.map((m) => `${m.row},${m.col}:${m.shard}`).join(' ');
+      const applied = v.apply === true && plan.moves.length > 0 ? await ops.moveCells(plan.moves) : null;
+      out(json, { ...plan, ...(applied === null ? {} : { applied }) }, () =>
+        [
+          `devices per geographic shard: ${plan.devicesBefore.join(' ')} now, ${plan.devicesAfter.join(' ')} after ${plan.moves.length} moves`,
+          plan.moves.length === 0 ? 'nothing to move' : applied === null ? `moves: ${cells}\n(ambit plan-cells --apply, or ambit move-cells ${cells})` : `moved: shard map version ${applied.shardMapVersion}, ${applied.devicesMoved} devices handed over`,
+        ].join('\n'),
+      );
     } else if (command === 'drain') {
       const r = await ops.drainGateway();
       out(json, r, () => `draining: ${r.streamsEnded} device streams ended; new ones are refused until the process stops`);

@@ -38,7 +38,7 @@ import {
   UpdateLocationsResponseSchema,
   DeviceService,
 } from '../../api/gen/ambit/v1/device_pb.js';
-import { OpsService, GetDeviceSubscriptionsResponseSchema, type GetDeviceSubscriptionsRequest, GetStatsResponseSchema, type MoveCellsRequest, MoveCellsResponseSchema, DrainGatewayResponseSchema, type DeleteSubscriptionRequest, DeleteSubscriptionResponseSchema, type ListDevicesRequest, ListDevicesResponseSchema, type PurgeDeviceRequest, PurgeDeviceResponseSchema, type RevokeTokensRequest, RevokeTokensResponseSchema } from '../../api/gen/ambit/v1/ops_pb.js';
+import { OpsService, GetDeviceSubscriptionsResponseSchema, type GetDeviceSubscriptionsRequest, GetStatsResponseSchema, type MoveCellsRequest, MoveCellsResponseSchema, type PlanCellsRequest, PlanCellsResponseSchema, DrainGatewayResponseSchema, type DeleteSubscriptionRequest, DeleteSubscriptionResponseSchema, type ListDevicesRequest, ListDevicesResponseSchema, type PurgeDeviceRequest, PurgeDeviceResponseSchema, type RevokeTokensRequest, RevokeTokensResponseSchema } from '../../api/gen/ambit/v1/ops_pb.js';
 import { type BulkPublishRequest, BulkPublishResponseSchema, type PublishRequest, PublishResponseSchema, PublisherService } from '../../api/gen/ambit/v1/publisher_pb.js';
 import { type DeviceSubscription, type Hub, MAX_DEVICE_PAGE, type PublishResult, type Revocation } from '../hub/port.js';
 import { DeviceSession, type SessionHost } from './device-session.js';
@@ -278,6 +278,12 @@ export class Gateway implements SessionHost {
           if (this.hub.moveCells === undefined) throw new ApiError(grpc.status.FAILED_PRECONDITION, 'the deployment is not sharded by space (AMBIT_GEO_SHARDS)', 'moves');
           const r = await this.hub.moveCells(req.moves.map((m) => ({ row: m.row, col: m.col, shard: m.shard })));
           return create(MoveCellsResponseSchema, { shardMapVersion: BigInt(r.version), devicesMoved: BigInt(r.devicesMoved) });
+        }),
+        planCells: this.unary<PlanCellsRequest>(SCOPES.ops, async (req, p) => {
+          this.tenancy.deploymentOps(p, 'PlanCells');
+          if (this.hub.planCells === undefined) throw new ApiError(grpc.status.FAILED_PRECONDITION, 'the deployment is not sharded by space (AMBIT_GEO_SHARDS)', 'max_moves');
+          const r = await this.hub.planCells(req.maxMoves);
+          return create(PlanCellsResponseSchema, { moves: r.moves, devicesBefore: r.before.map(BigInt), devicesAfter: r.after.map(BigInt) });
         }),
         deleteSubscription: this.unary<DeleteSubscriptionRequest>(SCOPES.ops, async (req, p) => {
           const device = this.tenancy.device(p, req.deviceId);

@@ -347,6 +347,12 @@ export interface Hub {
    */
   moveCells?(moves: readonly CellMove[]): Promise<{ version: number; devicesMoved: number }>;
   /**
+   * A deployment sharded by space: moves of cells (at most `maxMoves`) that even out the devices
+   * homed on the geographic shards, counted by the cells they are in; nothing is moved. Absent on
+   * hubs that are not.
+   */
+  planCells?(maxMoves: number): Promise<CellPlan>;
+  /**
    * A token bucket shared by every gateway of the deployment (rate limits, services/edge/rate-limits.ts):
    * takes `n` tokens of bucket `key` (capacity `capacity`, refilled at `perS`); resolves 0 when
    * granted, else the milliseconds until they would be. Absent where gateways share nothing (embedded).
@@ -377,6 +383,13 @@ export interface CellMove {
   row: number;
   col: number;
   shard: number;
+}
+
+/** A plan that fits the shard map to load (`Hub.planCells`): the moves and each geographic shard's devices before and after. */
+export interface CellPlan {
+  moves: CellMove[];
+  before: number[];
+  after: number[];
 }
 
 // ---- delivery ids ----

@@ -13,7 +13,8 @@ import type { MatcherStatsRecord, PublishReply } from '../redis/protocol.js';
 import { queueScript, runScript } from '../redis/scripts.js';
 import { GEO_MAX_DEVICES_PER_CALL } from '../redis/geo-scripts.js';
 import { type GeoRouter, type StoredMap, subscriptionPlacement } from './geo-router.js';
-import type { CellMove, DeviceSubscription, HubStats } from './port.js';
+import type { CellMove, CellPlan, DeviceSubscription, HubStats } from './port.js';
+import { type CellLoad, balanceCells } from '../matcher/shard-map.js';
 
 /** A publish waiting for the shards it visits: each one's events (indices), and the sums so far. */
 export interface GeoPending {
@@ -398,4 +399,35 @@ export async function putGeoSubscription(
     if (r !== 'MAP' || attempt >= 10) return r;
     await loadMap(cmd, k, router); // the shard map moved: place again
   }
+}
+
+/**
+ * The devices homed on the geographic shards, counted by the cell each one's position is in (a
+ * device on a wide shard, or without a position, is not counted): the load `planCells` evens out.
+ */
+export async function cellLoads(cmd: Conn, k: Keys, router: GeoRouter): Promise<CellLoad[]> {
+  const map = router.map;
+  const counts = new Map<number, number>();
+  let cursor = '0';
+  do {
+    const [next, flat] = await cmd.hscan(k.home, cursor, 'COUNT', 1000);
+    cursor = next;
+    const devices: string[] = [];
+    for (let i = 0; i + 1 < flat.length; i += 2) if (Number(flat[i + 1]) < router.shards) devices.push(flat[i]);
+    if (devices.length === 0) continue;
+    for (const p of await cmd.hmgetBuffer(k.pos, ...devices)) {
+      const at = decodePosition(p);
+      if (at === null) continue;
+      const cell = map.row(at.lat) * map.cols + map.col(at.lon);
+      counts.set(cell, (counts.get(cell) ?? 0) + 1);
+    }
+  } while (cursor !== '0');
+  return [...counts].map(([cell, devices]) => ({ row: Math.floor(cell / map.cols), col: cell % map.cols, devices }));
+}
+
+/** Fits the shard map to load (`balanceCells` over `cellLoads`, on the map stored now); moves nothing. */
+export async function planCells(cmd: Conn, k: Keys, router: GeoRouter, maxMoves: number): Promise<CellPlan> {
+  if (!Number.isInteger(maxMoves) || maxMoves < 0 || maxMoves > 100_000) throw new AmbitError('INVALID_ARGUMENT', `must be an integer in [0, 100000], got ${String(maxMoves)}`, 'max_moves');
+  await loadMap(cmd, k, router);
+  return balanceCells(router.map, await cellLoads(cmd, k, router), maxMoves === 0 ? 100 : maxMoves);
 }

@@ -20,6 +20,7 @@ import { DEFAULT_PATTERN_LIMITS, validatePatternSubscription } from '../../src/m
 import { type Limits, resolveLimits, validateEvents, validateSubscription } from '../../src/model/limits.js';
 import type { Event, PositionUpdate } from '../../src/model/types.js';
 import {
+  type CellPlan,
   type Delivery,
   type DeviceInfo,
   type DevicePage,
@@ -55,7 +56,7 @@ import { type InboxHost, RedisInbox } from './redis-inbox.js';
 import { CoalescedWriter } from './coalesced-writer.js';
 import { LocationBatcher } from './location-batcher.js';
 import { GeoRouter } from './geo-router.js';
-import { type GeoPending, GeoDuplicates, foldReply, geoHubStats, loadMap, moveCells, publishGeo, putGeoSubscription, sendGeoLocations } from './redis-geo.js';
+import { type GeoPending, GeoDuplicates, foldReply, geoHubStats, loadMap, moveCells, planCells, publishGeo, putGeoSubscription, sendGeoLocations } from './redis-geo.js';
 
 const COMPONENT = 'redis hub';
 /** Devices per ack script call. */
@@ -588,6 +589,17 @@ export class RedisHub implements Hub, InboxHost {
     if (this.router === null) throw new AmbitError('FAILED_PRECONDITION', 'the deployment is not sharded by space (AMBIT_GEO_SHARDS)', 'moves');
     this.batcher.flush();
     return this.redis(() => moveCells(this.cmd, this.keys, this.router!, moves, this.log, this.inMaxLen, afterBegin));
+  }
+
+  /**
+   * Sharding by space: a plan that fits the shard map to load (redis-geo.ts `planCells`); nothing
+   * moves. FAILED_PRECONDITION when this deployment is not sharded by space.
+   */
+  async planCells(maxMoves: number): Promise<CellPlan> {
+    this.checkOpen();
+    if (this.router === null) throw new AmbitError('FAILED_PRECONDITION', 'the deployment is not sharded by space (AMBIT_GEO_SHARDS)', 'max_moves');
+    this.batcher.flush();
+    return this.redis(() => planCells(this.cmd, this.keys, this.router!, maxMoves));
   }
 
   // ---- publish ----

@@ -197,3 +197,86 @@ export class ShardMap {
     return into;
   }
 }
+
+/** A cell's load for `balanceCells`: its row and column and the devices homed in it. */
+export interface CellLoad {
+  row: number;
+  col: number;
+  devices: number;
+}
+
+/** What `balanceCells` proposes: the cells to move (each to its new shard) and the shards' devices before and after. */
+export interface CellPlan {
+  moves: { row: number; col: number; shard: number }[];
+  before: number[];
+  after: number[];
+}
+
+/**
+ * Fits the shard map to load: moves of cells that even out the devices homed on the geographic
+ * shards, at most `maxMoves`. Greedy: while moves are left, a cell goes from the most loaded shard
+ * to the least loaded one if that lowers the larger of the two: of the cells that do not overshoot
+ * (at most half their difference) the largest, a cell beside one of the receiving shard's counting
+ * double (the map's regions stay contiguous where they can). Stops when no cell helps. Pure: the
+ * caller applies the moves (MoveCells) and the devices follow.
+ */
+export function balanceCells(map: ShardMap, loads: readonly CellLoad[], maxMoves: number): CellPlan {
+  const shards = map.shards;
+  const owner = new Map<number, number>();
+  const load = new Map<number, number>();
+  const before = new Array<number>(shards).fill(0);
+  for (const c of loads) {
+    if (!(c.devices > 0) || c.row < 0 || c.row >= map.rows || c.col < 0 || c.col >= map.cols) continue;
+    const k = c.row * map.cols + c.col;
+    const s = map.shardOfCell(c.row, c.col);
+    owner.set(k, s);
+    load.set(k, (load.get(k) ?? 0) + c.devices);
+    before[s] += c.devices;
+  }
+  const after = before.slice();
+  const moved = new Map<number, number>();
+  const shardOf = (i: number, j: number): number => {
+    const k = i * map.cols + (((j % map.cols) + map.cols) % map.cols);
+    return moved.get(k) ?? owner.get(k) ?? map.shardOfCell(i, ((j % map.cols) + map.cols) % map.cols);
+  };
+  const besideOf = (k: number, s: number): boolean => {
+    const i = Math.floor(k / map.cols);
+    const j = k % map.cols;
+    for (let di = -1; di <= 1; di++) {
+      for (let dj = -1; dj <= 1; dj++) {
+        if ((di !== 0 || dj !== 0) && i + di >= 0 && i + di < map.rows && shardOf(i + di, j + dj) === s) return true;
+      }
+    }
+    return false;
+  };
+  for (let n = 0; n < maxMoves && shards > 1; n++) {
+    let hi = 0;
+    let lo = 0;
+    for (let s = 1; s < shards; s++) {
+      if (after[s] > after[hi]) hi = s;
+      if (after[s] < after[lo]) lo = s;
+    }
+    const room = (after[hi] - after[lo]) / 2;
+    let best = -1;
+    let bestLoad = 0;
+    let bestScore = 0;
+    for (const [k, s] of owner) {
+      if ((moved.get(k) ?? s) !== hi) continue;
+      const l = load.get(k)!;
+      if (l > room) continue;
+      // A cell beside the receiving shard counts double; ties by cell number (a plan is the same every time).
+      const score = besideOf(k, lo) ? 2 * l : l;
+      if (best < 0 || score > bestScore || (score === bestScore && k < best)) {
+        best = k;
+        bestLoad = l;
+        bestScore = score;
+      }
+    }
+    if (best < 0) break;
+    moved.set(best, lo);
+    after[hi] -= bestLoad;
+    after[lo] += bestLoad;
+  }
+  const moves = [...moved].map(([k, shard]) => ({ row: Math.floor(k / map.cols), col: k % map.cols, shard })).sort((a, b) => a.row - b.row || a.col - b.col);
+  return { moves, before, after };
+}

@@ -185,6 +185,8 @@ describe('api ops: health, reflection, metrics and stats', () => {
     const err = await expectStatus(unary(clients.ops, 'moveCells', { moves: [{ row: 1, col: 2, shard: 0 }] }, opsMd), Status.FAILED_PRECONDITION, 'moves');
     assert.match(err.details, /not sharded by space \(AMBIT_GEO_SHARDS\)/);
     await expectStatus(unary(clients.ops, 'moveCells', { moves: [] }, pubMd), Status.PERMISSION_DENIED);
+    assert.match((await expectStatus(unary(clients.ops, 'planCells', { maxMoves: 5 }, opsMd), Status.FAILED_PRECONDITION, 'max_moves')).details, /not sharded by space/);
+    await expectStatus(unary(clients.ops, 'planCells', {}, pubMd), Status.PERMISSION_DENIED);
     // The process and Node.js defaults, under ambit_process_ and ambit_nodejs_ (docs/service.md).
     assert.match(m, /^ambit_process_resident_memory_bytes\{role="all"\} [1-9]\d*$/m);
     assert.match(m, /^ambit_nodejs_eventloop_lag_seconds\{role="all"\} /m);

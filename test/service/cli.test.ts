@@ -191,6 +191,12 @@ describe('ambit command line', () => {
     const notSharded = await ambit(['move-cells', '2270,4729:1', '--token', opsToken], env);
     assert.equal(notSharded.code, 1);
     assert.match(notSharded.stderr, /^ambit: FAILED_PRECONDITION: .*not sharded by space/);
+    const notShardedPlan = await ambit(['plan-cells', '--token', opsToken], env);
+    assert.equal(notShardedPlan.code, 1);
+    assert.match(notShardedPlan.stderr, /^ambit: FAILED_PRECONDITION: .*not sharded by space/);
+    const badMax = await ambit(['plan-cells', '--max-moves', '0', '--token', opsToken], env);
+    assert.equal(badMax.code, 2);
+    assert.match(badMax.stderr, /--max-moves: an integer in \[1, 100000\]/);
     const badMove = await ambit(['move-cells', '2270;4729', '--token', opsToken], env);
     assert.equal(badMove.code, 2);
     assert.match(badMove.stderr, /"2270;4729" is not ROW,COL:SHARD/);

@@ -431,6 +431,16 @@ describe('geo shards processes: 2 geographic shards (stripes) + 1 wide shard, a 
     }
     assert.equal(await inspect((r) => r.get(`${prefix}map`)), null, 'no shard map is stored');
     assert.deepEqual(await homes(), before, 'the refused moves moved nobody');
+    // PlanCells counts the devices homed on the geographic shards by the cells they are in, and moves nothing.
+    const counted = [0, 0];
+    for (const dev of DEVICES) if (before[dev.name] < GEO.shards) counted[MAP.shardOf(positions[dev.name].lat, positions[dev.name].lon)]++;
+    const plan = await unary<{ moves: { row: number; col: number; shard: number }[]; devicesBefore: bigint[]; devicesAfter: bigint[] }>(cb.ops, 'planCells', { maxMoves: 3 }, opsMd);
+    assert.deepEqual(plan.devicesBefore.map(Number), counted);
+    assert.ok(plan.moves.length <= 3);
+    assert.equal(plan.devicesAfter.reduce((a, b) => a + Number(b), 0), counted[0] + counted[1]);
+    assert.ok(Math.max(...plan.devicesAfter.map(Number)) <= Math.max(...counted));
+    await expectStatus(unary(ca.ops, 'planCells', {}, meta(publisherToken)), Status.PERMISSION_DENIED);
+    assert.deepEqual(await homes(), before, 'a plan moves nobody');
 
     // Every device hears the move phase: each of its events reaches all eight (all have positions).
     for (const dev of DEVICES) await streams.get(dev.name)!.subscribeOk(phaseSub('move'));

@@ -467,4 +467,41 @@ describe('sharded by space', { skip: missing ?? false, timeout: 60_000 }, () => 
       await d.close();
     }
   });
+  it('fitting the shard map to load: planCells counts the devices homed on each geographic shard by cell and proposes moves that even them out; moved, the shards hold what the plan said, and a plan of an even map moves nothing', async () => {
+    // Two sectors of 1° cells (west and east of Greenwich): every device starts on shard 1.
+    const geo: GeoSpec = { shards: 2, wide: 1, cellDeg: 1, guardM: 100, layout: 'sectors' };
+    const d = await geoDeployment(geo, 1);
+    try {
+      const hub = d.hubs[0];
+      const map = new ShardMap({ version: 0, ...geo });
+      // 3 cells of shard 1 with 12, 8 and 4 devices; a device with only a wide subscription is not counted.
+      const cells = [{ lat: 45.5, lon: 9.5, n: 12 }, { lat: 45.5, lon: 10.5, n: 8 }, { lat: 46.5, lon: 9.5, n: 4 }];
+      const updates: { device: string; lat: number; lon: number }[] = [];
+      for (const [c, cell] of cells.entries()) {
+        for (let k = 0; k < cell.n; k++) {
+          const device = `c${c}-${k}`;
+          await hub.addSubscription(device, { id: 's', filters: [{ constraints: [], area: { radiusM: 100 } }] });
+          updates.push({ device, lat: cell.lat, lon: cell.lon });
+        }
+      }
+      await hub.addSubscription('wide', { id: 'w', filters: [{ constraints: [] }] });
+      updates.push({ device: 'wide', lat: 45.5, lon: 9.5 });
+      await hub.updateLocations(updates);
+      assert.deepEqual(cells.map((c) => map.shardOf(c.lat, c.lon)), [1, 1, 1]);
+      const plan = await hub.planCells(10);
+      assert.deepEqual(plan.before, [0, 24]);
+      // The 12-device cell alone evens them out best (12 / 12).
+      assert.deepEqual(plan.moves, [{ row: map.row(45.5), col: map.col(9.5), shard: 0 }]);
+      assert.deepEqual(plan.after, [12, 12]);
+      const moved = await hub.moveCells(plan.moves);
+      assert.equal(moved.devicesMoved, 12, 'the devices homed there; the wide device lives on its wide shard');
+      // Each shard's leader holds what the plan said (a publish to every shard waits for them).
+      await hub.publish([{ id: 'probe', lat: 0, lon: 0, attributes: {} }]);
+      assert.deepEqual([d.matchers[0].devices, d.matchers[1].devices], [12, 12]);
+      assert.deepEqual((await hub.planCells(10)).moves, [], 'even now');
+      await assert.rejects(hub.planCells(100_001), /max_moves: must be an integer in \[0, 100000\]/);
+    } finally {
+      await d.close();
+    }
+  });
 });

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { haversineM } from '../../src/model/geo.js';
-import { ShardMap, type ShardMapSpec } from '../../services/matcher/shard-map.js';
+import { ShardMap, type ShardMapSpec, balanceCells } from '../../services/matcher/shard-map.js';
 import { Rng } from '../support/rng.js';
 
 const DEG_PER_M = 180 / (Math.PI * 6_371_008.8);
@@ -143,5 +143,49 @@ describe('shard map', () => {
     ]);
     assert.deepEqual([...m.eventShards(-40, 120, 0, wide)].sort(), [2], 'a shard whose filters reach around the world');
     assert.deepEqual([...m.eventShards(-40, -120, 0, wide)].sort(), [0, 2], 'and the sector of the event');
+  });
+});
+
+describe('fitting the shard map to load (balanceCells)', () => {
+  const map = new ShardMap({ version: 1, shards: 3, cellDeg: 1, guardM: 0, layout: 'sectors' });
+  // Sectors of 120 columns: shard 0 holds columns 0-119, 1 holds 120-239, 2 holds 240-359.
+  const spread = (plan: ReturnType<typeof balanceCells>) => Math.max(...plan.after) - Math.min(...plan.after);
+
+  it('moves cells from the most loaded shard to the least until no cell helps; the devices add up and no shard ends above where the most loaded began', () => {
+    const loads = [
+      { row: 100, col: 10, devices: 400 },
+      { row: 100, col: 11, devices: 300 },
+      { row: 101, col: 10, devices: 200 },
+      { row: 101, col: 11, devices: 100 },
+      { row: 100, col: 130, devices: 50 },
+    ];
+    const plan = balanceCells(map, loads, 10);
+    assert.deepEqual(plan.before, [1000, 50, 0]);
+    assert.equal(plan.after.reduce((a, b) => a + b, 0), 1050);
+    assert.ok(Math.max(...plan.after) < 1000);
+    assert.ok(spread(plan) <= 400, `after ${plan.after.join(',')}`);
+    // Applied to the map, the moves give the loads the plan says.
+    const moved = new ShardMap({ ...map.spec(), version: 2, cells: Object.fromEntries(plan.moves.map((m) => [`${m.row},${m.col}`, m.shard])) });
+    const after = [0, 0, 0];
+    for (const c of loads) after[moved.shardOfCell(c.row, c.col)] += c.devices;
+    assert.deepEqual(after, plan.after);
+  });
+
+  it('a cell that would overshoot is not moved; at most maxMoves cells move; an even map moves nothing', () => {
+    assert.deepEqual(balanceCells(map, [{ row: 1, col: 1, devices: 900 }], 5).moves, [], 'one cell: moving it only moves the peak');
+    const many = Array.from({ length: 30 }, (_, i) => ({ row: 50, col: i, devices: 10 }));
+    assert.equal(balanceCells(map, many, 4).moves.length, 4);
+    const even = [0, 130, 250].map((col) => ({ row: 10, col, devices: 7 }));
+    assert.deepEqual(balanceCells(map, even, 5).moves, []);
+  });
+
+  it('prefers a cell beside the receiving shard\'s cells, so regions stay in one piece where they can', () => {
+    // Two sectors of 180 columns: column 179 borders shard 1, columns 5 and 6 do not.
+    const plan = balanceCells(new ShardMap({ version: 1, shards: 2, cellDeg: 1, guardM: 0, layout: 'sectors' }), [
+      { row: 60, col: 5, devices: 100 },
+      { row: 60, col: 179, devices: 100 },
+      { row: 60, col: 6, devices: 100 },
+    ], 1);
+    assert.deepEqual(plan.moves, [{ row: 60, col: 179, shard: 1 }]);
   });
 });

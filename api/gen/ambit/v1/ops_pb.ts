@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ambit/v1/ops.proto.
  */
 export const file_ambit_v1_ops: GenFile = /*@__PURE__*/
-  fileDesc("ChJhbWJpdC92MS9vcHMucHJvdG8SCGFtYml0LnYxIloKE1Jldm9rZVRva2Vuc1JlcXVlc3QSEAoIdG9rZW5faWQYASABKAkSDwoHc3ViamVjdBgCIAEoCRINCgV0b2tlbhgDIAEoCRIRCglrZWVwX2RheXMYBCABKA0iSAoUUmV2b2tlVG9rZW5zUmVzcG9uc2USFQoNc3RyZWFtc19lbmRlZBgBIAEoBBIZChFrZXB0X3VudGlsX3VuaXhfcxgCIAEoBCJOChJMaXN0RGV2aWNlc1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgNEhIKCnBhZ2VfdG9rZW4YAiABKAkSEQoJaWRfcHJlZml4GAMgASgJInMKDURldmljZVN1bW1hcnkSEQoJZGV2aWNlX2lkGAEgASgJEhUKDXN1YnNjcmlwdGlvbnMYAiABKA0SIgoIbG9jYXRpb24YAyABKAsyEC5hbWJpdC52MS5MYXRMb24SFAoMbGFzdF9zZWVuX21zGAQgASgEIlgKE0xpc3REZXZpY2VzUmVzcG9uc2USKAoHZGV2aWNlcxgBIAMoCzIXLmFtYml0LnYxLkRldmljZVN1bW1hcnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIicKElB1cmdlRGV2aWNlUmVxdWVzdBIRCglkZXZpY2VfaWQYASABKAkiaQoTUHVyZ2VEZXZpY2VSZXNwb25zZRIdChVzdWJzY3JpcHRpb25zX3JlbW92ZWQYASABKAQSHQoVbm90aWZpY2F0aW9uc19yZW1vdmVkGAIgASgEEhQKDGhhZF9sb2NhdGlvbhgDIAEoCCJHChlEZWxldGVTdWJzY3JpcHRpb25SZXF1ZXN0EhEKCWRldmljZV9pZBgBIAEoCRIXCg9zdWJzY3JpcHRpb25faWQYAiABKAkiHAoaRGVsZXRlU3Vic2NyaXB0aW9uUmVzcG9uc2UiFQoTRHJhaW5HYXRld2F5UmVxdWVzdCItChREcmFpbkdhdGV3YXlSZXNwb25zZRIVCg1zdHJlYW1zX2VuZGVkGAEgASgEIhEKD0dldFN0YXRzUmVxdWVzdCLvAgoQR2V0U3RhdHNSZXNwb25zZRIOCgZlbmdpbmUYASABKAkSFQoNZW5naW5lX2RldGFpbBgCIAEoCRIMCgRtb2RlGAMgASgJEhUKDXN1YnNjcmlwdGlvbnMYBCABKAQSDwoHZmlsdGVycxgFIAEoBBIPCgdkZXZpY2VzGAYgASgEEhkKEWNvbm5lY3RlZF9kZXZpY2VzGAcgASgEEhgKEGV2ZW50c19wdWJsaXNoZWQYCCABKAQSFQoNbm90aWZpY2F0aW9ucxgJIAEoBBIYChBsb2NhdGlvbl91cGRhdGVzGAogASgEEh0KFW5vdGlmaWNhdGlvbnNfZHJvcHBlZBgLIAEoBBIbChNlbmdpbmVfbWVtb3J5X2J5dGVzGAwgASgEEhYKDnVwdGltZV9zZWNvbmRzGA0gASgEEhkKEXNoYXJkX21hcF92ZXJzaW9uGA4gASgEEhgKEHNoYXJkX21hcF9tb3ZpbmcYDyABKAgiMwoIQ2VsbE1vdmUSCwoDcm93GAEgASgNEgsKA2NvbBgCIAEoDRINCgVzaGFyZBgDIAEoDSI1ChBNb3ZlQ2VsbHNSZXF1ZXN0EiEKBW1vdmVzGAEgAygLMhIuYW1iaXQudjEuQ2VsbE1vdmUiRQoRTW92ZUNlbGxzUmVzcG9uc2USGQoRc2hhcmRfbWFwX3ZlcnNpb24YASABKAQSFQoNZGV2aWNlc19tb3ZlZBgCIAEoBCIyCh1HZXREZXZpY2VTdWJzY3JpcHRpb25zUmVxdWVzdBIRCglkZXZpY2VfaWQYASABKAkihgEKHkdldERldmljZVN1YnNjcmlwdGlvbnNSZXNwb25zZRItCg1zdWJzY3JpcHRpb25zGAEgAygLMhYuYW1iaXQudjEuU3Vic2NyaXB0aW9uEiIKCGxvY2F0aW9uGAIgASgLMhAuYW1iaXQudjEuTGF0TG9uEhEKCWNvbm5lY3RlZBgDIAEoCDKZBQoKT3BzU2VydmljZRJBCghHZXRTdGF0cxIZLmFtYml0LnYxLkdldFN0YXRzUmVxdWVzdBoaLmFtYml0LnYxLkdldFN0YXRzUmVzcG9uc2USawoWR2V0RGV2aWNlU3Vic2NyaXB0aW9ucxInLmFtYml0LnYxLkdldERldmljZVN1YnNjcmlwdGlvbnNSZXF1ZXN0GiguYW1iaXQudjEuR2V0RGV2aWNlU3Vic2NyaXB0aW9uc1Jlc3BvbnNlEkQKCU1vdmVDZWxscxIaLmFtYml0LnYxLk1vdmVDZWxsc1JlcXVlc3QaGy5hbWJpdC52MS5Nb3ZlQ2VsbHNSZXNwb25zZRJNCgxEcmFpbkdhdGV3YXkSHS5hbWJpdC52MS5EcmFpbkdhdGV3YXlSZXF1ZXN0Gh4uYW1iaXQudjEuRHJhaW5HYXRld2F5UmVzcG9uc2USXwoSRGVsZXRlU3Vic2NyaXB0aW9uEiMuYW1iaXQudjEuRGVsZXRlU3Vic2NyaXB0aW9uUmVxdWVzdBokLmFtYml0LnYxLkRlbGV0ZVN1YnNjcmlwdGlvblJlc3BvbnNlEkoKC0xpc3REZXZpY2VzEhwuYW1iaXQudjEuTGlzdERldmljZXNSZXF1ZXN0Gh0uYW1iaXQudjEuTGlzdERldmljZXNSZXNwb25zZRJKCgtQdXJnZURldmljZRIcLmFtYml0LnYxLlB1cmdlRGV2aWNlUmVxdWVzdBodLmFtYml0LnYxLlB1cmdlRGV2aWNlUmVzcG9uc2USTQoMUmV2b2tlVG9rZW5zEh0uYW1iaXQudjEuUmV2b2tlVG9rZW5zUmVxdWVzdBoeLmFtYml0LnYxLlJldm9rZVRva2Vuc1Jlc3BvbnNlYgZwcm90bzM", [file_ambit_v1_types]);
+  fileDesc("ChJhbWJpdC92MS9vcHMucHJvdG8SCGFtYml0LnYxIloKE1Jldm9rZVRva2Vuc1JlcXVlc3QSEAoIdG9rZW5faWQYASABKAkSDwoHc3ViamVjdBgCIAEoCRINCgV0b2tlbhgDIAEoCRIRCglrZWVwX2RheXMYBCABKA0iSAoUUmV2b2tlVG9rZW5zUmVzcG9uc2USFQoNc3RyZWFtc19lbmRlZBgBIAEoBBIZChFrZXB0X3VudGlsX3VuaXhfcxgCIAEoBCJOChJMaXN0RGV2aWNlc1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgNEhIKCnBhZ2VfdG9rZW4YAiABKAkSEQoJaWRfcHJlZml4GAMgASgJInMKDURldmljZVN1bW1hcnkSEQoJZGV2aWNlX2lkGAEgASgJEhUKDXN1YnNjcmlwdGlvbnMYAiABKA0SIgoIbG9jYXRpb24YAyABKAsyEC5hbWJpdC52MS5MYXRMb24SFAoMbGFzdF9zZWVuX21zGAQgASgEIlgKE0xpc3REZXZpY2VzUmVzcG9uc2USKAoHZGV2aWNlcxgBIAMoCzIXLmFtYml0LnYxLkRldmljZVN1bW1hcnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIicKElB1cmdlRGV2aWNlUmVxdWVzdBIRCglkZXZpY2VfaWQYASABKAkiaQoTUHVyZ2VEZXZpY2VSZXNwb25zZRIdChVzdWJzY3JpcHRpb25zX3JlbW92ZWQYASABKAQSHQoVbm90aWZpY2F0aW9uc19yZW1vdmVkGAIgASgEEhQKDGhhZF9sb2NhdGlvbhgDIAEoCCJHChlEZWxldGVTdWJzY3JpcHRpb25SZXF1ZXN0EhEKCWRldmljZV9pZBgBIAEoCRIXCg9zdWJzY3JpcHRpb25faWQYAiABKAkiHAoaRGVsZXRlU3Vic2NyaXB0aW9uUmVzcG9uc2UiFQoTRHJhaW5HYXRld2F5UmVxdWVzdCItChREcmFpbkdhdGV3YXlSZXNwb25zZRIVCg1zdHJlYW1zX2VuZGVkGAEgASgEIhEKD0dldFN0YXRzUmVxdWVzdCLvAgoQR2V0U3RhdHNSZXNwb25zZRIOCgZlbmdpbmUYASABKAkSFQoNZW5naW5lX2RldGFpbBgCIAEoCRIMCgRtb2RlGAMgASgJEhUKDXN1YnNjcmlwdGlvbnMYBCABKAQSDwoHZmlsdGVycxgFIAEoBBIPCgdkZXZpY2VzGAYgASgEEhkKEWNvbm5lY3RlZF9kZXZpY2VzGAcgASgEEhgKEGV2ZW50c19wdWJsaXNoZWQYCCABKAQSFQoNbm90aWZpY2F0aW9ucxgJIAEoBBIYChBsb2NhdGlvbl91cGRhdGVzGAogASgEEh0KFW5vdGlmaWNhdGlvbnNfZHJvcHBlZBgLIAEoBBIbChNlbmdpbmVfbWVtb3J5X2J5dGVzGAwgASgEEhYKDnVwdGltZV9zZWNvbmRzGA0gASgEEhkKEXNoYXJkX21hcF92ZXJzaW9uGA4gASgEEhgKEHNoYXJkX21hcF9tb3ZpbmcYDyABKAgiMwoIQ2VsbE1vdmUSCwoDcm93GAEgASgNEgsKA2NvbBgCIAEoDRINCgVzaGFyZBgDIAEoDSI1ChBNb3ZlQ2VsbHNSZXF1ZXN0EiEKBW1vdmVzGAEgAygLMhIuYW1iaXQudjEuQ2VsbE1vdmUiJQoQUGxhbkNlbGxzUmVxdWVzdBIRCgltYXhfbW92ZXMYASABKA0iZQoRUGxhbkNlbGxzUmVzcG9uc2USIQoFbW92ZXMYASADKAsyEi5hbWJpdC52MS5DZWxsTW92ZRIWCg5kZXZpY2VzX2JlZm9yZRgCIAMoBBIVCg1kZXZpY2VzX2FmdGVyGAMgAygEIkUKEU1vdmVDZWxsc1Jlc3BvbnNlEhkKEXNoYXJkX21hcF92ZXJzaW9uGAEgASgEEhUKDWRldmljZXNfbW92ZWQYAiABKAQiMgodR2V0RGV2aWNlU3Vic2NyaXB0aW9uc1JlcXVlc3QSEQoJZGV2aWNlX2lkGAEgASgJIoYBCh5HZXREZXZpY2VTdWJzY3JpcHRpb25zUmVzcG9uc2USLQoNc3Vic2NyaXB0aW9ucxgBIAMoCzIWLmFtYml0LnYxLlN1YnNjcmlwdGlvbhIiCghsb2NhdGlvbhgCIAEoCzIQLmFtYml0LnYxLkxhdExvbhIRCgljb25uZWN0ZWQYAyABKAgy3wUKCk9wc1NlcnZpY2USQQoIR2V0U3RhdHMSGS5hbWJpdC52MS5HZXRTdGF0c1JlcXVlc3QaGi5hbWJpdC52MS5HZXRTdGF0c1Jlc3BvbnNlEmsKFkdldERldmljZVN1YnNjcmlwdGlvbnMSJy5hbWJpdC52MS5HZXREZXZpY2VTdWJzY3JpcHRpb25zUmVxdWVzdBooLmFtYml0LnYxLkdldERldmljZVN1YnNjcmlwdGlvbnNSZXNwb25zZRJECglNb3ZlQ2VsbHMSGi5hbWJpdC52MS5Nb3ZlQ2VsbHNSZXF1ZXN0GhsuYW1iaXQudjEuTW92ZUNlbGxzUmVzcG9uc2USRAoJUGxhbkNlbGxzEhouYW1iaXQudjEuUGxhbkNlbGxzUmVxdWVzdBobLmFtYml0LnYxLlBsYW5DZWxsc1Jlc3BvbnNlEk0KDERyYWluR2F0ZXdheRIdLmFtYml0LnYxLkRyYWluR2F0ZXdheVJlcXVlc3QaHi5hbWJpdC52MS5EcmFpbkdhdGV3YXlSZXNwb25zZRJfChJEZWxldGVTdWJzY3JpcHRpb24SIy5hbWJpdC52MS5EZWxldGVTdWJzY3JpcHRpb25SZXF1ZXN0GiQuYW1iaXQudjEuRGVsZXRlU3Vic2NyaXB0aW9uUmVzcG9uc2USSgoLTGlzdERldmljZXMSHC5hbWJpdC52MS5MaXN0RGV2aWNlc1JlcXVlc3QaHS5hbWJpdC52MS5MaXN0RGV2aWNlc1Jlc3BvbnNlEkoKC1B1cmdlRGV2aWNlEhwuYW1iaXQudjEuUHVyZ2VEZXZpY2VSZXF1ZXN0Gh0uYW1iaXQudjEuUHVyZ2VEZXZpY2VSZXNwb25zZRJNCgxSZXZva2VUb2tlbnMSHS5hbWJpdC52MS5SZXZva2VUb2tlbnNSZXF1ZXN0Gh4uYW1iaXQudjEuUmV2b2tlVG9rZW5zUmVzcG9uc2ViBnByb3RvMw", [file_ambit_v1_types]);
 
 /**
  * @generated from message ambit.v1.RevokeTokensRequest
@@ -442,6 +442,54 @@ export const MoveCellsRequestSchema: GenMessage<MoveCellsRequest> = /*@__PURE__*
   messageDesc(file_ambit_v1_ops, 14);
 
 /**
+ * @generated from message ambit.v1.PlanCellsRequest
+ */
+export type PlanCellsRequest = Message<"ambit.v1.PlanCellsRequest"> & {
+  /**
+   * 0: 100.
+   *
+   * @generated from field: uint32 max_moves = 1;
+   */
+  maxMoves: number;
+};
+
+/**
+ * Describes the message ambit.v1.PlanCellsRequest.
+ * Use `create(PlanCellsRequestSchema)` to create a new message.
+ */
+export const PlanCellsRequestSchema: GenMessage<PlanCellsRequest> = /*@__PURE__*/
+  messageDesc(file_ambit_v1_ops, 15);
+
+/**
+ * @generated from message ambit.v1.PlanCellsResponse
+ */
+export type PlanCellsResponse = Message<"ambit.v1.PlanCellsResponse"> & {
+  /**
+   * @generated from field: repeated ambit.v1.CellMove moves = 1;
+   */
+  moves: CellMove[];
+
+  /**
+   * Devices homed on each geographic shard (by the cells they are in), now and after the moves.
+   *
+   * @generated from field: repeated uint64 devices_before = 2;
+   */
+  devicesBefore: bigint[];
+
+  /**
+   * @generated from field: repeated uint64 devices_after = 3;
+   */
+  devicesAfter: bigint[];
+};
+
+/**
+ * Describes the message ambit.v1.PlanCellsResponse.
+ * Use `create(PlanCellsResponseSchema)` to create a new message.
+ */
+export const PlanCellsResponseSchema: GenMessage<PlanCellsResponse> = /*@__PURE__*/
+  messageDesc(file_ambit_v1_ops, 16);
+
+/**
  * @generated from message ambit.v1.MoveCellsResponse
  */
 export type MoveCellsResponse = Message<"ambit.v1.MoveCellsResponse"> & {
@@ -465,7 +513,7 @@ export type MoveCellsResponse = Message<"ambit.v1.MoveCellsResponse"> & {
  * Use `create(MoveCellsResponseSchema)` to create a new message.
  */
 export const MoveCellsResponseSchema: GenMessage<MoveCellsResponse> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 15);
+  messageDesc(file_ambit_v1_ops, 17);
 
 /**
  * @generated from message ambit.v1.GetDeviceSubscriptionsRequest
@@ -482,7 +530,7 @@ export type GetDeviceSubscriptionsRequest = Message<"ambit.v1.GetDeviceSubscript
  * Use `create(GetDeviceSubscriptionsRequestSchema)` to create a new message.
  */
 export const GetDeviceSubscriptionsRequestSchema: GenMessage<GetDeviceSubscriptionsRequest> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 16);
+  messageDesc(file_ambit_v1_ops, 18);
 
 /**
  * @generated from message ambit.v1.GetDeviceSubscriptionsResponse
@@ -511,7 +559,7 @@ export type GetDeviceSubscriptionsResponse = Message<"ambit.v1.GetDeviceSubscrip
  * Use `create(GetDeviceSubscriptionsResponseSchema)` to create a new message.
  */
 export const GetDeviceSubscriptionsResponseSchema: GenMessage<GetDeviceSubscriptionsResponse> = /*@__PURE__*/
-  messageDesc(file_ambit_v1_ops, 17);
+  messageDesc(file_ambit_v1_ops, 19);
 
 /**
  * Operators' calls; need the `ops` scope.
@@ -547,6 +595,20 @@ export const OpsService: GenService<{
     methodKind: "unary";
     input: typeof MoveCellsRequestSchema;
     output: typeof MoveCellsResponseSchema;
+  },
+  /**
+   * A deployment sharded by space: fits the shard map to load. Counts the devices homed on the
+   * geographic shards by the cell each is in and proposes moves of cells (at most max_moves,
+   * default 100) that even them out, with each shard's devices before and after. Nothing is moved:
+   * give the moves to MoveCells. FAILED_PRECONDITION when the deployment is not sharded by space;
+   * INVALID_ARGUMENT (field max_moves) above 100000.
+   *
+   * @generated from rpc ambit.v1.OpsService.PlanCells
+   */
+  planCells: {
+    methodKind: "unary";
+    input: typeof PlanCellsRequestSchema;
+    output: typeof PlanCellsResponseSchema;
   },
   /**
    * Drains the gateway process that takes the call, before it is stopped or replaced: it turns
