@@ -28,6 +28,7 @@
  */
 import { deserialize, serialize } from 'node:v8';
 import { randomBytes } from 'node:crypto';
+import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { AmbitError, type ErrorCode } from '../../src/model/errors.js';
@@ -200,6 +201,8 @@ export class RedisMatcher {
   private loopDone: Promise<void> = Promise.resolve();
   private statsTimer: NodeJS.Timeout | null = null;
   private ended: Promise<void> | null = null;
+  /** Set by stopForRebuild: the stop writes no snapshot and removes the file. */
+  private discardSnapshot = false;
   private applied = 0;
   /** Devices with a position: their slot in the lists below (see `move`). */
   private readonly deviceSlots = new Map<string, number>();
@@ -1154,7 +1157,7 @@ export class RedisMatcher {
     this.trimmedPast++;
     this.log?.error(
       { readPosition: at, first: b.first },
-      `${COMPONENT}: ${this.keys.in} was trimmed past this matcher's read position ${at}: the commands up to ${b.first ?? b.lastId} were never applied; raise AMBIT_COMMAND_STREAM_MAXLEN, and restart this matcher to rebuild from Redis`,
+      `${COMPONENT}: ${this.keys.in} was trimmed past this matcher's read position ${at}: the commands up to ${b.first ?? b.lastId} were never applied; raise AMBIT_COMMAND_STREAM_MAXLEN (a matcher run by the service rebuilds from Redis now)`,
     );
     this.hooks.onTrimmedPast?.(at);
   }
@@ -1677,6 +1680,16 @@ export class RedisMatcher {
     return (this.ended ??= this.shutdown());
   }
 
+  /**
+   * Stops as `stop()` does, for a rebuild from Redis (`RebuildingMatcher`): its state is not the
+   * stream's (commands it never applied), so no snapshot is written and the file on disk is
+   * removed, and the next start rebuilds from Redis.
+   */
+  stopForRebuild(): Promise<void> {
+    this.discardSnapshot = true;
+    return this.stop();
+  }
+
   private async shutdown(): Promise<void> {
     this.stopping = true;
     if (this.statsTimer !== null) clearInterval(this.statsTimer);
@@ -1706,8 +1719,13 @@ export class RedisMatcher {
       await Promise.race([this.lease.stop(true).catch(() => {}), sleep(1000)]);
     }
     // Nothing is applied any more: this snapshot is exact at its position. Written after the
-    // hand-over, which it does not need.
-    if (this.snapshotPath !== null) await this.snapshotNow();
+    // hand-over, which it does not need. For a rebuild, the file goes instead (one being
+    // written finishes first).
+    if (this.snapshotPath !== null && this.discardSnapshot) {
+      await this.snapshotChain.catch(() => {});
+      rmSync(this.snapshotPath, { force: true });
+      this.snapshotStart = null;
+    } else if (this.snapshotPath !== null) await this.snapshotNow();
     // The read position is no longer needed; the snapshot's start is, for the restart.
     this.reading = false;
     if (reachable) await Promise.race([this.keepStream(true).catch((err: unknown) => this.log?.warn({ err }, `${COMPONENT}: the command stream's keep not written`)), sleep(1000)]);

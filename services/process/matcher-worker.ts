@@ -6,7 +6,8 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { hubStats } from '../matcher/core.js';
-import { RedisMatcher, type RedisMatcherOptions } from '../matcher/redis.js';
+import type { RedisMatcherOptions } from '../matcher/redis.js';
+import { RebuildingMatcher } from '../matcher/rebuilding.js';
 import { rootLogger } from './log.js';
 
 export interface MatcherWorkerData {
@@ -18,24 +19,26 @@ const data = workerData as MatcherWorkerData;
 if (parentPort !== null && data?.options !== undefined) {
   const port = parentPort;
   const log = rootLogger(data.logLevel).child({ component: 'matcher', partition: data.options.partition ?? 0 });
-  let m: RedisMatcher;
+  let r: RebuildingMatcher;
   try {
-    m = await RedisMatcher.start({ ...data.options, log });
+    // Rebuilt from Redis in place if its stream is ever trimmed past what it read.
+    r = await RebuildingMatcher.start({ ...data.options, log });
   } catch (err) {
     port.postMessage({ failed: err instanceof Error ? err.message : String(err) });
     port.close();
     throw err;
   }
-  port.postMessage({ ready: true, engineDetail: m.engineDetail, engine: m.core.engine.name });
+  port.postMessage({ ready: true, engineDetail: r.matcher.engineDetail, engine: r.matcher.core.engine.name });
   port.on('message', (msg: unknown) => {
     if (msg === 'stop') {
-      void m.stop().finally(() => port.close());
+      void r.stop().finally(() => port.close());
       return;
     }
     const ask = msg as { t?: string; id?: number };
     if (ask?.t === 'stats') {
+      const m = r.matcher;
       const s = hubStats(m.core, { mode: 'redis', engineDetail: m.engineDetail, devices: m.devices, eventsPublished: m.eventsMatchedCount, notifications: 0, notificationsDropped: 0, locationUpdates: m.locationsApplied });
-      port.postMessage({ t: 'stats', id: ask.id, stats: { ...s, extra: { ...s.extra, matcherLeader: m.role === 'leader' ? 1 : 0, matcherEpoch: m.epoch, fencedWrites: m.fencedWrites, matchersServed: 1, matchersReady: m.redisReady ? 1 : 0 } } });
+      port.postMessage({ t: 'stats', id: ask.id, stats: { ...s, extra: { ...s.extra, matcherLeader: m.role === 'leader' ? 1 : 0, matcherEpoch: m.epoch, fencedWrites: m.fencedWrites, matchersServed: 1, matchersReady: m.redisReady ? 1 : 0, matcherRebuilds: r.rebuilds } } });
     }
   });
 }

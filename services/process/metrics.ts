@@ -166,6 +166,7 @@ export class Metrics implements EdgeMetrics {
         leaseGauges.push(
           [new client.Gauge({ name: 'ambit_matcher_leader', help: 'Redis mode: 1 while this matcher holds the lease and delivers, 0 while it stands by (a process serving several matcher partitions: how many it leads)', registers: [r] }), (s) => (s.extra.matcherLeader === true ? 1 : num(s.extra.matcherLeader))],
           [new client.Gauge({ name: 'ambit_matcher_epoch', help: 'Redis mode: the lease token this matcher leads (or last led) with', registers: [r] }), (s) => num(s.extra.matcherEpoch)],
+          [new client.Gauge({ name: 'ambit_matcher_rebuilds', help: 'Redis mode: times this process rebuilt a matcher from Redis because its command stream was trimmed past what it had read (AMBIT_COMMAND_STREAM_MAXLEN too small for how far it fell behind)', registers: [r] }), (s) => num(s.extra.matcherRebuilds)],
         );
       }
       const info = new client.Gauge({ name: 'ambit_engine_info', help: 'The engine in use (value 1)', labelNames: ['engine', 'mode', 'path'], registers: [r] });

@@ -7,7 +7,7 @@ import type { ServerConfig } from './config.js';
 import type { Hub, HubStats } from '../hub/port.js';
 import { RedisHub } from '../hub/redis.js';
 import { hubStats } from '../matcher/core.js';
-import { RedisMatcher } from '../matcher/redis.js';
+import { RebuildingMatcher } from '../matcher/rebuilding.js';
 import { type RedisSource, clusterSourceFromUrl } from '../redis/connection.js';
 import type { RedisOptions } from 'ioredis';
 import { Worker } from 'node:worker_threads';
@@ -56,14 +56,17 @@ export async function startMatcherRole(config: ServerConfig, log: Logger): Promi
   const served = config.matcherPartition === null ? Array.from({ length: k }, (_, i) => i) : [config.matcherPartition];
   if (served.length > 1) return startMatcherThreads(config, served, log);
   const partition = served[0];
-  const m = await RedisMatcher.start({ ...matcherOptions(config, partition), log });
-  log.info({ engine: m.core.engine.name, detail: m.engineDetail, mode: 'redis', offset: m.offset, partition, partitions: k }, `engine ${m.core.engine.name}: ${m.engineDetail}${config.geo !== null ? ` (${partition < config.geo.shards ? 'geographic' : 'wide'} shard ${partition} of ${k})` : k > 1 ? ` (matcher partition ${partition} of ${k})` : ''}`);
+  // Rebuilt from Redis in place if its stream is ever trimmed past what it read.
+  const r = await RebuildingMatcher.start({ ...matcherOptions(config, partition), log });
+  const first = r.matcher;
+  log.info({ engine: first.core.engine.name, detail: first.engineDetail, mode: 'redis', offset: first.offset, partition, partitions: k }, `engine ${first.core.engine.name}: ${first.engineDetail}${config.geo !== null ? ` (${partition < config.geo.shards ? 'geographic' : 'wide'} shard ${partition} of ${k})` : k > 1 ? ` (matcher partition ${partition} of ${k})` : ''}`);
   // Notifications are counted by the deliver script in Redis; gateways report them.
   const stats = async (): Promise<HubStats> => {
+    const m = r.matcher;
     const s = await hubStats(m.core, { mode: 'redis', engineDetail: m.engineDetail, devices: m.devices, eventsPublished: m.eventsMatchedCount, notifications: 0, notificationsDropped: 0, locationUpdates: m.locationsApplied });
-    return { ...s, extra: { ...s.extra, matcherLeader: m.role === 'leader', matcherEpoch: m.epoch, fencedWrites: m.fencedWrites, matchersServed: 1, matchersReady: m.redisReady ? 1 : 0, restoredFrom: m.restoredFrom.from, restoreMs: Math.round(m.restoredFrom.ms) } };
+    return { ...s, extra: { ...s.extra, matcherLeader: m.role === 'leader', matcherEpoch: m.epoch, fencedWrites: m.fencedWrites, matchersServed: 1, matchersReady: m.redisReady ? 1 : 0, restoredFrom: m.restoredFrom.from, restoreMs: Math.round(m.restoredFrom.ms), matcherRebuilds: r.rebuilds } };
   };
-  return { engineDetail: m.engineDetail, stats, stop: () => m.stop() };
+  return { engineDetail: first.engineDetail, stats, stop: () => r.stop() };
 }
 
 function matcherOptions(config: ServerConfig, partition: number) {

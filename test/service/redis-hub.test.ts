@@ -5,6 +5,9 @@
  * Each test uses its own key prefix on one server.
  */
 import assert from 'node:assert/strict';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { runInNewContext } from 'node:vm';
 import v8 from 'node:v8';
 import { after, before, describe, it } from 'node:test';
@@ -13,7 +16,8 @@ import { CPU_ENGINES } from '../../src/engines/index.js';
 import { compareStreamIds, decodeLocations, encodeLocations, encodePosition, encodePositionsHset } from '../../services/redis/codec.js';
 import { RedisHub } from '../../services/hub/redis.js';
 import { PublishError } from '../../src/model/errors.js';
-import { RedisMatcher } from '../../services/matcher/redis.js';
+import { RedisMatcher, snapshotFileName } from '../../services/matcher/redis.js';
+import { RebuildingMatcher } from '../../services/matcher/rebuilding.js';
 import { Keys } from '../../services/redis/keys.js';
 import { defineScripts, runScript } from '../../services/redis/scripts.js';
 import { P, Q, addPing, anchored, anywhere, drain, eq, event, north, pullN, rejectsWith, runHubContract, sub } from '../support/hub-contract.js';
@@ -66,6 +70,64 @@ describe('redis hub', { skip: missing ?? false, timeout: 30_000 }, () => {
     } finally {
       release();
       await d.close();
+    }
+  });
+
+  it('a matcher run by the service rebuilds itself from Redis when its stream was trimmed past what it read: the subscriptions it missed are there after, its snapshot file is gone, and it leads again', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ambit-rebuild-'));
+    let armed = false;
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let stopped!: () => void;
+    const atHold = new Promise<void>((resolve) => (stopped = resolve));
+    let told!: () => void;
+    const trimmedSeen = new Promise<void>((resolve) => (told = resolve));
+    const prefix = freshPrefix();
+    const r = await RebuildingMatcher.start(
+      matcherOptions(prefix, {
+        snapshot: { dir, intervalMs: 0 },
+        hooks: {
+          beforeRead: () => {
+            if (!armed) return;
+            stopped();
+            return held;
+          },
+          onTrimmedPast: () => {
+            // The held loop goes on, so the matcher can stop for its rebuild.
+            armed = false;
+            release();
+            told();
+          },
+        },
+      }),
+      () => CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }),
+    );
+    const hub = await RedisHub.connect(hubOptions(prefix));
+    try {
+      const first = r.matcher;
+      await hub.addSubscription('a', sub('s0', anywhere(eq('k', 0))));
+      assert.deepEqual((await hub.publish([event({ k: 0 })])).map((x) => x.reached), [1], 'the matcher has read');
+      assert.ok((await first.snapshotNow()) !== null);
+      armed = true;
+      await hub.addSubscription('a', sub('s1', anywhere(eq('k', 1)))); // read, then the loop holds
+      await atHold;
+      for (let i = 2; i < 6; i++) await hub.addSubscription('a', sub(`s${i}`, anywhere(eq('k', i))));
+      await inspect((x) => x.xtrim(keysOf(prefix).in, 'MAXLEN', 1));
+      await trimmedSeen;
+      await r.settled();
+      assert.notEqual(r.matcher, first, 'a new matcher');
+      assert.equal(r.rebuilds, 1);
+      assert.equal(existsSync(join(dir, snapshotFileName(keysOf(prefix)))), false, 'the file of the state it had is gone');
+      assert.equal(r.matcher.restoredFrom.from, 'redis', 'rebuilt from Redis, not from the file of the state it had');
+      await r.matcher.whenRole('leader');
+      // s2-s4's commands were trimmed away unread: Redis's stored copies are applied as it reads on.
+      assert.deepEqual((await hub.publish([event({ k: 4 })])).map((x) => x.reached), [1]);
+      assert.deepEqual(r.matcher.core.list('a').map((x) => x.id).sort(), ['s0', 's1', 's2', 's3', 's4', 's5'], 'every subscription, those it never read included');
+    } finally {
+      release();
+      await hub.close();
+      await r.stop();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 
