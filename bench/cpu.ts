@@ -35,6 +35,7 @@ const HELP = `Usage: node dist/bench/cpu.js [options]     (npm run bench -- [opt
                     reference runs only when named, and only up to 10k subscriptions)
   --quick           small sizes: a 1–2 minute smoke run
   --seed N          workload seed (default ${DEFAULT_WORKLOAD.seed})
+  --filters-per-sub N  filters of each subscription, all anchored to its device (default ${DEFAULT_WORKLOAD.filtersPerSub}; 1: one filter per device)
   --subs N          default suite: subscriptions (default 250000, quick 10000)
   --events N        default suite: events (default 1000, quick 200)
   --reps N          default suite: passes over the events (default 3, quick 2)
@@ -51,7 +52,7 @@ const HELP = `Usage: node dist/bench/cpu.js [options]     (npm run bench -- [opt
 const fail: Fail = cliFail('bench', HELP);
 
 const FLAGS = new Set(['quick', 'no-fork', 'help', 'child']);
-const VALUED = new Set(['suite', 'engines', 'seed', 'subs', 'events', 'reps', 'updates', 'sizes', 'areas', 'spatial', 'grid-events', 'out', 'name']);
+const VALUED = new Set(['suite', 'engines', 'seed', 'filters-per-sub', 'subs', 'events', 'reps', 'updates', 'sizes', 'areas', 'spatial', 'grid-events', 'out', 'name']);
 
 function buildConfig(a: ArgReader): BenchConfig {
   const quick = a.flag('quick');
@@ -64,6 +65,7 @@ function buildConfig(a: ArgReader): BenchConfig {
   return {
     engines,
     seed: a.int('seed', DEFAULT_WORKLOAD.seed, 0),
+    filtersPerSub: a.int('filters-per-sub', DEFAULT_WORKLOAD.filtersPerSub, 1),
     referenceMaxSubscriptions: 10_000,
     default: {
       subscriptions: a.count('subs', quick ? 10_000 : DEFAULT_WORKLOAD.subscriptions),
@@ -105,7 +107,7 @@ async function main(): Promise<void> {
   const quick = args.quick === true;
   const name = typeof args.name === 'string' ? args.name : quick ? 'cpu-quick' : 'cpu';
   const result = new ResultRun({ out: args.out, name, execArgv: fork ? childExecArgv() : process.execArgv, fail });
-  const workload: Partial<WorkloadOptions> = { seed: config.seed };
+  const workload: Partial<WorkloadOptions> = { seed: config.seed, filtersPerSub: config.filtersPerSub };
   const params = resolveWorkloadOptions({ ...workload, subscriptions: config.default.subscriptions, events: config.default.events });
 
   const machine = result.machine;

@@ -43,6 +43,8 @@ export interface UpdateConfig {
 export interface BenchConfig {
   engines: string[];
   seed: number;
+  /** Filters of each subscription (all anchored to its device); absent in older files: 10. */
+  filtersPerSub?: number;
   /** The reference engine is O(subscriptions) per event: it only runs up to this size. */
   referenceMaxSubscriptions: number;
   default: DefaultConfig;
