@@ -20,6 +20,7 @@ const EXTRA: Record<string, Array<[string, Record<string, unknown>]>> = {
   fast: [
     ['coarse grid, minCellM = 1000 km', { minCellM: 1_000_000 }],
     ['finest grid, minCellM = 64 m, cells the size of their radii (cellScale 1)', { minCellM: 64, cellScale: 1 }],
+    ['the grid of before: minCellM = 64 m, 128 m cells', { minCellM: 64 }],
     ['cells four times their radii (cellScale 4)', { cellScale: 4 }],
   ],
   rtree: [['deep tree, maxEntries = 4', { maxEntries: 4 }]],
@@ -112,9 +113,12 @@ describe('bulk loading', () => {
 });
 
 describe('fast engine options', () => {
-  it('refuses a grid it cannot build: minCellM below 64 m, a cellScale other than 1, 2 or 4', () => {
+  it('refuses a grid it cannot build: cells under 64 m (minCellM × cellScale), a cellScale other than 1, 2 or 4', () => {
     const fast = (o: Record<string, unknown>): Matcher => CPU_ENGINES.fast(o as MatcherOptions);
-    assert.throws(() => fast({ minCellM: 63 }), /minCellM/);
+    assert.throws(() => fast({ minCellM: 63, cellScale: 1 }), /minCellM must be in \[64, 1000000\] m at cellScale 1/);
+    assert.throws(() => fast({ minCellM: 31 }), /minCellM must be in \[32, 1000000\] m at cellScale 2/);
+    assert.throws(() => fast({ minCellM: 15, cellScale: 4 }), /minCellM/);
+    for (const [minCellM, cellScale] of [[64, 1], [32, 2], [16, 4]]) assert.equal(fast({ minCellM, cellScale }).stats().extra?.cellScale, cellScale);
     for (const cellScale of [0, 3, 8, NaN, -2]) assert.throws(() => fast({ cellScale }), /cellScale/, `cellScale ${cellScale}`);
     for (const cellScale of [1, 2, 4]) assert.equal(fast({ cellScale }).stats().extra?.cellScale, cellScale);
   });

@@ -37,7 +37,10 @@ import { type Dfa, dfaMatches } from '../model/pattern.js';
 import { tagName, tagOfName } from '../model/tags.js';
 
 export interface FastMatcherOptions extends MatcherOptions {
-  /** Cell side of the finest grid level, metres (>= 64: cell keys must fit in 53 bits). */
+  /**
+   * Radius bound of the finest grid level, metres; its cells are cellScale times that. Default and
+   * least: 64 / cellScale (cells of 64 m, the least the 53-bit cell keys allow).
+   */
   minCellM?: number;
   /**
    * Cell side over the largest radius of the level's filters: 1, 2 (default) or 4. At 2 a point
@@ -50,7 +53,13 @@ export interface FastMatcherOptions extends MatcherOptions {
 const NONE = -1;
 const SLOT_DEVICE = 1;
 const SLOT_FIXED = 2;
-const MAX_LEVELS = 16;
+/** Levels s_L = minCell·2^L: at the least minCell (16 m, cellScale 4) s_17 is 2,097 km, above every radius the limits allow. */
+const MAX_LEVELS = 18;
+/**
+ * The smallest cell side, metres: a level's cell keys ix·k² + iy·k + iz, k = 2·(⌈R/side⌉ + 2) + 1,
+ * must stay exact integers in a float64 (k³ < 2^53 holds for sides above 61.3 m).
+ */
+const MIN_CELL_SIDE_M = 64;
 
 /**
  * A grid cell: its slots as records of (x, y, z, slot, the level's list head of the slot, its mask
@@ -247,7 +256,7 @@ export class FastMatcher extends CpuMatcher {
   private sXYZ = new Float64Array(3 * this.sCap);
   private sFilters = new Int32Array(this.sCap);
   private sPins = new Uint16Array(this.sCap); // open DeviceHandles keep a device's slot
-  private sLevels = new Uint16Array(this.sCap); // bit L set: the slot has filters at level L
+  private sLevels = new Uint32Array(this.sCap); // bit L set: the slot has filters at level L (MAX_LEVELS <= 32)
   private positioned = 0;
 
   private readonly levels: (Level | null)[] = new Array(MAX_LEVELS).fill(null);
@@ -282,14 +291,19 @@ export class FastMatcher extends CpuMatcher {
 
   constructor(options: FastMatcherOptions = {}) {
     super(options);
-    const minCell = options.minCellM ?? 64;
-    if (!Number.isFinite(minCell) || minCell < 64 || minCell > 1_000_000) {
-      throw new RangeError(`fast: minCellM must be in [64, 1000000] m, got ${minCell}`);
-    }
-    this.minCell = minCell;
     const cellScale = options.cellScale ?? 2;
     if (cellScale !== 1 && cellScale !== 2 && cellScale !== 4) throw new RangeError(`fast: cellScale must be 1, 2 or 4, got ${cellScale}`);
     this.cellScale = cellScale;
+    // The finest level's cells are as small as the keys allow: radii up to 32 m (at cellScale 2)
+    // get 64 m cells, not 128 m ones (a city with a device every 20 m scans 8× fewer of them).
+    const least = MIN_CELL_SIDE_M / cellScale;
+    const minCell = options.minCellM ?? least;
+    if (!Number.isFinite(minCell) || minCell < least || minCell > 1_000_000) {
+      throw new RangeError(`fast: minCellM must be in [${least}, 1000000] m at cellScale ${cellScale} (cells of at least ${MIN_CELL_SIDE_M} m), got ${minCell}`);
+    }
+    this.minCell = minCell;
+    // The top level holds every radius above it (levelFor): its cells must still reach them.
+    if (minCell * 2 ** (MAX_LEVELS - 1) < this.limits.maxRadiusM) throw new RangeError(`fast: ${MAX_LEVELS} grid levels from ${minCell} m do not reach maxRadiusM ${this.limits.maxRadiusM} m`);
     const a = Math.max(this.limits.maxAttributesPerEvent, 1);
     this.eType = new Uint8Array(a);
     this.eNum = new Float64Array(a);
@@ -459,7 +473,7 @@ export class FastMatcher extends CpuMatcher {
     this.sXYZ = growF64(this.sXYZ, 3 * n);
     this.sFilters = growI32(this.sFilters, n);
     this.sPins = growU16(this.sPins, n);
-    this.sLevels = growU16(this.sLevels, n);
+    this.sLevels = growU32(this.sLevels, n);
     for (const lv of this.levels) {
       if (lv === null) continue;
       lv.cellOf = growF64(lv.cellOf, n, NaN);
