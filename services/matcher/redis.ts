@@ -1472,9 +1472,10 @@ export class RedisMatcher {
     this.eventsMatched += events;
     this.duplicates += duplicates;
     // Sharded by space each shard adds its reach of the fresh events to their records, which the
-    // publish script made (it deduplicates for all shards).
+    // publish script made (it deduplicates for all shards), naming the publish ("<reach> <entry>"):
+    // a record made since by a later publish of the id (the first one's lapsed) is not added to.
     const geo = k.layout.geo !== undefined;
-    const remembered = geo ? fresh.map((f) => ({ key: k.geoEventId(f.id), value: f.value.slice(0, f.value.indexOf(' ')) })) : this.dedupeWindowMs > 0 ? fresh.map((f) => ({ key: k.eventId(f.id), value: f.value })) : [];
+    const remembered = geo ? fresh.map((f) => ({ key: k.geoEventId(f.id), value: f.value })) : this.dedupeWindowMs > 0 ? fresh.map((f) => ({ key: k.eventId(f.id), value: f.value })) : [];
     const window = geo ? `geo:s${k.partition}` : String(this.dedupeWindowMs);
     const stored = this.fanout.flush();
     const done = (async () => {

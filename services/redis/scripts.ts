@@ -167,7 +167,7 @@ return {below, removed, holder, redis.call('XLEN', KEYS[2])}
  * KEYS: stats, epoch, then eid:{id} of each fresh event. ARGV: token, events matched, duplicates,
  * window ms, then per fresh event "<reached> <in-entry id>", then channel, reply, channel, reply, ...
  * (sharded by space: the window is "geo:s<shard>", the keys are the deployment's event records
- * and the values this shard's reach of each).
+ * and the values this shard's reach of each and the publish's entry, "<reach> <entry>").
  */
 const ANSWER = `${FENCE}
 check_fence(KEYS[2], ARGV[1])
@@ -177,11 +177,19 @@ if events > 0 then redis.call('HINCRBY', KEYS[1], 'events', events) end
 if dups > 0 then redis.call('HINCRBY', KEYS[1], 'duplicates', dups) end
 local n = #KEYS - 2
 -- Sharded by space the window argument is "geo:<field>": each event's record (a hash the publish
--- script made) takes this shard's reach under the field, while the record lives.
+-- script made) takes this shard's reach under the field while the record is the one of this
+-- publish: the value is "<reach> <entry>", and the record's e names the publish's entry (a record
+-- a later publish of the id made, once this one's lapsed, is left alone).
 local field = string.match(ARGV[4], '^geo:(.+)$')
 for i = 1, n do
   if field then
-    if redis.call('EXISTS', KEYS[2 + i]) == 1 then redis.call('HSET', KEYS[2 + i], field, ARGV[4 + i]) end
+    local reach, entry = string.match(ARGV[4 + i], '^(%S+) (%S+)$')
+    if reach then
+      if redis.call('HGET', KEYS[2 + i], 'e') == entry then redis.call('HSET', KEYS[2 + i], field, reach) end
+    elseif redis.call('EXISTS', KEYS[2 + i]) == 1 then
+      -- A matcher of an earlier version: the reach alone.
+      redis.call('HSET', KEYS[2 + i], field, ARGV[4 + i])
+    end
   else
     redis.call('SET', KEYS[2 + i], ARGV[4 + i], 'PX', ARGV[4])
   end

@@ -504,4 +504,55 @@ describe('sharded by space', { skip: missing ?? false, timeout: 60_000 }, () => 
       await d.close();
     }
   });
+  it("an event's record takes a shard's reach only from the publish that made it: an answer that comes after the record lapsed and a later publish of the id made a new one adds nothing to the new one", async () => {
+    const geo: GeoSpec = { shards: 2, wide: 1, cellDeg: 0.01, guardM: 50, layout: 'stripes' };
+    const at = { lat: 45.46, lon: 9.195 };
+    const A = new ShardMap({ version: 0, ...geo }).shardOf(at.lat, at.lon);
+    // Shard A's stores wait, one batch per hold, while holds are queued.
+    const holds: { reached: () => void; gate: Promise<void> }[] = [];
+    const hold = () => {
+      let release!: () => void;
+      let reached!: () => void;
+      const atHold = new Promise<void>((resolve) => (reached = resolve));
+      holds.push({ reached, gate: new Promise<void>((resolve) => (release = resolve)) });
+      return { release, atHold };
+    };
+    const hooks = {
+      beforeStore: () => {
+        const h = holds.shift();
+        if (h === undefined) return;
+        h.reached();
+        return h.gate;
+      },
+    };
+    const d = await geoDeployment(geo, 1, (k) => (k === A ? { hooks } : {}));
+    try {
+      const hub = d.hubs[0];
+      const ev = (id: string) => ({ id, lat: at.lat, lon: at.lon, attributes: { k: 1 } });
+      await hub.addSubscription('p', { id: 's', filters: [{ constraints: [{ name: 'k', op: 'eq', value: 1 }], area: { radiusM: 300 } }] });
+      await hub.updateLocations([{ device: 'p', ...at }]);
+      assert.deepEqual((await hub.publish([ev('probe')])).map((r) => r.reached), [1], 'shard A holds the device');
+      const record = d.keys(A).geoEventId('x');
+      const h1 = hold();
+      const first = hub.publish([ev('x')]);
+      first.catch(() => {}); // awaited below; a failure before then must not go unhandled
+      await h1.atHold; // shard A matched it; its store and answer wait
+      // The record lapses (as the window would have it), and a later publish of the id is new.
+      await inspect((r) => r.del(record));
+      const h2 = hold();
+      const second = hub.publish([ev('x')]);
+      second.catch(() => {});
+      h1.release();
+      assert.deepEqual((await first).map((r) => [r.reached, r.duplicate === true]), [[1, false]], 'the first publish answered, late');
+      await h2.atHold;
+      const fields = await inspect((r) => r.hgetall(record));
+      assert.equal(fields[`s${A}`], undefined, `shard A has not answered the second publish yet: its late answer to the first left the new record alone (${JSON.stringify(fields)})`);
+      h2.release();
+      assert.deepEqual((await second).map((r) => [r.reached, r.duplicate === true]), [[1, false]]);
+      assert.equal((await inspect((r) => r.hgetall(record)))[`s${A}`], '1', 'its answer to the second publish');
+    } finally {
+      for (const h of holds.splice(0)) h.reached();
+      await d.close();
+    }
+  });
 });
