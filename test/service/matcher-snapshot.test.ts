@@ -27,6 +27,7 @@ import type { Event, Filter } from '../../src/model/types.js';
 import { anchored, anywhere, eq, fixed, sub } from '../support/hub-contract.js';
 import { redisTestKit, useRedisServer } from '../support/redis-deployment.js';
 import { Rng } from '../support/rng.js';
+import { within } from '../support/grpc.js';
 import { pino } from 'pino';
 import { configFromEnv } from '../../services/process/config.js';
 import { connectGatewayHub } from '../../services/process/roles.js';
@@ -714,6 +715,58 @@ describe('matcher snapshots in a Redis deployment', { skip: missing ?? false, ti
       const stats = JSON.parse((await inspect((r) => r.get(keysOf(prefix).matcherStats))) ?? '{}') as { extra?: { trimmedPastReads?: number; streamTrims?: number } };
       assert.equal(stats.extra?.trimmedPastReads, 0);
       assert.ok((stats.extra?.streamTrims ?? 0) > 0, 'the stats count the trimmed entries');
+    }));
+
+  it('a standby further behind the stored offset than standbyMaxLagMs of stream time no longer holds the stream: the leader trims past it and it finds out', () =>
+    deployment(async ({ prefix, hub, start, caughtUp }) => {
+      const w = new World(hub, 37);
+      const keeps = keepLog();
+      // 50 ms of stream time: the commands below take longer than that to write.
+      const leader = await start({ statsMs: 50, standbyMaxLagMs: 50, hooks: { onKeep: keeps.hook } });
+      let hold: Promise<void> | null = null;
+      let release = () => {};
+      let held = () => {};
+      let told = () => {};
+      const trimmedPast = new Promise<void>((resolve) => (told = resolve));
+      const standby = await start({
+        statsMs: 50,
+        hooks: {
+          beforeRead: async () => {
+            if (hold === null) return;
+            held();
+            await hold;
+          },
+          onTrimmedPast: () => told(),
+        },
+      });
+      assert.equal(standby.role, 'standby');
+      await w.step(200);
+      await caughtUp(standby);
+      const isHeld = new Promise<void>((resolve) => (held = resolve));
+      hold = new Promise<void>((resolve) => (release = resolve));
+      await isHeld;
+      const at = standby.position;
+      const t0 = Date.now();
+      await w.step(400);
+      while (Date.now() - t0 < 60) await w.step(20); // past the bound in stream time
+      await caughtUp(leader);
+      // Keeps after the last command: the leader trims past the standby's position.
+      const trimmedBelow = new Promise<void>((resolve) => {
+        const check = async () => {
+          while (true) {
+            await keeps.after(1);
+            const x = keeps.belows[keeps.belows.length - 1];
+            if (x !== '' && compareStreamIds(x, at) > 0) return resolve();
+          }
+        };
+        void check();
+      });
+      await within(trimmedBelow, 10_000, `the leader trims past the standby's read position ${at}`);
+      hold = null;
+      release();
+      await within(trimmedPast, 10_000, 'the standby finds the stream trimmed past what it read');
+      const b = await bounds(prefix);
+      assert.ok(b.first === null || compareStreamIds(b.first, at) > 0);
     }));
 
   it('a matcher rebuilding from Redis while the leader trims: the commands after the offset it read are kept until it reads them', () =>
