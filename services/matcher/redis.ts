@@ -127,11 +127,12 @@ export interface RedisMatcherOptions {
   /** @internal test and benchmark hooks */
   hooks?: MatcherHooks;
   /**
-   * How far a matcher's read position may lag the stored offset, in ms of stream time, and still
-   * hold back the leader's trimming (default 600 000; 0: no bound). One further behind (a standby
-   * stuck or far too slow) is trimmed past and rebuilds itself from Redis (`RebuildingMatcher`).
+   * How long (ms, by Redis's clock) another matcher's read position may stay put behind the stored
+   * offset and still hold back this leader's trimming (default 600 000; 0: no bound). A standby
+   * stuck longer is trimmed past and rebuilds itself from Redis (`RebuildingMatcher`); one that is
+   * slow but reading, or building its engine, still holds the stream.
    */
-  standbyMaxLagMs?: number;
+  stuckReadMs?: number;
   /**
    * @internal A clock for retention tests: stamps publishes and ages notifications by it. Unset
    * (production), a publish is stamped when Redis accepted it and ages by Redis's clock.
@@ -241,8 +242,8 @@ export class RedisMatcher {
   /** The start of the snapshot being written, from when it is taken until the file is in place. */
   private writingStart: string | null = null;
   private readonly snapshotHoldMs: number;
-  /** How far (ms of stream time) another matcher may lag the stored offset and still hold trimming (0: no bound). */
-  private readonly standbyMaxLagMs: number;
+  /** How long (ms) another matcher's read position may stay put behind the stored offset and still hold trimming (0: no bound). */
+  private readonly stuckReadMs: number;
   /** Set once the engine is built: the read position is kept from then on. */
   private reading = false;
   private streamTrims = 0;
@@ -372,7 +373,7 @@ export class RedisMatcher {
     this.snapshotBlockBytes = snap?.blockBytes;
     this.snapshotIntervalMs = intOption(COMPONENT, 'snapshot.intervalMs', snap?.intervalMs, 300_000, 0, 7 * 24 * 3600 * 1000);
     this.snapshotHoldMs = intOption(COMPONENT, 'snapshot.holdMs', snap?.holdMs, Math.max(600_000, 2 * this.snapshotIntervalMs + 60_000), 1000, 30 * 24 * 3600 * 1000);
-    this.standbyMaxLagMs = intOption(COMPONENT, 'standbyMaxLagMs', options.standbyMaxLagMs, 600_000, 0, 30 * 24 * 3600 * 1000);
+    this.stuckReadMs = intOption(COMPONENT, 'stuckReadMs', options.stuckReadMs, 600_000, 0, 30 * 24 * 3600 * 1000);
     this.core = new MatchCore(engine, undefined, patterns);
     // Positions go to the engine's handles directly (move), not through the core: the devices that
     // own a pattern are tracked here so theirs reach the patterns too.
@@ -1180,7 +1181,7 @@ export class RedisMatcher {
   private async keepStream(final = false): Promise<void> {
     if (this.crashed || (this.stopping && !final)) return;
     const trim = !final && this.currentRole === 'leader' && this.reading;
-    const args: (string | number)[] = [this.now === null ? '' : String(this.now()), trim ? '1' : '0', this.standbyMaxLagMs];
+    const args: (string | number)[] = [this.now === null ? '' : String(this.now()), trim ? '1' : '0', this.stuckReadMs];
     // What a replay may read again: a leader's (or a deposed leader's, batches still in flight)
     // from its last stored offset; a snapshot being written from its start.
     let low = this.lastId;

@@ -112,11 +112,11 @@ export interface ServerConfig {
    */
   commandStreamMaxLen: number;
   /**
-   * Redis mode, matchers: how far (seconds of stream time) a matcher's read position may lag the
-   * stored offset and still hold back the leader's trimming (0: no bound). One further behind is
-   * trimmed past and rebuilds itself from Redis.
+   * Redis mode, matchers: how long (s) a matcher's read position may stay put behind the stored
+   * offset and still hold back the leader's trimming (0: no bound). One stuck longer is trimmed
+   * past and rebuilds itself from Redis.
    */
-  standbyMaxLagS: number;
+  stuckReadS: number;
   /**
    * Event ids deduplicate for `windowMs` (0: off); an embedded hub (each partition) holds at most
    * `maxIds` of them. In Redis mode the ids live in Redis for the window.
@@ -221,7 +221,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   snapshotDir: null,
   snapshotIntervalS: 300,
   commandStreamMaxLen: 100_000,
-  standbyMaxLagS: 600,
+  stuckReadS: 600,
   dedupe: DEFAULT_DEDUPE,
   maxSubscriptionsPerDevice: DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE,
   logLevel: 'info',
@@ -397,8 +397,8 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
     if (c.redisUrl === null) throw new Error('config: AMBIT_COMMAND_STREAM_MAXLEN is for Redis mode (REDIS_URL)');
     if (c.role === 'matcher') throw new Error('config: AMBIT_COMMAND_STREAM_MAXLEN is for a process that runs a gateway (role gateway or all): gateways trim the command stream');
   }
-  c.standbyMaxLagS = int('AMBIT_STANDBY_MAX_LAG_S', 0, 30 * 24 * 3600) ?? c.standbyMaxLagS;
-  if (env.AMBIT_STANDBY_MAX_LAG_S !== undefined && env.AMBIT_STANDBY_MAX_LAG_S !== '' && c.redisUrl === null) throw new Error('config: AMBIT_STANDBY_MAX_LAG_S is for Redis mode (REDIS_URL)');
+  c.stuckReadS = int('AMBIT_MATCHER_STUCK_S', 0, 30 * 24 * 3600) ?? c.stuckReadS;
+  if (env.AMBIT_MATCHER_STUCK_S !== undefined && env.AMBIT_MATCHER_STUCK_S !== '' && c.redisUrl === null) throw new Error('config: AMBIT_MATCHER_STUCK_S is for Redis mode (REDIS_URL)');
   const dedupeS = int('AMBIT_DEDUPE_WINDOW_S', 0, 7 * 24 * 3600);
   if (dedupeS !== undefined) c.dedupe.windowMs = dedupeS * 1000;
   c.dedupe.maxIds = int('AMBIT_DEDUPE_MAX_IDS', 1, 100_000_000) ?? c.dedupe.maxIds;

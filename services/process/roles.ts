@@ -81,7 +81,7 @@ function matcherOptions(config: ServerConfig, partition: number) {
     leaseMs: config.matcherLeaseMs,
     dedupeWindowMs: config.dedupe.windowMs,
     ...(config.snapshotDir === null ? {} : { snapshot: { dir: config.snapshotDir, intervalMs: config.snapshotIntervalS * 1000 } }),
-    standbyMaxLagMs: config.standbyMaxLagS * 1000,
+    stuckReadMs: config.stuckReadS * 1000,
     patterns: { latenessMs: config.patternLatenessMs, retainedPerElement: config.patternRetainedPerElement },
   };
 }

@@ -108,23 +108,33 @@ return 1
  * that died) stops holding the stream.
  * KEYS: keep, in, then per partition whose offset holds this stream, this one's first: its
  * offset, its in (sharded by space: every shard, since a shard replaying a hand-over reads the
- * paired entry in the stream the device went to; a shard that has read all its stream holds nothing). ARGV: now ms ('' = Redis's clock), trim ('1'|'0'), the most a
- * matcher's read position may lag the stored offset, in ms of stream time, and still hold the
+ * paired entry in the stream the device went to; a shard that has read all its stream holds nothing). ARGV: now ms ('' = Redis's clock), trim ('1'|'0'), how long
+ * (ms) a matcher's read position may stay put behind the stored offset and still hold the
  * stream (0: no bound), then per record: field, stream id ('' removes it), ms to hold it.
  * Returns {the id the stream was trimmed below, or '' when it was not trimmed; entries removed;
  * what holds it there (a record's field or an offset's key; '' when unknown); entries left}.
  */
 const KEEP = `${PARSE_ID}
 local now = now_ms(ARGV[1])
-local maxlag = tonumber(ARGV[3])
+local stuck = tonumber(ARGV[3])
+-- A record is "<id> <held until ms> <since ms>": since when (Redis's clock, or the given one) its
+-- id has been the same.
 for i = 4, #ARGV, 3 do
   if ARGV[i + 1] == '' then redis.call('HDEL', KEYS[1], ARGV[i])
-  else redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1] .. ' ' .. string.format('%.0f', now + tonumber(ARGV[i + 2]))) end
+  else
+    local since = now
+    local old = redis.call('HGET', KEYS[1], ARGV[i])
+    if old then
+      local oid, _, osince = string.match(old, '^(%S+) (%d+) (%d+)$')
+      if oid == ARGV[i + 1] then since = tonumber(osince) end
+    end
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1] .. ' ' .. string.format('%.0f', now + tonumber(ARGV[i + 2])) .. ' ' .. string.format('%.0f', since))
+  end
 end
 if ARGV[2] ~= '1' then return {'', 0} end
 local fm, fs, holder = nil, nil, ''
--- The stored offset's time: a matcher whose read position is more than maxlag ms of stream time
--- behind it is not waited for (it rebuilds from Redis once the stream is trimmed past it).
+-- The stored offset: a matcher whose read position has stayed put behind it for more than
+-- stuck ms is not waited for (trimmed past, it rebuilds itself from Redis).
 local ref = nil
 local function lower(id, who)
   local m, s = parse_id(id)
@@ -156,14 +166,14 @@ for k = 3, #KEYS, 2 do
 end
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
-  local id, until_ms = string.match(all[i + 1], '^(%S+) (%d+)$')
+  local id, until_ms, since = string.match(all[i + 1], '^(%S+) (%d+) ?(%d*)$')
   local behind = false
-  if until_ms ~= nil and maxlag > 0 and ref ~= nil and id ~= '0-0' and string.sub(all[i], -5) == ':read' then
+  if until_ms ~= nil and stuck > 0 and ref ~= nil and since ~= '' and id ~= '0-0' and string.sub(all[i], -5) == ':read' and now - tonumber(since) > stuck then
     local m = parse_id(id)
-    behind = m ~= nil and m < ref - maxlag
+    behind = m ~= nil and m < ref
   end
   if until_ms == nil or tonumber(until_ms) < now then redis.call('HDEL', KEYS[1], all[i])
-  elseif behind then -- left behind: trimming does not wait for it
+  elseif behind then -- stuck behind the offset: trimming does not wait for it
   elseif not lower(id, all[i]) then return {'', 0} end
 end
 if fm == nil or fm == 0 then return {'', 0, holder, redis.call('XLEN', KEYS[2])} end

@@ -154,10 +154,10 @@ describe('api config: configFromEnv', () => {
     assert.deepEqual([DEFAULT_CONFIG.snapshotDir, DEFAULT_CONFIG.snapshotIntervalS], [null, 300]);
     assert.equal(configFromEnv({ REDIS_URL: 'redis://r:6379', AMBIT_COMMAND_STREAM_MAXLEN: '2000000' }).commandStreamMaxLen, 2_000_000);
     assert.equal(DEFAULT_CONFIG.commandStreamMaxLen, 100_000);
-    assert.equal(DEFAULT_CONFIG.standbyMaxLagS, 600);
-    assert.equal(configFromEnv({ REDIS_URL: 'redis://r:6379', AMBIT_STANDBY_MAX_LAG_S: '0' }).standbyMaxLagS, 0);
-    assert.throws(() => configFromEnv({ AMBIT_STANDBY_MAX_LAG_S: '60' }), /AMBIT_STANDBY_MAX_LAG_S is for Redis mode/);
-    assert.throws(() => configFromEnv({ REDIS_URL: 'redis://r:6379', AMBIT_STANDBY_MAX_LAG_S: '-1' }), /AMBIT_STANDBY_MAX_LAG_S/);
+    assert.equal(DEFAULT_CONFIG.stuckReadS, 600);
+    assert.equal(configFromEnv({ REDIS_URL: 'redis://r:6379', AMBIT_MATCHER_STUCK_S: '0' }).stuckReadS, 0);
+    assert.throws(() => configFromEnv({ AMBIT_MATCHER_STUCK_S: '60' }), /AMBIT_MATCHER_STUCK_S is for Redis mode/);
+    assert.throws(() => configFromEnv({ REDIS_URL: 'redis://r:6379', AMBIT_MATCHER_STUCK_S: '-1' }), /AMBIT_MATCHER_STUCK_S/);
     assert.equal(configFromEnv({ AMBIT_DEV: '0' }).dev, false);
     assert.equal(configFromEnv({ AMBIT_DEV: '1' }).dev, true);
   });
