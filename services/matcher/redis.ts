@@ -799,9 +799,9 @@ export class RedisMatcher {
   private acquire(a: Acquired, keepPatterns = false): void {
     this.release(a.device, keepPatterns);
     for (const stored of a.stored) {
-      const json = splitStoredSubscription(stored).json;
-      if (keepPatterns && storedPattern(json)) continue;
-      putStored(this.core, a.device, json, this.log, `${COMPONENT}: a handed-over subscription`);
+      const sub = parsedStored(splitStoredSubscription(stored).json);
+      if (keepPatterns && typeof sub !== 'string' && sub.pattern !== undefined) continue;
+      putStored(this.core, a.device, sub, this.log, `${COMPONENT}: a handed-over subscription`);
     }
     if (a.lat !== null && a.lon !== null) {
       this.move(a.device, a.lat, a.lon);
@@ -1792,12 +1792,12 @@ function freshOnly(slots: readonly PublishSlot[], reached: readonly number[]): n
 }
 
 /** A write Redis refused because this matcher's lease token is no longer the newest. */
-/** Whether a stored subscription's JSON is a pattern subscription (unreadable JSON: no, putStored reports it). */
-function storedPattern(json: string): boolean {
+/** A stored subscription's JSON parsed once, or the JSON itself where it does not parse (putStored reports it). */
+function parsedStored(json: string): DeviceSubscription | string {
   try {
-    return (JSON.parse(json) as DeviceSubscription).pattern !== undefined;
+    return JSON.parse(json) as DeviceSubscription;
   } catch {
-    return false;
+    return json;
   }
 }
 

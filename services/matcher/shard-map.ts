@@ -235,9 +235,11 @@ export function balanceCells(map: ShardMap, loads: readonly CellLoad[], maxMoves
   }
   const after = before.slice();
   const moved = new Map<number, number>();
+  /** The shard a cell has in the plan so far (columns wrap at the antimeridian). */
   const shardOf = (i: number, j: number): number => {
-    const k = i * map.cols + (((j % map.cols) + map.cols) % map.cols);
-    return moved.get(k) ?? owner.get(k) ?? map.shardOfCell(i, ((j % map.cols) + map.cols) % map.cols);
+    const col = ((j % map.cols) + map.cols) % map.cols;
+    const k = i * map.cols + col;
+    return moved.get(k) ?? owner.get(k) ?? map.shardOfCell(i, col);
   };
   const besideOf = (k: number, s: number): boolean => {
     const i = Math.floor(k / map.cols);

@@ -651,6 +651,37 @@ describe('matcher snapshots in a Redis deployment', { skip: missing ?? false, ti
         for (const w of [...waiters]) if (--w.n <= 0) waiters.splice(waiters.indexOf(w), 1), w.resolve();
       },
       after: (n: number) => new Promise<void>((resolve) => waiters.push({ n, resolve })),
+      /** Resolves at the first trim reported from now on that goes past `at`. */
+      async past(at: string): Promise<void> {
+        for (;;) {
+          await this.after(1);
+          const x = belows[belows.length - 1];
+          if (x !== '' && compareStreamIds(x, at) > 0) return;
+        }
+      },
+    };
+  }
+
+  /** A matcher's loop held at its next read while `close()`d (resolves once it is held), until `open()`. */
+  function readGate() {
+    let hold: Promise<void> | null = null;
+    let release = () => {};
+    let held = () => {};
+    return {
+      beforeRead: async () => {
+        if (hold === null) return;
+        held();
+        await hold;
+      },
+      close: (): Promise<void> => {
+        const isHeld = new Promise<void>((resolve) => (held = resolve));
+        hold = new Promise<void>((resolve) => (release = resolve));
+        return isHeld;
+      },
+      open: () => {
+        hold = null;
+        release();
+      },
     };
   }
   const bounds = (prefix: string) =>
@@ -664,26 +695,13 @@ describe('matcher snapshots in a Redis deployment', { skip: missing ?? false, ti
       const w = new World(hub, 31);
       const keeps = keepLog();
       const leader = await start({ statsMs: 50, hooks: { onKeep: keeps.hook } });
-      let hold: Promise<void> | null = null;
-      let release = () => {};
-      let held = () => {};
-      const standby = await start({
-        statsMs: 50,
-        hooks: {
-          beforeRead: async () => {
-            if (hold === null) return;
-            held();
-            await hold;
-          },
-        },
-      });
+      const gate = readGate();
+      const standby = await start({ statsMs: 50, hooks: { beforeRead: gate.beforeRead } });
       assert.equal(standby.role, 'standby');
       await w.step(400);
       await caughtUp(leader);
       await caughtUp(standby);
-      const isHeld = new Promise<void>((resolve) => (held = resolve));
-      hold = new Promise<void>((resolve) => (release = resolve));
-      await isHeld;
+      await gate.close();
       const at = standby.position;
       await w.step(600);
       await caughtUp(leader);
@@ -694,22 +712,11 @@ describe('matcher snapshots in a Redis deployment', { skip: missing ?? false, ti
       assert.ok(leader.streamTrimmed > 0, 'the leader trimmed below the standby what nobody needs');
       assert.equal(leader.streamHold.heldBy, `${standby.matcherId}:read`, 'the leader knows who holds the stream');
       assert.ok(leader.streamHold.length >= 600, `the stream keeps what the standby has to read (${leader.streamHold.length})`);
-      hold = null;
-      release();
+      gate.open();
       await caughtUp(standby);
       assertSubscriptions(standby, w, 'the standby held back');
       // Nobody needs the old entries now: the stream shrinks to about the last node.
-      const trimmedBelow = new Promise<void>((resolve) => {
-        const check = async () => {
-          while (true) {
-            await keeps.after(1);
-            const x = keeps.belows[keeps.belows.length - 1];
-            if (x !== '' && compareStreamIds(x, at) > 0) return resolve();
-          }
-        };
-        void check();
-      });
-      await trimmedBelow;
+      await keeps.past(at);
       const after = await bounds(prefix);
       assert.ok(after.length < 400, `the stream keeps few entries once everyone has read them (XLEN ${after.length} of the 1000 commands)`);
       const stats = JSON.parse((await inspect((r) => r.get(keysOf(prefix).matcherStats))) ?? '{}') as { extra?: { trimmedPastReads?: number; streamTrims?: number } };
@@ -723,45 +730,20 @@ describe('matcher snapshots in a Redis deployment', { skip: missing ?? false, ti
       const keeps = keepLog();
       // Stuck for 50 ms: the commands below take longer than that to write.
       const leader = await start({ statsMs: 50, stuckReadMs: 50, hooks: { onKeep: keeps.hook } });
-      let hold: Promise<void> | null = null;
-      let release = () => {};
-      let held = () => {};
+      const gate = readGate();
       let told = () => {};
       const trimmedPast = new Promise<void>((resolve) => (told = resolve));
-      const standby = await start({
-        statsMs: 50,
-        hooks: {
-          beforeRead: async () => {
-            if (hold === null) return;
-            held();
-            await hold;
-          },
-          onTrimmedPast: () => told(),
-        },
-      });
+      const standby = await start({ statsMs: 50, hooks: { beforeRead: gate.beforeRead, onTrimmedPast: () => told() } });
       assert.equal(standby.role, 'standby');
       await w.step(200);
       await caughtUp(standby);
-      const isHeld = new Promise<void>((resolve) => (held = resolve));
-      hold = new Promise<void>((resolve) => (release = resolve));
-      await isHeld;
+      await gate.close();
       const at = standby.position;
       await w.step(400);
       await caughtUp(leader);
       // Keeps after the last command: the leader trims past the standby's position.
-      const trimmedBelow = new Promise<void>((resolve) => {
-        const check = async () => {
-          while (true) {
-            await keeps.after(1);
-            const x = keeps.belows[keeps.belows.length - 1];
-            if (x !== '' && compareStreamIds(x, at) > 0) return resolve();
-          }
-        };
-        void check();
-      });
-      await within(trimmedBelow, 10_000, `the leader trims past the standby's read position ${at}`);
-      hold = null;
-      release();
+      await within(keeps.past(at), 10_000, `the leader trims past the standby's read position ${at}`);
+      gate.open();
       await within(trimmedPast, 10_000, 'the standby finds the stream trimmed past what it read');
       const b = await bounds(prefix);
       assert.ok(b.first === null || compareStreamIds(b.first, at) > 0);

@@ -44,6 +44,18 @@ const FIRE: EventPattern = {
   aggregates: [{ name: 'temps', fn: 'count', filter: kind('temp'), before: 'smoke', withinMs: 10_000 }],
 };
 const fire: DeviceSubscription = { id: 'fire', filters: [], pattern: FIRE };
+/** Smoke near the device after the last temperature near it within 10 s; how many temperatures near it. */
+const near: DeviceSubscription = {
+  id: 'near',
+  filters: [],
+  pattern: {
+    steps: [
+      { name: 'smoke', filter: kind('smoke', { radiusM: 300 }) },
+      { name: 'temp', filter: kind('temp', { radiusM: 300 }), selection: 'last', withinMs: 10_000 },
+    ],
+    aggregates: [{ name: 'temps', fn: 'count', filter: kind('temp', { radiusM: 300 }), before: 'smoke', withinMs: 10_000 }],
+  },
+};
 const ping = (device: string): DeviceSubscription => ({ id: 'ping', filters: [{ constraints: [{ name: 'ping', op: 'eq', value: device }] }] });
 
 /**
@@ -59,6 +71,11 @@ async function phoneAtHome(hub: RedisHub, sub: DeviceSubscription) {
   await hub.addSubscription('phone', sub);
   await hub.updateLocations([{ device: 'phone', ...HOME }]);
   return hub.openInbox('phone', null);
+}
+/** Until matcher `m` has read its stream's last entry; `onRead` hands over the wake-up its batches call. */
+async function readAll(m: RedisMatcher, prefix: string, onRead: (wake: () => void) => void): Promise<void> {
+  const last = await kit.inspect(async (r) => (await r.xrevrange(kit.keysOf(prefix).in, '+', '-', 'COUNT', 1))[0][0]);
+  while (compareStreamIds(m.position, last) < 0) await new Promise<void>((resolve) => onRead(resolve));
 }
 const matches = (ds: readonly Delivery[]) => ds.filter((d) => d.match !== undefined).map((d) => [d.subscriptionIds, d.match!.steps.map((s) => [s.step, s.event.id, s.timeMs - T0]), { ...d.match!.aggregates }]);
 
@@ -271,18 +288,6 @@ describe('pattern subscriptions in Redis mode', { skip: redis.missing ?? false, 
   });
 
   it('[E17][E12][E5] a standby follows every publish in stream order: after the leader\'s crash it matches with the whole history, a retried event counted once, at the positions of then', async () => {
-    // Smoke near the device after the last temperature near it within 10 s; how many temperatures near it.
-    const near: DeviceSubscription = {
-      id: 'near',
-      filters: [],
-      pattern: {
-        steps: [
-          { name: 'smoke', filter: kind('smoke', { radiusM: 300 }) },
-          { name: 'temp', filter: kind('temp', { radiusM: 300 }), selection: 'last', withinMs: 10_000 },
-        ],
-        aggregates: [{ name: 'temps', fn: 'count', filter: kind('temp', { radiusM: 300 }), before: 'smoke', withinMs: 10_000 }],
-      },
-    };
     const d = await kit.deployment(1, undefined, {}, { leaseMs: 400 });
     let b: RedisMatcher | null = null;
     try {
@@ -299,8 +304,7 @@ describe('pattern subscriptions in Redis mode', { skip: redis.missing ?? false, 
       await hub.publish([ev({ kind: 'temp' }, 2000, HOME, 't2')]);
       await hub.updateLocations([{ device: 'phone', ...HOME }]);
       assert.deepEqual(matches(await drain(hub, inbox, 'phone')), [], 'no smoke yet');
-      const last = await kit.inspect(async (r) => (await r.xrevrange(kit.keysOf(d.prefix).in, '+', '-', 'COUNT', 1))[0][0]);
-      while (compareStreamIds(b.position, last) < 0) await new Promise<void>((resolve) => (read = resolve));
+      await readAll(b, d.prefix, (wake) => (read = wake));
       await d.matcher.crash();
       await b.whenRole('leader');
       await hub.publish([ev({ kind: 'smoke' }, 3000, HOME, 's1')]);
@@ -325,8 +329,7 @@ describe('pattern subscriptions in Redis mode', { skip: redis.missing ?? false, 
       b = await RedisMatcher.start(kit.matcherOptions(d.prefix, { leaseMs: 400, hooks: { onBatch: () => read?.() } }));
       assert.equal(b.role, 'standby');
       assert.deepEqual((await hub.publish([ev({ kind: 'temp' }, 1000, HOME, 't1')])).map((r) => r.duplicate), [true]);
-      const last = await kit.inspect(async (r) => (await r.xrevrange(kit.keysOf(d.prefix).in, '+', '-', 'COUNT', 1))[0][0]);
-      while (compareStreamIds(b.position, last) < 0) await new Promise<void>((resolve) => (read = resolve));
+      await readAll(b, d.prefix, (wake) => (read = wake));
       await d.matcher.crash();
       await b.whenRole('leader');
       await hub.publish([ev({ kind: 'smoke' }, 3000, HOME, 's1')]);
@@ -343,17 +346,6 @@ describe('pattern subscriptions in Redis mode', { skip: redis.missing ?? false, 
     // Columns 919 and 920 of 0.01°: a shard each, 780 m apart.
     const A = { lat: 45.46, lon: 9.195 };
     const B = { lat: 45.46, lon: 9.205 };
-    const near: DeviceSubscription = {
-      id: 'near',
-      filters: [],
-      pattern: {
-        steps: [
-          { name: 'smoke', filter: kind('smoke', { radiusM: 300 }) },
-          { name: 'temp', filter: kind('temp', { radiusM: 300 }), selection: 'last', withinMs: 10_000 },
-        ],
-        aggregates: [{ name: 'temps', fn: 'count', filter: kind('temp', { radiusM: 300 }), before: 'smoke', withinMs: 10_000 }],
-      },
-    };
     const d = await kit.geoDeployment(geo, 1);
     try {
       const hub = d.hubs[0];
