@@ -11,9 +11,9 @@
 import { create, toBinary } from '@bufbuild/protobuf';
 import type { Event as MEvent } from '../../src/model/types.js';
 import { ConnectResponseSchema } from '../../api/gen/ambit/v1/device_pb.js';
-import { EventSchema } from '../../api/gen/ambit/v1/types_pb.js';
 import { type Delivery, apiEventBytes } from '../hub/port.js';
-import { fromDelivery, fromEvent } from './convert.js';
+import { fromDelivery } from './convert.js';
+import { encodeApiEvent, utf8Length, varintSize, writeString, writeVarint } from './event-bytes.js';
 
 /**
  * The event's API bytes: encoded once per event while it is alive (a device's log or a batch in
@@ -23,7 +23,7 @@ import { fromDelivery, fromEvent } from './convert.js';
 export function encodedEvent(e: MEvent): Uint8Array {
   let b = apiEventBytes.get(e);
   if (b === undefined) {
-    b = toBinary(EventSchema, fromEvent(e));
+    b = encodeApiEvent(e);
     apiEventBytes.set(e, b);
   }
   return b;
@@ -49,12 +49,12 @@ export function notificationFrame(d: Delivery): Uint8Array {
   const seconds = Math.floor(d.publishedAtMs / 1000);
   const nanos = (d.publishedAtMs - seconds * 1000) * 1_000_000;
   const tsLen = (seconds !== 0 ? 1 + varintSize(seconds) : 0) + (nanos !== 0 ? 1 + varintSize(nanos) : 0);
-  const idLen = Buffer.byteLength(d.deliveryId);
+  const idLen = utf8Length(d.deliveryId);
   let body = (idLen > 0 ? 1 + varintSize(idLen) + idLen : 0) + 1 + varintSize(event.length) + event.length + 1 + varintSize(tsLen) + tsLen;
   const ids = d.subscriptionIds;
   const idLens = new Array<number>(ids.length);
   for (let i = 0; i < ids.length; i++) {
-    const n = Buffer.byteLength(ids[i]);
+    const n = utf8Length(ids[i]);
     idLens[i] = n;
     body += 1 + varintSize(n) + n;
   }
@@ -65,7 +65,7 @@ export function notificationFrame(d: Delivery): Uint8Array {
   if (idLen > 0) {
     out[o++] = TAG_DELIVERY_ID;
     o = writeVarint(out, o, idLen);
-    o += out.write(d.deliveryId, o, 'utf8');
+    o = writeString(out, o, d.deliveryId, idLen);
   }
   out[o++] = TAG_EVENT;
   o = writeVarint(out, o, event.length);
@@ -74,7 +74,7 @@ export function notificationFrame(d: Delivery): Uint8Array {
   for (let i = 0; i < ids.length; i++) {
     out[o++] = TAG_SUBSCRIPTION_ID;
     o = writeVarint(out, o, idLens[i]);
-    o += out.write(ids[i], o, 'utf8');
+    o = writeString(out, o, ids[i], idLens[i]);
   }
   out[o++] = TAG_PUBLISHED_AT;
   o = writeVarint(out, o, tsLen);
@@ -88,23 +88,4 @@ export function notificationFrame(d: Delivery): Uint8Array {
   }
   if (o !== out.length) throw new Error(`notification frame: wrote ${o} of ${out.length} bytes`);
   return out;
-}
-
-/** Bytes of a non-negative integer below 2^53 as a varint. */
-function varintSize(n: number): number {
-  let size = 1;
-  while (n >= 128) {
-    n = Math.floor(n / 128);
-    size++;
-  }
-  return size;
-}
-
-function writeVarint(out: Buffer, o: number, n: number): number {
-  while (n >= 128) {
-    out[o++] = (n % 128) | 0x80;
-    n = Math.floor(n / 128);
-  }
-  out[o++] = n;
-  return o;
 }
