@@ -22,7 +22,7 @@
 import type { Logger } from 'pino';
 import { AmbitError } from '../../src/model/errors.js';
 import type { Event } from '../../src/model/types.js';
-import type { DeviceMemo, Owner, Recipient } from '../matcher/core.js';
+import { type DeviceMemo, type Owner, type Recipient, sortIds } from '../matcher/core.js';
 import { type DeliveryMatch, devicePart, splitSubscriptionKey } from './port.js';
 import type { DeliverySource } from '../matcher/fanout.js';
 import type { HubFanOut } from './embedded.js';
@@ -466,7 +466,7 @@ export class MatchGrouper {
     }
     for (let i = 0; i < out.length; i++) {
       const x = out[i];
-      if (x.ids.length > 1) x.ids.sort();
+      if (x.ids.length > 1) sortIds(x.ids);
       this.store(x.of.device, event, x.ids, ms);
     }
     out.length = 0;
