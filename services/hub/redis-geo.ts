@@ -203,6 +203,8 @@ export async function geoHubStats(cmd: Conn, keys: Keys, router: GeoRouter, gate
       shardMapVersion: router.mapVersion,
       // Time the shards' leaders spent waiting for shards that devices left (ms, summed).
       handOverWaitMs: alive.reduce((a, m) => a + (typeof m.extra.handOverWaitMs === 'number' ? m.extra.handOverWaitMs : 0), 0),
+      // Hand-overs applied without waiting longer for the shard left behind (AMBIT_HANDOVER_WAIT_S).
+      handOversForced: alive.reduce((a, m) => a + (typeof m.extra.handOversForced === 'number' ? m.extra.handOversForced : 0), 0),
       shardMapMoving: router.prev !== null,
       duplicateEvents: num('duplicates'),
       devicesPurged: num('devicesPurged'),

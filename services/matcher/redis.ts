@@ -134,6 +134,15 @@ export interface RedisMatcherOptions {
    */
   stuckReadMs?: number;
   /**
+   * Sharded by space: how long (ms) this shard's leader waits for the shards devices leave to
+   * store past a hand-over before it applies the arrival anyway (default 30 000; 0: no bound).
+   * While it waits its whole loop waits, so a shard left with no leader and no standby would
+   * stall every shard its devices move to. Applied early, nothing is lost or matched twice; the
+   * device's notifications from the shard left behind, once that shard runs again, come after the
+   * ones this shard stored meanwhile (docs/service.md).
+   */
+  handOverWaitMs?: number;
+  /**
    * @internal A clock for retention tests: stamps publishes and ages notifications by it. Unset
    * (production), a publish is stamped when Redis accepted it and ages by Redis's clock.
    */
@@ -167,6 +176,8 @@ export interface MatcherHooks {
   onKeep?(t: { below: string; removed: number }): void;
   /** Sharding by space: a leader waits for the shards devices leave before it applies their arrival. */
   onHandOverWait?(w: { entry: string; from: number[] }): void;
+  /** Sharded by space: the wait above ran past `handOverWaitMs` and the arrival is applied without it. */
+  onHandOverForced?(w: { entry: string; from: number[]; waitedMs: number }): void;
 }
 
 export type MatcherRole = 'leader' | 'standby';
@@ -273,6 +284,8 @@ export class RedisMatcher {
   private readSinceStart = false;
   /** Sharding by space: time spent waiting for shards that devices left (ms). */
   private handOverWaitMs = 0;
+  private handOversForced = 0;
+  private readonly handOverWaitLimitMs: number;
   /** Devices this matcher's engine took over from another shard, and gave to one (hand-over entries applied). */
   private handOversIn = 0;
   private handOversOut = 0;
@@ -374,6 +387,7 @@ export class RedisMatcher {
     this.snapshotIntervalMs = intOption(COMPONENT, 'snapshot.intervalMs', snap?.intervalMs, 300_000, 0, 7 * 24 * 3600 * 1000);
     this.snapshotHoldMs = intOption(COMPONENT, 'snapshot.holdMs', snap?.holdMs, Math.max(600_000, 2 * this.snapshotIntervalMs + 60_000), 1000, 30 * 24 * 3600 * 1000);
     this.stuckReadMs = intOption(COMPONENT, 'stuckReadMs', options.stuckReadMs, 600_000, 0, 30 * 24 * 3600 * 1000);
+    this.handOverWaitLimitMs = intOption(COMPONENT, 'handOverWaitMs', options.handOverWaitMs, 30_000, 0, 24 * 3600 * 1000);
     this.core = new MatchCore(engine, undefined, patterns);
     // Positions go to the engine's handles directly (move), not through the core: the devices that
     // own a pattern are tracked here so theirs reach the patterns too.
@@ -1137,6 +1151,16 @@ export class RedisMatcher {
     while (!this.stopping && !this.crashed && this.currentRole === 'leader') {
       const stored = await this.cmd.mget(offsets);
       if (stored.every((o) => o !== null && compareStreamIds(o, released) >= 0)) break;
+      const waited = Date.now() - t0;
+      if (this.handOverWaitLimitMs > 0 && waited >= this.handOverWaitLimitMs) {
+        this.handOversForced++;
+        this.log?.error(
+          { entry: entry.id, from: [...sources], waitedMs: waited },
+          `${COMPONENT}: hand-over ${entry.id} applied without shards ${[...sources].join(', ')} storing past ${released} (waited ${waited} ms, the bound): their notifications to these devices will come after this shard's`,
+        );
+        this.hooks.onHandOverForced?.({ entry: entry.id, from: [...sources], waitedMs: waited });
+        break;
+      }
       if (!told) {
         told = true;
         this.hooks.onHandOverWait?.({ entry: entry.id, from: [...sources] });
@@ -1641,7 +1665,7 @@ export class RedisMatcher {
         streamTrims: this.streamTrims,
         streamLength: this.streamLength,
         streamHeldBy: this.streamHeldBy,
-        ...(this.keys.layout.geo === undefined ? {} : { handOverWaitMs: this.handOverWaitMs, handOversIn: this.handOversIn, handOversOut: this.handOversOut }),
+        ...(this.keys.layout.geo === undefined ? {} : { handOverWaitMs: this.handOverWaitMs, handOversForced: this.handOversForced, handOversIn: this.handOversIn, handOversOut: this.handOversOut }),
         ...(this.lastSnapshot === null ? {} : { snapshotAt: this.lastSnapshot.createdAt, snapshotBytes: this.lastSnapshot.bytes, snapshotMs: Math.round(this.lastSnapshot.ms) }),
         ...this.core.patternStats(this.patternMatches),
       },

@@ -118,6 +118,11 @@ export interface ServerConfig {
    */
   stuckReadS: number;
   /**
+   * Sharded by space, matchers: how long (s) a shard's leader waits for the shard a device leaves
+   * to store past the hand-over before it applies the arrival anyway (0: no bound).
+   */
+  handOverWaitS: number;
+  /**
    * Event ids deduplicate for `windowMs` (0: off); an embedded hub (each partition) holds at most
    * `maxIds` of them. In Redis mode the ids live in Redis for the window.
    */
@@ -222,6 +227,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   snapshotIntervalS: 300,
   commandStreamMaxLen: 100_000,
   stuckReadS: 600,
+  handOverWaitS: 30,
   dedupe: DEFAULT_DEDUPE,
   maxSubscriptionsPerDevice: DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE,
   logLevel: 'info',
@@ -301,8 +307,9 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
     c.geo = { shards: geoShards, wide: int('AMBIT_GEO_WIDE_SHARDS', 1, MAX_WIDE_SHARDS) ?? 1, cellDeg: decimal('AMBIT_GEO_CELL_DEG', 0.001, 30) ?? 0.05, guardM: decimal('AMBIT_GEO_GUARD_M', 0, 100_000) ?? 500, layout };
     c.matcherPartitions = c.geo.shards + c.geo.wide;
   } else {
-    for (const name of ['AMBIT_GEO_WIDE_SHARDS', 'AMBIT_GEO_CELL_DEG', 'AMBIT_GEO_GUARD_M', 'AMBIT_GEO_LAYOUT']) if (str(name) !== undefined) throw new Error(`config: ${name} needs AMBIT_GEO_SHARDS (sharding by space)`);
+    for (const name of ['AMBIT_GEO_WIDE_SHARDS', 'AMBIT_GEO_CELL_DEG', 'AMBIT_GEO_GUARD_M', 'AMBIT_GEO_LAYOUT', 'AMBIT_HANDOVER_WAIT_S']) if (str(name) !== undefined) throw new Error(`config: ${name} needs AMBIT_GEO_SHARDS (sharding by space)`);
   }
+  c.handOverWaitS = int('AMBIT_HANDOVER_WAIT_S', 0, 24 * 3600) ?? c.handOverWaitS;
   const mpart = str('AMBIT_MATCHER_PARTITION');
   if (mpart !== undefined && mpart !== 'all') c.matcherPartition = int('AMBIT_MATCHER_PARTITION', 0, c.matcherPartitions - 1) ?? null;
   if (c.matcherPartitions > 1 && c.redisUrl === null) throw new Error('config: AMBIT_MATCHER_PARTITIONS is for Redis mode (REDIS_URL); an embedded node splits its hub with AMBIT_PARTITIONS');

@@ -107,6 +107,10 @@ export class Metrics implements EdgeMetrics {
       const ms = this.hubStats?.extra.handOverWaitMs;
       return typeof ms === 'number' && Number.isFinite(ms) ? ms / 1000 : 0;
     });
+    counter('ambit_handovers_forced_total', 'Sharded by space: hand-overs a shard leader applied after AMBIT_HANDOVER_WAIT_S without the shard the device left storing past it', () => {
+      const n = this.hubStats?.extra.handOversForced;
+      return typeof n === 'number' && Number.isFinite(n) ? n : 0;
+    });
     // Device lifecycle: counted by the hub (in Redis mode, the deployment's totals: every gateway
     // reports the same figure, so aggregate with max, not sum).
     const hubCount = (key: string) => () => {

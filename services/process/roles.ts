@@ -82,6 +82,7 @@ function matcherOptions(config: ServerConfig, partition: number) {
     dedupeWindowMs: config.dedupe.windowMs,
     ...(config.snapshotDir === null ? {} : { snapshot: { dir: config.snapshotDir, intervalMs: config.snapshotIntervalS * 1000 } }),
     stuckReadMs: config.stuckReadS * 1000,
+    handOverWaitMs: config.handOverWaitS * 1000,
     patterns: { latenessMs: config.patternLatenessMs, retainedPerElement: config.patternRetainedPerElement },
   };
 }

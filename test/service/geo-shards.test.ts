@@ -371,6 +371,49 @@ describe('sharded by space', { skip: missing ?? false, timeout: 60_000 }, () => 
     }
   });
 
+  it('a device leaving a shard that has no leader: the shard it arrives on applies it after the wait bound, the device gets its events there, and nothing twice once the shard left behind runs again', async () => {
+    const geo: GeoSpec = { ...STRIPES, cellDeg: 0.02 }; // 1.56 km stripes: a publish in the middle of one visits no other
+    const prefix = freshPrefix();
+    const j = Math.floor((9.19 + 180) / geo.cellDeg);
+    const a = j % 3;
+    const b = (j + 1) % 3;
+    const lonOf = (col: number) => (col + 0.5) * geo.cellDeg - 180;
+    let forced!: (w: { entry: string; from: number[]; waitedMs: number }) => void;
+    const bForced = new Promise<{ entry: string; from: number[]; waitedMs: number }>((resolve) => (forced = resolve));
+    // Every shard but a runs; b gives up waiting for a after 200 ms.
+    const start = (k: number) =>
+      RedisMatcher.start(matcherOptions(prefix, { geo, partition: k, ...(k === b ? { handOverWaitMs: 200, hooks: { onHandOverForced: forced } } : {}) }));
+    const matchers = await Promise.all([0, 1, 2, 3].filter((k) => k !== a).map(start));
+    const hub = await RedisHub.connect(hubOptions(prefix, { geo }));
+    let back: RedisMatcher | null = null;
+    try {
+      const dev = 'leaver';
+      await hub.updateLocations([{ device: dev, lat: 45.4642, lon: lonOf(j) }]);
+      await hub.addSubscription(dev, { id: 'near', filters: [{ constraints: [], area: { radiusM: 10 } }] });
+      await hub.updateLocations([{ device: dev, lat: 45.4642, lon: lonOf(j) }]); // homes it on shard a
+      assert.equal(await inspect((r) => r.hget(`${prefix}home`, dev)), String(a));
+      await hub.updateLocations([{ device: dev, lat: 45.4642, lon: lonOf(j + 1) }]);
+      assert.equal(await inspect((r) => r.hget(`${prefix}home`, dev)), String(b));
+      const atB = hub.publish([{ id: 'at-b', lat: 45.4642, lon: lonOf(j + 1), attributes: {} }]);
+      atB.catch(() => {}); // awaited below
+      const w = await bForced;
+      assert.deepEqual(w.from, [a]);
+      assert.ok(w.waitedMs >= 200);
+      assert.equal((await atB)[0].reached, 1, 'the device is on shard b once the bound passed');
+      // Shard a runs again: it applies what it was owed (the device leaves it) and matches nothing for it.
+      back = await start(a);
+      assert.equal((await hub.publish([{ id: 'at-a', lat: 45.4642, lon: lonOf(j), attributes: {} }]))[0].reached, 0);
+      const inbox = await hub.openInbox(dev, '');
+      const got = await inbox.pull(10);
+      inbox.close();
+      assert.deepEqual(got.map((n) => n.event.id), ['at-b'], 'one notification, once');
+    } finally {
+      await hub.close();
+      await back?.stop();
+      for (const m of matchers) await m.stop();
+    }
+  });
+
   it('a shard leader killed right after it matched a publish: its standby takes over and replays; every reach and notification is still exact', async () => {
     const crashed: number[] = [];
     let matched = [0, 0, 0, 0];
