@@ -135,11 +135,11 @@ export interface RedisMatcherOptions {
   stuckReadMs?: number;
   /**
    * Sharded by space: how long (ms) this shard's leader waits for the shards devices leave to
-   * store past a hand-over before it applies the arrival anyway (default 30 000; 0: no bound).
-   * While it waits its whole loop waits, so a shard left with no leader and no standby would
-   * stall every shard its devices move to. Applied early, nothing is lost or matched twice; the
-   * device's notifications from the shard left behind, once that shard runs again, come after the
-   * ones this shard stored meanwhile (docs/service.md).
+   * store past a hand-over before it applies the arrival anyway (default 0: no bound). While it
+   * waits its whole loop waits, so a shard left with no leader and no standby stalls every shard
+   * its devices move to. Applied early, no event is matched twice for the device, but what the
+   * shard left behind still owed it is lost: the device's delivery marker moves past it
+   * (docs/service.md).
    */
   handOverWaitMs?: number;
   /**
@@ -387,7 +387,7 @@ export class RedisMatcher {
     this.snapshotIntervalMs = intOption(COMPONENT, 'snapshot.intervalMs', snap?.intervalMs, 300_000, 0, 7 * 24 * 3600 * 1000);
     this.snapshotHoldMs = intOption(COMPONENT, 'snapshot.holdMs', snap?.holdMs, Math.max(600_000, 2 * this.snapshotIntervalMs + 60_000), 1000, 30 * 24 * 3600 * 1000);
     this.stuckReadMs = intOption(COMPONENT, 'stuckReadMs', options.stuckReadMs, 600_000, 0, 30 * 24 * 3600 * 1000);
-    this.handOverWaitLimitMs = intOption(COMPONENT, 'handOverWaitMs', options.handOverWaitMs, 30_000, 0, 24 * 3600 * 1000);
+    this.handOverWaitLimitMs = intOption(COMPONENT, 'handOverWaitMs', options.handOverWaitMs, 0, 0, 24 * 3600 * 1000);
     this.core = new MatchCore(engine, undefined, patterns);
     // Positions go to the engine's handles directly (move), not through the core: the devices that
     // own a pattern are tracked here so theirs reach the patterns too.
@@ -1156,7 +1156,7 @@ export class RedisMatcher {
         this.handOversForced++;
         this.log?.error(
           { entry: entry.id, from: [...sources], waitedMs: waited },
-          `${COMPONENT}: hand-over ${entry.id} applied without shards ${[...sources].join(', ')} storing past ${released} (waited ${waited} ms, the bound): their notifications to these devices will come after this shard's`,
+          `${COMPONENT}: hand-over ${entry.id} applied without shards ${[...sources].join(', ')} storing past ${released} (waited ${waited} ms, the bound): what they still owed these devices is lost`,
         );
         this.hooks.onHandOverForced?.({ entry: entry.id, from: [...sources], waitedMs: waited });
         break;
