@@ -37,7 +37,7 @@ import { inRange } from '../../src/model/limits.js';
 import type { Event } from '../../src/model/types.js';
 import { compareStreamIds, decodeLocations, decodePosition, splitStoredSubscription, streamIdMs } from '../redis/codec.js';
 import { type Conn, DEFAULT_REDIS, type RedisSource, closeConnection, connectAll, intOption, openConn, prefixOption, sleep } from '../redis/connection.js';
-import { DEFAULT_PREFIX, type GeoSpec, Keys } from '../redis/keys.js';
+import { DEFAULT_PREFIX, type GeoSpec, type GroupKeys, Keys } from '../redis/keys.js';
 import { checkLayout, layoutFor } from '../redis/layout.js';
 import { StreamReader } from '../redis/stream-reader.js';
 import { type Acquired, type InEntry, type MatcherStatsRecord, encodeReply, parseInEntry } from '../redis/protocol.js';
@@ -135,11 +135,12 @@ export interface RedisMatcherOptions {
   stuckReadMs?: number;
   /**
    * Sharded by space: how long (ms) this shard's leader waits for the shards devices leave to
-   * store past a hand-over before it applies the arrival anyway (default 0: no bound). While it
-   * waits its whole loop waits, so a shard left with no leader and no standby stalls every shard
-   * its devices move to. Applied early, no event is matched twice for the device, but what the
-   * shard left behind still owed it is lost: the device's delivery marker moves past it
-   * (docs/service.md).
+   * store past a hand-over before it applies the arrival anyway (default 30 000; 0: no bound).
+   * While it waits its whole loop waits, so a shard left with no leader and no standby would
+   * stall every shard its devices move to. Applied early, each device's state first opens an
+   * owed window (scripts.ts OWE), so what the shard left behind still owes the device is stored
+   * when that shard runs again, after what this shard stored meanwhile; nothing is lost or
+   * matched twice (docs/service.md).
    */
   handOverWaitMs?: number;
   /**
@@ -387,7 +388,7 @@ export class RedisMatcher {
     this.snapshotIntervalMs = intOption(COMPONENT, 'snapshot.intervalMs', snap?.intervalMs, 300_000, 0, 7 * 24 * 3600 * 1000);
     this.snapshotHoldMs = intOption(COMPONENT, 'snapshot.holdMs', snap?.holdMs, Math.max(600_000, 2 * this.snapshotIntervalMs + 60_000), 1000, 30 * 24 * 3600 * 1000);
     this.stuckReadMs = intOption(COMPONENT, 'stuckReadMs', options.stuckReadMs, 600_000, 0, 30 * 24 * 3600 * 1000);
-    this.handOverWaitLimitMs = intOption(COMPONENT, 'handOverWaitMs', options.handOverWaitMs, 0, 0, 24 * 3600 * 1000);
+    this.handOverWaitLimitMs = intOption(COMPONENT, 'handOverWaitMs', options.handOverWaitMs, 30_000, 0, 24 * 3600 * 1000);
     this.core = new MatchCore(engine, undefined, patterns);
     // Positions go to the engine's handles directly (move), not through the core: the devices that
     // own a pattern are tracked here so theirs reach the patterns too.
@@ -1153,10 +1154,14 @@ export class RedisMatcher {
       if (stored.every((o) => o !== null && compareStreamIds(o, released) >= 0)) break;
       const waited = Date.now() - t0;
       if (this.handOverWaitLimitMs > 0 && waited >= this.handOverWaitLimitMs) {
+        // What the shards left behind still owe these devices stays theirs to store: each device's
+        // state opens a window up to the release entry before this shard stores anything for it.
+        const owing = entry.devices.filter((a) => sources.has(Number(a.from))).map((a) => a.device);
+        if (!(await this.openOwed(released, owing))) return null;
         this.handOversForced++;
         this.log?.error(
           { entry: entry.id, from: [...sources], waitedMs: waited },
-          `${COMPONENT}: hand-over ${entry.id} applied without shards ${[...sources].join(', ')} storing past ${released} (waited ${waited} ms, the bound): what they still owed these devices is lost`,
+          `${COMPONENT}: hand-over ${entry.id} applied without shards ${[...sources].join(', ')} storing past ${released} (waited ${waited} ms, the bound): their notifications to these devices, once they run again, come after this shard's`,
         );
         this.hooks.onHandOverForced?.({ entry: entry.id, from: [...sources], waitedMs: waited });
         break;
@@ -1174,6 +1179,27 @@ export class RedisMatcher {
     }
     this.handOverWaitMs += Date.now() - t0;
     return batch;
+  }
+
+  /**
+   * Opens the owed window (scripts.ts OWE) of each device, a call per device group, fenced by
+   * this leader's token; false when it could not (the loop reads the batch again).
+   */
+  private async openOwed(released: string, devices: readonly string[]): Promise<boolean> {
+    const byGroup = new Map<GroupKeys, string[]>();
+    for (const d of devices) {
+      const g = this.keys.groupOf(d);
+      let list = byGroup.get(g);
+      if (list === undefined) byGroup.set(g, (list = []));
+      list.push(d);
+    }
+    try {
+      await Promise.all([...byGroup].map(([g, ds]) => runScript(this.cmd, 'ambitOwe', g.dstate, g.nseq, g.nlast, g.fence, released, ...ds, this.token)));
+      return true;
+    } catch (err) {
+      this.log?.error({ err: String(err) }, `${COMPONENT}: could not open the owed window of a hand-over applied without waiting longer`);
+      return false;
+    }
   }
 
   /**

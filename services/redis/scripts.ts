@@ -330,10 +330,18 @@ return n
 // A device's delivery state, one field of {p}dstate: seven doubles (struct '<ddddddd'):
 // last id's ms, last ordinal, stream length after the last change, when its TTL was last set
 // (ms), and the marker of its last stored notification (source in-entry ms, seq, event index).
+// A device taken over by a shard that stopped waiting for the shard it left (OWE) has eight more:
+// the owed window's low end (the marker then: ms, seq, index; exclusive), its high end (the
+// hand-over's release entry: ms, seq; inclusive, any index), and the marker of what was stored
+// in the window since (ms, seq, index).
 // A device without one may have the layout of earlier versions ({p}nseq + {p}nlast): read once.
 const STATE = `
 local function load_state(raw, seq, last)
   if raw then
+    if #raw >= 120 then
+      local a, b, c, d, e, f, g, h, i, j, k, l, m, n, o = struct.unpack('<ddddddddddddddd', raw)
+      return {a, b, c, d, e, f, g, h, i, j, k, l, m, n, o}
+    end
     local a, b, c, d, e, f, g = struct.unpack('<ddddddd', raw)
     return {a, b, c, d, e, f, g}
   end
@@ -346,7 +354,14 @@ local function load_state(raw, seq, last)
   return s
 end
 local function pack_state(s)
+  if s[8] then
+    return struct.pack('<ddddddddddddddd', s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12], s[13], s[14], s[15])
+  end
   return struct.pack('<ddddddd', s[1], s[2], s[3], s[4], s[5], s[6], s[7])
+end
+-- (am, as, ai) after (bm, bs, bi): in-entry ids, then event indices.
+local function is_after(am, as, ai, bm, bs, bi)
+  return am > bm or (am == bm and (as > bs or (as == bs and ai > bi)))
 end
 `;
 
@@ -426,7 +441,11 @@ for i = 1, n do
     cur[dev] = s
   end
   local sm, ss, si = esm[e], ess[e], eidx[e]
-  if sm > s[5] or (sm == s[5] and (ss > s[6] or (ss == s[6] and si > s[7]))) then
+  local fresh = is_after(sm, ss, si, s[5], s[6], s[7])
+  -- Owed by the shard a device left before the arriving shard stopped waiting for it: within the
+  -- window and after what was stored in it (a replay of that shard skips what it stored already).
+  local owed = not fresh and s[8] ~= nil and is_after(sm, ss, si, s[13], s[14], s[15]) and (sm < s[11] or (sm == s[11] and ss <= s[12]))
+  if fresh or owed then
     local key = KEYS[4 + i]
     local ms = math.max(epub[e], s[1])
     local ord = s[2] + 1
@@ -448,7 +467,8 @@ for i = 1, n do
       redis.call('PEXPIRE', key, ttl)
       s[4] = now
     end
-    s[1], s[2], s[3], s[5], s[6], s[7] = ms, ord, after, sm, ss, si
+    s[1], s[2], s[3] = ms, ord, after
+    if fresh then s[5], s[6], s[7] = sm, ss, si else s[13], s[14], s[15] = sm, ss, si end
     if not changed[dev] then
       changed[dev] = true
       changed[#changed + 1] = dev
@@ -462,6 +482,37 @@ for i = 1, n do
 end
 save_states()
 return stored
+`;
+
+/**
+ * Sharded by space: a shard that applies devices' arrival without the shard they left having
+ * stored past the hand-over (its wait bound passed) first opens an owed window in each device's
+ * state: what the shard left behind stores for the device up to the hand-over's release entry,
+ * after the device's marker as it is now, is still stored after this shard moved the marker on
+ * (DELIVER). A window already open keeps its low end and what was stored in it.
+ * KEYS: dstate, nseq, nlast (devices without a state, from earlier versions), fence.
+ * ARGV: the release entry id, then the devices, then the caller's fencing token.
+ * Returns how many devices.
+ */
+const OWE = `${PARSE_ID}${STATE}${FENCE}
+check_fence(KEYS[#KEYS], ARGV[#ARGV])
+local rm, rs = parse_id(ARGV[1])
+local n = #ARGV - 2
+local devs = {}
+for i = 1, n do devs[i] = ARGV[1 + i] end
+local raws = redis.call('HMGET', KEYS[1], unpack(devs))
+local seqs = redis.call('HMGET', KEYS[2], unpack(devs))
+local lasts = redis.call('HMGET', KEYS[3], unpack(devs))
+local out = {}
+for i = 1, n do
+  local s = load_state(raws[i], seqs[i], lasts[i])
+  if not s[8] then s[8], s[9], s[10], s[13], s[14], s[15] = s[5], s[6], s[7], s[5], s[6], s[7] end
+  s[11], s[12] = rm, rs
+  out[2 * i - 1] = devs[i]
+  out[2 * i] = pack_state(s)
+end
+redis.call('HSET', KEYS[1], unpack(out))
+return n
 `;
 
 /**
@@ -571,6 +622,7 @@ const DEFINITIONS = {
   ambitDeliver: { lua: publishing(DELIVER, 'PUBLISH') },
   ambitDeliverSharded: { lua: publishing(DELIVER, 'SPUBLISH') },
   ambitOpen: { lua: OPEN, numberOfKeys: 8 },
+  ambitOwe: { lua: OWE, numberOfKeys: 4 },
   ambitAcks: { lua: ACKS, numberOfKeys: 1 },
   ambitPurge: { lua: PURGE, numberOfKeys: 6 },
   ambitRevoke: { lua: publishing(REVOKE, 'PUBLISH'), numberOfKeys: 1 },
