@@ -251,6 +251,14 @@ export function balanceCells(map: ShardMap, loads: readonly CellLoad[], maxMoves
     }
     return false;
   };
+  // Each shard's loaded cells by load, largest first: a move looks only at the cells that fit and
+  // stops where even a doubled load cannot reach the best score found (work per move is what it
+  // looks at, not every loaded cell: max_moves can be large). Cells a move takes away stay in
+  // their list and are skipped; cells a move brings are kept beside it, unsorted (at most one per move).
+  const lists: number[][] = Array.from({ length: shards }, () => []);
+  for (const [k, s] of owner) lists[s].push(k);
+  for (const list of lists) list.sort((a, b) => load.get(b)! - load.get(a)! || a - b);
+  const arrived: number[][] = Array.from({ length: shards }, () => []);
   for (let n = 0; n < maxMoves && shards > 1; n++) {
     let hi = 0;
     let lo = 0;
@@ -262,10 +270,8 @@ export function balanceCells(map: ShardMap, loads: readonly CellLoad[], maxMoves
     let best = -1;
     let bestLoad = 0;
     let bestScore = 0;
-    for (const [k, s] of owner) {
-      if ((moved.get(k) ?? s) !== hi) continue;
+    const consider = (k: number): void => {
       const l = load.get(k)!;
-      if (l > room) continue;
       // A cell beside the receiving shard counts double; ties by cell number (a plan is the same every time).
       const score = besideOf(k, lo) ? 2 * l : l;
       if (best < 0 || score > bestScore || (score === bestScore && k < best)) {
@@ -273,9 +279,25 @@ export function balanceCells(map: ShardMap, loads: readonly CellLoad[], maxMoves
         bestLoad = l;
         bestScore = score;
       }
+    };
+    const list = lists[hi];
+    // The first cell that fits: loads fall along the list.
+    let a = 0;
+    let b = list.length;
+    while (a < b) {
+      const m = (a + b) >>> 1;
+      if (load.get(list[m])! > room) a = m + 1;
+      else b = m;
     }
+    for (let i = a; i < list.length; i++) {
+      const k = list[i];
+      if (best >= 0 && 2 * load.get(k)! < bestScore) break;
+      if ((moved.get(k) ?? hi) === hi) consider(k);
+    }
+    for (const k of arrived[hi]) if (moved.get(k) === hi && load.get(k)! <= room) consider(k);
     if (best < 0) break;
     moved.set(best, lo);
+    arrived[lo].push(best);
     after[hi] -= bestLoad;
     after[lo] += bestLoad;
   }

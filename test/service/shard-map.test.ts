@@ -7,7 +7,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { haversineM } from '../../src/model/geo.js';
-import { ShardMap, type ShardMapSpec, balanceCells } from '../../services/matcher/shard-map.js';
+import { type CellLoad, type CellPlan, ShardMap, type ShardMapSpec, balanceCells } from '../../services/matcher/shard-map.js';
+import { Prng } from '../../src/workload/prng.js';
 import { Rng } from '../support/rng.js';
 
 const DEG_PER_M = 180 / (Math.PI * 6_371_008.8);
@@ -179,6 +180,21 @@ describe('fitting the shard map to load (balanceCells)', () => {
     assert.deepEqual(balanceCells(map, even, 5).moves, []);
   });
 
+  it('plans exactly what the plain planner (every loaded cell looked at for every move) plans, over seeded maps and loads', () => {
+    const rng = new Prng(20261127);
+    for (let t = 0; t < 300; t++) {
+      const m = new ShardMap({ version: 1, shards: rng.int(2, 6), cellDeg: rng.chance(0.5) ? 1 : 2, guardM: 0, layout: rng.chance(0.5) ? 'sectors' : 'stripes' });
+      const loads = Array.from({ length: rng.int(0, 300) }, () => ({
+        row: rng.int(0, m.rows - 1),
+        // Clustered columns (neighbours meet), now and then one far away; loads with many ties.
+        col: rng.chance(0.8) ? rng.int(0, 20) : rng.int(0, m.cols - 1),
+        devices: rng.chance(0.3) ? 10 : rng.int(1, 500),
+      }));
+      const maxMoves = rng.int(0, 60);
+      assert.deepEqual(balanceCells(m, loads, maxMoves), balanceCellsPlain(m, loads, maxMoves), `case ${t}`);
+    }
+  });
+
   it('prefers a cell beside the receiving shard\'s cells, so regions stay in one piece where they can', () => {
     // Two sectors of 180 columns: column 179 borders shard 1, columns 5 and 6 do not.
     const plan = balanceCells(new ShardMap({ version: 1, shards: 2, cellDeg: 1, guardM: 0, layout: 'sectors' }), [
@@ -189,3 +205,67 @@ describe('fitting the shard map to load (balanceCells)', () => {
     assert.deepEqual(plan.moves, [{ row: 60, col: 179, shard: 1 }]);
   });
 });
+
+/** The planner as first written: every loaded cell looked at for every move (the oracle of the test above). */
+function balanceCellsPlain(map: ShardMap, loads: readonly CellLoad[], maxMoves: number): CellPlan {
+  const shards = map.shards;
+  const owner = new Map<number, number>();
+  const load = new Map<number, number>();
+  const before = new Array<number>(shards).fill(0);
+  for (const c of loads) {
+    if (!(c.devices > 0) || c.row < 0 || c.row >= map.rows || c.col < 0 || c.col >= map.cols) continue;
+    const k = c.row * map.cols + c.col;
+    const s = map.shardOfCell(c.row, c.col);
+    owner.set(k, s);
+    load.set(k, (load.get(k) ?? 0) + c.devices);
+    before[s] += c.devices;
+  }
+  const after = before.slice();
+  const moved = new Map<number, number>();
+  /** The shard a cell has in the plan so far (columns wrap at the antimeridian). */
+  const shardOf = (i: number, j: number): number => {
+    const col = ((j % map.cols) + map.cols) % map.cols;
+    const k = i * map.cols + col;
+    return moved.get(k) ?? owner.get(k) ?? map.shardOfCell(i, col);
+  };
+  const besideOf = (k: number, s: number): boolean => {
+    const i = Math.floor(k / map.cols);
+    const j = k % map.cols;
+    for (let di = -1; di <= 1; di++) {
+      for (let dj = -1; dj <= 1; dj++) {
+        if ((di !== 0 || dj !== 0) && i + di >= 0 && i + di < map.rows && shardOf(i + di, j + dj) === s) return true;
+      }
+    }
+    return false;
+  };
+  for (let n = 0; n < maxMoves && shards > 1; n++) {
+    let hi = 0;
+    let lo = 0;
+    for (let s = 1; s < shards; s++) {
+      if (after[s] > after[hi]) hi = s;
+      if (after[s] < after[lo]) lo = s;
+    }
+    const room = (after[hi] - after[lo]) / 2;
+    let best = -1;
+    let bestLoad = 0;
+    let bestScore = 0;
+    for (const [k, s] of owner) {
+      if ((moved.get(k) ?? s) !== hi) continue;
+      const l = load.get(k)!;
+      if (l > room) continue;
+      // A cell beside the receiving shard counts double; ties by cell number (a plan is the same every time).
+      const score = besideOf(k, lo) ? 2 * l : l;
+      if (best < 0 || score > bestScore || (score === bestScore && k < best)) {
+        best = k;
+        bestLoad = l;
+        bestScore = score;
+      }
+    }
+    if (best < 0) break;
+    moved.set(best, lo);
+    after[hi] -= bestLoad;
+    after[lo] += bestLoad;
+  }
+  const moves = [...moved].map(([k, shard]) => ({ row: Math.floor(k / map.cols), col: k % map.cols, shard })).sort((a, b) => a.row - b.row || a.col - b.col);
+  return { moves, before, after };
+}
