@@ -12,11 +12,13 @@ import type { GeoSpec } from '../../services/redis/keys.js';
 import { ShardMap } from '../../services/matcher/shard-map.js';
 import { compareStreamIds } from '../../services/redis/codec.js';
 import { runHubContract } from '../support/hub-contract.js';
+import { forcedHandOver } from '../support/forced-handover.js';
 import { runGeoWorld } from '../support/geo-world.js';
 import { redisTestKit, useRedisServer } from '../support/redis-deployment.js';
 
 const { missing, url } = useRedisServer();
-const { freshPrefix, matcherOptions, hubOptions, geoFixture, geoDeployment, inspect } = redisTestKit(url);
+const kit = redisTestKit(url);
+const { freshPrefix, matcherOptions, hubOptions, geoFixture, geoDeployment, inspect } = kit;
 
 /** Stripes of 0.004° (about 310 m at Milan) over 3 shards: walkers cross a border every few steps. */
 const STRIPES: GeoSpec = { shards: 3, wide: 1, cellDeg: 0.004, guardM: 60, layout: 'stripes' };
@@ -372,52 +374,7 @@ describe('sharded by space', { skip: missing ?? false, timeout: 60_000 }, () => 
   });
 
   it('a device leaving a shard that has no leader: the shard it arrives on applies it after the wait bound, the device gets its events there, and once the shard left behind runs again what it owed the device too, nothing twice', async () => {
-    const geo: GeoSpec = { ...STRIPES, cellDeg: 0.02 }; // 1.56 km stripes: a publish in the middle of one visits no other
-    const prefix = freshPrefix();
-    const j = Math.floor((9.19 + 180) / geo.cellDeg);
-    const a = j % 3;
-    const b = (j + 1) % 3;
-    const lonOf = (col: number) => (col + 0.5) * geo.cellDeg - 180;
-    let forced!: (w: { entry: string; from: number[]; waitedMs: number }) => void;
-    const bForced = new Promise<{ entry: string; from: number[]; waitedMs: number }>((resolve) => (forced = resolve));
-    // Every shard but a runs; b gives up waiting for a after 200 ms.
-    const start = (k: number) =>
-      RedisMatcher.start(matcherOptions(prefix, { geo, partition: k, ...(k === b ? { handOverWaitMs: 200, hooks: { onHandOverForced: forced } } : {}) }));
-    const matchers = await Promise.all([0, 1, 2, 3].filter((k) => k !== a).map(start));
-    const hub = await RedisHub.connect(hubOptions(prefix, { geo }));
-    const impatient = await RedisHub.connect(hubOptions(prefix, { geo, publishTimeoutMs: 300 }));
-    let back: RedisMatcher | null = null;
-    try {
-      const dev = 'leaver';
-      await hub.updateLocations([{ device: dev, lat: 45.4642, lon: lonOf(j) }]);
-      await hub.addSubscription(dev, { id: 'near', filters: [{ constraints: [], area: { radiusM: 10 } }] });
-      await hub.updateLocations([{ device: dev, lat: 45.4642, lon: lonOf(j) }]); // homes it on shard a
-      assert.equal(await inspect((r) => r.hget(`${prefix}home`, dev)), String(a));
-      // Published while the device is on shard a, which is down: shard a owes it this one.
-      await assert.rejects(impatient.publish([{ id: 'owed', lat: 45.4642, lon: lonOf(j), attributes: {} }]), (err: unknown) => err instanceof PublishError && err.outcome === 'queued');
-      await hub.updateLocations([{ device: dev, lat: 45.4642, lon: lonOf(j + 1) }]);
-      assert.equal(await inspect((r) => r.hget(`${prefix}home`, dev)), String(b));
-      const atB = hub.publish([{ id: 'at-b', lat: 45.4642, lon: lonOf(j + 1), attributes: {} }]);
-      atB.catch(() => {}); // awaited below
-      const w = await bForced;
-      assert.deepEqual(w.from, [a]);
-      assert.ok(w.waitedMs >= 200);
-      assert.equal((await atB)[0].reached, 1, 'the device is on shard b once the bound passed');
-      // Shard a runs again: it stores what it owed the device (after shard b's, whose marker is
-      // past it), applies the device's leaving, and matches nothing for it after.
-      back = await start(a);
-      assert.equal((await hub.publish([{ id: 'at-a', lat: 45.4642, lon: lonOf(j), attributes: {} }]))[0].reached, 0);
-      const inbox = await hub.openInbox(dev, '');
-      const got = [...(await inbox.pull(10))];
-      if (got.length < 2) got.push(...(await inbox.pull(10)));
-      inbox.close();
-      assert.deepEqual(got.map((n) => n.event.id), ['at-b', 'owed'], 'each notification once, the owed one after');
-    } finally {
-      await impatient.close();
-      await hub.close();
-      await back?.stop();
-      for (const m of matchers) await m.stop();
-    }
+    await forcedHandOver(kit, STRIPES);
   });
 
   it('a shard leader killed right after it matched a publish: its standby takes over and replays; every reach and notification is still exact', async () => {

@@ -15,6 +15,7 @@ import { keySlot } from '../../services/redis/keys.js';
 import { defineScripts, runScript } from '../../services/redis/scripts.js';
 import { anywhere, pullN, runHubContract, sub } from '../support/hub-contract.js';
 import { redisTestKit, useRedisCluster } from '../support/redis-deployment.js';
+import { forcedHandOver } from '../support/forced-handover.js';
 import { runGeoWorld } from '../support/geo-world.js';
 
 const { missing, source, cluster } = useRedisCluster();
@@ -60,6 +61,10 @@ describe('redis cluster deployment', { skip: missing ?? false, timeout: 120_000 
     } finally {
       await d.close();
     }
+  });
+
+  it('sharded by space: a device leaving a shard that has no leader arrives after the wait bound, and gets what that shard owed it once it runs again (owed windows in the device groups)', async () => {
+    await forcedHandOver({ freshPrefix, matcherOptions, hubOptions }, { shards: 3, wide: 1, cellDeg: 0.02, guardM: 60, layout: 'stripes' });
   });
 
   it('notifications live in device groups spread over the masters; the counters add up over the groups', async () => {

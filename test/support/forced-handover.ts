@@ -1,0 +1,66 @@
+/**
+ * Sharded by space, a hand-over applied past the wait bound (RedisMatcher `handOverWaitMs`): a
+ * shard with no matcher at all, a device homed on it with an event it owes the device, the device
+ * moving to a running shard. Shared by the one-server and the cluster suites.
+ */
+import assert from 'node:assert/strict';
+import { RedisHub } from '../../services/hub/redis.js';
+import { RedisMatcher } from '../../services/matcher/redis.js';
+import type { GeoSpec } from '../../services/redis/keys.js';
+import { PublishError } from '../../src/model/errors.js';
+import type { redisTestKit } from './redis-deployment.js';
+
+type Kit = Pick<ReturnType<typeof redisTestKit>, 'freshPrefix' | 'matcherOptions' | 'hubOptions'>;
+
+/**
+ * Shard b gives up waiting for shard a (never started until the end) after 200 ms: the device gets
+ * the event published where it arrived, and once shard a runs the one shard a owed it, each once,
+ * the owed one after; an event near where it was, after the move, reaches it nowhere.
+ */
+export async function forcedHandOver(kit: Kit, stripes: GeoSpec): Promise<void> {
+  const { freshPrefix, matcherOptions, hubOptions } = kit;
+  const geo: GeoSpec = { ...stripes, cellDeg: 0.02 }; // 1.56 km stripes: a publish in the middle of one visits no other
+  const prefix = freshPrefix();
+  const j = Math.floor((9.19 + 180) / geo.cellDeg);
+  const a = j % 3;
+  const b = (j + 1) % 3;
+  const lonOf = (col: number) => (col + 0.5) * geo.cellDeg - 180;
+  let forced!: (w: { entry: string; from: number[]; waitedMs: number }) => void;
+  const bForced = new Promise<{ entry: string; from: number[]; waitedMs: number }>((resolve) => (forced = resolve));
+  // Every shard but a runs; b gives up waiting for a after 200 ms.
+  const start = (k: number) =>
+    RedisMatcher.start(matcherOptions(prefix, { geo, partition: k, ...(k === b ? { handOverWaitMs: 200, hooks: { onHandOverForced: forced } } : {}) }));
+  const matchers = await Promise.all([0, 1, 2, 3].filter((k) => k !== a).map(start));
+  const hub = await RedisHub.connect(hubOptions(prefix, { geo }));
+  const impatient = await RedisHub.connect(hubOptions(prefix, { geo, publishTimeoutMs: 300 }));
+  let back: RedisMatcher | null = null;
+  try {
+    const dev = 'leaver';
+    await hub.updateLocations([{ device: dev, lat: 45.4642, lon: lonOf(j) }]);
+    await hub.addSubscription(dev, { id: 'near', filters: [{ constraints: [], area: { radiusM: 10 } }] });
+    await hub.updateLocations([{ device: dev, lat: 45.4642, lon: lonOf(j) }]); // homes it on shard a (the forced hand-over below says so)
+    // Published while the device is on shard a, which is down: shard a owes it this one.
+    await assert.rejects(impatient.publish([{ id: 'owed', lat: 45.4642, lon: lonOf(j), attributes: {} }]), (err: unknown) => err instanceof PublishError && err.outcome === 'queued');
+    await hub.updateLocations([{ device: dev, lat: 45.4642, lon: lonOf(j + 1) }]);
+    const atB = hub.publish([{ id: 'at-b', lat: 45.4642, lon: lonOf(j + 1), attributes: {} }]);
+    atB.catch(() => {}); // awaited below
+    const w = await bForced;
+    assert.deepEqual(w.from, [a]);
+    assert.ok(w.waitedMs >= 200);
+    assert.equal((await atB)[0].reached, 1, 'the device is on shard b once the bound passed');
+    // Shard a runs again: it stores what it owed the device (after shard b's, whose marker is
+    // past it), applies the device's leaving, and matches nothing for it after.
+    back = await start(a);
+    assert.equal((await hub.publish([{ id: 'at-a', lat: 45.4642, lon: lonOf(j), attributes: {} }]))[0].reached, 0);
+    const inbox = await hub.openInbox(dev, '');
+    const got = [...(await inbox.pull(10))];
+    if (got.length < 2) got.push(...(await inbox.pull(10)));
+    inbox.close();
+    assert.deepEqual(got.map((n) => n.event.id), ['at-b', 'owed'], 'each notification once, the owed one after');
+  } finally {
+    await impatient.close();
+    await hub.close();
+    await back?.stop();
+    for (const m of matchers) await m.stop();
+  }
+}
