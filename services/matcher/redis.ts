@@ -135,7 +135,7 @@ export interface RedisMatcherOptions {
   stuckReadMs?: number;
   /**
    * Sharded by space: how long (ms) this shard's leader waits for the shards devices leave to
-   * store past a hand-over before it applies the arrival anyway (default 30 000; 0: no bound).
+   * store past a hand-over before it applies the arrival anyway (default 0: no bound).
    * While it waits its whole loop waits, so a shard left with no leader and no standby would
    * stall every shard its devices move to. Applied early, each device's state first opens an
    * owed window (scripts.ts OWE), so what the shard left behind still owes the device is stored
@@ -388,7 +388,7 @@ export class RedisMatcher {
     this.snapshotIntervalMs = intOption(COMPONENT, 'snapshot.intervalMs', snap?.intervalMs, 300_000, 0, 7 * 24 * 3600 * 1000);
     this.snapshotHoldMs = intOption(COMPONENT, 'snapshot.holdMs', snap?.holdMs, Math.max(600_000, 2 * this.snapshotIntervalMs + 60_000), 1000, 30 * 24 * 3600 * 1000);
     this.stuckReadMs = intOption(COMPONENT, 'stuckReadMs', options.stuckReadMs, 600_000, 0, 30 * 24 * 3600 * 1000);
-    this.handOverWaitLimitMs = intOption(COMPONENT, 'handOverWaitMs', options.handOverWaitMs, 30_000, 0, 24 * 3600 * 1000);
+    this.handOverWaitLimitMs = intOption(COMPONENT, 'handOverWaitMs', options.handOverWaitMs, 0, 0, 24 * 3600 * 1000);
     this.core = new MatchCore(engine, undefined, patterns);
     // Positions go to the engine's handles directly (move), not through the core: the devices that
     // own a pattern are tracked here so theirs reach the patterns too.
@@ -1149,15 +1149,23 @@ export class RedisMatcher {
     let pause = 1;
     let warned = t0;
     let told = false;
+    // A device with an owed window of another hand-over still open is not forced (OWE): it waits.
+    let forceable = this.handOverWaitLimitMs > 0;
     while (!this.stopping && !this.crashed && this.currentRole === 'leader') {
       const stored = await this.cmd.mget(offsets);
       if (stored.every((o) => o !== null && compareStreamIds(o, released) >= 0)) break;
       const waited = Date.now() - t0;
-      if (this.handOverWaitLimitMs > 0 && waited >= this.handOverWaitLimitMs) {
+      if (forceable && waited >= this.handOverWaitLimitMs) {
         // What the shards left behind still owe these devices stays theirs to store: each device's
         // state opens a window up to the release entry before this shard stores anything for it.
         const owing = entry.devices.filter((a) => sources.has(Number(a.from))).map((a) => a.device);
-        if (!(await this.openOwed(released, owing))) return null;
+        const opened = await this.openOwed(released, owing);
+        if (opened === 'failed') return null;
+        if (opened === 'refused') {
+          forceable = false;
+          this.log?.error({ entry: entry.id, from: [...sources] }, `${COMPONENT}: hand-over ${entry.id} is not applied past the wait bound: a device in it still has the owed window of an earlier one; it waits for shards ${[...sources].join(', ')}`);
+          continue;
+        }
         this.handOversForced++;
         this.log?.error(
           { entry: entry.id, from: [...sources], waitedMs: waited },
@@ -1183,9 +1191,11 @@ export class RedisMatcher {
 
   /**
    * Opens the owed window (scripts.ts OWE) of each device, a call per device group, fenced by
-   * this leader's token; false when it could not (the loop reads the batch again).
+   * this leader's token: 'refused' where a device has the window of another hand-over open (none
+   * is opened then in its group: the arrival waits), 'failed' when it could not (the loop reads
+   * the batch again).
    */
-  private async openOwed(released: string, devices: readonly string[]): Promise<boolean> {
+  private async openOwed(released: string, devices: readonly string[]): Promise<'opened' | 'refused' | 'failed'> {
     const byGroup = new Map<GroupKeys, string[]>();
     for (const d of devices) {
       const g = this.keys.groupOf(d);
@@ -1194,11 +1204,11 @@ export class RedisMatcher {
       list.push(d);
     }
     try {
-      await Promise.all([...byGroup].map(([g, ds]) => runScript(this.cmd, 'ambitOwe', g.dstate, g.nseq, g.nlast, g.fence, released, ...ds, this.token)));
-      return true;
+      const r = await Promise.all([...byGroup].map(([g, ds]) => runScript(this.cmd, 'ambitOwe', g.dstate, g.nseq, g.nlast, g.fence, released, ...ds, this.token)));
+      return r.some((n) => Number(n) < 0) ? 'refused' : 'opened';
     } catch (err) {
       this.log?.error({ err: String(err) }, `${COMPONENT}: could not open the owed window of a hand-over applied without waiting longer`);
-      return false;
+      return 'failed';
     }
   }
 

@@ -313,13 +313,21 @@ return {n, had}
  * KEYS: n:{device}, dstate, nseq, nlast, acked, fence, born:{device}. ARGV: device, wake channel,
  * token, the purge command's id. Returns the notifications dropped.
  */
-const DROP = `${FENCE}
+const DROP = `${PARSE_ID}${FENCE}
 check_fence(KEYS[6], ARGV[3])
 if redis.call('GET', KEYS[7]) == ARGV[4] then return 0 end
 redis.call('SET', KEYS[7], ARGV[4], 'PX', ${90 * 86_400_000})
 local n = redis.call('XLEN', KEYS[1])
 redis.call('DEL', KEYS[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
+-- A state with an owed window (OWE) leaves a mark of the purge instead: what the shard left behind
+-- still stores for the device from before the purge is refused, as its marker is the purge's id.
+local st = redis.call('HGET', KEYS[2], ARGV[1])
+local pm, ps = parse_id(ARGV[4])
+if st and #st >= 120 and pm then
+  redis.call('HSET', KEYS[2], ARGV[1], struct.pack('<ddddddd', 0, 0, 0, 0, pm, ps, 1e15))
+else
+  redis.call('HDEL', KEYS[2], ARGV[1])
+end
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
 redis.call('HDEL', KEYS[5], ARGV[1])
@@ -443,9 +451,10 @@ for i = 1, n do
   local sm, ss, si = esm[e], ess[e], eidx[e]
   local fresh = is_after(sm, ss, si, s[5], s[6], s[7])
   -- Owed by the shard a device left before the arriving shard stopped waiting for it: within the
-  -- window and after what was stored in it (a replay of that shard skips what it stored already).
-  local owed = not fresh and s[8] ~= nil and is_after(sm, ss, si, s[13], s[14], s[15]) and (sm < s[11] or (sm == s[11] and ss <= s[12]))
-  if fresh or owed then
+  -- window and after what was stored in it (a replay of that shard skips what it stored already,
+  -- owed or fresh: the window's marker follows every store within the window).
+  local inwin = s[8] ~= nil and (sm < s[11] or (sm == s[11] and ss <= s[12])) and is_after(sm, ss, si, s[13], s[14], s[15])
+  if fresh or inwin then
     local key = KEYS[4 + i]
     local ms = math.max(epub[e], s[1])
     local ord = s[2] + 1
@@ -468,7 +477,8 @@ for i = 1, n do
       s[4] = now
     end
     s[1], s[2], s[3] = ms, ord, after
-    if fresh then s[5], s[6], s[7] = sm, ss, si else s[13], s[14], s[15] = sm, ss, si end
+    if fresh then s[5], s[6], s[7] = sm, ss, si end
+    if inwin then s[13], s[14], s[15] = sm, ss, si end
     if not changed[dev] then
       changed[dev] = true
       changed[#changed + 1] = dev
@@ -489,10 +499,12 @@ return stored
  * stored past the hand-over (its wait bound passed) first opens an owed window in each device's
  * state: what the shard left behind stores for the device up to the hand-over's release entry,
  * after the device's marker as it is now, is still stored after this shard moved the marker on
- * (DELIVER). A window already open keeps its low end and what was stored in it.
+ * (DELIVER). A device has one window at most: the same hand-over opening it again (a replay)
+ * leaves it as it is; another one finds it open and nothing is written (-1: that arrival is not
+ * forced, it waits for the shard it comes from).
  * KEYS: dstate, nseq, nlast (devices without a state, from earlier versions), fence.
  * ARGV: the release entry id, then the devices, then the caller's fencing token.
- * Returns how many devices.
+ * Returns how many devices, or -1.
  */
 const OWE = `${PARSE_ID}${STATE}${FENCE}
 check_fence(KEYS[#KEYS], ARGV[#ARGV])
@@ -506,8 +518,14 @@ local lasts = redis.call('HMGET', KEYS[3], unpack(devs))
 local out = {}
 for i = 1, n do
   local s = load_state(raws[i], seqs[i], lasts[i])
-  if not s[8] then s[8], s[9], s[10], s[13], s[14], s[15] = s[5], s[6], s[7], s[5], s[6], s[7] end
-  s[11], s[12] = rm, rs
+  if s[8] then
+    -- One window a device: a window of another hand-over may still be owed to (windows stay open),
+    -- and two shards storing into one would share its marker. That arrival waits for good.
+    if s[11] ~= rm or s[12] ~= rs then return -1 end
+  else
+    s[8], s[9], s[10], s[13], s[14], s[15] = s[5], s[6], s[7], s[5], s[6], s[7]
+    s[11], s[12] = rm, rs
+  end
   out[2 * i - 1] = devs[i]
   out[2 * i] = pack_state(s)
 end

@@ -1,0 +1,100 @@
+/**
+ * Owed windows (services/redis/scripts.ts OWE, DELIVER, DROP): a shard that applies a device's
+ * arrival without the shard it left having stored past the hand-over lets that shard still store
+ * what it owes, once each, and nothing from before a purge. The scripts are called as the matchers
+ * call them: shard a (the one left behind) stores entries up to the hand-over's release entry
+ * 200-1, shard b (the arriving one) entries after it (entry ids count from the test's start, in
+ * ms: notifications are kept by age).
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import type { Redis } from 'ioredis';
+import { Keys } from '../../services/redis/keys.js';
+import { defineScripts, runScript } from '../../services/redis/scripts.js';
+import { redisTestKit, useRedisServer } from '../support/redis-deployment.js';
+
+const { missing, url } = useRedisServer();
+const { freshPrefix, inspect } = redisTestKit(url);
+const T = Date.now();
+/** An entry id `n` ms after the test's start (the ids below read as `<n>-<seq>`). */
+const at = (id: string): string => {
+  const [n, q] = id.split('-');
+  return `${T + Number(n)}-${q}`;
+};
+const RELEASE = '200-1';
+
+function scripts(r: Redis, k: Keys) {
+  const g = k.groups[0];
+  return {
+    /** Stores one notification of entry `id`'s event 0 for `dev`; how many were stored (0 or 1). */
+    deliver: async (dev: string, id: string) => Number(await runScript(r, 'ambitDeliver', 6, g.dstate, k.stats, g.nseq, g.nlast, k.notes(dev), k.matcherEpoch, 100, 3_600_000, g.wakePrefix, '', 1, at(id), 0, Number(at(id).split('-')[0]), `{"id":"${id}"}`, dev, 1, '[]', '')),
+    owe: async (release: string, ...devs: string[]) => Number(await runScript(r, 'ambitOwe', g.dstate, g.nseq, g.nlast, k.matcherEpoch, at(release), ...devs, '')),
+    drop: (dev: string, purge: string) => runScript(r, 'ambitDrop', k.notes(dev), g.dstate, g.nseq, g.nlast, g.acked, k.matcherEpoch, g.born(dev), dev, g.wake(dev), '', at(purge)),
+    /** The entries (as `<n>-<seq>`) of the notifications stored for `dev`, in delivery order. */
+    stored: async (dev: string) =>
+      (await r.xrange(k.notes(dev), '-', '+')).map(([, f]) => {
+        const [ms, q] = f[f.indexOf('r') + 1].split(':')[0].split('-');
+        return `${Number(ms) - T}-${q}`;
+      }),
+  };
+}
+
+describe('owed windows', { skip: missing ?? false }, () => {
+  it('the shard left behind stores what it owes once, its replays store nothing twice, whether its stores came before or after the arriving shard\'s', async () => {
+    const k = new Keys(freshPrefix());
+    await inspect(async (r) => {
+      defineScripts(r);
+      const s = scripts(r, k);
+      assert.equal(await s.deliver('d', '100-0'), 1);
+      assert.equal(await s.owe(RELEASE, 'd'), 1);
+      assert.equal(await s.deliver('d', '150-0'), 1, 'a store of the shard left behind before the arriving one stored anything');
+      assert.equal(await s.deliver('d', '150-0'), 0, 'its replay');
+      assert.equal(await s.deliver('d', '210-0'), 1, 'the arriving shard');
+      assert.equal(await s.deliver('d', '150-0'), 0, 'the replay again, after the arriving shard stored');
+      assert.equal(await s.deliver('d', '180-0'), 1, 'owed: after the marker of the window, before the release');
+      assert.equal(await s.deliver('d', '180-0'), 0, 'its replay');
+      assert.equal(await s.deliver('d', '120-0'), 0, 'older than what the shard left behind stored since');
+      assert.equal(await s.deliver('d', '200-2'), 0, "past the release: the arriving shard's, and older than its marker");
+      assert.equal(await s.deliver('d', '220-0'), 1);
+      assert.deepEqual(await s.stored('d'), ['100-0', '150-0', '210-0', '180-0', '220-0']);
+    });
+  });
+
+  it('a device has one window: the same hand-over opens it again as it was, another finds it open and opens none', async () => {
+    const k = new Keys(freshPrefix());
+    await inspect(async (r) => {
+      defineScripts(r);
+      const s = scripts(r, k);
+      assert.equal(await s.deliver('d', '100-0'), 1);
+      assert.equal(await s.deliver('e', '100-0'), 1);
+      assert.equal(await s.owe(RELEASE, 'd'), 1);
+      assert.equal(await s.deliver('d', '210-0'), 1);
+      assert.equal(await s.deliver('d', '150-0'), 1, 'owed');
+      assert.equal(await s.owe(RELEASE, 'd'), 1, 'a replay of the same hand-over');
+      assert.equal(await s.deliver('d', '150-0'), 0, 'the window kept what was stored in it');
+      assert.equal(await s.owe('300-1', 'e', 'd'), -1, 'another hand-over of d');
+      assert.equal(await s.deliver('e', '150-0'), 1, 'e got no window: a store of its old marker is as before');
+      assert.equal(await s.deliver('e', '140-0'), 0);
+      assert.equal(await s.deliver('d', '190-0'), 1, "d's window is the first one still");
+    });
+  });
+
+  it('a purge after the arriving shard took the device over: what the shard left behind owed from before it is refused, later notifications are stored', async () => {
+    const k = new Keys(freshPrefix());
+    await inspect(async (r) => {
+      defineScripts(r);
+      const s = scripts(r, k);
+      assert.equal(await s.deliver('d', '100-0'), 1);
+      assert.equal(await s.owe(RELEASE, 'd'), 1);
+      assert.equal(await s.deliver('d', '210-0'), 1);
+      assert.equal(Number(await s.drop('d', '220-0')), 2);
+      assert.equal(await s.deliver('d', '150-0'), 0, 'owed, but from before the purge');
+      assert.equal(await s.deliver('d', '230-0'), 1);
+      assert.deepEqual(await s.stored('d'), ['230-0']);
+      // A device that never had a window leaves no state behind when purged.
+      assert.equal(await s.deliver('x', '100-0'), 1);
+      await s.drop('x', '220-0');
+      assert.equal(await r.hexists(k.groups[0].dstate, 'x'), 0);
+    });
+  });
+});
