@@ -24,6 +24,8 @@ interface GroupCall {
   readonly g: GroupKeys;
   /** Its recipients' stream keys. */
   keys: string[];
+  /** Its recipients' born:{device} keys (their last purge). */
+  borns: string[];
   /** Its events' arguments (4 each). */
   eventArgs: (string | number)[];
   /** Its recipients' arguments (3 each). */
@@ -99,13 +101,14 @@ export class RedisFanOut implements FanOut {
           this.emit(call);
           call = undefined;
         }
-        if (call === undefined) call = this.calls[g.index] = { g, keys: [], eventArgs: [], recipientArgs: [], events: 0, number: 0, event: 0 };
+        if (call === undefined) call = this.calls[g.index] = { g, keys: [], borns: [], eventArgs: [], recipientArgs: [], events: 0, number: 0, event: 0 };
         if (call.event !== seq) {
           call.eventArgs.push(source.id, index, source.ms, json);
           call.number = ++call.events;
           call.event = seq;
         }
         call.keys.push(g.notes(r.device));
+        call.borns.push(g.born(r.device));
         // A pattern's match rides in the subscription ids' field as {s, m} (protocol.ts reads both forms).
         call.recipientArgs.push(r.device, call.number, r.match === undefined ? JSON.stringify(r.subscriptionIds) : JSON.stringify({ s: r.subscriptionIds, m: r.match }));
       }
@@ -126,7 +129,7 @@ export class RedisFanOut implements FanOut {
       this.pipelines.set(g.index, p);
     }
     const { maxPerDevice, maxAgeMs } = this.retention;
-    queueScript(p, this.script, 5 + n, g.dstate, g.stats, g.nseq, g.nlast, ...call.keys, g.fence, maxPerDevice, maxAgeMs, g.wakePrefix, this.now === null ? '' : this.now(), call.events, ...call.eventArgs, ...call.recipientArgs, this.token);
+    queueScript(p, this.script, 5 + 2 * n, g.dstate, g.stats, g.nseq, g.nlast, ...call.keys, ...call.borns, g.fence, maxPerDevice, maxAgeMs, g.wakePrefix, this.now === null ? '' : this.now(), call.events, ...call.eventArgs, ...call.recipientArgs, this.token);
   }
 
   /**

@@ -313,21 +313,14 @@ return {n, had}
  * KEYS: n:{device}, dstate, nseq, nlast, acked, fence, born:{device}. ARGV: device, wake channel,
  * token, the purge command's id. Returns the notifications dropped.
  */
-const DROP = `${PARSE_ID}${FENCE}
+const DROP = `${FENCE}
 check_fence(KEYS[6], ARGV[3])
 if redis.call('GET', KEYS[7]) == ARGV[4] then return 0 end
 redis.call('SET', KEYS[7], ARGV[4], 'PX', ${90 * 86_400_000})
 local n = redis.call('XLEN', KEYS[1])
 redis.call('DEL', KEYS[1])
--- A state with an owed window (OWE) leaves a mark of the purge instead: what the shard left behind
--- still stores for the device from before the purge is refused, as its marker is the purge's id.
-local st = redis.call('HGET', KEYS[2], ARGV[1])
-local pm, ps = parse_id(ARGV[4])
-if st and #st >= 120 and pm then
-  redis.call('HSET', KEYS[2], ARGV[1], struct.pack('<ddddddd', 0, 0, 0, 0, pm, ps, 1e15))
-else
-  redis.call('HDEL', KEYS[2], ARGV[1])
-end
+-- The state goes; born:{device} keeps the purge's id, so DELIVER stores nothing from before it.
+redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
 redis.call('HDEL', KEYS[5], ARGV[1])
@@ -387,7 +380,9 @@ end
  * event's JSON once under {p}ev:<ref> before the call) instead of holding it: an event's bytes are
  * kept once, not once per recipient.
  * KEYS: dstate, stats, nseq, nlast (the last two read only for devices without a state), then
- *       n:{device} of each recipient, then the lease epoch (fencing, see FENCE).
+ *       n:{device} of each recipient, then born:{device} of each (read only for devices without
+ *       a state: a purged device stores nothing from before its purge), then the lease epoch
+ *       (fencing, see FENCE).
  * ARGV: max per device, max age ms, doorbell channel prefix, now ms ('' = Redis's clock), event
  *       count E, then per event: source in-entry id, event index, published ms, event JSON; then
  *       per recipient: device, its event's number (1..E), subscription ids JSON, then the caller's
@@ -412,17 +407,23 @@ for e = 1, nev do
   epub[e] = tonumber(ARGV[b + 2])
 end
 local base = 6 + 4 * nev
-local n = #KEYS - 5
+local n = (#KEYS - 5) / 2
 local devs = {}
 for i = 1, n do devs[i] = ARGV[base + 3 * (i - 1)] end
 local raws = redis.call('HMGET', KEYS[1], unpack(devs))
-local missing = {}
-for i = 1, n do if not raws[i] then missing[#missing + 1] = devs[i] end end
-local seqs, lasts = {}, {}
+local missing, missingBorn = {}, {}
+for i = 1, n do
+  if not raws[i] then
+    missing[#missing + 1] = devs[i]
+    missingBorn[#missingBorn + 1] = KEYS[4 + n + i]
+  end
+end
+local seqs, lasts, borns = {}, {}, {}
 if #missing > 0 then
   local a = redis.call('HMGET', KEYS[3], unpack(missing))
   local b = redis.call('HMGET', KEYS[4], unpack(missing))
-  for m = 1, #missing do seqs[missing[m]] = a[m]; lasts[missing[m]] = b[m] end
+  local c = redis.call('MGET', unpack(missingBorn))
+  for m = 1, #missing do seqs[missing[m]] = a[m]; lasts[missing[m]] = b[m]; borns[missing[m]] = c[m] end
 end
 local cur, changed = {}, {}
 local stored, dropped = 0, 0
@@ -446,6 +447,13 @@ for i = 1, n do
   local s = cur[dev]
   if not s then
     s = load_state(raws[i], seqs[dev], lasts[dev])
+    -- A device purged (DROP) since its state was written: nothing from before the purge (a replay
+    -- across it, or what a shard it left still owed it) is stored in its new state.
+    local born = borns[dev]
+    if born then
+      local bm, bs = parse_id(born)
+      if bm and is_after(bm, bs, 1e15, s[5], s[6], s[7]) then s[5], s[6], s[7] = bm, bs, 1e15 end
+    end
     cur[dev] = s
   end
   local sm, ss, si = esm[e], ess[e], eidx[e]

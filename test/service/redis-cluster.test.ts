@@ -109,7 +109,7 @@ describe('redis cluster deployment', { skip: missing ?? false, timeout: 120_000 
       assert.equal(await r.get(g.fence), '3');
       const deliver = (token: string) => {
         const ms = Date.now();
-        return runScript(r, 'ambitDeliverSharded', 6, g.dstate, g.stats, g.nseq, g.nlast, g.notes('d'), g.fence, 100, 60_000, g.wakePrefix, '', 1, `${ms}-1`, 0, ms, '{"id":"e"}', 'd', 1, '[]', token);
+        return runScript(r, 'ambitDeliverSharded', 7, g.dstate, g.stats, g.nseq, g.nlast, g.notes('d'), g.born('d'), g.fence, 100, 60_000, g.wakePrefix, '', 1, `${ms}-1`, 0, ms, '{"id":"e"}', 'd', 1, '[]', token);
       };
       await assert.rejects(deliver('2'), /FENCED/);
       assert.equal(await r.exists(g.notes('d')), 0);

@@ -196,12 +196,13 @@ describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
         runScript(
           r,
           'ambitDeliver',
-          5 + recipients.length,
+          5 + 2 * recipients.length,
           k.groups[0].dstate,
           k.stats,
           k.groups[0].nseq,
           k.groups[0].nlast,
           ...recipients.map(([dev]) => k.notes(dev)),
+          ...recipients.map(([dev]) => k.groups[0].born(dev)),
           k.matcherEpoch,
           100,
           3_600_000,
@@ -254,7 +255,7 @@ describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
       const ms = Date.now();
       await r.set(k.notes('bad'), 'not a stream');
       const deliver = () =>
-        runScript(r, 'ambitDeliver', 8, k.groups[0].dstate, k.stats, k.groups[0].nseq, k.groups[0].nlast, k.notes('ok1'), k.notes('bad'), k.notes('ok3'), k.matcherEpoch, 100, 3_600_000, k.groups[0].wakePrefix, '', 1, `${ms}-1`, 0, ms, '{"id":"e"}', 'ok1', 1, '[]', 'bad', 1, '[]', 'ok3', 1, '[]', '');
+        runScript(r, 'ambitDeliver', 11, k.groups[0].dstate, k.stats, k.groups[0].nseq, k.groups[0].nlast, k.notes('ok1'), k.notes('bad'), k.notes('ok3'), k.groups[0].born('ok1'), k.groups[0].born('bad'), k.groups[0].born('ok3'), k.matcherEpoch, 100, 3_600_000, k.groups[0].wakePrefix, '', 1, `${ms}-1`, 0, ms, '{"id":"e"}', 'ok1', 1, '[]', 'bad', 1, '[]', 'ok3', 1, '[]', '');
       await assert.rejects(deliver(), /WRONGTYPE/);
       await r.del(k.notes('bad'));
       assert.equal(await deliver(), 2, 'the replay skips ok1 and stores bad and ok3');
@@ -273,7 +274,7 @@ describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
         await listener.subscribe(k.wake('late'));
         const now = Date.now();
         const deliver = (pub: number, entry: string) =>
-          runScript(r, 'ambitDeliver', 6, k.groups[0].dstate, k.stats, k.groups[0].nseq, k.groups[0].nlast, k.notes('late'), k.matcherEpoch, 100, 60_000, k.groups[0].wakePrefix, String(now), 1, entry, 0, pub, `{"id":"${entry}"}`, 'late', 1, '[]', '');
+          runScript(r, 'ambitDeliver', 7, k.groups[0].dstate, k.stats, k.groups[0].nseq, k.groups[0].nlast, k.notes('late'), k.groups[0].born('late'), k.matcherEpoch, 100, 60_000, k.groups[0].wakePrefix, String(now), 1, entry, 0, pub, `{"id":"${entry}"}`, 'late', 1, '[]', '');
         assert.equal(await deliver(now - 120_000, '1-1'), 1);
         assert.equal(await deliver(now, '2-1'), 1);
         assert.match(await first, /^\d+-2\n/, 'the first message on the channel is the second notification');
@@ -319,7 +320,7 @@ describe('redis delivery', { skip: missing ?? false, timeout: 60_000 }, () => {
       const open = () => runScript(r, 'ambitOpen', k.notes('old'), k.groups[0].dstate, k.groups[0].acked, k.stats, k.config, k.groups[0].nseq, k.groups[0].nlast, k.groups[0].born('old'), 'old', 'acked', '', '');
       assert.deepEqual(await open(), ['', '41', `${ms}-40`, '']);
       const deliver = (entry: string, index: number) =>
-        runScript(r, 'ambitDeliver', 6, k.groups[0].dstate, k.stats, k.groups[0].nseq, k.groups[0].nlast, k.notes('old'), k.matcherEpoch, 100, 3_600_000, k.groups[0].wakePrefix, '', 1, entry, index, ms + 1, '{"id":"z"}', 'old', 1, '["s"]', '');
+        runScript(r, 'ambitDeliver', 7, k.groups[0].dstate, k.stats, k.groups[0].nseq, k.groups[0].nlast, k.notes('old'), k.groups[0].born('old'), k.matcherEpoch, 100, 3_600_000, k.groups[0].wakePrefix, '', 1, entry, index, ms + 1, '{"id":"z"}', 'old', 1, '["s"]', '');
       assert.equal(await deliver(`${ms}-3`, 2), 0, 'the entry it already has is skipped');
       assert.equal(await deliver(`${ms}-3`, 3), 1);
       const last = await r.xrevrange(k.notes('old'), '+', '-', 'COUNT', 1);

@@ -95,7 +95,7 @@ describe(`redis matcher leadership (${kind === 'single' ? 'one redis-server' : '
       await assert.rejects(runScript(r, 'ambitAnswer', 3, k.stats, k.matcherEpoch, k.eventId('e1'), '1', 3, 0, 60_000, '0 1-0', k.reply('gw'), 'stale'), /FENCED/);
       const ms = Date.now();
       await assert.rejects(
-        runScript(r, 'ambitDeliver', 6, k.groups[0].dstate, k.stats, k.groups[0].nseq, k.groups[0].nlast, k.notes('d'), k.matcherEpoch, 100, 60_000, k.groups[0].wakePrefix, '', 1, `${ms}-1`, 0, ms, '{"id":"e"}', 'd', 1, '[]', '1'),
+        runScript(r, 'ambitDeliver', 7, k.groups[0].dstate, k.stats, k.groups[0].nseq, k.groups[0].nlast, k.notes('d'), k.groups[0].born('d'), k.matcherEpoch, 100, 60_000, k.groups[0].wakePrefix, '', 1, `${ms}-1`, 0, ms, '{"id":"e"}', 'd', 1, '[]', '1'),
         /FENCED/,
       );
       assert.equal(await r.exists(k.notes('d'), k.groups[0].dstate, k.stats, k.eventId('e1')), 0);

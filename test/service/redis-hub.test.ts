@@ -320,7 +320,7 @@ describe('redis hub', { skip: missing ?? false, timeout: 30_000 }, () => {
       defineScripts(r);
       const ms = Date.now();
       const deliver = (devices: string[], index = 0) =>
-        runScript(r, 'ambitDeliver', 5 + devices.length, k.groups[0].dstate, k.stats, k.groups[0].nseq, k.groups[0].nlast, ...devices.map((d) => k.notes(d)), k.matcherEpoch, 100, 3_600_000, k.groups[0].wakePrefix, '', 1, `${ms}-0`, index, ms, '{"id":"e"}', ...devices.flatMap((d) => [d, 1, `["s-${d}"]`]), '');
+        runScript(r, 'ambitDeliver', 5 + 2 * devices.length, k.groups[0].dstate, k.stats, k.groups[0].nseq, k.groups[0].nlast, ...devices.map((d) => k.notes(d)), ...devices.map((d) => k.groups[0].born(d)), k.matcherEpoch, 100, 3_600_000, k.groups[0].wakePrefix, '', 1, `${ms}-0`, index, ms, '{"id":"e"}', ...devices.flatMap((d) => [d, 1, `["s-${d}"]`]), '');
       assert.equal(await deliver(['ann']), 1, 'stored for ann');
       assert.equal(await deliver(['ann', 'ben']), 1, 'the replay stores it for ben only');
       assert.equal(await deliver(['ann', 'ben']), 0, 'a second replay stores nothing');

@@ -27,7 +27,7 @@ function scripts(r: Redis, k: Keys) {
   const g = k.groups[0];
   return {
     /** Stores one notification of entry `id`'s event 0 for `dev`; how many were stored (0 or 1). */
-    deliver: async (dev: string, id: string) => Number(await runScript(r, 'ambitDeliver', 6, g.dstate, k.stats, g.nseq, g.nlast, k.notes(dev), k.matcherEpoch, 100, 3_600_000, g.wakePrefix, '', 1, at(id), 0, Number(at(id).split('-')[0]), `{"id":"${id}"}`, dev, 1, '[]', '')),
+    deliver: async (dev: string, id: string) => Number(await runScript(r, 'ambitDeliver', 7, g.dstate, k.stats, g.nseq, g.nlast, k.notes(dev), g.born(dev), k.matcherEpoch, 100, 3_600_000, g.wakePrefix, '', 1, at(id), 0, Number(at(id).split('-')[0]), `{"id":"${id}"}`, dev, 1, '[]', '')),
     owe: async (release: string, ...devs: string[]) => Number(await runScript(r, 'ambitOwe', g.dstate, g.nseq, g.nlast, k.matcherEpoch, at(release), ...devs, '')),
     drop: (dev: string, purge: string) => runScript(r, 'ambitDrop', k.notes(dev), g.dstate, g.nseq, g.nlast, g.acked, k.matcherEpoch, g.born(dev), dev, g.wake(dev), '', at(purge)),
     /** The entries (as `<n>-<seq>`) of the notifications stored for `dev`, in delivery order. */
@@ -91,10 +91,30 @@ describe('owed windows', { skip: missing ?? false }, () => {
       assert.equal(await s.deliver('d', '150-0'), 0, 'owed, but from before the purge');
       assert.equal(await s.deliver('d', '230-0'), 1);
       assert.deepEqual(await s.stored('d'), ['230-0']);
-      // A device that never had a window leaves no state behind when purged.
+      // Purged again after it came back: still nothing from before the purges.
+      assert.equal(Number(await s.drop('d', '240-0')), 1);
+      // A purge leaves no state behind: the purge's id (born:{device}) is the mark.
+      assert.equal(await r.hexists(k.groups[0].dstate, 'd'), 0);
+      assert.equal(await s.deliver('d', '160-0'), 0, 'owed, from before both purges');
+      assert.equal(await s.deliver('d', '250-0'), 1);
+      assert.deepEqual(await s.stored('d'), ['250-0']);
+    });
+  });
+
+  it('a replay across a purge stores nothing from before it (a matcher that crashed after the purge, before its offset moved past it)', async () => {
+    const k = new Keys(freshPrefix());
+    await inspect(async (r) => {
+      defineScripts(r);
+      const s = scripts(r, k);
       assert.equal(await s.deliver('x', '100-0'), 1);
-      await s.drop('x', '220-0');
-      assert.equal(await r.hexists(k.groups[0].dstate, 'x'), 0);
+      assert.equal(await s.deliver('x', '120-0'), 1);
+      assert.equal(Number(await s.drop('x', '150-0')), 2);
+      // The replay from the stored offset: the stores before the purge, the purge, what came after.
+      assert.equal(await s.deliver('x', '100-0'), 0);
+      assert.equal(await s.deliver('x', '120-0'), 0);
+      assert.equal(Number(await s.drop('x', '150-0')), 0, 'the purge replayed changes nothing');
+      assert.equal(await s.deliver('x', '160-0'), 1);
+      assert.deepEqual(await s.stored('x'), ['160-0']);
     });
   });
 });
