@@ -179,6 +179,8 @@ export interface MatcherHooks {
   onHandOverWait?(w: { entry: string; from: number[] }): void;
   /** Sharded by space: the wait above ran past `handOverWaitMs` and the arrival is applied without it. */
   onHandOverForced?(w: { entry: string; from: number[]; waitedMs: number }): void;
+  /** The owed windows of a hand-over applied past the bound were closed (its sources stored past it). */
+  onOwedClosed?(w: { released: string; closed: number }): void;
 }
 
 export type MatcherRole = 'leader' | 'standby';
@@ -286,6 +288,8 @@ export class RedisMatcher {
   /** Sharding by space: time spent waiting for shards that devices left (ms). */
   private handOverWaitMs = 0;
   private handOversForced = 0;
+  /** Hand-overs applied past the bound whose owed windows are open: closed once their sources store past them. */
+  private owedOpen: { released: string; offsets: string[]; byGroup: Map<GroupKeys, string[]> }[] = [];
   private readonly handOverWaitLimitMs: number;
   /** Devices this matcher's engine took over from another shard, and gave to one (hand-over entries applied). */
   private handOversIn = 0;
@@ -504,6 +508,7 @@ export class RedisMatcher {
       this.checkTrimmed().catch((err: unknown) => this.log?.warn({ err }, `${COMPONENT}: the command stream's bounds not read`));
       this.keepStream().catch((err: unknown) => this.log?.warn({ err }, `${COMPONENT}: the command stream's keep not written`));
       this.pruneFollowed().catch((err: unknown) => this.log?.warn({ err }, `${COMPONENT}: the leader's offset not read`));
+      this.closeOwed().catch((err: unknown) => this.log?.warn({ err }, `${COMPONENT}: owed windows not closed`));
     }, this.statsMs);
     this.statsTimer.unref();
     if (this.snapshotPath !== null && this.snapshotIntervalMs > 0) {
@@ -1159,7 +1164,7 @@ export class RedisMatcher {
         // What the shards left behind still owe these devices stays theirs to store: each device's
         // state opens a window up to the release entry before this shard stores anything for it.
         const owing = entry.devices.filter((a) => sources.has(Number(a.from))).map((a) => a.device);
-        const opened = await this.openOwed(released, owing);
+        const opened = await this.openOwed(released, owing, offsets);
         if (opened === 'failed') return null;
         if (opened === 'refused') {
           forceable = false;
@@ -1195,7 +1200,7 @@ export class RedisMatcher {
    * is opened then in its group: the arrival waits), 'failed' when it could not (the loop reads
    * the batch again).
    */
-  private async openOwed(released: string, devices: readonly string[]): Promise<'opened' | 'refused' | 'failed'> {
+  private async openOwed(released: string, devices: readonly string[], offsets: string[]): Promise<'opened' | 'refused' | 'failed'> {
     const byGroup = new Map<GroupKeys, string[]>();
     for (const d of devices) {
       const g = this.keys.groupOf(d);
@@ -1205,10 +1210,28 @@ export class RedisMatcher {
     }
     try {
       const r = await Promise.all([...byGroup].map(([g, ds]) => runScript(this.cmd, 'ambitOwe', g.dstate, g.nseq, g.nlast, g.fence, released, ...ds, this.token)));
+      // Windows a refusal left open in other groups close like any (ambitOweClose closes only this release's).
+      this.owedOpen.push({ released, offsets, byGroup });
       return r.some((n) => Number(n) < 0) ? 'refused' : 'opened';
     } catch (err) {
       this.log?.error({ err: String(err) }, `${COMPONENT}: could not open the owed window of a hand-over applied without waiting longer`);
       return 'failed';
+    }
+  }
+
+  /**
+   * Closes the owed windows of the hand-overs this leader applied past the bound whose sources have
+   * stored past them. Windows of a leader that died first stay open (a later hand-over of those
+   * devices then waits without a bound).
+   */
+  private async closeOwed(): Promise<void> {
+    if (this.owedOpen.length === 0 || this.currentRole !== 'leader' || this.crashed) return;
+    for (const o of [...this.owedOpen]) {
+      const stored = await this.cmd.mget(o.offsets);
+      if (!stored.every((s) => s !== null && compareStreamIds(s, o.released) >= 0)) continue;
+      const r = await Promise.all([...o.byGroup].map(([g, ds]) => runScript(this.cmd, 'ambitOweClose', g.dstate, g.fence, o.released, ...ds, this.token)));
+      this.owedOpen = this.owedOpen.filter((x) => x !== o);
+      this.hooks.onOwedClosed?.({ released: o.released, closed: r.reduce((a: number, n) => a + Number(n), 0) });
     }
   }
 

@@ -542,6 +542,31 @@ return n
 `;
 
 /**
+ * Closes the owed windows a hand-over opened (OWE), once every shard it waited for has stored past
+ * its release entry: that shard stores nothing up to it again (its replays start after its stored
+ * offset), so the device's state goes back to seven doubles and a later hand-over may open one.
+ * A window of another release is left as it is.
+ * KEYS: dstate, fence. ARGV: the release entry id, then the devices, then the caller's fencing token.
+ * Returns how many windows were closed.
+ */
+const OWE_CLOSE = `${PARSE_ID}${STATE}${FENCE}
+check_fence(KEYS[#KEYS], ARGV[#ARGV])
+local rm, rs = parse_id(ARGV[1])
+local closed = 0
+for i = 2, #ARGV - 1 do
+  local raw = redis.call('HGET', KEYS[1], ARGV[i])
+  if raw and #raw >= 120 then
+    local s = load_state(raw)
+    if s[11] == rm and s[12] == rs then
+      redis.call('HSET', KEYS[1], ARGV[i], struct.pack('<ddddddd', s[1], s[2], s[3], s[4], s[5], s[6], s[7]))
+      closed = closed + 1
+    end
+  end
+end
+return closed
+`;
+
+/**
  * What an inbox needs to open, read in one step: the resume point, the last ordinal and the
  * oldest retained id, after dropping (and counting) what is older than the matcher's max age,
  * the whole stream included when it expired.
@@ -649,6 +674,7 @@ const DEFINITIONS = {
   ambitDeliverSharded: { lua: publishing(DELIVER, 'SPUBLISH') },
   ambitOpen: { lua: OPEN, numberOfKeys: 8 },
   ambitOwe: { lua: OWE, numberOfKeys: 4 },
+  ambitOweClose: { lua: OWE_CLOSE, numberOfKeys: 2 },
   ambitAcks: { lua: ACKS, numberOfKeys: 1 },
   ambitPurge: { lua: PURGE, numberOfKeys: 6 },
   ambitRevoke: { lua: publishing(REVOKE, 'PUBLISH'), numberOfKeys: 1 },

@@ -29,6 +29,8 @@ function scripts(r: Redis, k: Keys) {
     /** Stores one notification of entry `id`'s event 0 for `dev`; how many were stored (0 or 1). */
     deliver: async (dev: string, id: string) => Number(await runScript(r, 'ambitDeliver', 7, g.dstate, k.stats, g.nseq, g.nlast, k.notes(dev), g.born(dev), k.matcherEpoch, 100, 3_600_000, g.wakePrefix, '', 1, at(id), 0, Number(at(id).split('-')[0]), `{"id":"${id}"}`, dev, 1, '[]', '')),
     owe: async (release: string, ...devs: string[]) => Number(await runScript(r, 'ambitOwe', g.dstate, g.nseq, g.nlast, k.matcherEpoch, at(release), ...devs, '')),
+    close: async (release: string, ...devs: string[]) => Number(await runScript(r, 'ambitOweClose', g.dstate, k.matcherEpoch, at(release), ...devs, '')),
+    stateBytes: async (dev: string) => (await r.hgetBuffer(g.dstate, dev))?.length ?? 0,
     drop: (dev: string, purge: string) => runScript(r, 'ambitDrop', k.notes(dev), g.dstate, g.nseq, g.nlast, g.acked, k.matcherEpoch, g.born(dev), dev, g.wake(dev), '', at(purge)),
     /** The entries (as `<n>-<seq>`) of the notifications stored for `dev`, in delivery order. */
     stored: async (dev: string) =>
@@ -76,6 +78,27 @@ describe('owed windows', { skip: missing ?? false }, () => {
       assert.equal(await s.deliver('e', '150-0'), 1, 'e got no window: a store of its old marker is as before');
       assert.equal(await s.deliver('e', '140-0'), 0);
       assert.equal(await s.deliver('d', '190-0'), 1, "d's window is the first one still");
+    });
+  });
+
+  it('a window closes once the shard left behind stored past the hand-over: the state is seven doubles again, and another hand-over may open one', async () => {
+    const k = new Keys(freshPrefix());
+    await inspect(async (r) => {
+      defineScripts(r);
+      const s = scripts(r, k);
+      assert.equal(await s.deliver('d', '100-0'), 1);
+      assert.equal(await s.owe(RELEASE, 'd'), 1);
+      assert.equal(await s.stateBytes('d'), 120);
+      assert.equal(await s.deliver('d', '210-0'), 1);
+      assert.equal(await s.deliver('d', '150-0'), 1, 'owed');
+      assert.equal(await s.close('300-1', 'd'), 0, 'the window of another hand-over stays');
+      assert.equal(await s.stateBytes('d'), 120);
+      assert.equal(await s.close(RELEASE, 'd', 'nobody'), 1);
+      assert.equal(await s.stateBytes('d'), 56);
+      assert.equal(await s.deliver('d', '150-0'), 0, 'its marker is kept');
+      assert.equal(await s.deliver('d', '220-0'), 1);
+      assert.equal(await s.owe('300-1', 'd'), 1, 'a later hand-over opens a window again');
+      assert.equal(await s.deliver('d', '250-0'), 1, 'owed by the next shard left behind');
     });
   });
 

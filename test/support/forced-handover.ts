@@ -27,9 +27,11 @@ export async function forcedHandOver(kit: Kit, stripes: GeoSpec): Promise<void> 
   const lonOf = (col: number) => (col + 0.5) * geo.cellDeg - 180;
   let forced!: (w: { entry: string; from: number[]; waitedMs: number }) => void;
   const bForced = new Promise<{ entry: string; from: number[]; waitedMs: number }>((resolve) => (forced = resolve));
+  let closed!: (w: { released: string; closed: number }) => void;
+  const bClosed = new Promise<{ released: string; closed: number }>((resolve) => (closed = resolve));
   // Every shard but a runs; b gives up waiting for a after 200 ms.
   const start = (k: number) =>
-    RedisMatcher.start(matcherOptions(prefix, { geo, partition: k, ...(k === b ? { handOverWaitMs: 200, hooks: { onHandOverForced: forced } } : {}) }));
+    RedisMatcher.start(matcherOptions(prefix, { geo, partition: k, ...(k === b ? { handOverWaitMs: 200, hooks: { onHandOverForced: forced, onOwedClosed: closed } } : {}) }));
   const matchers = await Promise.all([0, 1, 2, 3].filter((k) => k !== a).map(start));
   const hub = await RedisHub.connect(hubOptions(prefix, { geo }));
   const impatient = await RedisHub.connect(hubOptions(prefix, { geo, publishTimeoutMs: 300 }));
@@ -57,6 +59,8 @@ export async function forcedHandOver(kit: Kit, stripes: GeoSpec): Promise<void> 
     if (got.length < 2) got.push(...(await inbox.pull(10)));
     inbox.close();
     assert.deepEqual(got.map((n) => n.event.id), ['at-b', 'owed'], 'each notification once, the owed one after');
+    // Shard a has stored past the hand-over: shard b closes the device's window.
+    assert.deepEqual(await bClosed, { released: (await bForced).entry.replace(/-(\d+)$/, (_, q: string) => `-${Number(q) - 1}`), closed: 1 });
   } finally {
     await impatient.close();
     await hub.close();
