@@ -10,41 +10,10 @@
 import type { ChainableCommander } from 'ioredis';
 import type { Conn } from './connection.js';
 import { GEO_LOC, GEO_MAP, GEO_MOVE, GEO_PUB, GEO_PURGE, GEO_SUB, GEO_UNSUB } from './geo-scripts.js';
+import { FENCE, PARSE_ID, STATE } from './lua-parts.js';
+import { OWE, OWE_CLOSE } from './owed-scripts.js';
 
-const PARSE_ID = `
-local function parse_id(id)
-  local a, b = string.match(id, '^(%d+)%-(%d+)$')
-  return tonumber(a), tonumber(b)
-end
--- {p}nlast values: "<ms> <source in-entry id> <event index> <stream length after the last change>"
-local function parse_last(v)
-  local ms, src, idx, len = string.match(v, '^(%d+) (%S+) (%d+) (%d+)$')
-  return tonumber(ms), src, tonumber(idx), tonumber(len)
-end
--- Redis's own clock, the one every process of a deployment shares; a caller may pass its own
--- (an injected test clock), as milliseconds, in place of ''.
-local function now_ms(given)
-  if given ~= nil and given ~= '' then return tonumber(given) end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-`;
 
-/**
- * Fencing: the matcher that holds the lease got its token from INCR of the epoch key, so the epoch
- * is the token of the newest leader. A write that carries an older token (a leader that paused past
- * its lease while another took over) is refused whole, before it changes anything. '' skips the
- * check (tools that own the deployment alone).
- */
-const FENCE = `
-local function check_fence(epoch_key, token)
-  if token == '' then return end
-  local epoch = redis.call('GET', epoch_key)
-  if epoch ~= token then
-    error({err = 'FENCED matcher lease epoch is ' .. tostring(epoch) .. ', this matcher holds ' .. token})
-  end
-end
-`;
 
 /**
  * A new leader's fence on a device group (cluster layout, where a group's keys cannot see the
@@ -328,43 +297,6 @@ redis.call('$PUBLISH', ARGV[2], '${PURGED_DOORBELL}')
 return n
 `;
 
-// A device's delivery state, one field of {p}dstate: seven doubles (struct '<ddddddd'):
-// last id's ms, last ordinal, stream length after the last change, when its TTL was last set
-// (ms), and the marker of its last stored notification (source in-entry ms, seq, event index).
-// A device taken over by a shard that stopped waiting for the shard it left (OWE) has eight more:
-// the owed window's low end (the marker then: ms, seq, index; exclusive), its high end (the
-// hand-over's release entry: ms, seq; inclusive, any index), and the marker of what was stored
-// in the window since (ms, seq, index).
-// A device without one may have the layout of earlier versions ({p}nseq + {p}nlast): read once.
-const STATE = `
-local function load_state(raw, seq, last)
-  if raw then
-    if #raw >= 120 then
-      local a, b, c, d, e, f, g, h, i, j, k, l, m, n, o = struct.unpack('<ddddddddddddddd', raw)
-      return {a, b, c, d, e, f, g, h, i, j, k, l, m, n, o}
-    end
-    local a, b, c, d, e, f, g = struct.unpack('<ddddddd', raw)
-    return {a, b, c, d, e, f, g}
-  end
-  local s = {0, tonumber(seq or '0'), 0, 0, 0, 0, -1}
-  if last then
-    local lms, lsrc, lidx, llen = parse_last(last)
-    local sm, ss = parse_id(lsrc)
-    s[1], s[3], s[5], s[6], s[7] = lms, llen, sm, ss, lidx
-  end
-  return s
-end
-local function pack_state(s)
-  if s[8] then
-    return struct.pack('<ddddddddddddddd', s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12], s[13], s[14], s[15])
-  end
-  return struct.pack('<ddddddd', s[1], s[2], s[3], s[4], s[5], s[6], s[7])
-end
--- (am, as, ai) after (bm, bs, bi): in-entry ids, then event indices.
-local function is_after(am, as, ai, bm, bs, bi)
-  return am > bm or (am == bm and (as > bs or (as == bs and ai > bi)))
-end
-`;
 
 /**
  * Store notifications: one call for a group of recipients across events (up to a few hundred), at
@@ -500,70 +432,6 @@ for i = 1, n do
 end
 save_states()
 return stored
-`;
-
-/**
- * Sharded by space: a shard that applies devices' arrival without the shard they left having
- * stored past the hand-over (its wait bound passed) first opens an owed window in each device's
- * state: what the shard left behind stores for the device up to the hand-over's release entry,
- * after the device's marker as it is now, is still stored after this shard moved the marker on
- * (DELIVER). A device has one window at most: the same hand-over opening it again (a replay)
- * leaves it as it is; another one finds it open and nothing is written (-1: that arrival is not
- * forced, it waits for the shard it comes from).
- * KEYS: dstate, nseq, nlast (devices without a state, from earlier versions), fence.
- * ARGV: the release entry id, then the devices, then the caller's fencing token.
- * Returns how many devices, or -1.
- */
-const OWE = `${PARSE_ID}${STATE}${FENCE}
-check_fence(KEYS[#KEYS], ARGV[#ARGV])
-local rm, rs = parse_id(ARGV[1])
-local n = #ARGV - 2
-local devs = {}
-for i = 1, n do devs[i] = ARGV[1 + i] end
-local raws = redis.call('HMGET', KEYS[1], unpack(devs))
-local seqs = redis.call('HMGET', KEYS[2], unpack(devs))
-local lasts = redis.call('HMGET', KEYS[3], unpack(devs))
-local out = {}
-for i = 1, n do
-  local s = load_state(raws[i], seqs[i], lasts[i])
-  if s[8] then
-    -- One window a device: a window of another hand-over may still be owed to (windows stay open),
-    -- and two shards storing into one would share its marker. That arrival waits for good.
-    if s[11] ~= rm or s[12] ~= rs then return -1 end
-  else
-    s[8], s[9], s[10], s[13], s[14], s[15] = s[5], s[6], s[7], s[5], s[6], s[7]
-    s[11], s[12] = rm, rs
-  end
-  out[2 * i - 1] = devs[i]
-  out[2 * i] = pack_state(s)
-end
-redis.call('HSET', KEYS[1], unpack(out))
-return n
-`;
-
-/**
- * Closes the owed windows a hand-over opened (OWE), once every shard it waited for has stored past
- * its release entry: that shard stores nothing up to it again (its replays start after its stored
- * offset), so the device's state goes back to seven doubles and a later hand-over may open one.
- * A window of another release is left as it is.
- * KEYS: dstate, fence. ARGV: the release entry id, then the devices, then the caller's fencing token.
- * Returns how many windows were closed.
- */
-const OWE_CLOSE = `${PARSE_ID}${STATE}${FENCE}
-check_fence(KEYS[#KEYS], ARGV[#ARGV])
-local rm, rs = parse_id(ARGV[1])
-local closed = 0
-for i = 2, #ARGV - 1 do
-  local raw = redis.call('HGET', KEYS[1], ARGV[i])
-  if raw and #raw >= 120 then
-    local s = load_state(raw)
-    if s[11] == rm and s[12] == rs then
-      redis.call('HSET', KEYS[1], ARGV[i], struct.pack('<ddddddd', s[1], s[2], s[3], s[4], s[5], s[6], s[7]))
-      closed = closed + 1
-    end
-  end
-end
-return closed
 `;
 
 /**

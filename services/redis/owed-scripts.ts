@@ -1,0 +1,71 @@
+/**
+ * The owed windows of a deployment sharded by space (docs/service.md, Sharding by space): a shard
+ * that applies devices' arrival past its wait bound lets the shard they left still store what it
+ * owes them (OWE), and closes the windows once that shard has stored past the hand-over
+ * (OWE_CLOSE); DELIVER (scripts.ts) takes a notification within a window.
+ */
+import { FENCE, PARSE_ID, STATE } from './lua-parts.js';
+
+/**
+ * Sharded by space: a shard that applies devices' arrival without the shard they left having
+ * stored past the hand-over (its wait bound passed) first opens an owed window in each device's
+ * state: what the shard left behind stores for the device up to the hand-over's release entry,
+ * after the device's marker as it is now, is still stored after this shard moved the marker on
+ * (DELIVER). A device has one window at most: the same hand-over opening it again (a replay)
+ * leaves it as it is; another one finds it open and nothing is written (-1: that arrival is not
+ * forced, it waits for the shard it comes from).
+ * KEYS: dstate, nseq, nlast (devices without a state, from earlier versions), fence.
+ * ARGV: the release entry id, then the devices, then the caller's fencing token.
+ * Returns how many devices, or -1.
+ */
+export const OWE = `${PARSE_ID}${STATE}${FENCE}
+check_fence(KEYS[#KEYS], ARGV[#ARGV])
+local rm, rs = parse_id(ARGV[1])
+local n = #ARGV - 2
+local devs = {}
+for i = 1, n do devs[i] = ARGV[1 + i] end
+local raws = redis.call('HMGET', KEYS[1], unpack(devs))
+local seqs = redis.call('HMGET', KEYS[2], unpack(devs))
+local lasts = redis.call('HMGET', KEYS[3], unpack(devs))
+local out = {}
+for i = 1, n do
+  local s = load_state(raws[i], seqs[i], lasts[i])
+  if s[8] then
+    -- One window a device: a window of another hand-over may still be owed to (windows stay open),
+    -- and two shards storing into one would share its marker. That arrival waits for good.
+    if s[11] ~= rm or s[12] ~= rs then return -1 end
+  else
+    s[8], s[9], s[10], s[13], s[14], s[15] = s[5], s[6], s[7], s[5], s[6], s[7]
+    s[11], s[12] = rm, rs
+  end
+  out[2 * i - 1] = devs[i]
+  out[2 * i] = pack_state(s)
+end
+redis.call('HSET', KEYS[1], unpack(out))
+return n
+`;
+
+/**
+ * Closes the owed windows a hand-over opened (OWE), once every shard it waited for has stored past
+ * its release entry: that shard stores nothing up to it again (its replays start after its stored
+ * offset), so the device's state goes back to seven doubles and a later hand-over may open one.
+ * A window of another release is left as it is.
+ * KEYS: dstate, fence. ARGV: the release entry id, then the devices, then the caller's fencing token.
+ * Returns how many windows were closed.
+ */
+export const OWE_CLOSE = `${PARSE_ID}${STATE}${FENCE}
+check_fence(KEYS[#KEYS], ARGV[#ARGV])
+local rm, rs = parse_id(ARGV[1])
+local closed = 0
+for i = 2, #ARGV - 1 do
+  local raw = redis.call('HGET', KEYS[1], ARGV[i])
+  if raw and #raw >= 120 then
+    local s = load_state(raw)
+    if s[11] == rm and s[12] == rs then
+      redis.call('HSET', KEYS[1], ARGV[i], struct.pack('<ddddddd', s[1], s[2], s[3], s[4], s[5], s[6], s[7]))
+      closed = closed + 1
+    end
+  end
+end
+return closed
+`;
