@@ -74,6 +74,30 @@ export function writeString(out: Buffer, o: number, s: string, bytes: number): n
   return o + out.write(s, o, 'utf8');
 }
 
+/** Bytes of a `Timestamp` message of whole milliseconds >= 0 (seconds and nanos, each left out at 0). */
+export function timestampSize(ms: number): number {
+  const seconds = Math.floor(ms / 1000);
+  const nanos = (ms - seconds * 1000) * 1_000_000;
+  return (seconds !== 0 ? 1 + varintSize(seconds) : 0) + (nanos !== 0 ? 1 + varintSize(nanos) : 0);
+}
+
+/** Writes field `tag` holding the `Timestamp` of `ms` (whole, >= 0) whose size is `size` (timestampSize). */
+export function writeTimestamp(out: Buffer, o: number, tag: number, ms: number, size: number): number {
+  const seconds = Math.floor(ms / 1000);
+  const nanos = (ms - seconds * 1000) * 1_000_000;
+  out[o++] = tag;
+  o = writeVarint(out, o, size);
+  if (seconds !== 0) {
+    out[o++] = T_SECONDS;
+    o = writeVarint(out, o, seconds);
+  }
+  if (nanos !== 0) {
+    out[o++] = T_NANOS;
+    o = writeVarint(out, o, nanos);
+  }
+  return o;
+}
+
 // A double is written unless it is +0 (proto3's implicit presence; protobuf-es writes -0).
 const present = (v: number): boolean => v !== 0 || 1 / v < 0;
 const dbl = (v: number): number => (present(v) ? 9 : 0);
@@ -130,15 +154,8 @@ export function encodeApiEvent(e: MEvent): Uint8Array {
       size += 1 + varintSize(n) + n;
     }
   }
-  let seconds = 0;
-  let nanos = 0;
-  let timeLen = 0;
-  if (t !== undefined) {
-    seconds = Math.floor(t / 1000);
-    nanos = (t - seconds * 1000) * 1_000_000;
-    timeLen = (seconds !== 0 ? 1 + varintSize(seconds) : 0) + (nanos !== 0 ? 1 + varintSize(nanos) : 0);
-    size += 1 + varintSize(timeLen) + timeLen;
-  }
+  const timeLen = t === undefined ? 0 : timestampSize(t);
+  if (t !== undefined) size += 1 + varintSize(timeLen) + timeLen;
 
   const out = Buffer.allocUnsafe(size);
   let o = 0;
@@ -192,18 +209,7 @@ export function encodeApiEvent(e: MEvent): Uint8Array {
       o = writeString(out, o, tags![i], tagBytes[i]);
     }
   }
-  if (t !== undefined) {
-    out[o++] = T_TIME;
-    o = writeVarint(out, o, timeLen);
-    if (seconds !== 0) {
-      out[o++] = T_SECONDS;
-      o = writeVarint(out, o, seconds);
-    }
-    if (nanos !== 0) {
-      out[o++] = T_NANOS;
-      o = writeVarint(out, o, nanos);
-    }
-  }
+  if (t !== undefined) o = writeTimestamp(out, o, T_TIME, t, timeLen);
   if (o !== size) throw new Error(`event bytes: wrote ${o} of ${size} bytes`);
   return out;
 }

@@ -13,7 +13,7 @@ import type { Event as MEvent } from '../../src/model/types.js';
 import { ConnectResponseSchema } from '../../api/gen/ambit/v1/device_pb.js';
 import { type Delivery, apiEventBytes } from '../hub/port.js';
 import { fromDelivery } from './convert.js';
-import { encodeApiEvent, utf8Length, varintSize, writeString, writeVarint } from './event-bytes.js';
+import { encodeApiEvent, timestampSize, utf8Length, varintSize, writeString, writeTimestamp, writeVarint } from './event-bytes.js';
 
 /**
  * The event's API bytes: encoded once per event while it is alive (a device's log or a batch in
@@ -35,8 +35,6 @@ const TAG_DELIVERY_ID = (1 << 3) | 2;
 const TAG_EVENT = (2 << 3) | 2;
 const TAG_SUBSCRIPTION_ID = (3 << 3) | 2;
 const TAG_PUBLISHED_AT = (4 << 3) | 2;
-const TAG_SECONDS = (1 << 3) | 0;
-const TAG_NANOS = (2 << 3) | 0;
 
 /** The `ConnectResponse` bytes of one delivery. */
 export function notificationFrame(d: Delivery): Uint8Array {
@@ -46,9 +44,7 @@ export function notificationFrame(d: Delivery): Uint8Array {
     return toBinary(ConnectResponseSchema, create(ConnectResponseSchema, { message: { case: 'notification', value: fromDelivery(d) } }));
   }
   const event = encodedEvent(d.event);
-  const seconds = Math.floor(d.publishedAtMs / 1000);
-  const nanos = (d.publishedAtMs - seconds * 1000) * 1_000_000;
-  const tsLen = (seconds !== 0 ? 1 + varintSize(seconds) : 0) + (nanos !== 0 ? 1 + varintSize(nanos) : 0);
+  const tsLen = timestampSize(d.publishedAtMs);
   const idLen = utf8Length(d.deliveryId);
   let body = (idLen > 0 ? 1 + varintSize(idLen) + idLen : 0) + 1 + varintSize(event.length) + event.length + 1 + varintSize(tsLen) + tsLen;
   const ids = d.subscriptionIds;
@@ -76,16 +72,7 @@ export function notificationFrame(d: Delivery): Uint8Array {
     o = writeVarint(out, o, idLens[i]);
     o = writeString(out, o, ids[i], idLens[i]);
   }
-  out[o++] = TAG_PUBLISHED_AT;
-  o = writeVarint(out, o, tsLen);
-  if (seconds !== 0) {
-    out[o++] = TAG_SECONDS;
-    o = writeVarint(out, o, seconds);
-  }
-  if (nanos !== 0) {
-    out[o++] = TAG_NANOS;
-    o = writeVarint(out, o, nanos);
-  }
+  o = writeTimestamp(out, o, TAG_PUBLISHED_AT, d.publishedAtMs, tsLen);
   if (o !== out.length) throw new Error(`notification frame: wrote ${o} of ${out.length} bytes`);
   return out;
 }

@@ -138,7 +138,7 @@ export interface RedisMatcherOptions {
    * store past a hand-over before it applies the arrival anyway (default 0: no bound).
    * While it waits its whole loop waits, so a shard left with no leader and no standby would
    * stall every shard its devices move to. Applied early, each device's state first opens an
-   * owed window (scripts.ts OWE), so what the shard left behind still owes the device is stored
+   * owed window (owed-scripts.ts OWE), so what the shard left behind still owes the device is stored
    * when that shard runs again, after what this shard stored meanwhile; nothing is lost or
    * matched twice (docs/service.md).
    */
@@ -290,6 +290,7 @@ export class RedisMatcher {
   private handOversForced = 0;
   /** Hand-overs applied past the bound whose owed windows are open: closed once their sources store past them. */
   private owedOpen: { released: string; offsets: string[]; byGroup: Map<GroupKeys, string[]> }[] = [];
+  private closingOwed = false;
   private readonly handOverWaitLimitMs: number;
   /** Devices this matcher's engine took over from another shard, and gave to one (hand-over entries applied). */
   private handOversIn = 0;
@@ -1195,7 +1196,7 @@ export class RedisMatcher {
   }
 
   /**
-   * Opens the owed window (scripts.ts OWE) of each device, a call per device group, fenced by
+   * Opens the owed window (owed-scripts.ts OWE) of each device, a call per device group, fenced by
    * this leader's token: 'refused' where a device has the window of another hand-over open (none
    * is opened then in its group: the arrival waits), 'failed' when it could not (the loop reads
    * the batch again).
@@ -1225,13 +1226,19 @@ export class RedisMatcher {
    * devices then waits without a bound).
    */
   private async closeOwed(): Promise<void> {
-    if (this.owedOpen.length === 0 || this.currentRole !== 'leader' || this.crashed) return;
-    for (const o of [...this.owedOpen]) {
-      const stored = await this.cmd.mget(o.offsets);
-      if (!stored.every((s) => s !== null && compareStreamIds(s, o.released) >= 0)) continue;
-      const r = await Promise.all([...o.byGroup].map(([g, ds]) => runScript(this.cmd, 'ambitOweClose', g.dstate, g.fence, o.released, ...ds, this.token)));
-      this.owedOpen = this.owedOpen.filter((x) => x !== o);
-      this.hooks.onOwedClosed?.({ released: o.released, closed: r.reduce((a: number, n) => a + Number(n), 0) });
+    if (this.owedOpen.length === 0 || this.currentRole !== 'leader' || this.crashed || this.closingOwed) return;
+    // One pass at a time: a stats tick may come while the last one's calls are in flight.
+    this.closingOwed = true;
+    try {
+      for (const o of [...this.owedOpen]) {
+        const stored = await this.cmd.mget(o.offsets);
+        if (!stored.every((s) => s !== null && compareStreamIds(s, o.released) >= 0)) continue;
+        const r = await Promise.all([...o.byGroup].map(([g, ds]) => runScript(this.cmd, 'ambitOweClose', g.dstate, g.fence, o.released, ...ds, this.token)));
+        this.owedOpen = this.owedOpen.filter((x) => x !== o);
+        this.hooks.onOwedClosed?.({ released: o.released, closed: r.reduce((a: number, n) => a + Number(n), 0) });
+      }
+    } finally {
+      this.closingOwed = false;
     }
   }
 

@@ -53,9 +53,9 @@
  *
  *   device-group scope (cluster tag {d<g>}; single: one group whose keys are the names above)
  *   {p}n:{device}       STREAM the device's notifications, ids "<ms>-<ordinal>"
- *   {p}dstate           HASH  device → its delivery state, 56 bytes (scripts.ts: last id, length,
+ *   {p}dstate           HASH  device → its delivery state, 56 bytes (lua-parts.ts STATE: last id, length,
  *                             TTL time, the (in-entry, event index) marker of its last notification;
- *                             120 bytes with an owed window, sharded by space: scripts.ts OWE)
+ *                             120 bytes with an owed window, sharded by space: owed-scripts.ts OWE)
  *   {p}nseq, {p}nlast   HASH  the same for devices notified by versions before {p}dstate (read only)
  *   {p}acked            HASH  device → last acknowledged delivery id
  *   {p}born:{device}    STRING the id of the device's last purge command, for 90 days (its inbox's

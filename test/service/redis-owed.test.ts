@@ -41,12 +41,18 @@ function scripts(r: Redis, k: Keys) {
   };
 }
 
+/** Runs `body` against the scripts on a fresh prefix. */
+const withScripts = (body: (s: ReturnType<typeof scripts>, r: Redis, k: Keys) => Promise<void>): Promise<void> => {
+  const k = new Keys(freshPrefix());
+  return inspect(async (r) => {
+    defineScripts(r);
+    await body(scripts(r, k), r, k);
+  });
+};
+
 describe('owed windows', { skip: missing ?? false }, () => {
   it('the shard left behind stores what it owes once, its replays store nothing twice, whether its stores came before or after the arriving shard\'s', async () => {
-    const k = new Keys(freshPrefix());
-    await inspect(async (r) => {
-      defineScripts(r);
-      const s = scripts(r, k);
+    await withScripts(async (s) => {
       assert.equal(await s.deliver('d', '100-0'), 1);
       assert.equal(await s.owe(RELEASE, 'd'), 1);
       assert.equal(await s.deliver('d', '150-0'), 1, 'a store of the shard left behind before the arriving one stored anything');
@@ -63,10 +69,7 @@ describe('owed windows', { skip: missing ?? false }, () => {
   });
 
   it('a device has one window: the same hand-over opens it again as it was, another finds it open and opens none', async () => {
-    const k = new Keys(freshPrefix());
-    await inspect(async (r) => {
-      defineScripts(r);
-      const s = scripts(r, k);
+    await withScripts(async (s) => {
       assert.equal(await s.deliver('d', '100-0'), 1);
       assert.equal(await s.deliver('e', '100-0'), 1);
       assert.equal(await s.owe(RELEASE, 'd'), 1);
@@ -82,10 +85,7 @@ describe('owed windows', { skip: missing ?? false }, () => {
   });
 
   it('a window closes once the shard left behind stored past the hand-over: the state is seven doubles again, and another hand-over may open one', async () => {
-    const k = new Keys(freshPrefix());
-    await inspect(async (r) => {
-      defineScripts(r);
-      const s = scripts(r, k);
+    await withScripts(async (s) => {
       assert.equal(await s.deliver('d', '100-0'), 1);
       assert.equal(await s.owe(RELEASE, 'd'), 1);
       assert.equal(await s.stateBytes('d'), 120);
@@ -103,10 +103,7 @@ describe('owed windows', { skip: missing ?? false }, () => {
   });
 
   it('a purge after the arriving shard took the device over: what the shard left behind owed from before it is refused, later notifications are stored', async () => {
-    const k = new Keys(freshPrefix());
-    await inspect(async (r) => {
-      defineScripts(r);
-      const s = scripts(r, k);
+    await withScripts(async (s, r, k) => {
       assert.equal(await s.deliver('d', '100-0'), 1);
       assert.equal(await s.owe(RELEASE, 'd'), 1);
       assert.equal(await s.deliver('d', '210-0'), 1);
@@ -125,10 +122,7 @@ describe('owed windows', { skip: missing ?? false }, () => {
   });
 
   it('a replay across a purge stores nothing from before it (a matcher that crashed after the purge, before its offset moved past it)', async () => {
-    const k = new Keys(freshPrefix());
-    await inspect(async (r) => {
-      defineScripts(r);
-      const s = scripts(r, k);
+    await withScripts(async (s) => {
       assert.equal(await s.deliver('x', '100-0'), 1);
       assert.equal(await s.deliver('x', '120-0'), 1);
       assert.equal(Number(await s.drop('x', '150-0')), 2);
