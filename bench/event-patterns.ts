@@ -11,7 +11,9 @@
  * sequencer's (`--check` events). `--trex <binary>` runs T-Rex's CPU engine on the same stream
  * (bench/trex/: a driver built against TRex2-lib) and compares its complex events with ours.
  * `--through-matcher` also times one scenario end to end through PatternMatcher with the fast
- * engine matching the elements' filters.
+ * engine matching the elements' filters. `--gpu` runs the GPU sequencer (GTrex, gtrex.ts) on the
+ * same stream in batches of each `--gpu-batches` size, its matches compared with the CDP's on the
+ * whole stream.
  */
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -22,6 +24,8 @@ import { PatternMatcher, type TimedInput } from '../src/engines/event-patterns/p
 import { ReferenceSequencer } from '../src/engines/event-patterns/reference.js';
 import type { PatternHits, PatternMatch, Sequencer } from '../src/engines/event-patterns/sequencer.js';
 import { FastMatcher } from '../src/engines/fast.js';
+import { GpuContext } from '../src/engines/gpu/device.js';
+import { type BatchRelease, GtrexSequencer } from '../src/engines/gpu/gtrex.js';
 import { DEFAULT_PATTERN_LIMITS, type EventPattern, type Selection, validateEventPattern } from '../src/model/event-patterns.js';
 import { DEFAULT_LIMITS, type NEvent, validateEvent } from '../src/model/limits.js';
 import { Prng } from '../src/workload/prng.js';
@@ -49,6 +53,9 @@ const HELP = `usage: npm run bench:patterns -- [options]
   --trex PATH         T-Rex driver binary (bench/trex/build.sh): run it on the same streams
   --trex-timeout S    give up on a T-Rex run after S seconds (default 300)
   --through-matcher   also time the base scenario through PatternMatcher + the fast engine
+  --gpu               also run the GPU sequencer (GTrex) on every scenario's stream
+  --gpu-batches L     releases a GPU batch, one run each (default 1000,10000,100000)
+  --gpu-software      accept a software adapter (llvmpipe: for correctness, not speed)
   --seed N            stream seed (default 1)
   --out FILE          JSON result (default bench/results/event-patterns.json)`;
 
@@ -130,7 +137,7 @@ function hitsOf(s: Scenario, st: Stream): PatternHits[][] {
   return byType;
 }
 
-function install(seq: Sequencer, s: Scenario): void {
+function install(seq: Pick<Sequencer, 'addPattern'>, s: Scenario): void {
   for (let rule = 0; rule < s.rules; rule++) seq.addPattern(rule, validateEventPattern('pattern', rulePattern(s, rule), DEFAULT_LIMITS, DEFAULT_PATTERN_LIMITS));
 }
 
@@ -152,6 +159,61 @@ function runSequencer(seq: Sequencer, s: Scenario, st: Stream, n: number, times:
   return { matches, terminators };
 }
 
+interface GpuResult {
+  batch: number;
+  matches: number;
+  /** Every match of the whole stream equal to the CDP's (same releases, same order). */
+  equal: boolean;
+  eventsPerS: Summary;
+  /** One releaseBatch call, ms. */
+  perBatchMs: Summary;
+  /** Median events/s over the CDP's median. */
+  vsCdp: number;
+  reruns: number;
+}
+
+/** The GPU sequencer on one scenario's stream, in batches of `size`; `want` is the CDP's matches per release. */
+async function gpuRun(ctx: GpuContext, s: Scenario, st: Stream, n: number, size: number, reps: number, want: readonly string[][]): Promise<Omit<GpuResult, 'vsCdp'>> {
+  const byType = hitsOf(s, st);
+  const batches: BatchRelease[][] = [];
+  for (let i = 0; i < n; i += size) {
+    const b: BatchRelease[] = [];
+    for (let j = i; j < Math.min(n, i + size); j++) b.push({ event: st.events[j], timeMs: j, hits: byType[st.type[j]] });
+    batches.push(b);
+  }
+  const rates: number[] = [];
+  const perBatch: number[] = [];
+  let matches = 0;
+  let equal = true;
+  let reruns = 0;
+  for (let rep = 0; rep < reps; rep++) {
+    const seq = await GtrexSequencer.create({ ctx, maxRetainedPerElement: n });
+    install(seq, s);
+    matches = 0;
+    let at = 0;
+    const t0 = performance.now();
+    for (const b of batches) {
+      const t1 = performance.now();
+      const out = await seq.releaseBatch(b);
+      perBatch.push(performance.now() - t1);
+      if (rep === 0) {
+        // Checked on the first pass only (outside no timing: the CDP's keys were made before).
+        for (let j = 0; j < out.length; j++) {
+          const got = out[j].map(matchKey);
+          const w = want[at + j];
+          if (got.length !== w.length || got.some((k, q) => k !== w[q])) equal = false;
+        }
+      }
+      at += b.length;
+      for (const o of out) matches += o.length;
+    }
+    rates.push(n / ((performance.now() - t0) / 1000));
+    reruns = seq.stats().reruns;
+    await seq.close();
+  }
+  return { batch: size, matches, equal, eventsPerS: summarize(rates), perBatchMs: summarize(perBatch), reruns };
+}
+
 interface ScenarioResult {
   scenario: Scenario;
   events: number;
@@ -161,6 +223,8 @@ interface ScenarioResult {
   eventsPerS: Summary;
   perEventUs: Summary;
   perTerminatorUs: Summary;
+  /** The GPU sequencer, one entry a batch size. */
+  gpu: GpuResult[];
   trex: null | { complexEvents: number; equal: boolean | null; eventsPerS: number; perEventUs: Record<string, number>; perTerminatorUs?: Record<string, number>; note?: string };
 }
 
@@ -185,7 +249,7 @@ function trexRun(bin: string, s: Scenario, st: Stream, n: number, dir: string): 
 
 async function main(): Promise<void> {
   const fail = cliFail('event-patterns', HELP);
-  const cl = readCommandLine(process.argv.slice(2), new Set(['quick', 'help', 'consume', 'no-consume', 'no-basic', 'through-matcher']), new Set(['events', 'values', 'window', 'selections', 'states', 'values-sweep', 'rules', 'negations', 'reps', 'check', 'scenarios', 'trex', 'trex-timeout', 'seed', 'out']), fail, HELP);
+  const cl = readCommandLine(process.argv.slice(2), new Set(['quick', 'help', 'consume', 'no-consume', 'no-basic', 'through-matcher', 'gpu', 'gpu-software']), new Set(['events', 'values', 'window', 'selections', 'states', 'values-sweep', 'rules', 'negations', 'reps', 'check', 'scenarios', 'trex', 'trex-timeout', 'seed', 'out', 'gpu-batches']), fail, HELP);
   if (cl === null) return;
   const { a, r } = cl;
   const quick = r.flag('quick');
@@ -205,7 +269,10 @@ async function main(): Promise<void> {
   const seed = r.int('seed', 1, 0, 2 ** 32 - 1);
   const trex = r.str('trex');
   TREX_TIMEOUT_MS = r.int('trex-timeout', 300, 1) * 1000;
+  const gpuBatches = r.flag('gpu') ? r.counts('gpu-batches', [1000, 10_000, 100_000]) : [];
   const run = new ResultRun({ out: a.out, defaultFile: 'bench/results/event-patterns.json', fail });
+  const ctx = gpuBatches.length > 0 ? await GpuContext.open({ allowSoftware: r.flag('gpu-software') }) : null;
+  if (ctx !== null) note(`GPU: ${ctx.adapterInfo.device} (${ctx.adapterInfo.backend}${ctx.isSoftware ? ', software' : ''})`);
   note(`machine: ${describeMachine(run.machine)}`);
   note(`stream: ${count(nEvents)} events 1 ms apart, att in [1, ${count(values)}], windows ${count(WINDOW)} ms; ${reps} timed passes a scenario${trex ? `; T-Rex driver ${trex}` : ''}`);
 
@@ -240,7 +307,8 @@ async function main(): Promise<void> {
     startedAt: run.startedAt.toISOString(),
     command: run.command,
     machine: run.machine,
-    parameters: { events: nEvents, values, window: WINDOW, selections, reps, check, seed, trex: trex ?? null },
+    parameters: { events: nEvents, values, window: WINDOW, selections, reps, check, seed, trex: trex ?? null, gpuBatches },
+    gpu: ctx === null ? null : { ...ctx.adapterInfo, software: ctx.isSoftware },
     scenarios: [] as ScenarioResult[],
     throughMatcher: null as null | { selection: Selection; eventsPerS: Summary; matches: number; sequencerOnlyEventsPerS: number },
   };
@@ -278,8 +346,22 @@ async function main(): Promise<void> {
         eventsPerS: summarize(rates),
         perEventUs: summarize(times, 1000),
         perTerminatorUs: summarize(termTimes, 1000),
+        gpu: [],
         trex: null,
       };
+      if (ctx !== null) {
+        const wantAll: string[][] = [];
+        const cdp = new CdpSequencer({ maxRetainedPerElement: nEvents });
+        install(cdp, s);
+        const byType = hitsOf(s, st);
+        for (let i = 0; i < nEvents; i++) wantAll.push(cdp.release(st.events[i], i, byType[st.type[i]]).map(matchKey));
+        for (const size of gpuBatches) {
+          const g = await gpuRun(ctx, s, st, nEvents, size, reps, wantAll);
+          const res1 = { ...g, vsCdp: g.eventsPerS.median / result.eventsPerS.median };
+          result.gpu.push(res1);
+          note(`  ${s.name} (${s.selection}) GPU, batches of ${count(size)}: ${count(Math.round(g.eventsPerS.median))} events/s (${sig(res1.vsCdp)}x the CDP), batch median ${sig(g.perBatchMs.median)} ms, p99 ${sig(g.perBatchMs.p99)} ms, ${g.equal ? 'equal to the CDP' : 'MISMATCH against the CDP'}`);
+        }
+      }
       let trexOut: ReturnType<typeof trexRun> | null = null;
       if (trex !== undefined && s.rules === 1) {
         try {
@@ -354,6 +436,7 @@ async function main(): Promise<void> {
     }
   } finally {
     rmSync(dir, { recursive: true, force: true });
+    await ctx?.close();
   }
   process.stdout.write(`\n${table(['scenario', 'selection', 'matches', '= reference', 'events/s', 'µs/event median', 'p99', 'µs/terminator median', 'p99', 'T-Rex events/s', '= T-Rex', 'vs T-Rex'], rows)}\n`);
   note(`wrote ${run.shown}`);

@@ -2,8 +2,9 @@
  * The GPU pattern sequencer (src/engines/gpu/gtrex.ts; here on a software adapter) against the
  * CDP sequencer, itself tested against the reference (sequencer-stress.test.ts): random patterns
  * and streams fed in batches of random sizes, every release's matches (in order) and the
- * statistics equal after every batch; snapshots equal and restored crosswise; the kernels'
- * float64 sums bit for bit against JavaScript's.
+ * statistics equal after every batch; snapshots equal and restored crosswise; columns indexed by
+ * equality in a few sub-rings (so values share them) and not indexed; the kernels' float64 sums
+ * bit for bit against JavaScript's.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
@@ -37,7 +38,7 @@ interface Outcome {
 }
 
 /** One seed: the same stream through a CDP sequencer (one release at a time) and the GPU one (in batches). */
-async function compare(seed: number, k: StressKnobs, maxBatch: number, oracle: 'cdp' | 'reference' = 'cdp', room: { capacity?: number; minPoolWords?: number } = {}): Promise<Outcome> {
+async function compare(seed: number, k: StressKnobs, maxBatch: number, oracle: 'cdp' | 'reference' = 'cdp', room: { capacity?: number; minPoolWords?: number; indexBuckets?: number } = { indexBuckets: 4 }): Promise<Outcome> {
   const r = new Prng(seed);
   const make = () => (oracle === 'cdp' ? new CdpSequencer({ maxRetainedPerElement: k.maxRetained }) : new ReferenceSequencer({ maxRetainedPerElement: k.maxRetained }));
   let cpu = make();
@@ -146,7 +147,7 @@ describe('GtrexSequencer (GPU) answers as the CDP sequencer, batch by batch', ()
     let rebuilds = 0;
     let matches = 0;
     for (let seed = 1; seed <= 2; seed++) {
-      const o = await compare(seed * 7_727, knobs, 120, 'cdp', { capacity: 2, minPoolWords: 64 });
+      const o = await compare(seed * 7_727, knobs, 120, 'cdp', { capacity: 2, minPoolWords: 64, indexBuckets: 2 });
       reruns += o.reruns;
       rebuilds += o.rebuilds;
       matches += o.matches;
@@ -159,6 +160,13 @@ describe('GtrexSequencer (GPU) answers as the CDP sequencer, batch by batch', ()
   it('answers as the reference sequencer too (one stream, batches up to 64)', async () => {
     const o = await compare(31337, { patterns: 8, events: 800, maxRetained: 4, maxWindow: 30, maxGap: 3, consuming: 0.3, churn: 0.002 }, 64, 'reference');
     assert.ok(o.matches > 50, `only ${o.matches} matches`);
+  });
+
+  it('without the equality index (every column scanned whole), as with it', async () => {
+    const knobs: StressKnobs = { patterns: 6, events: 1_000, maxRetained: 8, maxWindow: 60, maxGap: 3, consuming: 0, churn: 0.002 };
+    let matches = 0;
+    for (let seed = 1; seed <= 2; seed++) matches += (await compare(seed * 4_241, knobs, 80, 'cdp', { indexBuckets: 1 })).matches;
+    assert.ok(matches > 50, `only ${matches} matches`);
   });
 });
 

@@ -8,7 +8,8 @@ import { elementReach } from '../../model/event-patterns.js';
 import type { NEvent } from '../../model/limits.js';
 
 export const NONE = 0xffffffff;
-export const HEADER_WORDS = 8;
+export const HEADER_WORDS = 9;
+export const INDEX_WORDS = 5;
 export const DESC_WORDS = 4;
 export const REC_FIXED = 4;
 export const ATTR_WORDS = 3;
@@ -19,6 +20,20 @@ const OPS: Record<CompareOp, number> = { eq: 0, ne: 1, lt: 2, le: 3, gt: 4, ge: 
 const SELECTIONS = { each: 0, last: 1, first: 2 } as const;
 const FNS = { count: 0, sum: 1, min: 2, max: 3, avg: 4 } as const;
 
+/**
+ * An element's column indexed by an equality with an earlier step (as the CDP's index): its
+ * records are also kept in `buckets` sub-rings by a hash of the attribute's value, and a search
+ * reads only the sub-ring of the chosen step's value (every parameter is still tested).
+ */
+export interface IndexPlan {
+  /** The element's attribute (index into `attributes`), and the step and its attribute giving the value. */
+  readonly attr: number;
+  readonly step: number;
+  readonly stepAttr: number;
+  /** The sub-rings' descriptors, from this offset of the config block. */
+  readonly subDesc: number;
+}
+
 /** A pattern compiled for the GPU: its config block (descriptors last, filled per column) and what the host needs. */
 export interface GpuPattern {
   readonly pattern: NEventPattern;
@@ -27,12 +42,19 @@ export interface GpuPattern {
   readonly stride: number;
   readonly elements: number;
   readonly reach: readonly number[];
-  /** The config block; its last elements × DESC_WORDS words are the descriptors. */
+  /** Per element: its index, or null. */
+  readonly plans: readonly (IndexPlan | null)[];
+  /** Sub-rings of an indexed column (a power of two). */
+  readonly buckets: number;
+  /** The config block: tables, lists, the index table, the main descriptors, then the sub-rings'. */
   readonly config: Uint32Array;
   readonly descOffset: number;
+  /** Words of the config block before the sub-rings' descriptors (rewritten whole when the pattern changes). */
+  readonly headLength: number;
 }
 
-export function compilePattern(p: NEventPattern): GpuPattern {
+export function compilePattern(p: NEventPattern, buckets = 1): GpuPattern {
+  if (!(Number.isInteger(buckets) && buckets >= 1 && (buckets & (buckets - 1)) === 0)) throw new RangeError(`buckets must be a power of two, got ${buckets}`);
   if (p.steps.length > MAX_GPU_STEPS) throw new RangeError(`a GPU pattern has at most ${MAX_GPU_STEPS} steps, got ${p.steps.length}`);
   const attrs = new Map<string, number>();
   const attr = (name: string): number => {
@@ -82,18 +104,85 @@ export function compilePattern(p: NEventPattern): GpuPattern {
     const [wh, wl] = win(a.withinMs);
     words.splice(aggTab + 7 * g, 7, FNS[a.fn], a.attribute === null ? NONE : attr(a.attribute), a.before, wh, wl, off, cnt);
   });
-  const descOffset = tablesEnd + tail.length;
+  // Index plans, as the CDP's: a step by its first equality with an earlier step; a negation or
+  // aggregate by its first equality with a step decided by then.
+  const raw: ({ attr: number; step: number; stepAttr: number } | null)[] = [];
+  for (let i = 0; i < nSteps; i++) {
+    let plan: { attr: number; step: number; stepAttr: number } | null = null;
+    if (i > 0 && buckets > 1) {
+      for (const q of p.parameters) {
+        if (q.at !== i || q.op !== 'eq') continue;
+        const mine = q.left.step === i ? q.left : q.right;
+        const other = q.left.step === i ? q.right : q.left;
+        plan = { attr: attr(mine.attribute), step: other.step, stepAttr: attr(other.attribute) };
+        break;
+      }
+    }
+    raw.push(plan);
+  }
+  const elementPlan = (params: NEventPattern['negations'][number]['parameters'], limit: number): { attr: number; step: number; stepAttr: number } | null => {
+    if (buckets > 1) for (const q of params) if (q.op === 'eq' && q.step <= limit) return { attr: attr(q.attribute), step: q.step, stepAttr: attr(q.stepAttribute) };
+    return null;
+  };
+  for (const n of p.negations) raw.push(elementPlan(n.parameters, n.at));
+  for (const _ of p.aggregates) raw.push(elementPlan(_.parameters, nSteps - 1));
+  const indexTab = tablesEnd + tail.length;
+  const descOffset = indexTab + INDEX_WORDS * elements;
+  let subAt = descOffset + DESC_WORDS * elements;
+  const headLength = subAt;
+  const plans: (IndexPlan | null)[] = raw.map((r) => {
+    if (r === null) return null;
+    const plan = { ...r, subDesc: subAt };
+    subAt += DESC_WORDS * buckets;
+    return plan;
+  });
   const stride = REC_FIXED + ATTR_WORDS * attrs.size;
-  const config = new Uint32Array(descOffset + DESC_WORDS * elements);
+  const config = new Uint32Array(subAt);
   config.set(words, 0);
   config.set(tail, tablesEnd);
-  config.set([nSteps, nNeg, nAgg, stride, descOffset, stepTab, negTab, aggTab], 0);
-  return { pattern: p, attributes: [...attrs.keys()], stride, elements, reach: elementReach(p), config, descOffset };
+  plans.forEach((pl, k) => {
+    if (pl !== null) config.set([buckets, pl.attr, pl.step, pl.stepAttr, pl.subDesc], indexTab + INDEX_WORDS * k);
+  });
+  config.set([nSteps, nNeg, nAgg, stride, descOffset, stepTab, negTab, aggTab, indexTab], 0);
+  return { pattern: p, attributes: [...attrs.keys()], stride, elements, reach: elementReach(p), plans, buckets, config, descOffset, headLength };
 }
 
-/** Strings as ids (compared for equality only, E6); ids are handed out until the table is reset. */
+/** gtrex.wgsl's `bucketOf`: a hash of an encoded value (a string by its content hash, not its id). */
+export function bucketHash(tag: number, hi: number, lo: number): number {
+  let h = (Math.imul(tag, 0x9e3779b1) ^ Math.imul(hi, 0x85ebca77) ^ Math.imul(tag === 3 ? 0 : lo, 0xc2b2ae3d)) >>> 0;
+  h = (h ^ (h >>> 15)) >>> 0;
+  h = Math.imul(h, 0x2c1b3c6d) >>> 0;
+  return (h ^ (h >>> 12)) >>> 0;
+}
+
+/** FNV-1a over the UTF-16 code units: a string's hash, the same whatever its id. */
+export function stringHash(s: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193);
+  return h >>> 0;
+}
+
+/** The bucket of `ev`'s value of attribute `name`, or -1 where it has none (such a record is in no sub-ring). */
+export function bucketOfEvent(ev: NEvent, name: string, interner: Interner, buckets: number): number {
+  const i = ev.names.indexOf(name);
+  if (i < 0) return -1;
+  const v = ev.values[i];
+  let h: number;
+  if (typeof v === 'number') {
+    f64[0] = v === 0 ? 0 : v;
+    h = bucketHash(1, u32[1], u32[0]);
+  } else if (typeof v === 'boolean') h = bucketHash(2, 0, v ? 1 : 0);
+  else h = bucketHash(3, interner.hash(v), 0);
+  return h & (buckets - 1);
+}
+
+/**
+ * Strings as ids (compared for equality only, E6) beside their content hashes (which pick sub-rings);
+ * ids are handed out until the table is reset.
+ */
 export class Interner {
   private readonly ids = new Map<string, number>();
+  private hashes: number[] = [];
 
   get size(): number {
     return this.ids.size;
@@ -101,12 +190,20 @@ export class Interner {
 
   id(s: string): number {
     let i = this.ids.get(s);
-    if (i === undefined) this.ids.set(s, (i = this.ids.size));
+    if (i === undefined) {
+      this.ids.set(s, (i = this.ids.size));
+      this.hashes.push(stringHash(s));
+    }
     return i;
+  }
+
+  hash(s: string): number {
+    return this.hashes[this.id(s)];
   }
 
   reset(): void {
     this.ids.clear();
+    this.hashes = [];
   }
 }
 
@@ -152,9 +249,10 @@ export function encodeRecord(g: GpuPattern, seq: number, timeMs: number, ev: NEv
         out[w + 1] = 0;
         out[w + 2] = v ? 1 : 0;
       } else {
+        const id = interner.id(v);
         out[w] = 3;
-        out[w + 1] = 0;
-        out[w + 2] = interner.id(v);
+        out[w + 1] = interner.hash(v);
+        out[w + 2] = id;
       }
     }
     w += ATTR_WORDS;
@@ -171,13 +269,17 @@ export interface Retention {
  * The host's copy of one column: a ring of (seq, time, event). The GPU's view starts at `gHead`,
  * where the CDP's started when the batch being searched began (a terminator early in the batch
  * still sees what a later record of the batch drops; the kernels bound each one by its own seq);
- * `n` follows the CDP's retention record by record (E16 time drops, then E15 evictions).
+ * `n` follows the CDP's retention record by record (E16 time drops, then E15 evictions). An
+ * indexed column also keeps each record in the sub-ring of its value's bucket (sub-rings are
+ * HostColumns whose `n` the main column drives: a record leaves its sub-ring when it leaves the column).
  */
 export class HostColumn {
   cap: number;
   seqs: Float64Array;
   times: Float64Array;
   evs: (NEvent | undefined)[];
+  /** Per record of an indexed column: its bucket, or -1 (no value: in no sub-ring). */
+  bucket: Int32Array | null;
   /** Records the CDP would hold: the last n from the tail. */
   n = 0;
   /** Physical position of the GPU's first record, and records from there to the tail. */
@@ -187,37 +289,69 @@ export class HostColumn {
   uploaded = 0;
   /** The ring's offset in the pool; -1: none yet (written whole at the next upload). */
   ring = -1;
+  /** An indexed column's sub-rings (made when first used), those whose pool copy is stale, those this batch changed. */
+  readonly subs: (HostColumn | undefined)[] | null;
+  readonly stale: Set<number> | null;
+  readonly changed: Set<number> | null;
 
   constructor(
     readonly reach: number,
+    buckets = 0,
     cap = 16,
   ) {
     this.cap = cap;
     this.seqs = new Float64Array(cap);
     this.times = new Float64Array(cap);
     this.evs = new Array(cap);
+    this.bucket = buckets > 0 ? new Int32Array(cap) : null;
+    this.subs = buckets > 0 ? new Array(buckets) : null;
+    this.stale = buckets > 0 ? new Set() : null;
+    this.changed = buckets > 0 ? new Set() : null;
   }
 
-  /** E16 then E15, as CdpSequencer.record. */
-  append(seq: number, timeMs: number, ev: NEvent, maxRetained: number, r: Retention): void {
+  /** E16 then E15, as CdpSequencer.record; `b` is the record's bucket in an indexed column. */
+  append(seq: number, timeMs: number, ev: NEvent, b: number, maxRetained: number, r: Retention): void {
     const oldest = timeMs - this.reach;
-    while (this.n > 0 && this.times[this.pos(this.gN - this.n)] < oldest) {
-      this.n--;
-      r.retained--;
+    while (this.n > 0 && this.times[this.pos(this.gN - this.n)] < oldest) this.dropOldest(r);
+    const pos = this.push(seq, timeMs, ev);
+    if (this.subs !== null) {
+      this.bucket![pos] = b;
+      if (b >= 0) {
+        (this.subs[b] ??= new HostColumn(0)).push(seq, timeMs, ev);
+        this.subs[b]!.n++;
+        this.stale!.add(b);
+        this.changed!.add(b);
+      }
     }
+    this.n++;
+    r.retained++;
+    if (this.n > maxRetained) {
+      this.dropOldest(r);
+      r.evicted++;
+    }
+  }
+
+  private dropOldest(r: Retention): void {
+    if (this.subs !== null) {
+      const b = this.bucket![this.pos(this.gN - this.n)];
+      if (b >= 0) {
+        this.subs[b]!.n--;
+        this.changed!.add(b);
+      }
+    }
+    this.n--;
+    r.retained--;
+  }
+
+  /** Appends at the tail (growing the ring); returns the position. */
+  push(seq: number, timeMs: number, ev: NEvent): number {
     if (this.gN === this.cap) this.grow();
     const pos = this.pos(this.gN);
     this.seqs[pos] = seq;
     this.times[pos] = timeMs;
     this.evs[pos] = ev;
     this.gN++;
-    this.n++;
-    r.retained++;
-    if (this.n > maxRetained) {
-      this.n--;
-      r.retained--;
-      r.evicted++;
-    }
+    return pos;
   }
 
   /** Doubles the ring (linearised from gHead); the pool's copy moves with it (`ring` = -1). */
@@ -226,28 +360,35 @@ export class HostColumn {
     const seqs = new Float64Array(cap);
     const times = new Float64Array(cap);
     const evs: (NEvent | undefined)[] = new Array(cap);
+    const bucket = this.bucket === null ? null : new Int32Array(cap);
     for (let k = 0; k < this.gN; k++) {
       const p = this.pos(k);
       seqs[k] = this.seqs[p];
       times[k] = this.times[p];
       evs[k] = this.evs[p];
+      if (bucket !== null) bucket[k] = this.bucket![p];
     }
     this.gHead = 0;
     this.cap = cap;
     this.seqs = seqs;
     this.times = times;
     this.evs = evs;
+    this.bucket = bucket;
     this.ring = -1;
     this.uploaded = 0;
   }
 
-  /** After a batch: the GPU's view starts where the CDP's does. */
+  /** After a batch: the GPU's view starts where the CDP's does (sub-rings too). */
   settle(): void {
     const d = this.gN - this.n;
     for (let k = 0; k < d; k++) this.evs[this.pos(k)] = undefined; // the event is gone from this column
     this.gHead = this.pos(d);
     this.gN = this.n;
     this.uploaded = Math.max(0, this.uploaded - d);
+    if (this.changed !== null) {
+      for (const b of this.changed) this.subs![b]!.settle();
+      this.changed.clear();
+    }
   }
 
   /** Physical position of record k from gHead. */

@@ -33,7 +33,7 @@ import {
   checkSnapshot,
 } from '../event-patterns/sequencer.js';
 import { GpuContext, GpuError, type GpuOptions } from './device.js';
-import { DESC_WORDS, type GpuPattern, HostColumn, Interner, type Retention, bitsDouble, compilePattern, encodeRecord } from './gtrex-layout.js';
+import { DESC_WORDS, type GpuPattern, HostColumn, Interner, type Retention, bitsDouble, bucketOfEvent, compilePattern, encodeRecord } from './gtrex-layout.js';
 
 export interface GtrexOptions extends SequencerOptions {
   /** A device to share; otherwise one is opened with `gpu` (and closed by `close`). */
@@ -44,6 +44,11 @@ export interface GtrexOptions extends SequencerOptions {
   capacity?: number;
   /** Smallest pool, in 4-byte words (default 2^18; the pool grows by rebuilds). */
   minPoolWords?: number;
+  /**
+   * Sub-rings of a column indexed by an equality (a power of two; 1: no index). Default: about one
+   * for every 64 events the retention bound lets a column hold, at most 256.
+   */
+  indexBuckets?: number;
 }
 
 /** One release of a batch: as `Sequencer.release` takes it. */
@@ -73,10 +78,14 @@ interface PatState {
   removed: boolean;
 }
 
-/** A complete match as decode reads it: [item, hit, seqs of steps 1.., their column slots, per aggregate count, sum, min, max]. */
+/** A complete match as decode reads it; `key`: item, hit, then the seqs of steps 1.. (the order of `merge`). */
 interface Row {
   readonly st: PatState;
-  readonly row: Float64Array;
+  readonly key: Float64Array;
+  readonly events: NEvent[];
+  readonly times: number[];
+  /** Per aggregate: count, sum, min, max. */
+  readonly aggs: Float64Array;
 }
 
 interface Search {
@@ -136,6 +145,10 @@ export class GtrexSequencer {
   private capP: number;
   private capC: number;
   private readonly minPool: number;
+  private readonly buckets: number;
+  /** The rings' pool offsets, ascending (allocation order), and their columns: a match's records back to their events. */
+  private regionAt: number[] = [];
+  private regionCol: HostColumn[] = [];
   private groups: GPUBindGroup[] | null = null;
 
   private constructor(
@@ -151,6 +164,9 @@ export class GtrexSequencer {
     this.maxRetained = m;
     this.capP = this.capC = Math.max(1, options.capacity ?? 1024);
     this.minPool = Math.max(16, options.minPoolWords ?? MIN_POOL);
+    let b = options.indexBuckets ?? Math.min(256, 2 ** Math.ceil(Math.log2(Math.max(1, m / 64))));
+    if (!(Number.isInteger(b) && b >= 1 && b <= 65536 && (b & (b - 1)) === 0)) throw new RangeError(`indexBuckets must be a power of two in [1, 65536], got ${b}`);
+    this.buckets = b;
     this.inner = new CdpSequencer({ maxRetainedPerElement: m });
     this.counts = ctx.createBuffer('ambit.gtrex.counts', 4 * 64, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST);
     this.params = ctx.createBuffer('ambit.gtrex.params', PARAM_SLOT * LEVELS, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
@@ -199,8 +215,8 @@ export class GtrexSequencer {
       this.innerSlots.add(slot);
       return;
     }
-    const g = compilePattern(pattern);
-    const st: PatState = { slot, g, cols: g.reach.map((r) => new HostColumn(r)), cfg: -1, removed: false };
+    const g = compilePattern(pattern, this.buckets);
+    const st: PatState = { slot, g, cols: g.reach.map((r, k) => new HostColumn(r, g.plans[k] === null ? 0 : g.buckets)), cfg: -1, removed: false };
     this.patterns.set(slot, st);
     this.dirty.add(st);
   }
@@ -273,7 +289,11 @@ export class GtrexSequencer {
         for (let j = 0; j < els.length; j++) {
           const k = els[j];
           if (k === 0) searches.push({ item: i, hit: h, st });
-          else st.cols[k].append(seq, timeMs, event, maxRet, this.ret);
+          else {
+            const plan = st.g.plans[k];
+            const b = plan === null ? -1 : bucketOfEvent(event, st.g.attributes[plan.attr], this.interner, st.g.buckets);
+            st.cols[k].append(seq, timeMs, event, b, maxRet, this.ret);
+          }
         }
         if (els.length > 1 || els[0] !== 0) touched.add(st);
       }
@@ -306,32 +326,46 @@ export class GtrexSequencer {
       }
     };
     let rec = new Uint32Array(1024);
+    /** A ring's new records (runs that do not wrap) and its descriptor's words in the config block. */
+    const ring = (g: GpuPattern, c: HostColumn, d: number): void => {
+      if (c.ring < 0 && c.gN > 0) {
+        c.ring = this.alloc(c.cap * g.stride);
+        c.uploaded = 0;
+        this.regionAt.push(c.ring);
+        this.regionCol.push(c);
+      }
+      while (c.uploaded < c.gN) {
+        const p = c.pos(c.uploaded);
+        const run = Math.min(c.gN - c.uploaded, c.cap - p);
+        const len = run * g.stride;
+        if (rec.length < len) rec = new Uint32Array(Math.max(len, rec.length * 2));
+        for (let r = 0; r < run; r++) encodeRecord(g, c.seqs[p + r], c.times[p + r], c.evs[p + r]!, this.interner, rec, r * g.stride);
+        put(c.ring + p * g.stride, rec, 0, len);
+        c.uploaded += run;
+      }
+      g.config[d] = c.ring < 0 ? 0 : c.ring;
+      g.config[d + 1] = c.cap;
+      g.config[d + 2] = c.gHead;
+      g.config[d + 3] = c.gN;
+    };
     for (const st of this.dirty) {
       const g = st.g;
-      if (st.cfg < 0) st.cfg = this.alloc(g.config.length);
+      const fresh = st.cfg < 0;
+      if (fresh) st.cfg = this.alloc(g.config.length);
       for (let k = 1; k < st.cols.length; k++) {
         const c = st.cols[k];
-        if (c.ring < 0) {
-          c.ring = this.alloc(c.cap * g.stride);
-          c.uploaded = 0;
+        ring(g, c, g.descOffset + DESC_WORDS * k);
+        const plan = g.plans[k];
+        if (plan === null) continue;
+        for (const b of c.stale!) {
+          const d = plan.subDesc + DESC_WORDS * b;
+          ring(g, c.subs![b]!, d);
+          if (!fresh) put(st.cfg + d, g.config, d, DESC_WORDS);
         }
-        // New records, in runs that do not wrap.
-        while (c.uploaded < c.gN) {
-          const p = c.pos(c.uploaded);
-          const run = Math.min(c.gN - c.uploaded, c.cap - p);
-          const len = run * g.stride;
-          if (rec.length < len) rec = new Uint32Array(Math.max(len, rec.length * 2));
-          for (let r = 0; r < run; r++) encodeRecord(g, c.seqs[p + r], c.times[p + r], c.evs[p + r]!, this.interner, rec, r * g.stride);
-          put(c.ring + p * g.stride, rec, 0, len);
-          c.uploaded += run;
-        }
-        const d = g.descOffset + DESC_WORDS * k;
-        g.config[d] = c.ring < 0 ? 0 : c.ring;
-        g.config[d + 1] = c.cap;
-        g.config[d + 2] = c.gHead;
-        g.config[d + 3] = c.gN;
+        c.stale!.clear();
       }
-      put(st.cfg, g.config, 0, g.config.length);
+      // The tables and the main descriptors; a new block whole (its sub-rings' descriptors with it).
+      put(st.cfg, g.config, 0, fresh ? g.config.length : g.headLength);
     }
     this.dirty.clear();
     // Offsets first (the kernel's thread t reads entry t's offset), then the entries.
@@ -360,7 +394,10 @@ export class GtrexSequencer {
     let need = 0;
     for (const st of this.patterns.values()) {
       need += st.g.config.length;
-      for (let k = 1; k < st.cols.length; k++) need += st.cols[k].cap * st.g.stride;
+      for (let k = 1; k < st.cols.length; k++) {
+        need += st.cols[k].cap * st.g.stride;
+        for (const sub of st.cols[k].subs ?? []) if (sub !== undefined) need += sub.cap * st.g.stride;
+      }
     }
     const maxWords = Math.floor(this.ctx.limits.maxStorageBufferBindingSize / 4);
     if (need > maxWords) {
@@ -373,11 +410,20 @@ export class GtrexSequencer {
     this.top = 0;
     this.groups = null;
     this.interner.reset(); // every record is encoded again
+    this.regionAt = [];
+    this.regionCol = [];
     for (const st of this.patterns.values()) {
       st.cfg = -1;
+      st.g.config.fill(0, st.g.descOffset); // descriptors of rings not written again (empty sub-rings) read as empty
       for (const c of st.cols) {
         c.ring = -1;
         c.uploaded = 0;
+        c.subs?.forEach((sub, b) => {
+          if (sub === undefined) return;
+          sub.ring = -1;
+          sub.uploaded = 0;
+          c.stale!.add(b);
+        });
       }
       this.dirty.add(st);
     }
@@ -461,7 +507,7 @@ export class GtrexSequencer {
       if (needP <= this.capP && needC <= this.capC) {
         if (needC === 0) return [];
         const raw = new Uint32Array(await this.ctx.readBuffer(this.done, 0, 4 * needC * cs));
-        return this.decode(searches, raw, needC, S, cs);
+        return this.decode(batch, searches, raw, needC, S, cs);
       }
       this.counters.reruns++;
       while (this.capP < needP) this.capP *= 2;
@@ -494,11 +540,21 @@ export class GtrexSequencer {
     return gs;
   }
 
-  /**
-   * The complete matches as rows of numbers: [item, hit, seq of step 1, …, seq of step S-1, then
-   * per step the column slot (step 0: -1)] and the aggregates' values, built into PatternMatches by `merge`.
-   */
-  private decode(searches: readonly Search[], raw: Uint32Array, n: number, S: number, cs: number): Row[] {
+  /** The column whose ring holds pool offset `off`. */
+  private owner(off: number): HostColumn {
+    const at = this.regionAt;
+    let lo = 0;
+    let hi = at.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >>> 1;
+      if (at[mid] <= off) lo = mid;
+      else hi = mid - 1;
+    }
+    return this.regionCol[lo];
+  }
+
+  /** The complete matches read back: their records' events and times (from the host's rings), their aggregates. */
+  private decode(batch: readonly BatchRelease[], searches: readonly Search[], raw: Uint32Array, n: number, S: number, cs: number): Row[] {
     const rows: Row[] = [];
     for (let t = 0; t < n; t++) {
       const o = t * cs;
@@ -506,25 +562,28 @@ export class GtrexSequencer {
       const st = s.st;
       const nSteps = st.g.pattern.steps.length;
       const nAgg = st.g.pattern.aggregates.length;
-      // [item, hit, seqs 1..nSteps-1, slots 1..nSteps-1, aggregates raw (count, sum, min, max)]
-      const row = new Float64Array(2 + 2 * (nSteps - 1) + 4 * nAgg);
-      row[0] = s.item;
-      row[1] = s.hit;
+      const key = new Float64Array(1 + nSteps);
+      key[0] = s.item;
+      key[1] = s.hit;
+      const events: NEvent[] = [batch[s.item].event];
+      const times: number[] = [batch[s.item].timeMs];
       for (let i = 1; i < nSteps; i++) {
-        const c = st.cols[i];
-        const slot = (raw[o + 2 + i] - c.ring) / st.g.stride;
-        row[1 + i] = c.seqs[slot];
-        row[nSteps + i] = slot;
+        const off = raw[o + 2 + i];
+        const c = this.owner(off);
+        const slot = (off - c.ring) / st.g.stride;
+        key[1 + i] = c.seqs[slot];
+        events.push(c.evs[slot]!);
+        times.push(c.times[slot]);
       }
-      const a0 = 2 + 2 * (nSteps - 1);
+      const aggs = new Float64Array(4 * nAgg);
       for (let g = 0; g < nAgg; g++) {
         const w = o + S + 2 + 7 * g;
-        row[a0 + 4 * g] = raw[w];
-        row[a0 + 4 * g + 1] = bitsDouble(raw[w + 1], raw[w + 2]);
-        row[a0 + 4 * g + 2] = bitsDouble(raw[w + 3], raw[w + 4]);
-        row[a0 + 4 * g + 3] = bitsDouble(raw[w + 5], raw[w + 6]);
+        aggs[4 * g] = raw[w];
+        aggs[4 * g + 1] = bitsDouble(raw[w + 1], raw[w + 2]);
+        aggs[4 * g + 2] = bitsDouble(raw[w + 3], raw[w + 4]);
+        aggs[4 * g + 3] = bitsDouble(raw[w + 5], raw[w + 6]);
       }
-      rows.push({ st, row });
+      rows.push({ st, key, events, times, aggs });
     }
     return rows;
   }
@@ -532,22 +591,22 @@ export class GtrexSequencer {
   /** Sorts the GPU's matches into release, hit and (for `each`) step order, and merges them with the CDP's. */
   private merge(batch: readonly BatchRelease[], out: PatternMatch[][], rows: Row[]): void {
     rows.sort((x, y) => {
-      const a = x.row;
-      const b = y.row;
+      const a = x.key;
+      const b = y.key;
       const n = Math.min(a.length, b.length);
       for (let k = 0; k < n; k++) if (a[k] !== b[k]) return a[k] - b[k];
       return 0;
     });
     let r = 0;
     while (r < rows.length) {
-      const item = rows[r].row[0];
-      const { event, timeMs, hits } = batch[item];
+      const item = rows[r].key[0];
+      const hits = batch[item].hits;
       const gpu: { hit: number; m: PatternMatch }[] = [];
-      for (; r < rows.length && rows[r].row[0] === item; r++) {
-        const { st, row } = rows[r];
-        if (st.removed) continue;
-        const m = this.match(st, row, event, timeMs);
-        if (m !== null) gpu.push({ hit: row[1], m });
+      for (; r < rows.length && rows[r].key[0] === item; r++) {
+        const row = rows[r];
+        if (row.st.removed) continue;
+        const m = this.match(row);
+        if (m !== null) gpu.push({ hit: row.key[1], m });
       }
       if (gpu.length === 0) continue;
       const cpu = out[item];
@@ -564,36 +623,27 @@ export class GtrexSequencer {
     }
   }
 
-  private match(st: PatState, row: Float64Array, event: NEvent, timeMs: number): PatternMatch | null {
-    const p = st.g.pattern;
-    const nSteps = p.steps.length;
-    const a0 = 2 + 2 * (nSteps - 1);
+  /** E12's values from the GPU's count, sum, min and max, and the aggregates' conditions. */
+  private match(row: Row): PatternMatch | null {
+    const p = row.st.g.pattern;
     const values: (number | null)[] = new Array(p.aggregates.length);
     for (let g = 0; g < p.aggregates.length; g++) {
       const a = p.aggregates[g];
-      const count = row[a0 + 4 * g];
-      const sum = row[a0 + 4 * g + 1];
+      const count = row.aggs[4 * g];
+      const sum = row.aggs[4 * g + 1];
       let v: number | null;
       switch (a.fn) {
         case 'count': v = count; break;
         case 'sum': v = sum; break;
-        case 'min': v = count === 0 ? null : row[a0 + 4 * g + 2] + 0; break;
-        case 'max': v = count === 0 ? null : row[a0 + 4 * g + 3] + 0; break;
+        case 'min': v = count === 0 ? null : row.aggs[4 * g + 2] + 0; break;
+        case 'max': v = count === 0 ? null : row.aggs[4 * g + 3] + 0; break;
         case 'avg': v = count === 0 ? null : sum / count; break;
       }
       const w = a.where;
       if (w !== null && (v === null || !compareAttr(w.op, v, w.value))) return null;
       values[g] = v;
     }
-    const events: NEvent[] = [event];
-    const times: number[] = [timeMs];
-    for (let i = 1; i < nSteps; i++) {
-      const c = st.cols[i];
-      const slot = row[nSteps + i];
-      events.push(c.evs[slot]!);
-      times.push(c.times[slot]);
-    }
-    return { slot: st.slot, events, timesMs: times, aggregates: values };
+    return { slot: row.st.slot, events: row.events, timesMs: row.times, aggregates: values };
   }
 
   snapshot(): SequencerSnapshot {
@@ -629,7 +679,12 @@ export class GtrexSequencer {
       p.elements.forEach((list, k) => {
         if (k === 0) return;
         // As recorded: retention applies again as each record comes (it held them, so it keeps them).
-        for (const r of list) st.cols[k].append(r.seq, r.timeMs, snap.events[r.event], Number.MAX_SAFE_INTEGER, this.ret);
+        const plan = st.g.plans[k];
+        for (const r of list) {
+          const ev = snap.events[r.event];
+          const b = plan === null ? -1 : bucketOfEvent(ev, st.g.attributes[plan.attr], this.interner, st.g.buckets);
+          st.cols[k].append(r.seq, r.timeMs, ev, b, Number.MAX_SAFE_INTEGER, this.ret);
+        }
         st.cols[k].settle();
       });
     }

@@ -6,7 +6,7 @@
 // `pool` (u32 words) holds, per pattern, a position-independent config block (offsets in it are
 // relative to its start `cfg`) and, per pattern element, a ring of records:
 //   config: 0 steps, 1 negations, 2 aggregates, 3 record stride, 4 descriptors, 5 step table,
-//           6 negation table, 7 aggregate table (each an offset from cfg);
+//           6 negation table, 7 aggregate table, 8 index table (each an offset from cfg);
 //   step i (7 words): selection (0 each, 1 last, 2 first), window hi, lo, parameters' offset,
 //           count (5 words each: left attribute, left step, op, right attribute, right step),
 //           negations decided at i: offset, count (one word each: the negation's index);
@@ -14,8 +14,12 @@
 //           element parameters' offset, count (4 words each: attribute, op, step, step attribute);
 //   aggregate (7 words): function (0 count, 1 sum, 2 min, 3 max, 4 avg), attribute (NONE for
 //           count), before step, window hi, lo, element parameters' offset, count;
+//   index of element k (5 words): buckets (0: not indexed), the element's attribute, the step
+//           and its attribute whose value selects the bucket, the sub-rings' descriptors' offset;
 //   descriptor of element k (4 words at descriptors + 4k): ring offset in pool, capacity,
-//           position of the first record, records.
+//           position of the first record, records; an indexed element's sub-ring b likewise at
+//           its sub-rings' descriptors + 4b (a record is in its column's ring and in the sub-ring
+//           of its value's bucket; a search reads only the sub-ring of the value it asks for).
 // A record: seq hi, lo, time hi, lo (u64 each), then per attribute the pattern names (3 words):
 // tag (0 absent, 1 number, 2 bool, 3 string), hi, lo. A number is its float64 bits (-0 as 0), a
 // bool 0/1 in lo, a string an interned id in lo (strings are only ever compared for equality).
@@ -241,6 +245,15 @@ fn retainedFrom(c: Col, termSeq: vec2<u32>) -> u32 {
   return 0u;
 }
 
+/** gtrex-layout.ts's bucketHash: a string by its content hash (hi), not its id. */
+fn bucketOf(v: vec3<u32>) -> u32 {
+  let lo = select(v.z, 0u, v.x == 3u);
+  var h = (v.x * 0x9e3779b1u) ^ (v.y * 0x85ebca77u) ^ (lo * 0xc2b2ae3du);
+  h = h ^ (h >> 15u);
+  h = h * 0x2c1b3c6du;
+  return h ^ (h >> 12u);
+}
+
 // ---- one partial match ----
 
 var<private> ch: array<u32, MAX_STEPS>;
@@ -250,6 +263,32 @@ var<private> termSeqP: vec2<u32>;
 fn chosenSeq(i: u32) -> vec2<u32> { return recSeq(i == 0u, ch[i]); }
 fn chosenTime(i: u32) -> vec2<u32> { return recTime(i == 0u, ch[i]); }
 fn chosenAttr(i: u32, a: u32) -> vec3<u32> { return recAttr(i == 0u, ch[i], a); }
+
+struct Run {
+  c: Col,
+  lo: u32,
+}
+
+/**
+ * Where element k's candidates are read, and the first the column held at the terminator's
+ * release (E15): its ring, or for an indexed element the sub-ring of the chosen step's value
+ * (empty where that step's event has no such attribute: an equality cannot hold).
+ */
+fn runOf(k: u32) -> Run {
+  let main = column(cfgP, k);
+  let ix = cfgP + pool[cfgP + 8u] + 5u * k;
+  let buckets = pool[ix];
+  if (buckets == 0u || main.n == 0u) { return Run(main, select(0u, retainedFrom(main, termSeqP), main.n > 0u)); }
+  let key = chosenAttr(pool[ix + 2u], pool[ix + 3u]);
+  let none = Run(Col(0u, 1u, 0u, 0u, main.stride), 0u);
+  if (key.x == 0u) { return none; }
+  let d = cfgP + pool[ix + 4u] + 4u * (bucketOf(key) & (buckets - 1u));
+  let sub = Col(pool[d], pool[d + 1u], pool[d + 2u], pool[d + 3u], main.stride);
+  if (sub.n == 0u) { return none; }
+  // A sub-ring may hold records its column dropped (its descriptor is written when it grows): the
+  // column's first record held at the release bounds it, by seq.
+  return Run(sub, lowerSeq(sub, recSeq(false, at(main, retainedFrom(main, termSeqP))), 0u));
+}
 
 /** E11: whether record x meets the element parameters at `ep` (count `n`) against the chosen steps. */
 fn holds(ep: u32, n: u32, x: u32) -> bool {
@@ -265,9 +304,10 @@ fn violated(j: u32) -> bool {
   let cfg = cfgP;
   let nSteps = pool[cfg];
   let e = cfg + pool[cfg + 6u] + 7u * j;
-  let c = column(cfg, nSteps + j);
+  let run = runOf(nSteps + j);
+  let c = run.c;
   if (c.n == 0u) { return false; }
-  var lo = retainedFrom(c, termSeqP);
+  var lo = run.lo;
   var hi: u32;
   if (pool[e] == 0u) {
     lo = lowerSeq(c, add64(chosenSeq(pool[e + 2u]), vec2<u32>(0u, 1u)), lo);
@@ -369,10 +409,11 @@ fn extend(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups
   termSeqP = recSeq(true, ch[0]);
   let cfg = cfgP;
   let st = cfg + pool[cfg + 5u] + 7u * i;
-  let c = column(cfg, i);
+  let run = runOf(i);
+  let c = run.c;
   if (c.n == 0u) { return; }
   let refSeq = chosenSeq(i - 1u);
-  var lo = retainedFrom(c, termSeqP);
+  var lo = run.lo;
   lo = lowerTime(c, subSat64(chosenTime(i - 1u), vec2<u32>(pool[st + 1u], pool[st + 2u])), lo);
   let hi = lowerSeq(c, refSeq, lo);
   let sel = pool[st];
@@ -409,13 +450,14 @@ fn aggregate(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgro
     let e = cfg + pool[cfg + 7u] + 7u * g;
     let attr = pool[e + 1u];
     let before = pool[e + 2u];
-    let c = column(cfg, nSteps + nNeg + g);
+    let run = runOf(nSteps + nNeg + g);
+    let c = run.c;
     var count = 0u;
     var sum = vec2<u32>(0u, 0u);
     var mn = vec2<u32>(0u, 0u);
     var mx = vec2<u32>(0u, 0u);
     if (c.n > 0u) {
-      var lo = retainedFrom(c, termSeqP);
+      var lo = run.lo;
       lo = lowerTime(c, subSat64(chosenTime(before), vec2<u32>(pool[e + 3u], pool[e + 4u])), lo);
       let hi = lowerSeq(c, chosenSeq(before), lo);
       let ep = pool[e + 5u];
