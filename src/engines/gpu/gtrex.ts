@@ -21,7 +21,6 @@ import type { NEventPattern } from '../../model/event-patterns.js';
 import { patternElements } from '../../model/event-patterns.js';
 import type { NEvent } from '../../model/limits.js';
 import { CdpSequencer } from '../event-patterns/cdp.js';
-import { compareAttr } from '../event-patterns/compare.js';
 import {
   DEFAULT_MAX_RETAINED,
   type PatternHits,
@@ -33,6 +32,7 @@ import {
   checkSnapshot,
 } from '../event-patterns/sequencer.js';
 import { GpuContext, GpuError, type GpuOptions } from './device.js';
+import { type Row, decode, merge } from './gtrex-results.js';
 import { DESC_WORDS, type GpuPattern, HostColumn, Interner, type Retention, bitsDouble, bucketOfEvent, compilePattern, encodeRecord } from './gtrex-layout.js';
 
 export interface GtrexOptions extends SequencerOptions {
@@ -69,7 +69,7 @@ export interface GtrexStats extends SequencerStats {
   rebuilds: number;
 }
 
-interface PatState {
+export interface PatState {
   readonly slot: number;
   readonly g: GpuPattern;
   readonly cols: HostColumn[];
@@ -78,17 +78,7 @@ interface PatState {
   removed: boolean;
 }
 
-/** A complete match as decode reads it; `key`: item, hit, then the seqs of steps 1.. (the order of `merge`). */
-interface Row {
-  readonly st: PatState;
-  readonly key: Float64Array;
-  readonly events: NEvent[];
-  readonly times: number[];
-  /** Per aggregate: count, sum, min, max. */
-  readonly aggs: Float64Array;
-}
-
-interface Search {
+export interface Search {
   readonly item: number;
   readonly hit: number;
   readonly st: PatState;
@@ -305,7 +295,7 @@ export class GtrexSequencer {
       this.counters.batches++;
       this.counters.searches += searches.length;
       const found = await this.search(batch, searches);
-      this.merge(batch, out, found);
+      merge(batch, out, found);
     }
     for (const st of touched) for (const c of st.cols) c.settle();
     return out;
@@ -507,7 +497,7 @@ export class GtrexSequencer {
       if (needP <= this.capP && needC <= this.capC) {
         if (needC === 0) return [];
         const raw = new Uint32Array(await this.ctx.readBuffer(this.done, 0, 4 * needC * cs));
-        return this.decode(batch, searches, raw, needC, S, cs);
+        return decode(batch, searches, raw, needC, S, cs, (off) => this.owner(off));
       }
       this.counters.reruns++;
       while (this.capP < needP) this.capP *= 2;
@@ -551,99 +541,6 @@ export class GtrexSequencer {
       else hi = mid - 1;
     }
     return this.regionCol[lo];
-  }
-
-  /** The complete matches read back: their records' events and times (from the host's rings), their aggregates. */
-  private decode(batch: readonly BatchRelease[], searches: readonly Search[], raw: Uint32Array, n: number, S: number, cs: number): Row[] {
-    const rows: Row[] = [];
-    for (let t = 0; t < n; t++) {
-      const o = t * cs;
-      const s = searches[raw[o + 1]];
-      const st = s.st;
-      const nSteps = st.g.pattern.steps.length;
-      const nAgg = st.g.pattern.aggregates.length;
-      const key = new Float64Array(1 + nSteps);
-      key[0] = s.item;
-      key[1] = s.hit;
-      const events: NEvent[] = [batch[s.item].event];
-      const times: number[] = [batch[s.item].timeMs];
-      for (let i = 1; i < nSteps; i++) {
-        const off = raw[o + 2 + i];
-        const c = this.owner(off);
-        const slot = (off - c.ring) / st.g.stride;
-        key[1 + i] = c.seqs[slot];
-        events.push(c.evs[slot]!);
-        times.push(c.times[slot]);
-      }
-      const aggs = new Float64Array(4 * nAgg);
-      for (let g = 0; g < nAgg; g++) {
-        const w = o + S + 2 + 7 * g;
-        aggs[4 * g] = raw[w];
-        aggs[4 * g + 1] = bitsDouble(raw[w + 1], raw[w + 2]);
-        aggs[4 * g + 2] = bitsDouble(raw[w + 3], raw[w + 4]);
-        aggs[4 * g + 3] = bitsDouble(raw[w + 5], raw[w + 6]);
-      }
-      rows.push({ st, key, events, times, aggs });
-    }
-    return rows;
-  }
-
-  /** Sorts the GPU's matches into release, hit and (for `each`) step order, and merges them with the CDP's. */
-  private merge(batch: readonly BatchRelease[], out: PatternMatch[][], rows: Row[]): void {
-    rows.sort((x, y) => {
-      const a = x.key;
-      const b = y.key;
-      const n = Math.min(a.length, b.length);
-      for (let k = 0; k < n; k++) if (a[k] !== b[k]) return a[k] - b[k];
-      return 0;
-    });
-    let r = 0;
-    while (r < rows.length) {
-      const item = rows[r].key[0];
-      const hits = batch[item].hits;
-      const gpu: { hit: number; m: PatternMatch }[] = [];
-      for (; r < rows.length && rows[r].key[0] === item; r++) {
-        const row = rows[r];
-        if (row.st.removed) continue;
-        const m = this.match(row);
-        if (m !== null) gpu.push({ hit: row.key[1], m });
-      }
-      if (gpu.length === 0) continue;
-      const cpu = out[item];
-      if (cpu.length === 0) {
-        out[item] = gpu.map((x) => x.m);
-        continue;
-      }
-      // Both: in the order of the hits (a slot is in hits once).
-      const hitOf = new Map<number, number>();
-      hits.forEach((h, i) => hitOf.set(h.slot, i));
-      const all = [...cpu.map((m) => ({ hit: hitOf.get(m.slot)!, m })), ...gpu];
-      all.sort((a, b) => a.hit - b.hit); // stable: each pattern's own order kept
-      out[item] = all.map((x) => x.m);
-    }
-  }
-
-  /** E12's values from the GPU's count, sum, min and max, and the aggregates' conditions. */
-  private match(row: Row): PatternMatch | null {
-    const p = row.st.g.pattern;
-    const values: (number | null)[] = new Array(p.aggregates.length);
-    for (let g = 0; g < p.aggregates.length; g++) {
-      const a = p.aggregates[g];
-      const count = row.aggs[4 * g];
-      const sum = row.aggs[4 * g + 1];
-      let v: number | null;
-      switch (a.fn) {
-        case 'count': v = count; break;
-        case 'sum': v = sum; break;
-        case 'min': v = count === 0 ? null : row.aggs[4 * g + 2] + 0; break;
-        case 'max': v = count === 0 ? null : row.aggs[4 * g + 3] + 0; break;
-        case 'avg': v = count === 0 ? null : sum / count; break;
-      }
-      const w = a.where;
-      if (w !== null && (v === null || !compareAttr(w.op, v, w.value))) return null;
-      values[g] = v;
-    }
-    return { slot: row.st.slot, events: row.events, timesMs: row.times, aggregates: values };
   }
 
   snapshot(): SequencerSnapshot {
