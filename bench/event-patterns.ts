@@ -170,6 +170,8 @@ interface GpuResult {
   /** Median events/s over the CDP's median. */
   vsCdp: number;
   reruns: number;
+  /** The last pass's time by phase (GtrexStats.phasesMs), ms. */
+  phasesMs: Record<string, number>;
 }
 
 /** The GPU sequencer on one scenario's stream, in batches of `size`; `want` is the CDP's matches per release. */
@@ -186,6 +188,7 @@ async function gpuRun(ctx: GpuContext, s: Scenario, st: Stream, n: number, size:
   let matches = 0;
   let equal = true;
   let reruns = 0;
+  let phasesMs: Record<string, number> = {};
   for (let rep = 0; rep < reps; rep++) {
     const seq = await GtrexSequencer.create({ ctx, maxRetainedPerElement: n });
     install(seq, s);
@@ -209,9 +212,10 @@ async function gpuRun(ctx: GpuContext, s: Scenario, st: Stream, n: number, size:
     }
     rates.push(n / ((performance.now() - t0) / 1000));
     reruns = seq.stats().reruns;
+    phasesMs = seq.stats().phasesMs;
     await seq.close();
   }
-  return { batch: size, matches, equal, eventsPerS: summarize(rates), perBatchMs: summarize(perBatch), reruns };
+  return { batch: size, matches, equal, eventsPerS: summarize(rates), perBatchMs: summarize(perBatch), reruns, phasesMs };
 }
 
 interface ScenarioResult {
@@ -359,7 +363,7 @@ async function main(): Promise<void> {
           const g = await gpuRun(ctx, s, st, nEvents, size, reps, wantAll);
           const res1 = { ...g, vsCdp: g.eventsPerS.median / result.eventsPerS.median };
           result.gpu.push(res1);
-          note(`  ${s.name} (${s.selection}) GPU, batches of ${count(size)}: ${count(Math.round(g.eventsPerS.median))} events/s (${sig(res1.vsCdp)}x the CDP), batch median ${sig(g.perBatchMs.median)} ms, p99 ${sig(g.perBatchMs.p99)} ms, ${g.equal ? 'equal to the CDP' : 'MISMATCH against the CDP'}`);
+          note(`  ${s.name} (${s.selection}) GPU, batches of ${count(size)}: ${count(Math.round(g.eventsPerS.median))} events/s (${sig(res1.vsCdp)}x the CDP), batch median ${sig(g.perBatchMs.median)} ms, p99 ${sig(g.perBatchMs.p99)} ms, ${g.equal ? 'equal to the CDP' : 'MISMATCH against the CDP'}; last pass ms: ${Object.entries(g.phasesMs).map(([k, v]) => `${k} ${sig(v)}`).join(', ')}`);
         }
       }
       let trexOut: ReturnType<typeof trexRun> | null = null;

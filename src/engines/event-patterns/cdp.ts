@@ -295,6 +295,12 @@ export class CdpSequencer implements Sequencer {
     this.consumed = snap.consumed;
   }
 
+  /** A release that hits none of its patterns (as `release(event, timeMs, [])`, without the event). */
+  skip(timeMs: number): void {
+    this.seq++;
+    this.lastTimeMs = timeMs;
+  }
+
   release(event: NEvent, timeMs: number, hits: readonly PatternHits[]): PatternMatch[] {
     const seq = this.seq++;
     this.lastTimeMs = timeMs;

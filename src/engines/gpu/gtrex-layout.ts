@@ -13,6 +13,8 @@ export const INDEX_WORDS = 5;
 export const DESC_WORDS = 4;
 export const REC_FIXED = 4;
 export const ATTR_WORDS = 3;
+/** A sub-ring's entry: seq, time, and the record's logical index in its column's ring (gtrex.wgsl). */
+export const SUB_WORDS = 5;
 /** Steps a pattern may have on the GPU (the kernels' private arrays): the model's ceiling. */
 export const MAX_GPU_STEPS = 32;
 
@@ -266,23 +268,27 @@ export interface Retention {
 }
 
 /**
- * The host's copy of one column: a ring of (seq, time, event). The GPU's view starts at `gHead`,
- * where the CDP's started when the batch being searched began (a terminator early in the batch
- * still sees what a later record of the batch drops; the kernels bound each one by its own seq);
- * `n` follows the CDP's retention record by record (E16 time drops, then E15 evictions). An
- * indexed column also keeps each record in the sub-ring of its value's bucket (sub-rings are
- * HostColumns whose `n` the main column drives: a record leaves its sub-ring when it leaves the column).
+ * The host's copy of one column: a ring of (seq, time, event), its capacity a power of two, each
+ * record at its logical index (appends so far) masked by the capacity, so an index stays valid
+ * when the ring grows. The GPU's view starts at `gHead`, where the CDP's started when the batch
+ * being searched began (a terminator early in the batch still sees what a later record of the batch
+ * drops; the kernels bound each one by its own seq); `n` follows the CDP's retention record by
+ * record (E16 time drops, then E15 evictions). An indexed column also keeps each record's (seq,
+ * time, logical index) in the sub-ring of its value's bucket: sub-rings are HostColumns whose `n`
+ * the column drives (a record leaves its sub-ring when it leaves the column).
  */
 export class HostColumn {
   cap: number;
   seqs: Float64Array;
   times: Float64Array;
+  /** A column's events; a sub-ring's links (logical indices in its column, mod 2^32). */
   evs: (NEvent | undefined)[];
+  links: Uint32Array | null;
   /** Per record of an indexed column: its bucket, or -1 (no value: in no sub-ring). */
   bucket: Int32Array | null;
   /** Records the CDP would hold: the last n from the tail. */
   n = 0;
-  /** Physical position of the GPU's first record, and records from there to the tail. */
+  /** Logical index of the GPU's first record, and records from there to the tail. */
   gHead = 0;
   gN = 0;
   /** Records from gHead already written to the ring in the pool. */
@@ -291,36 +297,45 @@ export class HostColumn {
   ring = -1;
   /** An indexed column's sub-rings (made when first used), those whose pool copy is stale, those this batch changed. */
   readonly subs: (HostColumn | undefined)[] | null;
-  readonly stale: Set<number> | null;
-  readonly changed: Set<number> | null;
+  readonly stale: number[] | null;
+  readonly changed: number[] | null;
+  /** A sub-ring's membership of its column's `stale` and `changed` lists. */
+  isStale = false;
+  isChanged = false;
 
   constructor(
     readonly reach: number,
+    /** An indexed column's sub-rings; 0: not indexed; -1: this is a sub-ring. */
     buckets = 0,
     cap = 16,
   ) {
     this.cap = cap;
     this.seqs = new Float64Array(cap);
     this.times = new Float64Array(cap);
-    this.evs = new Array(cap);
+    this.evs = buckets < 0 ? [] : new Array(cap);
+    this.links = buckets < 0 ? new Uint32Array(cap) : null;
     this.bucket = buckets > 0 ? new Int32Array(cap) : null;
     this.subs = buckets > 0 ? new Array(buckets) : null;
-    this.stale = buckets > 0 ? new Set() : null;
-    this.changed = buckets > 0 ? new Set() : null;
+    this.stale = buckets > 0 ? [] : null;
+    this.changed = buckets > 0 ? [] : null;
   }
 
   /** E16 then E15, as CdpSequencer.record; `b` is the record's bucket in an indexed column. */
   append(seq: number, timeMs: number, ev: NEvent, b: number, maxRetained: number, r: Retention): void {
     const oldest = timeMs - this.reach;
     while (this.n > 0 && this.times[this.pos(this.gN - this.n)] < oldest) this.dropOldest(r);
-    const pos = this.push(seq, timeMs, ev);
+    const logical = this.gHead + this.gN;
+    const pos = this.push(seq, timeMs);
+    this.evs[pos] = ev;
     if (this.subs !== null) {
       this.bucket![pos] = b;
       if (b >= 0) {
-        (this.subs[b] ??= new HostColumn(0)).push(seq, timeMs, ev);
-        this.subs[b]!.n++;
-        this.stale!.add(b);
-        this.changed!.add(b);
+        const sub = (this.subs[b] ??= new HostColumn(0, -1));
+        const q = sub.push(seq, timeMs); // before reading sub.links: a push may grow it
+        sub.links![q] = logical >>> 0;
+        sub.n++;
+        this.markStale(sub, b);
+        this.markChanged(sub, b);
       }
     }
     this.n++;
@@ -331,48 +346,71 @@ export class HostColumn {
     }
   }
 
+  /** Sub-ring b's pool copy is behind (written at the next upload). */
+  markStale(sub: HostColumn, b: number): void {
+    if (sub.isStale) return;
+    sub.isStale = true;
+    this.stale!.push(b);
+  }
+
+  private markChanged(sub: HostColumn, b: number): void {
+    if (sub.isChanged) return;
+    sub.isChanged = true;
+    this.changed!.push(b);
+  }
+
+  /** The stale sub-rings, taken (their flags cleared). */
+  takeStale(): number[] {
+    const list = this.stale!.splice(0);
+    for (const b of list) this.subs![b]!.isStale = false;
+    return list;
+  }
+
   private dropOldest(r: Retention): void {
     if (this.subs !== null) {
       const b = this.bucket![this.pos(this.gN - this.n)];
       if (b >= 0) {
-        this.subs[b]!.n--;
-        this.changed!.add(b);
+        const sub = this.subs[b]!;
+        sub.n--;
+        this.markChanged(sub, b);
       }
     }
     this.n--;
     r.retained--;
   }
 
-  /** Appends at the tail (growing the ring); returns the position. */
-  push(seq: number, timeMs: number, ev: NEvent): number {
+  /** Appends (seq, time) at the tail (growing the ring); returns the position. */
+  push(seq: number, timeMs: number): number {
     if (this.gN === this.cap) this.grow();
     const pos = this.pos(this.gN);
     this.seqs[pos] = seq;
     this.times[pos] = timeMs;
-    this.evs[pos] = ev;
     this.gN++;
     return pos;
   }
 
-  /** Doubles the ring (linearised from gHead); the pool's copy moves with it (`ring` = -1). */
+  /** Doubles the ring, each record at its logical index masked anew; the pool's copy moves with it (`ring` = -1). */
   private grow(): void {
     const cap = this.cap * 2;
     const seqs = new Float64Array(cap);
     const times = new Float64Array(cap);
-    const evs: (NEvent | undefined)[] = new Array(cap);
+    const evs: (NEvent | undefined)[] = this.links === null ? new Array(cap) : [];
+    const links = this.links === null ? null : new Uint32Array(cap);
     const bucket = this.bucket === null ? null : new Int32Array(cap);
     for (let k = 0; k < this.gN; k++) {
       const p = this.pos(k);
-      seqs[k] = this.seqs[p];
-      times[k] = this.times[p];
-      evs[k] = this.evs[p];
-      if (bucket !== null) bucket[k] = this.bucket![p];
+      const q = (this.gHead + k) & (cap - 1);
+      seqs[q] = this.seqs[p];
+      times[q] = this.times[p];
+      if (links !== null) links[q] = this.links![p];
+      else evs[q] = this.evs[p];
+      if (bucket !== null) bucket[q] = this.bucket![p];
     }
-    this.gHead = 0;
     this.cap = cap;
     this.seqs = seqs;
     this.times = times;
     this.evs = evs;
+    this.links = links;
     this.bucket = bucket;
     this.ring = -1;
     this.uploaded = 0;
@@ -381,20 +419,23 @@ export class HostColumn {
   /** After a batch: the GPU's view starts where the CDP's does (sub-rings too). */
   settle(): void {
     const d = this.gN - this.n;
-    for (let k = 0; k < d; k++) this.evs[this.pos(k)] = undefined; // the event is gone from this column
-    this.gHead = this.pos(d);
+    if (this.links === null) for (let k = 0; k < d; k++) this.evs[this.pos(k)] = undefined; // the event is gone from this column
+    this.gHead += d;
     this.gN = this.n;
     this.uploaded = Math.max(0, this.uploaded - d);
     if (this.changed !== null) {
-      for (const b of this.changed) this.subs![b]!.settle();
-      this.changed.clear();
+      for (const b of this.changed) {
+        const sub = this.subs![b]!;
+        sub.isChanged = false;
+        sub.settle();
+      }
+      this.changed.length = 0;
     }
   }
 
   /** Physical position of record k from gHead. */
   pos(k: number): number {
-    const p = this.gHead + k;
-    return p >= this.cap ? p - this.cap : p;
+    return (this.gHead + k) & (this.cap - 1);
   }
 
   /** The records the CDP holds, oldest first (snapshots). */

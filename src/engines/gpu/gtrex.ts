@@ -33,7 +33,7 @@ import {
 } from '../event-patterns/sequencer.js';
 import { GpuContext, GpuError, type GpuOptions } from './device.js';
 import { type Row, decode, merge } from './gtrex-results.js';
-import { DESC_WORDS, type GpuPattern, HostColumn, Interner, type Retention, bitsDouble, bucketOfEvent, compilePattern, encodeRecord } from './gtrex-layout.js';
+import { DESC_WORDS, type GpuPattern, HostColumn, SUB_WORDS, Interner, type Retention, bitsDouble, bucketOfEvent, compilePattern, encodeRecord } from './gtrex-layout.js';
 
 export interface GtrexOptions extends SequencerOptions {
   /** A device to share; otherwise one is opened with `gpu` (and closed by `close`). */
@@ -67,6 +67,11 @@ export interface GtrexStats extends SequencerStats {
   poolWords: number;
   poolUsed: number;
   rebuilds: number;
+  /**
+   * Wall time of the batches so far, by phase (ms): the releases taken into the host's columns,
+   * what changed staged for the GPU, the GPU's passes and read-backs, the answers built and ordered.
+   */
+  phasesMs: { columns: number; stage: number; gpu: number; answers: number };
 }
 
 export interface PatState {
@@ -122,6 +127,11 @@ export class GtrexSequencer {
   private lastTimeMs: number | null = null;
   private tail: Promise<unknown> = Promise.resolve();
   private counters = { batches: 0, searches: 0, reruns: 0, rebuilds: 0 };
+  /** Builders kept between batches: the staged entries and their offsets, the batch's searches. */
+  private readonly stageData = new Words();
+  private readonly stageAt = new Words();
+  private readonly batchWords = new Words();
+  private readonly phases = { columns: 0, stage: 0, gpu: 0, answers: 0 };
 
   private poolWords = 0;
   private top = 0;
@@ -234,6 +244,7 @@ export class GtrexSequencer {
       ...this.counters,
       poolWords: this.poolWords,
       poolUsed: this.top,
+      phasesMs: { ...this.phases },
     };
   }
 
@@ -259,6 +270,7 @@ export class GtrexSequencer {
   }
 
   private async run(batch: readonly BatchRelease[]): Promise<PatternMatch[][]> {
+    const t0 = performance.now();
     const out: PatternMatch[][] = new Array(batch.length);
     const searches: Search[] = [];
     const touched = new Set<PatState>();
@@ -287,29 +299,41 @@ export class GtrexSequencer {
         }
         if (els.length > 1 || els[0] !== 0) touched.add(st);
       }
-      const cpu = this.inner.release(event, timeMs, cpuHits ?? []);
-      out[i] = cpu;
+      if (cpuHits === null) {
+        this.inner.skip(timeMs);
+        out[i] = [];
+      } else out[i] = this.inner.release(event, timeMs, cpuHits);
     }
     for (const st of touched) this.dirty.add(st);
+    this.phases.columns += performance.now() - t0;
     if (searches.length > 0) {
       this.counters.batches++;
       this.counters.searches += searches.length;
       const found = await this.search(batch, searches);
+      const t1 = performance.now();
       merge(batch, out, found);
+      this.phases.answers += performance.now() - t1;
     }
+    const t2 = performance.now();
     for (const st of touched) for (const c of st.cols) c.settle();
+    this.phases.columns += performance.now() - t2;
     return out;
   }
 
-  /** Puts every dirty pattern's config, new records and descriptors in the pool; returns the staging words. */
-  private stage(): Words {
-    const w = new Words();
-    const entries: number[] = [];
+  /**
+   * Stages every dirty pattern's config, new records and descriptors for the scatter pass: the
+   * entries in `stageData`, their offsets (from the start of the staging buffer) in `stageAt`.
+   */
+  private stage(): void {
+    const w = this.stageData;
+    w.n = 0;
+    const entries = this.stageAt;
+    entries.n = 0;
     const put = (dst: number, src: Uint32Array, from: number, len: number): void => {
       for (let o = 0; o < len; o += CHUNK) {
         const n = Math.min(CHUNK, len - o);
         const at = w.reserve(n + 2);
-        entries.push(at);
+        entries.a[entries.reserve(1)] = at;
         w.a[at] = dst + o;
         w.a[at + 1] = n;
         w.a.set(src.subarray(from + o, from + o + n), at + 2);
@@ -318,24 +342,40 @@ export class GtrexSequencer {
     let rec = new Uint32Array(1024);
     /** A ring's new records (runs that do not wrap) and its descriptor's words in the config block. */
     const ring = (g: GpuPattern, c: HostColumn, d: number): void => {
+      const sub = c.links !== null;
+      const stride = sub ? SUB_WORDS : g.stride;
       if (c.ring < 0 && c.gN > 0) {
-        c.ring = this.alloc(c.cap * g.stride);
+        c.ring = this.alloc(c.cap * stride);
         c.uploaded = 0;
-        this.regionAt.push(c.ring);
-        this.regionCol.push(c);
+        if (!sub) {
+          this.regionAt.push(c.ring);
+          this.regionCol.push(c);
+        }
       }
       while (c.uploaded < c.gN) {
         const p = c.pos(c.uploaded);
         const run = Math.min(c.gN - c.uploaded, c.cap - p);
-        const len = run * g.stride;
+        const len = run * stride;
         if (rec.length < len) rec = new Uint32Array(Math.max(len, rec.length * 2));
-        for (let r = 0; r < run; r++) encodeRecord(g, c.seqs[p + r], c.times[p + r], c.evs[p + r]!, this.interner, rec, r * g.stride);
-        put(c.ring + p * g.stride, rec, 0, len);
+        if (sub) {
+          for (let r = 0, o = 0; r < run; r++, o += SUB_WORDS) {
+            const seq = c.seqs[p + r];
+            const t = c.times[p + r];
+            rec[o] = Math.floor(seq / 2 ** 32);
+            rec[o + 1] = seq >>> 0;
+            rec[o + 2] = Math.floor(t / 2 ** 32);
+            rec[o + 3] = t >>> 0;
+            rec[o + 4] = c.links![p + r];
+          }
+        } else {
+          for (let r = 0; r < run; r++) encodeRecord(g, c.seqs[p + r], c.times[p + r], c.evs[p + r]!, this.interner, rec, r * stride);
+        }
+        put(c.ring + p * stride, rec, 0, len);
         c.uploaded += run;
       }
       g.config[d] = c.ring < 0 ? 0 : c.ring;
       g.config[d + 1] = c.cap;
-      g.config[d + 2] = c.gHead;
+      g.config[d + 2] = c.pos(0);
       g.config[d + 3] = c.gN;
     };
     for (const st of this.dirty) {
@@ -347,26 +387,19 @@ export class GtrexSequencer {
         ring(g, c, g.descOffset + DESC_WORDS * k);
         const plan = g.plans[k];
         if (plan === null) continue;
-        for (const b of c.stale!) {
+        for (const b of c.takeStale()) {
           const d = plan.subDesc + DESC_WORDS * b;
           ring(g, c.subs![b]!, d);
           if (!fresh) put(st.cfg + d, g.config, d, DESC_WORDS);
         }
-        c.stale!.clear();
       }
       // The tables and the main descriptors; a new block whole (its sub-rings' descriptors with it).
       put(st.cfg, g.config, 0, fresh ? g.config.length : g.headLength);
     }
     this.dirty.clear();
     // Offsets first (the kernel's thread t reads entry t's offset), then the entries.
-    const n = entries.length;
-    const all = new Uint32Array(n + w.n);
-    for (let t = 0; t < n; t++) all[t] = entries[t] + n;
-    all.set(w.a.subarray(0, w.n), n);
-    const res = new Words();
-    res.a = all;
-    res.n = n;
-    return res;
+    const n = entries.n;
+    for (let t = 0; t < n; t++) entries.a[t] += n;
   }
 
   /** Pool words for a region, or a rebuild that makes room (every pattern written again). */
@@ -386,7 +419,7 @@ export class GtrexSequencer {
       need += st.g.config.length;
       for (let k = 1; k < st.cols.length; k++) {
         need += st.cols[k].cap * st.g.stride;
-        for (const sub of st.cols[k].subs ?? []) if (sub !== undefined) need += sub.cap * st.g.stride;
+        for (const sub of st.cols[k].subs ?? []) if (sub !== undefined) need += sub.cap * SUB_WORDS;
       }
     }
     const maxWords = Math.floor(this.ctx.limits.maxStorageBufferBindingSize / 4);
@@ -412,7 +445,7 @@ export class GtrexSequencer {
           if (sub === undefined) return;
           sub.ring = -1;
           sub.uploaded = 0;
-          c.stale!.add(b);
+          c.markStale(sub, b);
         });
       }
       this.dirty.add(st);
@@ -430,12 +463,12 @@ export class GtrexSequencer {
   }
 
   private async search(batch: readonly BatchRelease[], searches: readonly Search[]): Promise<Row[]> {
+    const t0 = performance.now();
     // Room first: a pool too small, or an intern table far larger than what is held, is rebuilt.
     if (this.pool === null || this.interner.size > 4 * (this.ret.retained + searches.length) + 65536) this.rebuild();
-    let staged: Words;
     for (;;) {
       try {
-        staged = this.stage();
+        this.stage();
         break;
       } catch (err) {
         if (!(err instanceof NeedRebuild)) throw err;
@@ -451,7 +484,8 @@ export class GtrexSequencer {
     const ps = S + 2;
     const cs = S + 2 + 7 * G;
     // The batch: (config, terminator record) per search, then the records.
-    const bw = new Words();
+    const bw = this.batchWords;
+    bw.n = 0;
     bw.reserve(2 * searches.length);
     for (let t = 0; t < searches.length; t++) {
       const s = searches[t];
@@ -462,10 +496,17 @@ export class GtrexSequencer {
     }
     const ST = GPUBufferUsage.STORAGE;
     this.batchBuf = this.buffer(this.batchBuf, 'ambit.gtrex.batch', 4 * bw.n, ST | GPUBufferUsage.COPY_DST);
-    this.staging = this.buffer(this.staging, 'ambit.gtrex.staging', 4 * Math.max(1, staged.a.length), ST | GPUBufferUsage.COPY_DST);
+    const sa = this.stageAt;
+    const sd = this.stageData;
+    this.staging = this.buffer(this.staging, 'ambit.gtrex.staging', 4 * Math.max(1, sa.n + sd.n), ST | GPUBufferUsage.COPY_DST);
     this.ctx.writeBuffer(this.batchBuf, 0, bw.a.subarray(0, bw.n));
-    if (staged.a.length > 0) this.ctx.writeBuffer(this.staging, 0, staged.a);
-    let scatter = staged.n;
+    if (sa.n > 0) {
+      this.ctx.writeBuffer(this.staging, 0, sa.a.subarray(0, sa.n));
+      this.ctx.writeBuffer(this.staging, 4 * sa.n, sd.a.subarray(0, sd.n));
+    }
+    let scatter = sa.n;
+    const t1 = performance.now();
+    this.phases.stage += t1 - t0;
     for (let attempt = 0; ; attempt++) {
       this.capP = Math.max(this.capP, searches.length);
       this.parts = this.buffer(this.parts, 'ambit.gtrex.parts', 4 * 2 * this.capP * ps, ST);
@@ -495,9 +536,16 @@ export class GtrexSequencer {
       for (let l = 1; l < S; l++) needP = Math.max(needP, counts[l]);
       const needC = counts[COUNT_DONE];
       if (needP <= this.capP && needC <= this.capC) {
-        if (needC === 0) return [];
+        if (needC === 0) {
+          this.phases.gpu += performance.now() - t1;
+          return [];
+        }
         const raw = new Uint32Array(await this.ctx.readBuffer(this.done, 0, 4 * needC * cs));
-        return decode(batch, searches, raw, needC, S, cs, (off) => this.owner(off));
+        const t2 = performance.now();
+        this.phases.gpu += t2 - t1;
+        const rows = decode(batch, searches, raw, needC, S, cs, (off) => this.owner(off));
+        this.phases.answers += performance.now() - t2;
+        return rows;
       }
       this.counters.reruns++;
       while (this.capP < needP) this.capP *= 2;

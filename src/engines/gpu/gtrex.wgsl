@@ -18,8 +18,11 @@
 //           and its attribute whose value selects the bucket, the sub-rings' descriptors' offset;
 //   descriptor of element k (4 words at descriptors + 4k): ring offset in pool, capacity,
 //           position of the first record, records; an indexed element's sub-ring b likewise at
-//           its sub-rings' descriptors + 4b (a record is in its column's ring and in the sub-ring
-//           of its value's bucket; a search reads only the sub-ring of the value it asks for).
+//           its sub-rings' descriptors + 4b (a record is in its column's ring, and its seq, time
+//           and logical index there, 5 words, in the sub-ring of its value's bucket; a search
+//           reads only the sub-ring of the value it asks for). A ring's capacity is a power of
+//           two; a record's logical index (appends to its column so far, mod 2^32) masked by it
+//           is its position.
 // A record: seq hi, lo, time hi, lo (u64 each), then per attribute the pattern names (3 words):
 // tag (0 absent, 1 number, 2 bool, 3 string), hi, lo. A number is its float64 bits (-0 as 0), a
 // bool 0/1 in lo, a string an interned id in lo (strings are only ever compared for equality).
@@ -267,6 +270,16 @@ fn chosenAttr(i: u32, a: u32) -> vec3<u32> { return recAttr(i == 0u, ch[i], a); 
 struct Run {
   c: Col,
   lo: u32,
+  /** An indexed element: `c` is a sub-ring of `main`'s. */
+  indexed: bool,
+  main: Col,
+}
+
+/** The pool offset of the run's record r: for a sub-ring, the column's record it links to. */
+fn cand(run: Run, r: u32) -> u32 {
+  let o = at(run.c, r);
+  if (!run.indexed) { return o; }
+  return run.main.ring + (pool[o + 4u] & (run.main.cap - 1u)) * run.main.stride;
 }
 
 /**
@@ -278,16 +291,16 @@ fn runOf(k: u32) -> Run {
   let main = column(cfgP, k);
   let ix = cfgP + pool[cfgP + 8u] + 5u * k;
   let buckets = pool[ix];
-  if (buckets == 0u || main.n == 0u) { return Run(main, select(0u, retainedFrom(main, termSeqP), main.n > 0u)); }
+  if (buckets == 0u || main.n == 0u) { return Run(main, select(0u, retainedFrom(main, termSeqP), main.n > 0u), false, main); }
   let key = chosenAttr(pool[ix + 2u], pool[ix + 3u]);
-  let none = Run(Col(0u, 1u, 0u, 0u, main.stride), 0u);
+  let none = Run(Col(0u, 1u, 0u, 0u, 5u), 0u, true, main);
   if (key.x == 0u) { return none; }
   let d = cfgP + pool[ix + 4u] + 4u * (bucketOf(key) & (buckets - 1u));
-  let sub = Col(pool[d], pool[d + 1u], pool[d + 2u], pool[d + 3u], main.stride);
+  let sub = Col(pool[d], pool[d + 1u], pool[d + 2u], pool[d + 3u], 5u);
   if (sub.n == 0u) { return none; }
   // A sub-ring may hold records its column dropped (its descriptor is written when it grows): the
   // column's first record held at the release bounds it, by seq.
-  return Run(sub, lowerSeq(sub, recSeq(false, at(main, retainedFrom(main, termSeqP))), 0u));
+  return Run(sub, lowerSeq(sub, recSeq(false, at(main, retainedFrom(main, termSeqP))), 0u), true, main);
 }
 
 /** E11: whether record x meets the element parameters at `ep` (count `n`) against the chosen steps. */
@@ -320,7 +333,7 @@ fn violated(j: u32) -> bool {
   let ep = pool[e + 5u];
   let n = pool[e + 6u];
   for (var r = lo; r < hi; r++) {
-    if (holds(ep, n, at(c, r))) { return true; }
+    if (holds(ep, n, cand(run, r))) { return true; }
   }
   return false;
 }
@@ -419,15 +432,15 @@ fn extend(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups
   let sel = pool[st];
   if (sel == 1u) {
     for (var r = hi; r > lo; r--) {
-      if (valid(i, at(c, r - 1u))) { emit(i, search); return; }
+      if (valid(i, cand(run, r - 1u))) { emit(i, search); return; }
     }
   } else if (sel == 2u) {
     for (var r = lo; r < hi; r++) {
-      if (valid(i, at(c, r))) { emit(i, search); return; }
+      if (valid(i, cand(run, r))) { emit(i, search); return; }
     }
   } else {
     for (var r = lo; r < hi; r++) {
-      if (valid(i, at(c, r))) { emit(i, search); }
+      if (valid(i, cand(run, r))) { emit(i, search); }
     }
   }
 }
@@ -463,7 +476,7 @@ fn aggregate(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgro
       let ep = pool[e + 5u];
       let n = pool[e + 6u];
       for (var r = lo; r < hi; r++) {
-        let x = at(c, r);
+        let x = cand(run, r);
         if (!holds(ep, n, x)) { continue; }
         if (attr == NONE) { count++; continue; }
         let v = recAttr(false, x, attr);
