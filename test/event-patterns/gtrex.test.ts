@@ -157,6 +157,45 @@ describe('GtrexSequencer (GPU) answers as the CDP sequencer, batch by batch', ()
     assert.ok(rebuilds > 2, `the pool was rebuilt ${rebuilds} times`);
   });
 
+  it('batches that stage thousands of ring updates at once (the staging builders grow mid-batch)', async () => {
+    const r = new Prng(99);
+    const k: StressKnobs = { patterns: 40, events: 0, maxRetained: 20, maxWindow: 100, maxGap: 2, consuming: 0, churn: 0, noEach: true };
+    const cpu = new CdpSequencer({ maxRetainedPerElement: k.maxRetained });
+    const gpu = await GtrexSequencer.create({ ctx, maxRetainedPerElement: k.maxRetained, indexBuckets: 64 });
+    try {
+      const live: Installed[] = [];
+      for (let i = 0; i < k.patterns; i++) live.push(install(r, k, i, [cpu, gpu]));
+      let t = 0;
+      let matches = 0;
+      for (let b = 0, e = 0; b < 3; b++) {
+        const batch: BatchRelease[] = [];
+        const want: string[][] = [];
+        for (let j = 0; j < 1500; j++, e++) {
+          t += r.int(0, k.maxGap);
+          const ev = makeEvent(r, e);
+          const type = ev.values[ev.names.indexOf('type')] as string;
+          const hits: PatternHits[] = [];
+          for (const p of live) {
+            const elements: number[] = [];
+            p.hitTypes.forEach((ts, el) => {
+              if (ts.includes(type)) elements.push(el);
+            });
+            if (elements.length > 0) hits.push({ slot: p.slot, elements });
+          }
+          batch.push({ event: ev, timeMs: t, hits });
+          want.push(keys(cpu.release(ev, t, hits)));
+        }
+        const got = (await gpu.releaseBatch(batch)).map(keys);
+        for (let j = 0; j < got.length; j++) assert.deepEqual(got[j], want[j], `batch ${b}, item ${j}`);
+        matches += want.reduce((a, l) => a + l.length, 0);
+      }
+      assert.ok(matches > 100, `only ${matches} matches`);
+      assert.ok(gpu.stats().largestStage > 2048, `a batch staged only ${gpu.stats().largestStage} entries`);
+    } finally {
+      await gpu.close();
+    }
+  });
+
   it('answers as the reference sequencer too (one stream, batches up to 64)', async () => {
     const o = await compare(31337, { patterns: 8, events: 800, maxRetained: 4, maxWindow: 30, maxGap: 3, consuming: 0.3, churn: 0.002 }, 64, 'reference');
     assert.ok(o.matches > 50, `only ${o.matches} matches`);

@@ -67,6 +67,8 @@ export interface GtrexStats extends SequencerStats {
   poolWords: number;
   poolUsed: number;
   rebuilds: number;
+  /** Most scatter entries (runs of new records, descriptors, configs) one batch staged. */
+  largestStage: number;
   /**
    * Wall time of the batches so far, by phase (ms): the releases taken into the host's columns,
    * what changed staged for the GPU, the GPU's passes and read-backs, the answers built and ordered.
@@ -126,7 +128,7 @@ export class GtrexSequencer {
   private seq = 0;
   private lastTimeMs: number | null = null;
   private tail: Promise<unknown> = Promise.resolve();
-  private counters = { batches: 0, searches: 0, reruns: 0, rebuilds: 0 };
+  private counters = { batches: 0, searches: 0, reruns: 0, rebuilds: 0, largestStage: 0 };
   /** Builders kept between batches: the staged entries and their offsets, the batch's searches. */
   private readonly stageData = new Words();
   private readonly stageAt = new Words();
@@ -333,7 +335,8 @@ export class GtrexSequencer {
       for (let o = 0; o < len; o += CHUNK) {
         const n = Math.min(CHUNK, len - o);
         const at = w.reserve(n + 2);
-        entries.a[entries.reserve(1)] = at;
+        const e = entries.reserve(1); // before reading entries.a: reserving may grow it
+        entries.a[e] = at;
         w.a[at] = dst + o;
         w.a[at + 1] = n;
         w.a.set(src.subarray(from + o, from + o + n), at + 2);
@@ -400,6 +403,7 @@ export class GtrexSequencer {
     // Offsets first (the kernel's thread t reads entry t's offset), then the entries.
     const n = entries.n;
     for (let t = 0; t < n; t++) entries.a[t] += n;
+    this.counters.largestStage = Math.max(this.counters.largestStage, n);
   }
 
   /** Pool words for a region, or a rebuild that makes room (every pattern written again). */
