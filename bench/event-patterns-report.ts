@@ -6,7 +6,9 @@
  *   node dist/bench/event-patterns-report.js [RUN.json ...] [--dir DIR]
  *
  * Without files, every run in DIR (default bench/results/event-patterns). One plot per machine,
- * named after the common prefix of its runs' files: <prefix>-events-per-s.svg beside them.
+ * named after the common prefix of its runs' files: <prefix>-events-per-s.svg beside them. A run
+ * with the GPU sequencer (`--gpu`) gets a plot of its own, <name>-events-per-s.svg: the CDP beside
+ * the GPU sequencer at each batch size.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
@@ -26,7 +28,38 @@ interface Run {
     matches: number;
     eventsPerS: { min: number; median: number; max: number };
     trex: null | { eventsPerS: number; equal: boolean | null; note?: string };
+    gpu?: { batch: number; equal: boolean; eventsPerS: { min: number; median: number; max: number } }[];
   }[];
+  gpu?: { device: string } | null;
+}
+
+const GPU_COLORS = ['#ff7f0e', '#2ca02c', '#9467bd', '#8c564b'];
+
+/** The CDP beside the GPU sequencer at each of the run's batch sizes. */
+function gpuPlot(f: string, run: Run): void {
+  const sizes = [...new Set(run.scenarios.flatMap((s) => (s.gpu ?? []).map((g) => g.batch)))].sort((a, b) => a - b);
+  const groups: BarGroup[] = run.scenarios.map((s) => ({
+    label: [s.scenario.name, s.scenario.selection],
+    values: [
+      { y: s.eventsPerS.median, lo: s.eventsPerS.min, hi: s.eventsPerS.max },
+      ...sizes.map((b) => {
+        const g = (s.gpu ?? []).find((x) => x.batch === b);
+        return g === undefined || !g.equal ? null : { y: g.eventsPerS.median, lo: g.eventsPerS.min, hi: g.eventsPerS.max };
+      }),
+    ],
+  }));
+  const svg = barPlot({
+    title: `Pattern matching on the GPU (GTrex) and the CDP, R2 workload (${run.parameters.events} events): ${describeMachine(run.machine).replace(/, commit .*$/, '')}, ${run.gpu?.device ?? 'GPU'}`,
+    yLabel: 'events/s (log)',
+    logY: true,
+    series: [{ name: 'CDP sequencer (one release at a time)', color: '#1f77b4' }, ...sizes.map((b, i) => ({ name: `GPU sequencer, batches of ${b}`, color: GPU_COLORS[i % GPU_COLORS.length] }))],
+    groups,
+    notes: ['whiskers: min-max over passes', 'every GPU answer equal to the CDP\'s (no bar: not equal)'],
+    height: 440,
+  });
+  const out = path.join(path.dirname(f), `${path.basename(f, '.json')}-events-per-s.svg`);
+  writeFileSync(out, svg);
+  process.stdout.write(`wrote ${path.relative(process.cwd(), out)}\n`);
 }
 
 /** The longest common prefix of the runs' file names, without a trailing '-': the plot's name. */
@@ -45,6 +78,10 @@ async function main(): Promise<void> {
   for (const f of files) {
     const run = JSON.parse(readFileSync(f, 'utf8')) as Run;
     if (run.benchmark !== 'event-patterns' || !Array.isArray(run.scenarios)) fail(`${f}: not an event-patterns result`);
+    if (run.scenarios.some((s) => (s.gpu ?? []).length > 0)) {
+      gpuPlot(f, run);
+      continue;
+    }
     const m = describeMachine(run.machine).replace(/, commit .*$/, '');
     const g = byMachine.get(m) ?? { files: [], runs: [] };
     g.files.push(f);

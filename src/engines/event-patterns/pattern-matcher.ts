@@ -23,13 +23,16 @@ import { type Limits, type NEvent, type NFilter, checkArray, checkId, checkLat, 
 import type { Event, Filter, Subscription } from '../../model/types.js';
 import type { Matcher } from '../matcher.js';
 import { CdpSequencer } from './cdp.js';
-import type { PatternHits, PatternMatch, Sequencer, SequencerSnapshot } from './sequencer.js';
+import type { BatchRelease, BatchSequencer, PatternHits, PatternMatch, Sequencer, SequencerSnapshot } from './sequencer.js';
 
 export interface PatternMatcherOptions {
   /** Matches the elements' filters; owned by the pattern matcher from now on (closed by `close`). */
   elements: Matcher;
-  /** Default: a `CdpSequencer` with `maxRetainedPerElement`. */
-  sequencer?: Sequencer;
+  /**
+   * Default: a `CdpSequencer` with `maxRetainedPerElement`. A `BatchSequencer` (the GPU's) gets each
+   * call's releases as one batch, and is closed by `close`.
+   */
+  sequencer?: Sequencer | BatchSequencer;
   maxRetainedPerElement?: number;
   /** E3: how long an event may wait for earlier ones, in ms (default 0). */
   latenessMs?: number;
@@ -110,7 +113,7 @@ export class PatternMatcher {
   readonly patternLimits: PatternLimits;
   readonly latenessMs: number;
   private readonly elements: Matcher;
-  private readonly sequencer: Sequencer;
+  private readonly sequencer: Sequencer | BatchSequencer;
   private readonly subs = new Map<string, Installed>();
   /** Element subscription id → [slot, element index]. */
   private readonly elementOf = new Map<string, readonly [number, number]>();
@@ -340,6 +343,7 @@ export class PatternMatcher {
     this.closed = true;
     await this.tail.catch(() => undefined);
     await this.elements.close();
+    if ('releaseBatch' in this.sequencer) await this.sequencer.close();
   }
 
   private open(): void {
@@ -473,8 +477,8 @@ export class PatternMatcher {
     return run;
   }
 
-  private search(due: readonly Pending[], ids: readonly string[][], upto: number): PatternNotification[] {
-    const out: PatternNotification[] = [];
+  private search(due: readonly Pending[], ids: readonly string[][], upto: number): PatternNotification[] | Promise<PatternNotification[]> {
+    const batch: BatchRelease[] = [];
     for (let i = 0; i < due.length; i++) {
       const bySlot = new Map<number, number[]>();
       for (const id of ids[i]) {
@@ -485,17 +489,22 @@ export class PatternMatcher {
         if (l === undefined) bySlot.set(e[0], (l = []));
         l.push(e[1]);
       }
-      if (bySlot.size === 0) {
-        this.sequencer.release(due[i].event, due[i].timeMs, []);
-        continue;
-      }
       const hits: PatternHits[] = [];
       for (const [slot, elements] of bySlot) hits.push({ slot, elements: elements.sort((a, b) => a - b) });
       // In slot order, not the element engine's (which is in no particular order): a restarted
       // matcher gives the same matches in the same order (a Redis matcher numbers them by it).
       hits.sort((a, b) => a.slot - b.slot);
-      for (const m of this.sequencer.release(due[i].event, due[i].timeMs, hits)) out.push(this.notification(m));
+      batch.push({ event: due[i].event, timeMs: due[i].timeMs, hits });
     }
+    const seq = this.sequencer;
+    if ('releaseBatch' in seq) return seq.releaseBatch(batch).then((lists) => this.notifications(lists));
+    return this.notifications(batch.map((b) => seq.release(b.event, b.timeMs, b.hits)));
+  }
+
+  private notifications(lists: readonly (readonly PatternMatch[])[]): PatternNotification[] {
+    const out: PatternNotification[] = [];
+    // A pattern removed while a batch sequencer searched: nothing more for it.
+    for (const list of lists) for (const m of list) if (this.bySlot.has(m.slot)) out.push(this.notification(m));
     return out;
   }
 

@@ -131,3 +131,21 @@ export interface PatternHits {
   readonly slot: number;
   readonly elements: readonly number[];
 }
+
+/** One release of a batch: what `Sequencer.release` takes. */
+export interface BatchRelease {
+  readonly event: NEvent;
+  readonly timeMs: number;
+  readonly hits: readonly PatternHits[];
+}
+
+/**
+ * A sequencer that searches a batch of releases at once (the GPU's, src/engines/gpu/gtrex.ts):
+ * `Sequencer` with `releaseBatch` for `release`. Batches run one after another; a pattern
+ * removed while a batch is in flight gets no matches from it. `snapshot` is taken between batches.
+ */
+export interface BatchSequencer extends Omit<Sequencer, 'release'> {
+  /** The matches of each release, as `release` would have answered them one by one. */
+  releaseBatch(batch: readonly BatchRelease[]): Promise<PatternMatch[][]>;
+  close(): Promise<void>;
+}

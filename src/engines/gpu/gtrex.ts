@@ -22,6 +22,8 @@ import { patternElements } from '../../model/event-patterns.js';
 import type { NEvent } from '../../model/limits.js';
 import { CdpSequencer } from '../event-patterns/cdp.js';
 import {
+  type BatchRelease,
+  type BatchSequencer,
   DEFAULT_MAX_RETAINED,
   type PatternHits,
   type PatternMatch,
@@ -49,13 +51,6 @@ export interface GtrexOptions extends SequencerOptions {
    * for every 64 events the retention bound lets a column hold, at most 256.
    */
   indexBuckets?: number;
-}
-
-/** One release of a batch: as `Sequencer.release` takes it. */
-export interface BatchRelease {
-  readonly event: NEvent;
-  readonly timeMs: number;
-  readonly hits: readonly PatternHits[];
 }
 
 export interface GtrexStats extends SequencerStats {
@@ -115,7 +110,9 @@ class Words {
   }
 }
 
-export class GtrexSequencer {
+export type { BatchRelease };
+
+export class GtrexSequencer implements BatchSequencer {
   readonly name = 'gtrex';
   private readonly maxRetained: number;
   private readonly patterns = new Map<number, PatState>();
