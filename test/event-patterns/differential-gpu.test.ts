@@ -56,7 +56,7 @@ describe('event patterns: the GPU sequencer (GTrex) through PatternMatcher again
       for (let s = 1; s <= 4; s++) {
         const ops = generate(s * 7_877, KNOBS);
         const ref = new PatternMatcher({ elements: new ReferenceMatcher(), sequencer: new ReferenceSequencer({ maxRetainedPerElement: KNOBS.maxRetained }), latenessMs: KNOBS.latenessMs });
-        const gtrex = await GtrexSequencer.create({ gpu: { allowSoftware: true }, maxRetainedPerElement: KNOBS.maxRetained, indexBuckets: 4 });
+        const gtrex = await GtrexSequencer.create({ gpu: { allowSoftware: true }, maxRetainedPerElement: KNOBS.maxRetained, indexBuckets: 4, bucketLoad: 1 });
         const cand = new PatternMatcher({ elements: await make(), sequencer: gtrex, latenessMs: KNOBS.latenessMs });
         try {
           const want = await run(ops, ref);
@@ -88,7 +88,7 @@ describe('event patterns: the GPU sequencer (GTrex) through PatternMatcher again
         const make = async (kind: 'cdp' | 'gtrex') =>
           new PatternMatcher({
             elements: new FastMatcher(),
-            sequencer: kind === 'cdp' ? new CdpSequencer({ maxRetainedPerElement: knobs.maxRetained }) : await GtrexSequencer.create({ gpu: { allowSoftware: true }, maxRetainedPerElement: knobs.maxRetained, indexBuckets: 4 }),
+            sequencer: kind === 'cdp' ? new CdpSequencer({ maxRetainedPerElement: knobs.maxRetained }) : await GtrexSequencer.create({ gpu: { allowSoftware: true }, maxRetainedPerElement: knobs.maxRetained, indexBuckets: 4, bucketLoad: 1 }),
             latenessMs: knobs.latenessMs,
           });
         const mid = Math.floor(ops.length / 2);

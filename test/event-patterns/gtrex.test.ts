@@ -38,7 +38,7 @@ interface Outcome {
 }
 
 /** One seed: the same stream through a CDP sequencer (one release at a time) and the GPU one (in batches). */
-async function compare(seed: number, k: StressKnobs, maxBatch: number, oracle: 'cdp' | 'reference' = 'cdp', room: { capacity?: number; minPoolWords?: number; indexBuckets?: number } = { indexBuckets: 4 }): Promise<Outcome> {
+async function compare(seed: number, k: StressKnobs, maxBatch: number, oracle: 'cdp' | 'reference' = 'cdp', room: { capacity?: number; minPoolWords?: number; indexBuckets?: number; bucketLoad?: number } = { indexBuckets: 4, bucketLoad: 1 }): Promise<Outcome> {
   const r = new Prng(seed);
   const make = () => (oracle === 'cdp' ? new CdpSequencer({ maxRetainedPerElement: k.maxRetained }) : new ReferenceSequencer({ maxRetainedPerElement: k.maxRetained }));
   let cpu = make();
@@ -147,7 +147,7 @@ describe('GtrexSequencer (GPU) answers as the CDP sequencer, batch by batch', ()
     let rebuilds = 0;
     let matches = 0;
     for (let seed = 1; seed <= 2; seed++) {
-      const o = await compare(seed * 7_727, knobs, 120, 'cdp', { capacity: 2, minPoolWords: 64, indexBuckets: 2 });
+      const o = await compare(seed * 7_727, knobs, 120, 'cdp', { capacity: 2, minPoolWords: 64, indexBuckets: 8, bucketLoad: 2 });
       reruns += o.reruns;
       rebuilds += o.rebuilds;
       matches += o.matches;
@@ -161,7 +161,7 @@ describe('GtrexSequencer (GPU) answers as the CDP sequencer, batch by batch', ()
     const r = new Prng(99);
     const k: StressKnobs = { patterns: 40, events: 0, maxRetained: 20, maxWindow: 100, maxGap: 2, consuming: 0, churn: 0, noEach: true };
     const cpu = new CdpSequencer({ maxRetainedPerElement: k.maxRetained });
-    const gpu = await GtrexSequencer.create({ ctx, maxRetainedPerElement: k.maxRetained, indexBuckets: 64 });
+    const gpu = await GtrexSequencer.create({ ctx, maxRetainedPerElement: k.maxRetained, indexBuckets: 64, bucketLoad: 1 });
     try {
       const live: Installed[] = [];
       for (let i = 0; i < k.patterns; i++) live.push(install(r, k, i, [cpu, gpu]));

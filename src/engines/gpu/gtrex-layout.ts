@@ -23,17 +23,16 @@ const SELECTIONS = { each: 0, last: 1, first: 2 } as const;
 const FNS = { count: 0, sum: 1, min: 2, max: 3, avg: 4 } as const;
 
 /**
- * An element's column indexed by an equality with an earlier step (as the CDP's index): its
- * records are also kept in `buckets` sub-rings by a hash of the attribute's value, and a search
- * reads only the sub-ring of the chosen step's value (every parameter is still tested).
+ * An element's column indexed by an equality with an earlier step (as the CDP's index): once it
+ * holds enough records, they are also kept in sub-rings by a hash of the attribute's value (more
+ * sub-rings as it grows), and a search reads only the sub-ring of the chosen step's value (every
+ * parameter is still tested).
  */
 export interface IndexPlan {
   /** The element's attribute (index into `attributes`), and the step and its attribute giving the value. */
   readonly attr: number;
   readonly step: number;
   readonly stepAttr: number;
-  /** The sub-rings' descriptors, from this offset of the config block. */
-  readonly subDesc: number;
 }
 
 /** A pattern compiled for the GPU: its config block (descriptors last, filled per column) and what the host needs. */
@@ -46,17 +45,16 @@ export interface GpuPattern {
   readonly reach: readonly number[];
   /** Per element: its index, or null. */
   readonly plans: readonly (IndexPlan | null)[];
-  /** Sub-rings of an indexed column (a power of two). */
-  readonly buckets: number;
-  /** The config block: tables, lists, the index table, the main descriptors, then the sub-rings'. */
+  /**
+   * The config block: tables, lists, the index table (per element: sub-rings, 0 while it scans
+   * its whole ring; the plan; where the sub-rings' descriptors are, a pool offset), the descriptors.
+   */
   readonly config: Uint32Array;
+  readonly indexOffset: number;
   readonly descOffset: number;
-  /** Words of the config block before the sub-rings' descriptors (rewritten whole when the pattern changes). */
-  readonly headLength: number;
 }
 
-export function compilePattern(p: NEventPattern, buckets = 1): GpuPattern {
-  if (!(Number.isInteger(buckets) && buckets >= 1 && (buckets & (buckets - 1)) === 0)) throw new RangeError(`buckets must be a power of two, got ${buckets}`);
+export function compilePattern(p: NEventPattern, indexed = true): GpuPattern {
   if (p.steps.length > MAX_GPU_STEPS) throw new RangeError(`a GPU pattern has at most ${MAX_GPU_STEPS} steps, got ${p.steps.length}`);
   const attrs = new Map<string, number>();
   const attr = (name: string): number => {
@@ -111,7 +109,7 @@ export function compilePattern(p: NEventPattern, buckets = 1): GpuPattern {
   const raw: ({ attr: number; step: number; stepAttr: number } | null)[] = [];
   for (let i = 0; i < nSteps; i++) {
     let plan: { attr: number; step: number; stepAttr: number } | null = null;
-    if (i > 0 && buckets > 1) {
+    if (i > 0 && indexed) {
       for (const q of p.parameters) {
         if (q.at !== i || q.op !== 'eq') continue;
         const mine = q.left.step === i ? q.left : q.right;
@@ -123,30 +121,22 @@ export function compilePattern(p: NEventPattern, buckets = 1): GpuPattern {
     raw.push(plan);
   }
   const elementPlan = (params: NEventPattern['negations'][number]['parameters'], limit: number): { attr: number; step: number; stepAttr: number } | null => {
-    if (buckets > 1) for (const q of params) if (q.op === 'eq' && q.step <= limit) return { attr: attr(q.attribute), step: q.step, stepAttr: attr(q.stepAttribute) };
+    if (indexed) for (const q of params) if (q.op === 'eq' && q.step <= limit) return { attr: attr(q.attribute), step: q.step, stepAttr: attr(q.stepAttribute) };
     return null;
   };
   for (const n of p.negations) raw.push(elementPlan(n.parameters, n.at));
   for (const _ of p.aggregates) raw.push(elementPlan(_.parameters, nSteps - 1));
   const indexTab = tablesEnd + tail.length;
   const descOffset = indexTab + INDEX_WORDS * elements;
-  let subAt = descOffset + DESC_WORDS * elements;
-  const headLength = subAt;
-  const plans: (IndexPlan | null)[] = raw.map((r) => {
-    if (r === null) return null;
-    const plan = { ...r, subDesc: subAt };
-    subAt += DESC_WORDS * buckets;
-    return plan;
-  });
   const stride = REC_FIXED + ATTR_WORDS * attrs.size;
-  const config = new Uint32Array(subAt);
+  const config = new Uint32Array(descOffset + DESC_WORDS * elements);
   config.set(words, 0);
   config.set(tail, tablesEnd);
-  plans.forEach((pl, k) => {
-    if (pl !== null) config.set([buckets, pl.attr, pl.step, pl.stepAttr, pl.subDesc], indexTab + INDEX_WORDS * k);
+  raw.forEach((pl, k) => {
+    if (pl !== null) config.set([0, pl.attr, pl.step, pl.stepAttr, 0], indexTab + INDEX_WORDS * k);
   });
   config.set([nSteps, nNeg, nAgg, stride, descOffset, stepTab, negTab, aggTab, indexTab], 0);
-  return { pattern: p, attributes: [...attrs.keys()], stride, elements, reach: elementReach(p), plans, buckets, config, descOffset, headLength };
+  return { pattern: p, attributes: [...attrs.keys()], stride, elements, reach: elementReach(p), plans: raw, config, indexOffset: indexTab, descOffset };
 }
 
 /** gtrex.wgsl's `bucketOf`: a hash of an encoded value (a string by its content hash, not its id). */
@@ -164,8 +154,8 @@ export function stringHash(s: string): number {
   return h >>> 0;
 }
 
-/** The bucket of `ev`'s value of attribute `name`, or -1 where it has none (such a record is in no sub-ring). */
-export function bucketOfEvent(ev: NEvent, name: string, interner: Interner, buckets: number): number {
+/** The hash of `ev`'s value of attribute `name` (its bucket: the low bits), or -1 where it has none (such a record is in no sub-ring). */
+export function keyOfEvent(ev: NEvent, name: string, interner: Interner): number {
   const i = ev.names.indexOf(name);
   if (i < 0) return -1;
   const v = ev.values[i];
@@ -175,7 +165,7 @@ export function bucketOfEvent(ev: NEvent, name: string, interner: Interner, buck
     h = bucketHash(1, u32[1], u32[0]);
   } else if (typeof v === 'boolean') h = bucketHash(2, 0, v ? 1 : 0);
   else h = bucketHash(3, interner.hash(v), 0);
-  return h & (buckets - 1);
+  return h;
 }
 
 /**
@@ -267,15 +257,22 @@ export interface Retention {
   evicted: number;
 }
 
+/** When and how far an indexed column's sub-rings grow: past `load` records a sub-ring on average, to `load / 4`, at most `max`. */
+export interface IndexGrowth {
+  load: number;
+  max: number;
+}
+
 /**
  * The host's copy of one column: a ring of (seq, time, event), its capacity a power of two, each
  * record at its logical index (appends so far) masked by the capacity, so an index stays valid
  * when the ring grows. The GPU's view starts at `gHead`, where the CDP's started when the batch
  * being searched began (a terminator early in the batch still sees what a later record of the batch
  * drops; the kernels bound each one by its own seq); `n` follows the CDP's retention record by
- * record (E16 time drops, then E15 evictions). An indexed column also keeps each record's (seq,
- * time, logical index) in the sub-ring of its value's bucket: sub-rings are HostColumns whose `n`
- * the column drives (a record leaves its sub-ring when it leaves the column).
+ * record (E16 time drops, then E15 evictions). An indexed column keeps each record's key hash and,
+ * once it holds `load` records, each record's (seq, time, logical index) in the sub-ring of its
+ * bucket as well (more sub-rings, rebuilt, as it grows): sub-rings are HostColumns whose `n` the
+ * column drives (a record leaves its sub-ring when it leaves the column).
  */
 export class HostColumn {
   cap: number;
@@ -284,8 +281,8 @@ export class HostColumn {
   /** A column's events; a sub-ring's links (logical indices in its column, mod 2^32). */
   evs: (NEvent | undefined)[];
   links: Uint32Array | null;
-  /** Per record of an indexed column: its bucket, or -1 (no value: in no sub-ring). */
-  bucket: Int32Array | null;
+  /** Per record of an indexed column: its key's hash, or -1 (no value: in no sub-ring). */
+  keys: Float64Array | null;
   /** Records the CDP would hold: the last n from the tail. */
   n = 0;
   /** Logical index of the GPU's first record, and records from there to the tail. */
@@ -295,42 +292,45 @@ export class HostColumn {
   uploaded = 0;
   /** The ring's offset in the pool; -1: none yet (written whole at the next upload). */
   ring = -1;
-  /** An indexed column's sub-rings (made when first used), those whose pool copy is stale, those this batch changed. */
-  readonly subs: (HostColumn | undefined)[] | null;
-  readonly stale: number[] | null;
-  readonly changed: number[] | null;
+  /** An indexed column's sub-rings (0: none yet, its ring is scanned whole), made when first used. */
+  buckets = 0;
+  subs: (HostColumn | undefined)[] | null = null;
+  /** The sub-rings whose pool copy is behind, those this batch changed. */
+  stale: number[] = [];
+  changed: number[] = [];
+  /** The sub-rings' descriptors (4 words each) and their pool offset (-1: to be written whole). */
+  subDesc: Uint32Array | null = null;
+  subDescAt = -1;
   /** A sub-ring's membership of its column's `stale` and `changed` lists. */
   isStale = false;
   isChanged = false;
 
   constructor(
     readonly reach: number,
-    /** An indexed column's sub-rings; 0: not indexed; -1: this is a sub-ring. */
-    buckets = 0,
+    /** 'indexed': keeps keys (and sub-rings when it grows); 'sub': a sub-ring. */
+    kind: 'plain' | 'indexed' | 'sub' = 'plain',
     cap = 16,
   ) {
     this.cap = cap;
     this.seqs = new Float64Array(cap);
     this.times = new Float64Array(cap);
-    this.evs = buckets < 0 ? [] : new Array(cap);
-    this.links = buckets < 0 ? new Uint32Array(cap) : null;
-    this.bucket = buckets > 0 ? new Int32Array(cap) : null;
-    this.subs = buckets > 0 ? new Array(buckets) : null;
-    this.stale = buckets > 0 ? [] : null;
-    this.changed = buckets > 0 ? [] : null;
+    this.evs = kind === 'sub' ? [] : new Array(cap);
+    this.links = kind === 'sub' ? new Uint32Array(cap) : null;
+    this.keys = kind === 'indexed' ? new Float64Array(cap) : null;
   }
 
-  /** E16 then E15, as CdpSequencer.record; `b` is the record's bucket in an indexed column. */
-  append(seq: number, timeMs: number, ev: NEvent, b: number, maxRetained: number, r: Retention): void {
+  /** E16 then E15, as CdpSequencer.record; `key` is the record's key hash in an indexed column. */
+  append(seq: number, timeMs: number, ev: NEvent, key: number, maxRetained: number, r: Retention, growth: IndexGrowth): void {
     const oldest = timeMs - this.reach;
     while (this.n > 0 && this.times[this.pos(this.gN - this.n)] < oldest) this.dropOldest(r);
     const logical = this.gHead + this.gN;
     const pos = this.push(seq, timeMs);
     this.evs[pos] = ev;
-    if (this.subs !== null) {
-      this.bucket![pos] = b;
-      if (b >= 0) {
-        const sub = (this.subs[b] ??= new HostColumn(0, -1));
+    if (this.keys !== null) {
+      this.keys[pos] = key;
+      if (this.buckets > 0 && key >= 0) {
+        const b = key & (this.buckets - 1);
+        const sub: HostColumn = (this.subs![b] ??= new HostColumn(0, 'sub'));
         const q = sub.push(seq, timeMs); // before reading sub.links: a push may grow it
         sub.links![q] = logical >>> 0;
         sub.n++;
@@ -344,33 +344,65 @@ export class HostColumn {
       this.dropOldest(r);
       r.evicted++;
     }
+    if (this.keys !== null && this.buckets < growth.max && this.n > growth.load * Math.max(1, this.buckets)) {
+      let b = 2;
+      while (b < growth.max && b * growth.load < 4 * this.n) b *= 2;
+      this.rebucket(b);
+    }
   }
 
   /** Sub-ring b's pool copy is behind (written at the next upload). */
   markStale(sub: HostColumn, b: number): void {
     if (sub.isStale) return;
     sub.isStale = true;
-    this.stale!.push(b);
+    this.stale.push(b);
   }
 
   private markChanged(sub: HostColumn, b: number): void {
     if (sub.isChanged) return;
     sub.isChanged = true;
-    this.changed!.push(b);
+    this.changed.push(b);
   }
 
   /** The stale sub-rings, taken (their flags cleared). */
   takeStale(): number[] {
-    const list = this.stale!.splice(0);
+    const list = this.stale.splice(0);
     for (const b of list) this.subs![b]!.isStale = false;
     return list;
   }
 
+  /**
+   * The sub-rings made anew with `buckets` of them, from every record of the GPU's view (those
+   * the CDP no longer holds first, not counted: settle drops them); written whole at the next upload.
+   */
+  private rebucket(buckets: number): void {
+    this.buckets = buckets;
+    this.subs = new Array(buckets);
+    this.stale = [];
+    this.changed = [];
+    this.subDesc = new Uint32Array(DESC_WORDS * buckets);
+    this.subDescAt = -1;
+    const held = this.gN - this.n;
+    for (let k = 0; k < this.gN; k++) {
+      const p = this.pos(k);
+      const key = this.keys![p];
+      if (key < 0) continue;
+      const b = key & (buckets - 1);
+      const sub: HostColumn = (this.subs[b] ??= new HostColumn(0, 'sub'));
+      const q = sub.push(this.seqs[p], this.times[p]);
+      sub.links![q] = (this.gHead + k) >>> 0;
+      if (k >= held) sub.n++;
+      this.markStale(sub, b);
+      this.markChanged(sub, b);
+    }
+  }
+
   private dropOldest(r: Retention): void {
-    if (this.subs !== null) {
-      const b = this.bucket![this.pos(this.gN - this.n)];
-      if (b >= 0) {
-        const sub = this.subs[b]!;
+    if (this.buckets > 0) {
+      const key = this.keys![this.pos(this.gN - this.n)];
+      if (key >= 0) {
+        const b = key & (this.buckets - 1);
+        const sub = this.subs![b]!;
         sub.n--;
         this.markChanged(sub, b);
       }
@@ -396,7 +428,7 @@ export class HostColumn {
     const times = new Float64Array(cap);
     const evs: (NEvent | undefined)[] = this.links === null ? new Array(cap) : [];
     const links = this.links === null ? null : new Uint32Array(cap);
-    const bucket = this.bucket === null ? null : new Int32Array(cap);
+    const keys = this.keys === null ? null : new Float64Array(cap);
     for (let k = 0; k < this.gN; k++) {
       const p = this.pos(k);
       const q = (this.gHead + k) & (cap - 1);
@@ -404,14 +436,14 @@ export class HostColumn {
       times[q] = this.times[p];
       if (links !== null) links[q] = this.links![p];
       else evs[q] = this.evs[p];
-      if (bucket !== null) bucket[q] = this.bucket![p];
+      if (keys !== null) keys[q] = this.keys![p];
     }
     this.cap = cap;
     this.seqs = seqs;
     this.times = times;
     this.evs = evs;
     this.links = links;
-    this.bucket = bucket;
+    this.keys = keys;
     this.ring = -1;
     this.uploaded = 0;
   }
@@ -423,14 +455,12 @@ export class HostColumn {
     this.gHead += d;
     this.gN = this.n;
     this.uploaded = Math.max(0, this.uploaded - d);
-    if (this.changed !== null) {
-      for (const b of this.changed) {
-        const sub = this.subs![b]!;
-        sub.isChanged = false;
-        sub.settle();
-      }
-      this.changed.length = 0;
+    for (const b of this.changed) {
+      const sub = this.subs![b]!;
+      sub.isChanged = false;
+      sub.settle();
     }
+    this.changed.length = 0;
   }
 
   /** Physical position of record k from gHead. */

@@ -35,7 +35,7 @@ import {
 } from '../event-patterns/sequencer.js';
 import { GpuContext, GpuError, type GpuOptions } from './device.js';
 import { type Row, decode, merge } from './gtrex-results.js';
-import { DESC_WORDS, type GpuPattern, HostColumn, SUB_WORDS, Interner, type Retention, bitsDouble, bucketOfEvent, compilePattern, encodeRecord } from './gtrex-layout.js';
+import { DESC_WORDS, type GpuPattern, HostColumn, INDEX_WORDS, SUB_WORDS, Interner, type Retention, bitsDouble, compilePattern, encodeRecord, type IndexGrowth, keyOfEvent } from './gtrex-layout.js';
 
 export interface GtrexOptions extends SequencerOptions {
   /** A device to share; otherwise one is opened with `gpu` (and closed by `close`). */
@@ -47,10 +47,12 @@ export interface GtrexOptions extends SequencerOptions {
   /** Smallest pool, in 4-byte words (default 2^18; the pool grows by rebuilds). */
   minPoolWords?: number;
   /**
-   * Sub-rings of a column indexed by an equality (a power of two; 1: no index). Default: about one
-   * for every 64 events the retention bound lets a column hold, at most 256.
+   * Most sub-rings of a column indexed by an equality (a power of two; 1: no index, every column
+   * scanned whole; default 256). A column gets them once it holds `bucketLoad` records a sub-ring
+   * (default 64), a quarter of that after each growth.
    */
   indexBuckets?: number;
+  bucketLoad?: number;
 }
 
 export interface GtrexStats extends SequencerStats {
@@ -144,7 +146,7 @@ export class GtrexSequencer implements BatchSequencer {
   private capP: number;
   private capC: number;
   private readonly minPool: number;
-  private readonly buckets: number;
+  private readonly growth: IndexGrowth;
   /** The rings' pool offsets, ascending (allocation order), and their columns: a match's records back to their events. */
   private regionAt: number[] = [];
   private regionCol: HostColumn[] = [];
@@ -163,9 +165,11 @@ export class GtrexSequencer implements BatchSequencer {
     this.maxRetained = m;
     this.capP = this.capC = Math.max(1, options.capacity ?? 1024);
     this.minPool = Math.max(16, options.minPoolWords ?? MIN_POOL);
-    let b = options.indexBuckets ?? Math.min(256, 2 ** Math.ceil(Math.log2(Math.max(1, m / 64))));
+    const b = options.indexBuckets ?? 256;
     if (!(Number.isInteger(b) && b >= 1 && b <= 65536 && (b & (b - 1)) === 0)) throw new RangeError(`indexBuckets must be a power of two in [1, 65536], got ${b}`);
-    this.buckets = b;
+    const load = options.bucketLoad ?? 64;
+    if (!(Number.isInteger(load) && load >= 1)) throw new RangeError(`bucketLoad must be a positive integer, got ${load}`);
+    this.growth = { max: b, load };
     this.inner = new CdpSequencer({ maxRetainedPerElement: m });
     this.counts = ctx.createBuffer('ambit.gtrex.counts', 4 * 64, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST);
     this.params = ctx.createBuffer('ambit.gtrex.params', PARAM_SLOT * LEVELS, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
@@ -214,8 +218,8 @@ export class GtrexSequencer implements BatchSequencer {
       this.innerSlots.add(slot);
       return;
     }
-    const g = compilePattern(pattern, this.buckets);
-    const st: PatState = { slot, g, cols: g.reach.map((r, k) => new HostColumn(r, g.plans[k] === null ? 0 : g.buckets)), cfg: -1, removed: false };
+    const g = compilePattern(pattern, this.growth.max > 1);
+    const st: PatState = { slot, g, cols: g.reach.map((r, k) => new HostColumn(r, g.plans[k] === null ? 'plain' : 'indexed')), cfg: -1, removed: false };
     this.patterns.set(slot, st);
     this.dirty.add(st);
   }
@@ -292,8 +296,8 @@ export class GtrexSequencer implements BatchSequencer {
           if (k === 0) searches.push({ item: i, hit: h, st });
           else {
             const plan = st.g.plans[k];
-            const b = plan === null ? -1 : bucketOfEvent(event, st.g.attributes[plan.attr], this.interner, st.g.buckets);
-            st.cols[k].append(seq, timeMs, event, b, maxRet, this.ret);
+            const key = plan === null ? -1 : keyOfEvent(event, st.g.attributes[plan.attr], this.interner);
+            st.cols[k].append(seq, timeMs, event, key, maxRet, this.ret, this.growth);
           }
         }
         if (els.length > 1 || els[0] !== 0) touched.add(st);
@@ -341,7 +345,7 @@ export class GtrexSequencer implements BatchSequencer {
     };
     let rec = new Uint32Array(1024);
     /** A ring's new records (runs that do not wrap) and its descriptor's words in the config block. */
-    const ring = (g: GpuPattern, c: HostColumn, d: number): void => {
+    const ring = (g: GpuPattern, c: HostColumn, desc: Uint32Array, d: number): void => {
       const sub = c.links !== null;
       const stride = sub ? SUB_WORDS : g.stride;
       if (c.ring < 0 && c.gN > 0) {
@@ -373,28 +377,31 @@ export class GtrexSequencer implements BatchSequencer {
         put(c.ring + p * stride, rec, 0, len);
         c.uploaded += run;
       }
-      g.config[d] = c.ring < 0 ? 0 : c.ring;
-      g.config[d + 1] = c.cap;
-      g.config[d + 2] = c.pos(0);
-      g.config[d + 3] = c.gN;
+      desc[d] = c.ring < 0 ? 0 : c.ring;
+      desc[d + 1] = c.cap;
+      desc[d + 2] = c.pos(0);
+      desc[d + 3] = c.gN;
     };
     for (const st of this.dirty) {
       const g = st.g;
-      const fresh = st.cfg < 0;
-      if (fresh) st.cfg = this.alloc(g.config.length);
+      if (st.cfg < 0) st.cfg = this.alloc(g.config.length);
       for (let k = 1; k < st.cols.length; k++) {
         const c = st.cols[k];
-        ring(g, c, g.descOffset + DESC_WORDS * k);
-        const plan = g.plans[k];
-        if (plan === null) continue;
+        ring(g, c, g.config, g.descOffset + DESC_WORDS * k);
+        if (c.buckets === 0) continue;
+        // The sub-rings: their descriptors in a region of their own (made anew when they are).
+        const fresh = c.subDescAt < 0;
+        if (fresh) c.subDescAt = this.alloc(c.subDesc!.length);
         for (const b of c.takeStale()) {
-          const d = plan.subDesc + DESC_WORDS * b;
-          ring(g, c.subs![b]!, d);
-          if (!fresh) put(st.cfg + d, g.config, d, DESC_WORDS);
+          ring(g, c.subs![b]!, c.subDesc!, DESC_WORDS * b);
+          if (!fresh) put(c.subDescAt + DESC_WORDS * b, c.subDesc!, DESC_WORDS * b, DESC_WORDS);
         }
+        if (fresh) put(c.subDescAt, c.subDesc!, 0, c.subDesc!.length);
+        const ix = g.indexOffset + INDEX_WORDS * k;
+        g.config[ix] = c.buckets;
+        g.config[ix + 4] = c.subDescAt;
       }
-      // The tables and the main descriptors; a new block whole (its sub-rings' descriptors with it).
-      put(st.cfg, g.config, 0, fresh ? g.config.length : g.headLength);
+      put(st.cfg, g.config, 0, g.config.length);
     }
     this.dirty.clear();
     // Offsets first (the kernel's thread t reads entry t's offset), then the entries.
@@ -420,7 +427,9 @@ export class GtrexSequencer implements BatchSequencer {
       need += st.g.config.length;
       for (let k = 1; k < st.cols.length; k++) {
         need += st.cols[k].cap * st.g.stride;
-        for (const sub of st.cols[k].subs ?? []) if (sub !== undefined) need += sub.cap * SUB_WORDS;
+        const c = st.cols[k];
+        if (c.buckets > 0) need += c.subDesc!.length;
+        for (const sub of c.subs ?? []) if (sub !== undefined) need += sub.cap * SUB_WORDS;
       }
     }
     const maxWords = Math.floor(this.ctx.limits.maxStorageBufferBindingSize / 4);
@@ -438,11 +447,13 @@ export class GtrexSequencer implements BatchSequencer {
     this.regionCol = [];
     for (const st of this.patterns.values()) {
       st.cfg = -1;
-      st.g.config.fill(0, st.g.descOffset); // descriptors of rings not written again (empty sub-rings) read as empty
       for (const c of st.cols) {
         c.ring = -1;
         c.uploaded = 0;
-        c.subs?.forEach((sub, b) => {
+        if (c.buckets === 0) continue;
+        c.subDescAt = -1;
+        c.subDesc!.fill(0); // sub-rings not written again (none yet) read as empty
+        c.subs!.forEach((sub, b) => {
           if (sub === undefined) return;
           sub.ring = -1;
           sub.uploaded = 0;
@@ -628,8 +639,8 @@ export class GtrexSequencer implements BatchSequencer {
         const plan = st.g.plans[k];
         for (const r of list) {
           const ev = snap.events[r.event];
-          const b = plan === null ? -1 : bucketOfEvent(ev, st.g.attributes[plan.attr], this.interner, st.g.buckets);
-          st.cols[k].append(r.seq, r.timeMs, ev, b, Number.MAX_SAFE_INTEGER, this.ret);
+          const key = plan === null ? -1 : keyOfEvent(ev, st.g.attributes[plan.attr], this.interner);
+          st.cols[k].append(r.seq, r.timeMs, ev, key, Number.MAX_SAFE_INTEGER, this.ret, this.growth);
         }
         st.cols[k].settle();
       });

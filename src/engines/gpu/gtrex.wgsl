@@ -14,8 +14,9 @@
 //           element parameters' offset, count (4 words each: attribute, op, step, step attribute);
 //   aggregate (7 words): function (0 count, 1 sum, 2 min, 3 max, 4 avg), attribute (NONE for
 //           count), before step, window hi, lo, element parameters' offset, count;
-//   index of element k (5 words): buckets (0: not indexed), the element's attribute, the step
-//           and its attribute whose value selects the bucket, the sub-rings' descriptors' offset;
+//   index of element k (5 words): sub-rings (0: its ring is scanned whole), the element's
+//           attribute, the step and its attribute whose value selects the sub-ring, the pool
+//           offset of the sub-rings' descriptors (a region of their own, made anew when they are);
 //   descriptor of element k (4 words at descriptors + 4k): ring offset in pool, capacity,
 //           position of the first record, records; an indexed element's sub-ring b likewise at
 //           its sub-rings' descriptors + 4b (a record is in its column's ring, and its seq, time
@@ -295,7 +296,7 @@ fn runOf(k: u32) -> Run {
   let key = chosenAttr(pool[ix + 2u], pool[ix + 3u]);
   let none = Run(Col(0u, 1u, 0u, 0u, 5u), 0u, true, main);
   if (key.x == 0u) { return none; }
-  let d = cfgP + pool[ix + 4u] + 4u * (bucketOf(key) & (buckets - 1u));
+  let d = pool[ix + 4u] + 4u * (bucketOf(key) & (buckets - 1u));
   let sub = Col(pool[d], pool[d + 1u], pool[d + 2u], pool[d + 3u], 5u);
   if (sub.n == 0u) { return none; }
   // A sub-ring may hold records its column dropped (its descriptor is written when it grows): the
