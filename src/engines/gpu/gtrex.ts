@@ -34,7 +34,7 @@ import {
   checkSnapshot,
 } from '../event-patterns/sequencer.js';
 import { GpuContext, GpuError, type GpuOptions } from './device.js';
-import { type Row, decode, merge } from './gtrex-results.js';
+import { type Done, type Search, answer } from './gtrex-results.js';
 import { DESC_WORDS, type GpuPattern, HostColumn, INDEX_WORDS, SUB_WORDS, Interner, type Retention, bitsDouble, compilePattern, encodeRecord, type IndexGrowth, keyOfEvent } from './gtrex-layout.js';
 
 export interface GtrexOptions extends SequencerOptions {
@@ -82,11 +82,6 @@ export interface PatState {
   removed: boolean;
 }
 
-export interface Search {
-  readonly item: number;
-  readonly hit: number;
-  readonly st: PatState;
-}
 
 const PARAM_SLOT = 256; // bytes a level's uniform block takes (the offset alignment)
 const LEVELS = 33;
@@ -312,9 +307,9 @@ export class GtrexSequencer implements BatchSequencer {
     if (searches.length > 0) {
       this.counters.batches++;
       this.counters.searches += searches.length;
-      const found = await this.search(batch, searches);
+      const done = await this.search(batch, searches);
       const t1 = performance.now();
-      merge(batch, out, found);
+      if (done !== null) answer(batch, searches, done, out);
       this.phases.answers += performance.now() - t1;
     }
     const t2 = performance.now();
@@ -474,7 +469,7 @@ export class GtrexSequencer implements BatchSequencer {
     return this.ctx.createBuffer(label, size, usage);
   }
 
-  private async search(batch: readonly BatchRelease[], searches: readonly Search[]): Promise<Row[]> {
+  private async search(batch: readonly BatchRelease[], searches: readonly Search[]): Promise<Done | null> {
     const t0 = performance.now();
     // Room first: a pool too small, or an intern table far larger than what is held, is rebuilt.
     if (this.pool === null || this.interner.size > 4 * (this.ret.retained + searches.length) + 65536) this.rebuild();
@@ -548,16 +543,9 @@ export class GtrexSequencer implements BatchSequencer {
       for (let l = 1; l < S; l++) needP = Math.max(needP, counts[l]);
       const needC = counts[COUNT_DONE];
       if (needP <= this.capP && needC <= this.capC) {
-        if (needC === 0) {
-          this.phases.gpu += performance.now() - t1;
-          return [];
-        }
-        const raw = new Uint32Array(await this.ctx.readBuffer(this.done, 0, 4 * needC * cs));
-        const t2 = performance.now();
-        this.phases.gpu += t2 - t1;
-        const rows = decode(batch, searches, raw, needC, S, cs, (off) => this.owner(off));
-        this.phases.answers += performance.now() - t2;
-        return rows;
+        const raw = needC === 0 ? null : new Uint32Array(await this.ctx.readBuffer(this.done, 0, 4 * needC * cs));
+        this.phases.gpu += performance.now() - t1;
+        return raw === null ? null : { raw, n: needC, S, cs, owner: (off) => this.owner(off) };
       }
       this.counters.reruns++;
       while (this.capP < needP) this.capP *= 2;
