@@ -3,7 +3,7 @@
  * hardware adapter is there, else the fast CPU engine; or the engine configured by name. Engines
  * come from the one registry (src/engines/index.ts) with the engine-side limits of the hub port.
  */
-import { ENGINES, ENGINE_NAMES, type EngineName } from '../../src/engines/index.js';
+import { ENGINES, ENGINE_NAMES, type EngineName, type SequencerName, openSequencer } from '../../src/engines/index.js';
 import type { Matcher } from '../../src/engines/matcher.js';
 import { PatternMatcher } from '../../src/engines/event-patterns/pattern-matcher.js';
 import { ENGINE_SIDE_LIMITS } from '../hub/port.js';
@@ -50,11 +50,19 @@ export interface PatternSettings {
   patternLatenessMs: number;
   /** E15: events each element keeps at most. */
   patternRetainedPerElement: number;
+  /** The sequencer: the CDP (default) or the GPU's, which searches each batch of releases at once. */
+  patternSequencer?: SequencerName;
 }
 
 /** The pattern matcher of a hub that serves pattern subscriptions, with its own element engine. */
 export async function openPatterns(s: PatternSettings): Promise<PatternMatcher> {
-  return new PatternMatcher({ elements: await openPatternElementEngine(s.engine), latenessMs: s.patternLatenessMs, maxRetainedPerElement: s.patternRetainedPerElement });
+  const sequencer = await openSequencer(s.patternSequencer ?? 'cdp', { maxRetainedPerElement: s.patternRetainedPerElement });
+  try {
+    return new PatternMatcher({ elements: await openPatternElementEngine(s.engine), sequencer, latenessMs: s.patternLatenessMs });
+  } catch (err) {
+    if ('releaseBatch' in sequencer) await sequencer.close();
+    throw err;
+  }
 }
 
 /** How often a hub with a lateness bound moves its patterns' clock: a quarter of the bound, 10 ms to 1 s (0: never). */

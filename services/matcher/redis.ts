@@ -47,6 +47,7 @@ import type { DeviceSubscription } from '../hub/port.js';
 import { MatcherLease } from './lease.js';
 import { type Deferred, holdsAfter, holdsEntry, putStored, rebuildFromRedis, streamBounds } from './rebuild.js';
 import { type SnapshotInfo, SnapshotRefused, type SnapshotSource, checkSnapshot, readSnapshot, writeSnapshot } from './snapshot.js';
+import type { SequencerName } from '../../src/engines/index.js';
 import { type EngineChoice, openEngine, openPatterns } from './engine.js';
 import type { PatternMatcher } from '../../src/engines/event-patterns/pattern-matcher.js';
 import { DEFAULT_RETENTION, type Retention } from './fanout.js';
@@ -123,7 +124,7 @@ export interface RedisMatcherOptions {
    * events each element keeps (E15; default 10 000). The release order's clock is the command
    * stream's: each publish moves it to the time Redis accepted the entry.
    */
-  patterns?: { latenessMs?: number; retainedPerElement?: number };
+  patterns?: { latenessMs?: number; retainedPerElement?: number; sequencer?: SequencerName };
   /** @internal test and benchmark hooks */
   hooks?: MatcherHooks;
   /**
@@ -357,6 +358,7 @@ export class RedisMatcher {
       engine: typeof options.engine === 'string' ? options.engine : 'fast',
       patternLatenessMs: options.patterns?.latenessMs ?? 0,
       patternRetainedPerElement: options.patterns?.retainedPerElement ?? 10_000,
+      patternSequencer: options.patterns?.sequencer ?? 'cdp',
     });
     const m = new RedisMatcher(options, engine, detail, patterns);
     try {

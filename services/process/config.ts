@@ -2,6 +2,7 @@
  * Process configuration, from the environment (and flags in main.ts), validated whole with exact
  * errors before anything starts.
  */
+import { SEQUENCER_NAMES, type SequencerName } from '../../src/engines/index.js';
 import { DEFAULT_PATTERN_LIMITS } from '../../src/model/event-patterns.js';
 import { DEFAULT_DEDUPE, type DedupeOptions } from '../matcher/event-ids.js';
 import { readFileSync } from 'node:fs';
@@ -184,6 +185,8 @@ export interface ServerConfig {
   patternLatenessMs: number;
   /** Pattern subscriptions (E15): events each pattern element keeps at most. */
   patternRetainedPerElement: number;
+  /** Pattern subscriptions: the sequencer, the CDP on the CPU or the GPU's (docs/gpu.md). */
+  patternSequencer: SequencerName;
 }
 
 /** Fan-out shards one node may run. */
@@ -247,6 +250,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   directWrites: true,
   patternLatenessMs: 0,
   patternRetainedPerElement: 10_000,
+  patternSequencer: 'cdp',
 });
 
 /** Reads AMBIT_* (and REDIS_URL) variables over the defaults; throws naming the variable. */
@@ -430,6 +434,11 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
   c.eventOrigin = int('AMBIT_EVENT_ORIGIN', 0, MAX_EVENT_ORIGIN - 1) ?? c.eventOrigin;
   c.patternLatenessMs = int('AMBIT_PATTERN_LATENESS_MS', 0, DEFAULT_PATTERN_LIMITS.maxWindowMs) ?? c.patternLatenessMs;
   c.patternRetainedPerElement = int('AMBIT_PATTERN_RETAINED_PER_ELEMENT', 1, 10_000_000) ?? c.patternRetainedPerElement;
+  const sequencer = str('AMBIT_PATTERN_SEQUENCER');
+  if (sequencer !== undefined) {
+    if (!(SEQUENCER_NAMES as readonly string[]).includes(sequencer)) throw new Error(`config: AMBIT_PATTERN_SEQUENCER must be one of ${SEQUENCER_NAMES.join(', ')}, got ${JSON.stringify(sequencer)}`);
+    c.patternSequencer = sequencer as SequencerName;
+  }
   return c;
 }
 

@@ -11,6 +11,7 @@ import type { Logger } from 'pino';
 import { portLink } from '../hub/link.js';
 import { type PartitionedHub, linkedPartitions } from '../hub/partitioned.js';
 import type { Retention } from '../matcher/fanout.js';
+import type { SequencerName } from '../../src/engines/index.js';
 import type { EngineChoice } from '../matcher/engine.js';
 import { type PoolThreadData, startThreadPool } from './thread-pool.js';
 
@@ -30,6 +31,7 @@ export interface PartitionWorkerData extends PoolThreadData {
   dedupe: DedupeOptions;
   patternLatenessMs: number;
   patternRetainedPerElement: number;
+  patternSequencer: SequencerName;
 }
 
 export interface PartitionSettings {
@@ -40,6 +42,7 @@ export interface PartitionSettings {
   logLevel: string;
   patternLatenessMs: number;
   patternRetainedPerElement: number;
+  patternSequencer: SequencerName;
 }
 
 export async function startPartitions(count: number, s: PartitionSettings, log: Logger, onDeath: (err: Error) => void): Promise<Partitions> {
@@ -47,7 +50,7 @@ export async function startPartitions(count: number, s: PartitionSettings, log: 
     'hub partition',
     new URL('./partition-worker.js', import.meta.url),
     count,
-    () => ({ engine: s.engine, maxSubscriptionsPerDevice: s.maxSubscriptionsPerDevice, retention: s.retention, dedupe: s.dedupe, patternLatenessMs: s.patternLatenessMs, patternRetainedPerElement: s.patternRetainedPerElement }),
+    () => ({ engine: s.engine, maxSubscriptionsPerDevice: s.maxSubscriptionsPerDevice, retention: s.retention, dedupe: s.dedupe, patternLatenessMs: s.patternLatenessMs, patternRetainedPerElement: s.patternRetainedPerElement, patternSequencer: s.patternSequencer }),
     s.logLevel,
     onDeath,
   );

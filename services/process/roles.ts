@@ -83,7 +83,7 @@ function matcherOptions(config: ServerConfig, partition: number) {
     ...(config.snapshotDir === null ? {} : { snapshot: { dir: config.snapshotDir, intervalMs: config.snapshotIntervalS * 1000 } }),
     stuckReadMs: config.stuckReadS * 1000,
     handOverWaitMs: config.handOverWaitS * 1000,
-    patterns: { latenessMs: config.patternLatenessMs, retainedPerElement: config.patternRetainedPerElement },
+    patterns: { latenessMs: config.patternLatenessMs, retainedPerElement: config.patternRetainedPerElement, sequencer: config.patternSequencer },
   };
 }
 

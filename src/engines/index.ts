@@ -4,6 +4,8 @@
  * compiled kernels before it can answer); `CPU_ENGINES` holds the ones that construct at once.
  * The GPU module is imported only when asked for, so a CPU-only process never loads WebGPU.
  */
+import { CdpSequencer } from './event-patterns/cdp.js';
+import type { BatchSequencer, Sequencer } from './event-patterns/sequencer.js';
 import { FastMatcher } from './fast.js';
 import type { Matcher, MatcherOptions } from './matcher.js';
 import { ReferenceMatcher } from './reference.js';
@@ -28,6 +30,16 @@ export const ENGINES: Readonly<Record<EngineName, (options?: MatcherOptions) => 
 });
 
 export const ENGINE_NAMES = Object.freeze(Object.keys(ENGINES) as EngineName[]);
+
+/** Pattern sequencers (docs/semantics.md §9): the CDP on the CPU, or the GPU's (GTrex, batches of releases). */
+export type SequencerName = 'cdp' | 'gpu';
+export const SEQUENCER_NAMES: readonly SequencerName[] = Object.freeze(['cdp', 'gpu']);
+
+/** A pattern sequencer by name; 'gpu' rejects where there is no usable adapter (GpuError UNAVAILABLE). */
+export async function openSequencer(name: SequencerName, options: { maxRetainedPerElement?: number } = {}): Promise<Sequencer | BatchSequencer> {
+  if (name === 'gpu') return (await import('./gpu/gtrex.js')).GtrexSequencer.create(options);
+  return new CdpSequencer(options);
+}
 
 export { FastMatcher, ReferenceMatcher, RTreeMatcher };
 export type { Matcher, MatcherOptions, MatcherStats } from './matcher.js';

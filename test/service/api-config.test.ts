@@ -14,6 +14,7 @@ import { DEFAULT_CONFIG, type ServerConfig, checkConfig, configFromEnv } from '.
 import { DEFAULT_RETENTION } from '../../services/hub/embedded.js';
 import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE } from '../../services/hub/port.js';
 import { startServer } from '../../services/process/server.js';
+import { openPatterns } from '../../services/matcher/engine.js';
 import { redisSource } from '../../services/process/roles.js';
 import { DEFAULT_CLUSTER_GROUPS, MAX_CLUSTER_GROUPS, MAX_MATCHER_PARTITIONS } from '../../services/redis/keys.js';
 
@@ -32,6 +33,7 @@ describe('api config: configFromEnv', () => {
     [{ AMBIT_METRICS_PORT: 'none' }, 'config: AMBIT_METRICS_PORT must be an integer in [0, 65535], got "none"'],
     [{ REDIS_URL: 'http://localhost:6379' }, 'config: REDIS_URL must start with redis:// or rediss://, got "http://localhost:6379"'],
     [{ AMBIT_ENGINE: 'cuda' }, 'config: AMBIT_ENGINE must be one of auto, gpu, fast, rtree, reference, got "cuda"'],
+    [{ AMBIT_PATTERN_SEQUENCER: 'gtrex' }, 'config: AMBIT_PATTERN_SEQUENCER must be one of cdp, gpu, got "gtrex"'],
     [{ AMBIT_DEV: 'yes' }, 'config: AMBIT_DEV must be 0, 1, true or false, got "yes"'],
     [{ AMBIT_TLS_CERT: '/etc/cert.pem' }, 'config: AMBIT_TLS_CERT and AMBIT_TLS_KEY must be set together'],
     [{ AMBIT_TLS_KEY: '/etc/key.pem' }, 'config: AMBIT_TLS_CERT and AMBIT_TLS_KEY must be set together'],
@@ -101,6 +103,25 @@ describe('api config: configFromEnv', () => {
     for (const jwks of ['/etc/ambit/jwks.json', 'https://id.example/jwks.json', 'http://localhost:9000/k']) checkConfig({ ...base, jwks, tokenIssuer: ['i'] });
     const d = configFromEnv({});
     assert.deepEqual([d.jwks, d.jwksRefreshS, d.tokenAudience, d.tokenIssuer, d.tokenClockSkewS, d.tokenSubjectClaim, d.tokenScopeClaim], [null, 300, [], [], 0, 'sub', 'scope']);
+  });
+
+  it('AMBIT_PATTERN_SEQUENCER picks the hubs\' pattern sequencer: the CDP by default; gpu opens the GPU one, or refuses without a hardware adapter', async () => {
+    assert.equal(configFromEnv({}).patternSequencer, 'cdp');
+    assert.equal(configFromEnv({ AMBIT_PATTERN_SEQUENCER: 'gpu' }).patternSequencer, 'gpu');
+    const cdp = await openPatterns({ engine: 'fast', patternLatenessMs: 0, patternRetainedPerElement: 100, patternSequencer: 'cdp' });
+    assert.equal(cdp.stats().sequencer, 'cdp');
+    await cdp.close();
+    let gpu: Awaited<ReturnType<typeof openPatterns>> | null = null;
+    try {
+      gpu = await openPatterns({ engine: 'fast', patternLatenessMs: 0, patternRetainedPerElement: 100, patternSequencer: 'gpu' });
+    } catch (err) {
+      // No hardware adapter here (a software one is refused, as for AMBIT_ENGINE=gpu).
+      assert.equal((err as { code?: string }).code, 'UNAVAILABLE', String(err));
+    }
+    if (gpu !== null) {
+      assert.equal(gpu.stats().sequencer, 'gtrex');
+      await gpu.close();
+    }
   });
 
   it('no variables: the defaults; empty values count as unset', () => {
