@@ -16,7 +16,7 @@ import { GtrexSequencer } from '../../src/engines/gpu/gtrex.js';
 import { GpuMatcher } from '../../src/engines/gpu/matcher.js';
 import { FastMatcher, ReferenceMatcher } from '../../src/engines/index.js';
 import type { Matcher } from '../../src/engines/matcher.js';
-import { type Knobs, generate, run } from '../support/event-patterns.js';
+import { type Knobs, generate, givePositions, run } from '../support/event-patterns.js';
 
 const KNOBS: Knobs = { patterns: 10, events: 160, latenessMs: 3, maxRetained: 5, maxWindow: 20, disorder: 0.15 };
 
@@ -100,12 +100,7 @@ describe('event patterns: the GPU sequencer (GTrex) through PatternMatcher again
         const b = await make(second);
         try {
           b.restore(snap);
-          const at = new Map<string, { lat: number; lon: number } | null>();
-          for (const op of ops.slice(0, mid)) {
-            if (op.kind === 'move') at.set(op.device, { lat: op.lat, lon: op.lon });
-            else if (op.kind === 'forget') at.set(op.device, null);
-          }
-          for (const [d, p] of at) if (p !== null) b.updatePosition(d, p.lat, p.lon);
+          givePositions(ops.slice(0, mid), b);
           got.push(...(await run(ops.slice(mid), b)));
           for (let i = 0; i < want.length; i++) assert.deepEqual(got[i], want[i], `seed ${s}, ${first} then ${second}, call ${i}`);
         } finally {

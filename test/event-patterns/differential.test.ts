@@ -13,7 +13,7 @@ import { PatternMatcher } from '../../src/engines/event-patterns/pattern-matcher
 import { ReferenceSequencer } from '../../src/engines/event-patterns/reference.js';
 import { FastMatcher, ReferenceMatcher, RTreeMatcher } from '../../src/engines/index.js';
 import type { Matcher } from '../../src/engines/matcher.js';
-import { type Knobs, generate, run } from '../support/event-patterns.js';
+import { type Knobs, generate, givePositions, run } from '../support/event-patterns.js';
 
 const PAIRINGS: [string, () => Matcher][] = [
   ['fast', () => new FastMatcher()],
@@ -88,12 +88,7 @@ describe('event patterns: a restart from a snapshot', () => {
         const b = make(second);
         b.restore(snap);
         // The positions at the cut, as the service gives its engine back its positions.
-        const at = new Map<string, { lat: number; lon: number } | null>();
-        for (const op of ops.slice(0, mid)) {
-          if (op.kind === 'move') at.set(op.device, { lat: op.lat, lon: op.lon });
-          else if (op.kind === 'forget') at.set(op.device, null);
-        }
-        for (const [d, p] of at) if (p !== null) b.updatePosition(d, p.lat, p.lon);
+        givePositions(ops.slice(0, mid), b);
         got.push(...(await run(ops.slice(mid), b)));
         for (let i = 0; i < want.length; i++) assert.deepEqual(got[i], want[i], `seed ${s}, ${first} then ${second}, call ${i}`);
         assert.deepEqual({ ...b.stats(), sequencer: '', elementEngine: '' }, wantStats, `seed ${s}, ${first} then ${second}: stats`);

@@ -14,7 +14,7 @@ import type { PatternHits, PatternMatch } from '../../src/engines/event-patterns
 import { GpuContext } from '../../src/engines/gpu/device.js';
 import { type BatchRelease, GtrexSequencer } from '../../src/engines/gpu/gtrex.js';
 import { Prng } from '../../src/workload/prng.js';
-import { type Installed, type StressKnobs, install, makeEvent, matchKey } from '../support/sequencer-stream.js';
+import { type Installed, type StressKnobs, hitsOf, install, makeEvent, matchKey } from '../support/sequencer-stream.js';
 
 let ctx: GpuContext;
 before(async () => {
@@ -37,6 +37,20 @@ interface Outcome {
   batches: number;
 }
 
+/** The next n releases of the stream (the clock moves on): the batch, and the CPU sequencer's matches for each. */
+function nextBatch(r: Prng, k: StressKnobs, live: readonly Installed[], cpu: { release: CdpSequencer['release'] }, n: number, clock: { t: number; e: number }): { batch: BatchRelease[]; want: string[][] } {
+  const batch: BatchRelease[] = [];
+  const want: string[][] = [];
+  for (let j = 0; j < n; j++) {
+    clock.t += r.int(0, k.maxGap);
+    const ev = makeEvent(r, clock.e++);
+    const hits = hitsOf(live, ev);
+    batch.push({ event: ev, timeMs: clock.t, hits });
+    want.push(keys(cpu.release(ev, clock.t, hits)));
+  }
+  return { batch, want };
+}
+
 /** One seed: the same stream through a CDP sequencer (one release at a time) and the GPU one (in batches). */
 async function compare(seed: number, k: StressKnobs, maxBatch: number, oracle: 'cdp' | 'reference' = 'cdp', room: { capacity?: number; minPoolWords?: number; indexBuckets?: number; bucketLoad?: number } = { indexBuckets: 4, bucketLoad: 1 }): Promise<Outcome> {
   const r = new Prng(seed);
@@ -48,7 +62,7 @@ async function compare(seed: number, k: StressKnobs, maxBatch: number, oracle: '
     const live: Installed[] = [];
     let slot = 0;
     for (let i = 0; i < k.patterns; i++) live.push(install(r, k, slot++, [cpu, gpu]));
-    let t = 1000;
+    const clock = { t: 1000, e: 0 };
     let e = 0;
     let seenReruns = 0;
     let seenRebuilds = 0;
@@ -74,23 +88,8 @@ async function compare(seed: number, k: StressKnobs, maxBatch: number, oracle: '
         seenRebuilds = 0;
       }
       const n = Math.min(k.events - e, r.int(1, maxBatch));
-      const batch: BatchRelease[] = [];
-      const want: string[][] = [];
-      for (let j = 0; j < n; j++, e++) {
-        t += r.int(0, k.maxGap);
-        const ev = makeEvent(r, e);
-        const type = ev.values[ev.names.indexOf('type')] as string;
-        const hits: PatternHits[] = [];
-        for (const p of live) {
-          const elements: number[] = [];
-          p.hitTypes.forEach((ts, el) => {
-            if (ts.includes(type)) elements.push(el);
-          });
-          if (elements.length > 0) hits.push({ slot: p.slot, elements });
-        }
-        batch.push({ event: ev, timeMs: t, hits });
-        want.push(keys(cpu.release(ev, t, hits)));
-      }
+      const { batch, want } = nextBatch(r, k, live, cpu, n, clock);
+      e += n;
       const got = (await gpu.releaseBatch(batch)).map(keys);
       const gs = gpu.stats();
       out.reruns += gs.reruns - seenReruns;
@@ -165,26 +164,10 @@ describe('GtrexSequencer (GPU) answers as the CDP sequencer, batch by batch', ()
     try {
       const live: Installed[] = [];
       for (let i = 0; i < k.patterns; i++) live.push(install(r, k, i, [cpu, gpu]));
-      let t = 0;
+      const clock = { t: 0, e: 0 };
       let matches = 0;
-      for (let b = 0, e = 0; b < 3; b++) {
-        const batch: BatchRelease[] = [];
-        const want: string[][] = [];
-        for (let j = 0; j < 1500; j++, e++) {
-          t += r.int(0, k.maxGap);
-          const ev = makeEvent(r, e);
-          const type = ev.values[ev.names.indexOf('type')] as string;
-          const hits: PatternHits[] = [];
-          for (const p of live) {
-            const elements: number[] = [];
-            p.hitTypes.forEach((ts, el) => {
-              if (ts.includes(type)) elements.push(el);
-            });
-            if (elements.length > 0) hits.push({ slot: p.slot, elements });
-          }
-          batch.push({ event: ev, timeMs: t, hits });
-          want.push(keys(cpu.release(ev, t, hits)));
-        }
+      for (let b = 0; b < 3; b++) {
+        const { batch, want } = nextBatch(r, k, live, cpu, 1500, clock);
         const got = (await gpu.releaseBatch(batch)).map(keys);
         for (let j = 0; j < got.length; j++) assert.deepEqual(got[j], want[j], `batch ${b}, item ${j}`);
         matches += want.reduce((a, l) => a + l.length, 0);

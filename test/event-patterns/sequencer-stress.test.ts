@@ -12,7 +12,7 @@ import { CdpSequencer } from '../../src/engines/event-patterns/cdp.js';
 import { ReferenceSequencer } from '../../src/engines/event-patterns/reference.js';
 import type { PatternHits, Sequencer } from '../../src/engines/event-patterns/sequencer.js';
 import { Prng } from '../../src/workload/prng.js';
-import { type Installed, type StressKnobs, install, makeEvent, matchKey } from '../support/sequencer-stream.js';
+import { type Installed, type StressKnobs, hitsOf, install, makeEvent, matchKey } from '../support/sequencer-stream.js';
 
 export type { StressKnobs };
 
@@ -57,15 +57,7 @@ export function compareSequencers(seed: number, k: StressKnobs): StressResult {
     }
     t += r.int(0, k.maxGap);
     const ev = makeEvent(r, e);
-    const type = ev.values[ev.names.indexOf('type')] as string;
-    const hits: PatternHits[] = [];
-    for (const p of live) {
-      const elements: number[] = [];
-      p.hitTypes.forEach((ts, el) => {
-        if (ts.includes(type)) elements.push(el);
-      });
-      if (elements.length > 0) hits.push({ slot: p.slot, elements });
-    }
+    const hits = hitsOf(live, ev);
     const a = ref.release(ev, t, hits).map(matchKey).sort();
     const b = cdp.release(ev, t, hits).map(matchKey).sort();
     matches += a.length;

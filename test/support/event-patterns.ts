@@ -183,3 +183,13 @@ export async function run(ops: readonly Op[], pm: PatternMatcher): Promise<strin
   return out;
 }
 
+
+/** The devices' positions after `ops`, given to `pm` (as the service gives a restored engine its positions back). */
+export function givePositions(ops: readonly Op[], pm: PatternMatcher): void {
+  const at = new Map<string, { lat: number; lon: number } | null>();
+  for (const op of ops) {
+    if (op.kind === 'move') at.set(op.device, { lat: op.lat, lon: op.lon });
+    else if (op.kind === 'forget') at.set(op.device, null);
+  }
+  for (const [d, p] of at) if (p !== null) pm.updatePosition(d, p.lat, p.lon);
+}

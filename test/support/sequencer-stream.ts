@@ -14,7 +14,7 @@ import {
   patternElements,
   validateEventPattern,
 } from '../../src/model/event-patterns.js';
-import type { PatternMatch } from '../../src/engines/event-patterns/sequencer.js';
+import type { PatternHits, PatternMatch } from '../../src/engines/event-patterns/sequencer.js';
 import { type NEvent, resolveLimits, validateEvent } from '../../src/model/limits.js';
 import type { Value } from '../../src/model/types.js';
 import { Prng } from '../../src/workload/prng.js';
@@ -131,3 +131,17 @@ export function install(r: Prng, k: StressKnobs, slot: number, seqs: readonly { 
   return { slot, pattern, hitTypes };
 }
 
+
+/** The hits of `ev` on the installed patterns: each element whose types include the event's. */
+export function hitsOf(live: readonly Installed[], ev: NEvent): PatternHits[] {
+  const type = ev.values[ev.names.indexOf('type')] as string;
+  const hits: PatternHits[] = [];
+  for (const p of live) {
+    const elements: number[] = [];
+    p.hitTypes.forEach((ts, el) => {
+      if (ts.includes(type)) elements.push(el);
+    });
+    if (elements.length > 0) hits.push({ slot: p.slot, elements });
+  }
+  return hits;
+}
