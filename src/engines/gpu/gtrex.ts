@@ -80,6 +80,8 @@ export interface PatState {
   /** The config block's offset in the pool; -1 until written. */
   cfg: number;
   removed: boolean;
+  /** The last batch that recorded events for it. */
+  touched: number;
 }
 
 
@@ -120,6 +122,7 @@ export class GtrexSequencer implements BatchSequencer {
   /** Patterns whose config, records or descriptors the pool lacks. */
   private dirty = new Set<PatState>();
   private seq = 0;
+  private batchNo = 0;
   private lastTimeMs: number | null = null;
   private tail: Promise<unknown> = Promise.resolve();
   private counters = { batches: 0, searches: 0, reruns: 0, rebuilds: 0, largestStage: 0 };
@@ -214,7 +217,7 @@ export class GtrexSequencer implements BatchSequencer {
       return;
     }
     const g = compilePattern(pattern, this.growth.max > 1);
-    const st: PatState = { slot, g, cols: g.reach.map((r, k) => new HostColumn(r, g.plans[k] === null ? 'plain' : 'indexed')), cfg: -1, removed: false };
+    const st: PatState = { slot, g, cols: g.reach.map((r, k) => new HostColumn(r, g.plans[k] === null ? 'plain' : 'indexed')), cfg: -1, removed: false, touched: 0 };
     this.patterns.set(slot, st);
     this.dirty.add(st);
   }
@@ -271,7 +274,8 @@ export class GtrexSequencer implements BatchSequencer {
     const t0 = performance.now();
     const out: PatternMatch[][] = new Array(batch.length);
     const searches: Search[] = [];
-    const touched = new Set<PatState>();
+    const touched: PatState[] = [];
+    const mark = ++this.batchNo;
     const maxRet = this.maxRetained;
     for (let i = 0; i < batch.length; i++) {
       const { event, timeMs, hits } = batch[i];
@@ -295,7 +299,10 @@ export class GtrexSequencer implements BatchSequencer {
             st.cols[k].append(seq, timeMs, event, key, maxRet, this.ret, this.growth);
           }
         }
-        if (els.length > 1 || els[0] !== 0) touched.add(st);
+        if (st.touched !== mark && (els.length > 1 || els[0] !== 0)) {
+          st.touched = mark;
+          touched.push(st);
+        }
       }
       if (cpuHits === null) {
         this.inner.skip(timeMs);
