@@ -139,6 +139,9 @@ export class GtrexSequencer implements BatchSequencer {
   private parts: GPUBuffer | null = null;
   private done: GPUBuffer | null = null;
   private staging: GPUBuffer | null = null;
+  /** The read-back's source: counts and the first complete matches; and how many the last batch had. */
+  private result: GPUBuffer | null = null;
+  private lastDone = 0;
   private readonly counts: GPUBuffer;
   private readonly params: GPUBuffer;
   private capP: number;
@@ -266,7 +269,7 @@ export class GtrexSequencer implements BatchSequencer {
 
   async close(): Promise<void> {
     await this.tail;
-    for (const b of [this.pool, this.batchBuf, this.parts, this.done, this.staging, this.counts, this.params]) b?.destroy();
+    for (const b of [this.pool, this.batchBuf, this.parts, this.done, this.staging, this.result, this.counts, this.params]) b?.destroy();
     if (this.ownsCtx) await this.ctx.close();
   }
 
@@ -544,13 +547,24 @@ export class GtrexSequencer implements BatchSequencer {
       for (let l = 1; l < S; l++) dispatch(this.pipes.extend, groups[l], this.capP);
       if (G > 0) dispatch(this.pipes.aggregate, groups[0], this.capC);
       pass.end();
-      const counts = new Uint32Array(await this.ctx.submitAndRead(enc, this.counts, 0, 4 * LEVELS));
+      // One read-back: the counts, then as many complete matches as the last batch had, twice over
+      // (a second read only when there are more).
+      const K = Math.min(this.capC, Math.max(64, 2 * this.lastDone));
+      const bytes = 4 * (LEVELS + K * cs);
+      this.result = this.buffer(this.result, 'ambit.gtrex.result', bytes, GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST);
+      enc.copyBufferToBuffer(this.counts, 0, this.result, 0, 4 * LEVELS);
+      enc.copyBufferToBuffer(this.done, 0, this.result, 4 * LEVELS, 4 * K * cs);
+      const back = await this.ctx.submitAndRead(enc, this.result, 0, bytes);
+      const counts = new Uint32Array(back, 0, LEVELS);
       scatter = 0; // written: a run again only searches
       let needP = 0;
       for (let l = 1; l < S; l++) needP = Math.max(needP, counts[l]);
       const needC = counts[COUNT_DONE];
       if (needP <= this.capP && needC <= this.capC) {
-        const raw = needC === 0 ? null : new Uint32Array(await this.ctx.readBuffer(this.done, 0, 4 * needC * cs));
+        this.lastDone = needC;
+        let raw: Uint32Array | null = null;
+        if (needC > K) raw = new Uint32Array(await this.ctx.readBuffer(this.done, 0, 4 * needC * cs));
+        else if (needC > 0) raw = new Uint32Array(back, 4 * LEVELS, needC * cs);
         this.phases.gpu += performance.now() - t1;
         return raw === null ? null : { raw, n: needC, S, cs, owner: (off) => this.owner(off) };
       }
