@@ -542,6 +542,7 @@ export class RedisMatcher {
       await Promise.all(k.groups.map((g) => runScript(this.cmd, 'ambitFenceRaise', g.fence, this.token)));
     }
     await this.rewindHandOvers(from, this.lastId);
+    await this.loadOwed();
     this.rewind(from);
     this.committed = from;
     this.inBatch.clear();
@@ -1204,17 +1205,14 @@ export class RedisMatcher {
    * the batch again).
    */
   private async openOwed(released: string, devices: readonly string[], offsets: string[]): Promise<'opened' | 'refused' | 'failed'> {
-    const byGroup = new Map<GroupKeys, string[]>();
-    for (const d of devices) {
-      const g = this.keys.groupOf(d);
-      let list = byGroup.get(g);
-      if (list === undefined) byGroup.set(g, (list = []));
-      list.push(d);
-    }
+    const byGroup = this.byGroup(devices);
     try {
+      // Written down before the windows open: a leader that dies before closing them leaves them to
+      // the next one (loadOwed). Closing a window that was never opened changes nothing.
+      await this.cmd.hset(this.keys.matcherOwed, released, JSON.stringify({ offsets, devices }));
       const r = await Promise.all([...byGroup].map(([g, ds]) => runScript(this.cmd, 'ambitOwe', g.dstate, g.nseq, g.nlast, g.fence, released, ...ds, this.token)));
       // Windows a refusal left open in other groups close like any (ambitOweClose closes only this release's).
-      this.owedOpen.push({ released, offsets, byGroup });
+      if (!this.owedOpen.some((o) => o.released === released)) this.owedOpen.push({ released, offsets, byGroup });
       return r.some((n) => Number(n) < 0) ? 'refused' : 'opened';
     } catch (err) {
       this.log?.error({ err: String(err) }, `${COMPONENT}: could not open the owed window of a hand-over applied without waiting longer`);
@@ -1222,10 +1220,29 @@ export class RedisMatcher {
     }
   }
 
+  /** The owed windows an earlier leader of this shard opened and did not close (it closes them as its own). */
+  private async loadOwed(): Promise<void> {
+    const all = await this.cmd.hgetall(this.keys.matcherOwed);
+    this.owedOpen = Object.entries(all).map(([released, json]) => {
+      const { offsets, devices } = JSON.parse(json) as { offsets: string[]; devices: string[] };
+      return { released, offsets, byGroup: this.byGroup(devices) };
+    });
+  }
+
+  private byGroup(devices: readonly string[]): Map<GroupKeys, string[]> {
+    const byGroup = new Map<GroupKeys, string[]>();
+    for (const d of devices) {
+      const g = this.keys.groupOf(d);
+      let list = byGroup.get(g);
+      if (list === undefined) byGroup.set(g, (list = []));
+      list.push(d);
+    }
+    return byGroup;
+  }
+
   /**
-   * Closes the owed windows of the hand-overs this leader applied past the bound whose sources have
-   * stored past them. Windows of a leader that died first stay open (a later hand-over of those
-   * devices then waits without a bound).
+   * Closes the owed windows of the hand-overs this shard's leaders applied past the bound whose
+   * sources have stored past them (those of a leader that died first included: `loadOwed`).
    */
   private async closeOwed(): Promise<void> {
     if (this.owedOpen.length === 0 || this.currentRole !== 'leader' || this.crashed || this.closingOwed) return;
@@ -1236,6 +1253,7 @@ export class RedisMatcher {
         const stored = await this.cmd.mget(o.offsets);
         if (!stored.every((s) => s !== null && compareStreamIds(s, o.released) >= 0)) continue;
         const r = await Promise.all([...o.byGroup].map(([g, ds]) => runScript(this.cmd, 'ambitOweClose', g.dstate, g.fence, o.released, ...ds, this.token)));
+        await this.cmd.hdel(this.keys.matcherOwed, o.released);
         this.owedOpen = this.owedOpen.filter((x) => x !== o);
         this.hooks.onOwedClosed?.({ released: o.released, closed: r.reduce((a: number, n) => a + Number(n), 0) });
       }

@@ -172,6 +172,8 @@ export class Keys {
    * position) or ":snap" (its snapshot file's start) → "<stream id> <Redis ms it is held until>".
    */
   readonly matcherKeep: string;
+  /** Owed windows this shard's leaders opened and have not closed yet (sharded by space): released id → JSON {offsets, devices}. */
+  readonly matcherOwed: string;
   /** Every device group; one on a plain Redis. */
   readonly groups: readonly GroupKeys[];
   private readonly base: string;
@@ -246,6 +248,7 @@ export class Keys {
     this.matcherEpoch = `${base}matcher:epoch`;
     this.matcherInstance = `${base}matcher:instance`;
     this.matcherKeep = `${base}matcher:keep`;
+    this.matcherOwed = `${base}matcher:owed`;
     const groups: GroupKeys[] = [];
     // A group's fence is this partition's: each partition's leader raises and checks its own.
     const fence = partitions > 1 ? `:${partition}` : '';

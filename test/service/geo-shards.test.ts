@@ -377,6 +377,10 @@ describe('sharded by space', { skip: missing ?? false, timeout: 60_000 }, () => 
     await forcedHandOver(kit, STRIPES);
   });
 
+  it('the leader that opened an owed window dies before closing it: the next leader of its shard closes it', async () => {
+    await forcedHandOver(kit, STRIPES, { leaderDies: true });
+  });
+
   it('a shard leader killed right after it matched a publish: its standby takes over and replays; every reach and notification is still exact', async () => {
     const crashed: number[] = [];
     let matched = [0, 0, 0, 0];

@@ -17,7 +17,7 @@ type Kit = Pick<ReturnType<typeof redisTestKit>, 'freshPrefix' | 'matcherOptions
  * the event published where it arrived, and once shard a runs the one shard a owed it, each once,
  * the owed one after; an event near where it was, after the move, reaches it nowhere.
  */
-export async function forcedHandOver(kit: Kit, stripes: GeoSpec): Promise<void> {
+export async function forcedHandOver(kit: Kit, stripes: GeoSpec, options: { leaderDies?: boolean } = {}): Promise<void> {
   const { freshPrefix, matcherOptions, hubOptions } = kit;
   const geo: GeoSpec = { ...stripes, cellDeg: 0.02 }; // 1.56 km stripes: a publish in the middle of one visits no other
   const prefix = freshPrefix();
@@ -50,6 +50,12 @@ export async function forcedHandOver(kit: Kit, stripes: GeoSpec): Promise<void> 
     assert.deepEqual(w.from, [a]);
     assert.ok(w.waitedMs >= 200);
     assert.equal((await atB)[0].reached, 1, 'the device is on shard b once the bound passed');
+    if (options.leaderDies === true) {
+      // Shard b's leader goes before it could close the window; the next leader of b closes it.
+      const bi = [0, 1, 2, 3].filter((k) => k !== a).indexOf(b);
+      await matchers[bi].crash();
+      matchers[bi] = await RedisMatcher.start(matcherOptions(prefix, { geo, partition: b, handOverWaitMs: 200, hooks: { onOwedClosed: closed } }));
+    }
     // Shard a runs again: it stores what it owed the device (after shard b's, whose marker is
     // past it), applies the device's leaving, and matches nothing for it after.
     back = await start(a);
