@@ -13,6 +13,8 @@ import { ReferenceSequencer } from '../../src/engines/event-patterns/reference.j
 import type { PatternHits, PatternMatch } from '../../src/engines/event-patterns/sequencer.js';
 import { GpuContext } from '../../src/engines/gpu/device.js';
 import { type BatchRelease, GtrexSequencer } from '../../src/engines/gpu/gtrex.js';
+import { DEFAULT_PATTERN_LIMITS, type EventPattern, validateEventPattern } from '../../src/model/event-patterns.js';
+import { type NEvent, resolveLimits, validateEvent } from '../../src/model/limits.js';
 import { Prng } from '../../src/workload/prng.js';
 import { type Installed, type StressKnobs, hitsOf, install, makeEvent, matchKey } from '../support/sequencer-stream.js';
 
@@ -224,6 +226,108 @@ describe('GtrexSequencer: float64 sums on the GPU', () => {
         }
       }
       assert.equal(diffs, 0, `${diffs} of ${got.length} sums differ; first: ${first}`);
+    } finally {
+      await gpu.close();
+    }
+  });
+});
+
+describe('GtrexSequencer: past its limits', () => {
+  const LIM = resolveLimits();
+  const pattern = (p: EventPattern) => validateEventPattern('pattern', p, LIM, DEFAULT_PATTERN_LIMITS);
+  const type = (t: string) => ({ constraints: [{ name: 'type', op: 'eq' as const, value: t }] });
+  let id = 0;
+  const ev = (t: string): NEvent => validateEvent({ id: `x${id++}`, lat: 0, lon: 0, attributes: { type: t } }, LIM);
+
+  it('more matches than one storage binding holds: the searches go in chunks, every answer equal to the CDP\'s', async () => {
+    const p = pattern({ steps: [{ name: 't', filter: type('A') }, { name: 's', filter: type('B'), selection: 'each', withinMs: 100_000 }] });
+    const cpu = new CdpSequencer({ maxRetainedPerElement: 300 });
+    const gpu = await GtrexSequencer.create({ ctx, maxRetainedPerElement: 300, bindingBytes: 65_536 });
+    try {
+      cpu.addPattern(0, p);
+      gpu.addPattern(0, p);
+      const batch: BatchRelease[] = [];
+      const want: string[][] = [];
+      // 300 B events, then 100 A events: each A matches every B (30k matches, 16 bytes each).
+      for (let i = 0; i < 400; i++) {
+        const e = ev(i < 300 ? 'B' : 'A');
+        const hits = [{ slot: 0, elements: [i < 300 ? 1 : 0] }];
+        batch.push({ event: e, timeMs: i, hits });
+        want.push(keys(cpu.release(e, i, hits)));
+      }
+      const got = (await gpu.releaseBatch(batch)).map(keys);
+      assert.deepEqual(got, want);
+      assert.equal(want.reduce((a, l) => a + l.length, 0), 30_000);
+      assert.ok(gpu.stats().splits > 0, 'the searches went in one chunk');
+    } finally {
+      await gpu.close();
+    }
+  });
+
+  it('a batch too large for the pool fails (OUT_OF_MEMORY), and the sequencer goes on with smaller ones, as the CDP', async () => {
+    const p = pattern({ steps: [{ name: 't', filter: type('A') }, { name: 's', filter: type('A'), selection: 'last', withinMs: 100_000 }, { name: 'u', filter: type('A'), selection: 'first', withinMs: 100_000 }] });
+    const cpu = new CdpSequencer({ maxRetainedPerElement: 10 });
+    const gpu = await GtrexSequencer.create({ ctx, maxRetainedPerElement: 10, bindingBytes: 65_536 });
+    try {
+      cpu.addPattern(0, p);
+      gpu.addPattern(0, p);
+      let t = 0;
+      const next = (n: number): { batch: BatchRelease[]; want: string[][] } => {
+        const batch: BatchRelease[] = [];
+        const want: string[][] = [];
+        for (let i = 0; i < n; i++, t++) {
+          const e = ev('A');
+          const hits = [{ slot: 0, elements: [0, 1, 2] }];
+          batch.push({ event: e, timeMs: t, hits });
+          want.push(keys(cpu.release(e, t, hits)));
+        }
+        return { batch, want };
+      };
+      // Every release records into two rings that keep the whole batch: 2 × 8192 records of 4 words.
+      await assert.rejects(gpu.releaseBatch(next(5000).batch), (err: Error) => (err as { code?: string }).code === 'OUT_OF_MEMORY');
+      for (const n of [1, 7, 100, 1, 300]) {
+        const { batch, want } = next(n);
+        assert.deepEqual((await gpu.releaseBatch(batch)).map(keys), want, `a batch of ${n} after the one that failed`);
+        const { retained, evicted, consumed } = gpu.stats();
+        assert.deepEqual({ retained, evicted, consumed }, cpu.stats());
+      }
+    } finally {
+      await gpu.close();
+    }
+  });
+
+  it('a consuming pattern removed while its batch is in flight gets nothing from it', async () => {
+    const p = pattern({ steps: [{ name: 't', filter: type('A') }, { name: 's', filter: type('B'), selection: 'last', withinMs: 100 }], consuming: ['s'] });
+    const q = pattern({ steps: [{ name: 't', filter: type('A') }, { name: 's', filter: type('B'), selection: 'last', withinMs: 100 }] });
+    const gpu = await GtrexSequencer.create({ ctx, maxRetainedPerElement: 10 });
+    try {
+      gpu.addPattern(0, p);
+      gpu.addPattern(1, q);
+      const b = ev('B');
+      const a = ev('A');
+      const pending = gpu.releaseBatch([
+        { event: b, timeMs: 1, hits: [{ slot: 0, elements: [1] }, { slot: 1, elements: [1] }] },
+        { event: a, timeMs: 2, hits: [{ slot: 0, elements: [0] }, { slot: 1, elements: [0] }] },
+      ]);
+      // Once the batch has been taken in (the CDP inside has matched the consuming one) and waits for the GPU.
+      while (gpu.stats().batches === 0) await new Promise((r) => setImmediate(r));
+      gpu.removePattern(0);
+      gpu.removePattern(1);
+      const got = await pending;
+      assert.deepEqual(got.map((l) => l.length), [0, 0]);
+      // Kept, the same batch matches both.
+      const again = await GtrexSequencer.create({ ctx, maxRetainedPerElement: 10 });
+      try {
+        again.addPattern(0, p);
+        again.addPattern(1, q);
+        const both = await again.releaseBatch([
+          { event: b, timeMs: 1, hits: [{ slot: 0, elements: [1] }, { slot: 1, elements: [1] }] },
+          { event: a, timeMs: 2, hits: [{ slot: 0, elements: [0] }, { slot: 1, elements: [0] }] },
+        ]);
+        assert.deepEqual(both.map((l) => l.map((m) => m.slot)), [[], [0, 1]]);
+      } finally {
+        await again.close();
+      }
     } finally {
       await gpu.close();
     }

@@ -155,7 +155,7 @@ export function stringHash(s: string): number {
 }
 
 /** The hash of `ev`'s value of attribute `name` (its bucket: the low bits), or -1 where it has none (such a record is in no sub-ring). */
-export function keyOfEvent(ev: NEvent, name: string, interner: Interner): number {
+export function keyOfEvent(ev: NEvent, name: string): number {
   const i = ev.names.indexOf(name);
   if (i < 0) return -1;
   const v = ev.values[i];
@@ -164,7 +164,7 @@ export function keyOfEvent(ev: NEvent, name: string, interner: Interner): number
     f64[0] = v === 0 ? 0 : v;
     h = bucketHash(1, u32[1], u32[0]);
   } else if (typeof v === 'boolean') h = bucketHash(2, 0, v ? 1 : 0);
-  else h = bucketHash(3, interner.hash(v), 0);
+  else h = bucketHash(3, stringHash(v), 0); // by content: no id needed (the interner is for records staged)
   return h;
 }
 
@@ -340,7 +340,7 @@ export class HostColumn {
     }
     this.n++;
     r.retained++;
-    if (this.n > maxRetained) {
+    while (this.n > maxRetained) {
       this.dropOldest(r);
       r.evicted++;
     }
@@ -421,9 +421,13 @@ export class HostColumn {
     return pos;
   }
 
-  /** Doubles the ring, each record at its logical index masked anew; the pool's copy moves with it (`ring` = -1). */
+  /** Doubles the ring. */
   private grow(): void {
-    const cap = this.cap * 2;
+    this.resize(this.cap * 2);
+  }
+
+  /** A ring of `cap` (≥ gN), each record at its logical index masked anew; the pool's copy moves with it (`ring` = -1). */
+  private resize(cap: number): void {
     const seqs = new Float64Array(cap);
     const times = new Float64Array(cap);
     const evs: (NEvent | undefined)[] = this.links === null ? new Array(cap) : [];
@@ -448,19 +452,34 @@ export class HostColumn {
     this.uploaded = 0;
   }
 
-  /** After a batch: the GPU's view starts where the CDP's does (sub-rings too). */
-  settle(): void {
+  /**
+   * After a batch: the GPU's view starts where the CDP's does (sub-rings too). A ring a large batch
+   * grew far past what it holds now shrinks (to twice that, at least 16), so the pool does not keep
+   * room for the largest batch ever seen. Returns whether a ring moved (its pattern is written again).
+   */
+  settle(): boolean {
     const d = this.gN - this.n;
     if (this.links === null) for (let k = 0; k < d; k++) this.evs[this.pos(k)] = undefined; // the event is gone from this column
     this.gHead += d;
     this.gN = this.n;
     this.uploaded = Math.max(0, this.uploaded - d);
+    let moved = false;
+    if (this.cap > 64 && this.cap > 8 * this.gN) {
+      let cap = 16;
+      while (cap < 2 * this.gN) cap *= 2;
+      this.resize(cap);
+      moved = true;
+    }
     for (const b of this.changed) {
       const sub = this.subs![b]!;
       sub.isChanged = false;
-      sub.settle();
+      if (sub.settle()) {
+        this.markStale(sub, b);
+        moved = true;
+      }
     }
     this.changed.length = 0;
+    return moved;
   }
 
   /** Physical position of record k from gHead. */

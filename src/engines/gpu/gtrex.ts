@@ -34,8 +34,9 @@ import {
   checkSnapshot,
 } from '../event-patterns/sequencer.js';
 import { GpuContext, GpuError, type GpuOptions } from './device.js';
+import { GtrexPasses } from './gtrex-passes.js';
 import { type Done, type Search, answer } from './gtrex-results.js';
-import { DESC_WORDS, type GpuPattern, HostColumn, INDEX_WORDS, SUB_WORDS, Interner, type Retention, bitsDouble, compilePattern, encodeRecord, type IndexGrowth, keyOfEvent } from './gtrex-layout.js';
+import { DESC_WORDS, type GpuPattern, HostColumn, INDEX_WORDS, SUB_WORDS, Interner, type Retention, compilePattern, encodeRecord, type IndexGrowth, keyOfEvent } from './gtrex-layout.js';
 
 export interface GtrexOptions extends SequencerOptions {
   /** A device to share; otherwise one is opened with `gpu` (and closed by `close`). */
@@ -53,6 +54,8 @@ export interface GtrexOptions extends SequencerOptions {
    */
   indexBuckets?: number;
   bucketLoad?: number;
+  /** The largest storage binding to use, in bytes (default and at most the device's). */
+  bindingBytes?: number;
 }
 
 export interface GtrexStats extends SequencerStats {
@@ -66,6 +69,8 @@ export interface GtrexStats extends SequencerStats {
   rebuilds: number;
   /** Most scatter entries (runs of new records, descriptors, configs) one batch staged. */
   largestStage: number;
+  /** Batches whose searches went in several chunks (their matches would not fit one binding). */
+  splits: number;
   /**
    * Wall time of the batches so far, by phase (ms): the releases taken into the host's columns,
    * what changed staged for the GPU, the GPU's passes and read-backs, the answers built and ordered.
@@ -85,9 +90,6 @@ export interface PatState {
 }
 
 
-const PARAM_SLOT = 256; // bytes a level's uniform block takes (the offset alignment)
-const LEVELS = 33;
-const COUNT_DONE = 32;
 const CHUNK = 256; // most words one scatter entry copies
 const MIN_POOL = 1 << 18;
 
@@ -123,9 +125,11 @@ export class GtrexSequencer implements BatchSequencer {
   private dirty = new Set<PatState>();
   private seq = 0;
   private batchNo = 0;
+  /** Consuming patterns removed so far (a batch in flight drops their matches). */
+  private innerRemoved = 0;
   private lastTimeMs: number | null = null;
   private tail: Promise<unknown> = Promise.resolve();
-  private counters = { batches: 0, searches: 0, reruns: 0, rebuilds: 0, largestStage: 0 };
+  private counters = { batches: 0, searches: 0, reruns: 0, rebuilds: 0, largestStage: 0, splits: 0 };
   /** Builders kept between batches: the staged entries and their offsets, the batch's searches. */
   private readonly stageData = new Words();
   private readonly stageAt = new Words();
@@ -134,37 +138,21 @@ export class GtrexSequencer implements BatchSequencer {
 
   private poolWords = 0;
   private top = 0;
-  private pool: GPUBuffer | null = null;
-  private batchBuf: GPUBuffer | null = null;
-  private parts: GPUBuffer | null = null;
-  private done: GPUBuffer | null = null;
-  private staging: GPUBuffer | null = null;
-  /** The read-back's source: counts and the first complete matches; and how many the last batch had. */
-  private result: GPUBuffer | null = null;
-  private lastDone = 0;
-  private readonly counts: GPUBuffer;
-  private readonly params: GPUBuffer;
-  private capP: number;
-  private capC: number;
   private readonly minPool: number;
   private readonly growth: IndexGrowth;
   /** The rings' pool offsets, ascending (allocation order), and their columns: a match's records back to their events. */
   private regionAt: number[] = [];
   private regionCol: HostColumn[] = [];
-  private groups: GPUBindGroup[] | null = null;
 
   private constructor(
     private readonly ctx: GpuContext,
     private readonly ownsCtx: boolean,
-    private readonly wg: number,
-    private readonly layout: GPUBindGroupLayout,
-    private readonly pipes: Record<'scatter' | 'start' | 'extend' | 'aggregate' | 'addTest', GPUComputePipeline>,
+    private readonly gpu: GtrexPasses,
     options: GtrexOptions,
   ) {
     const m = options.maxRetainedPerElement ?? DEFAULT_MAX_RETAINED;
     if (!Number.isInteger(m) || m < 1 || m > 0xffffffff) throw new RangeError(`maxRetainedPerElement must be a positive integer, got ${m}`);
     this.maxRetained = m;
-    this.capP = this.capC = Math.max(1, options.capacity ?? 1024);
     this.minPool = Math.max(16, options.minPoolWords ?? MIN_POOL);
     const b = options.indexBuckets ?? 256;
     if (!(Number.isInteger(b) && b >= 1 && b <= 65536 && (b & (b - 1)) === 0)) throw new RangeError(`indexBuckets must be a power of two in [1, 65536], got ${b}`);
@@ -172,36 +160,13 @@ export class GtrexSequencer implements BatchSequencer {
     if (!(Number.isInteger(load) && load >= 1)) throw new RangeError(`bucketLoad must be a positive integer, got ${load}`);
     this.growth = { max: b, load };
     this.inner = new CdpSequencer({ maxRetainedPerElement: m });
-    this.counts = ctx.createBuffer('ambit.gtrex.counts', 4 * 64, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST);
-    this.params = ctx.createBuffer('ambit.gtrex.params', PARAM_SLOT * LEVELS, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
   }
 
   static async create(options: GtrexOptions = {}): Promise<GtrexSequencer> {
     const ctx = options.ctx ?? (await GpuContext.open(options.gpu));
     try {
-      const wg = Math.min(options.workgroupSize ?? 64, ctx.limits.maxComputeWorkgroupSizeX, ctx.limits.maxComputeInvocationsPerWorkgroup);
-      const module = await ctx.compileShader('gtrex');
-      const storage = (binding: number, type: GPUBufferBindingType): GPUBindGroupLayoutEntry => ({ binding, visibility: GPUShaderStage.COMPUTE, buffer: { type } });
-      const layout = ctx.device.createBindGroupLayout({
-        label: 'ambit.gtrex',
-        entries: [
-          storage(0, 'storage'),
-          storage(1, 'read-only-storage'),
-          storage(2, 'storage'),
-          storage(3, 'storage'),
-          storage(4, 'storage'),
-          storage(5, 'uniform'),
-          storage(6, 'read-only-storage'),
-        ],
-      });
-      const pipelineLayout = ctx.device.createPipelineLayout({ label: 'ambit.gtrex', bindGroupLayouts: [layout] });
-      const pipes = {} as Record<'scatter' | 'start' | 'extend' | 'aggregate' | 'addTest', GPUComputePipeline>;
-      for (const entryPoint of ['scatter', 'start', 'extend', 'aggregate', 'addTest'] as const) {
-        pipes[entryPoint] = await ctx.withValidation(`pipeline gtrex.${entryPoint}`, () =>
-          ctx.device.createComputePipeline({ label: `ambit.gtrex.${entryPoint}`, layout: pipelineLayout, compute: { module, entryPoint, constants: { WG: wg } } }),
-        );
-      }
-      return new GtrexSequencer(ctx, options.ctx === undefined, wg, layout, pipes, options);
+      const gpu = await GtrexPasses.compile(ctx, options.workgroupSize ?? 64, options.bindingBytes, Math.max(1, options.capacity ?? 1024));
+      return new GtrexSequencer(ctx, options.ctx === undefined, gpu, options);
     } catch (err) {
       if (options.ctx === undefined) await ctx.close();
       throw err;
@@ -228,6 +193,7 @@ export class GtrexSequencer implements BatchSequencer {
   removePattern(slot: number): void {
     if (this.innerSlots.delete(slot)) {
       this.inner.removePattern(slot);
+      this.innerRemoved++;
       return;
     }
     const st = this.patterns.get(slot);
@@ -246,6 +212,7 @@ export class GtrexSequencer implements BatchSequencer {
       evicted: this.ret.evicted + s.evicted,
       consumed: s.consumed,
       ...this.counters,
+      reruns: this.gpu.reruns,
       poolWords: this.poolWords,
       poolUsed: this.top,
       phasesMs: { ...this.phases },
@@ -269,7 +236,7 @@ export class GtrexSequencer implements BatchSequencer {
 
   async close(): Promise<void> {
     await this.tail;
-    for (const b of [this.pool, this.batchBuf, this.parts, this.done, this.staging, this.result, this.counts, this.params]) b?.destroy();
+    this.gpu.destroy();
     if (this.ownsCtx) await this.ctx.close();
   }
 
@@ -279,6 +246,7 @@ export class GtrexSequencer implements BatchSequencer {
     const searches: Search[] = [];
     const touched: PatState[] = [];
     const mark = ++this.batchNo;
+    const innerRemovedAtStart = this.innerRemoved;
     const maxRet = this.maxRetained;
     for (let i = 0; i < batch.length; i++) {
       const { event, timeMs, hits } = batch[i];
@@ -298,7 +266,7 @@ export class GtrexSequencer implements BatchSequencer {
           if (k === 0) searches.push({ item: i, hit: h, st });
           else {
             const plan = st.g.plans[k];
-            const key = plan === null ? -1 : keyOfEvent(event, st.g.attributes[plan.attr], this.interner);
+            const key = plan === null ? -1 : keyOfEvent(event, st.g.attributes[plan.attr]);
             st.cols[k].append(seq, timeMs, event, key, maxRet, this.ret, this.growth);
           }
         }
@@ -314,17 +282,27 @@ export class GtrexSequencer implements BatchSequencer {
     }
     for (const st of touched) this.dirty.add(st);
     this.phases.columns += performance.now() - t0;
-    if (searches.length > 0) {
-      this.counters.batches++;
-      this.counters.searches += searches.length;
-      const done = await this.search(batch, searches);
-      const t1 = performance.now();
-      if (done !== null) answer(batch, searches, done, out);
-      this.phases.answers += performance.now() - t1;
+    try {
+      if (searches.length > 0) {
+        this.counters.batches++;
+        this.counters.searches += searches.length;
+        const done = await this.search(batch, searches);
+        const t1 = performance.now();
+        for (const d of done) answer(batch, searches, d, out);
+        this.phases.answers += performance.now() - t1;
+      }
+    } finally {
+      // The columns move on whether or not the search could run (a failed batch's matches are lost, not its records).
+      const t2 = performance.now();
+      for (const st of touched) {
+        let moved = false;
+        for (const c of st.cols) if (c.settle()) moved = true;
+        if (moved && !st.removed) this.dirty.add(st);
+      }
+      this.phases.columns += performance.now() - t2;
     }
-    const t2 = performance.now();
-    for (const st of touched) for (const c of st.cols) c.settle();
-    this.phases.columns += performance.now() - t2;
+    // A consuming pattern removed while the batch was in flight gets nothing from it (as a GPU one).
+    if (this.innerRemoved > innerRemovedAtStart) for (let i = 0; i < out.length; i++) if (out[i].length > 0) out[i] = out[i].filter((m) => this.patterns.has(m.slot) || this.innerSlots.has(m.slot));
     return out;
   }
 
@@ -437,16 +415,16 @@ export class GtrexSequencer implements BatchSequencer {
         for (const sub of c.subs ?? []) if (sub !== undefined) need += sub.cap * SUB_WORDS;
       }
     }
-    const maxWords = Math.floor(this.ctx.limits.maxStorageBufferBindingSize / 4);
+    // A little under one binding: a whole re-upload through the staging buffer (entry headers and
+    // offsets, about 1.2% more) must fit one too.
+    const maxWords = Math.floor((this.gpu.bindingBytes / 4) * 0.95);
     if (need > maxWords) {
       throw new GpuError('OUT_OF_MEMORY', `gtrex: the pattern columns need ${4 * need} bytes, expected at most the device's storage binding of ${4 * maxWords}`);
     }
     const words = Math.min(maxWords, Math.max(this.minPool, 2 * need));
-    this.pool?.destroy();
-    this.pool = this.ctx.createBuffer('ambit.gtrex.pool', 4 * words, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST);
+    this.gpu.newPool(words);
     this.poolWords = words;
     this.top = 0;
-    this.groups = null;
     this.interner.reset(); // every record is encoded again
     this.regionAt = [];
     this.regionCol = [];
@@ -470,19 +448,10 @@ export class GtrexSequencer implements BatchSequencer {
     this.counters.rebuilds++;
   }
 
-  private buffer(cur: GPUBuffer | null, label: string, bytes: number, usage: number): GPUBuffer {
-    if (cur !== null && cur.size >= bytes) return cur;
-    cur?.destroy();
-    this.groups = null;
-    let size = 1024;
-    while (size < bytes) size *= 2;
-    return this.ctx.createBuffer(label, size, usage);
-  }
-
-  private async search(batch: readonly BatchRelease[], searches: readonly Search[]): Promise<Done | null> {
+  private async search(batch: readonly BatchRelease[], searches: readonly Search[]): Promise<Done[]> {
     const t0 = performance.now();
     // Room first: a pool too small, or an intern table far larger than what is held, is rebuilt.
-    if (this.pool === null || this.interner.size > 4 * (this.ret.retained + searches.length) + 65536) this.rebuild();
+    if (this.gpu.pool === null || this.interner.size > 4 * (this.ret.retained + searches.length) + 65536) this.rebuild();
     for (;;) {
       try {
         this.stage();
@@ -511,92 +480,35 @@ export class GtrexSequencer implements BatchSequencer {
       bw.a[2 * t + 1] = at;
       encodeRecord(s.st.g, this.seq - batch.length + s.item, batch[s.item].timeMs, batch[s.item].event, this.interner, bw.a, at);
     }
-    const ST = GPUBufferUsage.STORAGE;
-    this.batchBuf = this.buffer(this.batchBuf, 'ambit.gtrex.batch', 4 * bw.n, ST | GPUBufferUsage.COPY_DST);
     const sa = this.stageAt;
     const sd = this.stageData;
-    this.staging = this.buffer(this.staging, 'ambit.gtrex.staging', 4 * Math.max(1, sa.n + sd.n), ST | GPUBufferUsage.COPY_DST);
-    this.ctx.writeBuffer(this.batchBuf, 0, bw.a.subarray(0, bw.n));
-    if (sa.n > 0) {
-      this.ctx.writeBuffer(this.staging, 0, sa.a.subarray(0, sa.n));
-      this.ctx.writeBuffer(this.staging, 4 * sa.n, sd.a.subarray(0, sd.n));
-    }
+    this.gpu.upload(bw.a.subarray(0, bw.n), sa.a.subarray(0, sa.n), sd.a.subarray(0, sd.n));
     let scatter = sa.n;
     const t1 = performance.now();
     this.phases.stage += t1 - t0;
-    for (let attempt = 0; ; attempt++) {
-      this.capP = Math.max(this.capP, searches.length);
-      this.parts = this.buffer(this.parts, 'ambit.gtrex.parts', 4 * 2 * this.capP * ps, ST);
-      this.done = this.buffer(this.done, 'ambit.gtrex.done', 4 * this.capC * cs, ST | GPUBufferUsage.COPY_SRC);
-      const groups = this.bindGroups();
-      const prm = new Uint32Array((PARAM_SLOT / 4) * S);
-      for (let l = 0; l < S; l++) prm.set([l, S, ps, cs, G, this.capP, this.capC, this.maxRetained, searches.length, scatter], (PARAM_SLOT / 4) * l);
-      this.ctx.writeBuffer(this.params, 0, prm);
-      const enc = this.ctx.device.createCommandEncoder({ label: 'ambit.gtrex.batch' });
-      enc.clearBuffer(this.counts);
-      const pass = enc.beginComputePass({ label: 'ambit.gtrex' });
-      const dispatch = (pipe: GPUComputePipeline, group: GPUBindGroup, threads: number): void => {
-        if (threads === 0) return;
-        pass.setPipeline(pipe);
-        pass.setBindGroup(0, group);
-        const [x, y] = this.ctx.grid(Math.ceil(threads / this.wg));
-        pass.dispatchWorkgroups(x, y);
-      };
-      dispatch(this.pipes.scatter, groups[0], scatter);
-      dispatch(this.pipes.start, groups[0], searches.length);
-      for (let l = 1; l < S; l++) dispatch(this.pipes.extend, groups[l], this.capP);
-      if (G > 0) dispatch(this.pipes.aggregate, groups[0], this.capC);
-      pass.end();
-      // One read-back: the counts, then as many complete matches as the last batch had, twice over
-      // (a second read only when there are more).
-      const K = Math.min(this.capC, Math.max(64, 2 * this.lastDone));
-      const bytes = 4 * (LEVELS + K * cs);
-      this.result = this.buffer(this.result, 'ambit.gtrex.result', bytes, GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST);
-      enc.copyBufferToBuffer(this.counts, 0, this.result, 0, 4 * LEVELS);
-      enc.copyBufferToBuffer(this.done, 0, this.result, 4 * LEVELS, 4 * K * cs);
-      const back = await this.ctx.submitAndRead(enc, this.result, 0, bytes);
-      const counts = new Uint32Array(back, 0, LEVELS);
-      scatter = 0; // written: a run again only searches
-      let needP = 0;
-      for (let l = 1; l < S; l++) needP = Math.max(needP, counts[l]);
-      const needC = counts[COUNT_DONE];
-      if (needP <= this.capP && needC <= this.capC) {
-        this.lastDone = needC;
-        let raw: Uint32Array | null = null;
-        if (needC > K) raw = new Uint32Array(await this.ctx.readBuffer(this.done, 0, 4 * needC * cs));
-        else if (needC > 0) raw = new Uint32Array(back, 4 * LEVELS, needC * cs);
-        this.phases.gpu += performance.now() - t1;
-        return raw === null ? null : { raw, n: needC, S, cs, owner: (off) => this.owner(off) };
+    // Searches in chunks whose partial and complete lists fit one storage binding each (all of
+    // them at once unless that is too many): a chunk's matches are answered as the chunk's.
+    const limit = this.gpu.bindingBytes;
+    const maxP = Math.floor(limit / (8 * ps));
+    const maxC = Math.floor(limit / (4 * cs));
+    const out: Done[] = [];
+    let first = 0;
+    let size = searches.length;
+    while (first < searches.length) {
+      const count = Math.min(size, searches.length - first);
+      const got = await this.gpu.dispatch(first, count, S, G, ps, cs, scatter, maxP, maxC, this.maxRetained, (off) => this.owner(off));
+      scatter = 0; // written: later runs only search
+      if (got === 'split') {
+        if (count === 1) throw new GpuError('OUT_OF_MEMORY', `gtrex: one terminator's search needs more partial or complete matches than a storage binding of ${limit} bytes holds`);
+        if (size === searches.length) this.counters.splits++;
+        size = Math.ceil(count / 2);
+        continue;
       }
-      this.counters.reruns++;
-      while (this.capP < needP) this.capP *= 2;
-      while (this.capC < needC) this.capC *= 2;
-      if (attempt > 40) throw new GpuError('OUT_OF_MEMORY', `gtrex: expected room for ${needP} partial and ${needC} complete matches, got none after ${attempt} tries`);
+      if (got !== null) out.push(got);
+      first += count;
     }
-  }
-
-  private bindGroups(): GPUBindGroup[] {
-    if (this.groups !== null) return this.groups;
-    const gs: GPUBindGroup[] = [];
-    for (let l = 0; l < LEVELS; l++) {
-      gs.push(
-        this.ctx.device.createBindGroup({
-          label: `ambit.gtrex.level${l}`,
-          layout: this.layout,
-          entries: [
-            { binding: 0, resource: { buffer: this.pool! } },
-            { binding: 1, resource: { buffer: this.batchBuf! } },
-            { binding: 2, resource: { buffer: this.parts! } },
-            { binding: 3, resource: { buffer: this.done! } },
-            { binding: 4, resource: { buffer: this.counts } },
-            { binding: 5, resource: { buffer: this.params, offset: PARAM_SLOT * l, size: 48 } },
-            { binding: 6, resource: { buffer: this.staging! } },
-          ],
-        }),
-      );
-    }
-    this.groups = gs;
-    return gs;
+    this.phases.gpu += performance.now() - t1;
+    return out;
   }
 
   /** The column whose ring holds pool offset `off`. */
@@ -648,8 +560,8 @@ export class GtrexSequencer implements BatchSequencer {
         const plan = st.g.plans[k];
         for (const r of list) {
           const ev = snap.events[r.event];
-          const key = plan === null ? -1 : keyOfEvent(ev, st.g.attributes[plan.attr], this.interner);
-          st.cols[k].append(r.seq, r.timeMs, ev, key, Number.MAX_SAFE_INTEGER, this.ret, this.growth);
+          const key = plan === null ? -1 : keyOfEvent(ev, st.g.attributes[plan.attr]);
+          st.cols[k].append(r.seq, r.timeMs, ev, key, this.maxRetained, this.ret, this.growth);
         }
         st.cols[k].settle();
       });
@@ -662,35 +574,8 @@ export class GtrexSequencer implements BatchSequencer {
   }
 
   /** Runs f64add on the GPU over pairs of doubles (a test of the kernels' float64 sums). */
-  async addOnGpu(pairs: Float64Array): Promise<Float64Array> {
-    const n = pairs.length >> 1;
-    const words = new Uint32Array(4 * n);
-    for (let t = 0; t < 2 * n; t++) {
-      const f = new Float64Array([pairs[t]]);
-      const u = new Uint32Array(f.buffer);
-      words[2 * t] = u[1];
-      words[2 * t + 1] = u[0];
-    }
-    if (this.pool === null) this.rebuild();
-    this.staging = this.buffer(this.staging, 'ambit.gtrex.staging', 4 * words.length, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST);
-    this.batchBuf = this.buffer(this.batchBuf, 'ambit.gtrex.batch', 16, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST);
-    this.parts = this.buffer(this.parts, 'ambit.gtrex.parts', 16, GPUBufferUsage.STORAGE);
-    this.done = this.buffer(this.done, 'ambit.gtrex.done', 8 * n, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC);
-    this.ctx.writeBuffer(this.staging, 0, words);
-    const prm = new Uint32Array(PARAM_SLOT / 4);
-    prm[9] = n;
-    this.ctx.writeBuffer(this.params, 0, prm);
-    const enc = this.ctx.device.createCommandEncoder();
-    const pass = enc.beginComputePass();
-    pass.setPipeline(this.pipes.addTest);
-    pass.setBindGroup(0, this.bindGroups()[0]);
-    const [x, y] = this.ctx.grid(Math.ceil(n / this.wg));
-    pass.dispatchWorkgroups(x, y);
-    pass.end();
-    const raw = new Uint32Array(await this.ctx.submitAndRead(enc, this.done, 0, 8 * n));
-    const res = new Float64Array(n);
-    for (let t = 0; t < n; t++) res[t] = bitsDouble(raw[2 * t], raw[2 * t + 1]);
-    return res;
+  addOnGpu(pairs: Float64Array): Promise<Float64Array> {
+    return this.gpu.addTest(pairs);
   }
 }
 

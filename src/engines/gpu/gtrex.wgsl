@@ -48,8 +48,9 @@ struct Params {
   capP: u32,
   capC: u32,
   maxRetained: u32,
-  searches: u32,
+  searches: u32,   // searches this run takes, from `first`
   scatter: u32,    // staging entries
+  first: u32,
 }
 
 @group(0) @binding(0) var<storage, read_write> pool: array<u32>;
@@ -396,8 +397,9 @@ fn scatter(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroup
 /** Level 1 from the searches: a terminator alone, its negations decided at step 0 (E10). */
 @compute @workgroup_size(WG)
 fn start(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-  let t = linear(gid, nwg);
-  if (t >= prm.searches) { return; }
+  let u = linear(gid, nwg);
+  if (u >= prm.searches) { return; }
+  let t = prm.first + u;
   cfgP = batch[2u * t];
   ch[0] = batch[2u * t + 1u];
   termSeqP = recSeq(true, ch[0]);

@@ -1,0 +1,227 @@
+/**
+ * The GPU side of the pattern sequencer (gtrex.ts): gtrex.wgsl's pipelines, the buffers they bind
+ * (the pool, the batch's searches, the partial and complete lists, staging, counts, parameters)
+ * and one run of a batch's passes with its read-back. No buffer bound as storage is made larger
+ * than a binding may be; the device refusing a run is an error, never an answer.
+ */
+import { type GpuContext, GpuError } from './device.js';
+import { type HostColumn, bitsDouble } from './gtrex-layout.js';
+import type { Done } from './gtrex-results.js';
+
+export const PARAM_SLOT = 256; // bytes a level's uniform block takes (the offset alignment)
+export const LEVELS = 33;
+const COUNT_DONE = 32;
+type Pipes = Record<'scatter' | 'start' | 'extend' | 'aggregate' | 'addTest', GPUComputePipeline>;
+
+export class GtrexPasses {
+  pool: GPUBuffer | null = null;
+  private batchBuf: GPUBuffer | null = null;
+  private parts: GPUBuffer | null = null;
+  private done: GPUBuffer | null = null;
+  private staging: GPUBuffer | null = null;
+  /** The read-back's source: counts and the first complete matches; and how many the last run had. */
+  private result: GPUBuffer | null = null;
+  private lastDone = 0;
+  private readonly counts: GPUBuffer;
+  private readonly params: GPUBuffer;
+  private groups: GPUBindGroup[] | null = null;
+  /** Room for partial and complete matches (grown when short, within a binding). */
+  capP: number;
+  capC: number;
+  /** Runs again for room. */
+  reruns = 0;
+
+  private constructor(
+    private readonly ctx: GpuContext,
+    private readonly wg: number,
+    private readonly layout: GPUBindGroupLayout,
+    private readonly pipes: Pipes,
+    /** The largest storage binding used, in bytes. */
+    readonly bindingBytes: number,
+    capacity: number,
+  ) {
+    this.capP = this.capC = capacity;
+    this.counts = ctx.createBuffer('ambit.gtrex.counts', 4 * 64, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST);
+    this.params = ctx.createBuffer('ambit.gtrex.params', PARAM_SLOT * LEVELS, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
+  }
+
+  /** The pipelines on `ctx`; `bindingBytes` at most the device's (default: it). */
+  static async compile(ctx: GpuContext, workgroupSize: number, bindingBytes: number | undefined, capacity: number): Promise<GtrexPasses> {
+    const bind = bindingBytes ?? ctx.limits.maxStorageBufferBindingSize;
+    if (!(Number.isInteger(bind) && bind >= 4096 && bind <= ctx.limits.maxStorageBufferBindingSize)) throw new RangeError(`bindingBytes must be an integer in [4096, ${ctx.limits.maxStorageBufferBindingSize}], got ${bind}`);
+    const wg = Math.min(workgroupSize, ctx.limits.maxComputeWorkgroupSizeX, ctx.limits.maxComputeInvocationsPerWorkgroup);
+    const module = await ctx.compileShader('gtrex');
+    const storage = (binding: number, type: GPUBufferBindingType): GPUBindGroupLayoutEntry => ({ binding, visibility: GPUShaderStage.COMPUTE, buffer: { type } });
+    const layout = ctx.device.createBindGroupLayout({
+      label: 'ambit.gtrex',
+      entries: [
+        storage(0, 'storage'),
+        storage(1, 'read-only-storage'),
+        storage(2, 'storage'),
+        storage(3, 'storage'),
+        storage(4, 'storage'),
+        storage(5, 'uniform'),
+        storage(6, 'read-only-storage'),
+      ],
+    });
+    const pipelineLayout = ctx.device.createPipelineLayout({ label: 'ambit.gtrex', bindGroupLayouts: [layout] });
+    const pipes = {} as Pipes;
+    for (const entryPoint of ['scatter', 'start', 'extend', 'aggregate', 'addTest'] as const) {
+      pipes[entryPoint] = await ctx.withValidation(`pipeline gtrex.${entryPoint}`, () =>
+        ctx.device.createComputePipeline({ label: `ambit.gtrex.${entryPoint}`, layout: pipelineLayout, compute: { module, entryPoint, constants: { WG: wg } } }),
+      );
+    }
+    return new GtrexPasses(ctx, wg, layout, pipes, bind, capacity);
+  }
+
+  /** A new pool of `words` (the old one goes). */
+  newPool(words: number): void {
+    this.pool?.destroy();
+    this.pool = this.ctx.createBuffer('ambit.gtrex.pool', 4 * words, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST);
+    this.groups = null;
+  }
+
+  /** The batch's searches and records, and the staged entries (their offsets, then the entries). */
+  upload(batch: Uint32Array, at: Uint32Array, data: Uint32Array): void {
+    const ST = GPUBufferUsage.STORAGE;
+    this.batchBuf = this.buffer(this.batchBuf, 'ambit.gtrex.batch', 4 * batch.length, ST | GPUBufferUsage.COPY_DST);
+    this.staging = this.buffer(this.staging, 'ambit.gtrex.staging', 4 * Math.max(1, at.length + data.length), ST | GPUBufferUsage.COPY_DST);
+    this.ctx.writeBuffer(this.batchBuf, 0, batch);
+    if (at.length > 0) {
+      this.ctx.writeBuffer(this.staging, 0, at);
+      this.ctx.writeBuffer(this.staging, 4 * at.length, data);
+    }
+  }
+
+  /** A buffer of at least `bytes` (grown by doubling); one bound as storage is never made larger than a binding may be. */
+  buffer(cur: GPUBuffer | null, label: string, bytes: number, usage: number): GPUBuffer {
+    if (cur !== null && cur.size >= bytes) return cur;
+    const limit = (usage & GPUBufferUsage.STORAGE) !== 0 ? this.bindingBytes : Number.MAX_SAFE_INTEGER;
+    if (bytes > limit) throw new GpuError('OUT_OF_MEMORY', `gtrex: ${label} needs ${bytes} bytes, expected at most the device's storage binding of ${limit}`);
+    cur?.destroy();
+    this.groups = null;
+    let size = 1024;
+    while (size < bytes) size *= 2;
+    return this.ctx.createBuffer(label, Math.min(size, Math.floor(limit / 4) * 4), usage);
+  }
+
+  /**
+   * Searches [first, first + count): the passes, then one read-back (the counts and as many complete
+   * matches as the last run had, twice over; a second read only past that). Runs again with more
+   * room when the lists were short, answers 'split' when they would outgrow a storage binding.
+   */
+  async dispatch(first: number, count: number, S: number, G: number, ps: number, cs: number, scatter: number, maxP: number, maxC: number, maxRetained: number, owner: (off: number) => HostColumn): Promise<Done | null | 'split'> {
+    const ST = GPUBufferUsage.STORAGE;
+    for (let attempt = 0; ; attempt++) {
+      this.capP = Math.min(maxP, Math.max(this.capP, count));
+      this.capC = Math.min(maxC, this.capC);
+      this.parts = this.buffer(this.parts, 'ambit.gtrex.parts', 4 * 2 * this.capP * ps, ST);
+      this.done = this.buffer(this.done, 'ambit.gtrex.done', 4 * this.capC * cs, ST | GPUBufferUsage.COPY_SRC);
+      const groups = this.bindGroups();
+      const prm = new Uint32Array((PARAM_SLOT / 4) * S);
+      for (let l = 0; l < S; l++) prm.set([l, S, ps, cs, G, this.capP, this.capC, maxRetained, count, scatter, first], (PARAM_SLOT / 4) * l);
+      this.ctx.writeBuffer(this.params, 0, prm);
+      const enc = this.ctx.device.createCommandEncoder({ label: 'ambit.gtrex.batch' });
+      enc.clearBuffer(this.counts);
+      const pass = enc.beginComputePass({ label: 'ambit.gtrex' });
+      const run = (pipe: GPUComputePipeline, group: GPUBindGroup, threads: number): void => {
+        if (threads === 0) return;
+        pass.setPipeline(pipe);
+        pass.setBindGroup(0, group);
+        const [x, y] = this.ctx.grid(Math.ceil(threads / this.wg));
+        pass.dispatchWorkgroups(x, y);
+      };
+      run(this.pipes.scatter, groups[0], scatter);
+      run(this.pipes.start, groups[0], count);
+      for (let l = 1; l < S; l++) run(this.pipes.extend, groups[l], this.capP);
+      if (G > 0) run(this.pipes.aggregate, groups[0], this.capC);
+      pass.end();
+      const K = Math.min(this.capC, Math.max(64, 2 * this.lastDone));
+      const bytes = 4 * (LEVELS + K * cs);
+      this.result = this.buffer(this.result, 'ambit.gtrex.result', bytes, GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST);
+      enc.copyBufferToBuffer(this.counts, 0, this.result, 0, 4 * LEVELS);
+      enc.copyBufferToBuffer(this.done, 0, this.result, 4 * LEVELS, 4 * K * cs);
+      const errors = this.ctx.uncapturedErrors.count;
+      const back = await this.ctx.submitAndRead(enc, this.result, 0, bytes);
+      // The device refusing the work (an invalid binding, say) shows only here: never answer from it.
+      if (this.ctx.uncapturedErrors.count !== errors) throw new GpuError('VALIDATION', `gtrex: expected the batch's passes to run, got a device error: ${this.ctx.uncapturedErrors.last ?? 'unknown'}`);
+      const counts = new Uint32Array(back, 0, LEVELS);
+      scatter = 0;
+      let needP = 0;
+      for (let l = 1; l < S; l++) needP = Math.max(needP, counts[l]);
+      const needC = counts[COUNT_DONE];
+      if (needP <= this.capP && needC <= this.capC) {
+        this.lastDone = needC;
+        let raw: Uint32Array | null = null;
+        if (needC > K) raw = new Uint32Array(await this.ctx.readBuffer(this.done, 0, 4 * needC * cs));
+        else if (needC > 0) raw = new Uint32Array(back, 4 * LEVELS, needC * cs);
+        return raw === null ? null : { raw, n: needC, S, cs, owner: owner };
+      }
+      if (needP > maxP || needC > maxC) return 'split';
+      this.reruns++;
+      while (this.capP < needP) this.capP = Math.min(maxP, this.capP * 2);
+      while (this.capC < needC) this.capC = Math.min(maxC, this.capC * 2);
+      if (attempt > 40) throw new GpuError('OUT_OF_MEMORY', `gtrex: expected room for ${needP} partial and ${needC} complete matches, got none after ${attempt} tries`);
+    }
+  }
+
+  private bindGroups(): GPUBindGroup[] {
+    if (this.groups !== null) return this.groups;
+    const gs: GPUBindGroup[] = [];
+    for (let l = 0; l < LEVELS; l++) {
+      gs.push(
+        this.ctx.device.createBindGroup({
+          label: `ambit.gtrex.level${l}`,
+          layout: this.layout,
+          entries: [
+            { binding: 0, resource: { buffer: this.pool! } },
+            { binding: 1, resource: { buffer: this.batchBuf! } },
+            { binding: 2, resource: { buffer: this.parts! } },
+            { binding: 3, resource: { buffer: this.done! } },
+            { binding: 4, resource: { buffer: this.counts } },
+            { binding: 5, resource: { buffer: this.params, offset: PARAM_SLOT * l, size: 48 } },
+            { binding: 6, resource: { buffer: this.staging! } },
+          ],
+        }),
+      );
+    }
+    this.groups = gs;
+    return gs;
+  }
+
+  /** Runs f64add on the GPU over pairs of doubles (a test of the kernels' float64 sums). */
+  async addTest(pairs: Float64Array): Promise<Float64Array> {
+    const n = pairs.length >> 1;
+    const words = new Uint32Array(4 * n);
+    for (let t = 0; t < 2 * n; t++) {
+      const f = new Float64Array([pairs[t]]);
+      const u = new Uint32Array(f.buffer);
+      words[2 * t] = u[1];
+      words[2 * t + 1] = u[0];
+    }
+    if (this.pool === null) this.newPool(1024);
+    this.staging = this.buffer(this.staging, 'ambit.gtrex.staging', 4 * words.length, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST);
+    this.batchBuf = this.buffer(this.batchBuf, 'ambit.gtrex.batch', 16, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST);
+    this.parts = this.buffer(this.parts, 'ambit.gtrex.parts', 16, GPUBufferUsage.STORAGE);
+    this.done = this.buffer(this.done, 'ambit.gtrex.done', 8 * n, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC);
+    this.ctx.writeBuffer(this.staging, 0, words);
+    const prm = new Uint32Array(PARAM_SLOT / 4);
+    prm[9] = n;
+    this.ctx.writeBuffer(this.params, 0, prm);
+    const enc = this.ctx.device.createCommandEncoder();
+    const pass = enc.beginComputePass();
+    pass.setPipeline(this.pipes.addTest);
+    pass.setBindGroup(0, this.bindGroups()[0]);
+    const [x, y] = this.ctx.grid(Math.ceil(n / this.wg));
+    pass.dispatchWorkgroups(x, y);
+    pass.end();
+    const raw = new Uint32Array(await this.ctx.submitAndRead(enc, this.done, 0, 8 * n));
+    const res = new Float64Array(n);
+    for (let t = 0; t < n; t++) res[t] = bitsDouble(raw[2 * t], raw[2 * t + 1]);
+    return res;
+  }
+
+  destroy(): void {
+    for (const b of [this.pool, this.batchBuf, this.parts, this.done, this.staging, this.result, this.counts, this.params]) b?.destroy();
+  }
+}
