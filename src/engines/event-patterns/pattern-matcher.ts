@@ -99,6 +99,8 @@ interface Pending {
   readonly arrival: number;
 }
 
+const NO_HITS: PatternHits[] = [];
+
 function filterInput(f: NFilter): Filter {
   const out: Filter = {
     constraints: f.constraints.map((c) => (c.op === 'exists' ? { name: c.name, op: c.op } : { name: c.name, op: c.op, value: c.value as never })),
@@ -478,7 +480,10 @@ export class PatternMatcher {
   }
 
   private search(due: readonly Pending[], ids: readonly string[][], upto: number): PatternNotification[] | Promise<PatternNotification[]> {
-    const batch: BatchRelease[] = [];
+    const seq = this.sequencer;
+    // A batch sequencer gets the call's releases at once; a plain one each as it comes.
+    const batch: BatchRelease[] | null = 'releaseBatch' in seq ? [] : null;
+    const out: PatternNotification[] = [];
     for (let i = 0; i < due.length; i++) {
       const bySlot = new Map<number, number[]>();
       for (const id of ids[i]) {
@@ -489,21 +494,24 @@ export class PatternMatcher {
         if (l === undefined) bySlot.set(e[0], (l = []));
         l.push(e[1]);
       }
-      const hits: PatternHits[] = [];
-      for (const [slot, elements] of bySlot) hits.push({ slot, elements: elements.sort((a, b) => a - b) });
-      // In slot order, not the element engine's (which is in no particular order): a restarted
-      // matcher gives the same matches in the same order (a Redis matcher numbers them by it).
-      hits.sort((a, b) => a.slot - b.slot);
-      batch.push({ event: due[i].event, timeMs: due[i].timeMs, hits });
+      let hits: PatternHits[] = NO_HITS;
+      if (bySlot.size > 0) {
+        hits = [];
+        for (const [slot, elements] of bySlot) hits.push({ slot, elements: elements.sort((a, b) => a - b) });
+        // In slot order, not the element engine's (which is in no particular order): a restarted
+        // matcher gives the same matches in the same order (a Redis matcher numbers them by it).
+        hits.sort((a, b) => a.slot - b.slot);
+      }
+      if (batch !== null) batch.push({ event: due[i].event, timeMs: due[i].timeMs, hits });
+      else for (const m of (seq as Sequencer).release(due[i].event, due[i].timeMs, hits)) out.push(this.notification(m));
     }
-    const seq = this.sequencer;
-    if ('releaseBatch' in seq) return seq.releaseBatch(batch).then((lists) => this.notifications(lists));
-    return this.notifications(batch.map((b) => seq.release(b.event, b.timeMs, b.hits)));
+    if (batch === null) return out;
+    return (seq as BatchSequencer).releaseBatch(batch).then((lists) => this.notifications(lists));
   }
 
+  /** A batch sequencer's matches; a pattern removed while it searched gets nothing more. */
   private notifications(lists: readonly (readonly PatternMatch[])[]): PatternNotification[] {
     const out: PatternNotification[] = [];
-    // A pattern removed while a batch sequencer searched: nothing more for it.
     for (const list of lists) for (const m of list) if (this.bySlot.has(m.slot)) out.push(this.notification(m));
     return out;
   }

@@ -189,8 +189,9 @@ export class Interner {
     return i;
   }
 
-  hash(s: string): number {
-    return this.hashes[this.id(s)];
+  /** The content hash of the string interned as `id`. */
+  hashOf(id: number): number {
+    return this.hashes[id];
   }
 
   reset(): void {
@@ -243,7 +244,7 @@ export function encodeRecord(g: GpuPattern, seq: number, timeMs: number, ev: NEv
       } else {
         const id = interner.id(v);
         out[w] = 3;
-        out[w + 1] = interner.hash(v);
+        out[w + 1] = interner.hashOf(id);
         out[w + 2] = id;
       }
     }

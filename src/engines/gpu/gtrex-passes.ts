@@ -99,7 +99,7 @@ export class GtrexPasses {
     const limit = (usage & GPUBufferUsage.STORAGE) !== 0 ? this.bindingBytes : Number.MAX_SAFE_INTEGER;
     if (bytes > limit) throw new GpuError('OUT_OF_MEMORY', `gtrex: ${label} needs ${bytes} bytes, expected at most the device's storage binding of ${limit}`);
     cur?.destroy();
-    this.groups = null;
+    if ((usage & GPUBufferUsage.STORAGE) !== 0) this.groups = null; // the bind groups name it
     let size = 1024;
     while (size < bytes) size *= 2;
     return this.ctx.createBuffer(label, Math.min(size, Math.floor(limit / 4) * 4), usage);

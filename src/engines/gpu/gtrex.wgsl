@@ -219,26 +219,20 @@ fn at(c: Col, r: u32) -> u32 {
   if (p >= c.cap) { p = p - c.cap; }
   return c.ring + p * c.stride;
 }
-/** First r in [lo, n) whose record's seq is >= s. */
-fn lowerSeq(c: Col, s: vec2<u32>, lo0: u32) -> u32 {
+/** First r in [lo, n) whose record's u64 at word w (0: seq, 2: time) is >= v. */
+fn lowerAt(c: Col, v: vec2<u32>, lo0: u32, w: u32) -> u32 {
   var lo = lo0;
   var hi = c.n;
   while (lo < hi) {
     let mid = (lo + hi) >> 1u;
-    if (lt64(recSeq(false, at(c, mid)), s)) { lo = mid + 1u; } else { hi = mid; }
+    let o = at(c, mid) + w;
+    if (lt64(vec2<u32>(pool[o], pool[o + 1u]), v)) { lo = mid + 1u; } else { hi = mid; }
   }
   return lo;
 }
-/** First r in [lo, n) whose record's time is >= t. */
-fn lowerTime(c: Col, t: vec2<u32>, lo0: u32) -> u32 {
-  var lo = lo0;
-  var hi = c.n;
-  while (lo < hi) {
-    let mid = (lo + hi) >> 1u;
-    if (lt64(recTime(false, at(c, mid)), t)) { lo = mid + 1u; } else { hi = mid; }
-  }
-  return lo;
-}
+fn lowerSeq(c: Col, s: vec2<u32>, lo0: u32) -> u32 { return lowerAt(c, s, lo0, 0u); }
+fn lowerTime(c: Col, t: vec2<u32>, lo0: u32) -> u32 { return lowerAt(c, t, lo0, 2u); }
+
 /**
  * The first record the column held at the terminator's release (E15): of the records released
  * before it, the last maxRetained (those the retention bound dropped before the batch are gone
