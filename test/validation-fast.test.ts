@@ -6,7 +6,9 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { DEFAULT_LIMITS, explainEvent, explainSubscription, quickEvent, quickSubscription, resolveLimits, validateEvents, validateSubscription } from '../src/model/limits.js';
+import { FastMatcher } from '../src/engines/fast.js';
+import { DEFAULT_LIMITS, type NSubscription, explainEvent, explainSubscription, plainSubscription, quickEvent, quickSubscription, resolveLimits, validateEvents, validateSubscription } from '../src/model/limits.js';
+import type { Subscription } from '../src/model/types.js';
 import { Rng } from './support/rng.js';
 import { NUMBER_EDGES, STRING_EDGES } from './support/values.js';
 
@@ -136,6 +138,10 @@ describe('validateSubscription: the fast check agrees with the explaining check'
           threw = true;
         }
         const quick = quickSubscription(input, limits);
+        const plain = plainSubscription(input, limits);
+        // Read as given only when valid, and whenever the quick check accepts it without tags.
+        const tagged = quick !== null && quick.filters.some((f) => f.tags.length > 0);
+        assert.equal(plain, quick !== null && !tagged, `plain check ${plain ? 'accepted' : 'refused'}: ${JSON.stringify(input, (_, v) => (typeof v === 'bigint' ? `${v}n` : v))}`);
         if (threw) assert.equal(quick, null, `fast check accepted what the explaining check refuses: ${JSON.stringify(input, (_, v) => (typeof v === 'bigint' ? `${v}n` : v))}`);
         else {
           valid++;
@@ -150,6 +156,38 @@ describe('validateSubscription: the fast check agrees with the explaining check'
       assert.ok(valid > (limits === DEFAULT_LIMITS ? 3000 : 50) && quickOnes > valid / 2, `enough valid subscriptions exercised (${valid}, ${quickOnes} by the fast check)`);
     });
   }
+
+  it('the fast engine reads a plain subscription as given: the same stored subscription as from its normalised form', () => {
+    const rng = new Rng(99);
+    const given: Subscription[] = [];
+    const normal: NSubscription[] = [];
+    let plainOnes = 0;
+    while (given.length < 3000) {
+      const input = { ...randomSubscription(rng), id: `s${given.length}` };
+      let n: NSubscription;
+      try {
+        n = validateSubscription(input, DEFAULT_LIMITS);
+      } catch {
+        continue;
+      }
+      if (plainSubscription(input, DEFAULT_LIMITS)) plainOnes++;
+      given.push(input as unknown as Subscription);
+      normal.push(n);
+    }
+    assert.ok(plainOnes > 1000 && plainOnes < given.length, `both paths exercised (${plainOnes} plain of ${given.length})`);
+    const bulk = new FastMatcher();
+    bulk.addMany(given);
+    const oneByOne = new FastMatcher();
+    for (const s of given) oneByOne.add(s);
+    const fromNormal = new FastMatcher();
+    fromNormal.addMany(normal as unknown as Subscription[]);
+    for (let i = 0; i < given.length; i++) {
+      assert.deepEqual(bulk.get(given[i].id), normal[i], `addMany: ${JSON.stringify(given[i])}`);
+      assert.deepEqual(oneByOne.get(given[i].id), normal[i], `add: ${JSON.stringify(given[i])}`);
+      assert.deepEqual(fromNormal.get(given[i].id), normal[i]);
+    }
+    assert.deepEqual(bulk.stats(), fromNormal.stats());
+  });
 
   it('a refused subscription still names its field', () => {
     assert.throws(() => validateSubscription({ id: 'a', owner: 'o', filters: [{ constraints: [{ name: 'n', op: 'gt', value: 'x' }] }] }, DEFAULT_LIMITS), /subscription\.filters\[0\]\.constraints\[0\]\.value: op gt takes a number or bool value, got a string/);

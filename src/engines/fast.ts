@@ -35,6 +35,7 @@ import { CpuMatcher, type DeviceHandle, type MatcherOptions, type MatcherStats, 
 import { OP_CODE, OP_CONTAINS, OP_EQ, OP_EXISTS, OP_GE, OP_GT, OP_LE, OP_LIKE, OP_LT, OP_NAME, OP_NE, OP_PREFIX, OP_REGEX, OP_SUFFIX, T_ANY, T_BOOL, T_NUM, T_STR } from './operators.js';
 import { type Dfa, dfaMatches } from '../model/pattern.js';
 import { tagName, tagOfName } from '../model/tags.js';
+import type { LatLon, Op, Subscription, Value } from '../model/types.js';
 
 export interface FastMatcherOptions extends MatcherOptions {
   /**
@@ -66,6 +67,26 @@ const MIN_CELL_SIDE_M = 64;
  * of equality names; the last two mirror Level.head and Level.eqMask), so an event's scan reads a
  * cell's points in order and touches nothing else of a slot out of reach or without candidates.
  */
+/**
+ * What the engine reads of a filter: its normalised form, or the filter as given when
+ * plainSubscription() accepted its subscription (a list or area may be missing there, and a
+ * constraint has no `type`: the value's own type says it).
+ */
+interface FilterView {
+  readonly constraints?: readonly { readonly name: string; readonly op: Op; readonly value?: Value | null }[];
+  readonly area?: { readonly radiusM: number; readonly center?: LatLon | null } | null;
+  readonly tags?: readonly string[];
+}
+
+interface SubscriptionView {
+  readonly id: string;
+  readonly owner: string;
+  readonly filters: readonly FilterView[];
+}
+
+const NO_CONSTRAINTS: readonly never[] = [];
+const NO_TAGS: readonly string[] = [];
+
 interface Cell {
   n: number;
   rec: Float64Array;
@@ -649,7 +670,8 @@ export class FastMatcher extends CpuMatcher {
    */
   private allocConstraints(n: number): number {
     if (n === 0) return 0;
-    const free = this.cFree.get(n);
+    // No freed run at all (a load into a fresh engine): no lookup.
+    const free = this.cFreeSlots === 0 ? undefined : this.cFree.get(n);
     if (free !== undefined && free.length > 0) {
       this.cFreeSlots -= n;
       return free.pop()!;
@@ -718,7 +740,7 @@ export class FastMatcher extends CpuMatcher {
     this.fCap = n;
   }
 
-  private addFilter(si: number, owner: string, flt: NFilter): number {
+  private addFilter(si: number, owner: string, flt: FilterView): number {
     let f: number;
     if (this.fFree.length > 0) f = this.fFree.pop()!;
     else {
@@ -727,8 +749,10 @@ export class FastMatcher extends CpuMatcher {
     }
     this.fSub[f] = si;
     this.fAlwaysPos[f] = NONE;
-    const nc = flt.constraints.length;
-    const n = nc + flt.tags.length;
+    const cs = flt.constraints ?? NO_CONSTRAINTS;
+    const tags = flt.tags ?? NO_TAGS;
+    const nc = cs.length;
+    const n = nc + tags.length;
     const start = this.allocConstraints(n);
     this.fCStart[f] = start;
     this.fCCount[f] = n;
@@ -736,7 +760,7 @@ export class FastMatcher extends CpuMatcher {
     let hi = 0;
     this.fEqName[f] = NONE;
     for (let i = 0; i < nc; i++) {
-      const c = flt.constraints[i];
+      const c = cs[i];
       const ci = start + i;
       const id = this.intern(c.name);
       this.cName[ci] = id;
@@ -745,25 +769,27 @@ export class FastMatcher extends CpuMatcher {
       const bit = bloomBit(id);
       if (bit < 32) lo |= 1 << bit;
       else hi |= 1 << (bit - 32);
-      if (c.type === null) {
+      // The value's type is its JavaScript type (validation made `type` say the same).
+      const v = c.value;
+      if (c.op === 'exists') {
         this.cType[ci] = T_ANY;
-      } else if (c.type === 'string') {
+      } else if (typeof v === 'string') {
         this.cType[ci] = T_STR;
-        this.cNum[ci] = this.internString(c.value as string);
-        if (c.op === 'like' || c.op === 'regex') this.cDfa[ci] = patternDfa(c);
+        this.cNum[ci] = this.internString(v);
+        if (c.op === 'like' || c.op === 'regex') this.cDfa[ci] = patternDfa(c as NConstraint);
         if (this.cOp[ci] === OP_EQ && this.fEqName[f] === NONE) {
           this.fEqName[f] = id;
           this.fEqStr[f] = this.cNum[ci];
         }
       } else {
-        this.cType[ci] = c.type === 'number' ? T_NUM : T_BOOL;
-        this.cNum[ci] = c.type === 'number' ? (c.value as number) : c.value ? 1 : 0;
+        this.cType[ci] = typeof v === 'number' ? T_NUM : T_BOOL;
+        this.cNum[ci] = typeof v === 'number' ? v : v ? 1 : 0;
       }
     }
     // Tags after the constraints: each an `exists` on the tag's name.
     for (let i = nc; i < n; i++) {
       const ci = start + i;
-      const id = this.intern(tagName(flt.tags[i - nc]));
+      const id = this.intern(tagName(tags[i - nc]));
       this.cName[ci] = id;
       this.cOp[ci] = OP_EXISTS;
       this.cType[ci] = T_ANY;
@@ -780,7 +806,7 @@ export class FastMatcher extends CpuMatcher {
 
     const area = flt.area;
     this.fFiledName[f] = NONE;
-    if (area === null) {
+    if (area === undefined || area === null) {
       this.fSlot[f] = NONE;
       this.fRadius[f] = 0;
       if (n > nc) {
@@ -806,9 +832,10 @@ export class FastMatcher extends CpuMatcher {
       return f;
     }
     let s: number;
-    if (area.center !== null) {
+    const center = area.center;
+    if (center !== undefined && center !== null) {
       s = this.newSlot(SLOT_FIXED, null);
-      this.place(s, area.center.lat, area.center.lon);
+      this.place(s, center.lat, center.lon);
       this.sync(s);
     } else {
       const existing = this.deviceSlot.get(owner);
@@ -853,7 +880,15 @@ export class FastMatcher extends CpuMatcher {
 
   // =============================== Matcher ===============================
 
-  protected insert(sub: NSubscription): void {
+  protected override get readsPlain(): boolean {
+    return true;
+  }
+
+  protected override insertPlain(sub: Subscription): void {
+    this.insert(sub);
+  }
+
+  protected insert(sub: SubscriptionView): void {
     let si: number;
     if (this.subFree.length > 0) si = this.subFree.pop()!;
     else {

@@ -12,6 +12,7 @@ import {
   checkLat,
   inRange,
   checkLon,
+  plainSubscription,
   resolveLimits,
   validateEvent,
   validateEvents,
@@ -122,6 +123,11 @@ export abstract class CpuMatcher implements Matcher {
   abstract stats(): MatcherStats;
 
   add(sub: Subscription): void {
+    if (this.readsPlain && plainSubscription(sub, this.limits)) {
+      if (this.has(sub.id)) throw new AmbitError('ALREADY_EXISTS', `subscription ${show(sub.id)} already exists`, 'subscription.id');
+      this.insertPlain(sub);
+      return;
+    }
     this.addValid(validateSubscription(sub, this.limits));
   }
 
@@ -137,13 +143,17 @@ export abstract class CpuMatcher implements Matcher {
     this.reserveFor(subs);
     const inserted: string[] = [];
     try {
+      const plain = this.readsPlain;
       for (let i = 0; i < subs.length; i++) {
-        const n = validateSubscription(subs[i], this.limits, `subscriptions[${i}]`);
+        const s = subs[i];
+        // A subscription the engine can read as given is not copied into its normalised form.
+        const n = plain && plainSubscription(s, this.limits) ? s : validateSubscription(s, this.limits, `subscriptions[${i}]`);
         const id = n.id;
         // An id given earlier in this call is held by now: the engine tells both cases; which one
         // it is is looked up only for the message.
         if (this.has(id)) throw new AmbitError('ALREADY_EXISTS', `subscription ${show(id)} ${inserted.includes(id) ? 'is given twice' : 'already exists'}`, `subscriptions[${i}].id`);
-        this.insert(n);
+        if (n === s) this.insertPlain(s);
+        else this.insert(n as NSubscription);
         inserted.push(id);
       }
     } catch (err) {
@@ -190,6 +200,19 @@ export abstract class CpuMatcher implements Matcher {
 
   /** Makes room for `filters` more filters and `slots` more constraint slots (engines with arrays that grow). */
   protected reserve(_filters: number, _slots: number): void {}
+
+  /**
+   * True for an engine that reads a subscription plainSubscription() accepts as given
+   * (insertPlain overridden): its bulk load and add() skip the normalised copy.
+   */
+  protected get readsPlain(): boolean {
+    return false;
+  }
+
+  /** Inserts a subscription plainSubscription() accepted, as given (only when readsPlain). */
+  protected insertPlain(sub: Subscription): void {
+    this.insert(validateSubscription(sub, this.limits));
+  }
 
   /** True for an engine whose bulk insert needs every subscription at once (insertMany overridden: rbush's load). */
   protected get insertsWhole(): boolean {

@@ -251,6 +251,9 @@ const OP_TYPES: Record<Op, readonly ValueType[]> = {
   exists: [],
 };
 
+/** OP_TYPES as bits (number 1, bool 2, string 4) by op, for the quick checks: one lookup a constraint. */
+const OP_TYPE_BITS = new Map<string, number>(Object.entries(OP_TYPES).map(([op, ts]) => [op, ts.reduce((b, t) => b | (t === 'number' ? 1 : t === 'bool' ? 2 : 4), 0)]));
+
 /** `budget`: compilation work the patterns of one subscription share (validateSubscription's). */
 export function validateConstraint(field: string, c: unknown, limits: Limits, budget?: PatternBudget): NConstraint {
   const o = checkObject(field, c);
@@ -364,44 +367,63 @@ export function validateSubscription(s: unknown, limits: Limits, field = 'subscr
  * field paths it built for every constraint. Exported for tests.
  */
 export function quickSubscription(s: unknown, limits: Limits): NSubscription | null {
+  return scanSubscription(s, limits, true) as NSubscription | null;
+}
+
+/**
+ * True when `s` is valid, holds no like / regex constraint and no tags, so that an engine can read
+ * it as given in place of its normalised form (which differs only in what reading it need not
+ * tell apart: a missing list or area, a missing `type`); quickSubscription's checks, nothing
+ * built. False says nothing more: the caller validates it (and gets its normalised form or the
+ * error naming the field). The fast engine's bulk load: the normalised copies were most of its
+ * allocations.
+ */
+export function plainSubscription(s: unknown, limits: Limits): s is Subscription {
+  return scanSubscription(s, limits, false) === true;
+}
+
+/** quickSubscription (`build`) or plainSubscription (not: true or null, nothing allocated). */
+function scanSubscription(s: unknown, limits: Limits, build: boolean): NSubscription | true | null {
   if (!isPlainObject(s)) return null;
   const id = s.id;
   const owner = s.owner;
   if (!okString(id, 1, limits.maxIdBytes) || !okString(owner, 1, limits.maxIdBytes)) return null;
   const fs = s.filters;
   if (!Array.isArray(fs) || fs.length < 1 || fs.length > limits.maxFiltersPerSubscription) return null;
-  const filters: NFilter[] = new Array(fs.length);
+  const filters: NFilter[] | null = build ? new Array(fs.length) : null;
   for (let i = 0; i < fs.length; i++) {
     const f = fs[i];
     if (!isPlainObject(f)) return null;
     const cs = f.constraints ?? [];
     if (!Array.isArray(cs) || cs.length > limits.maxConstraintsPerFilter) return null;
-    const constraints: NConstraint[] = new Array(cs.length);
+    const constraints: NConstraint[] | null = build ? new Array(cs.length) : null;
     for (let j = 0; j < cs.length; j++) {
       const c = cs[j];
       if (!isPlainObject(c)) return null;
       const name = c.name;
       const op = c.op;
-      if (!okString(name, 1, limits.maxNameBytes) || typeof op !== 'string' || !Object.prototype.hasOwnProperty.call(OP_TYPES, op)) return null;
+      const allowed = typeof op === 'string' ? OP_TYPE_BITS.get(op) : undefined;
+      if (allowed === undefined || !okString(name, 1, limits.maxNameBytes)) return null;
       const v = c.value;
       if (op === 'exists') {
         if (v !== undefined && v !== null) return null;
-        constraints[j] = { name, op, type: null, value: null };
+        if (constraints !== null) constraints[j] = { name, op, type: null, value: null };
         continue;
       }
       // Patterns compile under a budget the explaining check keeps.
       if (op === 'like' || op === 'regex') return null;
       let type: ValueType;
       if (typeof v === 'number') {
-        if (!Number.isFinite(v)) return null;
+        if (!Number.isFinite(v) || (allowed & 1) === 0) return null;
         type = 'number';
-      } else if (typeof v === 'boolean') type = 'bool';
-      else if (typeof v === 'string') {
-        if (!okString(v, 0, limits.maxStringBytes)) return null;
+      } else if (typeof v === 'boolean') {
+        if ((allowed & 2) === 0) return null;
+        type = 'bool';
+      } else if (typeof v === 'string') {
+        if ((allowed & 4) === 0 || !okString(v, 0, limits.maxStringBytes)) return null;
         type = 'string';
       } else return null;
-      if (!OP_TYPES[op as Op].includes(type)) return null;
-      constraints[j] = { name, op: op as Op, type, value: v };
+      if (constraints !== null) constraints[j] = { name, op: op as Op, type, value: v };
     }
     let area: NArea | null = null;
     const a = f.area;
@@ -416,15 +438,21 @@ export function quickSubscription(s: unknown, limits: Limits): NSubscription | n
         const lat = c.lat;
         const lon = c.lon;
         if (typeof lat !== 'number' || typeof lon !== 'number' || !inRange(lat, lon)) return null;
-        center = { lat, lon };
+        if (build) center = { lat, lon };
       }
-      area = { radiusM: r, center };
+      if (build) area = { radiusM: r, center };
+    }
+    if (filters === null) {
+      // Tags take their normal form (case, NFC, order): left to the building check.
+      const t = f.tags;
+      if (t !== undefined && t !== null && !(Array.isArray(t) && t.length === 0)) return null;
+      continue;
     }
     const tags = quickTags(f.tags, limits.maxTagsPerFilter, limits.maxTagBytes);
     if (tags === null) return null;
-    filters[i] = { constraints, area, tags };
+    filters[i] = { constraints: constraints!, area, tags };
   }
-  return { id, owner, filters };
+  return filters === null ? true : { id, owner, filters };
 }
 
 /** The explaining validation of a subscription: throws naming the first offending field. Exported for tests. */
