@@ -278,21 +278,59 @@ return {n, had}
  * The matcher drops a purged device's notifications, after those it stored before (fenced): its
  * stream, delivery state and ack point, and rings its doorbell with PURGED_DOORBELL so open inboxes
  * end. born:{device} records the purge's command id (kept BORN_TTL_MS): it names the device's new
- * state (OPEN), and a replay of the same command (a new leader reading it again) changes nothing.
+ * state (OPEN), and a replay of the same command (a new leader reading it again), or the drop of an
+ * earlier purge that comes after a later one's, changes nothing.
+ * Sharded by space the drop can come late: the purge is queued on the shard the device was homed
+ * on, and a shard it came to since may have stored notifications of later commands (all shards
+ * draw their ids from one sequence) before that shard reads the purge. Those stay, with the state
+ * that counts them and marks them stored (a replay stores them once); only what came from entries
+ * before the purge goes, and an owed window in that state owes nothing from before it.
  * KEYS: n:{device}, dstate, nseq, nlast, acked, fence, born:{device}. ARGV: device, wake channel,
  * token, the purge command's id. Returns the notifications dropped.
  */
-const DROP = `${FENCE}
+const DROP = `${PARSE_ID}${STATE}${FENCE}
 check_fence(KEYS[6], ARGV[3])
-if redis.call('GET', KEYS[7]) == ARGV[4] then return 0 end
+local pm, ps = parse_id(ARGV[4])
+local born = redis.call('GET', KEYS[7])
+if born then
+  local bm, bs = parse_id(born)
+  if bm and not is_after(pm, ps, 0, bm, bs, 0) then return 0 end
+end
 redis.call('SET', KEYS[7], ARGV[4], 'PX', ${90 * 86_400_000})
-local n = redis.call('XLEN', KEYS[1])
-redis.call('DEL', KEYS[1])
--- The state goes; born:{device} keeps the purge's id, so DELIVER stores nothing from before it.
-redis.call('HDEL', KEYS[2], ARGV[1])
+local raw = redis.call('HGET', KEYS[2], ARGV[1])
+local s = nil
+if raw then s = load_state(raw) end
+-- Stored anything from an entry after the purge (its marker, or its owed window's, is past it).
+local keep = s ~= nil and (is_after(s[5], s[6], s[7], pm, ps, 1e15) or (s[8] ~= nil and is_after(s[13], s[14], s[15], pm, ps, 1e15)))
+local n = 0
+if keep then
+  local entries = redis.call('XRANGE', KEYS[1], '-', '+')
+  for i = 1, #entries do
+    local f = entries[i][2]
+    for j = 1, #f, 2 do
+      if f[j] == 'r' then
+        local m, q = string.match(f[j + 1], '^(%d+)%-(%d+)')
+        m, q = tonumber(m), tonumber(q)
+        if m and (m < pm or (m == pm and q < ps)) then
+          redis.call('XDEL', KEYS[1], entries[i][1])
+          n = n + 1
+        end
+        break
+      end
+    end
+  end
+  s[3] = redis.call('XLEN', KEYS[1])
+  if s[8] ~= nil and is_after(pm, ps, 1e15, s[13], s[14], s[15]) then s[13], s[14], s[15] = pm, ps, 1e15 end
+  redis.call('HSET', KEYS[2], ARGV[1], pack_state(s))
+else
+  n = redis.call('XLEN', KEYS[1])
+  redis.call('DEL', KEYS[1])
+  -- The state goes; born:{device} keeps the purge's id, so DELIVER stores nothing from before it.
+  redis.call('HDEL', KEYS[2], ARGV[1])
+  redis.call('HDEL', KEYS[5], ARGV[1])
+end
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
-redis.call('HDEL', KEYS[5], ARGV[1])
 redis.call('$PUBLISH', ARGV[2], '${PURGED_DOORBELL}')
 return n
 `;

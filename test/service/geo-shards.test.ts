@@ -8,7 +8,7 @@ import { describe, it } from 'node:test';
 import { RedisHub } from '../../services/hub/redis.js';
 import { PublishError } from '../../src/model/errors.js';
 import { RedisMatcher } from '../../services/matcher/redis.js';
-import type { GeoSpec } from '../../services/redis/keys.js';
+import { type GeoSpec, Keys } from '../../services/redis/keys.js';
 import { ShardMap } from '../../services/matcher/shard-map.js';
 import { compareStreamIds } from '../../services/redis/codec.js';
 import { runHubContract } from '../support/hub-contract.js';
@@ -368,6 +368,46 @@ describe('sharded by space', { skip: missing ?? false, timeout: 60_000 }, () => 
       assert.deepEqual(got.map((n) => n.event.id), ['at-a', 'at-b'], 'both notifications, in publish order');
     } finally {
       hold.release();
+      await hub.close();
+      for (const m of matchers) await m.stop();
+    }
+  });
+
+  it("a purge still queued on the shard the device was homed on when the device subscribes again on another: that shard's drop, when it comes, keeps what the other stored after the purge", async () => {
+    const geo: GeoSpec = { ...STRIPES, cellDeg: 0.02 }; // 1.56 km stripes: a publish in the middle of one visits no other
+    const prefix = freshPrefix();
+    const j = Math.floor((9.19 + 180) / geo.cellDeg);
+    const a = j % 3;
+    const b = (j + 1) % 3;
+    const lonOf = (col: number) => (col + 0.5) * geo.cellDeg - 180;
+    const dev = 'returner';
+    const start = (k: number, hooks = {}) => RedisMatcher.start(matcherOptions(prefix, { geo, partition: k, hooks }));
+    const matchers = await Promise.all([0, 1, 2, 3].map((k) => start(k)));
+    const hub = await RedisHub.connect(hubOptions(prefix, { geo }));
+    try {
+      await hub.updateLocations([{ device: dev, lat: 45.4642, lon: lonOf(j) }]);
+      await hub.addSubscription(dev, { id: 'near', filters: [{ constraints: [], area: { radiusM: 10 } }] });
+      await hub.updateLocations([{ device: dev, lat: 45.4642, lon: lonOf(j) }]); // homes it on shard a
+      assert.equal(await inspect((r) => r.hget(`${prefix}home`, dev)), String(a));
+      assert.equal((await hub.publish([{ id: 'before', lat: 45.4642, lon: lonOf(j), attributes: {} }]))[0].reached, 1);
+      // Shard a stops; the purge waits in its stream. The device comes back on shard b.
+      await matchers[a].stop();
+      await hub.purgeDevice(dev);
+      await hub.updateLocations([{ device: dev, lat: 45.4642, lon: lonOf(j + 1) }]);
+      await hub.addSubscription(dev, { id: 'near', filters: [{ constraints: [], area: { radiusM: 10 } }] });
+      assert.equal(await inspect((r) => r.hget(`${prefix}home`, dev)), String(b));
+      assert.equal((await hub.publish([{ id: 'after', lat: 45.4642, lon: lonOf(j + 1), attributes: {} }]))[0].reached, 1);
+      // Shard a runs again and applies the purge: the drop of what it stored before.
+      let dropped!: () => void;
+      const aDropped = new Promise<void>((resolve) => (dropped = resolve));
+      const born = new Keys(prefix).groups[0].born(dev);
+      matchers[a] = await start(a, { afterDeliver: async () => (await inspect((r) => r.exists(born))) === 1 && dropped() });
+      await aDropped;
+      const inbox = await hub.openInbox(dev, '');
+      const got = await inbox.pull(10);
+      inbox.close();
+      assert.deepEqual(got.map((n) => n.event.id), ['after'], "the notification from before the purge went; shard b's, after it, stayed");
+    } finally {
       await hub.close();
       for (const m of matchers) await m.stop();
     }

@@ -121,6 +121,40 @@ describe('owed windows', { skip: missing ?? false }, () => {
     });
   });
 
+  it('a drop that comes late (sharded by space: the purge queued on the shard the device left) keeps what the shard it came to stored after the purge, once', async () => {
+    await withScripts(async (s, r, k) => {
+      assert.equal(await s.deliver('d', '100-0'), 1, 'shard a, before the purge');
+      assert.equal(await s.deliver('d', '120-0'), 1);
+      // The purge is entry 150-0 on shard a; the device subscribed again and came to shard b,
+      // which stores from later entries before shard a reads the purge.
+      assert.equal(await s.deliver('d', '160-0'), 1, 'shard b, after the purge');
+      assert.equal(await s.deliver('d', '170-0'), 1);
+      assert.equal(Number(await s.drop('d', '150-0')), 2, 'only the two from before the purge');
+      assert.deepEqual(await s.stored('d'), ['160-0', '170-0']);
+      assert.equal(await r.get(k.groups[0].born('d')), at('150-0'), 'the purge names the new state');
+      assert.equal(await s.deliver('d', '170-0'), 0, "shard b's replay: the state that marks it stayed");
+      assert.equal(await s.deliver('d', '120-0'), 0, "shard a's replay from before the purge");
+      assert.equal(Number(await s.drop('d', '150-0')), 0, 'the drop replayed');
+      assert.equal(Number(await s.drop('d', '140-0')), 0, "an earlier purge's drop after this one's");
+      assert.equal(await r.get(k.groups[0].born('d')), at('150-0'));
+      assert.equal(await s.deliver('d', '180-0'), 1);
+      assert.deepEqual(await s.stored('d'), ['160-0', '170-0', '180-0']);
+    });
+  });
+
+  it('a late drop keeps an owed window that stored after the purge, and the window owes nothing from before the purge', async () => {
+    await withScripts(async (s) => {
+      assert.equal(await s.deliver('d', '100-0'), 1);
+      assert.equal(await s.owe(RELEASE, 'd'), 1);
+      assert.equal(await s.deliver('d', '210-0'), 1, 'the arriving shard, after the purge at 205-0');
+      assert.equal(Number(await s.drop('d', '205-0')), 1);
+      assert.equal(await s.stateBytes('d'), 120, 'the window stays');
+      assert.equal(await s.deliver('d', '180-0'), 0, 'owed, but from before the purge');
+      assert.equal(await s.deliver('d', '200-1'), 0);
+      assert.deepEqual(await s.stored('d'), ['210-0']);
+    });
+  });
+
   it('a replay across a purge stores nothing from before it (a matcher that crashed after the purge, before its offset moved past it)', async () => {
     await withScripts(async (s) => {
       assert.equal(await s.deliver('x', '100-0'), 1);
