@@ -1210,7 +1210,7 @@ export class RedisMatcher {
       // Written down before the windows open: a leader that dies before closing them leaves them to
       // the next one (loadOwed). Closing a window that was never opened changes nothing.
       await this.cmd.hset(this.keys.matcherOwed, released, JSON.stringify({ offsets, devices }));
-      const r = await Promise.all([...byGroup].map(([g, ds]) => runScript(this.cmd, 'ambitOwe', g.dstate, g.nseq, g.nlast, g.fence, released, ...ds, this.token)));
+      const r = await Promise.all([...byGroup].map(([g, ds]) => runScript(this.cmd, 'ambitOwe', 4 + ds.length, g.dstate, g.nseq, g.nlast, g.fence, ...ds.map((d) => g.born(d)), released, ...ds, this.token)));
       // Windows a refusal left open in other groups close like any (ambitOweClose closes only this release's).
       if (!this.owedOpen.some((o) => o.released === released)) this.owedOpen.push({ released, offsets, byGroup });
       return r.some((n) => Number(n) < 0) ? 'refused' : 'opened';

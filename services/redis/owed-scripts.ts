@@ -14,12 +14,14 @@ import { FENCE, PARSE_ID, STATE } from './lua-parts.js';
  * (DELIVER). A device has one window at most: the same hand-over opening it again (a replay)
  * leaves it as it is; another one finds it open and nothing is written (-1: that arrival is not
  * forced, it waits for the shard it comes from).
- * KEYS: dstate, nseq, nlast (devices without a state, from earlier versions), fence.
- * ARGV: the release entry id, then the devices, then the caller's fencing token.
- * Returns how many devices, or -1.
+ * The window starts at the marker as DELIVER would take it: a device purged since its state was
+ * written (no state, born:{device} set) owes nothing from before its purge.
+ * KEYS: dstate, nseq, nlast (devices without a state, from earlier versions), fence, then each
+ * device's born:{device}. ARGV: the release entry id, then the devices, then the caller's fencing
+ * token. Returns how many devices, or -1.
  */
 export const OWE = `${PARSE_ID}${STATE}${FENCE}
-check_fence(KEYS[#KEYS], ARGV[#ARGV])
+check_fence(KEYS[4], ARGV[#ARGV])
 local rm, rs = parse_id(ARGV[1])
 local n = #ARGV - 2
 local devs = {}
@@ -27,9 +29,14 @@ for i = 1, n do devs[i] = ARGV[1 + i] end
 local raws = redis.call('HMGET', KEYS[1], unpack(devs))
 local seqs = redis.call('HMGET', KEYS[2], unpack(devs))
 local lasts = redis.call('HMGET', KEYS[3], unpack(devs))
+local borns = redis.call('MGET', unpack(KEYS, 5, 4 + n))
 local out = {}
 for i = 1, n do
   local s = load_state(raws[i], seqs[i], lasts[i])
+  if borns[i] then
+    local bm, bs = parse_id(borns[i])
+    if bm and is_after(bm, bs, 1e15, s[5], s[6], s[7]) then s[5], s[6], s[7] = bm, bs, 1e15 end
+  end
   if s[8] then
     -- One window a device: a window of another hand-over may still be owed to (windows stay open),
     -- and two shards storing into one would share its marker. That arrival waits for good.

@@ -293,6 +293,7 @@ check_fence(KEYS[6], ARGV[3])
 local pm, ps = parse_id(ARGV[4])
 local born = redis.call('GET', KEYS[7])
 if born then
+  -- Command ids only grow (born is kept 90 days), so a purge at or before born was dropped already.
   local bm, bs = parse_id(born)
   if bm and not is_after(pm, ps, 0, bm, bs, 0) then return 0 end
 end
@@ -300,8 +301,9 @@ redis.call('SET', KEYS[7], ARGV[4], 'PX', ${90 * 86_400_000})
 local raw = redis.call('HGET', KEYS[2], ARGV[1])
 local s = nil
 if raw then s = load_state(raw) end
--- Stored anything from an entry after the purge (its marker, or its owed window's, is past it).
-local keep = s ~= nil and (is_after(s[5], s[6], s[7], pm, ps, 1e15) or (s[8] ~= nil and is_after(s[13], s[14], s[15], pm, ps, 1e15)))
+-- Stored anything from an entry after the purge: its marker is past it (a store within an owed
+-- window is of a source the marker had passed already).
+local keep = s ~= nil and is_after(s[5], s[6], s[7], pm, ps, 1e15)
 local n = 0
 if keep then
   local entries = redis.call('XRANGE', KEYS[1], '-', '+')
@@ -325,8 +327,14 @@ if keep then
 else
   n = redis.call('XLEN', KEYS[1])
   redis.call('DEL', KEYS[1])
-  -- The state goes; born:{device} keeps the purge's id, so DELIVER stores nothing from before it.
-  redis.call('HDEL', KEYS[2], ARGV[1])
+  if s ~= nil and s[8] ~= nil and (s[11] > pm or (s[11] == pm and s[12] > ps)) then
+    -- An owed window of a hand-over after the purge, nothing stored past the purge yet: the state
+    -- starts over from the purge, and the window still takes what its shard owes from after it.
+    redis.call('HSET', KEYS[2], ARGV[1], pack_state({0, 0, 0, 0, pm, ps, 1e15, s[8], s[9], s[10], s[11], s[12], pm, ps, 1e15}))
+  else
+    -- The state goes; born:{device} keeps the purge's id, so DELIVER stores nothing from before it.
+    redis.call('HDEL', KEYS[2], ARGV[1])
+  end
   redis.call('HDEL', KEYS[5], ARGV[1])
 end
 redis.call('HDEL', KEYS[3], ARGV[1])
@@ -579,7 +587,7 @@ const DEFINITIONS = {
   ambitDeliver: { lua: publishing(DELIVER, 'PUBLISH') },
   ambitDeliverSharded: { lua: publishing(DELIVER, 'SPUBLISH') },
   ambitOpen: { lua: OPEN, numberOfKeys: 8 },
-  ambitOwe: { lua: OWE, numberOfKeys: 4 },
+  ambitOwe: { lua: OWE },
   ambitOweClose: { lua: OWE_CLOSE, numberOfKeys: 2 },
   ambitAcks: { lua: ACKS, numberOfKeys: 1 },
   ambitPurge: { lua: PURGE, numberOfKeys: 6 },

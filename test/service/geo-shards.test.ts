@@ -403,6 +403,7 @@ describe('sharded by space', { skip: missing ?? false, timeout: 60_000 }, () => 
       const born = new Keys(prefix).groups[0].born(dev);
       matchers[a] = await start(a, { afterDeliver: async () => (await inspect((r) => r.exists(born))) === 1 && dropped() });
       await aDropped;
+      assert.equal(await inspect((r) => r.xlen(new Keys(prefix).notes(dev))), 1, "shard b's notification is still stored");
       const inbox = await hub.openInbox(dev, '');
       const got = await inbox.pull(10);
       inbox.close();

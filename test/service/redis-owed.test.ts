@@ -28,7 +28,7 @@ function scripts(r: Redis, k: Keys) {
   return {
     /** Stores one notification of entry `id`'s event 0 for `dev`; how many were stored (0 or 1). */
     deliver: async (dev: string, id: string) => Number(await runScript(r, 'ambitDeliver', 7, g.dstate, k.stats, g.nseq, g.nlast, k.notes(dev), g.born(dev), k.matcherEpoch, 100, 3_600_000, g.wakePrefix, '', 1, at(id), 0, Number(at(id).split('-')[0]), `{"id":"${id}"}`, dev, 1, '[]', '')),
-    owe: async (release: string, ...devs: string[]) => Number(await runScript(r, 'ambitOwe', g.dstate, g.nseq, g.nlast, k.matcherEpoch, at(release), ...devs, '')),
+    owe: async (release: string, ...devs: string[]) => Number(await runScript(r, 'ambitOwe', 4 + devs.length, g.dstate, g.nseq, g.nlast, k.matcherEpoch, ...devs.map((d) => g.born(d)), at(release), ...devs, '')),
     close: async (release: string, ...devs: string[]) => Number(await runScript(r, 'ambitOweClose', g.dstate, k.matcherEpoch, at(release), ...devs, '')),
     stateBytes: async (dev: string) => (await r.hgetBuffer(g.dstate, dev))?.length ?? 0,
     drop: (dev: string, purge: string) => runScript(r, 'ambitDrop', k.notes(dev), g.dstate, g.nseq, g.nlast, g.acked, k.matcherEpoch, g.born(dev), dev, g.wake(dev), '', at(purge)),
@@ -129,8 +129,18 @@ describe('owed windows', { skip: missing ?? false }, () => {
       // which stores from later entries before shard a reads the purge.
       assert.equal(await s.deliver('d', '160-0'), 1, 'shard b, after the purge');
       assert.equal(await s.deliver('d', '170-0'), 1);
+      const g = k.groups[0];
+      const acked = (await r.xrange(k.notes('d'), '-', '+'))[2][0];
+      await r.hset(g.acked, 'd', acked); // the device acked the first from after the purge
+      const doorbell = r.duplicate();
+      const rang = new Promise<string>((resolve) => doorbell.on('message', (_c: string, m: string) => resolve(m)));
+      await doorbell.subscribe(g.wake('d'));
       assert.equal(Number(await s.drop('d', '150-0')), 2, 'only the two from before the purge');
+      assert.equal(await rang, 'purged', 'open inboxes end: the state id is new');
+      doorbell.disconnect();
       assert.deepEqual(await s.stored('d'), ['160-0', '170-0']);
+      assert.equal((await r.hgetBuffer(g.dstate, 'd'))!.readDoubleLE(16), 2, "the state's stream length");
+      assert.equal(await r.hget(g.acked, 'd'), acked, 'the ack point stays');
       assert.equal(await r.get(k.groups[0].born('d')), at('150-0'), 'the purge names the new state');
       assert.equal(await s.deliver('d', '170-0'), 0, "shard b's replay: the state that marks it stayed");
       assert.equal(await s.deliver('d', '120-0'), 0, "shard a's replay from before the purge");
@@ -142,7 +152,7 @@ describe('owed windows', { skip: missing ?? false }, () => {
     });
   });
 
-  it('a late drop keeps an owed window that stored after the purge, and the window owes nothing from before the purge', async () => {
+  it('a late drop keeps the state of a device with an owed window that the arriving shard stored in after the purge; the window owes nothing from before the purge', async () => {
     await withScripts(async (s) => {
       assert.equal(await s.deliver('d', '100-0'), 1);
       assert.equal(await s.owe(RELEASE, 'd'), 1);
@@ -152,6 +162,32 @@ describe('owed windows', { skip: missing ?? false }, () => {
       assert.equal(await s.deliver('d', '180-0'), 0, 'owed, but from before the purge');
       assert.equal(await s.deliver('d', '200-1'), 0);
       assert.deepEqual(await s.stored('d'), ['210-0']);
+    });
+  });
+
+  it('a late drop before anything was stored past the purge keeps the window of a hand-over after the purge: the state starts over from the purge, and the window still owes what came after it', async () => {
+    await withScripts(async (s, r, k) => {
+      assert.equal(await s.deliver('d', '100-0'), 1, 'shard a, before the purge (150-0, queued on shard a, which lags)');
+      await r.hset(k.groups[0].acked, 'd', 'x');
+      // The device came back on shard b after the purge and was handed over from b at 200-1: the
+      // arriving shard stopped waiting for b and opened a window; nothing is stored past the purge.
+      assert.equal(await s.owe(RELEASE, 'd'), 1);
+      assert.equal(Number(await s.drop('d', '150-0')), 1, "shard a's late drop");
+      assert.equal(await r.hexists(k.groups[0].acked, 'd'), 0, 'nothing kept: the ack point goes');
+      assert.equal(await s.deliver('d', '120-0'), 0, 'owed, but from before the purge');
+      assert.equal(await s.deliver('d', '210-0'), 1, 'the arriving shard');
+      assert.equal(await s.deliver('d', '180-0'), 1, 'shard b: owed, after the purge');
+      assert.deepEqual(await s.stored('d'), ['210-0', '180-0']);
+    });
+  });
+
+  it('a window opened for a device purged since (no state; born:{device} set) owes nothing from before the purge', async () => {
+    await withScripts(async (s) => {
+      assert.equal(await s.deliver('d', '100-0'), 1);
+      assert.equal(Number(await s.drop('d', '150-0')), 1, 'the purge at 150-0: the state goes');
+      assert.equal(await s.owe(RELEASE, 'd'), 1, 'a hand-over after the purge, applied past the bound');
+      assert.equal(await s.deliver('d', '120-0'), 0, 'a shard still behind the purge: from before it');
+      assert.equal(await s.deliver('d', '160-0'), 1, 'owed, after the purge');
     });
   });
 
