@@ -205,6 +205,8 @@ export async function geoHubStats(cmd: Conn, keys: Keys, router: GeoRouter, gate
       handOverWaitMs: alive.reduce((a, m) => a + (typeof m.extra.handOverWaitMs === 'number' ? m.extra.handOverWaitMs : 0), 0),
       // Hand-overs applied without waiting longer for the shard left behind (AMBIT_HANDOVER_WAIT_S).
       handOversForced: alive.reduce((a, m) => a + (typeof m.extra.handOversForced === 'number' ? m.extra.handOversForced : 0), 0),
+      // Hand-overs past the bound that wait on: a device in them still has an earlier one's owed window.
+      handOversRefused: alive.reduce((a, m) => a + (typeof m.extra.handOversRefused === 'number' ? m.extra.handOversRefused : 0), 0),
       shardMapMoving: router.prev !== null,
       duplicateEvents: num('duplicates'),
       devicesPurged: num('devicesPurged'),

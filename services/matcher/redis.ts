@@ -180,6 +180,10 @@ export interface MatcherHooks {
   onHandOverWait?(w: { entry: string; from: number[] }): void;
   /** Sharded by space: the wait above ran past `handOverWaitMs` and the arrival is applied without it. */
   onHandOverForced?(w: { entry: string; from: number[]; waitedMs: number }): void;
+  /** Sharded by space: past `handOverWaitMs`, but a device in the arrival still has an owed window open: it waits on. */
+  onHandOverRefused?(w: { entry: string; from: number[]; waitedMs: number }): void;
+  /** A leader's stats record is in Redis (what gateways read for their stats and metrics). */
+  onStatsWritten?(record: MatcherStatsRecord): void;
   /** The owed windows of a hand-over applied past the bound were closed (its sources stored past it). */
   onOwedClosed?(w: { released: string; closed: number }): void;
 }
@@ -289,6 +293,8 @@ export class RedisMatcher {
   /** Sharding by space: time spent waiting for shards that devices left (ms). */
   private handOverWaitMs = 0;
   private handOversForced = 0;
+  /** Hand-overs past the wait bound that were not forced (a device's owed window still open): they wait on. */
+  private handOversRefused = 0;
   /** Hand-overs applied past the bound whose owed windows are open: closed once their sources store past them. */
   private owedOpen: { released: string; offsets: string[]; byGroup: Map<GroupKeys, string[]> }[] = [];
   private closingOwed = false;
@@ -1172,6 +1178,8 @@ export class RedisMatcher {
         if (opened === 'failed') return null;
         if (opened === 'refused') {
           forceable = false;
+          this.handOversRefused++;
+          this.hooks.onHandOverRefused?.({ entry: entry.id, from: [...sources], waitedMs: waited });
           this.log?.error({ entry: entry.id, from: [...sources] }, `${COMPONENT}: hand-over ${entry.id} is not applied past the wait bound: a device in it still has the owed window of an earlier one; it waits for shards ${[...sources].join(', ')}`);
           continue;
         }
@@ -1751,12 +1759,13 @@ export class RedisMatcher {
         streamTrims: this.streamTrims,
         streamLength: this.streamLength,
         streamHeldBy: this.streamHeldBy,
-        ...(this.keys.layout.geo === undefined ? {} : { handOverWaitMs: this.handOverWaitMs, handOversForced: this.handOversForced, handOversIn: this.handOversIn, handOversOut: this.handOversOut }),
+        ...(this.keys.layout.geo === undefined ? {} : { handOverWaitMs: this.handOverWaitMs, handOversForced: this.handOversForced, handOversRefused: this.handOversRefused, handOversIn: this.handOversIn, handOversOut: this.handOversOut }),
         ...(this.lastSnapshot === null ? {} : { snapshotAt: this.lastSnapshot.createdAt, snapshotBytes: this.lastSnapshot.bytes, snapshotMs: Math.round(this.lastSnapshot.ms) }),
         ...this.core.patternStats(this.patternMatches),
       },
     };
     await this.cmd.set(this.keys.matcherStats, JSON.stringify(record), 'PX', this.statsMs * 3);
+    this.hooks.onStatsWritten?.(record);
   }
 
   /** Sharding by space: devices this matcher's engine took over from other shards, and handed to them, since start. */

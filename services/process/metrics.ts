@@ -107,16 +107,15 @@ export class Metrics implements EdgeMetrics {
       const ms = this.hubStats?.extra.handOverWaitMs;
       return typeof ms === 'number' && Number.isFinite(ms) ? ms / 1000 : 0;
     });
-    counter('ambit_handovers_forced_total', 'Sharded by space: hand-overs a shard leader applied after AMBIT_HANDOVER_WAIT_S without the shard the device left storing past it', () => {
-      const n = this.hubStats?.extra.handOversForced;
-      return typeof n === 'number' && Number.isFinite(n) ? n : 0;
-    });
-    // Device lifecycle: counted by the hub (in Redis mode, the deployment's totals: every gateway
-    // reports the same figure, so aggregate with max, not sum).
+    // Counted by the hub (in Redis mode, the deployment's totals: every gateway reports the same
+    // figure, so aggregate with max, not sum).
     const hubCount = (key: string) => () => {
       const v = this.hubStats?.extra[key];
       return typeof v === 'number' && Number.isFinite(v) ? v : 0;
     };
+    counter('ambit_handovers_forced_total', 'Sharded by space: hand-overs a shard leader applied after AMBIT_HANDOVER_WAIT_S without the shard the device left storing past it', hubCount('handOversForced'));
+    counter('ambit_handovers_refused_total', 'Sharded by space: hand-overs past AMBIT_HANDOVER_WAIT_S that wait on, because a device in them still has the owed window of an earlier one', hubCount('handOversRefused'));
+    // Device lifecycle.
     counter('ambit_devices_purged_total', 'Devices purged on request (PurgeDevice), by the hub (Redis mode: the deployment)', hubCount('devicesPurged'));
     counter('ambit_devices_expired_total', 'Devices purged because no gateway saw them for AMBIT_DEVICE_EXPIRY_DAYS, by the hub (Redis mode: the deployment)', hubCount('devicesExpired'));
     // Pattern subscriptions (an embedded node of one process; 0 elsewhere).

@@ -12,7 +12,7 @@ import { type GeoSpec, Keys } from '../../services/redis/keys.js';
 import { ShardMap } from '../../services/matcher/shard-map.js';
 import { compareStreamIds } from '../../services/redis/codec.js';
 import { runHubContract } from '../support/hub-contract.js';
-import { forcedHandOver } from '../support/forced-handover.js';
+import { forcedHandOver, refusedHandOver } from '../support/forced-handover.js';
 import { runGeoWorld } from '../support/geo-world.js';
 import { redisTestKit, useRedisServer } from '../support/redis-deployment.js';
 
@@ -420,6 +420,10 @@ describe('sharded by space', { skip: missing ?? false, timeout: 60_000 }, () => 
 
   it('the leader that opened an owed window dies before closing it: the next leader of its shard closes it', async () => {
     await forcedHandOver(kit, STRIPES, { leaderDies: true });
+  });
+
+  it('a device whose owed window is still open leaves a shard with no leader: the shard it arrives on does not apply it past the bound (one window a device), counts the refusal and applies it once that shard runs again', async () => {
+    await refusedHandOver(kit, STRIPES);
   });
 
   it('a shard leader killed right after it matched a publish: its standby takes over and replays; every reach and notification is still exact', async () => {

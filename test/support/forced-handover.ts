@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { RedisHub } from '../../services/hub/redis.js';
 import { RedisMatcher } from '../../services/matcher/redis.js';
 import type { GeoSpec } from '../../services/redis/keys.js';
+import type { MatcherStatsRecord } from '../../services/redis/protocol.js';
 import { PublishError } from '../../src/model/errors.js';
 import type { redisTestKit } from './redis-deployment.js';
 
@@ -72,5 +73,64 @@ export async function forcedHandOver(kit: Kit, stripes: GeoSpec, options: { lead
     await hub.close();
     await back?.stop();
     for (const m of matchers) await m.stop();
+  }
+}
+
+/**
+ * A device whose forced hand-over's owed window is still open (shard a, which owes it, is down)
+ * leaves shard b while b is down too: shard c, past the bound, finds the window open and does not
+ * force this one (a device has one window); it counts the refusal and waits for b, and applies the
+ * arrival once b runs again.
+ */
+export async function refusedHandOver(kit: Kit, stripes: GeoSpec): Promise<void> {
+  const { freshPrefix, matcherOptions, hubOptions } = kit;
+  const geo: GeoSpec = { ...stripes, cellDeg: 0.02 };
+  const prefix = freshPrefix();
+  const j = Math.floor((9.19 + 180) / geo.cellDeg);
+  const [a, b, c] = [j % 3, (j + 1) % 3, (j + 2) % 3];
+  const lonOf = (col: number) => (col + 0.5) * geo.cellDeg - 180;
+  let forced!: () => void;
+  const bForced = new Promise<void>((resolve) => (forced = resolve));
+  let refused!: (w: { entry: string; from: number[]; waitedMs: number }) => void;
+  const cRefused = new Promise<{ entry: string; from: number[]; waitedMs: number }>((resolve) => (refused = resolve));
+  let cForced = false;
+  // The second stats record shard c writes after the refusal (the first may have been read before it).
+  let written = -1;
+  let counted!: (r: MatcherStatsRecord) => void;
+  const cCounted = new Promise<MatcherStatsRecord>((resolve) => (counted = resolve));
+  const hooks = (k: number) =>
+    k === b
+      ? { onHandOverForced: () => forced() }
+      : k === c
+        ? { onHandOverRefused: refused, onHandOverForced: () => (cForced = true), onStatsWritten: (r: MatcherStatsRecord) => written >= 0 && ++written === 2 && counted(r) }
+        : {};
+  const start = (k: number) => RedisMatcher.start(matcherOptions(prefix, { geo, partition: k, handOverWaitMs: 200, hooks: hooks(k) }));
+  const running = new Map<number, RedisMatcher>();
+  for (const k of [b, c, 3]) running.set(k, await start(k));
+  const hub = await RedisHub.connect(hubOptions(prefix, { geo }));
+  try {
+    const dev = 'twice';
+    await hub.updateLocations([{ device: dev, lat: 45.4642, lon: lonOf(j) }]);
+    await hub.addSubscription(dev, { id: 'near', filters: [{ constraints: [], area: { radiusM: 10 } }] });
+    await hub.updateLocations([{ device: dev, lat: 45.4642, lon: lonOf(j) }]); // homed on shard a, which is down
+    await hub.updateLocations([{ device: dev, lat: 45.4642, lon: lonOf(j + 1) }]);
+    await bForced; // shard b applied it past the bound: the device's window stays open while a is down
+    assert.equal((await hub.publish([{ id: 'at-b', lat: 45.4642, lon: lonOf(j + 1), attributes: {} }]))[0].reached, 1);
+    await running.get(b)!.stop();
+    running.delete(b);
+    await hub.updateLocations([{ device: dev, lat: 45.4642, lon: lonOf(j + 2) }]);
+    const w = await cRefused;
+    written = 0;
+    assert.deepEqual(w.from, [b]);
+    assert.ok(w.waitedMs >= 200);
+    assert.equal((await cCounted).extra?.handOversRefused, 1, "shard c's stats record counts it");
+    assert.equal((await hub.stats()).extra.handOversRefused, 1, "the gateways' figure (and metric)");
+    // Shard b runs again and stores past the hand-over: shard c applies the arrival.
+    running.set(b, await start(b));
+    assert.equal((await hub.publish([{ id: 'at-c', lat: 45.4642, lon: lonOf(j + 2), attributes: {} }]))[0].reached, 1);
+    assert.equal(cForced, false, 'shard c never applied it past the bound');
+  } finally {
+    await hub.close();
+    for (const m of running.values()) await m.stop();
   }
 }
