@@ -8,10 +8,13 @@
  *   filters with radius in (s_L/2, s_L], s_L = minCell·2^L, in cubic cells of side 2·s_L (cellScale:
  *   a point event's reach then spans 8 cells, not 27). Cells in 3-D
  *   have no antimeridian and no poles, and a move only touches the grid when the slot changes cell.
- *   A cell keeps its slots' points inline (records of x, y, z, slot, list head, equality mask), so
- *   the chord test reads memory in order. An event visits, per populated level, the cells within
- *   s_L + r_e of it (chord <= arc, so this is a superset), then the Bloom test (CLCB S1a), the
- *   exact float64 haversine (S1b) and the constraints.
+ *   A cell keeps its slots' points inline (records of x, y, z, slot, list head, equality mask and
+ *   the AND of the listed filters' Bloom words), and a level's cells live in flat arrays
+ *   (cell-grid.ts: an open-addressing table and one pool of records), so the chord test reads
+ *   memory in order and a cell costs a table line and its records. An event visits, per populated
+ *   level, the cells within s_L + r_e of it (chord <= arc, so this is a superset), skips a slot
+ *   whose filters' common Bloom bits the event lacks, then the Bloom test (CLCB S1a), the exact
+ *   float64 haversine (S1b) and the constraints.
  * - Equality buckets. A filter with a string equality is filed under its slot, level, name and
  *   (interned) value (eq-buckets.ts); an event near the slot looks up only the buckets of the values
  *   it carries, after a 32-bit mask of the slot's (name, value) pairs says one may be there. A
@@ -30,6 +33,7 @@
 import { EARTH_RADIUS_M, haversineM } from '../model/geo.js';
 import { type NArea, type NConstraint, type NEvent, type NFilter, type NSubscription, inRange, patternDfa } from '../model/limits.js';
 import { AmbitError, show } from '../model/errors.js';
+import { CellGrid, REC } from './cell-grid.js';
 import { EqBuckets, NO_BUCKET } from './eq-buckets.js';
 import { CpuMatcher, type DeviceHandle, type MatcherOptions, type MatcherStats, checkHandleUpdate } from './matcher.js';
 import { OP_CODE, OP_CONTAINS, OP_EQ, OP_EXISTS, OP_GE, OP_GT, OP_LE, OP_LIKE, OP_LT, OP_NAME, OP_NE, OP_PREFIX, OP_REGEX, OP_SUFFIX, T_ANY, T_BOOL, T_NUM, T_STR } from './operators.js';
@@ -63,11 +67,6 @@ const MAX_LEVELS = 18;
 const MIN_CELL_SIDE_M = 64;
 
 /**
- * A grid cell: its slots as records of (x, y, z, slot, the level's list head of the slot, its mask
- * of equality names; the last two mirror Level.head and Level.eqMask), so an event's scan reads a
- * cell's points in order and touches nothing else of a slot out of reach or without candidates.
- */
-/**
  * What the engine reads of a filter: its normalised form, or the filter as given when
  * plainSubscription() accepted its subscription (a list or area may be missing there, and a
  * constraint has no `type`: the value's own type says it).
@@ -87,14 +86,6 @@ interface SubscriptionView {
 const NO_CONSTRAINTS: readonly never[] = [];
 const NO_TAGS: readonly string[] = [];
 
-interface Cell {
-  n: number;
-  rec: Float64Array;
-}
-/** Doubles per slot record in a cell. */
-const REC = 6;
-/** Emptied cells a level keeps for reuse. */
-const SPARE_CELLS = 4096;
 
 /** One grid level: cubic cells of side `size` metres, holding position slots. */
 interface Level {
@@ -102,11 +93,10 @@ interface Level {
   readonly inv: number;
   readonly off: number;
   readonly k: number;
-  readonly cells: Map<number, Cell>;
-  /** The cell holding each slot at this level (undefined: none). */
-  cellAt: (Cell | undefined)[];
-  /** Emptied cells kept for reuse: a device crossing into an empty cell allocates nothing. */
-  spare: Cell[];
+  /** The cells and their slot records (cell-grid.ts). */
+  readonly grid: CellGrid;
+  /** The cell id holding each slot at this level (meaningful while cellOf is not NaN). */
+  cellId: Int32Array;
   /** Cell key of each slot at this level (NaN = not in this level's grid). */
   cellOf: Float64Array;
   /** Index of the slot inside its cell's array. */
@@ -123,6 +113,13 @@ interface Level {
   eqMask: Uint32Array;
   /** Per slot, how many of its filters at this level sit in equality buckets. */
   eqCount: Uint16Array;
+  /**
+   * Per slot, the AND of the Bloom words of its filters in the level's list (`head`), mirrored in
+   * its record: an event lacking one of these bits can match none of them, and the scan skips the
+   * list without reading any filter.
+   */
+  andLo: Uint32Array;
+  andHi: Uint32Array;
 }
 
 const OCC_BITS = 16;
@@ -415,9 +412,8 @@ export class FastMatcher extends CpuMatcher {
         inv: 1 / side,
         off,
         k,
-        cells: new Map(),
-        cellAt: [],
-        spare: [],
+        grid: new CellGrid(),
+        cellId: new Int32Array(this.sCap),
         cellOf: new Float64Array(this.sCap).fill(NaN),
         idx: new Int32Array(this.sCap),
         count: new Uint16Array(this.sCap),
@@ -426,6 +422,8 @@ export class FastMatcher extends CpuMatcher {
         occBits: new Int32Array(1 << (OCC_BITS - 5)),
         eqMask: new Uint32Array(this.sCap),
         eqCount: new Uint16Array(this.sCap),
+        andLo: new Uint32Array(this.sCap),
+        andHi: new Uint32Array(this.sCap),
       };
       this.levels[l] = lv;
     }
@@ -441,45 +439,39 @@ export class FastMatcher extends CpuMatcher {
   }
 
   private gridInsert(lv: Level, s: number, key: number): void {
-    let cell = lv.cells.get(key);
-    if (cell === undefined) {
-      cell = lv.spare.pop() ?? { n: 0, rec: new Float64Array(4 * REC) };
-      lv.cells.set(key, cell);
+    const grid = lv.grid;
+    const c = grid.cellFor(key);
+    if (grid.count(c) === 0) {
       const h = occHash(key);
       if (lv.occ[h]++ === 0) lv.occBits[h >>> 5] |= 1 << (h & 31);
     }
-    if ((cell.n + 1) * REC > cell.rec.length) cell.rec = growF64(cell.rec, 2 * cell.rec.length);
-    const o = cell.n * REC;
+    const i = grid.push(c);
+    const rec = grid.pool; // after push: it may have grown
+    const o = grid.offset(c) + i * REC;
     const p = 3 * s;
-    cell.rec[o] = this.sXYZ[p];
-    cell.rec[o + 1] = this.sXYZ[p + 1];
-    cell.rec[o + 2] = this.sXYZ[p + 2];
-    cell.rec[o + 3] = s;
-    cell.rec[o + 4] = lv.head[s];
-    cell.rec[o + 5] = lv.eqMask[s];
+    rec[o] = this.sXYZ[p];
+    rec[o + 1] = this.sXYZ[p + 1];
+    rec[o + 2] = this.sXYZ[p + 2];
+    rec[o + 3] = s;
+    rec[o + 4] = lv.head[s];
+    rec[o + 5] = lv.eqMask[s];
+    rec[o + 6] = lv.andLo[s];
+    rec[o + 7] = lv.andHi[s];
     lv.cellOf[s] = key;
-    lv.cellAt[s] = cell;
-    lv.idx[s] = cell.n++;
+    lv.cellId[s] = c;
+    lv.idx[s] = i;
   }
 
   private gridRemove(lv: Level, s: number): void {
     const key = lv.cellOf[s];
-    const cell = lv.cellAt[s]!;
-    const i = lv.idx[s];
-    const last = --cell.n;
-    if (i !== last) {
-      const rec = cell.rec;
-      rec.copyWithin(i * REC, last * REC, last * REC + REC);
-      lv.idx[rec[i * REC + 3]] = i;
-    }
-    if (cell.n === 0) {
-      lv.cells.delete(key);
-      if (lv.spare.length < SPARE_CELLS) lv.spare.push(cell);
+    const c = lv.cellId[s];
+    const moved = lv.grid.removeAt(c, lv.idx[s]);
+    if (moved >= 0) lv.idx[moved] = lv.idx[s];
+    if (lv.grid.count(c) === 0) {
       const h = occHash(key);
       if (--lv.occ[h] === 0) lv.occBits[h >>> 5] &= ~(1 << (h & 31));
-    } else if (cell.rec.length > 64 * REC && cell.n * REC * 4 < cell.rec.length) cell.rec = cell.rec.slice(0, cell.rec.length / 2);
+    }
     lv.cellOf[s] = NaN;
-    lv.cellAt[s] = undefined;
   }
 
   // =============================== slots ===============================
@@ -498,11 +490,14 @@ export class FastMatcher extends CpuMatcher {
     for (const lv of this.levels) {
       if (lv === null) continue;
       lv.cellOf = growF64(lv.cellOf, n, NaN);
+      lv.cellId = growI32(lv.cellId, n);
       lv.idx = growI32(lv.idx, n);
       lv.count = growU16(lv.count, n);
       lv.head = growI32(lv.head, n, NONE);
       lv.eqMask = growU32(lv.eqMask, n);
       lv.eqCount = growU16(lv.eqCount, n);
+      lv.andLo = growU32(lv.andLo, n);
+      lv.andHi = growU32(lv.andHi, n);
     }
     this.sCap = n;
   }
@@ -572,8 +567,8 @@ export class FastMatcher extends CpuMatcher {
       const cur = lv.cellOf[s];
       if (cur === key) {
         // Same cell: its record takes the new point.
-        const rec = lv.cellAt[s]!.rec;
-        const r = lv.idx[s] * REC;
+        const rec = lv.grid.pool;
+        const r = lv.grid.offset(lv.cellId[s]) + lv.idx[s] * REC;
         rec[r] = this.sXYZ[o];
         rec[r + 1] = this.sXYZ[o + 1];
         rec[r + 2] = this.sXYZ[o + 2];
@@ -614,8 +609,11 @@ export class FastMatcher extends CpuMatcher {
     this.fNext[f] = head;
     this.fPrev[f] = NONE;
     if (head !== NONE) this.fPrev[head] = f;
-    if (en === NONE) lv.head[s] = f;
-    else {
+    if (en === NONE) {
+      lv.head[s] = f;
+      lv.andLo[s] = head === NONE ? this.fBloomLo[f] : lv.andLo[s] & this.fBloomLo[f];
+      lv.andHi[s] = head === NONE ? this.fBloomHi[f] : lv.andHi[s] & this.fBloomHi[f];
+    } else {
       this.eq.set(s, nameLevel, this.fEqStr[f], f);
       lv.eqMask[s] |= eqBit(en, this.fEqStr[f]);
       lv.eqCount[s]++;
@@ -631,11 +629,14 @@ export class FastMatcher extends CpuMatcher {
 
   /** Copies the slot's list head and equality mask at this level into its cell's record. */
   private mirror(lv: Level, s: number): void {
-    const cell = lv.cellAt[s];
-    if (cell === undefined) return;
-    const o = lv.idx[s] * REC;
-    cell.rec[o + 4] = lv.head[s];
-    cell.rec[o + 5] = lv.eqMask[s];
+    const key = lv.cellOf[s];
+    if (key !== key) return; // NaN: not filed at this level
+    const o = lv.grid.offset(lv.cellId[s]) + lv.idx[s] * REC;
+    const rec = lv.grid.pool;
+    rec[o + 4] = lv.head[s];
+    rec[o + 5] = lv.eqMask[s];
+    rec[o + 6] = lv.andLo[s];
+    rec[o + 7] = lv.andHi[s];
   }
 
   private detach(f: number): void {
@@ -650,6 +651,17 @@ export class FastMatcher extends CpuMatcher {
     else if (next === NONE) this.eq.delete(s, en * MAX_LEVELS + l, this.fEqStr[f]);
     else this.eq.set(s, en * MAX_LEVELS + l, this.fEqStr[f], next); // the bucket's head left
     if (next !== NONE) this.fPrev[next] = prev;
+    if (en === NONE) {
+      // The list's AND of Bloom words, without this filter.
+      let lo = -1;
+      let hi = -1;
+      for (let g = lv.head[s]; g !== NONE; g = this.fNext[g]) {
+        lo &= this.fBloomLo[g];
+        hi &= this.fBloomHi[g];
+      }
+      lv.andLo[s] = lo;
+      lv.andHi[s] = hi;
+    }
     // The mask only gathers bits while the slot has bucketed filters here; it starts over after.
     if (en !== NONE && --lv.eqCount[s] === 0) lv.eqMask[s] = 0;
     this.mirror(lv, s);
@@ -1119,7 +1131,7 @@ export class FastMatcher extends CpuMatcher {
     const ez = Math.sin(phi) * EARTH_RADIUS_M;
     for (let l = 0; l < MAX_LEVELS; l++) {
       const lv = this.levels[l];
-      if (lv === null || lv.cells.size === 0) continue;
+      if (lv === null || lv.grid.size === 0) continue;
       // Any filter here has r <= size, so candidates lie within size + r_e (chord <= arc).
       const h = (lv.size + e.radiusM) * (1 + 1e-9) + 1e-3;
       const x0 = Math.floor((ex - h) * lv.inv);
@@ -1134,9 +1146,10 @@ export class FastMatcher extends CpuMatcher {
       q[1] = ey;
       q[2] = ez;
       q[3] = h * h; // chord <= arc, and h already carries a rounding margin
-      if (nCells > lv.cells.size) {
+      const grid = lv.grid;
+      if (nCells > grid.size) {
         // The query box holds more cells than the level has: walk the level instead.
-        for (const cell of lv.cells.values()) this.scanCell(cell, l, e, notLo, notHi, stamp, out, q);
+        for (let c = 0; c < grid.top; c++) if (grid.count(c) > 0) this.scanCell(grid, c, l, e, notLo, notHi, stamp, out, q);
         continue;
       }
       const k = lv.k;
@@ -1148,8 +1161,8 @@ export class FastMatcher extends CpuMatcher {
           for (let iz = z0; iz <= z1; iz++) {
             const h = occHash(base + iz);
             if ((occBits[h >>> 5] & (1 << (h & 31))) === 0) continue;
-            const cell = lv.cells.get(base + iz);
-            if (cell !== undefined) this.scanCell(cell, l, e, notLo, notHi, stamp, out, q);
+            const c = grid.find(base + iz);
+            if (c >= 0) this.scanCell(grid, c, l, e, notLo, notHi, stamp, out, q);
           }
         }
       }
@@ -1157,15 +1170,16 @@ export class FastMatcher extends CpuMatcher {
     return out;
   }
 
-  private scanCell(cell: Cell, l: number, e: NEvent, notLo: number, notHi: number, stamp: number, out: string[], q: Float64Array): void {
-    const rec = cell.rec;
-    const n = cell.n * REC;
+  private scanCell(grid: CellGrid, c: number, l: number, e: NEvent, notLo: number, notHi: number, stamp: number, out: string[], q: Float64Array): void {
+    const rec = grid.pool;
+    const start = grid.offset(c);
+    const n = start + grid.count(c) * REC;
     const qx = q[0];
     const qy = q[1];
     const qz = q[2];
     const reach2 = q[3];
     const evMask = this.evEqMask;
-    for (let o = 0; o < n; o += REC) {
+    for (let o = start; o < n; o += REC) {
       // A slot whose chord to the event exceeds this level's reach (largest radius + r_e) has no
       // filter that can match: skip it before touching any of its own cache lines.
       const dx = rec[o] - qx;
@@ -1176,7 +1190,7 @@ export class FastMatcher extends CpuMatcher {
       // S1b: exact float64 great-circle distance, computed once per slot (-1: not yet).
       let d = -1;
       const h = rec[o + 4];
-      if (h !== NONE) d = this.scanList(h, s, d, e, notLo, notHi, stamp, out);
+      if (h !== NONE && (rec[o + 6] & notLo) === 0 && (rec[o + 7] & notHi) === 0) d = this.scanList(h, s, d, e, notLo, notHi, stamp, out);
       // Filters with a string equality: only the buckets of the event's own values.
       const m = rec[o + 5] & evMask;
       if (m === 0) continue;
@@ -1284,13 +1298,10 @@ export class FastMatcher extends CpuMatcher {
     for (const lv of this.levels) {
       if (lv === null) continue;
       levels++;
-      cells += lv.cells.size;
-      for (const c of lv.cells.values()) {
-        cellEntries += c.n;
-        cellBytes += c.rec.byteLength;
-      }
-      for (const c of lv.spare) cellBytes += c.rec.byteLength;
-      levelBytes += lv.cellOf.byteLength + lv.idx.byteLength + lv.count.byteLength + lv.head.byteLength;
+      cells += lv.grid.size;
+      for (let c = 0; c < lv.grid.top; c++) cellEntries += lv.grid.count(c);
+      cellBytes += lv.grid.bytes;
+      levelBytes += lv.cellOf.byteLength + lv.cellId.byteLength + lv.idx.byteLength + lv.count.byteLength + lv.head.byteLength;
     }
     const typed =
       this.fSub.byteLength + this.fNextInSub.byteLength + this.fSlot.byteLength + this.fRadius.byteLength +
@@ -1303,7 +1314,7 @@ export class FastMatcher extends CpuMatcher {
       this.subStamp.byteLength + levelBytes;
     // Maps and arrays of references: ~ 8 bytes a slot plus ~ 60 bytes per map entry (V8 estimates).
     const refs = 8 * (this.strOf.length + this.subId.length + this.subOwner.length + this.sDevice.length) +
-      60 * (this.subIndex.size + this.deviceSlot.size + cells) + cellBytes + 8 * this.sCap * levels + this.eq.bytes + this.patternBytes();
+      60 * (this.subIndex.size + this.deviceSlot.size) + cellBytes + this.eq.bytes + this.patternBytes();
     return {
       engine: this.name,
       subscriptions: this.subIndex.size,
