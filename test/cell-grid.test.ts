@@ -2,7 +2,8 @@
  * The fast engine's cell table (src/engines/cell-grid.ts) against a Map of arrays: seeded runs of
  * records added to and removed from cells, with keys that collide in the table, cells that grow
  * past and shrink below the block sizes, and tables that grow; after each step every cell's
- * records are what the model holds, in its order, and absent keys are not found.
+ * records are what the model holds, in its order, absent keys are not found and the list of live
+ * cells is exact; a pool mostly freed is packed, and an emptied grid starts over.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
@@ -12,6 +13,7 @@ import { Rng } from './support/rng.js';
 /** Checks every cell of the model in the grid, and a few keys never used. */
 function check(grid: CellGrid, model: Map<number, number[]>, absent: readonly number[]): void {
   let live = 0;
+  const ids = new Set<number>();
   for (const [key, slots] of model) {
     const c = grid.find(key);
     if (slots.length === 0) {
@@ -20,6 +22,7 @@ function check(grid: CellGrid, model: Map<number, number[]>, absent: readonly nu
     }
     live++;
     assert.ok(c >= 0, `key ${key} found`);
+    ids.add(c);
     assert.equal(grid.count(c), slots.length, `key ${key}: records`);
     const off = grid.offset(c);
     for (let i = 0; i < slots.length; i++) {
@@ -29,6 +32,7 @@ function check(grid: CellGrid, model: Map<number, number[]>, absent: readonly nu
     }
   }
   assert.equal(grid.size, live, 'cells holding records');
+  assert.deepEqual(new Set(grid.live.subarray(0, grid.size)), ids, 'the list of live cells');
   for (const k of absent) assert.equal(grid.find(k), -1);
 }
 
@@ -85,4 +89,38 @@ describe('CellGrid', () => {
       assert.equal(grid.size, 0);
     });
   }
+
+  it('a pool mostly freed (dense cells emptied) is packed, records kept; an emptied grid starts over', () => {
+    const rng = new Rng(5);
+    const grid = new CellGrid();
+    const model = new Map<number, number[]>();
+    const add = (key: number, slot: number): void => {
+      const c = grid.cellFor(key);
+      const i = grid.push(c); // first: it may move the cell's block
+      const o = grid.offset(c) + i * REC;
+      grid.pool[o] = key + slot;
+      grid.pool[o + 3] = slot;
+      (model.get(key) ?? model.set(key, []).get(key)!).push(slot);
+    };
+    const remove = (key: number, slot: number): void => {
+      const list = model.get(key)!;
+      const i = list.indexOf(slot);
+      grid.removeAt(grid.find(key), i);
+      const last = list.pop()!;
+      if (i < list.length) list[i] = last;
+    };
+    // 300 cells of 500 records: blocks of 512, a pool of about 150k records (1.2M float64s).
+    for (let s = 0; s < 150_000; s++) add(1000 + (s % 300), s);
+    const full = grid.bytes;
+    check(grid, model, [5]);
+    // Most cells empty, a few keep a record or two: the freed blocks would be half the pool.
+    for (let s = 0; s < 150_000; s++) if (s % 300 >= 20 || s >= 600) remove(1000 + (s % 300), s);
+    check(grid, model, [5]);
+    assert.ok(grid.bytes < full / 4, `packed: ${grid.bytes} bytes, ${full} full`);
+    for (let k = 0; k < 1000; k++) add(5000 + rng.int(50), 200_000 + k);
+    check(grid, model, [5]);
+    for (const [key, slots] of model) for (const s of [...slots]) remove(key, s);
+    check(grid, model, [5]);
+    assert.ok(grid.bytes < 16_384, `an emptied grid starts over: ${grid.bytes} bytes`);
+  });
 });

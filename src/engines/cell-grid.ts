@@ -8,9 +8,11 @@
  *
  * A record is REC float64s (64 bytes): x, y, z (the slot's 3-D point), the slot, and four words
  * the engine mirrors there (its list head, equality mask and the AND of its listed filters' Bloom
- * words at this level). Blocks hold 4·2^c records; a cell
- * that outgrows its block moves to one twice the size, one that shrinks to a quarter of a large
- * block moves to one half the size, and freed blocks are reused by size.
+ * words at this level). Blocks hold 4·2^c records; a cell that outgrows its block moves to one
+ * twice the size, one that shrinks to a quarter of a large block moves to one half the size, and
+ * freed blocks are reused by size. Once more than half of a large pool is free blocks (devices that
+ * gathered in dense cells and left), the live blocks are packed into a new pool; a grid left empty
+ * starts over.
  */
 
 /** Float64s per slot record. */
@@ -21,6 +23,10 @@ const EMPTY = -1;
 const MIN_BLOCK = 4;
 /** Blocks larger than this many records shrink when a quarter full. */
 const SHRINK_ABOVE = 64;
+/** Pools of at least this many float64s (8 MiB) are packed when more than half of them is free blocks. */
+const COMPACT_ABOVE = 1 << 20;
+/** Offsets are int32s. */
+const MAX_POOL = 2 ** 31 - 1;
 
 /** Bucket of a key in a table of 2^bits entries (both 32-bit halves mixed). */
 function slotOf(key: number, mask: number): number {
@@ -36,7 +42,7 @@ function slotOf(key: number, mask: number): number {
 export class CellGrid {
   /** Slot records, REC float64s each; a cell's are consecutive from its offset. Re-read after push(): it may be replaced. */
   pool = new Float64Array(64 * REC);
-  /** Per cell id: [offset into pool, records, block capacity in records, unused]. */
+  /** Per cell id: [offset into pool, records, block capacity in records, its place in `live`]. */
   meta = new Int32Array(4 * 64);
   /** Per cell id: its key (EMPTY: a free id). */
   private keys = new Float64Array(64).fill(EMPTY);
@@ -48,7 +54,11 @@ export class CellGrid {
   private mask = 63;
   /** Cells holding at least one record. */
   size = 0;
+  /** The ids of those cells, in no order (`size` of them): a walk over a level's cells costs its live ones. */
+  live = new Int32Array(64);
   private poolTop = 0;
+  /** Float64s in the live cells' blocks. */
+  private liveLen = 0;
   /** Free blocks by size class (4·2^c records): their offsets. */
   private readonly freeBlocks: number[][] = [];
 
@@ -74,6 +84,14 @@ export class CellGrid {
     this.meta[4 * c] = off;
     this.meta[4 * c + 1] = 0;
     this.meta[4 * c + 2] = MIN_BLOCK;
+    this.liveLen += MIN_BLOCK * REC;
+    if (this.size === this.live.length) {
+      const live = new Int32Array(2 * this.size);
+      live.set(this.live);
+      this.live = live;
+    }
+    this.live[this.size] = c;
+    this.meta[4 * c + 3] = this.size;
     const t = this.table;
     let i = slotOf(key, this.mask);
     while (t[2 * i] !== EMPTY) i = (i + 1) & this.mask;
@@ -124,7 +142,7 @@ export class CellGrid {
 
   /** Bytes of the arrays (pool, metadata, table). */
   get bytes(): number {
-    return this.pool.byteLength + this.meta.byteLength + this.keys.byteLength + this.table.byteLength;
+    return this.pool.byteLength + this.meta.byteLength + this.keys.byteLength + this.table.byteLength + this.live.byteLength;
   }
 
   private newId(): number {
@@ -143,9 +161,13 @@ export class CellGrid {
   private drop(c: number): void {
     const key = this.keys[c];
     this.freeBlock(this.meta[4 * c], this.meta[4 * c + 2]);
+    this.liveLen -= this.meta[4 * c + 2] * REC;
     this.keys[c] = EMPTY;
     this.freeIds.push(c);
-    this.size--;
+    const at = this.meta[4 * c + 3];
+    const last = this.live[--this.size];
+    this.live[at] = last;
+    this.meta[4 * last + 3] = at;
     // Linear probing's deletion: later entries of the run move back over the hole.
     const t = this.table;
     const mask = this.mask;
@@ -160,6 +182,40 @@ export class CellGrid {
       i = j;
     }
     t[2 * i] = EMPTY;
+    t[2 * i + 1] = EMPTY;
+    if (this.size === 0) this.reset();
+    else if (this.poolTop >= COMPACT_ABOVE && 2 * this.liveLen < this.poolTop) this.compact();
+  }
+
+  /** Back to a new grid's arrays (the last cell went). */
+  private reset(): void {
+    this.pool = new Float64Array(64 * REC);
+    this.meta = new Int32Array(4 * 64);
+    this.keys = new Float64Array(64).fill(EMPTY);
+    this.table = new Float64Array(2 * 64).fill(EMPTY);
+    this.live = new Int32Array(64);
+    this.mask = 63;
+    this.top = 0;
+    this.freeIds.length = 0;
+    this.freeBlocks.length = 0;
+    this.poolTop = 0;
+    this.liveLen = 0;
+  }
+
+  /** Packs the live cells' blocks into a new pool, in the order of `live`; no free block is left. */
+  private compact(): void {
+    const pool = new Float64Array(Math.max(64 * REC, 2 * this.liveLen));
+    let top = 0;
+    for (let i = 0; i < this.size; i++) {
+      const m = 4 * this.live[i];
+      const from = this.meta[m];
+      pool.set(this.pool.subarray(from, from + this.meta[m + 1] * REC), top);
+      this.meta[m] = top;
+      top += this.meta[m + 2] * REC;
+    }
+    this.pool = pool;
+    this.poolTop = top;
+    this.freeBlocks.length = 0;
   }
 
   private rehash(entries: number): void {
@@ -184,6 +240,7 @@ export class CellGrid {
     const from = this.meta[m];
     this.pool.copyWithin(to, from, from + this.meta[m + 1] * REC);
     this.freeBlock(from, this.meta[m + 2]);
+    this.liveLen += (cap - this.meta[m + 2]) * REC;
     this.meta[m] = to;
     this.meta[m + 2] = cap;
   }
@@ -194,7 +251,8 @@ export class CellGrid {
     if (free !== undefined && free.length > 0) return free.pop()!;
     const len = (MIN_BLOCK << cls) * REC;
     if (this.poolTop + len > this.pool.length) {
-      const pool = new Float64Array(Math.max(2 * this.pool.length, this.poolTop + len));
+      if (this.poolTop + len > MAX_POOL) throw new RangeError(`fast: a grid level's records would pass ${MAX_POOL} float64s`);
+      const pool = new Float64Array(Math.min(MAX_POOL, Math.max(2 * this.pool.length, this.poolTop + len)));
       pool.set(this.pool.subarray(0, this.poolTop));
       this.pool = pool;
     }

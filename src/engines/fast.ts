@@ -8,13 +8,10 @@
  *   filters with radius in (s_L/2, s_L], s_L = minCell·2^L, in cubic cells of side 2·s_L (cellScale:
  *   a point event's reach then spans 8 cells, not 27). Cells in 3-D
  *   have no antimeridian and no poles, and a move only touches the grid when the slot changes cell.
- *   A cell keeps its slots' points inline (records of x, y, z, slot, list head, equality mask and
- *   the AND of the listed filters' Bloom words), and a level's cells live in flat arrays
- *   (cell-grid.ts: an open-addressing table and one pool of records), so the chord test reads
- *   memory in order and a cell costs a table line and its records. An event visits, per populated
- *   level, the cells within s_L + r_e of it (chord <= arc, so this is a superset), skips a slot
- *   whose filters' common Bloom bits the event lacks, then the Bloom test (CLCB S1a), the exact
- *   float64 haversine (S1b) and the constraints.
+ *   A cell keeps its slots' records inline in flat arrays (cell-grid.ts). An event visits, per
+ *   populated level, the cells within s_L + r_e of it (chord <= arc: a superset), skips a slot
+ *   whose filters' common Bloom bits it lacks, then the Bloom test (CLCB S1a), the exact float64
+ *   haversine (S1b) and the constraints.
  * - Equality buckets. A filter with a string equality is filed under its slot, level, name and
  *   (interned) value (eq-buckets.ts); an event near the slot looks up only the buckets of the values
  *   it carries, after a 32-bit mask of the slot's (name, value) pairs says one may be there. A
@@ -84,6 +81,8 @@ interface SubscriptionView {
 }
 
 const NO_CONSTRAINTS: readonly never[] = [];
+/** A slot's list of at most this many filters at a level has its Bloom AND recomputed when one leaves. */
+const AND_RECOMPUTE = 32;
 const NO_TAGS: readonly string[] = [];
 
 
@@ -465,9 +464,10 @@ export class FastMatcher extends CpuMatcher {
   private gridRemove(lv: Level, s: number): void {
     const key = lv.cellOf[s];
     const c = lv.cellId[s];
+    const emptied = lv.grid.count(c) === 1; // the cell goes with its last record
     const moved = lv.grid.removeAt(c, lv.idx[s]);
     if (moved >= 0) lv.idx[moved] = lv.idx[s];
-    if (lv.grid.count(c) === 0) {
+    if (emptied) {
       const h = occHash(key);
       if (--lv.occ[h] === 0) lv.occBits[h >>> 5] &= ~(1 << (h & 31));
     }
@@ -652,15 +652,20 @@ export class FastMatcher extends CpuMatcher {
     else this.eq.set(s, en * MAX_LEVELS + l, this.fEqStr[f], next); // the bucket's head left
     if (next !== NONE) this.fPrev[next] = prev;
     if (en === NONE) {
-      // The list's AND of Bloom words, without this filter.
+      // The list's AND of Bloom words, without this filter, where the list is short; a long list
+      // keeps the AND it had: it has fewer bits than the list's own (a filter less can only add
+      // bits), so it still skips only slots none of whose filters can match.
       let lo = -1;
       let hi = -1;
-      for (let g = lv.head[s]; g !== NONE; g = this.fNext[g]) {
+      let n = 0;
+      for (let g = lv.head[s]; g !== NONE && n <= AND_RECOMPUTE; g = this.fNext[g], n++) {
         lo &= this.fBloomLo[g];
         hi &= this.fBloomHi[g];
       }
-      lv.andLo[s] = lo;
-      lv.andHi[s] = hi;
+      if (n <= AND_RECOMPUTE) {
+        lv.andLo[s] = lo;
+        lv.andHi[s] = hi;
+      }
     }
     // The mask only gathers bits while the slot has bucketed filters here; it starts over after.
     if (en !== NONE && --lv.eqCount[s] === 0) lv.eqMask[s] = 0;
@@ -1149,7 +1154,7 @@ export class FastMatcher extends CpuMatcher {
       const grid = lv.grid;
       if (nCells > grid.size) {
         // The query box holds more cells than the level has: walk the level instead.
-        for (let c = 0; c < grid.top; c++) if (grid.count(c) > 0) this.scanCell(grid, c, l, e, notLo, notHi, stamp, out, q);
+        for (let i = 0; i < grid.size; i++) this.scanCell(grid, grid.live[i], l, e, notLo, notHi, stamp, out, q);
         continue;
       }
       const k = lv.k;
@@ -1299,9 +1304,9 @@ export class FastMatcher extends CpuMatcher {
       if (lv === null) continue;
       levels++;
       cells += lv.grid.size;
-      for (let c = 0; c < lv.grid.top; c++) cellEntries += lv.grid.count(c);
+      for (let i = 0; i < lv.grid.size; i++) cellEntries += lv.grid.count(lv.grid.live[i]);
       cellBytes += lv.grid.bytes;
-      levelBytes += lv.cellOf.byteLength + lv.cellId.byteLength + lv.idx.byteLength + lv.count.byteLength + lv.head.byteLength;
+      levelBytes += lv.cellOf.byteLength + lv.cellId.byteLength + lv.idx.byteLength + lv.count.byteLength + lv.head.byteLength + lv.eqMask.byteLength + lv.eqCount.byteLength + lv.andLo.byteLength + lv.andHi.byteLength;
     }
     const typed =
       this.fSub.byteLength + this.fNextInSub.byteLength + this.fSlot.byteLength + this.fRadius.byteLength +
