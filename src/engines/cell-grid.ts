@@ -47,7 +47,7 @@ export class CellGrid {
   /** Per cell id: its key (EMPTY: a free id). */
   private keys = new Float64Array(64).fill(EMPTY);
   /** Cell ids above the highest ever used are free; below, `freeIds`. */
-  top = 0;
+  private top = 0;
   private readonly freeIds: number[] = [];
   /** Open addressing, linear probing: [key, cell id] pairs, EMPTY keys free. */
   private table = new Float64Array(2 * 64).fill(EMPTY);
@@ -92,11 +92,7 @@ export class CellGrid {
     }
     this.live[this.size] = c;
     this.meta[4 * c + 3] = this.size;
-    const t = this.table;
-    let i = slotOf(key, this.mask);
-    while (t[2 * i] !== EMPTY) i = (i + 1) & this.mask;
-    t[2 * i] = key;
-    t[2 * i + 1] = c;
+    this.place(key, c);
     this.size++;
     return c;
   }
@@ -222,14 +218,16 @@ export class CellGrid {
     const old = this.table;
     this.table = new Float64Array(2 * entries).fill(EMPTY);
     this.mask = entries - 1;
-    for (let i = 0; i < old.length; i += 2) {
-      const key = old[i];
-      if (key === EMPTY) continue;
-      let j = slotOf(key, this.mask);
-      while (this.table[2 * j] !== EMPTY) j = (j + 1) & this.mask;
-      this.table[2 * j] = key;
-      this.table[2 * j + 1] = old[i + 1];
-    }
+    for (let i = 0; i < old.length; i += 2) if (old[i] !== EMPTY) this.place(old[i], old[i + 1]);
+  }
+
+  /** Files `key` → `c` in the table's first free entry from its bucket. */
+  private place(key: number, c: number): void {
+    const t = this.table;
+    let i = slotOf(key, this.mask);
+    while (t[2 * i] !== EMPTY) i = (i + 1) & this.mask;
+    t[2 * i] = key;
+    t[2 * i + 1] = c;
   }
 
   /** Moves cell `c`'s records to a block of `cap` records. */

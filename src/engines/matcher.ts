@@ -124,7 +124,7 @@ export abstract class CpuMatcher implements Matcher {
 
   add(sub: Subscription): void {
     if (this.readsPlain && plainSubscription(sub, this.limits)) {
-      if (this.has(sub.id)) throw new AmbitError('ALREADY_EXISTS', `subscription ${show(sub.id)} already exists`, 'subscription.id');
+      this.refuseTaken(sub.id);
       this.insertPlain(sub);
       return;
     }
@@ -236,8 +236,12 @@ export abstract class CpuMatcher implements Matcher {
 
   /** add() of a subscription validateSubscription() has already normalised (engines built on this one). */
   addValid(n: NSubscription): void {
-    if (this.has(n.id)) throw new AmbitError('ALREADY_EXISTS', `subscription ${show(n.id)} already exists`, 'subscription.id');
+    this.refuseTaken(n.id);
     this.insert(n);
+  }
+
+  private refuseTaken(id: string): void {
+    if (this.has(id)) throw new AmbitError('ALREADY_EXISTS', `subscription ${show(id)} already exists`, 'subscription.id');
   }
 
   /** replace() of an already validated subscription. */

@@ -12,7 +12,7 @@ import { type GeoSpec, Keys } from '../../services/redis/keys.js';
 import { ShardMap } from '../../services/matcher/shard-map.js';
 import { compareStreamIds } from '../../services/redis/codec.js';
 import { runHubContract } from '../support/hub-contract.js';
-import { forcedHandOver, refusedHandOver } from '../support/forced-handover.js';
+import { forcedHandOver, milanStripes, refusedHandOver } from '../support/forced-handover.js';
 import { runGeoWorld } from '../support/geo-world.js';
 import { redisTestKit, useRedisServer } from '../support/redis-deployment.js';
 
@@ -374,12 +374,10 @@ describe('sharded by space', { skip: missing ?? false, timeout: 60_000 }, () => 
   });
 
   it("a purge still queued on the shard the device was homed on when the device subscribes again on another: that shard's drop, when it comes, keeps what the other stored after the purge", async () => {
-    const geo: GeoSpec = { ...STRIPES, cellDeg: 0.02 }; // 1.56 km stripes: a publish in the middle of one visits no other
+    const { geo, j, shardOf, lonOf } = milanStripes(STRIPES);
     const prefix = freshPrefix();
-    const j = Math.floor((9.19 + 180) / geo.cellDeg);
-    const a = j % 3;
-    const b = (j + 1) % 3;
-    const lonOf = (col: number) => (col + 0.5) * geo.cellDeg - 180;
+    const a = shardOf(j);
+    const b = shardOf(j + 1);
     const dev = 'returner';
     const start = (k: number, hooks = {}) => RedisMatcher.start(matcherOptions(prefix, { geo, partition: k, hooks }));
     const matchers = await Promise.all([0, 1, 2, 3].map((k) => start(k)));

@@ -14,18 +14,25 @@ import type { redisTestKit } from './redis-deployment.js';
 type Kit = Pick<ReturnType<typeof redisTestKit>, 'freshPrefix' | 'matcherOptions' | 'hubOptions'>;
 
 /**
+ * Milan's column of cells on 1.56 km stripes (a publish in the middle of one visits no other):
+ * `j`, the shard of a column (3 geographic shards) and the longitude of a column's middle.
+ */
+export function milanStripes(stripes: GeoSpec): { geo: GeoSpec; j: number; shardOf: (col: number) => number; lonOf: (col: number) => number } {
+  const geo: GeoSpec = { ...stripes, cellDeg: 0.02 };
+  return { geo, j: Math.floor((9.19 + 180) / geo.cellDeg), shardOf: (col) => col % 3, lonOf: (col) => (col + 0.5) * geo.cellDeg - 180 };
+}
+
+/**
  * Shard b gives up waiting for shard a (never started until the end) after 200 ms: the device gets
  * the event published where it arrived, and once shard a runs the one shard a owed it, each once,
  * the owed one after; an event near where it was, after the move, reaches it nowhere.
  */
 export async function forcedHandOver(kit: Kit, stripes: GeoSpec, options: { leaderDies?: boolean } = {}): Promise<void> {
   const { freshPrefix, matcherOptions, hubOptions } = kit;
-  const geo: GeoSpec = { ...stripes, cellDeg: 0.02 }; // 1.56 km stripes: a publish in the middle of one visits no other
+  const { geo, j, shardOf, lonOf } = milanStripes(stripes);
   const prefix = freshPrefix();
-  const j = Math.floor((9.19 + 180) / geo.cellDeg);
-  const a = j % 3;
-  const b = (j + 1) % 3;
-  const lonOf = (col: number) => (col + 0.5) * geo.cellDeg - 180;
+  const a = shardOf(j);
+  const b = shardOf(j + 1);
   let forced!: (w: { entry: string; from: number[]; waitedMs: number }) => void;
   const bForced = new Promise<{ entry: string; from: number[]; waitedMs: number }>((resolve) => (forced = resolve));
   let closed!: (w: { released: string; closed: number }) => void;
@@ -84,11 +91,9 @@ export async function forcedHandOver(kit: Kit, stripes: GeoSpec, options: { lead
  */
 export async function refusedHandOver(kit: Kit, stripes: GeoSpec): Promise<void> {
   const { freshPrefix, matcherOptions, hubOptions } = kit;
-  const geo: GeoSpec = { ...stripes, cellDeg: 0.02 };
+  const { geo, j, shardOf, lonOf } = milanStripes(stripes);
   const prefix = freshPrefix();
-  const j = Math.floor((9.19 + 180) / geo.cellDeg);
-  const [a, b, c] = [j % 3, (j + 1) % 3, (j + 2) % 3];
-  const lonOf = (col: number) => (col + 0.5) * geo.cellDeg - 180;
+  const [a, b, c] = [shardOf(j), shardOf(j + 1), shardOf(j + 2)];
   let forced!: () => void;
   const bForced = new Promise<void>((resolve) => (forced = resolve));
   let refused!: (w: { entry: string; from: number[]; waitedMs: number }) => void;
