@@ -5,7 +5,10 @@
  * thread was (samples outside "(idle)"), then its top functions and files by self time, as a
  * share of the busy time.
  *
- *   node scripts/profile-summary.mjs DIR|FILE... [--top N] [--min-busy-ms MS]
+ *   node scripts/profile-summary.mjs DIR|FILE... [--top N] [--min-busy-ms MS] [--last S]
+ *
+ * --last S: only the samples of each profile's last S seconds (e.g. a benchmark's publishing phase,
+ * leaving out the subscribing before it).
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -13,14 +16,16 @@ import path from 'node:path';
 const args = process.argv.slice(2);
 let top = 25;
 let minBusy = 0;
+let lastS = Infinity;
 const inputs = [];
 for (let i = 0; i < args.length; i++) {
   if (args[i] === '--top') top = Number(args[++i]);
   else if (args[i] === '--min-busy-ms') minBusy = Number(args[++i]);
+  else if (args[i] === '--last') lastS = Number(args[++i]);
   else inputs.push(args[i]);
 }
-if (inputs.length === 0 || !(top > 0) || !(minBusy >= 0)) {
-  console.error('usage: node scripts/profile-summary.mjs DIR|FILE... [--top N] [--min-busy-ms MS]');
+if (inputs.length === 0 || !(top > 0) || !(minBusy >= 0) || !(lastS > 0)) {
+  console.error('usage: node scripts/profile-summary.mjs DIR|FILE... [--top N] [--min-busy-ms MS] [--last S]');
   process.exit(2);
 }
 const files = inputs.flatMap((p) =>
@@ -39,8 +44,13 @@ for (const file of files) {
   const prof = JSON.parse(fs.readFileSync(file, 'utf8'));
   const byId = new Map(prof.nodes.map((n) => [n.id, n]));
   const selfUs = new Map();
+  // Sample i lasts until sample i + 1; with --last, samples that start before the window are left out.
+  const from = prof.endTime - lastS * 1e6;
+  let t = prof.startTime;
   for (let i = 0; i < prof.samples.length; i++) {
+    t += prof.timeDeltas[i] ?? 0;
     const dt = prof.timeDeltas[i + 1] ?? 0;
+    if (t < from) continue;
     selfUs.set(prof.samples[i], (selfUs.get(prof.samples[i]) ?? 0) + Math.max(0, dt));
   }
   let total = 0;

@@ -123,3 +123,47 @@ describe('fast engine options', () => {
     for (const cellScale of [1, 2, 4]) assert.equal(fast({ cellScale }).stats().extra?.cellScale, cellScale);
   });
 });
+
+describe('tags (Matcher.tag, matchBatchTagged)', () => {
+  const tagging = engines.filter(([, make]) => typeof make().tag === 'function');
+  it('the engines that number their subscriptions keep tags: fast', () => {
+    assert.deepEqual(tagging.map(([n]) => n), ['fast']);
+  });
+  for (const [name, make] of tagging) {
+    it(`${name}: a tagged subscription is listed as its tag until it is removed or replaced; ids through match() and matchBatch()`, async () => {
+      const m = make();
+      try {
+        const e = { id: 'e', lat: 45.46, lon: 9.18, attributes: { x: 1 } };
+        const has = { filters: [{ constraints: [{ name: 'x', op: 'exists' as const }] }] };
+        assert.equal(m.tag!({ key: 'a' }), false, 'no subscription a yet');
+        m.add({ id: 'a', owner: 'd', ...has });
+        m.add({ id: 'b', owner: 'd', ...has });
+        const ta = { key: 'a', mine: 1 };
+        assert.equal(m.tag!(ta), true);
+        const tagged = async () => (await m.matchBatchTagged!([e]))[0];
+        let [r] = [await tagged()];
+        assert.equal(r.length, 2);
+        assert.ok(r.includes(ta) && r.includes('b'));
+        assert.deepEqual([...(await m.match(e))].sort(), ['a', 'b']);
+        assert.deepEqual([...(await m.matchBatch([e]))[0]].sort(), ['a', 'b']);
+        // Replaced: listed by its id until tagged again.
+        m.replace({ id: 'a', owner: 'd', ...has });
+        assert.deepEqual([...(await tagged())].sort(), ['a', 'b']);
+        const ta2 = { key: 'a' };
+        m.tag!(ta2);
+        r = await tagged();
+        assert.ok(r.includes(ta2) && !r.includes(ta));
+        // Removed: not listed, takes no tag; added again, listed by its id.
+        assert.equal(m.remove('a'), true);
+        assert.deepEqual(await tagged(), ['b']);
+        assert.equal(m.tag!({ key: 'a' }), false);
+        m.add({ id: 'a', owner: 'd', ...has });
+        assert.deepEqual([...(await tagged())].sort(), ['a', 'b']);
+        // Bad events are refused as by matchBatch, the field named.
+        await assert.rejects(m.matchBatchTagged!([{ ...e, lat: 91 }]), (err: AmbitError) => err.code === 'INVALID_ARGUMENT' && err.field === 'events[0].lat');
+      } finally {
+        await m.close();
+      }
+    });
+  }
+});

@@ -45,9 +45,9 @@ export interface HubFanOut {
   deliver?(source: DeliverySource, events: readonly Event[], recipients: readonly (readonly Recipient[])[]): number[];
   /**
    * Instead of `deliver`, for a fan-out that groups matches by device itself (fan-out shards): the
-   * engine's keys of each event and the core that resolves them.
+   * matches of each event (owners, or engine keys) and the core that resolves keys.
    */
-  deliverMatches?(source: DeliverySource, events: readonly Event[], matches: readonly (readonly string[])[], owners: { ownerOf(key: string): Owner | undefined }): number[];
+  deliverMatches?(source: DeliverySource, events: readonly Event[], matches: readonly (readonly (string | Owner)[])[], owners: { ownerOf(key: string): Owner | undefined }): number[];
   /** A subscription left the core (with deliverMatches: forget its number). */
   forget?(o: Owner): void;
   /**

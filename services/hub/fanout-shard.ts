@@ -123,7 +123,7 @@ export class ShardedFanOut implements HubFanOut {
    * The hub's thread writes a few bytes per matched subscription and allocates nothing per
    * recipient. Returns the subscriptions each event reached, as `deliver` does.
    */
-  deliverMatches(source: DeliverySource, events: readonly Event[], matches: readonly (readonly string[])[], owners: { ownerOf(key: string): Owner | undefined }): number[] {
+  deliverMatches(source: DeliverySource, events: readonly Event[], matches: readonly (readonly (string | Owner)[])[], owners: { ownerOf(key: string): Owner | undefined }): number[] {
     if (this.broken !== null) throw this.broken;
     const n = this.outs.length;
     const seq = ++this.seq;
@@ -135,11 +135,14 @@ export class ShardedFanOut implements HubFanOut {
       reached[i] = keys.length;
       const e = events[i];
       for (let j = 0; j < keys.length; j++) {
-        const o = owners.ownerOf(keys[j]);
+        const kj = keys[j];
+        // An owner gone since it was listed is delivered as matched, by its key (as an unknown key is).
+        const o = typeof kj === 'string' ? owners.ownerOf(kj) : kj.gone ? undefined : kj;
+        const key = typeof kj === 'string' ? kj : kj.key;
         let device: string;
         let memo: Owner['of'] | undefined;
         if (o === undefined) {
-          device = splitSubscriptionKey(keys[j])[0];
+          device = splitSubscriptionKey(key)[0];
           memo = undefined;
         } else {
           memo = o.of;
@@ -160,7 +163,7 @@ export class ShardedFanOut implements HubFanOut {
         }
         counts[k]++;
         if (o === undefined) {
-          const [, id] = splitSubscriptionKey(keys[j]);
+          const [, id] = splitSubscriptionKey(key);
           w.u8(M.KEY);
           w.str(device);
           w.str(id);

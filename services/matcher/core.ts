@@ -5,7 +5,7 @@
  * is parsed per matched pair. No I/O; a FanOut (fanout.ts) stores and delivers.
  */
 import { AmbitError, show } from '../../src/model/errors.js';
-import type { Matcher, MatcherStats } from '../../src/engines/matcher.js';
+import type { Listed, Matcher, MatcherStats } from '../../src/engines/matcher.js';
 import type { DeviceHandle } from '../../src/engines/matcher.js';
 import type { Event, PositionUpdate } from '../../src/model/types.js';
 import { type PatternMatcher, type PatternMatcherSnapshot, type PatternNotification, eventInput } from '../../src/engines/event-patterns/pattern-matcher.js';
@@ -55,13 +55,21 @@ interface DeviceSubs extends DeviceMemo {
 /**
  * What an engine subscription key stands for: the device (with its memo) and the subscription
  * id; `num` numbers the subscription in this core for fan-outs that resolve matches elsewhere
- * (fan-out shards: they are told a number once, `sent`, and get numbers after that).
+ * (fan-out shards: they are told a number once, `sent`, and get numbers after that). An engine
+ * that keeps tags (Matcher.tag) keeps it as the subscription's tag and lists it when matched.
  */
 export interface Owner {
+  /** The engine key. */
+  readonly key: string;
   readonly of: DeviceMemo & { readonly device: string };
   readonly id: string;
   readonly num: number;
   sent: boolean;
+  /**
+   * The subscription left the core. A match listed before (a tag the engine listed while it was
+   * live) is delivered as matched by its device and id, as a key the core no longer knows is.
+   */
+  gone: boolean;
 }
 
 interface OwnerEntry extends Owner {
@@ -143,8 +151,10 @@ export class MatchCore {
     if (!exists) this.subscriptionCount++;
     // Pattern subscriptions have no engine key to resolve: they are delivered as their matches come.
     const wasFilters = old !== undefined && old.pattern === undefined;
-    if (sub.pattern === undefined && !wasFilters) this.owners.set(key, { of: mine, id: sub.id, num: this.nextOwner++, sent: false });
+    if (sub.pattern === undefined && !wasFilters) this.owners.set(key, { key, of: mine, id: sub.id, num: this.nextOwner++, sent: false, gone: false });
     else if (sub.pattern !== undefined && wasFilters) this.dropOwner(key);
+    // A replaced version is a new engine subscription: tagged again.
+    if (sub.pattern === undefined) this.engine.tag?.(this.owners.get(key)!);
     mine.subs.set(sub.id, sub);
     this.countPatterns(mine, (sub.pattern !== undefined ? 1 : 0) - (old?.pattern !== undefined ? 1 : 0));
   }
@@ -163,7 +173,9 @@ export class MatchCore {
   private dropOwner(key: string): void {
     const o = this.owners.get(key);
     this.owners.delete(key);
-    if (o !== undefined && this.onOwnerRemoved !== null) this.onOwnerRemoved(o);
+    if (o === undefined) return;
+    o.gone = true;
+    if (this.onOwnerRemoved !== null) this.onOwnerRemoved(o);
   }
 
   /**
@@ -314,17 +326,25 @@ export class MatchCore {
   }
 
   /**
-   * The engine's matched keys of each event, ungrouped: for a fan-out that groups them by device
-   * itself (`ownerOf` resolves each key; a key it does not know was removed while the match was
-   * awaited and is delivered as matched, as `match` does).
+   * The engine's matches of each event, ungrouped: for a fan-out that groups them by device
+   * itself. Each is its owner where the engine keeps tags (Matcher.tag), else its key (`ownerOf`
+   * resolves it; a key it does not know was removed while the match was awaited and is
+   * delivered as matched, as `match` does).
    */
-  async matchKeys(events: readonly Event[]): Promise<readonly (readonly string[])[]> {
+  async matchKeys(events: readonly Event[]): Promise<readonly (readonly (string | Owner)[])[]> {
     if (events.length === 0) return [];
     this.matching++;
     try {
-      const keys = events.length === 1 ? [await this.engine.match(events[0])] : await this.engine.matchBatch(events);
-      if (this.purgedWhileMatching.size === 0) return keys;
-      return keys.map((ks) => ks.filter((k) => this.owners.has(k) || !this.purgedWhileMatching.has(splitSubscriptionKey(k)[0])));
+      const e = this.engine;
+      const keys: readonly (readonly Listed[])[] =
+        e.matchBatchTagged !== undefined ? await e.matchBatchTagged(events) : events.length === 1 ? [await e.match(events[0])] : await e.matchBatch(events);
+      if (this.purgedWhileMatching.size === 0) return keys as readonly (readonly (string | Owner)[])[];
+      // A match of a device purged meanwhile is dropped; one removed otherwise is delivered as matched.
+      const live = (k: Listed): boolean => {
+        if (typeof k === 'string') return this.owners.has(k) || !this.purgedWhileMatching.has(splitSubscriptionKey(k)[0]);
+        return !(k as Owner).gone || !this.purgedWhileMatching.has((k as Owner).of.device);
+      };
+      return keys.map((ks) => ks.filter(live) as (string | Owner)[]);
     } finally {
       if (--this.matching === 0) this.purgedWhileMatching.clear();
     }
@@ -390,15 +410,16 @@ export class MatchCore {
     return (await this.matchKeys(events)).map((keys) => this.group(keys));
   }
 
-  /** One event's matched engine keys as recipients, subscription ids sorted per device. */
-  private group(keys: readonly string[]): Recipient[] {
+  /** One event's matches (owners, or engine keys) as recipients, subscription ids sorted per device. */
+  private group(keys: readonly (string | Owner)[]): Recipient[] {
     if (keys.length === 0) return [];
     const stamp = ++this.stamp;
     const out: Recipient[] = [];
     for (let i = 0; i < keys.length; i++) {
-      const o = this.owners.get(keys[i]);
+      const k = keys[i];
+      const o = typeof k === 'string' ? this.owners.get(k) : k.gone ? undefined : (k as OwnerEntry);
       if (o === undefined) {
-        this.lateMatch(keys[i], out, stamp);
+        this.lateMatch(typeof k === 'string' ? k : k.key, out, stamp);
         continue;
       }
       const d = o.of;

@@ -28,15 +28,15 @@
  * put those reads behind accessors or a shared state object.
  */
 import { EARTH_RADIUS_M, haversineM } from '../model/geo.js';
-import { type NArea, type NConstraint, type NEvent, type NFilter, type NSubscription, inRange, patternDfa } from '../model/limits.js';
+import { type NArea, type NConstraint, type NEvent, type NFilter, type NSubscription, inRange, patternDfa, validateEvents } from '../model/limits.js';
 import { AmbitError, show } from '../model/errors.js';
 import { CellGrid, REC } from './cell-grid.js';
 import { EqBuckets, NO_BUCKET } from './eq-buckets.js';
-import { CpuMatcher, type DeviceHandle, type MatcherOptions, type MatcherStats, checkHandleUpdate } from './matcher.js';
+import { CpuMatcher, type DeviceHandle, type Listed, type MatcherOptions, type MatcherStats, type SubscriptionTag, checkHandleUpdate } from './matcher.js';
 import { OP_CODE, OP_CONTAINS, OP_EQ, OP_EXISTS, OP_GE, OP_GT, OP_LE, OP_LIKE, OP_LT, OP_NAME, OP_NE, OP_PREFIX, OP_REGEX, OP_SUFFIX, T_ANY, T_BOOL, T_NUM, T_STR } from './operators.js';
 import { type Dfa, dfaMatches } from '../model/pattern.js';
 import { tagName, tagOfName } from '../model/tags.js';
-import type { LatLon, Op, Subscription, Value } from '../model/types.js';
+import type { Event, LatLon, Op, Subscription, Value } from '../model/types.js';
 
 export interface FastMatcherOptions extends MatcherOptions {
   /**
@@ -206,6 +206,10 @@ export class FastMatcher extends CpuMatcher {
   private subOwner: (string | null)[] = [];
   private subHead = new Int32Array(1024).fill(NONE);
   private subStamp = new Uint32Array(1024);
+  /** Tags by subscription index (tag()); null until the first. */
+  private subTag: (SubscriptionTag | undefined)[] | null = null;
+  /** While matchValidTagged runs: hits list a subscription's tag where it has one. */
+  private listTags = false;
   private readonly subFree: number[] = [];
   private subTop = 0;
 
@@ -940,6 +944,7 @@ export class FastMatcher extends CpuMatcher {
     this.subIndex.delete(id);
     this.subHead[si] = NONE;
     this.subId[si] = null;
+    if (this.subTag !== null) this.subTag[si] = undefined;
     this.subOwner[si] = null;
     this.subFree.push(si);
     return true;
@@ -1270,7 +1275,35 @@ export class FastMatcher extends CpuMatcher {
   private hit(si: number, stamp: number, out: string[]): void {
     if (this.subStamp[si] === stamp) return;
     this.subStamp[si] = stamp;
-    out.push(this.subId[si]!);
+    // matchValidTagged reads `out` as Listed[].
+    if (this.listTags) (out as Listed[]).push(this.subTag![si] ?? this.subId[si]!);
+    else out.push(this.subId[si]!);
+  }
+
+  tag(t: SubscriptionTag): boolean {
+    const si = typeof t?.key === 'string' ? this.subIndex.get(t.key) : undefined;
+    if (si === undefined) return false;
+    (this.subTag ??= [])[si] = t;
+    return true;
+  }
+
+  /** matchValid(), each match listed as its tag where it has one (tag()). */
+  matchValidTagged(e: NEvent): Listed[] {
+    this.listTags = this.subTag !== null;
+    try {
+      return this.matchValid(e);
+    } finally {
+      this.listTags = false;
+    }
+  }
+
+  matchBatchTagged(events: readonly Event[]): Promise<Listed[][]> {
+    try {
+      const valid = validateEvents(events, this.limits);
+      return Promise.resolve(valid.map((e) => this.matchValidTagged(e)));
+    } catch (err) {
+      return Promise.reject(err);
+    }
   }
 
   /** The automata of the like / regex constraints held (each once, however many constraints share it). */

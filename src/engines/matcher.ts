@@ -46,6 +46,17 @@ export interface DeviceHandle {
   release(): void;
 }
 
+/**
+ * A caller's record of one subscription that an engine may keep with it (`Matcher.tag`): `key` is
+ * the subscription's id in the engine.
+ */
+export interface SubscriptionTag {
+  readonly key: string;
+}
+
+/** One matched subscription as `matchBatchTagged` lists it: its tag, or its id where it has none. */
+export type Listed = string | SubscriptionTag;
+
 export interface Matcher {
   readonly name: string;
   readonly limits: Limits;
@@ -75,6 +86,19 @@ export interface Matcher {
   match(event: Event): Promise<string[]>;
   /** match() for many events; a bad event rejects the whole batch. */
   matchBatch(events: readonly Event[]): Promise<string[][]>;
+  /**
+   * Optional (the engines that number their subscriptions: fast, GPU). Keeps `tag` with the live
+   * subscription `tag.key` until that is removed or replaced; false when there is none. A caller
+   * that resolves every matched id to a record of its own (the match core's owners) tags each
+   * subscription with its record and matches with `matchBatchTagged`: no lookup by string per
+   * matched subscription. match() and matchBatch() answer ids as before.
+   */
+  tag?(tag: SubscriptionTag): boolean;
+  /**
+   * matchBatch(), each matched subscription listed as its tag, or as its id where it has none
+   * (never tagged, or removed or replaced while the match was awaited).
+   */
+  matchBatchTagged?(events: readonly Event[]): Promise<Listed[][]>;
   stats(): MatcherStats;
   /** Releases resources; the matcher must not be used afterwards. */
   close(): Promise<void>;

@@ -208,7 +208,9 @@ describe('fan-out shards', { timeout: 30_000 }, () => {
     }
   });
 
-  it('grouping matches in the shards stores what the match core groups, with subscriptions removed and re-added while matches are awaited', async () => {
+  // The fast engine keeps tags (each match listed as its owner); the rtree engine lists keys.
+  for (const engine of ['fast', 'rtree'] as const)
+  it(`grouping matches in the shards stores what the match core groups, with subscriptions removed and re-added while matches are awaited (${engine} engine: ${engine === 'fast' ? 'owners' : 'keys'})`, async () => {
     const quiet = pino({ level: 'silent' });
     const n = 3;
     const stores = Array.from({ length: n }, () => new InboxStore());
@@ -218,7 +220,7 @@ describe('fan-out shards', { timeout: 30_000 }, () => {
       return port1;
     });
     const fan = new ShardedFanOut(ports.map(portLink));
-    const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }));
+    const core = new MatchCore(CPU_ENGINES[engine]({ limits: ENGINE_SIDE_LIMITS }));
     core.onOwnerRemoved = (o) => fan.forget(o);
     let seed = 42;
     const rand = (k: number) => {

@@ -45,37 +45,74 @@ describe('embedded hub: retention of devices that went quiet', () => {
 });
 
 describe('embedded hub: a purge while a match is awaited', () => {
-  it('stores nothing for the purged device of a match that was in flight (an engine that answers later, as the GPU does)', async () => {
-    const engine = CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS });
-    let gate!: () => void;
-    const opened = new Promise<void>((resolve) => (gate = resolve));
-    let started!: () => void;
-    const matching = new Promise<void>((resolve) => (started = resolve));
-    const match = engine.match.bind(engine);
-    engine.match = async (e) => {
-      const keys = await match(e);
-      started();
-      await opened;
-      return keys;
+  // The fast engine keeps tags (the core matches through matchBatchTagged: owners); the rtree engine answers keys (match).
+  for (const name of ['fast', 'rtree'] as const) {
+    /** The engine, its answers held back until `gate()`; `matching` resolves once it has them. */
+    const held = () => {
+      const engine = CPU_ENGINES[name]({ limits: ENGINE_SIDE_LIMITS });
+      let gate!: () => void;
+      const opened = new Promise<void>((resolve) => (gate = resolve));
+      let started!: () => void;
+      const matching = new Promise<void>((resolve) => (started = resolve));
+      const hold = async <T>(answer: Promise<T>): Promise<T> => {
+        const r = await answer;
+        started();
+        await opened;
+        return r;
+      };
+      if (engine.matchBatchTagged !== undefined) {
+        const tagged = engine.matchBatchTagged.bind(engine);
+        engine.matchBatchTagged = (es) => hold(tagged(es));
+      } else {
+        const match = engine.match.bind(engine);
+        engine.match = (e) => hold(match(e));
+      }
+      return { engine, gate, matching };
     };
-    const hub = new EmbeddedHub(new MatchCore(engine));
-    try {
-      for (const d of ['gone', 'kept']) await hub.addSubscription(d, { id: 's', filters: [{ constraints: [{ name: 'k', op: 'exists' }] }] });
-      const published = hub.publish([{ id: 'e1', lat: 0, lon: 0, attributes: { k: 1 } }]);
-      await matching; // the engine has both keys and has not answered yet
-      await hub.purgeDevice('gone');
-      gate();
-      assert.equal((await published)[0].reached, 1, 'only the device that stayed');
-      const box = await hub.openInbox('gone', null);
-      assert.deepEqual(box.take(10), [], 'no notification came back to the purged device');
-      box.close();
-      const kept = await hub.openInbox('kept', null);
-      assert.deepEqual(kept.take(10).map((d) => d.event.id), ['e1']);
-      kept.close();
-    } finally {
-      await hub.close();
-    }
-  });
+
+    it(`stores nothing for the purged device of a match that was in flight (an engine that answers later, as the GPU does; ${name})`, async () => {
+      const { engine, gate, matching } = held();
+      const hub = new EmbeddedHub(new MatchCore(engine));
+      try {
+        for (const d of ['gone', 'kept']) await hub.addSubscription(d, { id: 's', filters: [{ constraints: [{ name: 'k', op: 'exists' }] }] });
+        const published = hub.publish([{ id: 'e1', lat: 0, lon: 0, attributes: { k: 1 } }]);
+        await matching; // the engine has both matches and has not answered yet
+        await hub.purgeDevice('gone');
+        gate();
+        assert.equal((await published)[0].reached, 1, 'only the device that stayed');
+        const box = await hub.openInbox('gone', null);
+        assert.deepEqual(box.take(10), [], 'no notification came back to the purged device');
+        box.close();
+        const kept = await hub.openInbox('kept', null);
+        assert.deepEqual(kept.take(10).map((d) => d.event.id), ['e1']);
+        kept.close();
+      } finally {
+        await hub.close();
+      }
+    });
+
+    it(`delivers as matched, in one notification per device, a subscription removed and one added again while the match was in flight (${name})`, async () => {
+      const { engine, gate, matching } = held();
+      const hub = new EmbeddedHub(new MatchCore(engine));
+      const has = { filters: [{ constraints: [{ name: 'k', op: 'exists' as const }] }] };
+      try {
+        for (const id of ['a', 'b']) await hub.addSubscription('d', { id, ...has });
+        const published = hub.publish([{ id: 'e1', lat: 0, lon: 0, attributes: { k: 1 } }]);
+        await matching;
+        // Both leave while the match is awaited (the device's entry goes with its last one); one comes back.
+        await hub.removeSubscription('d', 'a');
+        await hub.removeSubscription('d', 'b');
+        await hub.addSubscription('d', { id: 'b', ...has });
+        gate();
+        assert.equal((await published)[0].reached, 2);
+        const box = await hub.openInbox('d', null);
+        assert.deepEqual(box.take(10).map((n) => [n.event.id, n.subscriptionIds]), [['e1', ['a', 'b']]]);
+        box.close();
+      } finally {
+        await hub.close();
+      }
+    });
+  }
 });
 
 describe('wire conversion', () => {

@@ -8,12 +8,17 @@
  * in internally. A disagreement is reported with the reference's own per-filter decision
  * (`filterDistance`, `contentMatches`): content, d, r = r_f + r_e and d - r.
  *
+ * A candidate that keeps tags (Matcher.tag) has two subscriptions in three tagged as they are
+ * added or replaced, and every match is asked again through matchBatchTagged: the same set, each
+ * tagged subscription listed as the very tag it holds now, every other one as its id (a removed
+ * or replaced subscription loses its tag).
+ *
  * Replay and exploration: AMBIT_DIFF_SEED=<n> runs every variant with that seed only;
  * AMBIT_DIFF_SEEDS=<k> runs k seeds per variant (default 1).
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Matcher } from '../../src/engines/matcher.js';
+import type { Matcher, SubscriptionTag } from '../../src/engines/matcher.js';
 import { ReferenceMatcher, attributeMap, contentMatches, filterDistance, tagsMatch } from '../../src/engines/reference.js';
 import { AmbitError } from '../../src/model/errors.js';
 import { validateEvent } from '../../src/model/limits.js';
@@ -107,6 +112,34 @@ export async function runScenario(scn: Scenario, cand: Matcher, ref: ReferenceMa
     }
   };
 
+  // The tag each subscription of the candidate holds now (when it keeps tags).
+  const tagging = typeof cand.tag === 'function' && typeof cand.matchBatchTagged === 'function';
+  const tags = new Map<string, SubscriptionTag>();
+  let tagTurn = 0;
+  const retag = (ctx: string, id: string, ok: boolean): void => {
+    if (!tagging || !ok) return;
+    tags.delete(id);
+    if (tagTurn++ % 3 === 2) return;
+    const t = { key: id, turn: tagTurn };
+    if (cand.tag!(t)) tags.set(id, t);
+    else fail(ctx, `tag(${JSON.stringify(id)}) refused a live subscription`);
+  };
+  const compareTagged = async (ctx: string, events: readonly Event[], want: readonly (readonly string[])[]): Promise<void> => {
+    if (!tagging) return;
+    const got = await attempt(() => cand.matchBatchTagged!(events));
+    if (!got.ok) return fail(ctx, `matchBatchTagged failed (${got.code} ${got.message}) where matchBatch answered`);
+    const rows = got.value as (string | SubscriptionTag)[][];
+    for (let k = 0; k < want.length; k++) {
+      const ids = rows[k].map((x) => (typeof x === 'string' ? x : x.key));
+      if (JSON.stringify([...ids].sort()) !== JSON.stringify([...want[k]].sort())) fail(`${ctx} [${k}] tagged`, `matchBatchTagged listed ${JSON.stringify(ids)}, the reference ${JSON.stringify(want[k])}`);
+      for (const x of rows[k]) {
+        const id = typeof x === 'string' ? x : x.key;
+        const t = tags.get(id);
+        if (t === undefined ? typeof x !== 'string' : x !== t) fail(`${ctx} [${k}] tagged`, `${JSON.stringify(id)} listed as ${typeof x === 'string' ? 'its id' : 'a tag'}${t === undefined ? ' but holds no tag' : typeof x === 'string' ? ' but holds a tag' : ' other than the one it holds'}`);
+      }
+    }
+  };
+
   const handleOps = (m: Matcher, op: Extract<Op, { kind: 'handle' }>): Promise<Outcome> =>
     attempt(() => {
       const h = m.openDevice(op.device);
@@ -124,18 +157,30 @@ export async function runScenario(scn: Scenario, cand: Matcher, ref: ReferenceMa
       const op = ops[oi];
       const ctx = `variant=${scn.variant} seed=${scn.seed} step=${si} op=${oi} (${op.kind})`;
       switch (op.kind) {
-        case 'add':
+        case 'add': {
           touched.add(op.sub.id);
-          sameOutcome(ctx, await attempt(() => cand.add(op.sub)), await attempt(() => ref.add(op.sub)));
+          const c = await attempt(() => cand.add(op.sub));
+          sameOutcome(ctx, c, await attempt(() => ref.add(op.sub)));
+          retag(ctx, op.sub.id, c.ok);
           break;
-        case 'replace':
+        }
+        case 'replace': {
           touched.add(op.sub.id);
-          sameOutcome(ctx, await attempt(() => cand.replace(op.sub)), await attempt(() => ref.replace(op.sub)));
+          const c = await attempt(() => cand.replace(op.sub));
+          sameOutcome(ctx, c, await attempt(() => ref.replace(op.sub)));
+          retag(ctx, op.sub.id, c.ok);
           break;
-        case 'remove':
+        }
+        case 'remove': {
           touched.add(op.id);
-          sameOutcome(ctx, await attempt(() => cand.remove(op.id)), await attempt(() => ref.remove(op.id)));
+          const c = await attempt(() => cand.remove(op.id));
+          sameOutcome(ctx, c, await attempt(() => ref.remove(op.id)));
+          if (c.ok && c.value === true) {
+            tags.delete(op.id);
+            if (tagging && cand.tag!({ key: op.id })) fail(ctx, `tag(${JSON.stringify(op.id)}) took a removed subscription`);
+          }
           break;
+        }
         case 'move':
           sameOutcome(ctx, await attempt(() => cand.updatePosition(op.device, op.lat, op.lon)), await attempt(() => ref.updatePosition(op.device, op.lat, op.lon)));
           break;
@@ -151,8 +196,10 @@ export async function runScenario(scn: Scenario, cand: Matcher, ref: ReferenceMa
         case 'match': {
           const c = await attempt(() => cand.match(op.event));
           const r = await attempt(() => ref.match(op.event));
-          if (c.ok && r.ok) compareSets(ctx, op.event, c.value as string[], r.value as string[]);
-          else sameOutcome(ctx, c, r);
+          if (c.ok && r.ok) {
+            compareSets(ctx, op.event, c.value as string[], r.value as string[]);
+            await compareTagged(ctx, [op.event], [r.value as string[]]);
+          } else sameOutcome(ctx, c, r);
           break;
         }
         case 'batch': {
@@ -163,6 +210,7 @@ export async function runScenario(scn: Scenario, cand: Matcher, ref: ReferenceMa
             const rv = r.value as string[][];
             if (!Array.isArray(cv) || cv.length !== rv.length) fail(ctx, `matchBatch returned ${Array.isArray(cv) ? cv.length : typeof cv} results for ${rv.length} events`);
             else for (let k = 0; k < rv.length; k++) compareSets(`${ctx} [${k}]`, op.events[k], cv[k], rv[k]);
+            await compareTagged(ctx, op.events, rv);
           } else sameOutcome(ctx, c, r);
           break;
         }

@@ -12,6 +12,7 @@ import type { GpuLayout } from './layout.js';
 import type { BatchTiming, StageTimes } from './options.js';
 import { Capacity, Readback } from './readback.js';
 import { type BatchPlan, type StageQuery, STAGE_BYTES, readPlan, recordBatch } from './record.js';
+import type { Listed } from '../matcher.js';
 
 export interface BatchOptions {
   maxBatch: number;
@@ -107,7 +108,7 @@ export class GpuBatches {
    * Matches a batch. Returns, per event, its subscription ids, or null where the event must be
    * answered by the CPU engine (its candidates overflowed the buffer).
    */
-  async run(events: readonly NEvent[]): Promise<(string[] | null)[]> {
+  async run(events: readonly NEvent[]): Promise<(Listed[] | null)[]> {
     if (!this.fits()) return events.map(() => null);
     const L = this.layout;
     const serial = ++L.submitted;
@@ -124,7 +125,7 @@ export class GpuBatches {
     }
   }
 
-  private async runGuarded(events: readonly NEvent[], serial: number): Promise<(string[] | null)[]> {
+  private async runGuarded(events: readonly NEvent[], serial: number): Promise<(Listed[] | null)[]> {
     // Any GPU error in this batch (validation, out of memory) sends the batch to the CPU: never
     // an empty answer from a command buffer the device refused.
     this.device.pushErrorScope('out-of-memory');
@@ -144,7 +145,7 @@ export class GpuBatches {
     }
   }
 
-  private async runScoped(events: readonly NEvent[], serial: number, closeScopes: () => Promise<GPUError | null>[]): Promise<(string[] | null)[]> {
+  private async runScoped(events: readonly NEvent[], serial: number, closeScopes: () => Promise<GPUError | null>[]): Promise<(Listed[] | null)[]> {
     const t0 = performance.now();
     const E = events.length;
     this.buffers.sync();

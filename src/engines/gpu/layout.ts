@@ -21,6 +21,7 @@ import { type NConstraint, type NEvent, type NFilter, type NSubscription, patter
 import type { Dfa } from '../../model/pattern.js';
 import { tagName, tagOfName } from '../../model/tags.js';
 import { OP_CODE, OP_EXISTS, T_ANY, T_BOOL, T_NUM, T_STR } from '../operators.js';
+import type { Listed, SubscriptionTag } from '../matcher.js';
 import { EventEncoder, RAD, bloomBit, numberKey } from './input.js';
 
 // Moved to input.ts (the batch input); re-exported for existing importers.
@@ -616,6 +617,7 @@ export class GpuLayout {
     for (let i = 0; i < fs.length; i++) this.removeFilter(fs[i], sub.filters[i]);
     this.subIndex.delete(sub.id);
     this.subId[si] = null;
+    if (this.subTag !== null) this.subTag[si] = undefined;
     this.subFilters[si] = [];
     // A batch in flight may still name this index in its results: another subscription must not
     // take it until every batch submitted so far has been read (releaseHeld).
@@ -637,6 +639,21 @@ export class GpuLayout {
   /** The id a batch in flight lists for subscription index `si`: its live id, or the id of a version replaced since. */
   heldId(si: number): string | null {
     return this.subId[si] ?? this.replacedIds.get(si) ?? null;
+  }
+
+  /** Tags by subscription index (Matcher.tag); null until the first. Cleared when the index's subscription leaves. */
+  private subTag: (SubscriptionTag | undefined)[] | null = null;
+
+  tag(t: SubscriptionTag): boolean {
+    const si = this.subIndex.get(t.key);
+    if (si === undefined) return false;
+    (this.subTag ??= [])[si] = t;
+    return true;
+  }
+
+  /** What a batch lists for subscription index `si`: its tag where it has one, else heldId. */
+  listed(si: number): Listed | null {
+    return this.subTag?.[si] ?? this.heldId(si);
   }
 
   /**

@@ -18,7 +18,7 @@
  * (the batch input), options.ts.
  */
 import { FastMatcher } from '../fast.js';
-import { type DeviceHandle, type Matcher, type MatcherStats, checkHandleUpdate, validateNew } from '../matcher.js';
+import { type DeviceHandle, type Listed, type Matcher, type MatcherStats, type SubscriptionTag, checkHandleUpdate, validateNew } from '../matcher.js';
 import { AmbitError } from '../../model/errors.js';
 import { type NEvent, type NSubscription, checkId, checkLat, checkLon, validateEvent, validateEvents, validatePositions, validateSubscription } from '../../model/limits.js';
 import type { Event, PositionUpdate, Subscription } from '../../model/types.js';
@@ -164,6 +164,17 @@ export class GpuMatcher implements Matcher {
     return this.cpu.has(id);
   }
 
+  /** Whether any subscription was tagged: then both paths list tags, and match()/matchBatch() turn them back into ids. */
+  private tagged = false;
+
+  tag(t: SubscriptionTag): boolean {
+    // The CPU mirror answers some events (lone ones, overflow, device loss): it keeps the tag too.
+    if (!this.cpu.tag(t)) return false;
+    this.layout.tag(t);
+    this.tagged = true;
+    return true;
+  }
+
   get(id: string): NSubscription | undefined {
     return this.cpu.get(id);
   }
@@ -234,10 +245,16 @@ export class GpuMatcher implements Matcher {
     } catch (err) {
       return Promise.reject(err);
     }
-    return this.matchValid(e);
+    const r = this.matchValid(e);
+    return this.tagged ? r.then(idsOf) : (r as Promise<string[]>);
   }
 
   matchBatch(events: readonly Event[]): Promise<string[][]> {
+    const r = this.matchBatchTagged(events);
+    return this.tagged ? r.then((rs) => rs.map(idsOf)) : (r as Promise<string[][]>);
+  }
+
+  matchBatchTagged(events: readonly Event[]): Promise<Listed[][]> {
     try {
       const valid = validateEvents(events, this.limits);
       if (this.closed || this.path === 'cpu' || this.opts.select === 'cpu') return Promise.all(valid.map((e) => this.matchValid(e)));
@@ -249,16 +266,16 @@ export class GpuMatcher implements Matcher {
     }
   }
 
-  private matchOnCpu(e: NEvent): string[] {
+  private matchOnCpu(e: NEvent): Listed[] {
     const t = performance.now();
     this.syncCpu();
-    const ids = this.cpu.matchValid(e);
+    const ids = this.cpu.matchValidTagged(e);
     this.choice.sample('cpu', (performance.now() - t) * 1e3);
     this.counters.cpuEvents++;
     return ids;
   }
 
-  private matchValid(e: NEvent): Promise<string[]> {
+  private matchValid(e: NEvent): Promise<Listed[]> {
     if (this.closed) return Promise.reject(new AmbitError('UNAVAILABLE', 'gpu: matcher is closed'));
     if (this.path === 'cpu' || this.choice.loneOnCpu(this.queue.busy)) return Promise.resolve(this.matchOnCpu(e));
     return this.queue.submit([e]).then((r) => r[0]);
@@ -332,6 +349,16 @@ export class GpuMatcher implements Matcher {
     if (late !== null && late !== ctx) await late.close();
     await this.cpu.close();
   }
+}
+
+/** A tagged engine's answer as ids (match() and matchBatch()). */
+function idsOf(r: readonly Listed[]): string[] {
+  const ids = new Array<string>(r.length);
+  for (let i = 0; i < r.length; i++) {
+    const x = r[i];
+    ids[i] = typeof x === 'string' ? x : x.key;
+  }
+  return ids;
 }
 
 class GpuDeviceHandle implements DeviceHandle {

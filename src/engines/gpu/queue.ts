@@ -11,6 +11,7 @@
  *   answer (overflow, device loss) are answered by the CPU engine: none is dropped.
  */
 import type { NEvent } from '../../model/limits.js';
+import type { Listed } from '../matcher.js';
 import type { GpuBatches } from './batch.js';
 import type { PathSelect, StageTimes } from './options.js';
 
@@ -124,7 +125,7 @@ export class PathChoice {
  * then run pipelined) and small jobs share one; the job settles when its last event is answered.
  */
 class Job {
-  readonly results: string[][];
+  readonly results: Listed[][];
   /** Events handed to batches so far. */
   taken = 0;
   /** Events not answered yet. */
@@ -132,7 +133,7 @@ class Job {
   failed = false;
   constructor(
     readonly events: readonly NEvent[],
-    readonly resolve: (results: string[][]) => void,
+    readonly resolve: (results: Listed[][]) => void,
     readonly reject: (err: unknown) => void,
   ) {
     this.results = new Array(events.length);
@@ -158,7 +159,7 @@ export class BatchQueue {
     /** The GPU side now; null while there is none (lost, rebuilding, closed). */
     private readonly gpu: () => GpuBatches | null,
     /** Answers one event on the CPU engine (fallback). */
-    private readonly onCpu: (e: NEvent) => string[],
+    private readonly onCpu: (e: NEvent) => Listed[],
     private readonly choice: PathChoice,
     private readonly counters: Counters,
   ) {}
@@ -169,7 +170,7 @@ export class BatchQueue {
   }
 
   /** Queues the events as one job (no promise per event); resolves with one result per event. */
-  submit(events: readonly NEvent[]): Promise<string[][]> {
+  submit(events: readonly NEvent[]): Promise<Listed[][]> {
     return new Promise((resolve, reject) => {
       this.queue.push(new Job(events, resolve, reject));
       this.pump();
@@ -211,7 +212,7 @@ export class BatchQueue {
 
   private async runBatchCounted(segments: Segment[], events: NEvent[], done: () => void): Promise<void> {
     const state = this.gpu();
-    let results: (string[] | null)[];
+    let results: (Listed[] | null)[];
     try {
       if (state === null) throw new Error('no device');
       const t = performance.now();
@@ -233,7 +234,7 @@ export class BatchQueue {
   }
 
   /** Hands each job its events' results; an event the GPU did not answer is answered by the CPU. */
-  private settle(segments: Segment[], events: NEvent[], results: (string[] | null)[]): void {
+  private settle(segments: Segment[], events: NEvent[], results: (Listed[] | null)[]): void {
     let k = 0;
     for (const { job, from, to } of segments) {
       for (let i = from; i < to; i++, k++) {

@@ -14,6 +14,7 @@ import type { GpuContext } from './device.js';
 import { BAND_PAIR, type GpuLayout } from './layout.js';
 import type { StageTimes } from './options.js';
 import { type BatchPlan, STAGE_BYTES } from './record.js';
+import type { Listed } from '../matcher.js';
 
 /** Most (event, subscription) pairs an output buffer is sized for ahead of a batch (8 MiB; more only after an overflow). */
 const MAX_OUT_PAIRS = 1024 * 1024;
@@ -126,7 +127,7 @@ export class Readback {
    * overflowed the output buffer: which events lost pairs is unknown. `serial`: the batch's, for
    * the positions it was submitted with.
    */
-  async reconcile(events: readonly NEvent[], r: Readout, s: Slot, candCap: number, serial: number): Promise<(string[] | null)[] | null> {
+  async reconcile(events: readonly NEvent[], r: Readout, s: Slot, candCap: number, serial: number): Promise<(Listed[] | null)[] | null> {
     const E = events.length;
     const { counts, total } = r;
     const cap = this.capacity;
@@ -138,7 +139,7 @@ export class Readback {
       return null;
     }
     const all = await this.allPairs(r, s);
-    const results: (string[] | null)[] = events.map(() => []);
+    const results: (Listed[] | null)[] = events.map(() => []);
     let overflow = 0;
     let maxCand = 0;
     let most = 0;
@@ -176,17 +177,17 @@ export class Readback {
    * so they are grouped by event first (counting sort), then deduplicated with a stamp per event.
    * A band pair counts only if its filter passes the float64 test (`bandSub`).
    */
-  private collect(pairs: Uint32Array, total: number, results: (string[] | null)[], events: readonly NEvent[], serial: number): void {
+  private collect(pairs: Uint32Array, total: number, results: (Listed[] | null)[], events: readonly NEvent[], serial: number): void {
     const subId = this.layout.subId;
     // A null id: the subscription was removed after the batch was submitted (its index is held
     // back from reuse until the batch is read, so an index never names another subscription); a
-    // version replaced since is listed under its id (heldId).
+    // version replaced since is listed under its id (heldId); a live one by its tag, if tagged.
     if (total === 1) {
       const e = pairs[0];
       const r = results[e];
       const sub = pairs[1] >= BAND_PAIR ? this.bandSub(pairs[1] - BAND_PAIR, events[e], serial) : pairs[1];
       if (r === null || sub < 0) return;
-      const id = this.layout.heldId(sub);
+      const id = this.layout.listed(sub);
       if (id !== null) r.push(id);
       return;
     }
@@ -215,7 +216,7 @@ export class Readback {
         }
         if (seen[sub] === stamp) continue;
         seen[sub] = stamp;
-        const id = this.layout.heldId(sub);
+        const id = this.layout.listed(sub);
         if (id !== null) r.push(id);
       }
     }
