@@ -139,16 +139,18 @@ export class ShardedFanOut implements HubFanOut {
         // An owner gone since it was listed is delivered as matched, by its key (as an unknown key is).
         const o = typeof kj === 'string' ? owners.ownerOf(kj) : kj.gone ? undefined : kj;
         const key = typeof kj === 'string' ? kj : kj.key;
-        let device: string;
-        let memo: Owner['of'] | undefined;
+        let device = '';
+        let k: number;
         if (o === undefined) {
           device = splitSubscriptionKey(key)[0];
-          memo = undefined;
+          k = shardOf(device, n);
+        } else if (o.shards === n) {
+          // The owner keeps its device's shard: a match sent by number reads nothing else.
+          k = o.shard;
         } else {
-          memo = o.of;
-          device = memo.device;
+          k = o.shard = shardWith(o.of.device, o.of, n);
+          o.shards = n;
         }
-        const k = shardWith(device, memo, n);
         const w = this.outs[k].frame;
         if (countAt[k] < 0) {
           // This event's first match in shard k: its record's head, the count written at the end.
@@ -171,9 +173,10 @@ export class ShardedFanOut implements HubFanOut {
           w.u8(M.NUM);
           w.f64(o.num);
         } else {
+          const memo = o.of;
           w.u8(M.TELL);
           w.f64(o.num);
-          w.raw((memo!.idBytes ??= strBytes(device)));
+          w.raw((memo.idBytes ??= strBytes(memo.device)));
           w.str(o.id);
           o.sent = true;
         }

@@ -65,6 +65,9 @@ export interface Owner {
   readonly id: string;
   readonly num: number;
   sent: boolean;
+  /** A fan-out's copy of its device's shard among `shards` (0: not computed), read without touching the device. */
+  shard: number;
+  shards: number;
   /**
    * The subscription left the core. A match listed before (a tag the engine listed while it was
    * live) is delivered as matched by its device and id, as a key the core no longer knows is.
@@ -151,7 +154,7 @@ export class MatchCore {
     if (!exists) this.subscriptionCount++;
     // Pattern subscriptions have no engine key to resolve: they are delivered as their matches come.
     const wasFilters = old !== undefined && old.pattern === undefined;
-    if (sub.pattern === undefined && !wasFilters) this.owners.set(key, { key, of: mine, id: sub.id, num: this.nextOwner++, sent: false, gone: false });
+    if (sub.pattern === undefined && !wasFilters) this.owners.set(key, { key, of: mine, id: sub.id, num: this.nextOwner++, sent: false, shard: 0, shards: 0, gone: false });
     else if (sub.pattern !== undefined && wasFilters) this.dropOwner(key);
     // A replaced version is a new engine subscription: tagged again.
     if (sub.pattern === undefined) this.engine.tag?.(this.owners.get(key)!);
