@@ -130,7 +130,7 @@ describe('tags (Matcher.tag, matchBatchTagged)', () => {
     assert.deepEqual(tagging.map(([n]) => n), ['fast']);
   });
   for (const [name, make] of tagging) {
-    it(`${name}: a tagged subscription is listed as its tag until it is removed or replaced; ids through match() and matchBatch()`, async () => {
+    it(`[R6] ${name}: a tagged subscription is listed as its tag until it is removed or replaced; ids through match() and matchBatch()`, async () => {
       const m = make();
       try {
         const e = { id: 'e', lat: 45.46, lon: 9.18, attributes: { x: 1 } };

@@ -17,7 +17,7 @@ const make = (o?: MatcherOptions & GpuMatcherOptions) => GpuMatcher.attach(kerne
 const sorted = (ids: string[]) => [...ids].sort();
 
 describe('gpu engine: tags', () => {
-  it('tagged: a removed subscription is not listed by a batch in flight, a replaced one is listed by its id, not by the tag it lost', async () => {
+  it('[R6] tagged: a removed subscription is not listed by a batch in flight, a replaced one is listed by its id, not by the tag it lost', async () => {
     const m = make();
     try {
       const e = { id: 'e', lat: 45.46, lon: 9.18, attributes: { x: 1 } };
@@ -50,7 +50,7 @@ describe('gpu engine: tags', () => {
     }
   });
 
-  it('tagged: events the CPU answers (a lone event on the CPU path, overflow) list the same tags', async () => {
+  it('[R6] tagged: events the CPU answers (a lone event on the CPU path, overflow) list the same tags', async () => {
     const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 1_000_000 });
     try {
       const e = { id: 'e', lat: 45.46, lon: 9.18, attributes: { x: 1 } };
