@@ -316,6 +316,40 @@ export function strBytes(s: string): Buffer {
   return b;
 }
 
+// ---- short strings read again and again ----
+
+const INTERN_SLOTS = 4096;
+/** Strings up to this many bytes are looked up in the table (longer ones are decoded). */
+export const INTERN_MAX_BYTES = 32;
+/** The last short ASCII string read into each slot (by a hash of its bytes), in this thread. */
+const interned: (string | undefined)[] = new Array(INTERN_SLOTS);
+
+/**
+ * The string of the bytes b[o, o + len) (len <= INTERN_MAX_BYTES): when they are ASCII and the
+ * same bytes were read into the same slot before in this thread, that very string. Attribute
+ * names, tags and category values recur in every event: reading one then costs a hash and a
+ * compare, no native decode and no new string, and the maps keyed by it downstream (an engine's
+ * name ids) find its hash already computed. Other bytes are decoded as UTF-8.
+ */
+export function internedString(b: Uint8Array, o: number, len: number): string {
+  let h = 0x811c9dc5 ^ len;
+  for (let i = 0; i < len; i++) {
+    const c = b[o + i];
+    if (c >= 0x80) return Buffer.from(b.buffer, b.byteOffset + o, len).toString('utf8');
+    h = Math.imul(h ^ c, 0x01000193);
+  }
+  const slot = (h ^ (h >>> 15)) & (INTERN_SLOTS - 1);
+  const s = interned[slot];
+  if (s !== undefined && s.length === len) {
+    let i = 0;
+    while (i < len && s.charCodeAt(i) === b[o + i]) i++;
+    if (i === len) return s;
+  }
+  const fresh = Buffer.from(b.buffer, b.byteOffset + o, len).toString('latin1');
+  interned[slot] = fresh;
+  return fresh;
+}
+
 export class FrameReader {
   o = 0;
   private readonly view: DataView;
@@ -348,6 +382,15 @@ export class FrameReader {
   str(): string {
     const len = this.u32();
     const s = this.b.toString('utf8', this.o, this.o + len);
+    this.o += len;
+    return s;
+  }
+
+  /** str(), for strings that recur (names, tags, short values): short ASCII ones through internedString. */
+  name(): string {
+    const len = this.u32();
+    if (this.o + len > this.b.length) throw new RangeError(`a string of ${len} bytes past the frame's end`);
+    const s = len <= INTERN_MAX_BYTES ? internedString(this.b, this.o, len) : this.b.toString('utf8', this.o, this.o + len);
     this.o += len;
     return s;
   }
@@ -416,9 +459,9 @@ export function readEvent(r: FrameReader, keepApi = true): Event {
   const n = r.u32();
   const attributes: Record<string, Value> = {};
   for (let k = 0; k < n; k++) {
-    const name = r.str();
+    const name = r.name();
     const t = r.u8();
-    const v = t === T_NUMBER ? r.f64() : t === T_STRING ? r.str() : t === T_TRUE;
+    const v = t === T_NUMBER ? r.f64() : t === T_STRING ? r.name() : t === T_TRUE;
     // An attribute may be named __proto__: define it, do not set the prototype.
     if (name === '__proto__') Object.defineProperty(attributes, name, { value: v, enumerable: true, writable: true, configurable: true });
     else attributes[name] = v;
@@ -427,7 +470,7 @@ export function readEvent(r: FrameReader, keepApi = true): Event {
   const nTags = r.u32();
   if (nTags > 0) {
     const tags: string[] = new Array(nTags);
-    for (let k = 0; k < nTags; k++) tags[k] = r.str();
+    for (let k = 0; k < nTags; k++) tags[k] = r.name();
     e.tags = tags;
   }
   const timeMs = r.f64();

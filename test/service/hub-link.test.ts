@@ -15,7 +15,7 @@ import type { Event } from '../../src/model/types.js';
 import { CPU_ENGINES } from '../../src/engines/index.js';
 import { EmbeddedHub, type EmbeddedHubOptions } from '../../services/hub/embedded.js';
 import { HubServer } from '../../services/hub/hub-server.js';
-import { EventCache, FrameReader, FrameWriter, fromWire, portLink, readEvent, socketLink, toWire, writeEvent } from '../../services/hub/link.js';
+import { EventCache, FrameReader, FrameWriter, INTERN_MAX_BYTES, fromWire, internedString, portLink, readEvent, socketLink, toWire, writeEvent } from '../../services/hub/link.js';
 import { type PartitionedHub, linkedPartitions } from '../../services/hub/partitioned.js';
 import { shardOf } from '../../services/hub/fanout-shard.js';
 import { toBinary } from '@bufbuild/protobuf';
@@ -116,6 +116,29 @@ describe('hub link', () => {
     }
     assert.ok(Object.is(roundTrip(cases[1]).attributes.z, -0), '-0 stays -0');
     assert.equal(Object.getPrototypeOf(roundTrip(cases[3]).attributes), Object.prototype, 'an attribute named __proto__ is data, not a prototype');
+  });
+
+  it('reads recurring names and short values through a table of recent strings, every string exactly (slots shared, non-ASCII, past the end)', () => {
+    const e: Event = { id: 'x1', lat: 1, lon: 2, attributes: { kind: 'k7', level: 3, 'caf\u00e9': 'na\u00efve', [`l${'o'.repeat(40)}ng`]: 'v'.repeat(INTERN_MAX_BYTES + 1) }, tags: ['red'] };
+    const a = roundTrip(e);
+    const b = roundTrip({ ...e, id: 'x2' });
+    assert.deepEqual(a, e);
+    assert.deepEqual(b, { ...e, id: 'x2' });
+    // Thousands of distinct short strings through a table of 4096 slots: each read back exactly.
+    const bytes = (s: string) => new Uint8Array(Buffer.from(s, 'utf8'));
+    for (let i = 0; i < 20_000; i++) {
+      const s = i % 7 === 0 ? `\u00e9${i}` : `n${i.toString(36)}`;
+      const buf = bytes(`..${s}..`);
+      const len = buf.length - 4;
+      assert.equal(internedString(buf, 2, len), s);
+      assert.equal(internedString(buf, 2, len), s, 'again, from the table');
+    }
+    assert.equal(internedString(bytes(''), 0, 0), '');
+    // A string whose length runs past the frame is an unreadable frame, not bytes beyond it.
+    const w = new FrameWriter();
+    w.u32(10);
+    w.u8(0x61);
+    assert.throws(() => new FrameReader(w.take()).name(), RangeError);
   });
 
   it('carries an event\'s API bytes beside it, when a gateway encoded them, as a copy', () => {
