@@ -616,6 +616,23 @@ describe('gpu engine: CPU below the crossover', () => {
     });
   }
 
+  it('adaptive: a batch of one event is a lone event (a hub publishes one event at a time at low rates)', async () => {
+    const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, costSample: (path) => (path === 'cpu' ? 10 : 100), threadBusy: () => false });
+    try {
+      for (const s of randomWorkload(45, 200, 2)) m.add(s);
+      const rng = new Rng(9);
+      for (let i = 0; i < 40; i++) {
+        const e = randomEvent(rng, i);
+        assert.deepEqual(sorted((await m.matchBatch([e]))[0]), sorted((await m.matchBatchTagged([e]))[0] as string[]));
+      }
+      const x = m.stats().extra!;
+      assert.equal((x.adaptiveCpu as number) + (x.adaptiveGpu as number), 80, 'every batch of one decided as a lone event');
+      assert.ok((x.adaptiveCpu as number) > (x.adaptiveGpu as number), 'mostly on the cheaper CPU');
+    } finally {
+      await m.close();
+    }
+  });
+
   it('rejects bad options with the option named', () => {
     assert.throws(() => GpuMatcher.attach(kernels, { select: 'fastest' as 'gpu' }), /gpu\.select: must be adaptive, gpu or cpu, got "fastest"/);
     assert.throws(() => GpuMatcher.attach(kernels, { maxBatch: 0 }), /gpu\.maxBatch: must be an integer in \[1, 65535\], got 0/);

@@ -259,6 +259,8 @@ export class GpuMatcher implements Matcher {
       const valid = validateEvents(events, this.limits);
       if (this.closed || this.path === 'cpu' || this.opts.select === 'cpu') return Promise.all(valid.map((e) => this.matchValid(e)));
       if (valid.length === 0) return Promise.resolve([]);
+      // A batch of one is a lone event: the adaptive choice of path applies, as for match().
+      if (valid.length === 1) return this.matchValid(valid[0]).then((r) => [r]);
       // One job for the whole call: no promise per event.
       return this.queue.submit(valid);
     } catch (err) {
