@@ -108,7 +108,9 @@ export class MatchCore {
   private subscriptionCount = 0;
   /** Matches awaited now, and the devices purged while any was: their late matches are dropped. */
   private matching = 0;
-  private readonly purgedWhileMatching = new Set<string>();
+  private readonly purgedWhileMatching = new Map<string, number>();
+  /** Counts purges made while a match was awaited (the value kept with each such device). */
+  private purgeGen = 0;
   locationUpdates = 0;
 
   /**
@@ -232,7 +234,7 @@ export class MatchCore {
     const ids = [...(this.subs.get(device)?.subs.keys() ?? [])];
     for (const id of ids) this.remove(device, id);
     // A match awaited now may still name its subscriptions: those notifications are not stored.
-    if (this.matching > 0) this.purgedWhileMatching.add(device);
+    if (this.matching > 0) this.purgedWhileMatching.set(device, ++this.purgeGen);
     const p = this.positions.get(device);
     if (p !== undefined) {
       this.positions.delete(device);
@@ -337,15 +339,18 @@ export class MatchCore {
   async matchKeys(events: readonly Event[]): Promise<readonly (readonly (string | Owner)[])[]> {
     if (events.length === 0) return [];
     this.matching++;
+    const gen = this.purgeGen;
     try {
       const e = this.engine;
       const keys: readonly (readonly Listed[])[] =
         e.matchBatchTagged !== undefined ? await e.matchBatchTagged(events) : events.length === 1 ? [await e.match(events[0])] : await e.matchBatch(events);
       if (this.purgedWhileMatching.size === 0) return keys as readonly (readonly (string | Owner)[])[];
-      // A match of a device purged meanwhile is dropped; one removed otherwise is delivered as matched.
+      // The matches of a device purged after this match began are dropped, owners and keys alike
+      // (what the device subscribed again since was not there to match); a purge before it began
+      // left nothing of the device to match. One removed otherwise is delivered as matched.
       const live = (k: Listed): boolean => {
-        if (typeof k === 'string') return this.owners.has(k) || !this.purgedWhileMatching.has(splitSubscriptionKey(k)[0]);
-        return !(k as Owner).gone || !this.purgedWhileMatching.has((k as Owner).of.device);
+        const at = this.purgedWhileMatching.get(typeof k === 'string' ? splitSubscriptionKey(k)[0] : (k as Owner).of.device);
+        return at === undefined || at <= gen;
       };
       return keys.map((ks) => ks.filter(live) as (string | Owner)[]);
     } finally {

@@ -91,6 +91,29 @@ describe('embedded hub: a purge while a match is awaited', () => {
       }
     });
 
+    it(`a device purged and subscribed again while a match is in flight gets nothing of that match, and what a match begun after the purge finds (${name})`, async () => {
+      const { engine, gate, matching } = held();
+      const hub = new EmbeddedHub(new MatchCore(engine));
+      const has = { filters: [{ constraints: [{ name: 'k', op: 'exists' as const }] }] };
+      try {
+        await hub.addSubscription('d', { id: 's', ...has });
+        const before = hub.publish([{ id: 'e1', lat: 0, lon: 0, attributes: { k: 1 } }]);
+        await matching;
+        await hub.purgeDevice('d');
+        await hub.addSubscription('d', { id: 's', ...has });
+        // Begun after the purge, and held like the first until the gate opens: both are in flight together.
+        const after = hub.publish([{ id: 'e2', lat: 0, lon: 0, attributes: { k: 1 } }]);
+        gate();
+        assert.equal((await before)[0].reached, 0, 'the purged subscription is not reached');
+        assert.equal((await after)[0].reached, 1);
+        const box = await hub.openInbox('d', null);
+        assert.deepEqual(box.take(10).map((n) => [n.event.id, n.subscriptionIds]), [['e2', ['s']]]);
+        box.close();
+      } finally {
+        await hub.close();
+      }
+    });
+
     it(`delivers as matched, in one notification per device, a subscription removed and one added again while the match was in flight (${name})`, async () => {
       const { engine, gate, matching } = held();
       const hub = new EmbeddedHub(new MatchCore(engine));
