@@ -34,8 +34,6 @@ export class GpuBatches {
   readonly timing = { encodeUs: 0, eventsUs: 0, waitUs: 0, parseUs: 0 };
   /** The last batch's own figures, µs (benchmarks read them per event). */
   readonly last: BatchTiming = { events: 0, submitUs: 0, syncUs: 0, encodeEventsUs: 0, recordUs: 0, submitCallUs: 0, waitUs: 0, parseUs: 0 };
-  /** Serials of the batches submitted and not read yet. */
-  private readonly serials = new Set<number>();
 
   constructor(
     private readonly ctx: GpuContext,
@@ -112,15 +110,16 @@ export class GpuBatches {
     if (!this.fits()) return events.map(() => null);
     const L = this.layout;
     const serial = ++L.submitted;
-    this.serials.add(serial);
+    L.inFlightSerials.add(serial);
     L.batchesInFlight++;
     try {
       return await this.runGuarded(events, serial);
     } finally {
-      this.serials.delete(serial);
+      L.inFlightSerials.delete(serial);
       L.batchesInFlight--;
+      // Over every device's batches: one still reading on a device lost since names held indices too.
       let oldest = Infinity;
-      for (const x of this.serials) if (x < oldest) oldest = x;
+      for (const x of L.inFlightSerials) if (x < oldest) oldest = x;
       L.releaseHeld(oldest);
     }
   }

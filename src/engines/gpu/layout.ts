@@ -627,6 +627,8 @@ export class GpuLayout {
     } else this.subFree.push(si);
   }
 
+  /** The serials of the batches not read yet, on whichever device (a lost one's may still settle after a new one runs). */
+  readonly inFlightSerials = new Set<number>();
   /** Batches submitted so far (serials), and how many of them are not read yet: set by the GPU side. */
   submitted = 0;
   batchesInFlight = 0;
