@@ -84,29 +84,57 @@ const MARKERS = ['circle', 'square', 'triangle', 'diamond'] as const;
 const label = (r: ThroughputRun): string => r.name.replace(/^throughput-/, '');
 const fmt = (x: number, d = 0): string => (Number.isFinite(x) ? x.toLocaleString('en-US', { maximumFractionDigits: d }) : '–');
 
+function median(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 === 1 ? s[m] : (s[m - 1] + s[m]) / 2;
+}
+
 /** Lines of the section; the plots are written into `dir`. */
 export function throughputSection(runs: readonly ThroughputRun[], dir: string, rel: (file: string) => string): string[] {
   if (runs.length === 0) return [];
-  const series = (y: (s: ThroughputStep) => number): Series[] =>
-    runs.map((r, i) => ({ name: label(r), color: COLORS[i % COLORS.length], marker: MARKERS[i % MARKERS.length], points: r.f.steps.map((s) => [s.offered, y(s)] as [number, number]) }));
-  writeFileSync(
-    path.join(dir, 'throughput-delivered.svg'),
-    linePlot({ title: 'Delivered vs offered', xLabel: 'offered publish rate (events/s)', yLabel: 'notifications/s delivered', logX: true, logY: true, series: series((s) => s.notificationsPerSecond) }),
-  );
-  writeFileSync(
-    path.join(dir, 'throughput-p99.svg'),
-    linePlot({ title: 'Publish → notification p99 vs offered rate', xLabel: 'offered publish rate (events/s)', yLabel: 'p99 latency (ms)', logX: true, logY: true, series: series((s) => s.latencyMs.p99) }),
-  );
   const lines = [
     '## Throughput: what one node delivers',
     '',
     'Produced by `npm run bench:throughput` (bench/throughput.ts): a ladder of offered publish rates, the load spread over publisher processes (one PublishStream each, open loop) and subscriber processes (connected devices that ack); each event carries its publish time and subscribers time it on arrival. Server cores are summed over the server\'s processes.',
     '',
-    '![Delivered notifications/s against the offered rate](throughput-delivered.svg)',
-    '',
-    '![p99 latency against the offered rate](throughput-p99.svg)',
+    'One pair of plots per host (the first word of the file name after `throughput-`): runs on different hosts do not compare.',
     '',
   ];
+  const hosts = new Map<string, ThroughputRun[]>();
+  for (const r of runs) {
+    const host = label(r).split('-')[0];
+    const list = hosts.get(host) ?? [];
+    list.push(r);
+    hosts.set(host, list);
+  }
+  for (const [host, rs] of [...hosts].sort((x, y) => x[0].localeCompare(y[0]))) {
+    // Repeated runs (names that differ only in a final `-a`, `-b`, ...) are one series: the median at each offered rate.
+    const variants = new Map<string, ThroughputRun[]>();
+    for (const r of rs) {
+      const v = label(r).replace(/-[a-z]$/, '');
+      variants.set(v, [...(variants.get(v) ?? []), r]);
+    }
+    const series = (y: (s: ThroughputStep) => number): Series[] =>
+      [...variants].map(([v, vs], i) => {
+        const at = new Map<number, number[]>();
+        for (const r of vs) for (const s of r.f.steps) at.set(s.offered, [...(at.get(s.offered) ?? []), y(s)]);
+        const points = [...at].sort((p, q) => p[0] - q[0]).map(([x, ys]) => [x, median(ys)] as [number, number]);
+        const short = v.slice(host.length + 1) || v; // the host is in the title
+        return { name: vs.length > 1 ? `${short} (median of ${vs.length})` : short, color: COLORS[i % COLORS.length], marker: MARKERS[Math.floor(i / COLORS.length) % MARKERS.length], points };
+      });
+    const delivered = `throughput-${host}-delivered.svg`;
+    const p99 = `throughput-${host}-p99.svg`;
+    writeFileSync(
+      path.join(dir, delivered),
+      linePlot({ title: `Delivered vs offered (${host})`, xLabel: 'offered publish rate (events/s)', yLabel: 'notifications/s delivered', logX: true, logY: true, series: series((s) => s.notificationsPerSecond) }),
+    );
+    writeFileSync(
+      path.join(dir, p99),
+      linePlot({ title: `Publish → notification p99 vs offered rate (${host})`, xLabel: 'offered publish rate (events/s)', yLabel: 'p99 latency (ms)', logX: true, logY: true, series: series((s) => s.latencyMs.p99) }),
+    );
+    lines.push(`### Plots: ${host} (${rs.length} run${rs.length === 1 ? '' : 's'})`, '', `![Delivered notifications/s against the offered rate, ${host}](${delivered})`, '', `![p99 latency against the offered rate, ${host}](${p99})`, '');
+  }
   for (const r of runs) {
     const f = r.f;
     const redisCpu = f.steps.some((s) => s.redisCores !== undefined);
