@@ -1764,7 +1764,9 @@ export class RedisMatcher {
         ...this.core.patternStats(this.patternMatches),
       },
     };
-    await this.cmd.set(this.keys.matcherStats, JSON.stringify(record), 'PX', this.statsMs * 3);
+    // Fenced: a leader whose lease lapsed while it paused does not hide the new leader's record.
+    const wrote = await runScript(this.cmd, 'ambitStats', this.keys.matcherStats, this.keys.matcherEpoch, this.token, JSON.stringify(record), this.statsMs * 3);
+    if (wrote !== 1) return;
     this.hooks.onStatsWritten?.(record);
   }
 

@@ -60,6 +60,18 @@ return redis.call('DEL', KEYS[1])
 `;
 
 /**
+ * The leader's stats record, written only while its token is still the epoch: a leader paused past
+ * its lease would otherwise put its record over the new leader's until it stands down. Returns 0
+ * then (no error: the record is advisory). KEYS: stats, epoch. ARGV: token ('' writes), record,
+ * time to live ms.
+ */
+const STATS = `
+if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1
+`;
+
+/**
  * The leader's offset, fenced. KEYS: offset, epoch. ARGV: token, last applied in-entry id.
  */
 const COMMIT = `${FENCE}
@@ -599,6 +611,7 @@ const DEFINITIONS = {
   ambitLeaseRenew: { lua: LEASE_RENEW, numberOfKeys: 1 },
   ambitLeaseRelease: { lua: LEASE_RELEASE, numberOfKeys: 1 },
   ambitCommit: { lua: COMMIT, numberOfKeys: 2 },
+  ambitStats: { lua: STATS, numberOfKeys: 2 },
   // numberOfKeys is per call (the fresh events' ids are keys): it is passed as the first argument.
   ambitAnswer: { lua: publishing(ANSWER, 'PUBLISH') },
   ambitAnswerSharded: { lua: publishing(ANSWER, 'SPUBLISH') },

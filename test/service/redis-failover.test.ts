@@ -88,6 +88,10 @@ describe(`redis matcher leadership (${kind === 'single' ? 'one redis-server' : '
       // Token 1 is stale now: its offset, answers and notifications are refused whole.
       await assert.rejects(runScript(r, 'ambitCommit', k.matcherOffset, k.matcherEpoch, '1', '9-0'), /FENCED/);
       assert.equal(await r.get(k.matcherOffset), '5-0');
+      // The stats record: the leader's is written, a stale leader's is not (quietly: 0).
+      assert.equal(await runScript(r, 'ambitStats', k.matcherStats, k.matcherEpoch, '2', '{"matcherId":"b"}', 60_000), 1);
+      assert.equal(await runScript(r, 'ambitStats', k.matcherStats, k.matcherEpoch, '1', '{"matcherId":"a"}', 60_000), 0);
+      assert.equal(await r.get(k.matcherStats), '{"matcherId":"b"}');
       const sub = await r.duplicate();
       await sub.subscribe(k.reply('gw'));
       let replies = 0;
