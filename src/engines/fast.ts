@@ -28,7 +28,7 @@
  * put those reads behind accessors or a shared state object.
  */
 import { EARTH_RADIUS_M, haversineM } from '../model/geo.js';
-import { type NArea, type NConstraint, type NEvent, type NFilter, type NSubscription, inRange, patternDfa, validateEvents } from '../model/limits.js';
+import { type NArea, type NConstraint, type NEvent, type NFilter, type NSubscription, inRange, patternDfa } from '../model/limits.js';
 import { AmbitError, show } from '../model/errors.js';
 import { CellGrid, REC } from './cell-grid.js';
 import { EqBuckets, NO_BUCKET } from './eq-buckets.js';
@@ -1298,12 +1298,7 @@ export class FastMatcher extends CpuMatcher {
   }
 
   matchBatchTagged(events: readonly Event[]): Promise<Listed[][]> {
-    try {
-      const valid = validateEvents(events, this.limits);
-      return Promise.resolve(valid.map((e) => this.matchValidTagged(e)));
-    } catch (err) {
-      return Promise.reject(err);
-    }
+    return this.eachValid(events, (e) => this.matchValidTagged(e));
   }
 
   /** The automata of the like / regex constraints held (each once, however many constraints share it). */

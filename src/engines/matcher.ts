@@ -308,9 +308,13 @@ export abstract class CpuMatcher implements Matcher {
   }
 
   matchBatch(events: readonly Event[]): Promise<string[][]> {
+    return this.eachValid(events, (e) => this.matchValid(e));
+  }
+
+  /** A batch validated whole (a bad event rejects it), then each event answered by `one`. */
+  protected eachValid<T>(events: readonly Event[], one: (e: NEvent) => T): Promise<T[]> {
     try {
-      const valid = validateEvents(events, this.limits);
-      return Promise.resolve(valid.map((e) => this.matchValid(e)));
+      return Promise.resolve(validateEvents(events, this.limits).map(one));
     } catch (err) {
       return Promise.reject(err);
     }
