@@ -274,7 +274,7 @@ async function parent(): Promise<void> {
   const warmupSeconds = a.num('warmup', quick ? 0 : 2, 0, 600);
   const profileDir = a.str('server-profile') ?? null;
   const clientProfileDir = a.str('client-profile') ?? null;
-  const server = await startChildServer(engine, profileDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${profileDir}`], redisUrl, { gateways, fanoutShards, partitions, cpus: serverCpus, redisCluster: benchRedis?.cluster ?? false, matcherPartitions, geo });
+  const server = await startChildServer(engine, profileDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${profileDir}`], redisUrl, { gateways, fanoutShards, partitions, cpus: serverCpus, redisCluster: benchRedis?.cluster ?? false, matcherPartitions, geo, metrics: redisUrl === null });
   const workers: { proc: ReturnType<typeof fork>; kind: 'publisher' | 'subscriber' }[] = [];
   const steps: Step[] = [];
   try {
@@ -336,6 +336,7 @@ async function parent(): Promise<void> {
     for (let step = 0; step < rates.length; step++) {
       const rate = rates[step];
       note(`rate ${rate}/s: publishing for ${seconds} s`);
+      const m0 = await server.metrics();
       const stored0 = (await server.ops.stats()).notifications;
       const before = await clientCpu(-1 - step);
       const subCpu0 = before.reduce((s, r) => s + r.cpuSeconds, 0);
@@ -356,6 +357,7 @@ async function parent(): Promise<void> {
         reports = await clientCpu(step);
       }
       const drainSeconds = (performance.now() - d0) / 1000;
+      const engineFigures = engineStep(m0, await server.metrics());
       const redisCpu = benchRedis === null ? null : (await redisCpuSeconds(benchRedis.ports)) - redis0;
       const histogram = new Array<number>(N_BUCKETS).fill(0);
       let received = 0;
@@ -391,11 +393,13 @@ async function parent(): Promise<void> {
         publisherCores: publisherCpuS / windowS,
         serverCpuUsPerEvent: (serverCpu * 1e6) / Math.max(1, published),
         serverCpuUsPerNotification: (serverCpu * 1e6) / Math.max(1, received),
+        ...engineFigures,
         ...(redisCpu === null ? {} : { redisCores: redisCpu / (windowS + drainSeconds), redisCpuUsPerNotification: (redisCpu * 1e6) / Math.max(1, received) }),
       };
       steps.push(s);
       const f = (x: number, d = 0) => x.toLocaleString('en-US', { maximumFractionDigits: d });
       out(`| ${f(rate)} | ${f(s.eventsPerSecond)} | ${f(errors)} | ${f(s.notificationsPerSecond)} | ${f(s.notificationsPerEvent, 2)} | ${f(s.latencyMs.median, 2)} | ${f(s.latencyMs.p99, 2)} | ${f(max, 1)} | ${f(s.serverCores, 2)} | ${f(s.clientCores, 2)} | ${f(publisherCpuS / windowS, 2)} | ${f(s.serverCpuUsPerEvent, 1)} | ${f(s.serverCpuUsPerNotification, 1)} | ${f(drainSeconds, 2)} |${redisCpu === null ? '' : ` ${f(s.redisCores ?? NaN, 2)} | ${f(s.redisCpuUsPerNotification ?? NaN, 1)} |`}`);
+      if (s.gpuBatches !== undefined) note(`GPU engine over the step: ${f(s.gpuBatches)} batches, ${f(s.gpuEventsPerBatch ?? 0, 1)} events a batch, ${f(s.cpuAnsweredEvents ?? 0)} events answered on the CPU`);
       run.write({ kind: 'throughput', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', redisNodes, redisCluster: benchRedis?.cluster ?? false, matcherPartitions, geo: geo ?? null, cities, gateways, fanoutShards, partitions, deviceStreams, directWrites, dedupeWindowS, serverCpus, loadCpus, devices, subsPerDevice, patternsPerDevice, kinds, publishers, subscribers, connections, client, ackDelayMs, seed, warmupSeconds, steps });
     }
     out('');
@@ -407,6 +411,23 @@ async function parent(): Promise<void> {
     await server.stop();
     await benchRedis?.stop();
   }
+}
+
+/**
+ * The GPU engine's batching over a step (from its stats' counters, where the hub reports them):
+ * batches run, events they answered, and events the CPU engine answered instead.
+ */
+function engineStep(before: ReadonlyMap<string, number>, after: ReadonlyMap<string, number>): Pick<Step, 'gpuBatches' | 'gpuEventsPerBatch' | 'cpuAnsweredEvents'> {
+  const d = (k: string): number | null => {
+    const a = before.get(k);
+    const b = after.get(k);
+    return a === undefined || b === undefined ? null : b - a;
+  };
+  const batches = d('ambit_gpu_batches_total');
+  const events = d('ambit_gpu_events_total');
+  const cpu = d('ambit_gpu_cpu_events_total');
+  if (batches === null || events === null || cpu === null || batches + cpu === 0) return {};
+  return { gpuBatches: batches, gpuEventsPerBatch: batches > 0 ? events / batches : 0, cpuAnsweredEvents: cpu };
 }
 
 // ---- entry ----

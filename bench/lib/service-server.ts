@@ -38,6 +38,8 @@ export interface ChildServer {
   cpuSeconds(): number;
   /** Resident set size in bytes. */
   rssBytes(): number;
+  /** The main process's Prometheus samples, summed by name (empty unless the shape asked for metrics). */
+  metrics(): Promise<Map<string, number>>;
   stop(): Promise<void>;
 }
 
@@ -128,10 +130,12 @@ export interface ChildServerShape {
   cpus?: string | null;
   /** Serve the web port (AMBIT_WEB_PORT: device streams over WebSocket, Connect). */
   web?: boolean;
+  /** Serve the main process's /metrics on a free port (its gateways take the ports above it), for `metrics()`. */
+  metrics?: boolean;
 }
 
 export async function startChildServer(engine: string, nodeArgs: readonly string[] = [], redisUrl: string | null = null, shape: ChildServerShape = {}): Promise<ChildServer> {
-  const { gateways = 1, fanoutShards = 0, partitions = 0, cpus = null, redisCluster = false, matcherPartitions = 1, geo, web = false } = shape;
+  const { gateways = 1, fanoutShards = 0, partitions = 0, cpus = null, redisCluster = false, matcherPartitions = 1, geo, web = false, metrics = false } = shape;
   const shards =
     geo === undefined
       ? { AMBIT_MATCHER_PARTITIONS: String(matcherPartitions) }
@@ -140,6 +144,7 @@ export async function startChildServer(engine: string, nodeArgs: readonly string
   const secret = randomBytes(32).toString('base64url');
   const port = await freePort();
   const webPort = web ? await freePort() : null;
+  const metricsPort = metrics ? await freePort() : null;
   const main = fileURLToPath(new URL('../../services/process/main.js', import.meta.url));
   const argv = [...nodeArgs, main];
   const child: ChildProcess = spawn(cpus === null ? process.execPath : 'taskset', cpus === null ? argv : ['-c', cpus, process.execPath, ...argv], {
@@ -148,7 +153,7 @@ export async function startChildServer(engine: string, nodeArgs: readonly string
       AMBIT_TOKEN_SECRET: secret,
       AMBIT_HOST: '127.0.0.1',
       AMBIT_PORT: String(port),
-      AMBIT_METRICS_PORT: 'off',
+      AMBIT_METRICS_PORT: metricsPort === null ? 'off' : String(metricsPort),
       AMBIT_ENGINE: engine,
       AMBIT_LOG_LEVEL: 'warn',
       AMBIT_DEV: '',
@@ -202,6 +207,7 @@ export async function startChildServer(engine: string, nodeArgs: readonly string
     ops: busyOps,
     cpuSeconds: () => treeCpuSeconds(pid),
     rssBytes: () => [pid, ...descendants(pid)].reduce((sum, p) => sum + rssOf(p), 0),
+    metrics: async () => (metricsPort === null ? new Map() : parseSamples(await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text())),
     stop: async () => {
       busyOps.close();
       if (exited !== null) return;
@@ -213,4 +219,14 @@ export async function startChildServer(engine: string, nodeArgs: readonly string
       process.off('exit', killOnExit);
     },
   };
+}
+
+/** Prometheus text: each metric's samples summed by name, whatever their labels (the process's role is one). */
+export function parseSamples(text: string): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const line of text.split('\n')) {
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$/.exec(line);
+    if (m !== null) out.set(m[1], (out.get(m[1]) ?? 0) + Number(m[3]));
+  }
+  return out;
 }

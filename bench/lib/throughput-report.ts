@@ -30,6 +30,11 @@ export interface ThroughputStep {
   /** Redis mode, Redis servers the benchmark can reach: their CPU summed, over the window and the drain. */
   redisCores?: number;
   redisCpuUsPerNotification?: number;
+  /** The GPU engine's batches over the step (where the hub's stats carry its counters; absent in the first files). */
+  gpuBatches?: number;
+  gpuEventsPerBatch?: number;
+  /** Events the GPU engine's CPU side answered over the step (lone events, overflow). */
+  cpuAnsweredEvents?: number;
 }
 
 export interface ThroughputFile {

@@ -113,6 +113,10 @@ export class Metrics implements EdgeMetrics {
       const v = this.hubStats?.extra[key];
       return typeof v === 'number' && Number.isFinite(v) ? v : 0;
     };
+    // The GPU engine's batching (0 with a CPU engine): events per batch is batches over events.
+    counter('ambit_gpu_batches_total', 'GPU engine: batches of events matched on the GPU', hubCount('batches'));
+    counter('ambit_gpu_events_total', 'GPU engine: events the GPU answered', hubCount('gpuEvents'));
+    counter('ambit_gpu_cpu_events_total', "GPU engine: events its CPU side answered (lone events it chose to, overflow, below the crossover)", hubCount('cpuEvents'));
     counter('ambit_handovers_forced_total', 'Sharded by space: hand-overs a shard leader applied after AMBIT_HANDOVER_WAIT_S without the shard the device left storing past it', hubCount('handOversForced'));
     counter('ambit_handovers_refused_total', 'Sharded by space: hand-overs past AMBIT_HANDOVER_WAIT_S that wait on, because a device in them still has the owed window of an earlier one', hubCount('handOversRefused'));
     // Device lifecycle.
