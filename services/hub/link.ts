@@ -20,12 +20,13 @@
  * `LinkedHub` (linked.ts) is the gateway side, `HubServer` (hub-server.ts) the hub side.
  */
 import type { Socket } from 'node:net';
-import { deserialize, serialize } from 'node:v8';
 import type { MessagePort } from 'node:worker_threads';
 import { AmbitError, type ErrorCode, PublishError, type PublishOutcome, ValidationError } from '../../src/model/errors.js';
+import { type Limits, inRange, keepCheckedEvent, resolveLimits } from '../../src/model/limits.js';
+import { quickTags } from '../../src/model/tags.js';
 import type { Event, Value } from '../../src/model/types.js';
-import { INTERN_MAX_BYTES, internedString } from './interned.js';
-import { type DeviceQuery, type DeviceSubscription, type Revocation, apiEventBytes, eventNumberField, linkEventBytes } from './port.js';
+import { FrameReader, FrameWriter } from './frames.js';
+import { type DeviceQuery, type DeviceSubscription, ENGINE_SIDE_LIMITS, type Revocation, apiEventBytes, eventNumberField, linkEventBytes } from './port.js';
 
 /** The file descriptor of a gateway process's pipe to the hub (its fifth stdio entry). */
 export const HUB_PIPE_FD = 4;
@@ -203,176 +204,9 @@ export function portLink(port: MessagePort): Link {
   };
 }
 
-// ---- frames ----
+// ---- frames (frames.ts) ----
 
-const MIN_FRAME = 16 * 1024;
-
-/** A DataView over a buffer's bytes: its getters and setters compile to loads and stores (Buffer's readDoubleLE and writeDoubleLE copy byte by byte). */
-const viewOf = (b: Buffer): DataView => new DataView(b.buffer, b.byteOffset, b.byteLength);
-
-export class FrameWriter {
-  buf = Buffer.allocUnsafe(MIN_FRAME);
-  private view = viewOf(this.buf);
-  n = 0;
-
-  get empty(): boolean {
-    return this.n === 0;
-  }
-
-  private reserve(k: number): void {
-    if (this.n + k <= this.buf.length) return;
-    const next = Buffer.allocUnsafe(Math.max(this.buf.length * 2, this.n + k));
-    this.buf.copy(next, 0, 0, this.n);
-    this.buf = next;
-    this.view = viewOf(next);
-  }
-
-  u8(v: number): void {
-    this.reserve(1);
-    this.buf[this.n++] = v;
-  }
-
-  u32(v: number): void {
-    this.reserve(4);
-    this.view.setUint32(this.n, v, true);
-    this.n += 4;
-  }
-
-  f64(v: number): void {
-    this.reserve(8);
-    this.view.setFloat64(this.n, v, true);
-    this.n += 8;
-  }
-
-  str(s: string): void {
-    const chars = s.length;
-    this.reserve(4 + 3 * chars);
-    const buf = this.buf;
-    const at = this.n;
-    // Ids are short and mostly ASCII: a byte loop beats the native UTF-8 call there.
-    if (chars <= 64) {
-      let o = at + 4;
-      let k = 0;
-      for (; k < chars; k++) {
-        const c = s.charCodeAt(k);
-        if (c >= 0x80) break;
-        buf[o++] = c;
-      }
-      if (k === chars) {
-        buf[at] = chars;
-        buf[at + 1] = 0;
-        buf[at + 2] = 0;
-        buf[at + 3] = 0;
-        this.n = o;
-        return;
-      }
-    }
-    const len = buf.write(s, at + 4, 'utf8');
-    buf.writeUInt32LE(len, at);
-    this.n = at + 4 + len;
-  }
-
-  /** Bytes as they are (no length): a record encoded before. */
-  raw(b: Uint8Array): void {
-    this.reserve(b.length);
-    this.buf.set(b, this.n);
-    this.n += b.length;
-  }
-
-  bytes(b: Uint8Array): void {
-    this.reserve(4 + b.length);
-    this.buf.writeUInt32LE(b.length, this.n);
-    this.buf.set(b, this.n + 4);
-    this.n += 4 + b.length;
-  }
-
-  value(v: unknown): void {
-    this.bytes(serialize(v));
-  }
-
-  /** A copy of what was written; the writer starts over in the same memory. */
-  copy(): Buffer {
-    const out = Buffer.allocUnsafe(this.n);
-    this.buf.copy(out, 0, 0, this.n);
-    this.n = 0;
-    return out;
-  }
-
-  /** The frame so far; the writer starts a new one. */
-  take(): Buffer {
-    const out = this.buf.subarray(0, this.n);
-    this.buf = Buffer.allocUnsafe(Math.max(MIN_FRAME, Math.min(this.n, 1 << 20)));
-    this.view = viewOf(this.buf);
-    this.n = 0;
-    return out;
-  }
-}
-
-/** A string as `FrameWriter.str` writes it (length, then UTF-8), for `raw` to write again and again. */
-export function strBytes(s: string): Buffer {
-  const n = Buffer.byteLength(s);
-  const b = Buffer.allocUnsafe(4 + n);
-  b.writeUInt32LE(n, 0);
-  b.write(s, 4, 'utf8');
-  return b;
-}
-
-export class FrameReader {
-  o = 0;
-  private readonly view: DataView;
-
-  constructor(readonly b: Buffer) {
-    this.view = viewOf(b);
-  }
-
-  get more(): boolean {
-    return this.o < this.b.length;
-  }
-
-  u8(): number {
-    return this.b[this.o++];
-  }
-
-  /** Reading past the end throws a RangeError (the frame is unreadable). */
-  u32(): number {
-    const v = this.view.getUint32(this.o, true);
-    this.o += 4;
-    return v;
-  }
-
-  f64(): number {
-    const v = this.view.getFloat64(this.o, true);
-    this.o += 8;
-    return v;
-  }
-
-  str(): string {
-    const len = this.u32();
-    const s = this.b.toString('utf8', this.o, this.o + len);
-    this.o += len;
-    return s;
-  }
-
-  /** str(), for strings that recur (names, tags, short values): short ASCII ones through internedString. */
-  name(): string {
-    const len = this.u32();
-    if (this.o + len > this.b.length) throw new RangeError(`a string of ${len} bytes past the frame's end`);
-    const s = len <= INTERN_MAX_BYTES ? internedString(this.b, this.o, len) : this.b.toString('utf8', this.o, this.o + len);
-    this.o += len;
-    return s;
-  }
-
-  bytes(): Buffer {
-    const len = this.u32();
-    const b = this.b.subarray(this.o, this.o + len);
-    this.o += len;
-    return b;
-  }
-
-  value<T>(): T {
-    return deserialize(this.bytes()) as T;
-  }
-}
+export { FrameReader, FrameWriter, strBytes } from './frames.js';
 
 // ---- events ----
 
@@ -417,21 +251,55 @@ export function writeEvent(w: FrameWriter, e: Event): void {
   else w.bytes(api);
 }
 
-/** `keepApi` false: the API bytes are skipped, not kept (a reader that keeps the whole record instead). */
-export function readEvent(r: FrameReader, keepApi = true): Event {
+/**
+ * The limits a hub's engine applies to events (ENGINE_SIDE_LIMITS over the model's defaults), which
+ * the gateways of the node check before they publish: a hub's reader of published events checks
+ * them again as it decodes (`readPublished`) and keeps the event's normal form with it, so the
+ * engine does not measure its strings again.
+ */
+export const HUB_EVENT_LIMITS: Limits = resolveLimits(ENGINE_SIDE_LIMITS);
+
+/**
+ * `keepApi` false: the API bytes are skipped, not kept (a reader that keeps the whole record
+ * instead). `check`: limits to check the event against as it is read; when it keeps to them, its
+ * normal form is kept with it (keepCheckedEvent), built from what is read anyway: each string's
+ * UTF-8 length is in the frame (this writer's strings are well-formed UTF-8), so nothing is
+ * measured again. An event that does not keep to them is read as it is, for the engine to refuse
+ * with its field named.
+ */
+export function readEvent(r: FrameReader, keepApi = true, check: Limits | null = null): Event {
+  let ok = check !== null && r.nextLength() >= 1 && r.nextLength() <= check.maxIdBytes;
   const id = r.str();
   const lat = r.f64();
   const lon = r.f64();
   const radiusM = r.f64();
   const n = r.u32();
   const attributes: Record<string, Value> = {};
+  if (ok) ok = inRange(lat, lon) && (Number.isNaN(radiusM) || (radiusM >= 0 && radiusM <= check!.maxEventRadiusM)) && n <= check!.maxAttributesPerEvent;
+  const names: string[] | null = ok ? new Array<string>(n) : null;
+  const values: Value[] | null = ok ? new Array<Value>(n) : null;
   for (let k = 0; k < n; k++) {
+    if (ok) {
+      const len = r.nextLength();
+      ok = len >= 1 && len <= check!.maxNameBytes;
+    }
     const name = r.name();
     const t = r.u8();
-    const v = t === T_NUMBER ? r.f64() : t === T_STRING ? r.name() : t === T_TRUE;
+    let v: Value;
+    if (t === T_NUMBER) {
+      v = r.f64();
+      if (ok) ok = Number.isFinite(v);
+    } else if (t === T_STRING) {
+      if (ok) ok = r.nextLength() <= check!.maxStringBytes;
+      v = r.name();
+    } else v = t === T_TRUE;
     // An attribute may be named __proto__: define it, do not set the prototype.
     if (name === '__proto__') Object.defineProperty(attributes, name, { value: v, enumerable: true, writable: true, configurable: true });
     else attributes[name] = v;
+    if (ok) {
+      names![k] = name;
+      values![k] = v;
+    }
   }
   const e: Event = Number.isNaN(radiusM) ? { id, lat, lon, attributes } : { id, lat, lon, radiusM, attributes };
   const nTags = r.u32();
@@ -448,6 +316,11 @@ export function readEvent(r: FrameReader, keepApi = true): Event {
     // A copy: the frame's buffer is not kept alive by the events it carried.
     if (keepApi) apiEventBytes.set(e, Buffer.from(r.b.subarray(r.o, r.o + apiLen)));
     r.o += apiLen;
+  }
+  if (ok) {
+    // Tags in their normal form (T2), as the engine's own check gives them; null: not kept to.
+    const tags = quickTags(e.tags, check!.maxTagsPerEvent, check!.maxTagBytes);
+    if (tags !== null) keepCheckedEvent(e, { id, lat, lon, radiusM: Number.isNaN(radiusM) || radiusM === 0 ? 0 : radiusM, names: names!, values: values!, tags }, check!);
   }
   return e;
 }
@@ -553,7 +426,7 @@ export function readPublished(r: FrameReader): Event {
   const n = r.f64();
   const start = r.o;
   // The record kept whole carries the API bytes on to the gateways: no second copy of them.
-  const e = readEvent(r, false);
+  const e = readEvent(r, false, HUB_EVENT_LIMITS);
   eventNumbers.set(e, n);
   eventBytes.set(e, Buffer.from(r.b.subarray(start, r.o)));
   return e;

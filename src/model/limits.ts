@@ -473,7 +473,72 @@ export function explainSubscription(s: unknown, limits: Limits, field = 'subscri
  * only when it refuses, the explaining check that names the field. Publishing is the hot path.
  */
 export function validateEvent(e: unknown, limits: Limits, field = 'event'): NEvent {
-  return quickEvent(e, limits) ?? explainEvent(e, limits, field);
+  return checkedEvent(e, limits) ?? quickEvent(e, limits) ?? explainEvent(e, limits, field);
+}
+
+/** Returns the object it is given, so a subclass's private fields are added to that object. */
+class Stamp {
+  constructor(o: object) {
+    return o;
+  }
+}
+
+/**
+ * An event's normal form, kept on the event object by a reader that checked the event against
+ * `limits` as it decoded it (an event a gateway of the node sent over its private link, whose
+ * byte lengths the reader has without measuring strings): `validateEvent(s)` take it instead of
+ * checking the event again, where those limits are no looser than theirs. Private fields (as the
+ * hub's own event fields): invisible to JSON, keys and equality, read through inline caches, gone
+ * with the event. The event must not be changed after it is checked.
+ */
+class Checked extends Stamp {
+  #normal: NEvent | undefined = undefined;
+  #limits: Limits | undefined = undefined;
+
+  static keep(e: object, n: NEvent, limits: Limits): void {
+    if (!(#normal in e)) new Checked(e);
+    (e as Checked).#normal = n;
+    (e as Checked).#limits = limits;
+  }
+
+  static read(e: unknown, limits: Limits): NEvent | null {
+    if (typeof e !== 'object' || e === null || !(#normal in e)) return null;
+    const c = e as Checked;
+    const by = c.#limits!;
+    return by === limits || noLooser(by, limits) ? c.#normal! : null;
+  }
+}
+
+/** The event limits a checked event was held to (by value; the last answer kept, the same two objects come again and again). */
+let lastBy: Limits | null = null;
+let lastFor: Limits | null = null;
+let lastNoLooser = false;
+function noLooser(by: Limits, limits: Limits): boolean {
+  if (by === lastBy && limits === lastFor) return lastNoLooser;
+  lastBy = by;
+  lastFor = limits;
+  lastNoLooser =
+    by.maxIdBytes <= limits.maxIdBytes &&
+    by.maxEventRadiusM <= limits.maxEventRadiusM &&
+    by.maxAttributesPerEvent <= limits.maxAttributesPerEvent &&
+    by.maxNameBytes <= limits.maxNameBytes &&
+    by.maxStringBytes <= limits.maxStringBytes &&
+    by.maxTagsPerEvent <= limits.maxTagsPerEvent &&
+    by.maxTagBytes <= limits.maxTagBytes;
+  return lastNoLooser;
+}
+
+/**
+ * Keeps `normal` with the event as its normal form under `limits`, for a reader that has checked
+ * every rule quickEvent checks against them (see Checked). The event must not change afterwards.
+ */
+export function keepCheckedEvent(e: Event, normal: NEvent, limits: Limits): void {
+  Checked.keep(e, normal, limits);
+}
+
+/** The normal form a reader kept with the event (keepCheckedEvent), where its limits are no looser than `limits`; else null. Exported for tests. */
+export function checkedEvent(e: unknown, limits: Limits): NEvent | null {
+  return Checked.read(e, limits);
 }
 
 /**
@@ -579,7 +644,7 @@ export function validatePosition(device: unknown, lat: unknown, lon: unknown, li
 export function validateEvents(events: unknown, limits: Limits, field = 'events'): NEvent[] {
   if (!Array.isArray(events)) throw new ValidationError(field, `must be an array, got ${show(events)}`);
   const out: NEvent[] = new Array(events.length);
-  for (let i = 0; i < events.length; i++) out[i] = quickEvent(events[i], limits) ?? explainEvent(events[i], limits, `${field}[${i}]`);
+  for (let i = 0; i < events.length; i++) out[i] = checkedEvent(events[i], limits) ?? quickEvent(events[i], limits) ?? explainEvent(events[i], limits, `${field}[${i}]`);
   return out;
 }
 
