@@ -293,6 +293,8 @@ export function readEvent(r: FrameReader, keepApi = true, check: Limits | null =
       if (ok) ok = r.nextLength() <= check!.maxStringBytes;
       v = r.name();
     } else v = t === T_TRUE;
+    // A name twice (no writer of ours does that) leaves one attribute: not the normal form's two.
+    if (ok && Object.hasOwn(attributes, name)) ok = false;
     // An attribute may be named __proto__: define it, do not set the prototype.
     if (name === '__proto__') Object.defineProperty(attributes, name, { value: v, enumerable: true, writable: true, configurable: true });
     else attributes[name] = v;

@@ -92,6 +92,28 @@ describe('hub link: events checked as they are read', () => {
     assert.equal(checkedEvent('e', DEFAULT_LIMITS), null);
   });
 
+  it('a frame that names an attribute twice keeps nothing; the engine checks the event as read', () => {
+    const w = new FrameWriter();
+    w.str('e');
+    w.f64(45);
+    w.f64(9);
+    w.f64(NaN);
+    w.u32(2);
+    for (const v of [1, 2]) {
+      w.str('a');
+      w.u8(0);
+      w.f64(v);
+    }
+    w.u32(0);
+    w.f64(NaN);
+    w.u32(0);
+    const back = readEvent(new FrameReader(w.take()), true, HUB_EVENT_LIMITS);
+    assert.equal(checkedEvent(back, HUB_EVENT_LIMITS), null);
+    assert.deepEqual(back.attributes, { a: 2 });
+    const n = validateEvent(back, HUB_EVENT_LIMITS);
+    assert.deepEqual([n.names, n.values], [['a'], [2]]);
+  });
+
   it('an engine with stricter limits than the reader checks the event itself and names the field', async () => {
     // 200 bytes: within the hub's engine limits (1024), past the model's default (128).
     const e: Event = { id: 'i'.repeat(200), lat: 45, lon: 9, attributes: { a: 1 } };
