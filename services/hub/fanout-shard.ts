@@ -6,8 +6,9 @@
  *
  * - `ShardedFanOut` is the hub's side. The hub's thread does not group matches by device:
  *   `deliverMatches` sends each event's matched subscriptions to their devices' shards as numbers
- *   in one MATCH record per event and shard (the event once per frame; a number is told once, with
- *   its device and id, and forgotten when the subscription leaves); each deliver call ends with a
+ *   in one MATCH record per event and shard (the event written before it, numbered by a count per
+ *   frame; a number is told once, with its device and id, and forgotten when the subscription
+ *   leaves); each deliver call ends with a
  *   SEQ, and the hub's publish replies once every shard it wrote to has answered STORED for that
  *   sequence, so "stored before Publish replies" holds as in one process.
  * - Pattern subscriptions' matches (found by the hub's patterns) go to their devices' shards one
@@ -54,8 +55,16 @@ interface Flush {
 /** The hub's side: routes each notification to its device's shard and waits for them to store it. */
 export class ShardedFanOut implements HubFanOut {
   private readonly outs: Outbox[];
-  /** Events written to each shard's current frame, by number. */
-  private readonly refs: Map<Event, number>[];
+  /**
+   * The next event number in each shard's current frame. An event is written to a shard's frame
+   * once per deliver call that sends it there (each fresh event is delivered by one call), so its
+   * number is a count, not a lookup; the shard finds an event written twice (a match and a pattern's
+   * in one frame) in its event cache by the event's node number.
+   */
+  private readonly nextRef: number[];
+  /** deliver(): the event last written to each shard in the call, and its number there. */
+  private readonly lastEvent: (Event | null)[];
+  private readonly lastRef: number[];
   private seq = 0;
   /** Per shard: the last sequence sent, the last stored, and its totals. */
   private readonly sent: number[];
@@ -78,8 +87,10 @@ export class ShardedFanOut implements HubFanOut {
   ) {
     const n = links.length;
     if (n < 1) throw new Error('fan-out shards: at least one');
-    this.refs = links.map(() => new Map<Event, number>());
-    this.outs = links.map((link, k) => new Outbox(link, () => this.refs[k].clear()));
+    this.nextRef = new Array<number>(n).fill(0);
+    this.lastEvent = new Array<Event | null>(n).fill(null);
+    this.lastRef = new Array<number>(n).fill(0);
+    this.outs = links.map((link, k) => new Outbox(link, () => (this.nextRef[k] = 0)));
     this.sent = new Array<number>(n).fill(0);
     this.stored = new Array<number>(n).fill(0);
     this.droppedBy = new Array<number>(n).fill(0);
@@ -154,7 +165,7 @@ export class ShardedFanOut implements HubFanOut {
         const w = this.outs[k].frame;
         if (countAt[k] < 0) {
           // This event's first match in shard k: its record's head, the count written at the end.
-          const ref = this.refOf(k, w, e);
+          const ref = this.writeEvent(k, w, e);
           w.u8(S.MATCH);
           w.u32(ref);
           w.f64(source.ms);
@@ -201,12 +212,19 @@ export class ShardedFanOut implements HubFanOut {
     const n = this.outs.length;
     const seq = ++this.seq;
     const reached = new Array<number>(events.length).fill(0);
+    // Within this call only: a later call may write to another frame.
+    this.lastEvent.fill(null);
     for (let i = 0; i < events.length; i++) {
       for (const r of recipients[i]) {
         if (r.match === undefined || r.subscriptionIds.length !== 1) throw new Error('fan-out shards: deliver() takes pattern matches only (one subscription each)');
         const k = shardOf(r.device, n);
         const w = this.outs[k].frame;
-        const ref = this.refOf(k, w, events[i]);
+        let ref: number;
+        if (this.lastEvent[k] === events[i]) ref = this.lastRef[k];
+        else {
+          ref = this.lastRef[k] = this.writeEvent(k, w, events[i]);
+          this.lastEvent[k] = events[i];
+        }
         w.u8(S.PATTERN);
         w.u32(ref);
         w.f64(source.ms);
@@ -250,15 +268,10 @@ export class ShardedFanOut implements HubFanOut {
     return new Promise((resolve, reject) => this.purges.set(req, { resolve, reject }));
   }
 
-  /** The number of event `e` in shard k's current frame (written there first if it is not yet). */
-  private refOf(k: number, w: FrameWriter, e: Event): number {
-    const refs = this.refs[k];
-    let ref = refs.get(e);
-    if (ref === undefined) {
-      ref = refs.size;
-      refs.set(e, ref);
-      writeEventRecord(w, ref, e);
-    }
+  /** Writes event `e` to shard k's current frame; its number there. */
+  private writeEvent(k: number, w: FrameWriter, e: Event): number {
+    const ref = this.nextRef[k]++;
+    writeEventRecord(w, ref, e);
     return ref;
   }
 

@@ -125,6 +125,35 @@ describe('fan-out shards', { timeout: 30_000 }, () => {
     }
   });
 
+  it('[E20] an event delivered to a shard in two frames is written to each: the second call does not refer to the first frame', async () => {
+    const quiet = pino({ level: 'silent' });
+    const store = new InboxStore();
+    const { port1, port2 } = new MessageChannel();
+    serveShard(store, portLink(port2), quiet);
+    const fanout = new ShardedFanOut([portLink(port1)]);
+    try {
+      const a = { id: 'a', lat: 0, lon: 0, attributes: { k: 1 } };
+      const b = { id: 'b', lat: 0, lon: 0, attributes: { k: 2 } };
+      const match = (e: typeof a) => ({ steps: [{ step: 's', event: e, timeMs: 1 }], aggregates: {} });
+      // One call: two recipients of b (b written once), then a frame ends.
+      fanout.deliver({ id: '', ms: Date.now() }, [a, b], [[{ device: 'd1', subscriptionIds: ['p'], match: match(a) }], [{ device: 'd1', subscriptionIds: ['p'], match: match(b) }, { device: 'd2', subscriptionIds: ['p'], match: match(b) }]]);
+      await fanout.flush();
+      // The next frame starts with b again, the event the last call wrote last.
+      fanout.deliver({ id: '', ms: Date.now() }, [b], [[{ device: 'd3', subscriptionIds: ['p'], match: match(b) }]]);
+      await fanout.flush();
+      const ids = (d: string) => {
+        const box = store.openInbox(d, '');
+        const got = box.take(10).map((x) => x.event.id);
+        box.close();
+        return got;
+      };
+      assert.deepEqual([ids('d1'), ids('d2'), ids('d3')], [['a', 'b'], ['b'], ['b']]);
+    } finally {
+      port1.close();
+      store.close();
+    }
+  });
+
   it('each device lives in one shard; its notifications, ids and retention are those of one log', async () => {
     const { hub, stores, close } = shardedHub(3);
     try {
