@@ -135,30 +135,30 @@ describe('tags (Matcher.tag, matchBatchTagged)', () => {
       try {
         const e = { id: 'e', lat: 45.46, lon: 9.18, attributes: { x: 1 } };
         const has = { filters: [{ constraints: [{ name: 'x', op: 'exists' as const }] }] };
-        assert.equal(m.tag!({ key: 'a' }), false, 'no subscription a yet');
+        assert.equal(m.tag!('a', 7), false, 'no subscription a yet');
         m.add({ id: 'a', owner: 'd', ...has });
         m.add({ id: 'b', owner: 'd', ...has });
-        const ta = { key: 'a', mine: 1 };
-        assert.equal(m.tag!(ta), true);
+        assert.equal(m.tag!('a', 7), true);
         const tagged = async () => (await m.matchBatchTagged!([e]))[0];
         let [r] = [await tagged()];
         assert.equal(r.length, 2);
-        assert.ok(r.includes(ta) && r.includes('b'));
+        assert.ok(r.includes(7) && r.includes('b'));
         assert.deepEqual([...(await m.match(e))].sort(), ['a', 'b']);
         assert.deepEqual([...(await m.matchBatch([e]))[0]].sort(), ['a', 'b']);
         // Replaced: listed by its id until tagged again.
         m.replace({ id: 'a', owner: 'd', ...has });
         assert.deepEqual([...(await tagged())].sort(), ['a', 'b']);
-        const ta2 = { key: 'a' };
-        m.tag!(ta2);
+        m.tag!('a', 0);
         r = await tagged();
-        assert.ok(r.includes(ta2) && !r.includes(ta));
+        assert.ok(r.includes(0) && !r.includes(7));
         // Removed: not listed, takes no tag; added again, listed by its id.
         assert.equal(m.remove('a'), true);
         assert.deepEqual(await tagged(), ['b']);
-        assert.equal(m.tag!({ key: 'a' }), false);
+        assert.equal(m.tag!('a', 1), false);
         m.add({ id: 'a', owner: 'd', ...has });
         assert.deepEqual([...(await tagged())].sort(), ['a', 'b']);
+        // A tag is an integer in [0, 2^31 - 1].
+        for (const bad of [-1, 1.5, NaN, 2 ** 31]) assert.throws(() => m.tag!('b', bad), (err: AmbitError) => err.code === 'INVALID_ARGUMENT' && err.field === 'tag');
         // Bad events are refused as by matchBatch, the field named.
         await assert.rejects(m.matchBatchTagged!([{ ...e, lat: 91 }]), (err: AmbitError) => err.code === 'INVALID_ARGUMENT' && err.field === 'events[0].lat');
       } finally {

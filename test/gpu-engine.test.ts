@@ -623,7 +623,7 @@ describe('gpu engine: CPU below the crossover', () => {
       const rng = new Rng(9);
       for (let i = 0; i < 40; i++) {
         const e = randomEvent(rng, i);
-        assert.deepEqual(sorted((await m.matchBatch([e]))[0]), sorted((await m.matchBatchTagged([e]))[0] as string[]));
+        assert.deepEqual(sorted((await m.matchBatch([e]))[0]), sorted((await m.matchBatchTagged([e]))[0] as string[]), 'untagged: ids either way');
       }
       const x = m.stats().extra!;
       assert.equal((x.adaptiveCpu as number) + (x.adaptiveGpu as number), 80, 'every batch of one decided as a lone event');

@@ -23,12 +23,10 @@ describe('gpu engine: tags', () => {
       const e = { id: 'e', lat: 45.46, lon: 9.18, attributes: { x: 1 } };
       const has = { filters: [{ constraints: [{ name: 'x', op: 'exists' as const }] }] };
       for (const id of ['a', 'b', 'c']) m.add({ id, owner: 'd', ...has });
-      const ta = { key: 'a' };
-      const tb = { key: 'b' };
-      const tc = { key: 'c' };
-      assert.equal(m.tag(ta), true);
-      assert.equal(m.tag(tb), true);
-      assert.equal(m.tag(tc), true);
+      const [ta, tb, tc] = [10, 11, 12];
+      assert.equal(m.tag('a', ta), true);
+      assert.equal(m.tag('b', tb), true);
+      assert.equal(m.tag('c', tc), true);
       const first = m.matchBatchTagged([e]);
       m.remove('a');
       m.replace({ id: 'b', owner: 'd', ...has });
@@ -44,7 +42,7 @@ describe('gpu engine: tags', () => {
       assert.deepEqual(now.filter((x) => typeof x !== 'string'), [tc]);
       assert.deepEqual(sorted((await m.matchBatch([e]))[0]), ['b', 'c', 'n']);
       assert.deepEqual(sorted(await m.match(e)), ['b', 'c', 'n']);
-      assert.equal(m.tag({ key: 'a' }), false, 'a removed subscription takes no tag');
+      assert.equal(m.tag('a', 13), false, 'a removed subscription takes no tag');
     } finally {
       await m.close();
     }
@@ -56,8 +54,8 @@ describe('gpu engine: tags', () => {
       const e = { id: 'e', lat: 45.46, lon: 9.18, attributes: { x: 1 } };
       m.add({ id: 'a', owner: 'd', filters: [{ constraints: [{ name: 'x', op: 'exists' }] }] });
       m.add({ id: 'b', owner: 'd', filters: [{ constraints: [{ name: 'x', op: 'exists' }] }] });
-      const ta = { key: 'a' };
-      m.tag(ta);
+      const ta = 0;
+      m.tag('a', ta);
       assert.equal(m.path, 'cpu');
       const [listed] = await m.matchBatchTagged([e]);
       assert.deepEqual(listed.filter((x) => typeof x !== 'string'), [ta]);
@@ -68,4 +66,25 @@ describe('gpu engine: tags', () => {
     }
   });
 
+  it('[R6] tagged: one batch of a tagged call and untagged ones lists tags for the first only', async () => {
+    const m = make({ inFlight: 1 });
+    try {
+      const e = (id: string) => ({ id, lat: 45.46, lon: 9.18, attributes: { x: 1 } });
+      for (const id of ['a', 'b']) m.add({ id, owner: 'd', filters: [{ constraints: [{ name: 'x', op: 'exists' as const }] }] });
+      m.tag('a', 5);
+      // The first call runs alone; the three behind it wait for it and go as one batch.
+      const first = m.matchBatch([e('0')]);
+      const tagged = m.matchBatchTagged([e('1'), e('2')]);
+      const lone = m.match(e('3'));
+      const plain = m.matchBatch([e('4')]);
+      const batches = m.stats().extra!.batches as number;
+      assert.deepEqual((await first).map(sorted), [['a', 'b']]);
+      assert.deepEqual((await tagged).map((r) => r.map(String).sort()), [['5', 'b'], ['5', 'b']]);
+      assert.deepEqual(sorted(await lone), ['a', 'b']);
+      assert.deepEqual((await plain).map(sorted), [['a', 'b']]);
+      assert.equal((m.stats().extra!.batches as number) - batches, 2, 'the three calls behind the first shared one batch');
+    } finally {
+      await m.close();
+    }
+  });
 });

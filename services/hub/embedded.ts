@@ -20,7 +20,7 @@ import {
   type Revocation,
   mergeRevocations,
 } from './port.js';
-import { type MatchCore, type Owner, type PatternDelivery, type Recipient, hubStats } from '../matcher/core.js';
+import { type Listed, type MatchCore, type Owner, type OwnerTable, type PatternDelivery, type Recipient, hubStats } from '../matcher/core.js';
 import type { DeliverySource, Retention } from '../matcher/fanout.js';
 import { type DedupeOptions, DEFAULT_DEDUPE, EventIdWindow, type IdTicket, planPublish, settlePublish } from '../matcher/event-ids.js';
 import { type EmbeddedInbox, InboxStore } from './inboxes.js';
@@ -45,10 +45,11 @@ export interface HubFanOut {
   deliver?(source: DeliverySource, events: readonly Event[], recipients: readonly (readonly Recipient[])[]): number[];
   /**
    * Instead of `deliver`, for a fan-out that groups matches by device itself (fan-out shards): the
-   * matches of each event (owners, or engine keys) and the core that resolves keys.
+   * matches of each event (owner numbers, or engine keys) and the core that resolves them. Called
+   * synchronously within the match (MatchCore.matchKeys), while the numbers are their owners'.
    */
-  deliverMatches?(source: DeliverySource, events: readonly Event[], matches: readonly (readonly (string | Owner)[])[], owners: { ownerOf(key: string): Owner | undefined }): number[];
-  /** A subscription left the core (with deliverMatches: forget its number). */
+  deliverMatches?(source: DeliverySource, events: readonly Event[], matches: readonly (readonly Listed[])[], owners: OwnerTable): number[];
+  /** A subscription left the core (with deliverMatches: forget its number, which may be given again once no match is in flight). */
   forget?(o: Owner): void;
   /**
    * Drops the device's log and ends its open inboxes (`purgedError`); resolves with how many
@@ -201,8 +202,8 @@ export class EmbeddedHub implements Hub {
     patterned?.catch(() => {}); // a failure is this call's, awaited below
     let reached: number[];
     if (this.fanout.deliverMatches !== undefined) {
-      const matches = await this.core.matchKeys(events);
-      reached = this.fanout.deliverMatches({ id: '', ms: this.fanout.now() }, events, matches, this.core);
+      const fanout = this.fanout;
+      reached = await this.core.matchKeys(events, (matches) => fanout.deliverMatches!({ id: '', ms: fanout.now() }, events, matches, this.core));
     } else {
       const recipients = await this.core.match(events);
       reached = this.fanout.deliver!({ id: '', ms: this.fanout.now() }, events, recipients);

@@ -23,7 +23,7 @@
 import type { Logger } from 'pino';
 import { AmbitError } from '../../src/model/errors.js';
 import type { Event } from '../../src/model/types.js';
-import { type DeviceMemo, type Owner, type Recipient, sortIds } from '../matcher/core.js';
+import { type DeviceMemo, type Listed, type Owner, type OwnerTable, type Recipient, sortIds } from '../matcher/core.js';
 import { type DeliveryMatch, devicePart, splitSubscriptionKey } from './port.js';
 import type { DeliverySource } from '../matcher/fanout.js';
 import type { HubFanOut } from './embedded.js';
@@ -75,6 +75,12 @@ export class ShardedFanOut implements HubFanOut {
   /** Per shard, while one event's matches are written: where its entry count goes, and the count. */
   private readonly countAt: number[];
   private readonly counts: number[];
+  /**
+   * Per owner number: its device's shard plus one (0: not worked out yet) and whether that shard
+   * was told the number (TELL). Typed arrays by number: a match sent by number reads no object.
+   */
+  private shardByNum = new Uint8Array(1024);
+  private sentByNum = new Uint8Array(1024);
   private flushes: Flush[] = [];
   private broken: AmbitError | null = null;
   /** Purges awaiting their shard's answer, by request. */
@@ -129,12 +135,13 @@ export class ShardedFanOut implements HubFanOut {
   }
 
   /**
-   * The engine's matched keys of each event, resolved through the match core's owner table and
-   * sent to the devices' shards as numbers; each shard groups its part by device (serveShard).
-   * The hub's thread writes a few bytes per matched subscription and allocates nothing per
-   * recipient. Returns the subscriptions each event reached, as `deliver` does.
+   * The engine's matches of each event (owner numbers, or keys resolved through the match core's
+   * owner table), sent to the devices' shards as numbers; each shard groups its part by device
+   * (serveShard). The hub's thread writes a few bytes per matched subscription, reads two typed
+   * arrays for a number, and allocates nothing per recipient. Returns the subscriptions each event
+   * reached, as `deliver` does.
    */
-  deliverMatches(source: DeliverySource, events: readonly Event[], matches: readonly (readonly (string | Owner)[])[], owners: { ownerOf(key: string): Owner | undefined }): number[] {
+  deliverMatches(source: DeliverySource, events: readonly Event[], matches: readonly (readonly Listed[])[], owners: OwnerTable): number[] {
     if (this.broken !== null) throw this.broken;
     const n = this.outs.length;
     const seq = ++this.seq;
@@ -147,21 +154,20 @@ export class ShardedFanOut implements HubFanOut {
       const e = events[i];
       for (let j = 0; j < keys.length; j++) {
         const kj = keys[j];
-        // An owner gone since it was listed is delivered as matched, by its key (as an unknown key is).
-        const o = typeof kj === 'string' ? owners.ownerOf(kj) : kj.gone ? undefined : kj;
-        const key = typeof kj === 'string' ? kj : kj.key;
-        let device = '';
-        let k: number;
-        if (o === undefined) {
-          device = splitSubscriptionKey(key)[0];
-          k = shardOf(device, n);
-        } else if (o.shards === n) {
-          // The owner keeps its device's shard: a match sent by number reads nothing else.
-          k = o.shard;
+        // A number whose owner is gone since it was listed is delivered as matched, by its key (as an unknown key is).
+        let num = -1;
+        if (typeof kj === 'number') {
+          if (!owners.isGone(kj)) num = kj;
         } else {
-          k = o.shard = shardWith(o.of.device, o.of, n);
-          o.shards = n;
+          const o = owners.ownerOf(kj);
+          if (o !== undefined) num = o.num;
         }
+        let k: number;
+        let device = '';
+        if (num < 0) {
+          device = splitSubscriptionKey(typeof kj === 'string' ? kj : owners.owner(kj)!.key)[0];
+          k = shardOf(device, n);
+        } else k = this.shardOfNum(num, owners, n);
         const w = this.outs[k].frame;
         if (countAt[k] < 0) {
           // This event's first match in shard k: its record's head, the count written at the end.
@@ -175,21 +181,22 @@ export class ShardedFanOut implements HubFanOut {
           this.sent[k] = seq;
         }
         counts[k]++;
-        if (o === undefined) {
-          const [, id] = splitSubscriptionKey(key);
+        if (num < 0) {
+          const [, id] = splitSubscriptionKey(typeof kj === 'string' ? kj : owners.owner(kj)!.key);
           w.u8(M.KEY);
           w.str(device);
           w.str(id);
-        } else if (o.sent) {
+        } else if (this.sentByNum[num] === 1) {
           w.u8(M.NUM);
-          w.f64(o.num);
+          w.f64(num);
         } else {
+          const o = owners.owner(num)!;
           const memo = o.of;
           w.u8(M.TELL);
-          w.f64(o.num);
+          w.f64(num);
           w.raw((memo.idBytes ??= strBytes(memo.device)));
           w.str(o.id);
-          o.sent = true;
+          this.sentByNum[num] = 1;
         }
       }
       for (let k = 0; k < n; k++) {
@@ -200,6 +207,26 @@ export class ShardedFanOut implements HubFanOut {
     }
     this.endCall(seq);
     return reached;
+  }
+
+  /** The shard of owner `num`'s device, worked out once per number (its arrays grown to hold it). */
+  private shardOfNum(num: number, owners: OwnerTable, n: number): number {
+    if (num < this.shardByNum.length) {
+      const s = this.shardByNum[num];
+      if (s !== 0) return s - 1;
+    } else {
+      const size = Math.max(2 * this.shardByNum.length, num + 1);
+      const shards = new Uint8Array(size);
+      shards.set(this.shardByNum);
+      this.shardByNum = shards;
+      const sent = new Uint8Array(size);
+      sent.set(this.sentByNum);
+      this.sentByNum = sent;
+    }
+    const o = owners.owner(num)!;
+    const k = shardWith(o.of.device, o.of, n);
+    this.shardByNum[num] = k + 1;
+    return k;
   }
 
   /**
@@ -249,12 +276,21 @@ export class ShardedFanOut implements HubFanOut {
     }
   }
 
-  /** A subscription left the match core: the shard that was told its number forgets it. */
+  /**
+   * A subscription left the match core: the shard that was told its number forgets it, and the
+   * number starts afresh here (the core gives it again once no match that may list it is in flight).
+   */
   forget(o: Owner): void {
-    if (!o.sent || this.broken !== null) return;
-    const w = this.outs[o.of.shard].frame;
+    const num = o.num;
+    if (num >= this.shardByNum.length) return;
+    const told = this.sentByNum[num] === 1;
+    const k = this.shardByNum[num] - 1;
+    this.sentByNum[num] = 0;
+    this.shardByNum[num] = 0;
+    if (!told || this.broken !== null) return;
+    const w = this.outs[k].frame;
     w.u8(S.FORGET);
-    w.f64(o.num);
+    w.f64(num);
   }
 
   /** Drops the device's log in its shard (after what was delivered before); the notifications it held. */

@@ -6,6 +6,8 @@
  */
 import { AmbitError, show } from '../../src/model/errors.js';
 import type { Listed, Matcher, MatcherStats } from '../../src/engines/matcher.js';
+
+export type { Listed };
 import type { DeviceHandle } from '../../src/engines/matcher.js';
 import type { Event, PositionUpdate } from '../../src/model/types.js';
 import { type PatternMatcher, type PatternMatcherSnapshot, type PatternNotification, eventInput } from '../../src/engines/event-patterns/pattern-matcher.js';
@@ -54,9 +56,10 @@ interface DeviceSubs extends DeviceMemo {
 
 /**
  * What an engine subscription key stands for: the device (with its memo) and the subscription
- * id; `num` numbers the subscription in this core for fan-outs that resolve matches elsewhere
- * (fan-out shards: they are told a number once, `sent`, and get numbers after that). An engine
- * that keeps tags (Matcher.tag) keeps it as the subscription's tag and lists it when matched.
+ * id. `num` numbers the subscription in this core: an engine that keeps tags (Matcher.tag) keeps
+ * it as the subscription's tag and lists it when matched, and a fan-out that resolves matches
+ * elsewhere (fan-out shards) sends it instead of the key. Numbers are dense: one freed by a
+ * removal is given again only once no match is in flight (one that began before could list it).
  */
 export interface Owner {
   /** The engine key. */
@@ -64,15 +67,20 @@ export interface Owner {
   readonly of: DeviceMemo & { readonly device: string };
   readonly id: string;
   readonly num: number;
-  sent: boolean;
-  /** A fan-out's copy of its device's shard among `shards` (0: not computed), read without touching the device. */
-  shard: number;
-  shards: number;
   /**
    * The subscription left the core. A match listed before (a tag the engine listed while it was
    * live) is delivered as matched by its device and id, as a key the core no longer knows is.
    */
   gone: boolean;
+}
+
+/** A match core's owners as a fan-out reads the matches of `matchKeys`: by key, or by number. */
+export interface OwnerTable {
+  ownerOf(key: string): Owner | undefined;
+  /** The owner numbered `num` while a match that may list it is in flight (gone ones included). */
+  owner(num: number): Owner | undefined;
+  /** Whether the owner numbered `num` left the core (read without touching the owner). */
+  isGone(num: number): boolean;
 }
 
 interface OwnerEntry extends Owner {
@@ -95,8 +103,14 @@ export class MatchCore {
   private readonly subs = new Map<string, DeviceSubs>();
   /** Engine key → owner, so a match is grouped by device without decoding keys. */
   private readonly owners = new Map<string, OwnerEntry>();
+  /** Owners by number (gone ones until their number is free again), and which of them are gone. */
+  private readonly byNum: (OwnerEntry | undefined)[] = [];
+  private goneByNum = new Uint8Array(1024);
+  /** Numbers free to give; numbers freed while a match was in flight, free once none is. */
+  private readonly freeNums: number[] = [];
+  private readonly freedWhileMatching: number[] = [];
   private stamp = 0;
-  private nextOwner = 1;
+  private nextOwner = 0;
   /**
    * Told when a device comes to own pattern subscriptions or owns none any more: a holder of
    * positions outside the core (the Redis matcher's) sends such a device's moves to the patterns.
@@ -156,10 +170,10 @@ export class MatchCore {
     if (!exists) this.subscriptionCount++;
     // Pattern subscriptions have no engine key to resolve: they are delivered as their matches come.
     const wasFilters = old !== undefined && old.pattern === undefined;
-    if (sub.pattern === undefined && !wasFilters) this.owners.set(key, { key, of: mine, id: sub.id, num: this.nextOwner++, sent: false, shard: 0, shards: 0, gone: false });
+    if (sub.pattern === undefined && !wasFilters) this.newOwner(key, mine, sub.id);
     else if (sub.pattern !== undefined && wasFilters) this.dropOwner(key);
     // A replaced version is a new engine subscription: tagged again.
-    if (sub.pattern === undefined) this.engine.tag?.(this.owners.get(key)!);
+    if (sub.pattern === undefined) this.engine.tag?.(key, this.owners.get(key)!.num);
     mine.subs.set(sub.id, sub);
     this.countPatterns(mine, (sub.pattern !== undefined ? 1 : 0) - (old?.pattern !== undefined ? 1 : 0));
   }
@@ -175,12 +189,34 @@ export class MatchCore {
     return mine;
   }
 
+  private newOwner(key: string, of: DeviceSubs, id: string): void {
+    const num = this.freeNums.length > 0 ? this.freeNums.pop()! : this.nextOwner++;
+    const o: OwnerEntry = { key, of, id, num, gone: false };
+    this.owners.set(key, o);
+    this.byNum[num] = o;
+    if (num >= this.goneByNum.length) {
+      const grown = new Uint8Array(Math.max(2 * this.goneByNum.length, num + 1));
+      grown.set(this.goneByNum);
+      this.goneByNum = grown;
+    }
+    this.goneByNum[num] = 0;
+  }
+
   private dropOwner(key: string): void {
     const o = this.owners.get(key);
     this.owners.delete(key);
     if (o === undefined) return;
     o.gone = true;
+    this.goneByNum[o.num] = 1;
     if (this.onOwnerRemoved !== null) this.onOwnerRemoved(o);
+    // A match in flight may list the number: it stays this owner's until none is.
+    if (this.matching > 0) this.freedWhileMatching.push(o.num);
+    else this.freeNum(o.num);
+  }
+
+  private freeNum(num: number): void {
+    this.byNum[num] = undefined;
+    this.freeNums.push(num);
   }
 
   /**
@@ -331,35 +367,48 @@ export class MatchCore {
   }
 
   /**
-   * The engine's matches of each event, ungrouped: for a fan-out that groups them by device
-   * itself. Each is its owner where the engine keeps tags (Matcher.tag), else its key (`ownerOf`
-   * resolves it; a key it does not know was removed while the match was awaited and is
-   * delivered as matched, as `match` does).
+   * The engine's matches of each event, ungrouped, handed to `use` (synchronously, so the numbers
+   * they list stay their owners' meanwhile): for a fan-out that groups them by device itself. Each
+   * is its owner's number where the engine keeps tags (Matcher.tag), else its key (`ownerOf`
+   * resolves it). A number whose owner is gone (`isGone`), or a key the core does not know, was
+   * removed while the match was awaited and is delivered as matched, as `match` does.
    */
-  async matchKeys(events: readonly Event[]): Promise<readonly (readonly (string | Owner)[])[]> {
-    if (events.length === 0) return [];
+  async matchKeys<R>(events: readonly Event[], use: (matches: readonly (readonly Listed[])[]) => R): Promise<R> {
     this.matching++;
     const gen = this.purgeGen;
     try {
+      if (events.length === 0) return use([]);
       const e = this.engine;
       const keys: readonly (readonly Listed[])[] =
         e.matchBatchTagged !== undefined ? await e.matchBatchTagged(events) : events.length === 1 ? [await e.match(events[0])] : await e.matchBatch(events);
-      if (this.purgedWhileMatching.size === 0) return keys as readonly (readonly (string | Owner)[])[];
+      if (this.purgedWhileMatching.size === 0) return use(keys);
       // The matches of a device purged after this match began are dropped, owners and keys alike
       // (what the device subscribed again since was not there to match); a purge before it began
       // left nothing of the device to match. One removed otherwise is delivered as matched.
       const live = (k: Listed): boolean => {
-        const at = this.purgedWhileMatching.get(typeof k === 'string' ? splitSubscriptionKey(k)[0] : (k as Owner).of.device);
+        const at = this.purgedWhileMatching.get(typeof k === 'string' ? splitSubscriptionKey(k)[0] : this.byNum[k]!.of.device);
         return at === undefined || at <= gen;
       };
-      return keys.map((ks) => ks.filter(live) as (string | Owner)[]);
+      return use(keys.map((ks) => ks.filter(live)));
     } finally {
-      if (--this.matching === 0) this.purgedWhileMatching.clear();
+      if (--this.matching === 0) {
+        this.purgedWhileMatching.clear();
+        for (const num of this.freedWhileMatching) this.freeNum(num);
+        this.freedWhileMatching.length = 0;
+      }
     }
   }
 
   ownerOf(key: string): Owner | undefined {
     return this.owners.get(key);
+  }
+
+  owner(num: number): Owner | undefined {
+    return this.byNum[num];
+  }
+
+  isGone(num: number): boolean {
+    return this.goneByNum[num] === 1;
   }
 
   /**
@@ -415,19 +464,19 @@ export class MatchCore {
   /** Recipients of each event, grouped by device, subscription ids in engine order. */
   async match(events: readonly Event[]): Promise<Recipient[][]> {
     if (events.length === 0) return [];
-    return (await this.matchKeys(events)).map((keys) => this.group(keys));
+    return this.matchKeys(events, (matches) => matches.map((keys) => this.group(keys)));
   }
 
-  /** One event's matches (owners, or engine keys) as recipients, subscription ids sorted per device. */
-  private group(keys: readonly (string | Owner)[]): Recipient[] {
+  /** One event's matches (owner numbers, or engine keys) as recipients, subscription ids sorted per device. */
+  private group(keys: readonly Listed[]): Recipient[] {
     if (keys.length === 0) return [];
     const stamp = ++this.stamp;
     const out: Recipient[] = [];
     for (let i = 0; i < keys.length; i++) {
       const k = keys[i];
-      const o = typeof k === 'string' ? this.owners.get(k) : k.gone ? undefined : (k as OwnerEntry);
+      const o = typeof k === 'string' ? this.owners.get(k) : this.goneByNum[k] === 1 ? undefined : this.byNum[k];
       if (o === undefined) {
-        this.lateMatch(typeof k === 'string' ? k : k.key, out, stamp);
+        this.lateMatch(typeof k === 'string' ? k : this.byNum[k]!.key, out, stamp);
         continue;
       }
       const d = o.of;

@@ -32,7 +32,7 @@ import { type NArea, type NConstraint, type NEvent, type NFilter, type NSubscrip
 import { AmbitError, show } from '../model/errors.js';
 import { CellGrid, REC } from './cell-grid.js';
 import { EqBuckets, NO_BUCKET } from './eq-buckets.js';
-import { CpuMatcher, type DeviceHandle, type Listed, type MatcherOptions, type MatcherStats, type SubscriptionTag, checkHandleUpdate } from './matcher.js';
+import { CpuMatcher, type DeviceHandle, type Listed, type MatcherOptions, type MatcherStats, checkHandleUpdate, checkTag } from './matcher.js';
 import { OP_CODE, OP_CONTAINS, OP_EQ, OP_EXISTS, OP_GE, OP_GT, OP_LE, OP_LIKE, OP_LT, OP_NAME, OP_NE, OP_PREFIX, OP_REGEX, OP_SUFFIX, T_ANY, T_BOOL, T_NUM, T_STR } from './operators.js';
 import { type Dfa, dfaMatches } from '../model/pattern.js';
 import { tagName, tagOfName } from '../model/tags.js';
@@ -207,7 +207,7 @@ export class FastMatcher extends CpuMatcher {
   private subHead = new Int32Array(1024).fill(NONE);
   private subStamp = new Uint32Array(1024);
   /** Tags by subscription index (tag()); null until the first. */
-  private subTag: (SubscriptionTag | undefined)[] | null = null;
+  private subTag: (number | undefined)[] | null = null;
   /** While matchValidTagged runs: hits list a subscription's tag where it has one. */
   private listTags = false;
   private readonly subFree: number[] = [];
@@ -1280,10 +1280,11 @@ export class FastMatcher extends CpuMatcher {
     else out.push(this.subId[si]!);
   }
 
-  tag(t: SubscriptionTag): boolean {
-    const si = typeof t?.key === 'string' ? this.subIndex.get(t.key) : undefined;
+  tag(key: string, tag: number): boolean {
+    checkTag(tag);
+    const si = typeof key === 'string' ? this.subIndex.get(key) : undefined;
     if (si === undefined) return false;
-    (this.subTag ??= [])[si] = t;
+    (this.subTag ??= [])[si] = tag;
     return true;
   }
 

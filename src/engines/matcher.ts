@@ -46,16 +46,16 @@ export interface DeviceHandle {
   release(): void;
 }
 
-/**
- * A caller's record of one subscription that an engine may keep with it (`Matcher.tag`): `key` is
- * the subscription's id in the engine.
- */
-export interface SubscriptionTag {
-  readonly key: string;
-}
+/** The most a tag may be (Matcher.tag): tags are small non-negative integers, kept in arrays of them. */
+export const MAX_TAG = 0x7fffffff;
 
-/** One matched subscription as `matchBatchTagged` lists it: its tag, or its id where it has none. */
-export type Listed = string | SubscriptionTag;
+/** One matched subscription as `matchBatchTagged` lists it: its tag (the caller's number), or its id where it has none. */
+export type Listed = string | number;
+
+/** INVALID_ARGUMENT unless `tag` is an integer in [0, MAX_TAG]. */
+export function checkTag(tag: number): void {
+  if (!(Number.isInteger(tag) && tag >= 0 && tag <= MAX_TAG)) throw new AmbitError('INVALID_ARGUMENT', `must be an integer in [0, ${MAX_TAG}], got ${show(tag)}`, 'tag');
+}
 
 export interface Matcher {
   readonly name: string;
@@ -87,13 +87,16 @@ export interface Matcher {
   /** match() for many events; a bad event rejects the whole batch. */
   matchBatch(events: readonly Event[]): Promise<string[][]>;
   /**
-   * Optional (the engines that number their subscriptions: fast, GPU). Keeps `tag` with the live
-   * subscription `tag.key` until that is removed or replaced; false when there is none. A caller
-   * that resolves every matched id to a record of its own (the match core's owners) tags each
-   * subscription with its record and matches with `matchBatchTagged`: no lookup by string per
-   * matched subscription. match() and matchBatch() answer ids as before.
+   * Optional (the engines that number their subscriptions: fast, GPU). Keeps the number `tag` (an
+   * integer in [0, MAX_TAG]) with the live subscription `key` until that is removed or replaced;
+   * false when there is none. A caller that resolves every matched id to a record of its own (the
+   * match core's owners) numbers its records, tags each subscription with its record's number and
+   * matches with `matchBatchTagged`: no lookup by string, and no object read, per matched
+   * subscription. match() and matchBatch() answer ids as before. A number given to another
+   * subscription while a match that may list it for the first one is in flight is listed for
+   * whichever holds it when that match is read: give numbers again only once such matches settled.
    */
-  tag?(tag: SubscriptionTag): boolean;
+  tag?(key: string, tag: number): boolean;
   /**
    * matchBatch(), each matched subscription listed as its tag, or as its id where it has none
    * (never tagged, or removed or replaced while the match was awaited).

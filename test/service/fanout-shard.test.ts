@@ -237,7 +237,7 @@ describe('fan-out shards', { timeout: 30_000 }, () => {
     }
   });
 
-  // The fast engine keeps tags (each match listed as its owner); the rtree engine lists keys.
+  // The fast engine keeps tags (each match listed as its owner's number); the rtree engine lists keys.
   for (const engine of ['fast', 'rtree'] as const)
   it(`grouping matches in the shards stores what the match core groups, with subscriptions removed and re-added while matches are awaited (${engine} engine: ${engine === 'fast' ? 'owners' : 'keys'})`, async () => {
     const quiet = pino({ level: 'silent' });
@@ -268,16 +268,18 @@ describe('fan-out shards', { timeout: 30_000 }, () => {
     let eventNo = 0;
     for (let round = 0; round < 40; round++) {
       const events = Array.from({ length: 1 + rand(6) }, () => ({ id: `e${eventNo++}`, lat: 0, lon: 0, attributes: { k: rand(4) } }));
-      const keys = await core.matchKeys(events);
-      const grouped = await core.match(events);
-      // While the match is "awaited": some subscriptions leave (their keys arrive unknown), some come back under new numbers.
+      // Both matches begin (the engine answers as they are called), then, while they are awaited,
+      // some subscriptions leave (their numbers arrive gone, their keys unknown) and some come back
+      // under new numbers; numbers freed now are given again only once both have settled.
+      const delivering = core.matchKeys(events, (keys) => fan.deliverMatches({ id: '', ms: Date.now() }, events, keys, core));
+      const grouping = core.match(events);
       for (let i = rand(4); i > 0; i--) {
         const d = devices[rand(devices.length)];
         const subs = core.list(d);
         if (subs.length > 0) core.remove(d, subs[rand(subs.length)].id);
       }
       for (let i = rand(4); i > 0; i--) put();
-      const reached = fan.deliverMatches({ id: '', ms: Date.now() }, events, keys, core);
+      const [reached, grouped] = await Promise.all([delivering, grouping]);
       await fan.flush();
       events.forEach((e, i) => {
         let sum = 0;

@@ -18,7 +18,7 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Matcher, SubscriptionTag } from '../../src/engines/matcher.js';
+import type { Listed, Matcher } from '../../src/engines/matcher.js';
 import { ReferenceMatcher, attributeMap, contentMatches, filterDistance, tagsMatch } from '../../src/engines/reference.js';
 import { AmbitError } from '../../src/model/errors.js';
 import { validateEvent } from '../../src/model/limits.js';
@@ -114,26 +114,30 @@ export async function runScenario(scn: Scenario, cand: Matcher, ref: ReferenceMa
 
   // The tag each subscription of the candidate holds now (when it keeps tags).
   const tagging = typeof cand.tag === 'function' && typeof cand.matchBatchTagged === 'function';
-  const tags = new Map<string, SubscriptionTag>();
+  const tags = new Map<string, number>();
+  /** Each number given once, so a listed number names one subscription. */
+  const tagged = new Map<number, string>();
   let tagTurn = 0;
   const retag = (ctx: string, id: string, ok: boolean): void => {
     if (!tagging || !ok) return;
     tags.delete(id);
     if (tagTurn++ % 3 === 2) return;
-    const t = { key: id, turn: tagTurn };
-    if (cand.tag!(t)) tags.set(id, t);
-    else fail(ctx, `tag(${JSON.stringify(id)}) refused a live subscription`);
+    const t = tagTurn;
+    if (cand.tag!(id, t)) {
+      tags.set(id, t);
+      tagged.set(t, id);
+    } else fail(ctx, `tag(${JSON.stringify(id)}) refused a live subscription`);
   };
   const compareTagged = async (ctx: string, events: readonly Event[], want: readonly (readonly string[])[]): Promise<void> => {
     if (!tagging) return;
     const got = await attempt(() => cand.matchBatchTagged!(events));
     if (!got.ok) return fail(ctx, `matchBatchTagged failed (${got.code} ${got.message}) where matchBatch answered`);
-    const rows = got.value as (string | SubscriptionTag)[][];
+    const rows = got.value as Listed[][];
     for (let k = 0; k < want.length; k++) {
-      const ids = rows[k].map((x) => (typeof x === 'string' ? x : x.key));
+      const ids = rows[k].map((x) => (typeof x === 'string' ? x : (tagged.get(x) ?? `<unknown tag ${x}>`)));
       if (JSON.stringify([...ids].sort()) !== JSON.stringify([...want[k]].sort())) fail(`${ctx} [${k}] tagged`, `matchBatchTagged listed ${JSON.stringify(ids)}, the reference ${JSON.stringify(want[k])}`);
       for (const x of rows[k]) {
-        const id = typeof x === 'string' ? x : x.key;
+        const id = typeof x === 'string' ? x : (tagged.get(x) ?? '');
         const t = tags.get(id);
         if (t === undefined ? typeof x !== 'string' : x !== t) fail(`${ctx} [${k}] tagged`, `${JSON.stringify(id)} listed as ${typeof x === 'string' ? 'its id' : 'a tag'}${t === undefined ? ' but holds no tag' : typeof x === 'string' ? ' but holds a tag' : ' other than the one it holds'}`);
       }
@@ -177,7 +181,7 @@ export async function runScenario(scn: Scenario, cand: Matcher, ref: ReferenceMa
           sameOutcome(ctx, c, await attempt(() => ref.remove(op.id)));
           if (c.ok && c.value === true) {
             tags.delete(op.id);
-            if (tagging && cand.tag!({ key: op.id })) fail(ctx, `tag(${JSON.stringify(op.id)}) took a removed subscription`);
+            if (tagging && cand.tag!(op.id, ++tagTurn)) fail(ctx, `tag(${JSON.stringify(op.id)}) took a removed subscription`);
           }
           break;
         }

@@ -103,17 +103,18 @@ export class GpuBatches {
   }
 
   /**
-   * Matches a batch. Returns, per event, its subscription ids, or null where the event must be
-   * answered by the CPU engine (its candidates overflowed the buffer).
+   * Matches a batch. Returns, per event, its subscriptions (as tags where `tags` says so for the
+   * event and they have one, else ids), or null where the event must be answered by the CPU
+   * engine (its candidates overflowed the buffer).
    */
-  async run(events: readonly NEvent[]): Promise<(Listed[] | null)[]> {
+  async run(events: readonly NEvent[], tags: readonly boolean[]): Promise<(Listed[] | null)[]> {
     if (!this.fits()) return events.map(() => null);
     const L = this.layout;
     const serial = ++L.submitted;
     L.inFlightSerials.add(serial);
     L.batchesInFlight++;
     try {
-      return await this.runGuarded(events, serial);
+      return await this.runGuarded(events, tags, serial);
     } finally {
       L.inFlightSerials.delete(serial);
       L.batchesInFlight--;
@@ -124,14 +125,14 @@ export class GpuBatches {
     }
   }
 
-  private async runGuarded(events: readonly NEvent[], serial: number): Promise<(Listed[] | null)[]> {
+  private async runGuarded(events: readonly NEvent[], tags: readonly boolean[], serial: number): Promise<(Listed[] | null)[]> {
     // Any GPU error in this batch (validation, out of memory) sends the batch to the CPU: never
     // an empty answer from a command buffer the device refused.
     this.device.pushErrorScope('out-of-memory');
     this.device.pushErrorScope('validation');
     let scoped: Promise<GPUError | null>[] = [];
     try {
-      return await this.runScoped(events, serial, () => {
+      return await this.runScoped(events, tags, serial, () => {
         scoped = [this.device.popErrorScope(), this.device.popErrorScope()];
         return scoped;
       });
@@ -144,7 +145,7 @@ export class GpuBatches {
     }
   }
 
-  private async runScoped(events: readonly NEvent[], serial: number, closeScopes: () => Promise<GPUError | null>[]): Promise<(Listed[] | null)[]> {
+  private async runScoped(events: readonly NEvent[], tags: readonly boolean[], serial: number, closeScopes: () => Promise<GPUError | null>[]): Promise<(Listed[] | null)[]> {
     const t0 = performance.now();
     const E = events.length;
     this.buffers.sync();
@@ -172,7 +173,7 @@ export class GpuBatches {
       const readout = await this.readback.read(s, plan, scopes);
       const t2 = performance.now();
       if (readout === null) return events.map(() => null);
-      const results = await this.readback.reconcile(events, readout, s, candCap, serial);
+      const results = await this.readback.reconcile(events, tags, readout, s, candCap, serial);
       if (results === null) return events.map(() => null);
       this.noteTiming(E, t0, t1, t2, performance.now());
       return results;

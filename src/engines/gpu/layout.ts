@@ -21,7 +21,7 @@ import { type NConstraint, type NEvent, type NFilter, type NSubscription, patter
 import type { Dfa } from '../../model/pattern.js';
 import { tagName, tagOfName } from '../../model/tags.js';
 import { OP_CODE, OP_EXISTS, T_ANY, T_BOOL, T_NUM, T_STR } from '../operators.js';
-import type { Listed, SubscriptionTag } from '../matcher.js';
+import type { Listed } from '../matcher.js';
 import { EventEncoder, RAD, bloomBit, numberKey } from './input.js';
 
 // Moved to input.ts (the batch input); re-exported for existing importers.
@@ -644,18 +644,18 @@ export class GpuLayout {
   }
 
   /** Tags by subscription index (Matcher.tag); null until the first. Cleared when the index's subscription leaves. */
-  private subTag: (SubscriptionTag | undefined)[] | null = null;
+  private subTag: (number | undefined)[] | null = null;
 
-  tag(t: SubscriptionTag): boolean {
-    const si = this.subIndex.get(t.key);
+  tag(key: string, tag: number): boolean {
+    const si = this.subIndex.get(key);
     if (si === undefined) return false;
-    (this.subTag ??= [])[si] = t;
+    (this.subTag ??= [])[si] = tag;
     return true;
   }
 
-  /** What a batch lists for subscription index `si`: its tag where it has one, else heldId. */
-  listed(si: number): Listed | null {
-    return this.subTag?.[si] ?? this.heldId(si);
+  /** What a batch lists for subscription index `si`: its tag where it has one and `tags`, else heldId. */
+  listed(si: number, tags: boolean): Listed | null {
+    return tags ? (this.subTag?.[si] ?? this.heldId(si)) : this.heldId(si);
   }
 
   /**

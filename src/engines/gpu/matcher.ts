@@ -18,7 +18,7 @@
  * (the batch input), options.ts.
  */
 import { FastMatcher } from '../fast.js';
-import { type DeviceHandle, type Listed, type Matcher, type MatcherStats, type SubscriptionTag, checkHandleUpdate, validateNew } from '../matcher.js';
+import { type DeviceHandle, type Listed, type Matcher, type MatcherStats, checkHandleUpdate, validateNew } from '../matcher.js';
 import { AmbitError } from '../../model/errors.js';
 import { type NEvent, type NSubscription, checkId, checkLat, checkLon, validateEvent, validateEvents, validatePositions, validateSubscription } from '../../model/limits.js';
 import type { Event, PositionUpdate, Subscription } from '../../model/types.js';
@@ -56,7 +56,7 @@ export class GpuMatcher implements Matcher {
     this.limits = this.cpu.limits;
     this.opts = resolveGpuMatcherOptions(options);
     this.choice = new PathChoice(this.opts.select, this.counters, this.opts.costSample, this.opts.threadBusy ?? eventLoopBusy());
-    this.queue = new BatchQueue(this.opts, () => this.gpuState, (e) => this.matchOnCpu(e), this.choice, this.counters);
+    this.queue = new BatchQueue(this.opts, () => this.gpuState, (e, tags) => this.matchOnCpu(e, tags), this.choice, this.counters);
   }
 
   /** Opens a GPU device of its own and returns the engine. Throws `gpu: ...` when no usable adapter exists. */
@@ -164,14 +164,10 @@ export class GpuMatcher implements Matcher {
     return this.cpu.has(id);
   }
 
-  /** Whether any subscription was tagged: then both paths list tags, and match()/matchBatch() turn them back into ids. */
-  private tagged = false;
-
-  tag(t: SubscriptionTag): boolean {
+  tag(key: string, tag: number): boolean {
     // The CPU mirror answers some events (lone ones, overflow, device loss): it keeps the tag too.
-    if (!this.cpu.tag(t)) return false;
-    this.layout.tag(t);
-    this.tagged = true;
+    if (!this.cpu.tag(key, tag)) return false;
+    this.layout.tag(key, tag);
     return true;
   }
 
@@ -245,42 +241,45 @@ export class GpuMatcher implements Matcher {
     } catch (err) {
       return Promise.reject(err);
     }
-    const r = this.matchValid(e);
-    return this.tagged ? r.then(idsOf) : (r as Promise<string[]>);
+    return this.matchValid(e, false) as Promise<string[]>;
   }
 
   matchBatch(events: readonly Event[]): Promise<string[][]> {
-    const r = this.matchBatchTagged(events);
-    return this.tagged ? r.then((rs) => rs.map(idsOf)) : (r as Promise<string[][]>);
+    return this.matchSome(events, false) as Promise<string[][]>;
   }
 
   matchBatchTagged(events: readonly Event[]): Promise<Listed[][]> {
+    return this.matchSome(events, true);
+  }
+
+  /** matchBatch (`tags` false: ids only) and matchBatchTagged. */
+  private matchSome(events: readonly Event[], tags: boolean): Promise<Listed[][]> {
     try {
       const valid = validateEvents(events, this.limits);
-      if (this.closed || this.path === 'cpu' || this.opts.select === 'cpu') return Promise.all(valid.map((e) => this.matchValid(e)));
+      if (this.closed || this.path === 'cpu' || this.opts.select === 'cpu') return Promise.all(valid.map((e) => this.matchValid(e, tags)));
       if (valid.length === 0) return Promise.resolve([]);
       // A batch of one is a lone event: the adaptive choice of path applies, as for match().
-      if (valid.length === 1) return this.matchValid(valid[0]).then((r) => [r]);
+      if (valid.length === 1) return this.matchValid(valid[0], tags).then((r) => [r]);
       // One job for the whole call: no promise per event.
-      return this.queue.submit(valid);
+      return this.queue.submit(valid, tags);
     } catch (err) {
       return Promise.reject(err);
     }
   }
 
-  private matchOnCpu(e: NEvent): Listed[] {
+  private matchOnCpu(e: NEvent, tags: boolean): Listed[] {
     const t = performance.now();
     this.syncCpu();
-    const ids = this.cpu.matchValidTagged(e);
+    const ids = tags ? this.cpu.matchValidTagged(e) : this.cpu.matchValid(e);
     this.choice.sample('cpu', (performance.now() - t) * 1e3);
     this.counters.cpuEvents++;
     return ids;
   }
 
-  private matchValid(e: NEvent): Promise<Listed[]> {
+  private matchValid(e: NEvent, tags: boolean): Promise<Listed[]> {
     if (this.closed) return Promise.reject(new AmbitError('UNAVAILABLE', 'gpu: matcher is closed'));
-    if (this.path === 'cpu' || this.choice.loneOnCpu(this.queue.busy)) return Promise.resolve(this.matchOnCpu(e));
-    return this.queue.submit([e]).then((r) => r[0]);
+    if (this.path === 'cpu' || this.choice.loneOnCpu(this.queue.busy)) return Promise.resolve(this.matchOnCpu(e, tags));
+    return this.queue.submit([e], tags).then((r) => r[0]);
   }
 
   /** Host-side figures of the last batch the GPU answered (null before the first). */
@@ -351,16 +350,6 @@ export class GpuMatcher implements Matcher {
     if (late !== null && late !== ctx) await late.close();
     await this.cpu.close();
   }
-}
-
-/** A tagged engine's answer as ids (match() and matchBatch()). */
-function idsOf(r: readonly Listed[]): string[] {
-  const ids = new Array<string>(r.length);
-  for (let i = 0; i < r.length; i++) {
-    const x = r[i];
-    ids[i] = typeof x === 'string' ? x : x.key;
-  }
-  return ids;
 }
 
 class GpuDeviceHandle implements DeviceHandle {

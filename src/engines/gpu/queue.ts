@@ -133,6 +133,8 @@ class Job {
   failed = false;
   constructor(
     readonly events: readonly NEvent[],
+    /** Matches listed as tags where the subscriptions have them (matchBatchTagged), else as ids. */
+    readonly tags: boolean,
     readonly resolve: (results: Listed[][]) => void,
     readonly reject: (err: unknown) => void,
   ) {
@@ -158,8 +160,8 @@ export class BatchQueue {
     private readonly opts: { maxBatch: number; inFlight: number },
     /** The GPU side now; null while there is none (lost, rebuilding, closed). */
     private readonly gpu: () => GpuBatches | null,
-    /** Answers one event on the CPU engine (fallback). */
-    private readonly onCpu: (e: NEvent) => Listed[],
+    /** Answers one event on the CPU engine (fallback), listing tags or ids. */
+    private readonly onCpu: (e: NEvent, tags: boolean) => Listed[],
     private readonly choice: PathChoice,
     private readonly counters: Counters,
   ) {}
@@ -169,10 +171,10 @@ export class BatchQueue {
     return this.queue.length > 0 || this.running > 0;
   }
 
-  /** Queues the events as one job (no promise per event); resolves with one result per event. */
-  submit(events: readonly NEvent[]): Promise<Listed[][]> {
+  /** Queues the events as one job (no promise per event); resolves with one result per event, listing tags (`tags`) or ids. */
+  submit(events: readonly NEvent[], tags: boolean): Promise<Listed[][]> {
     return new Promise((resolve, reject) => {
-      this.queue.push(new Job(events, resolve, reject));
+      this.queue.push(new Job(events, tags, resolve, reject));
       this.pump();
     });
   }
@@ -182,11 +184,15 @@ export class BatchQueue {
     while (this.queue.length > 0 && this.running < this.opts.inFlight) {
       const segments: Segment[] = [];
       const events: NEvent[] = [];
+      const tags: boolean[] = [];
       while (events.length < max && this.queue.length > 0) {
         const job = this.queue[0];
         const from = job.taken;
         const to = Math.min(job.events.length, from + max - events.length);
-        for (let i = from; i < to; i++) events.push(job.events[i]);
+        for (let i = from; i < to; i++) {
+          events.push(job.events[i]);
+          tags.push(job.tags);
+        }
         segments.push({ job, from, to });
         job.taken = to;
         if (to === job.events.length) this.queue.shift();
@@ -194,14 +200,14 @@ export class BatchQueue {
       this.running++;
       // runBatch lowers `running` before it resolves the callers, so a caller's next match()
       // does not mistake this finished batch for load.
-      void this.runBatch(segments, events).finally(() => this.pump());
+      void this.runBatch(segments, events, tags).finally(() => this.pump());
     }
   }
 
-  private async runBatch(segments: Segment[], events: NEvent[]): Promise<void> {
+  private async runBatch(segments: Segment[], events: NEvent[], tags: boolean[]): Promise<void> {
     let counted = true;
     try {
-      await this.runBatchCounted(segments, events, () => {
+      await this.runBatchCounted(segments, events, tags, () => {
         this.running--;
         counted = false;
       });
@@ -210,13 +216,13 @@ export class BatchQueue {
     }
   }
 
-  private async runBatchCounted(segments: Segment[], events: NEvent[], done: () => void): Promise<void> {
+  private async runBatchCounted(segments: Segment[], events: NEvent[], tags: boolean[], done: () => void): Promise<void> {
     const state = this.gpu();
     let results: (Listed[] | null)[];
     try {
       if (state === null) throw new Error('no device');
       const t = performance.now();
-      results = await state.run(events);
+      results = await state.run(events, tags);
       // Adaptive selection compares lone events, so only batches of one feed the GPU's cost.
       if (events.length === 1) this.choice.sample('gpu', (performance.now() - t) * 1e3);
       this.counters.batches++;
@@ -242,7 +248,7 @@ export class BatchQueue {
         try {
           let ids = results[k];
           if (ids === null) {
-            ids = this.onCpu(events[k]);
+            ids = this.onCpu(events[k], job.tags);
           } else {
             this.counters.gpuEvents++;
           }

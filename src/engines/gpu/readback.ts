@@ -127,7 +127,7 @@ export class Readback {
    * overflowed the output buffer: which events lost pairs is unknown. `serial`: the batch's, for
    * the positions it was submitted with.
    */
-  async reconcile(events: readonly NEvent[], r: Readout, s: Slot, candCap: number, serial: number): Promise<(Listed[] | null)[] | null> {
+  async reconcile(events: readonly NEvent[], tags: readonly boolean[], r: Readout, s: Slot, candCap: number, serial: number): Promise<(Listed[] | null)[] | null> {
     const E = events.length;
     const { counts, total } = r;
     const cap = this.capacity;
@@ -151,7 +151,7 @@ export class Readback {
         if (counts[e] > maxCand) maxCand = counts[e];
       }
     }
-    this.collect(all, total, results, events, serial);
+    this.collect(all, total, results, events, tags, serial);
     cap.recentCand = Math.max(most, Math.round(0.9 * cap.recentCand));
     if (maxCand > 0) {
       const fit = Math.floor(this.ctx.limits.maxStorageBufferBindingSize / (4 * this.opts.maxBatch));
@@ -177,17 +177,18 @@ export class Readback {
    * so they are grouped by event first (counting sort), then deduplicated with a stamp per event.
    * A band pair counts only if its filter passes the float64 test (`bandSub`).
    */
-  private collect(pairs: Uint32Array, total: number, results: (Listed[] | null)[], events: readonly NEvent[], serial: number): void {
+  private collect(pairs: Uint32Array, total: number, results: (Listed[] | null)[], events: readonly NEvent[], tags: readonly boolean[], serial: number): void {
     const subId = this.layout.subId;
     // A null id: the subscription was removed after the batch was submitted (its index is held
     // back from reuse until the batch is read, so an index never names another subscription); a
-    // version replaced since is listed under its id (heldId); a live one by its tag, if tagged.
+    // version replaced since is listed under its id (heldId); a live one by its tag, if it has one
+    // and the event's caller asked for tags.
     if (total === 1) {
       const e = pairs[0];
       const r = results[e];
       const sub = pairs[1] >= BAND_PAIR ? this.bandSub(pairs[1] - BAND_PAIR, events[e], serial) : pairs[1];
       if (r === null || sub < 0) return;
-      const id = this.layout.listed(sub);
+      const id = this.layout.listed(sub, tags[e]);
       if (id !== null) r.push(id);
       return;
     }
@@ -208,6 +209,7 @@ export class Readback {
         this.stamp = 0;
       }
       const stamp = ++this.stamp;
+      const tagged = tags[e];
       for (let k = start[e]; k < start[e + 1]; k++) {
         let sub = flat[k];
         if (sub >= BAND_PAIR) {
@@ -216,7 +218,7 @@ export class Readback {
         }
         if (seen[sub] === stamp) continue;
         seen[sub] = stamp;
-        const id = this.layout.listed(sub);
+        const id = this.layout.listed(sub, tagged);
         if (id !== null) r.push(id);
       }
     }

@@ -1,0 +1,65 @@
+/**
+ * The match core's owner numbers (the tags an engine keeps and lists, services/matcher/core.ts):
+ * dense, and a number freed by a removal is given again only once no match that may list it is
+ * in flight; until then a match that lists it resolves it to the removed owner, marked gone.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { CPU_ENGINES } from '../../src/engines/index.js';
+import type { Listed } from '../../src/engines/matcher.js';
+import { ENGINE_SIDE_LIMITS, subscriptionKey } from '../../services/hub/port.js';
+import { MatchCore } from '../../services/matcher/core.js';
+
+const all = (id: string) => ({ id, filters: [{ constraints: [] }] });
+const event = { id: 'e', lat: 0, lon: 0, attributes: {} };
+
+describe('match core: owner numbers', () => {
+  it('a number freed while a match is in flight is given again only after it settles; the match resolves it to the gone owner', async () => {
+    const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }));
+    try {
+      const num = (d: string, id: string) => core.ownerOf(subscriptionKey(d, id))!.num;
+      core.put('d1', all('s1'), 'add');
+      core.put('d1', all('s2'), 'add');
+      assert.deepEqual([num('d1', 's1'), num('d1', 's2')], [0, 1]);
+      let seen: { keys: readonly Listed[]; gone: boolean[]; keysOf: string[] } | null = null;
+      // The engine answers as it is called; the removal and the new subscription come while the match is awaited.
+      const m = core.matchKeys([event], ([keys]) => {
+        seen = { keys, gone: keys.map((k) => core.isGone(k as number)), keysOf: keys.map((k) => core.owner(k as number)!.key) };
+      });
+      core.remove('d1', 's1');
+      core.put('d2', all('s3'), 'add');
+      assert.equal(num('d2', 's3'), 2, 'not the number a match in flight may list');
+      await m;
+      const got = seen!;
+      assert.deepEqual([...got.keys].sort(), [0, 1], 'listed as numbers');
+      const at0 = got.keys.indexOf(0);
+      assert.equal(got.gone[at0], true);
+      assert.equal(got.keysOf[at0], subscriptionKey('d1', 's1'), 'the gone owner, by its key');
+      // Settled: the number is free again, and matched as its new owner's.
+      core.put('d3', all('s4'), 'add');
+      assert.equal(num('d3', 's4'), 0);
+      const grouped = await core.match([event]);
+      assert.deepEqual(grouped[0].map((r) => [r.device, r.subscriptionIds]).sort(), [['d1', ['s2']], ['d2', ['s3']], ['d3', ['s4']]]);
+    } finally {
+      await core.close();
+    }
+  });
+
+  it('a removed subscription matched by a match in flight is delivered as matched; a replaced one keeps its number', async () => {
+    const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }));
+    try {
+      core.put('d1', all('a'), 'add');
+      core.put('d1', all('b'), 'add');
+      const before = core.ownerOf(subscriptionKey('d1', 'b'))!.num;
+      const m = core.match([event]);
+      core.remove('d1', 'a');
+      core.put('d1', { id: 'b', filters: [{ constraints: [{ name: 'x', op: 'exists' }] }] }, 'replace');
+      assert.equal(core.ownerOf(subscriptionKey('d1', 'b'))!.num, before, 'a replaced subscription keeps its owner and number');
+      const [grouped] = await m;
+      assert.deepEqual(grouped.map((r) => [r.device, r.subscriptionIds]), [['d1', ['a', 'b']]]);
+      assert.deepEqual(await core.match([event]), [[]], 'b no longer matches, a is gone');
+    } finally {
+      await core.close();
+    }
+  });
+});
