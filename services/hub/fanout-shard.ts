@@ -93,6 +93,8 @@ export class ShardedFanOut implements HubFanOut {
   ) {
     const n = links.length;
     if (n < 1) throw new Error('fan-out shards: at least one');
+    // Each number's shard is kept in a byte (shard + 1).
+    if (n > 255) throw new Error(`fan-out shards: at most 255, got ${n}`);
     this.nextRef = new Array<number>(n).fill(0);
     this.lastEvent = new Array<Event | null>(n).fill(null);
     this.lastRef = new Array<number>(n).fill(0);

@@ -59,7 +59,8 @@ interface DeviceSubs extends DeviceMemo {
  * id. `num` numbers the subscription in this core: an engine that keeps tags (Matcher.tag) keeps
  * it as the subscription's tag and lists it when matched, and a fan-out that resolves matches
  * elsewhere (fan-out shards) sends it instead of the key. Numbers are dense: one freed by a
- * removal is given again only once no match is in flight (one that began before could list it).
+ * removal is given again once every match begun before it was freed has settled (any of them
+ * could list it).
  */
 export interface Owner {
   /** The engine key. */
@@ -106,9 +107,17 @@ export class MatchCore {
   /** Owners by number (gone ones until their number is free again), and which of them are gone. */
   private readonly byNum: (OwnerEntry | undefined)[] = [];
   private goneByNum = new Uint8Array(1024);
-  /** Numbers free to give; numbers freed while a match was in flight, free once none is. */
+  /** Numbers free to give. */
   private readonly freeNums: number[] = [];
+  /**
+   * Numbers freed while matches were in flight, as (number, matches begun by then) pairs in the
+   * order freed: each is free once every match begun by then has settled (later ones cannot list
+   * it), so numbers come back under a load where matches always overlap.
+   */
   private readonly freedWhileMatching: number[] = [];
+  /** Matches begun so far (each one's serial), and the serials of those not settled. */
+  private matchesBegun = 0;
+  private readonly matchesInFlight = new Set<number>();
   private stamp = 0;
   private nextOwner = 0;
   /**
@@ -209,9 +218,23 @@ export class MatchCore {
     o.gone = true;
     this.goneByNum[o.num] = 1;
     if (this.onOwnerRemoved !== null) this.onOwnerRemoved(o);
-    // A match in flight may list the number: it stays this owner's until none is.
-    if (this.matching > 0) this.freedWhileMatching.push(o.num);
+    // A match in flight may list the number: it stays this owner's until those settle.
+    if (this.matchesInFlight.size > 0) this.freedWhileMatching.push(o.num, this.matchesBegun);
     else this.freeNum(o.num);
+  }
+
+  /** Frees the held numbers no match in flight can list (those freed before the oldest began). */
+  private releaseNums(): void {
+    let oldest = Infinity;
+    for (const m of this.matchesInFlight) if (m < oldest) oldest = m;
+    const held = this.freedWhileMatching;
+    let k = 0;
+    // Pairs are in the order freed, so their serials never go down: free from the front.
+    while (k < held.length && held[k + 1] < oldest) {
+      this.freeNum(held[k]);
+      k += 2;
+    }
+    if (k > 0) held.splice(0, k);
   }
 
   private freeNum(num: number): void {
@@ -375,6 +398,8 @@ export class MatchCore {
    */
   async matchKeys<R>(events: readonly Event[], use: (matches: readonly (readonly Listed[])[]) => R): Promise<R> {
     this.matching++;
+    const serial = ++this.matchesBegun;
+    this.matchesInFlight.add(serial);
     const gen = this.purgeGen;
     try {
       if (events.length === 0) return use([]);
@@ -391,11 +416,9 @@ export class MatchCore {
       };
       return use(keys.map((ks) => ks.filter(live)));
     } finally {
-      if (--this.matching === 0) {
-        this.purgedWhileMatching.clear();
-        for (const num of this.freedWhileMatching) this.freeNum(num);
-        this.freedWhileMatching.length = 0;
-      }
+      this.matchesInFlight.delete(serial);
+      if (this.freedWhileMatching.length > 0) this.releaseNums();
+      if (--this.matching === 0) this.purgedWhileMatching.clear();
     }
   }
 

@@ -45,6 +45,40 @@ describe('match core: owner numbers', () => {
     }
   });
 
+  it('numbers come back while matches always overlap (each freed once the matches begun before it settle)', async () => {
+    const engine = CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS });
+    // The engine's answers are held until the test lets each go: one match is always in flight.
+    const held: (() => void)[] = [];
+    const tagged = engine.matchBatchTagged!.bind(engine);
+    engine.matchBatchTagged = (es) => {
+      const answer = tagged(es);
+      return new Promise((resolve) => held.push(() => resolve(answer)));
+    };
+    const core = new MatchCore(engine);
+    try {
+      const live = 20;
+      for (let i = 0; i < live; i++) core.put(`d${i}`, all('s0'), 'add');
+      let most = 0;
+      let previous = core.matchKeys([event], () => {});
+      for (let step = 1; step <= 60; step++) {
+        const next = core.matchKeys([event], () => {});
+        const d = `d${step % live}`;
+        core.remove(d, core.list(d)[0].id);
+        core.put(d, all(`s${step}`), 'add');
+        most = Math.max(most, core.ownerOf(subscriptionKey(d, `s${step}`))!.num);
+        // The earlier match settles; the later one stays in flight.
+        while (held.length > 0) held.shift()!();
+        await previous;
+        previous = next;
+      }
+      while (held.length > 0) held.shift()!();
+      await previous;
+      assert.ok(most < live + 4, `numbers stay near the live count (${most} for ${live} live subscriptions over 60 replacements)`);
+    } finally {
+      await core.close();
+    }
+  });
+
   it('a removed subscription matched by a match in flight is delivered as matched; a replaced one keeps its number', async () => {
     const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }));
     try {
