@@ -399,7 +399,10 @@ async function parent(): Promise<void> {
       steps.push(s);
       const f = (x: number, d = 0) => x.toLocaleString('en-US', { maximumFractionDigits: d });
       out(`| ${f(rate)} | ${f(s.eventsPerSecond)} | ${f(errors)} | ${f(s.notificationsPerSecond)} | ${f(s.notificationsPerEvent, 2)} | ${f(s.latencyMs.median, 2)} | ${f(s.latencyMs.p99, 2)} | ${f(max, 1)} | ${f(s.serverCores, 2)} | ${f(s.clientCores, 2)} | ${f(publisherCpuS / windowS, 2)} | ${f(s.serverCpuUsPerEvent, 1)} | ${f(s.serverCpuUsPerNotification, 1)} | ${f(drainSeconds, 2)} |${redisCpu === null ? '' : ` ${f(s.redisCores ?? NaN, 2)} | ${f(s.redisCpuUsPerNotification ?? NaN, 1)} |`}`);
-      if (s.gpuBatches !== undefined) note(`GPU engine over the step: ${f(s.gpuBatches)} batches, ${f(s.gpuEventsPerBatch ?? 0, 1)} events a batch, ${f(s.cpuAnsweredEvents ?? 0)} events answered on the CPU`);
+      if (s.gpuBatches !== undefined) {
+        const ms = s.gpuBatchMs;
+        note(`GPU engine over the step: ${f(s.gpuBatches)} batches, ${f(s.gpuEventsPerBatch ?? 0, 1)} events a batch, ${f(s.cpuAnsweredEvents ?? 0)} events answered on the CPU${ms === undefined ? '' : `; a batch: ${f(ms.submit, 2)} ms submitting, ${f(ms.wait, 2)} ms waiting for the GPU, ${f(ms.read, 2)} ms reading`}`);
+      }
       run.write({ kind: 'throughput', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', redisNodes, redisCluster: benchRedis?.cluster ?? false, matcherPartitions, geo: geo ?? null, cities, gateways, fanoutShards, partitions, deviceStreams, directWrites, dedupeWindowS, serverCpus, loadCpus, devices, subsPerDevice, patternsPerDevice, kinds, publishers, subscribers, connections, client, ackDelayMs, seed, warmupSeconds, steps });
     }
     out('');
@@ -417,7 +420,7 @@ async function parent(): Promise<void> {
  * The GPU engine's batching over a step (from its stats' counters, where the hub reports them):
  * batches run, events they answered, and events the CPU engine answered instead.
  */
-function engineStep(before: ReadonlyMap<string, number>, after: ReadonlyMap<string, number>): Pick<Step, 'gpuBatches' | 'gpuEventsPerBatch' | 'cpuAnsweredEvents'> {
+function engineStep(before: ReadonlyMap<string, number>, after: ReadonlyMap<string, number>): Pick<Step, 'gpuBatches' | 'gpuEventsPerBatch' | 'cpuAnsweredEvents' | 'gpuBatchMs'> {
   const d = (k: string): number | null => {
     const a = before.get(k);
     const b = after.get(k);
@@ -427,7 +430,13 @@ function engineStep(before: ReadonlyMap<string, number>, after: ReadonlyMap<stri
   const events = d('ambit_gpu_events_total');
   const cpu = d('ambit_gpu_cpu_events_total');
   if (batches === null || events === null || cpu === null || batches + cpu === 0) return {};
-  return { gpuBatches: batches, gpuEventsPerBatch: batches > 0 ? events / batches : 0, cpuAnsweredEvents: cpu };
+  const perBatch = (k: string): number => (batches > 0 ? (1000 * (d(k) ?? 0)) / batches : 0);
+  return {
+    gpuBatches: batches,
+    gpuEventsPerBatch: batches > 0 ? events / batches : 0,
+    cpuAnsweredEvents: cpu,
+    gpuBatchMs: { submit: perBatch('ambit_gpu_batch_submit_seconds_total'), wait: perBatch('ambit_gpu_batch_wait_seconds_total'), read: perBatch('ambit_gpu_batch_read_seconds_total') },
+  };
 }
 
 // ---- entry ----

@@ -35,6 +35,8 @@ export interface ThroughputStep {
   gpuEventsPerBatch?: number;
   /** Events the GPU engine's CPU side answered over the step (lone events, overflow). */
   cpuAnsweredEvents?: number;
+  /** A GPU batch's mean times over the step, ms: the host's submit, the wait for the GPU, the host's reading. */
+  gpuBatchMs?: { submit: number; wait: number; read: number };
 }
 
 export interface ThroughputFile {
@@ -151,11 +153,11 @@ export function throughputSection(runs: readonly ThroughputRun[], dir: string, r
       '',
       `Source: \`${rel(r.file)}\`. ${describeMachine(f.machine)}. Server: ${f.mode === 'embedded' ? 'embedded hub' : `Redis hub${redisKind}${mparts}`}, ${f.gateways} gateway process${f.gateways > 1 ? 'es' : ''}${f.gateways > 1 || f.mode === 'redis' ? ` beside the ${f.mode === 'embedded' ? ((f.partitions ?? 0) > 0 ? 'process of the partitions' : 'hub process') : 'matcher'}` : ''}, ${(f.fanoutShards ?? 0) > 0 ? `device logs in ${f.fanoutShards} fan-out shard threads, ` : ''}${(f.partitions ?? 0) > 0 ? `the hub split by device over ${f.partitions} partition threads, ` : ''}${f.deviceStreams === 'http2' ? 'device streams served by the gateways on HTTP/2, ' : `device streams through grpc-js${f.directWrites === false ? ', notifications written one by one (AMBIT_DIRECT_WRITES=0)' : ''}, `}engine ${f.engine}; ${f.devices} devices × ${f.subsPerDevice} subscriptions (${f.kinds} kinds)${(f.patternsPerDevice ?? 0) > 0 ? ` and ${f.patternsPerDevice} pattern subscription${f.patternsPerDevice === 1 ? '' : 's'} each (two kinds near the device within 2 s, same level)` : ''}; ${f.publishers} publisher and ${f.subscribers} subscriber processes (${f.client === 'wire' ? 'lean wire device client' : 'SDK devices'}${(f.ackDelayMs ?? 0) > 0 ? `, acking every ${f.ackDelayMs} ms` : ''}).${typeof f.dedupeWindowS === 'number' ? ` Event ids deduplicated over ${f.dedupeWindowS} s (AMBIT_DEDUPE_WINDOW_S; the default is 300 s).` : ''}${f.serverCpus ? ` The server ran on CPUs ${f.serverCpus} only${f.loadCpus ? `, the load on CPUs ${f.loadCpus}` : ''}.` : ''}`,
       '',
-      `| offered ev/s | published ev/s | errors | notifications/s | per event | median ms | p99 ms | server cores | subscriber cores | publisher cores | server µs/event | server µs/notification | drain s |${redisCpu ? ' redis cores | redis µs/notification |' : ''}${gpu ? ' GPU events a batch | events on the CPU |' : ''}`,
-      `|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|${redisCpu ? '---:|---:|' : ''}${gpu ? '---:|---:|' : ''}`,
+      `| offered ev/s | published ev/s | errors | notifications/s | per event | median ms | p99 ms | server cores | subscriber cores | publisher cores | server µs/event | server µs/notification | drain s |${redisCpu ? ' redis cores | redis µs/notification |' : ''}${gpu ? ' GPU events a batch | events on the CPU | a batch: submit / wait / read ms |' : ''}`,
+      `|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|${redisCpu ? '---:|---:|' : ''}${gpu ? '---:|---:|---:|' : ''}`,
       ...f.steps.map(
         (s) =>
-          `| ${fmt(s.offered)} | ${fmt(s.eventsPerSecond)} | ${fmt(s.publishErrors)} | ${fmt(s.notificationsPerSecond)} | ${s.eventsPublished > 0 ? fmt(s.notificationsPerEvent, 2) : '–'} | ${fmt(s.latencyMs.median, 1)} | ${fmt(s.latencyMs.p99, 1)} | ${fmt(s.serverCores, 2)} | ${fmt(s.clientCores, 2)} | ${fmt(s.publisherCores ?? NaN, 2)} | ${s.eventsPublished > 0 ? fmt(s.serverCpuUsPerEvent, 1) : '–'} | ${fmt(s.serverCpuUsPerNotification, 1)} | ${fmt(s.drainSeconds, 2)} |${redisCpu ? ` ${fmt(s.redisCores ?? NaN, 2)} | ${fmt(s.redisCpuUsPerNotification ?? NaN, 1)} |` : ''}${gpu ? ` ${fmt(s.gpuEventsPerBatch ?? NaN, 1)} | ${fmt(s.cpuAnsweredEvents ?? NaN)} |` : ''}`,
+          `| ${fmt(s.offered)} | ${fmt(s.eventsPerSecond)} | ${fmt(s.publishErrors)} | ${fmt(s.notificationsPerSecond)} | ${s.eventsPublished > 0 ? fmt(s.notificationsPerEvent, 2) : '–'} | ${fmt(s.latencyMs.median, 1)} | ${fmt(s.latencyMs.p99, 1)} | ${fmt(s.serverCores, 2)} | ${fmt(s.clientCores, 2)} | ${fmt(s.publisherCores ?? NaN, 2)} | ${s.eventsPublished > 0 ? fmt(s.serverCpuUsPerEvent, 1) : '–'} | ${fmt(s.serverCpuUsPerNotification, 1)} | ${fmt(s.drainSeconds, 2)} |${redisCpu ? ` ${fmt(s.redisCores ?? NaN, 2)} | ${fmt(s.redisCpuUsPerNotification ?? NaN, 1)} |` : ''}${gpu ? ` ${fmt(s.gpuEventsPerBatch ?? NaN, 1)} | ${fmt(s.cpuAnsweredEvents ?? NaN)} | ${s.gpuBatchMs === undefined ? '–' : `${fmt(s.gpuBatchMs.submit, 2)} / ${fmt(s.gpuBatchMs.wait, 2)} / ${fmt(s.gpuBatchMs.read, 2)}`} |` : ''}`,
       ),
       '',
       'A step whose publish stream failed (errors: its events were accepted but not answered in time) counts no published events; its notifications still arrive.',

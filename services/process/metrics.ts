@@ -117,6 +117,11 @@ export class Metrics implements EdgeMetrics {
     counter('ambit_gpu_batches_total', 'GPU engine: batches of events matched on the GPU', hubCount('batches'));
     counter('ambit_gpu_events_total', 'GPU engine: events the GPU answered', hubCount('gpuEvents'));
     counter('ambit_gpu_cpu_events_total', "GPU engine: events its CPU side answered (lone events it chose to, overflow, below the crossover)", hubCount('cpuEvents'));
+    // Per batch, over batches: the host's work before the submit, the wait for the GPU, the reading of the results.
+    const hubMs = (key: string) => () => hubCount(key)() / 1000;
+    counter('ambit_gpu_batch_submit_seconds_total', 'GPU engine: host time encoding and submitting batches', hubMs('batchSubmitMs'));
+    counter('ambit_gpu_batch_wait_seconds_total', 'GPU engine: time from a batch\'s submit to its results being readable', hubMs('batchWaitMs'));
+    counter('ambit_gpu_batch_read_seconds_total', 'GPU engine: host time reading batches\' results', hubMs('batchReadMs'));
     counter('ambit_handovers_forced_total', 'Sharded by space: hand-overs a shard leader applied after AMBIT_HANDOVER_WAIT_S without the shard the device left storing past it', hubCount('handOversForced'));
     counter('ambit_handovers_refused_total', 'Sharded by space: hand-overs past AMBIT_HANDOVER_WAIT_S that wait on, because a device in them still has the owed window of an earlier one', hubCount('handOversRefused'));
     // Device lifecycle.

@@ -39,6 +39,9 @@ describe('metrics: the GPU engine', () => {
       assert.equal(sample(text, 'ambit_gpu_batches_total'), 2, 'one batch a publish');
       assert.equal(sample(text, 'ambit_gpu_events_total'), 5);
       assert.equal(sample(text, 'ambit_gpu_cpu_events_total'), 0);
+      // Both batches' times, summed: each part took some time.
+      for (const part of ['submit', 'wait', 'read']) assert.ok(sample(text, `ambit_gpu_batch_${part}_seconds_total`) > 0, part);
+      assert.equal(sample(zero, 'ambit_gpu_batch_wait_seconds_total'), 0);
     } finally {
       await metrics.close();
       await hub.close();
@@ -56,6 +59,7 @@ describe('metrics: the GPU engine', () => {
       assert.equal(sample(text, 'ambit_gpu_batches_total'), 0);
       assert.equal(sample(text, 'ambit_gpu_events_total'), 0);
       assert.equal(sample(text, 'ambit_gpu_cpu_events_total'), 4);
+      assert.equal(sample(text, 'ambit_gpu_batch_wait_seconds_total'), 0, 'no batch ran');
     } finally {
       await metrics.close();
       await hub.close();

@@ -34,6 +34,8 @@ export class GpuBatches {
   readonly timing = { encodeUs: 0, eventsUs: 0, waitUs: 0, parseUs: 0 };
   /** The last batch's own figures, µs (benchmarks read them per event). */
   readonly last: BatchTiming = { events: 0, submitUs: 0, syncUs: 0, encodeEventsUs: 0, recordUs: 0, submitCallUs: 0, waitUs: 0, parseUs: 0 };
+  /** Where every answered batch's times are summed (the matcher's counters, which outlive a lost device's batches). */
+  totals: { batchSubmitMs: number; batchWaitMs: number; batchReadMs: number } | null = null;
 
   constructor(
     private readonly ctx: GpuContext,
@@ -243,5 +245,11 @@ export class GpuBatches {
     this.timing.encodeUs += a * ((t1 - t0) * 1e3 - this.timing.encodeUs);
     this.timing.waitUs += a * ((t2 - t1) * 1e3 - this.timing.waitUs);
     this.timing.parseUs += a * ((t3 - t2) * 1e3 - this.timing.parseUs);
+    const sum = this.totals;
+    if (sum !== null) {
+      sum.batchSubmitMs += t1 - t0;
+      sum.batchWaitMs += t2 - t1;
+      sum.batchReadMs += t3 - t2;
+    }
   }
 }

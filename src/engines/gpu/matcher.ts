@@ -96,6 +96,7 @@ export class GpuMatcher implements Matcher {
 
   private install(ctx: GpuContext, kernels: GpuKernels, owned: boolean): void {
     this.gpuState = new GpuBatches(ctx, this.layout, this.opts, kernels);
+    this.gpuState.totals = this.counters;
     this.ctx = ctx;
     this.ownsContext = owned;
     ctx.onLost((info) => {

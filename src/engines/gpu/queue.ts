@@ -26,10 +26,17 @@ export interface Counters {
   fallbackEvents: number;
   deviceLosses: number;
   rebuilds: number;
+  /**
+   * Milliseconds summed over the batches the GPU answered: the host's work before the submit
+   * (encoding, recording), the wait for the results, and reading them (parsing, reconciling).
+   */
+  batchSubmitMs: number;
+  batchWaitMs: number;
+  batchReadMs: number;
 }
 
 export function newCounters(): Counters {
-  return { adaptiveCpu: 0, adaptiveGpu: 0, gpuEvents: 0, cpuEvents: 0, batches: 0, overflowEvents: 0, fallbackEvents: 0, deviceLosses: 0, rebuilds: 0 };
+  return { adaptiveCpu: 0, adaptiveGpu: 0, gpuEvents: 0, cpuEvents: 0, batches: 0, overflowEvents: 0, fallbackEvents: 0, deviceLosses: 0, rebuilds: 0, batchSubmitMs: 0, batchWaitMs: 0, batchReadMs: 0 };
 }
 
 /**
