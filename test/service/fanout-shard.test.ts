@@ -16,7 +16,7 @@ import { InboxStore } from '../../services/hub/inboxes.js';
 import { HubServer } from '../../services/hub/hub-server.js';
 import { type Link, portLink } from '../../services/hub/link.js';
 import { LinkedHub } from '../../services/hub/linked.js';
-import { ENGINE_SIDE_LIMITS } from '../../services/hub/port.js';
+import { ENGINE_SIDE_LIMITS, subscriptionKey } from '../../services/hub/port.js';
 import { MatchCore } from '../../services/matcher/core.js';
 import { PatternMatcher } from '../../src/engines/event-patterns/pattern-matcher.js';
 
@@ -149,6 +149,42 @@ describe('fan-out shards', { timeout: 30_000 }, () => {
       };
       assert.deepEqual([ids('d1'), ids('d2'), ids('d3')], [['a', 'b'], ['b'], ['b']]);
     } finally {
+      port1.close();
+      store.close();
+    }
+  });
+
+  it('a number forgotten and given to another device within one frame: the shard is told again, each match lands in its own device\'s log', async () => {
+    const quiet = pino({ level: 'silent' });
+    const store = new InboxStore();
+    const { port1, port2 } = new MessageChannel();
+    serveShard(store, portLink(port2), quiet);
+    const fan = new ShardedFanOut([portLink(port1)]);
+    const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }));
+    core.onOwnerRemoved = (o) => fan.forget(o);
+    try {
+      const ev = (id: string) => [{ id, lat: 0, lon: 0, attributes: {} }];
+      const deliver = (events: ReturnType<typeof ev>) => core.matchKeys(events, (keys) => fan.deliverMatches({ id: '', ms: Date.now() }, events, keys, core));
+      core.put('d1', everything, 'add');
+      const first = core.ownerOf(subscriptionKey('d1', 'all'))!.num;
+      // All before the frame goes (at the end of this turn): TELL, FORGET, TELL of the same number.
+      await deliver(ev('e1'));
+      core.remove('d1', 'all');
+      core.put('d2', everything, 'add');
+      assert.equal(core.ownerOf(subscriptionKey('d2', 'all'))!.num, first, 'the number is given again');
+      await deliver(ev('e2'));
+      await deliver(ev('e3'));
+      await fan.flush();
+      const ids = (d: string) => {
+        const box = store.openInbox(d, null);
+        const got = box.take(10).map((x) => [x.event.id, x.subscriptionIds]);
+        box.close();
+        return got;
+      };
+      assert.deepEqual(ids('d1'), [['e1', ['all']]]);
+      assert.deepEqual(ids('d2'), [['e2', ['all']], ['e3', ['all']]]);
+    } finally {
+      await core.close();
       port1.close();
       store.close();
     }
