@@ -87,4 +87,24 @@ describe('gpu engine: tags', () => {
       await m.close();
     }
   });
+
+  it('[R6] tagged: a mixed batch whose events overflow their candidates is answered on the CPU, tags for the tagged call only', async () => {
+    // One candidate a event: every event here has two, so each overflows and the CPU answers it.
+    const m = make({ inFlight: 1, initialCandidates: 1 });
+    try {
+      const e = (id: string) => ({ id, lat: 45.46, lon: 9.18, attributes: { x: 1 } });
+      for (const id of ['a', 'b']) m.add({ id, owner: 'd', filters: [{ constraints: [{ name: 'x', op: 'exists' as const }] }] });
+      m.tag('a', 9);
+      // The first batch has no candidates (no filter can take an event without x): it grows nothing.
+      const first = m.matchBatch([{ id: '0', lat: 45.46, lon: 9.18, attributes: { y: 1 } }]);
+      const tagged = m.matchBatchTagged([e('1')]);
+      const plain = m.matchBatch([e('2')]);
+      assert.deepEqual(await first, [[]]);
+      assert.deepEqual((await tagged).map((r) => r.map(String).sort()), [['9', 'b']]);
+      assert.deepEqual((await plain).map(sorted), [['a', 'b']]);
+      assert.ok((m.stats().extra!.overflowEvents as number) >= 2, 'the shared batch overflowed');
+    } finally {
+      await m.close();
+    }
+  });
 });
