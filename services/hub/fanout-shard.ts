@@ -165,10 +165,10 @@ export class ShardedFanOut implements HubFanOut {
           if (o !== undefined) num = o.num;
         }
         let k: number;
-        let device = '';
+        let byKey: [string, string] | null = null;
         if (num < 0) {
-          device = splitSubscriptionKey(typeof kj === 'string' ? kj : owners.owner(kj)!.key)[0];
-          k = shardOf(device, n);
+          byKey = splitSubscriptionKey(typeof kj === 'string' ? kj : owners.owner(kj)!.key);
+          k = shardOf(byKey[0], n);
         } else k = this.shardOfNum(num, owners, n);
         const w = this.outs[k].frame;
         if (countAt[k] < 0) {
@@ -183,11 +183,10 @@ export class ShardedFanOut implements HubFanOut {
           this.sent[k] = seq;
         }
         counts[k]++;
-        if (num < 0) {
-          const [, id] = splitSubscriptionKey(typeof kj === 'string' ? kj : owners.owner(kj)!.key);
+        if (byKey !== null) {
           w.u8(M.KEY);
-          w.str(device);
-          w.str(id);
+          w.str(byKey[0]);
+          w.str(byKey[1]);
         } else if (this.sentByNum[num] === 1) {
           w.u8(M.NUM);
           w.f64(num);

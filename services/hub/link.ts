@@ -268,7 +268,8 @@ export const HUB_EVENT_LIMITS: Limits = resolveLimits(ENGINE_SIDE_LIMITS);
  * with its field named.
  */
 export function readEvent(r: FrameReader, keepApi = true, check: Limits | null = null): Event {
-  let ok = check !== null && r.nextLength() >= 1 && r.nextLength() <= check.maxIdBytes;
+  const idBytes = r.nextLength();
+  let ok = check !== null && idBytes >= 1 && idBytes <= check.maxIdBytes;
   const id = r.str();
   const lat = r.f64();
   const lon = r.f64();

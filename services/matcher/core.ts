@@ -5,13 +5,12 @@
  * is parsed per matched pair. No I/O; a FanOut (fanout.ts) stores and delivers.
  */
 import { AmbitError, show } from '../../src/model/errors.js';
-import type { Listed, Matcher, MatcherStats } from '../../src/engines/matcher.js';
-
-export type { Listed };
-import type { DeviceHandle } from '../../src/engines/matcher.js';
+import type { DeviceHandle, Listed, Matcher, MatcherStats } from '../../src/engines/matcher.js';
 import type { Event, PositionUpdate } from '../../src/model/types.js';
 import { type PatternMatcher, type PatternMatcherSnapshot, type PatternNotification, eventInput } from '../../src/engines/event-patterns/pattern-matcher.js';
 import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE, NO_PATTERNS, type DeliveryMatch, type DeviceSubscription, type HubStats, splitSubscriptionKey, subscriptionKey } from '../hub/port.js';
+
+export type { Listed };
 
 export interface Recipient {
   device: string;
@@ -129,8 +128,7 @@ export class MatchCore {
   onOwnerRemoved: ((o: Owner) => void) | null = null;
   private readonly positions = new Map<string, Position>();
   private subscriptionCount = 0;
-  /** Matches awaited now, and the devices purged while any was: their late matches are dropped. */
-  private matching = 0;
+  /** The devices purged while matches were awaited (matchesInFlight): their late matches are dropped. */
   private readonly purgedWhileMatching = new Map<string, number>();
   /** Counts purges made while a match was awaited (the value kept with each such device). */
   private purgeGen = 0;
@@ -293,7 +291,7 @@ export class MatchCore {
     const ids = [...(this.subs.get(device)?.subs.keys() ?? [])];
     for (const id of ids) this.remove(device, id);
     // A match awaited now may still name its subscriptions: those notifications are not stored.
-    if (this.matching > 0) this.purgedWhileMatching.set(device, ++this.purgeGen);
+    if (this.matchesInFlight.size > 0) this.purgedWhileMatching.set(device, ++this.purgeGen);
     const p = this.positions.get(device);
     if (p !== undefined) {
       this.positions.delete(device);
@@ -397,7 +395,6 @@ export class MatchCore {
    * removed while the match was awaited and is delivered as matched, as `match` does.
    */
   async matchKeys<R>(events: readonly Event[], use: (matches: readonly (readonly Listed[])[]) => R): Promise<R> {
-    this.matching++;
     const serial = ++this.matchesBegun;
     this.matchesInFlight.add(serial);
     const gen = this.purgeGen;
@@ -418,7 +415,7 @@ export class MatchCore {
     } finally {
       this.matchesInFlight.delete(serial);
       if (this.freedWhileMatching.length > 0) this.releaseNums();
-      if (--this.matching === 0) this.purgedWhileMatching.clear();
+      if (this.matchesInFlight.size === 0) this.purgedWhileMatching.clear();
     }
   }
 

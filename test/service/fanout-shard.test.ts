@@ -64,6 +64,27 @@ function shardedHub(n: number, wrap: (link: Link, k: number) => Link = (l) => l,
   };
 }
 
+/** One shard served on a MessageChannel, the hub's fan-out to it, and what a device's log holds (event ids and subscriptions). */
+function oneShard() {
+  const store = new InboxStore();
+  const { port1, port2 } = new MessageChannel();
+  serveShard(store, portLink(port2), pino({ level: 'silent' }));
+  const fanout = new ShardedFanOut([portLink(port1)]);
+  return {
+    fanout,
+    log: (d: string): [string, string[]][] => {
+      const box = store.openInbox(d, null);
+      const got = box.take(10).map((x): [string, string[]] => [x.event.id, x.subscriptionIds]);
+      box.close();
+      return got;
+    },
+    close: () => {
+      port1.close();
+      store.close();
+    },
+  };
+}
+
 const everything = { id: 'all', filters: [{ constraints: [] }] };
 
 describe('fan-out shards', { timeout: 30_000 }, () => {
@@ -126,11 +147,7 @@ describe('fan-out shards', { timeout: 30_000 }, () => {
   });
 
   it('[E20] an event delivered to a shard in two frames is written to each: the second call does not refer to the first frame', async () => {
-    const quiet = pino({ level: 'silent' });
-    const store = new InboxStore();
-    const { port1, port2 } = new MessageChannel();
-    serveShard(store, portLink(port2), quiet);
-    const fanout = new ShardedFanOut([portLink(port1)]);
+    const { fanout, log, close } = oneShard();
     try {
       const a = { id: 'a', lat: 0, lon: 0, attributes: { k: 1 } };
       const b = { id: 'b', lat: 0, lon: 0, attributes: { k: 2 } };
@@ -141,25 +158,15 @@ describe('fan-out shards', { timeout: 30_000 }, () => {
       // The next frame starts with b again, the event the last call wrote last.
       fanout.deliver({ id: '', ms: Date.now() }, [b], [[{ device: 'd3', subscriptionIds: ['p'], match: match(b) }]]);
       await fanout.flush();
-      const ids = (d: string) => {
-        const box = store.openInbox(d, '');
-        const got = box.take(10).map((x) => x.event.id);
-        box.close();
-        return got;
-      };
+      const ids = (d: string) => log(d).map(([id]) => id);
       assert.deepEqual([ids('d1'), ids('d2'), ids('d3')], [['a', 'b'], ['b'], ['b']]);
     } finally {
-      port1.close();
-      store.close();
+      close();
     }
   });
 
   it('a number forgotten and given to another device within one frame: the shard is told again, each match lands in its own device\'s log', async () => {
-    const quiet = pino({ level: 'silent' });
-    const store = new InboxStore();
-    const { port1, port2 } = new MessageChannel();
-    serveShard(store, portLink(port2), quiet);
-    const fan = new ShardedFanOut([portLink(port1)]);
+    const { fanout: fan, log, close } = oneShard();
     const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }));
     core.onOwnerRemoved = (o) => fan.forget(o);
     try {
@@ -175,18 +182,11 @@ describe('fan-out shards', { timeout: 30_000 }, () => {
       await deliver(ev('e2'));
       await deliver(ev('e3'));
       await fan.flush();
-      const ids = (d: string) => {
-        const box = store.openInbox(d, null);
-        const got = box.take(10).map((x) => [x.event.id, x.subscriptionIds]);
-        box.close();
-        return got;
-      };
-      assert.deepEqual(ids('d1'), [['e1', ['all']]]);
-      assert.deepEqual(ids('d2'), [['e2', ['all']], ['e3', ['all']]]);
+      assert.deepEqual(log('d1'), [['e1', ['all']]]);
+      assert.deepEqual(log('d2'), [['e2', ['all']], ['e3', ['all']]]);
     } finally {
       await core.close();
-      port1.close();
-      store.close();
+      close();
     }
   });
 
