@@ -22,7 +22,7 @@ import {
 } from './port.js';
 import { type Listed, type MatchCore, type Owner, type OwnerTable, type PatternDelivery, type Recipient, hubStats } from '../matcher/core.js';
 import type { DeliverySource, Retention } from '../matcher/fanout.js';
-import { type DedupeOptions, DEFAULT_DEDUPE, EventIdWindow, type IdTicket, planPublish, settlePublish } from '../matcher/event-ids.js';
+import { type DedupeOptions, DEFAULT_DEDUPE, EventIdWindow, planPublish, settlePublish } from '../matcher/event-ids.js';
 import { type EmbeddedInbox, InboxStore } from './inboxes.js';
 
 export { DEFAULT_RETENTION, type Retention } from '../matcher/fanout.js';
@@ -174,22 +174,33 @@ export class EmbeddedHub implements Hub {
     }
     // Ids are remembered before matching, so a retry that comes while this one is matched waits
     // for its reach instead of delivering again.
-    const plan = planPublish(events, (id) => ids.get(id));
     let answer!: (r: readonly number[]) => void;
     let fail!: (err: unknown) => void;
     const pending = new Promise<readonly number[]>((resolve, reject) => ((answer = resolve), (fail = reject)));
     pending.catch(() => {}); // a duplicate awaiting it rejects with it; nobody else need look
-    const entries: IdTicket[] = plan.fresh.map((e, k) => ids.remember(e.id, pending, k));
+    let claimed = ids.claim(events, pending);
+    if (claimed === null) {
+      // More events than the window holds ids: planned whole first, then remembered.
+      const plan = planPublish(events, (id) => ids.get(id));
+      claimed = { plan, tickets: plan.fresh.map((e, k) => ids.remember(e.id, pending, k)) };
+    }
+    const { plan, tickets } = claimed;
     let reached: number[];
     try {
       reached = plan.fresh.length === 0 ? [] : await this.deliver(plan.fresh);
     } catch (err) {
-      for (let k = 0; k < entries.length; k++) ids.drop(plan.fresh[k].id, entries[k]);
+      for (let k = 0; k < tickets.length; k++) ids.drop(plan.fresh[k].id, tickets[k]);
       fail(err);
       throw err;
     }
-    for (let k = 0; k < entries.length; k++) ids.settle(entries[k], reached[k]);
+    for (let k = 0; k < tickets.length; k++) ids.settle(tickets[k], reached[k]);
     answer(reached);
+    if (plan.slots === null) {
+      // Every event fresh (the common case): one result object an event.
+      const out = new Array<PublishResult>(events.length);
+      for (let i = 0; i < events.length; i++) out[i] = { eventId: events[i].id, reached: reached[i] };
+      return out;
+    }
     const results = await settlePublish(plan, reached);
     this.duplicates += events.length - plan.fresh.length;
     return events.map((e, i) => (results[i].duplicate ? { eventId: e.id, reached: results[i].reached, duplicate: true } : { eventId: e.id, reached: results[i].reached }));

@@ -136,8 +136,10 @@ export type IdTicket = number;
  * - a ring of entries in typed arrays (time, reach, ticket, the id's place in the text ring);
  * - the ids' UTF-16 code units, appended in ticket order to a ring of their own (`units`), freed
  *   from its head as entries leave the ring's head;
- * - an open-addressing table of tickets by a hash of the id's code units (linear probing,
- *   backward-shift deletion), so a lookup compares code units, not strings.
+ * - an open-addressing table of (ticket, hash) pairs by a hash of the id's code units (linear
+ *   probing, backward-shift deletion): a probe compares hashes in the table itself and reads an
+ *   entry's id (its code units, not a string) only when the hashes are equal, so a fresh id costs
+ *   about one cache miss in the table and the ring is written in order.
  * Only a publish still being matched holds an object (its promise) until it settles.
  */
 export class EventIdWindow {
@@ -161,11 +163,13 @@ export class EventIdWindow {
   private unitMask = -1;
   private unitHead = 0;
   private unitNext = 0;
-  /** Ticket + 1 of each live entry by its id's hash (0: empty). */
+  /** Pairs (ticket + 1, hash) of each live entry, placed by its id's hash (ticket + 1 = 0: empty). */
   private table = new Float64Array(0);
   private tableMask = -1;
   /** Live (not dead) entries: the table's and the bound's count. */
   private liveCount = 0;
+  /** `claim`'s scratch: each fresh event's index in the call. */
+  private callIndex = new Int32Array(0);
 
   constructor(
     private readonly options: DedupeOptions,
@@ -197,15 +201,77 @@ export class EventIdWindow {
    */
   remember(id: string, pending: Promise<readonly number[]>, index: number): IdTicket {
     if (!this.enabled) return -1;
-    const now = this.now();
     const h = hashId(id);
     // An id past its window published again: its old entry dies where it is.
     const old = this.find(id, h);
     if (old >= 0) this.kill(old);
+    const now = this.now();
+    const ticket = this.add(id, h, pending, index, now);
+    this.expire(now);
+    return ticket;
+  }
+
+  /**
+   * One publish's events sorted against the window and its fresh ones remembered, in one pass: the
+   * plan `planPublish` gives with `get` followed by `remember` of each fresh event (a duplicate of
+   * an earlier event of the call names it, `sameAs`), with one hash and one probe an event and no
+   * map. `tickets[k]` is fresh event k's entry (settle or drop them after). Null when the window is
+   * off, or when the call has more events than the window holds ids: remembering its first events
+   * could then push them out before their duplicates later in the call are reached (plan such a
+   * call with `planPublish`).
+   */
+  claim(events: readonly Event[], pending: Promise<readonly number[]>): { plan: PublishPlan; tickets: IdTicket[] } | null {
+    if (!this.enabled || events.length > this.options.maxIds) return null;
+    const now = this.now();
+    const oldest = now - this.options.windowMs;
+    const fresh: Event[] = [];
+    const tickets: IdTicket[] = [];
+    let slots: PublishSlot[] | null = null;
+    /** Each fresh event's index in the call (only read once a duplicate came: before that they are equal). */
+    if (this.callIndex.length < events.length) this.callIndex = new Int32Array(Math.max(events.length, 2 * this.callIndex.length));
+    const callIndex = this.callIndex;
+    for (let i = 0; i < events.length; i++) {
+      const id = events[i].id;
+      const h = hashId(id);
+      const slot = this.find(id, h);
+      let dup: PublishSlot | null = null;
+      if (slot >= 0) {
+        if (this.at[slot] <= oldest) this.kill(slot);
+        else {
+          const p = this.pendingOf[slot];
+          const index = this.pendingIndex[slot];
+          if (p === pending) dup = { sameAs: callIndex[index] };
+          else if (p === null) dup = { reached: this.reachedOf[slot] };
+          else dup = { reached: p.then((r) => r[index]) };
+        }
+      }
+      if (dup === null) {
+        callIndex[fresh.length] = i;
+        if (slots !== null) slots.push({ fresh: fresh.length });
+        // Nothing leaves the window before the call's end, so its later events see what its first saw.
+        tickets.push(this.add(id, h, pending, fresh.length, now, true));
+        fresh.push(events[i]);
+        continue;
+      }
+      if (slots === null) {
+        slots = [];
+        for (let k = 0; k < fresh.length; k++) slots.push({ fresh: k });
+      }
+      slots.push(dup);
+    }
+    if (fresh.length > 0) this.expire(now);
+    return { plan: { fresh, slots }, tickets };
+  }
+
+  /**
+   * A new live entry for `id` (hash `h`, not held): its ticket. Expire after. `holdOld`: the ring
+   * grows rather than let its oldest entry go (a claim keeps the window as it was until its end).
+   */
+  private add(id: string, h: number, pending: Promise<readonly number[]>, index: number, now: number, holdOld = false): IdTicket {
     if (this.next - this.head === this.cap) {
       // Full: grow while the ring is smaller than the bound or holds dead entries (drops, ids
       // published again) that would otherwise push live ones out early; else the oldest goes.
-      if (this.cap < this.options.maxIds || this.liveCount < this.options.maxIds) this.grow();
+      if (holdOld || this.cap < this.options.maxIds || this.liveCount < this.options.maxIds) this.grow();
       else this.evictHead();
     }
     if (this.unitNext - this.unitHead + id.length > this.units.length) this.growUnits(id.length);
@@ -223,9 +289,8 @@ export class EventIdWindow {
     this.pendingOf[slot] = pending;
     this.pendingIndex[slot] = index;
     this.liveCount++;
-    if (2 * this.liveCount > this.table.length) this.growTable();
+    if (2 * this.liveCount > this.tableMask + 1) this.growTable(); // at most half full
     this.insert(h, ticket);
-    this.expire(now);
     return ticket;
   }
 
@@ -270,9 +335,10 @@ export class EventIdWindow {
     const table = this.table;
     const tm = this.tableMask;
     if (tm < 0) return -1;
-    for (let i = h & tm; table[i] !== 0; i = (i + 1) & tm) {
-      const slot = (table[i] - 1) & this.mask;
-      if (this.hashOf[slot] === h && this.idIs(slot, id)) return slot;
+    for (let i = h & tm; table[2 * i] !== 0; i = (i + 1) & tm) {
+      if (table[2 * i + 1] !== h) continue;
+      const slot = (table[2 * i] - 1) & this.mask;
+      if (this.idIs(slot, id)) return slot;
     }
     return -1;
   }
@@ -281,8 +347,9 @@ export class EventIdWindow {
     const table = this.table;
     const tm = this.tableMask;
     let i = h & tm;
-    while (table[i] !== 0) i = (i + 1) & tm;
-    table[i] = ticket + 1;
+    while (table[2 * i] !== 0) i = (i + 1) & tm;
+    table[2 * i] = ticket + 1;
+    table[2 * i + 1] = h;
   }
 
   /** Takes `ticket` out of the table, shifting back the entries after it that may move (linear probing without tombstones). */
@@ -290,19 +357,20 @@ export class EventIdWindow {
     const table = this.table;
     const tm = this.tableMask;
     let i = h & tm;
-    while (table[i] !== ticket + 1) {
-      if (table[i] === 0) return;
+    while (table[2 * i] !== ticket + 1) {
+      if (table[2 * i] === 0) return;
       i = (i + 1) & tm;
     }
-    for (let j = (i + 1) & tm; table[j] !== 0; j = (j + 1) & tm) {
-      const home = this.hashOf[(table[j] - 1) & this.mask] & tm;
+    for (let j = (i + 1) & tm; table[2 * j] !== 0; j = (j + 1) & tm) {
+      const home = table[2 * j + 1] & tm;
       // Entry j may fill the hole at i when its home is not in the cyclic range (i, j].
       if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
-        table[i] = table[j];
+        table[2 * i] = table[2 * j];
+        table[2 * i + 1] = table[2 * j + 1];
         i = j;
       }
     }
-    table[i] = 0;
+    table[2 * i] = 0;
   }
 
   /** Forgets the entry in `slot` (it stays in the ring, dead, until the ring's head passes it). */
@@ -377,15 +445,13 @@ export class EventIdWindow {
     this.unitMask = m;
   }
 
-  /** Doubles the table (at least 2048 entries) and puts every live entry back. */
+  /** Doubles the table (at least 2048 entries) and puts every entry of the old one back. */
   private growTable(): void {
-    const size = Math.max(2048, 2 * this.table.length);
-    this.table = new Float64Array(size);
+    const old = this.table;
+    const size = Math.max(2048, old.length);
+    this.table = new Float64Array(2 * size);
     this.tableMask = size - 1;
-    for (let t = this.head; t < this.next; t++) {
-      const slot = t & this.mask;
-      if (this.lenOf[slot] >= 0 && this.ticketOf[slot] === t) this.insert(this.hashOf[slot], t);
-    }
+    for (let i = 0; i < old.length; i += 2) if (old[i] !== 0) this.insert(old[i + 1], old[i] - 1);
   }
 }
 

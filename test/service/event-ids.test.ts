@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { EventIdWindow, StreamIdJudge, hashId, planPublish, settlePublish } from '../../services/matcher/event-ids.js';
+import { EventIdWindow, type PublishSlot, StreamIdJudge, hashId, planPublish, settlePublish } from '../../services/matcher/event-ids.js';
 import type { Event } from '../../src/model/types.js';
 
 const ev = (id: string): Event => ({ id, lat: 0, lon: 0, attributes: {} });
@@ -73,6 +73,85 @@ describe('event ids', () => {
     ]);
     const plain = planPublish([ev('x'), ev('y')], () => undefined);
     assert.equal(plain.slots, null, 'no per-event slots when nothing repeats');
+  });
+
+  it('a claim sees the window as it was when the call came: an id its own events push out of a full ring is still a duplicate', () => {
+    // A ring as large as the bound (1024, its first size) and full: each fresh id pushes out the oldest.
+    const w = new EventIdWindow({ windowMs: 1e9, maxIds: 1024 }, () => 0);
+    for (let k = 0; k < 1024; k++) w.settle(w.remember(`e${k}`, done([k]), 0), k);
+    const claimed = w.claim([ev('x'), ev('y'), ev('e1'), ev('e0')], new Promise<number[]>(() => {}))!;
+    assert.deepEqual(claimed.plan.fresh.map((e) => e.id), ['x', 'y']);
+    assert.deepEqual(claimed.plan.slots, [{ fresh: 0 }, { fresh: 1 }, { reached: 1 }, { reached: 0 }]);
+    assert.equal(w.size, 1024, 'the oldest went at the end of the call');
+    assert.equal(w.get('e0'), undefined);
+    assert.equal(w.get('e2'), 2);
+  });
+
+  it('claims a call in one pass as planPublish then remember would: the same plan, the same window after, settles and drops alike', async () => {
+    let seed = 11;
+    const rand = (n: number): number => {
+      seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
+      return (seed >>> 8) % n;
+    };
+    for (const [windowMs, maxIds, idSpace] of [[40, 5000, 300], [1e9, 200, 300], [15, 60, 300], [1e9, 1024, 3000]]) {
+      let now = 0;
+      const one = new EventIdWindow({ windowMs, maxIds }, () => now);
+      const two = new EventIdWindow({ windowMs, maxIds }, () => now);
+      /** Calls not yet settled: each window's tickets and the call's promise. */
+      const open: { fresh: string[]; t1: number[]; t2: number[]; answer: (r: number[]) => void }[] = [];
+      let sameAs = 0;
+      let waited = 0;
+      for (let step = 0; step < 3000; step++) {
+        now += rand(4);
+        const n = 1 + rand(maxIds < 100 ? 80 : 12);
+        const events = Array.from({ length: n }, () => ev(`e${rand(idSpace)}`));
+        let answer!: (r: number[]) => void;
+        const pending = new Promise<number[]>((resolve) => (answer = resolve));
+        const claimed = one.claim(events, pending);
+        const plan = planPublish(events, (id) => two.get(id));
+        if (n > maxIds) {
+          assert.equal(claimed, null, 'a call longer than the bound is not claimed');
+          continue;
+        }
+        assert.ok(claimed !== null);
+        const t2 = plan.fresh.map((e, k) => two.remember(e.id, pending, k));
+        assert.deepEqual(claimed.plan.fresh.map((e) => e.id), plan.fresh.map((e) => e.id), `fresh events at step ${step}`);
+        assert.equal(claimed.plan.slots === null, plan.slots === null, `slots at step ${step}`);
+        if (plan.slots !== null) {
+          const norm = (ss: PublishSlot[]) => ss.map((x) => ('reached' in x ? { reached: x.reached instanceof Promise ? 'pending' : x.reached } : x));
+          assert.deepEqual(norm(claimed.plan.slots!), norm(plan.slots), `slots at step ${step}`);
+          sameAs += plan.slots.filter((x) => 'sameAs' in x).length;
+          waited += plan.slots.filter((x) => 'reached' in x && x.reached instanceof Promise).length;
+        }
+        open.push({ fresh: plan.fresh.map((e) => e.id), t1: claimed.tickets, t2, answer });
+        // Settle or drop an open call now and then, oldest or newest.
+        while (open.length > 0 && rand(3) === 0) {
+          const c = rand(2) === 0 ? open.shift()! : open.pop()!;
+          if (rand(5) === 0) {
+            c.fresh.forEach((id, k) => {
+              one.drop(id, c.t1[k]);
+              two.drop(id, c.t2[k]);
+            });
+          } else {
+            const reached = c.fresh.map(() => rand(50));
+            reached.forEach((r, k) => {
+              one.settle(c.t1[k], r);
+              two.settle(c.t2[k], r);
+            });
+            c.answer(reached);
+          }
+        }
+        assert.equal(one.size, two.size, `size at step ${step}`);
+        if (step % 100 === 0) {
+          for (let k = 0; k < 300; k++) {
+            const a = one.get(`e${k}`);
+            const b = two.get(`e${k}`);
+            assert.equal(a instanceof Promise ? 'pending' : a, b instanceof Promise ? 'pending' : b, `get(e${k}) at step ${step}`);
+          }
+        }
+      }
+      assert.ok(sameAs > 0 && waited > 0, `the run saw duplicates within a call (${sameAs}) and of open calls (${waited})`);
+    }
   });
 });
 
