@@ -7,6 +7,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { FastMatcher } from '../src/engines/fast.js';
+import { GpuLayout } from '../src/engines/gpu/layout.js';
+import { GpuMatcher } from '../src/engines/gpu/matcher.js';
 import { DEFAULT_LIMITS, type NSubscription, explainEvent, explainSubscription, plainSubscription, quickEvent, quickSubscription, resolveLimits, validateEvents, validateSubscription } from '../src/model/limits.js';
 import type { Subscription } from '../src/model/types.js';
 import { Rng } from './support/rng.js';
@@ -187,6 +189,91 @@ describe('validateSubscription: the fast check agrees with the explaining check'
       assert.deepEqual(fromNormal.get(given[i].id), normal[i]);
     }
     assert.deepEqual(bulk.stats(), fromNormal.stats());
+  });
+
+  it('the GPU engine\'s layout reads a plain subscription as given: the same host arrays as from its normalised form, and after removing them', () => {
+    const rng = new Rng(98);
+    const given: Subscription[] = [];
+    const normal: NSubscription[] = [];
+    let plainOnes = 0;
+    while (given.length < 3000) {
+      const input = { ...randomSubscription(rng), id: `s${given.length}` };
+      let n: NSubscription;
+      try {
+        n = validateSubscription(input, DEFAULT_LIMITS);
+      } catch {
+        continue;
+      }
+      if (plainSubscription(input, DEFAULT_LIMITS)) plainOnes++;
+      given.push(input as unknown as Subscription);
+      normal.push(n);
+    }
+    assert.ok(plainOnes > 1000 && plainOnes < given.length, `both paths exercised (${plainOnes} plain of ${given.length})`);
+    // As the engine does: a plain one as given, any other normalised.
+    const asGiven = new GpuLayout();
+    const fromNormal = new GpuLayout();
+    given.forEach((s, i) => asGiven.insert(plainSubscription(s, DEFAULT_LIMITS) ? s : normal[i]));
+    normal.forEach((n) => fromNormal.insert(n));
+    const arrays = ['fBloom', 'fMeta', 'fPos', 'fRad', 'fCon', 'fSub', 'cHead', 'cValA', 'cValB', 'cStr', 'pLat', 'pLon', 'pKnown'] as const;
+    const same = (when: string) => {
+      for (const k of arrays) assert.deepEqual(asGiven[k], fromNormal[k], `${k} ${when}`);
+      assert.deepEqual([asGiven.sTop, asGiven.cTop, asGiven.liveFilters], [fromNormal.sTop, fromNormal.cTop, fromNormal.liveFilters], when);
+    };
+    same('after inserting');
+    for (let i = 0; i < normal.length; i += 2) {
+      asGiven.remove(normal[i]);
+      fromNormal.remove(normal[i]);
+    }
+    same('after removing every other one');
+  });
+
+  it('the GPU engine\'s addMany and add read plain subscriptions as given: the same stored subscriptions and the same answers on the GPU as the fast engine', async () => {
+    const rng = new Rng(97);
+    const given: Subscription[] = [];
+    while (given.length < 2000) {
+      const input = { ...randomSubscription(rng), id: `s${given.length}` };
+      try {
+        validateSubscription(input, DEFAULT_LIMITS);
+      } catch {
+        continue;
+      }
+      given.push(input as unknown as Subscription);
+    }
+    const gpu = await GpuMatcher.create({ gpu: { allowSoftware: true }, cpuBelowFilters: 0, select: 'gpu' });
+    try {
+      const fast = new FastMatcher();
+      for (let d = 0; d < 100; d++) {
+        const lat = -60 + rng.next() * 120;
+        const lon = -180 + rng.next() * 360;
+        gpu.updatePosition(`d${d}`, lat, lon);
+        fast.updatePosition(`d${d}`, lat, lon);
+      }
+      gpu.addMany(given.slice(0, 1500));
+      for (const s of given.slice(1500)) gpu.add(s);
+      fast.addMany(given);
+      for (const s of given) assert.deepEqual(gpu.get(s.id), fast.get(s.id), s.id);
+      // Events where the subscriptions are: at devices and fixed centres, with the names they ask for.
+      const events = Array.from({ length: 400 }, (_, i) => {
+        const near = given[rng.int(given.length)].filters[0].area?.center ?? { lat: -60 + rng.next() * 120, lon: -180 + rng.next() * 360 };
+        const attributes: Record<string, string | number | boolean> = {};
+        for (let k = 0; k < 6; k++) attributes[`n${rng.int(20)}`] = rng.next() < 0.4 ? rng.next() * 10 : rng.next() < 0.6 ? `v${rng.int(9)}` : rng.next() < 0.5;
+        return { id: `e${i}`, lat: near.lat, lon: near.lon, radiusM: rng.next() < 0.5 ? 0 : rng.next() * 1e6, attributes, tags: rng.next() < 0.3 ? ['a', 'b', 'c'] : undefined };
+      });
+      // The first batch may outgrow the candidate lists (then the CPU answers it and they grow).
+      await gpu.matchBatch(events);
+      const before = gpu.stats().extra?.gpuEvents as number;
+      const got = await gpu.matchBatch(events);
+      let hits = 0;
+      for (let i = 0; i < events.length; i++) {
+        const want = fast.matchValid(validateEvents([events[i]], DEFAULT_LIMITS)[0]).sort();
+        assert.deepEqual([...got[i]].sort(), want, `event ${i}`);
+        hits += want.length;
+      }
+      assert.ok(hits > 200, `the events matched something (${hits})`);
+      assert.equal((gpu.stats().extra?.gpuEvents as number) - before, events.length, `answered on the GPU: ${JSON.stringify(gpu.stats().extra)}`);
+    } finally {
+      await gpu.close();
+    }
   });
 
   it('a refused subscription still names its field', () => {

@@ -28,7 +28,7 @@
  * put those reads behind accessors or a shared state object.
  */
 import { EARTH_RADIUS_M, haversineM } from '../model/geo.js';
-import { type NArea, type NConstraint, type NEvent, type NFilter, type NSubscription, inRange, patternDfa } from '../model/limits.js';
+import { type NArea, type NConstraint, type NEvent, type NFilter, type NSubscription, type SubscriptionView, type FilterView, inRange, patternDfa } from '../model/limits.js';
 import { AmbitError, show } from '../model/errors.js';
 import { CellGrid, REC } from './cell-grid.js';
 import { EqBuckets, NO_BUCKET } from './eq-buckets.js';
@@ -62,23 +62,6 @@ const MAX_LEVELS = 18;
  * must stay exact integers in a float64 (k³ < 2^53 holds for sides above 61.3 m).
  */
 const MIN_CELL_SIDE_M = 64;
-
-/**
- * What the engine reads of a filter: its normalised form, or the filter as given when
- * plainSubscription() accepted its subscription (a list or area may be missing there, and a
- * constraint has no `type`: the value's own type says it).
- */
-interface FilterView {
-  readonly constraints?: readonly { readonly name: string; readonly op: Op; readonly value?: Value | null }[];
-  readonly area?: { readonly radiusM: number; readonly center?: LatLon | null } | null;
-  readonly tags?: readonly string[];
-}
-
-interface SubscriptionView {
-  readonly id: string;
-  readonly owner: string;
-  readonly filters: readonly FilterView[];
-}
 
 const NO_CONSTRAINTS: readonly never[] = [];
 /** A slot's list of at most this many filters at a level has its Bloom AND recomputed when one leaves. */
@@ -907,6 +890,15 @@ export class FastMatcher extends CpuMatcher {
 
   protected override insertPlain(sub: Subscription): void {
     this.insert(sub);
+  }
+
+  /**
+   * addManyValid of what validateNew(…, true) checked: normalised subscriptions and plain ones as
+   * given (the GPU engine's host mirror, so its bulk load makes no normalised copies either).
+   */
+  addManyViews(subs: readonly SubscriptionView[]): void {
+    this.reserveFor(subs);
+    for (let i = 0; i < subs.length; i++) this.insert(subs[i]);
   }
 
   protected insert(sub: SubscriptionView): void {

@@ -8,6 +8,7 @@ import {
   type Limits,
   type NEvent,
   type NSubscription,
+  type SubscriptionView,
   checkId,
   checkLat,
   inRange,
@@ -116,12 +117,16 @@ export interface MatcherOptions {
  * The checks of `addMany` (L11): each subscription validated with its field path, then every id
  * new (not `taken`, not repeated in the call). Nothing is stored here.
  */
-export function validateNew(subs: unknown, limits: Limits, taken: (id: string) => boolean): NSubscription[] {
+export function validateNew(subs: unknown, limits: Limits, taken: (id: string) => boolean): NSubscription[];
+/** `plain`: a subscription plainSubscription() accepts is handed back as given, not normalised (for engines that read SubscriptionView). */
+export function validateNew(subs: unknown, limits: Limits, taken: (id: string) => boolean, plain: true): SubscriptionView[];
+export function validateNew(subs: unknown, limits: Limits, taken: (id: string) => boolean, plain = false): SubscriptionView[] {
   if (!Array.isArray(subs)) throw new ValidationError('subscriptions', `must be an array, got ${show(subs)}`);
-  const out: NSubscription[] = new Array(subs.length);
+  const out: SubscriptionView[] = new Array(subs.length);
   const seen = new Set<string>();
   for (let i = 0; i < subs.length; i++) {
-    const id = (out[i] = validateSubscription(subs[i], limits, `subscriptions[${i}]`)).id;
+    const s: unknown = subs[i];
+    const id = (out[i] = plain && plainSubscription(s, limits) ? s : validateSubscription(s, limits, `subscriptions[${i}]`)).id;
     if (seen.has(id) || taken(id)) throw new AmbitError('ALREADY_EXISTS', `subscription ${show(id)} ${seen.has(id) ? 'is given twice' : 'already exists'}`, `subscriptions[${i}].id`);
     seen.add(id);
   }
@@ -196,7 +201,7 @@ export abstract class CpuMatcher implements Matcher {
    * room is made only for what precedes it; a list too large to make room for is loaded as it
    * comes.
    */
-  private reserveFor(subs: readonly unknown[]): void {
+  protected reserveFor(subs: readonly unknown[]): void {
     const L = this.limits;
     let filters = 0;
     let slots = 0;

@@ -382,6 +382,24 @@ export function plainSubscription(s: unknown, limits: Limits): s is Subscription
   return scanSubscription(s, limits, false) === true;
 }
 
+/**
+ * What an engine that reads plain subscriptions reads of a filter: its normalised form, or the
+ * filter as given when plainSubscription() accepted its subscription (a list or area may be missing
+ * there, and a constraint has no `type`: the value's own type says it, `exists` has none).
+ */
+export interface FilterView {
+  readonly constraints?: readonly { readonly name: string; readonly op: Op; readonly value?: Value | null }[];
+  readonly area?: { readonly radiusM: number; readonly center?: LatLon | null } | null;
+  readonly tags?: readonly string[];
+}
+
+/** A subscription an engine reads (`FilterView`): normalised, or as given when plain. */
+export interface SubscriptionView {
+  readonly id: string;
+  readonly owner: string;
+  readonly filters: readonly FilterView[];
+}
+
 /** quickSubscription (`build`) or plainSubscription (not: true or null, nothing allocated). */
 function scanSubscription(s: unknown, limits: Limits, build: boolean): NSubscription | true | null {
   if (!isPlainObject(s)) return null;

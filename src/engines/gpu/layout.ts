@@ -17,7 +17,7 @@
  * sharing cStr, position slots) and the dirty ranges the uploads follow are one state: each insert
  * or removal touches several of them at once, and splitting them would expose the arrays' growth.
  */
-import { type NConstraint, type NEvent, type NFilter, type NSubscription, patternDfa } from '../../model/limits.js';
+import { type FilterView, type NConstraint, type NEvent, type NFilter, type NSubscription, type SubscriptionView, patternDfa } from '../../model/limits.js';
 import type { Dfa } from '../../model/pattern.js';
 import { tagName, tagOfName } from '../../model/tags.js';
 import { OP_CODE, OP_EXISTS, T_ANY, T_BOOL, T_NUM, T_STR } from '../operators.js';
@@ -53,6 +53,9 @@ export const MAX_FILTER_INDEX = 0x7fffffff;
 /** Bit 31 of an output pair's second word: a band pair, the rest its filter index (match.wgsl BAND). */
 export const BAND_PAIR = 0x80000000;
 const MAX_NAMES = 1 << NAME_BITS;
+
+const NO_CONSTRAINTS: readonly never[] = [];
+const NO_TAGS: readonly string[] = [];
 
 /** A half-open range of array elements that changed since the last upload. */
 export class Dirty {
@@ -357,15 +360,7 @@ export class GpuLayout {
     const free = this.cFree.get(n);
     if (free !== undefined && free.length > 0) return free.pop()!;
     const b = n;
-    while (this.cTop + b > this.cCap) {
-      const m = this.cCap * 2;
-      this.cHead = grown(this.cHead, m);
-      this.cValA = grown(this.cValA, m);
-      this.cValB = grown(this.cValB, m);
-      this.cCap = m;
-      this.cDirty.all = true;
-      this.generation++;
-    }
+    if (this.cTop + b > this.cCap) this.growConstraints(this.cTop + b);
     const start = this.cTop;
     this.cTop += b;
     return start;
@@ -460,40 +455,69 @@ export class GpuLayout {
     if (this.fFree.length > 0) return this.fFree.pop()!;
     // Cont marks a band candidate as its filter index with the top bit set.
     if (this.fTop >= MAX_FILTER_INDEX) throw new Error(`gpu: more than ${MAX_FILTER_INDEX} filters`);
-    if (this.fTop === this.fCap) {
-      const n = this.fCap * 2;
-      this.fBloom = grown(this.fBloom, n);
-      this.fMeta = grown(this.fMeta, n);
-      this.fPos = grown(this.fPos, n);
-      this.fRad = grown(this.fRad, n);
-      this.fCon = grown(this.fCon, n);
-      this.fSub = grown(this.fSub, n);
-      this.fRad64 = grown(this.fRad64, n);
-      this.fCap = n;
-      this.fDirty.all = true;
-      this.generation++;
-    }
+    if (this.fTop === this.fCap) this.growFilters(this.fTop + 1);
     return this.fTop++;
   }
 
-  private addFilter(si: number, owner: string, flt: NFilter): number {
+  /**
+   * Room for `filters` more filters and `slots` more constraint slots, each array grown once (a
+   * bulk load counts them first instead of doubling the arrays as it goes).
+   */
+  reserve(filters: number, slots: number): void {
+    if (this.fTop + filters > this.fCap) this.growFilters(Math.min(this.fTop + filters, MAX_FILTER_INDEX));
+    if (this.cTop + slots > this.cCap) this.growConstraints(this.cTop + slots);
+  }
+
+  /** Doubles the filter arrays until `need` fit. */
+  private growFilters(need: number): void {
+    let n = this.fCap;
+    while (n < need) n *= 2;
+    this.fBloom = grown(this.fBloom, n);
+    this.fMeta = grown(this.fMeta, n);
+    this.fPos = grown(this.fPos, n);
+    this.fRad = grown(this.fRad, n);
+    this.fCon = grown(this.fCon, n);
+    this.fSub = grown(this.fSub, n);
+    this.fRad64 = grown(this.fRad64, n);
+    this.fCap = n;
+    this.fDirty.all = true;
+    this.generation++;
+  }
+
+  /** Doubles the constraint arrays until `need` slots fit. */
+  private growConstraints(need: number): void {
+    let m = this.cCap;
+    while (m < need) m *= 2;
+    this.cHead = grown(this.cHead, m);
+    this.cValA = grown(this.cValA, m);
+    this.cValB = grown(this.cValB, m);
+    this.cCap = m;
+    this.cDirty.all = true;
+    this.generation++;
+  }
+
+    /** A filter normalised, or as given (FilterView: lists and area may be missing, a constraint's type is its value's). */
+  private addFilter(si: number, owner: string, flt: FilterView): number {
     const f = this.newFilter();
-    const nc = flt.constraints.length;
-    const n = nc + flt.tags.length;
+    const cs = flt.constraints ?? NO_CONSTRAINTS;
+    const tags = flt.tags ?? NO_TAGS;
+    const area = flt.area ?? null;
+    const nc = cs.length;
+    const n = nc + tags.length;
     let bloom = 0;
     let meta = n | META_LIVE;
     let c0 = 0;
     let firstName = 0;
-    if (n > 0 && flt.constraints.every((c) => c.type === null)) {
+    if (n > 0 && cs.every((c) => c.op === 'exists')) {
       // Names only (tags and `exists`): the names' ids as one interned run of cStr words, 4 bytes
       // a name, shared by every filter that requires the same names (NAMES_ONLY).
       const ids: number[] = [];
-      for (const t of flt.tags) ids.push(this.intern(tagName(t)));
-      for (const c of flt.constraints) ids.push(this.intern(c.name));
+      for (const t of tags) ids.push(this.intern(tagName(t)));
+      for (const c of cs) ids.push(this.intern(c.name));
       for (const id of ids) bloom |= 1 << bloomBit(id);
       ids.sort((a, b) => a - b);
       // Without an area fPos holds no position slot: it holds the first name instead (NAMES_FIRST).
-      if (flt.area === null) firstName = ids.shift()!;
+      if (area === null) firstName = ids.shift()!;
       c0 = this.allocNames(ids);
       meta |= META_NAMES;
     } else {
@@ -502,30 +526,33 @@ export class GpuLayout {
       // are encoded as attributes of those names, so Cont's walk decides the subset test.
       for (let k = nc; k < n; k++) {
         const ci = c0 + k;
-        const id = this.intern(tagName(flt.tags[k - nc]));
+        const id = this.intern(tagName(tags[k - nc]));
         bloom |= 1 << bloomBit(id);
         this.cHead[ci] = (id | (OP_EXISTS << NAME_BITS) | (T_ANY << (NAME_BITS + 4))) >>> 0;
         this.cValA[ci] = 0;
         this.cValB[ci] = 0;
       }
       for (let k = 0; k < nc; k++) {
-        const c = flt.constraints[k];
+        const c = cs[k];
         const ci = c0 + k;
         const id = this.intern(c.name);
         bloom |= 1 << bloomBit(id);
-        const type = c.type === null ? T_ANY : c.type === 'string' ? T_STR : c.type === 'number' ? T_NUM : T_BOOL;
+        // The value's type is its JavaScript type (validation made `type` say the same).
+        const v = c.value;
+        const type = c.op === 'exists' ? T_ANY : typeof v === 'string' ? T_STR : typeof v === 'number' ? T_NUM : T_BOOL;
         this.cHead[ci] = (id | (OP_CODE[c.op] << NAME_BITS) | (type << (NAME_BITS + 4))) >>> 0;
         if (type === T_STR && (c.op === 'like' || c.op === 'regex')) {
-          // A pattern: its automaton's words (dfaWords), interned by pattern.
-          const [off, len] = this.allocBytes(patternKey(c), () => dfaBytes(patternDfa(c)));
+          // A pattern (only ever normalised: a plain subscription has none): its automaton's words (dfaWords), interned by pattern.
+          const p = c as NConstraint;
+          const [off, len] = this.allocBytes(patternKey(p), () => dfaBytes(patternDfa(p)));
           this.cValA[ci] = off;
           this.cValB[ci] = len;
         } else if (type === T_STR) {
-          const [off, len] = this.allocString(c.value as string);
+          const [off, len] = this.allocString(v as string);
           this.cValA[ci] = off;
           this.cValB[ci] = len;
         } else if (type !== T_ANY) {
-          numberKey(type === T_NUM ? (c.value as number) : c.value ? 1 : 0, KEY, 0);
+          numberKey(type === T_NUM ? (v as number) : v ? 1 : 0, KEY, 0);
           this.cValA[ci] = KEY[0];
           this.cValB[ci] = KEY[1];
         } else {
@@ -536,11 +563,12 @@ export class GpuLayout {
       if (n > 0) this.cDirty.mark(c0, n);
     }
     let slot = 0;
-    if (flt.area !== null) {
+    if (area !== null) {
       meta |= META_AREA;
-      if (flt.area.center !== null) {
+      const center = area.center ?? null;
+      if (center !== null) {
         slot = this.newSlot(null);
-        this.place(slot, flt.area.center.lat, flt.area.center.lon);
+        this.place(slot, center.lat, center.lon);
       } else {
         slot = this.deviceSlotOf(owner);
       }
@@ -548,9 +576,9 @@ export class GpuLayout {
     }
     this.fBloom[f] = bloom >>> 0;
     this.fMeta[f] = meta;
-    this.fPos[f] = flt.area === null ? firstName : slot;
-    this.fRad[f] = flt.area === null ? 0 : flt.area.radiusM;
-    this.fRad64[f] = flt.area === null ? 0 : flt.area.radiusM;
+    this.fPos[f] = area === null ? firstName : slot;
+    this.fRad[f] = area === null ? 0 : area.radiusM;
+    this.fRad64[f] = area === null ? 0 : area.radiusM;
     this.fCon[f] = c0;
     this.fSub[f] = si;
     this.fDirty.mark(f);
@@ -598,7 +626,8 @@ export class GpuLayout {
     this.liveConstraints -= nc;
   }
 
-  insert(sub: NSubscription): void {
+  /** A subscription in its normalised form, or as given when plainSubscription() accepted it. */
+  insert(sub: SubscriptionView): void {
     let si: number;
     if (this.subFree.length > 0) si = this.subFree.pop()!;
     else si = this.subTop++;

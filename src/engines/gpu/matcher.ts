@@ -20,7 +20,7 @@
 import { FastMatcher } from '../fast.js';
 import { type DeviceHandle, type Listed, type Matcher, type MatcherStats, checkHandleUpdate, validateNew } from '../matcher.js';
 import { AmbitError } from '../../model/errors.js';
-import { type NEvent, type NSubscription, checkId, checkLat, checkLon, validateEvent, validateEvents, validatePositions, validateSubscription } from '../../model/limits.js';
+import { type NEvent, type NSubscription, checkId, checkLat, checkLon, plainSubscription, validateEvent, validateEvents, validatePositions, validateSubscription } from '../../model/limits.js';
 import type { Event, PositionUpdate, Subscription } from '../../model/types.js';
 import { GpuBatches } from './batch.js';
 import { GpuContext } from './device.js';
@@ -134,14 +134,29 @@ export class GpuMatcher implements Matcher {
   // ---------------------------------------------------------------- mutations
 
   add(sub: Subscription): void {
+    // A plain subscription is read as given by both (the mirror checks it again and that its id is new).
+    if (plainSubscription(sub, this.limits)) {
+      this.cpu.add(sub);
+      this.layout.insert(sub);
+      return;
+    }
     const n = validateSubscription(sub, this.limits);
     this.cpu.addValid(n);
     this.layout.insert(n);
   }
 
   addMany(subs: readonly Subscription[]): void {
-    const ns = validateNew(subs, this.limits, (id) => this.cpu.has(id));
-    this.cpu.addManyValid(ns);
+    // Checked whole first (L11); plain subscriptions are read as given, without a normalised copy.
+    const ns = validateNew(subs, this.limits, (id) => this.cpu.has(id), true);
+    this.cpu.addManyViews(ns);
+    let filters = 0;
+    let slots = 0;
+    for (let i = 0; i < ns.length; i++) {
+      const fs = ns[i].filters;
+      filters += fs.length;
+      for (let k = 0; k < fs.length; k++) slots += (fs[k].constraints?.length ?? 0) + (fs[k].tags?.length ?? 0);
+    }
+    this.layout.reserve(filters, slots);
     for (let i = 0; i < ns.length; i++) this.layout.insert(ns[i]);
   }
 
