@@ -102,6 +102,31 @@ function randomSubscription(rng: Rng): Record<string, unknown> {
   return { id: `s${rng.int(1000)}`, owner: `d${rng.int(100)}`, filters };
 }
 
+/**
+ * `count` valid random subscriptions as given, with their normalised forms; both kinds (plain, and
+ * not: like / regex, tags, forms to normalise) well represented.
+ */
+function seededValid(seed: number, count: number): { given: Subscription[]; normal: NSubscription[] } {
+  const rng = new Rng(seed);
+  const given: Subscription[] = [];
+  const normal: NSubscription[] = [];
+  let plainOnes = 0;
+  while (given.length < count) {
+    const input = { ...randomSubscription(rng), id: `s${given.length}` };
+    let n: NSubscription;
+    try {
+      n = validateSubscription(input, DEFAULT_LIMITS);
+    } catch {
+      continue;
+    }
+    if (plainSubscription(input, DEFAULT_LIMITS)) plainOnes++;
+    given.push(input as unknown as Subscription);
+    normal.push(n);
+  }
+  assert.ok(plainOnes > count / 3 && plainOnes < given.length, `both paths exercised (${plainOnes} plain of ${given.length})`);
+  return { given, normal };
+}
+
 function mutateSubscription(rng: Rng, s: Record<string, unknown>): unknown {
   const odd = () => ODD[rng.int(ODD.length)];
   const fs = s.filters as Record<string, unknown>[];
@@ -160,23 +185,7 @@ describe('validateSubscription: the fast check agrees with the explaining check'
   }
 
   it('the fast engine reads a plain subscription as given: the same stored subscription as from its normalised form', () => {
-    const rng = new Rng(99);
-    const given: Subscription[] = [];
-    const normal: NSubscription[] = [];
-    let plainOnes = 0;
-    while (given.length < 3000) {
-      const input = { ...randomSubscription(rng), id: `s${given.length}` };
-      let n: NSubscription;
-      try {
-        n = validateSubscription(input, DEFAULT_LIMITS);
-      } catch {
-        continue;
-      }
-      if (plainSubscription(input, DEFAULT_LIMITS)) plainOnes++;
-      given.push(input as unknown as Subscription);
-      normal.push(n);
-    }
-    assert.ok(plainOnes > 1000 && plainOnes < given.length, `both paths exercised (${plainOnes} plain of ${given.length})`);
+    const { given, normal } = seededValid(99, 3000);
     const bulk = new FastMatcher();
     bulk.addMany(given);
     const oneByOne = new FastMatcher();
@@ -192,23 +201,7 @@ describe('validateSubscription: the fast check agrees with the explaining check'
   });
 
   it('the GPU engine\'s layout reads a plain subscription as given: the same host arrays as from its normalised form, and after removing them', () => {
-    const rng = new Rng(98);
-    const given: Subscription[] = [];
-    const normal: NSubscription[] = [];
-    let plainOnes = 0;
-    while (given.length < 3000) {
-      const input = { ...randomSubscription(rng), id: `s${given.length}` };
-      let n: NSubscription;
-      try {
-        n = validateSubscription(input, DEFAULT_LIMITS);
-      } catch {
-        continue;
-      }
-      if (plainSubscription(input, DEFAULT_LIMITS)) plainOnes++;
-      given.push(input as unknown as Subscription);
-      normal.push(n);
-    }
-    assert.ok(plainOnes > 1000 && plainOnes < given.length, `both paths exercised (${plainOnes} plain of ${given.length})`);
+    const { given, normal } = seededValid(98, 3000);
     // As the engine does: a plain one as given, any other normalised.
     const asGiven = new GpuLayout();
     const fromNormal = new GpuLayout();
@@ -228,17 +221,8 @@ describe('validateSubscription: the fast check agrees with the explaining check'
   });
 
   it('the GPU engine\'s addMany and add read plain subscriptions as given: the same stored subscriptions and the same answers on the GPU as the fast engine', async () => {
-    const rng = new Rng(97);
-    const given: Subscription[] = [];
-    while (given.length < 2000) {
-      const input = { ...randomSubscription(rng), id: `s${given.length}` };
-      try {
-        validateSubscription(input, DEFAULT_LIMITS);
-      } catch {
-        continue;
-      }
-      given.push(input as unknown as Subscription);
-    }
+    const { given } = seededValid(97, 2000);
+    const rng = new Rng(96);
     const gpu = await GpuMatcher.create({ gpu: { allowSoftware: true }, cpuBelowFilters: 0, select: 'gpu' });
     try {
       const fast = new FastMatcher();
