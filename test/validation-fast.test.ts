@@ -260,6 +260,25 @@ describe('validateSubscription: the fast check agrees with the explaining check'
     }
   });
 
+  it('the GPU engine\'s addMany reserves what it will use: freed filters are taken first, and names-only filters take no constraint slots', async () => {
+    const gpu = await GpuMatcher.create({ gpu: { allowSoftware: true }, cpuBelowFilters: 0, select: 'gpu' });
+    try {
+      const layout = (gpu as unknown as { layout: GpuLayout }).layout;
+      const namesOnly = (from: number, n: number): Subscription[] =>
+        Array.from({ length: n }, (_, i) => ({ id: `n${from + i}`, owner: 'd', filters: [{ constraints: [{ name: `x${i % 7}`, op: 'exists' }], tags: ['t'] }] }));
+      const cCap = layout.cCap;
+      gpu.addMany(namesOnly(0, 2500));
+      assert.equal(layout.cCap, cCap, 'no constraint slots reserved for names-only filters (2 names each)');
+      const fCap = layout.fCap;
+      for (let i = 0; i < 2000; i++) gpu.remove(`n${i}`);
+      gpu.addMany(namesOnly(2500, 2000));
+      assert.equal(layout.fCap, fCap, 'the freed filter indices were counted');
+      assert.equal(gpu.stats().subscriptions, 2500);
+    } finally {
+      await gpu.close();
+    }
+  });
+
   it('a refused subscription still names its field', () => {
     assert.throws(() => validateSubscription({ id: 'a', owner: 'o', filters: [{ constraints: [{ name: 'n', op: 'gt', value: 'x' }] }] }, DEFAULT_LIMITS), /subscription\.filters\[0\]\.constraints\[0\]\.value: op gt takes a number or bool value, got a string/);
   });

@@ -7,6 +7,7 @@
  * (`EventIdWindow` in memory for the embedded hub; `{p}eid:{id}` keys in Redis for the matcher);
  * `settlePublish` turns the fresh events' reach into every event's result.
  */
+import { AmbitError } from '../../src/model/errors.js';
 import type { Event } from '../../src/model/types.js';
 import { compareStreamIds, streamIdMs } from '../redis/codec.js';
 
@@ -189,10 +190,8 @@ export class EventIdWindow {
     const slot = this.find(id, hashId(id));
     if (slot < 0) return undefined;
     if (this.at[slot] <= this.now() - this.options.windowMs) return undefined;
-    const pending = this.pendingOf[slot];
-    if (pending === null) return this.reachedOf[slot];
-    const index = this.pendingIndex[slot];
-    return pending.then((r) => r[index]);
+    const seen = this.seenAt(slot) as { reached: number | Promise<number> };
+    return seen.reached;
   }
 
   /**
@@ -222,56 +221,84 @@ export class EventIdWindow {
    */
   claim(events: readonly Event[], pending: Promise<readonly number[]>): { plan: PublishPlan; tickets: IdTicket[] } | null {
     if (!this.enabled || events.length > this.options.maxIds) return null;
+    // All or nothing: an entry that is no event with a string id is refused before any is remembered.
+    for (let i = 0; i < events.length; i++) {
+      const e = events[i] as Event | null | undefined;
+      if (typeof e !== 'object' || e === null || typeof e.id !== 'string') throw new AmbitError('INVALID_ARGUMENT', 'must be an event with a string id', `events[${i}]`);
+    }
     const now = this.now();
     const oldest = now - this.options.windowMs;
     const fresh: Event[] = [];
     const tickets: IdTicket[] = [];
     let slots: PublishSlot[] | null = null;
+    /** Entries this call pushed out of a ring full at the bound, by id: still seen by its later events. */
+    let gone: Map<string, PublishSlot> | null = null;
     /** Each fresh event's index in the call (only read once a duplicate came: before that they are equal). */
     if (this.callIndex.length < events.length) this.callIndex = new Int32Array(Math.max(events.length, 2 * this.callIndex.length));
     const callIndex = this.callIndex;
-    for (let i = 0; i < events.length; i++) {
-      const id = events[i].id;
-      const h = hashId(id);
-      const slot = this.find(id, h);
-      let dup: PublishSlot | null = null;
-      if (slot >= 0) {
-        if (this.at[slot] <= oldest) this.kill(slot);
-        else {
-          const p = this.pendingOf[slot];
-          const index = this.pendingIndex[slot];
-          if (p === pending) dup = { sameAs: callIndex[index] };
-          else if (p === null) dup = { reached: this.reachedOf[slot] };
-          else dup = { reached: p.then((r) => r[index]) };
+    try {
+      for (let i = 0; i < events.length; i++) {
+        const id = events[i].id;
+        const h = hashId(id);
+        const slot = this.find(id, h);
+        let dup: PublishSlot | null = null;
+        if (slot >= 0) {
+          if (this.at[slot] <= oldest) this.kill(slot);
+          else if (this.pendingOf[slot] === pending) dup = { sameAs: callIndex[this.pendingIndex[slot]] };
+          else dup = this.seenAt(slot);
+        } else if (gone !== null) dup = gone.get(id) ?? null;
+        if (dup === null) {
+          callIndex[fresh.length] = i;
+          if (slots !== null) slots.push({ fresh: fresh.length });
+          // The window as the call came: nothing expires before its end, and an entry pushed out
+          // by the bound (as remembering one event at a time did) is still seen by later events.
+          if (this.next - this.head === this.cap && this.cap >= this.options.maxIds && this.liveCount >= this.options.maxIds) {
+            const hs = this.head & this.mask;
+            if (this.lenOf[hs] >= 0 && this.at[hs] > oldest) (gone ??= new Map()).set(this.idAt(hs), this.seenAt(hs));
+            this.evictHead();
+          }
+          tickets.push(this.add(id, h, pending, fresh.length, now));
+          fresh.push(events[i]);
+          continue;
         }
+        if (slots === null) {
+          slots = [];
+          for (let k = 0; k < fresh.length; k++) slots.push({ fresh: k });
+        }
+        slots.push(dup);
       }
-      if (dup === null) {
-        callIndex[fresh.length] = i;
-        if (slots !== null) slots.push({ fresh: fresh.length });
-        // Nothing leaves the window before the call's end, so its later events see what its first saw.
-        tickets.push(this.add(id, h, pending, fresh.length, now, true));
-        fresh.push(events[i]);
-        continue;
-      }
-      if (slots === null) {
-        slots = [];
-        for (let k = 0; k < fresh.length; k++) slots.push({ fresh: k });
-      }
-      slots.push(dup);
+    } catch (err) {
+      for (let k = 0; k < tickets.length; k++) this.drop(fresh[k].id, tickets[k]);
+      throw err;
     }
     if (fresh.length > 0) this.expire(now);
     return { plan: { fresh, slots }, tickets };
   }
 
-  /**
-   * A new live entry for `id` (hash `h`, not held): its ticket. Expire after. `holdOld`: the ring
-   * grows rather than let its oldest entry go (a claim keeps the window as it was until its end).
-   */
-  private add(id: string, h: number, pending: Promise<readonly number[]>, index: number, now: number, holdOld = false): IdTicket {
+  /** What a later event with the live entry's id is: a duplicate with its reach (a promise while its publish is matched). */
+  private seenAt(slot: number): PublishSlot {
+    const p = this.pendingOf[slot];
+    if (p === null) return { reached: this.reachedOf[slot] };
+    const index = this.pendingIndex[slot];
+    const r = p.then((rs) => rs[index]);
+    r.catch(() => {}); // awaited by the caller in its turn: not an unhandled rejection meanwhile
+    return { reached: r };
+  }
+
+  /** The id of the entry in `slot`, from the text ring. */
+  private idAt(slot: number): string {
+    const start = this.startOf[slot];
+    let id = '';
+    for (let k = 0; k < this.lenOf[slot]; k++) id += String.fromCharCode(this.units[(start + k) & this.unitMask]);
+    return id;
+  }
+
+  /** A new live entry for `id` (hash `h`, not held): its ticket. Expire after. */
+  private add(id: string, h: number, pending: Promise<readonly number[]>, index: number, now: number): IdTicket {
     if (this.next - this.head === this.cap) {
       // Full: grow while the ring is smaller than the bound or holds dead entries (drops, ids
       // published again) that would otherwise push live ones out early; else the oldest goes.
-      if (holdOld || this.cap < this.options.maxIds || this.liveCount < this.options.maxIds) this.grow();
+      if (this.cap < this.options.maxIds || this.liveCount < this.options.maxIds) this.grow();
       else this.evictHead();
     }
     if (this.unitNext - this.unitHead + id.length > this.units.length) this.growUnits(id.length);

@@ -85,6 +85,44 @@ describe('event ids', () => {
     assert.equal(w.size, 1024, 'the oldest went at the end of the call');
     assert.equal(w.get('e0'), undefined);
     assert.equal(w.get('e2'), 2);
+    assert.equal((w as unknown as { cap: number }).cap, 1024, 'the ring did not grow for it');
+  });
+
+  it('a claim is all or nothing: an entry that is no event with a string id is refused, naming it, and nothing is remembered', async () => {
+    const w = new EventIdWindow({ windowMs: 1000, maxIds: 10 }, () => 0);
+    const never = new Promise<number[]>(() => {});
+    for (const bad of [null, undefined, { id: 5 }, 'x']) {
+      assert.throws(() => w.claim([ev('a'), ev('b'), bad as unknown as Event], never), (err: Error & { field?: string }) => err.field === 'events[2]' && /string id/.test(err.message));
+      assert.equal(w.size, 0);
+    }
+    const claimed = w.claim([ev('a'), ev('b')], Promise.resolve([1, 2]))!;
+    assert.deepEqual(claimed.plan.fresh.map((e) => e.id), ['a', 'b'], 'a retry is fresh');
+  });
+
+  it('a duplicate of a publish that fails does not reject unhandled while an earlier duplicate of the same call still waits', async () => {
+    const w = new EventIdWindow({ windowMs: 1000, maxIds: 10 }, () => 0);
+    let answerA!: (r: number[]) => void;
+    let failB!: (err: Error) => void;
+    const a = new Promise<number[]>((resolve) => (answerA = resolve));
+    const b = new Promise<number[]>((_, reject) => (failB = reject));
+    b.catch(() => {}); // the hub's own handler on its promise
+    w.claim([ev('a')], a);
+    w.claim([ev('b')], b);
+    const unhandled: unknown[] = [];
+    const onUnhandled = (r: unknown) => unhandled.push(r);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      const c = w.claim([ev('a'), ev('b')], new Promise<number[]>(() => {}))!;
+      const settled = settlePublish(c.plan, []);
+      failB(new Error('b failed'));
+      await new Promise((resolve) => setImmediate(resolve));
+      await new Promise((resolve) => setImmediate(resolve));
+      answerA([4]);
+      await assert.rejects(settled, /b failed/);
+      assert.deepEqual(unhandled, []);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
   });
 
   it('claims a call in one pass as planPublish then remember would: the same plan, the same window after, settles and drops alike', async () => {

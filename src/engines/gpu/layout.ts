@@ -464,7 +464,8 @@ export class GpuLayout {
    * bulk load counts them first instead of doubling the arrays as it goes).
    */
   reserve(filters: number, slots: number): void {
-    if (this.fTop + filters > this.fCap) this.growFilters(Math.min(this.fTop + filters, MAX_FILTER_INDEX));
+    const more = filters - this.fFree.length; // freed filter indices are taken first
+    if (this.fTop + more > this.fCap) this.growFilters(Math.min(this.fTop + more, MAX_FILTER_INDEX));
     if (this.cTop + slots > this.cCap) this.growConstraints(this.cTop + slots);
   }
 

@@ -148,15 +148,25 @@ export class GpuMatcher implements Matcher {
   addMany(subs: readonly Subscription[]): void {
     // Checked whole first (L11); plain subscriptions are read as given, without a normalised copy.
     const ns = validateNew(subs, this.limits, (id) => this.cpu.has(id), true);
-    this.cpu.addManyViews(ns);
+    // The layout's room first (nothing is stored if it cannot be had), counted as it will be used:
+    // constraint slots for filters with a value to compare (names-only filters keep a run of names).
     let filters = 0;
     let slots = 0;
     for (let i = 0; i < ns.length; i++) {
       const fs = ns[i].filters;
       filters += fs.length;
-      for (let k = 0; k < fs.length; k++) slots += (fs[k].constraints?.length ?? 0) + (fs[k].tags?.length ?? 0);
+      for (let k = 0; k < fs.length; k++) {
+        const cs = fs[k].constraints;
+        if (cs !== undefined && cs.some((c) => c.op !== 'exists')) slots += cs.length + (fs[k].tags?.length ?? 0);
+      }
     }
-    this.layout.reserve(filters, slots);
+    try {
+      this.layout.reserve(filters, slots);
+    } catch (err) {
+      // Too large to reserve at once: the arrays grow as the load goes, as add() grows them.
+      if (!(err instanceof RangeError)) throw err;
+    }
+    this.cpu.addManyViews(ns);
     for (let i = 0; i < ns.length; i++) this.layout.insert(ns[i]);
   }
 
