@@ -22,7 +22,7 @@ import {
 } from './port.js';
 import { type Listed, type MatchCore, type Owner, type OwnerTable, type PatternDelivery, type Recipient, hubStats } from '../matcher/core.js';
 import type { DeliverySource, Retention } from '../matcher/fanout.js';
-import { type DedupeOptions, DEFAULT_DEDUPE, EventIdWindow, planPublish, settlePublish } from '../matcher/event-ids.js';
+import { type DedupeOptions, DEFAULT_DEDUPE, EventIdWindow, checkEventIds, planPublish, settlePublish } from '../matcher/event-ids.js';
 import { type EmbeddedInbox, InboxStore } from './inboxes.js';
 
 export { DEFAULT_RETENTION, type Retention } from '../matcher/fanout.js';
@@ -181,6 +181,7 @@ export class EmbeddedHub implements Hub {
     let claimed = ids.claim(events, pending);
     if (claimed === null) {
       // More events than the window holds ids: planned whole first, then remembered.
+      checkEventIds(events);
       const plan = planPublish(events, (id) => ids.get(id));
       claimed = { plan, tickets: plan.fresh.map((e, k) => ids.remember(e.id, pending, k)) };
     }

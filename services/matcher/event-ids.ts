@@ -222,10 +222,7 @@ export class EventIdWindow {
   claim(events: readonly Event[], pending: Promise<readonly number[]>): { plan: PublishPlan; tickets: IdTicket[] } | null {
     if (!this.enabled || events.length > this.options.maxIds) return null;
     // All or nothing: an entry that is no event with a string id is refused before any is remembered.
-    for (let i = 0; i < events.length; i++) {
-      const e = events[i] as Event | null | undefined;
-      if (typeof e !== 'object' || e === null || typeof e.id !== 'string') throw new AmbitError('INVALID_ARGUMENT', 'must be an event with a string id', `events[${i}]`);
-    }
+    checkEventIds(events);
     const now = this.now();
     const oldest = now - this.options.windowMs;
     const fresh: Event[] = [];
@@ -479,6 +476,17 @@ export class EventIdWindow {
     this.table = new Float64Array(2 * size);
     this.tableMask = size - 1;
     for (let i = 0; i < old.length; i += 2) if (old[i] !== 0) this.insert(old[i + 1], old[i] - 1);
+  }
+}
+
+/**
+ * Refuses (INVALID_ARGUMENT, naming it) an entry of a publish that is no event with a string id,
+ * before any id is looked up or remembered: the window keeps ids as text it measures.
+ */
+export function checkEventIds(events: readonly Event[]): void {
+  for (let i = 0; i < events.length; i++) {
+    const e = events[i] as Event | null | undefined;
+    if (typeof e !== 'object' || e === null || typeof e.id !== 'string') throw new AmbitError('INVALID_ARGUMENT', 'must be an event with a string id', `events[${i}]`);
   }
 }
 

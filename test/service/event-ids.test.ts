@@ -7,6 +7,10 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { EventIdWindow, type PublishSlot, StreamIdJudge, hashId, planPublish, settlePublish } from '../../services/matcher/event-ids.js';
 import type { Event } from '../../src/model/types.js';
+import { CPU_ENGINES } from '../../src/engines/index.js';
+import { ENGINE_SIDE_LIMITS } from '../../services/hub/port.js';
+import { EmbeddedHub } from '../../services/hub/embedded.js';
+import { MatchCore } from '../../services/matcher/core.js';
 
 const ev = (id: string): Event => ({ id, lat: 0, lon: 0, attributes: {} });
 const done = (r: number[]) => Promise.resolve(r);
@@ -97,6 +101,20 @@ describe('event ids', () => {
     }
     const claimed = w.claim([ev('a'), ev('b')], Promise.resolve([1, 2]))!;
     assert.deepEqual(claimed.plan.fresh.map((e) => e.id), ['a', 'b'], 'a retry is fresh');
+  });
+
+  it('the embedded hub refuses a publish with an entry that is no event, naming it, and remembers none of its ids: within the bound and beyond it', async () => {
+    for (const maxIds of [10, 2]) {
+      const hub = new EmbeddedHub(new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS })), { dedupe: { windowMs: 60_000, maxIds } });
+      try {
+        await assert.rejects(hub.publish([ev('a'), ev('b'), null as unknown as Event]), (err: Error & { field?: string }) => err.field === 'events[2]');
+        await assert.rejects(hub.publish([ev('a'), { id: 7 } as unknown as Event, ev('c')]), (err: Error & { field?: string }) => err.field === 'events[1]');
+        const rs = await hub.publish([ev('a'), ev('b'), ev('c')]);
+        assert.deepEqual(rs.map((r) => r.duplicate === true), [false, false, false], `a retry is fresh (bound ${maxIds})`);
+      } finally {
+        await hub.close();
+      }
+    }
   });
 
   it('a duplicate of a publish that fails does not reject unhandled while an earlier duplicate of the same call still waits', async () => {
