@@ -57,13 +57,17 @@ export function planPublish(events: readonly Event[], seen: (id: string) => numb
       fresh.push(events[i]);
       continue;
     }
-    if (slots === null) {
-      slots = [];
-      for (let k = 0; k < fresh.length; k++) slots.push({ fresh: k });
-    }
+    slots ??= freshSlots(fresh.length);
     slots.push(slot);
   }
   return { fresh, slots };
+}
+
+/** The slots of the first `n` events of a call, all fresh (made when its first duplicate comes). */
+function freshSlots(n: number): PublishSlot[] {
+  const slots: PublishSlot[] = [];
+  for (let k = 0; k < n; k++) slots.push({ fresh: k });
+  return slots;
 }
 
 /**
@@ -190,8 +194,7 @@ export class EventIdWindow {
     const slot = this.find(id, hashId(id));
     if (slot < 0) return undefined;
     if (this.at[slot] <= this.now() - this.options.windowMs) return undefined;
-    const seen = this.seenAt(slot) as { reached: number | Promise<number> };
-    return seen.reached;
+    return this.reachOf(slot);
   }
 
   /**
@@ -242,7 +245,7 @@ export class EventIdWindow {
         if (slot >= 0) {
           if (this.at[slot] <= oldest) this.kill(slot);
           else if (this.pendingOf[slot] === pending) dup = { sameAs: callIndex[this.pendingIndex[slot]] };
-          else dup = this.seenAt(slot);
+          else dup = { reached: this.reachOf(slot) };
         } else if (gone !== null) dup = gone.get(id) ?? null;
         if (dup === null) {
           callIndex[fresh.length] = i;
@@ -251,17 +254,14 @@ export class EventIdWindow {
           // by the bound (as remembering one event at a time did) is still seen by later events.
           if (this.next - this.head === this.cap && this.cap >= this.options.maxIds && this.liveCount >= this.options.maxIds) {
             const hs = this.head & this.mask;
-            if (this.lenOf[hs] >= 0 && this.at[hs] > oldest) (gone ??= new Map()).set(this.idAt(hs), this.seenAt(hs));
+            if (this.lenOf[hs] >= 0 && this.at[hs] > oldest) (gone ??= new Map()).set(this.idAt(hs), { reached: this.reachOf(hs) });
             this.evictHead();
           }
           tickets.push(this.add(id, h, pending, fresh.length, now));
           fresh.push(events[i]);
           continue;
         }
-        if (slots === null) {
-          slots = [];
-          for (let k = 0; k < fresh.length; k++) slots.push({ fresh: k });
-        }
+        slots ??= freshSlots(fresh.length);
         slots.push(dup);
       }
     } catch (err) {
@@ -272,14 +272,14 @@ export class EventIdWindow {
     return { plan: { fresh, slots }, tickets };
   }
 
-  /** What a later event with the live entry's id is: a duplicate with its reach (a promise while its publish is matched). */
-  private seenAt(slot: number): PublishSlot {
+  /** The reach of the live entry in `slot`: a number, or a promise while its publish is matched. */
+  private reachOf(slot: number): number | Promise<number> {
     const p = this.pendingOf[slot];
-    if (p === null) return { reached: this.reachedOf[slot] };
+    if (p === null) return this.reachedOf[slot];
     const index = this.pendingIndex[slot];
     const r = p.then((rs) => rs[index]);
     r.catch(() => {}); // awaited by the caller in its turn: not an unhandled rejection meanwhile
-    return { reached: r };
+    return r;
   }
 
   /** The id of the entry in `slot`, from the text ring. */

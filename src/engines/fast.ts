@@ -28,7 +28,7 @@
  * put those reads behind accessors or a shared state object.
  */
 import { EARTH_RADIUS_M, haversineM } from '../model/geo.js';
-import { type NArea, type NConstraint, type NEvent, type NFilter, type NSubscription, type SubscriptionView, type FilterView, inRange, patternDfa } from '../model/limits.js';
+import { type NArea, type NConstraint, type NEvent, type NFilter, type NSubscription, type FilterView, type SubscriptionView, inRange, patternDfa } from '../model/limits.js';
 import { AmbitError, show } from '../model/errors.js';
 import { CellGrid, REC } from './cell-grid.js';
 import { EqBuckets, NO_BUCKET } from './eq-buckets.js';
@@ -36,7 +36,7 @@ import { CpuMatcher, type DeviceHandle, type Listed, type MatcherOptions, type M
 import { OP_CODE, OP_CONTAINS, OP_EQ, OP_EXISTS, OP_GE, OP_GT, OP_LE, OP_LIKE, OP_LT, OP_NAME, OP_NE, OP_PREFIX, OP_REGEX, OP_SUFFIX, T_ANY, T_BOOL, T_NUM, T_STR } from './operators.js';
 import { type Dfa, dfaMatches } from '../model/pattern.js';
 import { tagName, tagOfName } from '../model/tags.js';
-import type { Event, LatLon, Op, Subscription, Value } from '../model/types.js';
+import type { Event, Subscription } from '../model/types.js';
 
 export interface FastMatcherOptions extends MatcherOptions {
   /**
@@ -899,6 +899,12 @@ export class FastMatcher extends CpuMatcher {
   addManyViews(subs: readonly SubscriptionView[]): void {
     this.reserveFor(subs);
     for (let i = 0; i < subs.length; i++) this.insert(subs[i]);
+  }
+
+  /** addValid of a subscription normalised, or as given when plainSubscription() accepted it. */
+  addView(sub: SubscriptionView): void {
+    this.refuseTaken(sub.id);
+    this.insert(sub);
   }
 
   protected insert(sub: SubscriptionView): void {

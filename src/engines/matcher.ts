@@ -272,7 +272,7 @@ export abstract class CpuMatcher implements Matcher {
     this.insert(n);
   }
 
-  private refuseTaken(id: string): void {
+  protected refuseTaken(id: string): void {
     if (this.has(id)) throw new AmbitError('ALREADY_EXISTS', `subscription ${show(id)} already exists`, 'subscription.id');
   }
 

@@ -57,6 +57,17 @@ const MAX_NAMES = 1 << NAME_BITS;
 const NO_CONSTRAINTS: readonly never[] = [];
 const NO_TAGS: readonly string[] = [];
 
+/**
+ * A filter whose constraints only require names (`exists`, and its tags): the layout keeps its
+ * names as one run of cStr words and gives it no constraint slots.
+ */
+export function namesOnly(flt: FilterView): boolean {
+  const cs = flt.constraints;
+  if (cs === undefined) return true;
+  for (let i = 0; i < cs.length; i++) if (cs[i].op !== 'exists') return false;
+  return true;
+}
+
 /** A half-open range of array elements that changed since the last upload. */
 export class Dirty {
   lo = Infinity;
@@ -497,7 +508,7 @@ export class GpuLayout {
     this.generation++;
   }
 
-    /** A filter normalised, or as given (FilterView: lists and area may be missing, a constraint's type is its value's). */
+  /** A filter normalised, or as given (FilterView: lists and area may be missing, a constraint's type is its value's). */
   private addFilter(si: number, owner: string, flt: FilterView): number {
     const f = this.newFilter();
     const cs = flt.constraints ?? NO_CONSTRAINTS;
@@ -509,7 +520,7 @@ export class GpuLayout {
     let meta = n | META_LIVE;
     let c0 = 0;
     let firstName = 0;
-    if (n > 0 && cs.every((c) => c.op === 'exists')) {
+    if (n > 0 && namesOnly(flt)) {
       // Names only (tags and `exists`): the names' ids as one interned run of cStr words, 4 bytes
       // a name, shared by every filter that requires the same names (NAMES_ONLY).
       const ids: number[] = [];

@@ -25,7 +25,7 @@ import type { Event, PositionUpdate, Subscription } from '../../model/types.js';
 import { GpuBatches } from './batch.js';
 import { GpuContext } from './device.js';
 import { GpuKernels } from './kernels.js';
-import { GpuLayout } from './layout.js';
+import { GpuLayout, namesOnly } from './layout.js';
 import { type BatchTiming, type GpuMatcherOptions, type ResolvedGpuMatcherOptions, type StageTimes, resolveGpuMatcherOptions } from './options.js';
 import { BatchQueue, PathChoice, eventLoopBusy, newCounters } from './queue.js';
 
@@ -134,15 +134,10 @@ export class GpuMatcher implements Matcher {
   // ---------------------------------------------------------------- mutations
 
   add(sub: Subscription): void {
-    // A plain subscription is read as given by both (the mirror checks it again and that its id is new).
-    if (plainSubscription(sub, this.limits)) {
-      this.cpu.add(sub);
-      this.layout.insert(sub);
-      return;
-    }
-    const n = validateSubscription(sub, this.limits);
-    this.cpu.addValid(n);
-    this.layout.insert(n);
+    // A plain subscription is read as given by both, without a normalised copy.
+    const v = plainSubscription(sub, this.limits) ? sub : validateSubscription(sub, this.limits);
+    this.cpu.addView(v);
+    this.layout.insert(v);
   }
 
   addMany(subs: readonly Subscription[]): void {
@@ -156,8 +151,7 @@ export class GpuMatcher implements Matcher {
       const fs = ns[i].filters;
       filters += fs.length;
       for (let k = 0; k < fs.length; k++) {
-        const cs = fs[k].constraints;
-        if (cs !== undefined && cs.some((c) => c.op !== 'exists')) slots += cs.length + (fs[k].tags?.length ?? 0);
+        if (!namesOnly(fs[k])) slots += (fs[k].constraints?.length ?? 0) + (fs[k].tags?.length ?? 0);
       }
     }
     try {
