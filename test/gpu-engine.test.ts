@@ -18,6 +18,7 @@ import { runContract } from './support/contract.js';
 import { runDifferential } from './support/differential.js';
 import { Rng } from './support/rng.js';
 import { nextDown, pointAt, smallestRadius } from './support/sphere.js';
+import { agree, randomEvent, randomWorkload, sorted, twin } from './support/gpu-workload.js';
 
 // An adapter is required: open() throws (failing this file) when there is none.
 const ctx = await GpuContext.open({ allowSoftware: true });
@@ -43,56 +44,7 @@ runDifferential('gpu (no grid)', (o) => make({ ...o, gridMinEvents: 1_000_000 })
 
 // ---------------------------------------------------------------- helpers
 
-const sorted = (ids: string[]) => [...ids].sort();
-
-function randomWorkload(seed: number, subs: number, filtersPer = 2) {
-  const rng = new Rng(seed);
-  const names = ['a', 'b', 'c', 'd'];
-  const out: Subscription[] = [];
-  for (let i = 0; i < subs; i++) {
-    const filters = [];
-    for (let f = 0; f < filtersPer; f++) {
-      const constraints = [];
-      const n = rng.int(3);
-      for (let k = 0; k < n; k++) constraints.push({ name: names[rng.int(4)], op: 'lt' as const, value: rng.int(11) });
-      filters.push({ constraints, area: rng.next() < 0.8 ? { radiusM: 50 + rng.next() * 2000 } : undefined });
-    }
-    out.push({ id: `s${i}`, owner: `d${i % Math.max(1, Math.floor(subs / 2))}`, filters });
-  }
-  return out;
-}
-
-function randomEvent(rng: Rng, i: number): Event {
-  return {
-    id: `e${i}`,
-    lat: 45.45 + rng.next() * 0.03,
-    lon: 9.17 + rng.next() * 0.04,
-    attributes: { a: rng.int(11), b: rng.int(11), c: rng.int(11) },
-  };
-}
-
-/** Loads the same subscriptions and positions into the engine and a reference. */
-function twin(m: GpuMatcher | ReferenceMatcher, subs: Subscription[], seed: number): void {
-  const rng = new Rng(seed);
-  const devices = new Set(subs.map((s) => s.owner));
-  for (const d of devices) m.updatePosition(d, 45.45 + rng.next() * 0.03, 9.17 + rng.next() * 0.04);
-  for (const s of subs) m.add(s);
-}
-
-/** Asserts the same sets as the reference on `n` events. */
-async function agree(m: GpuMatcher, ref: ReferenceMatcher, seed: number, n: number): Promise<number> {
-  const rng = new Rng(seed);
-  let matched = 0;
-  for (let i = 0; i < n; i++) {
-    const e = randomEvent(rng, i);
-    const want = sorted(await ref.match(e));
-    const got = await m.match(e);
-    assert.equal(new Set(got).size, got.length, 'each subscription once');
-    assert.deepEqual(sorted(got), want, `event ${i}`);
-    matched += want.length;
-  }
-  return matched;
-}
+// Seeded workloads, the twin loader and the agreement check: test/support/gpu-workload.ts.
 
 // ---------------------------------------------------------------- sizes and growth
 
@@ -559,75 +511,6 @@ describe('gpu engine: CPU below the crossover', () => {
       assert.equal(m.path, 'gpu');
       await agree(m, ref, 2, 3);
       assert.ok((m.stats().extra!.gpuEvents as number) > 0);
-    } finally {
-      await m.close();
-    }
-  });
-
-  it('adaptive: on a busy thread lone events go to the GPU even when the CPU is cheaper', async () => {
-    let busy = false;
-    const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, costSample: (path) => (path === 'cpu' ? 10 : 100), threadBusy: () => busy });
-    const ref = new ReferenceMatcher();
-    try {
-      const subs = randomWorkload(44, 200, 2);
-      twin(m, subs, 4);
-      twin(ref, subs, 4);
-      await agree(m, ref, 4, 40);
-      const idle = m.stats().extra!;
-      assert.ok((idle.adaptiveCpu as number) > (idle.adaptiveGpu as number), 'an idle thread takes the cheaper CPU');
-      busy = true;
-      await agree(m, ref, 5, 40);
-      const loaded = m.stats().extra!;
-      assert.equal((loaded.adaptiveCpu as number) - (idle.adaptiveCpu as number), 0, 'a busy thread sends every lone event to the GPU');
-      assert.equal((loaded.gpuEvents as number) - (idle.gpuEvents as number), 40, 'all of them answered by the GPU');
-    } finally {
-      await m.close();
-    }
-  });
-
-  // Costs are fixed through costSample, so the choice does not depend on how fast this machine is.
-  for (const cheaper of ['cpu', 'gpu'] as const) {
-    it(`adaptive: lone events go to the cheaper path (${cheaper}), probing the other; load goes to the GPU`, async () => {
-      const cost = { cpu: cheaper === 'cpu' ? 10 : 100, gpu: cheaper === 'gpu' ? 10 : 100 };
-      const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, costSample: (path) => cost[path], threadBusy: () => false });
-      const ref = new ReferenceMatcher();
-      try {
-        const subs = randomWorkload(43, 300, 2);
-        twin(m, subs, 3);
-        twin(ref, subs, 3);
-        await agree(m, ref, 3, 96);
-        const x = m.stats().extra!;
-        // agree() awaits each call: none of them is load, so all were decided as lone events.
-        assert.equal((x.adaptiveCpu as number) + (x.adaptiveGpu as number), 96, 'sequential awaited calls are lone events');
-        assert.equal(x.select, 'adaptive');
-        assert.deepEqual([x.cpuCostUs, x.gpuCostUs], [cost.cpu, cost.gpu], 'both paths measured');
-        const onCheaper = cheaper === 'cpu' ? (x.adaptiveCpu as number) : (x.adaptiveGpu as number);
-        const onOther = cheaper === 'cpu' ? (x.adaptiveGpu as number) : (x.adaptiveCpu as number);
-        assert.ok(onCheaper > onOther, `most lone events on the cheaper path (${cheaper}: ${onCheaper} vs ${onOther})`);
-        assert.ok(onOther >= 2, 'the other path is probed');
-        // Concurrent events are load: batched on the GPU whichever path is cheaper alone.
-        const before = x.gpuEvents as number;
-        const rng = new Rng(8);
-        await Promise.all(Array.from({ length: 40 }, (_, i) => m.match(randomEvent(rng, i))));
-        assert.ok((m.stats().extra!.gpuEvents as number) - before >= 30, `events under load go to the GPU: ${JSON.stringify(m.stats().extra)}`);
-      } finally {
-        await m.close();
-      }
-    });
-  }
-
-  it('adaptive: a batch of one event is a lone event (a hub publishes one event at a time at low rates)', async () => {
-    const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, costSample: (path) => (path === 'cpu' ? 10 : 100), threadBusy: () => false });
-    try {
-      for (const s of randomWorkload(45, 200, 2)) m.add(s);
-      const rng = new Rng(9);
-      for (let i = 0; i < 40; i++) {
-        const e = randomEvent(rng, i);
-        assert.deepEqual(sorted((await m.matchBatch([e]))[0]), sorted((await m.matchBatchTagged([e]))[0] as string[]), 'untagged: ids either way');
-      }
-      const x = m.stats().extra!;
-      assert.equal((x.adaptiveCpu as number) + (x.adaptiveGpu as number), 80, 'every batch of one decided as a lone event');
-      assert.ok((x.adaptiveCpu as number) > (x.adaptiveGpu as number), 'mostly on the cheaper CPU');
     } finally {
       await m.close();
     }

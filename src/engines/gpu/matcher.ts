@@ -27,7 +27,7 @@ import { GpuContext } from './device.js';
 import { GpuKernels } from './kernels.js';
 import { GpuLayout, namesOnly } from './layout.js';
 import { type BatchTiming, type GpuMatcherOptions, type ResolvedGpuMatcherOptions, type StageTimes, resolveGpuMatcherOptions } from './options.js';
-import { BatchQueue, PathChoice, eventLoopBusy, newCounters } from './queue.js';
+import { BatchQueue, PathChoice, SMALL_BATCH, newCounters } from './queue.js';
 
 // The engine's public surface stays importable from this module.
 export { GpuKernels } from './kernels.js';
@@ -55,7 +55,7 @@ export class GpuMatcher implements Matcher {
     this.cpu = new FastMatcher({ limits: options.limits });
     this.limits = this.cpu.limits;
     this.opts = resolveGpuMatcherOptions(options);
-    this.choice = new PathChoice(this.opts.select, this.counters, this.opts.costSample, this.opts.threadBusy ?? eventLoopBusy());
+    this.choice = new PathChoice(this.opts.select, this.counters, this.opts.costSample, this.opts.threadBusy);
     this.queue = new BatchQueue(this.opts, () => this.gpuState, (e, tags) => this.matchOnCpu(e, tags), this.choice, this.counters);
   }
 
@@ -278,8 +278,11 @@ export class GpuMatcher implements Matcher {
       const valid = validateEvents(events, this.limits);
       if (this.closed || this.path === 'cpu' || this.opts.select === 'cpu') return Promise.all(valid.map((e) => this.matchValid(e, tags)));
       if (valid.length === 0) return Promise.resolve([]);
-      // A batch of one is a lone event: the adaptive choice of path applies, as for match().
+      // A batch of one is a lone event: the adaptive choice of path applies, as for match(); so it
+      // does to a small batch, as one call (a hub's publish at a low rate carries a few events).
       if (valid.length === 1) return this.matchValid(valid[0], tags).then((r) => [r]);
+      this.choice.arrived(valid.length);
+      if (valid.length <= SMALL_BATCH && this.choice.smallOnCpu(valid.length, this.queue.waiting)) return this.queue.inOrder(valid.map((e) => this.matchOnCpu(e, tags)));
       // One job for the whole call: no promise per event.
       return this.queue.submit(valid, tags);
     } catch (err) {
@@ -298,7 +301,9 @@ export class GpuMatcher implements Matcher {
 
   private matchValid(e: NEvent, tags: boolean): Promise<Listed[]> {
     if (this.closed) return Promise.reject(new AmbitError('UNAVAILABLE', 'gpu: matcher is closed'));
-    if (this.path === 'cpu' || this.choice.loneOnCpu(this.queue.busy)) return Promise.resolve(this.matchOnCpu(e, tags));
+    this.choice.arrived(1);
+    if (this.path === 'cpu') return Promise.resolve(this.matchOnCpu(e, tags));
+    if (this.choice.smallOnCpu(1, this.queue.waiting)) return this.queue.inOrder(this.matchOnCpu(e, tags));
     return this.queue.submit([e], tags).then((r) => r[0]);
   }
 

@@ -41,9 +41,10 @@ export interface GpuMatcherOptions extends MatcherOptions {
    */
   costSample?: (path: 'cpu' | 'gpu', measuredUs: number) => number;
   /**
-   * @internal Whether the calling thread is busy (default: its event loop was busy more than half
-   * of the last 100 ms): then lone events go to the GPU too, since a CPU match holds the thread
-   * for its whole cost and a GPU match only for encoding and reading back. Tests fix it.
+   * @internal Whether the calling thread is loaded, in place of the default rule (events coming in
+   * at a rate at which answering them all on the CPU would take more than a quarter of the thread):
+   * then small calls go to the GPU too, since a CPU match holds the thread for its whole cost and a
+   * GPU match only for encoding and reading back. Tests fix it.
    */
   threadBusy?: () => boolean;
 }

@@ -1,9 +1,10 @@
 /**
  * Which path answers an event, and the queue of events waiting for the GPU.
  *
- * - Path: under 'adaptive' selection a lone event (nothing queued or running, no burst of calls)
- *   goes to whichever path has been cheaper per event lately, probing the other every 32nd time;
- *   events under load always go to the GPU.
+ * - Path: under 'adaptive' selection a lone call (no load: see PathChoice) of up to SMALL_BATCH
+ *   events goes to whichever path has been cheaper lately for that many
+ *   events (the CPU's cost grows with them, the GPU's round trip hardly does), probing the other
+ *   every 32nd time; events under load always go to the GPU.
  * - Queue: while fewer than `inFlight` batches run, the queue is dispatched at once (a lone event
  *   goes alone: low latency), and under load the events that arrive meanwhile form the next batch
  *   (throughput), up to `maxBatch` events. Each batch has its own readback slot, so the host
@@ -54,71 +55,99 @@ class CostAverage {
 }
 
 /**
- * Whether this thread's event loop was busy more than `above` of the time, measured over windows
- * of `windowMs` (the answer changes at most once a window).
+ * Most events in a call that the adaptive choice may answer on the CPU: a hub's publishes at low
+ * rates carry a few events each, which the CPU answers in less time than one GPU round trip.
  */
-export function eventLoopBusy(above = 0.5, windowMs = 100): () => boolean {
-  let last = performance.eventLoopUtilization();
-  let lastAt = performance.now();
-  let busy = false;
-  return () => {
-    const now = performance.now();
-    if (now - lastAt >= windowMs) {
-      const cur = performance.eventLoopUtilization();
-      busy = performance.eventLoopUtilization(cur, last).utilization > above;
-      last = cur;
-      lastAt = now;
-    }
-    return busy;
-  };
-}
+export const SMALL_BATCH = 16;
+
+/** Share of the thread that answering every event on the CPU may take before calls count as load (see PathChoice). */
+export const CPU_SHARE = 0.25;
+/** Window over which PathChoice counts the events coming in, ms. */
+const RATE_WINDOW_MS = 100;
 
 /**
- * The choice of path for lone events, from the measured cost of each, and the thread's load: a
- * CPU answer holds the thread for its whole cost, a GPU answer only for encoding and reading
- * back, so on a busy thread lone events go to the GPU whatever their latency on the CPU.
+ * The choice of path for lone calls of up to SMALL_BATCH events, from the measured cost of each
+ * path and the load: a CPU answer holds the thread for its whole cost, a GPU answer only for
+ * encoding and reading back, so under load calls go to the GPU whatever their latency on the CPU.
+ * Load is a burst (calls made in one synchronous run whose events together cost more on the CPU
+ * than a GPU round trip, or exceed SMALL_BATCH), events waiting for a batch (every batch slot
+ * taken), or events coming in at a rate at which answering them all on the CPU would take more
+ * than CPU_SHARE of the thread. Not the event loop's utilization, nor batches running: the GPU
+ * binding polls with setImmediate while batches are in flight, so the loop counts as busy
+ * whenever the GPU answers, and calls sent to the GPU because of either would keep it so (a CPU
+ * answer given while batches run is handed over after them: BatchQueue.inOrder).
  */
 export class PathChoice {
-  /** Moving averages of the cost of one event on each path, µs. */
+  /** Moving averages, µs: of one event on the CPU, and of a GPU round trip of a small batch (at most SMALL_BATCH events; nearly all of it the same whatever their number). */
   cpuCostUs = 0;
   gpuCostUs = 0;
+  /** Events a second coming in (calls of every size), over the last full window. */
+  rate = 0;
   private lone = 0;
   private readonly costs = { cpu: new CostAverage(), gpu: new CostAverage() };
-  /** match() calls in this synchronous run: more than one is a burst, i.e. load. */
+  /** Events of the small calls made in this synchronous run. */
   private burst = 0;
   private burstReset = false;
+  private windowStart = -1;
+  private windowEvents = 0;
 
   constructor(
     private readonly select: PathSelect,
     private readonly counters: Counters,
     private readonly costSample: ((path: 'cpu' | 'gpu', us: number) => number) | null,
-    private readonly threadBusy: () => boolean = () => false,
+    /** Whether the thread is loaded, in place of the rate rule (tests fix it); null: the rate rule. */
+    private readonly threadBusy: (() => boolean) | null = null,
+    private readonly now: () => number = () => performance.now(),
   ) {}
 
-  /** Adds a measured per-event cost of a path. */
+  /** Adds a measured cost of a path: per event on the CPU, per small batch on the GPU. */
   sample(path: 'cpu' | 'gpu', us: number): void {
     const x = this.costSample === null ? us : this.costSample(path, us);
     if (path === 'cpu') this.cpuCostUs = this.costs.cpu.add(this.cpuCostUs, x);
     else this.gpuCostUs = this.costs.gpu.add(this.gpuCostUs, x);
   }
 
-  /** Whether an event goes to the CPU rather than the queue; `busy`: events queued or batches running. */
-  loneOnCpu(busy: boolean): boolean {
+  /** Counts a call's `n` events towards the rate (every call, whatever its size or path). */
+  arrived(n: number): void {
+    const t = this.now();
+    if (this.windowStart < 0) this.windowStart = t;
+    this.windowEvents += n;
+    const dt = t - this.windowStart;
+    if (dt >= RATE_WINDOW_MS) {
+      this.rate = (1000 * this.windowEvents) / dt;
+      this.windowStart = t;
+      this.windowEvents = 0;
+    }
+  }
+
+  /** Whether the thread counts as loaded: by `threadBusy` where given, else by the rate at the CPU's cost. */
+  private loaded(): boolean {
+    if (this.threadBusy !== null) return this.threadBusy();
+    return this.rate * this.cpuCostUs > CPU_SHARE * 1e6;
+  }
+
+  /**
+   * Whether a call's `n` events (1..SMALL_BATCH) go to the CPU rather than the queue; `waiting`:
+   * events wait for a batch.
+   */
+  smallOnCpu(n: number, waiting: boolean): boolean {
     if (this.select !== 'adaptive') return this.select === 'cpu';
-    // A CPU answer is synchronous, so a burst of calls never queues: count the calls made in one
-    // synchronous run (the count resets in a microtask, which runs before an awaiting caller's
-    // next call, so sequential awaited calls stay lone events).
-    if (++this.burst === 1 && !this.burstReset) {
+    // A CPU answer is synchronous, so the calls of one synchronous run are answered one after
+    // another: count their events (the count resets in a microtask, which runs before an
+    // awaiting caller's next call, so sequential awaited calls stay lone calls).
+    this.burst += n;
+    if (!this.burstReset) {
       this.burstReset = true;
       queueMicrotask(() => {
         this.burst = 0;
         this.burstReset = false;
       });
     }
-    if (busy || this.burst > 1 || this.threadBusy()) return false; // load: batch on the GPU
+    if (waiting || this.burst > SMALL_BATCH || this.loaded()) return false; // load: batch on the GPU
     const probe = ++this.lone % 32 === 0;
-    // Until both paths have been measured, measure them; then the cheaper, probing the other.
-    const cpuCheaper = this.cpuCostUs === 0 || (this.gpuCostUs !== 0 && this.cpuCostUs <= this.gpuCostUs);
+    // Until both paths have been measured, measure them; then the cheaper for the burst so far
+    // (its last event is answered after all of them on the CPU), probing the other.
+    const cpuCheaper = this.cpuCostUs === 0 || (this.gpuCostUs !== 0 && this.burst * this.cpuCostUs <= this.gpuCostUs);
     const onCpu = probe ? !cpuCheaper : cpuCheaper;
     if (onCpu) this.counters.adaptiveCpu++;
     else this.counters.adaptiveGpu++;
@@ -138,6 +167,8 @@ class Job {
   /** Events not answered yet. */
   left: number;
   failed = false;
+  /** Answers given meanwhile on the CPU, handed over once this job settles (call order kept). */
+  after: (() => void)[] | null = null;
   constructor(
     readonly events: readonly NEvent[],
     /** Matches listed as tags where the subscriptions have them (matchBatchTagged), else as ids. */
@@ -160,6 +191,8 @@ interface Segment {
 export class BatchQueue {
   private readonly queue: Job[] = [];
   private running = 0;
+  /** The job submitted last, until it settles. */
+  private last: Job | null = null;
   /** GPU time per stage of the last profiled batch. */
   lastStages: StageTimes | null = null;
 
@@ -178,12 +211,29 @@ export class BatchQueue {
     return this.queue.length > 0 || this.running > 0;
   }
 
+  /** Events waiting for a batch (every batch slot taken). */
+  get waiting(): boolean {
+    return this.queue.length > 0;
+  }
+
   /** Queues the events as one job (no promise per event); resolves with one result per event, listing tags (`tags`) or ids. */
   submit(events: readonly NEvent[], tags: boolean): Promise<Listed[][]> {
     return new Promise((resolve, reject) => {
-      this.queue.push(new Job(events, tags, resolve, reject));
+      const job = new Job(events, tags, resolve, reject);
+      this.queue.push(job);
+      this.last = job;
       this.pump();
     });
+  }
+
+  /**
+   * An answer given on the CPU, handed over after every job submitted before it has settled: the
+   * calls of one caller are answered in the order made, whichever path answered each.
+   */
+  inOrder<T>(answer: T): Promise<T> {
+    const last = this.last;
+    if (last === null) return Promise.resolve(answer);
+    return new Promise((resolve) => (last.after ??= []).push(() => resolve(answer)));
   }
 
   private pump(): void {
@@ -230,8 +280,8 @@ export class BatchQueue {
       if (state === null) throw new Error('no device');
       const t = performance.now();
       results = await state.run(events, tags);
-      // Adaptive selection compares lone events, so only batches of one feed the GPU's cost.
-      if (events.length === 1) this.choice.sample('gpu', (performance.now() - t) * 1e3);
+      // Adaptive selection compares small calls, so only small batches feed the GPU's cost.
+      if (events.length <= SMALL_BATCH) this.choice.sample('gpu', (performance.now() - t) * 1e3);
       this.counters.batches++;
     } catch {
       // The device was lost (or never came back): the CPU engine answers, nothing is dropped.
@@ -266,7 +316,10 @@ export class BatchQueue {
         }
       }
       job.left -= to - from;
-      if (job.left === 0 && !job.failed) job.resolve(job.results);
+      if (job.left !== 0) continue;
+      if (!job.failed) job.resolve(job.results);
+      if (this.last === job) this.last = null;
+      if (job.after !== null) for (const hand of job.after) hand();
     }
   }
 }

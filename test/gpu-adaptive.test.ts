@@ -1,0 +1,258 @@
+/**
+ * The GPU engine's adaptive choice of path (src/engines/gpu/queue.ts PathChoice): the rules with
+ * fixed costs and an injected clock, then the engine on a device (Mesa's llvmpipe in CI) with
+ * fixed costs: which path lone events and small calls take, and the order their answers come in.
+ */
+import assert from 'node:assert/strict';
+import { after, describe, it } from 'node:test';
+import { GpuContext } from '../src/engines/gpu/device.js';
+import { GpuKernels, GpuMatcher } from '../src/engines/gpu/matcher.js';
+import { CPU_SHARE, PathChoice, SMALL_BATCH, newCounters } from '../src/engines/gpu/queue.js';
+import { ReferenceMatcher } from '../src/engines/reference.js';
+import { agree, randomEvent, randomWorkload, sorted, twin } from './support/gpu-workload.js';
+import { Rng } from './support/rng.js';
+
+// An adapter is required: open() throws (failing this file) when there is none.
+const ctx = await GpuContext.open({ allowSoftware: true });
+const kernels = await GpuKernels.compile(ctx);
+after(() => ctx.close());
+
+/** A choice whose paths cost `cpuUs` an event and `gpuUs` a small batch, on a clock the test moves. */
+function choice(cpuUs: number, gpuUs: number, threadBusy: (() => boolean) | null = null) {
+  const clock = { ms: 0 };
+  const counters = newCounters();
+  const c = new PathChoice('adaptive', counters, null, threadBusy, () => clock.ms);
+  // The first two samples of each path are skipped (one-off work): the third sets the average.
+  for (let i = 0; i < 3; i++) {
+    c.sample('cpu', cpuUs);
+    c.sample('gpu', gpuUs);
+  }
+  assert.deepEqual([c.cpuCostUs, c.gpuCostUs], [cpuUs, gpuUs]);
+  return { c, clock, counters };
+}
+
+/** Lets the microtask that ends a synchronous run's burst run. */
+const turn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
+/** `events` single-event calls spread evenly over `ms` of the clock, each in its own turn; how many went to the CPU. */
+async function callsOverTime(x: ReturnType<typeof choice>, events: number, ms: number): Promise<number> {
+  let onCpu = 0;
+  for (let i = 0; i < events; i++) {
+    x.clock.ms += ms / events;
+    x.c.arrived(1);
+    if (x.c.smallOnCpu(1, false)) onCpu++;
+    await turn();
+  }
+  return onCpu;
+}
+
+describe('gpu engine: the adaptive choice of path for small calls', () => {
+  it('a call of n events goes to the CPU while n times its cost there is at most a GPU round trip', async () => {
+    const x = choice(20, 100);
+    assert.equal(x.c.smallOnCpu(5, false), true, '5 x 20 µs = 100 µs: the CPU');
+    await turn();
+    assert.equal(x.c.smallOnCpu(6, false), false, '6 x 20 µs > 100 µs: the GPU');
+    await turn();
+    assert.deepEqual([x.counters.adaptiveCpu, x.counters.adaptiveGpu], [1, 1]);
+  });
+
+  it('the calls of one synchronous run count together: their events are answered one after another on the CPU', async () => {
+    const x = choice(10, 500);
+    // 4 calls of 4 events: 16 events, 160 µs, within SMALL_BATCH and below 500 µs.
+    const run = [4, 4, 4, 4].map((n) => x.c.smallOnCpu(n, false));
+    assert.deepEqual(run, [true, true, true, true]);
+    assert.equal(x.c.smallOnCpu(1, false), false, 'a 17th event in the same run is past SMALL_BATCH: the GPU');
+    assert.equal(SMALL_BATCH, 16);
+    await turn();
+    assert.equal(x.c.smallOnCpu(4, false), true, 'the next turn starts a new run');
+    await turn();
+    // Cost decides within a run too: 3 calls of 2 events at 100 µs an event against a 500 µs round trip.
+    const y = choice(100, 500);
+    assert.deepEqual([2, 2, 2].map((n) => y.c.smallOnCpu(n, false)), [true, true, false], '600 µs for the third call on the CPU: the GPU');
+  });
+
+  it('events queued or batches running are load: the GPU', () => {
+    const x = choice(10, 500);
+    assert.equal(x.c.smallOnCpu(1, true), false);
+    assert.deepEqual([x.counters.adaptiveCpu, x.counters.adaptiveGpu], [0, 0], 'load is not a decision between costs');
+  });
+
+  it(`events coming in faster than the CPU could answer with ${CPU_SHARE * 100}% of the thread are load; a slower rate is not`, async () => {
+    const x = choice(20, 500);
+    // 1k events/s at 20 µs: 2% of the thread.
+    assert.equal(await callsOverTime(x, 300, 300), 300 - Math.floor(300 / 32), 'every call on the CPU but the GPU probes');
+    assert.ok(Math.abs(x.c.rate - 1000) < 1, `rate ${x.c.rate}`);
+    // 20k events/s at 20 µs: 40% of the thread.
+    const before = x.counters.adaptiveCpu + x.counters.adaptiveGpu;
+    const fast = await callsOverTime(x, 6000, 300);
+    assert.ok(Math.abs(x.c.rate - 20000) < 10, `rate ${x.c.rate}`);
+    // The first window (100 ms) still counts the slow rate; after it, none is decided by cost.
+    const decided = x.counters.adaptiveCpu + x.counters.adaptiveGpu - before;
+    assert.ok(fast <= 2100 && decided <= 2100, `at 20k/s only the first window's calls go by cost (${fast} on the CPU, ${decided} decided)`);
+    // 10k/s at 20 µs is 20%: not load.
+    await callsOverTime(x, 2000, 200);
+    assert.ok(Math.abs(x.c.rate - 10000) < 10, `rate ${x.c.rate}`);
+    assert.equal(x.c.smallOnCpu(1, false), true);
+  });
+
+  it('a given threadBusy decides load in place of the rate', async () => {
+    let busy = true;
+    const x = choice(20, 500, () => busy);
+    assert.equal(x.c.smallOnCpu(1, false), false);
+    await turn();
+    busy = false;
+    // 50k events/s would be load by the rate rule.
+    assert.equal(await callsOverTime(x, 1000, 20), 1000 - Math.floor(1000 / 32));
+  });
+
+  it('a fixed selection is not adaptive', () => {
+    const counters = newCounters();
+    assert.equal(new PathChoice('cpu', counters, null).smallOnCpu(1, true), true);
+    assert.equal(new PathChoice('gpu', counters, null).smallOnCpu(1, false), false);
+  });
+});
+
+describe('gpu engine: the adaptive choice of path on a device (costs fixed through costSample)', () => {
+  it('adaptive: on a busy thread lone events go to the GPU even when the CPU is cheaper', async () => {
+    let busy = false;
+    const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, costSample: (path) => (path === 'cpu' ? 10 : 100), threadBusy: () => busy });
+    const ref = new ReferenceMatcher();
+    try {
+      const subs = randomWorkload(44, 200, 2);
+      twin(m, subs, 4);
+      twin(ref, subs, 4);
+      await agree(m, ref, 4, 40);
+      const idle = m.stats().extra!;
+      assert.ok((idle.adaptiveCpu as number) > (idle.adaptiveGpu as number), 'an idle thread takes the cheaper CPU');
+      busy = true;
+      await agree(m, ref, 5, 40);
+      const loaded = m.stats().extra!;
+      assert.equal((loaded.adaptiveCpu as number) - (idle.adaptiveCpu as number), 0, 'a busy thread sends every lone event to the GPU');
+      assert.equal((loaded.gpuEvents as number) - (idle.gpuEvents as number), 40, 'all of them answered by the GPU');
+    } finally {
+      await m.close();
+    }
+  });
+
+  // Costs are fixed through costSample, so the choice does not depend on how fast this machine is.
+  for (const cheaper of ['cpu', 'gpu'] as const) {
+    it(`adaptive: lone events go to the cheaper path (${cheaper}), probing the other; load goes to the GPU`, async () => {
+      const cost = { cpu: cheaper === 'cpu' ? 10 : 100, gpu: cheaper === 'gpu' ? 10 : 100 };
+      const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, costSample: (path) => cost[path], threadBusy: () => false });
+      const ref = new ReferenceMatcher();
+      try {
+        const subs = randomWorkload(43, 300, 2);
+        twin(m, subs, 3);
+        twin(ref, subs, 3);
+        await agree(m, ref, 3, 96);
+        const x = m.stats().extra!;
+        // agree() awaits each call: none of them is load, so all were decided as lone events.
+        assert.equal((x.adaptiveCpu as number) + (x.adaptiveGpu as number), 96, 'sequential awaited calls are lone events');
+        assert.equal(x.select, 'adaptive');
+        assert.deepEqual([x.cpuCostUs, x.gpuCostUs], [cost.cpu, cost.gpu], 'both paths measured');
+        const onCheaper = cheaper === 'cpu' ? (x.adaptiveCpu as number) : (x.adaptiveGpu as number);
+        const onOther = cheaper === 'cpu' ? (x.adaptiveGpu as number) : (x.adaptiveCpu as number);
+        assert.ok(onCheaper > onOther, `most lone events on the cheaper path (${cheaper}: ${onCheaper} vs ${onOther})`);
+        assert.ok(onOther >= 2, 'the other path is probed');
+        // Concurrent events are load: batched on the GPU whichever path is cheaper alone.
+        const before = x.gpuEvents as number;
+        const rng = new Rng(8);
+        await Promise.all(Array.from({ length: 40 }, (_, i) => m.match(randomEvent(rng, i))));
+        assert.ok((m.stats().extra!.gpuEvents as number) - before >= 30, `events under load go to the GPU: ${JSON.stringify(m.stats().extra)}`);
+      } finally {
+        await m.close();
+      }
+    });
+  }
+
+  it('adaptive: a batch of one event is a lone event (a hub publishes one event at a time at low rates)', async () => {
+    const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, costSample: (path) => (path === 'cpu' ? 10 : 100), threadBusy: () => false });
+    try {
+      for (const s of randomWorkload(45, 200, 2)) m.add(s);
+      const rng = new Rng(9);
+      for (let i = 0; i < 40; i++) {
+        const e = randomEvent(rng, i);
+        assert.deepEqual(sorted((await m.matchBatch([e]))[0]), sorted((await m.matchBatchTagged([e]))[0] as string[]), 'untagged: ids either way');
+      }
+      const x = m.stats().extra!;
+      assert.equal((x.adaptiveCpu as number) + (x.adaptiveGpu as number), 80, 'every batch of one decided as a lone event');
+      assert.ok((x.adaptiveCpu as number) > (x.adaptiveGpu as number), 'mostly on the cheaper CPU');
+    } finally {
+      await m.close();
+    }
+  });
+
+  it('adaptive: a small batch goes to the CPU while its events cost less there than one GPU round trip, and to the GPU on a busy thread', async () => {
+    let busy = false;
+    // An event costs 10 µs on the CPU; a small batch's GPU round trip 100 µs.
+    const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, costSample: (path) => (path === 'cpu' ? 10 : 100), threadBusy: () => busy });
+    const ref = new ReferenceMatcher();
+    try {
+      const subs = randomWorkload(46, 200, 2);
+      twin(m, subs, 6);
+      twin(ref, subs, 6);
+      // Lone events until both paths are measured.
+      await agree(m, ref, 6, 40);
+      assert.deepEqual([m.stats().extra!.cpuCostUs, m.stats().extra!.gpuCostUs], [10, 100]);
+      const rng = new Rng(10);
+      let k = 0;
+      const calls = async (size: number, times: number): Promise<{ cpu: number; gpu: number; cpuEvents: number; gpuEvents: number }> => {
+        const x0 = m.stats().extra!;
+        for (let c = 0; c < times; c++) {
+          const events = Array.from({ length: size }, () => randomEvent(rng, k++));
+          const got = await m.matchBatch(events);
+          for (let i = 0; i < size; i++) assert.deepEqual(sorted(got[i]), sorted(await ref.match(events[i])), `event ${events[i].id}`);
+        }
+        const x = m.stats().extra!;
+        const d = (key: string) => (x[key] as number) - (x0[key] as number);
+        return { cpu: d('adaptiveCpu'), gpu: d('adaptiveGpu'), cpuEvents: d('cpuEvents'), gpuEvents: d('gpuEvents') };
+      };
+      // 4 events: 40 µs on the CPU against 100 on the GPU; the GPU probed every 32nd call.
+      const four = await calls(4, 40);
+      assert.equal(four.cpu + four.gpu, 40, 'each call decided once');
+      assert.ok(four.cpu >= 38 && four.gpu >= 1, `calls of 4 on the CPU, the GPU probed: ${JSON.stringify(four)}`);
+      assert.equal(four.cpuEvents, 4 * four.cpu);
+      assert.equal(four.gpuEvents, 4 * four.gpu);
+      // 16 events: 160 µs on the CPU, more than the GPU's 100.
+      const sixteen = await calls(16, 40);
+      assert.ok(sixteen.gpu >= 38 && sixteen.cpu >= 1, `calls of 16 on the GPU, the CPU probed: ${JSON.stringify(sixteen)}`);
+      assert.equal(sixteen.gpuEvents, 16 * sixteen.gpu);
+      // Beyond the small batches' bound: not decided, always the GPU.
+      const big = await calls(SMALL_BATCH + 1, 4);
+      assert.deepEqual(big, { cpu: 0, gpu: 0, cpuEvents: 0, gpuEvents: 4 * (SMALL_BATCH + 1) });
+      busy = true;
+      const loaded = await calls(4, 20);
+      assert.deepEqual([loaded.cpu, loaded.cpuEvents, loaded.gpuEvents], [0, 0, 80], 'a busy thread sends small batches to the GPU');
+    } finally {
+      await m.close();
+    }
+  });
+
+  it('adaptive: a call answered on the CPU while a batch runs is handed over after that batch (call order kept)', async () => {
+    const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, costSample: (path) => (path === 'cpu' ? 10 : 100), threadBusy: () => false });
+    const ref = new ReferenceMatcher();
+    try {
+      const subs = randomWorkload(47, 200, 2);
+      twin(m, subs, 7);
+      twin(ref, subs, 7);
+      await agree(m, ref, 7, 40);
+      const rng = new Rng(12);
+      const big = Array.from({ length: SMALL_BATCH + 1 }, (_, i) => randomEvent(rng, i));
+      const lone = randomEvent(rng, 99);
+      const x0 = m.stats().extra!;
+      const order: string[] = [];
+      const onBatch = m.matchBatch(big).then((r) => (order.push('batch'), r));
+      const onLone = m.match(lone).then((r) => (order.push('lone'), r));
+      const [got, gotLone] = await Promise.all([onBatch, onLone]);
+      const x = m.stats().extra!;
+      assert.equal((x.cpuEvents as number) - (x0.cpuEvents as number), 1, 'the lone event answered on the CPU while the batch ran');
+      assert.equal((x.gpuEvents as number) - (x0.gpuEvents as number), SMALL_BATCH + 1);
+      assert.deepEqual(order, ['batch', 'lone'], 'answers in call order');
+      for (let i = 0; i < big.length; i++) assert.deepEqual(sorted(got[i]), sorted(await ref.match(big[i])));
+      assert.deepEqual(sorted(gotLone), sorted(await ref.match(lone)));
+    } finally {
+      await m.close();
+    }
+  });
+
+});
