@@ -7,7 +7,9 @@ import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { GpuContext } from '../src/engines/gpu/device.js';
 import { GpuKernels, GpuMatcher } from '../src/engines/gpu/matcher.js';
-import { CPU_SHARE, PathChoice, SMALL_BATCH, newCounters } from '../src/engines/gpu/queue.js';
+import { BatchQueue, CPU_SHARE, PathChoice, SMALL_BATCH, newCounters } from '../src/engines/gpu/queue.js';
+import type { Listed } from '../src/engines/matcher.js';
+import type { NEvent } from '../src/model/limits.js';
 import { ReferenceMatcher } from '../src/engines/reference.js';
 import { agree, randomEvent, randomWorkload, sorted, twin } from './support/gpu-workload.js';
 import { Rng } from './support/rng.js';
@@ -69,9 +71,10 @@ describe('gpu engine: the adaptive choice of path for small calls', () => {
     // Cost decides within a run too: 3 calls of 2 events at 100 µs an event against a 500 µs round trip.
     const y = choice(100, 500);
     assert.deepEqual([2, 2, 2].map((n) => y.c.smallOnCpu(n, false)), [true, true, false], '600 µs for the third call on the CPU: the GPU');
+    assert.equal(y.c.smallOnCpu(1, false), true, 'events sent to the GPU take no CPU time: 5 events, 500 µs');
   });
 
-  it('events queued or batches running are load: the GPU', () => {
+  it('events waiting for a batch are load: the GPU', () => {
     const x = choice(10, 500);
     assert.equal(x.c.smallOnCpu(1, true), false);
     assert.deepEqual([x.counters.adaptiveCpu, x.counters.adaptiveGpu], [0, 0], 'load is not a decision between costs');
@@ -109,6 +112,85 @@ describe('gpu engine: the adaptive choice of path for small calls', () => {
     const counters = newCounters();
     assert.equal(new PathChoice('cpu', counters, null).smallOnCpu(1, true), true);
     assert.equal(new PathChoice('gpu', counters, null).smallOnCpu(1, false), false);
+  });
+});
+
+/**
+ * A BatchQueue over a stand-in for the GPU whose batches finish when the test says: each answers
+ * its events with their ids, or null (for the CPU) for ids starting with "cpu".
+ */
+function heldQueue(inFlight = 4) {
+  const batches: { ids: string[]; finish: () => void }[] = [];
+  const gpu = {
+    lastOverflow: 0,
+    lastStages: null,
+    run: (events: readonly NEvent[]) =>
+      new Promise<(Listed[] | null)[]>((resolve) => {
+        const ids = events.map((e) => e.id);
+        batches.push({ ids, finish: () => resolve(ids.map((id) => (id.startsWith('cpu') ? null : [`gpu:${id}`]))) });
+      }),
+  };
+  const counters = newCounters();
+  const onCpu = (e: NEvent): Listed[] => {
+    if (e.id === 'cpu-throws') throw new Error('the CPU engine refused it');
+    return [`cpu:${e.id}`];
+  };
+  const q = new BatchQueue({ maxBatch: 2, inFlight }, () => gpu, onCpu, new PathChoice('gpu', counters, null), counters);
+  const event = (id: string) => ({ id }) as unknown as NEvent;
+  const order: string[] = [];
+  const seen = <T>(name: string, p: Promise<T>) => p.then((r) => (order.push(name), r), (err: Error) => (order.push(`${name}: ${err.message}`), null));
+  return { q, batches, event, order, seen };
+}
+
+/** Lets every microtask and pending promise reaction run. */
+const settle = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
+describe('gpu engine: answers come back in call order, whichever path and batch gave them', () => {
+  it('a CPU answer given while a lone GPU event is out comes back after it, not before', async () => {
+    const { q, batches, event, order, seen } = heldQueue();
+    const a = seen('a', q.submitOne(event('a'), false));
+    const b = seen('b', q.inOrder(['cpu:b']));
+    await settle();
+    assert.deepEqual(order, [], 'the CPU answer waits for the GPU call made before it');
+    batches[0].finish();
+    assert.deepEqual(await Promise.all([a, b]), [['gpu:a'], ['cpu:b']]);
+    assert.deepEqual(order, ['a', 'b']);
+    const c = seen('c', q.inOrder(['cpu:c']));
+    await c;
+    assert.deepEqual(order, ['a', 'b', 'c'], 'with nothing out, a CPU answer comes back at once');
+  });
+
+  it('batches that finish out of order hand their calls back in call order, CPU answers between them included', async () => {
+    const { q, batches, event, order, seen } = heldQueue();
+    const a = seen('a', q.submit([event('a1'), event('a2')], false));
+    const b = seen('b', q.submit([event('b1'), event('b2')], false));
+    const c = seen('c', q.inOrder([['cpu:c']]));
+    assert.equal(batches.length, 2, 'one batch a job (maxBatch 2)');
+    batches[1].finish();
+    await settle();
+    assert.deepEqual(order, [], 'b is done but a, called before it, is not');
+    const d = seen('d', q.inOrder([['cpu:d']]));
+    batches[0].finish();
+    assert.deepEqual(await Promise.all([a, b, c, d]), [[['gpu:a1'], ['gpu:a2']], [['gpu:b1'], ['gpu:b2']], [['cpu:c']], [['cpu:d']]]);
+    assert.deepEqual(order, ['a', 'b', 'c', 'd']);
+  });
+
+  it('a job spanning batches, a job that fails, and the calls after them', async () => {
+    const { q, batches, event, order, seen } = heldQueue();
+    const a = seen('a', q.submit([event('a1'), event('a2'), event('a3')], false));
+    const b = seen('b', q.submit([event('cpu-throws')], false));
+    const c = seen('c', q.inOrder([['cpu:c']]));
+    // a spans two batches (maxBatch 2); b, submitted after a's batches left, has its own.
+    assert.deepEqual(batches.map((x) => x.ids), [['a1', 'a2'], ['a3'], ['cpu-throws']]);
+    batches[2].finish();
+    batches[1].finish();
+    await settle();
+    assert.deepEqual(order, [], 'a waits for its first batch; b and c wait for a');
+    batches[0].finish();
+    const got = await Promise.all([a, b, c]);
+    assert.deepEqual(got, [[['gpu:a1'], ['gpu:a2'], ['gpu:a3']], null, [['cpu:c']]]);
+    assert.deepEqual(order, ['a', 'b: the CPU engine refused it', 'c']);
+    assert.equal(q.busy, false);
   });
 });
 

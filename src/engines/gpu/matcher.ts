@@ -276,13 +276,13 @@ export class GpuMatcher implements Matcher {
   private matchSome(events: readonly Event[], tags: boolean): Promise<Listed[][]> {
     try {
       const valid = validateEvents(events, this.limits);
-      if (this.closed || this.path === 'cpu' || this.opts.select === 'cpu') return Promise.all(valid.map((e) => this.matchValid(e, tags)));
       if (valid.length === 0) return Promise.resolve([]);
-      // A batch of one is a lone event: the adaptive choice of path applies, as for match(); so it
-      // does to a small batch, as one call (a hub's publish at a low rate carries a few events).
-      if (valid.length === 1) return this.matchValid(valid[0], tags).then((r) => [r]);
+      if (this.closed) return Promise.reject(new AmbitError('UNAVAILABLE', 'gpu: matcher is closed'));
       this.choice.arrived(valid.length);
-      if (valid.length <= SMALL_BATCH && this.choice.smallOnCpu(valid.length, this.queue.waiting)) return this.queue.inOrder(valid.map((e) => this.matchOnCpu(e, tags)));
+      // A small call (a hub's publish at a low rate carries a few events) takes the adaptive
+      // choice of path, as a lone event does; either way the answers come back in call order.
+      const onCpu = this.path === 'cpu' || this.opts.select === 'cpu' || (valid.length <= SMALL_BATCH && this.choice.smallOnCpu(valid.length, this.queue.waiting));
+      if (onCpu) return this.queue.inOrder(valid.map((e) => this.matchOnCpu(e, tags)));
       // One job for the whole call: no promise per event.
       return this.queue.submit(valid, tags);
     } catch (err) {
@@ -302,9 +302,8 @@ export class GpuMatcher implements Matcher {
   private matchValid(e: NEvent, tags: boolean): Promise<Listed[]> {
     if (this.closed) return Promise.reject(new AmbitError('UNAVAILABLE', 'gpu: matcher is closed'));
     this.choice.arrived(1);
-    if (this.path === 'cpu') return Promise.resolve(this.matchOnCpu(e, tags));
-    if (this.choice.smallOnCpu(1, this.queue.waiting)) return this.queue.inOrder(this.matchOnCpu(e, tags));
-    return this.queue.submit([e], tags).then((r) => r[0]);
+    if (this.path === 'cpu' || this.choice.smallOnCpu(1, this.queue.waiting)) return this.queue.inOrder(this.matchOnCpu(e, tags));
+    return this.queue.submitOne(e, tags);
   }
 
   /** Host-side figures of the last batch the GPU answered (null before the first). */

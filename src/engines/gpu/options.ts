@@ -12,8 +12,9 @@ export interface GpuMatcherOptions extends MatcherOptions {
   cpuBelowFilters?: number;
   /**
    * Who answers above that: 'adaptive' (default) sends events that arrive under load to the GPU
-   * and a lone event to whichever path has been cheaper per event lately, probing the other one
-   * every 32nd time; 'gpu' and 'cpu' force a path (benchmarks, tests).
+   * and a lone call of up to 16 events to whichever path has been cheaper for them lately (the
+   * CPU's cost per event against a GPU round trip), probing the other one every 32nd time; 'gpu'
+   * and 'cpu' force a path (benchmarks, tests).
    */
   select?: PathSelect;
   /** Most events in one dispatch. */

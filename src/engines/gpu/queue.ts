@@ -41,7 +41,7 @@ export function newCounters(): Counters {
 }
 
 /**
- * Moving average of one path's per-event cost. The first two samples are skipped (they carry
+ * Moving average of one path's cost (the CPU's per event, the GPU's per small batch). The first two samples are skipped (they carry
  * one-off work: re-filing every initial position, the first full upload) and later samples are
  * clamped to 4x the average, so one GC pause or rebuild does not flip the choice for long.
  */
@@ -69,13 +69,13 @@ const RATE_WINDOW_MS = 100;
  * The choice of path for lone calls of up to SMALL_BATCH events, from the measured cost of each
  * path and the load: a CPU answer holds the thread for its whole cost, a GPU answer only for
  * encoding and reading back, so under load calls go to the GPU whatever their latency on the CPU.
- * Load is a burst (calls made in one synchronous run whose events together cost more on the CPU
- * than a GPU round trip, or exceed SMALL_BATCH), events waiting for a batch (every batch slot
- * taken), or events coming in at a rate at which answering them all on the CPU would take more
- * than CPU_SHARE of the thread. Not the event loop's utilization, nor batches running: the GPU
+ * Load is a burst (the calls of one synchronous run answered on the CPU one after another: past
+ * SMALL_BATCH events, or costing more than a GPU round trip), events waiting for a batch (every
+ * batch slot taken), or events coming in at a rate at which answering them all on the CPU would
+ * take more than CPU_SHARE of the thread. Not the event loop's utilization, nor batches running: the GPU
  * binding polls with setImmediate while batches are in flight, so the loop counts as busy
  * whenever the GPU answers, and calls sent to the GPU because of either would keep it so (a CPU
- * answer given while batches run is handed over after them: BatchQueue.inOrder).
+ * answer given while batches run is handed back after them: BatchQueue.release).
  */
 export class PathChoice {
   /** Moving averages, µs: of one event on the CPU, and of a GPU round trip of a small batch (at most SMALL_BATCH events; nearly all of it the same whatever their number). */
@@ -85,9 +85,8 @@ export class PathChoice {
   rate = 0;
   private lone = 0;
   private readonly costs = { cpu: new CostAverage(), gpu: new CostAverage() };
-  /** Events of the small calls made in this synchronous run. */
+  /** Events answered on the CPU in this synchronous run. */
   private burst = 0;
-  private burstReset = false;
   private windowStart = -1;
   private windowEvents = 0;
 
@@ -132,52 +131,72 @@ export class PathChoice {
    */
   smallOnCpu(n: number, waiting: boolean): boolean {
     if (this.select !== 'adaptive') return this.select === 'cpu';
-    // A CPU answer is synchronous, so the calls of one synchronous run are answered one after
-    // another: count their events (the count resets in a microtask, which runs before an
-    // awaiting caller's next call, so sequential awaited calls stay lone calls).
-    this.burst += n;
-    if (!this.burstReset) {
-      this.burstReset = true;
-      queueMicrotask(() => {
-        this.burst = 0;
-        this.burstReset = false;
-      });
-    }
-    if (waiting || this.burst > SMALL_BATCH || this.loaded()) return false; // load: batch on the GPU
+    // A CPU answer is synchronous, so the CPU answers of one synchronous run come one after
+    // another: count their events (the count resets in a microtask, which runs before an awaiting
+    // caller's next call, so sequential awaited calls stay lone calls).
+    const burst = this.burst + n;
+    if (waiting || burst > SMALL_BATCH || this.loaded()) return false; // load: batch on the GPU
     const probe = ++this.lone % 32 === 0;
-    // Until both paths have been measured, measure them; then the cheaper for the burst so far
-    // (its last event is answered after all of them on the CPU), probing the other.
-    const cpuCheaper = this.cpuCostUs === 0 || (this.gpuCostUs !== 0 && this.burst * this.cpuCostUs <= this.gpuCostUs);
+    // Until both paths have been measured, measure them; then the cheaper for the run's CPU
+    // answers so far and these (the last of them is answered after all of them), probing the other.
+    const cpuCheaper = this.cpuCostUs === 0 || (this.gpuCostUs !== 0 && burst * this.cpuCostUs <= this.gpuCostUs);
     const onCpu = probe ? !cpuCheaper : cpuCheaper;
-    if (onCpu) this.counters.adaptiveCpu++;
-    else this.counters.adaptiveGpu++;
+    if (onCpu) {
+      if (this.burst === 0) queueMicrotask(this.endBurst);
+      this.burst = burst;
+      this.counters.adaptiveCpu++;
+    } else this.counters.adaptiveGpu++;
     return onCpu;
   }
+
+  private readonly endBurst = (): void => {
+    this.burst = 0;
+  };
+}
+
+/** A call's answer, handed back in call order (BatchQueue.release). */
+interface Release {
+  /** Answered: may be handed back once every call before it has been. */
+  done: boolean;
+  hand(): void;
 }
 
 /**
  * Events waiting for the GPU: one match() call's event or one matchBatch() call's events. A
  * batch takes events from the head of the queue, so a large job spans several batches (which
- * then run pipelined) and small jobs share one; the job settles when its last event is answered.
+ * then run pipelined) and small jobs share one; the job is done when its last event is answered,
+ * and handed back in call order.
  */
-class Job {
+class Job implements Release {
   readonly results: Listed[][];
   /** Events handed to batches so far. */
   taken = 0;
   /** Events not answered yet. */
   left: number;
+  done = false;
   failed = false;
-  /** Answers given meanwhile on the CPU, handed over once this job settles (call order kept). */
-  after: (() => void)[] | null = null;
+  private error: unknown = undefined;
   constructor(
     readonly events: readonly NEvent[],
     /** Matches listed as tags where the subscriptions have them (matchBatchTagged), else as ids. */
     readonly tags: boolean,
-    readonly resolve: (results: Listed[][]) => void,
-    readonly reject: (err: unknown) => void,
+    /** A match() call's job: resolved with its one event's matches, not a list of them. */
+    private readonly one: boolean,
+    private readonly resolve: (results: Listed[][] | Listed[]) => void,
+    private readonly reject: (err: unknown) => void,
   ) {
     this.results = new Array(events.length);
     this.left = events.length;
+  }
+
+  fail(err: unknown): void {
+    this.failed = true;
+    this.error = err;
+  }
+
+  hand(): void {
+    if (this.failed) this.reject(this.error);
+    else this.resolve(this.one ? this.results[0] : this.results);
   }
 }
 
@@ -191,15 +210,21 @@ interface Segment {
 export class BatchQueue {
   private readonly queue: Job[] = [];
   private running = 0;
-  /** The job submitted last, until it settles. */
-  private last: Job | null = null;
+  /**
+   * Calls not handed back yet, in call order (from `head`): the GPU's jobs, and answers the CPU
+   * gave while jobs were out. Batches can finish out of order (one whose pairs take a second
+   * read-back trip), and a CPU answer is ready at once: each is handed back once every call
+   * before it has been, so a caller's calls are answered in the order made.
+   */
+  private readonly out: Release[] = [];
+  private head = 0;
   /** GPU time per stage of the last profiled batch. */
   lastStages: StageTimes | null = null;
 
   constructor(
     private readonly opts: { maxBatch: number; inFlight: number },
     /** The GPU side now; null while there is none (lost, rebuilding, closed). */
-    private readonly gpu: () => GpuBatches | null,
+    private readonly gpu: () => Pick<GpuBatches, 'run' | 'lastOverflow' | 'lastStages'> | null,
     /** Answers one event on the CPU engine (fallback), listing tags or ids. */
     private readonly onCpu: (e: NEvent, tags: boolean) => Listed[],
     private readonly choice: PathChoice,
@@ -218,22 +243,43 @@ export class BatchQueue {
 
   /** Queues the events as one job (no promise per event); resolves with one result per event, listing tags (`tags`) or ids. */
   submit(events: readonly NEvent[], tags: boolean): Promise<Listed[][]> {
+    return this.enqueue(events, tags, false) as Promise<Listed[][]>;
+  }
+
+  /** Queues one event (a match() call); resolves with its matches. */
+  submitOne(event: NEvent, tags: boolean): Promise<Listed[]> {
+    return this.enqueue([event], tags, true) as Promise<Listed[]>;
+  }
+
+  private enqueue(events: readonly NEvent[], tags: boolean, one: boolean): Promise<Listed[][] | Listed[]> {
     return new Promise((resolve, reject) => {
-      const job = new Job(events, tags, resolve, reject);
+      const job = new Job(events, tags, one, resolve, reject);
       this.queue.push(job);
-      this.last = job;
+      this.out.push(job);
       this.pump();
     });
   }
 
   /**
-   * An answer given on the CPU, handed over after every job submitted before it has settled: the
-   * calls of one caller are answered in the order made, whichever path answered each.
+   * An answer the CPU gave, handed back once every call made before it has been (at once when
+   * none is out): a caller's calls are answered in the order made, whichever path answered each.
    */
   inOrder<T>(answer: T): Promise<T> {
-    const last = this.last;
-    if (last === null) return Promise.resolve(answer);
-    return new Promise((resolve) => (last.after ??= []).push(() => resolve(answer)));
+    if (this.head === this.out.length) return Promise.resolve(answer);
+    return new Promise((resolve) => this.out.push({ done: true, hand: () => resolve(answer) }));
+  }
+
+  /** Hands back the answered calls at the front, in call order. */
+  private release(): void {
+    const out = this.out;
+    while (this.head < out.length && out[this.head].done) out[this.head++].hand();
+    if (this.head === out.length) {
+      out.length = 0;
+      this.head = 0;
+    } else if (this.head >= 1024 && 2 * this.head >= out.length) {
+      out.splice(0, this.head);
+      this.head = 0;
+    }
   }
 
   private pump(): void {
@@ -279,9 +325,11 @@ export class BatchQueue {
     try {
       if (state === null) throw new Error('no device');
       const t = performance.now();
+      // Adaptive selection compares small calls, so only small batches feed the GPU's cost, and
+      // only those that ran alone (not behind other batches).
+      const sample = events.length <= SMALL_BATCH && this.running === 1;
       results = await state.run(events, tags);
-      // Adaptive selection compares small calls, so only small batches feed the GPU's cost.
-      if (events.length <= SMALL_BATCH) this.choice.sample('gpu', (performance.now() - t) * 1e3);
+      if (sample) this.choice.sample('gpu', (performance.now() - t) * 1e3);
       this.counters.batches++;
     } catch {
       // The device was lost (or never came back): the CPU engine answers, nothing is dropped.
@@ -299,6 +347,7 @@ export class BatchQueue {
   /** Hands each job its events' results; an event the GPU did not answer is answered by the CPU. */
   private settle(segments: Segment[], events: NEvent[], results: (Listed[] | null)[]): void {
     let k = 0;
+    let finished = false;
     for (const { job, from, to } of segments) {
       for (let i = from; i < to; i++, k++) {
         if (job.failed) continue;
@@ -311,15 +360,12 @@ export class BatchQueue {
           }
           job.results[i] = ids;
         } catch (err) {
-          job.failed = true;
-          job.reject(err);
+          job.fail(err);
         }
       }
       job.left -= to - from;
-      if (job.left !== 0) continue;
-      if (!job.failed) job.resolve(job.results);
-      if (this.last === job) this.last = null;
-      if (job.after !== null) for (const hand of job.after) hand();
+      if (job.left === 0) job.done = finished = true;
     }
+    if (finished) this.release();
   }
 }
