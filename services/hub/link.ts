@@ -132,6 +132,7 @@ export interface CallArgs {
 
 /** One end of a channel of byte frames. */
 export interface Link {
+  /** Sends `frame`, which is handed over: the caller neither reads nor writes it afterwards. */
   post(frame: Buffer): void;
   /** Ends the channel (both ends see it close). */
   close(): void;
@@ -192,10 +193,15 @@ export function socketLink(socket: Socket): Link {
   };
 }
 
-/** One end of a worker_threads MessagePort pair (tests; a hub and gateways in threads). */
+/**
+ * One end of a worker_threads MessagePort pair (the fan-out shards, hub partitions; tests). A
+ * frame's memory moves to the other thread (a transfer): a copy would take the whole buffer under
+ * the frame's view, its unused room included. A frame in Node's shared pool of small buffers,
+ * which cannot move, is copied.
+ */
 export function portLink(port: MessagePort): Link {
   return {
-    post: (frame) => port.postMessage(frame),
+    post: (frame) => port.postMessage(frame, [frame.buffer as ArrayBuffer]),
     close: () => port.close(),
     listen: (onFrame, onClose) => {
       port.on('message', (m: Uint8Array) => onFrame(Buffer.from(m.buffer, m.byteOffset, m.byteLength)));

@@ -101,6 +101,40 @@ describe('hub link', () => {
     }
   });
 
+  it('a port link moves a written frame\'s memory to the other end; a frame in the shared pool of small buffers is copied, the pool left whole', async () => {
+    const { port1, port2 } = new MessageChannel();
+    try {
+      const got: Buffer[] = [];
+      let arrived!: () => void;
+      const both = new Promise<void>((resolve) => (arrived = resolve));
+      portLink(port2).listen((f) => {
+        got.push(f);
+        if (got.length === 2) arrived();
+      }, () => {});
+      const sender = portLink(port1);
+      const w = new FrameWriter();
+      for (let i = 0; i < 5000; i++) w.u32(i);
+      const frame = w.take();
+      const room = frame.buffer.byteLength;
+      assert.ok(room >= 20_000);
+      sender.post(frame);
+      assert.equal(frame.buffer.byteLength, 0, 'moved, not copied: the sender no longer holds it');
+      // Buffer.from of a few bytes takes a slice of Node's shared pool, whose other slices belong to others.
+      const small = Buffer.from([1, 2, 3, 4]);
+      const neighbour = Buffer.from([9, 9, 9, 9]);
+      assert.equal(small.buffer, neighbour.buffer, 'both in the shared pool');
+      sender.post(small);
+      assert.deepEqual([...small, ...neighbour], [1, 2, 3, 4, 9, 9, 9, 9], 'the pool stays readable where it is');
+      await both;
+      assert.equal(got[0].length, 20_000);
+      for (let i = 0; i < 5000; i++) assert.equal(got[0].readUInt32LE(4 * i), i);
+      assert.equal(got[0].buffer.byteLength, room, 'the same memory, unused room and all');
+      assert.deepEqual([...got[1]], [1, 2, 3, 4]);
+    } finally {
+      port1.close();
+    }
+  });
+
   it('round-trips events exactly', () => {
     const proto = JSON.parse('{"__proto__": 5, "a": "b"}') as Record<string, number | string>;
     const cases: Event[] = [
