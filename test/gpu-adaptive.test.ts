@@ -310,6 +310,47 @@ describe('gpu engine: the adaptive choice of path on a device (costs fixed throu
     }
   });
 
+  it('adaptive, by the rate: events coming in faster than the CPU could answer are load; every call counts its events once', async () => {
+    // No threadBusy: the default rule. An event costs 100 µs on the CPU, a small batch 100 ms on
+    // the GPU (the CPU is always cheaper alone); 2.5k events/s would take a quarter of the thread.
+    const clock = { ms: 0 };
+    const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, costSample: (path) => (path === 'cpu' ? 100 : 100_000), clock: () => clock.ms });
+    const ref = new ReferenceMatcher();
+    try {
+      const subs = randomWorkload(48, 200, 2);
+      twin(m, subs, 8);
+      twin(ref, subs, 8);
+      const rng = new Rng(13);
+      let k = 0;
+      /** `calls` awaited calls `stepMs` apart on the clock, alternating match(e), matchBatch([e]) and matchBatch of 3; the events the GPU answered. */
+      const calls = async (n: number, stepMs: number): Promise<number> => {
+        const before = m.stats().extra!.gpuEvents as number;
+        for (let c = 0; c < n; c++) {
+          clock.ms += stepMs;
+          const events = Array.from({ length: c % 3 === 2 ? 3 : 1 }, () => randomEvent(rng, k++));
+          const got = c % 3 === 0 ? [await m.match(events[0])] : await m.matchBatch(events);
+          for (let i = 0; i < events.length; i++) assert.deepEqual(sorted(got[i]), sorted(await ref.match(events[i])));
+        }
+        return (m.stats().extra!.gpuEvents as number) - before;
+      };
+      // Both paths measured (the GPU is probed among lone events), at 5 events every 3 ms.
+      await calls(150, 1);
+      assert.deepEqual([m.stats().extra!.cpuCostUs, m.stats().extra!.gpuCostUs], [100, 100_000]);
+      const near = (x: unknown, want: number) => Math.abs((x as number) - want) <= want / 50;
+      assert.ok(near(m.stats().extra!.eventsPerSecond, 1667), `the events of each call counted once (5 events every 3 ms): ${m.stats().extra!.eventsPerSecond}/s`);
+      // 1.7k events/s at 100 µs: 17% of the thread: only the probes go to the GPU.
+      const slow = await calls(96, 1);
+      assert.ok(slow <= 3 * 5, `at 1.7k events/s the CPU answers (the GPU took ${slow} events)`);
+      // 8.3k events/s: 83% of the thread. Once a window (100 ms) holds only these, every call is load.
+      await calls(1100, 0.2);
+      assert.ok(near(m.stats().extra!.eventsPerSecond, 8333), `${m.stats().extra!.eventsPerSecond}/s`);
+      const fast = await calls(300, 0.2);
+      assert.equal(fast, 500, 'at 8.3k events/s every event goes to the GPU');
+    } finally {
+      await m.close();
+    }
+  });
+
   it('adaptive: a call answered on the CPU while a batch runs is handed over after that batch (call order kept)', async () => {
     const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, costSample: (path) => (path === 'cpu' ? 10 : 100), threadBusy: () => false });
     const ref = new ReferenceMatcher();

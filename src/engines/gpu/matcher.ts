@@ -55,7 +55,7 @@ export class GpuMatcher implements Matcher {
     this.cpu = new FastMatcher({ limits: options.limits });
     this.limits = this.cpu.limits;
     this.opts = resolveGpuMatcherOptions(options);
-    this.choice = new PathChoice(this.opts.select, this.counters, this.opts.costSample, this.opts.threadBusy);
+    this.choice = new PathChoice(this.opts.select, this.counters, this.opts.costSample, this.opts.threadBusy, this.opts.clock);
     this.queue = new BatchQueue(this.opts, () => this.gpuState, (e, tags) => this.matchOnCpu(e, tags), this.choice, this.counters);
   }
 
@@ -345,6 +345,7 @@ export class GpuMatcher implements Matcher {
         select: this.opts.select,
         cpuCostUs: Math.round(this.choice.cpuCostUs),
         gpuCostUs: Math.round(this.choice.gpuCostUs),
+        eventsPerSecond: Math.round(this.choice.rate),
         hostEncodeUs: Math.round(this.gpuState?.timing.encodeUs ?? 0),
         eventEncodeUs: Math.round(this.gpuState?.timing.eventsUs ?? 0),
         gpuWaitUs: Math.round(this.gpuState?.timing.waitUs ?? 0),

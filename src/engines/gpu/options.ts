@@ -48,6 +48,8 @@ export interface GpuMatcherOptions extends MatcherOptions {
    * GPU match only for encoding and reading back. Tests fix it.
    */
   threadBusy?: () => boolean;
+  /** @internal The clock (ms) the adaptive choice counts the rate of incoming events by; tests move it. */
+  clock?: () => number;
 }
 
 export const defaultGpuMatcherOptions = Object.freeze({
@@ -63,8 +65,9 @@ export const defaultGpuMatcherOptions = Object.freeze({
   gridMinEvents: 16,
 });
 
-export type ResolvedGpuMatcherOptions = Required<Omit<GpuMatcherOptions, 'gpu' | 'limits' | 'costSample' | 'threadBusy'>> & {
+export type ResolvedGpuMatcherOptions = Required<Omit<GpuMatcherOptions, 'gpu' | 'limits' | 'costSample' | 'threadBusy' | 'clock'>> & {
   threadBusy: (() => boolean) | null;
+  clock: () => number;
   gpu: Partial<GpuOptions>;
   costSample: ((path: 'cpu' | 'gpu', measuredUs: number) => number) | null;
 };
@@ -86,6 +89,7 @@ export function resolveGpuMatcherOptions(options: GpuMatcherOptions): ResolvedGp
     gpu: options.gpu ?? {},
     costSample: typeof options.costSample === 'function' ? options.costSample : null,
     threadBusy: typeof options.threadBusy === 'function' ? options.threadBusy : null,
+    clock: typeof options.clock === 'function' ? options.clock : () => performance.now(),
   };
 }
 
