@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { GpuContext } from '../src/engines/gpu/device.js';
-import { GpuKernels, GpuMatcher } from '../src/engines/gpu/matcher.js';
+import { GpuKernels, GpuMatcher, type GpuMatcherOptions } from '../src/engines/gpu/matcher.js';
 import { BatchQueue, CPU_SHARE, PathChoice, SMALL_BATCH, newCounters } from '../src/engines/gpu/queue.js';
 import type { Listed } from '../src/engines/matcher.js';
 import type { NEvent } from '../src/model/limits.js';
@@ -194,15 +194,24 @@ describe('gpu engine: answers come back in call order, whichever path and batch 
   });
 });
 
+/**
+ * The engine with each path's cost fixed (µs: the CPU's per event, the GPU's per small batch),
+ * beside a reference holding the same seeded subscriptions (`seed`) and positions (`positions`).
+ */
+function costed(cost: { cpu: number; gpu: number }, o: Partial<GpuMatcherOptions>, seed: number, positions: number, subs = 200) {
+  const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, costSample: (path) => cost[path], ...o });
+  const ref = new ReferenceMatcher();
+  const ws = randomWorkload(seed, subs, 2);
+  twin(m, ws, positions);
+  twin(ref, ws, positions);
+  return { m, ref };
+}
+
 describe('gpu engine: the adaptive choice of path on a device (costs fixed through costSample)', () => {
   it('adaptive: on a busy thread lone events go to the GPU even when the CPU is cheaper', async () => {
     let busy = false;
-    const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, costSample: (path) => (path === 'cpu' ? 10 : 100), threadBusy: () => busy });
-    const ref = new ReferenceMatcher();
+    const { m, ref } = costed({ cpu: 10, gpu: 100 }, { threadBusy: () => busy }, 44, 4);
     try {
-      const subs = randomWorkload(44, 200, 2);
-      twin(m, subs, 4);
-      twin(ref, subs, 4);
       await agree(m, ref, 4, 40);
       const idle = m.stats().extra!;
       assert.ok((idle.adaptiveCpu as number) > (idle.adaptiveGpu as number), 'an idle thread takes the cheaper CPU');
@@ -220,12 +229,8 @@ describe('gpu engine: the adaptive choice of path on a device (costs fixed throu
   for (const cheaper of ['cpu', 'gpu'] as const) {
     it(`adaptive: lone events go to the cheaper path (${cheaper}), probing the other; load goes to the GPU`, async () => {
       const cost = { cpu: cheaper === 'cpu' ? 10 : 100, gpu: cheaper === 'gpu' ? 10 : 100 };
-      const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, costSample: (path) => cost[path], threadBusy: () => false });
-      const ref = new ReferenceMatcher();
+      const { m, ref } = costed(cost, { threadBusy: () => false }, 43, 3, 300);
       try {
-        const subs = randomWorkload(43, 300, 2);
-        twin(m, subs, 3);
-        twin(ref, subs, 3);
         await agree(m, ref, 3, 96);
         const x = m.stats().extra!;
         // agree() awaits each call: none of them is load, so all were decided as lone events.
@@ -267,12 +272,8 @@ describe('gpu engine: the adaptive choice of path on a device (costs fixed throu
   it('adaptive: a small batch goes to the CPU while its events cost less there than one GPU round trip, and to the GPU on a busy thread', async () => {
     let busy = false;
     // An event costs 10 µs on the CPU; a small batch's GPU round trip 100 µs.
-    const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, costSample: (path) => (path === 'cpu' ? 10 : 100), threadBusy: () => busy });
-    const ref = new ReferenceMatcher();
+    const { m, ref } = costed({ cpu: 10, gpu: 100 }, { threadBusy: () => busy }, 46, 6);
     try {
-      const subs = randomWorkload(46, 200, 2);
-      twin(m, subs, 6);
-      twin(ref, subs, 6);
       // Lone events until both paths are measured.
       await agree(m, ref, 6, 40);
       assert.deepEqual([m.stats().extra!.cpuCostUs, m.stats().extra!.gpuCostUs], [10, 100]);
@@ -314,12 +315,8 @@ describe('gpu engine: the adaptive choice of path on a device (costs fixed throu
     // No threadBusy: the default rule. An event costs 100 µs on the CPU, a small batch 100 ms on
     // the GPU (the CPU is always cheaper alone); 2.5k events/s would take a quarter of the thread.
     const clock = { ms: 0 };
-    const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, costSample: (path) => (path === 'cpu' ? 100 : 100_000), clock: () => clock.ms });
-    const ref = new ReferenceMatcher();
+    const { m, ref } = costed({ cpu: 100, gpu: 100_000 }, { clock: () => clock.ms }, 48, 8);
     try {
-      const subs = randomWorkload(48, 200, 2);
-      twin(m, subs, 8);
-      twin(ref, subs, 8);
       const rng = new Rng(13);
       let k = 0;
       /** `calls` awaited calls `stepMs` apart on the clock, alternating match(e), matchBatch([e]) and matchBatch of 3; the events the GPU answered. */
@@ -352,12 +349,8 @@ describe('gpu engine: the adaptive choice of path on a device (costs fixed throu
   });
 
   it('adaptive: a call answered on the CPU while a batch runs is handed over after that batch (call order kept)', async () => {
-    const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, costSample: (path) => (path === 'cpu' ? 10 : 100), threadBusy: () => false });
-    const ref = new ReferenceMatcher();
+    const { m, ref } = costed({ cpu: 10, gpu: 100 }, { threadBusy: () => false }, 47, 7);
     try {
-      const subs = randomWorkload(47, 200, 2);
-      twin(m, subs, 7);
-      twin(ref, subs, 7);
       await agree(m, ref, 7, 40);
       const rng = new Rng(12);
       const big = Array.from({ length: SMALL_BATCH + 1 }, (_, i) => randomEvent(rng, i));
