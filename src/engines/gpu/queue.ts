@@ -2,9 +2,9 @@
  * Which path answers an event, and the queue of events waiting for the GPU.
  *
  * - Path: under 'adaptive' selection a lone call (no load: see PathChoice) of up to SMALL_BATCH
- *   events goes to whichever path has been cheaper lately for that many
- *   events (the CPU's cost grows with them, the GPU's round trip hardly does), probing the other
- *   every 32nd time; events under load always go to the GPU.
+ *   events goes to whichever path has been cheaper lately for that many events (the CPU's cost
+ *   grows with them, the GPU's round trip hardly does), probing the other every 32nd time; events
+ *   under load always go to the GPU.
  * - Queue: while fewer than `inFlight` batches run, the queue is dispatched at once (a lone event
  *   goes alone: low latency), and under load the events that arrive meanwhile form the next batch
  *   (throughput), up to `maxBatch` events. Each batch has its own readback slot, so the host
@@ -41,9 +41,10 @@ export function newCounters(): Counters {
 }
 
 /**
- * Moving average of one path's cost (the CPU's per event, the GPU's per small batch). The first two samples are skipped (they carry
- * one-off work: re-filing every initial position, the first full upload) and later samples are
- * clamped to 4x the average, so one GC pause or rebuild does not flip the choice for long.
+ * Moving average of one path's cost (the CPU's per event, the GPU's per small batch). The first
+ * two samples are skipped (they carry one-off work: re-filing every initial position, the first
+ * full upload) and later samples are clamped to 4x the average, so one GC pause or rebuild does
+ * not flip the choice for long.
  */
 class CostAverage {
   private seen = 0;
@@ -72,13 +73,16 @@ const RATE_WINDOW_MS = 100;
  * Load is a burst (the calls of one synchronous run answered on the CPU one after another: past
  * SMALL_BATCH events, or costing more than a GPU round trip), events waiting for a batch (every
  * batch slot taken), or events coming in at a rate at which answering them all on the CPU would
- * take more than CPU_SHARE of the thread. Not the event loop's utilization, nor batches running: the GPU
- * binding polls with setImmediate while batches are in flight, so the loop counts as busy
+ * take more than CPU_SHARE of the thread. Not the event loop's utilization, nor batches running:
+ * the GPU binding polls with setImmediate while batches are in flight, so the loop counts as busy
  * whenever the GPU answers, and calls sent to the GPU because of either would keep it so (a CPU
  * answer given while batches run is handed back after them: BatchQueue.release).
  */
 export class PathChoice {
-  /** Moving averages, µs: of one event on the CPU, and of a GPU round trip of a small batch (at most SMALL_BATCH events; nearly all of it the same whatever their number). */
+  /**
+   * Moving averages, µs: of one event on the CPU, and of a GPU round trip of a small batch (at most
+   * SMALL_BATCH events; nearly all of it the same whatever their number).
+   */
   cpuCostUs = 0;
   gpuCostUs = 0;
   /** Events a second coming in (calls of every size), over the last full window. */
