@@ -8,6 +8,7 @@ import { after, describe, it } from 'node:test';
 import { GpuContext } from '../src/engines/gpu/device.js';
 import { GpuKernels, GpuMatcher, type GpuMatcherOptions } from '../src/engines/gpu/matcher.js';
 import { BatchQueue, CPU_SHARE, PathChoice, SMALL_BATCH, newCounters } from '../src/engines/gpu/queue.js';
+import type { BatchAnswer } from '../src/engines/gpu/batch.js';
 import type { Listed } from '../src/engines/matcher.js';
 import type { NEvent } from '../src/model/limits.js';
 import { ReferenceMatcher } from '../src/engines/reference.js';
@@ -122,12 +123,12 @@ describe('gpu engine: the adaptive choice of path for small calls', () => {
 function heldQueue(inFlight = 4) {
   const batches: { ids: string[]; finish: () => void }[] = [];
   const gpu = {
-    lastOverflow: 0,
     lastStages: null,
     run: (events: readonly NEvent[]) =>
-      new Promise<(Listed[] | null)[]>((resolve) => {
+      new Promise<BatchAnswer>((resolve) => {
         const ids = events.map((e) => e.id);
-        batches.push({ ids, finish: () => resolve(ids.map((id) => (id.startsWith('cpu') ? null : [`gpu:${id}`]))) });
+        const results = ids.map((id) => (id.startsWith('cpu') ? null : [`gpu:${id}`]));
+        batches.push({ ids, finish: () => resolve({ results, overflow: results.filter((r) => r === null).length }) });
       }),
   };
   const counters = newCounters();
@@ -139,13 +140,48 @@ function heldQueue(inFlight = 4) {
   const event = (id: string) => ({ id }) as unknown as NEvent;
   const order: string[] = [];
   const seen = <T>(name: string, p: Promise<T>) => p.then((r) => (order.push(name), r), (err: Error) => (order.push(`${name}: ${err.message}`), null));
-  return { q, batches, event, order, seen };
+  return { q, batches, event, order, seen, counters };
 }
 
 /** Lets every microtask and pending promise reaction run. */
 const settle = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
 describe('gpu engine: answers come back in call order, whichever path and batch gave them', () => {
+  it('a long queue (3,000 jobs waiting, one batch at a time) is handed back whole and in order, CPU answers among the jobs', async () => {
+    const { q, batches, event, order, seen } = heldQueue(1);
+    const all: Promise<unknown>[] = [];
+    for (let i = 0; i < 3000; i++) {
+      all.push(seen(`j${i}`, q.submit([event(`e${i}`)], false)));
+      if (i % 100 === 99) all.push(seen(`c${i}`, q.inOrder([['cpu']])));
+    }
+    for (let b = 0; b < batches.length; b++) {
+      batches[b].finish();
+      await settle();
+    }
+    await Promise.all(all);
+    // The first job goes alone at once; the rest wait and go two a batch (maxBatch 2), the last alone.
+    assert.equal(batches.length, 1501);
+    assert.deepEqual([batches[0].ids, batches[1].ids, batches[1500].ids], [['e0'], ['e1', 'e2'], ['e2999']]);
+    const want: string[] = [];
+    for (let i = 0; i < 3000; i++) {
+      want.push(`j${i}`);
+      if (i % 100 === 99) want.push(`c${i}`);
+    }
+    assert.deepEqual(order, want);
+    assert.equal(q.busy, false);
+  });
+
+  it('each batch counts its own overflow, whichever finishes first', async () => {
+    const { q, batches, event, counters } = heldQueue();
+    const a = q.submit([event('cpu-a1'), event('a2')], false);
+    const b = q.submit([event('cpu-b1'), event('cpu-b2')], false);
+    batches[1].finish();
+    batches[0].finish();
+    assert.deepEqual(await Promise.all([a, b]), [[['cpu:cpu-a1'], ['gpu:a2']], [['cpu:cpu-b1'], ['cpu:cpu-b2']]]);
+    assert.equal(counters.overflowEvents, 3);
+    assert.equal(counters.gpuEvents, 1);
+  });
+
   it('a CPU answer given while a lone GPU event is out comes back after it, not before', async () => {
     const { q, batches, event, order, seen } = heldQueue();
     const a = seen('a', q.submitOne(event('a'), false));
@@ -358,12 +394,14 @@ describe('gpu engine: the adaptive choice of path on a device (costs fixed throu
       const x0 = m.stats().extra!;
       const order: string[] = [];
       const onBatch = m.matchBatch(big).then((r) => (order.push('batch'), r));
+      const onEmpty = m.matchBatch([]).then((r) => (order.push('empty'), r));
       const onLone = m.match(lone).then((r) => (order.push('lone'), r));
-      const [got, gotLone] = await Promise.all([onBatch, onLone]);
+      const [got, gotLone, empty] = await Promise.all([onBatch, onLone, onEmpty]);
+      assert.deepEqual(empty, []);
       const x = m.stats().extra!;
       assert.equal((x.cpuEvents as number) - (x0.cpuEvents as number), 1, 'the lone event answered on the CPU while the batch ran');
       assert.equal((x.gpuEvents as number) - (x0.gpuEvents as number), SMALL_BATCH + 1);
-      assert.deepEqual(order, ['batch', 'lone'], 'answers in call order');
+      assert.deepEqual(order, ['batch', 'empty', 'lone'], 'answers in call order');
       for (let i = 0; i < big.length; i++) assert.deepEqual(sorted(got[i]), sorted(await ref.match(big[i])));
       assert.deepEqual(sorted(gotLone), sorted(await ref.match(lone)));
     } finally {

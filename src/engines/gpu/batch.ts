@@ -23,6 +23,16 @@ export interface BatchOptions {
   gridMinEvents: number;
 }
 
+/**
+ * A batch's answers: per event its matches, or null where the CPU engine must answer; and how many
+ * of them are so because their candidates or the batch's pairs overflowed (the rest: a GPU error,
+ * or a state the device cannot hold).
+ */
+export interface BatchAnswer {
+  results: (Listed[] | null)[];
+  overflow: number;
+}
+
 export class GpuBatches {
   private readonly device: GPUDevice;
   private readonly wg: number;
@@ -56,11 +66,6 @@ export class GpuBatches {
     this.capacity = new Capacity(opts.initialCandidates);
     this.readback = new Readback(ctx, layout, this.buffers, this.capacity, opts);
     this.buffers.sync();
-  }
-
-  /** Events of the last batch that the CPU had to answer because of an overflow. */
-  get lastOverflow(): number {
-    return this.readback.lastOverflow;
   }
 
   get lastStages(): StageTimes | null {
@@ -109,8 +114,8 @@ export class GpuBatches {
    * event and they have one, else ids), or null where the event must be answered by the CPU
    * engine (its candidates overflowed the buffer).
    */
-  async run(events: readonly NEvent[], tags: readonly boolean[]): Promise<(Listed[] | null)[]> {
-    if (!this.fits()) return events.map(() => null);
+  async run(events: readonly NEvent[], tags: readonly boolean[]): Promise<BatchAnswer> {
+    if (!this.fits()) return { results: events.map(() => null), overflow: 0 };
     const L = this.layout;
     const serial = ++L.submitted;
     L.inFlightSerials.add(serial);
@@ -127,7 +132,7 @@ export class GpuBatches {
     }
   }
 
-  private async runGuarded(events: readonly NEvent[], tags: readonly boolean[], serial: number): Promise<(Listed[] | null)[]> {
+  private async runGuarded(events: readonly NEvent[], tags: readonly boolean[], serial: number): Promise<BatchAnswer> {
     // Any GPU error in this batch (validation, out of memory) sends the batch to the CPU: never
     // an empty answer from a command buffer the device refused.
     this.device.pushErrorScope('out-of-memory');
@@ -147,7 +152,7 @@ export class GpuBatches {
     }
   }
 
-  private async runScoped(events: readonly NEvent[], tags: readonly boolean[], serial: number, closeScopes: () => Promise<GPUError | null>[]): Promise<(Listed[] | null)[]> {
+  private async runScoped(events: readonly NEvent[], tags: readonly boolean[], serial: number, closeScopes: () => Promise<GPUError | null>[]): Promise<BatchAnswer> {
     const t0 = performance.now();
     const E = events.length;
     this.buffers.sync();
@@ -174,11 +179,11 @@ export class GpuBatches {
 
       const readout = await this.readback.read(s, plan, scopes);
       const t2 = performance.now();
-      if (readout === null) return events.map(() => null);
-      const results = await this.readback.reconcile(events, tags, readout, s, candCap, serial);
-      if (results === null) return events.map(() => null);
+      if (readout === null) return { results: events.map(() => null), overflow: 0 };
+      const answer = await this.readback.reconcile(events, tags, readout, s, candCap, serial);
+      if (answer.results === null) return { results: events.map(() => null), overflow: answer.overflow };
       this.noteTiming(E, t0, t1, t2, performance.now());
-      return results;
+      return answer as BatchAnswer;
     } finally {
       s.busy = false;
     }

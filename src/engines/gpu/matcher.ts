@@ -276,7 +276,7 @@ export class GpuMatcher implements Matcher {
   private matchSome(events: readonly Event[], tags: boolean): Promise<Listed[][]> {
     try {
       const valid = validateEvents(events, this.limits);
-      if (valid.length === 0) return Promise.resolve([]);
+      if (valid.length === 0) return this.queue.inOrder([]);
       if (this.closed) return Promise.reject(new AmbitError('UNAVAILABLE', 'gpu: matcher is closed'));
       this.choice.arrived(valid.length);
       // A small call (a hub's publish at a low rate carries a few events) takes the adaptive

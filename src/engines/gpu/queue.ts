@@ -212,7 +212,9 @@ interface Segment {
 }
 
 export class BatchQueue {
+  /** Jobs not yet wholly in a batch, from `qHead` (a head index: shift() costs O(n) on long queues). */
   private readonly queue: Job[] = [];
+  private qHead = 0;
   private running = 0;
   /**
    * Calls not handed back yet, in call order (from `head`): the GPU's jobs, and answers the CPU
@@ -228,7 +230,7 @@ export class BatchQueue {
   constructor(
     private readonly opts: { maxBatch: number; inFlight: number },
     /** The GPU side now; null while there is none (lost, rebuilding, closed). */
-    private readonly gpu: () => Pick<GpuBatches, 'run' | 'lastOverflow' | 'lastStages'> | null,
+    private readonly gpu: () => Pick<GpuBatches, 'run' | 'lastStages'> | null,
     /** Answers one event on the CPU engine (fallback), listing tags or ids. */
     private readonly onCpu: (e: NEvent, tags: boolean) => Listed[],
     private readonly choice: PathChoice,
@@ -237,12 +239,12 @@ export class BatchQueue {
 
   /** Events queued or batches running. */
   get busy(): boolean {
-    return this.queue.length > 0 || this.running > 0;
+    return this.qHead < this.queue.length || this.running > 0;
   }
 
   /** Events waiting for a batch (every batch slot taken). */
   get waiting(): boolean {
-    return this.queue.length > 0;
+    return this.qHead < this.queue.length;
   }
 
   /** Queues the events as one job (no promise per event); resolves with one result per event, listing tags (`tags`) or ids. */
@@ -288,12 +290,13 @@ export class BatchQueue {
 
   private pump(): void {
     const max = this.opts.maxBatch;
-    while (this.queue.length > 0 && this.running < this.opts.inFlight) {
+    const queue = this.queue;
+    while (this.qHead < queue.length && this.running < this.opts.inFlight) {
       const segments: Segment[] = [];
       const events: NEvent[] = [];
       const tags: boolean[] = [];
-      while (events.length < max && this.queue.length > 0) {
-        const job = this.queue[0];
+      while (events.length < max && this.qHead < queue.length) {
+        const job = queue[this.qHead];
         const from = job.taken;
         const to = Math.min(job.events.length, from + max - events.length);
         for (let i = from; i < to; i++) {
@@ -302,7 +305,14 @@ export class BatchQueue {
         }
         segments.push({ job, from, to });
         job.taken = to;
-        if (to === job.events.length) this.queue.shift();
+        if (to === job.events.length) queue[this.qHead++] = undefined as unknown as Job;
+      }
+      if (this.qHead === queue.length) {
+        queue.length = 0;
+        this.qHead = 0;
+      } else if (this.qHead >= 1024 && 2 * this.qHead >= queue.length) {
+        queue.splice(0, this.qHead);
+        this.qHead = 0;
       }
       this.running++;
       // runBatch lowers `running` before it resolves the callers, so a caller's next match()
@@ -324,15 +334,20 @@ export class BatchQueue {
   }
 
   private async runBatchCounted(segments: Segment[], events: NEvent[], tags: boolean[], done: () => void): Promise<void> {
-    const state = this.gpu();
+    let state: ReturnType<typeof this.gpu> = null;
     let results: (Listed[] | null)[];
     try {
+      state = this.gpu();
       if (state === null) throw new Error('no device');
       const t = performance.now();
       // Adaptive selection compares small calls, so only small batches feed the GPU's cost, and
       // only those that ran alone (not behind other batches).
       const sample = events.length <= SMALL_BATCH && this.running === 1;
-      results = await state.run(events, tags);
+      const answer = await state.run(events, tags);
+      results = answer.results;
+      // The batch's own count: read after an await, a field shared by the batches in flight
+      // could be another's.
+      this.counters.overflowEvents += answer.overflow;
       if (sample) this.choice.sample('gpu', (performance.now() - t) * 1e3);
       this.counters.batches++;
     } catch {
@@ -340,10 +355,7 @@ export class BatchQueue {
       results = events.map(() => null);
       this.counters.fallbackEvents += events.length;
     }
-    if (state !== null) {
-      this.counters.overflowEvents += state.lastOverflow;
-      if (state.lastStages !== null) this.lastStages = state.lastStages;
-    }
+    if (state !== null && state.lastStages !== null) this.lastStages = state.lastStages;
     done();
     this.settle(segments, events, results);
   }

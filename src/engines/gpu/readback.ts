@@ -68,8 +68,6 @@ export interface Readout {
 }
 
 export class Readback {
-  /** Events of the last batch the CPU had to answer because of an overflow. */
-  lastOverflow = 0;
   lastStages: StageTimes | null = null;
   /** GPU errors caught around batches (each sent its batch to the CPU). */
   errors = 0;
@@ -124,10 +122,11 @@ export class Readback {
   /**
    * Per event, its subscription ids, or null where the CPU engine must answer (its candidates
    * exceeded `candCap`, the capacity the batch ran with). Null for the whole batch when the pairs
-   * overflowed the output buffer: which events lost pairs is unknown. `serial`: the batch's, for
-   * the positions it was submitted with.
+   * overflowed the output buffer: which events lost pairs is unknown. `overflow`: how many events
+   * the CPU must answer for either reason. `serial`: the batch's, for the positions it was
+   * submitted with.
    */
-  async reconcile(events: readonly NEvent[], tags: readonly boolean[], r: Readout, s: Slot, candCap: number, serial: number): Promise<(Listed[] | null)[] | null> {
+  async reconcile(events: readonly NEvent[], tags: readonly boolean[], r: Readout, s: Slot, candCap: number, serial: number): Promise<{ results: (Listed[] | null)[] | null; overflow: number }> {
     const E = events.length;
     const { counts, total } = r;
     const cap = this.capacity;
@@ -135,8 +134,7 @@ export class Readback {
     cap.pairsPerEvent = Math.max(total / E, 0.8 * cap.pairsPerEvent);
     if (total > s.outCap) {
       this.buffers.growOut(s, total);
-      this.lastOverflow = E;
-      return null;
+      return { results: null, overflow: E };
     }
     const all = await this.allPairs(r, s);
     const results: (Listed[] | null)[] = events.map(() => []);
@@ -157,8 +155,7 @@ export class Readback {
       const fit = Math.floor(this.ctx.limits.maxStorageBufferBindingSize / (4 * this.opts.maxBatch));
       while (cap.candCap < maxCand && cap.candCap * 2 <= fit) cap.candCap *= 2;
     }
-    this.lastOverflow = overflow;
-    return results;
+    return { results, overflow };
   }
 
   /** The first trip's pairs, plus the rest read in a second trip when there were more. */
