@@ -16,6 +16,51 @@ export interface MachineInfo {
   commit: string | null;
   /** Node flags the measuring processes ran with. */
   execArgv: string[];
+  /** How fast this machine ran two fixed probes when the run started (absent in older files): see speedProbe. */
+  speed?: SpeedProbe;
+}
+
+/**
+ * Two fixed probes, timed when a run starts, so runs on machines that share a name (lent hosts of
+ * one kind differ by up to about 1.5x) can be compared: `jsMs`, the best of 3 of a fixed piece of
+ * JavaScript (string keys into a Map and back, a sort of 100k numbers: the kind of work the hub
+ * and engines do); `memGBps`, the best of 3 reads of a 32 MiB array.
+ */
+export interface SpeedProbe {
+  jsMs: number;
+  memGBps: number;
+}
+
+export function speedProbe(): SpeedProbe {
+  let jsMs = Infinity;
+  let memGBps = 0;
+  let sink = 0;
+  for (let r = 0; r < 3; r++) {
+    const t = performance.now();
+    const m = new Map<string, number>();
+    for (let i = 0; i < 50_000; i++) m.set(`k${(i * 7919) % 50_000}`, i);
+    for (let i = 0; i < 50_000; i++) sink += m.get(`k${i}`) ?? 0;
+    const a = new Float64Array(100_000);
+    let x = 12345;
+    for (let i = 0; i < a.length; i++) {
+      x = (Math.imul(x, 1103515245) + 12345) >>> 0;
+      a[i] = x / 2 ** 32;
+    }
+    a.sort();
+    sink += a[50_000];
+    jsMs = Math.min(jsMs, performance.now() - t);
+  }
+  const big = new Float64Array(4 * 2 ** 20).fill(1);
+  for (let r = 0; r < 3; r++) {
+    const t = performance.now();
+    let s = 0;
+    for (let i = 0; i < big.length; i++) s += big[i];
+    const ms = performance.now() - t;
+    sink += s;
+    memGBps = Math.max(memGBps, big.byteLength / (ms * 1e6));
+  }
+  if (sink === -1) process.stdout.write(''); // keeps the probes' results live
+  return { jsMs: Math.round(jsMs * 10) / 10, memGBps: Math.round(memGBps * 10) / 10 };
 }
 
 export function machineInfo(execArgv: string[] = process.execArgv): MachineInfo {
@@ -32,6 +77,7 @@ export function machineInfo(execArgv: string[] = process.execArgv): MachineInfo 
     v8: process.versions.v8,
     commit: gitCommit(),
     execArgv,
+    speed: speedProbe(),
   };
 }
 
@@ -52,5 +98,6 @@ function gitCommit(): string | null {
 }
 
 export function describeMachine(m: MachineInfo): string {
-  return `${m.cpu} (${m.logicalCores} logical cores), ${(m.memoryBytes / 2 ** 30).toFixed(1)} GiB, ${m.platform}/${m.arch}, Node ${m.node}${m.commit ? `, commit ${m.commit}` : ''}`;
+  const speed = m.speed === undefined ? '' : `; speed probes: JavaScript ${m.speed.jsMs} ms, memory ${m.speed.memGBps} GB/s`;
+  return `${m.cpu} (${m.logicalCores} logical cores), ${(m.memoryBytes / 2 ** 30).toFixed(1)} GiB, ${m.platform}/${m.arch}, Node ${m.node}${m.commit ? `, commit ${m.commit}` : ''}${speed}`;
 }
