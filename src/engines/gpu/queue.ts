@@ -158,6 +158,23 @@ export class PathChoice {
   };
 }
 
+/**
+ * The head of a list consumed from its front, after compaction: the list emptied once all of it is
+ * consumed, shifted down once half of it (at least 1024 entries) is; so each entry is moved O(1)
+ * times.
+ */
+function compacted(list: unknown[], head: number): number {
+  if (head === list.length) {
+    list.length = 0;
+    return 0;
+  }
+  if (head >= 1024 && 2 * head >= list.length) {
+    list.splice(0, head);
+    return 0;
+  }
+  return head;
+}
+
 /** A call's answer, handed back in call order (BatchQueue.release). */
 interface Release {
   /** Answered: may be handed back once every call before it has been. */
@@ -279,13 +296,7 @@ export class BatchQueue {
   private release(): void {
     const out = this.out;
     while (this.head < out.length && out[this.head].done) out[this.head++].hand();
-    if (this.head === out.length) {
-      out.length = 0;
-      this.head = 0;
-    } else if (this.head >= 1024 && 2 * this.head >= out.length) {
-      out.splice(0, this.head);
-      this.head = 0;
-    }
+    this.head = compacted(out, this.head);
   }
 
   private pump(): void {
@@ -307,13 +318,7 @@ export class BatchQueue {
         job.taken = to;
         if (to === job.events.length) queue[this.qHead++] = undefined as unknown as Job;
       }
-      if (this.qHead === queue.length) {
-        queue.length = 0;
-        this.qHead = 0;
-      } else if (this.qHead >= 1024 && 2 * this.qHead >= queue.length) {
-        queue.splice(0, this.qHead);
-        this.qHead = 0;
-      }
+      this.qHead = compacted(queue, this.qHead);
       this.running++;
       // runBatch lowers `running` before it resolves the callers, so a caller's next match()
       // does not mistake this finished batch for load.
