@@ -260,7 +260,7 @@ export function toEvent(field: string, e: Event | undefined, limits: Limits, new
   const model: MEvent = { id: e.id === '' ? newId() : e.id, lat, lon, radiusM: e.radiusM, attributes };
   if (e.tags.length > 0) model.tags = e.tags;
   if (e.time !== undefined) model.timeMs = eventTime(`${field}.time`, e.time.seconds, e.time.nanos);
-  const valid = wireNames(() => validateEvent({ ...model, attributes: { ...attributes } }, limits, field));
+  const valid = wireNames(() => validateEvent(model, limits, field));
   // Tags travel and are delivered in their normal form (T2).
   if (model.tags !== undefined) {
     refuseReserved(field, valid.tags);

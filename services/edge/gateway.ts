@@ -42,7 +42,7 @@ import { OpsService, GetDeviceSubscriptionsResponseSchema, type GetDeviceSubscri
 import { type BulkPublishRequest, BulkPublishResponseSchema, type PublishRequest, PublishResponseSchema, PublisherService } from '../../api/gen/ambit/v1/publisher_pb.js';
 import { type DeviceSubscription, type Hub, MAX_DEVICE_PAGE, type PublishResult, type Revocation } from '../hub/port.js';
 import { DeviceSession, type SessionHost } from './device-session.js';
-import { encodedEvent } from './notification-frame.js';
+import { encodedEvent, keepPublishedBytes } from './notification-frame.js';
 import { type DeviceStream, GrpcJsDeviceStream } from './device-stream.js';
 import { H2DeviceStream, type H2StreamOptions, takeOverStreams } from './h2-device-stream.js';
 import type { WebSocket } from 'ws';
@@ -56,7 +56,7 @@ import { ExpiryClock } from './expiry.js';
 import { type SeenOptions, SeenTracker } from './seen.js';
 import type { IncomingHttpHeaders, ServerHttp2Stream } from 'node:http2';
 import { grpcServerDefinition, isMalformed, requestDecoder } from '../../api/rpc.js';
-import { fastConnectRequest, fastUpdateLocationsRequest } from '../../api/fast-decode.js';
+import { fastBulkPublishRequest, fastConnectRequest, fastPublishRequest, fastUpdateLocationsRequest, publishedEvents } from '../../api/fast-decode.js';
 
 export interface GatewayOptions {
   /** Notifications pulled from the hub per read. */
@@ -228,6 +228,8 @@ export class Gateway implements SessionHost {
       publisher: {
         publish: this.unary<PublishRequest>(SCOPES.publish, async (req, p, call) => {
           const event = this.tenancy.event(toEvent('event', req.event, this.limits, randomUUID), p, 'event');
+          // Where the hub sends events on (below), their bytes as they came serve as the encoding.
+          if (this.hub.forwardsEvents) keepPublishedBytes(event, req.event!, publishedEvents(req), 0);
           await this.limiterOf(p).publish(p.subject, 1);
           if (call.cancelled) throw new ApiError(grpc.status.CANCELLED, 'call ended before the event was published');
           if (this.hub.forwardsEvents) encodedEvent(event);
@@ -361,7 +363,7 @@ export class Gateway implements SessionHost {
     // Locations and acks (most of what device streams carry) and UpdateLocations batches skip the
     // generic decoder.
     server.addService(grpcServerDefinition(DeviceService, { connect: fastConnectRequest, updateLocations: fastUpdateLocationsRequest }), h.device);
-    server.addService(grpcServerDefinition(PublisherService), h.publisher);
+    server.addService(grpcServerDefinition(PublisherService, { publish: fastPublishRequest, bulkPublish: fastBulkPublishRequest }), h.publisher);
     server.addService(grpcServerDefinition(OpsService), h.ops);
   }
 
@@ -714,7 +716,9 @@ export class Gateway implements SessionHost {
         if (req.events.length > this.opts.maxEventsPerMessage) {
           throw new ApiError(grpc.status.RESOURCE_EXHAUSTED, `at most ${this.opts.maxEventsPerMessage} events per message, got ${req.events.length}`, 'events');
         }
-        return req.events.map((e, i) => this.tenancy.event(toEvent(`events[${i}]`, e, this.limits, randomUUID), p, `events[${i}]`));
+        // Where the hub sends events on (publishMessages encodes them), their bytes as they came serve as the encoding.
+        const sent = this.hub.forwardsEvents ? publishedEvents(req) : undefined;
+        return req.events.map((e, i) => keepPublishedBytes(this.tenancy.event(toEvent(`events[${i}]`, e, this.limits, randomUUID), p, `events[${i}]`), e, sent, i));
       },
       async (all) => {
         // The publisher's rate, message by message: the ones it admits are published, then the

@@ -11,6 +11,8 @@
 import { create, toBinary } from '@bufbuild/protobuf';
 import type { Event as MEvent } from '../../src/model/types.js';
 import { ConnectResponseSchema } from '../../api/gen/ambit/v1/device_pb.js';
+import type { Event as ApiEvent } from '../../api/gen/ambit/v1/types_pb.js';
+import type { PublishedEvents } from '../../api/fast-decode.js';
 import { type Delivery, apiEventBytes } from '../hub/port.js';
 import { fromDelivery } from './convert.js';
 import { encodeApiEvent, timestampSize, utf8Length, varintSize, writeString, writeTimestamp, writeVarint } from './event-bytes.js';
@@ -27,6 +29,23 @@ export function encodedEvent(e: MEvent): Uint8Array {
     apiEventBytes.set(e, b);
   }
   return b;
+}
+
+/**
+ * Takes an event's bytes as they came in its publish (`publishedEvents`, api/fast-decode.ts) for
+ * its API bytes, so the node does not encode it again: the decoder vouched that they are the
+ * encoder's own layout for what they decode to, and here the event must still be what they
+ * decode to (its id and tags as sent: no id chosen by the gateway, no tenant's tag or prefix,
+ * tags already in their normal form). Returns the event.
+ */
+export function keepPublishedBytes(e: MEvent, sent: ApiEvent, from: PublishedEvents | undefined, i: number): MEvent {
+  if (from === undefined || e.id !== sent.id) return e;
+  const tags = e.tags;
+  if (tags === undefined ? sent.tags.length !== 0 : tags.length !== sent.tags.length) return e;
+  if (tags !== undefined) for (let k = 0; k < tags.length; k++) if (tags[k] !== sent.tags[k]) return e;
+  const bytes = from.bytes(i);
+  if (bytes !== null) apiEventBytes.set(e, bytes);
+  return e;
 }
 
 // Field tags: (field number << 3) | wire type 2 (length-delimited) or 0 (varint).
