@@ -11,7 +11,6 @@ import { type ConnectRequest, type ConnectResponse, ConnectResponseSchema } from
 import { isMalformed } from '../../api/rpc.js';
 import type { Principal } from './auth.js';
 import { ApiError, type StatusInfo, requestStatus, toSubscription } from './convert.js';
-import { notificationFrame } from './notification-frame.js';
 import { type Delivery, type DeviceSubscription, type DrainableInbox, type Hub, type Inbox, type LocationWriter, compareDeliveryIds, parseDeliveryId } from '../hub/port.js';
 import type { Logger } from 'pino';
 import type { Counters } from './counters.js';
@@ -219,12 +218,10 @@ export class DeviceSession implements Expiring, StreamListener {
 
   /** Writes a batch of notifications in one go; false: HTTP/2 flow control holds it back. */
   private sendBatch(batch: readonly Delivery[]): boolean {
-    const frames = new Array<Uint8Array>(batch.length);
-    for (let i = 0; i < batch.length; i++) frames[i] = notificationFrame(batch[i]);
     this.lastSent = batch[batch.length - 1].deliveryId;
-    this.host.counters.notificationsSent += frames.length;
-    if (this.tenantCounts !== null) this.tenantCounts.notificationsSent += frames.length;
-    return this.stream.sendAll(frames);
+    this.host.counters.notificationsSent += batch.length;
+    if (this.tenantCounts !== null) this.tenantCounts.notificationsSent += batch.length;
+    return this.stream.sendNotifications(batch);
   }
 
   /** Registers for the end of HTTP/2 back-pressure (or the stream's end): then pumps again. */

@@ -8,7 +8,9 @@
 import type * as grpc from '@grpc/grpc-js';
 import type { ConnectRequest, ConnectResponse } from '../../api/gen/ambit/v1/device_pb.js';
 import { type StatusInfo, toServiceError } from './convert.js';
-import { type RawStream, grpcMessages, rawStreamOf } from './raw-stream.js';
+import type { Delivery } from '../hub/port.js';
+import { grpcNotifications, notificationFrame } from './notification-frame.js';
+import { type RawStream, rawStreamOf } from './raw-stream.js';
 
 /** What a transport tells the session it carries. */
 export interface StreamListener {
@@ -26,8 +28,8 @@ export interface DeviceStream {
   attach(listener: StreamListener): void;
   /** Writes a response (a message, or its bytes already encoded); false: HTTP/2 flow control holds it back, `onceDrain` says when it moves. */
   send(m: ConnectResponse | Uint8Array): boolean;
-  /** Writes encoded notifications in order, behind every response before them; false as for send. */
-  sendAll(frames: readonly Uint8Array[]): boolean;
+  /** Writes notifications in order, behind every response before them; false as for send. */
+  sendNotifications(batch: readonly Delivery[]): boolean;
   /** Calls `fn` once when what was written drained or the stream ended. */
   onceDrain(fn: () => void): void;
   offDrain(fn: () => void): void;
@@ -91,13 +93,13 @@ export class GrpcJsDeviceStream implements DeviceStream {
     return this.call.write(m as ConnectResponse);
   }
 
-  sendAll(frames: readonly Uint8Array[]): boolean {
+  sendNotifications(batch: readonly Delivery[]): boolean {
     const raw = this.raw === undefined ? this.findRaw() : this.raw;
     if (raw !== null && this.call.writableLength === 0 && raw.headersSent && !raw.writableEnded && !raw.destroyed && !raw.closed) {
-      return raw.write(grpcMessages(frames), IGNORE);
+      return raw.write(grpcNotifications(batch), IGNORE);
     }
     let ok = true;
-    for (let i = 0; i < frames.length; i++) ok = this.call.write(frames[i] as unknown as ConnectResponse);
+    for (let i = 0; i < batch.length; i++) ok = this.call.write(notificationFrame(batch[i]) as unknown as ConnectResponse);
     return ok;
   }
 

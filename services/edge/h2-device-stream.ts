@@ -24,6 +24,8 @@ import { toBinary } from '@bufbuild/protobuf';
 import { type ConnectRequest, type ConnectResponse, ConnectResponseSchema } from '../../api/gen/ambit/v1/device_pb.js';
 import { type StatusInfo, asciiField, statusDetails } from './convert.js';
 import type { DeviceStream, StreamListener } from './device-stream.js';
+import type { Delivery } from '../hub/port.js';
+import { grpcNotifications } from './notification-frame.js';
 import { grpcMessages } from './raw-stream.js';
 
 /** What the gateway gives every stream it serves. */
@@ -286,9 +288,9 @@ export class H2DeviceStream implements DeviceStream {
     return this.write(grpcMessages([m instanceof Uint8Array ? m : toBinary(ConnectResponseSchema, m)]));
   }
 
-  sendAll(frames: readonly Uint8Array[]): boolean {
+  sendNotifications(batch: readonly Delivery[]): boolean {
     if (!this.writable()) return true;
-    return this.write(grpcMessages(frames));
+    return this.write(grpcNotifications(batch));
   }
 
   onceDrain(fn: () => void): void {

@@ -55,28 +55,46 @@ const TAG_EVENT = (2 << 3) | 2;
 const TAG_SUBSCRIPTION_ID = (3 << 3) | 2;
 const TAG_PUBLISHED_AT = (4 << 3) | 2;
 
-/** The `ConnectResponse` bytes of one delivery. */
-export function notificationFrame(d: Delivery): Uint8Array {
-  // Times are whole milliseconds since the epoch; anything else, and a pattern's match (rare,
-  // one recipient each), takes the general encoder.
-  if (!(Number.isSafeInteger(d.publishedAtMs) && d.publishedAtMs >= 0) || d.match !== undefined) {
-    return toBinary(ConnectResponseSchema, create(ConnectResponseSchema, { message: { case: 'notification', value: fromDelivery(d) } }));
-  }
+/** A delivery the direct writer does not cover (a time not of whole milliseconds since the epoch, a pattern's match: rare, one recipient each): the general encoder writes it. */
+function general(d: Delivery): Uint8Array | null {
+  if (Number.isSafeInteger(d.publishedAtMs) && d.publishedAtMs >= 0 && d.match === undefined) return null;
+  return toBinary(ConnectResponseSchema, create(ConnectResponseSchema, { message: { case: 'notification', value: fromDelivery(d) } }));
+}
+
+/**
+ * Lengths measured by `frameSize` for the `writeFrame` that follows it, per delivery in order:
+ * the body's, the delivery id's, then each subscription id's (reused; a huge batch's let go).
+ */
+let lens: number[] = [];
+let nLens = 0;
+
+/** The bytes delivery `d`'s `ConnectResponse` (not `general`) will take; its lengths are pushed to `lens`. */
+function frameSize(d: Delivery): number {
   const event = encodedEvent(d.event);
   const tsLen = timestampSize(d.publishedAtMs);
   const idLen = utf8Length(d.deliveryId);
+  const at = nLens;
+  lens[nLens++] = 0; // the body's, below
+  lens[nLens++] = idLen;
   let body = (idLen > 0 ? 1 + varintSize(idLen) + idLen : 0) + 1 + varintSize(event.length) + event.length + 1 + varintSize(tsLen) + tsLen;
   const ids = d.subscriptionIds;
-  const idLens = new Array<number>(ids.length);
   for (let i = 0; i < ids.length; i++) {
     const n = utf8Length(ids[i]);
-    idLens[i] = n;
+    lens[nLens++] = n;
     body += 1 + varintSize(n) + n;
   }
-  const out = Buffer.allocUnsafe(1 + varintSize(body) + body);
-  let o = 0;
+  lens[at] = body;
+  return 1 + varintSize(body) + body;
+}
+
+/** Writes delivery `d`'s `ConnectResponse` of `size` bytes (frameSize) at `o`, its lengths from `lens` at `k`; returns the next index into `lens`. */
+function writeFrame(out: Buffer, o: number, d: Delivery, size: number, k: number): number {
+  const end = o + size;
+  const event = encodedEvent(d.event);
+  const tsLen = timestampSize(d.publishedAtMs);
   out[o++] = TAG_NOTIFICATION;
-  o = writeVarint(out, o, body);
+  o = writeVarint(out, o, lens[k++]);
+  const idLen = lens[k++];
   if (idLen > 0) {
     out[o++] = TAG_DELIVERY_ID;
     o = writeVarint(out, o, idLen);
@@ -86,12 +104,56 @@ export function notificationFrame(d: Delivery): Uint8Array {
   o = writeVarint(out, o, event.length);
   out.set(event, o);
   o += event.length;
+  const ids = d.subscriptionIds;
   for (let i = 0; i < ids.length; i++) {
+    const n = lens[k++];
     out[o++] = TAG_SUBSCRIPTION_ID;
-    o = writeVarint(out, o, idLens[i]);
-    o = writeString(out, o, ids[i], idLens[i]);
+    o = writeVarint(out, o, n);
+    o = writeString(out, o, ids[i], n);
   }
   o = writeTimestamp(out, o, TAG_PUBLISHED_AT, d.publishedAtMs, tsLen);
-  if (o !== out.length) throw new Error(`notification frame: wrote ${o} of ${out.length} bytes`);
+  if (o !== end) throw new Error(`notification frame: wrote ${o - end + size} of ${size} bytes`);
+  return k;
+}
+
+/** The `ConnectResponse` bytes of one delivery. */
+export function notificationFrame(d: Delivery): Uint8Array {
+  const g = general(d);
+  if (g !== null) return g;
+  nLens = 0;
+  const size = frameSize(d);
+  const out = Buffer.allocUnsafe(size);
+  writeFrame(out, 0, d, size, 0);
+  return out;
+}
+
+/**
+ * A batch of deliveries as gRPC messages (a flag byte, a 4-byte length, the `ConnectResponse`,
+ * each), written into one buffer: no buffer per notification, no copy of each into the batch.
+ */
+export function grpcNotifications(batch: readonly Delivery[]): Buffer {
+  const n = batch.length;
+  const sizes = new Array<number>(n);
+  const generals: (Uint8Array | null)[] | null = n > 0 && batch.some((d) => d.match !== undefined || !(Number.isSafeInteger(d.publishedAtMs) && d.publishedAtMs >= 0)) ? batch.map(general) : null;
+  nLens = 0;
+  let total = 0;
+  for (let i = 0; i < n; i++) {
+    const g = generals?.[i] ?? null;
+    sizes[i] = g !== null ? g.length : frameSize(batch[i]);
+    total += 5 + sizes[i];
+  }
+  const out = Buffer.allocUnsafe(total);
+  let o = 0;
+  let k = 0;
+  for (let i = 0; i < n; i++) {
+    out[o] = 0; // not compressed
+    out.writeUInt32BE(sizes[i], o + 1);
+    o += 5;
+    const g = generals?.[i] ?? null;
+    if (g !== null) out.set(g, o);
+    else k = writeFrame(out, o, batch[i], sizes[i], k);
+    o += sizes[i];
+  }
+  if (lens.length > 1 << 16) lens = [];
   return out;
 }

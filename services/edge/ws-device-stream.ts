@@ -26,6 +26,8 @@ import { type ConnectRequest, type ConnectResponse, ConnectResponseSchema } from
 import { type StatusInfo, statusDetails } from './convert.js';
 import { CODE_NAMES, FLAG_END, FLAG_MESSAGE, type WsEndOfStream } from '../../api/websocket.js';
 import type { DeviceStream, StreamListener } from './device-stream.js';
+import type { Delivery } from '../hub/port.js';
+import { notificationFrame } from './notification-frame.js';
 
 export { FLAG_END, FLAG_MESSAGE, WS_BEARER_PREFIX, WS_PATH, WS_SUBPROTOCOL } from '../../api/websocket.js';
 /** Bytes of a device's frames waiting for the socket past which `send` says to wait for drain. */
@@ -177,9 +179,9 @@ export class WsDeviceStream implements DeviceStream {
     return this.pending < HIGH_WATER;
   }
 
-  sendAll(frames: readonly Uint8Array[]): boolean {
+  sendNotifications(batch: readonly Delivery[]): boolean {
     if (!this.writable()) return true;
-    for (let i = 0; i < frames.length; i++) this.put(frame(frames[i]));
+    for (let i = 0; i < batch.length; i++) this.put(frame(notificationFrame(batch[i])));
     return this.pending < HIGH_WATER;
   }
 

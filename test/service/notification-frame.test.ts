@@ -8,7 +8,8 @@ import { describe, it } from 'node:test';
 import { create, fromBinary, toBinary } from '@bufbuild/protobuf';
 import { ConnectResponseSchema } from '../../api/gen/ambit/v1/device_pb.js';
 import { fromDelivery } from '../../services/edge/convert.js';
-import { notificationFrame } from '../../services/edge/notification-frame.js';
+import { grpcNotifications, notificationFrame } from '../../services/edge/notification-frame.js';
+import { grpcMessages } from '../../services/edge/raw-stream.js';
 import type { Delivery } from '../../services/hub/port.js';
 import type { Event, Value } from '../../src/model/types.js';
 import { Prng } from '../../src/workload/prng.js';
@@ -71,6 +72,25 @@ describe('notification frame', () => {
         publishedAtMs: ms,
       };
       same(d, `case ${k}`);
+    }
+  });
+  it('a batch as gRPC messages in one buffer is the messages of each delivery, framed one after another', () => {
+    const rng = new Prng(20261128);
+    const one = (k: number): Delivery => {
+      const ms = k % 17 === 3 ? 1234.5 : rng.int(0, 2 ** 31) * 1000 + rng.int(0, 999);
+      const d: Delivery = {
+        deliveryId: `${Math.floor(ms)}-${k}`,
+        event: event({ kind: `k${rng.int(0, 80)}`, level: rng.int(1, 5), note: 'ü'.repeat(rng.int(0, 3)) }, { id: `e${k}` }),
+        subscriptionIds: Array.from({ length: rng.int(0, 4) }, (_, j) => (j === 2 ? 'x'.repeat(200) : `s${j}-${k}`)),
+        publishedAtMs: ms,
+      };
+      // A pattern's match takes the general encoder, framed among the others.
+      if (k % 23 === 5) d.match = { steps: [{ step: 'first', event: event({ a: 1 }, { id: `f${k}` }), timeMs: 1 }], aggregates: { n: 2 } };
+      return d;
+    };
+    for (const n of [0, 1, 2, 7, 100, 3000]) {
+      const batch = Array.from({ length: n }, (_, k) => one(k));
+      assert.deepEqual(grpcNotifications(batch), grpcMessages(batch.map((d) => reference(d))), `a batch of ${n}`);
     }
   });
 });
