@@ -39,5 +39,15 @@ describe('delivery ids', () => {
     assert.ok(compareDeliveryIds('10-2', '10-10') < 0);
     assert.equal(compareDeliveryIds('7-7', '7-7'), 0);
     assert.throws(() => compareDeliveryIds('7-7', 'x'), /malformed delivery id "x"/);
+    assert.throws(() => compareDeliveryIds('x', '7-7'), /malformed delivery id "x"/);
+    // Over random pairs: the sign of the numbers' order.
+    const rng = new Prng(11);
+    const id = () => `${rng.int(0, 3) === 0 ? rng.int(0, 2 ** 44) : rng.int(0, 20)}-${rng.int(0, 3) === 0 ? rng.int(0, 2 ** 40) : rng.int(0, 20)}`;
+    for (let k = 0; k < 5000; k++) {
+      const a = id();
+      const b = id();
+      const [x, y] = [oracle(a)!, oracle(b)!];
+      assert.equal(Math.sign(compareDeliveryIds(a, b)), Math.sign(x[0] - y[0] || x[1] - y[1]), `${a} vs ${b}`);
+    }
   });
 });
