@@ -218,10 +218,12 @@ export class DeviceSession implements Expiring, StreamListener {
 
   /** Writes a batch of notifications in one go; false: HTTP/2 flow control holds it back. */
   private sendBatch(batch: readonly Delivery[]): boolean {
+    // Encoded and written first: a batch that fails to encode is not counted, nor acknowledgeable.
+    const more = this.stream.sendNotifications(batch);
     this.lastSent = batch[batch.length - 1].deliveryId;
     this.host.counters.notificationsSent += batch.length;
     if (this.tenantCounts !== null) this.tenantCounts.notificationsSent += batch.length;
-    return this.stream.sendNotifications(batch);
+    return more;
   }
 
   /** Registers for the end of HTTP/2 back-pressure (or the stream's end): then pumps again. */

@@ -166,6 +166,8 @@ describe('fast Publish and BulkPublish decoding', () => {
       ['a time at the epoch', [{ id: 'a', position: { lat: 1, lon: 2 }, time: {} }], 1],
       ['a time of seconds only, and of milliseconds only', [{ id: 'a', position: { lat: 1, lon: 2 }, time: { seconds: 5n } }, { id: 'b', position: { lat: 1, lon: 2 }, time: { nanos: 7_000_000 } }], 2],
       ['a time not of whole milliseconds (refused by the gateway)', [{ id: 'a', position: { lat: 1, lon: 2 }, time: { seconds: 5n, nanos: 1 } }], 0],
+      // protobuf-es reads a leading U+FEFF as text, not as a byte-order mark: so must the fast path.
+      ['a leading U+FEFF in an id, a name and a text', [{ id: '\uFEFFa', position: { lat: 1, lon: 2 }, attributes: { '\uFEFFk': txt('\uFEFFx') } }], 1],
       ['long strings (lengths of two bytes)', [{ id: 'x'.repeat(128), position: { lat: 1, lon: 2 }, attributes: { s: txt('y'.repeat(1000)) } }], 1],
     ];
     for (const [what, events, keep] of cases) assert.equal(same(encodeBulk(events), what), keep, what);
@@ -249,23 +251,13 @@ describe('fast Publish and BulkPublish decoding', () => {
       if (rng.int(0, 3) === 0) e.time = { seconds: BigInt(rng.int(0, 2e9)), nanos: rng.int(0, 4) === 0 ? rng.int(0, 999_999_999) : rng.int(0, 999) * 1_000_000 };
       return e;
     };
-    let accepted = 0;
     let keptBytes = 0;
-    for (let i = 0; i < 4000; i++) {
-      const b = encodeBulk(Array.from({ length: rng.int(1, 4) }, event));
-      for (let k = rng.int(0, 2); k > 0; k--) b[rng.int(0, b.length - 1)] = rng.int(0, 255);
-      const fast = fastBulkPublishRequest(b);
-      if (fast === null) continue;
-      accepted++;
-      let reference: unknown;
-      try {
-        reference = fromBinary(BulkPublishRequestSchema, b);
-      } catch {
-        reference = null;
-      }
-      assert.deepStrictEqual(fast, reference, `input ${b.toString('hex')}`);
-      keptBytes += kept(fast.events, publishedEvents(fast)!, `input ${b.toString('hex')}`);
-    }
+    const fast = (b: Buffer) => {
+      const r = fastBulkPublishRequest(b);
+      if (r !== null) keptBytes += kept(r.events, publishedEvents(r)!, `input ${b.toString('hex')}`);
+      return r;
+    };
+    const accepted = sweep(rng, 4000, BulkPublishRequestSchema, fast, () => encodeBulk(Array.from({ length: rng.int(1, 4) }, event)));
     assert.ok(accepted > 1500, `most of the sweep takes the fast path (${accepted})`);
     assert.ok(keptBytes > 1000, `and keeps many events' bytes (${keptBytes})`);
   });
