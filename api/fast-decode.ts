@@ -53,12 +53,11 @@ function latLon(b: Uint8Array, from: number, to: number): { $typeName: 'ambit.v1
 /** The bytes [from, to) as one flat string when all are ASCII, else null. */
 function ascii(b: Uint8Array, from: number, to: number): string | null {
   for (let i = from; i < to; i++) if (b[i] >= 0x80) return null;
-  return latin1(b, from, to);
-}
-
-/** The bytes [from, to) as Latin-1 text (ASCII here), read by the runtime. */
-function latin1(b: Uint8Array, from: number, to: number): string {
-  return (Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.length)).toString('latin1', from, to);
+  // Short strings (ids, names, kinds) byte by byte: cheaper than a call into the runtime.
+  if (to - from > 24) return (Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.length)).toString('latin1', from, to);
+  let s = '';
+  for (let i = from; i < to; i++) s += String.fromCharCode(b[i]);
+  return s;
 }
 
 // ---- UpdateLocationsRequest { repeated LocationUpdate updates = 1 } ----
@@ -256,27 +255,14 @@ const strict = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
 /** The UTF-8 string in [from, to) as protobuf-es reads it, or null where it is not well-formed. */
 function text(b: Uint8Array, from: number, to: number): string | null {
-  let ascii = true;
-  for (let i = from; i < to; i++) {
-    if (b[i] >= 0x80) {
-      ascii = false;
-      break;
-    }
+  const s = ascii(b, from, to);
+  if (s !== null) return s;
+  try {
+    return strict.decode(b.subarray(from, to));
+  } catch {
+    return null;
   }
-  if (!ascii) {
-    try {
-      return strict.decode(b.subarray(from, to));
-    } catch {
-      return null;
-    }
-  }
-  // Short ASCII (ids, names, kinds) byte by byte: cheaper than a call into the runtime.
-  if (to - from > 24) return latin1(b, from, to);
-  let s = '';
-  for (let i = from; i < to; i++) s += String.fromCharCode(b[i]);
-  return s;
 }
-
 
 /** +0 is proto3's default, left out by encoders (-0 is written). */
 const isDefault = (v: number): boolean => v === 0 && 1 / v > 0;
@@ -326,8 +312,8 @@ function readEvent(b: Uint8Array, view: DataView, from: number, to: number): Eve
         for (let p = o; p < end; p += 8) {
           const k = b[p++];
           if (p + 8 > end) return null;
-          if (k === V_NUMBER && lat === null && lon === null) lat = view.getFloat64(p, true);
-          else if (k === (2 << 3) + 1 && lon === null) lon = view.getFloat64(p, true);
+          if (k === TAG_LAT && lat === null && lon === null) lat = view.getFloat64(p, true);
+          else if (k === TAG_LON && lon === null) lon = view.getFloat64(p, true);
           else return null;
         }
         if ((lat !== null && isDefault(lat)) || (lon !== null && isDefault(lon))) canon = false;

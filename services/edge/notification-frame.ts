@@ -134,11 +134,13 @@ export function notificationFrame(d: Delivery): Uint8Array {
 export function grpcNotifications(batch: readonly Delivery[]): Buffer {
   const n = batch.length;
   const sizes = new Array<number>(n);
-  const generals: (Uint8Array | null)[] | null = n > 0 && batch.some((d) => d.match !== undefined || !(Number.isSafeInteger(d.publishedAtMs) && d.publishedAtMs >= 0)) ? batch.map(general) : null;
+  // The general encoder's bytes, for the rare deliveries that take it (null while none has).
+  let generals: (Uint8Array | undefined)[] | null = null;
   nLens = 0;
   let total = 0;
   for (let i = 0; i < n; i++) {
-    const g = generals?.[i] ?? null;
+    const g = general(batch[i]);
+    if (g !== null) (generals ??= new Array<Uint8Array | undefined>(n))[i] = g;
     sizes[i] = g !== null ? g.length : frameSize(batch[i]);
     total += 5 + sizes[i];
   }
@@ -149,8 +151,8 @@ export function grpcNotifications(batch: readonly Delivery[]): Buffer {
     out[o] = 0; // not compressed
     out.writeUInt32BE(sizes[i], o + 1);
     o += 5;
-    const g = generals?.[i] ?? null;
-    if (g !== null) out.set(g, o);
+    const g = generals?.[i];
+    if (g !== undefined) out.set(g, o);
     else k = writeFrame(out, o, batch[i], sizes[i], k);
     o += sizes[i];
   }
