@@ -1,15 +1,18 @@
 /**
  * Location updates on device streams, whole node: the server in a child process (embedded or
  * Redis, one or several gateway processes), load processes that each hold device streams and
- * write `location` messages on them, one write in flight per stream, in rounds. The load speaks
- * gRPC over node:http2 itself (a Connect request, length-prefixed messages, `--per-write` of them in
- * one DATA frame; default 1, as a phone sends them), since grpc-js's client costs more per message
- * than the server does and would be what the benchmark measured. The rate counts the writes the
- * transport completed in the round. Beside it: what the hub applied (the gateways coalesce a device's updates between flushes, so
+ * write `location` messages on them, in rounds. The load speaks gRPC itself (a Connect request,
+ * length-prefixed messages, `--per-write` of them in one DATA frame; default 1, as a phone sends
+ * them), since grpc-js's client costs more per message than the server does and would be what the
+ * benchmark measured. `--client raw` (the default) writes the HTTP/2 frames itself
+ * (bench/lib/raw-h2.ts), many frames to a socket write, paced by the server's flow-control windows:
+ * node:http2's client (`--client http2`, one write in flight per stream) took about as much CPU per
+ * message as the server, so a host's load could not offer what a node of as many cores takes. The
+ * rate counts the messages the transport took in the round (raw: those the windows admitted). Beside it: what the hub applied (the gateways coalesce a device's updates between flushes, so
  * fewer), server and client CPU, and the server's CPU per update. UpdateLocations batches are
  * measured by bench/service.ts.
  *
- *   node dist/bench/stream-locations.js [--devices N] [--workers W] [--connections C] [--rounds R]
+ *   node dist/bench/stream-locations.js [--client raw|http2] [--devices N] [--workers W] [--connections C] [--rounds R]
  *     [--seconds S] [--per-write K] [--engine fast|auto] [--redis URL] [--gateways N] [--partitions K] [--server-cpus LIST]
  *     [--load-cpus LIST] [--out FILE] [--quick]
  */
@@ -28,14 +31,18 @@ import { ResultRun } from './lib/result-file.js';
 import { cpuLists, startChildServer } from './lib/service-server.js';
 import { summarize } from './lib/stats.js';
 
-const USAGE = `usage: node dist/bench/stream-locations.js [--devices N] [--workers W] [--connections C] [--rounds R] [--seconds S] [--per-write K]
+const USAGE = `usage: node dist/bench/stream-locations.js [--client raw|http2] [--devices N] [--workers W] [--connections C] [--rounds R] [--seconds S] [--per-write K]
   [--engine fast|rtree|auto] [--redis URL] [--geo-shards K] [--geo-cell-deg D] [--gateways N] [--partitions K] [--server-cpus LIST] [--load-cpus LIST] [--seed N] [--out FILE] [--quick]
 Defaults: 4000 device streams over W load processes (half the cores), 8 HTTP/2 connections each; 5 rounds of 3 s after a
 warm-up round; one message per DATA frame (--per-write K: K messages in each); engine fast; embedded, one gateway process.
+--server-profile DIR: the server's processes write V8 CPU profiles there when they exit.
+--client raw (default): the load writes HTTP/2 frames itself, paced by the server's windows; http2: node:http2's client,
+one write in flight per stream.
 --server-cpus LIST, --load-cpus LIST: confine the server's processes, or the load's, to those CPUs (taskset lists).
 --quick: 400 streams, 1 load process, 2 rounds of 1 s.`;
 
 interface Init {
+  client: 'raw' | 'http2';
   address: string;
   secret: string;
   ids: string[];
@@ -64,6 +71,7 @@ function locationWrites(rng: Prng, n: number, perWrite: number): Buffer[] {
 }
 
 async function worker(init: Init, send: (m: FromWorker) => void, on: (f: (m: ToWorker) => void) => void): Promise<void> {
+  if (init.client === 'raw') return rawWorker(init, send, on);
   const { TokenAuthority } = await import('../services/edge/auth.js');
   const authority = new TokenAuthority(init.secret);
   const sessions = Array.from({ length: init.connections }, () => http2.connect(`http://${init.address}`));
@@ -116,9 +124,78 @@ async function worker(init: Init, send: (m: FromWorker) => void, on: (f: (m: ToW
   send({ t: 'ready', cpuSeconds: cpuSeconds() });
 }
 
+/**
+ * The same streams and messages from a client that writes HTTP/2 frames itself (bench/lib/raw-h2.ts):
+ * many DATA frames (one message each) to a socket write, paced by the server's flow-control
+ * windows instead of one write in flight per stream, so a load process offers several times what
+ * node:http2's client can. The server reads the same frames either way.
+ */
+async function rawWorker(init: Init, send: (m: FromWorker) => void, on: (f: (m: ToWorker) => void) => void): Promise<void> {
+  const { TokenAuthority } = await import('../services/edge/auth.js');
+  const { RawH2Connection } = await import('./lib/raw-h2.js');
+  const authority = new TokenAuthority(init.secret);
+  const colon = init.address.lastIndexOf(':');
+  const host = init.address.slice(0, colon);
+  const port = Number(init.address.slice(colon + 1));
+  const conns = await Promise.all(Array.from({ length: init.connections }, () => RawH2Connection.connect(host, port)));
+  const ids: number[][] = conns.map(() => []);
+  const hello = [grpcFrame({ message: { case: 'hello', value: { resumeToken: '' } } })];
+  for (let i = 0; i < init.ids.length; i++) {
+    const c = i % conns.length;
+    const token = authority.issue({ subject: init.ids[i], scopes: [SCOPES.device], ttlSeconds: 3600 });
+    const id = conns[c].open([
+      [':method', 'POST'],
+      [':scheme', 'http'],
+      [':path', '/ambit.v1.DeviceService/Connect'],
+      [':authority', init.address],
+      ['content-type', 'application/grpc'],
+      ['te', 'trailers'],
+      ['authorization', `Bearer ${token}`],
+    ]);
+    ids[c].push(id);
+    if (conns[c].writeData([id], 0, 1, hello, 0).sent !== 1) throw new Error('no window for the hello');
+  }
+  // Every stream's welcome (the server's first message) before the rounds.
+  await Promise.all(conns.map((c, k) => c.until(() => ids[k].every((id) => c.received(id) > 0))));
+  const writes = locationWrites(new Prng(init.seed, 7), 256, init.perWrite);
+  const BATCH = 512;
+  const cursor = conns.map(() => 0);
+  on((m) => {
+    if (m.t === 'exit') {
+      for (const c of conns) c.close();
+      process.exit(0);
+    }
+    if (m.t !== 'run') return;
+    let running = true;
+    let sent = 0;
+    const pump = (k: number): void => {
+      const c = conns[k];
+      if (!running) return;
+      const r = c.writeData(ids[k], cursor[k], BATCH, writes, sent);
+      cursor[k] = (cursor[k] + r.sent) % ids[k].length;
+      sent += r.sent * init.perWrite;
+      if (r.full) void c.drained().then(() => pump(k));
+      else if (r.sent < BATCH) {
+        // A window is shut: go on when the server opens one (a WINDOW_UPDATE arrives).
+        c.onProgress = () => {
+          c.onProgress = () => {};
+          setImmediate(() => pump(k));
+        };
+      } else setImmediate(() => pump(k));
+    };
+    for (let k = 0; k < conns.length; k++) pump(k);
+    setTimeout(() => {
+      running = false;
+      for (const c of conns) if (c.error !== null) process.stderr.write(`bench/stream-locations: ${c.error.message}\n`);
+      send({ t: 'ran', round: m.round, sent, cpuSeconds: cpuSeconds() });
+    }, m.seconds * 1000);
+  });
+  send({ t: 'ready', cpuSeconds: cpuSeconds() });
+}
+
 async function parent(): Promise<void> {
   const fail = cliFail('bench/stream-locations', USAGE);
-  const args = parseArgs(process.argv.slice(2), new Set(['quick', 'help']), new Set(['devices', 'workers', 'connections', 'per-write', 'rounds', 'seconds', 'engine', 'redis', 'gateways', 'partitions', 'geo-shards', 'geo-cell-deg', 'server-cpus', 'load-cpus', 'seed', 'out']), fail);
+  const args = parseArgs(process.argv.slice(2), new Set(['quick', 'help']), new Set(['client', 'devices', 'workers', 'connections', 'per-write', 'rounds', 'seconds', 'engine', 'redis', 'gateways', 'partitions', 'geo-shards', 'geo-cell-deg', 'server-cpus', 'load-cpus', 'seed', 'out', 'server-profile']), fail);
   if (args.help === true) {
     process.stdout.write(`${USAGE}\n`);
     return;
@@ -129,6 +206,9 @@ async function parent(): Promise<void> {
   const workers = a.int('workers', quick ? 1 : Math.max(1, Math.floor(os.availableParallelism() / 2)), 1, 256);
   const connections = a.int('connections', 8, 1, 10_000);
   const perWrite = a.int('per-write', 1, 1, 10_000);
+  const clientArg = a.str('client') ?? 'raw';
+  if (clientArg !== 'raw' && clientArg !== 'http2') fail(`--client must be raw or http2, got ${clientArg}`);
+  const client: Init['client'] = clientArg === 'http2' ? 'http2' : 'raw';
   const rounds = a.int('rounds', quick ? 2 : 5, 1, 100);
   const seconds = a.num('seconds', quick ? 1 : 3, 0.2, 600);
   const engine = a.str('engine') ?? 'fast';
@@ -144,9 +224,10 @@ async function parent(): Promise<void> {
   const run = new ResultRun({ out: args.out, name: 'stream-locations', fail });
   const out = (s: string) => process.stdout.write(`${s}\n`);
   out(`machine: ${describeMachine(run.machine)}; load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')} before the run`);
-  out(`server: role all, ${redisUrl === null ? 'embedded hub' : 'Redis hub'}${geo === undefined ? '' : ` sharded by space over ${geo.shards} geographic shards (stripes of ${geo.cellDeg}°, guard ${geo.guardM} m) + 1 wide`}, ${gateways} gateway process${gateways > 1 ? 'es' : ''}${partitions > 0 ? `, the hub split by device over ${partitions} partition threads` : ''}, engine ${engine}${serverCpus === null ? '' : `, on CPUs ${serverCpus}`}; load: ${workers} processes, ${devices} device streams over ${workers * connections} HTTP/2 connections, ${perWrite} message${perWrite > 1 ? 's' : ''} per write${loadCpus === null ? '' : `, on CPUs ${loadCpus}`}; ${rounds} rounds of ${seconds} s after a warm-up round`);
+  out(`server: role all, ${redisUrl === null ? 'embedded hub' : 'Redis hub'}${geo === undefined ? '' : ` sharded by space over ${geo.shards} geographic shards (stripes of ${geo.cellDeg}°, guard ${geo.guardM} m) + 1 wide`}, ${gateways} gateway process${gateways > 1 ? 'es' : ''}${partitions > 0 ? `, the hub split by device over ${partitions} partition threads` : ''}, engine ${engine}${serverCpus === null ? '' : `, on CPUs ${serverCpus}`}; load: ${workers} processes (${client === 'raw' ? 'HTTP/2 frames written by the load itself, paced by the windows' : 'node:http2, one write in flight per stream'}), ${devices} device streams over ${workers * connections} HTTP/2 connections, ${perWrite} message${perWrite > 1 ? 's' : ''} per DATA frame${loadCpus === null ? '' : `, on CPUs ${loadCpus}`}; ${rounds} rounds of ${seconds} s after a warm-up round`);
 
-  const server = await startChildServer(engine, [], redisUrl, { gateways, partitions, cpus: serverCpus, geo });
+  const profileDir = a.str('server-profile') ?? null;
+  const server = await startChildServer(engine, profileDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${profileDir}`], redisUrl, { gateways, partitions, cpus: serverCpus, geo });
   const procs: ReturnType<typeof fork>[] = [];
   try {
     const secret = server.authority.secretForDev();
@@ -158,7 +239,7 @@ async function parent(): Promise<void> {
         const proc = fork(self, ['--worker'], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], serialization: 'advanced' });
         procs.push(proc);
         const ids = Array.from({ length: Math.max(0, Math.min(per, devices - w * per)) }, (_, i) => `loc-${w * per + i}`);
-        proc.send({ t: 'init', init: { address: server.address, secret, ids, connections, perWrite, seed: seed + w } } satisfies ToWorker);
+        proc.send({ t: 'init', init: { client, address: server.address, secret, ids, connections, perWrite, seed: seed + w } } satisfies ToWorker);
         return new Promise<void>((resolve, reject) => {
           proc.once('message', (m: FromWorker) => (m.t === 'ready' ? resolve() : reject(new Error(`worker: ${JSON.stringify(m)}`))));
           proc.once('exit', (code) => reject(new Error(`bench/stream-locations: a load process exited (${code}) before it was ready`)));
@@ -214,7 +295,7 @@ async function parent(): Promise<void> {
     const rate = summarize(results.map((x) => x.updatesPerSecond));
     out('');
     out(`updates/s sent: min ${Math.round(rate.min).toLocaleString('en-US')}, median ${Math.round(rate.median).toLocaleString('en-US')}, p99 ${Math.round(rate.p99).toLocaleString('en-US')} over ${rounds} rounds`);
-    run.write({ kind: 'stream-locations', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', geo: geo ?? null, gateways, partitions, serverCpus, loadCpus, devices, workers, connections, perWrite, rounds, seconds, seed, updatesPerSecond: rate, results });
+    run.write({ kind: 'stream-locations', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, engine, mode: redisUrl === null ? 'embedded' : 'redis', geo: geo ?? null, gateways, partitions, serverCpus, loadCpus, client, devices, workers, connections, perWrite, rounds, seconds, seed, updatesPerSecond: rate, results });
     out(`results: ${run.shown}`);
   } finally {
     for (const p of procs) if (p.connected) p.send({ t: 'exit' } satisfies ToWorker);

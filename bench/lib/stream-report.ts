@@ -49,8 +49,12 @@ export interface StreamLocationsFile {
   mode: string;
   engine: string;
   gateways: number;
+  /** Hub partitions (absent in files from before it was recorded). */
+  partitions?: number;
   serverCpus: string | null;
   loadCpus: string | null;
+  /** The load's HTTP/2 client (absent in files from before `raw`: node:http2). */
+  client?: 'raw' | 'http2';
   devices: number;
   workers: number;
   connections: number;
@@ -67,10 +71,10 @@ export function streamLocationsSection(runs: readonly { name: string; file: stri
   const lines = [
     '## Location updates on device streams, whole node',
     '',
-    'Produced by `npm run bench:stream-locations` (bench/stream-locations.ts): load processes hold device streams and write `location` messages, one write in flight per stream (one message per DATA frame unless "per write" says more), over gRPC on node:http2. Updates/s are the writes the transport completed; the hub applies fewer (a gateway coalesces a device\'s updates between flushes). Medians over rounds; server and load cores are measured, not shares of the machine. Target: ≥ 5M updates/s per node, one message per frame as phones send them (rows with several per frame show what the gateways can parse, not the target).',
+    'Produced by `npm run bench:stream-locations` (bench/stream-locations.ts): load processes hold device streams and write `location` messages over gRPC, one message per DATA frame unless "per frame" says more. The load\'s client: `http2`, node:http2 with one write in flight per stream (updates/s: the writes the transport completed); `raw`, HTTP/2 frames the load writes itself, many to a socket write, paced by the server\'s flow-control windows (updates/s: the messages the windows admitted), at a tenth of the load\'s CPU. The hub applies fewer than arrive (a gateway coalesces a device\'s updates between flushes). Medians over rounds; server and load cores are measured, not shares of the machine. Target: ≥ 5M updates/s per node, one message per frame as phones send them (rows with several per frame show what the gateways can parse, not the target).',
     '',
-    '| run | machine | server | streams | per write | updates/s (min–max) | applied by the hub/s | server cores | load cores | server µs/update | target |',
-    '|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|',
+    '| run | machine | server | client | streams | per frame | updates/s (min–max) | applied by the hub/s | server cores | load cores | server µs/update | target |',
+    '|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|',
   ];
   const n = (x: number) => Math.round(x).toLocaleString('en-US');
   const med = (xs: number[]) => {
@@ -80,10 +84,11 @@ export function streamLocationsSection(runs: readonly { name: string; file: stri
   for (const r of runs) {
     const f = r.f;
     const u = f.updatesPerSecond;
-    const server = `${f.mode}, ${f.engine}, ${f.gateways} gateway process${f.gateways === 1 ? '' : 'es'}${f.serverCpus === null ? '' : `, CPUs ${f.serverCpus}`}`;
+    const parts = f.partitions !== undefined && f.partitions > 0 ? `, ${f.partitions} hub partitions` : '';
+    const server = `${f.mode}, ${f.engine}, ${f.gateways} gateway process${f.gateways === 1 ? '' : 'es'}${parts}${f.serverCpus === null ? '' : `, CPUs ${f.serverCpus}`}`;
     const load = f.loadCpus === null ? '' : ` (load on CPUs ${f.loadCpus})`;
     lines.push(
-      `| [${r.name}](${rel(r.file)}) | ${f.machine.logicalCores} cores${load} | ${server} | ${f.devices.toLocaleString('en-US')} | ${f.perWrite} | ${n(u.median)} (${n(u.min)}–${n(u.max)}) | ${n(med(f.results.map((x) => x.appliedPerSecond)))} | ${med(f.results.map((x) => x.serverCores)).toFixed(2)} | ${med(f.results.map((x) => x.loadCores)).toFixed(2)} | ${med(f.results.map((x) => x.serverUsPerUpdate)).toFixed(2)} | ${f.perWrite > 1 ? '– (messages batched per frame)' : u.median >= 5e6 ? 'met' : 'not met'} |`,
+      `| [${r.name}](${rel(r.file)}) | ${f.machine.logicalCores} cores${load} | ${server} | ${f.client ?? 'http2'} | ${f.devices.toLocaleString('en-US')} | ${f.perWrite} | ${n(u.median)} (${n(u.min)}–${n(u.max)}) | ${n(med(f.results.map((x) => x.appliedPerSecond)))} | ${med(f.results.map((x) => x.serverCores)).toFixed(2)} | ${med(f.results.map((x) => x.loadCores)).toFixed(2)} | ${med(f.results.map((x) => x.serverUsPerUpdate)).toFixed(2)} | ${f.perWrite > 1 ? '– (messages batched per frame)' : u.median >= 5e6 ? 'met' : 'not met'} |`,
     );
   }
   lines.push('');
