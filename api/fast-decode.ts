@@ -33,6 +33,39 @@ export function fastConnectRequest(b: Uint8Array): ConnectRequest | null {
   return null;
 }
 
+/** Where fastLocation puts a location's lat and lon. */
+export const LOCATION = new Float64Array(2);
+const F64 = new Float64Array(1);
+const F64_BYTES = new Uint8Array(F64.buffer);
+const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
+
+/**
+ * The message b[from, to) when it is a `ConnectRequest{location}` that fastConnectRequest reads
+ * (its layout exactly): true, with lat and lon in LOCATION[0] and [1]; false for anything else,
+ * which the decoder takes. The stream's hot path: no request, no view, no object built.
+ */
+export function fastLocation(b: Uint8Array, from: number, to: number): boolean {
+  const n = to - from;
+  if (n < 2 || b[from] !== TAG_LOCATION || !LITTLE_ENDIAN) return false;
+  const len = b[from + 1];
+  if (len >= 0x80 || len + 2 !== n) return false;
+  let lat = 0;
+  let lon = 0;
+  let o = from + 2;
+  while (o < to) {
+    const k = b[o++];
+    if (o + 8 > to) return false;
+    for (let i = 0; i < 8; i++) F64_BYTES[i] = b[o + i];
+    if (k === TAG_LAT) lat = F64[0];
+    else if (k === TAG_LON) lon = F64[0];
+    else return false;
+    o += 8;
+  }
+  LOCATION[0] = lat;
+  LOCATION[1] = lon;
+  return true;
+}
+
 /** A LatLon's fields in [from, to): doubles 1 and 2, in any order, the last one winning; null for anything else. */
 function latLon(b: Uint8Array, from: number, to: number): { $typeName: 'ambit.v1.LatLon'; lat: number; lon: number } | null {
   const view = new DataView(b.buffer, b.byteOffset, b.length);

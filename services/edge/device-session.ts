@@ -7,7 +7,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { create } from '@bufbuild/protobuf';
 import { type Limits, checkId, checkLat, checkLon, inRange } from '../../src/model/limits.js';
-import { type ConnectRequest, type ConnectResponse, ConnectResponseSchema } from '../../api/gen/ambit/v1/device_pb.js';
+import { type ConnectRequest, ConnectRequestSchema, type ConnectResponse, ConnectResponseSchema } from '../../api/gen/ambit/v1/device_pb.js';
 import { isMalformed } from '../../api/rpc.js';
 import type { Principal } from './auth.js';
 import { ApiError, type StatusInfo, requestStatus, toSubscription } from './convert.js';
@@ -341,6 +341,28 @@ export class DeviceSession implements Expiring, StreamListener {
     return true;
   }
 
+  onLocation(lat: number, lon: number): void {
+    if (this.phase === 'open' || this.phase === 'opening') this.location(lat, lon);
+    else if (this.phase === 'hello') this.onMessage(create(ConnectRequestSchema, { message: { case: 'location', value: { lat, lon } } }));
+  }
+
+  /** A location request once the stream is past its hello. The hot path: no allocation, no promise. */
+  private location(lat: number, lon: number): void {
+    if (inRange(lat, lon)) {
+      const wait = this.limiter.location(this.device);
+      if (wait > 0) return this.locationLimited(wait);
+      const writer = this.writer ?? this.openWriter();
+      this.lastLat = lat;
+      this.lastLon = lon;
+      if (writer !== null) writer.update(lat, lon);
+      else this.enqueue(this.chain.then(() => this.openWriter()?.update(lat, lon)));
+      this.host.counters.locationUpdatesStream++;
+      if (this.tenantCounts !== null) this.tenantCounts.locationUpdates++;
+    } else {
+      this.reply('', this.host.reject(latLonError(lat, lon), 'Connect.location'));
+    }
+  }
+
   onMessage(req: ConnectRequest): void {
     if (this.phase === 'closed') return;
     if (isMalformed(req)) return this.failStream(new ApiError(grpc.status.INVALID_ARGUMENT, req.reason, 'request'));
@@ -355,25 +377,8 @@ export class DeviceSession implements Expiring, StreamListener {
     const { hub, limits } = this.host;
     const device = this.device;
     switch (m.case) {
-      case 'location': {
-        // The hot path: no allocation beyond the decoded message, no promise.
-        const lat = m.value.lat;
-        const lon = m.value.lon;
-        if (inRange(lat, lon)) {
-          const wait = this.limiter.location(device);
-          if (wait > 0) return this.locationLimited(wait);
-          const writer = this.writer ?? this.openWriter();
-          this.lastLat = lat;
-          this.lastLon = lon;
-          if (writer !== null) writer.update(lat, lon);
-          else this.enqueue(this.chain.then(() => this.openWriter()?.update(lat, lon)));
-          this.host.counters.locationUpdatesStream++;
-          if (this.tenantCounts !== null) this.tenantCounts.locationUpdates++;
-        } else {
-          this.reply('', this.host.reject(latLonError(lat, lon), 'Connect.location'));
-        }
-        return;
-      }
+      case 'location':
+        return this.location(m.value.lat, m.value.lon);
       case 'subscribe': {
         const { requestId, subscription } = m.value;
         if (this.changeLimited('subscribe', requestId)) return;

@@ -16,6 +16,11 @@ import { type RawStream, rawStreamOf } from './raw-stream.js';
 export interface StreamListener {
   /** A request arrived (decoded, or `Malformed`), in stream order. */
   onMessage(req: ConnectRequest): void;
+  /**
+   * A `location` request, read without building it (a stream's most frequent message): the same
+   * as onMessage with `{ message: { case: 'location', value: { lat, lon } } }`.
+   */
+  onLocation(lat: number, lon: number): void;
   /** The client half-closed, after its last message. */
   onHalfClose(): void;
   /** The stream ended: cancelled, reset, failed or closed after its status. */

@@ -56,7 +56,7 @@ import { ExpiryClock } from './expiry.js';
 import { type SeenOptions, SeenTracker } from './seen.js';
 import type { IncomingHttpHeaders, ServerHttp2Stream } from 'node:http2';
 import { grpcServerDefinition, isMalformed, requestDecoder } from '../../api/rpc.js';
-import { fastBulkPublishRequest, fastConnectRequest, fastPublishRequest, fastUpdateLocationsRequest, publishedEvents } from '../../api/fast-decode.js';
+import { LOCATION, fastBulkPublishRequest, fastConnectRequest, fastLocation, fastPublishRequest, fastUpdateLocationsRequest, publishedEvents } from '../../api/fast-decode.js';
 
 export interface GatewayOptions {
   /** Notifications pulled from the hub per read. */
@@ -172,7 +172,7 @@ export class Gateway implements SessionHost {
     this.tenancy = new Tenancy(this.opts.tenants, limits);
     if (this.opts.tenants) this.counters.tenants ??= new TenantCounters();
     this.limiter = this.newLimiter(this.opts.rateLimits);
-    this.h2 = { maxReceiveBytes: this.opts.maxReceiveBytes, decode: requestDecoder(DeviceService.method.connect, fastConnectRequest) };
+    this.h2 = { maxReceiveBytes: this.opts.maxReceiveBytes, decode: requestDecoder(DeviceService.method.connect, fastConnectRequest), readLocation: fastLocation, location: LOCATION };
   }
 
   private readonly h2: H2StreamOptions;

@@ -34,6 +34,12 @@ export interface H2StreamOptions {
   readonly maxReceiveBytes: number;
   /** Decodes one request message (a decode failure comes back as `Malformed`, api/rpc.ts). */
   readonly decode: (bytes: Buffer) => unknown;
+  /**
+   * Reads the message in b[from, to) when it is a plain `location` request (true, its lat and lon
+   * in `location`), so the stream hands the listener the two numbers instead of a decoded request.
+   */
+  readonly readLocation?: (b: Uint8Array, from: number, to: number) => boolean;
+  readonly location?: Float64Array;
 }
 
 const RESPONSE_HEADERS: OutgoingHttpHeaders = Object.freeze({
@@ -159,7 +165,11 @@ export class H2DeviceStream implements DeviceStream {
       if (len > max) return this.tooLarge(len);
       const end = at + 5 + len;
       if (end > n) return this.keepPartial(chunk.subarray(at));
-      this.deliver(chunk[at], chunk.subarray(at + 5, end));
+      const read = this.opts.readLocation;
+      if (chunk[at] === 0 && read !== undefined && read(chunk, at + 5, end)) {
+        const where = this.opts.location!;
+        (this.listener as StreamListener).onLocation(where[0], where[1]);
+      } else this.deliver(chunk[at], chunk.subarray(at + 5, end));
       at = end;
     }
   }

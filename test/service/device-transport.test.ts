@@ -137,6 +137,24 @@ const CASES: [string, (t: (sub: string, scopes?: string[]) => string) => CallPla
   ['a token without the device scope', (t) => ({ token: t('pub', ['publish']), writes: [hello()], end: false }), { messages: [], code: grpc.status.PERMISSION_DENIED, trailersOnly: true }],
   ['a first message that is not hello', () => ({ writes: [subscribe('r1', 's1')], end: false }), { messages: [], code: grpc.status.FAILED_PRECONDITION, field: 'hello' }],
   ['bytes that are not a ConnectRequest', () => ({ writes: [hello(), frame(Buffer.from([0xff, 0xff, 0xff]))], end: false }), { messages: ['welcome'], code: grpc.status.INVALID_ARGUMENT, field: 'request' }],
+  ['a first message that is a location (read without decoding it)', () => ({ writes: [frame(msg({ message: { case: 'location', value: { lat: 1, lon: 2 } } }))], end: false }), { messages: [], code: grpc.status.FAILED_PRECONDITION, field: 'hello' }],
+  [
+    'locations among other requests, every byte a DATA frame of its own',
+    () => ({
+      writes: bytewise(
+        Buffer.concat([
+          hello(),
+          frame(msg({ message: { case: 'location', value: { lat: 1, lon: 2 } } })),
+          subscribe('r1', 's1'),
+          frame(msg({ message: { case: 'location', value: { lat: 91, lon: 0 } } })),
+          unsubscribe('r2', 'none'),
+          frame(msg({ message: { case: 'location', value: { lat: -90, lon: NaN } } })),
+        ]),
+      ),
+      end: true,
+    }),
+    { messages: ['welcome', 'reply:r1:0', `reply::${grpc.status.INVALID_ARGUMENT}`, `reply:r2:${grpc.status.NOT_FOUND}`, `reply::${grpc.status.INVALID_ARGUMENT}`], code: 0 },
+  ],
   [
     'a location out of range, then half-close',
     () => ({ writes: [hello(), frame(msg({ message: { case: 'location', value: { lat: 91, lon: 0 } } }))], end: true }),
@@ -223,6 +241,7 @@ describe('device stream transports', { timeout: 120_000 }, () => {
           t.pause();
           setImmediate(() => t.resume());
         },
+        onLocation: () => {},
         onHalfClose: () => {},
         onGone: () => gone++,
       });

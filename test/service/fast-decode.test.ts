@@ -9,7 +9,7 @@ import { type DescMessage, create, fromBinary, toBinary } from '@bufbuild/protob
 import { ConnectRequestSchema, UpdateLocationsRequestSchema } from '../../api/gen/ambit/v1/device_pb.js';
 import { BulkPublishRequestSchema, PublishRequestSchema } from '../../api/gen/ambit/v1/publisher_pb.js';
 import type { Event as ApiEvent } from '../../api/gen/ambit/v1/types_pb.js';
-import { type PublishedEvents, fastBulkPublishRequest, fastConnectRequest, fastPublishRequest, fastUpdateLocationsRequest, publishedEvents } from '../../api/fast-decode.js';
+import { LOCATION, type PublishedEvents, fastBulkPublishRequest, fastConnectRequest, fastLocation, fastPublishRequest, fastUpdateLocationsRequest, publishedEvents } from '../../api/fast-decode.js';
 import { toEvent } from '../../services/edge/convert.js';
 import { encodeApiEvent } from '../../services/edge/event-bytes.js';
 import { keepPublishedBytes } from '../../services/edge/notification-frame.js';
@@ -22,9 +22,28 @@ import { Prng } from '../../src/workload/prng.js';
 
 const encode = (m: unknown): Buffer => Buffer.from(toBinary(ConnectRequestSchema, create(ConnectRequestSchema, m as never)));
 
+/**
+ * fastConnectRequest, and beside it the stream's location reader (fastLocation) on the same bytes,
+ * alone and amid other bytes: it reads exactly the locations the decoder reads, the same doubles
+ * bit for bit, and nothing else.
+ */
+function fastBoth(b: Buffer): ReturnType<typeof fastConnectRequest> {
+  const fast = fastConnectRequest(b);
+  const loc = fast?.message.case === 'location' ? fast.message.value : null;
+  const framed = Buffer.concat([Buffer.from([0x12, 0x7f, 0]), b, Buffer.from([0x09, 1])]);
+  for (const [buf, from] of [[b, 0], [framed, 3]] as const) {
+    const read = fastLocation(buf, from, from + b.length);
+    assert.equal(read, loc !== null, `fastLocation reads ${b.toString('hex')} as a location exactly when the decoder does`);
+    if (loc !== null) {
+      assert.ok(Object.is(LOCATION[0], loc.lat) && Object.is(LOCATION[1], loc.lon), `the same doubles: ${LOCATION[0]}, ${LOCATION[1]} vs ${loc.lat}, ${loc.lon}`);
+    }
+  }
+  return fast;
+}
+
 /** Decodes fast: the same as protobuf-es when it accepts, and says whether it did. */
 function check(b: Buffer, what: string): boolean {
-  const fast = fastConnectRequest(b);
+  const fast = fastBoth(b);
   if (fast === null) return false;
   assert.deepStrictEqual(fast, fromBinary(ConnectRequestSchema, b), what);
   return true;
@@ -59,11 +78,11 @@ describe('fast device-request decoding', () => {
       ['a truncated location', encodeLocation(1, 2).subarray(0, 15)],
       ['a length past the end', Buffer.from([0x12, 18, 0x09, 0, 0])],
     ];
-    for (const [what, b] of generic) assert.equal(fastConnectRequest(b), null, what);
+    for (const [what, b] of generic) assert.equal(fastBoth(b), null, what);
   });
 
   it('agrees with protobuf-es on a seeded sweep of random bytes around the two layouts', () => {
-    const accepted = sweep(new Prng(7, 1), 20_000, ConnectRequestSchema, fastConnectRequest, (rng) =>
+    const accepted = sweep(new Prng(7, 1), 20_000, ConnectRequestSchema, fastBoth, (rng) =>
       rng.int(0, 1) === 0 ? encodeLocation(-90 + rng.float() * 180, -180 + rng.float() * 360) : encode({ message: { case: 'ack', value: { deliveryId: `${rng.int(0, 1e9)}-${rng.int(0, 1e6)}` } } }),
     );
     assert.ok(accepted > 10_000, `most of the sweep takes the fast path (${accepted})`);
