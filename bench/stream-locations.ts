@@ -29,6 +29,7 @@ import { ArgReader, cliFail, parseArgs, runMain } from './lib/args.js';
 import { describeMachine } from './lib/machine.js';
 import { ResultRun } from './lib/result-file.js';
 import { cpuLists, startChildServer } from './lib/service-server.js';
+import type { RawH2Connection } from './lib/raw-h2.js';
 import { summarize } from './lib/stats.js';
 
 const USAGE = `usage: node dist/bench/stream-locations.js [--client raw|http2] [--devices N] [--workers W] [--connections C] [--rounds R] [--seconds S] [--per-write K]
@@ -137,9 +138,23 @@ async function rawWorker(init: Init, send: (m: FromWorker) => void, on: (f: (m: 
   const colon = init.address.lastIndexOf(':');
   const host = init.address.slice(0, colon);
   const port = Number(init.address.slice(colon + 1));
-  const conns = await Promise.all(Array.from({ length: init.connections }, () => RawH2Connection.connect(host, port)));
+  const writes = locationWrites(new Prng(init.seed, 7), 256, init.perWrite);
+  const longest = Math.max(...writes.map((w) => w.length));
+  // One write is one DATA frame: past HTTP/2's default frame size it would need several.
+  if (longest > 16_384) throw new Error(`--per-write ${init.perWrite} makes DATA frames of ${longest} bytes, more than the 16384 an HTTP/2 frame holds by default; use fewer, or --client http2`);
+  // No connection without streams (a worker may get fewer devices than connections).
+  const conns = await Promise.all(Array.from({ length: Math.min(init.connections, init.ids.length) }, () => RawH2Connection.connect(host, port)));
   const ids: number[][] = conns.map(() => []);
   const hello = [grpcFrame({ message: { case: 'hello', value: { resumeToken: '' } } })];
+  /** Resolves at the connection's next frames (a window opening), rejects once it failed. */
+  const progress = (c: RawH2Connection): Promise<void> =>
+    new Promise<void>((resolve, reject) => {
+      c.onProgress = () => {
+        c.onProgress = () => {};
+        if (c.error !== null) reject(c.error);
+        else resolve();
+      };
+    });
   for (let i = 0; i < init.ids.length; i++) {
     const c = i % conns.length;
     const token = authority.issue({ subject: init.ids[i], scopes: [SCOPES.device], ttlSeconds: 3600 });
@@ -153,11 +168,11 @@ async function rawWorker(init: Init, send: (m: FromWorker) => void, on: (f: (m: 
       ['authorization', `Bearer ${token}`],
     ]);
     ids[c].push(id);
-    if (conns[c].writeData([id], 0, 1, hello, 0).sent !== 1) throw new Error('no window for the hello');
+    // Thousands of hellos on one connection can spend its window before the server opens it again.
+    while (conns[c].writeData([id], 0, 1, hello, 0).sent !== 1) await progress(conns[c]);
   }
   // Every stream's welcome (the server's first message) before the rounds.
   await Promise.all(conns.map((c, k) => c.until(() => ids[k].every((id) => c.received(id) > 0))));
-  const writes = locationWrites(new Prng(init.seed, 7), 256, init.perWrite);
   const BATCH = 512;
   const cursor = conns.map(() => 0);
   on((m) => {
@@ -170,7 +185,8 @@ async function rawWorker(init: Init, send: (m: FromWorker) => void, on: (f: (m: 
     let sent = 0;
     const pump = (k: number): void => {
       const c = conns[k];
-      if (!running) return;
+      // A failed connection (reset, GOAWAY) sends no more; the round reports its error.
+      if (!running || c.error !== null) return;
       const r = c.writeData(ids[k], cursor[k], BATCH, writes, sent);
       cursor[k] = (cursor[k] + r.sent) % ids[k].length;
       sent += r.sent * init.perWrite;
@@ -259,14 +275,17 @@ async function parent(): Promise<void> {
       const ran = await Promise.all(
         procs.map(
           (p) =>
-            new Promise<Extract<FromWorker, { t: 'ran' }>>((resolve) => {
+            new Promise<Extract<FromWorker, { t: 'ran' }>>((resolve, reject) => {
+              const gone = (code: number | null) => reject(new Error(`bench/stream-locations: a load process exited (${code}) during round ${r + 1}`));
               const f = (m: FromWorker) => {
                 if (m.t === 'ran' && m.round === r) {
                   p.off('message', f);
+                  p.off('exit', gone);
                   resolve(m);
                 }
               };
               p.on('message', f);
+              p.once('exit', gone);
               p.send({ t: 'run', round: r, seconds } satisfies ToWorker);
             }),
         ),

@@ -5,8 +5,10 @@
  * phone's HTTP/2 stack sends (RFC 9113): the preface, SETTINGS, HEADERS (HPACK literals), then
  * one DATA frame per message. The client keeps the server's flow-control windows (connection and
  * stream, from SETTINGS and WINDOW_UPDATE), answers SETTINGS and PING, and opens its own windows
- * wide at the start so that the server never waits for it; what the server sends on the streams
- * is counted and dropped. Enough HTTP/2 for a benchmark's load, not a general client.
+ * wide at the start (2^31 - 1 bytes) so that the server never waits for it; what the server sends
+ * on the streams is counted and dropped, and those windows are never given back (a location load
+ * gets a welcome a stream). It ignores SETTINGS_MAX_CONCURRENT_STREAMS (the node sets none).
+ * Enough HTTP/2 for a benchmark's load, not a general client.
  */
 import net from 'node:net';
 
@@ -123,8 +125,11 @@ export class RawH2Connection {
   open(headers: [string, string][]): number {
     const id = this.nextId;
     this.nextId += 2;
+    const block = headerBlock(headers);
+    // One HEADERS frame, no CONTINUATION: a block past the frame size is refused here, not by the server.
+    if (block.length > this.maxFrame) throw new Error(`a header block of ${block.length} bytes, more than a frame's ${this.maxFrame}`);
     this.streams.set(id, { id, window: this.initialWindow, received: 0, ended: false });
-    this.socket.write(frame(FRAME_HEADERS, FLAG_END_HEADERS, id, headerBlock(headers)));
+    this.socket.write(frame(FRAME_HEADERS, FLAG_END_HEADERS, id, block));
     return id;
   }
 
