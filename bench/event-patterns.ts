@@ -56,6 +56,7 @@ const HELP = `usage: npm run bench:patterns -- [options]
   --gpu               also run the GPU sequencer (GTrex) on every scenario's stream
   --gpu-batches L     releases a GPU batch, one run each (default 1000,10000,100000)
   --gpu-software      accept a software adapter (llvmpipe: for correctness, not speed)
+  --gpu-page-bytes B  the GPU sequencer's pool in pages of B bytes (default: a storage binding), to time a pool of several
   --seed N            stream seed (default 1)
   --out FILE          JSON result (default bench/results/event-patterns.json)`;
 
@@ -124,6 +125,8 @@ function rulePattern(s: Scenario, rule: number): EventPattern {
 
 let WINDOW = 1_000_000;
 let TREX_TIMEOUT_MS = 300_000;
+/** The GPU sequencer's pool page (--gpu-page-bytes); undefined: a storage binding. */
+let GPU_PAGE_BYTES: number | undefined;
 
 /** The elements each event type hits: its step or negation, and for the last step's type also the aggregate. */
 function hitsOf(s: Scenario, st: Stream): PatternHits[][] {
@@ -170,6 +173,8 @@ interface GpuResult {
   /** Median events/s over the CDP's median. */
   vsCdp: number;
   reruns: number;
+  /** Pages (storage bindings) the pool spanned at the end of the last pass. */
+  poolPages: number;
   /** The last pass's time by phase (GtrexStats.phasesMs), ms. */
   phasesMs: Record<string, number>;
 }
@@ -188,9 +193,10 @@ async function gpuRun(ctx: GpuContext, s: Scenario, st: Stream, n: number, size:
   let matches = 0;
   let equal = true;
   let reruns = 0;
+  let poolPages = 0;
   let phasesMs: Record<string, number> = {};
   for (let rep = 0; rep < reps; rep++) {
-    const seq = await GtrexSequencer.create({ ctx, maxRetainedPerElement: n });
+    const seq = await GtrexSequencer.create({ ctx, maxRetainedPerElement: n, pageBytes: GPU_PAGE_BYTES });
     install(seq, s);
     matches = 0;
     let at = 0;
@@ -212,10 +218,11 @@ async function gpuRun(ctx: GpuContext, s: Scenario, st: Stream, n: number, size:
     }
     rates.push(n / ((performance.now() - t0) / 1000));
     reruns = seq.stats().reruns;
+    poolPages = seq.stats().poolPages;
     phasesMs = seq.stats().phasesMs;
     await seq.close();
   }
-  return { batch: size, matches, equal, eventsPerS: summarize(rates), perBatchMs: summarize(perBatch), reruns, phasesMs };
+  return { batch: size, matches, equal, eventsPerS: summarize(rates), perBatchMs: summarize(perBatch), reruns, poolPages, phasesMs };
 }
 
 interface ScenarioResult {
@@ -253,7 +260,7 @@ function trexRun(bin: string, s: Scenario, st: Stream, n: number, dir: string): 
 
 async function main(): Promise<void> {
   const fail = cliFail('event-patterns', HELP);
-  const cl = readCommandLine(process.argv.slice(2), new Set(['quick', 'help', 'consume', 'no-consume', 'no-basic', 'through-matcher', 'gpu', 'gpu-software']), new Set(['events', 'values', 'window', 'selections', 'states', 'values-sweep', 'rules', 'negations', 'reps', 'check', 'scenarios', 'trex', 'trex-timeout', 'seed', 'out', 'gpu-batches']), fail, HELP);
+  const cl = readCommandLine(process.argv.slice(2), new Set(['quick', 'help', 'consume', 'no-consume', 'no-basic', 'through-matcher', 'gpu', 'gpu-software']), new Set(['events', 'values', 'window', 'selections', 'states', 'values-sweep', 'rules', 'negations', 'reps', 'check', 'scenarios', 'trex', 'trex-timeout', 'seed', 'out', 'gpu-batches', 'gpu-page-bytes']), fail, HELP);
   if (cl === null) return;
   const { a, r } = cl;
   const quick = r.flag('quick');
@@ -273,6 +280,7 @@ async function main(): Promise<void> {
   const seed = r.int('seed', 1, 0, 2 ** 32 - 1);
   const trex = r.str('trex');
   TREX_TIMEOUT_MS = r.int('trex-timeout', 300, 1) * 1000;
+  GPU_PAGE_BYTES = r.str('gpu-page-bytes') === undefined ? undefined : r.int('gpu-page-bytes', 0, 4096, 2 ** 31);
   const gpuBatches = r.flag('gpu') ? r.counts('gpu-batches', [1000, 10_000, 100_000]) : [];
   const run = new ResultRun({ out: a.out, defaultFile: 'bench/results/event-patterns.json', fail });
   const ctx = gpuBatches.length > 0 ? await GpuContext.open({ allowSoftware: r.flag('gpu-software') }) : null;
@@ -311,7 +319,7 @@ async function main(): Promise<void> {
     startedAt: run.startedAt.toISOString(),
     command: run.command,
     machine: run.machine,
-    parameters: { events: nEvents, values, window: WINDOW, selections, reps, check, seed, trex: trex ?? null, gpuBatches },
+    parameters: { events: nEvents, values, window: WINDOW, selections, reps, check, seed, trex: trex ?? null, gpuBatches, gpuPageBytes: GPU_PAGE_BYTES ?? null },
     gpu: ctx === null ? null : { ...ctx.adapterInfo, software: ctx.isSoftware },
     scenarios: [] as ScenarioResult[],
     throughMatcher: null as null | { selection: Selection; eventsPerS: Summary; matches: number; sequencerOnlyEventsPerS: number },
@@ -363,7 +371,7 @@ async function main(): Promise<void> {
           const g = await gpuRun(ctx, s, st, nEvents, size, reps, wantAll);
           const res1 = { ...g, vsCdp: g.eventsPerS.median / result.eventsPerS.median };
           result.gpu.push(res1);
-          note(`  ${s.name} (${s.selection}) GPU, batches of ${count(size)}: ${count(Math.round(g.eventsPerS.median))} events/s (${sig(res1.vsCdp)}x the CDP), batch median ${sig(g.perBatchMs.median)} ms, p99 ${sig(g.perBatchMs.p99)} ms, ${g.equal ? 'equal to the CDP' : 'MISMATCH against the CDP'}; last pass ms: ${Object.entries(g.phasesMs).map(([k, v]) => `${k} ${sig(v)}`).join(', ')}`);
+          note(`  ${s.name} (${s.selection}) GPU, batches of ${count(size)}: ${count(Math.round(g.eventsPerS.median))} events/s (${sig(res1.vsCdp)}x the CDP), batch median ${sig(g.perBatchMs.median)} ms, p99 ${sig(g.perBatchMs.p99)} ms, ${g.equal ? 'equal to the CDP' : 'MISMATCH against the CDP'}, pool in ${g.poolPages} page${g.poolPages === 1 ? '' : 's'}; last pass ms: ${Object.entries(g.phasesMs).map(([k, v]) => `${k} ${sig(v)}`).join(', ')}`);
         }
       }
       let trexOut: ReturnType<typeof trexRun> | null = null;

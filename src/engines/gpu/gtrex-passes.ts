@@ -1,8 +1,10 @@
 /**
  * The GPU side of the pattern sequencer (gtrex.ts): gtrex.wgsl's pipelines, the buffers they bind
- * (the pool, the batch's searches, the partial and complete lists, staging, counts, parameters)
- * and one run of a batch's passes with its read-back. No buffer bound as storage is made larger
- * than a binding may be; the device refusing a run is an error, never an answer.
+ * (the pool in pages, the batch's searches, the partial and complete lists, staging, counts,
+ * parameters) and one run of a batch's passes with its read-back. No buffer bound as storage is
+ * made larger than a binding may be: the pool spans up to POOL_PAGES bindings, and an upload
+ * larger than one is scattered a binding at a time. The device refusing a run is an error, never
+ * an answer.
  */
 import { type GpuContext, GpuError } from './device.js';
 import { type HostColumn, bitsDouble } from './gtrex-layout.js';
@@ -10,11 +12,17 @@ import type { Done } from './gtrex-results.js';
 
 export const PARAM_SLOT = 256; // bytes a level's uniform block takes (the offset alignment)
 export const LEVELS = 33;
+/** Storage bindings the pool may span (gtrex.wgsl: pool0..pool7, bindings 0 and 7-13). */
+export const POOL_PAGES = 8;
+const PAGE_BINDINGS = [0, 7, 8, 9, 10, 11, 12, 13];
 const COUNT_DONE = 32;
 type Pipes = Record<'scatter' | 'start' | 'extend' | 'aggregate' | 'addTest', GPUComputePipeline>;
 
 export class GtrexPasses {
-  pool: GPUBuffer | null = null;
+  /** The pool's pages (each `pageWords` words but the last), in order; null before the first. */
+  pool: GPUBuffer[] | null = null;
+  /** Small buffers bound where the pool has no page. */
+  private readonly unused: GPUBuffer[] = [];
   private batchBuf: GPUBuffer | null = null;
   private parts: GPUBuffer | null = null;
   private done: GPUBuffer | null = null;
@@ -30,14 +38,21 @@ export class GtrexPasses {
   capC: number;
   /** Runs again for room. */
   reruns = 0;
+  /** Scatter passes run ahead of a batch's own (its staged entries outgrew one binding). */
+  scatterPasses = 0;
+  /** The device's error count before the first scatter pass of the batch being uploaded. */
+  private errorsAt: number | null = null;
 
   private constructor(
     private readonly ctx: GpuContext,
     private readonly wg: number,
     private readonly layout: GPUBindGroupLayout,
-    private readonly pipes: Pipes,
+    private readonly onePage: Pipes,
+    private readonly compilePaged: () => Promise<Pipes>,
     /** The largest storage binding used, in bytes. */
     readonly bindingBytes: number,
+    /** Words a pool page holds: the largest power of two a binding holds. */
+    readonly pageWords: number,
     capacity: number,
   ) {
     this.capP = this.capC = capacity;
@@ -46,10 +61,14 @@ export class GtrexPasses {
   }
 
   /** The pipelines on `ctx`; `bindingBytes` at most the device's (default: it). */
-  static async compile(ctx: GpuContext, workgroupSize: number, bindingBytes: number | undefined, capacity: number): Promise<GtrexPasses> {
+  static async compile(ctx: GpuContext, workgroupSize: number, bindingBytes: number | undefined, capacity: number, pageBytes?: number): Promise<GtrexPasses> {
     const bind = bindingBytes ?? ctx.limits.maxStorageBufferBindingSize;
     if (!(Number.isInteger(bind) && bind >= 4096 && bind <= ctx.limits.maxStorageBufferBindingSize)) throw new RangeError(`bindingBytes must be an integer in [4096, ${ctx.limits.maxStorageBufferBindingSize}], got ${bind}`);
     const wg = Math.min(workgroupSize, ctx.limits.maxComputeWorkgroupSizeX, ctx.limits.maxComputeInvocationsPerWorkgroup);
+    // A page a power of two of words (the kernels split a pool offset by a shift), no larger than
+    // a binding or a buffer may be.
+    if (pageBytes !== undefined && !(Number.isInteger(pageBytes) && pageBytes >= 4096)) throw new RangeError(`pageBytes must be an integer of at least 4096, got ${pageBytes}`);
+    const pageBits = Math.floor(Math.log2(Math.min(pageBytes ?? bind, bind, ctx.limits.maxBufferSize) / 4));
     const module = await ctx.compileShader('gtrex');
     const storage = (binding: number, type: GPUBufferBindingType): GPUBindGroupLayoutEntry => ({ binding, visibility: GPUShaderStage.COMPUTE, buffer: { type } });
     const layout = ctx.device.createBindGroupLayout({
@@ -62,35 +81,104 @@ export class GtrexPasses {
         storage(4, 'storage'),
         storage(5, 'uniform'),
         storage(6, 'read-only-storage'),
+        ...PAGE_BINDINGS.slice(1).map((b) => storage(b, 'storage')),
       ],
     });
     const pipelineLayout = ctx.device.createPipelineLayout({ label: 'ambit.gtrex', bindGroupLayouts: [layout] });
-    const pipes = {} as Pipes;
-    for (const entryPoint of ['scatter', 'start', 'extend', 'aggregate', 'addTest'] as const) {
-      pipes[entryPoint] = await ctx.withValidation(`pipeline gtrex.${entryPoint}`, () =>
-        ctx.device.createComputePipeline({ label: `ambit.gtrex.${entryPoint}`, layout: pipelineLayout, compute: { module, entryPoint, constants: { WG: wg } } }),
-      );
-    }
-    return new GtrexPasses(ctx, wg, layout, pipes, bind, capacity);
+    // Two sets: for a pool of one page (no page choice compiled in), and, once a pool has several,
+    // for one of several (compiled then: the page choice makes a larger shader).
+    const compileSet = async (pages: number): Promise<Pipes> => {
+      const pipes = {} as Pipes;
+      for (const entryPoint of ['scatter', 'start', 'extend', 'aggregate', 'addTest'] as const) {
+        pipes[entryPoint] = await ctx.withValidation(`pipeline gtrex.${entryPoint}`, () =>
+          ctx.device.createComputePipeline({ label: `ambit.gtrex.${entryPoint}`, layout: pipelineLayout, compute: { module, entryPoint, constants: { WG: wg, PAGE_BITS: pageBits, POOL_PAGES: pages } } }),
+        );
+      }
+      return pipes;
+    };
+    return new GtrexPasses(ctx, wg, layout, await compileSet(1), () => compileSet(POOL_PAGES), bind, 2 ** pageBits, capacity);
   }
 
-  /** A new pool of `words` (the old one goes). */
+  /**
+   * The most words a pool may have: POOL_PAGES pages, short of 2^32 (its offsets are u32, and
+   * 0xffffffff is the kernels' NONE).
+   */
+  get maxPoolWords(): number {
+    return Math.min(POOL_PAGES * this.pageWords, 2 ** 32 - 1024);
+  }
+
+  /** A new pool of `words` in pages (the old one goes). */
   newPool(words: number): void {
-    this.pool?.destroy();
-    this.pool = this.ctx.createBuffer('ambit.gtrex.pool', 4 * words, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST);
+    if (words > this.maxPoolWords) throw new GpuError('OUT_OF_MEMORY', `gtrex: a pool of ${4 * words} bytes, expected at most ${4 * this.maxPoolWords} (${POOL_PAGES} storage bindings)`);
+    for (const b of this.pool ?? []) b.destroy();
+    this.pool = null;
     this.groups = null;
+    const pages: GPUBuffer[] = [];
+    for (let at = 0; at < words; at += this.pageWords) {
+      pages.push(this.ctx.createBuffer(`ambit.gtrex.pool${pages.length}`, 4 * Math.min(this.pageWords, words - at), GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST));
+    }
+    this.pool = pages;
   }
 
-  /** The batch's searches and records, and the staged entries (their offsets, then the entries). */
-  upload(batch: Uint32Array, at: Uint32Array, data: Uint32Array): void {
+  /**
+   * The batch's searches and records, and the staged entries (`at`: each entry's offset in the
+   * staging words, which are `at` then `data`). Returns how many entries the batch's run scatters:
+   * all of them, unless they outgrow one storage binding (a rebuild of a pool larger than one):
+   * then groups of entries that fit one are scattered by passes of their own, first, and the last
+   * group is the run's.
+   */
+  upload(batch: Uint32Array, at: Uint32Array, data: Uint32Array): number {
     const ST = GPUBufferUsage.STORAGE;
     this.batchBuf = this.buffer(this.batchBuf, 'ambit.gtrex.batch', 4 * batch.length, ST | GPUBufferUsage.COPY_DST);
-    this.staging = this.buffer(this.staging, 'ambit.gtrex.staging', 4 * Math.max(1, at.length + data.length), ST | GPUBufferUsage.COPY_DST);
     this.ctx.writeBuffer(this.batchBuf, 0, batch);
-    if (at.length > 0) {
-      this.ctx.writeBuffer(this.staging, 0, at);
-      this.ctx.writeBuffer(this.staging, 4 * at.length, data);
+    const n = at.length;
+    const bindWords = Math.floor(this.bindingBytes / 4);
+    if (n + data.length <= bindWords) {
+      this.stage(at, data);
+      return n;
     }
+    this.errorsAt ??= this.ctx.uncapturedErrors.count;
+    // Entries lie in `data` in order, entry e from at[e] - n.
+    const start = (e: number): number => (e < n ? at[e] - n : data.length);
+    let first = 0;
+    for (;;) {
+      let last = first + 1; // an entry is at most a chunk of words (gtrex.ts): one always fits
+      while (last < n && last + 1 - first + start(last + 1) - start(first) <= bindWords) last++;
+      const count = last - first;
+      const offsets = new Uint32Array(count);
+      for (let k = 0; k < count; k++) offsets[k] = start(first + k) - start(first) + count;
+      this.stage(offsets, data.subarray(start(first), start(last)));
+      if (last === n) return count;
+      this.scatterOnly(count);
+      first = last;
+    }
+  }
+
+  private stage(offsets: Uint32Array, entries: Uint32Array): void {
+    this.staging = this.buffer(this.staging, 'ambit.gtrex.staging', 4 * Math.max(1, offsets.length + entries.length), GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST);
+    if (offsets.length === 0) return;
+    this.ctx.writeBuffer(this.staging, 0, offsets);
+    this.ctx.writeBuffer(this.staging, 4 * offsets.length, entries);
+  }
+
+  /** Scatters the `entries` staged now, in a submission of their own (ahead of what follows on the queue). */
+  private scatterOnly(entries: number): void {
+    const ST = GPUBufferUsage.STORAGE;
+    // The bind group names every buffer: the lists exist before the first run.
+    this.parts = this.buffer(this.parts, 'ambit.gtrex.parts', 16, ST);
+    this.done = this.buffer(this.done, 'ambit.gtrex.done', 16, ST | GPUBufferUsage.COPY_SRC);
+    const prm = new Uint32Array(PARAM_SLOT / 4);
+    prm[9] = entries;
+    this.ctx.writeBuffer(this.params, 0, prm);
+    const enc = this.ctx.device.createCommandEncoder({ label: 'ambit.gtrex.scatter' });
+    const pass = enc.beginComputePass({ label: 'ambit.gtrex.scatter' });
+    pass.setPipeline(this.pipes.scatter);
+    pass.setBindGroup(0, this.bindGroups()[0]);
+    const [x, y] = this.ctx.grid(Math.ceil(entries / this.wg));
+    pass.dispatchWorkgroups(x, y);
+    pass.end();
+    this.ctx.queue.submit([enc.finish()]);
+    this.scatterPasses++;
   }
 
   /** A buffer of at least `bytes` (grown by doubling); one bound as storage is never made larger than a binding may be. */
@@ -141,7 +229,9 @@ export class GtrexPasses {
       this.result = this.buffer(this.result, 'ambit.gtrex.result', bytes, GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST);
       enc.copyBufferToBuffer(this.counts, 0, this.result, 0, 4 * LEVELS);
       enc.copyBufferToBuffer(this.done, 0, this.result, 4 * LEVELS, 4 * K * cs);
-      const errors = this.ctx.uncapturedErrors.count;
+      // Counted from before any scatter pass of its own that this batch's upload ran.
+      const errors = this.errorsAt ?? this.ctx.uncapturedErrors.count;
+      this.errorsAt = null;
       const back = await this.ctx.submitAndRead(enc, this.result, 0, bytes);
       // The device refusing the work (an invalid binding, say) shows only here: never answer from it.
       if (this.ctx.uncapturedErrors.count !== errors) throw new GpuError('VALIDATION', `gtrex: expected the batch's passes to run, got a device error: ${this.ctx.uncapturedErrors.last ?? 'unknown'}`);
@@ -165,6 +255,29 @@ export class GtrexPasses {
     }
   }
 
+  /** The pipelines for a pool of several pages, once one had. */
+  private paged: Pipes | null = null;
+
+  /** The pipelines for the pool as it is: of one page, or of several (`ready` made them). */
+  private get pipes(): Pipes {
+    if (this.pool === null || this.pool.length === 1) return this.onePage;
+    if (this.paged === null) throw new Error('gtrex: a pool of several pages before its pipelines were made (ready())');
+    return this.paged;
+  }
+
+  /** Makes the pipelines the pool needs (those for several pages, the first time it has several). */
+  async ready(): Promise<void> {
+    if (this.pool !== null && this.pool.length > 1 && this.paged === null) this.paged = await this.compilePaged();
+  }
+
+  /** Page p of the pool, or a small buffer of its own where the pool has none. */
+  private page(p: number): GPUBuffer {
+    const pool = this.pool!;
+    if (p < pool.length) return pool[p];
+    while (this.unused.length <= p) this.unused.push(this.ctx.createBuffer(`ambit.gtrex.unusedPage${this.unused.length}`, 16, GPUBufferUsage.STORAGE));
+    return this.unused[p];
+  }
+
   private bindGroups(): GPUBindGroup[] {
     if (this.groups !== null) return this.groups;
     const gs: GPUBindGroup[] = [];
@@ -174,7 +287,7 @@ export class GtrexPasses {
           label: `ambit.gtrex.level${l}`,
           layout: this.layout,
           entries: [
-            { binding: 0, resource: { buffer: this.pool! } },
+            ...PAGE_BINDINGS.map((binding, p) => ({ binding, resource: { buffer: this.page(p) } })),
             { binding: 1, resource: { buffer: this.batchBuf! } },
             { binding: 2, resource: { buffer: this.parts! } },
             { binding: 3, resource: { buffer: this.done! } },
@@ -222,6 +335,6 @@ export class GtrexPasses {
   }
 
   destroy(): void {
-    for (const b of [this.pool, this.batchBuf, this.parts, this.done, this.staging, this.result, this.counts, this.params]) b?.destroy();
+    for (const b of [...(this.pool ?? []), ...this.unused, this.batchBuf, this.parts, this.done, this.staging, this.result, this.counts, this.params]) b?.destroy();
   }
 }

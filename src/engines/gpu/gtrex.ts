@@ -34,7 +34,7 @@ import {
   checkSnapshot,
 } from '../event-patterns/sequencer.js';
 import { GpuContext, GpuError, type GpuOptions } from './device.js';
-import { GtrexPasses } from './gtrex-passes.js';
+import { GtrexPasses, POOL_PAGES } from './gtrex-passes.js';
 import { type Done, type Search, answer } from './gtrex-results.js';
 import { DESC_WORDS, type GpuPattern, HostColumn, INDEX_WORDS, SUB_WORDS, Interner, type Retention, compilePattern, encodeRecord, type IndexGrowth, keyOfEvent } from './gtrex-layout.js';
 
@@ -56,6 +56,11 @@ export interface GtrexOptions extends SequencerOptions {
   bucketLoad?: number;
   /** The largest storage binding to use, in bytes (default and at most the device's). */
   bindingBytes?: number;
+  /**
+   * Bytes of a pool page (rounded down to a power of two; default and at most what a binding
+   * holds): the pool spans up to POOL_PAGES of them. Smaller only to exercise pages.
+   */
+  pageBytes?: number;
 }
 
 export interface GtrexStats extends SequencerStats {
@@ -63,10 +68,13 @@ export interface GtrexStats extends SequencerStats {
   batches: number;
   searches: number;
   reruns: number;
-  /** Pool words in use and allocated; rebuilds of the pool. */
+  /** Pool words in use and allocated, the storage bindings (pages) they span; rebuilds of the pool. */
   poolWords: number;
   poolUsed: number;
+  poolPages: number;
   rebuilds: number;
+  /** Scatter passes run ahead of a batch's own: its staged entries (a rebuild's) outgrew one binding. */
+  scatterPasses: number;
   /** Most scatter entries (runs of new records, descriptors, configs) one batch staged. */
   largestStage: number;
   /** Batches whose searches went in several chunks (their matches would not fit one binding). */
@@ -165,7 +173,7 @@ export class GtrexSequencer implements BatchSequencer {
   static async create(options: GtrexOptions = {}): Promise<GtrexSequencer> {
     const ctx = options.ctx ?? (await GpuContext.open(options.gpu));
     try {
-      const gpu = await GtrexPasses.compile(ctx, options.workgroupSize ?? 64, options.bindingBytes, Math.max(1, options.capacity ?? 1024));
+      const gpu = await GtrexPasses.compile(ctx, options.workgroupSize ?? 64, options.bindingBytes, Math.max(1, options.capacity ?? 1024), options.pageBytes);
       return new GtrexSequencer(ctx, options.ctx === undefined, gpu, options);
     } catch (err) {
       if (options.ctx === undefined) await ctx.close();
@@ -215,6 +223,8 @@ export class GtrexSequencer implements BatchSequencer {
       reruns: this.gpu.reruns,
       poolWords: this.poolWords,
       poolUsed: this.top,
+      poolPages: this.gpu.pool?.length ?? 0,
+      scatterPasses: this.gpu.scatterPasses,
       phasesMs: { ...this.phases },
     };
   }
@@ -415,11 +425,11 @@ export class GtrexSequencer implements BatchSequencer {
         for (const sub of c.subs ?? []) if (sub !== undefined) need += sub.cap * SUB_WORDS;
       }
     }
-    // A little under one binding: a whole re-upload through the staging buffer (entry headers and
-    // offsets, about 1.2% more) must fit one too.
-    const maxWords = Math.floor((this.gpu.bindingBytes / 4) * 0.95);
+    // The pool spans up to POOL_PAGES storage bindings (gtrex-passes.ts), and a re-upload larger
+    // than one is staged and scattered a binding at a time.
+    const maxWords = this.gpu.maxPoolWords;
     if (need > maxWords) {
-      throw new GpuError('OUT_OF_MEMORY', `gtrex: the pattern columns need ${4 * need} bytes, expected at most the device's storage binding of ${4 * maxWords}`);
+      throw new GpuError('OUT_OF_MEMORY', `gtrex: the pattern columns need ${4 * need} bytes, expected at most the ${4 * maxWords} of ${POOL_PAGES} storage bindings`);
     }
     const words = Math.min(maxWords, Math.max(this.minPool, 2 * need));
     this.gpu.newPool(words);
@@ -482,8 +492,8 @@ export class GtrexSequencer implements BatchSequencer {
     }
     const sa = this.stageAt;
     const sd = this.stageData;
-    this.gpu.upload(bw.a.subarray(0, bw.n), sa.a.subarray(0, sa.n), sd.a.subarray(0, sd.n));
-    let scatter = sa.n;
+    await this.gpu.ready(); // a pool rebuilt into several pages needs their pipelines
+    let scatter = this.gpu.upload(bw.a.subarray(0, bw.n), sa.a.subarray(0, sa.n), sd.a.subarray(0, sd.n));
     const t1 = performance.now();
     this.phases.stage += t1 - t0;
     // Searches in chunks whose partial and complete lists fit one storage binding each (all of

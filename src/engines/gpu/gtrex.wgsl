@@ -53,7 +53,22 @@ struct Params {
   first: u32,
 }
 
-@group(0) @binding(0) var<storage, read_write> pool: array<u32>;
+// The pool's pages: page p holds pool words [p << PAGE_BITS, (p + 1) << PAGE_BITS), each page
+// one storage binding (a binding holds at most 2 GiB on the H100/H200), so the pool can outgrow
+// one; pr and pw read and write a pool word wherever it lies. Unused pages are bound to a small
+// buffer of their own and never read.
+override PAGE_BITS: u32 = 29u;
+// Pages the pool has: with one (the usual case) pr and pw read pool0 directly, the pipelines made
+// for it compiling no page choice at all.
+override POOL_PAGES: u32 = 1u;
+@group(0) @binding(0) var<storage, read_write> pool0: array<u32>;
+@group(0) @binding(7) var<storage, read_write> pool1: array<u32>;
+@group(0) @binding(8) var<storage, read_write> pool2: array<u32>;
+@group(0) @binding(9) var<storage, read_write> pool3: array<u32>;
+@group(0) @binding(10) var<storage, read_write> pool4: array<u32>;
+@group(0) @binding(11) var<storage, read_write> pool5: array<u32>;
+@group(0) @binding(12) var<storage, read_write> pool6: array<u32>;
+@group(0) @binding(13) var<storage, read_write> pool7: array<u32>;
 @group(0) @binding(1) var<storage, read> batch: array<u32>;
 @group(0) @binding(2) var<storage, read_write> parts: array<u32>;
 @group(0) @binding(3) var<storage, read_write> done: array<u32>;
@@ -62,6 +77,41 @@ struct Params {
 @group(0) @binding(6) var<storage, read> staging: array<u32>;
 
 const NONE: u32 = 0xffffffffu;
+
+/** Pool word i. */
+fn pr(i: u32) -> u32 {
+  if (POOL_PAGES == 1u) { return pool0[i]; }
+  let o = i & ((1u << PAGE_BITS) - 1u);
+  switch (i >> PAGE_BITS) {
+    case 0u: { return pool0[o]; }
+    case 1u: { return pool1[o]; }
+    case 2u: { return pool2[o]; }
+    case 3u: { return pool3[o]; }
+    case 4u: { return pool4[o]; }
+    case 5u: { return pool5[o]; }
+    case 6u: { return pool6[o]; }
+    default: { return pool7[o]; }
+  }
+}
+
+/** Sets pool word i. */
+fn pw(i: u32, v: u32) {
+  if (POOL_PAGES == 1u) {
+    pool0[i] = v;
+    return;
+  }
+  let o = i & ((1u << PAGE_BITS) - 1u);
+  switch (i >> PAGE_BITS) {
+    case 0u: { pool0[o] = v; }
+    case 1u: { pool1[o] = v; }
+    case 2u: { pool2[o] = v; }
+    case 3u: { pool3[o] = v; }
+    case 4u: { pool4[o] = v; }
+    case 5u: { pool5[o] = v; }
+    case 6u: { pool6[o] = v; }
+    default: { pool7[o] = v; }
+  }
+}
 const MAX_STEPS: u32 = 32u;
 
 // ---- 64-bit unsigned arithmetic on vec2<u32> (x: high word, y: low word) ----
@@ -175,7 +225,7 @@ fn key64(v: vec2<u32>) -> vec2<u32> {
 /** Word w of a record: the terminator's (in batch) for step 0, else the pool's. */
 fn rw(term: bool, off: u32, w: u32) -> u32 {
   if (term) { return batch[off + w]; }
-  return pool[off + w];
+  return pr(off + w);
 }
 fn recSeq(term: bool, off: u32) -> vec2<u32> { return vec2<u32>(rw(term, off, 0u), rw(term, off, 1u)); }
 fn recTime(term: bool, off: u32) -> vec2<u32> { return vec2<u32>(rw(term, off, 2u), rw(term, off, 3u)); }
@@ -210,8 +260,8 @@ struct Col {
 }
 
 fn column(cfg: u32, k: u32) -> Col {
-  let d = cfg + pool[cfg + 4u] + 4u * k;
-  return Col(pool[d], pool[d + 1u], pool[d + 2u], pool[d + 3u], pool[cfg + 3u]);
+  let d = cfg + pr(cfg + 4u) + 4u * k;
+  return Col(pr(d), pr(d + 1u), pr(d + 2u), pr(d + 3u), pr(cfg + 3u));
 }
 /** The pool offset of the column's record r (0 = the first it holds). */
 fn at(c: Col, r: u32) -> u32 {
@@ -226,7 +276,7 @@ fn lowerAt(c: Col, v: vec2<u32>, lo0: u32, w: u32) -> u32 {
   while (lo < hi) {
     let mid = (lo + hi) >> 1u;
     let o = at(c, mid) + w;
-    if (lt64(vec2<u32>(pool[o], pool[o + 1u]), v)) { lo = mid + 1u; } else { hi = mid; }
+    if (lt64(vec2<u32>(pr(o), pr(o + 1u)), v)) { lo = mid + 1u; } else { hi = mid; }
   }
   return lo;
 }
@@ -275,7 +325,7 @@ struct Run {
 fn cand(run: Run, r: u32) -> u32 {
   let o = at(run.c, r);
   if (!run.indexed) { return o; }
-  return run.main.ring + (pool[o + 4u] & (run.main.cap - 1u)) * run.main.stride;
+  return run.main.ring + (pr(o + 4u) & (run.main.cap - 1u)) * run.main.stride;
 }
 
 /**
@@ -285,14 +335,14 @@ fn cand(run: Run, r: u32) -> u32 {
  */
 fn runOf(k: u32) -> Run {
   let main = column(cfgP, k);
-  let ix = cfgP + pool[cfgP + 8u] + 5u * k;
-  let buckets = pool[ix];
+  let ix = cfgP + pr(cfgP + 8u) + 5u * k;
+  let buckets = pr(ix);
   if (buckets == 0u || main.n == 0u) { return Run(main, select(0u, retainedFrom(main, termSeqP), main.n > 0u), false, main); }
-  let key = chosenAttr(pool[ix + 2u], pool[ix + 3u]);
+  let key = chosenAttr(pr(ix + 2u), pr(ix + 3u));
   let none = Run(Col(0u, 1u, 0u, 0u, 5u), 0u, true, main);
   if (key.x == 0u) { return none; }
-  let d = pool[ix + 4u] + 4u * (bucketOf(key) & (buckets - 1u));
-  let sub = Col(pool[d], pool[d + 1u], pool[d + 2u], pool[d + 3u], 5u);
+  let d = pr(ix + 4u) + 4u * (bucketOf(key) & (buckets - 1u));
+  let sub = Col(pr(d), pr(d + 1u), pr(d + 2u), pr(d + 3u), 5u);
   if (sub.n == 0u) { return none; }
   // A sub-ring may hold records its column dropped (its descriptor is written when it grows): the
   // column's first record held at the release bounds it, by seq.
@@ -303,7 +353,7 @@ fn runOf(k: u32) -> Run {
 fn holds(ep: u32, n: u32, x: u32) -> bool {
   for (var q = 0u; q < n; q++) {
     let p = cfgP + ep + 4u * q;
-    if (!compareAttr(pool[p + 1u], recAttr(false, x, pool[p]), chosenAttr(pool[p + 2u], pool[p + 3u]))) { return false; }
+    if (!compareAttr(pr(p + 1u), recAttr(false, x, pr(p)), chosenAttr(pr(p + 2u), pr(p + 3u)))) { return false; }
   }
   return true;
 }
@@ -311,23 +361,23 @@ fn holds(ep: u32, n: u32, x: u32) -> bool {
 /** E10: whether negation j has an event in its interval that meets its parameters. */
 fn violated(j: u32) -> bool {
   let cfg = cfgP;
-  let nSteps = pool[cfg];
-  let e = cfg + pool[cfg + 6u] + 7u * j;
+  let nSteps = pr(cfg);
+  let e = cfg + pr(cfg + 6u) + 7u * j;
   let run = runOf(nSteps + j);
   let c = run.c;
   if (c.n == 0u) { return false; }
   var lo = run.lo;
   var hi: u32;
-  if (pool[e] == 0u) {
-    lo = lowerSeq(c, add64(chosenSeq(pool[e + 2u]), vec2<u32>(0u, 1u)), lo);
-    hi = lowerSeq(c, chosenSeq(pool[e + 1u]), lo);
+  if (pr(e) == 0u) {
+    lo = lowerSeq(c, add64(chosenSeq(pr(e + 2u)), vec2<u32>(0u, 1u)), lo);
+    hi = lowerSeq(c, chosenSeq(pr(e + 1u)), lo);
   } else {
-    let s = pool[e + 1u];
-    lo = lowerTime(c, subSat64(chosenTime(s), vec2<u32>(pool[e + 3u], pool[e + 4u])), lo);
+    let s = pr(e + 1u);
+    lo = lowerTime(c, subSat64(chosenTime(s), vec2<u32>(pr(e + 3u), pr(e + 4u))), lo);
     hi = lowerSeq(c, chosenSeq(s), lo);
   }
-  let ep = pool[e + 5u];
-  let n = pool[e + 6u];
+  let ep = pr(e + 5u);
+  let n = pr(e + 6u);
   for (var r = lo; r < hi; r++) {
     if (holds(ep, n, cand(run, r))) { return true; }
   }
@@ -337,18 +387,18 @@ fn violated(j: u32) -> bool {
 /** Whether candidate x (placed in ch[i]) meets the parameters and negations decided at step i. */
 fn valid(i: u32, x: u32) -> bool {
   let cfg = cfgP;
-  let st = cfg + pool[cfg + 5u] + 7u * i;
+  let st = cfg + pr(cfg + 5u) + 7u * i;
   ch[i] = x;
-  let po = pool[st + 3u];
-  let pn = pool[st + 4u];
+  let po = pr(st + 3u);
+  let pn = pr(st + 4u);
   for (var q = 0u; q < pn; q++) {
     let p = cfg + po + 5u * q;
-    if (!compareAttr(pool[p + 2u], chosenAttr(pool[p + 1u], pool[p]), chosenAttr(pool[p + 4u], pool[p + 3u]))) { return false; }
+    if (!compareAttr(pr(p + 2u), chosenAttr(pr(p + 1u), pr(p)), chosenAttr(pr(p + 4u), pr(p + 3u)))) { return false; }
   }
-  let no = pool[st + 5u];
-  let nn = pool[st + 6u];
+  let no = pr(st + 5u);
+  let nn = pr(st + 6u);
   for (var q = 0u; q < nn; q++) {
-    if (violated(pool[cfg + no + q])) { return false; }
+    if (violated(pr(cfg + no + q))) { return false; }
   }
   return true;
 }
@@ -357,7 +407,7 @@ fn half(level: u32) -> u32 { return (level & 1u) * prm.capP * prm.ps; }
 
 /** Writes the partial match in ch (steps 0..i) to level i + 1, or to the complete list after the last step. */
 fn emit(i: u32, search: u32) {
-  let nSteps = pool[cfgP];
+  let nSteps = pr(cfgP);
   if (i + 1u == nSteps) {
     let k = atomicAdd(&counts[32], 1u);
     if (k >= prm.capC) { return; }
@@ -385,7 +435,7 @@ fn scatter(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroup
   let o = staging[t];
   let dst = staging[o];
   let n = staging[o + 1u];
-  for (var w = 0u; w < n; w++) { pool[dst + w] = staging[o + 2u + w]; }
+  for (var w = 0u; w < n; w++) { pw(dst + w, staging[o + 2u + w]); }
 }
 
 /** Level 1 from the searches: a terminator alone, its negations decided at step 0 (E10). */
@@ -397,11 +447,11 @@ fn start(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups)
   cfgP = batch[2u * t];
   ch[0] = batch[2u * t + 1u];
   termSeqP = recSeq(true, ch[0]);
-  let st = cfgP + pool[cfgP + 5u];
-  let no = pool[st + 5u];
-  let nn = pool[st + 6u];
+  let st = cfgP + pr(cfgP + 5u);
+  let no = pr(st + 5u);
+  let nn = pr(st + 6u);
   for (var q = 0u; q < nn; q++) {
-    if (violated(pool[cfgP + no + q])) { return; }
+    if (violated(pr(cfgP + no + q))) { return; }
   }
   emit(0u, t);
 }
@@ -418,15 +468,15 @@ fn extend(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups
   for (var s = 0u; s < i; s++) { ch[s] = parts[o + 2u + s]; }
   termSeqP = recSeq(true, ch[0]);
   let cfg = cfgP;
-  let st = cfg + pool[cfg + 5u] + 7u * i;
+  let st = cfg + pr(cfg + 5u) + 7u * i;
   let run = runOf(i);
   let c = run.c;
   if (c.n == 0u) { return; }
   let refSeq = chosenSeq(i - 1u);
   var lo = run.lo;
-  lo = lowerTime(c, subSat64(chosenTime(i - 1u), vec2<u32>(pool[st + 1u], pool[st + 2u])), lo);
+  lo = lowerTime(c, subSat64(chosenTime(i - 1u), vec2<u32>(pr(st + 1u), pr(st + 2u))), lo);
   let hi = lowerSeq(c, refSeq, lo);
-  let sel = pool[st];
+  let sel = pr(st);
   if (sel == 1u) {
     for (var r = hi; r > lo; r--) {
       if (valid(i, cand(run, r - 1u))) { emit(i, search); return; }
@@ -450,16 +500,16 @@ fn aggregate(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgro
   let o = t * prm.cs;
   cfgP = done[o];
   let cfg = cfgP;
-  let nSteps = pool[cfg];
-  let nNeg = pool[cfg + 1u];
-  let nAgg = pool[cfg + 2u];
+  let nSteps = pr(cfg);
+  let nNeg = pr(cfg + 1u);
+  let nAgg = pr(cfg + 2u);
   if (nAgg == 0u) { return; }
   for (var s = 0u; s < nSteps; s++) { ch[s] = done[o + 2u + s]; }
   termSeqP = recSeq(true, ch[0]);
   for (var g = 0u; g < nAgg; g++) {
-    let e = cfg + pool[cfg + 7u] + 7u * g;
-    let attr = pool[e + 1u];
-    let before = pool[e + 2u];
+    let e = cfg + pr(cfg + 7u) + 7u * g;
+    let attr = pr(e + 1u);
+    let before = pr(e + 2u);
     let run = runOf(nSteps + nNeg + g);
     let c = run.c;
     var count = 0u;
@@ -468,10 +518,10 @@ fn aggregate(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgro
     var mx = vec2<u32>(0u, 0u);
     if (c.n > 0u) {
       var lo = run.lo;
-      lo = lowerTime(c, subSat64(chosenTime(before), vec2<u32>(pool[e + 3u], pool[e + 4u])), lo);
+      lo = lowerTime(c, subSat64(chosenTime(before), vec2<u32>(pr(e + 3u), pr(e + 4u))), lo);
       let hi = lowerSeq(c, chosenSeq(before), lo);
-      let ep = pool[e + 5u];
-      let n = pool[e + 6u];
+      let ep = pr(e + 5u);
+      let n = pr(e + 6u);
       for (var r = lo; r < hi; r++) {
         let x = cand(run, r);
         if (!holds(ep, n, x)) { continue; }
