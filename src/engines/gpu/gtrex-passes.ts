@@ -6,15 +6,48 @@
  * larger than one is scattered a binding at a time. The device refusing a run is an error, never
  * an answer.
  */
-import { type GpuContext, GpuError } from './device.js';
+import { type GpuContext, GpuError, loadShader } from './device.js';
 import { type HostColumn, bitsDouble } from './gtrex-layout.js';
 import type { Done } from './gtrex-results.js';
 
 export const PARAM_SLOT = 256; // bytes a level's uniform block takes (the offset alignment)
 export const LEVELS = 33;
-/** Storage bindings the pool may span (gtrex.wgsl: pool0..pool7, bindings 0 and 7-13). */
+/** The most storage bindings the pool spans (pool0..pool7 at bindings 0 and 7-13; fewer where the device binds fewer). */
 export const POOL_PAGES = 8;
-const PAGE_BINDINGS = [0, 7, 8, 9, 10, 11, 12, 13];
+/** Storage bindings besides the pool's (batch, parts, done, counts, staging). */
+const OTHER_STORAGE = 5;
+const pageBinding = (p: number): number => (p === 0 ? 0 : 6 + p);
+/** gtrex.wgsl's block of the pool's pages, as written there (for a pool of one page). */
+const PAGES_BLOCK = /\/\/ ---- the pool's pages ----[\s\S]*?\/\/ ---- end of the pool's pages ----/;
+type PassSet = { layout: GPUBindGroupLayout; pipes: Pipes };
+
+/**
+ * gtrex.wgsl's block of the pool's pages written for `pages` of them (2 or more): their bindings,
+ * and pr/pw choosing the page by a pool offset's high bits (`pageBits` low bits the word in it).
+ */
+export function pagesBlock(pages: number, pageBits: number): string {
+  const vars = Array.from({ length: pages }, (_, p) => `@group(0) @binding(${pageBinding(p)}) var<storage, read_write> pool${p}: array<u32>;`);
+  const arms = (body: (p: number) => string): string =>
+    Array.from({ length: pages }, (_, p) => `    ${p === pages - 1 ? 'default' : `case ${p}u`}: { ${body(p)} }`).join('\n');
+  return [
+    ...vars,
+    `override PAGE_BITS: u32 = ${pageBits}u;`,
+    '/** Pool word i. */',
+    'fn pr(i: u32) -> u32 {',
+    '  let o = i & ((1u << PAGE_BITS) - 1u);',
+    '  switch (i >> PAGE_BITS) {',
+    arms((p) => `return pool${p}[o];`),
+    '  }',
+    '}',
+    '/** Sets pool word i. */',
+    'fn pw(i: u32, v: u32) {',
+    '  let o = i & ((1u << PAGE_BITS) - 1u);',
+    '  switch (i >> PAGE_BITS) {',
+    arms((p) => `pool${p}[o] = v;`),
+    '  }',
+    '}',
+  ].join('\n');
+}
 const COUNT_DONE = 32;
 type Pipes = Record<'scatter' | 'start' | 'extend' | 'aggregate' | 'addTest', GPUComputePipeline>;
 
@@ -46,13 +79,14 @@ export class GtrexPasses {
   private constructor(
     private readonly ctx: GpuContext,
     private readonly wg: number,
-    private readonly layout: GPUBindGroupLayout,
-    private readonly onePage: Pipes,
-    private readonly compilePaged: () => Promise<Pipes>,
+    private readonly onePage: PassSet,
+    private readonly compilePaged: () => Promise<PassSet>,
     /** The largest storage binding used, in bytes. */
     readonly bindingBytes: number,
     /** Words a pool page holds: the largest power of two a binding holds. */
     readonly pageWords: number,
+    /** The most pages a pool may have (POOL_PAGES, or what the device's storage bindings allow). */
+    readonly maxPages: number,
     capacity: number,
   ) {
     this.capP = this.capC = capacity;
@@ -61,42 +95,47 @@ export class GtrexPasses {
   }
 
   /** The pipelines on `ctx`; `bindingBytes` at most the device's (default: it). */
-  static async compile(ctx: GpuContext, workgroupSize: number, bindingBytes: number | undefined, capacity: number, pageBytes?: number): Promise<GtrexPasses> {
+  static async compile(ctx: GpuContext, workgroupSize: number, bindingBytes: number | undefined, capacity: number, pageBytes?: number, maxPoolPages: number = POOL_PAGES): Promise<GtrexPasses> {
     const bind = bindingBytes ?? ctx.limits.maxStorageBufferBindingSize;
     if (!(Number.isInteger(bind) && bind >= 4096 && bind <= ctx.limits.maxStorageBufferBindingSize)) throw new RangeError(`bindingBytes must be an integer in [4096, ${ctx.limits.maxStorageBufferBindingSize}], got ${bind}`);
     const wg = Math.min(workgroupSize, ctx.limits.maxComputeWorkgroupSizeX, ctx.limits.maxComputeInvocationsPerWorkgroup);
     // A page a power of two of words (the kernels split a pool offset by a shift), no larger than
     // a binding or a buffer may be.
-    if (pageBytes !== undefined && !(Number.isInteger(pageBytes) && pageBytes >= 4096)) throw new RangeError(`pageBytes must be an integer of at least 4096, got ${pageBytes}`);
-    const pageBits = Math.floor(Math.log2(Math.min(pageBytes ?? bind, bind, ctx.limits.maxBufferSize) / 4));
-    const module = await ctx.compileShader('gtrex');
+    const deviceBinding = ctx.limits.maxStorageBufferBindingSize;
+    if (pageBytes !== undefined && !(Number.isInteger(pageBytes) && pageBytes >= 4096 && pageBytes <= deviceBinding)) throw new RangeError(`pageBytes must be an integer in [4096, ${deviceBinding}], got ${pageBytes}`);
+    const pageBits = Math.floor(Math.log2(Math.min(pageBytes ?? bind, deviceBinding, ctx.limits.maxBufferSize) / 4));
+    const source = loadShader('gtrex');
     const storage = (binding: number, type: GPUBufferBindingType): GPUBindGroupLayoutEntry => ({ binding, visibility: GPUShaderStage.COMPUTE, buffer: { type } });
-    const layout = ctx.device.createBindGroupLayout({
-      label: 'ambit.gtrex',
-      entries: [
-        storage(0, 'storage'),
-        storage(1, 'read-only-storage'),
-        storage(2, 'storage'),
-        storage(3, 'storage'),
-        storage(4, 'storage'),
-        storage(5, 'uniform'),
-        storage(6, 'read-only-storage'),
-        ...PAGE_BINDINGS.slice(1).map((b) => storage(b, 'storage')),
-      ],
-    });
-    const pipelineLayout = ctx.device.createPipelineLayout({ label: 'ambit.gtrex', bindGroupLayouts: [layout] });
-    // Two sets: for a pool of one page (no page choice compiled in), and, once a pool has several,
-    // for one of several (compiled then: the page choice makes a larger shader).
-    const compileSet = async (pages: number): Promise<Pipes> => {
+    // One set for a pool of one page (gtrex.wgsl as written), and, made the first time a pool has
+    // several, one for several: its module has their bindings and the page choice, as many pages
+    // as the device's storage bindings allow beside the others.
+    if (!(Number.isInteger(maxPoolPages) && maxPoolPages >= 1)) throw new RangeError(`maxPoolPages must be a positive integer, got ${maxPoolPages}`);
+    const maxPages = Math.max(1, Math.min(POOL_PAGES, maxPoolPages, ctx.limits.maxStorageBuffersPerShaderStage - OTHER_STORAGE));
+    const compileSet = async (pages: number): Promise<PassSet> => {
+      const code = pages === 1 ? source : source.replace(PAGES_BLOCK, pagesBlock(pages, pageBits));
+      const module = await ctx.compileShader(pages === 1 ? 'gtrex' : `gtrex (${pages} pages)`, code);
+      const layout = ctx.device.createBindGroupLayout({
+        label: `ambit.gtrex.${pages}`,
+        entries: [
+          storage(1, 'read-only-storage'),
+          storage(2, 'storage'),
+          storage(3, 'storage'),
+          storage(4, 'storage'),
+          storage(5, 'uniform'),
+          storage(6, 'read-only-storage'),
+          ...Array.from({ length: pages }, (_, p) => storage(pageBinding(p), 'storage')),
+        ],
+      });
+      const pipelineLayout = ctx.device.createPipelineLayout({ label: `ambit.gtrex.${pages}`, bindGroupLayouts: [layout] });
       const pipes = {} as Pipes;
       for (const entryPoint of ['scatter', 'start', 'extend', 'aggregate', 'addTest'] as const) {
         pipes[entryPoint] = await ctx.withValidation(`pipeline gtrex.${entryPoint}`, () =>
-          ctx.device.createComputePipeline({ label: `ambit.gtrex.${entryPoint}`, layout: pipelineLayout, compute: { module, entryPoint, constants: { WG: wg, PAGE_BITS: pageBits, POOL_PAGES: pages } } }),
+          ctx.device.createComputePipeline({ label: `ambit.gtrex.${entryPoint}`, layout: pipelineLayout, compute: { module, entryPoint, constants: { WG: wg } } }),
         );
       }
-      return pipes;
+      return { layout, pipes };
     };
-    return new GtrexPasses(ctx, wg, layout, await compileSet(1), () => compileSet(POOL_PAGES), bind, 2 ** pageBits, capacity);
+    return new GtrexPasses(ctx, wg, await compileSet(1), () => compileSet(maxPages), bind, 2 ** pageBits, maxPages, capacity);
   }
 
   /**
@@ -104,12 +143,12 @@ export class GtrexPasses {
    * 0xffffffff is the kernels' NONE).
    */
   get maxPoolWords(): number {
-    return Math.min(POOL_PAGES * this.pageWords, 2 ** 32 - 1024);
+    return Math.min(this.maxPages * this.pageWords, 2 ** 32 - 1024);
   }
 
   /** A new pool of `words` in pages (the old one goes). */
   newPool(words: number): void {
-    if (words > this.maxPoolWords) throw new GpuError('OUT_OF_MEMORY', `gtrex: a pool of ${4 * words} bytes, expected at most ${4 * this.maxPoolWords} (${POOL_PAGES} storage bindings)`);
+    if (words > this.maxPoolWords) throw new GpuError('OUT_OF_MEMORY', `gtrex: a pool of ${4 * words} bytes, expected at most ${4 * this.maxPoolWords} (${this.maxPages} storage binding${this.maxPages === 1 ? '' : 's'})`);
     for (const b of this.pool ?? []) b.destroy();
     this.pool = null;
     this.groups = null;
@@ -131,13 +170,14 @@ export class GtrexPasses {
     const ST = GPUBufferUsage.STORAGE;
     this.batchBuf = this.buffer(this.batchBuf, 'ambit.gtrex.batch', 4 * batch.length, ST | GPUBufferUsage.COPY_DST);
     this.ctx.writeBuffer(this.batchBuf, 0, batch);
+    this.errorsAt = null; // a batch before this one that failed between its upload and its run left it
     const n = at.length;
     const bindWords = Math.floor(this.bindingBytes / 4);
     if (n + data.length <= bindWords) {
       this.stage(at, data);
       return n;
     }
-    this.errorsAt ??= this.ctx.uncapturedErrors.count;
+    this.errorsAt = this.ctx.uncapturedErrors.count;
     // Entries lie in `data` in order, entry e from at[e] - n.
     const start = (e: number): number => (e < n ? at[e] - n : data.length);
     let first = 0;
@@ -256,18 +296,25 @@ export class GtrexPasses {
   }
 
   /** The pipelines for a pool of several pages, once one had. */
-  private paged: Pipes | null = null;
+  private paged: PassSet | null = null;
 
-  /** The pipelines for the pool as it is: of one page, or of several (`ready` made them). */
-  private get pipes(): Pipes {
+  /** The pipelines and layout for the pool as it is: of one page, or of several (`ready` made them). */
+  private get set(): PassSet {
     if (this.pool === null || this.pool.length === 1) return this.onePage;
     if (this.paged === null) throw new Error('gtrex: a pool of several pages before its pipelines were made (ready())');
     return this.paged;
   }
 
+  private get pipes(): Pipes {
+    return this.set.pipes;
+  }
+
   /** Makes the pipelines the pool needs (those for several pages, the first time it has several). */
   async ready(): Promise<void> {
-    if (this.pool !== null && this.pool.length > 1 && this.paged === null) this.paged = await this.compilePaged();
+    if (this.pool !== null && this.pool.length > 1 && this.paged === null) {
+      this.paged = await this.compilePaged();
+      this.groups = null;
+    }
   }
 
   /** Page p of the pool, or a small buffer of its own where the pool has none. */
@@ -280,14 +327,16 @@ export class GtrexPasses {
 
   private bindGroups(): GPUBindGroup[] {
     if (this.groups !== null) return this.groups;
+    const set = this.set;
+    const pages = set === this.onePage ? 1 : this.maxPages;
     const gs: GPUBindGroup[] = [];
     for (let l = 0; l < LEVELS; l++) {
       gs.push(
         this.ctx.device.createBindGroup({
           label: `ambit.gtrex.level${l}`,
-          layout: this.layout,
+          layout: set.layout,
           entries: [
-            ...PAGE_BINDINGS.map((binding, p) => ({ binding, resource: { buffer: this.page(p) } })),
+            ...Array.from({ length: pages }, (_, p) => ({ binding: pageBinding(p), resource: { buffer: this.page(p) } })),
             { binding: 1, resource: { buffer: this.batchBuf! } },
             { binding: 2, resource: { buffer: this.parts! } },
             { binding: 3, resource: { buffer: this.done! } },

@@ -15,7 +15,8 @@
  * The host keeps each column's records (seq, time, event) in a ring, with the CDP's retention in
  * step, and writes only what changed to the GPU: new records, moved rings, descriptors, through
  * one staging buffer and a scatter pass. The pool (configs and rings) is rebuilt, bigger, when it
- * runs out; it must fit one storage binding (paging columns between host and GPU is not done).
+ * runs out; it spans up to POOL_PAGES storage bindings (gtrex-passes.ts; paging columns between
+ * host and GPU is not done).
  */
 import type { NEventPattern } from '../../model/event-patterns.js';
 import { patternElements } from '../../model/event-patterns.js';
@@ -34,7 +35,7 @@ import {
   checkSnapshot,
 } from '../event-patterns/sequencer.js';
 import { GpuContext, GpuError, type GpuOptions } from './device.js';
-import { GtrexPasses, POOL_PAGES } from './gtrex-passes.js';
+import { GtrexPasses } from './gtrex-passes.js';
 import { type Done, type Search, answer } from './gtrex-results.js';
 import { DESC_WORDS, type GpuPattern, HostColumn, INDEX_WORDS, SUB_WORDS, Interner, type Retention, compilePattern, encodeRecord, type IndexGrowth, keyOfEvent } from './gtrex-layout.js';
 
@@ -57,10 +58,13 @@ export interface GtrexOptions extends SequencerOptions {
   /** The largest storage binding to use, in bytes (default and at most the device's). */
   bindingBytes?: number;
   /**
-   * Bytes of a pool page (rounded down to a power of two; default and at most what a binding
-   * holds): the pool spans up to POOL_PAGES of them. Smaller only to exercise pages.
+   * Bytes of a pool page (rounded down to a power of two; default `bindingBytes`, at most what
+   * the device's binding holds): the pool spans up to POOL_PAGES of them (fewer where the device
+   * binds fewer storage buffers). Other than the default only to exercise pages.
    */
   pageBytes?: number;
+  /** Most pages the pool spans (default and at most POOL_PAGES, or what the device's bindings allow). */
+  maxPoolPages?: number;
 }
 
 export interface GtrexStats extends SequencerStats {
@@ -173,7 +177,7 @@ export class GtrexSequencer implements BatchSequencer {
   static async create(options: GtrexOptions = {}): Promise<GtrexSequencer> {
     const ctx = options.ctx ?? (await GpuContext.open(options.gpu));
     try {
-      const gpu = await GtrexPasses.compile(ctx, options.workgroupSize ?? 64, options.bindingBytes, Math.max(1, options.capacity ?? 1024), options.pageBytes);
+      const gpu = await GtrexPasses.compile(ctx, options.workgroupSize ?? 64, options.bindingBytes, Math.max(1, options.capacity ?? 1024), options.pageBytes, options.maxPoolPages);
       return new GtrexSequencer(ctx, options.ctx === undefined, gpu, options);
     } catch (err) {
       if (options.ctx === undefined) await ctx.close();
@@ -429,7 +433,7 @@ export class GtrexSequencer implements BatchSequencer {
     // than one is staged and scattered a binding at a time.
     const maxWords = this.gpu.maxPoolWords;
     if (need > maxWords) {
-      throw new GpuError('OUT_OF_MEMORY', `gtrex: the pattern columns need ${4 * need} bytes, expected at most the ${4 * maxWords} of ${POOL_PAGES} storage bindings`);
+      throw new GpuError('OUT_OF_MEMORY', `gtrex: the pattern columns need ${4 * need} bytes, expected at most the ${4 * maxWords} of ${this.gpu.maxPages} storage binding${this.gpu.maxPages === 1 ? '' : 's'}`);
     }
     const words = Math.min(maxWords, Math.max(this.minPool, 2 * need));
     this.gpu.newPool(words);

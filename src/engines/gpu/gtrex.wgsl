@@ -53,22 +53,15 @@ struct Params {
   first: u32,
 }
 
-// The pool's pages: page p holds pool words [p << PAGE_BITS, (p + 1) << PAGE_BITS), each page
-// one storage binding (a binding holds at most 2 GiB on the H100/H200), so the pool can outgrow
-// one; pr and pw read and write a pool word wherever it lies. Unused pages are bound to a small
-// buffer of their own and never read.
-override PAGE_BITS: u32 = 29u;
-// Pages the pool has: with one (the usual case) pr and pw read pool0 directly, the pipelines made
-// for it compiling no page choice at all.
-override POOL_PAGES: u32 = 1u;
+// ---- the pool's pages ----
+// A pool of one page; gtrex-passes.ts writes this block anew for a pool of several (`pagesBlock`):
+// pool0..pool{N-1} at bindings 0 and 7.., and pr/pw choosing the page by a pool offset's high bits.
 @group(0) @binding(0) var<storage, read_write> pool0: array<u32>;
-@group(0) @binding(7) var<storage, read_write> pool1: array<u32>;
-@group(0) @binding(8) var<storage, read_write> pool2: array<u32>;
-@group(0) @binding(9) var<storage, read_write> pool3: array<u32>;
-@group(0) @binding(10) var<storage, read_write> pool4: array<u32>;
-@group(0) @binding(11) var<storage, read_write> pool5: array<u32>;
-@group(0) @binding(12) var<storage, read_write> pool6: array<u32>;
-@group(0) @binding(13) var<storage, read_write> pool7: array<u32>;
+/** Pool word i. */
+fn pr(i: u32) -> u32 { return pool0[i]; }
+/** Sets pool word i. */
+fn pw(i: u32, v: u32) { pool0[i] = v; }
+// ---- end of the pool's pages ----
 @group(0) @binding(1) var<storage, read> batch: array<u32>;
 @group(0) @binding(2) var<storage, read_write> parts: array<u32>;
 @group(0) @binding(3) var<storage, read_write> done: array<u32>;
@@ -77,41 +70,6 @@ override POOL_PAGES: u32 = 1u;
 @group(0) @binding(6) var<storage, read> staging: array<u32>;
 
 const NONE: u32 = 0xffffffffu;
-
-/** Pool word i. */
-fn pr(i: u32) -> u32 {
-  if (POOL_PAGES == 1u) { return pool0[i]; }
-  let o = i & ((1u << PAGE_BITS) - 1u);
-  switch (i >> PAGE_BITS) {
-    case 0u: { return pool0[o]; }
-    case 1u: { return pool1[o]; }
-    case 2u: { return pool2[o]; }
-    case 3u: { return pool3[o]; }
-    case 4u: { return pool4[o]; }
-    case 5u: { return pool5[o]; }
-    case 6u: { return pool6[o]; }
-    default: { return pool7[o]; }
-  }
-}
-
-/** Sets pool word i. */
-fn pw(i: u32, v: u32) {
-  if (POOL_PAGES == 1u) {
-    pool0[i] = v;
-    return;
-  }
-  let o = i & ((1u << PAGE_BITS) - 1u);
-  switch (i >> PAGE_BITS) {
-    case 0u: { pool0[o] = v; }
-    case 1u: { pool1[o] = v; }
-    case 2u: { pool2[o] = v; }
-    case 3u: { pool3[o] = v; }
-    case 4u: { pool4[o] = v; }
-    case 5u: { pool5[o] = v; }
-    case 6u: { pool6[o] = v; }
-    default: { pool7[o] = v; }
-  }
-}
 const MAX_STEPS: u32 = 32u;
 
 // ---- 64-bit unsigned arithmetic on vec2<u32> (x: high word, y: low word) ----
