@@ -83,7 +83,7 @@ export class GtrexPasses {
     private readonly compilePaged: () => Promise<PassSet>,
     /** The largest storage binding used, in bytes. */
     readonly bindingBytes: number,
-    /** Words a pool page holds: the largest power of two a binding holds. */
+    /** Words a pool page holds: the largest power of two a binding (or `pageBytes`) holds. */
     readonly pageWords: number,
     /** The most pages a pool may have (POOL_PAGES, or what the device's storage bindings allow). */
     readonly maxPages: number,
@@ -94,7 +94,10 @@ export class GtrexPasses {
     this.params = ctx.createBuffer('ambit.gtrex.params', PARAM_SLOT * LEVELS, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
   }
 
-  /** The pipelines on `ctx`; `bindingBytes` at most the device's (default: it). */
+  /**
+   * The pipelines on `ctx`; `bindingBytes` at most the device's (default: it); `pageBytes` the
+   * pool's page (default `bindingBytes`); `maxPoolPages` the most pages a pool may have.
+   */
   static async compile(ctx: GpuContext, workgroupSize: number, bindingBytes: number | undefined, capacity: number, pageBytes?: number, maxPoolPages: number = POOL_PAGES): Promise<GtrexPasses> {
     const bind = bindingBytes ?? ctx.limits.maxStorageBufferBindingSize;
     if (!(Number.isInteger(bind) && bind >= 4096 && bind <= ctx.limits.maxStorageBufferBindingSize)) throw new RangeError(`bindingBytes must be an integer in [4096, ${ctx.limits.maxStorageBufferBindingSize}], got ${bind}`);
@@ -139,7 +142,7 @@ export class GtrexPasses {
   }
 
   /**
-   * The most words a pool may have: POOL_PAGES pages, short of 2^32 (its offsets are u32, and
+   * The most words a pool may have: `maxPages` pages, short of 2^32 (its offsets are u32, and
    * 0xffffffff is the kernels' NONE).
    */
   get maxPoolWords(): number {
@@ -321,7 +324,7 @@ export class GtrexPasses {
   private page(p: number): GPUBuffer {
     const pool = this.pool!;
     if (p < pool.length) return pool[p];
-    while (this.unused.length <= p) this.unused.push(this.ctx.createBuffer(`ambit.gtrex.unusedPage${this.unused.length}`, 16, GPUBufferUsage.STORAGE));
+    this.unused[p] ??= this.ctx.createBuffer(`ambit.gtrex.unusedPage${p}`, 16, GPUBufferUsage.STORAGE);
     return this.unused[p];
   }
 
