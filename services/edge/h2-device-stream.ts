@@ -39,6 +39,7 @@ export interface H2StreamOptions {
    * in `location`), so the stream hands the listener the two numbers instead of a decoded request.
    */
   readonly readLocation?: (b: Uint8Array, from: number, to: number) => boolean;
+  /** Where `readLocation` puts lat and lon (api/fast-decode.ts `LOCATION`); given with it. */
   readonly location?: Float64Array;
 }
 
