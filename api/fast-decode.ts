@@ -33,11 +33,11 @@ export function fastConnectRequest(b: Uint8Array): ConnectRequest | null {
   return null;
 }
 
-/** Where fastLocation puts a location's lat and lon. */
+/** Where fastLocation (and every LatLon read here) puts lat and lon. */
 export const LOCATION = new Float64Array(2);
-const F64 = new Float64Array(1);
-const F64_BYTES = new Uint8Array(F64.buffer);
-const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
+/** A double's 8 bytes copied from the message, read little-endian (no view made per message). */
+const F64_BYTES = new Uint8Array(8);
+const F64_VIEW = new DataView(F64_BYTES.buffer);
 
 /**
  * The message b[from, to) when it is a `ConnectRequest{location}` that fastConnectRequest reads
@@ -46,18 +46,25 @@ const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
  */
 export function fastLocation(b: Uint8Array, from: number, to: number): boolean {
   const n = to - from;
-  if (n < 2 || b[from] !== TAG_LOCATION || !LITTLE_ENDIAN) return false;
+  if (n < 2 || b[from] !== TAG_LOCATION) return false;
   const len = b[from + 1];
-  if (len >= 0x80 || len + 2 !== n) return false;
+  return len < 0x80 && len + 2 === n && readLatLon(b, from + 2, to);
+}
+
+/**
+ * A LatLon's fields in [from, to) into LOCATION: doubles 1 and 2, in any order, the last one
+ * winning, a missing one 0; false for anything else.
+ */
+function readLatLon(b: Uint8Array, from: number, to: number): boolean {
   let lat = 0;
   let lon = 0;
-  let o = from + 2;
+  let o = from;
   while (o < to) {
     const k = b[o++];
     if (o + 8 > to) return false;
     for (let i = 0; i < 8; i++) F64_BYTES[i] = b[o + i];
-    if (k === TAG_LAT) lat = F64[0];
-    else if (k === TAG_LON) lon = F64[0];
+    if (k === TAG_LAT) lat = F64_VIEW.getFloat64(0, true);
+    else if (k === TAG_LON) lon = F64_VIEW.getFloat64(0, true);
     else return false;
     o += 8;
   }
@@ -66,21 +73,9 @@ export function fastLocation(b: Uint8Array, from: number, to: number): boolean {
   return true;
 }
 
-/** A LatLon's fields in [from, to): doubles 1 and 2, in any order, the last one winning; null for anything else. */
+/** A LatLon's fields in [from, to) as protobuf-es's object (readLatLon); null for anything else. */
 function latLon(b: Uint8Array, from: number, to: number): { $typeName: 'ambit.v1.LatLon'; lat: number; lon: number } | null {
-  const view = new DataView(b.buffer, b.byteOffset, b.length);
-  let lat = 0;
-  let lon = 0;
-  let o = from;
-  while (o < to) {
-    const k = b[o++];
-    if (o + 8 > to) return null;
-    if (k === TAG_LAT) lat = view.getFloat64(o, true);
-    else if (k === TAG_LON) lon = view.getFloat64(o, true);
-    else return null;
-    o += 8;
-  }
-  return { $typeName: 'ambit.v1.LatLon', lat, lon };
+  return readLatLon(b, from, to) ? { $typeName: 'ambit.v1.LatLon', lat: LOCATION[0], lon: LOCATION[1] } : null;
 }
 
 /** The bytes [from, to) as one flat string when all are ASCII, else null. */

@@ -192,11 +192,9 @@ async function rawWorker(init: Init, send: (m: FromWorker) => void, on: (f: (m: 
       sent += r.sent * init.perWrite;
       if (r.full) void c.drained().then(() => pump(k));
       else if (r.sent < BATCH) {
-        // A window is shut: go on when the server opens one (a WINDOW_UPDATE arrives).
-        c.onProgress = () => {
-          c.onProgress = () => {};
-          setImmediate(() => pump(k));
-        };
+        // A window is shut: go on when the server opens one (a WINDOW_UPDATE arrives); a failed
+        // connection is reported at the round's end.
+        progress(c).then(() => setImmediate(() => pump(k)), () => {});
       } else setImmediate(() => pump(k));
     };
     for (let k = 0; k < conns.length; k++) pump(k);
