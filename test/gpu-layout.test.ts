@@ -112,8 +112,8 @@ describe('gpu layout: filters of names only (tags, exists) keep their names as a
     assert.equal(L.fCon[1], L.fCon[0], 'the same names share one run');
     assert.equal(L.fPos[1], L.fPos[0]);
     assert.equal(L.sTop - s0, 4, 'tags food and vegan with the attribute lunch (not the tag) are another run');
-    L.remove(sub('a', ['food', 'vegan', 'lunch']));
-    L.remove(sub('b', ['lunch', 'food', 'vegan']));
+    L.remove(sub('a', ['food', 'vegan', 'lunch']).id);
+    L.remove(sub('b', ['lunch', 'food', 'vegan']).id);
     const freed = L.fCon[0];
     L.insert(sub('d', ['x', 'y', 'z']));
     assert.equal(L.sTop - s0, 4, 'a freed run of the same length is taken again');

@@ -17,10 +17,10 @@
  * sharing cStr, position slots) and the dirty ranges the uploads follow are one state: each insert
  * or removal touches several of them at once, and splitting them would expose the arrays' growth.
  */
-import { type FilterView, type NConstraint, type NEvent, type NFilter, type NSubscription, type SubscriptionView, patternDfa } from '../../model/limits.js';
+import { type FilterView, type NArea, type NConstraint, type NEvent, type NFilter, type NSubscription, type SubscriptionView, patternDfa } from '../../model/limits.js';
 import type { Dfa } from '../../model/pattern.js';
 import { tagName, tagOfName } from '../../model/tags.js';
-import { OP_CODE, OP_EXISTS, T_ANY, T_BOOL, T_NUM, T_STR } from '../operators.js';
+import { OP_CODE, OP_EXISTS, OP_NAME, T_ANY, T_BOOL, T_NUM, T_STR } from '../operators.js';
 import type { Listed } from '../matcher.js';
 import { EventEncoder, RAD, bloomBit, numberKey } from './input.js';
 
@@ -103,10 +103,14 @@ export class GpuLayout {
   private readonly tagIds = new Map<string, number>();
   private nameRefs: number[] = [];
   private readonly nameFree: number[] = [];
+  /** Name of each live id (the reverse of nameIds): removals and `subscription` read names from the arrays. */
+  private nameOf: (string | undefined)[] = [];
 
   // subscriptions
   private readonly subIndex = new Map<string, number>();
   subId: (string | null)[] = [];
+  /** Each subscription's owner (`subscription` reads it back). */
+  private subOwner: (string | null)[] = [];
   private subFilters: number[][] = [];
   private readonly subFree: number[] = [];
   subTop = 0;
@@ -144,8 +148,14 @@ export class GpuLayout {
   cStr = new Uint32Array(this.sCap);
   readonly sDirty = new Dirty();
   private readonly strings = new Map<string, { off: number; len: number; refs: number }>();
+  /** The key of each block of `strings` by its offset: removals and `subscription` read values back by it. */
+  private readonly stringAt = new Map<number, string>();
   /** Runs of name ids (META_NAMES filters) in cStr by their sorted ids, and their free runs by exact size. */
   private readonly nameRuns = new Map<string, { off: number; refs: number }>();
+  /** META_NAMES filters whose `exists` constraints were given in another order than their ids': that order. */
+  private readonly existsOrder = new Map<number, string[]>();
+  /** Constraint slots whose number is -0 (its key is 0's). */
+  private readonly negZero = new Set<number>();
   private readonly nFree = new Map<number, number[]>();
 
   // position slots
@@ -153,6 +163,8 @@ export class GpuLayout {
   pTop = 0;
   private readonly pFree: number[] = [];
   readonly deviceSlot = new Map<string, number>();
+  /** Devices whose position is known. */
+  knownDevices = 0;
   private pDevice: (string | null)[] = [];
   private pRefs = new Uint32Array(this.pCap); // filters + open handles + (1 if a device with a position)
   pLat = new Float64Array(this.pCap);
@@ -199,6 +211,7 @@ export class GpuLayout {
       id = this.nameFree.length > 0 ? this.nameFree.pop()! : this.nameRefs.length;
       if (id >= MAX_NAMES) throw new Error(`gpu: more than ${MAX_NAMES} distinct attribute and tag names`);
       this.nameIds.set(name, id);
+      this.nameOf[id] = name;
       this.nameRefs[id] = 0;
       const tag = tagOfName(name);
       if (tag !== null) this.tagIds.set(tag, id);
@@ -207,9 +220,11 @@ export class GpuLayout {
     return id;
   }
 
-  private release(name: string): void {
-    const id = this.nameIds.get(name)!;
+  /** Drops one reference to name id `id`; the id is freed with its last. */
+  private release(id: number): void {
     if (--this.nameRefs[id] === 0) {
+      const name = this.nameOf[id]!;
+      this.nameOf[id] = undefined;
       this.nameIds.delete(name);
       const tag = tagOfName(name);
       if (tag !== null) this.tagIds.delete(tag);
@@ -286,7 +301,10 @@ export class GpuLayout {
   place(s: number, lat: number, lon: number): void {
     if (this.pKnown[s] === 0) {
       this.pKnown[s] = 1;
-      if (this.pDevice[s] !== null) this.pRefs[s]++; // a device with a known position stays
+      if (this.pDevice[s] !== null) {
+        this.pRefs[s]++; // a device with a known position stays
+        this.knownDevices++;
+      }
     }
     this.pLat[s] = lat;
     this.pLon[s] = lon;
@@ -321,6 +339,7 @@ export class GpuLayout {
     const s = this.deviceSlot.get(device);
     if (s === undefined || this.pKnown[s] === 0) return;
     this.pKnown[s] = 0;
+    this.knownDevices--;
     this.touchSlot(s);
     this.unref(s);
   }
@@ -406,6 +425,7 @@ export class GpuLayout {
     new Uint8Array(this.cStr.buffer, this.cStr.byteOffset + start * 4, bytes.length).set(bytes);
     this.sDirty.mark(start, b);
     this.strings.set(s, { off: start, len: bytes.length, refs: 1 });
+    this.stringAt.set(start, s);
     return [start, bytes.length];
   }
 
@@ -457,6 +477,7 @@ export class GpuLayout {
     const e = this.strings.get(s)!;
     if (--e.refs > 0) return;
     this.strings.delete(s);
+    this.stringAt.delete(e.off);
     this.freeRun(this.sFree, e.off, blockWords(e.len));
   }
 
@@ -527,6 +548,14 @@ export class GpuLayout {
       for (const t of tags) ids.push(this.intern(tagName(t)));
       for (const c of cs) ids.push(this.intern(c.name));
       for (const id of ids) bloom |= 1 << bloomBit(id);
+      // The run holds the names sorted; `exists` constraints given in another order keep it here
+      // (tags are always sorted), so `subscription` gives them back as given.
+      for (let k = tags.length + 1; k < ids.length; k++) {
+        if (ids[k - 1] > ids[k]) {
+          this.existsOrder.set(f, cs.map((c) => c.name));
+          break;
+        }
+      }
       ids.sort((a, b) => a - b);
       // Without an area fPos holds no position slot: it holds the first name instead (NAMES_FIRST).
       if (area === null) firstName = ids.shift()!;
@@ -567,6 +596,7 @@ export class GpuLayout {
           numberKey(type === T_NUM ? (v as number) : v ? 1 : 0, KEY, 0);
           this.cValA[ci] = KEY[0];
           this.cValB[ci] = KEY[1];
+          if (Object.is(v, -0)) this.negZero.add(ci); // -0 compares as 0, but reads back as given
         } else {
           this.cValA[ci] = 0;
           this.cValB[ci] = 0;
@@ -599,24 +629,30 @@ export class GpuLayout {
     return f;
   }
 
-  private removeFilter(f: number, flt: NFilter): void {
-    const n = this.fMeta[f] & META_COUNT;
-    const nc = flt.constraints.length;
+  /** Takes filter `f` out, reading what it holds from the arrays alone. */
+  private removeFilter(f: number): void {
+    const meta = this.fMeta[f];
+    const n = meta & META_COUNT;
     const c0 = this.fCon[f];
-    if (this.fMeta[f] & META_NAMES) {
-      const ids: number[] = [];
-      for (const t of flt.tags) ids.push(this.nameIds.get(tagName(t))!);
-      for (const c of flt.constraints) ids.push(this.nameIds.get(c.name)!);
-      ids.sort((a, b) => a - b);
-      if (!(this.fMeta[f] & META_AREA)) ids.shift();
-      this.releaseNames(ids);
-    } else this.freeRun(this.cFree, c0, n);
-    for (const t of flt.tags) this.release(tagName(t));
-    for (let k = 0; k < nc; k++) {
-      const c = flt.constraints[k];
-      if (c.op === 'like' || c.op === 'regex') this.releaseString(patternKey(c));
-      else if (c.type === 'string') this.releaseString(c.value as string);
-      this.release(c.name);
+    let nc = 0;
+    if (meta & META_NAMES) {
+      const ids = this.runNames(f);
+      this.releaseNames((meta & META_AREA) !== 0 ? ids : ids.slice(1));
+      for (const id of ids) {
+        if (tagOfName(this.nameOf[id]!) === null) nc++;
+        this.release(id);
+      }
+      this.existsOrder.delete(f);
+    } else {
+      for (let ci = c0; ci < c0 + n; ci++) {
+        const head = this.cHead[ci];
+        const id = head & (MAX_NAMES - 1);
+        if (head >>> (NAME_BITS + 4) === T_STR) this.releaseString(this.stringAt.get(this.cValA[ci])!);
+        if (tagOfName(this.nameOf[id]!) === null) nc++;
+        this.release(id);
+        this.negZero.delete(ci);
+      }
+      this.freeRun(this.cFree, c0, n);
     }
     if (this.fMeta[f] & META_AREA) {
       const s = this.fPos[f];
@@ -645,6 +681,7 @@ export class GpuLayout {
     else si = this.subTop++;
     this.subIndex.set(sub.id, si);
     this.subId[si] = sub.id;
+    this.subOwner[si] = sub.owner;
     this.subFilters[si] = sub.filters.map((f) => this.addFilter(si, sub.owner, f));
   }
 
@@ -652,20 +689,103 @@ export class GpuLayout {
    * `replaced`: the id is inserted again at once (a replace), so batches in flight still list the
    * old version under it (`heldId`); a plain removal is not listed by them.
    */
-  remove(sub: NSubscription, replaced = false): void {
-    const si = this.subIndex.get(sub.id)!;
+  remove(id: string, replaced = false): void {
+    const si = this.subIndex.get(id)!;
     const fs = this.subFilters[si];
-    for (let i = 0; i < fs.length; i++) this.removeFilter(fs[i], sub.filters[i]);
-    this.subIndex.delete(sub.id);
+    for (let i = 0; i < fs.length; i++) this.removeFilter(fs[i]);
+    this.subIndex.delete(id);
     this.subId[si] = null;
+    this.subOwner[si] = null;
     if (this.subTag !== null) this.subTag[si] = undefined;
     this.subFilters[si] = [];
     // A batch in flight may still name this index in its results: another subscription must not
     // take it until every batch submitted so far has been read (releaseHeld).
     if (this.batchesInFlight > 0) {
       this.subHeld.push(si, this.submitted);
-      if (replaced) this.replacedIds.set(si, sub.id);
+      if (replaced) this.replacedIds.set(si, id);
     } else this.subFree.push(si);
+  }
+
+  /** Subscriptions held. */
+  get subscriptions(): number {
+    return this.subIndex.size;
+  }
+
+  has(id: string): boolean {
+    return this.subIndex.has(id);
+  }
+
+  /**
+   * A held subscription in its normalised form, read back from the arrays (the engine without a
+   * CPU mirror keeps no other copy): constraints in the order given, tags sorted, values exact.
+   */
+  subscription(id: string): NSubscription | undefined {
+    const si = this.subIndex.get(id);
+    if (si === undefined) return undefined;
+    const fs = this.subFilters[si];
+    const filters: NFilter[] = new Array(fs.length);
+    for (let i = 0; i < fs.length; i++) filters[i] = this.filterOf(fs[i]);
+    return { id, owner: this.subOwner[si]!, filters };
+  }
+
+  private filterOf(f: number): NFilter {
+    const meta = this.fMeta[f];
+    const constraints: NConstraint[] = [];
+    const tags: string[] = [];
+    if (meta & META_NAMES) {
+      const order = this.existsOrder.get(f);
+      for (const id of this.runNames(f)) {
+        const name = this.nameOf[id]!;
+        const tag = tagOfName(name);
+        if (tag !== null) tags.push(tag);
+        else if (order === undefined) constraints.push({ name, op: 'exists', type: null, value: null });
+      }
+      if (order !== undefined) for (const name of order) constraints.push({ name, op: 'exists', type: null, value: null });
+      tags.sort(); // as validation sorts them
+    } else {
+      const c0 = this.fCon[f];
+      for (let ci = c0, end = c0 + (meta & META_COUNT); ci < end; ci++) {
+        const head = this.cHead[ci];
+        const name = this.nameOf[head & (MAX_NAMES - 1)]!;
+        const tag = tagOfName(name);
+        if (tag !== null) {
+          tags.push(tag);
+          continue;
+        }
+        const op = OP_NAME[(head >>> NAME_BITS) & 15];
+        const type = head >>> (NAME_BITS + 4);
+        if (type === T_ANY) constraints.push({ name, op, type: null, value: null });
+        else if (type === T_STR) {
+          const key = this.stringAt.get(this.cValA[ci])!;
+          // A pattern's key is patternKey's: the source follows its first NUL.
+          const value = op === 'like' || op === 'regex' ? key.slice(key.indexOf('\u0000') + 1) : key;
+          constraints.push({ name, op, type: 'string', value });
+        } else {
+          const v = this.negZero.has(ci) ? -0 : keyNumber(this.cValA[ci], this.cValB[ci]);
+          constraints.push(type === T_NUM ? { name, op, type: 'number', value: v } : { name, op, type: 'bool', value: v === 1 });
+        }
+      }
+    }
+    let area: NArea | null = null;
+    if (meta & META_AREA) {
+      const slot = this.fPos[f];
+      area = { radiusM: this.fRad64[f], center: this.pDevice[slot] === null ? { lat: this.pLat[slot], lon: this.pLon[slot] } : null };
+    }
+    return { constraints, area, tags };
+  }
+
+  /** The name ids of a META_NAMES filter: the first from fPos when it has no area, then its run in cStr. */
+  private runNames(f: number): number[] {
+    const meta = this.fMeta[f];
+    const n = meta & META_COUNT;
+    const ids: number[] = [];
+    const c0 = this.fCon[f];
+    if (meta & META_AREA) for (let k = 0; k < n; k++) ids.push(this.cStr[c0 + k]);
+    else {
+      ids.push(this.fPos[f]);
+      for (let k = 0; k < n - 1; k++) ids.push(this.cStr[c0 + k]);
+    }
+    return ids;
   }
 
   /** The serials of the batches not read yet, on whichever device (a lost one's may still settle after a new one runs). */
@@ -766,7 +886,9 @@ export class GpuLayout {
   get hostBytes(): number {
     return (
       this.fBloom.byteLength * 6 + this.fRad64.byteLength + this.cHead.byteLength * 3 + this.cStr.byteLength +
-      this.pos.byteLength + this.pLat.byteLength * 4 + this.pRefs.byteLength + this.pKnown.byteLength * 2 + 40 * (this.journalOrder.length - this.journalHead)
+      this.pos.byteLength + this.pLat.byteLength * 4 + this.pRefs.byteLength + this.pKnown.byteLength * 2 + 40 * (this.journalOrder.length - this.journalHead) +
+      // Arrays of references and maps (V8: about 8 bytes a slot, 60 an entry), each subscription's list of filters.
+      8 * (this.subId.length + this.subOwner.length + this.pDevice.length) + 60 * (this.subIndex.size + this.deviceSlot.size) + 32 * this.subIndex.size + 4 * this.liveFilters
     );
   }
 
@@ -779,6 +901,20 @@ export class GpuLayout {
   encodeEvents(events: readonly NEvent[], grid = false): Uint32Array {
     return this.encoder.encode(events, this.nameIds, this.tagIds, grid);
   }
+}
+
+const KEY64 = new Float64Array(1);
+const KEY32 = new Uint32Array(KEY64.buffer);
+/** The number numberKey(v) made the key (hi, lo) of. */
+export function keyNumber(hi: number, lo: number): number {
+  if (hi & 0x80000000) {
+    KEY32[1] = (hi & 0x7fffffff) >>> 0;
+    KEY32[0] = lo;
+  } else {
+    KEY32[1] = ~hi >>> 0;
+    KEY32[0] = ~lo >>> 0;
+  }
+  return KEY64[0];
 }
 
 /** Moves the (index, serial) pairs of `held` whose serial is below `oldest` to `free`. */

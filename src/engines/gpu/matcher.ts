@@ -10,6 +10,10 @@
  *   fixed cost that small workloads do not repay (CLCB §5: ~4000 filters).
  * - On device loss every event in flight is answered by the CPU engine, later events too, while a
  *   new device is opened and rebuilt from the host mirror.
+ * - Without the CPU engine (`cpuMirror: false`, for the largest sets: the host keeps about a third
+ *   of the memory a filter) the layout answers `has` and `get` and keeps the counts, and the GPU
+ *   answers every event: an event it could not answer runs again (queue.ts), and events wait out a
+ *   device loss.
  *
  * The rest lives beside this file: queue.ts (the choice of path, batching, batches in flight),
  * batch.ts (one batch, step by step), buffers.ts and record.ts (device buffers, bind groups and
@@ -18,9 +22,9 @@
  * (the batch input), options.ts.
  */
 import { FastMatcher } from '../fast.js';
-import { type DeviceHandle, type Listed, type Matcher, type MatcherStats, checkHandleUpdate, validateNew } from '../matcher.js';
-import { AmbitError } from '../../model/errors.js';
-import { type NEvent, type NSubscription, checkId, checkLat, checkLon, plainSubscription, validateEvent, validateEvents, validatePositions, validateSubscription } from '../../model/limits.js';
+import { type DeviceHandle, type Listed, type Matcher, type MatcherStats, checkHandleUpdate, checkTag, validateNew } from '../matcher.js';
+import { AmbitError, show } from '../../model/errors.js';
+import { type NEvent, type NSubscription, checkId, checkLat, checkLon, plainSubscription, resolveLimits, validateEvent, validateEvents, validatePositions, validateSubscription } from '../../model/limits.js';
 import type { Event, PositionUpdate, Subscription } from '../../model/types.js';
 import { GpuBatches } from './batch.js';
 import { GpuContext } from './device.js';
@@ -38,7 +42,8 @@ const NO_QUANTIZATION = 'disable-dawn-features=timestamp_quantization';
 export class GpuMatcher implements Matcher {
   readonly name = 'gpu';
   readonly limits;
-  private readonly cpu: FastMatcher;
+  /** The CPU mirror; null without one (cpuMirror false). */
+  private readonly cpu: FastMatcher | null;
   private readonly layout = new GpuLayout();
   private readonly opts: ResolvedGpuMatcherOptions;
   private ctx: GpuContext | null = null;
@@ -52,11 +57,12 @@ export class GpuMatcher implements Matcher {
   private ownsContext = true;
 
   private constructor(options: GpuMatcherOptions) {
-    this.cpu = new FastMatcher({ limits: options.limits });
-    this.limits = this.cpu.limits;
     this.opts = resolveGpuMatcherOptions(options);
+    this.cpu = this.opts.cpuMirror ? new FastMatcher({ limits: options.limits }) : null;
+    this.limits = this.cpu?.limits ?? resolveLimits(options.limits);
     this.choice = new PathChoice(this.opts.select, this.counters, this.opts.costSample, this.opts.threadBusy, this.opts.clock);
-    this.queue = new BatchQueue(this.opts, () => this.gpuState, (e, tags) => this.matchOnCpu(e, tags), this.choice, this.counters);
+    const onCpu = this.cpu === null ? null : (e: NEvent, tags: boolean) => this.matchOnCpu(e, tags);
+    this.queue = new BatchQueue(this.opts, () => this.gpuState, onCpu, this.choice, this.counters, () => this.gpuBack());
   }
 
   /** Opens a GPU device of its own and returns the engine. Throws `gpu: ...` when no usable adapter exists. */
@@ -131,18 +137,25 @@ export class GpuMatcher implements Matcher {
     while (this.reopening !== null) await this.reopening;
   }
 
+  /** Whether there is a GPU side to run on, once a rebuild under way has ended. */
+  private async gpuBack(): Promise<boolean> {
+    await this.recovered();
+    return this.gpuState !== null && !this.closed;
+  }
+
   // ---------------------------------------------------------------- mutations
 
   add(sub: Subscription): void {
     // A plain subscription is read as given by both, without a normalised copy.
     const v = plainSubscription(sub, this.limits) ? sub : validateSubscription(sub, this.limits);
-    this.cpu.addView(v);
+    if (this.cpu !== null) this.cpu.addView(v);
+    else if (this.layout.has(v.id)) throw new AmbitError('ALREADY_EXISTS', `subscription ${show(v.id)} already exists`, 'subscription.id');
     this.layout.insert(v);
   }
 
   addMany(subs: readonly Subscription[]): void {
     // Checked whole first (L11); plain subscriptions are read as given, without a normalised copy.
-    const ns = validateNew(subs, this.limits, (id) => this.cpu.has(id), true);
+    const ns = validateNew(subs, this.limits, (id) => this.has(id), true);
     // The layout's room first (nothing is stored if it cannot be had), counted as it will be used:
     // constraint slots for filters with a value to compare (names-only filters keep a run of names).
     let filters = 0;
@@ -160,39 +173,41 @@ export class GpuMatcher implements Matcher {
       // Too large to reserve at once: the arrays grow as the load goes, as add() grows them.
       if (!(err instanceof RangeError)) throw err;
     }
-    this.cpu.addManyViews(ns);
+    this.cpu?.addManyViews(ns);
     for (let i = 0; i < ns.length; i++) this.layout.insert(ns[i]);
   }
 
   replace(sub: Subscription): void {
     const n = validateSubscription(sub, this.limits);
-    const old = this.cpu.get(n.id);
-    this.cpu.replaceValid(n);
+    if (this.cpu !== null) this.cpu.replaceValid(n);
+    else if (!this.layout.has(n.id)) throw new AmbitError('NOT_FOUND', `subscription ${show(n.id)} does not exist`, 'subscription.id');
     // The old version stays listed by batches already submitted (the id is still held).
-    this.layout.remove(old!, true);
+    this.layout.remove(n.id, true);
     this.layout.insert(n);
   }
 
   remove(id: string): boolean {
-    const old = typeof id === 'string' ? this.cpu.get(id) : undefined;
-    if (!this.cpu.remove(id)) return false;
-    this.layout.remove(old!);
+    if (this.cpu !== null) {
+      if (!this.cpu.remove(id)) return false;
+    } else if (!this.layout.has(checkId('id', id, this.limits))) return false;
+    this.layout.remove(id);
     return true;
   }
 
   has(id: string): boolean {
-    return this.cpu.has(id);
+    return this.cpu !== null ? this.cpu.has(id) : this.layout.has(id);
   }
 
   tag(key: string, tag: number): boolean {
     // The CPU mirror answers some events (lone ones, overflow, device loss): it keeps the tag too.
-    if (!this.cpu.tag(key, tag)) return false;
-    this.layout.tag(key, tag);
-    return true;
+    if (this.cpu !== null) {
+      if (!this.cpu.tag(key, tag)) return false;
+    } else checkTag(tag);
+    return this.layout.tag(key, tag);
   }
 
   get(id: string): NSubscription | undefined {
-    return this.cpu.get(id);
+    return this.cpu !== null ? this.cpu.get(id) : this.layout.subscription(id);
   }
 
   // Moves go to the GPU layout only; the CPU mirror catches up (syncCpu) before it next answers.
@@ -215,24 +230,31 @@ export class GpuMatcher implements Matcher {
   /** Brings the CPU mirror's positions up to date with the moves since it last answered. */
   private syncCpu(): void {
     const L = this.layout;
-    if (L.stale.length === 0) return;
+    if (L.stale.length === 0 || this.cpu === null) return;
     const stale = L.takeStale();
     for (let i = 0; i < stale.length; i++) {
       const s = stale[i];
       const device = L.deviceOf(s);
       // A forgotten device was removed from the mirror when it was forgotten.
-      if (device !== null && L.pKnown[s] === 1) this.cpu.updatePosition(device, L.pLat[s], L.pLon[s]);
+      if (device !== null && L.pKnown[s] === 1) this.cpu!.updatePosition(device, L.pLat[s], L.pLon[s]);
     }
   }
 
   openDevice(device: string): DeviceHandle {
-    const cpuHandle = this.cpu.openDevice(device);
+    const cpuHandle = this.cpu !== null ? this.cpu.openDevice(device) : null;
+    if (cpuHandle === null) checkId('device', device, this.limits);
     const slot = this.layout.deviceSlotOf(device);
     this.layout.pin(slot);
-    return new GpuDeviceHandle(this.layout, cpuHandle, slot);
+    return new GpuDeviceHandle(this.layout, cpuHandle, device, slot);
   }
 
   removeDevice(device: string): boolean {
+    if (this.cpu === null) {
+      const s = this.layout.deviceSlot.get(checkId('device', device, this.limits));
+      const had = s !== undefined && this.layout.pKnown[s] === 1;
+      this.layout.forget(device);
+      return had;
+    }
     this.syncCpu(); // a position only the layout has yet still counts as known
     const had = this.cpu.removeDevice(device);
     if (had) this.layout.forget(device);
@@ -241,13 +263,15 @@ export class GpuMatcher implements Matcher {
 
   // ---------------------------------------------------------------- matching
 
-  /** Which path the next event takes. */
+  /** Which path the next event takes (without a CPU mirror always the GPU, waiting for one while there is none). */
   get path(): 'gpu' | 'cpu' {
+    if (this.cpu === null) return 'gpu';
     return this.gpuState !== null && this.layout.liveFilters >= this.opts.cpuBelowFilters && this.gpuState.fits() ? 'gpu' : 'cpu';
   }
 
-  /** Why the CPU answers, when it does. */
+  /** Why the CPU answers, when it does (without a CPU mirror: why the GPU cannot, or ''). */
   get cpuReason(): string {
+    if (this.cpu === null) return this.gpuState === null ? (this.closed ? 'closed' : 'no device (lost or rebuilding)') : this.gpuState.fits() ? '' : `state exceeds the device's ${this.gpuState.bindingLimit}-byte storage binding`;
     if (this.gpuState === null) return this.closed ? 'closed' : 'no device (lost or rebuilding)';
     if (this.layout.liveFilters < this.opts.cpuBelowFilters) return `below ${this.opts.cpuBelowFilters} filters`;
     if (!this.gpuState.fits()) return `state exceeds the device's ${this.gpuState.bindingLimit}-byte storage binding`;
@@ -278,6 +302,7 @@ export class GpuMatcher implements Matcher {
       const valid = validateEvents(events, this.limits);
       if (valid.length === 0) return this.queue.inOrder([]);
       if (this.closed) return Promise.reject(new AmbitError('UNAVAILABLE', 'gpu: matcher is closed'));
+      this.refuseUnfit();
       this.choice.arrived(valid.length);
       // A small call (a hub's publish at a low rate carries a few events) takes the adaptive
       // choice of path, as a lone event does; either way the answers come back in call order.
@@ -290,10 +315,16 @@ export class GpuMatcher implements Matcher {
     }
   }
 
+  /** Without a CPU mirror, a state the device cannot bind cannot be matched: RESOURCE_EXHAUSTED. */
+  private refuseUnfit(): void {
+    if (this.cpu === null && this.gpuState !== null && !this.gpuState.fits()) throw new AmbitError('RESOURCE_EXHAUSTED', `gpu: ${this.cpuReason}, and there is no CPU mirror (cpuMirror false) to answer`);
+  }
+
   private matchOnCpu(e: NEvent, tags: boolean): Listed[] {
     const t = performance.now();
     this.syncCpu();
-    const ids = tags ? this.cpu.matchValidTagged(e) : this.cpu.matchValid(e);
+    const cpu = this.cpu!;
+    const ids = tags ? cpu.matchValidTagged(e) : cpu.matchValid(e);
     this.choice.sample('cpu', (performance.now() - t) * 1e3);
     this.counters.cpuEvents++;
     return ids;
@@ -301,6 +332,11 @@ export class GpuMatcher implements Matcher {
 
   private matchValid(e: NEvent, tags: boolean): Promise<Listed[]> {
     if (this.closed) return Promise.reject(new AmbitError('UNAVAILABLE', 'gpu: matcher is closed'));
+    try {
+      this.refuseUnfit();
+    } catch (err) {
+      return Promise.reject(err);
+    }
     this.choice.arrived(1);
     if (this.path === 'cpu' || this.choice.smallOnCpu(1, this.queue.waiting)) return this.queue.inOrder(this.matchOnCpu(e, tags));
     return this.queue.submitOne(e, tags);
@@ -319,7 +355,8 @@ export class GpuMatcher implements Matcher {
 
   stats(): MatcherStats {
     this.syncCpu();
-    const s = this.cpu.stats();
+    const L = this.layout;
+    const s = this.cpu?.stats() ?? { subscriptions: L.subscriptions, filters: L.liveFilters, constraints: L.liveConstraints, devices: L.knownDevices, memoryBytes: 0 };
     const gpuBytes = this.gpuState?.bytes ?? 0;
     return {
       engine: this.name,
@@ -330,6 +367,7 @@ export class GpuMatcher implements Matcher {
       memoryBytes: s.memoryBytes + this.layout.hostBytes,
       extra: {
         path: this.path,
+        cpuMirror: this.cpu !== null,
         cpuReason: this.cpuReason,
         gpuErrors: this.gpuState?.errors ?? 0,
         // Pairs within float32's uncertainty of a boundary, decided on the host in float64 (since the device opened).
@@ -373,18 +411,20 @@ export class GpuMatcher implements Matcher {
     // A device opened by a rebuild that finished after close() began.
     const late = this.ctx as GpuContext | null;
     if (late !== null && late !== ctx) await late.close();
-    await this.cpu.close();
+    await this.cpu?.close();
   }
 }
 
 class GpuDeviceHandle implements DeviceHandle {
   private slot: number;
-  constructor(private readonly layout: GpuLayout, private readonly cpu: DeviceHandle, slot: number) {
+  constructor(
+    private readonly layout: GpuLayout,
+    /** The CPU mirror's handle; null without a mirror. */
+    private readonly cpu: DeviceHandle | null,
+    readonly device: string,
+    slot: number,
+  ) {
     this.slot = slot;
-  }
-
-  get device(): string {
-    return this.cpu.device;
   }
 
   update(lat: number, lon: number): void {
@@ -395,7 +435,7 @@ class GpuDeviceHandle implements DeviceHandle {
 
   release(): void {
     if (this.slot < 0) return;
-    this.cpu.release();
+    this.cpu?.release();
     this.layout.unpin(this.slot);
     this.slot = -1;
   }

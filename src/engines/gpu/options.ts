@@ -8,6 +8,15 @@ export type PathSelect = 'adaptive' | 'gpu' | 'cpu';
 export interface GpuMatcherOptions extends MatcherOptions {
   /** Device options (backend, allowSoftware, ...). */
   gpu?: Partial<GpuOptions>;
+  /**
+   * Keep a fast CPU engine beside the GPU (default true): it answers small workloads, lone events
+   * when that is quicker, overflows and events during a device loss. Without it (false) the host
+   * keeps only the GPU buffers' mirror (about a third of the memory a filter), `get` reads the
+   * subscription back from it, every event goes to the GPU (an overflowed one is run again with the
+   * room it needed) and events wait out a device loss; `select` must then be 'gpu' and
+   * `cpuBelowFilters` 0, their defaults without a mirror.
+   */
+  cpuMirror?: boolean;
   /** Below this many live filters the CPU engine answers. */
   cpuBelowFilters?: number;
   /**
@@ -74,10 +83,18 @@ export type ResolvedGpuMatcherOptions = Required<Omit<GpuMatcherOptions, 'gpu' |
 
 /** Merges over the defaults and checks every option, naming the first bad one. */
 export function resolveGpuMatcherOptions(options: GpuMatcherOptions): ResolvedGpuMatcherOptions {
-  const o = { ...defaultGpuMatcherOptions, ...options };
+  if (options.cpuMirror !== undefined && typeof options.cpuMirror !== 'boolean') throw new ValidationError('gpu.cpuMirror', `must be true or false, got ${show(options.cpuMirror)}`);
+  const mirror = options.cpuMirror !== false;
+  // Without a mirror only the GPU answers: the defaults say so, and a contrary choice is refused.
+  const o = { ...defaultGpuMatcherOptions, ...(mirror ? {} : { cpuBelowFilters: 0, select: 'gpu' as PathSelect }), ...options };
+  const select = checkSelect(o.select);
+  const cpuBelowFilters = checkInt('cpuBelowFilters', o.cpuBelowFilters, 0, 2 ** 31);
+  if (!mirror && select !== 'gpu') throw new ValidationError('gpu.select', `must be gpu without a CPU mirror (cpuMirror false), got ${show(select)}`);
+  if (!mirror && cpuBelowFilters !== 0) throw new ValidationError('gpu.cpuBelowFilters', `must be 0 without a CPU mirror (cpuMirror false), got ${show(cpuBelowFilters)}`);
   return {
-    cpuBelowFilters: checkInt('cpuBelowFilters', o.cpuBelowFilters, 0, 2 ** 31),
-    select: checkSelect(o.select),
+    cpuMirror: mirror,
+    cpuBelowFilters,
+    select,
     maxBatch: checkInt('maxBatch', o.maxBatch, 1, 65535),
     inFlight: checkInt('inFlight', o.inFlight, 1, 16),
     workgroupSize: checkInt('workgroupSize', o.workgroupSize, 1, 1024),

@@ -9,8 +9,11 @@
  *   goes alone: low latency), and under load the events that arrive meanwhile form the next batch
  *   (throughput), up to `maxBatch` events. Each batch has its own readback slot, so the host
  *   encodes batch k+1 while the GPU runs batch k (CLCB's stream idea). Events a batch could not
- *   answer (overflow, device loss) are answered by the CPU engine: none is dropped.
+ *   answer (overflow, device loss) are answered by the CPU engine: none is dropped. Without one
+ *   (no CPU mirror) they run again on the GPU, ahead of the queue: an overflow with the room the
+ *   batch found it needed, a device loss once a new device is up.
  */
+import { AmbitError } from '../../model/errors.js';
 import type { NEvent } from '../../model/limits.js';
 import type { Listed } from '../matcher.js';
 import type { GpuBatches } from './batch.js';
@@ -25,6 +28,8 @@ export interface Counters {
   batches: number;
   overflowEvents: number;
   fallbackEvents: number;
+  /** Events run on the GPU again (no CPU mirror): after an overflow or a device loss. */
+  retriedEvents: number;
   deviceLosses: number;
   rebuilds: number;
   /**
@@ -37,7 +42,7 @@ export interface Counters {
 }
 
 export function newCounters(): Counters {
-  return { adaptiveCpu: 0, adaptiveGpu: 0, gpuEvents: 0, cpuEvents: 0, batches: 0, overflowEvents: 0, fallbackEvents: 0, deviceLosses: 0, rebuilds: 0, batchSubmitMs: 0, batchWaitMs: 0, batchReadMs: 0 };
+  return { adaptiveCpu: 0, adaptiveGpu: 0, gpuEvents: 0, cpuEvents: 0, batches: 0, overflowEvents: 0, fallbackEvents: 0, retriedEvents: 0, deviceLosses: 0, rebuilds: 0, batchSubmitMs: 0, batchWaitMs: 0, batchReadMs: 0 };
 }
 
 /**
@@ -60,6 +65,9 @@ class CostAverage {
  * rates carry a few events each, which the CPU answers in less time than one GPU round trip.
  */
 export const SMALL_BATCH = 16;
+
+/** Most times an event runs again on the GPU (no CPU mirror) before its call fails. */
+export const MAX_RETRIES = 8;
 
 /** Share of the thread that answering every event on the CPU may take before calls count as load (see PathChoice). */
 export const CPU_SHARE = 0.25;
@@ -197,6 +205,9 @@ class Job implements Release {
   done = false;
   failed = false;
   private error: unknown = undefined;
+  /** A retry job's events: where each came from, and how many times they have run. */
+  origin: { job: Job; i: number }[] | null = null;
+  attempt = 0;
   constructor(
     readonly events: readonly NEvent[],
     /** Matches listed as tags where the subscriptions have them (matchBatchTagged), else as ids. */
@@ -248,16 +259,24 @@ export class BatchQueue {
     private readonly opts: { maxBatch: number; inFlight: number },
     /** The GPU side now; null while there is none (lost, rebuilding, closed). */
     private readonly gpu: () => Pick<GpuBatches, 'run' | 'lastStages'> | null,
-    /** Answers one event on the CPU engine (fallback), listing tags or ids. */
-    private readonly onCpu: (e: NEvent, tags: boolean) => Listed[],
+    /** Answers one event on the CPU engine (fallback), listing tags or ids; null: no CPU engine (events run again on the GPU). */
+    private readonly onCpu: ((e: NEvent, tags: boolean) => Listed[]) | null,
     private readonly choice: PathChoice,
     private readonly counters: Counters,
+    /**
+     * Without a CPU engine: resolves once there is a GPU side to run on again (at once when there is
+     * one), with false when there will be none (closed, or no device could be opened).
+     */
+    private readonly gpuBack: () => Promise<boolean> = async () => false,
   ) {}
 
-  /** Events queued or batches running. */
+  /** Events queued, batches running, or events waiting to run again. */
   get busy(): boolean {
-    return this.qHead < this.queue.length || this.running > 0;
+    return this.qHead < this.queue.length || this.running > 0 || this.retrying > 0;
   }
+
+  /** Retries waiting for a device (no CPU mirror). */
+  private retrying = 0;
 
   /** Events waiting for a batch (every batch slot taken). */
   get waiting(): boolean {
@@ -341,6 +360,7 @@ export class BatchQueue {
   private async runBatchCounted(segments: Segment[], events: NEvent[], tags: boolean[], done: () => void): Promise<void> {
     let state: ReturnType<typeof this.gpu> = null;
     let results: (Listed[] | null)[];
+    let lost = false;
     try {
       state = this.gpu();
       if (state === null) throw new Error('no device');
@@ -359,34 +379,89 @@ export class BatchQueue {
       // The device was lost (or never came back): the CPU engine answers, nothing is dropped.
       results = events.map(() => null);
       this.counters.fallbackEvents += events.length;
+      lost = true;
     }
     if (state !== null && state.lastStages !== null) this.lastStages = state.lastStages;
     done();
-    this.settle(segments, events, results);
+    this.settle(segments, events, results, lost);
   }
 
-  /** Hands each job its events' results; an event the GPU did not answer is answered by the CPU. */
-  private settle(segments: Segment[], events: NEvent[], results: (Listed[] | null)[]): void {
+  /**
+   * Hands each job its events' results; an event the GPU did not answer is answered by the CPU, or
+   * without one run again (`lost`: the device was, so once a new one is up).
+   */
+  private settle(segments: Segment[], events: NEvent[], results: (Listed[] | null)[], lost: boolean): void {
     let k = 0;
     let finished = false;
+    const again: { job: Job; i: number; tags: boolean; attempt: number }[] = [];
     for (const { job, from, to } of segments) {
       for (let i = from; i < to; i++, k++) {
-        if (job.failed) continue;
-        try {
-          let ids = results[k];
-          if (ids === null) {
-            ids = this.onCpu(events[k], job.tags);
-          } else {
-            this.counters.gpuEvents++;
-          }
-          job.results[i] = ids;
-        } catch (err) {
-          job.fail(err);
+        const ids = results[k];
+        // A retry job's event belongs to the job it came from.
+        const at = job.origin === null ? { job, i } : job.origin[i];
+        if (at.job.failed) {
+          if (--at.job.left === 0) at.job.done = finished = true;
+          continue;
         }
+        if (ids === null && this.onCpu === null) {
+          again.push({ job: at.job, i: at.i, tags: job.tags, attempt: job.attempt + 1 });
+          continue;
+        }
+        try {
+          if (ids === null) at.job.results[at.i] = this.onCpu!(events[k], job.tags);
+          else {
+            this.counters.gpuEvents++;
+            at.job.results[at.i] = ids;
+          }
+        } catch (err) {
+          at.job.fail(err);
+        }
+        if (--at.job.left === 0) at.job.done = finished = true;
       }
-      job.left -= to - from;
-      if (job.left === 0) job.done = finished = true;
     }
+    if (again.length > 0) void this.retry(again, lost);
     if (finished) this.release();
   }
+
+  /**
+   * Runs the events the GPU did not answer again, ahead of every queued job (one retry job per
+   * `tags` flag); an event that has run MAX_RETRIES times, or that finds no device to run on,
+   * fails its call.
+   */
+  private async retry(again: { job: Job; i: number; tags: boolean; attempt: number }[], lost: boolean): Promise<void> {
+    this.retrying++;
+    let back: boolean;
+    try {
+      back = lost ? await this.gpuBack() : true;
+    } finally {
+      this.retrying--;
+    }
+    const attempt = again[0].attempt;
+    let failure: AmbitError | null = null;
+    if (!back) failure = new AmbitError('UNAVAILABLE', 'gpu: the device was lost and no new one could be opened (no CPU mirror to answer meanwhile)');
+    else if (attempt > MAX_RETRIES) failure = new AmbitError('RESOURCE_EXHAUSTED', `gpu: an event's candidates or matches still exceeded the device's buffers after ${MAX_RETRIES} runs (no CPU mirror to answer it)`);
+    if (failure !== null) {
+      let finished = false;
+      for (const a of again) {
+        a.job.fail(failure);
+        if (--a.job.left === 0) a.job.done = finished = true;
+      }
+      if (finished) this.release();
+      return;
+    }
+    this.counters.retriedEvents += again.length;
+    const jobs: Job[] = [];
+    for (const tags of [false, true]) {
+      const part = again.filter((a) => a.tags === tags);
+      if (part.length === 0) continue;
+      // Not a call: it resolves nothing and is not in `out`; settle writes into the jobs it came from.
+      const job = new Job(part.map((a) => a.job.events[a.i]), tags, false, () => {}, () => {});
+      job.origin = part.map((a) => ({ job: a.job, i: a.i }));
+      job.attempt = Math.max(...part.map((a) => a.attempt));
+      jobs.push(job);
+    }
+    this.queue.splice(this.qHead, 0, ...jobs);
+    this.pump();
+  }
+
 }
