@@ -72,7 +72,9 @@ const HELP = `Usage: node dist/bench/gpu.js [options]
             --streams LIST  SIZExDEPTH: matchBatch calls of SIZE kept DEPTH in flight (1024x4,4096x2,16384x2; quick 64x2)
   scale:    --scale-subs N (10000000; quick 5000)  --scale-events N (200; quick 20)
             --scale-max-load-s S  stop loading after S seconds and measure what is resident (0 = no limit)
+            --scale-add-many  load each chunk of 4096 with one addMany call (default: add one by one)
   GPU engine: --max-batch N  --in-flight N   (default: the engine's, ${defaultGpuMatcherOptions.maxBatch} and ${defaultGpuMatcherOptions.inFlight})
+            --no-cpu-mirror  the engine without its CPU mirror (cpuMirror false): every event on the GPU, a third of the host memory
   --help`;
 
 const fail: Fail = cliFail('bench:gpu', HELP);
@@ -86,7 +88,7 @@ function streamsArg(a: ArgReader, fallback: string): { size: number; depth: numb
   });
 }
 
-const FLAGS = new Set(['quick', 'allow-software', 'help', 'grid-child']);
+const FLAGS = new Set(['quick', 'allow-software', 'help', 'grid-child', 'no-cpu-mirror', 'scale-add-many']);
 const VALUED = new Set([
   'suite', 'engines', 'seed', 'out', 'name', 'subs', 'events', 'reps', 'grid-sizes', 'areas', 'spatial', 'grid-events', 'grid-jobs', 'rtree-max-subs',
   'update-subs', 'moves', 'max-move-seconds', 'stage-sizes', 'stage-events', 'memory-sizes', 'batch-subs', 'batch-sizes', 'concurrency', 'streams',
@@ -142,6 +144,7 @@ function buildConfig(a: ArgReader): GpuBenchConfig {
   const gpuOptions: Record<string, number | boolean | string> = { cpuBelowFilters: 0, select: 'gpu' };
   if (a.str('max-batch') !== undefined) gpuOptions.maxBatch = a.count('max-batch', 1);
   if (a.str('in-flight') !== undefined) gpuOptions.inFlight = a.count('in-flight', 1);
+  if (a.flag('no-cpu-mirror')) gpuOptions.cpuMirror = false;
   return {
     seed: a.count('seed', DEFAULT_WORKLOAD.seed, 0),
     ...(a.str('string-ops') === undefined ? {} : { stringOps: stringOps(a.str('string-ops')!) }),
@@ -199,6 +202,7 @@ function buildConfig(a: ArgReader): GpuBenchConfig {
       events: a.count('scale-events', q(200, 20)),
       warmupEvents: q(50, 5),
       maxLoadS: a.num('scale-max-load-s', 0),
+      addMany: a.flag('scale-add-many'),
     },
   };
 }
@@ -269,7 +273,11 @@ async function main(): Promise<void> {
   const env: GpuEnv = {
     allowSoftware: config.allowSoftware,
     seed: config.seed,
-    gpuOptions: { ...(typeof config.gpuOptions.maxBatch === 'number' ? { maxBatch: config.gpuOptions.maxBatch } : {}), ...(typeof config.gpuOptions.inFlight === 'number' ? { inFlight: config.gpuOptions.inFlight } : {}) },
+    gpuOptions: {
+      ...(typeof config.gpuOptions.maxBatch === 'number' ? { maxBatch: config.gpuOptions.maxBatch } : {}),
+      ...(typeof config.gpuOptions.inFlight === 'number' ? { inFlight: config.gpuOptions.inFlight } : {}),
+      ...(config.gpuOptions.cpuMirror === false ? { cpuMirror: false } : {}),
+    },
   };
   const params = resolveWorkloadOptions({ seed: config.seed, subscriptions: config.default.subscriptions, events: config.default.events });
   const file: GpuBenchFile = {
@@ -323,7 +331,7 @@ async function main(): Promise<void> {
       ? `gpu: ${file.gpu.adapter}${file.gpu.software ? ' — SOFTWARE adapter: correctness smoke run, timings mean nothing' : ''}; features ${file.gpu.features.join(', ') || 'none'}; maxBufferSize ${sig(file.gpu.maxBufferSize / 2 ** 30)} GiB, maxStorageBufferBindingSize ${sig(file.gpu.maxStorageBufferBindingSize / 2 ** 30)} GiB`
       : `gpu: none (${gpuWhy})`,
   );
-  out(`GpuMatcher: cpuBelowFilters 0, select gpu (always the GPU path), maxBatch ${config.gpuOptions.maxBatch ?? defaultGpuMatcherOptions.maxBatch}, inFlight ${config.gpuOptions.inFlight ?? defaultGpuMatcherOptions.inFlight}`);
+  out(`GpuMatcher: cpuBelowFilters 0, select gpu (always the GPU path), maxBatch ${config.gpuOptions.maxBatch ?? defaultGpuMatcherOptions.maxBatch}, inFlight ${config.gpuOptions.inFlight ?? defaultGpuMatcherOptions.inFlight}${config.gpuOptions.cpuMirror === false ? ', no CPU mirror (cpuMirror false)' : ''}`);
   out(`suites: ${suites.join(', ')}; seed ${config.seed}; timer overhead ${file.timerOverheadNs} ns per timed call; node ${process.execArgv.join(' ')}`);
   out(
     `workload: CLCB Table 1 — ${params.filtersPerSub} filters/sub, ${params.constraintsMin}–${params.constraintsMax} constraints, ${params.attributesMin}–${params.attributesMax} attributes, ` +
@@ -441,8 +449,8 @@ async function main(): Promise<void> {
       case 'scale': {
         if (!gpuOnly()) break;
         const c = config.scale;
-        // The GPU engine keeps its CPU engine and the host mirror: ~7 kB of host memory per subscription.
-        const needBytes = c.subscriptions * GPU_HOST_BYTES_PER_SUB * 1.25 + 2 * 2 ** 30;
+        // The GPU engine keeps its CPU engine and the host mirror: ~7 kB of host memory per subscription (a third without the CPU engine).
+        const needBytes = (c.subscriptions * GPU_HOST_BYTES_PER_SUB * 1.25) / (env.gpuOptions.cpuMirror === false ? 3 : 1) + 2 * 2 ** 30;
         const avail = availableMemory();
         const heapNeed = c.subscriptions * 1500 + 2 ** 30;
         const heapHave = v8.getHeapStatistics().heap_size_limit;

@@ -16,7 +16,7 @@ import type { GpuHealth, GpuInfo, MemoryPoint } from './schema.js';
 export interface GpuEnv {
   allowSoftware: boolean;
   /** Passed to GpuMatcher.create besides gpu.allowSoftware and cpuBelowFilters (maxBatch, inFlight). */
-  gpuOptions: Partial<Pick<GpuMatcherOptions, 'maxBatch' | 'inFlight'>>;
+  gpuOptions: Partial<Pick<GpuMatcherOptions, 'maxBatch' | 'inFlight' | 'cpuMirror'>>;
   seed: number;
 }
 

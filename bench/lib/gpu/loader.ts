@@ -33,7 +33,8 @@ export class Loader {
   private readonly lat: Float64Array;
   private readonly lon: Float64Array;
 
-  constructor(readonly src: WorkloadSource, readonly total: number) {
+  /** `bulk`: each chunk goes to an engine in one addMany call, else add by add. */
+  constructor(readonly src: WorkloadSource, readonly total: number, readonly bulk = false) {
     this.gen = src.subscriptions(total)[Symbol.iterator]();
     // Device i owns subscription i; its initial position does not depend on the workload size.
     const t0 = now();
@@ -86,7 +87,8 @@ export class Loader {
       for (const s of this.slots) {
         const m = s.m;
         t0 = now();
-        for (let i = 0; i < k; i++) m.add(chunk[i]);
+        if (this.bulk) m.addMany(chunk);
+        else for (let i = 0; i < k; i++) m.add(chunk[i]);
         s.addMs += msSince(t0);
       }
       const base = this.loaded;

@@ -18,6 +18,8 @@ export interface ScaleSuiteConfig {
   warmupEvents: number;
   /** Stop loading after this many seconds (0: no limit) and measure what is resident. */
   maxLoadS: number;
+  /** Load each chunk with one addMany call. */
+  addMany?: boolean;
 }
 
 /** Host bytes per subscription of the GPU engine (its CPU engine, host mirror, ids), measured at 200k with 10 filters. */
@@ -36,7 +38,7 @@ export async function runScaleSuite(c: ScaleSuiteConfig, env: GpuEnv, skip: Skip
   try {
     const src = new WorkloadSource({ seed: env.seed, subscriptions: n, events: c.events });
     const events = src.events();
-    const loader = new Loader(src, n);
+    const loader = new Loader(src, n, c.addMany === true);
     loader.add('gpu', m);
     const marks = [...new Set(c.checkpoints.map((f) => Math.max(1, Math.round(f * n))))].sort((a, b) => a - b);
     const slot = loader.slots[0];

@@ -319,7 +319,8 @@ export interface GpuBenchConfig {
   stages: { sizes: number[]; events: number; warmupEvents: number; variants: StageVariant[]; dawnFlags: string[] };
   memory: { sizes: number[] };
   batch: { engines: string[]; subscriptions: number; sizes: number[]; concurrency: number[]; streams?: { size: number; depth: number }[]; events: number; cpuEvents: number };
-  scale: { subscriptions: number; checkpoints: number[]; events: number; warmupEvents: number; maxLoadS: number };
+  /** addMany: each chunk loaded with one addMany call (absent in files from before it: add one by one). */
+  scale: { subscriptions: number; checkpoints: number[]; events: number; warmupEvents: number; maxLoadS: number; addMany?: boolean };
 }
 
 export interface GpuBenchFile {

@@ -197,11 +197,13 @@ export function scaleTable(r: GpuScaleResult): string {
     mib(k.memory.gpuBytes),
     sig(k.memory.gpuBytesPerFilter),
     mib(k.memory.rssBytes),
+    k.memory.gpuBytes !== null && k.memory.gpuBytes > 0 ? sig(k.memory.rssBytes / k.memory.gpuBytes) : '-',
+    sig(k.memory.rssBytes / k.filters),
     pathCell(k.health),
   ]);
   return [
     `Requested ${count(r.requested)} subscriptions, resident ${count(r.loaded)}${r.truncated !== null ? ` (stopped: ${r.truncated})` : ''}; load rate ${sig(r.loadRateSubsPerSec)} subscriptions/s (adds only; generation not included).`,
     '',
-    table(['subscriptions', 'filters', 'load s', 'µs/sub', 'first match ms', 'min ms', 'median ms', 'p99 ms', 'matches/event', 'GPU MiB', 'GPU B/filter', 'rss MiB', 'served by'], rows),
+    table(['subscriptions', 'filters', 'load s', 'µs/sub', 'first match ms', 'min ms', 'median ms', 'p99 ms', 'matches/event', 'GPU MiB', 'GPU B/filter', 'rss MiB', 'rss / GPU', 'rss B/filter', 'served by'], rows),
   ].join('\n');
 }
