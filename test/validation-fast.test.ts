@@ -279,6 +279,28 @@ describe('validateSubscription: the fast check agrees with the explaining check'
     }
   });
 
+  it('the fast engine loaded in chunks (many addMany calls) grows its arrays geometrically: exact for the first, then by half or more', async () => {
+    const fast = new FastMatcher();
+    try {
+      const arrays = fast as unknown as { fCap: number; cCap: number };
+      const chunk = (from: number, n: number): Subscription[] =>
+        Array.from({ length: n }, (_, i) => ({ id: `c${from + i}`, owner: `d${i}`, filters: [{ constraints: [{ name: 'a', op: 'eq', value: i }], area: { radiusM: 50 } }, { constraints: [{ name: 'b', op: 'lt', value: 3 }] }] }));
+      fast.addMany(chunk(0, 3000));
+      assert.deepEqual([arrays.fCap, arrays.cCap], [6000, 6000], 'the first load sizes them exactly');
+      const caps = new Set<number>();
+      for (let k = 0; k < 170; k++) {
+        fast.addMany(chunk(3000 + 100 * k, 100));
+        caps.add(arrays.fCap);
+        assert.ok(arrays.fCap >= 6000 + 200 * (k + 1) && arrays.cCap >= 6000 + 200 * (k + 1));
+      }
+      // 6,000 to 40,000 filters: about log1.5(40000 / 6000) sizes, where exact sizes made one a chunk.
+      assert.ok(caps.size <= 8, `${caps.size} sizes over 170 chunks`);
+      assert.equal(fast.stats().filters, 40_000);
+    } finally {
+      await fast.close();
+    }
+  });
+
   it('a refused subscription still names its field', () => {
     assert.throws(() => validateSubscription({ id: 'a', owner: 'o', filters: [{ constraints: [{ name: 'n', op: 'gt', value: 'x' }] }] }, DEFAULT_LIMITS), /subscription\.filters\[0\]\.constraints\[0\]\.value: op gt takes a number or bool value, got a string/);
   });

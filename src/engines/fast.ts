@@ -703,10 +703,12 @@ export class FastMatcher extends CpuMatcher {
    */
   protected override reserve(filters: number, slots: number): void {
     // Freed filters and runs are taken first (runs by exact length: their total is an upper bound).
+    // Exact into empty arrays; arrays that hold something grow by at least half, so a load given
+    // in chunks (many addMany calls) copies them O(log n) times, not once a chunk.
     const f = filters - this.fFree.length;
-    if (f > 0 && this.fTop + f > this.fCap) this.growFilters(this.fTop + f);
+    if (f > 0 && this.fTop + f > this.fCap) this.growFilters(atLeastHalfMore(this.fTop, this.fTop + f, this.fCap));
     const c = slots - this.cFreeSlots;
-    if (c > 0 && this.cTop + c > this.cCap) this.growConstraints(this.cTop + c);
+    if (c > 0 && this.cTop + c > this.cCap) this.growConstraints(atLeastHalfMore(this.cTop, this.cTop + c, this.cCap));
   }
 
   private freeConstraints(start: number, n: number): void {
@@ -1377,4 +1379,9 @@ class FastDeviceHandle implements DeviceHandle {
     this.engine.unpin(this.slot);
     this.slot = -1;
   }
+}
+
+/** The new size of arrays of `cap` elements, `used` of them in use, that must hold `need`: `need` when none is in use, else at least 1.5 × cap. */
+function atLeastHalfMore(used: number, need: number, cap: number): number {
+  return used === 0 ? need : Math.max(need, Math.ceil(cap * 1.5));
 }
