@@ -14,6 +14,10 @@ import type { MatcherOptions } from '../src/engines/matcher.js';
 import type { Subscription } from '../src/model/types.js';
 import { GpuContext } from '../src/engines/gpu/device.js';
 import { GpuKernels, GpuMatcher, type GpuMatcherOptions } from '../src/engines/gpu/matcher.js';
+import { BatchQueue, MAX_RETRIES, PathChoice, newCounters } from '../src/engines/gpu/queue.js';
+import type { Listed } from '../src/engines/matcher.js';
+import type { NEvent } from '../src/model/limits.js';
+import { Capacity } from '../src/engines/gpu/readback.js';
 import { runContract } from './support/contract.js';
 import { runDifferential } from './support/differential.js';
 import { Rng } from './support/rng.js';
@@ -179,6 +183,33 @@ describe('gpu (no CPU mirror): every event on the GPU', () => {
     }
   });
 
+  it('a batch whose pairs far exceed the output bound (5000 filters matching each of 1024 events) is answered by narrower runs', async () => {
+    const m = make();
+    try {
+      m.addMany(Array.from({ length: 5000 }, (_, i) => ({ id: `s${i}`, owner: 'o', filters: [{ constraints: [] }] })));
+      const events = Array.from({ length: 1024 }, (_, i) => ({ id: `e${i}`, lat: 0, lon: 0, radiusM: 10, attributes: {} }));
+      const got = await m.matchBatch(events);
+      for (let i = 0; i < events.length; i++) assert.equal(new Set(got[i]).size, 5000, `event ${i}`);
+      const s = m.stats().extra!;
+      assert.ok((s.retriedEvents as number) > 0);
+      assert.equal(s.cpuEvents, 0);
+    } finally {
+      await m.close();
+    }
+  });
+
+  it('an event with more candidates than a full-width batch may list is answered alone (maxBatch 65535)', async () => {
+    const m = make({ maxBatch: 65535 });
+    try {
+      m.addMany(Array.from({ length: 2000 }, (_, i) => ({ id: `s${i}`, owner: 'o', filters: [{ constraints: [{ name: 'x', op: 'eq', value: 1 }] }] })));
+      const got = await m.match({ id: 'e', lat: 0, lon: 0, attributes: { x: 1 } });
+      assert.equal(new Set(got).size, 2000);
+      assert.equal(m.stats().extra!.cpuEvents, 0);
+    } finally {
+      await m.close();
+    }
+  });
+
   it('a small workload is matched on the GPU too (no crossover), lone events included', async () => {
     const m = make();
     const ref = new ReferenceMatcher();
@@ -257,5 +288,85 @@ describe('gpu (no CPU mirror): device loss', () => {
     } finally {
       await own.close();
     }
+  });
+});
+
+// ---------------------------------------------------------------- the queue's retries, on a GPU side the test scripts
+
+describe('gpu (no CPU mirror): the batch queue runs unanswered events again', () => {
+  const ev = (id: string): NEvent => ({ id, lat: 0, lon: 0, radiusM: 0, names: [], values: [], tags: [] });
+  type Run = (events: readonly NEvent[]) => Promise<{ results: (Listed[] | null)[]; overflow: number; unfit?: boolean }> | { results: (Listed[] | null)[]; overflow: number; unfit?: boolean };
+  function queue(run: Run, maxBatch = 16, inFlight = 1) {
+    const counters = newCounters();
+    const log: string[][] = [];
+    const gpu = {
+      lastStages: null,
+      run: async (events: readonly NEvent[]) => {
+        log.push(events.map((e) => e.id));
+        await Promise.resolve();
+        return run(events);
+      },
+    };
+    const q = new BatchQueue({ maxBatch, inFlight }, () => gpu, null, new PathChoice('gpu', counters, null), counters, async () => true);
+    return { q, log, counters };
+  }
+  const outcome = (p: Promise<unknown>) => p.then((r) => JSON.stringify(r), (e: { code: string }) => `failed ${e.code}`);
+
+  it('each event counts its own failed runs: one that never fits fails alone, one that joins its retries is answered', async () => {
+    let yRuns = 0;
+    let y: Promise<string> | null = null;
+    const { q, log } = queue((events) => {
+      // Y arrives during X's fifth run, so their retries share batches from then on.
+      if (log.length === 5 && y === null) y = outcome(q.submitOne(ev('Y'), false));
+      return { overflow: 0, results: events.map((e) => (e.id === 'X' ? null : e.id === 'Y' && yRuns++ === 0 ? null : [e.id])) };
+    });
+    const x = outcome(q.submitOne(ev('X'), false));
+    assert.equal(await x, 'failed RESOURCE_EXHAUSTED');
+    assert.equal(await y, '["Y"]');
+    assert.equal(log.filter((b) => b.includes('X')).length, MAX_RETRIES + 1, 'X ran once, then MAX_RETRIES times again');
+    assert.equal(yRuns, 2);
+  });
+
+  it('retries run in batches of their own that narrow with each failed run; calls are still answered in the order made', async () => {
+    // A batch of more than 3 events overflows its pairs: none of its events is answered.
+    const { q, log } = queue((events) => ({ overflow: events.length, results: events.map((e) => (events.length > 3 ? null : [e.id])) }), 64, 4);
+    const order: string[] = [];
+    const first = q.submit(Array.from({ length: 40 }, (_, i) => ev(`a${i}`)), false).then((r) => {
+      order.push('first');
+      return r;
+    });
+    const second = q.submitOne(ev('b'), false).then((r) => {
+      order.push('second');
+      return r;
+    });
+    assert.deepEqual((await first).map((r) => r[0]), Array.from({ length: 40 }, (_, i) => `a${i}`));
+    assert.deepEqual(await second, ['b']);
+    assert.deepEqual(order, ['first', 'second']);
+    assert.deepEqual(log.slice(0, 2).map((b) => b.length), [40, 1], 'the calls as they came');
+    assert.ok(log.slice(2).every((b) => b.every((id) => id.startsWith('a'))), 'retry batches hold only retried events');
+    // Then the 40 again in batches of at most 64 >> 2 = 16 (overflowing), of 64 >> 4 = 4 (overflowing), of 1.
+    const sizes = log.slice(2).map((b) => b.length).sort((a, b) => b - a);
+    assert.deepEqual(sizes, [16, 16, 8, ...Array(10).fill(4), ...Array(40).fill(1)]);
+  });
+
+  it('the output room ahead of a batch is never less than its events had, whatever the bound on headroom', () => {
+    const cap = new Capacity(1024);
+    cap.pairsPerEvent = 5_000_000; // one event matched five million filters
+    assert.ok(cap.outputRoom(1, 4096) >= 5_000_000);
+    cap.pairsPerEvent = 3;
+    assert.equal(cap.outputRoom(1000, 4096), 6000, 'twice what they had, as headroom');
+  });
+
+  it('a state the device cannot bind fails at once; a run that throws fails with its own error after the retries', async () => {
+    const unfit = queue((events) => ({ overflow: 0, unfit: true, results: events.map(() => null) }));
+    assert.equal(await outcome(unfit.q.submitOne(ev('u'), false)), 'failed RESOURCE_EXHAUSTED');
+    assert.equal(unfit.log.length, 1, 'not run again');
+    const throwing = queue(() => {
+      throw new Error('createBuffer: out of memory');
+    });
+    const err = await throwing.q.submitOne(ev('t'), false).then(() => null, (e: Error & { code: string }) => e);
+    assert.equal(err?.code, 'UNAVAILABLE');
+    assert.match(err!.message, /createBuffer: out of memory/);
+    assert.equal(throwing.log.length, MAX_RETRIES + 1);
   });
 });

@@ -31,6 +31,8 @@ export interface BatchOptions {
 export interface BatchAnswer {
   results: (Listed[] | null)[];
   overflow: number;
+  /** None answered because the state exceeds what the device can bind (fits() false). */
+  unfit?: boolean;
 }
 
 export class GpuBatches {
@@ -115,7 +117,7 @@ export class GpuBatches {
    * engine (its candidates overflowed the buffer).
    */
   async run(events: readonly NEvent[], tags: readonly boolean[]): Promise<BatchAnswer> {
-    if (!this.fits()) return { results: events.map(() => null), overflow: 0 };
+    if (!this.fits()) return { results: events.map(() => null), overflow: 0, unfit: true };
     const L = this.layout;
     const serial = ++L.submitted;
     L.inFlightSerials.add(serial);
@@ -198,9 +200,11 @@ export class GpuBatches {
     // Per-event scratch sized to the largest batch so far, not maxBatch: a service that sends
     // lone events never pays for 256 candidate lists.
     if (events > cap.widest) cap.widest = events;
-    const candCap = cap.candCap;
-    this.buffers.buffer('cand', 4 * candCap * cap.widest);
-    return candCap;
+    // Within one storage binding: a wide batch may run with fewer per event than the capacity
+    // (its overflowed events run again in narrower batches, or on the CPU).
+    const words = Math.min(cap.candCap * cap.widest, Math.floor(this.ctx.limits.maxStorageBufferBindingSize / 4));
+    this.buffers.buffer('cand', 4 * words);
+    return Math.min(cap.candCap, Math.floor(words / events));
   }
 
   /** The batch input (input.ts), valid until the next batch is encoded. */

@@ -6,7 +6,7 @@
  * Per filter (24 B): fBloom, fMeta (count | area | live | names), fPos (position slot), fRad, fCon (first
  * constraint), fSub. Per constraint (12 B): cHead (name | op | type), cValA, cValB. Per position
  * slot (16 B): unit vector + known flag. A filter with 4 constraints costs 72 B plus its share of
- * the owner's position and of the strings. A filter of names only (tags and `exists`, no value to
+ * the owner's position and of the strings. A filter of names only (tags and at most one `exists`, no value to
  * compare: META_NAMES) keeps no constraint slots: its name ids are one word each in cStr, a run
  * shared by every filter with the same names, the first in fPos when it has no area; so a tag-only
  * filter of k tags costs 24 + 4(k - 1) B, or 24 B where another filter holds the same tags. The per-batch event input is encoded by input.ts.
@@ -37,7 +37,7 @@ export const META_COUNT = 0x3ff;
 export const META_AREA = 0x400;
 export const META_LIVE = 0x800;
 /**
- * fMeta: the filter requires names only (its tags, `exists` constraints), as name ids in
+ * fMeta: the filter requires names only (its tags, at most one `exists`: namesOnly), as name ids in
  * ascending order: without an area, the first is fPos (which holds no position slot then) and the
  * rest are the words of cStr from fCon; with one, all are there. A run is shared by every filter
  * with the same names.
@@ -58,14 +58,16 @@ const NO_CONSTRAINTS: readonly never[] = [];
 const NO_TAGS: readonly string[] = [];
 
 /**
- * A filter whose constraints only require names (`exists`, and its tags): the layout keeps its
- * names as one run of cStr words and gives it no constraint slots.
+ * A filter whose constraints only require names (its tags, and at most one `exists`): the layout
+ * keeps its names as one run of cStr words and gives it no constraint slots. The run is sorted, so
+ * it could not give back the order of two `exists` given (tags are sorted anyway): a filter with
+ * more takes constraint slots, in the order given.
  */
 export function namesOnly(flt: FilterView): boolean {
   const cs = flt.constraints;
   if (cs === undefined) return true;
-  for (let i = 0; i < cs.length; i++) if (cs[i].op !== 'exists') return false;
-  return true;
+  if (cs.length > 1) return false;
+  return cs.length === 0 || cs[0].op === 'exists';
 }
 
 /** A half-open range of array elements that changed since the last upload. */
@@ -152,8 +154,6 @@ export class GpuLayout {
   private readonly stringAt = new Map<number, string>();
   /** Runs of name ids (META_NAMES filters) in cStr by their sorted ids, and their free runs by exact size. */
   private readonly nameRuns = new Map<string, { off: number; refs: number }>();
-  /** META_NAMES filters whose `exists` constraints were given in another order than their ids': that order. */
-  private readonly existsOrder = new Map<number, string[]>();
   /** Constraint slots whose number is -0 (its key is 0's). */
   private readonly negZero = new Set<number>();
   private readonly nFree = new Map<number, number[]>();
@@ -163,6 +163,8 @@ export class GpuLayout {
   pTop = 0;
   private readonly pFree: number[] = [];
   readonly deviceSlot = new Map<string, number>();
+  /** Open handles per slot (those with any). */
+  private readonly pPins = new Map<number, number>();
   /** Devices whose position is known. */
   knownDevices = 0;
   private pDevice: (string | null)[] = [];
@@ -291,10 +293,19 @@ export class GpuLayout {
 
   pin(s: number): void {
     this.pRefs[s]++;
+    this.pPins.set(s, (this.pPins.get(s) ?? 0) + 1);
   }
 
   unpin(s: number): void {
+    const n = this.pPins.get(s)! - 1;
+    if (n === 0) this.pPins.delete(s);
+    else this.pPins.set(s, n);
     this.unref(s);
+  }
+
+  /** Open handles of slot `s`. */
+  pins(s: number): number {
+    return this.pPins.get(s) ?? 0;
   }
 
   /** A location update: the slot's coordinates and a mark; the unit vector is made at upload. */
@@ -548,14 +559,6 @@ export class GpuLayout {
       for (const t of tags) ids.push(this.intern(tagName(t)));
       for (const c of cs) ids.push(this.intern(c.name));
       for (const id of ids) bloom |= 1 << bloomBit(id);
-      // The run holds the names sorted; `exists` constraints given in another order keep it here
-      // (tags are always sorted), so `subscription` gives them back as given.
-      for (let k = tags.length + 1; k < ids.length; k++) {
-        if (ids[k - 1] > ids[k]) {
-          this.existsOrder.set(f, cs.map((c) => c.name));
-          break;
-        }
-      }
       ids.sort((a, b) => a - b);
       // Without an area fPos holds no position slot: it holds the first name instead (NAMES_FIRST).
       if (area === null) firstName = ids.shift()!;
@@ -642,7 +645,6 @@ export class GpuLayout {
         if (tagOfName(this.nameOf[id]!) === null) nc++;
         this.release(id);
       }
-      this.existsOrder.delete(f);
     } else {
       for (let ci = c0; ci < c0 + n; ci++) {
         const head = this.cHead[ci];
@@ -733,14 +735,13 @@ export class GpuLayout {
     const constraints: NConstraint[] = [];
     const tags: string[] = [];
     if (meta & META_NAMES) {
-      const order = this.existsOrder.get(f);
+      // Its tags and at most one `exists` (namesOnly).
       for (const id of this.runNames(f)) {
         const name = this.nameOf[id]!;
         const tag = tagOfName(name);
         if (tag !== null) tags.push(tag);
-        else if (order === undefined) constraints.push({ name, op: 'exists', type: null, value: null });
+        else constraints.push({ name, op: 'exists', type: null, value: null });
       }
-      if (order !== undefined) for (const name of order) constraints.push({ name, op: 'exists', type: null, value: null });
       tags.sort(); // as validation sorts them
     } else {
       const c0 = this.fCon[f];
@@ -888,7 +889,9 @@ export class GpuLayout {
       this.fBloom.byteLength * 6 + this.fRad64.byteLength + this.cHead.byteLength * 3 + this.cStr.byteLength +
       this.pos.byteLength + this.pLat.byteLength * 4 + this.pRefs.byteLength + this.pKnown.byteLength * 2 + 40 * (this.journalOrder.length - this.journalHead) +
       // Arrays of references and maps (V8: about 8 bytes a slot, 60 an entry), each subscription's list of filters.
-      8 * (this.subId.length + this.subOwner.length + this.pDevice.length) + 60 * (this.subIndex.size + this.deviceSlot.size) + 32 * this.subIndex.size + 4 * this.liveFilters
+      8 * (this.subId.length + this.subOwner.length + this.pDevice.length + this.nameOf.length) + 60 * (this.subIndex.size + this.deviceSlot.size) + 32 * this.subIndex.size + 4 * this.liveFilters +
+      // Interned names, strings and name runs: their entries and keys.
+      (60 + 24) * (this.nameIds.size + this.strings.size + this.nameRuns.size) + 60 * (this.stringAt.size + this.negZero.size)
     );
   }
 

@@ -16,7 +16,7 @@
 //      the pattern's automaton over code points) against the
 //      event's attributes, staged in workgroup memory, and overwrites the candidate with its
 //      subscription index (a band candidate: its filter index, still marked BAND), or NO_MATCH.
-//      A filter of names only (META_NAMES: tags, `exists`) has its name ids as words of cStr
+//      A filter of names only (META_NAMES: tags, at most one `exists`) has its name ids as words of cStr
 //      (the first in fPos when it has no area).
 // Zip  (same grid as Cont): compacts the marked candidates into (event, mark) pairs with one
 //      global atomic per workgroup round. A subscription whose several filters match one event

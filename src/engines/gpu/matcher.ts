@@ -38,6 +38,8 @@ export { GpuKernels } from './kernels.js';
 export { type BatchTiming, type GpuMatcherOptions, type StageTimes, defaultGpuMatcherOptions } from './options.js';
 
 const NO_QUANTIZATION = 'disable-dawn-features=timestamp_quantization';
+/** Open handles a device may have at once (the fast engine's limit). */
+const MAX_HANDLES = 0xffff;
 
 export class GpuMatcher implements Matcher {
   readonly name = 'gpu';
@@ -137,8 +139,12 @@ export class GpuMatcher implements Matcher {
     while (this.reopening !== null) await this.reopening;
   }
 
-  /** Whether there is a GPU side to run on, once a rebuild under way has ended. */
+  /**
+   * Whether there is a GPU side to run on, once a rebuild under way has ended; where an earlier one
+   * gave up, another is tried first (without a CPU mirror nothing else can answer).
+   */
   private async gpuBack(): Promise<boolean> {
+    if (this.gpuState === null && !this.closed && this.reopening === null) this.reopening = this.reopen();
     await this.recovered();
     return this.gpuState !== null && !this.closed;
   }
@@ -242,7 +248,12 @@ export class GpuMatcher implements Matcher {
 
   openDevice(device: string): DeviceHandle {
     const cpuHandle = this.cpu !== null ? this.cpu.openDevice(device) : null;
-    if (cpuHandle === null) checkId('device', device, this.limits);
+    if (cpuHandle === null) {
+      checkId('device', device, this.limits);
+      // As the fast engine (its slots count pins in 16 bits): the same limit with or without it.
+      const s = this.layout.deviceSlot.get(device);
+      if (s !== undefined && this.layout.pins(s) >= MAX_HANDLES) throw new AmbitError('RESOURCE_EXHAUSTED', `too many open handles for device ${show(device)}`, 'device');
+    }
     const slot = this.layout.deviceSlotOf(device);
     this.layout.pin(slot);
     return new GpuDeviceHandle(this.layout, cpuHandle, device, slot);

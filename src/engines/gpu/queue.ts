@@ -66,8 +66,15 @@ class CostAverage {
  */
 export const SMALL_BATCH = 16;
 
-/** Most times an event runs again on the GPU (no CPU mirror) before its call fails. */
+/** Most failed runs of an event on the GPU (no CPU mirror) before its call fails; a device loss's wait is not one. */
 export const MAX_RETRIES = 8;
+
+/** The error of an event that failed `runs` runs: the last run's own error where it threw, else its overflows'. */
+function giveUp(runs: number, error: unknown): AmbitError {
+  if (error instanceof AmbitError) return error;
+  if (error !== null) return new AmbitError('UNAVAILABLE', `gpu: ${error instanceof Error ? error.message : String(error)} (${runs} runs, no CPU mirror to answer)`);
+  return new AmbitError('RESOURCE_EXHAUSTED', `gpu: an event's candidates or matches exceeded the device's buffers in each of ${runs} runs (no CPU mirror to answer it)`);
+}
 
 /** Share of the thread that answering every event on the CPU may take before calls count as load (see PathChoice). */
 export const CPU_SHARE = 0.25;
@@ -205,9 +212,10 @@ class Job implements Release {
   done = false;
   failed = false;
   private error: unknown = undefined;
-  /** A retry job's events: where each came from, and how many times they have run. */
-  origin: { job: Job; i: number }[] | null = null;
-  attempt = 0;
+  /** A retry job's events: where each came from, and how many of its runs failed to answer it. */
+  origin: Retry[] | null = null;
+  /** A retry job's batches hold only its events, at most this many (0: any job, batched with others). */
+  limit = 0;
   constructor(
     readonly events: readonly NEvent[],
     /** Matches listed as tags where the subscriptions have them (matchBatchTagged), else as ids. */
@@ -230,6 +238,19 @@ class Job implements Release {
     if (this.failed) this.reject(this.error);
     else this.resolve(this.one ? this.results[0] : this.results);
   }
+}
+
+/** An event to run again (no CPU mirror): its call, its index there, and its failed runs. */
+interface Retry {
+  job: Job;
+  i: number;
+  attempt: number;
+}
+
+/** Why a batch did not answer its events: a throw (or no device), or a state the device cannot bind. */
+interface Unanswered {
+  error: unknown;
+  unfit: boolean;
 }
 
 /** The part [from, to) of a job's events that one batch carries. */
@@ -327,8 +348,10 @@ export class BatchQueue {
       const tags: boolean[] = [];
       while (events.length < max && this.qHead < queue.length) {
         const job = queue[this.qHead];
+        // A retry job's events run in batches of their own, smaller with each failed run.
+        if (job.limit !== 0 && events.length > 0) break;
         const from = job.taken;
-        const to = Math.min(job.events.length, from + max - events.length);
+        const to = Math.min(job.events.length, from + (job.limit !== 0 ? Math.min(job.limit, max) : max - events.length));
         for (let i = from; i < to; i++) {
           events.push(job.events[i]);
           tags.push(job.tags);
@@ -336,6 +359,7 @@ export class BatchQueue {
         segments.push({ job, from, to });
         job.taken = to;
         if (to === job.events.length) queue[this.qHead++] = undefined as unknown as Job;
+        if (job.limit !== 0) break;
       }
       this.qHead = compacted(queue, this.qHead);
       this.running++;
@@ -360,7 +384,7 @@ export class BatchQueue {
   private async runBatchCounted(segments: Segment[], events: NEvent[], tags: boolean[], done: () => void): Promise<void> {
     let state: ReturnType<typeof this.gpu> = null;
     let results: (Listed[] | null)[];
-    let lost = false;
+    let why: Unanswered = { error: null, unfit: false };
     try {
       state = this.gpu();
       if (state === null) throw new Error('no device');
@@ -370,41 +394,44 @@ export class BatchQueue {
       const sample = events.length <= SMALL_BATCH && this.running === 1;
       const answer = await state.run(events, tags);
       results = answer.results;
+      if (answer.unfit === true) why = { error: null, unfit: true };
       // The batch's own count: read after an await, a field shared by the batches in flight
       // could be another's.
       this.counters.overflowEvents += answer.overflow;
       if (sample) this.choice.sample('gpu', (performance.now() - t) * 1e3);
       this.counters.batches++;
-    } catch {
+    } catch (err) {
       // The device was lost (or never came back): the CPU engine answers, nothing is dropped.
       results = events.map(() => null);
-      this.counters.fallbackEvents += events.length;
-      lost = true;
+      if (this.onCpu !== null) this.counters.fallbackEvents += events.length;
+      why = { error: err, unfit: false };
     }
     if (state !== null && state.lastStages !== null) this.lastStages = state.lastStages;
     done();
-    this.settle(segments, events, results, lost);
+    this.settle(segments, events, results, why);
   }
 
   /**
    * Hands each job its events' results; an event the GPU did not answer is answered by the CPU, or
-   * without one run again (`lost`: the device was, so once a new one is up).
+   * without one run again (retry).
    */
-  private settle(segments: Segment[], events: NEvent[], results: (Listed[] | null)[], lost: boolean): void {
+  private settle(segments: Segment[], events: NEvent[], results: (Listed[] | null)[], why: Unanswered): void {
     let k = 0;
     let finished = false;
-    const again: { job: Job; i: number; tags: boolean; attempt: number }[] = [];
+    const again: Retry[] = [];
+    const againTags: boolean[] = [];
     for (const { job, from, to } of segments) {
       for (let i = from; i < to; i++, k++) {
         const ids = results[k];
-        // A retry job's event belongs to the job it came from.
-        const at = job.origin === null ? { job, i } : job.origin[i];
+        // A retry job's event belongs to the call it came from.
+        const at = job.origin === null ? { job, i, attempt: 0 } : job.origin[i];
         if (at.job.failed) {
           if (--at.job.left === 0) at.job.done = finished = true;
           continue;
         }
         if (ids === null && this.onCpu === null) {
-          again.push({ job: at.job, i: at.i, tags: job.tags, attempt: job.attempt + 1 });
+          again.push({ job: at.job, i: at.i, attempt: at.attempt + 1 });
+          againTags.push(job.tags);
           continue;
         }
         try {
@@ -419,47 +446,58 @@ export class BatchQueue {
         if (--at.job.left === 0) at.job.done = finished = true;
       }
     }
-    if (again.length > 0) void this.retry(again, lost);
+    if (again.length > 0) void this.retry(again, againTags, why);
     if (finished) this.release();
   }
 
   /**
-   * Runs the events the GPU did not answer again, ahead of every queued job (one retry job per
-   * `tags` flag); an event that has run MAX_RETRIES times, or that finds no device to run on,
-   * fails its call.
+   * Runs the events the GPU did not answer again (no CPU mirror), ahead of every queued job, in
+   * batches of their own that shrink with each failed run (an overflow of the batch's pairs
+   * fails every event of it; fewer events, fewer pairs), after a new device is up where the old
+   * one was lost (that wait costs no attempt). An event whose runs failed MAX_RETRIES times fails
+   * its call, as does every event of a state the device cannot bind or with no device to run on.
    */
-  private async retry(again: { job: Job; i: number; tags: boolean; attempt: number }[], lost: boolean): Promise<void> {
+  private async retry(again: Retry[], againTags: boolean[], why: Unanswered): Promise<void> {
     this.retrying++;
-    let back: boolean;
+    let back = true;
     try {
-      back = lost ? await this.gpuBack() : true;
+      // No device now: it was lost, and the wait for a new one costs no attempt.
+      if (this.gpu() === null) {
+        for (const a of again) a.attempt--;
+        back = await this.gpuBack();
+      } else if (why.error !== null) back = await this.gpuBack();
     } finally {
       this.retrying--;
     }
-    const attempt = again[0].attempt;
-    let failure: AmbitError | null = null;
-    if (!back) failure = new AmbitError('UNAVAILABLE', 'gpu: the device was lost and no new one could be opened (no CPU mirror to answer meanwhile)');
-    else if (attempt > MAX_RETRIES) failure = new AmbitError('RESOURCE_EXHAUSTED', `gpu: an event's candidates or matches still exceeded the device's buffers after ${MAX_RETRIES} runs (no CPU mirror to answer it)`);
-    if (failure !== null) {
-      let finished = false;
-      for (const a of again) {
-        a.job.fail(failure);
+    let finished = false;
+    const fail = (a: Retry, err: AmbitError): void => {
+      a.job.fail(err);
+      if (--a.job.left === 0) a.job.done = finished = true;
+    };
+    const runs: Retry[][] = [[], []];
+    for (let k = 0; k < again.length; k++) {
+      const a = again[k];
+      if (a.job.failed) {
         if (--a.job.left === 0) a.job.done = finished = true;
-      }
-      if (finished) this.release();
-      return;
+      } else if (!back) fail(a, new AmbitError('UNAVAILABLE', 'gpu: no device to run on (lost, and none could be opened), and no CPU mirror to answer'));
+      else if (why.unfit) fail(a, new AmbitError('RESOURCE_EXHAUSTED', "gpu: the state exceeds the device's storage binding, and there is no CPU mirror (cpuMirror false) to answer"));
+      else if (a.attempt > MAX_RETRIES) fail(a, giveUp(a.attempt, why.error));
+      else runs[againTags[k] ? 1 : 0].push(a);
     }
-    this.counters.retriedEvents += again.length;
+    if (finished) this.release();
     const jobs: Job[] = [];
     for (const tags of [false, true]) {
-      const part = again.filter((a) => a.tags === tags);
+      const part = runs[tags ? 1 : 0];
       if (part.length === 0) continue;
-      // Not a call: it resolves nothing and is not in `out`; settle writes into the jobs it came from.
+      this.counters.retriedEvents += part.length;
+      // Not a call: it resolves nothing and is not in `out`; settle writes into the calls it came from.
       const job = new Job(part.map((a) => a.job.events[a.i]), tags, false, () => {}, () => {});
-      job.origin = part.map((a) => ({ job: a.job, i: a.i }));
-      job.attempt = Math.max(...part.map((a) => a.attempt));
+      job.origin = part;
+      const attempt = Math.max(...part.map((a) => a.attempt));
+      job.limit = Math.max(1, this.opts.maxBatch >> (2 * Math.max(0, attempt)));
       jobs.push(job);
     }
+    if (jobs.length === 0) return;
     this.queue.splice(this.qHead, 0, ...jobs);
     this.pump();
   }

@@ -38,10 +38,13 @@ export class Capacity {
 
   /**
    * Output pairs to have room for: twice what recent events had (an overflow sends the whole
-   * batch to the CPU), within a bound; a buffer four times too large shrinks back.
+   * batch to the CPU), that headroom within a bound, but never less than they had (a batch run
+   * again after its pairs overflowed must find the room they took); a buffer four times too
+   * large shrinks back.
    */
   outputRoom(events: number, initialOutputs: number): number {
-    return Math.min(MAX_OUT_PAIRS, Math.max(initialOutputs, Math.ceil(2 * events * this.pairsPerEvent)));
+    const had = Math.ceil(events * this.pairsPerEvent);
+    return Math.max(initialOutputs, had, Math.min(MAX_OUT_PAIRS, 2 * had));
   }
 
   /**
@@ -152,7 +155,8 @@ export class Readback {
     this.collect(all, total, results, events, tags, serial);
     cap.recentCand = Math.max(most, Math.round(0.9 * cap.recentCand));
     if (maxCand > 0) {
-      const fit = Math.floor(this.ctx.limits.maxStorageBufferBindingSize / (4 * this.opts.maxBatch));
+      // Up to what one event's list may take of a binding: a batch of more runs with less each (GpuBatches.reserveCandidates).
+      const fit = Math.floor(this.ctx.limits.maxStorageBufferBindingSize / 4);
       while (cap.candCap < maxCand && cap.candCap * 2 <= fit) cap.candCap *= 2;
     }
     return { results, overflow };
