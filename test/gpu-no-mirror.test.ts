@@ -242,6 +242,19 @@ describe('gpu (no CPU mirror): every event on the GPU', () => {
     }
   });
 
+  it('a device may have as many open handles as on the fast engine, and no more', async () => {
+    const m = make();
+    try {
+      const handles = Array.from({ length: 0xffff }, () => m.openDevice('d'));
+      assert.throws(() => m.openDevice('d'), (e: { code: string; field?: string }) => e.code === 'RESOURCE_EXHAUSTED' && e.field === 'device');
+      handles[0].release();
+      m.openDevice('d').update(45, 9);
+      assert.equal(m.stats().devices, 1);
+    } finally {
+      await m.close();
+    }
+  });
+
   it('refuses options that need the CPU mirror, naming them', () => {
     assert.throws(() => make({ select: 'adaptive' }), /gpu\.select: must be gpu without a CPU mirror \(cpuMirror false\), got "adaptive"/);
     assert.throws(() => make({ select: 'cpu' }), /gpu\.select: must be gpu without a CPU mirror/);

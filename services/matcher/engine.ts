@@ -18,13 +18,18 @@ export interface OpenedEngine {
   detail: string;
 }
 
-export async function openEngine(choice: EngineChoice): Promise<OpenedEngine> {
+/** How the GPU engine is opened: `gpuCpuMirror` false keeps no CPU engine beside it (AMBIT_GPU_CPU_MIRROR=0). */
+export interface EngineSettings {
+  gpuCpuMirror?: boolean;
+}
+
+export async function openEngine(choice: EngineChoice, settings: EngineSettings = {}): Promise<OpenedEngine> {
   const limits = ENGINE_SIDE_LIMITS;
   if (choice === 'auto' || choice === 'gpu') {
     try {
-      const engine = await ENGINES.gpu({ limits });
+      const engine = await (settings.gpuCpuMirror === false ? ENGINES.gpu({ limits, cpuMirror: false } as Parameters<typeof ENGINES.gpu>[0]) : ENGINES.gpu({ limits }));
       const adapter = engine.stats().extra?.adapter;
-      return { engine, detail: `GPU adapter ${typeof adapter === 'string' ? adapter : 'unknown'}` };
+      return { engine, detail: `GPU adapter ${typeof adapter === 'string' ? adapter : 'unknown'}${settings.gpuCpuMirror === false ? ', no CPU mirror' : ''}` };
     } catch (err) {
       if (choice === 'gpu') throw err;
       const why = err instanceof Error ? err.message : String(err);

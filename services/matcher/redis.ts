@@ -80,6 +80,8 @@ export interface RedisMatcherOptions {
   geo?: GeoSpec;
   /** An engine to own (closed by stop()), or which one to open; default 'auto'. */
   engine?: Matcher | EngineChoice;
+  /** With `engine` a choice that opens the GPU engine: false keeps no CPU engine beside it. */
+  gpuCpuMirror?: boolean;
   /** Why this engine, for stats (set from openEngine when `engine` is a choice). */
   engineDetail?: string;
   log?: Logger;
@@ -354,7 +356,7 @@ export class RedisMatcher {
     let detail = options.engineDetail ?? '';
     if (typeof options.engine === 'object' && options.engine !== null) engine = options.engine;
     else {
-      const opened = await openEngine(options.engine ?? 'auto');
+      const opened = await openEngine(options.engine ?? 'auto', options);
       engine = opened.engine;
       detail = options.engineDetail ?? opened.detail;
     }

@@ -60,6 +60,8 @@ export interface ServerConfig {
    */
   geo: GeoSpec | null;
   engine: EngineChoice;
+  /** The GPU engine keeps its CPU engine beside it (AMBIT_GPU_CPU_MIRROR; false: a third of the host memory a filter, every event on the GPU). */
+  gpuCpuMirror: boolean;
   /** HMAC secret for tokens (≥ 32 bytes); null only in dev mode, which makes one up. */
   tokenSecret: string | null;
   /**
@@ -211,6 +213,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   matcherPartition: null,
   geo: null,
   engine: 'auto',
+  gpuCpuMirror: true,
   tokenSecret: null,
   jwks: null,
   jwksRefreshS: 300,
@@ -330,6 +333,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServerConfi
     if (!(ENGINE_CHOICES as readonly string[]).includes(engine)) throw new Error(`config: AMBIT_ENGINE must be one of ${ENGINE_CHOICES.join(', ')}, got ${JSON.stringify(engine)}`);
     c.engine = engine as EngineChoice;
   }
+  c.gpuCpuMirror = flag('AMBIT_GPU_CPU_MIRROR') ?? c.gpuCpuMirror;
   c.tokenSecret = str('AMBIT_TOKEN_SECRET') ?? null;
   c.jwks = str('AMBIT_JWKS') ?? null;
   c.jwksRefreshS = int('AMBIT_JWKS_REFRESH_S', 0, 86_400) ?? c.jwksRefreshS;

@@ -20,7 +20,7 @@ const log = rootLogger(data.logLevel).child({ component: 'partition', partition:
 // numbered from an origin of its own, from the top, apart from the gateways' (numbered from 1) and
 // the other partitions': a gateway's cache of events by number must never confuse two.
 setEventOrigin(MAX_EVENT_ORIGIN - 1 - data.index);
-const { engine, detail } = await openEngine(data.engine);
+const { engine, detail } = await openEngine(data.engine, data);
 const patterns = await openPatterns(data);
 const hub = new EmbeddedHub(new MatchCore(engine, data.maxSubscriptionsPerDevice, patterns), { retention: data.retention, dedupe: data.dedupe, engineDetail: detail, patternTickMs: patternTickMs(data.patternLatenessMs) });
 log.info({ engine: engine.name, detail }, `partition ${data.index}: engine ${engine.name}: ${detail}`);

@@ -26,6 +26,7 @@ export interface Partitions {
 /** What a partition thread is started with (partition-worker.ts). */
 export interface PartitionWorkerData extends PoolThreadData {
   engine: EngineChoice;
+  gpuCpuMirror: boolean;
   maxSubscriptionsPerDevice: number;
   retention: Retention;
   dedupe: DedupeOptions;
@@ -36,6 +37,7 @@ export interface PartitionWorkerData extends PoolThreadData {
 
 export interface PartitionSettings {
   engine: EngineChoice;
+  gpuCpuMirror: boolean;
   maxSubscriptionsPerDevice: number;
   retention: Retention;
   dedupe: DedupeOptions;
@@ -50,7 +52,7 @@ export async function startPartitions(count: number, s: PartitionSettings, log: 
     'hub partition',
     new URL('./partition-worker.js', import.meta.url),
     count,
-    () => ({ engine: s.engine, maxSubscriptionsPerDevice: s.maxSubscriptionsPerDevice, retention: s.retention, dedupe: s.dedupe, patternLatenessMs: s.patternLatenessMs, patternRetainedPerElement: s.patternRetainedPerElement, patternSequencer: s.patternSequencer }),
+    () => ({ engine: s.engine, gpuCpuMirror: s.gpuCpuMirror, maxSubscriptionsPerDevice: s.maxSubscriptionsPerDevice, retention: s.retention, dedupe: s.dedupe, patternLatenessMs: s.patternLatenessMs, patternRetainedPerElement: s.patternRetainedPerElement, patternSequencer: s.patternSequencer }),
     s.logLevel,
     onDeath,
   );

@@ -77,6 +77,7 @@ function matcherOptions(config: ServerConfig, partition: number) {
     ...groups(config),
     ...(config.geo !== null ? { geo: config.geo, partition } : k > 1 ? { partitions: k, partition } : {}),
     engine: config.engine,
+    gpuCpuMirror: config.gpuCpuMirror,
     retention: config.retention,
     leaseMs: config.matcherLeaseMs,
     dedupeWindowMs: config.dedupe.windowMs,

@@ -156,7 +156,7 @@ export async function startServer(partial: Partial<ServerConfig> = {}, log: Logg
       engineDetail = (await hub.stats()).engineDetail;
       mlog.info({ partitions: config.partitions, mode: 'embedded', durable: false }, `${config.partitions} hub partitions (${engineDetail}); embedded mode keeps all state in memory (not durable)`);
     } else if (config.redisUrl === null) {
-      const { engine, detail } = await openEngine(config.engine);
+      const { engine, detail } = await openEngine(config.engine, config);
       engineDetail = detail;
       const patterns = await openPatterns(config);
       hub = new EmbeddedHub(new MatchCore(engine, config.maxSubscriptionsPerDevice, patterns), { retention: config.retention, dedupe: config.dedupe, engineDetail: detail, patternTickMs: patternTickMs(config.patternLatenessMs), ...(options.shards === undefined ? {} : { shards: options.shards }) });
