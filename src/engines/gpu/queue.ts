@@ -234,6 +234,13 @@ class Job implements Release {
     this.error = err;
   }
 
+  /** One of the call's events answered (or given up); true when it was the last: the call is done. */
+  countOne(): boolean {
+    if (--this.left !== 0) return false;
+    this.done = true;
+    return true;
+  }
+
   hand(): void {
     if (this.failed) this.reject(this.error);
     else this.resolve(this.one ? this.results[0] : this.results);
@@ -426,7 +433,7 @@ export class BatchQueue {
         // A retry job's event belongs to the call it came from.
         const at = job.origin === null ? { job, i, attempt: 0 } : job.origin[i];
         if (at.job.failed) {
-          if (--at.job.left === 0) at.job.done = finished = true;
+          if (at.job.countOne()) finished = true;
           continue;
         }
         if (ids === null && this.onCpu === null) {
@@ -443,7 +450,7 @@ export class BatchQueue {
         } catch (err) {
           at.job.fail(err);
         }
-        if (--at.job.left === 0) at.job.done = finished = true;
+        if (at.job.countOne()) finished = true;
       }
     }
     if (again.length > 0) void this.retry(again, againTags, why);
@@ -472,13 +479,13 @@ export class BatchQueue {
     let finished = false;
     const fail = (a: Retry, err: AmbitError): void => {
       a.job.fail(err);
-      if (--a.job.left === 0) a.job.done = finished = true;
+      if (a.job.countOne()) finished = true;
     };
     const runs: Retry[][] = [[], []];
     for (let k = 0; k < again.length; k++) {
       const a = again[k];
       if (a.job.failed) {
-        if (--a.job.left === 0) a.job.done = finished = true;
+        if (a.job.countOne()) finished = true;
       } else if (!back) fail(a, new AmbitError('UNAVAILABLE', 'gpu: no device to run on (lost, and none could be opened), and no CPU mirror to answer'));
       else if (why.unfit) fail(a, new AmbitError('RESOURCE_EXHAUSTED', "gpu: the state exceeds the device's storage binding, and there is no CPU mirror (cpuMirror false) to answer"));
       else if (a.attempt > MAX_RETRIES) fail(a, giveUp(a.attempt, why.error));
