@@ -1,11 +1,13 @@
 /**
- * The match core, whichever hub it sits behind: owns the engine, keeps each device's
- * subscriptions in the API's own form, and turns an engine match into owner-aware recipients
+ * The match core, whichever hub it sits behind: owns the engine, lists each device's
+ * subscriptions in the API's own form (filter subscriptions read back from the engine, which
+ * holds them; pattern subscriptions kept here), and turns an engine match into owner-aware recipients
  * (device → its matched subscription ids) through a table kept beside the engine: no engine key
  * is parsed per matched pair. No I/O; a FanOut (fanout.ts) stores and delivers.
  */
 import { AmbitError, show } from '../../src/model/errors.js';
 import type { DeviceHandle, Listed, Matcher, MatcherStats } from '../../src/engines/matcher.js';
+import type { NFilter } from '../../src/model/limits.js';
 import type { Event, PositionUpdate } from '../../src/model/types.js';
 import { type PatternMatcher, type PatternMatcherSnapshot, type PatternNotification, eventInput } from '../../src/engines/event-patterns/pattern-matcher.js';
 import { DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE, NO_PATTERNS, type DeliveryMatch, type DeviceSubscription, type HubStats, splitSubscriptionKey, subscriptionKey } from '../hub/port.js';
@@ -42,9 +44,31 @@ export interface DeviceMemo {
   idBytes: Uint8Array | null;
 }
 
+/**
+ * What the core keeps of a filter subscription: nothing but this mark. The engine holds it, and
+ * `get` gives it back (each subscription kept here as well cost about as much memory again as the
+ * engine's own copy).
+ */
+const IN_ENGINE: DeviceSubscription = Object.freeze({ id: '', filters: Object.freeze([]) as unknown as DeviceSubscription['filters'] });
+
+/**
+ * A filter subscription as the API's conversion writes it (services/edge/convert.ts `filter`):
+ * a constraint's value only where it has one, an area only where there is one (its centre only
+ * where fixed), tags only where there are some.
+ */
+function apiFilters(fs: readonly NFilter[]): DeviceSubscription['filters'] {
+  return fs.map((f) => {
+    const out: DeviceSubscription['filters'][number] = { constraints: f.constraints.map((c) => (c.value === null ? { name: c.name, op: c.op } : { name: c.name, op: c.op, value: c.value })) };
+    if (f.area !== null) out.area = f.area.center === null ? { radiusM: f.area.radiusM } : { radiusM: f.area.radiusM, center: { lat: f.area.center.lat, lon: f.area.center.lon } };
+    if (f.tags.length > 0) out.tags = [...f.tags];
+    return out;
+  });
+}
+
 /** A device's subscriptions, and the marks that group one event's matches by device. */
 interface DeviceSubs extends DeviceMemo {
   readonly device: string;
+  /** Pattern subscriptions as given; IN_ENGINE for a filter subscription. */
   readonly subs: Map<string, DeviceSubscription>;
   /** How many of `subs` are pattern subscriptions (their owner's position goes to the patterns too). */
   patterns: number;
@@ -181,7 +205,7 @@ export class MatchCore {
     else if (sub.pattern !== undefined && wasFilters) this.dropOwner(key);
     // A replaced version is a new engine subscription: tagged again.
     if (sub.pattern === undefined) this.engine.tag?.(key, this.owners.get(key)!.num);
-    mine.subs.set(sub.id, sub);
+    mine.subs.set(sub.id, sub.pattern !== undefined ? sub : IN_ENGINE);
     this.countPatterns(mine, (sub.pattern !== undefined ? 1 : 0) - (old?.pattern !== undefined ? 1 : 0));
   }
 
@@ -320,11 +344,23 @@ export class MatchCore {
 
   list(device: string): DeviceSubscription[] {
     const mine = this.subs.get(device);
-    return mine === undefined ? [] : [...mine.subs.values()];
+    return mine === undefined ? [] : [...this.listed(mine)];
   }
 
   subscription(device: string, subscriptionId: string): DeviceSubscription | undefined {
-    return this.subs.get(device)?.subs.get(subscriptionId);
+    const s = this.subs.get(device)?.subs.get(subscriptionId);
+    return s === IN_ENGINE ? this.readBack(device, subscriptionId) : s;
+  }
+
+  /** A device's subscriptions in the API's form: its filter subscriptions read back from the engine. */
+  private *listed(mine: DeviceSubs): Generator<DeviceSubscription> {
+    for (const [id, s] of mine.subs) yield s === IN_ENGINE ? this.readBack(mine.device, id) : s;
+  }
+
+  private readBack(device: string, id: string): DeviceSubscription {
+    const n = this.engine.get(subscriptionKey(device, id));
+    if (n === undefined) throw new Error(`match core: the engine lost subscription ${show(id)} of ${show(device)}`);
+    return { id, filters: apiFilters(n.filters) };
   }
 
   has(device: string, subscriptionId: string): boolean {
@@ -333,7 +369,7 @@ export class MatchCore {
 
   /** Each device with subscriptions and its subscriptions (live: take them before the next change). */
   *byDevice(): Generator<[string, Iterable<DeviceSubscription>]> {
-    for (const [device, mine] of this.subs) yield [device, mine.subs.values()];
+    for (const [device, mine] of this.subs) yield [device, this.listed(mine)];
   }
 
   /** Positions are range-checked by the caller. */
