@@ -44,7 +44,9 @@ interface Row {
 }
 
 async function engineOf(name: string, allowSoftware: boolean): Promise<Matcher> {
-  if (name === 'gpu' || name === 'gpu-no-mirror') return GpuMatcher.create({ gpu: { allowSoftware }, limits: ENGINE_SIDE_LIMITS, ...(name === 'gpu-no-mirror' ? { cpuMirror: false } : {}) });
+  // The mirrored engine on its GPU path, so that the one match below sends its state to the device
+  // (adaptive selection may answer a lone event on the CPU and upload nothing).
+  if (name === 'gpu' || name === 'gpu-no-mirror') return GpuMatcher.create({ gpu: { allowSoftware }, limits: ENGINE_SIDE_LIMITS, ...(name === 'gpu-no-mirror' ? { cpuMirror: false } : { select: 'gpu', cpuBelowFilters: 0 }) });
   return CPU_ENGINES[name as 'fast' | 'rtree']({ limits: ENGINE_SIDE_LIMITS });
 }
 
