@@ -352,6 +352,11 @@ export class MatchCore {
     return s === IN_ENGINE ? this.readBack(device, subscriptionId) : s;
   }
 
+  /** Whether the device holds a pattern subscription of this id (nothing read back from the engine). */
+  isPattern(device: string, subscriptionId: string): boolean {
+    return this.subs.get(device)?.subs.get(subscriptionId)?.pattern !== undefined;
+  }
+
   /** A device's subscriptions in the API's form: its filter subscriptions read back from the engine. */
   private *listed(mine: DeviceSubs): Generator<DeviceSubscription> {
     for (const [id, s] of mine.subs) yield s === IN_ENGINE ? this.readBack(mine.device, id) : s;

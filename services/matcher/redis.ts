@@ -704,7 +704,7 @@ export class RedisMatcher {
           // A pattern subscription comes from the pattern state (taken at the start; the records
           // may be later versions, which the replay brings in order). One the state lacks came
           // after it: added now, its history starts again where the replay adds it (E17).
-          if (patternsRestored && sub.pattern !== undefined && this.core.subscription(device, sub.id)?.pattern !== undefined) continue;
+          if (patternsRestored && sub.pattern !== undefined && this.core.isPattern(device, sub.id)) continue;
           putStored(this.core, device, sub, this.log, `${COMPONENT}: a subscription of the snapshot`);
         }
       },
@@ -782,9 +782,9 @@ export class RedisMatcher {
       if (entry.t === 'loc') this.applied += decodeLocations(entry.data, this.move);
       else if (entry.t === 'sub') {
         // Replayed: the patterns hold it (or what came after it) already; a replace would drop the history.
-        if (!(this.patternSubsHold(entry.id) && (entry.sub.pattern !== undefined || this.core.subscription(entry.device, entry.sub.id)?.pattern !== undefined))) this.core.put(entry.device, entry.sub, 'upsert');
+        if (!(this.patternSubsHold(entry.id) && (entry.sub.pattern !== undefined || this.core.isPattern(entry.device, entry.sub.id)))) this.core.put(entry.device, entry.sub, 'upsert');
       } else if (entry.t === 'unsub') {
-        if (!(this.patternSubsHold(entry.id) && this.core.subscription(entry.device, entry.subscriptionId)?.pattern !== undefined)) this.core.remove(entry.device, entry.subscriptionId);
+        if (!(this.patternSubsHold(entry.id) && this.core.isPattern(entry.device, entry.subscriptionId))) this.core.remove(entry.device, entry.subscriptionId);
       } else if (entry.t === 'purge') {
         this.release(entry.device, this.patternSubsHold(entry.id));
         // The leader drops its notifications, after those of the commands before (one flush chain).

@@ -63,6 +63,8 @@ describe('match core: listing from the engine', () => {
         const snapshot = [...core.byDevice()].map(([d, subs]) => [d, byId([...subs])]);
         assert.deepStrictEqual(snapshot, [['dev', byId(left)]]);
         assert.deepStrictEqual(core.list('nobody'), []);
+        assert.equal(core.isPattern('dev', 'anywhere'), false);
+        assert.equal(core.isPattern('dev', 'fixed'), false);
       } finally {
         await core.engine.close();
       }
