@@ -27,7 +27,8 @@ export async function openEngine(choice: EngineChoice, settings: EngineSettings 
   const limits = ENGINE_SIDE_LIMITS;
   if (choice === 'auto' || choice === 'gpu') {
     try {
-      const engine = await (settings.gpuCpuMirror === false ? ENGINES.gpu({ limits, cpuMirror: false } as Parameters<typeof ENGINES.gpu>[0]) : ENGINES.gpu({ limits }));
+      const options = { limits, cpuMirror: settings.gpuCpuMirror !== false };
+      const engine = await ENGINES.gpu(options);
       const adapter = engine.stats().extra?.adapter;
       return { engine, detail: `GPU adapter ${typeof adapter === 'string' ? adapter : 'unknown'}${settings.gpuCpuMirror === false ? ', no CPU mirror' : ''}` };
     } catch (err) {

@@ -236,13 +236,14 @@ export class GpuMatcher implements Matcher {
   /** Brings the CPU mirror's positions up to date with the moves since it last answered. */
   private syncCpu(): void {
     const L = this.layout;
-    if (L.stale.length === 0 || this.cpu === null) return;
+    const cpu = this.cpu;
+    if (L.stale.length === 0 || cpu === null) return;
     const stale = L.takeStale();
     for (let i = 0; i < stale.length; i++) {
       const s = stale[i];
       const device = L.deviceOf(s);
       // A forgotten device was removed from the mirror when it was forgotten.
-      if (device !== null && L.pKnown[s] === 1) this.cpu!.updatePosition(device, L.pLat[s], L.pLon[s]);
+      if (device !== null && L.pKnown[s] === 1) cpu.updatePosition(device, L.pLat[s], L.pLon[s]);
     }
   }
 
@@ -280,9 +281,8 @@ export class GpuMatcher implements Matcher {
     return this.gpuState !== null && this.layout.liveFilters >= this.opts.cpuBelowFilters && this.gpuState.fits() ? 'gpu' : 'cpu';
   }
 
-  /** Why the CPU answers, when it does (without a CPU mirror: why the GPU cannot, or ''). */
+  /** Why the CPU answers, when it does (without a CPU mirror, whose cpuBelowFilters is 0: why the GPU cannot, or ''). */
   get cpuReason(): string {
-    if (this.cpu === null) return this.gpuState === null ? (this.closed ? 'closed' : 'no device (lost or rebuilding)') : this.gpuState.fits() ? '' : `state exceeds the device's ${this.gpuState.bindingLimit}-byte storage binding`;
     if (this.gpuState === null) return this.closed ? 'closed' : 'no device (lost or rebuilding)';
     if (this.layout.liveFilters < this.opts.cpuBelowFilters) return `below ${this.opts.cpuBelowFilters} filters`;
     if (!this.gpuState.fits()) return `state exceeds the device's ${this.gpuState.bindingLimit}-byte storage binding`;
