@@ -7,6 +7,7 @@ import { describe, it } from 'node:test';
 import { CPU_ENGINES } from '../src/engines/index.js';
 import type { Matcher, MatcherOptions } from '../src/engines/matcher.js';
 import { AmbitError } from '../src/model/errors.js';
+import { haversineM } from '../src/model/geo.js';
 import { runContract } from './support/contract.js';
 import { runDifferential } from './support/differential.js';
 import { Rng } from './support/rng.js';
@@ -121,6 +122,74 @@ describe('fast engine options', () => {
     for (const [minCellM, cellScale] of [[64, 1], [32, 2], [16, 4]]) assert.equal(fast({ minCellM, cellScale }).stats().extra?.cellScale, cellScale);
     for (const cellScale of [0, 3, 8, NaN, -2]) assert.throws(() => fast({ cellScale }), /cellScale/, `cellScale ${cellScale}`);
     for (const cellScale of [1, 2, 4]) assert.equal(fast({ cellScale }).stats().extra?.cellScale, cellScale);
+  });
+
+  it("an event's scan reaches the largest radius a grid level holds: filters of one level with different radii, the largest removed and added back", async () => {
+    // 20 m and 31 m both file at the first level (32 m); a scan reaching only the first radius
+    // it saw, or shrinking while a larger one is still there, misses the 31 m filter.
+    const fast = CPU_ENGINES.fast();
+    const ref = CPU_ENGINES.reference();
+    const north = (m: number) => 45 + m / 111_195;
+    const subs = (r: number, id: string): Subscription => ({ id, owner: `d-${id}`, filters: [{ constraints: [], area: { radiusM: r } }] });
+    const both = (f: (m: Matcher) => void) => { f(fast); f(ref); };
+    both((m) => m.add(subs(20, 'small')));
+    both((m) => m.add(subs(31, 'large')));
+    both((m) => m.updatePosition('d-small', 45, 9));
+    both((m) => m.updatePosition('d-large', 45, 9));
+    const check = async (label: string) => {
+      for (const d of [5, 19, 21, 29, 30.5, 31.5, 40]) {
+        const e = { id: `e${d}`, lat: north(d), lon: 9, attributes: {} };
+        assert.deepEqual((await fast.match(e)).sort(), (await ref.match(e)).sort(), `${label}: ${d} m`);
+      }
+    };
+    await check('both');
+    assert.deepEqual((await fast.match({ id: 'e', lat: north(29), lon: 9, attributes: {} })).sort(), ['large']);
+    both((m) => m.remove('small'));
+    await check('the smaller removed');
+    both((m) => m.remove('large'));
+    both((m) => m.add(subs(10, 'small')));
+    both((m) => m.updatePosition('d-small', 45, 9));
+    await check('a smaller one alone after the level emptied');
+    both((m) => m.add(subs(31, 'large')));
+    await check('the larger one back');
+    assert.deepEqual((await fast.match({ id: 'e', lat: north(30.5), lon: 9, attributes: {} })).sort(), ['large']);
+    await fast.close();
+    await ref.close();
+  });
+
+  it('the scan keeps every filter whose circle just reaches the event (radius = the exact distance), anywhere on the globe', async () => {
+    // Each filter's radius is the reference's own distance to its event: a match on the boundary
+    // (inclusive), which the grid's first distance test (chords between 3-D points) without its
+    // rounding margin would drop.
+    const rng = new Rng(42);
+    const fast = CPU_ENGINES.fast();
+    const ref = CPU_ENGINES.reference();
+    const cases: { id: string; e: { id: string; lat: number; lon: number; attributes: Record<string, never> } }[] = [];
+    for (let i = 0; i < 400; i++) {
+      const lat = -89 + 178 * rng.next();
+      const lon = -180 + 360 * rng.next();
+      // The event within about 5-60 m (radii of the finest levels) in a random direction.
+      const d = 5 + 55 * rng.next();
+      const a = 2 * Math.PI * rng.next();
+      const elat = lat + (d / 111_195) * Math.cos(a);
+      const elon = lon + (d / (111_195 * Math.cos((lat * Math.PI) / 180))) * Math.sin(a);
+      const r = haversineM(lat, lon, elat, elon);
+      const sub: Subscription = { id: `s${i}`, owner: `d${i}`, filters: [{ constraints: [], area: { radiusM: r } }] };
+      for (const m of [fast, ref]) {
+        m.add(sub);
+        m.updatePosition(`d${i}`, lat, lon);
+      }
+      cases.push({ id: `s${i}`, e: { id: `e${i}`, lat: elat, lon: elon, attributes: {} } });
+    }
+    let boundary = 0;
+    for (const { id, e } of cases) {
+      const want = (await ref.match(e)).sort();
+      assert.deepEqual((await fast.match(e)).sort(), want, `event ${e.id}`);
+      if (want.includes(id)) boundary++;
+    }
+    assert.equal(boundary, cases.length, 'every filter matches its own event (on its boundary)');
+    await fast.close();
+    await ref.close();
   });
 });
 

@@ -72,6 +72,14 @@ const NO_TAGS: readonly string[] = [];
 /** One grid level: cubic cells of side `size` metres, holding position slots. */
 interface Level {
   readonly size: number;
+  /**
+   * The largest radius of a filter filed at this level since it last held none (at most `size`):
+   * an event's scan reaches this far plus the event's own radius, not `size` (a level of 24 m
+   * circles in cells for up to 32 m scans about half the slots).
+   */
+  maxRadius: number;
+  /** Filters filed at this level (positioned or not). */
+  filters: number;
   readonly inv: number;
   readonly off: number;
   readonly k: number;
@@ -395,6 +403,8 @@ export class FastMatcher extends CpuMatcher {
       if (k * k * k >= 2 ** 53) throw new Error(`fast: grid level ${l} (${size} m) has too many cells for 53-bit keys`);
       lv = {
         size,
+        maxRadius: 0,
+        filters: 0,
         inv: 1 / side,
         off,
         k,
@@ -588,6 +598,8 @@ export class FastMatcher extends CpuMatcher {
 
   private attach(f: number, s: number, l: number): void {
     const lv = this.level(l);
+    lv.filters++;
+    if (this.fRadius[f] > lv.maxRadius) lv.maxRadius = this.fRadius[f];
     // The slot's filters of one level form one list (a level's scan walks only its own), or, for a
     // filter with a string equality, the list of its bucket: the scan looks up the event's value.
     const en = this.fEqName[f];
@@ -632,6 +644,8 @@ export class FastMatcher extends CpuMatcher {
     const prev = this.fPrev[f];
     const l = this.fLevel[f];
     const lv = this.levels[l]!;
+    // The reach is a high-water mark: it shrinks only when the level is left with no filter.
+    if (--lv.filters === 0) lv.maxRadius = 0;
     const en = this.fEqName[f];
     if (prev !== NONE) this.fNext[prev] = next;
     else if (en === NONE) lv.head[s] = next;
@@ -1142,8 +1156,8 @@ export class FastMatcher extends CpuMatcher {
     for (let l = 0; l < MAX_LEVELS; l++) {
       const lv = this.levels[l];
       if (lv === null || lv.grid.size === 0) continue;
-      // Any filter here has r <= size, so candidates lie within size + r_e (chord <= arc).
-      const h = (lv.size + e.radiusM) * (1 + 1e-9) + 1e-3;
+      // Any filter here has r <= maxRadius, so candidates lie within maxRadius + r_e (chord <= arc).
+      const h = (lv.maxRadius + e.radiusM) * (1 + 1e-9) + 1e-3;
       const x0 = Math.floor((ex - h) * lv.inv);
       const x1 = Math.floor((ex + h) * lv.inv);
       const y0 = Math.floor((ey - h) * lv.inv);
