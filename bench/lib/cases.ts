@@ -84,20 +84,26 @@ function setRadius(subs: readonly Subscription[], radiusM: number): void {
 const MIN_WARMUP_MS = 300;
 
 /**
- * Per-event latency (ns), each event awaited on its own. Untimed warm-up first: one event, which
- * may carry an engine's one-time work (the fast engine files the positions placed since its last
- * match then: seconds at 1M devices), then at least `warmup` events and at least MIN_WARMUP_MS
- * (cycling over the events, at most 20 passes) on a clock started after that first event. Before,
- * the first event's filing used up the clock, so an engine that files lazily was timed after 50
- * warm-up events where the others had 20 passes. (A collection after the first event was tried
- * too: it made rbush's rows slower and noisier, so there is none.)
+ * The untimed warm-up before events are timed one at a time: one event, which may carry an
+ * engine's one-time work (the fast engine files the positions placed since its last match then:
+ * seconds at 1M devices; the GPU engine uploads its state), then at least `warmup` events and at
+ * least MIN_WARMUP_MS (cycling over the events, at most 20 passes) on a clock started after that
+ * first event. Before, the first event's filing used up the clock, so an engine that files lazily
+ * was timed after 50 warm-up events where the others had 20 passes. (A collection after the first
+ * event was tried too: it made rbush's rows slower and noisier, so there is none.)
  */
-async function timeEvents(m: Matcher, events: readonly Event[], warmup: number, reps: number, label: string): Promise<Float64Array> {
-  if (events.length > 0) sink(await m.match(events[0]));
+export async function warmUp(m: Matcher, events: readonly Event[], warmup: number): Promise<void> {
+  if (events.length === 0) return;
+  sink(await m.match(events[0]));
   const started = performance.now();
-  for (let i = 1; events.length > 0 && (i < Math.min(warmup, events.length) || (performance.now() - started < MIN_WARMUP_MS && i < 20 * events.length)); i++) {
+  for (let i = 1; i < Math.min(warmup, events.length) || (performance.now() - started < MIN_WARMUP_MS && i < 20 * events.length); i++) {
     sink(await m.match(events[i % events.length]));
   }
+}
+
+/** Per-event latency (ns), each event awaited on its own, after `warmUp`. */
+async function timeEvents(m: Matcher, events: readonly Event[], warmup: number, reps: number, label: string): Promise<Float64Array> {
+  await warmUp(m, events, warmup);
   const out = new Float64Array(events.length * reps);
   const p = new Progress(`${label}: match ${events.length} events${reps > 1 ? ` x${reps}` : ''}`, out.length);
   let k = 0;

@@ -6,7 +6,7 @@
 import { type GpuMatcherOptions, GpuMatcher } from '../../../src/engines/gpu/matcher.js';
 import type { Matcher } from '../../../src/engines/index.js';
 import type { Event } from '../../../src/model/types.js';
-import { createEngine } from '../cases.js';
+import { createEngine, warmUp } from '../cases.js';
 import { collect, errText, now } from '../measure.js';
 import { Progress } from '../progress.js';
 import { sink } from '../sink.js';
@@ -110,9 +110,12 @@ export function memoryPoint(m: Matcher): MemoryPoint {
 
 export type SkipFn = (engine: string, detail: string, reason: string) => void;
 
-/** Each event awaited on its own after `warmup` untimed ones; ns per event and the answers of the timed pass. */
+/**
+ * Each event awaited on its own after the CPU benchmark's warm-up (`warmUp`: the first event alone,
+ * then at least `warmup` events and 300 ms); ns per event and the answers of the timed pass.
+ */
 export async function timeEvents(m: Matcher, events: readonly Event[], warmup: number, reps: number, label: string): Promise<{ ns: Float64Array; answers: string[][] }> {
-  for (let i = 0; i < warmup; i++) sink(await m.match(events[i % events.length]));
+  await warmUp(m, events, warmup);
   const ns = new Float64Array(events.length * reps);
   const answers: string[][] = new Array(events.length);
   const p = new Progress(`${label}: match ${events.length} events${reps > 1 ? ` x${reps}` : ''}`, ns.length);
