@@ -1240,6 +1240,11 @@ export class FastMatcher extends CpuMatcher {
     const qy = q[1];
     const qz = q[2];
     const reach2 = q[3];
+    // The event's words in locals (read again once the event is prepared here).
+    let ready = this.prepared;
+    let notLo = this.evNotLo;
+    let notHi = this.evNotHi;
+    let evMask = this.evEqMask;
     for (let o = start; o < n; o += REC) {
       // A slot whose chord to the event exceeds this level's reach (largest radius + r_e) has no
       // filter that can match: skip it before touching any of its own cache lines.
@@ -1247,16 +1252,20 @@ export class FastMatcher extends CpuMatcher {
       const dy = rec[o + 1] - qy;
       const dz = rec[o + 2] - qz;
       if (dx * dx + dy * dy + dz * dz > reach2) continue;
-      if (!this.prepared) this.prepare(e, stamp);
-      const notLo = this.evNotLo;
-      const notHi = this.evNotHi;
+      if (!ready) {
+        this.prepare(e, stamp);
+        ready = true;
+        notLo = this.evNotLo;
+        notHi = this.evNotHi;
+        evMask = this.evEqMask;
+      }
       const s = rec[o + 3];
       // S1b: exact float64 great-circle distance, computed once per slot (-1: not yet).
       let d = -1;
       const h = rec[o + 4];
       if (h !== NONE && (rec[o + 6] & notLo) === 0 && (rec[o + 7] & notHi) === 0) d = this.scanList(h, s, d, e, notLo, notHi, stamp, out);
       // Filters with a string equality: only the buckets of the event's own values.
-      const m = rec[o + 5] & this.evEqMask;
+      const m = rec[o + 5] & evMask;
       if (m === 0) continue;
       for (let k = 0; k < this.evEqCount; k++) {
         if ((m & this.evEqBit[k]) === 0) continue;
