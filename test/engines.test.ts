@@ -191,6 +191,62 @@ describe('fast engine options', () => {
     await fast.close();
     await ref.close();
   });
+
+  it("an event's attributes are read when a slot is in reach, or at once while content-only filters (by name or by tag) are filed: answers as the reference's as those come and go", async () => {
+    // The engine reads an event's attributes at the first slot within reach, unless content-only
+    // filters are filed, which need them at once. Their count going wrong (one left counted, or
+    // one removed twice) or a previous event's attributes read again would show as a different
+    // answer from the reference's.
+    const rng = new Rng(7);
+    const fast = CPU_ENGINES.fast();
+    const ref = CPU_ENGINES.reference();
+    const all = (f: (m: Matcher) => void) => { f(fast); f(ref); };
+    const kinds = ['fire', 'flood', 'smoke'];
+    // Anchored filters of several devices, each on a kind and a level.
+    for (let i = 0; i < 40; i++) {
+      const sub: Subscription = { id: `near${i}`, owner: `d${i}`, filters: [{ constraints: [{ name: 'kind', op: 'eq', value: kinds[i % 3] }, { name: 'level', op: 'ge', value: i % 5 }], area: { radiusM: 100 + 20 * (i % 7) } }] };
+      const lat = 45 + 0.004 * rng.next();
+      const lon = 9 + 0.004 * rng.next();
+      all((m) => {
+        m.add(sub);
+        m.updatePosition(`d${i}`, lat, lon);
+      });
+    }
+    const byName = (i: number): Subscription => ({ id: `name${i}`, owner: `o${i}`, filters: [{ constraints: [{ name: 'level', op: 'ge', value: i % 5 }] }] });
+    const byTag = (i: number): Subscription => ({ id: `tag${i}`, owner: `t${i}`, filters: [{ constraints: [{ name: 'kind', op: 'eq', value: kinds[i % 3] }], tags: [`#t${i % 2}`] }] });
+    const events = Array.from({ length: 60 }, (_, k) => ({
+      id: `e${k}`,
+      // Half near the devices, half far from all of them (no slot in reach).
+      lat: k % 2 === 0 ? 45 + 0.004 * rng.next() : -30,
+      lon: k % 2 === 0 ? 9 + 0.004 * rng.next() : 120,
+      attributes: { kind: kinds[k % 3], level: k % 6 },
+      tags: k % 4 === 0 ? ['#t0'] : k % 4 === 1 ? ['#t1'] : [],
+    }));
+    let contentOnlyHits = 0;
+    const check = async (label: string) => {
+      for (const e of events) {
+        const want = (await ref.match(e)).sort();
+        assert.deepEqual((await fast.match(e)).sort(), want, `${label}: ${e.id}`);
+        contentOnlyHits += want.filter((id) => !id.startsWith('near')).length;
+      }
+    };
+    await check('anchored filters only');
+    for (let i = 0; i < 6; i++) all((m) => m.add(byName(i)));
+    for (let i = 0; i < 4; i++) all((m) => m.add(byTag(i)));
+    await check('with content-only filters by name and by tag');
+    for (let i = 0; i < 6; i++) all((m) => m.remove(`name${i}`));
+    await check('those by name removed');
+    all((m) => m.remove('tag0'));
+    all((m) => m.add(byName(9)));
+    await check('one by name back, one by tag fewer');
+    for (const id of ['tag1', 'tag2', 'tag3', 'name9']) all((m) => m.remove(id));
+    await check('every content-only filter removed');
+    all((m) => m.add(byTag(5)));
+    await check('one by tag added again');
+    assert.ok(contentOnlyHits > 0, 'content-only filters matched some events');
+    await fast.close();
+    await ref.close();
+  });
 });
 
 describe('tags (Matcher.tag, matchBatchTagged)', () => {
