@@ -5,7 +5,7 @@
  * the same core with every subscription also kept as given (what a core that lists its own copies
  * holds), for comparison in the same run. A benchmark, not a test.
  *
- *   node dist/bench/core-memory.js [--subscriptions 100000] [--engines fast,gpu-no-mirror,gpu] [--allow-software] [--out FILE]
+ *   node dist/bench/core-memory.js [--subscriptions 100000] [--engines fast,gpu-no-mirror,gpu] [--positions] [--without-copies] [--allow-software] [--out FILE]
  */
 import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -19,12 +19,17 @@ import { cliFail, readCommandLine, runMain } from './lib/args.js';
 import { count, sig, table } from './lib/format.js';
 import { describeMachine } from './lib/machine.js';
 import { collect } from './lib/measure.js';
+import { heapLimitMb } from './lib/fork.js';
 import { ResultRun } from './lib/result-file.js';
 
 const USAGE = `Usage: node dist/bench/core-memory.js [options]
 
   --subscriptions N  subscriptions of 10 filters (CLCB Table 1), one device each (default 100000)
   --engines LIST     of fast, rtree, gpu (with its CPU mirror), gpu-no-mirror (default fast,gpu-no-mirror,gpu)
+  --positions        each subscription's device located once through the core (as a gateway's location
+                     writer does): the core's position record and engine handle per device counted too
+  --without-copies   only the core as the service runs it (not the comparison rows that also keep each
+                     subscription as given: at 10M subscriptions those hold several GiB)
   --allow-software   let the GPU engines run on a software adapter (llvmpipe: its buffers are host memory)
   --seed N           workload seed (default 1)
   --out FILE         result JSON (default bench/out/core-memory-<time>.json)`;
@@ -32,8 +37,19 @@ const USAGE = `Usage: node dist/bench/core-memory.js [options]
 const ENGINES = ['fast', 'rtree', 'gpu', 'gpu-no-mirror'];
 const CHILD_ENV = 'AMBIT_CORE_MEMORY_OF';
 
+interface ChildSpec {
+  engine: string;
+  keep: boolean;
+  n: number;
+  seed: number;
+  allowSoftware: boolean;
+  positions: boolean;
+}
+
 interface Row {
   engine: string;
+  /** Each subscription's device was located once through the core. */
+  positions?: boolean;
   /** The core also keeps each subscription as given. */
   keptCopies: boolean;
   filters: number;
@@ -51,7 +67,7 @@ async function engineOf(name: string, allowSoftware: boolean): Promise<Matcher> 
 }
 
 /** In the child: the core loaded, with or without copies kept beside it; its growth sent to the parent. */
-async function child(o: { engine: string; keep: boolean; n: number; seed: number; allowSoftware: boolean }): Promise<void> {
+async function child(o: ChildSpec): Promise<void> {
   const settle = async (): Promise<void> => {
     for (let k = 0; k < 3; k++) {
       collect();
@@ -68,6 +84,8 @@ async function child(o: { engine: string; keep: boolean; n: number; seed: number
     const given: DeviceSubscription = { id: s.id, filters: s.filters };
     filters += given.filters.length;
     core.put(s.owner, given, 'add');
+    // Its device located, as a gateway's location writer does: a point in the workload's city.
+    if (o.positions) core.move(s.owner, 45.40 + 0.1 * ((filters * 0.618) % 1), 9.10 + 0.1 * ((filters * 0.382) % 1));
     if (o.keep) {
       let mine = copies.get(s.owner);
       if (mine === undefined) copies.set(s.owner, (mine = new Map()));
@@ -79,16 +97,17 @@ async function child(o: { engine: string; keep: boolean; n: number; seed: number
   await settle();
   const after = process.memoryUsage();
   const stats = core.engine.stats();
-  if (stats.subscriptions !== o.n || copies.size !== (o.keep ? o.n : 0)) throw new Error('bench/core-memory: not everything was loaded');
+  if (stats.subscriptions !== o.n || copies.size !== (o.keep ? o.n : 0) || (o.positions && core.deviceCount < 1)) throw new Error('bench/core-memory: not everything was loaded');
   const gpuBytes = typeof stats.extra?.gpuBytes === 'number' ? stats.extra.gpuBytes : 0;
-  const row: Row = { engine: o.engine, keptCopies: o.keep, filters, heapBytes: after.heapUsed - before.heapUsed, arrayBufferBytes: after.arrayBuffers - before.arrayBuffers, rssBytes: after.rss - before.rss, gpuBytes };
+  const row: Row = { engine: o.engine, positions: o.positions, keptCopies: o.keep, filters, heapBytes: after.heapUsed - before.heapUsed, arrayBufferBytes: after.arrayBuffers - before.arrayBuffers, rssBytes: after.rss - before.rss, gpuBytes };
   await core.engine.close();
   process.send!(row);
 }
 
-function inChild(o: { engine: string; keep: boolean; n: number; seed: number; allowSoftware: boolean }): Promise<Row> {
+function inChild(o: ChildSpec): Promise<Row> {
   return new Promise((resolve, reject) => {
-    const p = fork(fileURLToPath(import.meta.url), [], { execArgv: ['--expose-gc'], env: { ...process.env, [CHILD_ENV]: JSON.stringify(o) } });
+    // Room for 10M subscriptions and more (the default old space stops near 4 GiB).
+    const p = fork(fileURLToPath(import.meta.url), [], { execArgv: ['--expose-gc', `--max-old-space-size=${heapLimitMb()}`], env: { ...process.env, [CHILD_ENV]: JSON.stringify(o) } });
     let got: Row | null = null;
     p.on('message', (m) => (got = m as Row));
     p.on('error', reject);
@@ -98,20 +117,22 @@ function inChild(o: { engine: string; keep: boolean; n: number; seed: number; al
 
 async function main(): Promise<void> {
   const fail = cliFail('bench/core-memory', USAGE);
-  const cl = readCommandLine(process.argv.slice(2), new Set(['help', 'allow-software']), new Set(['subscriptions', 'engines', 'seed', 'out']), fail, USAGE);
+  const cl = readCommandLine(process.argv.slice(2), new Set(['help', 'allow-software', 'positions', 'without-copies']), new Set(['subscriptions', 'engines', 'seed', 'out']), fail, USAGE);
   if (cl === null) return;
   const { a, r } = cl;
   const n = r.count('subscriptions', 100_000);
   const seed = r.int('seed', 1, 0);
   const engines = r.oneOf('engines', ENGINES, ['fast', 'gpu-no-mirror', 'gpu']);
   const allowSoftware = a['allow-software'] === true;
+  const positions = a.positions === true;
+  const keeps = a['without-copies'] === true ? [false] : [false, true];
   const run = new ResultRun({ out: a.out, name: 'core-memory', fail });
-  process.stdout.write(`match core memory: ${describeMachine(run.machine)}\n${count(n)} subscriptions of 10 filters (CLCB Table 1), one device each; a child process per row\n\n`);
+  process.stdout.write(`match core memory: ${describeMachine(run.machine)}\n${count(n)} subscriptions of 10 filters (CLCB Table 1), one device each${positions ? ', each device located once through the core' : ''}; a child process per row\n\n`);
   const rows: Row[] = [];
   for (const engine of engines) {
-    for (const keep of [false, true]) {
+    for (const keep of keeps) {
       try {
-        rows.push(await inChild({ engine, keep, n, seed, allowSoftware }));
+        rows.push(await inChild({ engine, keep, n, seed, allowSoftware, positions }));
       } catch (err) {
         process.stdout.write(`${engine}: skipped (${err instanceof Error ? err.message.split('\n')[0] : String(err)})\n`);
         break;
@@ -125,7 +146,7 @@ async function main(): Promise<void> {
       rows.map((x) => [x.engine, x.keptCopies ? 'yes' : 'no', per(x.heapBytes, x), per(x.arrayBufferBytes, x), per(x.rssBytes, x), per(x.gpuBytes, x), x.gpuBytes > 0 ? sig(x.rssBytes / x.gpuBytes) : '-']),
     )}\n`,
   );
-  run.write({ kind: 'core-memory', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, subscriptions: n, seed, rows });
+  run.write({ kind: 'core-memory', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, subscriptions: n, seed, positions, rows });
   process.stdout.write(`\nresults: ${run.shown}\n`);
 }
 
