@@ -45,9 +45,9 @@ export interface DeviceMemo {
 }
 
 /**
- * What the core keeps of a filter subscription: nothing but this mark. The engine holds it, and
- * `get` gives it back (each subscription kept here as well cost about as much memory again as the
- * engine's own copy).
+ * What `held` answers for a filter subscription: the core keeps none of it but its id and owner
+ * entry. The engine holds it, and `get` gives it back (each subscription kept here as well cost
+ * about as much memory again as the engine's own copy).
  */
 const IN_ENGINE: DeviceSubscription = Object.freeze({ id: '', filters: Object.freeze([]) as unknown as DeviceSubscription['filters'] });
 
@@ -65,11 +65,35 @@ function apiFilters(fs: readonly NFilter[]): DeviceSubscription['filters'] {
   });
 }
 
+/**
+ * Appends a subscription id to the device's list. A short list is copied at its exact length (an
+ * array grown by push keeps room for 16 more: 184 bytes for one id against 56); a long one grows by
+ * push, so adding stays amortised O(1).
+ */
+function addId(mine: DeviceSubs, id: string): void {
+  if (mine.ids.length < EXACT_IDS) mine.ids = mine.ids.concat(id);
+  else mine.ids.push(id);
+}
+const EXACT_IDS = 16;
+
+/** Takes a pattern subscription out of the device's given ones (the map goes with its last). */
+function forgetGiven(mine: DeviceSubs, id: string): void {
+  if (mine.given === null) return;
+  mine.given.delete(id);
+  if (mine.given.size === 0) mine.given = null;
+}
+
 /** A device's subscriptions, and the marks that group one event's matches by device. */
 interface DeviceSubs extends DeviceMemo {
   readonly device: string;
-  /** Pattern subscriptions as given; IN_ENGINE for a filter subscription. */
-  readonly subs: Map<string, DeviceSubscription>;
+  /**
+   * Its subscriptions' ids in the order first put (a replaced one keeps its place). An array, not
+   * a map: most devices hold a few, and a map per device cost about 150 bytes more than this.
+   * Whether it holds one is asked of the owner table (filter subscriptions) or `given`.
+   */
+  ids: string[];
+  /** Its pattern subscriptions as given, by id; null while it holds none. */
+  given: Map<string, DeviceSubscription> | null;
   /** How many of `subs` are pattern subscriptions (their owner's position goes to the patterns too). */
   patterns: number;
   /** The match that last touched this device, and its recipient's index in that match. */
@@ -172,14 +196,14 @@ export class MatchCore {
   /** Adds or replaces (mode) one device subscription; the engine validates again, as a guard. */
   put(device: string, sub: DeviceSubscription, mode: 'add' | 'replace' | 'upsert'): void {
     let mine = this.subs.get(device);
-    const exists = mine?.subs.has(sub.id) ?? false;
+    const key = subscriptionKey(device, sub.id);
+    const old = this.held(mine, sub.id, key);
+    const exists = old !== undefined;
     if (mode === 'add' && exists) throw new AmbitError('ALREADY_EXISTS', `device already has subscription ${show(sub.id)}`, 'subscription.id');
     if (mode === 'replace' && !exists) throw new AmbitError('NOT_FOUND', `device has no subscription ${show(sub.id)}`, 'subscription.id');
-    if (!exists && mode !== 'upsert' && (mine?.subs.size ?? 0) >= this.maxPerDevice) {
+    if (!exists && mode !== 'upsert' && (mine?.ids.length ?? 0) >= this.maxPerDevice) {
       throw new AmbitError('RESOURCE_EXHAUSTED', `device already has ${this.maxPerDevice} subscriptions, the most allowed`, 'subscription');
     }
-    const key = subscriptionKey(device, sub.id);
-    const old = exists ? mine!.subs.get(sub.id)! : undefined;
     if (sub.pattern !== undefined) {
       if (this.patterns === null) throw new AmbitError('FAILED_PRECONDITION', NO_PATTERNS, 'subscription.pattern');
       const ps = { id: key, owner: device, pattern: sub.pattern };
@@ -198,14 +222,18 @@ export class MatchCore {
       }
     }
     mine ??= this.deviceSubs(device);
-    if (!exists) this.subscriptionCount++;
+    if (!exists) {
+      this.subscriptionCount++;
+      addId(mine, sub.id);
+    }
     // Pattern subscriptions have no engine key to resolve: they are delivered as their matches come.
     const wasFilters = old !== undefined && old.pattern === undefined;
     if (sub.pattern === undefined && !wasFilters) this.newOwner(key, mine, sub.id);
     else if (sub.pattern !== undefined && wasFilters) this.dropOwner(key);
     // A replaced version is a new engine subscription: tagged again.
     if (sub.pattern === undefined) this.engine.tag?.(key, this.owners.get(key)!.num);
-    mine.subs.set(sub.id, sub.pattern !== undefined ? sub : IN_ENGINE);
+    if (sub.pattern !== undefined) (mine.given ??= new Map()).set(sub.id, sub);
+    else if (old?.pattern !== undefined) forgetGiven(mine, sub.id);
     this.countPatterns(mine, (sub.pattern !== undefined ? 1 : 0) - (old?.pattern !== undefined ? 1 : 0));
   }
 
@@ -213,11 +241,21 @@ export class MatchCore {
   private deviceSubs(device: string): DeviceSubs {
     let mine = this.subs.get(device);
     if (mine === undefined) {
-      mine = { device, subs: new Map(), patterns: 0, stamp: 0, slot: 0, shards: 0, shard: 0, idBytes: null };
+      mine = { device, ids: [], given: null, patterns: 0, stamp: 0, slot: 0, shards: 0, shard: 0, idBytes: null };
       this.subs.set(device, mine);
       this.devicesVersion++;
     }
     return mine;
+  }
+
+  /**
+   * The device's subscription `id` (engine key `key`): IN_ENGINE for a filter subscription (the
+   * owner table holds each), the pattern subscription as given, or undefined.
+   */
+  private held(mine: DeviceSubs | undefined, id: string, key: string): DeviceSubscription | undefined {
+    if (mine === undefined) return undefined;
+    if (this.owners.has(key)) return IN_ENGINE;
+    return mine.given?.get(id);
   }
 
   private newOwner(key: string, of: DeviceSubs, id: string): void {
@@ -289,18 +327,19 @@ export class MatchCore {
   /** False when the device has no such subscription. */
   remove(device: string, subscriptionId: string): boolean {
     const mine = this.subs.get(device);
-    const sub = mine?.subs.get(subscriptionId);
-    if (mine === undefined || sub === undefined) return false;
     const key = subscriptionKey(device, subscriptionId);
+    const sub = this.held(mine, subscriptionId, key);
+    if (mine === undefined || sub === undefined) return false;
     if (sub.pattern !== undefined) this.patterns!.remove(key);
     else {
       this.engine.remove(key);
       this.dropOwner(key);
     }
-    mine.subs.delete(subscriptionId);
+    mine.ids.splice(mine.ids.indexOf(subscriptionId), 1);
+    if (sub.pattern !== undefined) forgetGiven(mine, subscriptionId);
     this.subscriptionCount--;
     if (sub.pattern !== undefined) this.countPatterns(mine, -1);
-    if (mine.subs.size === 0) {
+    if (mine.ids.length === 0) {
       this.subs.delete(device);
       this.devicesVersion++;
     }
@@ -312,7 +351,7 @@ export class MatchCore {
    * was removed. A location writer opened before finds the device again on its next update.
    */
   purge(device: string): { subscriptions: number; location: boolean } {
-    const ids = [...(this.subs.get(device)?.subs.keys() ?? [])];
+    const ids = [...(this.subs.get(device)?.ids ?? [])];
     for (const id of ids) this.remove(device, id);
     // A match awaited now may still name its subscriptions: those notifications are not stored.
     if (this.matchesInFlight.size > 0) this.purgedWhileMatching.set(device, ++this.purgeGen);
@@ -329,7 +368,7 @@ export class MatchCore {
 
   /** How many subscriptions the device holds. */
   count(device: string): number {
-    return this.subs.get(device)?.subs.size ?? 0;
+    return this.subs.get(device)?.ids.length ?? 0;
   }
 
   /** Moves whenever a device gains its first subscription or loses its last. */
@@ -348,18 +387,18 @@ export class MatchCore {
   }
 
   subscription(device: string, subscriptionId: string): DeviceSubscription | undefined {
-    const s = this.subs.get(device)?.subs.get(subscriptionId);
+    const s = this.held(this.subs.get(device), subscriptionId, subscriptionKey(device, subscriptionId));
     return s === IN_ENGINE ? this.readBack(device, subscriptionId) : s;
   }
 
   /** Whether the device holds a pattern subscription of this id (nothing read back from the engine). */
   isPattern(device: string, subscriptionId: string): boolean {
-    return this.subs.get(device)?.subs.get(subscriptionId)?.pattern !== undefined;
+    return this.subs.get(device)?.given?.get(subscriptionId) !== undefined;
   }
 
   /** A device's subscriptions in the API's form: its filter subscriptions read back from the engine. */
   private *listed(mine: DeviceSubs): Generator<DeviceSubscription> {
-    for (const [id, s] of mine.subs) yield s === IN_ENGINE ? this.readBack(mine.device, id) : s;
+    for (const id of mine.ids) yield mine.given?.get(id) ?? this.readBack(mine.device, id);
   }
 
   private readBack(device: string, id: string): DeviceSubscription {
@@ -369,7 +408,7 @@ export class MatchCore {
   }
 
   has(device: string, subscriptionId: string): boolean {
-    return this.subs.get(device)?.subs.has(subscriptionId) ?? false;
+    return this.held(this.subs.get(device), subscriptionId, subscriptionKey(device, subscriptionId)) !== undefined;
   }
 
   /** Each device with subscriptions and its subscriptions (live: take them before the next change). */
@@ -494,7 +533,10 @@ export class MatchCore {
     const subscriptions: [string, DeviceSubscription][] = [];
     for (const mine of this.subs.values()) {
       if (mine.patterns === 0) continue;
-      for (const sub of mine.subs.values()) if (sub.pattern !== undefined) subscriptions.push([mine.device, sub]);
+      for (const id of mine.ids) {
+        const sub = mine.given?.get(id);
+        if (sub !== undefined) subscriptions.push([mine.device, sub]);
+      }
     }
     return { matcher: this.patterns.capture(), subscriptions };
   }
@@ -508,8 +550,9 @@ export class MatchCore {
     this.patterns.restore(cut.matcher);
     for (const [device, sub] of cut.subscriptions) {
       const mine = this.deviceSubs(device);
-      if (mine.subs.has(sub.id)) throw new Error(`match core: restored pattern ${sub.id} of ${device} is already held`);
-      mine.subs.set(sub.id, sub);
+      if (this.held(mine, sub.id, subscriptionKey(device, sub.id)) !== undefined) throw new Error(`match core: restored pattern ${sub.id} of ${device} is already held`);
+      addId(mine, sub.id);
+      (mine.given ??= new Map()).set(sub.id, sub);
       this.subscriptionCount++;
       // The pattern matcher holds it already (restored above); only its owner's moves are wired.
       this.countPatterns(mine, 1);

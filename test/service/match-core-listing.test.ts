@@ -70,4 +70,53 @@ describe('match core: listing from the engine', () => {
       }
     });
   }
+
+  it("a device's list keeps the order subscriptions were first put, through replaces, removals and adds again, short and long (past the copied length)", async () => {
+    // A device's ids are a short array copied at its exact length, and pushed to once long: the
+    // order, the count, what it holds and the per-device limit read the same either way.
+    const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }), 30);
+    try {
+      const sub = (id: string, v: number): DeviceSubscription => ({ id, filters: [{ constraints: [{ name: 'v', op: 'eq', value: v }] }] });
+      const want: string[] = [];
+      const check = (label: string) => {
+        assert.deepStrictEqual(core.list('dev').map((s) => s.id), want, label);
+        assert.equal(core.count('dev'), want.length, label);
+        for (const id of want) assert.equal(core.has('dev', id), true, `${label}: ${id}`);
+      };
+      for (let i = 0; i < 3; i++) {
+        core.put('dev', sub(`s${i}`, i), 'add');
+        want.push(`s${i}`);
+      }
+      check('short');
+      core.put('dev', sub('s1', 100), 'replace');
+      assert.deepStrictEqual(core.subscription('dev', 's1'), sub('s1', 100));
+      check('a replaced one keeps its place');
+      for (let i = 3; i < 30; i++) {
+        core.put('dev', sub(`s${i}`, i), 'upsert');
+        want.push(`s${i}`);
+      }
+      check('long');
+      assert.throws(() => core.put('dev', sub('s30', 30), 'add'), /30 subscriptions, the most allowed/);
+      for (const id of ['s0', 's17', 's29', 's5']) {
+        assert.equal(core.remove('dev', id), true);
+        assert.equal(core.has('dev', id), false);
+        want.splice(want.indexOf(id), 1);
+      }
+      assert.equal(core.remove('dev', 's17'), false, 'removed already');
+      check('removals from the front, the middle and the end');
+      core.put('dev', sub('s17', 17), 'add');
+      want.push('s17');
+      check('one added again comes last');
+      assert.equal(core.purge('dev').subscriptions, want.length);
+      want.length = 0;
+      check('purged');
+      assert.equal(core.has('dev', 's1'), false);
+      core.put('dev', sub('again', 1), 'add');
+      want.push('again');
+      check('a device holding subscriptions again');
+      assert.deepStrictEqual(core.sortedSubscribedDevices(), ['dev']);
+    } finally {
+      await core.engine.close();
+    }
+  });
 });
