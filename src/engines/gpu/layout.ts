@@ -89,23 +89,6 @@ export class Dirty {
   }
 }
 
-/** Entries from which the layout's arrays grow by a quarter instead of doubling. */
-const QUARTER_GROWTH_FROM = 1 << 22;
-
-/**
- * The capacity after `cap` that holds `need`: doubled while under QUARTER_GROWTH_FROM entries,
- * then a quarter more at a time. Doubling to the end left about a third of a large layout's host
- * arrays unused (at 50M filters about 30 bytes a filter, where the whole layout needs about 85);
- * each growth copies the arrays and sends the state to the GPU again at the next match, so from
- * 4M to 100M entries that is 15 steps instead of 5, about 5 times the final size copied in all
- * instead of twice.
- */
-export function nextCapacity(cap: number, need: number): number {
-  let n = cap;
-  while (n < need) n = n < QUARTER_GROWTH_FROM ? 2 * n : n + Math.ceil(n / 4);
-  return n;
-}
-
 function grown<T extends Uint32Array | Float32Array | Float64Array | Uint8Array>(a: T, n: number): T {
   const b = new (a.constructor as new (n: number) => T)(n);
   b.set(a);
@@ -262,7 +245,7 @@ export class GpuLayout {
     if (this.pFree.length > 0) s = this.pFree.pop()!;
     else {
       if (this.pTop === this.pCap) {
-        const n = nextCapacity(this.pCap, this.pTop + 1);
+        const n = this.pCap * 2;
         this.pRefs = grown(this.pRefs, n);
         this.pLat = grown(this.pLat, n);
         this.pLon = grown(this.pLon, n);
@@ -529,9 +512,10 @@ export class GpuLayout {
     if (this.cTop + slots > this.cCap) this.growConstraints(this.cTop + slots);
   }
 
-  /** Grows the filter arrays until `need` fit (nextCapacity). */
+  /** Doubles the filter arrays until `need` fit. */
   private growFilters(need: number): void {
-    const n = nextCapacity(this.fCap, need);
+    let n = this.fCap;
+    while (n < need) n *= 2;
     this.fBloom = grown(this.fBloom, n);
     this.fMeta = grown(this.fMeta, n);
     this.fPos = grown(this.fPos, n);
@@ -544,9 +528,10 @@ export class GpuLayout {
     this.generation++;
   }
 
-  /** Grows the constraint arrays until `need` slots fit (nextCapacity). */
+  /** Doubles the constraint arrays until `need` slots fit. */
   private growConstraints(need: number): void {
-    const m = nextCapacity(this.cCap, need);
+    let m = this.cCap;
+    while (m < need) m *= 2;
     this.cHead = grown(this.cHead, m);
     this.cValA = grown(this.cValA, m);
     this.cValB = grown(this.cValB, m);
