@@ -89,7 +89,7 @@ export class Dirty {
   }
 }
 
-function grown<T extends Uint32Array | Float32Array | Float64Array | Uint8Array>(a: T, n: number): T {
+function grown<T extends Uint32Array | Int32Array | Float32Array | Float64Array | Uint8Array>(a: T, n: number): T {
   const b = new (a.constructor as new (n: number) => T)(n);
   b.set(a);
   return b;
@@ -113,7 +113,12 @@ export class GpuLayout {
   subId: (string | null)[] = [];
   /** Each subscription's owner (`subscription` reads it back). */
   private subOwner: (string | null)[] = [];
-  private subFilters: number[][] = [];
+  /**
+   * Each subscription's filters in the order given, as a list: its first filter (-1: none) and
+   * each filter's next (fNextInSub). Typed arrays: an array of filter indices per subscription
+   * cost about 130 bytes a subscription of ten filters, these 44.
+   */
+  private subFirst = new Int32Array(1024);
   private readonly subFree: number[] = [];
   subTop = 0;
 
@@ -129,6 +134,8 @@ export class GpuLayout {
   fSub = new Uint32Array(this.fCap);
   /** The radius as given (host only): the band's float64 test uses it, not fRad's float32. */
   fRad64 = new Float64Array(this.fCap);
+  /** The next filter of the same subscription (-1: its last); host only. */
+  private fNextInSub = new Int32Array(this.fCap);
   readonly fDirty = new Dirty();
   liveFilters = 0;
 
@@ -523,6 +530,7 @@ export class GpuLayout {
     this.fCon = grown(this.fCon, n);
     this.fSub = grown(this.fSub, n);
     this.fRad64 = grown(this.fRad64, n);
+    this.fNextInSub = grown(this.fNextInSub, n);
     this.fCap = n;
     this.fDirty.all = true;
     this.generation++;
@@ -684,7 +692,16 @@ export class GpuLayout {
     this.subIndex.set(sub.id, si);
     this.subId[si] = sub.id;
     this.subOwner[si] = sub.owner;
-    this.subFilters[si] = sub.filters.map((f) => this.addFilter(si, sub.owner, f));
+    if (si >= this.subFirst.length) this.subFirst = grown(this.subFirst, Math.max(2 * this.subFirst.length, si + 1));
+    this.subFirst[si] = -1;
+    let last = -1;
+    for (const flt of sub.filters) {
+      const f = this.addFilter(si, sub.owner, flt);
+      this.fNextInSub[f] = -1;
+      if (last < 0) this.subFirst[si] = f;
+      else this.fNextInSub[last] = f;
+      last = f;
+    }
   }
 
   /**
@@ -693,13 +710,16 @@ export class GpuLayout {
    */
   remove(id: string, replaced = false): void {
     const si = this.subIndex.get(id)!;
-    const fs = this.subFilters[si];
-    for (let i = 0; i < fs.length; i++) this.removeFilter(fs[i]);
+    for (let f = this.subFirst[si]; f >= 0; ) {
+      const next = this.fNextInSub[f];
+      this.removeFilter(f);
+      f = next;
+    }
+    this.subFirst[si] = -1;
     this.subIndex.delete(id);
     this.subId[si] = null;
     this.subOwner[si] = null;
     if (this.subTag !== null) this.subTag[si] = undefined;
-    this.subFilters[si] = [];
     // A batch in flight may still name this index in its results: another subscription must not
     // take it until every batch submitted so far has been read (releaseHeld).
     if (this.batchesInFlight > 0) {
@@ -724,9 +744,8 @@ export class GpuLayout {
   subscription(id: string): NSubscription | undefined {
     const si = this.subIndex.get(id);
     if (si === undefined) return undefined;
-    const fs = this.subFilters[si];
-    const filters: NFilter[] = new Array(fs.length);
-    for (let i = 0; i < fs.length; i++) filters[i] = this.filterOf(fs[i]);
+    const filters: NFilter[] = [];
+    for (let f = this.subFirst[si]; f >= 0; f = this.fNextInSub[f]) filters.push(this.filterOf(f));
     return { id, owner: this.subOwner[si]!, filters };
   }
 
@@ -886,10 +905,10 @@ export class GpuLayout {
   /** Host memory of the mirror, bytes. */
   get hostBytes(): number {
     return (
-      this.fBloom.byteLength * 6 + this.fRad64.byteLength + this.cHead.byteLength * 3 + this.cStr.byteLength +
+      this.fBloom.byteLength * 7 + this.fRad64.byteLength + this.subFirst.byteLength + this.cHead.byteLength * 3 + this.cStr.byteLength +
       this.pos.byteLength + this.pLat.byteLength * 4 + this.pRefs.byteLength + this.pKnown.byteLength * 2 + 40 * (this.journalOrder.length - this.journalHead) +
-      // Arrays of references and maps (V8: about 8 bytes a slot, 60 an entry), each subscription's list of filters.
-      8 * (this.subId.length + this.subOwner.length + this.pDevice.length + this.nameOf.length) + 60 * (this.subIndex.size + this.deviceSlot.size) + 32 * this.subIndex.size + 4 * this.liveFilters +
+      // Arrays of references and maps (V8: about 8 bytes a slot, 60 an entry).
+      8 * (this.subId.length + this.subOwner.length + this.pDevice.length + this.nameOf.length) + 60 * (this.subIndex.size + this.deviceSlot.size) +
       // Interned names, strings and name runs: their entries and keys.
       (60 + 24) * (this.nameIds.size + this.strings.size + this.nameRuns.size) + 60 * (this.stringAt.size + this.negZero.size)
     );
