@@ -94,7 +94,7 @@ interface DeviceSubs extends DeviceMemo {
   ids: string[];
   /** Its pattern subscriptions as given, by id; null while it holds none. */
   given: Map<string, DeviceSubscription> | null;
-  /** How many of `subs` are pattern subscriptions (their owner's position goes to the patterns too). */
+  /** How many of its subscriptions are pattern subscriptions (their owner's position goes to the patterns too). */
   patterns: number;
   /** The match that last touched this device, and its recipient's index in that match. */
   stamp: number;
