@@ -327,9 +327,10 @@ export class MatchCore {
   /** False when the device has no such subscription. */
   remove(device: string, subscriptionId: string): boolean {
     const mine = this.subs.get(device);
+    if (mine === undefined) return false;
     const key = subscriptionKey(device, subscriptionId);
     const sub = this.held(mine, subscriptionId, key);
-    if (mine === undefined || sub === undefined) return false;
+    if (sub === undefined) return false;
     if (sub.pattern !== undefined) this.patterns!.remove(key);
     else {
       this.engine.remove(key);

@@ -300,6 +300,8 @@ export class FastMatcher extends CpuMatcher {
   private attrIndex = new Int32Array(64);
   private eType = new Uint8Array(64);
   private eNum = new Float64Array(64);
+  /** The name id of each event attribute (NONE: a name no constraint uses), once prepared. */
+  private evNameId = new Int32Array(64);
   private eStr: string[] = [];
   private readonly touched: number[] = [];
   /**
@@ -341,6 +343,7 @@ export class FastMatcher extends CpuMatcher {
     const a = Math.max(this.limits.maxAttributesPerEvent, 1);
     this.eType = new Uint8Array(a);
     this.eNum = new Float64Array(a);
+    this.evNameId = new Int32Array(a);
     this.evEqNameLevel = new Int32Array(a);
     this.evEqValue = new Int32Array(a);
     this.evEqBit = new Int32Array(a);
@@ -1156,8 +1159,8 @@ export class FastMatcher extends CpuMatcher {
     // Content-only filters: CCM counting over the event's names.
     const touched = this.touched;
     for (let i = 0; i < nAttr; i++) {
-      const id = this.nameIds.get(e.names[i]);
-      if (id === undefined) continue;
+      const id = this.evNameId[i];
+      if (id === NONE) continue;
       const list = this.postings[id];
       for (let j = 0; j < list.length; j++) {
         const ci = list[j];
@@ -1185,6 +1188,7 @@ export class FastMatcher extends CpuMatcher {
     const nAttr = e.names.length;
     for (let i = 0; i < nAttr; i++) {
       const id = this.nameIds.get(e.names[i]);
+      this.evNameId[i] = id ?? NONE;
       if (id === undefined) continue; // no constraint uses this name
       this.attrStamp[id] = stamp;
       this.attrIndex[id] = i;

@@ -715,7 +715,6 @@ export class GpuLayout {
       this.removeFilter(f);
       f = next;
     }
-    this.subFirst[si] = -1;
     this.subIndex.delete(id);
     this.subId[si] = null;
     this.subOwner[si] = null;
