@@ -3,7 +3,8 @@
  * subscription handed to `MatchCore.put` as the gateway hands it over (a fresh object, dropped
  * after the call), then a collection, in a child process of its own per engine. Beside each engine,
  * the same core with every subscription also kept as given (what a core that lists its own copies
- * holds), for comparison in the same run. A benchmark, not a test.
+ * holds), and the engine alone (each subscription and position given to it directly, under the
+ * key the core would give it), for comparison in the same run. A benchmark, not a test.
  *
  *   node dist/bench/core-memory.js [--subscriptions 100000] [--engines fast,gpu-no-mirror,gpu] [--positions] [--without-copies] [--allow-software] [--out FILE]
  */
@@ -13,7 +14,7 @@ import { CPU_ENGINES } from '../src/engines/index.js';
 import { GpuMatcher } from '../src/engines/gpu/matcher.js';
 import type { Matcher } from '../src/engines/matcher.js';
 import { WorkloadSource } from '../src/workload/index.js';
-import { type DeviceSubscription, ENGINE_SIDE_LIMITS } from '../services/hub/port.js';
+import { type DeviceSubscription, ENGINE_SIDE_LIMITS, subscriptionKey } from '../services/hub/port.js';
 import { MatchCore } from '../services/matcher/core.js';
 import { cliFail, readCommandLine, runMain } from './lib/args.js';
 import { count, sig, table } from './lib/format.js';
@@ -28,18 +29,22 @@ const USAGE = `Usage: node dist/bench/core-memory.js [options]
   --engines LIST     of fast, rtree, gpu (with its CPU mirror), gpu-no-mirror (default fast,gpu-no-mirror,gpu)
   --positions        each subscription's device located once through the core (as a gateway's location
                      writer does): the core's position record and engine handle per device counted too
-  --without-copies   only the core as the service runs it (not the comparison rows that also keep each
-                     subscription as given: at 10M subscriptions those hold several GiB)
+  --without-copies   the core as the service runs it and the engine alone (not the comparison rows that
+                     also keep each subscription as given: at 10M subscriptions those hold several GiB)
   --allow-software   let the GPU engines run on a software adapter (llvmpipe: its buffers are host memory)
   --seed N           workload seed (default 1)
   --out FILE         result JSON (default bench/out/core-memory-<time>.json)`;
 
 const ENGINES = ['fast', 'rtree', 'gpu', 'gpu-no-mirror'];
+const HOLDERS: Record<Holder, string> = { core: 'the match core', copies: 'a core keeping copies too', engine: 'the engine alone' };
 const CHILD_ENV = 'AMBIT_CORE_MEMORY_OF';
+
+/** What a row holds: the core as the service runs it, that core keeping copies too, or the engine alone. */
+type Holder = 'core' | 'copies' | 'engine';
 
 interface ChildSpec {
   engine: string;
-  keep: boolean;
+  holder: Holder;
   n: number;
   seed: number;
   allowSoftware: boolean;
@@ -50,8 +55,8 @@ interface Row {
   engine: string;
   /** Each subscription's device was located once through the core. */
   positions?: boolean;
-  /** The core also keeps each subscription as given. */
-  keptCopies: boolean;
+  /** The core as the service runs it, the core keeping each subscription as given too, or the engine alone (no core). */
+  holder: Holder;
   filters: number;
   heapBytes: number;
   arrayBufferBytes: number;
@@ -83,10 +88,17 @@ async function child(o: ChildSpec): Promise<void> {
   for (const s of src.subscriptions(o.n)) {
     const given: DeviceSubscription = { id: s.id, filters: s.filters };
     filters += given.filters.length;
+    // Its device located, as the matcher's location batches and a gateway's location writer do: a point in the workload's city.
+    const lat = 45.40 + 0.1 * ((filters * 0.618) % 1);
+    const lon = 9.10 + 0.1 * ((filters * 0.382) % 1);
+    if (o.holder === 'engine') {
+      core.engine.add({ id: subscriptionKey(s.owner, s.id), owner: s.owner, filters: s.filters });
+      if (o.positions) core.engine.updatePosition(s.owner, lat, lon);
+      continue;
+    }
     core.put(s.owner, given, 'add');
-    // Its device located, as a gateway's location writer does: a point in the workload's city.
-    if (o.positions) core.move(s.owner, 45.40 + 0.1 * ((filters * 0.618) % 1), 9.10 + 0.1 * ((filters * 0.382) % 1));
-    if (o.keep) {
+    if (o.positions) core.move(s.owner, lat, lon);
+    if (o.holder === 'copies') {
       let mine = copies.get(s.owner);
       if (mine === undefined) copies.set(s.owner, (mine = new Map()));
       mine.set(given.id, given);
@@ -97,9 +109,9 @@ async function child(o: ChildSpec): Promise<void> {
   await settle();
   const after = process.memoryUsage();
   const stats = core.engine.stats();
-  if (stats.subscriptions !== o.n || copies.size !== (o.keep ? o.n : 0) || (o.positions && core.deviceCount < 1)) throw new Error('bench/core-memory: not everything was loaded');
+  if (stats.subscriptions !== o.n || copies.size !== (o.holder === 'copies' ? o.n : 0) || (o.positions && o.holder !== 'engine' && core.deviceCount < 1)) throw new Error('bench/core-memory: not everything was loaded');
   const gpuBytes = typeof stats.extra?.gpuBytes === 'number' ? stats.extra.gpuBytes : 0;
-  const row: Row = { engine: o.engine, positions: o.positions, keptCopies: o.keep, filters, heapBytes: after.heapUsed - before.heapUsed, arrayBufferBytes: after.arrayBuffers - before.arrayBuffers, rssBytes: after.rss - before.rss, gpuBytes };
+  const row: Row = { engine: o.engine, positions: o.positions, holder: o.holder, filters, heapBytes: after.heapUsed - before.heapUsed, arrayBufferBytes: after.arrayBuffers - before.arrayBuffers, rssBytes: after.rss - before.rss, gpuBytes };
   await core.engine.close();
   process.send!(row);
 }
@@ -125,14 +137,14 @@ async function main(): Promise<void> {
   const engines = r.oneOf('engines', ENGINES, ['fast', 'gpu-no-mirror', 'gpu']);
   const allowSoftware = a['allow-software'] === true;
   const positions = a.positions === true;
-  const keeps = a['without-copies'] === true ? [false] : [false, true];
+  const holders: Holder[] = a['without-copies'] === true ? ['core', 'engine'] : ['core', 'copies', 'engine'];
   const run = new ResultRun({ out: a.out, name: 'core-memory', fail });
   process.stdout.write(`match core memory: ${describeMachine(run.machine)}\n${count(n)} subscriptions of 10 filters (CLCB Table 1), one device each${positions ? ', each device located once through the core' : ''}; a child process per row\n\n`);
   const rows: Row[] = [];
   for (const engine of engines) {
-    for (const keep of keeps) {
+    for (const holder of holders) {
       try {
-        rows.push(await inChild({ engine, keep, n, seed, allowSoftware, positions }));
+        rows.push(await inChild({ engine, holder, n, seed, allowSoftware, positions }));
       } catch (err) {
         process.stdout.write(`${engine}: skipped (${err instanceof Error ? err.message.split('\n')[0] : String(err)})\n`);
         break;
@@ -142,8 +154,8 @@ async function main(): Promise<void> {
   const per = (b: number, r: Row) => sig(b / r.filters);
   process.stdout.write(
     `${table(
-      ['engine', 'subscriptions kept as given too', 'heap B/filter', 'typed arrays B/filter', 'RSS B/filter', 'GPU B/filter', 'RSS / GPU'],
-      rows.map((x) => [x.engine, x.keptCopies ? 'yes' : 'no', per(x.heapBytes, x), per(x.arrayBufferBytes, x), per(x.rssBytes, x), per(x.gpuBytes, x), x.gpuBytes > 0 ? sig(x.rssBytes / x.gpuBytes) : '-']),
+      ['engine', 'held by', 'heap B/filter', 'typed arrays B/filter', 'RSS B/filter', 'GPU B/filter', 'RSS / GPU'],
+      rows.map((x) => [x.engine, HOLDERS[x.holder], per(x.heapBytes, x), per(x.arrayBufferBytes, x), per(x.rssBytes, x), per(x.gpuBytes, x), x.gpuBytes > 0 ? sig(x.rssBytes / x.gpuBytes) : '-']),
     )}\n`,
   );
   run.write({ kind: 'core-memory', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, subscriptions: n, seed, positions, rows });

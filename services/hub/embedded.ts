@@ -20,7 +20,7 @@ import {
   type Revocation,
   mergeRevocations,
 } from './port.js';
-import { type Listed, type MatchCore, type Owner, type OwnerTable, type PatternDelivery, type Recipient, hubStats } from '../matcher/core.js';
+import { type Listed, type MatchCore, type OwnerTable, type PatternDelivery, type Recipient, hubStats } from '../matcher/core.js';
 import type { DeliverySource, Retention } from '../matcher/fanout.js';
 import { type DedupeOptions, DEFAULT_DEDUPE, EventIdWindow, checkEventIds, planPublish, settlePublish } from '../matcher/event-ids.js';
 import { type EmbeddedInbox, InboxStore } from './inboxes.js';
@@ -50,7 +50,7 @@ export interface HubFanOut {
    */
   deliverMatches?(source: DeliverySource, events: readonly Event[], matches: readonly (readonly Listed[])[], owners: OwnerTable): number[];
   /** A subscription left the core (with deliverMatches: forget its number, which may be given again once no match is in flight). */
-  forget?(o: Owner): void;
+  forget?(num: number): void;
   /**
    * Drops the device's log and ends its open inboxes (`purgedError`); resolves with how many
    * notifications it held.
@@ -108,7 +108,7 @@ export class EmbeddedHub implements Hub {
     this.fanout = options.shards ?? this.store!.fanout;
     const fanout = this.fanout;
     if (fanout.deliver === undefined && fanout.deliverMatches === undefined) throw new Error('hub: a fan-out delivers recipients or matches');
-    if (fanout.forget !== undefined) core.onOwnerRemoved = (o) => fanout.forget!(o);
+    if (fanout.forget !== undefined) core.onOwnerRemoved = (num) => fanout.forget!(num);
     this.ids = new EventIdWindow({ ...DEFAULT_DEDUPE, ...options.dedupe }, fanout.now);
     if (core.patterns !== null && fanout.deliver === undefined) throw new Error('hub: a fan-out for pattern matches takes grouped recipients (deliver)');
     const tick = options.patternTickMs ?? 0;

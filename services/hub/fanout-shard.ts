@@ -23,12 +23,12 @@
 import type { Logger } from 'pino';
 import { AmbitError } from '../../src/model/errors.js';
 import type { Event } from '../../src/model/types.js';
-import { type DeviceMemo, type Listed, type Owner, type OwnerTable, type Recipient, sortIds } from '../matcher/core.js';
+import { type Listed, type OwnerTable, type Recipient, sortIds } from '../matcher/core.js';
 import { type DeliveryMatch, devicePart, splitSubscriptionKey } from './port.js';
 import type { DeliverySource } from '../matcher/fanout.js';
 import type { HubFanOut } from './embedded.js';
 import type { InboxStore } from './inboxes.js';
-import { EventCache, FrameReader, type FrameWriter, H, type Link, M, Outbox, S, strBytes, writeEventRecord } from './link.js';
+import { EventCache, FrameReader, type FrameWriter, H, type Link, M, Outbox, S, writeEventRecord } from './link.js';
 
 /** The shard of a device among `n`: FNV-1a over its id's UTF-16 code units, the same in every process. */
 export function shardOf(device: string, n: number): number {
@@ -36,15 +36,6 @@ export function shardOf(device: string, n: number): number {
 }
 
 /** The device's shard, kept in its memo (computed once per device and shard count). */
-function shardWith(device: string, memo: DeviceMemo | undefined, n: number): number {
-  if (memo === undefined) return shardOf(device, n);
-  if (memo.shards !== n) {
-    memo.shard = shardOf(device, n);
-    memo.shards = n;
-  }
-  return memo.shard;
-}
-
 interface Flush {
   /** The sequence each shard must have stored. */
   target: number[];
@@ -160,14 +151,11 @@ export class ShardedFanOut implements HubFanOut {
         let num = -1;
         if (typeof kj === 'number') {
           if (!owners.isGone(kj)) num = kj;
-        } else {
-          const o = owners.ownerOf(kj);
-          if (o !== undefined) num = o.num;
-        }
+        } else num = owners.numOf(kj);
         let k: number;
         let byKey: [string, string] | null = null;
         if (num < 0) {
-          byKey = splitSubscriptionKey(typeof kj === 'string' ? kj : owners.owner(kj)!.key);
+          byKey = typeof kj === 'string' ? splitSubscriptionKey(kj) : [owners.ownerDevice(kj), owners.ownerId(kj)];
           k = shardOf(byKey[0], n);
         } else k = this.shardOfNum(num, owners, n);
         const w = this.outs[k].frame;
@@ -191,12 +179,10 @@ export class ShardedFanOut implements HubFanOut {
           w.u8(M.NUM);
           w.f64(num);
         } else {
-          const o = owners.owner(num)!;
-          const memo = o.of;
           w.u8(M.TELL);
           w.f64(num);
-          w.raw((memo.idBytes ??= strBytes(memo.device)));
-          w.str(o.id);
+          w.str(owners.ownerDevice(num));
+          w.str(owners.ownerId(num));
           this.sentByNum[num] = 1;
         }
       }
@@ -224,8 +210,7 @@ export class ShardedFanOut implements HubFanOut {
       sent.set(this.sentByNum);
       this.sentByNum = sent;
     }
-    const o = owners.owner(num)!;
-    const k = shardWith(o.of.device, o.of, n);
+    const k = shardOf(owners.ownerDevice(num), n);
     this.shardByNum[num] = k + 1;
     return k;
   }
@@ -281,8 +266,7 @@ export class ShardedFanOut implements HubFanOut {
    * A subscription left the match core: the shard that was told its number forgets it, and the
    * number starts afresh here (the core gives it again once no match that may list it is in flight).
    */
-  forget(o: Owner): void {
-    const num = o.num;
+  forget(num: number): void {
     if (num >= this.shardByNum.length) return;
     const told = this.sentByNum[num] === 1;
     const k = this.shardByNum[num] - 1;

@@ -108,15 +108,6 @@ export class FrameWriter {
   }
 }
 
-/** A string as `FrameWriter.str` writes it (length, then UTF-8), for `raw` to write again and again. */
-export function strBytes(s: string): Buffer {
-  const n = Buffer.byteLength(s);
-  const b = Buffer.allocUnsafe(4 + n);
-  b.writeUInt32LE(n, 0);
-  b.write(s, 4, 'utf8');
-  return b;
-}
-
 export class FrameReader {
   o = 0;
   private readonly view: DataView;

@@ -212,7 +212,7 @@ export function portLink(port: MessagePort): Link {
 
 // ---- frames (frames.ts) ----
 
-export { FrameReader, FrameWriter, strBytes } from './frames.js';
+export { FrameReader, FrameWriter } from './frames.js';
 
 // ---- events ----
 

@@ -1,9 +1,13 @@
 /**
  * The match core, whichever hub it sits behind: owns the engine, lists each device's
  * subscriptions in the API's own form (filter subscriptions read back from the engine, which
- * holds them; pattern subscriptions kept here), and turns an engine match into owner-aware recipients
- * (device → its matched subscription ids) through a table kept beside the engine: no engine key
- * is parsed per matched pair. No I/O; a FanOut (fanout.ts) stores and delivers.
+ * holds them; pattern subscriptions kept here), keeps each device's position and engine handle,
+ * and turns an engine match into owner-aware recipients (device → its matched subscription ids)
+ * through tables kept beside the engine: no engine key is parsed per matched pair. No I/O; a
+ * FanOut (fanout.ts) stores and delivers.
+ *
+ * One file over 700 lines: the flat device and owner tables and every method that changes them
+ * keep one invariant together (a number is given again only once no match in flight may list it).
  */
 import { AmbitError, show } from '../../src/model/errors.js';
 import type { DeviceHandle, Listed, Matcher, MatcherStats } from '../../src/engines/matcher.js';
@@ -34,24 +38,6 @@ export interface PatternDelivery {
 }
 
 /**
- * What a fan-out may compute once per device and reuse for each of its notifications: the
- * device's shard among `shards` (0: not computed yet) and the device id as the node's link
- * writes it (services/hub/fanout-shard.ts). Kept with the device's subscriptions.
- */
-export interface DeviceMemo {
-  shards: number;
-  shard: number;
-  idBytes: Uint8Array | null;
-}
-
-/**
- * What `held` answers for a filter subscription: the core keeps none of it but its id and owner
- * entry. The engine holds it, and `get` gives it back (each subscription kept here as well cost
- * about as much memory again as the engine's own copy).
- */
-const IN_ENGINE: DeviceSubscription = Object.freeze({ id: '', filters: Object.freeze([]) as unknown as DeviceSubscription['filters'] });
-
-/**
  * A filter subscription as the API's conversion writes it (services/edge/convert.ts `filter`):
  * a constraint's value only where it has one, an area only where there is one (its centre only
  * where fixed), tags only where there are some.
@@ -66,115 +52,106 @@ function apiFilters(fs: readonly NFilter[]): DeviceSubscription['filters'] {
 }
 
 /**
- * Appends a subscription id to the device's list. A short list is copied at its exact length (an
- * array grown by push keeps room for 16 more: 184 bytes for one id against 56); a long one grows by
- * push, so adding stays amortised O(1).
+ * A match core's owners as a fan-out reads the matches of `matchKeys`: each matched subscription
+ * is its owner's number, or an engine key resolved to one.
  */
-function addId(mine: DeviceSubs, id: string): void {
-  if (mine.ids.length < EXACT_IDS) mine.ids = mine.ids.concat(id);
-  else mine.ids.push(id);
-}
-const EXACT_IDS = 16;
-
-/** Takes a pattern subscription out of the device's given ones (the map goes with its last). */
-function forgetGiven(mine: DeviceSubs, id: string): void {
-  if (mine.given === null) return;
-  mine.given.delete(id);
-  if (mine.given.size === 0) mine.given = null;
+export interface OwnerTable {
+  /** The number of the live filter subscription `key` names (an engine key), or -1. */
+  numOf(key: string): number;
+  /** Whether the owner numbered `num` left the core (a match in flight listed it before). */
+  isGone(num: number): boolean;
+  /** The device and the subscription id of owner `num` (a gone one's too, while a match that may list it is in flight). */
+  ownerDevice(num: number): string;
+  ownerId(num: number): string;
 }
 
-/** A device's subscriptions, and the marks that group one event's matches by device. */
-interface DeviceSubs extends DeviceMemo {
-  readonly device: string;
-  /**
-   * Its subscriptions' ids in the order first put (a replaced one keeps its place). An array, not
-   * a map: most devices hold a few, and a map per device cost about 150 bytes more than this.
-   * Whether it holds one is asked of the owner table (filter subscriptions) or `given`.
-   */
-  ids: string[];
-  /** Its pattern subscriptions as given, by id; null while it holds none. */
-  given: Map<string, DeviceSubscription> | null;
-  /** How many of its subscriptions are pattern subscriptions (their owner's position goes to the patterns too). */
-  patterns: number;
-  /** The match that last touched this device, and its recipient's index in that match. */
-  stamp: number;
-  slot: number;
+/** What an owner number holds (`subState`). */
+const FREE = 0;
+/** A live filter subscription: the engine holds it, tagged with the number. */
+const FILTER = 1;
+/** A live pattern subscription, kept as given (`given`). */
+const PATTERN = 2;
+/** A removed filter subscription whose number a match in flight may still list (delivered as matched). */
+const GONE = 3;
+
+const FIRST_ROWS = 256;
+
+function grownI32(a: Int32Array<ArrayBuffer>, need: number): Int32Array<ArrayBuffer> {
+  const out = new Int32Array(Math.max(2 * a.length, need));
+  out.set(a);
+  return out;
+}
+
+function grownU8(a: Uint8Array<ArrayBuffer>, need: number): Uint8Array<ArrayBuffer> {
+  const out = new Uint8Array(Math.max(2 * a.length, need));
+  out.set(a);
+  return out;
 }
 
 /**
- * What an engine subscription key stands for: the device (with its memo) and the subscription
- * id. `num` numbers the subscription in this core: an engine that keeps tags (Matcher.tag) keeps
- * it as the subscription's tag and lists it when matched, and a fan-out that resolves matches
- * elsewhere (fan-out shards) sends it instead of the key. Numbers are dense: one freed by a
- * removal is given again once every match begun before it was freed has settled (any of them
- * could list it).
+ * Devices and subscriptions in flat tables. A device (one with subscriptions, a position, or
+ * both) has a dense number: its id, its subscriptions as a list of owner numbers in the order
+ * first put (a replaced one keeps its place), its position and engine handle, and the marks that
+ * group one event's matches by device. A subscription's owner number is dense too: an engine that
+ * keeps tags (Matcher.tag) keeps it as the subscription's tag and lists it when matched, and a
+ * fan-out that resolves matches elsewhere (fan-out shards) sends it instead of the key. A number
+ * freed by a removal (an owner's or a device's) is given again once every match begun before it
+ * was freed has settled (any of them could list it, or its device). One map entry per device and
+ * a few typed-array cells per subscription: per-device and per-subscription objects cost three
+ * times as much (the host memory of a matcher at 100M filters, docs/gpu.md).
  */
-export interface Owner {
-  /** The engine key. */
-  readonly key: string;
-  readonly of: DeviceMemo & { readonly device: string };
-  readonly id: string;
-  readonly num: number;
-  /**
-   * The subscription left the core. A match listed before (a tag the engine listed while it was
-   * live) is delivered as matched by its device and id, as a key the core no longer knows is.
-   */
-  gone: boolean;
-}
+export class MatchCore implements OwnerTable {
+  /** Device id → number (attached devices only: one being freed is out of it). */
+  private readonly devNums = new Map<string, number>();
+  private readonly devName: string[] = [];
+  /** First and last of the device's subscriptions (owner number + 1; 0: none), and how many it holds. */
+  private devHead = new Int32Array(FIRST_ROWS);
+  private devTail = new Int32Array(FIRST_ROWS);
+  private devSubs = new Int32Array(FIRST_ROWS);
+  /** How many of its subscriptions are pattern subscriptions (its position goes to the patterns too, E5). */
+  private devPatterns = new Int32Array(FIRST_ROWS);
+  /** The match that last touched the device, and its recipient's index in that match. */
+  private devStamp = new Int32Array(FIRST_ROWS);
+  private devSlot = new Int32Array(FIRST_ROWS);
+  /** Moves when the number leaves its device (purged, or nothing left): a location writer resolves the device again. */
+  private devGen = new Int32Array(FIRST_ROWS);
+  private devLocated = new Uint8Array(FIRST_ROWS);
+  /** Last position (lat, lon) of each located device, and the engine handle that moves it. */
+  private coords = new Float64Array(2 * FIRST_ROWS);
+  private readonly devHandle: (DeviceHandle | null)[] = [];
+  private readonly freeDevs: number[] = [];
+  private nextDev = 0;
+  private located = 0;
+  private patternOwnerCount = 0;
 
-/** A match core's owners as a fan-out reads the matches of `matchKeys`: by key, or by number. */
-export interface OwnerTable {
-  ownerOf(key: string): Owner | undefined;
-  /** The owner numbered `num` while a match that may list it is in flight (gone ones included). */
-  owner(num: number): Owner | undefined;
-  /** Whether the owner numbered `num` left the core (read without touching the owner). */
-  isGone(num: number): boolean;
-}
-
-interface OwnerEntry extends Owner {
-  readonly of: DeviceSubs;
-}
-
-/** A device's last position plus the engine handle that moves it (two writes per update). */
-interface Position {
-  readonly device: string;
-  lat: number;
-  lon: number;
-  handle: DeviceHandle | null;
-  /** The device owns pattern subscriptions: the pattern matcher gets its positions too (E5). */
-  patterned: boolean;
-  /** Purged: a writer holding this record resolves the device again. */
-  dead?: boolean;
-}
-
-export class MatchCore {
-  private readonly subs = new Map<string, DeviceSubs>();
-  /** Engine key → owner, so a match is grouped by device without decoding keys. */
-  private readonly owners = new Map<string, OwnerEntry>();
-  /** Owners by number (gone ones until their number is free again), and which of them are gone. */
-  private readonly byNum: (OwnerEntry | undefined)[] = [];
-  private goneByNum = new Uint8Array(1024);
+  /** Each owner number's device, next in its device's list (+1; 0: last), state (FREE…GONE) and subscription id. */
+  private subDev = new Int32Array(FIRST_ROWS);
+  private subNext = new Int32Array(FIRST_ROWS);
+  private subState = new Uint8Array(FIRST_ROWS);
+  private readonly subId: string[] = [];
+  /** Pattern subscriptions as given, by owner number. */
+  private readonly given = new Map<number, DeviceSubscription>();
   /** Numbers free to give. */
   private readonly freeNums: number[] = [];
+  private nextNum = 0;
   /**
-   * Numbers freed while matches were in flight, as (number, matches begun by then) pairs in the
-   * order freed: each is free once every match begun by then has settled (later ones cannot list
-   * it), so numbers come back under a load where matches always overlap.
+   * Numbers freed while matches were in flight, as (code, matches begun by then) pairs in the
+   * order freed (code: an owner number, or ~device number): each is free once every match begun by
+   * then has settled (later ones cannot list it), so numbers come back under a load where matches
+   * always overlap.
    */
   private readonly freedWhileMatching: number[] = [];
   /** Matches begun so far (each one's serial), and the serials of those not settled. */
   private matchesBegun = 0;
   private readonly matchesInFlight = new Set<number>();
   private stamp = 0;
-  private nextOwner = 0;
   /**
    * Told when a device comes to own pattern subscriptions or owns none any more: a holder of
-   * positions outside the core (the Redis matcher's) sends such a device's moves to the patterns.
+   * positions outside the core sends such a device's moves to the patterns.
    */
   onPatternOwner: ((device: string, owns: boolean) => void) | null = null;
-  /** Told when a subscription leaves the table (a fan-out that was sent its number forgets it). */
-  onOwnerRemoved: ((o: Owner) => void) | null = null;
-  private readonly positions = new Map<string, Position>();
+  /** Told when a filter subscription's owner number leaves the table (a fan-out that was sent it forgets it). */
+  onOwnerRemoved: ((num: number) => void) | null = null;
   private subscriptionCount = 0;
   /** The devices purged while matches were awaited (matchesInFlight): their late matches are dropped. */
   private readonly purgedWhileMatching = new Map<string, number>();
@@ -195,92 +172,162 @@ export class MatchCore {
 
   /** Adds or replaces (mode) one device subscription; the engine validates again, as a guard. */
   put(device: string, sub: DeviceSubscription, mode: 'add' | 'replace' | 'upsert'): void {
-    let mine = this.subs.get(device);
-    const key = subscriptionKey(device, sub.id);
-    const old = this.held(mine, sub.id, key);
-    const exists = old !== undefined;
+    let d = this.devNums.get(device);
+    const old = d === undefined ? -1 : this.find(d, sub.id);
+    const was = old < 0 ? FREE : this.subState[old];
+    const exists = old >= 0;
     if (mode === 'add' && exists) throw new AmbitError('ALREADY_EXISTS', `device already has subscription ${show(sub.id)}`, 'subscription.id');
     if (mode === 'replace' && !exists) throw new AmbitError('NOT_FOUND', `device has no subscription ${show(sub.id)}`, 'subscription.id');
-    if (!exists && mode !== 'upsert' && (mine?.ids.length ?? 0) >= this.maxPerDevice) {
+    if (!exists && mode !== 'upsert' && (d === undefined ? 0 : this.devSubs[d]) >= this.maxPerDevice) {
       throw new AmbitError('RESOURCE_EXHAUSTED', `device already has ${this.maxPerDevice} subscriptions, the most allowed`, 'subscription');
     }
-    if (sub.pattern !== undefined) {
+    const key = subscriptionKey(device, sub.id);
+    const kind = sub.pattern !== undefined ? PATTERN : FILTER;
+    if (kind === PATTERN) {
       if (this.patterns === null) throw new AmbitError('FAILED_PRECONDITION', NO_PATTERNS, 'subscription.pattern');
-      const ps = { id: key, owner: device, pattern: sub.pattern };
+      const ps = { id: key, owner: device, pattern: sub.pattern! };
       // The new version first: if it is refused, the old one stays.
-      if (old?.pattern !== undefined) this.patterns.replace(ps);
+      if (was === PATTERN) this.patterns.replace(ps);
       else {
         this.patterns.add(ps);
-        if (old !== undefined) this.engine.remove(key);
+        if (exists) this.engine.remove(key);
       }
     } else {
       const engineSub = { id: key, owner: device, filters: sub.filters };
-      if (old !== undefined && old.pattern === undefined) this.engine.replace(engineSub);
+      if (was === FILTER) this.engine.replace(engineSub);
       else {
         this.engine.add(engineSub);
-        if (old !== undefined) this.patterns!.remove(key);
+        if (exists) this.patterns!.remove(key);
       }
     }
-    mine ??= this.deviceSubs(device);
+    d ??= this.attach(device);
+    let num = old;
     if (!exists) {
+      num = this.newNum(d, sub.id, kind);
+      this.append(d, num);
       this.subscriptionCount++;
-      addId(mine, sub.id);
+    } else if (was !== kind) {
+      // A filter subscription replaced by a pattern one or the other way: a new number in its place.
+      num = this.newNum(d, sub.id, kind);
+      this.swap(d, old, num);
+      this.retire(old);
     }
-    // Pattern subscriptions have no engine key to resolve: they are delivered as their matches come.
-    const wasFilters = old !== undefined && old.pattern === undefined;
-    if (sub.pattern === undefined && !wasFilters) this.newOwner(key, mine, sub.id);
-    else if (sub.pattern !== undefined && wasFilters) this.dropOwner(key);
     // A replaced version is a new engine subscription: tagged again.
-    if (sub.pattern === undefined) this.engine.tag?.(key, this.owners.get(key)!.num);
-    if (sub.pattern !== undefined) (mine.given ??= new Map()).set(sub.id, sub);
-    else if (old?.pattern !== undefined) forgetGiven(mine, sub.id);
-    this.countPatterns(mine, (sub.pattern !== undefined ? 1 : 0) - (old?.pattern !== undefined ? 1 : 0));
+    if (kind === FILTER) this.engine.tag?.(key, num);
+    else this.given.set(num, sub);
+    this.countPatterns(d, (kind === PATTERN ? 1 : 0) - (was === PATTERN ? 1 : 0));
   }
 
-  /** The device's entry, made (empty) if it holds nothing yet. */
-  private deviceSubs(device: string): DeviceSubs {
-    let mine = this.subs.get(device);
-    if (mine === undefined) {
-      mine = { device, ids: [], given: null, patterns: 0, stamp: 0, slot: 0, shards: 0, shard: 0, idBytes: null };
-      this.subs.set(device, mine);
-      this.devicesVersion++;
+  /** The device's subscription `id`'s owner number, or -1 (a walk of the device's list: it holds at most maxPerDevice). */
+  private find(d: number, id: string): number {
+    for (let k = this.devHead[d]; k !== 0; k = this.subNext[k - 1]) if (this.subId[k - 1] === id) return k - 1;
+    return -1;
+  }
+
+  /** The device's number, made (holding nothing yet) where it has none. */
+  private attach(device: string): number {
+    let d = this.freeDevs.pop();
+    if (d === undefined) {
+      d = this.nextDev++;
+      if (d >= this.devHead.length) this.growDevices(d + 1);
     }
-    return mine;
+    this.devName[d] = device;
+    this.devHandle[d] = null;
+    this.devNums.set(device, d);
+    return d;
+  }
+
+  private growDevices(need: number): void {
+    this.devHead = grownI32(this.devHead, need);
+    this.devTail = grownI32(this.devTail, need);
+    this.devSubs = grownI32(this.devSubs, need);
+    this.devPatterns = grownI32(this.devPatterns, need);
+    this.devStamp = grownI32(this.devStamp, need);
+    this.devSlot = grownI32(this.devSlot, need);
+    this.devGen = grownI32(this.devGen, need);
+    this.devLocated = grownU8(this.devLocated, need);
+    const coords = new Float64Array(2 * this.devHead.length);
+    coords.set(this.coords);
+    this.coords = coords;
+  }
+
+  /** A device that holds nothing any more (no subscription, no position) leaves its number. */
+  private detachIfEmpty(d: number): void {
+    if (this.devSubs[d] !== 0 || this.devLocated[d] !== 0) return;
+    this.devNums.delete(this.devName[d]);
+    this.devGen[d]++;
+    this.devicesVersion++;
+    // A match in flight may list a gone subscription of it, which names the device by number.
+    if (this.matchesInFlight.size > 0) this.freedWhileMatching.push(~d, this.matchesBegun);
+    else this.freeDevice(d);
+  }
+
+  private freeDevice(d: number): void {
+    this.devName[d] = '';
+    this.devHead[d] = 0;
+    this.devTail[d] = 0;
+    this.devPatterns[d] = 0;
+    this.freeDevs.push(d);
+  }
+
+  private newNum(d: number, id: string, kind: number): number {
+    let num = this.freeNums.pop();
+    if (num === undefined) {
+      num = this.nextNum++;
+      if (num >= this.subDev.length) {
+        this.subDev = grownI32(this.subDev, num + 1);
+        this.subNext = grownI32(this.subNext, num + 1);
+        this.subState = grownU8(this.subState, num + 1);
+      }
+    }
+    this.subDev[num] = d;
+    this.subNext[num] = 0;
+    this.subState[num] = kind;
+    this.subId[num] = id;
+    return num;
+  }
+
+  /** Appends owner `num` to its device's list. */
+  private append(d: number, num: number): void {
+    if (this.devHead[d] === 0) this.devHead[d] = num + 1;
+    else this.subNext[this.devTail[d] - 1] = num + 1;
+    this.devTail[d] = num + 1;
+    if (this.devSubs[d]++ === 0) this.devicesVersion++;
+  }
+
+  /** Puts `num` in `old`'s place in the device's list (`old` leaves it). */
+  private swap(d: number, old: number, num: number): void {
+    this.subNext[num] = this.subNext[old];
+    this.relink(d, old, num + 1);
+    if (this.devTail[d] === old + 1) this.devTail[d] = num + 1;
+  }
+
+  /** Points whatever points at `old` in the device's list (its head, or the one before) at `to` (+1; 0: nothing). */
+  private relink(d: number, old: number, to: number): number {
+    if (this.devHead[d] === old + 1) {
+      this.devHead[d] = to;
+      return -1;
+    }
+    let k = this.devHead[d];
+    while (this.subNext[k - 1] !== old + 1) k = this.subNext[k - 1];
+    this.subNext[k - 1] = to;
+    return k - 1;
   }
 
   /**
-   * The device's subscription `id` (engine key `key`): IN_ENGINE for a filter subscription (the
-   * owner table holds each), the pattern subscription as given, or undefined.
+   * A number leaves its subscription: a pattern one's is free at once (no engine lists it); a
+   * filter one's stays its owner's, marked gone, until no match in flight may list it.
    */
-  private held(mine: DeviceSubs | undefined, id: string, key: string): DeviceSubscription | undefined {
-    if (mine === undefined) return undefined;
-    if (this.owners.has(key)) return IN_ENGINE;
-    return mine.given?.get(id);
-  }
-
-  private newOwner(key: string, of: DeviceSubs, id: string): void {
-    const num = this.freeNums.length > 0 ? this.freeNums.pop()! : this.nextOwner++;
-    const o: OwnerEntry = { key, of, id, num, gone: false };
-    this.owners.set(key, o);
-    this.byNum[num] = o;
-    if (num >= this.goneByNum.length) {
-      const grown = new Uint8Array(Math.max(2 * this.goneByNum.length, num + 1));
-      grown.set(this.goneByNum);
-      this.goneByNum = grown;
+  private retire(num: number): void {
+    if (this.subState[num] === PATTERN) {
+      this.given.delete(num);
+      this.freeNum(num);
+      return;
     }
-    this.goneByNum[num] = 0;
-  }
-
-  private dropOwner(key: string): void {
-    const o = this.owners.get(key);
-    this.owners.delete(key);
-    if (o === undefined) return;
-    o.gone = true;
-    this.goneByNum[o.num] = 1;
-    if (this.onOwnerRemoved !== null) this.onOwnerRemoved(o);
-    // A match in flight may list the number: it stays this owner's until those settle.
-    if (this.matchesInFlight.size > 0) this.freedWhileMatching.push(o.num, this.matchesBegun);
-    else this.freeNum(o.num);
+    this.subState[num] = GONE;
+    if (this.onOwnerRemoved !== null) this.onOwnerRemoved(num);
+    if (this.matchesInFlight.size > 0) this.freedWhileMatching.push(num, this.matchesBegun);
+    else this.freeNum(num);
   }
 
   /** Frees the held numbers no match in flight can list (those freed before the oldest began). */
@@ -291,14 +338,17 @@ export class MatchCore {
     let k = 0;
     // Pairs are in the order freed, so their serials never go down: free from the front.
     while (k < held.length && held[k + 1] < oldest) {
-      this.freeNum(held[k]);
+      const code = held[k];
+      if (code >= 0) this.freeNum(code);
+      else this.freeDevice(~code);
       k += 2;
     }
     if (k > 0) held.splice(0, k);
   }
 
   private freeNum(num: number): void {
-    this.byNum[num] = undefined;
+    this.subState[num] = FREE;
+    this.subId[num] = '';
     this.freeNums.push(num);
   }
 
@@ -306,44 +356,44 @@ export class MatchCore {
    * Keeps the pattern matcher told of the positions of the devices that own patterns: a device's
    * first pattern gets its known position, and its last one's removal forgets it there.
    */
-  private countPatterns(mine: DeviceSubs, delta: number): void {
+  private countPatterns(d: number, delta: number): void {
     if (delta === 0) return;
-    const before = mine.patterns;
-    mine.patterns += delta;
-    const p = this.positions.get(mine.device);
-    if (before === 0 && mine.patterns > 0) {
-      if (p !== undefined) {
-        p.patterned = true;
-        this.patterns!.updatePosition(mine.device, p.lat, p.lon);
-      }
-      this.onPatternOwner?.(mine.device, true);
-    } else if (before > 0 && mine.patterns === 0) {
-      if (p !== undefined) p.patterned = false;
-      this.patterns!.removeDevice(mine.device);
-      this.onPatternOwner?.(mine.device, false);
+    const before = this.devPatterns[d];
+    const now = (this.devPatterns[d] += delta);
+    const device = this.devName[d];
+    if (before === 0 && now > 0) {
+      this.patternOwnerCount++;
+      if (this.devLocated[d] === 1) this.patterns!.updatePosition(device, this.coords[2 * d], this.coords[2 * d + 1]);
+      this.onPatternOwner?.(device, true);
+    } else if (before > 0 && now === 0) {
+      this.patternOwnerCount--;
+      this.patterns!.removeDevice(device);
+      this.onPatternOwner?.(device, false);
     }
+  }
+
+  /** Devices that own pattern subscriptions. */
+  get patternOwners(): number {
+    return this.patternOwnerCount;
   }
 
   /** False when the device has no such subscription. */
   remove(device: string, subscriptionId: string): boolean {
-    const mine = this.subs.get(device);
-    if (mine === undefined) return false;
+    const d = this.devNums.get(device);
+    if (d === undefined) return false;
+    const num = this.find(d, subscriptionId);
+    if (num < 0) return false;
+    const pattern = this.subState[num] === PATTERN;
     const key = subscriptionKey(device, subscriptionId);
-    const sub = this.held(mine, subscriptionId, key);
-    if (sub === undefined) return false;
-    if (sub.pattern !== undefined) this.patterns!.remove(key);
-    else {
-      this.engine.remove(key);
-      this.dropOwner(key);
-    }
-    mine.ids.splice(mine.ids.indexOf(subscriptionId), 1);
-    if (sub.pattern !== undefined) forgetGiven(mine, subscriptionId);
+    if (pattern) this.patterns!.remove(key);
+    else this.engine.remove(key);
+    const before = this.relink(d, num, this.subNext[num]);
+    if (this.devTail[d] === num + 1) this.devTail[d] = before + 1;
     this.subscriptionCount--;
-    if (sub.pattern !== undefined) this.countPatterns(mine, -1);
-    if (mine.ids.length === 0) {
-      this.subs.delete(device);
-      this.devicesVersion++;
-    }
+    if (--this.devSubs[d] === 0) this.devicesVersion++;
+    this.retire(num);
+    if (pattern) this.countPatterns(d, -1);
+    this.detachIfEmpty(d);
     return true;
   }
 
@@ -352,24 +402,42 @@ export class MatchCore {
    * was removed. A location writer opened before finds the device again on its next update.
    */
   purge(device: string): { subscriptions: number; location: boolean } {
-    const ids = [...(this.subs.get(device)?.ids ?? [])];
+    const ids = this.ids(device);
     for (const id of ids) this.remove(device, id);
     // A match awaited now may still name its subscriptions: those notifications are not stored.
     if (this.matchesInFlight.size > 0) this.purgedWhileMatching.set(device, ++this.purgeGen);
-    const p = this.positions.get(device);
-    if (p !== undefined) {
-      this.positions.delete(device);
-      p.dead = true;
-      p.handle?.release();
-      p.handle = null;
-      this.engine.removeDevice(device);
-    }
-    return { subscriptions: ids.length, location: p !== undefined };
+    return { subscriptions: ids.length, location: this.forgetPosition(device) };
+  }
+
+  /** The device's subscription ids in the order first put. */
+  private ids(device: string): string[] {
+    const d = this.devNums.get(device);
+    const out: string[] = [];
+    if (d !== undefined) for (let k = this.devHead[d]; k !== 0; k = this.subNext[k - 1]) out.push(this.subId[k - 1]);
+    return out;
+  }
+
+  /**
+   * Forgets the device's position (its handle released, the engine told); false where it had none.
+   * A location writer opened before finds the device again on its next update.
+   */
+  forgetPosition(device: string): boolean {
+    const d = this.devNums.get(device);
+    if (d === undefined || this.devLocated[d] === 0) return false;
+    this.devLocated[d] = 0;
+    this.located--;
+    this.devGen[d]++;
+    this.devHandle[d]!.release();
+    this.devHandle[d] = null;
+    this.engine.removeDevice(device);
+    this.detachIfEmpty(d);
+    return true;
   }
 
   /** How many subscriptions the device holds. */
   count(device: string): number {
-    return this.subs.get(device)?.ids.length ?? 0;
+    const d = this.devNums.get(device);
+    return d === undefined ? 0 : this.devSubs[d];
   }
 
   /** Moves whenever a device gains its first subscription or loses its last. */
@@ -378,76 +446,96 @@ export class MatchCore {
 
   /** Ids of the devices holding subscriptions, sorted (made again only after the set changed). */
   sortedSubscribedDevices(): readonly string[] {
-    if (this.sortedDevices === null || this.sortedDevices.version !== this.devicesVersion) this.sortedDevices = { version: this.devicesVersion, ids: [...this.subs.keys()].sort() };
+    if (this.sortedDevices === null || this.sortedDevices.version !== this.devicesVersion) {
+      const ids: string[] = [];
+      for (const [device, d] of this.devNums) if (this.devSubs[d] > 0) ids.push(device);
+      this.sortedDevices = { version: this.devicesVersion, ids: ids.sort() };
+    }
     return this.sortedDevices.ids;
   }
 
   list(device: string): DeviceSubscription[] {
-    const mine = this.subs.get(device);
-    return mine === undefined ? [] : [...this.listed(mine)];
+    const d = this.devNums.get(device);
+    return d === undefined ? [] : [...this.listed(d)];
   }
 
   subscription(device: string, subscriptionId: string): DeviceSubscription | undefined {
-    const s = this.held(this.subs.get(device), subscriptionId, subscriptionKey(device, subscriptionId));
-    return s === IN_ENGINE ? this.readBack(device, subscriptionId) : s;
+    const d = this.devNums.get(device);
+    const num = d === undefined ? -1 : this.find(d, subscriptionId);
+    return num < 0 ? undefined : this.subscriptionOf(num);
   }
 
   /** Whether the device holds a pattern subscription of this id (nothing read back from the engine). */
   isPattern(device: string, subscriptionId: string): boolean {
-    return this.subs.get(device)?.given?.get(subscriptionId) !== undefined;
+    const d = this.devNums.get(device);
+    return d !== undefined && this.subState[this.find(d, subscriptionId)] === PATTERN;
   }
 
   /** A device's subscriptions in the API's form: its filter subscriptions read back from the engine. */
-  private *listed(mine: DeviceSubs): Generator<DeviceSubscription> {
-    for (const id of mine.ids) yield mine.given?.get(id) ?? this.readBack(mine.device, id);
+  private *listed(d: number): Generator<DeviceSubscription> {
+    for (let k = this.devHead[d]; k !== 0; k = this.subNext[k - 1]) yield this.subscriptionOf(k - 1);
   }
 
-  private readBack(device: string, id: string): DeviceSubscription {
+  private subscriptionOf(num: number): DeviceSubscription {
+    if (this.subState[num] === PATTERN) return this.given.get(num)!;
+    const device = this.devName[this.subDev[num]];
+    const id = this.subId[num];
     const n = this.engine.get(subscriptionKey(device, id));
     if (n === undefined) throw new Error(`match core: the engine lost subscription ${show(id)} of ${show(device)}`);
     return { id, filters: apiFilters(n.filters) };
   }
 
   has(device: string, subscriptionId: string): boolean {
-    return this.held(this.subs.get(device), subscriptionId, subscriptionKey(device, subscriptionId)) !== undefined;
+    const d = this.devNums.get(device);
+    return d !== undefined && this.find(d, subscriptionId) >= 0;
   }
 
   /** Each device with subscriptions and its subscriptions (live: take them before the next change). */
   *byDevice(): Generator<[string, Iterable<DeviceSubscription>]> {
-    for (const [device, mine] of this.subs) yield [device, this.listed(mine)];
-  }
-
-  /** Positions are range-checked by the caller. */
-  move(device: string, lat: number, lon: number): void {
-    this.place(this.record(device), lat, lon);
+    for (const [device, d] of this.devNums) if (this.devSubs[d] > 0) yield [device, this.listed(d)];
   }
 
   /**
-   * The hot path of one device's stream: its record is resolved on the first update, so each
+   * Positions are range-checked by the caller. The engine's handle for the device is opened at
+   * its first position (an id the engine refuses throws, and nothing is kept).
+   */
+  move(device: string, lat: number, lon: number): void {
+    this.place(this.locate(device), lat, lon);
+  }
+
+  /**
+   * The hot path of one device's stream: its number is resolved on the first update, so each
    * update after that is two writes and the engine handle's, with no lookup by id.
    */
   writer(device: string): (lat: number, lon: number) => void {
-    let p: Position | null = null;
+    let d = -1;
+    let gen = 0;
     return (lat, lon) => {
-      if (p === null || p.dead === true) p = this.record(device);
-      this.place(p, lat, lon);
+      if (d < 0 || this.devGen[d] !== gen) {
+        d = this.locate(device);
+        gen = this.devGen[d];
+      }
+      this.place(d, lat, lon);
     };
   }
 
-  private record(device: string): Position {
-    let p = this.positions.get(device);
-    if (p === undefined) {
-      p = { device, lat: 0, lon: 0, handle: this.engine.openDevice(device), patterned: (this.subs.get(device)?.patterns ?? 0) > 0 };
-      this.positions.set(device, p);
-    }
-    return p;
+  /** The device's number, located (its engine handle opened). */
+  private locate(device: string): number {
+    let d = this.devNums.get(device);
+    if (d !== undefined && this.devLocated[d] === 1) return d;
+    const handle = this.engine.openDevice(device);
+    d ??= this.attach(device);
+    this.devHandle[d] = handle;
+    this.devLocated[d] = 1;
+    this.located++;
+    return d;
   }
 
-  private place(p: Position, lat: number, lon: number): void {
-    p.lat = lat;
-    p.lon = lon;
-    p.handle!.update(lat, lon);
-    if (p.patterned) this.patterns!.updatePosition(p.device, lat, lon);
+  private place(d: number, lat: number, lon: number): void {
+    this.coords[2 * d] = lat;
+    this.coords[2 * d + 1] = lon;
+    this.devHandle[d]!.update(lat, lon);
+    if (this.devPatterns[d] > 0) this.patterns!.updatePosition(this.devName[d], lat, lon);
     this.locationUpdates++;
   }
 
@@ -456,12 +544,25 @@ export class MatchCore {
   }
 
   position(device: string): { lat: number; lon: number } | null {
-    const p = this.positions.get(device);
-    return p === undefined ? null : { lat: p.lat, lon: p.lon };
+    const d = this.devNums.get(device);
+    return d === undefined || this.devLocated[d] === 0 ? null : { lat: this.coords[2 * d], lon: this.coords[2 * d + 1] };
   }
 
+  /** Each located device and its position (live: take them before the next change). */
+  *positions(): Generator<[string, number, number]> {
+    for (const [device, d] of this.devNums) if (this.devLocated[d] === 1) yield [device, this.coords[2 * d], this.coords[2 * d + 1]];
+  }
+
+  /** The positions now, copied (for a snapshot written while they move on): devices ('' where none) and their coordinates by index. */
+  positionCut(): { devices: string[]; coords: Float64Array } {
+    const devices = new Array<string>(this.nextDev);
+    for (let d = 0; d < this.nextDev; d++) devices[d] = this.devLocated[d] === 1 ? this.devName[d] : '';
+    return { devices, coords: this.coords.slice(0, 2 * this.nextDev) };
+  }
+
+  /** Devices with a position. */
   get deviceCount(): number {
-    return this.positions.size;
+    return this.located;
   }
 
   get subscriptions(): number {
@@ -471,7 +572,7 @@ export class MatchCore {
   /**
    * The engine's matches of each event, ungrouped, handed to `use` (synchronously, so the numbers
    * they list stay their owners' meanwhile): for a fan-out that groups them by device itself. Each
-   * is its owner's number where the engine keeps tags (Matcher.tag), else its key (`ownerOf`
+   * is its owner's number where the engine keeps tags (Matcher.tag), else its key (`numOf`
    * resolves it). A number whose owner is gone (`isGone`), or a key the core does not know, was
    * removed while the match was awaited and is delivered as matched, as `match` does.
    */
@@ -489,7 +590,7 @@ export class MatchCore {
       // (what the device subscribed again since was not there to match); a purge before it began
       // left nothing of the device to match. One removed otherwise is delivered as matched.
       const live = (k: Listed): boolean => {
-        const at = this.purgedWhileMatching.get(typeof k === 'string' ? splitSubscriptionKey(k)[0] : this.byNum[k]!.of.device);
+        const at = this.purgedWhileMatching.get(typeof k === 'string' ? splitSubscriptionKey(k)[0] : this.ownerDevice(k));
         return at === undefined || at <= gen;
       };
       return use(keys.map((ks) => ks.filter(live)));
@@ -500,16 +601,23 @@ export class MatchCore {
     }
   }
 
-  ownerOf(key: string): Owner | undefined {
-    return this.owners.get(key);
-  }
-
-  owner(num: number): Owner | undefined {
-    return this.byNum[num];
+  numOf(key: string): number {
+    const [device, id] = splitSubscriptionKey(key);
+    const d = this.devNums.get(device);
+    const num = d === undefined ? -1 : this.find(d, id);
+    return num >= 0 && this.subState[num] === FILTER ? num : -1;
   }
 
   isGone(num: number): boolean {
-    return this.goneByNum[num] === 1;
+    return this.subState[num] === GONE;
+  }
+
+  ownerDevice(num: number): string {
+    return this.devName[this.subDev[num]];
+  }
+
+  ownerId(num: number): string {
+    return this.subId[num];
   }
 
   /**
@@ -532,12 +640,9 @@ export class MatchCore {
   capturePatterns(): PatternCut | null {
     if (this.patterns === null) return null;
     const subscriptions: [string, DeviceSubscription][] = [];
-    for (const mine of this.subs.values()) {
-      if (mine.patterns === 0) continue;
-      for (const id of mine.ids) {
-        const sub = mine.given?.get(id);
-        if (sub !== undefined) subscriptions.push([mine.device, sub]);
-      }
+    for (const [device, d] of this.devNums) {
+      if (this.devPatterns[d] === 0) continue;
+      for (let k = this.devHead[d]; k !== 0; k = this.subNext[k - 1]) if (this.subState[k - 1] === PATTERN) subscriptions.push([device, this.given.get(k - 1)!]);
     }
     return { matcher: this.patterns.capture(), subscriptions };
   }
@@ -550,13 +655,14 @@ export class MatchCore {
     if (this.patterns === null) throw new Error('match core: pattern state given to a core without patterns');
     this.patterns.restore(cut.matcher);
     for (const [device, sub] of cut.subscriptions) {
-      const mine = this.deviceSubs(device);
-      if (this.held(mine, sub.id, subscriptionKey(device, sub.id)) !== undefined) throw new Error(`match core: restored pattern ${sub.id} of ${device} is already held`);
-      addId(mine, sub.id);
-      (mine.given ??= new Map()).set(sub.id, sub);
+      const d = this.devNums.get(device) ?? this.attach(device);
+      if (this.find(d, sub.id) >= 0) throw new Error(`match core: restored pattern ${sub.id} of ${device} is already held`);
+      const num = this.newNum(d, sub.id, PATTERN);
+      this.append(d, num);
+      this.given.set(num, sub);
       this.subscriptionCount++;
       // The pattern matcher holds it already (restored above); only its owner's moves are wired.
-      this.countPatterns(mine, 1);
+      this.countPatterns(d, 1);
     }
   }
 
@@ -579,37 +685,39 @@ export class MatchCore {
     const out: Recipient[] = [];
     for (let i = 0; i < keys.length; i++) {
       const k = keys[i];
-      const o = typeof k === 'string' ? this.owners.get(k) : this.goneByNum[k] === 1 ? undefined : this.byNum[k];
-      if (o === undefined) {
-        this.lateMatch(typeof k === 'string' ? k : this.byNum[k]!.key, out, stamp);
+      const num = typeof k === 'string' ? this.numOf(k) : this.subState[k] === FILTER ? k : -1;
+      if (num < 0) {
+        if (typeof k === 'string') {
+          const [device, id] = splitSubscriptionKey(k);
+          this.lateMatch(device, id, out, stamp);
+        } else this.lateMatch(this.ownerDevice(k), this.subId[k], out, stamp);
         continue;
       }
-      const d = o.of;
-      if (d.stamp !== stamp) {
-        d.stamp = stamp;
-        d.slot = out.length;
-        out.push({ device: d.device, subscriptionIds: [o.id] });
-      } else out[d.slot].subscriptionIds.push(o.id);
+      const d = this.subDev[num];
+      if (this.devStamp[d] !== stamp) {
+        this.devStamp[d] = stamp;
+        this.devSlot[d] = out.length;
+        out.push({ device: this.devName[d], subscriptionIds: [this.subId[num]] });
+      } else out[this.devSlot[d]].subscriptionIds.push(this.subId[num]);
     }
     for (let i = 0; i < out.length; i++) if (out[i].subscriptionIds.length > 1) sortIds(out[i].subscriptionIds);
     return out;
   }
 
   /**
-   * A key the engine matched whose subscription was removed while the match was awaited (an
-   * unsubscribe that arrived in the same turn): it is delivered as matched, decoded from the key,
-   * as it was before the removal. Rare, so a linear search for the device's recipient is fine.
+   * A subscription the engine matched that was removed while the match was awaited (an
+   * unsubscribe that arrived in the same turn): it is delivered as matched, as it was before the
+   * removal. Rare, so a linear search for the device's recipient is fine where it holds nothing now.
    */
-  private lateMatch(key: string, out: Recipient[], stamp: number): void {
-    const [device, id] = splitSubscriptionKey(key);
-    // A device with subscriptions left groups under its marks, whichever of its keys came first.
-    const d = this.subs.get(device);
+  private lateMatch(device: string, id: string, out: Recipient[], stamp: number): void {
+    // A device still here groups under its marks, whichever of its subscriptions came first.
+    const d = this.devNums.get(device);
     if (d !== undefined) {
-      if (d.stamp !== stamp) {
-        d.stamp = stamp;
-        d.slot = out.length;
+      if (this.devStamp[d] !== stamp) {
+        this.devStamp[d] = stamp;
+        this.devSlot[d] = out.length;
         out.push({ device, subscriptionIds: [id] });
-      } else out[d.slot].subscriptionIds.push(id);
+      } else out[this.devSlot[d]].subscriptionIds.push(id);
       return;
     }
     const r = out.find((x) => x.device === device);
@@ -637,8 +745,10 @@ export class MatchCore {
   }
 
   async close(): Promise<void> {
-    for (const p of this.positions.values()) p.handle?.release();
-    this.positions.clear();
+    for (let d = 0; d < this.nextDev; d++) {
+      this.devHandle[d]?.release();
+      this.devHandle[d] = null;
+    }
     await this.engine.close();
     await this.patterns?.close();
   }

@@ -32,7 +32,7 @@ import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { AmbitError, type ErrorCode } from '../../src/model/errors.js';
-import type { DeviceHandle, Matcher } from '../../src/engines/matcher.js';
+import type { Matcher } from '../../src/engines/matcher.js';
 import { inRange } from '../../src/model/limits.js';
 import type { Event } from '../../src/model/types.js';
 import { compareStreamIds, decodeLocations, decodePosition, splitStoredSubscription, streamIdMs } from '../redis/codec.js';
@@ -232,14 +232,6 @@ export class RedisMatcher {
   /** Set by stopForRebuild: the stop writes no snapshot and removes the file. */
   private discardSnapshot = false;
   private applied = 0;
-  /** Devices with a position: their slot in the lists below (see `move`). */
-  private readonly deviceSlots = new Map<string, number>();
-  private readonly slotHandles: (DeviceHandle | null)[] = [];
-  /** '' for a slot a released device left (sharding by space); reused from `freeSlots`. */
-  private readonly slotDevices: string[] = [];
-  private readonly freeSlots: number[] = [];
-  /** Each slot's position (lat, lon), for snapshots. */
-  private coords = new Float64Array(2048);
   /** The highest stream id any applied command had: no state holds the effect of a later one. */
   private appliedMax = '0-0';
   /** `{p}matcher:instance`: names this deployment's stream in snapshots. */
@@ -344,8 +336,6 @@ export class RedisMatcher {
    * positions as they are when reached, so the replay after it matches at the positions of then.
    */
   private cutPositions: { devices: string[]; coords: Float64Array } | null = null;
-  /** Devices that own a pattern subscription: their moves go to the patterns too. */
-  private readonly patternOwners = new Set<string>();
   private readonly patternsLatenessMs: number;
   private patternMatches = 0;
   private roleWaiters: { role: MatcherRole; resolve: () => void }[] = [];
@@ -405,17 +395,6 @@ export class RedisMatcher {
     this.stuckReadMs = intOption(COMPONENT, 'stuckReadMs', options.stuckReadMs, 600_000, 0, 30 * 24 * 3600 * 1000);
     this.handOverWaitLimitMs = intOption(COMPONENT, 'handOverWaitMs', options.handOverWaitMs, 0, 0, 24 * 3600 * 1000);
     this.core = new MatchCore(engine, undefined, patterns);
-    // Positions go to the engine's handles directly (move), not through the core: the devices that
-    // own a pattern are tracked here so theirs reach the patterns too.
-    this.core.onPatternOwner = (device, owns) => {
-      if (!owns) {
-        this.patternOwners.delete(device);
-        return;
-      }
-      this.patternOwners.add(device);
-      const i = this.deviceSlots.get(device);
-      if (i !== undefined) patterns!.updatePosition(device, this.coords[2 * i], this.coords[2 * i + 1]);
-    };
     this.patternsLatenessMs = options.patterns?.latenessMs ?? 0;
     this.engineDetail = detail;
     this.cmd = openConn(source, `matcher-${this.matcherId}`, COMPONENT, this.log);
@@ -813,14 +792,7 @@ export class RedisMatcher {
   private release(device: string, keepPatterns = false): void {
     for (const sub of this.core.list(device)) if (!(keepPatterns && sub.pattern !== undefined)) this.core.remove(device, sub.id);
     if (this.deferred.length > 0) this.deferred = this.deferred.filter((d) => d.device !== device);
-    const i = this.deviceSlots.get(device);
-    if (i === undefined) return;
-    this.slotHandles[i]?.release();
-    this.core.engine.removeDevice(device);
-    this.slotHandles[i] = null;
-    this.slotDevices[i] = '';
-    this.deviceSlots.delete(device);
-    this.freeSlots.push(i);
+    this.core.forgetPosition(device);
   }
 
   /**
@@ -1011,7 +983,7 @@ export class RedisMatcher {
         this.patternCut = { start: this.lastId, fedTo: this.patternsFedTo, subsAt: this.patternSubsAt, state };
         // The stream is kept from here on, and the positions written are those of now.
         this.snapshotLow = this.lastId;
-        this.cutPositions = { devices: this.slotDevices.slice(), coords: this.coords.slice(0, 2 * this.slotDevices.length) };
+        this.cutPositions = this.core.positionCut();
         return;
       }
       if (this.inProcess) await new Promise<void>((resolve) => this.cutWanted.push(resolve));
@@ -1063,7 +1035,7 @@ export class RedisMatcher {
           for (let i = 0; i < cut.devices.length; i++) if (cut.devices[i] !== '') yield [cut.devices[i], cut.coords[2 * i], cut.coords[2 * i + 1]];
           return;
         }
-        for (let i = 0; i < self.slotDevices.length; i++) if (self.slotDevices[i] !== '') yield [self.slotDevices[i], self.coords[2 * i], self.coords[2 * i + 1]];
+        yield* self.core.positions();
       },
     };
   }
@@ -1410,7 +1382,7 @@ export class RedisMatcher {
     // so that their history is there when it takes over (it stores nothing of what they release).
     // (With no pattern subscription no event can count yet: the dedupe records are not read.)
     const following = !leading && this.core.patterns !== null;
-    const known = !following ? null : this.patternOwners.size === 0 ? NONE_KNOWN : await this.knownIds(parsed.filter((e): e is PubEntry => e !== null && e.t === 'pub' && compareStreamIds(e.id, this.patternsFedTo) > 0));
+    const known = !following ? null : this.core.patternOwners === 0 ? NONE_KNOWN : await this.knownIds(parsed.filter((e): e is PubEntry => e !== null && e.t === 'pub' && compareStreamIds(e.id, this.patternsFedTo) > 0));
     for (const entry of parsed) {
       if (entry === null) continue;
       if (entry.t === 'pub') {
@@ -1457,48 +1429,20 @@ export class RedisMatcher {
   }
 
   /**
-   * The hot path of a loc batch: positions were range-checked by the gateway; a bad one is skipped.
-   * Moves go straight to the engine's device handle, not through MatchCore.move (which also keeps
-   * a copy of each position): at a million updates a second, the extra object per update is a
-   * cache miss that costs a third of the throughput. Positions are read from `{p}pos` instead.
+   * The hot path of a loc batch: positions were range-checked by the gateway; a bad one, or a
+   * device id the engine refuses, is skipped and counted. The core keeps the position in its
+   * device table and moves the engine's handle (and the patterns, where the device owns some).
    */
   private readonly move = (device: string, lat: number, lon: number): void => {
     if (!inRange(lat, lon)) {
       this.invalid++;
       return;
     }
-    let i = this.deviceSlots.get(device);
-    if (i === undefined) {
-      let h: DeviceHandle;
-      try {
-        h = this.core.engine.openDevice(device);
-      } catch {
-        this.invalid++; // a device id the engine refuses
-        return;
-      }
-      // A freed slot is reused: a snapshot being written may have passed it, but the command that
-      // brings this device is after the snapshot's start, so a restore replays it.
-      const free = this.freeSlots.pop();
-      if (free !== undefined) {
-        i = free;
-        this.slotHandles[i] = h;
-        this.slotDevices[i] = device;
-      } else {
-        i = this.slotHandles.length;
-        this.slotHandles.push(h);
-        this.slotDevices.push(device);
-      }
-      if (2 * i + 2 > this.coords.length) {
-        const grown = new Float64Array(this.coords.length * 2);
-        grown.set(this.coords);
-        this.coords = grown;
-      }
-      this.deviceSlots.set(device, i);
+    try {
+      this.core.move(device, lat, lon);
+    } catch {
+      this.invalid++; // a device id the engine refuses
     }
-    this.slotHandles[i]!.update(lat, lon);
-    this.coords[2 * i] = lat;
-    this.coords[2 * i + 1] = lon;
-    if (this.patternOwners.size > 0 && this.patternOwners.has(device)) this.core.patterns!.updatePosition(device, lat, lon);
   };
 
   /**
@@ -1743,7 +1687,7 @@ export class RedisMatcher {
       engineDetail: this.engineDetail,
       subscriptions: this.core.subscriptions,
       filters: s.filters,
-      devices: this.deviceSlots.size,
+      devices: this.core.deviceCount,
       memoryBytes: s.memoryBytes,
       offset: this.committed,
       locationsApplied: this.applied,
@@ -1794,18 +1738,13 @@ export class RedisMatcher {
 
   /** Devices with a position in the engine. */
   get devices(): number {
-    return this.deviceSlots.size;
+    return this.core.deviceCount;
   }
 
   private engineClosed = false;
 
   private async closeEngine(): Promise<void> {
     this.engineClosed = true;
-    for (const h of this.slotHandles) h?.release();
-    this.slotHandles.length = 0;
-    this.slotDevices.length = 0;
-    this.freeSlots.length = 0;
-    this.deviceSlots.clear();
     await this.core.close();
   }
 

@@ -9,8 +9,9 @@ import { CPU_ENGINES } from '../../src/engines/index.js';
 import { GpuContext } from '../../src/engines/gpu/device.js';
 import { GpuKernels, GpuMatcher } from '../../src/engines/gpu/matcher.js';
 import type { Listed } from '../../src/engines/matcher.js';
-import { ENGINE_SIDE_LIMITS, subscriptionKey } from '../../services/hub/port.js';
+import { type DeviceSubscription, ENGINE_SIDE_LIMITS, subscriptionKey } from '../../services/hub/port.js';
 import { MatchCore } from '../../services/matcher/core.js';
+import { PatternMatcher } from '../../src/engines/event-patterns/pattern-matcher.js';
 
 const ctx = await GpuContext.open({ allowSoftware: true });
 const kernels = await GpuKernels.compile(ctx);
@@ -30,7 +31,7 @@ describe('match core: owner numbers', () => {
   it(`${name}: a number freed while a match is in flight is given again only after it settles; the match resolves it to the gone owner`, async () => {
     const core = new MatchCore(make());
     try {
-      const num = (d: string, id: string) => core.ownerOf(subscriptionKey(d, id))!.num;
+      const num = (d: string, id: string) => core.numOf(subscriptionKey(d, id));
       core.put('d1', all('s1'), 'add');
       core.put('d1', all('s2'), 'add');
       assert.deepEqual([num('d1', 's1'), num('d1', 's2')], [0, 1]);
@@ -39,7 +40,7 @@ describe('match core: owner numbers', () => {
       // answered as it was called (s1 listed, its owner gone by then); a GPU batch lists what is
       // live when it is read (s1 not listed, R6) and s3 not at all (added after the batch went).
       const m = core.matchKeys([event], ([keys]) => {
-        seen = { keys, gone: keys.map((k) => core.isGone(k as number)), keysOf: keys.map((k) => core.owner(k as number)!.key) };
+        seen = { keys, gone: keys.map((k) => core.isGone(k as number)), keysOf: keys.map((k) => subscriptionKey(core.ownerDevice(k as number), core.ownerId(k as number))) };
       });
       core.remove('d1', 's1');
       core.put('d2', all('s3'), 'add');
@@ -82,7 +83,7 @@ describe('match core: owner numbers', () => {
         const d = `d${step % live}`;
         core.remove(d, core.list(d)[0].id);
         core.put(d, all(`s${step}`), 'add');
-        most = Math.max(most, core.ownerOf(subscriptionKey(d, `s${step}`))!.num);
+        most = Math.max(most, core.numOf(subscriptionKey(d, `s${step}`)));
         // The earlier match settles; the later one stays in flight.
         while (held.length > 0) held.shift()!();
         await previous;
@@ -101,11 +102,11 @@ describe('match core: owner numbers', () => {
     try {
       core.put('d1', all('a'), 'add');
       core.put('d1', all('b'), 'add');
-      const before = core.ownerOf(subscriptionKey('d1', 'b'))!.num;
+      const before = core.numOf(subscriptionKey('d1', 'b'));
       const m = core.match([event]);
       core.remove('d1', 'a');
       core.put('d1', { id: 'b', filters: [{ constraints: [{ name: 'x', op: 'exists' }] }] }, 'replace');
-      assert.equal(core.ownerOf(subscriptionKey('d1', 'b'))!.num, before, 'a replaced subscription keeps its owner and number');
+      assert.equal(core.numOf(subscriptionKey('d1', 'b')), before, 'a replaced subscription keeps its owner and number');
       const [grouped] = await m;
       assert.deepEqual(grouped.map((r) => [r.device, r.subscriptionIds]), [['d1', ['a', 'b']]]);
       assert.deepEqual(await core.match([event]), [[]], 'b no longer matches, a is gone');
@@ -113,4 +114,83 @@ describe('match core: owner numbers', () => {
       await core.close();
     }
   });
+
+  it("a device's number is not given to another while a match in flight may list its removed subscription", async () => {
+    const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }));
+    try {
+      core.put('d1', all('s1'), 'add');
+      const m = core.match([event]);
+      // d1 holds nothing now (no position either): its number leaves it, but d2 must not get it yet.
+      core.remove('d1', 's1');
+      core.put('d2', all('s2'), 'add');
+      const [grouped] = await m;
+      assert.deepEqual(grouped.map((r) => [r.device, r.subscriptionIds]), [['d1', ['s1']]], 'delivered as matched, to the device it was');
+      assert.deepEqual((await core.match([event]))[0].map((r) => [r.device, r.subscriptionIds]), [['d2', ['s2']]]);
+      assert.deepEqual(core.sortedSubscribedDevices(), ['d2']);
+    } finally {
+      await core.close();
+    }
+  });
+
+  it("a location writer finds its device again after a purge, not the device given the number since", async () => {
+    const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }));
+    try {
+      const w = core.writer('a');
+      w(1, 1);
+      assert.deepEqual(core.position('a'), { lat: 1, lon: 1 });
+      assert.deepEqual(core.purge('a'), { subscriptions: 0, location: true });
+      assert.equal(core.position('a'), null);
+      core.move('b', 2, 2);
+      w(3, 3);
+      assert.deepEqual(core.position('b'), { lat: 2, lon: 2 }, "b's position is its own");
+      assert.deepEqual(core.position('a'), { lat: 3, lon: 3 });
+      assert.equal(core.deviceCount, 2);
+      // A device with only a position keeps it through its subscriptions coming and going.
+      core.put('b', all('x'), 'add');
+      core.remove('b', 'x');
+      assert.deepEqual(core.position('b'), { lat: 2, lon: 2 });
+      assert.deepEqual([...core.positions()].sort(), [['a', 3, 3], ['b', 2, 2]]);
+      const cut = core.positionCut();
+      core.move('a', 4, 4);
+      const inCut = cut.devices.flatMap((d, i) => (d === '' ? [] : [[d, cut.coords[2 * i], cut.coords[2 * i + 1]]]));
+      assert.deepEqual(inCut.sort(), [['a', 3, 3], ['b', 2, 2]], 'a cut keeps the positions of when it was taken');
+    } finally {
+      await core.close();
+    }
+  });
+
+  it("keeps each device's subscriptions in the order first put through replaces of either kind and removals", async () => {
+    const patterns = new PatternMatcher({ elements: CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }) });
+    const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }), undefined, patterns);
+    const pattern = (id: string): DeviceSubscription => ({ id, filters: [], pattern: { steps: [{ name: 'a', filter: { constraints: [{ name: 'k', op: 'eq', value: 'a' }] } }, { name: 'b', filter: { constraints: [{ name: 'k', op: 'eq', value: 'b' }] }, withinMs: 1000 }] } });
+    const order = (d: string) => core.list(d).map((s) => `${s.id}:${s.pattern === undefined ? 'f' : 'p'}`);
+    try {
+      for (const id of ['a', 'b', 'c', 'd']) core.put('dev', id === 'b' ? pattern(id) : all(id), 'add');
+      assert.deepEqual(order('dev'), ['a:f', 'b:p', 'c:f', 'd:f']);
+      core.put('dev', all('b'), 'replace');
+      core.put('dev', pattern('a'), 'replace');
+      core.put('dev', pattern('d'), 'upsert');
+      assert.deepEqual(order('dev'), ['a:p', 'b:f', 'c:f', 'd:p'], 'a replaced one keeps its place, of either kind');
+      assert.equal(core.patternOwners, 1);
+      assert.equal(core.isPattern('dev', 'a'), true);
+      assert.equal(core.isPattern('dev', 'b'), false);
+      core.remove('dev', 'd');
+      core.put('dev', all('e'), 'add');
+      core.remove('dev', 'a');
+      core.put('dev', pattern('f'), 'add');
+      assert.deepEqual(order('dev'), ['b:f', 'c:f', 'e:f', 'f:p'], 'removing the first or the last keeps the list whole');
+      core.remove('dev', 'c');
+      assert.deepEqual(order('dev'), ['b:f', 'e:f', 'f:p']);
+      assert.equal(core.count('dev'), 3);
+      assert.equal(core.subscriptions, 3);
+      assert.deepEqual((await core.match([event]))[0].map((r) => [r.device, r.subscriptionIds]), [['dev', ['b', 'e']]]);
+      for (const id of ['b', 'e', 'f']) assert.equal(core.remove('dev', id), true);
+      assert.equal(core.patternOwners, 0);
+      assert.deepEqual(core.list('dev'), []);
+      assert.deepEqual(core.sortedSubscribedDevices(), []);
+    } finally {
+      await core.close();
+    }
+  });
 });
+
