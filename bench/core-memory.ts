@@ -6,7 +6,7 @@
  * holds), and the engine alone (each subscription and position given to it directly, under the
  * key the core would give it), for comparison in the same run. A benchmark, not a test.
  *
- *   node dist/bench/core-memory.js [--subscriptions 100000] [--engines fast,gpu-no-mirror,gpu] [--positions] [--without-copies] [--allow-software] [--out FILE]
+ *   node dist/bench/core-memory.js [--subscriptions 100000] [--engines fast,gpu-no-mirror,gpu] [--positions] [--without-copies | --holders core,engine] [--allow-software] [--out FILE]
  */
 import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -31,6 +31,7 @@ const USAGE = `Usage: node dist/bench/core-memory.js [options]
                      writer does): the core's position record and engine handle per device counted too
   --without-copies   the core as the service runs it and the engine alone (not the comparison rows that
                      also keep each subscription as given: at 10M subscriptions those hold several GiB)
+  --holders LIST     the rows to run, of core, copies, engine (default all three; core,engine with --without-copies)
   --allow-software   let the GPU engines run on a software adapter (llvmpipe: its buffers are host memory)
   --seed N           workload seed (default 1)
   --out FILE         result JSON (default bench/out/core-memory-<time>.json)`;
@@ -129,7 +130,7 @@ function inChild(o: ChildSpec): Promise<Row> {
 
 async function main(): Promise<void> {
   const fail = cliFail('bench/core-memory', USAGE);
-  const cl = readCommandLine(process.argv.slice(2), new Set(['help', 'allow-software', 'positions', 'without-copies']), new Set(['subscriptions', 'engines', 'seed', 'out']), fail, USAGE);
+  const cl = readCommandLine(process.argv.slice(2), new Set(['help', 'allow-software', 'positions', 'without-copies']), new Set(['subscriptions', 'engines', 'holders', 'seed', 'out']), fail, USAGE);
   if (cl === null) return;
   const { a, r } = cl;
   const n = r.count('subscriptions', 100_000);
@@ -137,7 +138,7 @@ async function main(): Promise<void> {
   const engines = r.oneOf('engines', ENGINES, ['fast', 'gpu-no-mirror', 'gpu']);
   const allowSoftware = a['allow-software'] === true;
   const positions = a.positions === true;
-  const holders: Holder[] = a['without-copies'] === true ? ['core', 'engine'] : ['core', 'copies', 'engine'];
+  const holders = r.oneOf('holders', ['core', 'copies', 'engine'], a['without-copies'] === true ? ['core', 'engine'] : ['core', 'copies', 'engine']) as Holder[];
   const run = new ResultRun({ out: a.out, name: 'core-memory', fail });
   process.stdout.write(`match core memory: ${describeMachine(run.machine)}\n${count(n)} subscriptions of 10 filters (CLCB Table 1), one device each${positions ? ', each device located once through the core' : ''}; a child process per row\n\n`);
   const rows: Row[] = [];
