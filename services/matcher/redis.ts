@@ -138,7 +138,9 @@ export interface RedisMatcherOptions {
   stuckReadMs?: number;
   /**
    * Sharded by space: how long (ms) this shard's leader waits for the shards devices leave to
-   * store past a hand-over before it applies the arrival anyway (default 0: no bound).
+   * store past a hand-over before it applies the arrival anyway (default 0: no bound; the
+   * service's processes take `AMBIT_HANDOVER_WAIT_S`, 30 s by default). A later hand-over from a
+   * shard given up on that has still not stored since is applied at once.
    * While it waits its whole loop waits, so a shard left with no leader and no standby would
    * stall every shard its devices move to. Applied early, each device's state first opens an
    * owed window (owed-scripts.ts OWE), so what the shard left behind still owes the device is stored
@@ -292,6 +294,13 @@ export class RedisMatcher {
   /** Hand-overs applied past the bound whose owed windows are open: closed once their sources store past them. */
   private owedOpen: { released: string; offsets: string[]; byGroup: Map<GroupKeys, string[]> }[] = [];
   private closingOwed = false;
+  /**
+   * Shards this leader gave up waiting for (a hand-over from them applied past the bound), each
+   * with the release entry it had not stored past: a later hand-over from one of them that has
+   * still not stored past that entry is applied at once, without waiting the bound again (it has
+   * been stuck for longer than the bound already). Forgotten once the shard stores past it.
+   */
+  private readonly stuckSources = new Map<number, string>();
   private readonly handOverWaitLimitMs: number;
   /** Devices this matcher's engine took over from another shard, and gave to one (hand-over entries applied). */
   private handOversIn = 0;
@@ -1140,11 +1149,23 @@ export class RedisMatcher {
     let told = false;
     // A device with an owed window of another hand-over still open is not forced (OWE): it waits.
     let forceable = this.handOverWaitLimitMs > 0;
+    const sourceList = [...sources];
     while (!this.stopping && !this.crashed && this.currentRole === 'leader') {
       const stored = await this.cmd.mget(offsets);
-      if (stored.every((o) => o !== null && compareStreamIds(o, released) >= 0)) break;
+      let behind = 0;
+      let stuck = 0;
+      for (let i = 0; i < sourceList.length; i++) {
+        const o = stored[i];
+        const was = this.stuckSources.get(sourceList[i]);
+        // A shard given up on before that has stored past where it was stuck runs again.
+        if (was !== undefined && o !== null && compareStreamIds(o, was) >= 0) this.stuckSources.delete(sourceList[i]);
+        if (o !== null && compareStreamIds(o, released) >= 0) continue;
+        behind++;
+        if (this.stuckSources.has(sourceList[i])) stuck++;
+      }
+      if (behind === 0) break;
       const waited = Date.now() - t0;
-      if (forceable && waited >= this.handOverWaitLimitMs) {
+      if (forceable && (waited >= this.handOverWaitLimitMs || stuck === behind)) {
         // What the shards left behind still owe these devices stays theirs to store: each device's
         // state opens a window up to the release entry before this shard stores anything for it.
         const owing = entry.devices.filter((a) => sources.has(Number(a.from))).map((a) => a.device);
@@ -1158,9 +1179,13 @@ export class RedisMatcher {
           continue;
         }
         this.handOversForced++;
+        for (let i = 0; i < sourceList.length; i++) {
+          const o = stored[i];
+          if ((o === null || compareStreamIds(o, released) < 0) && !this.stuckSources.has(sourceList[i])) this.stuckSources.set(sourceList[i], released);
+        }
         this.log?.error(
           { entry: entry.id, from: [...sources], waitedMs: waited },
-          `${COMPONENT}: hand-over ${entry.id} applied without shards ${[...sources].join(', ')} storing past ${released} (waited ${waited} ms, the bound): their notifications to these devices, once they run again, come after this shard's`,
+          `${COMPONENT}: hand-over ${entry.id} applied without shards ${[...sources].join(', ')} storing past ${released} (waited ${waited} ms${stuck === behind && waited < this.handOverWaitLimitMs ? ': each was given up on before and has not stored since' : ', the bound'}): their notifications to these devices, once they run again, come after this shard's`,
         );
         this.hooks.onHandOverForced?.({ entry: entry.id, from: [...sources], waitedMs: waited });
         break;

@@ -122,8 +122,9 @@ export interface ServerConfig {
   stuckReadS: number;
   /**
    * Sharded by space, matchers: how long (s) a shard's leader waits for the shard a device leaves
-   * to store past the hand-over before it applies the arrival anyway (0, the default: no bound).
-   * Past it the device's notifications still owed by the shard it left come after later ones.
+   * to store past the hand-over before it applies the arrival anyway (30 by default; 0: no bound).
+   * Past it the device's notifications still owed by the shard it left come after later ones; a
+   * later hand-over from a shard given up on that has not stored since is applied at once.
    */
   handOverWaitS: number;
   /**
@@ -234,7 +235,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = Object.freeze({
   snapshotIntervalS: 300,
   commandStreamMaxLen: 100_000,
   stuckReadS: 600,
-  handOverWaitS: 0,
+  handOverWaitS: 30,
   dedupe: DEFAULT_DEDUPE,
   maxSubscriptionsPerDevice: DEFAULT_MAX_SUBSCRIPTIONS_PER_DEVICE,
   logLevel: 'info',

@@ -182,7 +182,8 @@ describe('api config: configFromEnv', () => {
     assert.equal(configFromEnv({ REDIS_URL: 'redis://r:6379', AMBIT_MATCHER_STUCK_S: '0' }).stuckReadS, 0);
     assert.throws(() => configFromEnv({ AMBIT_MATCHER_STUCK_S: '60' }), /AMBIT_MATCHER_STUCK_S is for Redis mode/);
     assert.throws(() => configFromEnv({ REDIS_URL: 'redis://r:6379', AMBIT_MATCHER_STUCK_S: '-1' }), /AMBIT_MATCHER_STUCK_S/);
-    assert.equal(DEFAULT_CONFIG.handOverWaitS, 0);
+    assert.equal(DEFAULT_CONFIG.handOverWaitS, 30);
+    assert.equal(configFromEnv({ REDIS_URL: 'redis://r:6379', AMBIT_GEO_SHARDS: '2', AMBIT_HANDOVER_WAIT_S: '0' }).handOverWaitS, 0, '0: no bound');
     assert.equal(configFromEnv({ REDIS_URL: 'redis://r:6379', AMBIT_GEO_SHARDS: '2', AMBIT_HANDOVER_WAIT_S: '60' }).handOverWaitS, 60);
     assert.throws(() => configFromEnv({ REDIS_URL: 'redis://r:6379', AMBIT_HANDOVER_WAIT_S: '10' }), /AMBIT_HANDOVER_WAIT_S needs AMBIT_GEO_SHARDS/);
     assert.throws(() => configFromEnv({ REDIS_URL: 'redis://r:6379', AMBIT_GEO_SHARDS: '2', AMBIT_HANDOVER_WAIT_S: '1.5' }), /AMBIT_HANDOVER_WAIT_S/);

@@ -139,3 +139,62 @@ export async function refusedHandOver(kit: Kit, stripes: GeoSpec): Promise<void>
     for (const m of running.values()) await m.stop();
   }
 }
+
+/**
+ * Shard b gives up on shard a (down) once, after the bound; a later hand-over from a, which has
+ * still not stored, is applied at once (its first sign is the forcing, not a wait). Once a runs
+ * and stores past where it was stuck, b waits for it again: stopped anew, a hand-over from it
+ * waits the bound before it is forced.
+ */
+export async function stuckSourceHandOvers(kit: Kit, stripes: GeoSpec): Promise<void> {
+  const { freshPrefix, matcherOptions, hubOptions } = kit;
+  const { geo, j, shardOf, lonOf } = milanStripes(stripes);
+  const prefix = freshPrefix();
+  const [a, b] = [shardOf(j), shardOf(j + 1)];
+  // What shard b's leader does about each arrival from a, in order: a wait begun, a forcing.
+  const seen: [string, string][] = [];
+  const forced = () => seen.filter(([k]) => k === 'forced');
+  let waiter: { n: number; resolve: () => void } | null = null;
+  const note = (what: string) => (w: { entry: string }) => {
+    seen.push([what, w.entry]);
+    if (waiter !== null && forced().length >= waiter.n) waiter.resolve();
+  };
+  /** Resolves once shard b has forced `n` hand-overs. */
+  const forcings = (n: number) => new Promise<void>((resolve) => (forced().length >= n ? resolve() : (waiter = { n, resolve })));
+  const start = (k: number) => RedisMatcher.start(matcherOptions(prefix, { geo, partition: k, ...(k === b ? { handOverWaitMs: 200, hooks: { onHandOverWait: note('wait'), onHandOverForced: note('forced') } } : {}) }));
+  const running = new Map<number, RedisMatcher>();
+  for (const k of [0, 1, 2, 3].filter((k) => k !== a)) running.set(k, await start(k));
+  const hub = await RedisHub.connect(hubOptions(prefix, { geo }));
+  const home = async (dev: string) => {
+    await hub.updateLocations([{ device: dev, lat: 45.4642, lon: lonOf(j) }]);
+    await hub.addSubscription(dev, { id: 'near', filters: [{ constraints: [], area: { radiusM: 10 } }] });
+    await hub.updateLocations([{ device: dev, lat: 45.4642, lon: lonOf(j) }]);
+  };
+  const moveOn = (dev: string) => hub.updateLocations([{ device: dev, lat: 45.4642, lon: lonOf(j + 1) }]);
+  /** What shard b did about the n-th hand-over it forced, in order. */
+  const entriesOf = (n: number) => seen.filter(([, e]) => e === forced()[n][1]).map(([k]) => k);
+  try {
+    await home('one');
+    await home('two');
+    await moveOn('one');
+    await forcings(1);
+    assert.deepEqual(entriesOf(0), ['wait', 'forced'], 'the first hand-over from shard a waits the bound');
+    await moveOn('two');
+    await forcings(2);
+    assert.deepEqual(entriesOf(1), ['forced'], 'a later one from shard a, still stuck, is applied at once');
+    assert.equal((await hub.publish([{ id: 'at-b', lat: 45.4642, lon: lonOf(j + 1), attributes: {} }]))[0].reached, 2);
+    // Shard a runs and stores past both hand-overs; a device homed on it then, and a stopped anew.
+    running.set(a, await start(a));
+    await home('three');
+    assert.equal((await hub.publish([{ id: 'at-a', lat: 45.4642, lon: lonOf(j), attributes: {} }]))[0].reached, 1, 'shard a holds the third device');
+    await running.get(a)!.stop();
+    running.delete(a);
+    await moveOn('three');
+    await forcings(3);
+    assert.deepEqual(entriesOf(2), ['wait', 'forced'], 'shard a stored since it was given up on: the bound is waited again');
+    assert.equal((await hub.publish([{ id: 'at-b-2', lat: 45.4642, lon: lonOf(j + 1), attributes: {} }]))[0].reached, 3);
+  } finally {
+    await hub.close();
+    for (const m of running.values()) await m.stop();
+  }
+}
