@@ -149,6 +149,13 @@ export interface RedisMatcherOptions {
    */
   handOverWaitMs?: number;
   /**
+   * Sharded by space: the most owed windows one device may hold at once (default 4): one per
+   * hand-over applied past the bound whose shard left behind has not stored past it yet. A
+   * hand-over that would open one more waits for the shard it comes from instead (counted as
+   * refused).
+   */
+  maxOwedWindows?: number;
+  /**
    * @internal A clock for retention tests: stamps publishes and ages notifications by it. Unset
    * (production), a publish is stamped when Redis accepted it and ages by Redis's clock.
    */
@@ -184,7 +191,7 @@ export interface MatcherHooks {
   onHandOverWait?(w: { entry: string; from: number[] }): void;
   /** Sharded by space: the wait above ran past `handOverWaitMs` and the arrival is applied without it. */
   onHandOverForced?(w: { entry: string; from: number[]; waitedMs: number }): void;
-  /** Sharded by space: past `handOverWaitMs`, but a device in the arrival still has an owed window open: it waits on. */
+  /** Sharded by space: past `handOverWaitMs`, but a device in the arrival holds the most owed windows (`maxOwedWindows`): it waits on. */
   onHandOverRefused?(w: { entry: string; from: number[]; waitedMs: number }): void;
   /** A leader's stats record is in Redis (what gateways read for their stats and metrics). */
   onStatsWritten?(record: MatcherStatsRecord): void;
@@ -289,7 +296,7 @@ export class RedisMatcher {
   /** Sharding by space: time spent waiting for shards that devices left (ms). */
   private handOverWaitMs = 0;
   private handOversForced = 0;
-  /** Hand-overs past the wait bound that were not forced (a device's owed window still open): they wait on. */
+  /** Hand-overs past the wait bound that were not forced (a device held the most owed windows): they wait on. */
   private handOversRefused = 0;
   /** Hand-overs applied past the bound whose owed windows are open: closed once their sources store past them. */
   private owedOpen: { released: string; offsets: string[]; byGroup: Map<GroupKeys, string[]> }[] = [];
@@ -302,6 +309,7 @@ export class RedisMatcher {
    */
   private readonly stuckSources = new Map<number, string>();
   private readonly handOverWaitLimitMs: number;
+  private readonly maxOwedWindows: number;
   /** Devices this matcher's engine took over from another shard, and gave to one (hand-over entries applied). */
   private handOversIn = 0;
   private handOversOut = 0;
@@ -403,6 +411,7 @@ export class RedisMatcher {
     this.snapshotHoldMs = intOption(COMPONENT, 'snapshot.holdMs', snap?.holdMs, Math.max(600_000, 2 * this.snapshotIntervalMs + 60_000), 1000, 30 * 24 * 3600 * 1000);
     this.stuckReadMs = intOption(COMPONENT, 'stuckReadMs', options.stuckReadMs, 600_000, 0, 30 * 24 * 3600 * 1000);
     this.handOverWaitLimitMs = intOption(COMPONENT, 'handOverWaitMs', options.handOverWaitMs, 0, 0, 24 * 3600 * 1000);
+    this.maxOwedWindows = intOption(COMPONENT, 'maxOwedWindows', options.maxOwedWindows, 4, 1, 64);
     this.core = new MatchCore(engine, undefined, patterns);
     this.patternsLatenessMs = options.patterns?.latenessMs ?? 0;
     this.engineDetail = detail;
@@ -1147,7 +1156,7 @@ export class RedisMatcher {
     let pause = 1;
     let warned = t0;
     let told = false;
-    // A device with an owed window of another hand-over still open is not forced (OWE): it waits.
+    // A device that holds the most owed windows of other hand-overs is not forced (OWE): it waits.
     let forceable = this.handOverWaitLimitMs > 0;
     const sourceList = [...sources];
     while (!this.stopping && !this.crashed && this.currentRole === 'leader') {
@@ -1175,7 +1184,7 @@ export class RedisMatcher {
           forceable = false;
           this.handOversRefused++;
           this.hooks.onHandOverRefused?.({ entry: entry.id, from: [...sources], waitedMs: waited });
-          this.log?.error({ entry: entry.id, from: [...sources] }, `${COMPONENT}: hand-over ${entry.id} is not applied past the wait bound: a device in it still has the owed window of an earlier one; it waits for shards ${[...sources].join(', ')}`);
+          this.log?.error({ entry: entry.id, from: [...sources] }, `${COMPONENT}: hand-over ${entry.id} is not applied past the wait bound: a device in it holds the most owed windows of earlier ones (${this.maxOwedWindows}); it waits for shards ${[...sources].join(', ')}`);
           continue;
         }
         this.handOversForced++;
@@ -1207,8 +1216,8 @@ export class RedisMatcher {
 
   /**
    * Opens the owed window (owed-scripts.ts OWE) of each device, a call per device group, fenced by
-   * this leader's token: 'refused' where a device has the window of another hand-over open (none
-   * is opened then in its group: the arrival waits), 'failed' when it could not (the loop reads
+   * this leader's token: 'refused' where a device holds the most windows of other hand-overs
+   * (`maxOwedWindows`; none is opened then in its group: the arrival waits), 'failed' when it could not (the loop reads
    * the batch again).
    */
   private async openOwed(released: string, devices: readonly string[], offsets: string[]): Promise<'opened' | 'refused' | 'failed'> {
@@ -1217,7 +1226,7 @@ export class RedisMatcher {
       // Written down before the windows open: a leader that dies before closing them leaves them to
       // the next one (loadOwed). Closing a window that was never opened changes nothing.
       await this.cmd.hset(this.keys.matcherOwed, released, JSON.stringify({ offsets, devices }));
-      const r = await Promise.all([...byGroup].map(([g, ds]) => runScript(this.cmd, 'ambitOwe', 4 + ds.length, g.dstate, g.nseq, g.nlast, g.fence, ...ds.map((d) => g.born(d)), released, ...ds, this.token)));
+      const r = await Promise.all([...byGroup].map(([g, ds]) => runScript(this.cmd, 'ambitOwe', 4 + ds.length, g.dstate, g.nseq, g.nlast, g.fence, ...ds.map((d) => g.born(d)), released, this.maxOwedWindows, ...ds, this.token)));
       // Windows a refusal left open in other groups close like any (ambitOweClose closes only this release's).
       if (!this.owedOpen.some((o) => o.released === released)) this.owedOpen.push({ released, offsets, byGroup });
       return r.some((n) => Number(n) < 0) ? 'refused' : 'opened';

@@ -123,7 +123,7 @@ export class Metrics implements EdgeMetrics {
     counter('ambit_gpu_batch_wait_seconds_total', 'GPU engine: time from a batch\'s submit to its results being readable', hubMs('batchWaitMs'));
     counter('ambit_gpu_batch_read_seconds_total', 'GPU engine: host time reading batches\' results', hubMs('batchReadMs'));
     counter('ambit_handovers_forced_total', 'Sharded by space: hand-overs a shard leader applied after AMBIT_HANDOVER_WAIT_S without the shard the device left storing past it', hubCount('handOversForced'));
-    counter('ambit_handovers_refused_total', 'Sharded by space: hand-overs past AMBIT_HANDOVER_WAIT_S that wait on, because a device in them still has the owed window of an earlier one', hubCount('handOversRefused'));
+    counter('ambit_handovers_refused_total', 'Sharded by space: hand-overs past AMBIT_HANDOVER_WAIT_S that wait on, because a device in them holds the most owed windows of earlier ones', hubCount('handOversRefused'));
     // Device lifecycle.
     counter('ambit_devices_purged_total', 'Devices purged on request (PurgeDevice), by the hub (Redis mode: the deployment)', hubCount('devicesPurged'));
     counter('ambit_devices_expired_total', 'Devices purged because no gateway saw them for AMBIT_DEVICE_EXPIRY_DAYS, by the hub (Redis mode: the deployment)', hubCount('devicesExpired'));

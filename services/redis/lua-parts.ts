@@ -41,20 +41,19 @@ end
 // A device's delivery state, one field of {p}dstate: seven doubles (struct '<ddddddd'):
 // last id's ms, last ordinal, stream length after the last change, when its TTL was last set
 // (ms), and the marker of its last stored notification (source in-entry ms, seq, event index).
-// A device taken over by a shard that stopped waiting for the shard it left (OWE) has eight more:
-// the owed window's low end (the marker then: ms, seq, index; exclusive), its high end (the
-// hand-over's release entry: ms, seq; inclusive, any index), and the marker of what was stored
-// in the window since (ms, seq, index).
+// A device taken over by a shard that stopped waiting for the shard it left (OWE) has eight more
+// per owed window: the window's low end (the marker then: ms, seq, index; exclusive), its high end
+// (the hand-over's release entry: ms, seq; inclusive, any index), and the marker of what was
+// stored in the window since (ms, seq, index). Window w (from 0) starts at index 8 + 8 w.
 // A device without one may have the layout of earlier versions ({p}nseq + {p}nlast): read once.
 export const STATE = `
 local function load_state(raw, seq, last)
   if raw then
-    if #raw >= 120 then
-      local a, b, c, d, e, f, g, h, i, j, k, l, m, n, o = struct.unpack('<ddddddddddddddd', raw)
-      return {a, b, c, d, e, f, g, h, i, j, k, l, m, n, o}
-    end
-    local a, b, c, d, e, f, g = struct.unpack('<ddddddd', raw)
-    return {a, b, c, d, e, f, g}
+    local n = math.floor(#raw / 8)
+    local v = {struct.unpack('<' .. string.rep('d', n), raw)}
+    local s = {}
+    for i = 1, n do s[i] = v[i] end
+    return s
   end
   local s = {0, tonumber(seq or '0'), 0, 0, 0, 0, -1}
   if last then
@@ -65,13 +64,41 @@ local function load_state(raw, seq, last)
   return s
 end
 local function pack_state(s)
-  if s[8] then
-    return struct.pack('<ddddddddddddddd', s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12], s[13], s[14], s[15])
-  end
-  return struct.pack('<ddddddd', s[1], s[2], s[3], s[4], s[5], s[6], s[7])
+  return struct.pack('<' .. string.rep('d', #s), unpack(s))
 end
 -- (am, as, ai) after (bm, bs, bi): in-entry ids, then event indices.
 local function is_after(am, as, ai, bm, bs, bi)
   return am > bm or (am == bm and (as > bs or (as == bs and ai > bi)))
+end
+-- The owed windows a state holds.
+local function windows(s)
+  return math.floor((#s - 7) / 8)
+end
+-- Whether owed window w of the state takes a notification of (sm, ss, si): up to its high end and
+-- after its marker (which starts at its low end).
+local function window_takes(s, w, sm, ss, si)
+  local b = 7 + 8 * w
+  return (sm < s[b + 4] or (sm == s[b + 4] and ss <= s[b + 5])) and is_after(sm, ss, si, s[b + 6], s[b + 7], s[b + 8])
+end
+-- A notification of (sm, ss, si) stored: the marker of every window that takes it follows it.
+-- True when some window took it.
+local function follow_windows(s, sm, ss, si)
+  local took = false
+  for w = 0, windows(s) - 1 do
+    if window_takes(s, w, sm, ss, si) then
+      local b = 7 + 8 * w
+      s[b + 6], s[b + 7], s[b + 8] = sm, ss, si
+      took = true
+    end
+  end
+  return took
+end
+-- The index (from 0) of the window whose high end is the release entry (rm, rs), or -1.
+local function window_of(s, rm, rs)
+  for w = 0, windows(s) - 1 do
+    local b = 7 + 8 * w
+    if s[b + 4] == rm and s[b + 5] == rs then return w end
+  end
+  return -1
 end
 `;

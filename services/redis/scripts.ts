@@ -334,15 +334,28 @@ if keep then
     end
   end
   s[3] = redis.call('XLEN', KEYS[1])
-  if s[8] ~= nil and is_after(pm, ps, 1e15, s[13], s[14], s[15]) then s[13], s[14], s[15] = pm, ps, 1e15 end
+  for w = 0, windows(s) - 1 do
+    local b = 7 + 8 * w
+    if is_after(pm, ps, 1e15, s[b + 6], s[b + 7], s[b + 8]) then s[b + 6], s[b + 7], s[b + 8] = pm, ps, 1e15 end
+  end
   redis.call('HSET', KEYS[2], ARGV[1], pack_state(s))
 else
   n = redis.call('XLEN', KEYS[1])
   redis.call('DEL', KEYS[1])
-  if s ~= nil and s[8] ~= nil and (s[11] > pm or (s[11] == pm and s[12] > ps)) then
-    -- An owed window of a hand-over after the purge, nothing stored past the purge yet: the state
-    -- starts over from the purge, and the window still takes what its shard owes from after it.
-    redis.call('HSET', KEYS[2], ARGV[1], pack_state({0, 0, 0, 0, pm, ps, 1e15, s[8], s[9], s[10], s[11], s[12], pm, ps, 1e15}))
+  -- Owed windows of hand-overs after the purge, nothing stored past the purge yet: the state
+  -- starts over from the purge, and each such window still takes what its shard owes from after it.
+  local t = {0, 0, 0, 0, pm, ps, 1e15}
+  if s ~= nil then
+    for w = 0, windows(s) - 1 do
+      local b = 7 + 8 * w
+      if s[b + 4] > pm or (s[b + 4] == pm and s[b + 5] > ps) then
+        local k = #t
+        t[k + 1], t[k + 2], t[k + 3], t[k + 4], t[k + 5], t[k + 6], t[k + 7], t[k + 8] = s[b + 1], s[b + 2], s[b + 3], s[b + 4], s[b + 5], pm, ps, 1e15
+      end
+    end
+  end
+  if t[8] ~= nil then
+    redis.call('HSET', KEYS[2], ARGV[1], pack_state(t))
   else
     -- The state goes; born:{device} keeps the purge's id, so DELIVER stores nothing from before it.
     redis.call('HDEL', KEYS[2], ARGV[1])
@@ -448,10 +461,18 @@ for i = 1, n do
   end
   local sm, ss, si = esm[e], ess[e], eidx[e]
   local fresh = is_after(sm, ss, si, s[5], s[6], s[7])
-  -- Owed by the shard a device left before the arriving shard stopped waiting for it: within the
+  -- Owed by a shard a device left before the arriving shard stopped waiting for it: within a
   -- window and after what was stored in it (a replay of that shard skips what it stored already,
-  -- owed or fresh: the window's marker follows every store within the window).
-  local inwin = s[8] ~= nil and (sm < s[11] or (sm == s[11] and ss <= s[12])) and is_after(sm, ss, si, s[13], s[14], s[15])
+  -- owed or fresh: a window's marker follows every store within its range).
+  local inwin = false
+  if s[8] ~= nil then
+    for w = 0, windows(s) - 1 do
+      if window_takes(s, w, sm, ss, si) then
+        inwin = true
+        break
+      end
+    end
+  end
   if fresh or inwin then
     local key = KEYS[4 + i]
     local ms = math.max(epub[e], s[1])
@@ -476,7 +497,7 @@ for i = 1, n do
     end
     s[1], s[2], s[3] = ms, ord, after
     if fresh then s[5], s[6], s[7] = sm, ss, si end
-    if inwin then s[13], s[14], s[15] = sm, ss, si end
+    if inwin then follow_windows(s, sm, ss, si) end
     if not changed[dev] then
       changed[dev] = true
       changed[#changed + 1] = dev

@@ -12,7 +12,7 @@ import { type GeoSpec, Keys } from '../../services/redis/keys.js';
 import { ShardMap } from '../../services/matcher/shard-map.js';
 import { compareStreamIds } from '../../services/redis/codec.js';
 import { runHubContract } from '../support/hub-contract.js';
-import { forcedHandOver, milanStripes, refusedHandOver, stuckSourceHandOvers } from '../support/forced-handover.js';
+import { forcedHandOver, milanStripes, refusedHandOver, stuckSourceHandOvers, twoWindowsHandOver } from '../support/forced-handover.js';
 import { runGeoWorld } from '../support/geo-world.js';
 import { redisTestKit, useRedisServer } from '../support/redis-deployment.js';
 
@@ -420,8 +420,12 @@ describe('sharded by space', { skip: missing ?? false, timeout: 60_000 }, () => 
     await forcedHandOver(kit, STRIPES, { leaderDies: true });
   });
 
-  it('a device whose owed window is still open leaves a shard with no leader: the shard it arrives on does not apply it past the bound (one window a device), counts the refusal and applies it once that shard runs again', async () => {
+  it('a device that holds the most owed windows (one, here) leaves a shard with no leader: the shard it arrives on does not apply it past the bound, counts the refusal and applies it once that shard runs again', async () => {
     await refusedHandOver(kit, STRIPES);
+  });
+
+  it('a device leaves two shards with no leader in a row: the second hand-over opens a second owed window, and each shard left behind stores what it owed, once', async () => {
+    await twoWindowsHandOver(kit, STRIPES);
   });
 
   it('a shard given up on once is not waited for again while it has stored nothing since: a later hand-over from it is applied at once, and once it stores, the bound holds again', async () => {

@@ -22,13 +22,17 @@ const at = (id: string): string => {
   return `${T + Number(n)}-${q}`;
 };
 const RELEASE = '200-1';
+/** The most windows a device may hold, as the matchers' default. */
+const MOST = 4;
 
 function scripts(r: Redis, k: Keys) {
   const g = k.groups[0];
   return {
     /** Stores one notification of entry `id`'s event 0 for `dev`; how many were stored (0 or 1). */
     deliver: async (dev: string, id: string) => Number(await runScript(r, 'ambitDeliver', 7, g.dstate, k.stats, g.nseq, g.nlast, k.notes(dev), g.born(dev), k.matcherEpoch, 100, 3_600_000, g.wakePrefix, '', 1, at(id), 0, Number(at(id).split('-')[0]), `{"id":"${id}"}`, dev, 1, '[]', '')),
-    owe: async (release: string, ...devs: string[]) => Number(await runScript(r, 'ambitOwe', 4 + devs.length, g.dstate, g.nseq, g.nlast, k.matcherEpoch, ...devs.map((d) => g.born(d)), at(release), ...devs, '')),
+    owe: async (release: string, ...devs: string[]) => Number(await runScript(r, 'ambitOwe', 4 + devs.length, g.dstate, g.nseq, g.nlast, k.matcherEpoch, ...devs.map((d) => g.born(d)), at(release), MOST, ...devs, '')),
+    /** owe() allowing a device at most `most` windows. */
+    oweUpTo: async (most: number, release: string, ...devs: string[]) => Number(await runScript(r, 'ambitOwe', 4 + devs.length, g.dstate, g.nseq, g.nlast, k.matcherEpoch, ...devs.map((d) => g.born(d)), at(release), most, ...devs, '')),
     close: async (release: string, ...devs: string[]) => Number(await runScript(r, 'ambitOweClose', g.dstate, k.matcherEpoch, at(release), ...devs, '')),
     stateBytes: async (dev: string) => (await r.hgetBuffer(g.dstate, dev))?.length ?? 0,
     drop: (dev: string, purge: string) => runScript(r, 'ambitDrop', k.notes(dev), g.dstate, g.nseq, g.nlast, g.acked, k.matcherEpoch, g.born(dev), dev, g.wake(dev), '', at(purge)),
@@ -68,20 +72,59 @@ describe('owed windows', { skip: missing ?? false }, () => {
     });
   });
 
-  it('a device has one window: the same hand-over opens it again as it was, another finds it open and opens none', async () => {
+  it('the same hand-over opens its window again as it was; past the most windows a device may hold, none is opened for any device of the call', async () => {
     await withScripts(async (s) => {
       assert.equal(await s.deliver('d', '100-0'), 1);
       assert.equal(await s.deliver('e', '100-0'), 1);
-      assert.equal(await s.owe(RELEASE, 'd'), 1);
+      assert.equal(await s.oweUpTo(1, RELEASE, 'd'), 1);
       assert.equal(await s.deliver('d', '210-0'), 1);
       assert.equal(await s.deliver('d', '150-0'), 1, 'owed');
-      assert.equal(await s.owe(RELEASE, 'd'), 1, 'a replay of the same hand-over');
+      assert.equal(await s.oweUpTo(1, RELEASE, 'd'), 1, 'a replay of the same hand-over');
       assert.equal(await s.deliver('d', '150-0'), 0, 'the window kept what was stored in it');
-      assert.equal(await s.owe('300-1', 'e', 'd'), -1, 'another hand-over of d');
+      assert.equal(await s.oweUpTo(1, '300-1', 'e', 'd'), -1, 'another hand-over of d, past the most (1)');
       assert.equal(await s.deliver('e', '150-0'), 1, 'e got no window: a store of its old marker is as before');
       assert.equal(await s.deliver('e', '140-0'), 0);
       assert.equal(await s.deliver('d', '190-0'), 1, "d's window is the first one still");
+      assert.equal(await s.stateBytes('d'), 120);
     });
+  });
+
+  it('two stuck shards in a row: a second window beside the first, each shard left behind stores what it owes once whichever stores first, replays store nothing twice, and each window closes alone', async () => {
+    // Shard a owes up to 200-1; shard b took the device (stores from 210) and owes up to 300-1;
+    // shard c took it from b (stores from 310).
+    // Also where b stored nothing for the device before c gave up on it: both windows then start
+    // at the same marker, and a's stores fall within both.
+    for (const [aFirst, bStored] of [[true, true], [false, true], [true, false], [false, false]]) {
+      await withScripts(async (s) => {
+        assert.equal(await s.deliver('d', '100-0'), 1);
+        assert.equal(await s.owe(RELEASE, 'd'), 1, 'b gives up on a');
+        if (bStored) assert.equal(await s.deliver('d', '210-0'), 1, 'b');
+        assert.equal(await s.owe('300-1', 'd'), 1, 'c gives up on b: a second window');
+        assert.equal(await s.stateBytes('d'), 56 + 2 * 64);
+        assert.equal(await s.deliver('d', '310-0'), 1, 'c');
+        const stores = aFirst ? ['150-0', '250-0', '160-0', '260-0'] : ['250-0', '150-0', '260-0', '160-0'];
+        for (const id of stores) {
+          assert.equal(await s.deliver('d', id), 1, `owed ${id}`);
+          assert.equal(await s.deliver('d', id), 0, `its replay at once`);
+        }
+        for (const id of ['150-0', '160-0', '250-0', '260-0', ...(bStored ? ['210-0'] : []), '310-0', '100-0']) assert.equal(await s.deliver('d', id), 0, `a replay of ${id}`);
+        assert.deepEqual(await s.stored('d'), ['100-0', ...(bStored ? ['210-0'] : []), '310-0', ...stores]);
+        // Either window closes alone (a's first where a stored first, else b's).
+        const [first, second] = aFirst ? [RELEASE, '300-1'] : ['300-1', RELEASE];
+        assert.equal(await s.close(first, 'd'), 1, 'one window closes');
+        assert.equal(await s.stateBytes('d'), 56 + 64);
+        if (aFirst) {
+          assert.equal(await s.deliver('d', '270-0'), 1, "b's window still takes what b owes");
+          assert.equal(await s.deliver('d', '170-0'), 0, "a's is gone");
+        } else {
+          assert.equal(await s.deliver('d', '170-0'), 1, "a's window still takes what a owes");
+          assert.equal(await s.deliver('d', '270-0'), 0, "b's is gone");
+        }
+        assert.equal(await s.close(second, 'd'), 1);
+        assert.equal(await s.stateBytes('d'), 56);
+        assert.equal(await s.deliver('d', '320-0'), 1, 'c, as before');
+      });
+    }
   });
 
   it('a window closes once the shard left behind stored past the hand-over: the state is seven doubles again, and another hand-over may open one', async () => {

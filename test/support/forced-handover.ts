@@ -85,9 +85,9 @@ export async function forcedHandOver(kit: Kit, stripes: GeoSpec, options: { lead
 
 /**
  * A device whose forced hand-over's owed window is still open (shard a, which owes it, is down)
- * leaves shard b while b is down too: shard c, past the bound, finds the window open and does not
- * force this one (a device has one window); it counts the refusal and waits for b, and applies the
- * arrival once b runs again.
+ * leaves shard b while b is down too: shard c (which allows a device one window here), past the
+ * bound, finds the window open and does not force this one; it counts the refusal and waits for
+ * b, and applies the arrival once b runs again.
  */
 export async function refusedHandOver(kit: Kit, stripes: GeoSpec): Promise<void> {
   const { freshPrefix, matcherOptions, hubOptions } = kit;
@@ -109,7 +109,7 @@ export async function refusedHandOver(kit: Kit, stripes: GeoSpec): Promise<void>
       : k === c
         ? { onHandOverRefused: refused, onHandOverForced: () => (cForced = true), onStatsWritten: (r: MatcherStatsRecord) => written >= 0 && ++written === 2 && counted(r) }
         : {};
-  const start = (k: number) => RedisMatcher.start(matcherOptions(prefix, { geo, partition: k, handOverWaitMs: 200, hooks: hooks(k) }));
+  const start = (k: number) => RedisMatcher.start(matcherOptions(prefix, { geo, partition: k, handOverWaitMs: 200, hooks: hooks(k), ...(k === c ? { maxOwedWindows: 1 } : {}) }));
   const running = new Map<number, RedisMatcher>();
   for (const k of [b, c, 3]) running.set(k, await start(k));
   const hub = await RedisHub.connect(hubOptions(prefix, { geo }));
@@ -194,6 +194,70 @@ export async function stuckSourceHandOvers(kit: Kit, stripes: GeoSpec): Promise<
     assert.deepEqual(entriesOf(2), ['wait', 'forced'], 'shard a stored since it was given up on: the bound is waited again');
     assert.equal((await hub.publish([{ id: 'at-b-2', lat: 45.4642, lon: lonOf(j + 1), attributes: {} }]))[0].reached, 3);
   } finally {
+    await hub.close();
+    for (const m of running.values()) await m.stop();
+  }
+}
+
+/**
+ * Two stuck shards in a row: shard a (down) owes the device an event when it moves to shard b,
+ * which gives up on a after the bound; b then stops owing it one of its own, and the device moves
+ * on to shard c, which gives up on b with a second owed window (a still owes). The device gets what
+ * b and c stored, then, once a and b run again, what each owed it: every notification once.
+ */
+export async function twoWindowsHandOver(kit: Kit, stripes: GeoSpec): Promise<void> {
+  const { freshPrefix, matcherOptions, hubOptions } = kit;
+  const { geo, j, shardOf, lonOf } = milanStripes(stripes);
+  const prefix = freshPrefix();
+  const [a, b, c] = [shardOf(j), shardOf(j + 1), shardOf(j + 2)];
+  const signal = <T>() => {
+    let resolve!: (v: T) => void;
+    return { promise: new Promise<T>((r) => (resolve = r)), resolve: (v: T) => resolve(v) };
+  };
+  const bForced = signal<void>();
+  // Shard c's first word on the device's arrival from b: forced, or refused.
+  const cGaveUp = signal<{ how: string; from: number[] }>();
+  const hooks = (k: number) =>
+    k === b
+      ? { onHandOverForced: () => bForced.resolve() }
+      : k === c
+        ? { onHandOverForced: (w: { from: number[] }) => cGaveUp.resolve({ how: 'forced', from: w.from }), onHandOverRefused: (w: { from: number[] }) => cGaveUp.resolve({ how: 'refused', from: w.from }) }
+        : {};
+  const start = (k: number) => RedisMatcher.start(matcherOptions(prefix, { geo, partition: k, handOverWaitMs: 200, hooks: hooks(k) }));
+  const running = new Map<number, RedisMatcher>();
+  for (const k of [b, c, 3]) running.set(k, await start(k));
+  const hub = await RedisHub.connect(hubOptions(prefix, { geo }));
+  const impatient = await RedisHub.connect(hubOptions(prefix, { geo, publishTimeoutMs: 300 }));
+  const at = (col: number) => ({ lat: 45.4642, lon: lonOf(col) });
+  const queued = (id: string, col: number) => assert.rejects(impatient.publish([{ id, ...at(col), attributes: {} }]), (err: unknown) => err instanceof PublishError && err.outcome === 'queued');
+  try {
+    const dev = 'twice';
+    await hub.updateLocations([{ device: dev, ...at(j) }]);
+    await hub.addSubscription(dev, { id: 'near', filters: [{ constraints: [], area: { radiusM: 10 } }] });
+    await hub.updateLocations([{ device: dev, ...at(j) }]); // homed on shard a, which is down
+    await queued('owed-a', j);
+    await hub.updateLocations([{ device: dev, ...at(j + 1) }]);
+    await bForced.promise;
+    assert.equal((await hub.publish([{ id: 'at-b', ...at(j + 1), attributes: {} }]))[0].reached, 1);
+    await running.get(b)!.stop();
+    running.delete(b);
+    await queued('owed-b', j + 1);
+    await hub.updateLocations([{ device: dev, ...at(j + 2) }]);
+    assert.deepEqual(await cGaveUp.promise, { how: 'forced', from: [b] }, 'shard c gives up on b with a second window (a still owes the device)');
+    assert.equal((await hub.publish([{ id: 'at-c', ...at(j + 2), attributes: {} }]))[0].reached, 1);
+    // The shards left behind run again: each stores what it owed the device, once.
+    running.set(a, await start(a));
+    running.set(b, await start(b));
+    assert.equal((await hub.publish([{ id: 'after', ...at(j + 2), attributes: {} }]))[0].reached, 1);
+    const inbox = await hub.openInbox(dev, '');
+    const got: string[] = [];
+    const all = ['at-b', 'at-c', 'owed-a', 'owed-b', 'after'];
+    while (!all.every((id) => got.includes(id))) got.push(...(await inbox.pull(10)).map((n) => n.event.id));
+    inbox.close();
+    assert.deepEqual(got.slice(0, 2), ['at-b', 'at-c']);
+    assert.deepEqual([...got.slice(2)].sort(), ['after', 'owed-a', 'owed-b'], 'each notification once');
+  } finally {
+    await impatient.close();
     await hub.close();
     for (const m of running.values()) await m.stop();
   }
