@@ -48,6 +48,7 @@ import { type LocColumns, decodePosition, encodeLocations, encodePositionsHset, 
 import { type Conn, DEFAULT_REDIS, RawCommand, type RedisSource, closeConnection, connectAll, intOption, openConn, prefixOption, queueCommand } from '../redis/connection.js';
 import { DEFAULT_PREFIX, type GeoSpec, type GroupKeys, Keys } from '../redis/keys.js';
 import { checkLayout, layoutFor } from '../redis/layout.js';
+import { Presence } from '../redis/presence.js';
 import { type MatcherStatsRecord, type PublishReply, RecentEvents, locFields, parsePushedNotification, parseReply, parseStoredNotification, pubFields } from '../redis/protocol.js';
 import { PURGED_DOORBELL, defineScripts, runScript } from '../redis/scripts.js';
 import { missedAfter, resumePoint } from '../matcher/fanout.js';
@@ -85,6 +86,8 @@ export interface RedisHubOptions {
   /** This gateway's id (its reply channel); default random. */
   gatewayId?: string;
   log?: Logger;
+  /** @internal Stands in for a process of another build: the protocol it records (presence.ts). */
+  protocol?: number;
   /** Location writers are flushed this often (ms); default 5. */
   flushMs?: number;
   /** ... or as soon as this many writers are dirty; also the most updates per `loc` entry. Default 1024. */
@@ -163,6 +166,9 @@ export class RedisHub implements Hub, InboxHost {
   private ackBatch: { done: Promise<void>; resolve(): void; reject(err: Error): void } | null = null;
   private closed = false;
   private closing: Promise<void> | null = null;
+  /** This gateway's record among the deployment's processes (the protocol check). */
+  private presence: Presence | null = null;
+  private readonly protocol: number | undefined;
 
   /** Connects, subscribes to this gateway's reply channel and returns a ready hub. */
   static async connect(options: RedisHubOptions = {}): Promise<RedisHub> {
@@ -189,6 +195,7 @@ export class RedisHub implements Hub, InboxHost {
       throw new Error(`${COMPONENT}: gatewayId must be a string of 1 to 128 characters, got ${show(this.gatewayId)}`);
     }
     this.log = options.log;
+    this.protocol = options.protocol;
     const flushMs = intOption(COMPONENT, 'flushMs', options.flushMs, 5, 1, 1000);
     const flushSize = intOption(COMPONENT, 'flushSize', options.flushSize, 1024, 1, 65_536);
     const maxInFlight = intOption(COMPONENT, 'maxInFlightFlushes', options.maxInFlightFlushes, 4, 1, 1024);
@@ -227,6 +234,7 @@ export class RedisHub implements Hub, InboxHost {
     defineScripts(this.cmd);
     defineScripts(this.read);
     await checkLayout(COMPONENT, this.cmd, this.keys);
+    this.presence = await Presence.join(COMPONENT, this.cmd, this.keys.procs, 'gateway', { protocol: this.protocol, log: this.log });
     await this.setInstance();
     if (this.router !== null) await loadMap(this.cmd, this.keys, this.router);
     const ringAll = () => {
@@ -922,6 +930,7 @@ export class RedisHub implements Hub, InboxHost {
     this.batcher.stop();
     this.endWaiters();
     if (this.revocationTimer !== null) clearInterval(this.revocationTimer);
+    await this.presence?.leave();
     await Promise.all([closeConnection(this.cmd), closeConnection(this.read), closeConnection(this.sub)]);
   }
 
@@ -933,6 +942,7 @@ export class RedisHub implements Hub, InboxHost {
   crash(): void {
     this.closed = true;
     if (this.revocationTimer !== null) clearInterval(this.revocationTimer);
+    void this.presence?.leave(false);
     this.closing ??= Promise.resolve();
     this.batcher.stop();
     this.endWaiters();

@@ -39,6 +39,7 @@ import { compareStreamIds, decodeLocations, decodePosition, splitStoredSubscript
 import { type Conn, DEFAULT_REDIS, type RedisSource, closeConnection, connectAll, intOption, openConn, prefixOption, sleep } from '../redis/connection.js';
 import { DEFAULT_PREFIX, type GeoSpec, type GroupKeys, Keys } from '../redis/keys.js';
 import { checkLayout, layoutFor } from '../redis/layout.js';
+import { Presence } from '../redis/presence.js';
 import { StreamReader } from '../redis/stream-reader.js';
 import { type Acquired, type InEntry, type MatcherStatsRecord, encodeReply, parseInEntry } from '../redis/protocol.js';
 import { defineScripts, runScript } from '../redis/scripts.js';
@@ -85,6 +86,8 @@ export interface RedisMatcherOptions {
   /** Why this engine, for stats (set from openEngine when `engine` is a choice). */
   engineDetail?: string;
   log?: Logger;
+  /** @internal Stands in for a process of another build: the protocol it records (presence.ts). */
+  protocol?: number;
   /** Per-device notification retention, applied when storing (and read by gateways from `{p}config`). */
   retention?: Partial<Retention>;
   /** Entries per XREAD; default 256. */
@@ -310,6 +313,9 @@ export class RedisMatcher {
   private readonly stuckSources = new Map<number, string>();
   private readonly handOverWaitLimitMs: number;
   private readonly maxOwedWindows: number;
+  /** This matcher's record among the deployment's processes (the protocol check). */
+  private presence: Presence | null = null;
+  private readonly protocol: number | undefined;
   /** Devices this matcher's engine took over from another shard, and gave to one (hand-over entries applied). */
   private handOversIn = 0;
   private handOversOut = 0;
@@ -389,6 +395,7 @@ export class RedisMatcher {
     const source = options.redis ?? DEFAULT_REDIS;
     this.keys = new Keys(prefixOption(COMPONENT, options.prefix, DEFAULT_PREFIX), layoutFor(COMPONENT, source, options.deviceGroups, options.partitions, options.geo), partitionOption(options));
     this.log = options.log;
+    this.protocol = options.protocol;
     const r = { ...DEFAULT_RETENTION, ...options.retention };
     this.retention = {
       maxPerDevice: intOption(COMPONENT, 'retention.maxPerDevice', r.maxPerDevice, DEFAULT_RETENTION.maxPerDevice, 1, 1e8),
@@ -501,6 +508,7 @@ export class RedisMatcher {
     await connectAll(COMPONENT, [this.cmd]);
     defineScripts(this.cmd);
     await checkLayout(COMPONENT, this.cmd, this.keys);
+    this.presence = await Presence.join(COMPONENT, this.cmd, this.keys.procs, 'matcher', { protocol: this.protocol, log: this.log });
     await this.cmd.set(this.keys.matcherInstance, randomBytes(8).toString('hex'), 'NX');
     this.instance = (await this.cmd.get(this.keys.matcherInstance)) ?? '';
     await this.blocking.open();
@@ -1837,6 +1845,8 @@ export class RedisMatcher {
     this.reading = false;
     if (reachable) await Promise.race([this.keepStream(true).catch((err: unknown) => this.log?.warn({ err }, `${COMPONENT}: the command stream's keep not written`)), sleep(1000)]);
     await this.closeEngine();
+    if (reachable) await Promise.race([this.presence?.leave(), sleep(1000)]);
+    else void this.presence?.leave(false);
     if (reachable) await Promise.race([Promise.all([closeConnection(this.cmd), this.blocking.close()]), sleep(2000)]);
     this.cmd.disconnect();
     this.blocking.disconnect();
@@ -1855,6 +1865,7 @@ export class RedisMatcher {
     if (this.statsTimer !== null) clearInterval(this.statsTimer);
     if (this.snapshotTimer !== null) clearInterval(this.snapshotTimer);
     void this.lease.stop(false);
+    void this.presence?.leave(false);
     this.cmd.disconnect();
     this.blocking.disconnect();
     return (this.ended = this.loopDone.then(() => this.closeEngine()));

@@ -162,6 +162,8 @@ export class Keys {
   readonly stats: string;
   readonly config: string;
   readonly layoutKey: string;
+  /** Every live gateway and matcher of the deployment and the protocol it speaks (presence.ts). */
+  readonly procs: string;
   readonly matcherOffset: string;
   readonly matcherStats: string;
   readonly matcherLease: string;
@@ -242,6 +244,7 @@ export class Keys {
     this.stats = `${base}stats`;
     this.config = `${base}config`;
     this.layoutKey = `${prefix}layout`;
+    this.procs = `${prefix}procs`;
     this.matcherOffset = `${base}matcher:offset`;
     this.matcherStats = `${base}matcher:stats`;
     this.matcherLease = `${base}matcher:lease`;

@@ -613,6 +613,33 @@ return 0
 /** A script that publishes, with PUBLISH (plain Redis) or SPUBLISH (a shard channel on a cluster). */
 const publishing = (lua: string, cmd: 'PUBLISH' | 'SPUBLISH') => lua.replaceAll('$PUBLISH', cmd);
 
+/**
+ * A process's record in `{p}procs` (presence.ts). KEYS: procs. ARGV: the process's field, its protocol, the record's life (ms), 'join' | 'beat' |
+ * 'leave', now ms ('' = Redis's clock). Lapsed records are removed. 'join' writes the record unless
+ * a live process speaks another protocol; 'beat' writes it either way. Returns the first such
+ * process's field and protocol, or an empty list.
+ */
+const PRESENCE = `${PARSE_ID}
+if ARGV[4] == 'leave' then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  return {}
+end
+local now = now_ms(ARGV[5])
+local all = redis.call('HGETALL', KEYS[1])
+local other = nil
+for i = 1, #all, 2 do
+  local p, exp = string.match(all[i + 1], '^(%d+) (%d+)$')
+  if not exp or tonumber(exp) <= now then
+    redis.call('HDEL', KEYS[1], all[i])
+  elseif all[i] ~= ARGV[1] and p ~= ARGV[2] and not other then
+    other = {all[i], p}
+  end
+end
+if other and ARGV[4] == 'join' then return other end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ' ' .. string.format('%.0f', now + tonumber(ARGV[3])))
+return other or {}
+`;
+
 const DEFINITIONS = {
   ambitSub: { lua: SUB, numberOfKeys: 3 },
   ambitUnsub: { lua: UNSUB, numberOfKeys: 3 },
@@ -648,6 +675,7 @@ const DEFINITIONS = {
   ambitGeoPub: { lua: GEO_PUB, numberOfKeys: 3 },
   ambitGeoMove: { lua: GEO_MOVE, numberOfKeys: 4 },
   ambitGeoMap: { lua: GEO_MAP, numberOfKeys: 2 },
+  ambitPresence: { lua: PRESENCE, numberOfKeys: 1 },
 } as const;
 
 export type ScriptName = keyof typeof DEFINITIONS;
