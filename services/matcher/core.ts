@@ -681,7 +681,12 @@ export class MatchCore implements OwnerTable {
   /** One event's matches (owner numbers, or engine keys) as recipients, subscription ids sorted per device. */
   private group(keys: readonly Listed[]): Recipient[] {
     if (keys.length === 0) return [];
-    const stamp = ++this.stamp;
+    // Marks are int32: past the largest, every device's mark starts over (no old mark can equal a new one).
+    if (++this.stamp === 0x7fffffff) {
+      this.devStamp.fill(0);
+      this.stamp = 1;
+    }
+    const stamp = this.stamp;
     const out: Recipient[] = [];
     for (let i = 0; i < keys.length; i++) {
       const k = keys[i];

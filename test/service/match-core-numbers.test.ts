@@ -192,5 +192,22 @@ describe('match core: owner numbers', () => {
       await core.close();
     }
   });
+
+  it("groups one event's matches by device across the wrap of its int32 marks", async () => {
+    const core = new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS }));
+    try {
+      core.put('d1', all('a'), 'add');
+      core.put('d1', all('b'), 'add');
+      core.put('d2', all('c'), 'add');
+      // The marks' counter just short of the largest int32: the matches below cross it.
+      (core as unknown as { stamp: number }).stamp = 0x7fffffff - 3;
+      for (let i = 0; i < 6; i++) {
+        const [grouped] = await core.match([event]);
+        assert.deepEqual(grouped.map((r) => [r.device, r.subscriptionIds]).sort(), [['d1', ['a', 'b']], ['d2', ['c']]], `match ${i}`);
+      }
+    } finally {
+      await core.close();
+    }
+  });
 });
 
