@@ -1347,7 +1347,7 @@ export class FastMatcher extends CpuMatcher {
     else out.push(this.subId[si]!);
   }
 
-  tag(key: string, tag: number): boolean {
+  override tag(key: string, tag: number): boolean {
     checkTag(tag);
     const si = typeof key === 'string' ? this.subIndex.get(key) : undefined;
     if (si === undefined) return false;
@@ -1365,7 +1365,7 @@ export class FastMatcher extends CpuMatcher {
     }
   }
 
-  matchBatchTagged(events: readonly Event[]): Promise<Listed[][]> {
+  override matchBatchTagged(events: readonly Event[]): Promise<Listed[][]> {
     return this.eachValid(events, (e) => this.matchValidTagged(e));
   }
 

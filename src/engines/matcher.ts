@@ -88,7 +88,7 @@ export interface Matcher {
   /** match() for many events; a bad event rejects the whole batch. */
   matchBatch(events: readonly Event[]): Promise<string[][]>;
   /**
-   * Optional (the engines that number their subscriptions: fast, GPU). Keeps the number `tag` (an
+   * Optional (every CPU engine and the GPU engine). Keeps the number `tag` (an
    * integer in [0, MAX_TAG]) with the live subscription `key` until that is removed or replaced;
    * false when there is none. A caller that resolves every matched id to a record of its own (the
    * match core's owners) numbers its records, tags each subscription with its record's number and
@@ -280,11 +280,39 @@ export abstract class CpuMatcher implements Matcher {
   replaceValid(n: NSubscription): void {
     if (!this.has(n.id)) throw new AmbitError('NOT_FOUND', `subscription ${show(n.id)} does not exist`, 'subscription.id');
     this.delete(n.id);
+    this.tagsById?.delete(n.id);
     this.insert(n);
   }
 
   remove(id: string): boolean {
-    return this.delete(checkId('id', id, this.limits));
+    const gone = this.delete(checkId('id', id, this.limits));
+    if (gone) this.tagsById?.delete(id);
+    return gone;
+  }
+
+  /**
+   * Tags by subscription id (R6), for the engines that do not number their subscriptions (the
+   * reference and rtree engines: a map lookup per match listed; fast keeps them by number and
+   * overrides both methods); null until the first.
+   */
+  private tagsById: Map<string, number> | null = null;
+
+  tag(key: string, tag: number): boolean {
+    checkTag(tag);
+    if (typeof key !== 'string' || !this.has(key)) return false;
+    (this.tagsById ??= new Map()).set(key, tag);
+    return true;
+  }
+
+  matchBatchTagged(events: readonly Event[]): Promise<Listed[][]> {
+    return this.eachValid(events, (e): Listed[] => {
+      const ids = this.matchValid(e);
+      const tags = this.tagsById;
+      if (tags === null) return ids;
+      const out: Listed[] = new Array(ids.length);
+      for (let i = 0; i < ids.length; i++) out[i] = tags.get(ids[i]) ?? ids[i];
+      return out;
+    });
   }
 
   updatePosition(device: string, lat: number, lon: number): void {
