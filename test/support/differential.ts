@@ -9,7 +9,8 @@
  * (`filterDistance`, `contentMatches`): content, d, r = r_f + r_e and d - r.
  *
  * A candidate that keeps tags (Matcher.tag) has two subscriptions in three tagged as they are
- * added or replaced, and every match is asked again through matchBatchTagged: the same set, each
+ * added or replaced, and every match is asked again through matchBatchTagged: the same set as its
+ * matchBatch answered (R6; that one is compared with the reference's), each
  * tagged subscription listed as the very tag it holds now, every other one as its id (a removed
  * or replaced subscription loses its tag).
  *
@@ -128,6 +129,7 @@ export async function runScenario(scn: Scenario, cand: Matcher, ref: ReferenceMa
       tagged.set(t, id);
     } else fail(ctx, `tag(${JSON.stringify(id)}) refused a live subscription`);
   };
+  /** matchBatchTagged against the candidate's own answers (`want`, R6); those are compared with the reference's by compareSets. */
   const compareTagged = async (ctx: string, events: readonly Event[], want: readonly (readonly string[])[]): Promise<void> => {
     if (!tagging) return;
     const got = await attempt(() => cand.matchBatchTagged!(events));
@@ -135,7 +137,7 @@ export async function runScenario(scn: Scenario, cand: Matcher, ref: ReferenceMa
     const rows = got.value as Listed[][];
     for (let k = 0; k < want.length; k++) {
       const ids = rows[k].map((x) => (typeof x === 'string' ? x : (tagged.get(x) ?? `<unknown tag ${x}>`)));
-      if (JSON.stringify([...ids].sort()) !== JSON.stringify([...want[k]].sort())) fail(`${ctx} [${k}] tagged`, `matchBatchTagged listed ${JSON.stringify(ids)}, the reference ${JSON.stringify(want[k])}`);
+      if (JSON.stringify([...ids].sort()) !== JSON.stringify([...want[k]].sort())) fail(`${ctx} [${k}] tagged`, `matchBatchTagged listed ${JSON.stringify(ids)}, matchBatch ${JSON.stringify(want[k])}`);
       for (const x of rows[k]) {
         const id = typeof x === 'string' ? x : (tagged.get(x) ?? '');
         const t = tags.get(id);
@@ -202,7 +204,7 @@ export async function runScenario(scn: Scenario, cand: Matcher, ref: ReferenceMa
           const r = await attempt(() => ref.match(op.event));
           if (c.ok && r.ok) {
             compareSets(ctx, op.event, c.value as string[], r.value as string[]);
-            await compareTagged(ctx, [op.event], [r.value as string[]]);
+            await compareTagged(ctx, [op.event], [c.value as string[]]);
           } else sameOutcome(ctx, c, r);
           break;
         }
@@ -213,8 +215,10 @@ export async function runScenario(scn: Scenario, cand: Matcher, ref: ReferenceMa
             const cv = c.value as string[][];
             const rv = r.value as string[][];
             if (!Array.isArray(cv) || cv.length !== rv.length) fail(ctx, `matchBatch returned ${Array.isArray(cv) ? cv.length : typeof cv} results for ${rv.length} events`);
-            else for (let k = 0; k < rv.length; k++) compareSets(`${ctx} [${k}]`, op.events[k], cv[k], rv[k]);
-            await compareTagged(ctx, op.events, rv);
+            else {
+              for (let k = 0; k < rv.length; k++) compareSets(`${ctx} [${k}]`, op.events[k], cv[k], rv[k]);
+              await compareTagged(ctx, op.events, cv);
+            }
           } else sameOutcome(ctx, c, r);
           break;
         }
