@@ -145,11 +145,6 @@ export class MatchCore implements OwnerTable {
   private matchesBegun = 0;
   private readonly matchesInFlight = new Set<number>();
   private stamp = 0;
-  /**
-   * Told when a device comes to own pattern subscriptions or owns none any more: a holder of
-   * positions outside the core sends such a device's moves to the patterns.
-   */
-  onPatternOwner: ((device: string, owns: boolean) => void) | null = null;
   /** Told when a filter subscription's owner number leaves the table (a fan-out that was sent it forgets it). */
   onOwnerRemoved: ((num: number) => void) | null = null;
   private subscriptionCount = 0;
@@ -256,7 +251,6 @@ export class MatchCore implements OwnerTable {
     if (this.devSubs[d] !== 0 || this.devLocated[d] !== 0) return;
     this.devNums.delete(this.devName[d]);
     this.devGen[d]++;
-    this.devicesVersion++;
     // A match in flight may list a gone subscription of it, which names the device by number.
     if (this.matchesInFlight.size > 0) this.freedWhileMatching.push(~d, this.matchesBegun);
     else this.freeDevice(d);
@@ -364,11 +358,9 @@ export class MatchCore implements OwnerTable {
     if (before === 0 && now > 0) {
       this.patternOwnerCount++;
       if (this.devLocated[d] === 1) this.patterns!.updatePosition(device, this.coords[2 * d], this.coords[2 * d + 1]);
-      this.onPatternOwner?.(device, true);
     } else if (before > 0 && now === 0) {
       this.patternOwnerCount--;
       this.patterns!.removeDevice(device);
-      this.onPatternOwner?.(device, false);
     }
   }
 

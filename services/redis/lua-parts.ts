@@ -80,6 +80,13 @@ local function window_takes(s, w, sm, ss, si)
   local b = 7 + 8 * w
   return (sm < s[b + 4] or (sm == s[b + 4] and ss <= s[b + 5])) and is_after(sm, ss, si, s[b + 6], s[b + 7], s[b + 8])
 end
+-- Whether some owed window takes a notification of (sm, ss, si).
+local function some_window_takes(s, sm, ss, si)
+  for w = 0, windows(s) - 1 do
+    if window_takes(s, w, sm, ss, si) then return true end
+  end
+  return false
+end
 -- A notification of (sm, ss, si) stored: the marker of every window that takes it follows it.
 -- True when some window took it.
 local function follow_windows(s, sm, ss, si)

@@ -464,15 +464,7 @@ for i = 1, n do
   -- Owed by a shard a device left before the arriving shard stopped waiting for it: within a
   -- window and after what was stored in it (a replay of that shard skips what it stored already,
   -- owed or fresh: a window's marker follows every store within its range).
-  local inwin = false
-  if s[8] ~= nil then
-    for w = 0, windows(s) - 1 do
-      if window_takes(s, w, sm, ss, si) then
-        inwin = true
-        break
-      end
-    end
-  end
+  local inwin = some_window_takes(s, sm, ss, si)
   if fresh or inwin then
     local key = KEYS[4 + i]
     local ms = math.max(epub[e], s[1])
