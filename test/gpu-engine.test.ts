@@ -13,7 +13,7 @@ import { ReferenceMatcher } from '../src/engines/reference.js';
 import type { MatcherOptions } from '../src/engines/matcher.js';
 import type { Event, Subscription } from '../src/model/types.js';
 import { GpuContext } from '../src/engines/gpu/device.js';
-import { GpuKernels, GpuMatcher, type GpuMatcherOptions } from '../src/engines/gpu/matcher.js';
+import { GpuKernels, GpuMatcher, type GpuMatcherOptions, packEvents } from '../src/engines/gpu/matcher.js';
 import { runContract } from './support/contract.js';
 import { runDifferential } from './support/differential.js';
 import { Rng } from './support/rng.js';
@@ -332,7 +332,7 @@ describe('gpu engine: exact at the boundary (pairs in the float32 band are decid
     return { subs, events, devices };
   }
 
-  for (const [label, opts] of [['lone events (no grid)', {}], ['batches with the grid', { gridMinEvents: 1 }]] as const) {
+  for (const [label, opts] of [['lone events (no grid)', {}], ['batches with the grid', { gridMinEvents: 1 }], ['packed batches (packEvents, the grid)', {}]] as const) {
     it(`${label}: the same sets as the reference, with band pairs on both sides`, async () => {
       const m = make(opts);
       const ref = new ReferenceMatcher();
@@ -342,12 +342,12 @@ describe('gpu engine: exact at the boundary (pairs in the float32 band are decid
           for (const [d, lat, lon] of devices) x.updatePosition(d, lat, lon);
           for (const sub of subs) x.add(sub);
         }
-        const got = label.startsWith('lone') ? await Promise.all(events.map((e) => m.match(e))) : await m.matchBatch(events);
+        const got = label.startsWith('lone') ? await Promise.all(events.map((e) => m.match(e))) : label.startsWith('packed') ? await m.matchPacked(packEvents(events, { grid: true })) : await m.matchBatch(events);
         let hits = 0;
         for (let i = 0; i < events.length; i++) {
           const want = sorted(await ref.match(events[i]));
           hits += want.length;
-          assert.deepEqual(sorted(got[i]), want, `event ${i}`);
+          assert.deepEqual(sorted(got[i] as string[]), want, `event ${i}`);
         }
         const s = m.stats().extra!;
         assert.equal(s.gpuEvents, events.length, 'every event answered by the GPU path');

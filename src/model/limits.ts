@@ -527,6 +527,11 @@ class Checked extends Stamp {
   }
 }
 
+/** Whether an event held to `by` keeps to `limits` (every event limit of `by` no looser); exported for packed event batches. */
+export function eventLimitsWithin(by: Limits, limits: Limits): boolean {
+  return by === limits || noLooser(by, limits);
+}
+
 /** The event limits a checked event was held to (by value; the last answer kept, the same two objects come again and again). */
 let lastBy: Limits | null = null;
 let lastFor: Limits | null = null;

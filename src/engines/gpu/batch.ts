@@ -3,14 +3,14 @@
  * state's changes to the ids of each event's subscriptions. The steps of a batch are named below
  * (runScoped); buffers.ts holds the buffers, record.ts the commands, readback.ts the results.
  */
-import type { NEvent } from '../../model/limits.js';
 import { GpuBuffers, type Slot } from './buffers.js';
 import type { GpuContext } from './device.js';
 import { P } from './input.js';
 import type { GpuKernels } from './kernels.js';
 import type { GpuLayout } from './layout.js';
 import type { BatchTiming, StageTimes } from './options.js';
-import { Capacity, Readback } from './readback.js';
+import { type BatchEvents, Capacity, Readback, batchSize, nulls } from './readback.js';
+import { PackedEvents } from './packed.js';
 import { type BatchPlan, type StageQuery, STAGE_BYTES, readPlan, recordBatch } from './record.js';
 import type { Listed } from '../matcher.js';
 
@@ -116,8 +116,8 @@ export class GpuBatches {
    * event and they have one, else ids), or null where the event must be answered by the CPU
    * engine (its candidates overflowed the buffer).
    */
-  async run(events: readonly NEvent[], tags: readonly boolean[]): Promise<BatchAnswer> {
-    if (!this.fits()) return { results: events.map(() => null), overflow: 0, unfit: true };
+  async run(events: BatchEvents, tags: readonly boolean[]): Promise<BatchAnswer> {
+    if (!this.fits()) return { results: nulls(batchSize(events)), overflow: 0, unfit: true };
     const L = this.layout;
     const serial = ++L.submitted;
     L.inFlightSerials.add(serial);
@@ -134,7 +134,7 @@ export class GpuBatches {
     }
   }
 
-  private async runGuarded(events: readonly NEvent[], tags: readonly boolean[], serial: number): Promise<BatchAnswer> {
+  private async runGuarded(events: BatchEvents, tags: readonly boolean[], serial: number): Promise<BatchAnswer> {
     // Any GPU error in this batch (validation, out of memory) sends the batch to the CPU: never
     // an empty answer from a command buffer the device refused.
     this.device.pushErrorScope('out-of-memory');
@@ -154,14 +154,15 @@ export class GpuBatches {
     }
   }
 
-  private async runScoped(events: readonly NEvent[], tags: readonly boolean[], serial: number, closeScopes: () => Promise<GPUError | null>[]): Promise<BatchAnswer> {
+  private async runScoped(events: BatchEvents, tags: readonly boolean[], serial: number, closeScopes: () => Promise<GPUError | null>[]): Promise<BatchAnswer> {
     const t0 = performance.now();
-    const E = events.length;
+    const E = batchSize(events);
     this.buffers.sync();
     const tSync = performance.now();
     const candCap = this.reserveCandidates(E);
     const te = performance.now();
-    const grid = E >= this.opts.gridMinEvents;
+    // A packed batch comes binned or not as its packer chose (its grid is in its words).
+    const grid = events instanceof PackedEvents ? events.grid : E >= this.opts.gridMinEvents;
     const inp = this.encodeInput(events, grid);
     const input = this.buffers.buffer('input', inp.byteLength);
 
@@ -181,9 +182,9 @@ export class GpuBatches {
 
       const readout = await this.readback.read(s, plan, scopes);
       const t2 = performance.now();
-      if (readout === null) return { results: events.map(() => null), overflow: 0 };
+      if (readout === null) return { results: nulls(E), overflow: 0 };
       const answer = await this.readback.reconcile(events, tags, readout, s, candCap, serial);
-      if (answer.results === null) return { results: events.map(() => null), overflow: answer.overflow };
+      if (answer.results === null) return { results: nulls(E), overflow: answer.overflow };
       this.noteTiming(E, t0, t1, t2, performance.now());
       return answer as BatchAnswer;
     } finally {
@@ -208,9 +209,9 @@ export class GpuBatches {
   }
 
   /** The batch input (input.ts), valid until the next batch is encoded. */
-  private encodeInput(events: readonly NEvent[], grid: boolean): Uint32Array {
+  private encodeInput(events: BatchEvents, grid: boolean): Uint32Array {
     const te = performance.now();
-    const inp = this.layout.encodeEvents(events, grid);
+    const inp = events instanceof PackedEvents ? this.layout.encodePacked(events) : this.layout.encodeEvents(events, grid);
     this.last.encodeEventsUs = (performance.now() - te) * 1e3;
     this.timing.eventsUs += 0.05 * (this.last.encodeEventsUs - this.timing.eventsUs);
     return inp;

@@ -41,6 +41,19 @@ export const GRID_HEADER_WORDS = 17;
 
 export const RAD = Math.PI / 180;
 
+/** In a packed batch (packed.ts), the high bit of an attribute's name word: a tag (an index into the pack's tags), not an attribute name. */
+export const TAG_BIT = 0x80000000;
+/** The name word of an attribute whose name no filter uses: no constraint's name equals it. */
+const NO_NAME = 0xffffffff;
+
+/** A packed batch as the encoder reads it (packed.ts). */
+export interface PackedInput {
+  readonly count: number;
+  readonly words: Uint32Array;
+  readonly names: readonly string[];
+  readonly tags: readonly string[];
+}
+
 // Order-preserving 64-bit keys: the IEEE-754 bits with the sign flipped for positives and all
 // bits flipped for negatives compare as unsigned integers exactly as the doubles compare.
 const f64 = new Float64Array(1);
@@ -124,6 +137,47 @@ export class EventEncoder {
   /** Name ids of a batch's attributes. */
   private scratchIds = new Int32Array(1024);
 
+  private scratchNames = new Uint32Array(64);
+
+  /**
+   * The batch input of a packed batch (packed.ts): its words with each attribute's name index
+   * turned into the name's id here (NO_NAME where no filter uses it: no constraint can test it) and
+   * the events' Bloom words, the only per-event work left for the engine's thread. Valid until
+   * the next call.
+   */
+  encodePacked(p: PackedInput, nameIds: ReadonlyMap<string, number>, tagIds: ReadonlyMap<string, number>): Uint32Array {
+    const src = p.words;
+    const words = src.length;
+    if (this.scratchInput.byteLength < 4 * words) this.scratchInput = new ArrayBuffer(Math.max(4 * words, 2 * this.scratchInput.byteLength));
+    const inp = new Uint32Array(this.scratchInput, 0, words);
+    inp.set(src);
+    const nn = p.names.length;
+    const nt = p.tags.length;
+    if (this.scratchNames.length < nn + nt) this.scratchNames = new Uint32Array(Math.max(nn + nt, 2 * this.scratchNames.length));
+    const ids = this.scratchNames;
+    for (let i = 0; i < nn; i++) ids[i] = nameIds.get(p.names[i]) ?? NO_NAME;
+    for (let i = 0; i < nt; i++) ids[nn + i] = tagIds.get(p.tags[i]) ?? NO_NAME;
+    const evOff = inp[P.EVOFF];
+    const attrOff = inp[P.ATTROFF];
+    let or = 0;
+    for (let k = 0; k < p.count; k++) {
+      const o = evOff + k * EVENT_WORDS;
+      const end = inp[o + 5] + inp[o + 6];
+      let bloom = 0;
+      for (let a = inp[o + 5]; a < end; a++) {
+        const ao = attrOff + a * ATTR_WORDS;
+        const w = inp[ao];
+        const id = w & TAG_BIT ? ids[nn + (w & ~TAG_BIT)] : ids[w];
+        inp[ao] = id;
+        if (id !== NO_NAME) bloom |= 1 << bloomBit(id);
+      }
+      inp[o + 4] = bloom >>> 0;
+      or |= bloom;
+    }
+    inp[P.BLOOMOR] = or >>> 0;
+    return inp;
+  }
+
   /**
    * Encodes a batch of events into the one input buffer of match.wgsl: 16 parameter words (the
    * caller fills words 0-7), event headers, attributes and the UTF-8 of string attributes.
@@ -173,8 +227,7 @@ export class EventEncoder {
     const attrOff = evOff + events.length * EVENT_WORDS;
     const strOff = attrOff + nAttr * ATTR_WORDS;
     const gridOff = strOff + strWords + 1;
-    const gridWords = grid ? GRID_HEADER_WORDS + 4 * events.length + 2 + events.length : 0;
-    const words = gridOff + gridWords;
+    const words = gridOff + (grid ? gridWords(events.length) : 0);
     if (this.scratchInput.byteLength < 4 * words) this.scratchInput = new ArrayBuffer(Math.max(4 * words, 2 * this.scratchInput.byteLength));
     const inp = new Uint32Array(this.scratchInput, 0, words);
     inp.fill(0);
@@ -238,83 +291,91 @@ export class EventEncoder {
       inp[P.BLOOMOR] |= bloom;
     }
     inp[P.BLOOMOR] >>>= 0;
-    if (grid && events.length > 0) this.encodeGrid(inp, inpF, evOff, events.length, gridOff);
+    if (grid && events.length > 0) encodeGrid(inp, inpF, evOff, events.length, gridOff);
     return inp;
   }
+}
 
-  /**
-   * Bins the events into cells (see encodeEvents); writes the grid at `off` and its offset to word
-   * P.GRIDOFF. Cells are cubes in a frame turned so that w points at the batch's centre: a batch within a
-   * city is a flat patch of the sphere, so it lies in the u-v plane one cell deep and a filter's
-   * reach spans a few rows of cells instead of a box of them. A rotation keeps distances, so the
-   * kernel's reach box in that frame misses no event.
-   */
-  private encodeGrid(inp: Uint32Array, inpF: Float32Array, evOff: number, n: number, off: number): void {
-    let sx = 0;
-    let sy = 0;
-    let sz = 0;
-    let maxR = 0;
-    for (let k = 0; k < n; k++) {
-      const o = evOff + k * EVENT_WORDS;
-      sx += inpF[o];
-      sy += inpF[o + 1];
-      sz += inpF[o + 2];
-      if (inpF[o + 3] > maxR) maxR = inpF[o + 3];
-    }
-    const frame = gridFrame(sx, sy, sz);
-    const gf = new Float32Array(inp.buffer, off * 4, GRID_HEADER_WORDS);
-    for (let i = 0; i < 9; i++) gf[8 + i] = frame[i];
-    const f = gf.subarray(8, 17); // as the kernel reads it (float32)
-    const rot = new Float64Array(3 * n);
-    const lo = [Infinity, Infinity, Infinity];
-    const hi = [-Infinity, -Infinity, -Infinity];
-    for (let k = 0; k < n; k++) {
-      const o = evOff + k * EVENT_WORDS;
-      const x = inpF[o];
-      const y = inpF[o + 1];
-      const z = inpF[o + 2];
-      for (let a = 0; a < 3; a++) {
-        const v = f[3 * a] * x + f[3 * a + 1] * y + f[3 * a + 2] * z;
-        rot[3 * k + a] = v;
-        if (v < lo[a]) lo[a] = v;
-        if (v > hi[a]) hi[a] = v;
-      }
-    }
-    // About 2 cells per event (at most 4n): cubic cells sized on the largest extent, so a city's
-    // batch gets a 2-D grid and a world-wide batch a coarse 3-D one.
-    const ext = [hi[0] - lo[0], hi[1] - lo[1], hi[2] - lo[2]];
-    const target = 2 * n;
-    let size = Math.max(ext[0], ext[1], ext[2]) / Math.max(1, Math.ceil(Math.sqrt(target)));
-    if (!(size > 0)) size = 1; // every event at one point: one cell
-    let dims = [1, 1, 1];
-    for (;;) {
-      dims = ext.map((e) => Math.max(1, Math.ceil(e / size)));
-      if (dims[0] * dims[1] * dims[2] <= 4 * n) break;
-      size *= 1.5;
-    }
-    const inv = Math.fround(1 / size);
-    const cells = dims[0] * dims[1] * dims[2];
-    gf[0] = lo[0];
-    gf[1] = lo[1];
-    gf[2] = lo[2];
-    gf[3] = inv;
-    inp[off + 4] = dims[0];
-    inp[off + 5] = dims[1];
-    inp[off + 6] = dims[2];
-    gf[7] = maxR;
-    // Counting sort of events by cell (x fastest, so a row of cells is one index range).
-    const startAt = off + GRID_HEADER_WORDS;
-    const idxAt = startAt + cells + 1;
-    const cellOf = new Uint32Array(n);
-    const cell = (v: number, a: number) => Math.min(dims[a] - 1, Math.max(0, Math.floor((v - Math.fround(lo[a])) * inv)));
-    for (let k = 0; k < n; k++) {
-      const c = cell(rot[3 * k], 0) + dims[0] * (cell(rot[3 * k + 1], 1) + dims[1] * cell(rot[3 * k + 2], 2));
-      cellOf[k] = c;
-      inp[startAt + c + 1]++;
-    }
-    for (let c = 0; c < cells; c++) inp[startAt + c + 1] += inp[startAt + c];
-    const fill = inp.slice(startAt, startAt + cells);
-    for (let k = 0; k < n; k++) inp[idxAt + fill[cellOf[k]]++] = k;
-    inp[P.GRIDOFF] = off;
+/**
+ * Words the grid of a batch of `n` events takes (encodeGrid): its header, at most 4n cells plus
+ * one, and an index per event.
+ */
+export function gridWords(n: number): number {
+  return GRID_HEADER_WORDS + 4 * n + 2 + n;
+}
+
+/**
+ * Bins the events into cells (see EventEncoder.encode); writes the grid at `off` and its offset to word
+ * P.GRIDOFF. Cells are cubes in a frame turned so that w points at the batch's centre: a batch within a
+ * city is a flat patch of the sphere, so it lies in the u-v plane one cell deep and a filter's
+ * reach spans a few rows of cells instead of a box of them. A rotation keeps distances, so the
+ * kernel's reach box in that frame misses no event.
+ */
+export function encodeGrid(inp: Uint32Array, inpF: Float32Array, evOff: number, n: number, off: number): void {
+  let sx = 0;
+  let sy = 0;
+  let sz = 0;
+  let maxR = 0;
+  for (let k = 0; k < n; k++) {
+    const o = evOff + k * EVENT_WORDS;
+    sx += inpF[o];
+    sy += inpF[o + 1];
+    sz += inpF[o + 2];
+    if (inpF[o + 3] > maxR) maxR = inpF[o + 3];
   }
+  const frame = gridFrame(sx, sy, sz);
+  const gf = new Float32Array(inp.buffer, off * 4, GRID_HEADER_WORDS);
+  for (let i = 0; i < 9; i++) gf[8 + i] = frame[i];
+  const f = gf.subarray(8, 17); // as the kernel reads it (float32)
+  const rot = new Float64Array(3 * n);
+  const lo = [Infinity, Infinity, Infinity];
+  const hi = [-Infinity, -Infinity, -Infinity];
+  for (let k = 0; k < n; k++) {
+    const o = evOff + k * EVENT_WORDS;
+    const x = inpF[o];
+    const y = inpF[o + 1];
+    const z = inpF[o + 2];
+    for (let a = 0; a < 3; a++) {
+      const v = f[3 * a] * x + f[3 * a + 1] * y + f[3 * a + 2] * z;
+      rot[3 * k + a] = v;
+      if (v < lo[a]) lo[a] = v;
+      if (v > hi[a]) hi[a] = v;
+    }
+  }
+  // About 2 cells per event (at most 4n): cubic cells sized on the largest extent, so a city's
+  // batch gets a 2-D grid and a world-wide batch a coarse 3-D one.
+  const ext = [hi[0] - lo[0], hi[1] - lo[1], hi[2] - lo[2]];
+  const target = 2 * n;
+  let size = Math.max(ext[0], ext[1], ext[2]) / Math.max(1, Math.ceil(Math.sqrt(target)));
+  if (!(size > 0)) size = 1; // every event at one point: one cell
+  let dims = [1, 1, 1];
+  for (;;) {
+    dims = ext.map((e) => Math.max(1, Math.ceil(e / size)));
+    if (dims[0] * dims[1] * dims[2] <= 4 * n) break;
+    size *= 1.5;
+  }
+  const inv = Math.fround(1 / size);
+  const cells = dims[0] * dims[1] * dims[2];
+  gf[0] = lo[0];
+  gf[1] = lo[1];
+  gf[2] = lo[2];
+  gf[3] = inv;
+  inp[off + 4] = dims[0];
+  inp[off + 5] = dims[1];
+  inp[off + 6] = dims[2];
+  gf[7] = maxR;
+  // Counting sort of events by cell (x fastest, so a row of cells is one index range).
+  const startAt = off + GRID_HEADER_WORDS;
+  const idxAt = startAt + cells + 1;
+  const cellOf = new Uint32Array(n);
+  const cell = (v: number, a: number) => Math.min(dims[a] - 1, Math.max(0, Math.floor((v - Math.fround(lo[a])) * inv)));
+  for (let k = 0; k < n; k++) {
+    const c = cell(rot[3 * k], 0) + dims[0] * (cell(rot[3 * k + 1], 1) + dims[1] * cell(rot[3 * k + 2], 2));
+    cellOf[k] = c;
+    inp[startAt + c + 1]++;
+  }
+  for (let c = 0; c < cells; c++) inp[startAt + c + 1] += inp[startAt + c];
+  const fill = inp.slice(startAt, startAt + cells);
+  for (let k = 0; k < n; k++) inp[idxAt + fill[cellOf[k]]++] = k;
+  inp[P.GRIDOFF] = off;
 }

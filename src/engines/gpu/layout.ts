@@ -22,7 +22,7 @@ import type { Dfa } from '../../model/pattern.js';
 import { tagName, tagOfName } from '../../model/tags.js';
 import { OP_CODE, OP_EXISTS, OP_NAME, T_ANY, T_BOOL, T_NUM, T_STR } from '../operators.js';
 import type { Listed } from '../matcher.js';
-import { EventEncoder, RAD, bloomBit, numberKey } from './input.js';
+import { EventEncoder, type PackedInput, RAD, bloomBit, numberKey } from './input.js';
 
 // Moved to input.ts (the batch input); re-exported for existing importers.
 export { ATTR_WORDS, EVENT_WORDS, GRID_HEADER_WORDS, PARAM_WORDS, bloomBit, gridFrame, numberKey, utf8Into } from './input.js';
@@ -921,6 +921,11 @@ export class GpuLayout {
    */
   encodeEvents(events: readonly NEvent[], grid = false): Uint32Array {
     return this.encoder.encode(events, this.nameIds, this.tagIds, grid);
+  }
+
+  /** The batch input of a packed batch (packed.ts) under this layout's name ids. */
+  encodePacked(p: PackedInput): Uint32Array {
+    return this.encoder.encodePacked(p, this.nameIds, this.tagIds);
   }
 }
 

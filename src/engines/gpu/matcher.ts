@@ -23,7 +23,7 @@
  */
 import { FastMatcher } from '../fast.js';
 import { type DeviceHandle, type Listed, type Matcher, type MatcherStats, checkHandleUpdate, checkTag, validateNew } from '../matcher.js';
-import { AmbitError, show } from '../../model/errors.js';
+import { AmbitError, ValidationError, show } from '../../model/errors.js';
 import { type NEvent, type NSubscription, checkId, checkLat, checkLon, plainSubscription, resolveLimits, validateEvent, validateEvents, validatePositions, validateSubscription } from '../../model/limits.js';
 import type { Event, PositionUpdate, Subscription } from '../../model/types.js';
 import { GpuBatches } from './batch.js';
@@ -32,10 +32,12 @@ import { GpuKernels } from './kernels.js';
 import { GpuLayout, namesOnly } from './layout.js';
 import { type BatchTiming, type GpuMatcherOptions, type ResolvedGpuMatcherOptions, type StageTimes, resolveGpuMatcherOptions } from './options.js';
 import { BatchQueue, PathChoice, SMALL_BATCH, newCounters } from './queue.js';
+import { PackedEvents } from './packed.js';
 
 // The engine's public surface stays importable from this module.
 export { GpuKernels } from './kernels.js';
 export { type BatchTiming, type GpuMatcherOptions, type StageTimes, defaultGpuMatcherOptions } from './options.js';
+export { MAX_PACKED_EVENTS, type PackOptions, PackedEvents, type PackedTransfer, packEventBatches, packEvents } from './packed.js';
 
 const NO_QUANTIZATION = 'disable-dawn-features=timestamp_quantization';
 /** Open handles a device may have at once (the fast engine's limit). */
@@ -324,6 +326,42 @@ export class GpuMatcher implements Matcher {
     } catch (err) {
       return Promise.reject(err);
     }
+  }
+
+  /**
+   * Matches a packed batch (packed.ts: checked and encoded by `packEvents`, on this thread or
+   * another, `PackedEvents.fromTransfer`), as one GPU batch of its own: this thread only turns the
+   * pack's names into the engine's ids. The answers are `matchBatch`'s (or `matchBatchTagged`'s,
+   * `tags`) on the same events; where the CPU answers (no device, below `cpuBelowFilters`, a lone
+   * small call under the adaptive choice, an overflow) it decodes the events it answers. A pack
+   * must hold at most `maxBatch` events and have been checked against limits no looser than the
+   * engine's (else INVALID_ARGUMENT on `events`).
+   */
+  matchPacked(packed: PackedEvents, tags = false): Promise<Listed[][]> {
+    try {
+      if (!(packed instanceof PackedEvents)) throw new ValidationError('events', `must be a packed batch (packEvents), got ${show(packed)}`);
+      const n = packed.count;
+      if (n > this.opts.maxBatch) throw new ValidationError('events', `must hold at most maxBatch (${this.opts.maxBatch}) events a pack, got ${n}`);
+      if (!packed.within(this.limits)) throw new ValidationError('events', "were packed under limits looser than the engine's");
+      if (n === 0) return this.queue.inOrder([]);
+      if (this.closed) return Promise.reject(new AmbitError('UNAVAILABLE', 'gpu: matcher is closed'));
+      this.refuseUnfit();
+      this.choice.arrived(n);
+      const onCpu = this.path === 'cpu' || this.opts.select === 'cpu' || (n <= SMALL_BATCH && this.choice.smallOnCpu(n, this.queue.waiting));
+      if (onCpu) {
+        const out: Listed[][] = new Array(n);
+        for (let k = 0; k < n; k++) out[k] = this.matchOnCpu(packed.event(k), tags);
+        return this.queue.inOrder(out);
+      }
+      return this.queue.submitPacked(packed, tags);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  /** Most events a batch (and a pack, matchPacked) holds. */
+  get maxBatch(): number {
+    return this.opts.maxBatch;
   }
 
   /** Without a CPU mirror, a state the device cannot bind cannot be matched: RESOURCE_EXHAUSTED. */

@@ -17,6 +17,8 @@ import { AmbitError } from '../../model/errors.js';
 import type { NEvent } from '../../model/limits.js';
 import type { Listed } from '../matcher.js';
 import type { GpuBatches } from './batch.js';
+import type { PackedEvents } from './packed.js';
+import { type BatchEvents, nulls } from './readback.js';
 import type { PathSelect, StageTimes } from './options.js';
 
 /** What happened to events, for stats(); keys in the order stats() lists them. */
@@ -216,7 +218,10 @@ class Job implements Release {
   origin: Retry[] | null = null;
   /** A retry job's batches hold only its events, at most this many (0: any job, batched with others). */
   limit = 0;
+  /** Events in the job. */
+  readonly count: number;
   constructor(
+    /** The call's checked events; empty for a packed call (`packed`). */
     readonly events: readonly NEvent[],
     /** Matches listed as tags where the subscriptions have them (matchBatchTagged), else as ids. */
     readonly tags: boolean,
@@ -224,9 +229,17 @@ class Job implements Release {
     private readonly one: boolean,
     private readonly resolve: (results: Listed[][] | Listed[]) => void,
     private readonly reject: (err: unknown) => void,
+    /** A matchPacked() call's events: one batch of their own (see pump). */
+    readonly packed: PackedEvents | null = null,
   ) {
-    this.results = new Array(events.length);
-    this.left = events.length;
+    this.count = packed === null ? events.length : packed.count;
+    this.results = new Array(this.count);
+    this.left = this.count;
+  }
+
+  /** Event `i` of the job, checked (a packed one decoded: the CPU's answer, a retry). */
+  eventAt(i: number): NEvent {
+    return this.packed === null ? this.events[i] : this.packed.event(i);
   }
 
   fail(err: unknown): void {
@@ -316,6 +329,16 @@ export class BatchQueue {
     return this.enqueue(events, tags, false) as Promise<Listed[][]>;
   }
 
+  /** Queues a packed batch (a matchPacked() call), run as one batch of its own; resolves with one result per event. */
+  submitPacked(packed: PackedEvents, tags: boolean): Promise<Listed[][]> {
+    return new Promise((resolve, reject) => {
+      const job = new Job([], tags, false, resolve as (r: Listed[][] | Listed[]) => void, reject, packed);
+      this.queue.push(job);
+      this.out.push(job);
+      this.pump();
+    });
+  }
+
   /** Queues one event (a match() call); resolves with its matches. */
   submitOne(event: NEvent, tags: boolean): Promise<Listed[]> {
     return this.enqueue([event], tags, true) as Promise<Listed[]>;
@@ -353,19 +376,30 @@ export class BatchQueue {
       const segments: Segment[] = [];
       const events: NEvent[] = [];
       const tags: boolean[] = [];
+      // A packed job is a batch of its own, whole: its words are the batch's input.
+      const head = queue[this.qHead];
+      if (head.packed !== null) {
+        queue[this.qHead++] = undefined as unknown as Job;
+        this.qHead = compacted(queue, this.qHead);
+        head.taken = head.count;
+        this.running++;
+        void this.runBatch([{ job: head, from: 0, to: head.count }], head.packed, new Array<boolean>(head.count).fill(head.tags)).finally(() => this.pump());
+        continue;
+      }
       while (events.length < max && this.qHead < queue.length) {
         const job = queue[this.qHead];
+        if (job.packed !== null) break;
         // A retry job's events run in batches of their own, smaller with each failed run.
         if (job.limit !== 0 && events.length > 0) break;
         const from = job.taken;
-        const to = Math.min(job.events.length, from + (job.limit !== 0 ? Math.min(job.limit, max) : max - events.length));
+        const to = Math.min(job.count, from + (job.limit !== 0 ? Math.min(job.limit, max) : max - events.length));
         for (let i = from; i < to; i++) {
           events.push(job.events[i]);
           tags.push(job.tags);
         }
         segments.push({ job, from, to });
         job.taken = to;
-        if (to === job.events.length) queue[this.qHead++] = undefined as unknown as Job;
+        if (to === job.count) queue[this.qHead++] = undefined as unknown as Job;
         if (job.limit !== 0) break;
       }
       this.qHead = compacted(queue, this.qHead);
@@ -376,7 +410,7 @@ export class BatchQueue {
     }
   }
 
-  private async runBatch(segments: Segment[], events: NEvent[], tags: boolean[]): Promise<void> {
+  private async runBatch(segments: Segment[], events: BatchEvents, tags: boolean[]): Promise<void> {
     let counted = true;
     try {
       await this.runBatchCounted(segments, events, tags, () => {
@@ -388,7 +422,7 @@ export class BatchQueue {
     }
   }
 
-  private async runBatchCounted(segments: Segment[], events: NEvent[], tags: boolean[], done: () => void): Promise<void> {
+  private async runBatchCounted(segments: Segment[], events: BatchEvents, tags: boolean[], done: () => void): Promise<void> {
     let state: ReturnType<typeof this.gpu> = null;
     let results: (Listed[] | null)[];
     let why: Unanswered = { error: null, unfit: false };
@@ -398,7 +432,7 @@ export class BatchQueue {
       const t = performance.now();
       // Adaptive selection compares small calls, so only small batches feed the GPU's cost, and
       // only those that ran alone (not behind other batches).
-      const sample = events.length <= SMALL_BATCH && this.running === 1;
+      const sample = tags.length <= SMALL_BATCH && this.running === 1;
       const answer = await state.run(events, tags);
       results = answer.results;
       if (answer.unfit === true) why = { error: null, unfit: true };
@@ -409,20 +443,20 @@ export class BatchQueue {
       this.counters.batches++;
     } catch (err) {
       // The device was lost (or never came back): the CPU engine answers, nothing is dropped.
-      results = events.map(() => null);
-      if (this.onCpu !== null) this.counters.fallbackEvents += events.length;
+      results = nulls(tags.length);
+      if (this.onCpu !== null) this.counters.fallbackEvents += tags.length;
       why = { error: err, unfit: false };
     }
     if (state !== null && state.lastStages !== null) this.lastStages = state.lastStages;
     done();
-    this.settle(segments, events, results, why);
+    this.settle(segments, results, why);
   }
 
   /**
    * Hands each job its events' results; an event the GPU did not answer is answered by the CPU, or
    * without one run again (retry).
    */
-  private settle(segments: Segment[], events: NEvent[], results: (Listed[] | null)[], why: Unanswered): void {
+  private settle(segments: Segment[], results: (Listed[] | null)[], why: Unanswered): void {
     let k = 0;
     let finished = false;
     const again: Retry[] = [];
@@ -442,7 +476,7 @@ export class BatchQueue {
           continue;
         }
         try {
-          if (ids === null) at.job.results[at.i] = this.onCpu!(events[k], job.tags);
+          if (ids === null) at.job.results[at.i] = this.onCpu!(job.eventAt(i), job.tags);
           else {
             this.counters.gpuEvents++;
             at.job.results[at.i] = ids;
@@ -498,7 +532,7 @@ export class BatchQueue {
       if (part.length === 0) continue;
       this.counters.retriedEvents += part.length;
       // Not a call: it resolves nothing and is not in `out`; settle writes into the calls it came from.
-      const job = new Job(part.map((a) => a.job.events[a.i]), tags, false, () => {}, () => {});
+      const job = new Job(part.map((a) => a.job.eventAt(a.i)), tags, false, () => {}, () => {});
       job.origin = part;
       const attempt = Math.max(...part.map((a) => a.attempt));
       job.limit = Math.max(1, this.opts.maxBatch >> (2 * Math.max(0, attempt)));

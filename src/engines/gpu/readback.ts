@@ -15,6 +15,19 @@ import { BAND_PAIR, type GpuLayout } from './layout.js';
 import type { StageTimes } from './options.js';
 import { type BatchPlan, STAGE_BYTES } from './record.js';
 import type { Listed } from '../matcher.js';
+import { PackedEvents } from './packed.js';
+
+/** A batch's events: checked events, or a packed batch (packed.ts). */
+export type BatchEvents = readonly NEvent[] | PackedEvents;
+
+export function batchSize(events: BatchEvents): number {
+  return events instanceof PackedEvents ? events.count : events.length;
+}
+
+/** `n` nulls: a batch none of whose events the GPU answered. */
+export function nulls(n: number): null[] {
+  return new Array<null>(n).fill(null);
+}
 
 /** Most (event, subscription) pairs an output buffer is sized for ahead of a batch (8 MiB; more only after an overflow). */
 const MAX_OUT_PAIRS = 1024 * 1024;
@@ -129,8 +142,8 @@ export class Readback {
    * the CPU must answer for either reason. `serial`: the batch's, for the positions it was
    * submitted with.
    */
-  async reconcile(events: readonly NEvent[], tags: readonly boolean[], r: Readout, s: Slot, candCap: number, serial: number): Promise<{ results: (Listed[] | null)[] | null; overflow: number }> {
-    const E = events.length;
+  async reconcile(events: BatchEvents, tags: readonly boolean[], r: Readout, s: Slot, candCap: number, serial: number): Promise<{ results: (Listed[] | null)[] | null; overflow: number }> {
+    const E = batchSize(events);
     const { counts, total } = r;
     const cap = this.capacity;
     cap.recentPairs = Math.max(32, Math.round(0.8 * cap.recentPairs + 0.2 * total));
@@ -140,7 +153,8 @@ export class Readback {
       return { results: null, overflow: E };
     }
     const all = await this.allPairs(r, s);
-    const results: (Listed[] | null)[] = events.map(() => []);
+    const results: (Listed[] | null)[] = new Array(E);
+    for (let e = 0; e < E; e++) results[e] = [];
     let overflow = 0;
     let maxCand = 0;
     let most = 0;
@@ -178,7 +192,7 @@ export class Readback {
    * so they are grouped by event first (counting sort), then deduplicated with a stamp per event.
    * A band pair counts only if its filter passes the float64 test (`bandSub`).
    */
-  private collect(pairs: Uint32Array, total: number, results: (Listed[] | null)[], events: readonly NEvent[], tags: readonly boolean[], serial: number): void {
+  private collect(pairs: Uint32Array, total: number, results: (Listed[] | null)[], events: BatchEvents, tags: readonly boolean[], serial: number): void {
     const subId = this.layout.subId;
     // A null id: the subscription was removed after the batch was submitted (its index is held
     // back from reuse until the batch is read, so an index never names another subscription); a
@@ -187,7 +201,7 @@ export class Readback {
     if (total === 1) {
       const e = pairs[0];
       const r = results[e];
-      const sub = pairs[1] >= BAND_PAIR ? this.bandSub(pairs[1] - BAND_PAIR, events[e], serial) : pairs[1];
+      const sub = pairs[1] >= BAND_PAIR ? this.bandSub(pairs[1] - BAND_PAIR, events, e, serial) : pairs[1];
       if (r === null || sub < 0) return;
       const id = this.layout.listed(sub, tags[e]);
       if (id !== null) r.push(id);
@@ -214,7 +228,7 @@ export class Readback {
       for (let k = start[e]; k < start[e + 1]; k++) {
         let sub = flat[k];
         if (sub >= BAND_PAIR) {
-          sub = this.bandSub(sub - BAND_PAIR, events[e], serial);
+          sub = this.bandSub(sub - BAND_PAIR, events, e, serial);
           if (sub < 0) continue;
         }
         if (seen[sub] === stamp) continue;
@@ -229,7 +243,7 @@ export class Readback {
    * A band pair: the filter's subscription index if its area holds the event by the reference's
    * test (A1, A2: float64 haversine from the position the batch saw, inclusive), else -1.
    */
-  private bandSub(f: number, e: NEvent, serial: number): number {
+  private bandSub(f: number, events: BatchEvents, e: number, serial: number): number {
     const L = this.layout;
     const si = L.fSub[f];
     // A subscription removed since the batch was submitted is not listed (as for any pair); its
@@ -238,7 +252,15 @@ export class Readback {
     this.bandPairs++;
     const p = L.positionAt(L.fPos[f], serial);
     if (p === null) return -1;
-    if (!(haversineM(p.lat, p.lon, e.lat, e.lon) <= L.fRad64[f] + e.radiusM)) return -1;
+    let lat: number;
+    let lon: number;
+    let radiusM: number;
+    if (events instanceof PackedEvents) {
+      lat = events.points[3 * e];
+      lon = events.points[3 * e + 1];
+      radiusM = events.points[3 * e + 2];
+    } else ({ lat, lon, radiusM } = events[e]);
+    if (!(haversineM(p.lat, p.lon, lat, lon) <= L.fRad64[f] + radiusM)) return -1;
     this.bandMatched++;
     return si;
   }

@@ -1,0 +1,356 @@
+/**
+ * Events packed for the GPU engine ahead of the match, on any thread: `packEvents` checks a batch
+ * (the model's rules, the field named) and writes it as the batch input of match.wgsl
+ * (input.ts), unit vectors, numbers' keys, strings' UTF-8 and the grid included, with each
+ * attribute's name as an index into the batch's own table of names. The engine's thread then only
+ * turns those indices into its name ids and the events' Bloom words (a pass over the attribute
+ * words, no event object), so the per-event work of a batch can run in worker threads or in the
+ * process that received the events (`matchPacked`, matcher.ts).
+ *
+ * A pack moves between threads as `toTransfer()` (plain data and three ArrayBuffers, for
+ * postMessage's transfer list) and `PackedEvents.fromTransfer`, which checks its structure
+ * (offsets, ranges, names, the grid) before any of it reaches a kernel. The events are decoded
+ * again only where the CPU must answer one (`event(k)`: an overflow, a device loss).
+ */
+import { ValidationError, show } from '../../model/errors.js';
+import { type Limits, type NEvent, eventLimitsWithin, inRange, resolveLimits, validateEvents } from '../../model/limits.js';
+import type { Value } from '../../model/types.js';
+import { T_BOOL, T_NUM, T_STR } from '../operators.js';
+import { ATTR_WORDS, EVENT_WORDS, GRID_HEADER_WORDS, P, PARAM_WORDS, RAD, TAG_BIT, encodeGrid, gridWords, numberKey, utf8Into } from './input.js';
+import { keyNumber } from './layout.js';
+
+export { TAG_BIT };
+/** Most events in one pack (the engine's largest maxBatch). */
+export const MAX_PACKED_EVENTS = 65535;
+/** A pack of this many events or more is binned into the grid unless told (the engine's own default, gridMinEvents). */
+const GRID_MIN_EVENTS = 16;
+
+export interface PackOptions {
+  /** Limits the events are checked against; the engine matching the pack must have none looser (default: the model's). */
+  limits?: Partial<Limits>;
+  /** Bin the events into the kernels' grid (default: 16 events or more, the engine's own default). */
+  grid?: boolean;
+}
+
+/** A pack as plain data, for postMessage (its buffers in the transfer list) and `PackedEvents.fromTransfer`. */
+export interface PackedTransfer {
+  count: number;
+  grid: boolean;
+  names: string[];
+  tags: string[];
+  limits: Limits;
+  words: ArrayBuffer;
+  points: ArrayBuffer;
+  ids: ArrayBuffer;
+}
+
+const LIMIT_KEYS = ['maxIdBytes', 'maxEventRadiusM', 'maxAttributesPerEvent', 'maxNameBytes', 'maxStringBytes', 'maxTagsPerEvent', 'maxTagBytes'] as const;
+const decoder = new TextDecoder('utf-8', { fatal: true });
+
+/** Only this module builds packs (packEvents, fromTransfer): a pack reaching the engine was checked. */
+const BUILD: unique symbol = Symbol('PackedEvents');
+
+export class PackedEvents {
+  constructor(
+    token: typeof BUILD,
+    readonly count: number,
+    /** The batch input (input.ts), parameter words 0-7 and the Bloom words left for the engine; names as indices. */
+    readonly words: Uint32Array,
+    /** Per event: lat, lon, radius (m) as given: the exact test of a pair inside float32's band reads them. */
+    readonly points: Float64Array,
+    /** Per event the end of its id in `idBytes` (ids are UTF-8, one after another), then the bytes. */
+    private readonly idEnds: Uint32Array,
+    private readonly idBytes: Uint8Array,
+    /** The batch's attribute names and tags, by the index its attribute words hold. */
+    readonly names: readonly string[],
+    readonly tags: readonly string[],
+    readonly grid: boolean,
+    /** The limits the events were checked against. */
+    readonly limits: Limits,
+  ) {
+    if (token !== BUILD) throw new TypeError('PackedEvents: made by packEvents or PackedEvents.fromTransfer only');
+  }
+
+  /** Checks `events` (throws ValidationError naming the field, `events[i]…`) and packs them. */
+  static pack(events: readonly unknown[], options: PackOptions = {}): PackedEvents {
+    const limits = resolveLimits(options.limits);
+    const valid = validateEvents(events, limits, 'events');
+    if (valid.length > MAX_PACKED_EVENTS) throw new ValidationError('events', `must hold at most ${MAX_PACKED_EVENTS} events a pack, got ${valid.length}`);
+    return packValid(valid, limits, options.grid ?? valid.length >= GRID_MIN_EVENTS);
+  }
+
+  /**
+   * Checks `events` whole (a refusal names the field within all of them) and packs them in packs
+   * of at most `maxEvents` (an engine's `maxBatch`), in order.
+   */
+  static packAll(events: readonly unknown[], maxEvents: number, options: PackOptions = {}): PackedEvents[] {
+    if (!Number.isInteger(maxEvents) || maxEvents < 1 || maxEvents > MAX_PACKED_EVENTS) throw new RangeError(`maxEvents must be an integer in [1, ${MAX_PACKED_EVENTS}], got ${maxEvents}`);
+    const limits = resolveLimits(options.limits);
+    const valid = validateEvents(events, limits, 'events');
+    const out: PackedEvents[] = [];
+    for (let i = 0; i < valid.length; i += maxEvents) {
+      const part = valid.slice(i, i + maxEvents);
+      out.push(packValid(part, limits, options.grid ?? part.length >= GRID_MIN_EVENTS));
+    }
+    return out;
+  }
+
+  /** The event `k` as the engine's check gives it (for the CPU's answer). */
+  event(k: number): NEvent {
+    const w = this.words;
+    const o = w[P.EVOFF] + k * EVENT_WORDS;
+    const start = w[o + 5];
+    const n = w[o + 6];
+    const attrOff = w[P.ATTROFF];
+    const strBytes = new Uint8Array(w.buffer, w.byteOffset + 4 * w[P.STROFF], 4 * (w.length - w[P.STROFF]));
+    const names: string[] = [];
+    const values: Value[] = [];
+    const tags: string[] = [];
+    for (let a = start; a < start + n; a++) {
+      const ao = attrOff + a * ATTR_WORDS;
+      const name = w[ao];
+      if (name & TAG_BIT) {
+        tags.push(this.tags[name & ~TAG_BIT]);
+        continue;
+      }
+      names.push(this.names[name]);
+      const t = w[ao + 1];
+      if (t === T_STR) values.push(decoder.decode(strBytes.subarray(4 * w[ao + 2], 4 * w[ao + 2] + w[ao + 3])));
+      else if (t === T_NUM) values.push(keyNumber(w[ao + 2], w[ao + 3]));
+      else values.push(keyNumber(w[ao + 2], w[ao + 3]) === 1);
+    }
+    const id = decoder.decode(this.idBytes.subarray(k === 0 ? 0 : this.idEnds[k - 1], this.idEnds[k]));
+    return { id, lat: this.points[3 * k], lon: this.points[3 * k + 1], radiusM: this.points[3 * k + 2], names, values, tags };
+  }
+
+  /** Whether events held to this pack's limits keep to `limits`. */
+  within(limits: Limits): boolean {
+    return eventLimitsWithin(this.limits, limits);
+  }
+
+  /** The pack as plain data; its buffers are copies where they are views into larger ones, so they can be transferred. */
+  toTransfer(): PackedTransfer {
+    return { count: this.count, grid: this.grid, names: [...this.names], tags: [...this.tags], limits: { ...this.limits }, words: own(this.words), points: own(this.points), ids: packIds(this.idEnds, this.idBytes) };
+  }
+
+  /** A pack received from another thread: its structure checked whole (throws ValidationError naming what is wrong). */
+  static fromTransfer(t: unknown): PackedEvents {
+    return readTransfer(t);
+  }
+}
+
+/** The buffer of `a` when `a` covers it whole, else a copy of `a`'s bytes. */
+function own(a: Uint32Array | Float64Array | Uint8Array): ArrayBuffer {
+  const b = a.buffer as ArrayBuffer;
+  return a.byteOffset === 0 && a.byteLength === b.byteLength ? b : b.slice(a.byteOffset, a.byteOffset + a.byteLength);
+}
+
+/** Ids as one buffer: the count's ends (u32), then the bytes. */
+function packIds(ends: Uint32Array, bytes: Uint8Array): ArrayBuffer {
+  const n = ends.length;
+  const total = n === 0 ? 0 : ends[n - 1];
+  const out = new ArrayBuffer(4 * n + total);
+  new Uint32Array(out, 0, n).set(ends);
+  new Uint8Array(out, 4 * n, total).set(bytes.subarray(0, total));
+  return out;
+}
+
+function packValid(valid: readonly NEvent[], limits: Limits, grid: boolean): PackedEvents {
+  const n = valid.length;
+  const nameIdx = new Map<string, number>();
+  const tagIdx = new Map<string, number>();
+  const names: string[] = [];
+  const tags: string[] = [];
+  let nAttr = 0;
+  let strBound = 0;
+  let idBound = 0;
+  for (let k = 0; k < n; k++) {
+    const e = valid[k];
+    nAttr += e.names.length + e.tags.length;
+    for (let i = 0; i < e.values.length; i++) {
+      const v = e.values[i];
+      if (typeof v === 'string') strBound += Math.ceil((v.length * 3) / 4) + 1;
+    }
+    idBound += 3 * e.id.length;
+  }
+  const evOff = PARAM_WORDS;
+  const attrOff = evOff + n * EVENT_WORDS;
+  const strOff = attrOff + nAttr * ATTR_WORDS;
+  const bound = strOff + strBound + 1 + (grid ? gridWords(n) : 0);
+  const buf = new ArrayBuffer(4 * bound);
+  const inp = new Uint32Array(buf);
+  const inpF = new Float32Array(buf);
+  const strBytes = new Uint8Array(buf, 4 * strOff, 4 * strBound);
+  const points = new Float64Array(3 * n);
+  const idEnds = new Uint32Array(n);
+  const idBytes = new Uint8Array(idBound);
+  inp[P.EVOFF] = evOff;
+  inp[P.ATTROFF] = attrOff;
+  inp[P.STROFF] = strOff;
+  let a = 0;
+  let sw = 0;
+  let idAt = 0;
+  for (let k = 0; k < n; k++) {
+    const e = valid[k];
+    const o = evOff + k * EVENT_WORDS;
+    const phi = e.lat * RAD;
+    const lam = e.lon * RAD;
+    const c = Math.cos(phi);
+    inpF[o] = c * Math.cos(lam);
+    inpF[o + 1] = c * Math.sin(lam);
+    inpF[o + 2] = Math.sin(phi);
+    inpF[o + 3] = e.radiusM;
+    points[3 * k] = e.lat;
+    points[3 * k + 1] = e.lon;
+    points[3 * k + 2] = e.radiusM;
+    idAt = utf8Into(idBytes, idAt, e.id);
+    idEnds[k] = idAt;
+    const start = a;
+    for (let i = 0; i < e.names.length; i++, a++) {
+      const name = e.names[i];
+      let ix = nameIdx.get(name);
+      if (ix === undefined) {
+        ix = names.length;
+        nameIdx.set(name, ix);
+        names.push(name);
+      }
+      const ao = attrOff + a * ATTR_WORDS;
+      inp[ao] = ix;
+      const v = e.values[i];
+      if (typeof v === 'string') {
+        const at = sw * 4;
+        const written = utf8Into(strBytes, at, v) - at;
+        inp[ao + 1] = T_STR;
+        inp[ao + 2] = sw;
+        inp[ao + 3] = written;
+        sw += Math.ceil(written / 4);
+      } else {
+        inp[ao + 1] = typeof v === 'number' ? T_NUM : T_BOOL;
+        numberKey(typeof v === 'number' ? v : v ? 1 : 0, inp, ao + 2);
+      }
+    }
+    for (let i = 0; i < e.tags.length; i++, a++) {
+      const tag = e.tags[i];
+      let ix = tagIdx.get(tag);
+      if (ix === undefined) {
+        ix = tags.length;
+        tagIdx.set(tag, ix);
+        tags.push(tag);
+      }
+      const ao = attrOff + a * ATTR_WORDS;
+      inp[ao] = (TAG_BIT | ix) >>> 0;
+      inp[ao + 1] = T_BOOL;
+      numberKey(1, inp, ao + 2);
+    }
+    inp[o + 5] = start;
+    inp[o + 6] = a - start;
+  }
+  // The strings as written (the bound counted 3 bytes a UTF-16 unit), then the grid.
+  const gridOff = strOff + sw + 1;
+  const words = gridOff + (grid ? gridWords(n) : 0);
+  if (grid && n > 0) encodeGrid(inp, inpF, evOff, n, gridOff);
+  return new PackedEvents(BUILD, n, inp.slice(0, words), points, idEnds, idBytes.slice(0, idAt), names, tags, grid && n > 0, limits);
+}
+
+
+/** Checks a transferred pack whole before any word of it can reach a kernel. */
+function readTransfer(t: unknown): PackedEvents {
+  const bad = (field: string, rule: string): never => {
+    throw new ValidationError(`packed.${field}`, rule);
+  };
+  if (t === null || typeof t !== 'object') bad('', `must be an object, got ${show(t)}`);
+  const o = t as Record<string, unknown>;
+  const n = o.count;
+  if (typeof n !== 'number' || !Number.isInteger(n) || n < 0 || n > MAX_PACKED_EVENTS) return bad('count', `must be an integer in [0, ${MAX_PACKED_EVENTS}], got ${show(n)}`);
+  if (typeof o.grid !== 'boolean') bad('grid', `must be a boolean, got ${show(o.grid)}`);
+  const names = stringList(o.names, 'names', bad);
+  const tags = stringList(o.tags, 'tags', bad);
+  if (o.limits === null || typeof o.limits !== 'object') bad('limits', `must be an object, got ${show(o.limits)}`);
+  const given = o.limits as Record<string, unknown>;
+  const partial: Partial<Limits> = {};
+  for (const k of LIMIT_KEYS) partial[k] = given[k] as number;
+  const limits = resolveLimits(partial);
+  for (const k of ['words', 'points', 'ids'] as const) if (!(o[k] instanceof ArrayBuffer)) bad(k, `must be an ArrayBuffer, got ${show(o[k])}`);
+  const wb = o.words as ArrayBuffer;
+  if (wb.byteLength % 4 !== 0) bad('words', `must be whole 32-bit words, got ${wb.byteLength} bytes`);
+  const w = new Uint32Array(wb);
+  const evOff = PARAM_WORDS;
+  const attrOff = evOff + n * EVENT_WORDS;
+  if (w.length < attrOff + 1) return bad('words', `must hold ${attrOff + 1} words or more for ${n} events, got ${w.length}`);
+  if (w[P.EVOFF] !== evOff || w[P.ATTROFF] !== attrOff) bad('words', `event and attribute offsets must be ${evOff} and ${attrOff}, got ${w[P.EVOFF]} and ${w[P.ATTROFF]}`);
+  const strOff = w[P.STROFF];
+  if (strOff < attrOff || (strOff - attrOff) % ATTR_WORDS !== 0 || strOff >= w.length) bad('words', `string offset ${strOff} is not after whole attributes within the words`);
+  const nAttr = (strOff - attrOff) / ATTR_WORDS;
+  const gridOff = w[P.GRIDOFF];
+  const grid = o.grid as boolean;
+  if (grid !== (gridOff !== 0) || (grid && n === 0)) bad('grid', `disagrees with the grid offset ${gridOff}`);
+  const strEnd = grid ? gridOff - 1 : w.length - 1;
+  if (strEnd < strOff || (grid && gridOff + gridWords(n) !== w.length)) bad('words', `the strings and grid do not fill the words (grid at ${gridOff}, ${w.length} words)`);
+  const points = new Float64Array(o.points as ArrayBuffer);
+  if (points.length !== 3 * n) bad('points', `must hold ${3 * n} numbers, got ${points.length}`);
+  const ib = o.ids as ArrayBuffer;
+  if (ib.byteLength < 4 * n) bad('ids', `must hold ${n} ends, got ${ib.byteLength} bytes`);
+  const idEnds = new Uint32Array(ib, 0, n);
+  const idBytes = new Uint8Array(ib, 4 * n);
+  let prev = 0;
+  let at = 0;
+  for (let k = 0; k < n; k++) {
+    const end = idEnds[k];
+    if (end - prev < 1 || end - prev > limits.maxIdBytes || end > idBytes.length) bad(`ids[${k}]`, `must be 1..${limits.maxIdBytes} bytes within the ids`);
+    prev = end;
+    const lat = points[3 * k];
+    const lon = points[3 * k + 1];
+    const r = points[3 * k + 2];
+    if (!inRange(lat, lon) || !(r >= 0 && r <= limits.maxEventRadiusM)) bad(`points[${k}]`, `must be a position and radius within the limits, got ${lat}, ${lon}, ${r}`);
+    const e = evOff + k * EVENT_WORDS;
+    const start = w[e + 5];
+    const count = w[e + 6];
+    if (start !== at || count > nAttr - at || count > limits.maxAttributesPerEvent + limits.maxTagsPerEvent) bad(`words`, `event ${k}'s attributes [${start}, +${count}) do not follow the previous event's within ${nAttr}`);
+    at += count;
+  }
+  if (at !== nAttr) bad('words', `events hold ${at} attributes, the words ${nAttr}`);
+  if (prev !== idBytes.length) bad('ids', `hold ${idBytes.length} bytes, the ends ${prev}`);
+  const strWords = strEnd - strOff;
+  for (let a = 0; a < nAttr; a++) {
+    const ao = attrOff + a * ATTR_WORDS;
+    const name = w[ao];
+    const t = w[ao + 1];
+    if (name & TAG_BIT ? (name & ~TAG_BIT) >= tags.length || t !== T_BOOL : name >= names.length) bad(`words`, `attribute ${a} names ${name >>> 0}, beyond the ${names.length} names and ${tags.length} tags`);
+    if (t === T_STR) {
+      const len = w[ao + 3];
+      if (len > limits.maxStringBytes || w[ao + 2] + Math.ceil(len / 4) > strWords) bad('words', `attribute ${a}'s string lies outside the strings`);
+    } else if (t !== T_NUM && t !== T_BOOL) bad('words', `attribute ${a} has type ${t}`);
+  }
+  if (grid) checkGrid(w, gridOff, n, bad);
+  return new PackedEvents(BUILD, n, w, points, idEnds, idBytes, names, tags, grid, limits);
+}
+
+function stringList(v: unknown, field: string, bad: (f: string, r: string) => never): string[] {
+  if (!Array.isArray(v)) return bad(field, `must be an array, got ${show(v)}`);
+  for (let i = 0; i < v.length; i++) if (typeof v[i] !== 'string') bad(`${field}[${i}]`, `must be a string, got ${show(v[i])}`);
+  return v as string[];
+}
+
+/** The grid as encodeGrid writes it: dims within 4n cells, cell starts rising to n, every index an event. */
+function checkGrid(w: Uint32Array, off: number, n: number, bad: (f: string, r: string) => never): void {
+  const dx = w[off + 4];
+  const dy = w[off + 5];
+  const dz = w[off + 6];
+  const cells = dx * dy * dz;
+  if (dx < 1 || dy < 1 || dz < 1 || cells > 4 * n) bad('words', `grid of ${dx}×${dy}×${dz} cells for ${n} events`);
+  const startAt = off + GRID_HEADER_WORDS;
+  if (w[startAt] !== 0 || w[startAt + cells] !== n) bad('words', 'grid cell starts do not span the events');
+  for (let c = 0; c < cells; c++) if (w[startAt + c + 1] < w[startAt + c]) bad('words', `grid cell ${c} starts after the next`);
+  const idxAt = startAt + cells + 1;
+  for (let k = 0; k < n; k++) if (w[idxAt + k] >= n) bad('words', `grid index ${k} names event ${w[idxAt + k]} of ${n}`);
+}
+
+/** `PackedEvents.pack`. */
+export function packEvents(events: readonly unknown[], options: PackOptions = {}): PackedEvents {
+  return PackedEvents.pack(events, options);
+}
+
+/** `PackedEvents.packAll`. */
+export function packEventBatches(events: readonly unknown[], maxEvents: number, options: PackOptions = {}): PackedEvents[] {
+  return PackedEvents.packAll(events, maxEvents, options);
+}

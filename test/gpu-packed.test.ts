@@ -1,0 +1,221 @@
+/**
+ * Packed batches (src/engines/gpu/packed.ts): events checked and encoded ahead of the match (on
+ * any thread), then matched by `GpuMatcher.matchPacked`. The shared contract and the differential
+ * suite run with every matchBatch call packed (in packs of maxBatch, every other call through a
+ * transfer's structured clone, as between threads), and here: events decoded back exactly as the
+ * engine's check gives them; names the engine learns after the pack was made; overflows answered
+ * by the CPU from decoded events, or run again without a CPU mirror; transfers refused whole,
+ * naming what is wrong; packs the engine cannot take.
+ */
+import assert from 'node:assert/strict';
+import { after, describe, it } from 'node:test';
+import { ReferenceMatcher } from '../src/engines/reference.js';
+import type { MatcherOptions } from '../src/engines/matcher.js';
+import type { Event, Subscription } from '../src/model/types.js';
+import { DEFAULT_LIMITS, validateEvent } from '../src/model/limits.js';
+import { ValidationError } from '../src/model/errors.js';
+import { GpuContext } from '../src/engines/gpu/device.js';
+import { GpuKernels, GpuMatcher, type GpuMatcherOptions, PackedEvents, type PackedTransfer, packEventBatches, packEvents } from '../src/engines/gpu/matcher.js';
+import { runContract } from './support/contract.js';
+import { runDifferential } from './support/differential.js';
+import { Rng } from './support/rng.js';
+import { NUMBER_EDGES, STRING_EDGES } from './support/values.js';
+import { randomEvent, randomWorkload, sorted, twin } from './support/gpu-workload.js';
+
+const ctx = await GpuContext.open({ allowSoftware: true });
+const kernels = await GpuKernels.compile(ctx);
+after(() => ctx.close());
+
+/**
+ * The engine with matchBatch and matchBatchTagged answered through packs: the events checked
+ * whole and packed in packs of maxBatch, every other call's packs cloned as a transfer.
+ */
+function packedPath(m: GpuMatcher): GpuMatcher {
+  let calls = 0;
+  const viaPacks = async (events: readonly Event[], tags: boolean) => {
+    const packs = packEventBatches(events, m.maxBatch, { limits: m.limits });
+    const cloned = calls++ % 2 === 1;
+    const out = [];
+    for (const p of packs) out.push(...(await m.matchPacked(cloned ? PackedEvents.fromTransfer(structuredClone(p.toTransfer())) : p, tags)));
+    return out;
+  };
+  return new Proxy(m, {
+    get(target, key) {
+      if (key === 'matchBatch') return (events: readonly Event[]) => viaPacks(events, false);
+      if (key === 'matchBatchTagged') return (events: readonly Event[]) => viaPacks(events, true);
+      const v = Reflect.get(target, key, target) as unknown;
+      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+    },
+  });
+}
+
+const make = (o?: MatcherOptions & GpuMatcherOptions) => packedPath(GpuMatcher.attach(kernels, { cpuBelowFilters: 0, select: 'gpu', ...o }));
+
+runContract('gpu (packed batches)', make);
+runDifferential('gpu (packed batches)', make);
+
+/** An event's check with -0 as 0: a number's key (the GPU's encoding) does not keep the sign of zero, and no rule tells them apart (N1). */
+function checked(e: Event) {
+  const n = validateEvent(e, DEFAULT_LIMITS);
+  return { ...n, values: n.values.map((v) => (Object.is(v, -0) ? 0 : v)) };
+}
+
+function edgeEvents(seed: number, count: number): Event[] {
+  const rng = new Rng(seed);
+  const pick = <T>(xs: readonly T[]): T => xs[rng.int(xs.length)];
+  const names = ['a', 'b', 'é', '東京', '😀', 'a😀b', 'zeta'];
+  const out: Event[] = [];
+  for (let i = 0; i < count; i++) {
+    const attributes: Event['attributes'] = {};
+    for (let k = 0, n = rng.int(5); k < n; k++) {
+      const r = rng.next();
+      attributes[pick(names)] = r < 0.4 ? pick(STRING_EDGES) : r < 0.8 ? pick(NUMBER_EDGES) : rng.next() < 0.5;
+    }
+    const e: Event = { id: i % 5 === 0 ? `é${i}😀` : `e${i}`, lat: -90 + 180 * rng.next(), lon: -180 + 360 * rng.next(), attributes };
+    if (rng.next() < 0.3) e.radiusM = rng.next() * 5000;
+    if (rng.next() < 0.3) e.tags = Array.from({ length: 1 + rng.int(3) }, () => pick(['alpha', '#Zed', 'Café', 'cafe\u0301', '東京', 'ALPHA']));
+    out.push(e);
+  }
+  out.push({ id: 'edge-lat', lat: 90, lon: -180, attributes: {} });
+  return out;
+}
+
+describe('gpu packed batches: the pack', () => {
+  it('decodes every event exactly as the engine checks it, directly and after a transfer', () => {
+    const events = edgeEvents(7, 300);
+    const p = packEvents(events);
+    const q = PackedEvents.fromTransfer(structuredClone(p.toTransfer()));
+    assert.equal(p.count, events.length);
+    assert.equal(p.grid, true);
+    for (let k = 0; k < events.length; k++) {
+      const want = checked(events[k]);
+      assert.deepEqual(p.event(k), want, `event ${k}`);
+      assert.deepEqual(q.event(k), want, `event ${k} after a transfer`);
+    }
+    assert.equal(packEvents(events.slice(0, 3)).grid, false, 'a small pack is not binned unless told');
+    assert.equal(packEvents(events.slice(0, 3), { grid: true }).grid, true);
+  });
+
+  it('refuses bad events naming the field within the whole list, and checks against the limits given', () => {
+    const events = edgeEvents(8, 40);
+    events[33] = { ...events[33], lat: 91 };
+    assert.throws(() => packEventBatches(events, 8), (e: unknown) => e instanceof ValidationError && e.field === 'events[33].lat');
+    assert.throws(() => packEvents([{ id: 'x', lat: 0, lon: 0, attributes: { a: 'y'.repeat(20) } }], { limits: { maxStringBytes: 10 } }), (e: unknown) => e instanceof ValidationError && e.field === 'events[0].attributes["a"]');
+    assert.throws(() => packEvents(null as unknown as Event[]), (e: unknown) => e instanceof ValidationError && e.field === 'events');
+    const packs = packEventBatches(edgeEvents(9, 21), 8);
+    assert.deepEqual(packs.map((x) => x.count), [8, 8, 6]);
+  });
+
+  it('refuses a corrupt transfer whole, naming what is wrong', () => {
+    const good = packEvents(edgeEvents(10, 40)).toTransfer();
+    const fresh = (): PackedTransfer => structuredClone(good);
+    const cases: Array<[string, (t: PackedTransfer) => unknown, string]> = [
+      ['not an object', () => 7, 'packed.'],
+      ['count not an integer', (t) => ({ ...t, count: 1.5 }), 'packed.count'],
+      ['count past the words', (t) => ({ ...t, count: t.count + 1000 }), 'packed.words'],
+      ['a name missing', (t) => ({ ...t, names: t.names.slice(1) }), 'packed.words'],
+      ['a name not a string', (t) => ({ ...t, names: [1, ...t.names.slice(1)] }), 'packed.names[0]'],
+      ['limits looser than the ceiling', (t) => ({ ...t, limits: { ...t.limits, maxStringBytes: 1e9 } }), 'limits.maxStringBytes'],
+      ['points short', (t) => ({ ...t, points: t.points.slice(8) }), 'packed.points'],
+      ['a latitude of 91', (t) => { new Float64Array(t.points)[3] = 91; return t; }, 'packed.points[1]'],
+      ['an id end past the bytes', (t) => { new Uint32Array(t.ids, 0, 1)[0] = 1e6; return t; }, 'packed.ids[0]'],
+      ['an attribute range out of order', (t) => { new Uint32Array(t.words)[16 + 8 + 5] += 1; return t; }, 'packed.words'],
+      ['an attribute of no type', (t) => { const w = new Uint32Array(t.words); w[w[9] + 1] = 9; return t; }, 'packed.words'],
+      ['a string past the strings', (t) => { const w = new Uint32Array(t.words); for (let a = w[9]; a < w[10]; a += 4) if (w[a + 1] === 1) { w[a + 2] = 1e6; break; } return t; }, 'packed.words'],
+      ['a grid index past the events', (t) => { const w = new Uint32Array(t.words); const g = w[11]; w[g + 17 + w[g + 4] * w[g + 5] * w[g + 6] + 1] = 1e6; return t; }, 'packed.words'],
+      ['the grid flag denied', (t) => ({ ...t, grid: false }), 'packed.grid'],
+      ['words not an ArrayBuffer', (t) => ({ ...t, words: [1, 2, 3] }), 'packed.words'],
+    ];
+    for (const [label, corrupt, field] of cases) {
+      assert.throws(() => PackedEvents.fromTransfer(corrupt(fresh())), (e: unknown) => e instanceof ValidationError && (e.field ?? "").startsWith(field), label);
+    }
+    assert.equal(PackedEvents.fromTransfer(fresh()).count, good.count, 'the untouched transfer is taken');
+  });
+});
+
+describe('gpu packed batches: the engine', () => {
+  it('matches names the engine learned after the pack was made, and ignores names no filter uses', async () => {
+    const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, select: 'gpu' });
+    const ref = new ReferenceMatcher();
+    try {
+      const events: Event[] = Array.from({ length: 40 }, (_, i) => ({ id: `e${i}`, lat: 45.46, lon: 9.18 + i * 1e-5, attributes: { late: i, never: 'x', a: i % 3 } }));
+      const p = packEvents(events);
+      const subs: Subscription[] = [
+        { id: 's1', owner: 'd1', filters: [{ constraints: [{ name: 'late', op: 'ge', value: 20 }], area: { radiusM: 500 } }] },
+        { id: 's2', owner: 'd1', filters: [{ constraints: [{ name: 'a', op: 'eq', value: 1 }] }] },
+      ];
+      for (const x of [m, ref]) {
+        x.updatePosition('d1', 45.46, 9.18);
+        for (const s of subs) x.add(s);
+      }
+      const got = await m.matchPacked(p);
+      for (let i = 0; i < events.length; i++) assert.deepEqual(sorted(got[i] as string[]), sorted(await ref.match(events[i])), `event ${i}`);
+      assert.equal(m.stats().extra!.gpuEvents, events.length, 'answered by the GPU');
+      assert.ok(got.filter((ids) => ids.includes('s1')).length === 20);
+    } finally {
+      await m.close();
+    }
+  });
+
+  for (const [label, opts] of [['with the CPU mirror: overflowed events answered from their decoded form', {}], ['without it: overflowed events run again on the GPU', { cpuMirror: false }]] as const) {
+    it(`candidate and output overflow, ${label}`, async () => {
+      const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, select: 'gpu', initialCandidates: 4, initialOutputs: 2, ...opts });
+      const ref = new ReferenceMatcher();
+      try {
+        const subs = randomWorkload(31, 300, 2);
+        twin(m, subs, 3);
+        twin(ref, subs, 3);
+        const rng = new Rng(5);
+        const events = Array.from({ length: 64 }, (_, i) => randomEvent(rng, i));
+        const got = await m.matchPacked(packEvents(events));
+        let matched = 0;
+        for (let i = 0; i < events.length; i++) {
+          const want = sorted(await ref.match(events[i]));
+          matched += want.length;
+          assert.deepEqual(sorted(got[i] as string[]), want, `event ${i}`);
+        }
+        const s = m.stats().extra!;
+        assert.ok(matched > 100, `the workload overflows (matched ${matched})`);
+        assert.ok((s.overflowEvents as number) > 0, 'an overflow was detected');
+        if ('cpuMirror' in opts) assert.ok((s.retriedEvents as number) > 0, 'run again on the GPU');
+        else assert.ok((s.cpuEvents as number) > 0, 'answered on the CPU');
+      } finally {
+        await m.close();
+      }
+    });
+  }
+
+  it('refuses what it cannot take: not a pack, more than maxBatch events, looser limits', async () => {
+    const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, select: 'gpu', maxBatch: 16, limits: { maxStringBytes: 100 } });
+    try {
+      const events = edgeEvents(11, 20).map((e) => ({ ...e, attributes: {} }));
+      const refused = async (p: unknown, rule: RegExp) =>
+        assert.rejects(m.matchPacked(p as PackedEvents), (e: unknown) => e instanceof ValidationError && e.field === 'events' && e.code === 'INVALID_ARGUMENT' && rule.test(e.message));
+      await refused({ count: 1 }, /packed batch/);
+      await refused(packEvents(events, { limits: { maxStringBytes: 100 } }), /maxBatch \(16\)/);
+      await refused(packEvents(events.slice(0, 4)), /looser/);
+      assert.equal((await m.matchPacked(packEvents(events.slice(0, 4), { limits: { maxStringBytes: 50 } }))).length, 4, 'tighter limits are taken');
+      assert.deepEqual(await m.matchPacked(packEvents([], { limits: { maxStringBytes: 100 } })), []);
+    } finally {
+      await m.close();
+    }
+  });
+
+  it('answers on the CPU from decoded events where the CPU path is chosen', async () => {
+    const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 1_000_000 });
+    const ref = new ReferenceMatcher();
+    try {
+      const subs = randomWorkload(32, 100, 2);
+      twin(m, subs, 4);
+      twin(ref, subs, 4);
+      const rng = new Rng(6);
+      const events = Array.from({ length: 30 }, (_, i) => randomEvent(rng, i));
+      const got = await m.matchPacked(packEvents(events));
+      for (let i = 0; i < events.length; i++) assert.deepEqual(sorted(got[i] as string[]), sorted(await ref.match(events[i])), `event ${i}`);
+      assert.equal(m.stats().extra!.gpuEvents, 0);
+      assert.equal(m.stats().extra!.cpuEvents, events.length);
+    } finally {
+      await m.close();
+    }
+  });
+});
