@@ -117,6 +117,7 @@ describe('gpu packed batches: the pack', () => {
       ['a name not a string', (t) => ({ ...t, names: [1, ...t.names.slice(1)] }), 'packed.names[0]'],
       ['limits looser than the ceiling', (t) => ({ ...t, limits: { ...t.limits, maxStringBytes: 1e9 } }), 'limits.maxStringBytes'],
       ['points short', (t) => ({ ...t, points: t.points.slice(8) }), 'packed.points'],
+      ['points not whole numbers', (t) => ({ ...t, points: t.points.slice(4) }), 'packed.points'],
       ['a latitude of 91', (t) => { new Float64Array(t.points)[3] = 91; return t; }, 'packed.points[1]'],
       ['an id end past the bytes', (t) => { new Uint32Array(t.ids, 0, 1)[0] = 1e6; return t; }, 'packed.ids[0]'],
       ['an attribute range out of order', (t) => { new Uint32Array(t.words)[16 + 8 + 5] += 1; return t; }, 'packed.words'],

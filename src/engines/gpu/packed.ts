@@ -13,7 +13,7 @@
  * again only where the CPU must answer one (`event(k)`: an overflow, a device loss).
  */
 import { ValidationError, show } from '../../model/errors.js';
-import { type Limits, type NEvent, eventLimitsWithin, inRange, resolveLimits, validateEvents } from '../../model/limits.js';
+import { type Limits, type NEvent, eventLimitsWithin, resolveLimits, validateEvents } from '../../model/limits.js';
 import type { Value } from '../../model/types.js';
 import { T_BOOL, T_NUM, T_STR } from '../operators.js';
 import { ATTR_WORDS, EVENT_WORDS, GRID_HEADER_WORDS, P, PARAM_WORDS, RAD, TAG_BIT, encodeGrid, gridWords, numberKey, utf8Into } from './input.js';
@@ -286,43 +286,59 @@ function readTransfer(t: unknown): PackedEvents {
   if (grid !== (gridOff !== 0) || (grid && n === 0)) bad('grid', `disagrees with the grid offset ${gridOff}`);
   const strEnd = grid ? gridOff - 1 : w.length - 1;
   if (strEnd < strOff || (grid && gridOff + gridWords(n) !== w.length)) bad('words', `the strings and grid do not fill the words (grid at ${gridOff}, ${w.length} words)`);
-  const points = new Float64Array(o.points as ArrayBuffer);
-  if (points.length !== 3 * n) bad('points', `must hold ${3 * n} numbers, got ${points.length}`);
+  const pb = o.points as ArrayBuffer;
+  if (pb.byteLength !== 24 * n) bad('points', `must hold ${3 * n} numbers, got ${pb.byteLength} bytes`);
+  const points = new Float64Array(pb);
   const ib = o.ids as ArrayBuffer;
   if (ib.byteLength < 4 * n) bad('ids', `must hold ${n} ends, got ${ib.byteLength} bytes`);
   const idEnds = new Uint32Array(ib, 0, n);
   const idBytes = new Uint8Array(ib, 4 * n);
+  const strWords = strEnd - strOff;
+  // The loops in functions of their own: V8 compiles a small loop far better than one inside this large function.
+  const wrong = checkEvents(w, points, idEnds, idBytes.length, n, nAttr, limits) ?? checkAttributes(w, attrOff, nAttr, names.length, tags.length, strWords, limits.maxStringBytes);
+  if (wrong !== null) bad(wrong[0], wrong[1]);
+  if (grid) checkGrid(w, gridOff, n, bad);
+  return new PackedEvents(BUILD, n, w, points, idEnds, idBytes, names, tags, grid, limits);
+}
+
+/** Each event's id, point and attribute range; null when all are right, else [field, rule]. */
+function checkEvents(w: Uint32Array, points: Float64Array, idEnds: Uint32Array, idBytes: number, n: number, nAttr: number, limits: Limits): [string, string] | null {
+  const maxId = limits.maxIdBytes;
+  const maxR = limits.maxEventRadiusM;
+  const maxAttrs = limits.maxAttributesPerEvent + limits.maxTagsPerEvent;
   let prev = 0;
   let at = 0;
   for (let k = 0; k < n; k++) {
     const end = idEnds[k];
-    if (end - prev < 1 || end - prev > limits.maxIdBytes || end > idBytes.length) bad(`ids[${k}]`, `must be 1..${limits.maxIdBytes} bytes within the ids`);
+    if (end <= prev || end - prev > maxId || end > idBytes) return [`ids[${k}]`, `must be 1..${maxId} bytes within the ids`];
     prev = end;
     const lat = points[3 * k];
     const lon = points[3 * k + 1];
     const r = points[3 * k + 2];
-    if (!inRange(lat, lon) || !(r >= 0 && r <= limits.maxEventRadiusM)) bad(`points[${k}]`, `must be a position and radius within the limits, got ${lat}, ${lon}, ${r}`);
-    const e = evOff + k * EVENT_WORDS;
-    const start = w[e + 5];
+    if (!(lat >= -90 && lat <= 90 && lon >= -180 && lon <= 180 && r >= 0 && r <= maxR)) return [`points[${k}]`, `must be a position and radius within the limits, got ${lat}, ${lon}, ${r}`];
+    const e = PARAM_WORDS + k * EVENT_WORDS;
     const count = w[e + 6];
-    if (start !== at || count > nAttr - at || count > limits.maxAttributesPerEvent + limits.maxTagsPerEvent) bad(`words`, `event ${k}'s attributes [${start}, +${count}) do not follow the previous event's within ${nAttr}`);
+    if (w[e + 5] !== at || count > nAttr - at || count > maxAttrs) return ['words', `event ${k}'s attributes [${w[e + 5]}, +${count}) do not follow the previous event's within ${nAttr}`];
     at += count;
   }
-  if (at !== nAttr) bad('words', `events hold ${at} attributes, the words ${nAttr}`);
-  if (prev !== idBytes.length) bad('ids', `hold ${idBytes.length} bytes, the ends ${prev}`);
-  const strWords = strEnd - strOff;
+  if (at !== nAttr) return ['words', `events hold ${at} attributes, the words ${nAttr}`];
+  if (prev !== idBytes) return ['ids', `hold ${idBytes} bytes, the ends ${prev}`];
+  return null;
+}
+
+/** Each attribute's name, type and string range; null when all are right, else [field, rule]. */
+function checkAttributes(w: Uint32Array, attrOff: number, nAttr: number, names: number, tags: number, strWords: number, maxStringBytes: number): [string, string] | null {
   for (let a = 0; a < nAttr; a++) {
     const ao = attrOff + a * ATTR_WORDS;
     const name = w[ao];
     const t = w[ao + 1];
-    if (name & TAG_BIT ? (name & ~TAG_BIT) >= tags.length || t !== T_BOOL : name >= names.length) bad(`words`, `attribute ${a} names ${name >>> 0}, beyond the ${names.length} names and ${tags.length} tags`);
+    if (name & TAG_BIT ? (name & ~TAG_BIT) >= tags || t !== T_BOOL : name >= names) return ['words', `attribute ${a} names ${name >>> 0}, beyond the ${names} names and ${tags} tags`];
     if (t === T_STR) {
       const len = w[ao + 3];
-      if (len > limits.maxStringBytes || w[ao + 2] + Math.ceil(len / 4) > strWords) bad('words', `attribute ${a}'s string lies outside the strings`);
-    } else if (t !== T_NUM && t !== T_BOOL) bad('words', `attribute ${a} has type ${t}`);
+      if (len > maxStringBytes || w[ao + 2] + Math.ceil(len / 4) > strWords) return ['words', `attribute ${a}'s string lies outside the strings`];
+    } else if (t !== T_NUM && t !== T_BOOL) return ['words', `attribute ${a} has type ${t}`];
   }
-  if (grid) checkGrid(w, gridOff, n, bad);
-  return new PackedEvents(BUILD, n, w, points, idEnds, idBytes, names, tags, grid, limits);
+  return null;
 }
 
 function stringList(v: unknown, field: string, bad: (f: string, r: string) => never): string[] {
