@@ -44,6 +44,7 @@ const HELP = `Usage: node dist/bench/gpu-feed.js [options]
   --rounds N         rounds per row (default 5; quick 2)
   --seconds S        seconds per round (default 2; quick 0.5)
   --engines LIST     gpu and/or fast (default gpu,fast)
+  --paths LIST       the GPU rows: batch, prepacked, workers (default all three)
   --seed N           workload seed (default 1)
   --software         allow a software adapter (llvmpipe): for trying the benchmark, not for figures
   --quick            small run
@@ -191,7 +192,7 @@ function row(engine: string, mode: Row['mode'], size: number, depth: number, wor
 }
 
 async function main(): Promise<void> {
-  const cl = readCommandLine(process.argv.slice(2), new Set(['quick', 'software', 'help']), new Set(['subscriptions', 'sizes', 'depth', 'workers', 'rounds', 'seconds', 'engines', 'seed', 'out']), fail, HELP);
+  const cl = readCommandLine(process.argv.slice(2), new Set(['quick', 'software', 'help']), new Set(['subscriptions', 'sizes', 'depth', 'workers', 'rounds', 'seconds', 'engines', 'paths', 'seed', 'out']), fail, HELP);
   if (cl === null) return;
   const a = cl.r;
   const quick = a.flag('quick');
@@ -203,6 +204,8 @@ async function main(): Promise<void> {
   const seconds = a.num('seconds', quick ? 0.5 : 2, 0.05, 600);
   const engines = a.list('engines') ?? ['gpu', 'fast'];
   for (const e of engines) if (e !== 'gpu' && e !== 'fast') fail(`--engines: gpu or fast, got ${JSON.stringify(e)}`);
+  const paths = a.list('paths') ?? ['batch', 'prepacked', 'workers'];
+  for (const x of paths) if (x !== 'batch' && x !== 'prepacked' && x !== 'workers') fail(`--paths: batch, prepacked or workers, got ${JSON.stringify(x)}`);
   const seed = a.int('seed', 1, 0);
   const software = a.flag('software');
   const run = new ResultRun({ out: a.str('out'), defaultFile: 'bench/results/gpu-feed.json', fail });
@@ -234,15 +237,19 @@ async function main(): Promise<void> {
         const want = await m.matchBatch(lists[0]);
         // matchBatch of event objects: every event checked and encoded on this thread.
         let k = 0;
-        note(`gpu-feed: gpu matchBatch, ${size} events a call`);
-        rows.push(row('gpu', 'batch', size, depth, 0, await feed(async () => (await m.matchBatch(lists[k++ % lists.length])).length, size, depth, rounds, seconds), [], 0, 0));
-        // The same events packed ahead: this thread only runs the packs.
-        const packs = lists.map((l) => packEvents(l, { limits }));
-        const differing = sameSets(want, await m.matchPacked(packs[0]));
-        note(`gpu-feed: gpu matchPacked, packs made ahead, ${size} events a pack`);
-        k = 0;
-        rows.push(row('gpu', 'prepacked', size, depth, 0, await feed(async () => (await m.matchPacked(packs[k++ % packs.length])).length, size, depth, rounds, seconds), [], size, differing));
-        for (const w of workerCounts) {
+        if (paths.includes('batch')) {
+          note(`gpu-feed: gpu matchBatch, ${size} events a call`);
+          rows.push(row('gpu', 'batch', size, depth, 0, await feed(async () => (await m.matchBatch(lists[k++ % lists.length])).length, size, depth, rounds, seconds), [], 0, 0));
+        }
+        if (paths.includes('prepacked')) {
+          // The same events packed ahead: this thread only runs the packs.
+          const packs = lists.map((l) => packEvents(l, { limits }));
+          const differing = sameSets(want, await m.matchPacked(packs[0]));
+          note(`gpu-feed: gpu matchPacked, packs made ahead, ${size} events a pack`);
+          k = 0;
+          rows.push(row('gpu', 'prepacked', size, depth, 0, await feed(async () => (await m.matchPacked(packs[k++ % packs.length])).length, size, depth, rounds, seconds), [], size, differing));
+        }
+        for (const w of paths.includes('workers') ? workerCounts : []) {
           const packers = await Packers.start(w, { seed, subscriptions: subs, pool: POOL, size, limits: { ...limits } });
           try {
             packers.prime(depth + 2);
