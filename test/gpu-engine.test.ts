@@ -308,7 +308,9 @@ describe('gpu engine: exact at the boundary (pairs in the float32 band are decid
     const subs: Subscription[] = [];
     const events: Event[] = [];
     const devices: [string, number, number][] = [];
-    const offsets = [0, -0.001, 0.001, -0.5, 0.5, -1.5, 1.5, -3, 3];
+    // Inside the kernels' fine band (1 cm, or 2e-6 of the radius), just outside it (decided on the
+    // GPU with the unit vectors' low parts), and inside the coarse band (4 m, 0.2%).
+    const offsets = [0, -0.001, 0.001, -0.015, 0.015, -0.03, 0.03, -0.5, 0.5, -1.5, 1.5, -3, 3];
     for (let i = 0; i < 40; i++) {
       const lat = -70 + 140 * rng.next();
       const lon = -180 + 360 * rng.next();
@@ -318,7 +320,7 @@ describe('gpu engine: exact at the boundary (pairs in the float32 band are decid
       events.push({ id: `e${i}`, lat: p.lat, lon: p.lon, ...(re > 0 ? { radiusM: re } : {}), attributes: { k: i } });
       // The smallest radius that reaches the event (A2, inclusive) and the largest that does not.
       const exact = smallestRadius(p.dist, re);
-      const radii = [exact, nextDown(exact), ...offsets.map((o) => exact + o)].filter((r) => r > 0);
+      const radii = [exact, nextDown(exact), ...offsets.map((o) => exact + o), ...[-8e-6, -4e-6, -1e-6, 1e-6, 4e-6, 8e-6].map((k) => exact * (1 + k))].filter((r) => r > 0);
       const anchored = i % 2 === 0;
       if (anchored) devices.push([`dev${i}`, lat, lon]);
       radii.forEach((r, k) =>
@@ -377,9 +379,10 @@ describe('gpu engine: exact at the boundary (pairs in the float32 band are decid
       m.add({ id: 'out', owner: 'd2', filters: [{ constraints: [], area: { radiusM: nextDown(r) } }] });
       m.updatePosition('d2', c.lat, c.lon);
       const first = m.match(e); // submitted: 'in' on its boundary (matches), 'out' a step short
-      // Both devices move by a metre, 'd' away and 'd2' towards the event; the next batch uploads it.
-      const away = pointAt(c.lat, c.lon, 220, 1);
-      const toward = pointAt(c.lat, c.lon, 40, 1);
+      // Both devices move by 3 mm (inside the kernels' fine band of a centimetre, so the host decides
+      // again), 'd' away and 'd2' towards the event; the next batch uploads it.
+      const away = pointAt(c.lat, c.lon, 220, 0.003);
+      const toward = pointAt(c.lat, c.lon, 40, 0.003);
       m.updatePosition('d', away.lat, away.lon);
       m.updatePosition('d2', toward.lat, toward.lon);
       const second = m.match(e);

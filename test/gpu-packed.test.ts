@@ -120,7 +120,7 @@ describe('gpu packed batches: the pack', () => {
       ['points not whole numbers', (t) => ({ ...t, points: t.points.slice(4) }), 'packed.points'],
       ['a latitude of 91', (t) => { new Float64Array(t.points)[3] = 91; return t; }, 'packed.points[1]'],
       ['an id end past the bytes', (t) => { new Uint32Array(t.ids, 0, 1)[0] = 1e6; return t; }, 'packed.ids[0]'],
-      ['an attribute range out of order', (t) => { new Uint32Array(t.words)[16 + 8 + 5] += 1; return t; }, 'packed.words'],
+      ['an attribute range out of order', (t) => { new Uint32Array(t.words)[16 + 12 + 5] += 1; return t; }, 'packed.words'],
       ['an attribute of no type', (t) => { const w = new Uint32Array(t.words); w[w[9] + 1] = 9; return t; }, 'packed.words'],
       ['a string past the strings', (t) => { const w = new Uint32Array(t.words); for (let a = w[9]; a < w[10]; a += 4) if (w[a + 1] === 1) { w[a + 2] = 1e6; break; } return t; }, 'packed.words'],
       ['a grid index past the events', (t) => { const w = new Uint32Array(t.words); const g = w[11]; w[g + 17 + w[g + 4] * w[g + 5] * w[g + 6] + 1] = 1e6; return t; }, 'packed.words'],

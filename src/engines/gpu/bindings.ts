@@ -10,11 +10,11 @@
  */
 import { OP_CODE, T_ANY, T_BOOL, T_NUM, T_STR } from '../operators.js';
 import { GpuError } from './device.js';
-import { GRID_HEADER_WORDS, P } from './input.js';
+import { EVENT_WORDS, GRID_HEADER_WORDS, P } from './input.js';
 import { META_AREA, META_COUNT, META_LIVE, META_NAMES, NAME_BITS } from './layout.js';
 
 /** What a binding holds on the host: a buffer of the matcher's state, or one of a readback slot's. */
-export type StateBuffer = 'input' | 'fBloom' | 'fMeta' | 'fPos' | 'fRad' | 'pos' | 'cand' | 'fCon' | 'fSub' | 'cHead' | 'cValA' | 'cValB' | 'cStr' | 'moves';
+export type StateBuffer = 'input' | 'fBloom' | 'fMeta' | 'fPos' | 'fRad' | 'pos' | 'posLo' | 'cand' | 'fCon' | 'fSub' | 'cHead' | 'cValA' | 'cValB' | 'cStr' | 'moves';
 export type SlotBuffer = 'counts' | 'out';
 export type BufferRole = StateBuffer | SlotBuffer;
 
@@ -79,19 +79,21 @@ export const MATCH_BINDINGS = {
   cValB: { binding: 15, access: 'read', type: 'array<u32>', elementBytes: 4, buffer: 'cValB', doc: 'number: key lo; string: byte length' },
   cStr: { binding: 16, access: 'read', type: 'array<u32>', elementBytes: 4, buffer: 'cStr', doc: 'constraint strings (UTF-8), automata, and the name ids of META_NAMES filters, 4 bytes a word' },
   outPairs: { binding: 18, access: 'read_write', type: 'array<vec2<u32>>', elementBytes: 8, buffer: 'out', doc: '(event, subscription) pairs' },
-  moves: { binding: 19, access: 'read', type: 'array<vec4<f32>>', elementBytes: 16, buffer: 'moves', doc: '[0].x: record count (u32 bits); then x, y, z, slot' },
+  moves: { binding: 19, access: 'read', type: 'array<vec4<f32>>', elementBytes: 16, buffer: 'moves', doc: '[0].x: record count (u32 bits); then per record x, y, z, slot and the low parts x, y, z, 0' },
   posOut: { binding: 20, access: 'read_write', type: 'array<vec4<f32>>', elementBytes: 16, buffer: 'pos', doc: 'the pos buffer, written by scatter' },
+  posLo: { binding: 21, access: 'read', type: 'array<vec4<f32>>', elementBytes: 16, buffer: 'posLo', doc: 'low parts of the unit vectors (the float64 vector minus pos), read for band pairs' },
+  posLoOut: { binding: 22, access: 'read_write', type: 'array<vec4<f32>>', elementBytes: 16, buffer: 'posLo', doc: 'the posLo buffer, written by scatter' },
 } as const satisfies Record<string, BindingDecl<BufferRole>>;
 
 export type MatchBinding = keyof typeof MATCH_BINDINGS;
 
 /** The bindings each entry point uses: its bind group layout and bind groups hold exactly these. */
 export const MATCH_ENTRY_POINTS = {
-  loc: ['inp', 'fBloom', 'fMeta', 'fPos', 'fRad', 'pos', 'cand', 'counts'],
-  locFew: ['inp', 'fBloom', 'fMeta', 'fPos', 'fRad', 'pos', 'cand', 'counts'],
+  loc: ['inp', 'fBloom', 'fMeta', 'fPos', 'fRad', 'pos', 'posLo', 'cand', 'counts'],
+  locFew: ['inp', 'fBloom', 'fMeta', 'fPos', 'fRad', 'pos', 'posLo', 'cand', 'counts'],
   cont: ['inp', 'fMeta', 'fPos', 'cand', 'counts', 'fCon', 'fSub', 'cHead', 'cValA', 'cValB', 'cStr'],
   zip: ['inp', 'cand', 'counts', 'outPairs'],
-  scatter: ['moves', 'posOut'],
+  scatter: ['moves', 'posOut', 'posLoOut'],
 } as const satisfies Record<string, readonly MatchBinding[]>;
 
 export type EntryPoint = keyof typeof MATCH_ENTRY_POINTS;
@@ -106,6 +108,7 @@ function sharedConstants(): [string, number, string][] {
   c.push(['META_COUNT', META_COUNT, 'fMeta bits'], ['META_AREA', META_AREA, ''], ['META_LIVE', META_LIVE, ''], ['META_NAMES', META_NAMES, '']);
   for (const [k, v] of Object.entries(P)) c.push([`P_${k}`, v, k === 'FILTERS' ? 'parameter words of the batch input' : '']);
   c.push(['GRID_HEADER', GRID_HEADER_WORDS, 'words before the grid cell offsets']);
+  c.push(['EVENT_WORDS', EVENT_WORDS, 'words of an event header in the batch input']);
   return c;
 }
 

@@ -121,32 +121,45 @@ export class GpuBuffers {
   private syncPositions(): void {
     const L = this.layout;
     const moved = L.takeMoved();
-    const havePos = this.bufs.get('pos');
     const posNeed = 16 * Math.max(L.pTop, 1);
-    const posBuf = havePos !== undefined && havePos.size >= posNeed ? havePos : this.buffer('pos', Math.min(L.pos.byteLength, headroom(posNeed)));
-    if (L.posAll || this.fresh.delete('pos')) {
+    const sized = (name: 'pos' | 'posLo'): GPUBuffer => {
+      const have = this.bufs.get(name);
+      return have !== undefined && have.size >= posNeed ? have : this.buffer(name, Math.min(L.pos.byteLength, headroom(posNeed)));
+    };
+    // The unit vectors and their low parts (layout.ts, takeMoved) go up together.
+    const posBuf = sized('pos');
+    const loBuf = sized('posLo');
+    const fresh = this.fresh.delete('pos');
+    if (this.fresh.delete('posLo') || fresh || L.posAll) {
       this.ctx.writeBuffer(posBuf, 0, L.pos.subarray(0, Math.min(L.pos.length, posBuf.size / 4)));
+      this.ctx.writeBuffer(loBuf, 0, L.posLo.subarray(0, Math.min(L.posLo.length, loBuf.size / 4)));
       L.posAll = false;
     } else if (moved.length > 0 && moved.length <= 4) {
-      for (const slot of moved) this.ctx.writeBuffer(posBuf, slot * 16, L.pos.subarray(slot * 4, slot * 4 + 4));
+      for (const slot of moved) {
+        this.ctx.writeBuffer(posBuf, slot * 16, L.pos.subarray(slot * 4, slot * 4 + 4));
+        this.ctx.writeBuffer(loBuf, slot * 16, L.posLo.subarray(slot * 4, slot * 4 + 4));
+      }
     } else if (moved.length > 0) {
       this.scatter(moved);
     }
   }
 
-  /** One upload of (x, y, z, slot) records, one scatter dispatch (record 0 holds the count). */
+  /** One upload of (x, y, z, slot) records, each with its low parts (x, y, z, 0), one scatter dispatch (record 0 holds the count). */
   private scatter(moved: readonly number[]): void {
     const L = this.layout;
-    const rec = new Float32Array((moved.length + 1) * 4);
+    const rec = new Float32Array(4 + 8 * moved.length);
     const recU = new Uint32Array(rec.buffer);
     recU[0] = moved.length;
     for (let i = 0; i < moved.length; i++) {
       const slot = moved[i];
-      const o = 4 * (i + 1);
+      const o = 4 + 8 * i;
       rec[o] = L.pos[4 * slot];
       rec[o + 1] = L.pos[4 * slot + 1];
       rec[o + 2] = L.pos[4 * slot + 2];
       recU[o + 3] = slot;
+      rec[o + 4] = L.posLo[4 * slot];
+      rec[o + 5] = L.posLo[4 * slot + 1];
+      rec[o + 6] = L.posLo[4 * slot + 2];
     }
     const movesBuf = this.buffer('moves', rec.byteLength);
     this.ctx.writeBuffer(movesBuf, 0, rec);

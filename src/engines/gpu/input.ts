@@ -8,8 +8,11 @@
 import type { NEvent } from '../../model/limits.js';
 import { T_BOOL, T_NUM, T_STR } from '../operators.js';
 
-/** Words per event header (EventHdr) and per attribute (Attr) in match.wgsl. */
-export const EVENT_WORDS = 8;
+/**
+ * Words per event header (EventHdr: unit vector, radius, Bloom, attributes; words 8-10 the unit
+ * vector's low parts, what float32 leaves of the float64 vector) and per attribute (Attr) in match.wgsl.
+ */
+export const EVENT_WORDS = 12;
 export const ATTR_WORDS = 4;
 /** Parameter words at the head of the batch input. */
 export const PARAM_WORDS = 16;
@@ -70,6 +73,27 @@ export function numberKey(v: number, out: Uint32Array, o: number): void {
   }
   out[o] = hi;
   out[o + 1] = lo;
+}
+
+/**
+ * The unit vector of (lat, lon) at `o` of `out` as float32 (words o..o+2) and what float32 leaves of
+ * the float64 vector at o+8..o+10 (an event header's low parts): hi + lo is the float64 vector to
+ * about 1e-15, so a kernel can test a pair near a circle's boundary to millimetres (match.wgsl,
+ * fineClass). The position slots' vectors are split the same way (layout.ts, takeMoved).
+ */
+export function unitVector(lat: number, lon: number, out: Float32Array, o: number): void {
+  const phi = lat * RAD;
+  const lam = lon * RAD;
+  const c = Math.cos(phi);
+  const x = c * Math.cos(lam);
+  const y = c * Math.sin(lam);
+  const z = Math.sin(phi);
+  out[o] = x;
+  out[o + 1] = y;
+  out[o + 2] = z;
+  out[o + 8] = x - out[o];
+  out[o + 9] = y - out[o + 1];
+  out[o + 10] = z - out[o + 2];
 }
 
 /** 32-bit Bloom bit of an interned name (CLCB §4.2: 32 bits suffice for a pre-filter). */
@@ -242,12 +266,7 @@ export class EventEncoder {
     for (let k = 0; k < events.length; k++) {
       const e = events[k];
       const o = evOff + k * EVENT_WORDS;
-      const phi = e.lat * RAD;
-      const lam = e.lon * RAD;
-      const c = Math.cos(phi);
-      inpF[o] = c * Math.cos(lam);
-      inpF[o + 1] = c * Math.sin(lam);
-      inpF[o + 2] = Math.sin(phi);
+      unitVector(e.lat, e.lon, inpF, o);
       inpF[o + 3] = e.radiusM;
       let bloom = 0;
       const start = a;

@@ -30,7 +30,7 @@ export { T_ANY, T_BOOL, T_NUM, T_STR } from '../operators.js';
 
 export const FILTER_BYTES = 24;
 export const CONSTRAINT_BYTES = 12;
-export const POSITION_BYTES = 16;
+export const POSITION_BYTES = 32;
 
 /** fMeta: the filter's constraint count (its tags included) in the low 10 bits, then flags. */
 export const META_COUNT = 0x3ff;
@@ -180,6 +180,8 @@ export class GpuLayout {
   pLon = new Float64Array(this.pCap);
   pKnown = new Uint8Array(this.pCap);
   pos = new Float32Array(4 * this.pCap);
+  /** Per slot what float32 leaves of the float64 unit vector in `pos` (x, y, z, 0): the kernels' fine band test. */
+  posLo = new Float32Array(4 * this.pCap);
   /**
    * The coordinates `pos` was last made from (what the GPU holds, or will once the next upload
    * runs), for the band's float64 test; earlier values that batches still in flight saw are in
@@ -258,6 +260,7 @@ export class GpuLayout {
         this.pLon = grown(this.pLon, n);
         this.pKnown = grown(this.pKnown, n);
         this.pos = grown(this.pos, 4 * n);
+        this.posLo = grown(this.posLo, 4 * n);
         this.upLat = grown(this.upLat, n);
         this.upLon = grown(this.upLon, n);
         this.pMoved = grown(this.pMoved, n);
@@ -385,15 +388,20 @@ export class GpuLayout {
         const phi = this.pLat[s] * RAD;
         const lam = this.pLon[s] * RAD;
         const c = Math.cos(phi);
-        this.pos[o] = c * Math.cos(lam);
-        this.pos[o + 1] = c * Math.sin(lam);
-        this.pos[o + 2] = Math.sin(phi);
+        const x = c * Math.cos(lam);
+        const y = c * Math.sin(lam);
+        const z = Math.sin(phi);
+        this.pos[o] = x;
+        this.pos[o + 1] = y;
+        this.pos[o + 2] = z;
         this.pos[o + 3] = 1;
+        // What float32 leaves of the float64 vector (see unitVector, input.ts).
+        this.posLo[o] = x - this.pos[o];
+        this.posLo[o + 1] = y - this.pos[o + 1];
+        this.posLo[o + 2] = z - this.pos[o + 2];
       } else {
-        this.pos[o] = 0;
-        this.pos[o + 1] = 0;
-        this.pos[o + 2] = 0;
-        this.pos[o + 3] = 0;
+        this.pos.fill(0, o, o + 4);
+        this.posLo.fill(0, o, o + 4);
       }
     }
     this.moved = [];
@@ -879,7 +887,7 @@ export class GpuLayout {
    * journal record made after it, else the uploaded one. Null: unknown then.
    */
   positionAt(s: number, serial: number): { lat: number; lon: number } | null {
-    const rec = this.journal.get(s);
+    const rec = this.journal.size === 0 ? undefined : this.journal.get(s);
     if (rec !== undefined) {
       for (let k = 0; k < rec.length; k += 4) {
         if (rec[k] > serial) return rec[k + 3] === 1 ? { lat: rec[k + 1], lon: rec[k + 2] } : null;
@@ -905,7 +913,7 @@ export class GpuLayout {
   get hostBytes(): number {
     return (
       this.fBloom.byteLength * 7 + this.fRad64.byteLength + this.subFirst.byteLength + this.cHead.byteLength * 3 + this.cStr.byteLength +
-      this.pos.byteLength + this.pLat.byteLength * 4 + this.pRefs.byteLength + this.pKnown.byteLength * 2 + 40 * (this.journalOrder.length - this.journalHead) +
+      this.pos.byteLength + this.posLo.byteLength + this.pLat.byteLength * 4 + this.pRefs.byteLength + this.pKnown.byteLength * 2 + 40 * (this.journalOrder.length - this.journalHead) +
       // Arrays of references and maps (V8: about 8 bytes a slot, 60 an entry).
       8 * (this.subId.length + this.subOwner.length + this.pDevice.length + this.nameOf.length) + 60 * (this.subIndex.size + this.deviceSlot.size) +
       // Interned names, strings and name runs: their entries and keys.

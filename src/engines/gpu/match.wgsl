@@ -29,7 +29,8 @@ override WG: u32 = 128;
 
 // The batch input, one buffer written with one writeBuffer per batch (u32 words):
 //   [0, 16)   parameters (below)
-//   [evOff)   8 words per event: x, y, z (unit vector, f32), radius m (f32), Bloom, attrStart, attrCount, 0
+//   [evOff)   EVENT_WORDS (12) per event: x, y, z (unit vector, f32), radius m (f32), Bloom,
+//             attrStart, attrCount, 0, then the unit vector's low parts x, y, z (f32), 0
 //   [attrOff) 4 words per attribute: name, type (0 number, 1 string, 2 bool), value a, value b
 //             (number/bool: order-preserving key hi/lo; string: word offset from strOff / byte length)
 //   [strOff)  UTF-8 of string attributes, 4 bytes a word, each string word-aligned
@@ -56,7 +57,7 @@ struct Attr {
 };
 
 fn eventHdr(e: u32) -> EventHdr {
-  let o = inp[P_EVOFF] + e * 8u;
+  let o = inp[P_EVOFF] + e * EVENT_WORDS;
   return EventHdr(
     vec3<f32>(bitcast<f32>(inp[o]), bitcast<f32>(inp[o + 1u]), bitcast<f32>(inp[o + 2u])),
     bitcast<f32>(inp[o + 3u]), inp[o + 4u], inp[o + 5u], inp[o + 6u]);
@@ -144,6 +145,36 @@ fn nearClass(p: vec3<f32>, rad: f32, q: vec3<f32>, qr: f32) -> u32 {
   return BAND;
 }
 
+// The band test again where nearClass left a pair in its band, each unit vector now the sum of
+// its float32 vector and its low part (pos + posLo for the filter's slot, words 8-10 of the event
+// header: the host's float64 vector to about 1e-15). The difference of two nearby float32 vectors
+// is exact (Sterbenz) or off by a rounding of a value the size of the chord, the low parts add a
+// term of about 1e-8, so the chord is known to a few parts in 1e7 of itself plus a millimetre;
+// the radii are float32 roundings of their float64 values (6e-8 of r) and chordOf is within a
+// few ulps. Beyond chordOf(r + b2) the pair cannot match, within chordOf(r - b2) it does, with
+// b2 = max(1 cm, 2e-6 r), about four times those errors; between them (a centimetre of a 76 m
+// circle's edge, where the band had 4 m) the host decides (readback.ts, bandSub).
+const BAND2_MIN_M: f32 = 0.01;
+const BAND2_REL: f32 = 0.000002;
+
+fn fineClass(e: u32, f: u32, p: vec3<f32>, rad: f32, q: vec3<f32>, qr: f32) -> u32 {
+  let pl = posLo[fPos[f]].xyz;
+  let o = inp[P_EVOFF] + e * EVENT_WORDS;
+  let ql = vec3<f32>(bitcast<f32>(inp[o + 8u]), bitcast<f32>(inp[o + 9u]), bitcast<f32>(inp[o + 10u]));
+  let d = (p - q) + (pl - ql);
+  let dd = dot(d, d);
+  let r = rad + qr;
+  let b = max(BAND2_MIN_M, BAND2_REL * r);
+  let hi = chordOf(r + b);
+  if (dd > hi * hi) { return 0u; }
+  let inner = r - b;
+  if (inner > 0.0) {
+    let lo = chordOf(inner);
+    if (dd <= lo * lo) { return 1u; }
+  }
+  return BAND;
+}
+
 // `c`: the filter, with BAND set when the host must decide its distance.
 fn hit(e: u32, c: u32, candCap: u32) {
   // Hits are sparse (Bloom and area prune almost everything): one atomic per hit.
@@ -153,7 +184,8 @@ fn hit(e: u32, c: u32, candCap: u32) {
 
 // A filter with an area against one event: a candidate (with its band mark) or not.
 fn hitNear(e: u32, f: u32, p: vec3<f32>, rad: f32, q: vec3<f32>, qr: f32, candCap: u32) {
-  let k = nearClass(p, rad, q, qr);
+  var k = nearClass(p, rad, q, qr);
+  if (k == BAND) { k = fineClass(e, f, p, rad, q, qr); }
   if (k == 1u) { hit(e, f, candCap); } else if (k == BAND) { hit(e, f | BAND, candCap); }
 }
 
@@ -250,7 +282,7 @@ fn loc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) l
         let end = inp[starts + row + u32(hi.x) + 1u];
         for (var i = inp[starts + row + u32(lo.x)]; i < end; i++) {
           let e = inp[idx + i];
-          let o = evOff + e * 8u;
+          let o = evOff + e * EVENT_WORDS;
           if ((bf & ~inp[o + 4u]) != 0u) { continue; }
           let q = vec3<f32>(bitcast<f32>(inp[o]), bitcast<f32>(inp[o + 1u]), bitcast<f32>(inp[o + 2u]));
           hitNear(e, f, p, rad, q, bitcast<f32>(inp[o + 3u]), candCap);
@@ -286,7 +318,7 @@ fn locFew(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
   let n = inp[P_EVENTS];
   let evOff = inp[P_EVOFF];
   for (var e = 0u; e < n; e++) {
-    let o = evOff + e * 8u;
+    let o = evOff + e * EVENT_WORDS;
     if ((bf & ~inp[o + 4u]) != 0u) { continue; }
     if (area) {
       let q = vec3<f32>(bitcast<f32>(inp[o]), bitcast<f32>(inp[o + 1u]), bitcast<f32>(inp[o + 2u]));
@@ -538,9 +570,10 @@ fn zip(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) l
 fn scatter(@builtin(global_invocation_id) gid: vec3<u32>) {
   let i = gid.x;
   if (i >= bitcast<u32>(moves[0].x)) { return; }
-  let m = moves[i + 1u];
+  let m = moves[1u + 2u * i];
   let slot = bitcast<u32>(m.w);
   // w of a move holds the slot; a slot whose position is forgotten gets w = 0 (NaN-free zero vector).
   let known = select(1.0, 0.0, m.x == 0.0 && m.y == 0.0 && m.z == 0.0);
   posOut[slot] = vec4<f32>(m.xyz, known);
+  posLoOut[slot] = vec4<f32>(moves[2u + 2u * i].xyz, 0.0);
 }

@@ -16,7 +16,7 @@ import { ValidationError, show } from '../../model/errors.js';
 import { type Limits, type NEvent, eventLimitsWithin, resolveLimits, validateEvents } from '../../model/limits.js';
 import type { Value } from '../../model/types.js';
 import { T_BOOL, T_NUM, T_STR } from '../operators.js';
-import { ATTR_WORDS, EVENT_WORDS, GRID_HEADER_WORDS, P, PARAM_WORDS, RAD, TAG_BIT, encodeGrid, gridWords, numberKey, utf8Into } from './input.js';
+import { ATTR_WORDS, EVENT_WORDS, GRID_HEADER_WORDS, P, PARAM_WORDS, TAG_BIT, encodeGrid, gridWords, numberKey, unitVector, utf8Into } from './input.js';
 import { keyNumber } from './layout.js';
 
 export { TAG_BIT };
@@ -193,12 +193,7 @@ function packValid(valid: readonly NEvent[], limits: Limits, grid: boolean): Pac
   for (let k = 0; k < n; k++) {
     const e = valid[k];
     const o = evOff + k * EVENT_WORDS;
-    const phi = e.lat * RAD;
-    const lam = e.lon * RAD;
-    const c = Math.cos(phi);
-    inpF[o] = c * Math.cos(lam);
-    inpF[o + 1] = c * Math.sin(lam);
-    inpF[o + 2] = Math.sin(phi);
+    unitVector(e.lat, e.lon, inpF, o);
     inpF[o + 3] = e.radiusM;
     points[3 * k] = e.lat;
     points[3 * k + 1] = e.lon;

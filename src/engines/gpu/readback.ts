@@ -94,6 +94,10 @@ export class Readback {
   /** Per subscription index: the stamp of the last event it was listed for (collect). */
   private seen = new Uint32Array(1024);
   private stamp = 0;
+  /** collect's counting sort: each event's first pair, a cursor per event, the pairs' subscriptions grouped by event. */
+  private start = new Uint32Array(1025);
+  private at = new Uint32Array(1024);
+  private flat = new Uint32Array(1024);
 
   constructor(
     private readonly ctx: GpuContext,
@@ -208,24 +212,45 @@ export class Readback {
       return;
     }
     const E = results.length;
-    const start = new Uint32Array(E + 1);
+    // Scratch kept across batches (collect runs whole, between awaits): no typed arrays a batch.
+    if (this.start.length < E + 1) this.start = new Uint32Array(Math.max(E + 1, 2 * this.start.length));
+    if (this.at.length < E) this.at = new Uint32Array(Math.max(E, 2 * this.at.length));
+    if (this.flat.length < total) this.flat = new Uint32Array(Math.max(total, 2 * this.flat.length));
+    const start = this.start;
+    const at = this.at;
+    const flat = this.flat;
+    start.fill(0, 0, E + 1);
     for (let i = 0; i < total; i++) start[pairs[2 * i] + 1]++;
     for (let e = 0; e < E; e++) start[e + 1] += start[e];
-    const at = start.slice(0, E);
-    const flat = new Uint32Array(total);
+    at.set(start.subarray(0, E));
     for (let i = 0; i < total; i++) flat[at[pairs[2 * i]]++] = pairs[2 * i + 1];
     if (this.seen.length < subId.length) this.seen = new Uint32Array(Math.max(subId.length, 2 * this.seen.length));
     const seen = this.seen;
+    const L = this.layout;
     for (let e = 0; e < E; e++) {
+      const lo = start[e];
+      const hi = start[e + 1];
+      if (lo === hi) continue;
       const r = results[e];
-      if (r === null || start[e] === start[e + 1]) continue;
+      if (r === null) continue;
+      const tagged = tags[e];
+      if (hi - lo === 1) {
+        // One pair: nothing to deduplicate (most events that match at all).
+        let sub = flat[lo];
+        if (sub >= BAND_PAIR) {
+          sub = this.bandSub(sub - BAND_PAIR, events, e, serial);
+          if (sub < 0) continue;
+        }
+        const id = L.listed(sub, tagged);
+        if (id !== null) r.push(id);
+        continue;
+      }
       if (this.stamp === 0xffffffff) {
         seen.fill(0);
         this.stamp = 0;
       }
       const stamp = ++this.stamp;
-      const tagged = tags[e];
-      for (let k = start[e]; k < start[e + 1]; k++) {
+      for (let k = lo; k < hi; k++) {
         let sub = flat[k];
         if (sub >= BAND_PAIR) {
           sub = this.bandSub(sub - BAND_PAIR, events, e, serial);
@@ -233,7 +258,7 @@ export class Readback {
         }
         if (seen[sub] === stamp) continue;
         seen[sub] = stamp;
-        const id = this.layout.listed(sub, tagged);
+        const id = L.listed(sub, tagged);
         if (id !== null) r.push(id);
       }
     }
