@@ -323,17 +323,28 @@ function checkEvents(w: Uint32Array, points: Float64Array, idEnds: Uint32Array, 
 
 /** Each attribute's name, type and string range; null when all are right, else [field, rule]. */
 function checkAttributes(w: Uint32Array, attrOff: number, nAttr: number, names: number, tags: number, strWords: number, maxStringBytes: number): [string, string] | null {
-  for (let a = 0; a < nAttr; a++) {
-    const ao = attrOff + a * ATTR_WORDS;
-    const name = w[ao];
-    const t = w[ao + 1];
-    if (name & TAG_BIT ? (name & ~TAG_BIT) >= tags || t !== T_BOOL : name >= names) return ['words', `attribute ${a} names ${name >>> 0}, beyond the ${names} names and ${tags} tags`];
+  // Read as int32: a tag's name word (bit 31 set) is then negative, and every value a small integer.
+  const v = new Int32Array(w.buffer, w.byteOffset, w.length);
+  const end = attrOff + nAttr * ATTR_WORDS;
+  for (let ao = attrOff; ao < end; ao += ATTR_WORDS) {
+    const name = v[ao];
+    const t = v[ao + 1];
     if (t === T_STR) {
-      const len = w[ao + 3];
-      if (len > maxStringBytes || w[ao + 2] + Math.ceil(len / 4) > strWords) return ['words', `attribute ${a}'s string lies outside the strings`];
-    } else if (t !== T_NUM && t !== T_BOOL) return ['words', `attribute ${a} has type ${t}`];
+      const len = v[ao + 2] + ((v[ao + 3] + 3) >>> 2);
+      if (name < 0 || name >= names || v[ao + 3] < 0 || v[ao + 3] > maxStringBytes || v[ao + 2] < 0 || len > strWords) return attributeWrong(w, (ao - attrOff) / ATTR_WORDS, names, tags);
+    } else if (name < 0 ? (name & 0x7fffffff) >= tags || t !== T_BOOL : name >= names || (t !== T_NUM && t !== T_BOOL)) return attributeWrong(w, (ao - attrOff) / ATTR_WORDS, names, tags);
   }
   return null;
+}
+
+/** What is wrong with attribute `a` (checkAttributes found it wrong). */
+function attributeWrong(w: Uint32Array, a: number, names: number, tags: number): [string, string] {
+  const ao = a * ATTR_WORDS + w[P.ATTROFF];
+  const name = w[ao];
+  const t = w[ao + 1];
+  if (t !== T_NUM && t !== T_BOOL && t !== T_STR) return ['words', `attribute ${a} has type ${t}`];
+  if (name & TAG_BIT ? (name & ~TAG_BIT) >= tags || t !== T_BOOL : name >= names) return ['words', `attribute ${a} names ${name >>> 0}, beyond the ${names} names and ${tags} tags`];
+  return ['words', `attribute ${a}'s string lies outside the strings`];
 }
 
 function stringList(v: unknown, field: string, bad: (f: string, r: string) => never): string[] {
