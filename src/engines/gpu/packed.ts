@@ -9,8 +9,10 @@
  *
  * A pack moves between threads as `toTransfer()` (plain data and three ArrayBuffers, for
  * postMessage's transfer list) and `PackedEvents.fromTransfer`, which checks its structure
- * (offsets, ranges, names, the grid) before any of it reaches a kernel. The events are decoded
- * again only where the CPU must answer one (`event(k)`: an overflow, a device loss).
+ * (offsets, ranges, names, the grid) before any of it reaches a kernel, so no word read sends a
+ * kernel outside its buffers; the numbers and the UTF-8 of strings are taken as the packer wrote
+ * them. The events are decoded again only where the CPU must answer one (`event(k)`: an overflow,
+ * a device loss).
  */
 import { ValidationError, show } from '../../model/errors.js';
 import { type Limits, type NEvent, eventLimitsWithin, resolveLimits, validateEvents } from '../../model/limits.js';
@@ -97,6 +99,7 @@ export class PackedEvents {
 
   /** The event `k` as the engine's check gives it (for the CPU's answer). */
   event(k: number): NEvent {
+    if (!(Number.isInteger(k) && k >= 0 && k < this.count)) throw new RangeError(`event ${k} of a pack of ${this.count}`);
     const w = this.words;
     const o = w[P.EVOFF] + k * EVENT_WORDS;
     const start = w[o + 5];
@@ -128,7 +131,10 @@ export class PackedEvents {
     return eventLimitsWithin(this.limits, limits);
   }
 
-  /** The pack as plain data; its buffers are copies where they are views into larger ones, so they can be transferred. */
+  /**
+   * The pack as plain data; its buffers are copies where they are views into larger ones, so they
+   * can be transferred (after which this pack, whose arrays they were, is spent).
+   */
   toTransfer(): PackedTransfer {
     return { count: this.count, grid: this.grid, names: [...this.names], tags: [...this.tags], limits: { ...this.limits }, words: own(this.words), points: own(this.points), ids: packIds(this.idEnds, this.idBytes) };
   }
