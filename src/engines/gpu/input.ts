@@ -154,6 +154,26 @@ export function utf8Into(bytes: Uint8Array, at: number, v: string): number {
   return at;
 }
 
+/**
+ * Writes an attribute's type and value at word `ao` (a string's UTF-8 at string word `sw` of
+ * `strBytes`, word-aligned); returns the next free string word.
+ */
+export function attributeValue(inp: Uint32Array, ao: number, strBytes: Uint8Array, sw: number, v: string | number | boolean): number {
+  if (typeof v === 'string') {
+    // UTF-8 straight into the buffer, in JS: a native encode per short string costs more than the
+    // string (no view or result object per string either).
+    const at = sw * 4;
+    const written = utf8Into(strBytes, at, v) - at;
+    inp[ao + 1] = T_STR;
+    inp[ao + 2] = sw;
+    inp[ao + 3] = written;
+    return sw + Math.ceil(written / 4);
+  }
+  inp[ao + 1] = typeof v === 'number' ? T_NUM : T_BOOL;
+  numberKey(typeof v === 'number' ? v : v ? 1 : 0, inp, ao + 2);
+  return sw;
+}
+
 /** Encodes batches into scratch memory reused across batches. */
 export class EventEncoder {
   /** The batch input's memory (the result of encode() is valid until the next call). */
@@ -276,20 +296,7 @@ export class EventEncoder {
         bloom |= 1 << bloomBit(id);
         const ao = attrOff + a * ATTR_WORDS;
         inp[ao] = id;
-        const v = e.values[i];
-        if (typeof v === 'string') {
-          // UTF-8 straight into the buffer, in JS: a native encode per short string costs more
-          // than the string (no view or result object per string either).
-          const at = sw * 4;
-          const written = utf8Into(strBytes, at, v) - at;
-          inp[ao + 1] = T_STR;
-          inp[ao + 2] = sw;
-          inp[ao + 3] = written;
-          sw += Math.ceil(written / 4);
-        } else {
-          inp[ao + 1] = typeof v === 'number' ? T_NUM : T_BOOL;
-          numberKey(typeof v === 'number' ? v : v ? 1 : 0, inp, ao + 2);
-        }
+        sw = attributeValue(inp, ao, strBytes, sw, e.values[i]);
         a++;
       }
       if (tags) {

@@ -127,22 +127,25 @@ fn chordOf(m: f32) -> f32 {
   return 2.0 * sinSmall(m / (2.0 * EARTH_RADIUS_M));
 }
 
-// 0: out of reach; 1: within it; BAND: for the host to decide.
-fn nearClass(p: vec3<f32>, rad: f32, q: vec3<f32>, qr: f32) -> u32 {
-  let d = p - q;
-  let dd = dot(d, d);
-  let r = rad + qr;
-  let b = bandM(r);
+// A squared chord `dd` against reach r with band b: 0 beyond the chord of r + b, 1 within that of
+// r - b, BAND between. Sure only where the whole band lies inside the circle (two positions one
+// float32 vector apart may still be metres apart, and a circle of b or less is all band).
+fn bandClass(dd: f32, r: f32, b: f32) -> u32 {
   let hi = chordOf(r + b);
   if (dd > hi * hi) { return 0u; }
-  // Sure only where the whole band lies inside the circle (two positions one float32 vector apart
-  // may still be metres apart, and a circle of a metre or less is all band).
   let inner = r - b;
   if (inner > 0.0) {
     let lo = chordOf(inner);
     if (dd <= lo * lo) { return 1u; }
   }
   return BAND;
+}
+
+// 0: out of reach; 1: within it; BAND: for fineClass (then the host) to decide.
+fn nearClass(p: vec3<f32>, rad: f32, q: vec3<f32>, qr: f32) -> u32 {
+  let d = p - q;
+  let r = rad + qr;
+  return bandClass(dot(d, d), r, bandM(r));
 }
 
 // The band test again where nearClass left a pair in its band, each unit vector now the sum of
@@ -162,17 +165,8 @@ fn fineClass(e: u32, f: u32, p: vec3<f32>, rad: f32, q: vec3<f32>, qr: f32) -> u
   let o = inp[P_EVOFF] + e * EVENT_WORDS;
   let ql = vec3<f32>(bitcast<f32>(inp[o + 8u]), bitcast<f32>(inp[o + 9u]), bitcast<f32>(inp[o + 10u]));
   let d = (p - q) + (pl - ql);
-  let dd = dot(d, d);
   let r = rad + qr;
-  let b = max(BAND2_MIN_M, BAND2_REL * r);
-  let hi = chordOf(r + b);
-  if (dd > hi * hi) { return 0u; }
-  let inner = r - b;
-  if (inner > 0.0) {
-    let lo = chordOf(inner);
-    if (dd <= lo * lo) { return 1u; }
-  }
-  return BAND;
+  return bandClass(dot(d, d), r, max(BAND2_MIN_M, BAND2_REL * r));
 }
 
 // `c`: the filter, with BAND set when the host must decide its distance.

@@ -18,7 +18,7 @@ import { ValidationError, show } from '../../model/errors.js';
 import { type Limits, type NEvent, eventLimitsWithin, resolveLimits, validateEvents } from '../../model/limits.js';
 import type { Value } from '../../model/types.js';
 import { T_BOOL, T_NUM, T_STR } from '../operators.js';
-import { ATTR_WORDS, EVENT_WORDS, GRID_HEADER_WORDS, P, PARAM_WORDS, TAG_BIT, encodeGrid, gridWords, numberKey, unitVector, utf8Into } from './input.js';
+import { ATTR_WORDS, EVENT_WORDS, GRID_HEADER_WORDS, P, PARAM_WORDS, TAG_BIT, attributeValue, encodeGrid, gridWords, numberKey, unitVector, utf8Into } from './input.js';
 import { keyNumber } from './layout.js';
 
 export { TAG_BIT };
@@ -161,6 +161,17 @@ function packIds(ends: Uint32Array, bytes: Uint8Array): ArrayBuffer {
   return out;
 }
 
+/** `key`'s index in the pack's table `list` (added at its end the first time). */
+function indexIn(index: Map<string, number>, list: string[], key: string): number {
+  let ix = index.get(key);
+  if (ix === undefined) {
+    ix = list.length;
+    index.set(key, ix);
+    list.push(key);
+  }
+  return ix;
+}
+
 function packValid(valid: readonly NEvent[], limits: Limits, grid: boolean): PackedEvents {
   const n = valid.length;
   const nameIdx = new Map<string, number>();
@@ -208,38 +219,13 @@ function packValid(valid: readonly NEvent[], limits: Limits, grid: boolean): Pac
     idEnds[k] = idAt;
     const start = a;
     for (let i = 0; i < e.names.length; i++, a++) {
-      const name = e.names[i];
-      let ix = nameIdx.get(name);
-      if (ix === undefined) {
-        ix = names.length;
-        nameIdx.set(name, ix);
-        names.push(name);
-      }
       const ao = attrOff + a * ATTR_WORDS;
-      inp[ao] = ix;
-      const v = e.values[i];
-      if (typeof v === 'string') {
-        const at = sw * 4;
-        const written = utf8Into(strBytes, at, v) - at;
-        inp[ao + 1] = T_STR;
-        inp[ao + 2] = sw;
-        inp[ao + 3] = written;
-        sw += Math.ceil(written / 4);
-      } else {
-        inp[ao + 1] = typeof v === 'number' ? T_NUM : T_BOOL;
-        numberKey(typeof v === 'number' ? v : v ? 1 : 0, inp, ao + 2);
-      }
+      inp[ao] = indexIn(nameIdx, names, e.names[i]);
+      sw = attributeValue(inp, ao, strBytes, sw, e.values[i]);
     }
     for (let i = 0; i < e.tags.length; i++, a++) {
-      const tag = e.tags[i];
-      let ix = tagIdx.get(tag);
-      if (ix === undefined) {
-        ix = tags.length;
-        tagIdx.set(tag, ix);
-        tags.push(tag);
-      }
       const ao = attrOff + a * ATTR_WORDS;
-      inp[ao] = (TAG_BIT | ix) >>> 0;
+      inp[ao] = (TAG_BIT | indexIn(tagIdx, tags, e.tags[i])) >>> 0;
       inp[ao + 1] = T_BOOL;
       numberKey(1, inp, ao + 2);
     }
