@@ -174,6 +174,25 @@ export function attributeValue(inp: Uint32Array, ao: number, strBytes: Uint8Arra
   return sw;
 }
 
+/** Bytes utf8Into writes for `v` (a lone surrogate: the 3 of U+FFFD). */
+export function utf8Length(v: string): number {
+  const n = v.length;
+  let b = n;
+  for (let c = 0; c < n; c++) {
+    const code = v.charCodeAt(c);
+    if (code < 0x80) continue;
+    if (code < 0x800) b += 1;
+    else if (code >= 0xd800 && code <= 0xdfff) {
+      const lo = c + 1 < n ? v.charCodeAt(c + 1) : 0;
+      if (code <= 0xdbff && lo >= 0xdc00 && lo <= 0xdfff) {
+        b += 2; // 4 bytes for the pair's 2 units
+        c++;
+      } else b += 2; // U+FFFD
+    } else b += 2;
+  }
+  return b;
+}
+
 /** Encodes batches into scratch memory reused across batches. */
 export class EventEncoder {
   /** The batch input's memory (the result of encode() is valid until the next call). */

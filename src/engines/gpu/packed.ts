@@ -18,7 +18,7 @@ import { ValidationError, show } from '../../model/errors.js';
 import { type Limits, type NEvent, eventLimitsWithin, resolveLimits, validateEvents } from '../../model/limits.js';
 import type { Value } from '../../model/types.js';
 import { T_BOOL, T_NUM, T_STR } from '../operators.js';
-import { ATTR_WORDS, EVENT_WORDS, GRID_HEADER_WORDS, P, PARAM_WORDS, TAG_BIT, attributeValue, encodeGrid, gridWords, numberKey, unitVector, utf8Into } from './input.js';
+import { ATTR_WORDS, EVENT_WORDS, GRID_HEADER_WORDS, P, PARAM_WORDS, TAG_BIT, attributeValue, encodeGrid, gridWords, numberKey, unitVector, utf8Into, utf8Length } from './input.js';
 import { keyNumber } from './layout.js';
 
 export { TAG_BIT };
@@ -178,29 +178,32 @@ function packValid(valid: readonly NEvent[], limits: Limits, grid: boolean): Pac
   const tagIdx = new Map<string, number>();
   const names: string[] = [];
   const tags: string[] = [];
+  // Exact sizes first (each string's UTF-8 length, word-aligned), so the pack's arrays are
+  // allocated once at their size: no bound to trim by a copy afterwards.
   let nAttr = 0;
-  let strBound = 0;
-  let idBound = 0;
+  let strWords = 0;
+  let idBytesTotal = 0;
   for (let k = 0; k < n; k++) {
     const e = valid[k];
     nAttr += e.names.length + e.tags.length;
     for (let i = 0; i < e.values.length; i++) {
       const v = e.values[i];
-      if (typeof v === 'string') strBound += Math.ceil((v.length * 3) / 4) + 1;
+      if (typeof v === 'string') strWords += (utf8Length(v) + 3) >>> 2;
     }
-    idBound += 3 * e.id.length;
+    idBytesTotal += utf8Length(e.id);
   }
   const evOff = PARAM_WORDS;
   const attrOff = evOff + n * EVENT_WORDS;
   const strOff = attrOff + nAttr * ATTR_WORDS;
-  const bound = strOff + strBound + 1 + (grid ? gridWords(n) : 0);
-  const buf = new ArrayBuffer(4 * bound);
+  const gridOff = strOff + strWords + 1;
+  const words = gridOff + (grid && n > 0 ? gridWords(n) : 0);
+  const buf = new ArrayBuffer(4 * words);
   const inp = new Uint32Array(buf);
   const inpF = new Float32Array(buf);
-  const strBytes = new Uint8Array(buf, 4 * strOff, 4 * strBound);
+  const strBytes = new Uint8Array(buf, 4 * strOff, 4 * strWords);
   const points = new Float64Array(3 * n);
   const idEnds = new Uint32Array(n);
-  const idBytes = new Uint8Array(idBound);
+  const idBytes = new Uint8Array(idBytesTotal);
   inp[P.EVOFF] = evOff;
   inp[P.ATTROFF] = attrOff;
   inp[P.STROFF] = strOff;
@@ -233,10 +236,8 @@ function packValid(valid: readonly NEvent[], limits: Limits, grid: boolean): Pac
     inp[o + 6] = a - start;
   }
   // The strings as written (the bound counted 3 bytes a UTF-16 unit), then the grid.
-  const gridOff = strOff + sw + 1;
-  const words = gridOff + (grid ? gridWords(n) : 0);
   if (grid && n > 0) encodeGrid(inp, inpF, evOff, n, gridOff);
-  return new PackedEvents(BUILD, n, inp.slice(0, words), points, idEnds, idBytes.slice(0, idAt), names, tags, grid && n > 0, limits);
+  return new PackedEvents(BUILD, n, inp, points, idEnds, idBytes, names, tags, grid && n > 0, limits);
 }
 
 
