@@ -8,7 +8,8 @@
  * - Queue: while fewer than `inFlight` batches run, the queue is dispatched at once (a lone event
  *   goes alone: low latency), and under load the events that arrive meanwhile form the next batch
  *   (throughput), up to `maxBatch` events. Each batch has its own readback slot, so the host
- *   encodes batch k+1 while the GPU runs batch k (CLCB's stream idea). Events a batch could not
+ *   encodes batch k+1 while the GPU runs batch k (CLCB's stream idea). A packed call (matchPacked,
+ *   packed.ts) is a batch of its own, its words the batch's input. Events a batch could not
  *   answer (overflow, device loss) are answered by the CPU engine: none is dropped. Without one
  *   (no CPU mirror) they run again on the GPU, ahead of the queue: an overflow with the room the
  *   batch found it needed, a device loss once a new device is up.
