@@ -544,10 +544,15 @@ describe('gpu engine: device loss', () => {
     const events = Array.from({ length: 60 }, (_, i) => randomEvent(rng, i));
     const first = own.context!;
     const pending = events.map((e) => own.match(e));
+    // A packed batch in flight too: the CPU answers it from its decoded events.
+    const packed = own.matchPacked(packEvents(events.slice(0, 40)));
     first.device.destroy(); // the loss lands while batches are in flight
     const got = await Promise.all(pending);
+    const gotPacked = await packed;
     for (let i = 0; i < events.length; i++) {
-      assert.deepEqual(sorted(got[i]), sorted(await ref.match(events[i])), `event ${i}`);
+      const want = sorted(await ref.match(events[i]));
+      assert.deepEqual(sorted(got[i]), want, `event ${i}`);
+      if (i < 40) assert.deepEqual(sorted(gotPacked[i] as string[]), want, `packed event ${i}`);
     }
     // Mutations during the outage reach the rebuilt device.
     own.remove(subs[0].id);
