@@ -52,8 +52,9 @@ const HELP = `Usage: node dist/bench/gpu-feed.js [options]
 
 const fail: Fail = cliFail('gpu-feed', HELP);
 const POOL = 8192;
+export const FEED_SCHEMA = 'ambit.gpu-feed/1';
 
-interface Row {
+export interface Row {
   engine: string;
   mode: 'batch' | 'prepacked' | 'workers';
   size: number;
@@ -276,7 +277,7 @@ async function main(): Promise<void> {
       rows.push(row('fast', 'batch', size, 1, 0, await feed(async () => (await m.matchBatch(lists[k++ % lists.length])).length, size, 1, rounds, seconds), [], gpu === null ? 0 : size, differing));
     }
     const info = gpu === null ? null : gpuInfo(gpu);
-    const file = { schema: 'ambit.gpu-feed/1', date: run.startedAt.toISOString(), command: run.command, machine: run.machine, gpu: info, subscriptions: subs, filters: src.stats.filters, seed, depth, rounds, seconds, rows };
+    const file: FeedFile = { schema: FEED_SCHEMA, date: run.startedAt.toISOString(), command: run.command, machine: run.machine, gpu: info, subscriptions: subs, filters: src.stats.filters, seed, depth, rounds, seconds, rows };
     run.write(file);
     const svg = run.path.replace(/\.json$/, '') + '.svg';
     writeFileSync(svg, plot(rows, src.stats.filters, info?.adapter ?? 'no GPU'));
@@ -287,6 +288,22 @@ async function main(): Promise<void> {
     await gpu?.close();
     await fast?.close();
   }
+}
+
+/** A result file of this benchmark. */
+export interface FeedFile {
+  schema: typeof FEED_SCHEMA;
+  date: string;
+  command: string;
+  machine: ResultRun['machine'];
+  gpu: ReturnType<typeof gpuInfo>;
+  subscriptions: number;
+  filters: number;
+  seed: number;
+  depth: number;
+  rounds: number;
+  seconds: number;
+  rows: Row[];
 }
 
 const modeName = (r: Row): string => (r.mode === 'batch' ? 'matchBatch (event objects)' : r.mode === 'prepacked' ? 'matchPacked, packed ahead' : `matchPacked, ${r.workers} packing threads`);

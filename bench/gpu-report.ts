@@ -19,6 +19,8 @@ import { parseReportArgs } from './lib/args.js';
 import { RESULTS_DIR, readResultFile } from './lib/result-file.js';
 import { barPlot } from './lib/svg-bars.js';
 import { LATENCY_SCHEMA, type LatencyFile, latencyTables } from './lib/gpu/latency-schema.js';
+import { FEED_SCHEMA, type FeedFile, report as feedTable } from './gpu-feed.js';
+import { existsSync, readdirSync } from 'node:fs';
 
 
 function fail(msg: string): never {
@@ -203,6 +205,33 @@ function latencySection(f: LatencyFile, src: string, dir: string): string[] {
   ];
 }
 
+/** Batched throughput under a feed, by where the per-event work runs (bench/gpu-feed.ts): every run in `feedDir`, oldest first. */
+function feedSection(feedDir: string, dir: string): string[] {
+  if (!existsSync(feedDir)) return [];
+  const runs: { file: string; f: FeedFile }[] = [];
+  for (const name of readdirSync(feedDir).filter((n) => n.endsWith('.json')).sort()) {
+    const file = path.join(feedDir, name);
+    const data = readResultFile(file, fail) as Partial<FeedFile> | null;
+    if (data !== null && typeof data === 'object' && data.schema === FEED_SCHEMA) runs.push({ file, f: data as FeedFile });
+  }
+  if (runs.length === 0) return [];
+  const out = [
+    '## Batched throughput under a feed: where the per-event work runs',
+    '',
+    'Produced by `node dist/bench/gpu-feed.js` (bench/gpu-feed.ts): calls kept in flight, each issued as one returns, by path: `matchBatch` of event objects (each checked and encoded on the engine thread), `matchPacked` of packs made ahead, of packs made by packing threads of the process, and the fast CPU engine. Events/s are over rounds (min, median, max); the engine thread\'s µs an event is its event-loop utilization over the events. Hosts of one kind differ: compare rows of one run.',
+    '',
+  ];
+  for (const { file, f } of runs.sort((a, b) => a.f.date.localeCompare(b.f.date))) {
+    const rel = path.relative(dir, file);
+    const svg = rel.replace(/\.json$/, '.svg');
+    out.push(`### \`${rel}\``, '');
+    out.push(`${f.date.slice(0, 16).replace('T', ' ')}; ${describeMachine(f.machine)}; GPU ${f.gpu?.adapter ?? 'none'}; ${count(f.subscriptions)} subscriptions (${count(f.filters)} filters), ${f.depth} calls in flight, ${f.rounds} rounds of ${f.seconds} s. Command: \`${f.command.replace(/^node \S*gpu-feed\.js/, 'node dist/bench/gpu-feed.js')}\``, '');
+    if (existsSync(path.join(dir, svg))) out.push(`![Events/s](${svg})`, '');
+    out.push(feedTable(f.rows), '');
+  }
+  return out;
+}
+
 function main(): void {
   const { files, dir, scanned } = parse(process.argv.slice(2));
   const docs: { file: string; f: GpuBenchFile }[] = [];
@@ -259,6 +288,7 @@ function main(): void {
   for (const [suite, d] of chosen) lines.push(...section(suite, d.f, rel(d.file), dir));
   const lat = latency.sort((a, b) => b.f.date.localeCompare(a.f.date))[0];
   if (lat !== undefined) lines.push(...latencySection(lat.f, rel(lat.file), dir));
+  lines.push(...feedSection(path.join(dir, 'gpu-feed'), dir));
   const out = path.join(dir, 'GPU-BENCHMARKS.md');
   writeFileSync(out, `${lines.join('\n').trimEnd()}\n`);
   process.stdout.write(`bench:gpu-report: ${used.length} result file${used.length === 1 ? '' : 's'} → ${path.relative(process.cwd(), out) || out}\n`);
