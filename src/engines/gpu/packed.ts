@@ -251,13 +251,13 @@ function readTransfer(t: unknown): PackedEvents {
   const n = o.count;
   if (typeof n !== 'number' || !Number.isInteger(n) || n < 0 || n > MAX_PACKED_EVENTS) return bad('count', `must be an integer in [0, ${MAX_PACKED_EVENTS}], got ${show(n)}`);
   if (typeof o.grid !== 'boolean') bad('grid', `must be a boolean, got ${show(o.grid)}`);
-  const names = stringList(o.names, 'names', bad);
-  const tags = stringList(o.tags, 'tags', bad);
   if (o.limits === null || typeof o.limits !== 'object') bad('limits', `must be an object, got ${show(o.limits)}`);
   const given = o.limits as Record<string, unknown>;
   const partial: Partial<Limits> = {};
   for (const k of LIMIT_KEYS) partial[k] = given[k] as number;
   const limits = resolveLimits(partial);
+  const names = stringList(o.names, 'names', limits.maxNameBytes, bad);
+  const tags = stringList(o.tags, 'tags', limits.maxTagBytes, bad);
   for (const k of ['words', 'points', 'ids'] as const) if (!(o[k] instanceof ArrayBuffer)) bad(k, `must be an ArrayBuffer, got ${show(o[k])}`);
   const wb = o.words as ArrayBuffer;
   if (wb.byteLength % 4 !== 0) bad('words', `must be whole 32-bit words, got ${wb.byteLength} bytes`);
@@ -340,9 +340,15 @@ function attributeWrong(w: Uint32Array, a: number, names: number, tags: number):
   return ['words', `attribute ${a}'s string lies outside the strings`];
 }
 
-function stringList(v: unknown, field: string, bad: (f: string, r: string) => never): string[] {
+/** A pack's table of names or tags: strings of 1..`maxBytes` UTF-8 bytes, as the packer's check let through. */
+function stringList(v: unknown, field: string, maxBytes: number, bad: (f: string, r: string) => never): string[] {
   if (!Array.isArray(v)) return bad(field, `must be an array, got ${show(v)}`);
-  for (let i = 0; i < v.length; i++) if (typeof v[i] !== 'string') bad(`${field}[${i}]`, `must be a string, got ${show(v[i])}`);
+  for (let i = 0; i < v.length; i++) {
+    const s: unknown = v[i];
+    if (typeof s !== 'string') bad(`${field}[${i}]`, `must be a string, got ${show(s)}`);
+    const n = utf8Length(s as string);
+    if (n < 1 || n > maxBytes) bad(`${field}[${i}]`, `must be 1..${maxBytes} bytes, got ${n}`);
+  }
   return v as string[];
 }
 
