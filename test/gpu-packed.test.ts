@@ -188,6 +188,46 @@ describe('gpu packed batches: the engine', () => {
     });
   }
 
+  it('small packs waiting together run as one batch, each call answered as if alone (strings, tags, names re-indexed)', async () => {
+    const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, select: 'gpu', inFlight: 1 });
+    const ref = new ReferenceMatcher();
+    try {
+      const events = edgeEvents(12, 120).filter((e) => e.lat < 89);
+      // A subscription per event on its first attribute's value (or its tags), around it: every pack has matches.
+      const subs: Subscription[] = [];
+      events.forEach((e, i) => {
+        const [name, value] = Object.entries(e.attributes)[0] ?? [];
+        const filters: Subscription['filters'] = [];
+        if (name !== undefined && typeof value !== 'boolean') filters.push({ constraints: [{ name, op: 'eq', value }], area: { radiusM: 50_000, center: { lat: e.lat, lon: e.lon } } });
+        if (e.tags !== undefined) filters.push({ constraints: [], tags: e.tags.slice(0, 1), area: { radiusM: 50_000, center: { lat: e.lat, lon: e.lon } } });
+        if (filters.length > 0) subs.push({ id: `s${i}`, owner: `o${i}`, filters });
+      });
+      for (const x of [m, ref]) for (const s of subs) x.add(s);
+      const packs = [];
+      for (let i = 0, k = 0; i < events.length; k++) {
+        const part = events.slice(i, i + 1 + (k % 7));
+        const p = packEvents(part);
+        packs.push({ part, p: k % 3 === 0 ? PackedEvents.fromTransfer(structuredClone(p.toTransfer())) : p });
+        i += part.length;
+      }
+      const before = m.stats().extra!.batches as number;
+      const got = await Promise.all(packs.map(({ p }, k) => m.matchPacked(p, k % 2 === 1)));
+      let matched = 0;
+      for (let k = 0; k < packs.length; k++) {
+        for (let i = 0; i < packs[k].part.length; i++) {
+          const want = sorted(await ref.match(packs[k].part[i]));
+          matched += want.length;
+          assert.deepEqual(sorted(got[k][i] as string[]), want, `pack ${k} event ${i}`);
+        }
+      }
+      const batches = (m.stats().extra!.batches as number) - before;
+      assert.ok(matched > events.length / 2, `the packs match (${matched})`);
+      assert.ok(batches < packs.length / 4, `${packs.length} packs ran in ${batches} batches`);
+    } finally {
+      await m.close();
+    }
+  });
+
   it('refuses what it cannot take: not a pack, more than maxBatch events, looser limits', async () => {
     const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, select: 'gpu', maxBatch: 16, limits: { maxStringBytes: 100 } });
     try {

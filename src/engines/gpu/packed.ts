@@ -61,8 +61,8 @@ export class PackedEvents {
     /** Per event: lat, lon, radius (m) as given: the exact test of a pair inside float32's band reads them. */
     readonly points: Float64Array,
     /** Per event the end of its id in `idBytes` (ids are UTF-8, one after another), then the bytes. */
-    private readonly idEnds: Uint32Array,
-    private readonly idBytes: Uint8Array,
+    /** @internal */ readonly idEnds: Uint32Array,
+    /** @internal */ readonly idBytes: Uint8Array,
     /** The batch's attribute names and tags, by the index its attribute words hold. */
     readonly names: readonly string[],
     readonly tags: readonly string[],
@@ -143,6 +143,81 @@ export class PackedEvents {
   static fromTransfer(t: unknown): PackedEvents {
     return readTransfer(t);
   }
+
+  /**
+   * One pack of the events of `packs`, in order (the engine's queue runs small packs waiting
+   * together as one batch): their words one after another with attribute and string offsets moved
+   * and names re-indexed into one table, the grid made for the whole. `limits`: what the result
+   * claims (each pack was held to them or tighter).
+   */
+  static merge(packs: readonly PackedEvents[], limits: Limits): PackedEvents {
+    if (packs.length === 1) return packs[0];
+    let n = 0;
+    let nAttr = 0;
+    let strWords = 0;
+    let idTotal = 0;
+    for (const p of packs) {
+      n += p.count;
+      nAttr += (p.words[P.STROFF] - p.words[P.ATTROFF]) / ATTR_WORDS;
+      strWords += stringWordsOf(p);
+      idTotal += p.idBytes.length;
+    }
+    const grid = n >= GRID_MIN_EVENTS;
+    const evOff = PARAM_WORDS;
+    const attrOff = evOff + n * EVENT_WORDS;
+    const strOff = attrOff + nAttr * ATTR_WORDS;
+    const gridOff = strOff + strWords + 1;
+    const inp = new Uint32Array(gridOff + (grid ? gridWords(n) : 0));
+    inp[P.EVOFF] = evOff;
+    inp[P.ATTROFF] = attrOff;
+    inp[P.STROFF] = strOff;
+    const points = new Float64Array(3 * n);
+    const idEnds = new Uint32Array(n);
+    const idBytes = new Uint8Array(idTotal);
+    const nameIdx = new Map<string, number>();
+    const tagIdx = new Map<string, number>();
+    const names: string[] = [];
+    const tags: string[] = [];
+    let k0 = 0;
+    let a0 = 0;
+    let s0 = 0;
+    let id0 = 0;
+    for (const p of packs) {
+      const w = p.words;
+      const m = p.count;
+      const pAttr = (w[P.STROFF] - w[P.ATTROFF]) / ATTR_WORDS;
+      // Event headers, each attribute range moved by the attributes before this pack.
+      inp.set(w.subarray(w[P.EVOFF], w[P.EVOFF] + m * EVENT_WORDS), evOff + k0 * EVENT_WORDS);
+      for (let k = 0; k < m; k++) inp[evOff + (k0 + k) * EVENT_WORDS + 5] += a0;
+      // Attributes, names re-indexed, strings moved by the string words before this pack.
+      const nameMap = p.names.map((x) => indexIn(nameIdx, names, x));
+      const tagMap = p.tags.map((x) => indexIn(tagIdx, tags, x));
+      inp.set(w.subarray(w[P.ATTROFF], w[P.STROFF]), attrOff + a0 * ATTR_WORDS);
+      for (let a = 0; a < pAttr; a++) {
+        const ao = attrOff + (a0 + a) * ATTR_WORDS;
+        const name = inp[ao];
+        inp[ao] = name & TAG_BIT ? (TAG_BIT | tagMap[name & ~TAG_BIT]) >>> 0 : nameMap[name];
+        if (inp[ao + 1] === T_STR) inp[ao + 2] += s0;
+      }
+      const sw = stringWordsOf(p);
+      inp.set(w.subarray(w[P.STROFF], w[P.STROFF] + sw), strOff + s0);
+      points.set(p.points, 3 * k0);
+      for (let k = 0; k < m; k++) idEnds[k0 + k] = p.idEnds[k] + id0;
+      idBytes.set(p.idBytes, id0);
+      k0 += m;
+      a0 += pAttr;
+      s0 += sw;
+      id0 += p.idBytes.length;
+    }
+    if (grid) encodeGrid(inp, new Float32Array(inp.buffer), evOff, n, gridOff);
+    return new PackedEvents(BUILD, n, inp, points, idEnds, idBytes, names, tags, grid, limits);
+  }
+}
+
+/** Words of a pack's strings (before the pad word that ends them). */
+function stringWordsOf(p: PackedEvents): number {
+  const w = p.words;
+  return (p.grid ? w[P.GRIDOFF] - 1 : w.length - 1) - w[P.STROFF];
 }
 
 /** The buffer of `a` when `a` covers it whole, else a copy of `a`'s bytes. */

@@ -9,7 +9,8 @@
  *   goes alone: low latency), and under load the events that arrive meanwhile form the next batch
  *   (throughput), up to `maxBatch` events. Each batch has its own readback slot, so the host
  *   encodes batch k+1 while the GPU runs batch k (CLCB's stream idea). A packed call (matchPacked,
- *   packed.ts) is a batch of its own, its words the batch's input. Events a batch could not
+ *   packed.ts) runs whole, its words the batch's input; packed calls waiting together are merged
+ *   into one batch of up to `maxBatch` events (PackedEvents.merge). Events a batch could not
  *   answer (overflow, device loss) are answered by the CPU engine: none is dropped. Without one
  *   (no CPU mirror) they run again on the GPU, ahead of the queue: an overflow with the room the
  *   batch found it needed, a device loss once a new device is up.
@@ -18,7 +19,7 @@ import { AmbitError } from '../../model/errors.js';
 import type { NEvent } from '../../model/limits.js';
 import type { Listed } from '../matcher.js';
 import type { GpuBatches } from './batch.js';
-import type { PackedEvents } from './packed.js';
+import { PackedEvents } from './packed.js';
 import { type BatchEvents, nulls } from './readback.js';
 import type { PathSelect, StageTimes } from './options.js';
 
@@ -78,6 +79,13 @@ function giveUp(runs: number, error: unknown): AmbitError {
   if (error !== null) return new AmbitError('UNAVAILABLE', `gpu: ${error instanceof Error ? error.message : String(error)} (${runs} runs, no CPU mirror to answer)`);
   return new AmbitError('RESOURCE_EXHAUSTED', `gpu: an event's candidates or matches exceeded the device's buffers in each of ${runs} runs (no CPU mirror to answer it)`);
 }
+
+/**
+ * Packs smaller than this are merged with the small packs waiting behind them into one batch:
+ * a batch's fixed host cost (recording, submitting, reading back: about 0.25 ms on an H200 host)
+ * is more than merging's copy of a pack's words below about this size.
+ */
+export const MERGE_BELOW = 512;
 
 /** Share of the thread that answering every event on the CPU may take before calls count as load (see PathChoice). */
 export const CPU_SHARE = 0.25;
@@ -377,14 +385,26 @@ export class BatchQueue {
       const segments: Segment[] = [];
       const events: NEvent[] = [];
       const tags: boolean[] = [];
-      // A packed job is a batch of its own, whole: its words are the batch's input.
-      const head = queue[this.qHead];
-      if (head.packed !== null) {
-        queue[this.qHead++] = undefined as unknown as Job;
+      // Packed jobs run whole, their words the batch's input: small packs waiting together, as
+      // many as maxBatch events hold, are merged into one batch (each need not pay a batch's fixed
+      // cost); a pack of MERGE_BELOW events or more runs alone (merging copies it again).
+      if (queue[this.qHead].packed !== null) {
+        const packs: PackedEvents[] = [];
+        let n = 0;
+        while (this.qHead < queue.length) {
+          const job = queue[this.qHead];
+          if (job.packed === null || (packs.length > 0 && (n + job.count > max || job.count >= MERGE_BELOW || n >= MERGE_BELOW))) break;
+          queue[this.qHead++] = undefined as unknown as Job;
+          job.taken = job.count;
+          segments.push({ job, from: 0, to: job.count });
+          for (let i = 0; i < job.count; i++) tags.push(job.tags);
+          packs.push(job.packed);
+          n += job.count;
+        }
         this.qHead = compacted(queue, this.qHead);
-        head.taken = head.count;
         this.running++;
-        void this.runBatch([{ job: head, from: 0, to: head.count }], head.packed, new Array<boolean>(head.count).fill(head.tags)).finally(() => this.pump());
+        // Each pack was held to limits within the engine's; the merged one lives only in this batch.
+        void this.runBatch(segments, PackedEvents.merge(packs, packs[0].limits), tags).finally(() => this.pump());
         continue;
       }
       while (events.length < max && this.qHead < queue.length) {
