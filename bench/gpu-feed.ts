@@ -22,7 +22,6 @@ import { Worker } from 'node:worker_threads';
 import { performance } from 'node:perf_hooks';
 import { FastMatcher } from '../src/engines/fast.js';
 import { GpuMatcher, PackedEvents, type PackedTransfer, packEvents } from '../src/engines/gpu/matcher.js';
-import type { Matcher } from '../src/engines/index.js';
 import type { Event } from '../src/model/types.js';
 import { WorkloadSource } from '../src/workload/index.js';
 import { type Fail, cliFail, readCommandLine, runMain } from './lib/args.js';

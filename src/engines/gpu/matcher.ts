@@ -319,7 +319,7 @@ export class GpuMatcher implements Matcher {
       this.choice.arrived(valid.length);
       // A small call (a hub's publish at a low rate carries a few events) takes the adaptive
       // choice of path, as a lone event does; either way the answers come back in call order.
-      const onCpu = this.path === 'cpu' || this.opts.select === 'cpu' || (valid.length <= SMALL_BATCH && this.choice.smallOnCpu(valid.length, this.queue.waiting));
+      const onCpu = this.callOnCpu(valid.length);
       if (onCpu) return this.queue.inOrder(valid.map((e) => this.matchOnCpu(e, tags)));
       // One job for the whole call: no promise per event.
       return this.queue.submit(valid, tags);
@@ -347,7 +347,7 @@ export class GpuMatcher implements Matcher {
       if (this.closed) return Promise.reject(new AmbitError('UNAVAILABLE', 'gpu: matcher is closed'));
       this.refuseUnfit();
       this.choice.arrived(n);
-      const onCpu = this.path === 'cpu' || this.opts.select === 'cpu' || (n <= SMALL_BATCH && this.choice.smallOnCpu(n, this.queue.waiting));
+      const onCpu = this.callOnCpu(n);
       if (onCpu) {
         const out: Listed[][] = new Array(n);
         for (let k = 0; k < n; k++) out[k] = this.matchOnCpu(packed.event(k), tags);
@@ -357,6 +357,14 @@ export class GpuMatcher implements Matcher {
     } catch (err) {
       return Promise.reject(err);
     }
+  }
+
+  /**
+   * Whether a call of `n` events is answered on the CPU: the CPU path, or a small call (a hub's
+   * publish at a low rate carries a few events) under the adaptive choice, as a lone event is.
+   */
+  private callOnCpu(n: number): boolean {
+    return this.path === 'cpu' || this.opts.select === 'cpu' || (n <= SMALL_BATCH && this.choice.smallOnCpu(n, this.queue.waiting));
   }
 
   /** Most events a batch (and a pack, matchPacked) holds. */

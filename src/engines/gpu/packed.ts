@@ -20,12 +20,13 @@ import type { Value } from '../../model/types.js';
 import { T_BOOL, T_NUM, T_STR } from '../operators.js';
 import { ATTR_WORDS, EVENT_WORDS, GRID_HEADER_WORDS, P, PARAM_WORDS, TAG_BIT, attributeValue, encodeGrid, gridWords, numberKey, unitVector, utf8Into, utf8Length } from './input.js';
 import { keyNumber } from './layout.js';
+import { defaultGpuMatcherOptions } from './options.js';
 
 export { TAG_BIT };
 /** Most events in one pack (the engine's largest maxBatch). */
 export const MAX_PACKED_EVENTS = 65535;
-/** A pack of this many events or more is binned into the grid unless told (the engine's own default, gridMinEvents). */
-const GRID_MIN_EVENTS = 16;
+/** A pack of this many events or more is binned into the grid unless told (the engine's own default). */
+const GRID_MIN_EVENTS = defaultGpuMatcherOptions.gridMinEvents;
 
 export interface PackOptions {
   /** Limits the events are checked against; the engine matching the pack must have none looser (default: the model's). */
@@ -163,17 +164,7 @@ export class PackedEvents {
       idTotal += p.idBytes.length;
     }
     const grid = n >= GRID_MIN_EVENTS;
-    const evOff = PARAM_WORDS;
-    const attrOff = evOff + n * EVENT_WORDS;
-    const strOff = attrOff + nAttr * ATTR_WORDS;
-    const gridOff = strOff + strWords + 1;
-    const inp = new Uint32Array(gridOff + (grid ? gridWords(n) : 0));
-    inp[P.EVOFF] = evOff;
-    inp[P.ATTROFF] = attrOff;
-    inp[P.STROFF] = strOff;
-    const points = new Float64Array(3 * n);
-    const idEnds = new Uint32Array(n);
-    const idBytes = new Uint8Array(idTotal);
+    const { inp, inpF, evOff, attrOff, strOff, gridOff, points, idEnds, idBytes } = packArrays(n, nAttr, strWords, idTotal, grid);
     const nameIdx = new Map<string, number>();
     const tagIdx = new Map<string, number>();
     const names: string[] = [];
@@ -209,7 +200,7 @@ export class PackedEvents {
       s0 += sw;
       id0 += p.idBytes.length;
     }
-    if (grid) encodeGrid(inp, new Float32Array(inp.buffer), evOff, n, gridOff);
+    if (grid) encodeGrid(inp, inpF, evOff, n, gridOff);
     return new PackedEvents(BUILD, n, inp, points, idEnds, idBytes, names, tags, grid, limits);
   }
 }
@@ -247,6 +238,24 @@ function indexIn(index: Map<string, number>, list: string[], key: string): numbe
   return ix;
 }
 
+/**
+ * A pack's arrays at their exact sizes for `n` events, `nAttr` attributes, `strWords` words of
+ * strings and `idTotal` bytes of ids: the words (offsets in their parameter words; the strings'
+ * pad word, then the grid's room when `grid`), the points and the ids.
+ */
+function packArrays(n: number, nAttr: number, strWords: number, idTotal: number, grid: boolean) {
+  const evOff = PARAM_WORDS;
+  const attrOff = evOff + n * EVENT_WORDS;
+  const strOff = attrOff + nAttr * ATTR_WORDS;
+  const gridOff = strOff + strWords + 1;
+  const buf = new ArrayBuffer(4 * (gridOff + (grid ? gridWords(n) : 0)));
+  const inp = new Uint32Array(buf);
+  inp[P.EVOFF] = evOff;
+  inp[P.ATTROFF] = attrOff;
+  inp[P.STROFF] = strOff;
+  return { inp, inpF: new Float32Array(buf), evOff, attrOff, strOff, gridOff, points: new Float64Array(3 * n), idEnds: new Uint32Array(n), idBytes: new Uint8Array(idTotal) };
+}
+
 function packValid(valid: readonly NEvent[], limits: Limits, grid: boolean): PackedEvents {
   const n = valid.length;
   const nameIdx = new Map<string, number>();
@@ -267,21 +276,8 @@ function packValid(valid: readonly NEvent[], limits: Limits, grid: boolean): Pac
     }
     idBytesTotal += utf8Length(e.id);
   }
-  const evOff = PARAM_WORDS;
-  const attrOff = evOff + n * EVENT_WORDS;
-  const strOff = attrOff + nAttr * ATTR_WORDS;
-  const gridOff = strOff + strWords + 1;
-  const words = gridOff + (grid && n > 0 ? gridWords(n) : 0);
-  const buf = new ArrayBuffer(4 * words);
-  const inp = new Uint32Array(buf);
-  const inpF = new Float32Array(buf);
-  const strBytes = new Uint8Array(buf, 4 * strOff, 4 * strWords);
-  const points = new Float64Array(3 * n);
-  const idEnds = new Uint32Array(n);
-  const idBytes = new Uint8Array(idBytesTotal);
-  inp[P.EVOFF] = evOff;
-  inp[P.ATTROFF] = attrOff;
-  inp[P.STROFF] = strOff;
+  const { inp, inpF, evOff, attrOff, strOff, gridOff, points, idEnds, idBytes } = packArrays(n, nAttr, strWords, idBytesTotal, grid && n > 0);
+  const strBytes = new Uint8Array(inp.buffer, 4 * strOff, 4 * strWords);
   let a = 0;
   let sw = 0;
   let idAt = 0;
