@@ -67,7 +67,17 @@ export class EmbeddedInbox implements DrainableInbox {
   /** The ordinal of the last pulled notification (ids are "<ms>-<ordinal>", ordinals gapless). */
   private cursor: number;
   private closed = false;
-  private wake: (() => void) | null = null;
+  /** The reader waiting for the next entry (one at a time), woken through `wakeOnce`. */
+  private ready: (() => void) | null = null;
+  /**
+   * Made once per inbox: an idle device's stream waits for its next notification through this
+   * one function, not a closure made per wait that would live (and be promoted) until then.
+   */
+  private readonly wakeOnce = (): void => {
+    const r = this.ready;
+    this.ready = null;
+    r?.();
+  };
 
   constructor(
     private readonly store: InboxStore,
@@ -104,14 +114,10 @@ export class EmbeddedInbox implements DrainableInbox {
   }
 
   notify(ready: () => void): void {
-    if (this.closed || this.wake !== null || this.store.isClosed) return;
+    if (this.closed || this.ready !== null || this.store.isClosed) return;
     if (this.log.purged || this.log.firstAfter(this.cursor) < this.log.entries.length) return ready();
-    const wake = (): void => {
-      this.wake = null;
-      ready();
-    };
-    this.wake = wake;
-    this.log.await(wake);
+    this.ready = ready;
+    this.log.await(this.wakeOnce);
   }
 
   async ack(deliveryId: string): Promise<void> {
@@ -120,9 +126,9 @@ export class EmbeddedInbox implements DrainableInbox {
 
   close(): void {
     this.closed = true;
-    if (this.wake !== null) {
-      this.log.forget(this.wake);
-      this.wake();
+    if (this.ready !== null) {
+      this.log.forget(this.wakeOnce);
+      this.wakeOnce();
     }
   }
 }
