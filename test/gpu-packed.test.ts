@@ -12,7 +12,7 @@ import { after, describe, it } from 'node:test';
 import { ReferenceMatcher } from '../src/engines/reference.js';
 import type { MatcherOptions } from '../src/engines/matcher.js';
 import type { Event, Subscription } from '../src/model/types.js';
-import { DEFAULT_LIMITS, validateEvent } from '../src/model/limits.js';
+import { DEFAULT_LIMITS, type NEvent, validateEvent } from '../src/model/limits.js';
 import { ValidationError } from '../src/model/errors.js';
 import { GpuContext } from '../src/engines/gpu/device.js';
 import { GpuKernels, GpuMatcher, type GpuMatcherOptions, PackedEvents, type PackedTransfer, packEventBatches, packEvents } from '../src/engines/gpu/matcher.js';
@@ -58,6 +58,13 @@ runDifferential('gpu (packed batches)', make);
 function checked(e: Event) {
   const n = validateEvent(e, DEFAULT_LIMITS);
   return { ...n, values: n.values.map((v) => (Object.is(v, -0) ? 0 : v)) };
+}
+
+/** A decoded event as the event it came from. */
+function asEvent(n: NEvent): Event {
+  const e: Event = { id: n.id, lat: n.lat, lon: n.lon, radiusM: n.radiusM, attributes: Object.fromEntries(n.names.map((x, i) => [x, n.values[i]])) };
+  if (n.tags.length > 0) e.tags = [...n.tags];
+  return e;
 }
 
 function edgeEvents(seed: number, count: number): Event[] {
@@ -133,6 +140,56 @@ describe('gpu packed batches: the pack', () => {
       assert.throws(() => PackedEvents.fromTransfer(corrupt(fresh())), (e: unknown) => e instanceof ValidationError && (e.field ?? "").startsWith(field), label);
     }
     assert.equal(PackedEvents.fromTransfer(fresh()).count, good.count, 'the untouched transfer is taken');
+  });
+
+  it('refuses a transfer that decodes to an event the model refuses: values, UTF-8, names, tags, per-event limits', () => {
+    // Event 0's attributes: 0 n (number), 1 s (string), 2 b (bool), 3 e (0-byte string), 4 tag x, 5 tag y; event 1's: 6 n, 7 m.
+    const events: Event[] = [
+      { id: 'é0', lat: 1, lon: 2, attributes: { n: 1.5, s: 'héllo', b: true, e: '' }, tags: ['x', 'y'] },
+      { id: 'e1', lat: 3, lon: 4, attributes: { n: 2, m: 'x😀' } },
+    ];
+    const good = packEvents(events, { limits: { maxAttributesPerEvent: 4, maxTagsPerEvent: 2 } }).toTransfer();
+    const fresh = (): PackedTransfer => structuredClone(good);
+    const words = (t: PackedTransfer) => new Uint32Array(t.words);
+    const at = (t: PackedTransfer, a: number) => words(t)[9] + 4 * a;
+    const key = (hi: number, lo: number) => (t: PackedTransfer) => { const w = words(t); w[at(t, 0) + 2] = hi; w[at(t, 0) + 3] = lo; return t; };
+    const strByte = (t: PackedTransfer, a: number, i: number) => 4 * (words(t)[10] + words(t)[at(t, a) + 2]) + i;
+    const cases: Array<[string, (t: PackedTransfer) => unknown, string]> = [
+      ['a number NaN', key(0xfff80000, 0), 'packed.words'],
+      ['a number Infinity', key(0xfff00000, 0), 'packed.words'],
+      ['a number -Infinity', key(0x000fffff, 0xffffffff), 'packed.words'],
+      ['a number -0', key(0x7fffffff, 0xffffffff), 'packed.words'],
+      ['a bool neither false nor true', (t) => { words(t)[at(t, 2) + 2] = 0xbfe00000; return t; }, 'packed.words'],
+      ['a tag not true', (t) => { words(t)[at(t, 4) + 2] = 0x80000000; return t; }, 'packed.words'],
+      ['a string not UTF-8', (t) => { new Uint8Array(t.words)[strByte(t, 1, 0)] = 0xff; return t; }, 'packed.words'],
+      ['a string cut within a character', (t) => { words(t)[at(t, 1) + 3] = 2; return t; }, 'packed.words'],
+      ['a string holding a surrogate', (t) => { new Uint8Array(t.words).set([0xed, 0xa0, 0x80], strByte(t, 1, 1)); return t; }, 'packed.words'],
+      ['an id not UTF-8', (t) => { new Uint8Array(t.ids)[8] = 0x80; return t; }, 'packed.ids[0]'],
+      ['an id ending within a character (the bytes whole well-formed)', (t) => { new Uint32Array(t.ids, 0, 1)[0] = 1; return t; }, 'packed.ids[0]'],
+      ['a name not well-formed', (t) => ({ ...t, names: ['\ud800', ...t.names.slice(1)] }), 'packed.names[0]'],
+      ['a name twice in the table', (t) => ({ ...t, names: [t.names[0], t.names[0], ...t.names.slice(2)] }), 'packed.names[1]'],
+      ['a tag not normalised', (t) => ({ ...t, tags: ['X', 'y'] }), 'packed.tags[0]'],
+      ['a tag twice in the table', (t) => ({ ...t, tags: ['x', 'x'] }), 'packed.tags[1]'],
+      ['an event\'s tags out of order', (t) => { const w = words(t); [w[at(t, 4)], w[at(t, 5)]] = [w[at(t, 5)], w[at(t, 4)]]; return t; }, 'packed.words'],
+      ['a tag twice in an event', (t) => { const w = words(t); w[at(t, 5)] = w[at(t, 4)]; return t; }, 'packed.words'],
+      ['a name twice in an event', (t) => { const w = words(t); w[at(t, 1)] = w[at(t, 0)]; return t; }, 'packed.words'],
+      ['more names than maxAttributesPerEvent (names and tags within their sum)', (t) => { const w = words(t); const a = at(t, 4); w[a] = t.names.indexOf('m'); w[a + 1] = 0; return t; }, 'packed.words'],
+    ];
+    // Every case at once: the labels of those not refused as they should be.
+    const taken = cases.filter(([, corrupt, field]) => {
+      try {
+        PackedEvents.fromTransfer(corrupt(fresh()));
+        return true;
+      } catch (e) {
+        return !(e instanceof ValidationError && (e.field ?? '').startsWith(field));
+      }
+    });
+    assert.deepEqual(taken.map(([label]) => label), []);
+    const q = PackedEvents.fromTransfer(fresh());
+    for (let k = 0; k < events.length; k++) assert.deepEqual(q.event(k), checked(events[k]), `event ${k}`);
+    const negZero = fresh();
+    new Float64Array(negZero.points)[2] = -0;
+    assert.ok(Object.is(PackedEvents.fromTransfer(negZero).event(0).radiusM, 0), 'a radius of -0 decodes as 0, as the model gives it');
   });
 });
 
@@ -239,6 +296,69 @@ describe('gpu packed batches: the engine', () => {
       await refused(packEvents(events.slice(0, 4)), /looser/);
       assert.equal((await m.matchPacked(packEvents(events.slice(0, 4), { limits: { maxStringBytes: 50 } }))).length, 4, 'tighter limits are taken');
       assert.deepEqual(await m.matchPacked(packEvents([], { limits: { maxStringBytes: 100 } })), []);
+    } finally {
+      await m.close();
+    }
+  });
+
+  it('with the derived check, matches a transfer as its decoded events, whatever its header words and grid said', async () => {
+    const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 0, select: 'gpu' });
+    const ref = new ReferenceMatcher();
+    try {
+      // 40 events 50 m apart (grid cells of a few hundred metres), every other with an area of
+      // 300 m; a subscription of 100 m, 350 m north of each: only an event's area reaches it.
+      const events: Event[] = Array.from({ length: 40 }, (_, i) => ({ id: `e${i}`, lat: 45 + i * 0.00045, lon: 9.18, radiusM: i % 2 === 0 ? 0 : 300, attributes: { k: i } }));
+      const subs: Subscription[] = events.map((e, i) => ({ id: `s${i}`, owner: 'o', filters: [{ constraints: [], area: { radiusM: 100, center: { lat: e.lat + 0.00315, lon: e.lon } } }] }));
+      for (const x of [m, ref]) for (const s of subs) x.add(s);
+      const good = packEvents(events).toTransfer();
+      assert.equal(good.grid, true);
+      const hdr = (k: number) => 16 + 12 * k;
+      const corruptions: Array<[string, (w: Uint32Array, f: Float32Array) => void]> = [
+        ['event 3 carrying event 30\'s unit vector', (w) => { for (const i of [0, 1, 2, 8, 9, 10]) w[hdr(3) + i] = w[hdr(30) + i]; }],
+        ['event 5\'s radius word 1000 km', (_w, f) => { f[hdr(5) + 3] = 1e6; }],
+        ['every grid index naming event 0', (w) => { const g = w[11]; const cells = w[g + 4] * w[g + 5] * w[g + 6]; for (let k = 0; k < 40; k++) w[g + 17 + cells + 1 + k] = 0; }],
+        ['the grid\'s largest event radius 0', (_w, f) => { f[new Uint32Array(f.buffer)[11] + 7] = 0; }],
+      ];
+      // Refused, or answered as its decoded events: the labels of the corruptions that were neither.
+      const wrong: string[] = [];
+      for (const [label, corrupt] of corruptions) {
+        const t = structuredClone(good);
+        corrupt(new Uint32Array(t.words), new Float32Array(t.words));
+        let q: PackedEvents;
+        try {
+          q = PackedEvents.fromTransfer(t, { derived: true });
+        } catch (err) {
+          assert.ok(err instanceof ValidationError && err.field === 'packed.words', label);
+          continue;
+        }
+        const got = await m.matchPacked(q);
+        for (let i = 0; i < events.length; i++) {
+          if (JSON.stringify(sorted(got[i] as string[])) !== JSON.stringify(sorted(await ref.match(asEvent(q.event(i)))))) {
+            wrong.push(`${label} (event ${i})`);
+            break;
+          }
+        }
+      }
+      assert.deepEqual(wrong, []);
+    } finally {
+      await m.close();
+    }
+  });
+
+  it('decodes an id or a string beginning with U+FEFF as it is, and the CPU answers it so', async () => {
+    const m = GpuMatcher.attach(kernels, { cpuBelowFilters: 1_000_000 });
+    const ref = new ReferenceMatcher();
+    try {
+      const events: Event[] = [{ id: '\ufeffe0', lat: 1, lon: 2, attributes: { s: '\ufeffabc', t: '\ufeff' } }];
+      const p = packEvents(events);
+      for (const q of [p, PackedEvents.fromTransfer(structuredClone(p.toTransfer()))]) assert.deepEqual(q.event(0), checked(events[0]));
+      const subs: Subscription[] = [
+        { id: 's1', owner: 'o', filters: [{ constraints: [{ name: 's', op: 'eq', value: '\ufeffabc' }] }] },
+        { id: 's2', owner: 'o', filters: [{ constraints: [{ name: 't', op: 'eq', value: '' }] }] },
+      ];
+      for (const x of [m, ref]) for (const s of subs) x.add(s);
+      assert.deepEqual(sorted((await m.matchPacked(p))[0] as string[]), sorted(await ref.match(events[0])));
+      assert.equal(m.stats().extra!.cpuEvents, 1);
     } finally {
       await m.close();
     }

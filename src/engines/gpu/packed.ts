@@ -8,14 +8,22 @@
  * process that received the events (`matchPacked`, matcher.ts).
  *
  * A pack moves between threads as `toTransfer()` (plain data and three ArrayBuffers, for
- * postMessage's transfer list) and `PackedEvents.fromTransfer`, which checks its structure
- * (offsets, ranges, names, the grid) before any of it reaches a kernel, so no word read sends a
- * kernel outside its buffers; the numbers and the UTF-8 of strings are taken as the packer wrote
- * them. The events are decoded again only where the CPU must answer one (`event(k)`: an overflow,
- * a device loss).
+ * postMessage's transfer list) and `PackedEvents.fromTransfer`, which checks it whole before any
+ * of it reaches a kernel: its structure (offsets, ranges, the grid's cells and indices), so no
+ * word read sends a kernel outside its buffers, and what it decodes to (`event(k)`), so every
+ * event is one the model's check gives under the pack's limits (ids, names, strings well-formed
+ * UTF-8 within them, numbers finite and not -0, bools 0 or 1, names distinct, tags normal,
+ * distinct and sorted, the attribute and tag counts each within theirs). The words that derive
+ * from the points (the unit vectors, the radii, the grid's binning) are the packer's: with
+ * `{ derived: true }` they are also compared with what the packer writes from the points, so the
+ * GPU's answers are those of the decoded events whatever made the transfer (it doubles the cost,
+ * about 0.1 µs an event otherwise). The events are decoded again only where the CPU must answer
+ * one (`event(k)`: an overflow, a device loss).
  */
+import { isUtf8 } from 'node:buffer';
 import { ValidationError, show } from '../../model/errors.js';
 import { type Limits, type NEvent, eventLimitsWithin, resolveLimits, validateEvents } from '../../model/limits.js';
+import { normalizeTag } from '../../model/tags.js';
 import type { Value } from '../../model/types.js';
 import { T_BOOL, T_NUM, T_STR } from '../operators.js';
 import { ATTR_WORDS, EVENT_WORDS, GRID_HEADER_WORDS, P, PARAM_WORDS, TAG_BIT, attributeValue, encodeGrid, gridWords, numberKey, unitVector, utf8Into, utf8Length } from './input.js';
@@ -48,7 +56,8 @@ export interface PackedTransfer {
 }
 
 const LIMIT_KEYS = ['maxIdBytes', 'maxEventRadiusM', 'maxAttributesPerEvent', 'maxNameBytes', 'maxStringBytes', 'maxTagsPerEvent', 'maxTagBytes'] as const;
-const decoder = new TextDecoder('utf-8', { fatal: true });
+/** ignoreBOM: a leading U+FEFF is part of an id or a string (the decoder would otherwise drop it). */
+const decoder = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
 /** Only this module builds packs (packEvents, fromTransfer): a pack reaching the engine was checked. */
 const BUILD: unique symbol = Symbol('PackedEvents');
@@ -140,9 +149,14 @@ export class PackedEvents {
     return { count: this.count, grid: this.grid, names: [...this.names], tags: [...this.tags], limits: { ...this.limits }, words: own(this.words), points: own(this.points), ids: packIds(this.idEnds, this.idBytes) };
   }
 
-  /** A pack received from another thread: its structure checked whole (throws ValidationError naming what is wrong). */
-  static fromTransfer(t: unknown): PackedEvents {
-    return readTransfer(t);
+  /**
+   * A pack received from another thread, checked whole (throws ValidationError naming what is
+   * wrong): its structure and what it decodes to. `derived`: also that the words derived from the
+   * points (unit vectors, radii, the grid) are those the packer writes from them, which costs
+   * about as much again as the rest (for packs of another origin than `packEvents`, and tests).
+   */
+  static fromTransfer(t: unknown, options: { derived?: boolean } = {}): PackedEvents {
+    return readTransfer(t, options.derived === true);
   }
 
   /**
@@ -312,8 +326,8 @@ function packValid(valid: readonly NEvent[], limits: Limits, grid: boolean): Pac
 }
 
 
-/** Checks a transferred pack whole before any word of it can reach a kernel. */
-function readTransfer(t: unknown): PackedEvents {
+/** Checks a transferred pack whole before any word of it can reach a kernel (`derived`: fromTransfer's option). */
+function readTransfer(t: unknown, derived: boolean): PackedEvents {
   const bad = (field: string, rule: string): never => {
     throw new ValidationError(`packed.${field}`, rule);
   };
@@ -354,27 +368,64 @@ function readTransfer(t: unknown): PackedEvents {
   const idBytes = new Uint8Array(ib, 4 * n);
   const strWords = strEnd - strOff;
   // The loops in functions of their own: V8 compiles a small loop far better than one inside this large function.
-  const wrong = checkEvents(w, points, idEnds, idBytes.length, n, nAttr, limits) ?? checkAttributes(w, attrOff, nAttr, names.length, tags.length, strWords, limits.maxStringBytes);
+  const wrong =
+    checkEvents(w, points, idEnds, idBytes, n, nAttr, limits) ??
+    checkAttributes(w, attrOff, nAttr, names.length, tags.length, strWords, limits.maxStringBytes) ??
+    checkEventNames(w, n, names.length, tags, limits);
   if (wrong !== null) bad(wrong[0], wrong[1]);
   if (grid) checkGrid(w, gridOff, n, bad);
+  const off = derived ? checkDerived(w, points, n, grid ? gridOff : 0) : null;
+  if (off !== null) bad(off[0], off[1]);
   return new PackedEvents(BUILD, n, w, points, idEnds, idBytes, names, tags, grid, limits);
 }
 
+/**
+ * The words the kernels read that derive from the points (each event's unit vector, its low parts
+ * and radius; the grid), which must be those the packer writes from the checked points, so the
+ * GPU tests the positions and radii the CPU decodes (the reach of a filter over the grid, the
+ * events of each cell); null when they are, else [field, rule].
+ */
+function checkDerived(w: Uint32Array, points: Float64Array, n: number, gridOff: number): [string, string] | null {
+  const head = PARAM_WORDS + n * EVENT_WORDS;
+  const buf = new ArrayBuffer(4 * (head + (gridOff !== 0 ? gridWords(n) : 0)));
+  const s = new Uint32Array(buf);
+  const sf = new Float32Array(buf);
+  for (let k = 0; k < n; k++) {
+    const e = PARAM_WORDS + k * EVENT_WORDS;
+    unitVector(points[3 * k], points[3 * k + 1], sf, e);
+    sf[e + 3] = points[3 * k + 2];
+    if (s[e] !== w[e] || s[e + 1] !== w[e + 1] || s[e + 2] !== w[e + 2] || s[e + 3] !== w[e + 3] || s[e + 8] !== w[e + 8] || s[e + 9] !== w[e + 9] || s[e + 10] !== w[e + 10]) {
+      return ['words', `event ${k}'s unit vector and radius (header words 0-3, 8-10) are not those of its point`];
+    }
+  }
+  if (gridOff !== 0) {
+    encodeGrid(s, sf, PARAM_WORDS, n, head);
+    const words = gridWords(n);
+    for (let i = 0; i < words; i++) if (s[head + i] !== w[gridOff + i]) return ['words', `the grid is not that of the events (word ${i})`];
+  }
+  return null;
+}
+
 /** Each event's id, point and attribute range; null when all are right, else [field, rule]. */
-function checkEvents(w: Uint32Array, points: Float64Array, idEnds: Uint32Array, idBytes: number, n: number, nAttr: number, limits: Limits): [string, string] | null {
+function checkEvents(w: Uint32Array, points: Float64Array, idEnds: Uint32Array, ids: Uint8Array, n: number, nAttr: number, limits: Limits): [string, string] | null {
+  const idsWhole = isUtf8(ids);
   const maxId = limits.maxIdBytes;
   const maxR = limits.maxEventRadiusM;
   const maxAttrs = limits.maxAttributesPerEvent + limits.maxTagsPerEvent;
+  const idBytes = ids.length;
   let prev = 0;
   let at = 0;
   for (let k = 0; k < n; k++) {
     const end = idEnds[k];
     if (end <= prev || end - prev > maxId || end > idBytes) return [`ids[${k}]`, `must be 1..${maxId} bytes within the ids`];
+    // Within well-formed bytes (idsWhole), an id that ends on a character's boundary is well-formed (it starts where the previous one ended).
+    if ((end < idBytes && isContinuation(ids[end])) || !(idsWhole || utf8Ok(ids, prev, end))) return [`ids[${k}]`, 'must be well-formed UTF-8'];
     prev = end;
     const lat = points[3 * k];
     const lon = points[3 * k + 1];
     const r = points[3 * k + 2];
     if (!(lat >= -90 && lat <= 90 && lon >= -180 && lon <= 180 && r >= 0 && r <= maxR)) return [`points[${k}]`, `must be a position and radius within the limits, got ${lat}, ${lon}, ${r}`];
+    if (r === 0) points[3 * k + 2] = 0; // -0: the model's normal form is 0
     const e = PARAM_WORDS + k * EVENT_WORDS;
     const count = w[e + 6];
     if (w[e + 5] !== at || count > nAttr - at || count > maxAttrs) return ['words', `event ${k}'s attributes [${w[e + 5]}, +${count}) do not follow the previous event's within ${nAttr}`];
@@ -389,6 +440,9 @@ function checkEvents(w: Uint32Array, points: Float64Array, idEnds: Uint32Array, 
 function checkAttributes(w: Uint32Array, attrOff: number, nAttr: number, names: number, tags: number, strWords: number, maxStringBytes: number): [string, string] | null {
   // Read as int32: a tag's name word (bit 31 set) is then negative, and every value a small integer.
   const v = new Int32Array(w.buffer, w.byteOffset, w.length);
+  const bytes = new Uint8Array(w.buffer, w.byteOffset + 4 * w[P.STROFF], 4 * strWords);
+  // One native pass over all the strings (and their zero padding); each string alone only where that fails.
+  const whole = isUtf8(bytes);
   const end = attrOff + nAttr * ATTR_WORDS;
   for (let ao = attrOff; ao < end; ao += ATTR_WORDS) {
     const name = v[ao];
@@ -396,9 +450,110 @@ function checkAttributes(w: Uint32Array, attrOff: number, nAttr: number, names: 
     if (t === T_STR) {
       const len = v[ao + 2] + ((v[ao + 3] + 3) >>> 2);
       if (name < 0 || name >= names || v[ao + 3] < 0 || v[ao + 3] > maxStringBytes || v[ao + 2] < 0 || len > strWords) return attributeWrong(w, (ao - attrOff) / ATTR_WORDS, names, tags);
-    } else if (name < 0 ? (name & 0x7fffffff) >= tags || t !== T_BOOL : name >= names || (t !== T_NUM && t !== T_BOOL)) return attributeWrong(w, (ao - attrOff) / ATTR_WORDS, names, tags);
+      // Within well-formed bytes (whole), a string that starts and ends on characters' boundaries is well-formed.
+      const from = 4 * v[ao + 2];
+      const to = from + v[ao + 3];
+      if (to > from && (isContinuation(bytes[from]) || (to < bytes.length && isContinuation(bytes[to])) || !(whole || utf8Ok(bytes, from, to)))) {
+        return ['words', `attribute ${(ao - attrOff) / ATTR_WORDS}'s string is not well-formed UTF-8`];
+      }
+    } else if (name < 0 ? (name & 0x7fffffff) >= tags || t !== T_BOOL : name >= names || (t !== T_NUM && t !== T_BOOL)) {
+      return attributeWrong(w, (ao - attrOff) / ATTR_WORDS, names, tags);
+    } else if (!keyOk(v[ao + 2], v[ao + 3], name < 0 ? TAG : t)) {
+      // The key's words as int32 (small integers, no number boxed per attribute); shown unsigned.
+      return ['words', `attribute ${(ao - attrOff) / ATTR_WORDS}'s value ${w[ao + 2]}, ${w[ao + 3]} is not ${name < 0 ? "a tag's (true)" : t === T_NUM ? 'a finite number other than -0' : 'false or true'}`];
+    }
   }
   return null;
+}
+
+/** keyOk's kind for a tag's value. */
+const TAG = -1;
+/** numberKey's hi word of 0 (false) and of 1 (true), as int32; the lo word of both is 0. */
+const KEY_0_HI = 0x80000000 | 0;
+const KEY_1_HI = 0xbff00000 | 0;
+
+/**
+ * Whether (hi, lo), numberKey's words read as int32, are the key of a value of `kind`: a finite
+ * number not -0 (numberKey never writes it), false or true, a tag's true.
+ */
+function keyOk(hi: number, lo: number, kind: number): boolean {
+  if (kind === T_NUM) {
+    // The float64's exponent bits (all ones: Infinity or NaN); a negative number's key is its bits flipped.
+    const exp = hi < 0 ? (hi >>> 20) & 0x7ff : (~hi >>> 20) & 0x7ff;
+    return exp !== 0x7ff && !(hi === 0x7fffffff && lo === -1);
+  }
+  return lo === 0 && (hi === KEY_1_HI || (kind === T_BOOL && hi === KEY_0_HI));
+}
+
+/**
+ * Each event's names and tags as the model's check gives them: at most maxAttributesPerEvent
+ * names and maxTagsPerEvent tags (each within its own limit, not their sum), no name twice, its
+ * tags distinct and sorted (the tables hold each string once, so indices decide); null when all
+ * are right, else [field, rule].
+ */
+function checkEventNames(w: Uint32Array, n: number, names: number, tags: readonly string[], limits: Limits): [string, string] | null {
+  const attrOff = w[P.ATTROFF];
+  // The last event (k + 1) that named each name: no clearing between events.
+  const seen = new Uint32Array(names);
+  for (let k = 0; k < n; k++) {
+    const e = PARAM_WORDS + k * EVENT_WORDS;
+    const start = w[e + 5];
+    const end = start + w[e + 6];
+    let nNames = 0;
+    let nTags = 0;
+    let lastTag: string | null = null;
+    for (let a = start; a < end; a++) {
+      const name = w[attrOff + a * ATTR_WORDS];
+      if (name & TAG_BIT) {
+        const tag = tags[name & ~TAG_BIT];
+        if (lastTag !== null && !(lastTag < tag)) return ['words', `event ${k}'s tags are not distinct and sorted (${show(lastTag)} before ${show(tag)})`];
+        lastTag = tag;
+        nTags++;
+      } else {
+        if (seen[name] === k + 1) return ['words', `event ${k} holds name ${name} twice`];
+        seen[name] = k + 1;
+        nNames++;
+      }
+    }
+    if (nNames > limits.maxAttributesPerEvent || nTags > limits.maxTagsPerEvent) return ['words', `event ${k} holds ${nNames} attributes and ${nTags} tags, beyond the limits' ${limits.maxAttributesPerEvent} and ${limits.maxTagsPerEvent}`];
+  }
+  return null;
+}
+
+/** A UTF-8 continuation byte (10xxxxxx): no character starts there. */
+function isContinuation(b: number): boolean {
+  return (b & 0xc0) === 0x80;
+}
+
+/** Whether bytes [from, to) of `b` are well-formed UTF-8 (no overlong form, surrogate or code point past U+10FFFF). */
+function utf8Ok(b: Uint8Array, from: number, to: number): boolean {
+  let i = from;
+  while (i < to) {
+    const c = b[i];
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
+    let n: number;
+    let lo = 0x80;
+    let hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf) n = 1;
+    else if (c >= 0xe0 && c <= 0xef) {
+      n = 2;
+      if (c === 0xe0) lo = 0xa0;
+      else if (c === 0xed) hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      n = 3;
+      if (c === 0xf0) lo = 0x90;
+      else if (c === 0xf4) hi = 0x8f;
+    } else return false;
+    if (i + n >= to) return false;
+    const c1 = b[i + 1];
+    if (c1 < lo || c1 > hi) return false;
+    for (let j = 2; j <= n; j++) if ((b[i + j] & 0xc0) !== 0x80) return false;
+    i += n + 1;
+  }
+  return true;
 }
 
 /** What is wrong with attribute `a` (checkAttributes found it wrong). */
@@ -411,16 +566,34 @@ function attributeWrong(w: Uint32Array, a: number, names: number, tags: number):
   return ['words', `attribute ${a}'s string lies outside the strings`];
 }
 
-/** A pack's table of names or tags: strings of 1..`maxBytes` UTF-8 bytes, as the packer's check let through. */
+/**
+ * A pack's table of names or tags (a copy): distinct well-formed strings of 1..`maxBytes` UTF-8
+ * bytes, tags in their normal form, as the packer's check let through.
+ */
 function stringList(v: unknown, field: string, maxBytes: number, bad: (f: string, r: string) => never): string[] {
   if (!Array.isArray(v)) return bad(field, `must be an array, got ${show(v)}`);
+  const out: string[] = new Array(v.length);
+  const seen = new Set<string>();
   for (let i = 0; i < v.length; i++) {
     const s: unknown = v[i];
-    if (typeof s !== 'string') bad(`${field}[${i}]`, `must be a string, got ${show(s)}`);
-    const n = utf8Length(s as string);
+    if (typeof s !== 'string') return bad(`${field}[${i}]`, `must be a string, got ${show(s)}`);
+    if (!isWellFormed(s)) bad(`${field}[${i}]`, 'must be well-formed Unicode (no lone surrogates)');
+    const n = utf8Length(s);
     if (n < 1 || n > maxBytes) bad(`${field}[${i}]`, `must be 1..${maxBytes} bytes, got ${n}`);
+    if (field === 'tags') {
+      let t: string | null = null;
+      try {
+        t = normalizeTag(`${field}[${i}]`, s, maxBytes);
+      } catch {
+        // refused below
+      }
+      if (t !== s) bad(`${field}[${i}]`, `must be a tag in its normal form, got ${show(s)}`);
+    }
+    if (seen.has(s)) bad(`${field}[${i}]`, `must appear once in the table, got ${show(s)} again`);
+    seen.add(s);
+    out[i] = s;
   }
-  return v as string[];
+  return out;
 }
 
 /** The grid as encodeGrid writes it: dims within 4n cells, cell starts rising to n, every index an event. */
@@ -436,6 +609,9 @@ function checkGrid(w: Uint32Array, off: number, n: number, bad: (f: string, r: s
   const idxAt = startAt + cells + 1;
   for (let k = 0; k < n; k++) if (w[idxAt + k] >= n) bad('words', `grid index ${k} names event ${w[idxAt + k]} of ${n}`);
 }
+
+// String.prototype.isWellFormed is in Node 20 (V8 11.3); ES2024 typings are not in our lib.
+const isWellFormed = (s: string): boolean => (s as unknown as { isWellFormed(): boolean }).isWellFormed();
 
 /** `PackedEvents.pack`. */
 export function packEvents(events: readonly unknown[], options: PackOptions = {}): PackedEvents {
