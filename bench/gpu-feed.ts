@@ -21,7 +21,7 @@ import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { performance } from 'node:perf_hooks';
 import { FastMatcher } from '../src/engines/fast.js';
-import { GpuMatcher, type PackBuffers, PackedEvents, type PackedTransfer, packEvents } from '../src/engines/gpu/matcher.js';
+import { GpuMatcher, PackedEvents, type PackedTransfer, packEvents } from '../src/engines/gpu/matcher.js';
 import type { Event } from '../src/model/types.js';
 import { WorkloadSource } from '../src/workload/index.js';
 import { type Fail, cliFail, readCommandLine, runMain } from './lib/args.js';
@@ -43,8 +43,7 @@ const HELP = `Usage: node dist/bench/gpu-feed.js [options]
   --rounds N         rounds per row (default 5; quick 2)
   --seconds S        seconds per round (default 2; quick 0.5)
   --engines LIST     gpu and/or fast (default gpu,fast)
-  --paths LIST       the GPU rows: batch, prepacked, workers (default all three); workers-fresh: the threads' packs in new
-                     buffers each time (workers: each spent pack's buffers go back to its thread)
+  --paths LIST       the GPU rows: batch, prepacked, workers (default all three)
   --seed N           workload seed (default 1)
   --software         allow a software adapter (llvmpipe): for trying the benchmark, not for figures
   --quick            small run
@@ -56,7 +55,7 @@ export const FEED_SCHEMA = 'ambit.gpu-feed/1';
 
 export interface Row {
   engine: string;
-  mode: 'batch' | 'prepacked' | 'workers' | 'workers-fresh';
+  mode: 'batch' | 'prepacked' | 'workers';
   size: number;
   depth: number;
   workers: number;
@@ -154,19 +153,14 @@ class Packers {
     this.elu0 = this.workers.map((w) => w.performance.eventLoopUtilization());
   }
 
-  /** The next pack and its thread (which was asked for one more in its place). */
-  take(): Promise<{ t: PackedTransfer; w: number }> {
+  /** The next pack (its thread asked for one more in its place). */
+  take(): Promise<PackedTransfer> {
     const x = this.ready.shift();
     const got = x !== undefined ? Promise.resolve(x) : new Promise<{ t: PackedTransfer; w: number }>((resolve) => this.waiting.push(resolve));
-    return got.then((y) => {
-      this.workers[y.w].postMessage(1);
-      return y;
+    return got.then(({ t, w }) => {
+      this.workers[w].postMessage(1);
+      return t;
     });
-  }
-
-  /** Sends a spent pack's buffers back to thread `w`, to pack into again. */
-  giveBack(w: number, b: PackBuffers): void {
-    this.workers[w].postMessage({ back: b }, [b.words!, b.points!, b.ids!]);
   }
 
   busy(): number[] {
@@ -211,7 +205,7 @@ async function main(): Promise<void> {
   const engines = a.list('engines') ?? ['gpu', 'fast'];
   for (const e of engines) if (e !== 'gpu' && e !== 'fast') fail(`--engines: gpu or fast, got ${JSON.stringify(e)}`);
   const paths = a.list('paths') ?? ['batch', 'prepacked', 'workers'];
-  for (const x of paths) if (x !== 'batch' && x !== 'prepacked' && x !== 'workers' && x !== 'workers-fresh') fail(`--paths: batch, prepacked, workers or workers-fresh, got ${JSON.stringify(x)}`);
+  for (const x of paths) if (x !== 'batch' && x !== 'prepacked' && x !== 'workers') fail(`--paths: batch, prepacked or workers, got ${JSON.stringify(x)}`);
   const seed = a.int('seed', 1, 0);
   const software = a.flag('software');
   const run = new ResultRun({ out: a.str('out'), defaultFile: 'bench/results/gpu-feed.json', fail });
@@ -255,30 +249,19 @@ async function main(): Promise<void> {
           k = 0;
           rows.push(row('gpu', 'prepacked', size, depth, 0, await feed(async () => (await m.matchPacked(packs[k++ % packs.length])).length, size, depth, rounds, seconds), [], size, differing));
         }
-        const threadModes = (['workers', 'workers-fresh'] as const).filter((x) => paths.includes(x));
-        for (const mode of threadModes) {
-          // workers: each spent pack's buffers go back to its thread to pack into; workers-fresh: every pack in new buffers.
-          const recycle = mode === 'workers';
-          for (const w of workerCounts) {
-            const packers = await Packers.start(w, { seed, subscriptions: subs, pool: POOL, size, limits: { ...limits } });
-            try {
-              packers.prime(depth + 2);
-              // The first pack of thread 0 starts at the pool's start: compared with matchBatch's answers.
-              let first = await packers.take();
-              while (PackedEvents.fromTransfer(first.t).event(0).id !== pool[0].id) first = await packers.take();
-              const diff = sameSets(want, await m.matchPacked(PackedEvents.fromTransfer(first.t)));
-              note(`gpu-feed: gpu matchPacked, ${w} packing threads, ${size} events a pack${recycle ? ', buffers recycled' : ', new buffers each pack'}`);
-              const r = await feed(async () => {
-                const { t, w: from } = await packers.take();
-                const p = PackedEvents.fromTransfer(t);
-                const n = (await m.matchPacked(p)).length;
-                if (recycle) packers.giveBack(from, p.buffers());
-                return n;
-              }, size, depth, rounds, seconds);
-              rows.push(row('gpu', mode, size, depth, w, r, packers.busy(), size, diff));
-            } finally {
-              await packers.stop();
-            }
+        for (const w of paths.includes('workers') ? workerCounts : []) {
+          const packers = await Packers.start(w, { seed, subscriptions: subs, pool: POOL, size, limits: { ...limits } });
+          try {
+            packers.prime(depth + 2);
+            // The first pack of thread 0 starts at the pool's start: compared with matchBatch's answers.
+            let first = await packers.take();
+            while (PackedEvents.fromTransfer(first).event(0).id !== pool[0].id) first = await packers.take();
+            const diff = sameSets(want, await m.matchPacked(PackedEvents.fromTransfer(first)));
+            note(`gpu-feed: gpu matchPacked, ${w} packing threads, ${size} events a pack`);
+            const r = await feed(async () => (await m.matchPacked(PackedEvents.fromTransfer(await packers.take()))).length, size, depth, rounds, seconds);
+            rows.push(row('gpu', 'workers', size, depth, w, r, packers.busy(), size, diff));
+          } finally {
+            await packers.stop();
           }
         }
       }
@@ -322,8 +305,7 @@ export interface FeedFile {
   rows: Row[];
 }
 
-const modeName = (r: Row): string =>
-  r.mode === 'batch' ? 'matchBatch (event objects)' : r.mode === 'prepacked' ? 'matchPacked, packed ahead' : `matchPacked, ${r.workers} packing threads${r.mode === 'workers-fresh' ? ', new buffers each pack' : ''}`;
+const modeName = (r: Row): string => (r.mode === 'batch' ? 'matchBatch (event objects)' : r.mode === 'prepacked' ? 'matchPacked, packed ahead' : `matchPacked, ${r.workers} packing threads`);
 
 export function report(rows: readonly Row[]): string {
   return table(

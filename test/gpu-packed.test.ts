@@ -2,8 +2,7 @@
  * Packed batches (src/engines/gpu/packed.ts): events checked and encoded ahead of the match (on
  * any thread), then matched by `GpuMatcher.matchPacked`. The shared contract and the differential
  * suite run with every matchBatch call packed (in packs of maxBatch, every other call through a
- * transfer's structured clone, as between threads, every third into the last call's spent
- * buffers), and here: events decoded back exactly as the
+ * transfer's structured clone, as between threads), and here: events decoded back exactly as the
  * engine's check gives them; names the engine learns after the pack was made; overflows answered
  * by the CPU from decoded events, or run again without a CPU mirror; transfers refused whole,
  * naming what is wrong; packs the engine cannot take.
@@ -16,7 +15,7 @@ import type { Event, Subscription } from '../src/model/types.js';
 import { DEFAULT_LIMITS, type NEvent, validateEvent } from '../src/model/limits.js';
 import { ValidationError } from '../src/model/errors.js';
 import { GpuContext } from '../src/engines/gpu/device.js';
-import { GpuKernels, GpuMatcher, type GpuMatcherOptions, type PackBuffers, PackedEvents, type PackedTransfer, packEventBatches, packEvents } from '../src/engines/gpu/matcher.js';
+import { GpuKernels, GpuMatcher, type GpuMatcherOptions, PackedEvents, type PackedTransfer, packEventBatches, packEvents } from '../src/engines/gpu/matcher.js';
 import { runContract } from './support/contract.js';
 import { runDifferential } from './support/differential.js';
 import { Rng } from './support/rng.js';
@@ -33,19 +32,11 @@ after(() => ctx.close());
  */
 function packedPath(m: GpuMatcher): GpuMatcher {
   let calls = 0;
-  // The buffers of the last call's last pack, spent: every third call packs into them (they hold its words).
-  let spent: PackBuffers | undefined;
   const viaPacks = async (events: readonly Event[], tags: boolean) => {
-    const call = calls++;
-    // Taken, so two calls in flight never pack into the same buffers.
-    const reuse = call % 3 === 2 ? spent : undefined;
-    if (reuse !== undefined) spent = undefined;
-    const packs = packEventBatches(events, m.maxBatch, { limits: m.limits, reuse });
-    const cloned = call % 2 === 1;
+    const packs = packEventBatches(events, m.maxBatch, { limits: m.limits });
+    const cloned = calls++ % 2 === 1;
     const out = [];
-    let last: PackedEvents | null = null;
-    for (const p of packs) out.push(...(await m.matchPacked((last = cloned ? PackedEvents.fromTransfer(structuredClone(p.toTransfer())) : p), tags)));
-    spent = last?.buffers();
+    for (const p of packs) out.push(...(await m.matchPacked(cloned ? PackedEvents.fromTransfer(structuredClone(p.toTransfer())) : p, tags)));
     return out;
   };
   return new Proxy(m, {
@@ -110,39 +101,6 @@ describe('gpu packed batches: the pack', () => {
     }
     assert.equal(packEvents(events.slice(0, 3)).grid, false, 'a small pack is not binned unless told');
     assert.equal(packEvents(events.slice(0, 3), { grid: true }).grid, true);
-  });
-
-  it('packs into the buffers of a spent pack, which then travel without a copy; one too small is not used', () => {
-    const events = edgeEvents(11, 200);
-    const first = PackedEvents.fromTransfer(packEvents(events).toTransfer());
-    const bufs = first.buffers();
-    // Stale bytes everywhere: what the packer does not write must still read 0.
-    for (const b of [bufs.words!, bufs.points!, bufs.ids!]) new Uint8Array(b).fill(0xff);
-    const fewer = events.slice(0, 120);
-    const p = packEvents(fewer, { reuse: bufs });
-    assert.equal(p.words.buffer, bufs.words, 'the words in the spent buffer');
-    assert.equal(p.points.buffer, bufs.points);
-    assert.equal(p.idEnds.buffer, bufs.ids);
-    for (let k = 0; k < fewer.length; k++) assert.deepEqual(p.event(k), checked(fewer[k]), `event ${k}`);
-    const fresh = packEvents(fewer);
-    assert.deepEqual(p.words, fresh.words, 'the same words as a pack in new buffers');
-    const t = p.toTransfer();
-    assert.equal(t.words, bufs.words, 'transferred whole, not copied');
-    assert.equal(t.ids, bufs.ids);
-    assert.ok(t.words.byteLength > 4 * t.wordCount!, 'the buffer is larger than the pack');
-    const q = PackedEvents.fromTransfer(structuredClone(t));
-    for (let k = 0; k < fewer.length; k++) assert.deepEqual(q.event(k), checked(fewer[k]), `event ${k} after a transfer`);
-    assert.deepEqual(PackedEvents.merge([q, fresh], q.limits).words, PackedEvents.merge([fresh, fresh], q.limits).words, 'a received pack in a larger buffer merges as one in its own');
-    // Buffers too small for the pack: new ones.
-    const small = packEvents(events.slice(0, 2)).buffers();
-    const r = packEvents(events, { reuse: small });
-    assert.ok(r.words.buffer !== small.words && r.points.buffer !== small.points && r.idEnds.buffer !== small.ids);
-    // A transfer's word count and last id end are checked against its buffers.
-    assert.throws(() => PackedEvents.fromTransfer({ ...structuredClone(t), wordCount: t.words.byteLength / 4 + 1 }), (e: unknown) => e instanceof ValidationError && e.field === 'packed.wordCount');
-    assert.throws(() => PackedEvents.fromTransfer({ ...structuredClone(t), wordCount: 1.5 }), (e: unknown) => e instanceof ValidationError && e.field === 'packed.wordCount');
-    const far = structuredClone(t);
-    new Uint32Array(far.ids, 0, fewer.length)[fewer.length - 1] = far.ids.byteLength;
-    assert.throws(() => PackedEvents.fromTransfer(far), (e: unknown) => e instanceof ValidationError && e.field === `packed.ids[${fewer.length - 1}]`);
   });
 
   it('refuses bad events naming the field within the whole list, and checks against the limits given', () => {

@@ -2,11 +2,10 @@
  * A packing thread of bench/gpu-feed.ts: it builds the same seeded events as the main thread
  * (WorkloadSource with the same options) and, for each pack asked for, checks and packs the next
  * `size` of them (packEvents) and transfers the pack to the main thread. So the main thread never
- * touches an event object, as when events are packed where they arrive. Buffers of spent packs
- * sent back (`{ back }`) are packed into again.
+ * touches an event object, as when events are packed where they arrive.
  */
 import { parentPort, workerData } from 'node:worker_threads';
-import { type PackBuffers, packEvents } from '../../../src/engines/gpu/packed.js';
+import { packEvents } from '../../../src/engines/gpu/packed.js';
 import type { Limits } from '../../../src/model/limits.js';
 import { WorkloadSource } from '../../../src/workload/index.js';
 
@@ -24,17 +23,11 @@ const d = workerData as PackWorkerData;
 const pool = new WorkloadSource({ seed: d.seed, subscriptions: d.subscriptions, events: d.pool }).events();
 let cursor = d.start;
 const part = new Array(d.size);
-/** Buffers of spent packs the main thread sent back (`recycle`), packed into again. */
-const spare: PackBuffers[] = [];
 
-parentPort!.on('message', (m: number | { back: PackBuffers }) => {
-  if (typeof m !== 'number') {
-    spare.push(m.back);
-    return;
-  }
-  for (let i = 0; i < m; i++) {
+parentPort!.on('message', (want: number) => {
+  for (let i = 0; i < want; i++) {
     for (let k = 0; k < d.size; k++) part[k] = pool[cursor++ % pool.length];
-    const t = packEvents(part, { limits: d.limits, reuse: spare.pop() }).toTransfer();
+    const t = packEvents(part, { limits: d.limits }).toTransfer();
     parentPort!.postMessage(t, [t.words, t.points, t.ids]);
   }
 });

@@ -37,7 +37,7 @@ import { PackedEvents } from './packed.js';
 // The engine's public surface stays importable from this module.
 export { GpuKernels } from './kernels.js';
 export { type BatchTiming, type GpuMatcherOptions, type StageTimes, defaultGpuMatcherOptions } from './options.js';
-export { MAX_PACKED_EVENTS, type PackBuffers, type PackOptions, PackedEvents, type PackedTransfer, packEventBatches, packEvents } from './packed.js';
+export { MAX_PACKED_EVENTS, type PackOptions, PackedEvents, type PackedTransfer, packEventBatches, packEvents } from './packed.js';
 
 const NO_QUANTIZATION = 'disable-dawn-features=timestamp_quantization';
 /** Open handles a device may have at once (the fast engine's limit). */

@@ -41,19 +41,6 @@ export interface PackOptions {
   limits?: Partial<Limits>;
   /** Bin the events into the kernels' grid (default: 16 events or more, the engine's own default). */
   grid?: boolean;
-  /**
-   * Buffers of a spent pack (`buffers()`, handed back by the thread that matched it) to write this
-   * one into where each is large enough, so a packing thread and the engine's thread pass the same
-   * memory back and forth instead of allocating and collecting a pack's buffers each time.
-   */
-  reuse?: PackBuffers;
-}
-
-/** A pack's three buffers (`PackedEvents.buffers()`), to pack into again (`PackOptions.reuse`). */
-export interface PackBuffers {
-  words?: ArrayBuffer;
-  points?: ArrayBuffer;
-  ids?: ArrayBuffer;
 }
 
 /** A pack as plain data, for postMessage (its buffers in the transfer list) and `PackedEvents.fromTransfer`. */
@@ -63,12 +50,8 @@ export interface PackedTransfer {
   names: string[];
   tags: string[];
   limits: Limits;
-  /** The batch input's words (the first `wordCount`; the whole buffer when absent). */
   words: ArrayBuffer;
-  wordCount?: number;
-  /** lat, lon, radius per event (the first 3 × count numbers). */
   points: ArrayBuffer;
-  /** Per event the end of its id (u32), then the ids' UTF-8 (up to the last end). */
   ids: ArrayBuffer;
 }
 
@@ -105,7 +88,7 @@ export class PackedEvents {
     const limits = resolveLimits(options.limits);
     const valid = validateEvents(events, limits, 'events');
     if (valid.length > MAX_PACKED_EVENTS) throw new ValidationError('events', `must hold at most ${MAX_PACKED_EVENTS} events a pack, got ${valid.length}`);
-    return packValid(valid, limits, options.grid ?? valid.length >= GRID_MIN_EVENTS, options.reuse);
+    return packValid(valid, limits, options.grid ?? valid.length >= GRID_MIN_EVENTS);
   }
 
   /**
@@ -119,8 +102,7 @@ export class PackedEvents {
     const out: PackedEvents[] = [];
     for (let i = 0; i < valid.length; i += maxEvents) {
       const part = valid.slice(i, i + maxEvents);
-      // The buffers to reuse go to the first pack only: packs of one call are alive together.
-      out.push(packValid(part, limits, options.grid ?? part.length >= GRID_MIN_EVENTS, i === 0 ? options.reuse : undefined));
+      out.push(packValid(part, limits, options.grid ?? part.length >= GRID_MIN_EVENTS));
     }
     return out;
   }
@@ -164,20 +146,7 @@ export class PackedEvents {
    * can be transferred (after which this pack, whose arrays they were, is spent).
    */
   toTransfer(): PackedTransfer {
-    const w = this.words;
-    // Buffers that start with the pack's arrays go whole (a reused buffer may be larger): no copy.
-    const words = w.byteOffset === 0 ? (w.buffer as ArrayBuffer) : own(w);
-    const points = this.points.byteOffset === 0 ? (this.points.buffer as ArrayBuffer) : own(this.points);
-    const ids = this.idEnds.byteOffset === 0 && this.idBytes.buffer === this.idEnds.buffer && this.idBytes.byteOffset === 4 * this.count ? (this.idEnds.buffer as ArrayBuffer) : packIds(this.idEnds, this.idBytes);
-    return { count: this.count, grid: this.grid, names: [...this.names], tags: [...this.tags], limits: { ...this.limits }, words, wordCount: w.length, points, ids };
-  }
-
-  /**
-   * The pack's buffers, to pack into again (`PackOptions.reuse`, e.g. sent back to the thread that
-   * packed it) once the call that took the pack has settled; the pack is spent then.
-   */
-  buffers(): PackBuffers {
-    return { words: this.words.buffer as ArrayBuffer, points: this.points.buffer as ArrayBuffer, ids: this.idEnds.buffer as ArrayBuffer };
+    return { count: this.count, grid: this.grid, names: [...this.names], tags: [...this.tags], limits: { ...this.limits }, words: own(this.words), points: own(this.points), ids: packIds(this.idEnds, this.idBytes) };
   }
 
   /**
@@ -288,35 +257,20 @@ function indexIn(index: Map<string, number>, list: string[], key: string): numbe
  * strings and `idTotal` bytes of ids: the words (offsets in their parameter words; the strings'
  * pad word, then the grid's room when `grid`), the points and the ids.
  */
-function packArrays(n: number, nAttr: number, strWords: number, idTotal: number, grid: boolean, reuse?: PackBuffers) {
+function packArrays(n: number, nAttr: number, strWords: number, idTotal: number, grid: boolean) {
   const evOff = PARAM_WORDS;
   const attrOff = evOff + n * EVENT_WORDS;
   const strOff = attrOff + nAttr * ATTR_WORDS;
   const gridOff = strOff + strWords + 1;
-  const nWords = gridOff + (grid ? gridWords(n) : 0);
-  const buf = room(reuse?.words, 4 * nWords);
-  const inp = new Uint32Array(buf, 0, nWords);
-  // A reused buffer holds its last pack: what the packer does not write (padding, unused header words) must read 0.
-  if (buf === reuse?.words) inp.fill(0);
+  const buf = new ArrayBuffer(4 * (gridOff + (grid ? gridWords(n) : 0)));
+  const inp = new Uint32Array(buf);
   inp[P.EVOFF] = evOff;
   inp[P.ATTROFF] = attrOff;
   inp[P.STROFF] = strOff;
-  // Ids as they travel: the ends, then the bytes, in one buffer.
-  const ids = room(reuse?.ids, 4 * n + idTotal);
-  return { inp, inpF: new Float32Array(buf, 0, nWords), evOff, attrOff, strOff, gridOff, points: new Float64Array(room(reuse?.points, 24 * n), 0, 3 * n), idEnds: new Uint32Array(ids, 0, n), idBytes: new Uint8Array(ids, 4 * n, idTotal) };
+  return { inp, inpF: new Float32Array(buf), evOff, attrOff, strOff, gridOff, points: new Float64Array(3 * n), idEnds: new Uint32Array(n), idBytes: new Uint8Array(idTotal) };
 }
 
-/** `b` when it holds `bytes` or more, else a new buffer of `bytes`. */
-function room(b: ArrayBuffer | undefined, bytes: number): ArrayBuffer {
-  return b !== undefined && b.byteLength >= bytes && !isDetached(b) ? b : new ArrayBuffer(bytes);
-}
-
-/** A buffer transferred away since (its length reads 0 then; `detached` is in Node 20 but not our typings). */
-function isDetached(b: ArrayBuffer): boolean {
-  return (b as unknown as { detached?: boolean }).detached === true;
-}
-
-function packValid(valid: readonly NEvent[], limits: Limits, grid: boolean, reuse?: PackBuffers): PackedEvents {
+function packValid(valid: readonly NEvent[], limits: Limits, grid: boolean): PackedEvents {
   const n = valid.length;
   const nameIdx = new Map<string, number>();
   const tagIdx = new Map<string, number>();
@@ -336,7 +290,7 @@ function packValid(valid: readonly NEvent[], limits: Limits, grid: boolean, reus
     }
     idBytesTotal += utf8Length(e.id);
   }
-  const { inp, inpF, evOff, attrOff, strOff, gridOff, points, idEnds, idBytes } = packArrays(n, nAttr, strWords, idBytesTotal, grid && n > 0, reuse);
+  const { inp, inpF, evOff, attrOff, strOff, gridOff, points, idEnds, idBytes } = packArrays(n, nAttr, strWords, idBytesTotal, grid && n > 0);
   const strBytes = new Uint8Array(inp.buffer, 4 * strOff, 4 * strWords);
   let a = 0;
   let sw = 0;
@@ -391,9 +345,8 @@ function readTransfer(t: unknown, derived: boolean): PackedEvents {
   const tags = stringList(o.tags, 'tags', limits.maxTagBytes, bad);
   for (const k of ['words', 'points', 'ids'] as const) if (!(o[k] instanceof ArrayBuffer)) bad(k, `must be an ArrayBuffer, got ${show(o[k])}`);
   const wb = o.words as ArrayBuffer;
-  const wordCount = o.wordCount === undefined ? wb.byteLength / 4 : o.wordCount;
-  if (typeof wordCount !== 'number' || !Number.isInteger(wordCount) || wordCount < 0 || 4 * wordCount > wb.byteLength) bad('wordCount', `must be a whole number of words within the words' ${wb.byteLength} bytes, got ${show(o.wordCount)}`);
-  const w = new Uint32Array(wb, 0, wordCount as number);
+  if (wb.byteLength % 4 !== 0) bad('words', `must be whole 32-bit words, got ${wb.byteLength} bytes`);
+  const w = new Uint32Array(wb);
   const evOff = PARAM_WORDS;
   const attrOff = evOff + n * EVENT_WORDS;
   if (w.length < attrOff + 1) return bad('words', `must hold ${attrOff + 1} words or more for ${n} events, got ${w.length}`);
@@ -407,13 +360,12 @@ function readTransfer(t: unknown, derived: boolean): PackedEvents {
   const strEnd = grid ? gridOff - 1 : w.length - 1;
   if (strEnd < strOff || (grid && gridOff + gridWords(n) !== w.length)) bad('words', `the strings and grid do not fill the words (grid at ${gridOff}, ${w.length} words)`);
   const pb = o.points as ArrayBuffer;
-  if (pb.byteLength < 24 * n) bad('points', `must hold ${3 * n} numbers, got ${pb.byteLength} bytes`);
-  const points = new Float64Array(pb, 0, 3 * n);
+  if (pb.byteLength !== 24 * n) bad('points', `must hold ${3 * n} numbers, got ${pb.byteLength} bytes`);
+  const points = new Float64Array(pb);
   const ib = o.ids as ArrayBuffer;
   if (ib.byteLength < 4 * n) bad('ids', `must hold ${n} ends, got ${ib.byteLength} bytes`);
   const idEnds = new Uint32Array(ib, 0, n);
   const idBytes = new Uint8Array(ib, 4 * n);
-  if (n > 0 && idEnds[n - 1] > idBytes.length) bad(`ids[${n - 1}]`, `must end within the ids' ${idBytes.length} bytes, got ${idEnds[n - 1]}`);
   const strWords = strEnd - strOff;
   // The loops in functions of their own: V8 compiles a small loop far better than one inside this large function.
   const wrong =
@@ -424,8 +376,7 @@ function readTransfer(t: unknown, derived: boolean): PackedEvents {
   if (grid) checkGrid(w, gridOff, n, bad);
   const off = derived ? checkDerived(w, points, n, grid ? gridOff : 0) : null;
   if (off !== null) bad(off[0], off[1]);
-  // The ids' bytes up to the last end (a reused buffer may hold more).
-  return new PackedEvents(BUILD, n, w, points, idEnds, idBytes.subarray(0, n > 0 ? idEnds[n - 1] : 0), names, tags, grid, limits);
+  return new PackedEvents(BUILD, n, w, points, idEnds, idBytes, names, tags, grid, limits);
 }
 
 /**
@@ -457,9 +408,7 @@ function checkDerived(w: Uint32Array, points: Float64Array, n: number, gridOff: 
 
 /** Each event's id, point and attribute range; null when all are right, else [field, rule]. */
 function checkEvents(w: Uint32Array, points: Float64Array, idEnds: Uint32Array, ids: Uint8Array, n: number, nAttr: number, limits: Limits): [string, string] | null {
-  // readTransfer checked the last end within the bytes; the bytes past it are not the ids'.
-  const total = n > 0 ? idEnds[n - 1] : 0;
-  const idsWhole = isUtf8(ids.subarray(0, total));
+  const idsWhole = isUtf8(ids);
   const maxId = limits.maxIdBytes;
   const maxR = limits.maxEventRadiusM;
   const maxAttrs = limits.maxAttributesPerEvent + limits.maxTagsPerEvent;
@@ -470,7 +419,7 @@ function checkEvents(w: Uint32Array, points: Float64Array, idEnds: Uint32Array, 
     const end = idEnds[k];
     if (end <= prev || end - prev > maxId || end > idBytes) return [`ids[${k}]`, `must be 1..${maxId} bytes within the ids`];
     // Within well-formed bytes (idsWhole), an id that ends on a character's boundary is well-formed (it starts where the previous one ended).
-    if ((end < total && isContinuation(ids[end])) || !(idsWhole || utf8Ok(ids, prev, end))) return [`ids[${k}]`, 'must be well-formed UTF-8'];
+    if ((end < idBytes && isContinuation(ids[end])) || !(idsWhole || utf8Ok(ids, prev, end))) return [`ids[${k}]`, 'must be well-formed UTF-8'];
     prev = end;
     const lat = points[3 * k];
     const lon = points[3 * k + 1];
@@ -483,6 +432,7 @@ function checkEvents(w: Uint32Array, points: Float64Array, idEnds: Uint32Array, 
     at += count;
   }
   if (at !== nAttr) return ['words', `events hold ${at} attributes, the words ${nAttr}`];
+  if (prev !== idBytes) return ['ids', `hold ${idBytes} bytes, the ends ${prev}`];
   return null;
 }
 
