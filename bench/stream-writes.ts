@@ -7,12 +7,13 @@
  * until the client has received every byte. Transports: node:http2 streams shared over
  * `--connections` connections (how the gateways serve gRPC device streams, `h2-device-stream.ts`),
  * and WebSocket connections through `ws`, one a device (the web port's device streams), up to what
- * the process's file limit allows.
+ * the process's file limit allows. Writes JSON and an SVG of the medians against open streams.
  *
  *   node dist/bench/stream-writes.js [--streams 1000,10000,100000] [--connections C] [--writes W]
  *     [--bytes B] [--batch K] [--repeats R] [--transports http2,ws] [--out FILE] [--quick]
  */
 import { fork } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
 import http2 from 'node:http2';
 import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
@@ -22,6 +23,7 @@ import { describeMachine } from './lib/machine.js';
 import { note } from './lib/progress.js';
 import { ResultRun } from './lib/result-file.js';
 import { type Summary, summarize } from './lib/stats.js';
+import { DASHES, MARKERS, linePlot } from './lib/svg.js';
 
 const USAGE = `usage: node dist/bench/stream-writes.js [--streams LIST] [--connections C] [--writes W] [--bytes B] [--batch K] [--repeats R]
   [--transports http2,ws] [--out FILE] [--quick]
@@ -252,7 +254,17 @@ async function main(): Promise<void> {
   for (const x of rows) out(`| ${x.transport} | ${x.streams} | ${x.connections} | ${x.usPerWrite.min.toFixed(2)} | ${x.usPerWrite.median.toFixed(2)} | ${x.usPerWrite.p99.toFixed(2)} |`);
   for (const s of skipped) out(`skipped: ${s}`);
   run.write({ kind: 'stream-writes', startedAt: run.startedAt.toISOString(), machine: run.machine, command: run.command, writes, bytes, batch, repeats, connections, rows, skipped });
-  out(`results: ${run.shown}`);
+  // The medians against open streams, a line per transport, beside the JSON.
+  const svgPath = run.path.replace(/\.json$/, '') + '.svg';
+  const series = transports.map((t, i) => ({
+    name: t === 'http2' ? `node:http2 streams over ${connections} connections` : 'ws, a socket a stream',
+    color: ['#1f77b4', '#d62728'][i % 2],
+    dash: DASHES[i % DASHES.length],
+    marker: MARKERS[i % MARKERS.length],
+    points: rows.filter((x) => x.transport === t).map((x) => [x.streams, x.usPerWrite.median] as const),
+  }));
+  writeFileSync(svgPath, linePlot({ title: `Server CPU per ${bytes}-byte write to a random open stream (median)`, xLabel: 'open streams', yLabel: 'µs of CPU a write', series, logX: true }));
+  out(`results: ${run.shown} and its plot ${svgPath.replace(/.*\//, '')}`);
 }
 
 runMain('bench/stream-writes', main);
