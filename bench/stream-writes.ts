@@ -257,7 +257,7 @@ async function main(): Promise<void> {
   // The medians against open streams, a line per transport, beside the JSON.
   const svgPath = run.path.replace(/\.json$/, '') + '.svg';
   const series = transports.map((t, i) => ({
-    name: t === 'http2' ? `node:http2 streams over ${connections} connections` : 'ws, a socket a stream',
+    name: t === 'http2' ? `http2, ${connections} connections` : 'ws, a socket a stream',
     color: ['#1f77b4', '#d62728'][i % 2],
     dash: DASHES[i % DASHES.length],
     marker: MARKERS[i % MARKERS.length],
