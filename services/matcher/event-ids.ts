@@ -133,7 +133,8 @@ export type IdTicket = number;
 
 /**
  * Event ids published lately, with their reach, in memory: forgotten after `windowMs` by the
- * injected clock, or sooner when more than `maxIds` are held (oldest first).
+ * injected clock (of elapsed time: a jump back counts none), or sooner when more than `maxIds` are
+ * held (oldest first; a bound of 0 holds none).
  *
  * No object per remembered id: a window holds up to a million ids in every hub partition of a
  * node, and a million strings and map entries per partition kept the garbage collector busy
@@ -175,6 +176,9 @@ export class EventIdWindow {
   private liveCount = 0;
   /** `claim`'s scratch: each fresh event's index in the call. */
   private callIndex = new Int32Array(0);
+  /** The injected clock's last reading, and how far it has jumped back in all (see `clock`). */
+  private lastNow = -Infinity;
+  private jumpedBack = 0;
 
   constructor(
     private readonly options: DedupeOptions,
@@ -186,6 +190,19 @@ export class EventIdWindow {
   }
 
   /**
+   * The time entries are stamped and aged by: the injected clock, never going back. A clock that
+   * jumps back counts no time until it moves on again (then its steps count), so an id is held a
+   * window of elapsed time, not a window plus the jump, and entries stay in time order in the ring
+   * (expiry takes them from its head). A clock that only moves forward is read as it is.
+   */
+  private clock(): number {
+    const now = this.now();
+    if (now < this.lastNow) this.jumpedBack += this.lastNow - now;
+    this.lastNow = now;
+    return now + this.jumpedBack;
+  }
+
+  /**
    * The reach of `id` when it was published within the window (a promise while that publish is
    * still matched); undefined otherwise.
    */
@@ -193,7 +210,7 @@ export class EventIdWindow {
     if (!this.enabled) return undefined;
     const slot = this.find(id, hashId(id));
     if (slot < 0) return undefined;
-    if (this.at[slot] <= this.now() - this.options.windowMs) return undefined;
+    if (this.at[slot] <= this.clock() - this.options.windowMs) return undefined;
     return this.reachOf(slot);
   }
 
@@ -207,7 +224,7 @@ export class EventIdWindow {
     // An id past its window published again: its old entry dies where it is.
     const old = this.find(id, h);
     if (old >= 0) this.kill(old);
-    const now = this.now();
+    const now = this.clock();
     const ticket = this.add(id, h, pending, index, now);
     this.expire(now);
     return ticket;
@@ -226,7 +243,7 @@ export class EventIdWindow {
     if (!this.enabled || events.length > this.options.maxIds) return null;
     // All or nothing: an entry that is no event with a string id is refused before any is remembered.
     checkEventIds(events);
-    const now = this.now();
+    const now = this.clock();
     const oldest = now - this.options.windowMs;
     const fresh: Event[] = [];
     const tickets: IdTicket[] = [];
@@ -294,8 +311,9 @@ export class EventIdWindow {
   private add(id: string, h: number, pending: Promise<readonly number[]>, index: number, now: number): IdTicket {
     if (this.next - this.head === this.cap) {
       // Full: grow while the ring is smaller than the bound or holds dead entries (drops, ids
-      // published again) that would otherwise push live ones out early; else the oldest goes.
-      if (this.cap < this.options.maxIds || this.liveCount < this.options.maxIds) this.grow();
+      // published again) that would otherwise push live ones out early; else the oldest goes. An
+      // empty ring (none yet, a bound of 0) grows: it has no oldest (expiry then forgets the entry).
+      if (this.head === this.next || this.cap < this.options.maxIds || this.liveCount < this.options.maxIds) this.grow();
       else this.evictHead();
     }
     if (this.unitNext - this.unitHead + id.length > this.units.length) this.growUnits(id.length);

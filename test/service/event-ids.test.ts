@@ -4,6 +4,7 @@
  * ids; a duplicate of a publish still being matched waits for its reach.
  */
 import assert from 'node:assert/strict';
+import vm from 'node:vm';
 import { describe, it } from 'node:test';
 import { EventIdWindow, type PublishSlot, StreamIdJudge, hashId, planPublish, settlePublish } from '../../services/matcher/event-ids.js';
 import type { Event } from '../../src/model/types.js';
@@ -27,6 +28,35 @@ describe('event ids', () => {
     w.settle(w.remember('a', done([5]), 0), 5);
     assert.equal(w.get('a'), 5);
     assert.equal(w.size, 1, 'expired entries are removed as new ones come');
+  });
+
+  it('a clock that jumps back counts no time until it moves on: an id is held a window of elapsed time, not the window plus the jump', () => {
+    let now = 10_000;
+    const w = new EventIdWindow({ windowMs: 100, maxIds: 10 }, () => now);
+    w.settle(w.remember('a', done([3]), 0), 3);
+    now = 1000; // back 9 s
+    w.settle(w.claim([ev('b')], done([4]))!.tickets[0], 4);
+    now = 1099;
+    assert.deepEqual([w.get('a'), w.get('b')], [3, 4], '99 ms elapsed since either');
+    now = 1100;
+    assert.deepEqual([w.get('a'), w.get('b')], [undefined, undefined], 'a window elapsed: both forgotten, a too');
+    const again = w.claim([ev('a'), ev('b')], done([1, 2]))!;
+    assert.equal(again.plan.slots, null, 'both published anew');
+    assert.equal(w.size, 2, 'the old entries went as the new ones came');
+  });
+
+  it('a bound of 0 holds no id: a publish neither hangs nor is remembered, and repeats within a call are still duplicates', async () => {
+    const hub = new EmbeddedHub(new MatchCore(CPU_ENGINES.fast({ limits: ENGINE_SIDE_LIMITS })), { dedupe: { windowMs: 60_000, maxIds: 0 } });
+    try {
+      // A hang is a loop that never yields: run the call's synchronous part under a time limit.
+      const publish = (events: Event[]) => vm.runInNewContext('publish()', { publish: () => hub.publish(events) }, { timeout: 2000 }) as ReturnType<EmbeddedHub['publish']>;
+      const first = await publish([ev('a'), ev('a')]);
+      assert.deepEqual(first.map((r) => r.duplicate === true), [false, true]);
+      const again = await publish([ev('a')]);
+      assert.deepEqual(again.map((r) => r.duplicate === true), [false], 'nothing was remembered');
+    } finally {
+      await hub.close();
+    }
   });
 
   it('holds at most maxIds, forgetting the oldest', () => {
