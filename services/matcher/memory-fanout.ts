@@ -19,6 +19,9 @@ export class DeviceLog {
   /** Ordinal of the last appended notification (the seq part of its id). */
   last = 0;
   lastMs = 0;
+  /** The ms part of the first id this log issued (ordinal 1), and of the last one retention dropped. */
+  firstMs = 0;
+  droppedMs = 0;
   /** The device's state was purged: this log is no longer its log, and its readers end. */
   purged = false;
   /** Numbers this log among the store's: a device's log made anew (after a purge) has another. */
@@ -34,6 +37,7 @@ export class DeviceLog {
   }
 
   push(d: Delivery): void {
+    if (this.last === 1) this.firstMs = this.lastMs;
     this.entries.push(d);
     if (this.waiting !== null) this.wakeAll();
   }
@@ -45,13 +49,16 @@ export class DeviceLog {
   trim(maxSize: number, oldestMs: number): number {
     let n = 0;
     const entries = this.entries;
+    let gone: Delivery | undefined;
     while (this.head < entries.length && (entries.length - this.head > maxSize || entries[this.head].publishedAtMs < oldestMs)) {
       // Let the dropped notification go now, not at the next compaction: up to 1024 of them
       // (and their events) would otherwise outlive retention.
+      gone = entries[this.head];
       (this.entries as (Delivery | undefined)[])[this.head] = undefined;
       this.head++;
       n++;
     }
+    if (gone !== undefined) this.droppedMs = parseDeliveryId(gone.deliveryId)![0];
     if (this.head > 1024 && this.head * 2 > this.entries.length) {
       this.entries = this.entries.slice(this.head);
       this.head = 0;
@@ -61,7 +68,9 @@ export class DeviceLog {
 
   /** Where a reader starts (see fanout.ts resumePoint) and how many it missed. */
   resume(start: string): { start: string; missed: number } {
-    const from = resumePoint(start, this.last);
+    // A token this log never issued (its ordinal ahead, or its ms not that of the ordinal here:
+    // another run's or a purged log's) is lost state: from the oldest retained.
+    const from = start === '' || this.issued(start) ? resumePoint(start, this.last) : '';
     const oldest = this.head < this.entries.length ? this.entries[this.head].deliveryId : '';
     return { start: from, missed: missedAfter(from, oldest, this.last) };
   }
@@ -76,11 +85,31 @@ export class DeviceLog {
     return i < this.head ? this.head : i > this.entries.length ? this.entries.length : i;
   }
 
-  /** Moves the ack point forward to `id` (a well-formed delivery id); an older one changes nothing. */
+  /**
+   * Whether this log issued `id`: exactly, for the retained ones, the last one and the last one
+   * dropped; for older dropped ones, as far as is known (an ms between the first issued and the
+   * last dropped). Ids are "<lastMs>-<ordinal>" with lastMs never going back, so the ms grow with the ordinal.
+   */
+  issued(id: string): boolean {
+    const p = parseDeliveryId(id);
+    if (p === null) return false;
+    const [ms, o] = p;
+    if (o < 1 || o > this.last) return false;
+    if (o === this.last) return ms === this.lastMs;
+    const oldest = this.last - this.size + 1;
+    if (o >= oldest) return this.entries[this.firstAfter(o - 1)].deliveryId === id;
+    if (o === oldest - 1) return ms === this.droppedMs;
+    return ms >= this.firstMs && ms <= this.droppedMs;
+  }
+
+  /**
+   * Moves the ack point forward to `id` (a well-formed delivery id); an older one, or one this
+   * log never issued, changes nothing.
+   */
   ack(id: string): void {
     const p = parseDeliveryId(id);
     if (p === null) throw new Error(`hub: malformed delivery id ${JSON.stringify(id)}`);
-    if (p[0] > this.ackedMs || (p[0] === this.ackedMs && p[1] > this.ackedOrdinal)) {
+    if (p[1] > this.ackedOrdinal && this.issued(id)) {
       this.acked = id;
       this.ackedMs = p[0];
       this.ackedOrdinal = p[1];
