@@ -12,7 +12,7 @@
  *   node dist/bench/stream-writes.js [--streams 1000,10000,100000] [--connections C] [--writes W]
  *     [--bytes B] [--batch K] [--repeats R] [--transports http2,ws] [--out FILE] [--quick]
  */
-import { fork } from 'node:child_process';
+import { execFileSync, fork } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import http2 from 'node:http2';
 import type { AddressInfo } from 'node:net';
@@ -223,7 +223,6 @@ async function main(): Promise<void> {
   out(`machine: ${describeMachine(run.machine)}`);
   out(`${writes} writes of ${bytes} bytes to random open streams, ${batch} a turn, ${repeats} repeats after a warm-up; http2: ${connections} connections`);
   // Each ws stream holds a descriptor in each process; leave room for the rest.
-  const { execFileSync } = await import('node:child_process');
   const fdLimit = Number(execFileSync('sh', ['-c', 'ulimit -n']).toString().trim()) || 1024;
   const rows: Row[] = [];
   const skipped: string[] = [];

@@ -19,9 +19,9 @@ export class DeviceLog {
   /** Ordinal of the last appended notification (the seq part of its id). */
   last = 0;
   lastMs = 0;
-  /** The ms part of the first id this log issued (ordinal 1), and of the last one retention dropped. */
+  /** The ms part of the first id this log issued (ordinal 1); the id of the last one retention dropped ('' none). */
   firstMs = 0;
-  droppedMs = 0;
+  droppedId = '';
   /** The device's state was purged: this log is no longer its log, and its readers end. */
   purged = false;
   /** Numbers this log among the store's: a device's log made anew (after a purge) has another. */
@@ -58,7 +58,8 @@ export class DeviceLog {
       this.head++;
       n++;
     }
-    if (gone !== undefined) this.droppedMs = parseDeliveryId(gone.deliveryId)![0];
+    // Kept as it is: parsed only where a token or ack older than the log needs it (`issued`).
+    if (gone !== undefined) this.droppedId = gone.deliveryId;
     if (this.head > 1024 && this.head * 2 > this.entries.length) {
       this.entries = this.entries.slice(this.head);
       this.head = 0;
@@ -92,14 +93,19 @@ export class DeviceLog {
    */
   issued(id: string): boolean {
     const p = parseDeliveryId(id);
-    if (p === null) return false;
-    const [ms, o] = p;
+    return p !== null && this.issuedAs(id, p[0], p[1]);
+  }
+
+  /** `issued` of `id` already parsed into its ms and ordinal. */
+  private issuedAs(id: string, ms: number, o: number): boolean {
     if (o < 1 || o > this.last) return false;
     if (o === this.last) return ms === this.lastMs;
     const oldest = this.last - this.size + 1;
     if (o >= oldest) return this.entries[this.firstAfter(o - 1)].deliveryId === id;
-    if (o === oldest - 1) return ms === this.droppedMs;
-    return ms >= this.firstMs && ms <= this.droppedMs;
+    // Ordinals below the oldest retained were dropped, so the last one dropped is known.
+    const droppedMs = parseDeliveryId(this.droppedId)![0];
+    if (o === oldest - 1) return ms === droppedMs;
+    return ms >= this.firstMs && ms <= droppedMs;
   }
 
   /**
@@ -109,7 +115,7 @@ export class DeviceLog {
   ack(id: string): void {
     const p = parseDeliveryId(id);
     if (p === null) throw new Error(`hub: malformed delivery id ${JSON.stringify(id)}`);
-    if (p[1] > this.ackedOrdinal && this.issued(id)) {
+    if (p[1] > this.ackedOrdinal && this.issuedAs(id, p[0], p[1])) {
       this.acked = id;
       this.ackedMs = p[0];
       this.ackedOrdinal = p[1];
